@@ -1,0 +1,1 @@
+"""delaymq analytics package."""

@@ -1,0 +1,1 @@
+"""delaymq client package."""
