@@ -1,0 +1,5 @@
+import sys
+
+from analytics.cli import main
+
+sys.exit(main())
