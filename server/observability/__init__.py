@@ -1,0 +1,1 @@
+"""Metrics, Prometheus endpoint and msgpack exports."""

@@ -1,0 +1,158 @@
+"""Rotating, size-bounded msgpack files under `<store>/export/<kind>/` (formats in ARCHITECTURE.md).
+
+Writes are buffered in memory and flushed by the periodic exporter task (or when the buffer is
+large), so the delivery hot path never touches the file system.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+
+import msgpack
+import structlog
+
+from server.observability.registry import Registry
+
+log = structlog.get_logger(__name__)
+
+
+class RotatingMsgpackWriter:
+    """Append msgpack maps to `<dir>/<prefix>-<startMs>.msgpack`, rotating at `max_file_bytes` and
+    deleting the oldest files once the directory holds more than `max_total_bytes`."""
+
+    def __init__(self, directory: str, prefix: str, max_file_bytes: int = 16 << 20,
+                 max_total_bytes: int = 256 << 20, flush_bytes: int = 1 << 20) -> None:
+        self.directory = directory
+        self.prefix = prefix
+        self.max_file_bytes = max_file_bytes
+        self.max_total_bytes = max_total_bytes
+        self.flush_bytes = flush_bytes
+        self._packer = msgpack.Packer()
+        self._buf = bytearray()
+        self._file = None
+        self._file_size = 0
+        self.records = 0
+        os.makedirs(directory, exist_ok=True)
+
+    def write(self, record: dict) -> None:
+        self._buf += self._packer.pack(record)
+        self.records += 1
+        if len(self._buf) >= self.flush_bytes:
+            self.flush()
+
+    def _open_new(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        name = f"{self.prefix}-{int(time.time() * 1000):013d}.msgpack"
+        path = os.path.join(self.directory, name)
+        if os.path.exists(path):  # two rotations in one millisecond
+            path = path.replace(".msgpack", f"-{self.records}.msgpack")
+        self._file = open(path, "ab")  # noqa: SIM115 - kept open across writes
+        self._file_size = 0
+        self._enforce_total()
+
+    def _enforce_total(self) -> None:
+        files = sorted(
+            (os.path.join(self.directory, n) for n in os.listdir(self.directory) if n.endswith(".msgpack")),
+            key=os.path.getmtime,
+        )
+        total = sum(os.path.getsize(f) for f in files)
+        current = self._file.name if self._file is not None else None
+        for f in files:
+            if total <= self.max_total_bytes:
+                break
+            if f == current:
+                continue
+            total -= os.path.getsize(f)
+            os.remove(f)
+            log.info("export.file_deleted", path=f, reason="export directory over its size bound")
+
+    def flush(self) -> None:
+        if not self._buf:
+            return
+        if self._file is None or self._file_size >= self.max_file_bytes:
+            self._open_new()
+        self._file.write(self._buf)
+        self._file.flush()
+        self._file_size += len(self._buf)
+        self._buf.clear()
+
+    def close(self) -> None:
+        self.flush()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class MetricsExporter:
+    """Every `interval_s`, write every registry sample as one map; also flushes the trace writers."""
+
+    def __init__(self, registry: Registry, writer: RotatingMsgpackWriter, interval_s: float = 10.0,
+                 also_flush: list[RotatingMsgpackWriter] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.registry = registry
+        self.writer = writer
+        self.interval_s = interval_s
+        self.also_flush = also_flush or []
+        self.clock = clock
+        self._task: asyncio.Task | None = None
+
+    def export_once(self) -> int:
+        ts = int(self.clock() * 1000)
+        n = 0
+        for s in self.registry.collect():
+            rec = {"v": 1, "ts": ts, "name": s.name, "type": s.type, "labels": s.labels, "value": s.value}
+            if s.type == "histogram":
+                rec["buckets"] = [[b if b != float("inf") else 1e308, c] for b, c in s.buckets or []]
+                rec["sum"] = s.sum
+                rec["count"] = s.count
+            self.writer.write(rec)
+            n += 1
+        self.writer.flush()
+        for w in self.also_flush:
+            w.flush()
+        return n
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                self.export_once()
+            except OSError as e:
+                log.warning("export.failed", error=str(e))
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="metrics-exporter")
+
+    async def shutdown(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        try:
+            self.export_once()
+        finally:
+            self.writer.close()
+            for w in self.also_flush:
+                w.close()
+
+
+class TraceWriter:
+    """One map per scheduled-message event (accepted / due / delivered)."""
+
+    FIELDS = ("kind", "level", "topic", "msgId", "uniqKey", "bornTs", "storeTs", "dueTs", "deliveredTs")
+
+    def __init__(self, writer: RotatingMsgpackWriter) -> None:
+        self.writer = writer
+
+    def __call__(self, event: str, **fields) -> None:
+        rec = {"v": 1, "event": event}
+        for k in self.FIELDS:
+            v = fields.get(k)
+            rec[k] = v if v is not None else (0 if k.endswith("Ts") or k == "level" else "")
+        self.writer.write(rec)

@@ -1,0 +1,176 @@
+"""A small metrics registry: counters, gauges and fixed-bucket histograms.
+
+Hot paths touch only plain attributes (`counter.inc()` is an integer add); rendering to
+Prometheus text and to export samples happens off the hot path. Gauges may be backed by a
+callback so components expose live state (pending messages, lag) without pushing updates.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+Labels = tuple[tuple[str, str], ...]
+
+DEFAULT_LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
+
+
+def _labels(labels: dict[str, str] | None) -> Labels:
+    return tuple(sorted((k, str(v)) for k, v in (labels or {}).items()))
+
+
+@dataclass(slots=True)
+class Sample:
+    name: str
+    type: str
+    labels: dict[str, str]
+    value: float
+    buckets: list[tuple[float, int]] | None = None
+    sum: float = 0.0
+    count: int = 0
+
+
+class Counter:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self, n: int | float = 1) -> None:
+        self.value += n
+
+
+class Gauge:
+    __slots__ = ("value", "fn")
+
+    def __init__(self, fn: Callable[[], float] | None = None) -> None:
+        self.value = 0.0
+        self.fn = fn
+
+    def set(self, v: float) -> None:
+        self.value = v
+
+    def get(self) -> float:
+        return float(self.fn()) if self.fn is not None else float(self.value)
+
+
+class Histogram:
+    __slots__ = ("bounds", "counts", "sum", "count")
+
+    def __init__(self, bounds: Iterable[float] = DEFAULT_LATENCY_BUCKETS_MS) -> None:
+        self.bounds = tuple(sorted(bounds))
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, v: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, v)] += 1
+        self.sum += v
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        out, acc = [], 0
+        for bound, c in zip((*self.bounds, math.inf), self.counts, strict=True):
+            acc += c
+            out.append((bound, acc))
+        return out
+
+    def quantile(self, q: float) -> float:
+        """Upper bound of the bucket holding quantile q (0 when empty)."""
+        if self.count == 0:
+            return 0.0
+        target = q * self.count
+        for bound, acc in self.cumulative():
+            if acc >= target:
+                return bound
+        return math.inf
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._metrics: dict[tuple[str, Labels], object] = {}
+        self._types: dict[str, str] = {}
+        self._help: dict[str, str] = {}
+        self._collectors: list[Callable[[], Iterable[Sample]]] = []
+
+    def _get(self, kind: str, name: str, labels, factory, help: str):
+        key = (name, _labels(labels))
+        m = self._metrics.get(key)
+        if m is None:
+            m = self._metrics[key] = factory()
+            self._types[name] = kind
+            if help:
+                self._help[name] = help
+        return m
+
+    def counter(self, name: str, labels: dict[str, str] | None = None, help: str = "") -> Counter:
+        return self._get("counter", name, labels, Counter, help)
+
+    def gauge(self, name: str, labels: dict[str, str] | None = None, help: str = "",
+              fn: Callable[[], float] | None = None) -> Gauge:
+        g = self._get("gauge", name, labels, lambda: Gauge(fn), help)
+        if fn is not None:
+            g.fn = fn
+        return g
+
+    def histogram(self, name: str, labels: dict[str, str] | None = None, help: str = "",
+                  bounds: Iterable[float] = DEFAULT_LATENCY_BUCKETS_MS) -> Histogram:
+        return self._get("histogram", name, labels, lambda: Histogram(bounds), help)
+
+    def add_collector(self, fn: Callable[[], Iterable[Sample]]) -> None:
+        """A callback producing samples at collection time (for components that keep their own stats)."""
+        self._collectors.append(fn)
+
+    def collect(self) -> Iterator[Sample]:
+        for (name, labels), m in list(self._metrics.items()):
+            lab = dict(labels)
+            if isinstance(m, Counter):
+                yield Sample(name, "counter", lab, float(m.value))
+            elif isinstance(m, Gauge):
+                try:
+                    yield Sample(name, "gauge", lab, m.get())
+                except Exception:  # a broken gauge callback must not break the scrape
+                    continue
+            elif isinstance(m, Histogram):
+                yield Sample(name, "histogram", lab, float(m.count), m.cumulative(), m.sum, m.count)
+        for fn in self._collectors:
+            try:
+                yield from fn()
+            except Exception:
+                continue
+
+
+def _fmt_labels(labels: dict[str, str], extra: tuple[str, str] | None = None) -> str:
+    items = list(labels.items()) + ([extra] if extra else [])
+    if not items:
+        return ""
+    esc = (v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") for _, v in items)
+    return "{" + ",".join(f'{k}="{v}"' for (k, _), v in zip(items, esc, strict=True)) + "}"
+
+
+def _fmt_num(v: float) -> str:
+    if v == math.inf:
+        return "+Inf"
+    return repr(float(v)) if not float(v).is_integer() else str(int(v))
+
+
+def render_prometheus(samples: Iterable[Sample]) -> str:
+    """Prometheus text exposition format 0.0.4."""
+    by_name: dict[str, list[Sample]] = {}
+    for s in samples:
+        by_name.setdefault(s.name, []).append(s)
+    lines: list[str] = []
+    for name in sorted(by_name):
+        group = by_name[name]
+        lines.append(f"# TYPE {name} {group[0].type}")
+        for s in group:
+            if s.type == "histogram":
+                for bound, acc in s.buckets or []:
+                    lines.append(f"{name}_bucket{_fmt_labels(s.labels, ('le', _fmt_num(bound)))} {acc}")
+                lines.append(f"{name}_sum{_fmt_labels(s.labels)} {_fmt_num(s.sum)}")
+                lines.append(f"{name}_count{_fmt_labels(s.labels)} {s.count}")
+            else:
+                lines.append(f"{name}{_fmt_labels(s.labels)} {_fmt_num(s.value)}")
+    return "\n".join(lines) + "\n"
