@@ -151,6 +151,8 @@ def produce(a) -> int:
             except Exception as exc:
                 errors += 1
                 emit("send_error", i=i, error=repr(exc))
+                if a.stop_on_error:
+                    break
     producer.shutdown()
     emit("done", run=run, errors=errors)
     return 0
@@ -165,6 +167,22 @@ class Tracker:
         self.acked: set[str] = set()
         self.deliveries: dict[str, int] = {}
         self.finished = threading.Event()
+        self.idle = threading.Condition(self.lock)
+        self.in_flight = 0
+
+    def enter(self) -> None:
+        with self.lock:
+            self.in_flight += 1
+
+    def leave(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+            self.idle.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Callbacks still running must return (and their offsets advance) before shutdown."""
+        with self.lock:
+            return self.idle.wait_for(lambda: self.in_flight == 0, timeout)
 
     def decide(self, body: str) -> bool:
         """True = acknowledge (CONSUME_SUCCESS); False = RECONSUME_LATER."""
@@ -189,6 +207,7 @@ def consume(a) -> int:
     stop = threading.Event()
 
     def on_message(_consumer, cmsg):
+        tracker.enter()
         try:
             info = describe(RecvMessage(cmsg), a.want_property)
             ack = tracker.decide(info["body"] or "")
@@ -197,6 +216,8 @@ def consume(a) -> int:
         except Exception as exc:  # never let an exception cross into C++
             emit("callback_error", error=repr(exc))
             return _CConsumeStatus.RECONSUME_LATER.value
+        finally:
+            tracker.leave()
 
     # Register the callback directly: the wrapper's subscribe() can only say RECONSUME_LATER by raising.
     callback = MSG_CALLBACK_FUNC(on_message)
@@ -215,6 +236,7 @@ def consume(a) -> int:
     else:
         reason = "timeout"
     emit("stopping", reason=reason, acked=len(tracker.acked))
+    tracker.wait_idle(10)
     consumer.shutdown()
     emit("done", reason=reason, acked=len(tracker.acked))
     del callback  # kept alive until the C++ consumer is shut down
@@ -272,6 +294,7 @@ def main(argv=None) -> int:
     pr.add_argument("--shards", type=int, default=4)
     pr.add_argument("--batch-size", type=int, default=10)
     pr.add_argument("--send-timeout-ms", type=int, default=5000)
+    pr.add_argument("--stop-on-error", action="store_true")
     for name in ("consume", "pull"):
         s = sub.choices[name]
         s.add_argument("--expr", default="*")
