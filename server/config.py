@@ -1,0 +1,182 @@
+"""Broker configuration: a dataclass whose fields map to RocketMQ's broker.conf key names.
+
+`load_properties(path)` reads a Java properties file (`key=value` or `key: value`, `#`/`!` comments);
+`BrokerConfig.from_mapping()` applies known keys (camelCase, as in RocketMQ) and logs unknown ones.
+CLI flags are applied after the file (see `server.__main__`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+# Field names whose camelCase key is not the mechanical conversion of the snake_case name.
+_KEY_OVERRIDES = {
+    "broker_ip1": "brokerIP1",
+    "tls_enable": "tlsEnable",
+    "message_delay_level": "messageDelayLevel",
+}
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    store_path_root_dir: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), "store"))
+    listen_port: int = 9876
+    listen_host: str = "0.0.0.0"
+    broker_name: str = "broker-a"
+    broker_cluster_name: str = "DefaultCluster"
+    broker_ip1: str = "127.0.0.1"
+    broker_id: int = 0
+    broker_permission: int = 6
+    flush_disk_type: str = "ASYNC_FLUSH"
+    mapped_file_size_commit_log: int = 1073741824
+    file_reserved_time: int = 72
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = 8
+    max_message_size: int = 4194304
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    enable_schedule_async_deliver: bool = False
+    schedule_async_deliver_max_pending_limit: int = 2000
+    schedule_async_deliver_max_resend_num2_blocked: int = 3
+    flush_delay_offset_interval: int = 10000
+    timer_wheel_enable: bool = True
+    timer_precision_ms: int = 1000
+    timer_max_delay_sec: int = 259200
+    timer_roll_window_slot: int = 172800
+    timer_congest_num_each_slot: int = 2147483647
+    long_polling_enable: bool = True
+    short_polling_time_mills: int = 1000
+    server_channel_max_idle_time_seconds: int = 120
+    client_channel_expired_timeout: int = 120000
+    channel_lock_max_live_time_ms: int = 60000
+    default_query_max_num: int = 32
+    max_reconsume_times_default: int = 16
+    acl_enable: bool = False
+    tls_enable: bool = False
+    tls_test_mode_enable: bool = False
+    tls_server_cert_path: str = ""
+    tls_server_key_path: str = ""
+    metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
+    export_interval_ms: int = 10000
+    shutdown_drain_timeout_ms: int = 5000
+
+    # ---- derived -------------------------------------------------------------------------
+    @property
+    def broker_addr(self) -> str:
+        """The advertised `ip:port` (route `brokerAddrs[0]`, STOREHOST of stored records)."""
+        return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def vip_port(self) -> int:
+        return self.listen_port - 2
+
+    @property
+    def sync_flush(self) -> bool:
+        return self.flush_disk_type.upper() == "SYNC_FLUSH"
+
+    # ---- key mapping ---------------------------------------------------------------------
+    @staticmethod
+    def key_for(field_name: str) -> str:
+        if field_name in _KEY_OVERRIDES:
+            return _KEY_OVERRIDES[field_name]
+        head, *rest = field_name.split("_")
+        return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+    @classmethod
+    def key_map(cls) -> dict[str, dataclasses.Field]:
+        return {cls.key_for(f.name): f for f in dataclasses.fields(cls)}
+
+    def apply(self, values: Mapping[str, object], source: str = "config") -> list[str]:
+        """Set fields from camelCase keys (or snake_case names); returns the unknown keys (logged)."""
+        by_key = self.key_map()
+        by_name = {f.name: f for f in dataclasses.fields(self)}
+        unknown = []
+        for key, raw in values.items():
+            f = by_key.get(key) or by_name.get(key)
+            if f is None:
+                unknown.append(key)
+                log.warning("config.unknown_key", key=key, source=source)
+                continue
+            setattr(self, f.name, _coerce(f, raw, key))
+        return unknown
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, object], source: str = "config") -> BrokerConfig:
+        cfg = cls()
+        cfg.apply(values, source)
+        return cfg
+
+    def to_properties(self) -> dict[str, str]:
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[self.key_for(f.name)] = str(v).lower() if isinstance(v, bool) else str(v)
+        return out
+
+
+def _coerce(f: dataclasses.Field, raw: object, key: str):
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    if kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        return str(raw).strip().lower() == "true"
+    if kind == "int":
+        if isinstance(raw, bool):
+            raise ValueError(f"config key {key}: expected an integer, got {raw!r}")
+        try:
+            return int(str(raw).strip())
+        except ValueError:
+            raise ValueError(f"config key {key}: expected an integer, got {raw!r}") from None
+    return str(raw).strip() if isinstance(raw, str) else str(raw)
+
+
+_LINE_CONT = re.compile(r"(?<!\\)(\\\\)*\\$")
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java-properties subset: `key=value` / `key:value` / `key value`, `#`/`!` comments, `\\` continuation."""
+    out: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip() if not pending else raw.lstrip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        if _LINE_CONT.search(line):
+            pending += line[:-1]
+            continue
+        line, pending = pending + line, ""
+        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if m is None:
+            out[line] = ""
+            continue
+        out[m.group(1)] = m.group(2).strip()
+    if pending:
+        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", pending)
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+def load_properties(path: str) -> dict[str, str]:
+    with open(path, encoding="utf-8") as f:
+        return parse_properties(f.read())
+
+
+def load_config(path: str | None = None, overrides: Mapping[str, object] | None = None) -> BrokerConfig:
+    cfg = BrokerConfig()
+    if path:
+        cfg.apply(load_properties(path), source=path)
+    if overrides:
+        cfg.apply({k: v for k, v in overrides.items() if v is not None}, source="cli")
+    return cfg

@@ -1,0 +1,126 @@
+"""Typed extraction of request custom headers (extFields) with RocketMQ's error texts.
+
+A `HeaderSpec` lists fields as (name, kind, required, v2_short_name). `spec.parse(ext, v2)` returns
+a `Header` whose attributes are the typed values (None when absent). Empty strings count as absent.
+A missing required field raises `HeaderError("the custom field <name> is null")`; an unparsable
+number raises `HeaderError` naming the field. Processors answer both with code 1 SYSTEM_ERROR.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+STR, INT, LONG, BOOL = "str", "int", "long", "bool"
+_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
+_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class HeaderError(ValueError):
+    """A request header the broker cannot use; answered with SYSTEM_ERROR and this message as remark."""
+
+
+class Header:
+    """Attribute bag for parsed fields (one per request; attributes are the spec's field names)."""
+
+    def __repr__(self) -> str:
+        return f"Header({self.__dict__!r})"
+
+
+class HeaderSpec:
+    __slots__ = ("fields",)
+
+    def __init__(self, *fields: tuple) -> None:
+        # (name, kind, required[, short])
+        self.fields = tuple((f[0], f[1], f[2], f[3] if len(f) > 3 else None) for f in fields)
+
+    def parse(self, ext: Mapping[str, str] | None, v2: bool = False) -> Header:
+        ext = ext or {}
+        h = Header()
+        d = h.__dict__
+        for name, kind, required, short in self.fields:
+            raw = ext.get(short) if (v2 and short) else ext.get(name)
+            if raw is None or raw == "":
+                if required:
+                    raise HeaderError(f"the custom field <{name}> is null")
+                d[name] = None
+                continue
+            d[name] = _convert(name, kind, raw)
+        return h
+
+
+def _convert(name: str, kind: str, raw) -> object:
+    if kind == STR:
+        return raw if isinstance(raw, str) else str(raw)
+    if kind == BOOL:
+        if isinstance(raw, bool):
+            return raw
+        return str(raw).strip().lower() == "true"
+    s = str(raw).strip()
+    try:
+        v = int(s)
+    except ValueError:
+        raise HeaderError(f"the custom field <{name}> is not a valid {kind}: {s[:64]!r}") from None
+    lo, hi = (_INT_MIN, _INT_MAX) if kind == INT else (_LONG_MIN, _LONG_MAX)
+    if not lo <= v <= hi:
+        raise HeaderError(f"the custom field <{name}> is out of {kind} range: {s[:64]!r}")
+    return v
+
+
+def get_int(ext: Mapping[str, str] | None, name: str, default: int) -> int:
+    """Optional numeric field with a default (unparsable → HeaderError naming it)."""
+    raw = (ext or {}).get(name)
+    if raw is None or raw == "":
+        return default
+    return _convert(name, LONG, raw)  # type: ignore[return-value]
+
+
+# ---- the specs used by the processors ---------------------------------------------------------
+
+SEND_MESSAGE = HeaderSpec(
+    ("producerGroup", STR, True, "a"),
+    ("topic", STR, True, "b"),
+    ("defaultTopic", STR, True, "c"),
+    ("defaultTopicQueueNums", INT, True, "d"),
+    ("queueId", INT, True, "e"),
+    ("sysFlag", INT, True, "f"),
+    ("bornTimestamp", LONG, True, "g"),
+    ("flag", INT, True, "h"),
+    ("properties", STR, False, "i"),
+    ("reconsumeTimes", INT, False, "j"),
+    ("unitMode", BOOL, False, "k"),
+    ("maxReconsumeTimes", INT, False, "l"),
+    ("batch", BOOL, False, "m"),
+)
+
+PULL_MESSAGE = HeaderSpec(
+    ("consumerGroup", STR, True),
+    ("topic", STR, True),
+    ("queueId", INT, True),
+    ("queueOffset", LONG, True),
+    ("maxMsgNums", INT, True),
+    ("sysFlag", INT, True),
+    ("commitOffset", LONG, True),
+    ("suspendTimeoutMillis", LONG, True),
+    ("subscription", STR, False),
+    ("subVersion", LONG, True),
+    ("expressionType", STR, False),
+)
+
+GROUP_TOPIC_QUEUE = HeaderSpec(("consumerGroup", STR, True), ("topic", STR, True), ("queueId", INT, True))
+UPDATE_CONSUMER_OFFSET = HeaderSpec(
+    ("consumerGroup", STR, True), ("topic", STR, True), ("queueId", INT, True), ("commitOffset", LONG, True))
+TOPIC_QUEUE = HeaderSpec(("topic", STR, True), ("queueId", INT, True))
+SEARCH_OFFSET = HeaderSpec(("topic", STR, True), ("queueId", INT, True), ("timestamp", LONG, True))
+UNREGISTER_CLIENT = HeaderSpec(
+    ("clientID", STR, True), ("producerGroup", STR, False), ("consumerGroup", STR, False))
+CONSUMER_GROUP = HeaderSpec(("consumerGroup", STR, True))
+VIEW_MESSAGE = HeaderSpec(("offset", LONG, True))
+QUERY_MESSAGE = HeaderSpec(
+    ("topic", STR, True), ("key", STR, True), ("maxNum", INT, True),
+    ("beginTimestamp", LONG, True), ("endTimestamp", LONG, True))
+CREATE_TOPIC = HeaderSpec(
+    ("topic", STR, True), ("defaultTopic", STR, True), ("readQueueNums", INT, True),
+    ("writeQueueNums", INT, True), ("perm", INT, True), ("topicFilterType", STR, True),
+    ("topicSysFlag", INT, False), ("order", BOOL, True))
+ROUTE = HeaderSpec(("topic", STR, True), ("acceptStandardJsonOnly", BOOL, False))
+KV_CONFIG = HeaderSpec(("namespace", STR, True), ("key", STR, True))

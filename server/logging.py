@@ -1,0 +1,39 @@
+"""structlog configuration for the broker process.
+
+JSON lines on stderr when stderr is not a TTY (logs are machine-read in tests and production),
+a console renderer otherwise. Per-request debug logs are filtered unless the level is DEBUG.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+           "warn": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL}
+
+
+def configure(level: str = "info", json_logs: bool | None = None, stream=None) -> None:
+    stream = stream if stream is not None else sys.stderr
+    lvl = _LEVELS.get(str(level).lower())
+    if lvl is None:
+        raise ValueError(f"unknown log level {level!r} (one of {', '.join(_LEVELS)})")
+    if json_logs is None:
+        json_logs = not (hasattr(stream, "isatty") and stream.isatty())
+    processors = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.StackInfoRenderer(),
+        structlog.processors.format_exc_info,
+    ]
+    renderer = structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer()
+    structlog.configure(
+        processors=[*processors, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(lvl),
+        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        cache_logger_on_first_use=True,
+    )
+    logging.basicConfig(level=lvl, stream=stream, format="%(levelname)s %(name)s %(message)s")

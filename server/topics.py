@@ -1,0 +1,163 @@
+"""Topic rules the broker applies: name validation, system topics, auto-creation (§7.1, §8.1, §8.7).
+
+`TopicManager` sits on the persistent topic table (storage) and adds the broker's policies:
+system topics at start, auto-create from TBW102 on send, `%RETRY%`/`%DLQ%` creation on demand.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
+DEFAULT_TOPIC = "TBW102"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+TOPIC_MAX_LENGTH = 127
+
+_VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+# Clients may not send to these (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET, plus the timer topic).
+NOT_ALLOWED_SEND = frozenset({
+    SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", TIMER_TOPIC,
+})
+SYSTEM_TOPICS = frozenset({
+    DEFAULT_TOPIC, SCHEDULE_TOPIC, "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", TRACE_TOPIC,
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+})
+
+
+def topic_error(topic: str | None) -> str | None:
+    """None if the name is valid, else the remark RocketMQ answers with (code 1)."""
+    if not topic or not topic.strip():
+        return "The specified topic is blank."
+    if len(topic) > TOPIC_MAX_LENGTH:
+        return f"The specified topic is longer than topic max length {TOPIC_MAX_LENGTH}."
+    if not _VALID.match(topic):
+        return f"The specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    return None
+
+
+def is_system_topic(topic: str) -> bool:
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
+@dataclass(slots=True)
+class TopicConfig:
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = PERM_READ | PERM_WRITE
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+    @property
+    def writeable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+    @property
+    def queue_nums(self) -> int:
+        return max(self.read_queue_nums, self.write_queue_nums)
+
+    def to_json(self) -> dict:
+        return {"order": self.order, "perm": self.perm, "readQueueNums": self.read_queue_nums,
+                "topicFilterType": self.topic_filter_type, "topicName": self.topic_name,
+                "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
+
+    @classmethod
+    def from_json(cls, d: dict) -> TopicConfig:
+        return cls(str(d.get("topicName")), int(d.get("readQueueNums", 16)), int(d.get("writeQueueNums", 16)),
+                   int(d.get("perm", 6)), str(d.get("topicFilterType") or "SINGLE_TAG"),
+                   int(d.get("topicSysFlag") or d.get("topicSynFlag") or 0), bool(d.get("order", False)))
+
+
+class TopicManager:
+    """Topic configs kept in memory, persisted through `table` (a load()/save(dict) object)."""
+
+    def __init__(self, table, auto_create_topic_enable: bool = True, default_queue_nums: int = 8) -> None:
+        self.table = table
+        self.auto_create = auto_create_topic_enable
+        self.default_queue_nums = default_queue_nums
+        self.topics: dict[str, TopicConfig] = {}
+
+    def load(self) -> None:
+        for name, d in (self.table.load() or {}).items():
+            try:
+                self.topics[name] = TopicConfig.from_json({**d, "topicName": name})
+            except (TypeError, ValueError) as e:
+                log.warning("topics.bad_entry", topic=name, error=str(e))
+
+    def persist(self) -> None:
+        self.table.save({n: t.to_json() for n, t in self.topics.items()})
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.topics.get(topic)
+
+    def names(self) -> list[str]:
+        return sorted(self.topics)
+
+    def put(self, cfg: TopicConfig, persist: bool = True) -> TopicConfig:
+        self.topics[cfg.topic_name] = cfg
+        if persist:
+            self.persist()
+        log.info("topics.updated", topic=cfg.topic_name, queues=cfg.write_queue_nums, perm=cfg.perm)
+        return cfg
+
+    def ensure_system_topics(self, delay_levels: int, timer_enabled: bool) -> None:
+        changed = False
+        wanted = [TopicConfig(SCHEDULE_TOPIC, delay_levels, delay_levels, PERM_READ | PERM_WRITE),
+                  TopicConfig(TRACE_TOPIC, 1, 1, PERM_READ | PERM_WRITE),
+                  TopicConfig("SELF_TEST_TOPIC", 1, 1, PERM_READ | PERM_WRITE),
+                  TopicConfig("OFFSET_MOVED_EVENT", 1, 1, PERM_READ | PERM_WRITE)]
+        if self.auto_create:
+            wanted.append(TopicConfig(DEFAULT_TOPIC, self.default_queue_nums, self.default_queue_nums,
+                                      PERM_READ | PERM_WRITE | PERM_INHERIT))
+        if timer_enabled:
+            wanted.append(TopicConfig(TIMER_TOPIC, 1, 1, PERM_READ | PERM_WRITE))
+        for cfg in wanted:
+            old = self.topics.get(cfg.topic_name)
+            if old is None or (cfg.topic_name == SCHEDULE_TOPIC and old.queue_nums < delay_levels):
+                self.topics[cfg.topic_name] = cfg
+                changed = True
+        if changed:
+            self.persist()
+
+    def create_in_send(self, topic: str, default_topic: str, client_queue_nums: int,
+                       topic_sys_flag: int = 0) -> TopicConfig | None:
+        """Auto-create `topic` from `default_topic` when that one carries PERM_INHERIT."""
+        cfg = self.topics.get(topic)
+        if cfg is not None:
+            return cfg
+        default = self.topics.get(default_topic)
+        if default is None:
+            return None
+        perm = default.perm
+        if default_topic == DEFAULT_TOPIC and not self.auto_create:
+            perm = PERM_READ | PERM_WRITE
+        if not perm & PERM_INHERIT:
+            return None
+        nums = max(1, min(client_queue_nums, default.write_queue_nums))
+        cfg = TopicConfig(topic, nums, nums, perm & ~PERM_INHERIT, "SINGLE_TAG", topic_sys_flag, False)
+        log.info("topics.auto_created", topic=topic, default_topic=default_topic, queues=nums)
+        return self.put(cfg)
+
+    def create_in_send_back(self, topic: str, queue_nums: int, perm: int = PERM_READ | PERM_WRITE,
+                            topic_sys_flag: int = 0) -> TopicConfig:
+        cfg = self.topics.get(topic)
+        if cfg is not None:
+            return cfg
+        return self.put(TopicConfig(topic, queue_nums, queue_nums, perm, "SINGLE_TAG", topic_sys_flag, False))
