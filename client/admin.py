@@ -1,0 +1,160 @@
+"""Admin calls behind the `delaymq` CLI (mqadmin-style): topics, offsets, progress, messages, runtime info."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from codec.msgid import decode_offset_msg_id
+
+from . import _wire as w
+from .instance import ClientInstance, TopicRoute
+from .message import MessageExt, MessageQueue, decode_messages
+from .offset_store import RemoteOffsetStore
+from .rebalance import query_offset
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+
+@dataclass(slots=True)
+class QueueStatus:
+    queue: MessageQueue
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(slots=True)
+class QueueProgress:
+    queue: MessageQueue
+    broker_offset: int
+    consumer_offset: int  # -1: the group never committed an offset for this queue
+
+    @property
+    def lag(self) -> int:
+        return self.broker_offset - max(self.consumer_offset, 0)
+
+
+class Admin:
+    def __init__(self, namesrv: str, timeout: float = 3.0) -> None:
+        self.instance = ClientInstance(namesrv, "admin", timeout)
+
+    async def __aenter__(self) -> Admin:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.instance.close()
+
+    async def route(self, topic: str) -> TopicRoute:
+        route = await self.instance.fetch_route(topic)
+        if route is None:
+            raise w.MQClientError(w.TOPIC_NOT_EXIST, f"topic {topic} does not exist", "route")
+        return route
+
+    async def broker_addrs(self, broker_addr: str | None = None) -> list[str]:
+        """Master addresses: the given one, else every master named in TBW102's route."""
+        if broker_addr:
+            return [broker_addr]
+        route = await self.route(w.DEFAULT_TOPIC)
+        return sorted({a[0] for a in route.brokers.values() if 0 in a})
+
+    async def create_topic(self, topic: str, read_queues: int = 8, write_queues: int = 8, perm: int = 6,
+                           order: bool = False, broker_addr: str | None = None) -> list[str]:
+        fields = {"topic": topic, "defaultTopic": w.DEFAULT_TOPIC, "readQueueNums": read_queues,
+                  "writeQueueNums": write_queues, "perm": perm, "topicFilterType": "SINGLE_TAG",
+                  "topicSysFlag": 0, "order": "true" if order else "false"}
+        addrs = await self.broker_addrs(broker_addr)
+        for addr in addrs:
+            w.check(await self.instance.invoke_addr(addr, w.request(w.UPDATE_AND_CREATE_TOPIC, fields)),
+                    f"create topic {topic} on {addr}")
+        return addrs
+
+    async def topic_list(self) -> list[str]:
+        resp = await self.instance.invoke_namesrv(w.request(w.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+        w.check(resp, "topic list")
+        return sorted(w.loads_lenient(resp.body).get("topicList") or []) if resp.body else []
+
+    async def topic_status(self, topic: str) -> list[QueueStatus]:
+        route = await self.route(topic)
+        out = []
+        for mq in route.subscribe_queues():
+            out.append(QueueStatus(mq, await query_offset(self.instance, w.GET_MIN_OFFSET, mq),
+                                   await query_offset(self.instance, w.GET_MAX_OFFSET, mq)))
+        return out
+
+    async def group_progress(self, group: str, topics: list[str]) -> list[QueueProgress]:
+        store = RemoteOffsetStore(self.instance, group)
+        out = []
+        for topic in topics:
+            route = await self.instance.fetch_route(topic)
+            if route is None:
+                if topic.startswith(w.RETRY_PREFIX):
+                    continue
+                raise w.MQClientError(w.TOPIC_NOT_EXIST, f"topic {topic} does not exist", "route")
+            for mq in route.subscribe_queues():
+                out.append(QueueProgress(mq, await query_offset(self.instance, w.GET_MAX_OFFSET, mq),
+                                         await store.read(mq)))
+        return out
+
+    async def view_by_offset_id(self, msg_id: str) -> MessageExt:
+        try:
+            ip, port, phys = decode_offset_msg_id(msg_id)
+        except ValueError as e:
+            raise w.MQClientError(-1, f"{msg_id!r} is not an offset msgId ({e})", "view") from e
+        resp = await self.instance.invoke_addr(f"{ip}:{port}", w.request(w.VIEW_MESSAGE_BY_ID,
+                                                                         {"offset": phys}))
+        w.check(resp, f"view message {msg_id}")
+        return decode_messages(resp.body)[0]
+
+    async def query_by_key(self, topic: str, key: str, max_num: int = 32, unique: bool = False,
+                           begin_ms: int = 0, end_ms: int | None = None) -> list[MessageExt]:
+        route = await self.route(topic)
+        fields = {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin_ms,
+                  "endTimestamp": end_ms if end_ms is not None else int(time.time() * 1000) + 60_000}
+        if unique:
+            fields["_UNIQUE_KEY_QUERY"] = "true"
+        out: list[MessageExt] = []
+        for name in sorted(route.brokers):
+            resp = await self.instance.invoke_broker(name, w.request(w.QUERY_MESSAGE, fields))
+            if resp.code == w.QUERY_NOT_FOUND:
+                continue
+            w.check(resp, f"query message {topic}#{key}")
+            out.extend(decode_messages(resp.body, name))
+        if unique:
+            out = [m for m in out if m.uniq_key == key]
+        else:
+            out = [m for m in out if key in m.keys or m.uniq_key == key]
+        return out
+
+    async def view_message(self, msg_id: str, topic: str | None = None) -> list[MessageExt]:
+        """By offset msgId; if that fails and a topic is given, as a UNIQ_KEY through QUERY_MESSAGE."""
+        try:
+            return [await self.view_by_offset_id(msg_id)]
+        except w.MQClientError:
+            if not topic:
+                raise
+        return await self.query_by_key(topic, msg_id, unique=True)
+
+    async def runtime_info(self, broker_addr: str | None = None) -> dict[str, dict[str, str]]:
+        out = {}
+        for addr in await self.broker_addrs(broker_addr):
+            resp = await self.instance.invoke_addr(addr, w.request(w.GET_BROKER_RUNTIME_INFO))
+            w.check(resp, f"runtime info of {addr}")
+            out[addr] = dict((w.loads_lenient(resp.body) or {}).get("table") or {}) if resp.body else {}
+        return out
+
+    @staticmethod
+    def delay_levels(table: dict[str, str]) -> list[tuple[int, int, int]]:
+        """(level, deliver offset, max offset) from the ``scheduleMessageOffset_<L>`` entries."""
+        out = []
+        for k, v in table.items():
+            if k.startswith("scheduleMessageOffset_"):
+                try:
+                    level = int(k.rsplit("_", 1)[1])
+                    deliver, mx = (int(x) for x in v.split(","))
+                except ValueError:
+                    continue
+                out.append((level, deliver, mx))
+        return sorted(out)

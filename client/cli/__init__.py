@@ -1,0 +1,1 @@
+"""The `delaymq` command line (mqadmin-style subcommands)."""

@@ -1,0 +1,176 @@
+"""`delaymq` entry point: argparse subcommands, structlog setup, one-line errors with non-zero exits."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+import structlog
+
+from .._wire import MQClientError
+from . import admin_cmds, messaging
+from .parse import delay_level, duration_ms, positive_int, time_ms
+
+EXIT_ERROR, EXIT_USAGE = 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one clear line instead of usage + error
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-n", "--namesrv", default="127.0.0.1:9876", help="name server address(es), ';' separated")
+    p.add_argument("--timeout", type=float, default=3.0, help="request timeout in seconds")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="delaymq", description="delaymq / RocketMQ 4.x client tool")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("produce", help="send messages")
+    _common(p)
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-g", "--group", default="delaymq-cli-producer", help="producer group")
+    p.add_argument("--count", type=positive_int, default=1)
+    p.add_argument("--rate", type=float, default=0.0, help="messages per second (0 = as fast as possible)")
+    body = p.add_mutually_exclusive_group()
+    body.add_argument("--body", default="hello delaymq {i}", help="body text; {i} is the message index")
+    body.add_argument("--size", type=int, help="body of SIZE bytes")
+    p.add_argument("--tags")
+    p.add_argument("--keys", help="space-separated keys; {i} is the message index")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--delay-level", type=delay_level, help="delay level 1..18")
+    when.add_argument("--deliver-at", type=time_ms, help="timer deliver time: epoch ms or ISO time")
+    when.add_argument("--delay", type=duration_ms, help="timer delay, e.g. 30s, 1500ms, 2h")
+    p.add_argument("--inflight", type=positive_int, default=64, help="sends in flight at once")
+    p.add_argument("--output", choices=["summary", "lines", "json"], default="summary")
+    p.add_argument("--progress", action="store_true", help="draw a progress bar even if stderr is no TTY")
+    p.set_defaults(func=messaging.produce)
+
+    p = sub.add_parser("consume", help="consume messages with a push consumer")
+    _common(p)
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-g", "--group", default="delaymq-cli-consumer", help="consumer group")
+    p.add_argument("--from-where", choices=["first", "last", "timestamp"], default="last")
+    p.add_argument("--timestamp", type=time_ms, help="start time for --from-where timestamp")
+    p.add_argument("--expr", default="*", help="tag filter, e.g. 'TagA || TagB'")
+    p.add_argument("--max", type=positive_int, help="exit after N messages")
+    p.add_argument("--idle-timeout", type=float, default=0.0, help="exit after S seconds without messages")
+    p.add_argument("--broadcast", action="store_true", help="BROADCASTING model (offsets kept locally)")
+    p.add_argument("--orderly", action="store_true", help="orderly consumption (queue locks)")
+    p.add_argument("--output", choices=["lines", "json"], default="lines")
+    p.add_argument("--progress", action="store_true")
+    p.set_defaults(func=messaging.consume)
+
+    p = sub.add_parser("topic", help="create, list, status")
+    tsub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    c = tsub.add_parser("create", help="create or update a topic (mqadmin updateTopic)")
+    _common(c)
+    c.add_argument("-t", "--topic", required=True)
+    c.add_argument("-r", "--read-queues", type=positive_int, default=8)
+    c.add_argument("-w", "--write-queues", type=positive_int, default=8)
+    c.add_argument("-p", "--perm", type=int, default=6)
+    c.add_argument("-o", "--order", action="store_true")
+    c.add_argument("-b", "--broker", help="broker address (default: every master in the route)")
+    c.add_argument("-c", "--cluster", help="cluster name (accepted; the masters come from the route)")
+    c = tsub.add_parser("list", help="all topics (mqadmin topicList)")
+    _common(c)
+    c = tsub.add_parser("status", help="min/max offset per queue (mqadmin topicStatus)")
+    _common(c)
+    c.add_argument("-t", "--topic", required=True)
+    c.add_argument("--output", choices=["table", "json"], default="table")
+    for c in tsub.choices.values():
+        c.set_defaults(func=admin_cmds.topic)
+
+    p = sub.add_parser("group", help="consumer group progress")
+    gsub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    c = gsub.add_parser("progress", help="lag per queue (mqadmin consumerProgress)")
+    _common(c)
+    c.add_argument("-g", "--group", required=True)
+    c.add_argument("-t", "--topic", action="append", required=True, help="topic (repeatable)")
+    c.add_argument("--no-retry", action="store_true", help="leave out %%RETRY%%<group>")
+    c.add_argument("--output", choices=["table", "json"], default="table")
+    c.set_defaults(func=admin_cmds.group)
+
+    p = sub.add_parser("message", help="look messages up")
+    msub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    c = msub.add_parser("view", help="by msgId (queryMsgById) or by key (queryMsgByKey)")
+    _common(c)
+    which = c.add_mutually_exclusive_group(required=True)
+    which.add_argument("--id", "-i", help="offset msgId (or UNIQ_KEY together with -t)")
+    which.add_argument("--key", "-k", help="message key (needs -t)")
+    c.add_argument("-t", "--topic")
+    c.add_argument("--output", choices=["lines", "json"], default="lines")
+    c.set_defaults(func=admin_cmds.message)
+
+    p = sub.add_parser("scheduled", help="delay levels, timer wheel, cancel timers")
+    ssub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    for name, hlp in (("levels", "pending messages per delay level"), ("timers", "timer wheel statistics")):
+        c = ssub.add_parser(name, help=hlp)
+        _common(c)
+        c.add_argument("-b", "--broker", help="broker address (default: every master)")
+        c.add_argument("--output", choices=["table", "json"], default="table")
+    c = ssub.add_parser("cancel", help="cancel a timer message (TIMER_DEL_UNIQKEY marker)")
+    _common(c)
+    c.add_argument("--id", "-i", help="offset msgId of the timer message")
+    c.add_argument("-t", "--topic", help="topic (with --uniq-key and --deliver-at instead of --id)")
+    c.add_argument("--uniq-key")
+    c.add_argument("--deliver-at", type=time_ms)
+    c.add_argument("-g", "--group", default="delaymq-cli-producer")
+    for c in ssub.choices.values():
+        c.set_defaults(func=admin_cmds.scheduled)
+    return ap
+
+
+def _configure_logging(verbose: int) -> None:
+    level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso"),
+                    structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=False)
+
+
+def _validate(ap: argparse.ArgumentParser, args) -> None:
+    if args.command == "message" and args.key and not args.topic:
+        ap.error("message view --key needs -t TOPIC")
+    if args.command == "consume" and args.from_where == "timestamp" and not args.timestamp:
+        ap.error("--from-where timestamp needs --timestamp")
+    if args.command == "scheduled" and args.action == "cancel" and not args.id and not (
+            args.topic and args.uniq_key and args.deliver_at):
+        ap.error("scheduled cancel needs --id, or -t with --uniq-key and --deliver-at")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    _validate(ap, args)
+    _configure_logging(args.verbose)
+    try:
+        try:
+            import uvloop
+            runner = uvloop.run
+        except ImportError:  # pragma: no cover - uvloop is a declared dependency
+            runner = asyncio.run
+        return runner(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except MQClientError as e:
+        sys.stderr.write(f"delaymq: error: {e}\n")
+    except TimeoutError:
+        sys.stderr.write(f"delaymq: error: no answer from {args.namesrv} within {args.timeout}s\n")
+    except OSError as e:
+        sys.stderr.write(f"delaymq: error: cannot reach {args.namesrv}: {e.strerror or e}\n")
+    except ValueError as e:
+        sys.stderr.write(f"delaymq: error: {e}\n")
+    return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""`delaymq produce` and `delaymq consume`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+
+from ..consumer import BROADCASTING, CLUSTERING, PushConsumer
+from ..message import Message, MessageExt, SendResult
+from ..process_queue import ConsumeStatus
+from ..producer import Producer
+from .progress import Progress
+
+
+def _out(line: str) -> None:
+    sys.stdout.write(line + "\n")
+
+
+def _progress_enabled(args) -> bool:
+    return bool(args.progress) or sys.stderr.isatty()
+
+
+def _result_line(r: SendResult, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps({"status": r.status.name, "msgId": r.msg_id, "offsetMsgId": r.offset_msg_id,
+                           "topic": r.queue.topic, "brokerName": r.queue.broker_name,
+                           "queueId": r.queue.queue_id, "queueOffset": r.queue_offset})
+    return f"{r.status.name} {r.msg_id} {r.offset_msg_id} {r.queue.queue_id} {r.queue_offset}"
+
+
+def _build(args, i: int) -> Message:
+    if args.size is not None:
+        body = (b"x" * args.size)
+    else:
+        body = args.body.replace("{i}", str(i)).encode()
+    keys = args.keys.replace("{i}", str(i)) if args.keys else None
+    return Message(args.topic, body, tags=args.tags, keys=keys, delay_level=args.delay_level or 0,
+                   deliver_at_ms=args.deliver_at, delay_ms=args.delay)
+
+
+async def produce(args) -> int:
+    prog = Progress("produce", args.count, _progress_enabled(args))
+    failures: list[str] = []
+    async with Producer(args.group, args.namesrv, send_timeout=args.timeout) as producer:
+        # the first send surfaces route/connection errors before we start a long run
+        first = await producer.send(_build(args, 0))
+        prog.advance()
+        if args.output != "summary":
+            _out(_result_line(first, args.output))
+        interval = 1.0 / args.rate if args.rate else 0.0
+        t0 = time.monotonic()
+        sem = asyncio.Semaphore(args.inflight)
+
+        async def one(i: int) -> None:
+            try:
+                r = await producer.send(_build(args, i))
+                if args.output != "summary":
+                    _out(_result_line(r, args.output))
+                prog.advance()
+            except Exception as e:
+                failures.append(str(e))
+                prog.advance(failed=1)
+            finally:
+                sem.release()
+
+        tasks = []
+        for i in range(1, args.count):
+            if interval:
+                delay = t0 + i * interval - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)  # pacing to --rate
+            await sem.acquire()
+            tasks.append(asyncio.ensure_future(one(i)))
+        await asyncio.gather(*tasks)
+    prog.close()
+    sent = args.count - len(failures)
+    sys.stderr.write(f"sent {sent} of {args.count} messages to {args.topic} in {prog.elapsed:.2f}s "
+                     f"({prog.rate:,.1f} msg/s)" + (f"; {len(failures)} failed: {failures[0]}" if failures
+                                                     else "") + "\n")
+    return 0 if not failures else 1
+
+
+def _msg_line(m: MessageExt, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(m.to_dict(), ensure_ascii=False)
+    body = m.body.decode("utf-8", "replace")
+    return (f"{m.msg_id} {m.topic} q={m.queue_id} off={m.queue_offset} tags={m.tags or ''} "
+            f"keys={','.join(m.keys)} reconsume={m.reconsume_times} body={body}")
+
+
+async def consume(args) -> int:
+    prog = Progress("consume", args.max, _progress_enabled(args))
+    done = asyncio.Event()
+    activity = asyncio.Event()
+    never = asyncio.Event()
+    count = 0
+
+    async def listener(m: MessageExt):
+        nonlocal count
+        if args.max and count >= args.max:
+            await never.wait()  # past --max: hold it uncommitted; shutdown cancels this wait
+            return ConsumeStatus.RETRY
+        count += 1
+        _out(_msg_line(m, args.output))
+        prog.advance()
+        activity.set()
+        if args.max and count >= args.max:
+            done.set()
+        return ConsumeStatus.SUCCESS
+
+    consumer = PushConsumer(args.group, args.namesrv, listener=listener,
+                            message_model=BROADCASTING if args.broadcast else CLUSTERING,
+                            consume_from=args.from_where, consume_timestamp_ms=args.timestamp or 0,
+                            orderly=args.orderly, pull_batch_size=min(32, args.max or 32),
+                            timeout=args.timeout, suspend_timeout=min(15.0, args.idle_timeout or 15.0))
+    consumer.subscribe(args.topic, args.expr)
+    await consumer.start()
+    try:
+        while not done.is_set():
+            activity.clear()
+            waiters = [asyncio.ensure_future(done.wait()), asyncio.ensure_future(activity.wait())]
+            finished, pending = await asyncio.wait(waiters, timeout=args.idle_timeout or None,
+                                                   return_when=asyncio.FIRST_COMPLETED)
+            for p in pending:
+                p.cancel()
+            if not finished:  # idle for --idle-timeout
+                break
+    finally:
+        done.set()
+        with contextlib.suppress(Exception):
+            await consumer.shutdown()
+        prog.close()
+    sys.stderr.write(f"consumed {count} messages from {args.topic} in {prog.elapsed:.2f}s\n")
+    return 0

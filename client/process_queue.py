@@ -1,0 +1,165 @@
+"""One assigned queue of a PushConsumer: the long-polling PULL_MESSAGE loop and message consumption."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+
+from . import _wire as w
+from .message import MAX_OFFSET, MIN_OFFSET, MessageExt, MessageQueue, decode_messages
+
+if TYPE_CHECKING:
+    from .consumer import PushConsumer, Subscription
+
+log = structlog.get_logger(__name__)
+
+PULL_EXCEPTION_DELAY = 1.0  # Java pullTimeDelayMillsWhenException
+ORDERLY_SUSPEND = 1.0  # Java suspendCurrentQueueTimeMillis
+LOCK_MAX_LIVE = 30.0  # Java rebalance.lockMaxLiveTime on the client side
+
+
+class ConsumeStatus(enum.Enum):
+    SUCCESS = "CONSUME_SUCCESS"
+    RETRY = "RECONSUME_LATER"
+
+
+def build_pull_request(group: str, mq: MessageQueue, sub: Subscription, offset: int, max_nums: int,
+                       commit_offset: int, suspend_ms: int) -> object:
+    sys_flag = w.PULL_SUSPEND | w.PULL_SUBSCRIPTION | (w.PULL_COMMIT_OFFSET if commit_offset > 0 else 0)
+    return w.request(w.PULL_MESSAGE, {
+        "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
+        "maxMsgNums": max_nums, "sysFlag": sys_flag, "commitOffset": max(commit_offset, 0),
+        "suspendTimeoutMillis": suspend_ms, "subscription": sub.expr, "subVersion": sub.version,
+        "expressionType": "TAG", "bname": mq.broker_name})
+
+
+def filter_by_tags(msgs: list[MessageExt], sub: Subscription) -> list[MessageExt]:
+    if not sub.tags:
+        return msgs
+    return [m for m in msgs if m.tags is not None and m.tags in sub.tags]
+
+
+class ProcessQueue:
+    def __init__(self, consumer: PushConsumer, mq: MessageQueue, sub: Subscription, offset: int) -> None:
+        self.consumer = consumer
+        self.mq = mq
+        self.sub = sub
+        self.next_offset = offset
+        self.dropped = False
+        self.locked = False
+        self.last_lock = 0.0
+        self.lock_event = asyncio.Event()
+        self.task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"pull-{self.mq}")
+
+    async def stop(self) -> None:
+        self.dropped = True
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+
+    def set_locked(self, locked: bool) -> None:
+        self.locked = locked
+        if locked:
+            self.last_lock = time.monotonic()
+            self.lock_event.set()
+        else:
+            self.lock_event.clear()
+
+    def lock_valid(self) -> bool:
+        return self.locked and time.monotonic() - self.last_lock < LOCK_MAX_LIVE
+
+    async def _run(self) -> None:
+        c = self.consumer
+        while not self.dropped:
+            try:
+                commit = c.offset_store.get(self.mq) if c.clustering else -1
+                cmd = build_pull_request(c.group, self.mq, self.sub, self.next_offset, c.pull_batch_size,
+                                         commit, int(c.suspend_timeout * 1000))
+                resp = await c.instance.invoke_broker(self.mq.broker_name, cmd, c.suspend_timeout + 15.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # broker away, timeout: back off and pull again
+                log.warning("pull failed", topic=self.mq.topic, queue_id=self.mq.queue_id, error=str(e))
+                await asyncio.sleep(PULL_EXCEPTION_DELAY)
+                continue
+            ext = resp.ext_fields or {}
+            nxt = int(ext.get("nextBeginOffset", self.next_offset))
+            if resp.code == w.SUCCESS:
+                msgs = decode_messages(resp.body, self.mq.broker_name)
+                for m in msgs:
+                    m.properties[MIN_OFFSET] = ext.get("minOffset", "0")
+                    m.properties[MAX_OFFSET] = ext.get("maxOffset", "0")
+                msgs = filter_by_tags(msgs, self.sub)
+                if msgs:
+                    await self._consume(msgs)
+                if self.dropped:
+                    return
+                self.next_offset = nxt
+                c.offset_store.update(self.mq, nxt, increase_only=True)
+            elif resp.code in (w.PULL_NOT_FOUND, w.PULL_RETRY_IMMEDIATELY):
+                self.next_offset = nxt
+            elif resp.code == w.PULL_OFFSET_MOVED:
+                log.warning("pull offset illegal, moving", topic=self.mq.topic, queue_id=self.mq.queue_id,
+                            offset=self.next_offset, next=nxt)
+                self.next_offset = nxt
+                c.offset_store.update(self.mq, nxt)
+            else:
+                log.warning("pull refused", topic=self.mq.topic, queue_id=self.mq.queue_id, code=resp.code,
+                            remark=resp.remark)
+                await asyncio.sleep(PULL_EXCEPTION_DELAY)
+
+    # -- consumption -------------------------------------------------------------------------
+    async def _call(self, msg: MessageExt) -> ConsumeStatus:
+        try:
+            r = await self.consumer._invoke_listener(msg)
+        except Exception as e:
+            log.warning("listener raised", msg_id=msg.msg_id, error=repr(e))
+            return ConsumeStatus.RETRY
+        if r is None or r is True or r == ConsumeStatus.SUCCESS:
+            return ConsumeStatus.SUCCESS
+        return ConsumeStatus.RETRY
+
+    async def _consume(self, msgs: list[MessageExt]) -> None:
+        if self.consumer.orderly:
+            await self._consume_orderly(msgs)
+            return
+        sem = self.consumer._consume_sem
+
+        async def one(m: MessageExt) -> None:
+            async with sem:
+                status = await self._call(m)
+            if status is ConsumeStatus.RETRY:
+                await self.consumer._send_back(m)
+
+        await asyncio.gather(*(one(m) for m in msgs))
+
+    async def _consume_orderly(self, msgs: list[MessageExt]) -> None:
+        c = self.consumer
+        for m in msgs:
+            attempts = 0
+            while not self.dropped:
+                if c.clustering and not self.lock_valid():
+                    self.lock_event.clear()
+                    c.request_lock()
+                    await self.lock_event.wait()  # set by the next successful LOCK_BATCH_MQ
+                    continue
+                status = await self._call(m)
+                if status is ConsumeStatus.SUCCESS:
+                    break
+                attempts += 1
+                m.reconsume_times += 1
+                if attempts > c.max_reconsume_times:
+                    await c._send_back(m)  # give up locally: the broker routes it to retry / DLQ
+                    break
+                await asyncio.sleep(ORDERLY_SUSPEND)  # suspend the queue a moment, then the same message
+            if self.dropped:
+                return

@@ -1,0 +1,273 @@
+"""Producer: route lookup (TBW102 fallback), queue selection, SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import struct
+import time
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+
+import structlog
+from codec.msgid import decode_offset_msg_id, new_uniq_id
+from codec.properties import properties_to_string
+
+from . import _wire as w
+from .instance import ClientInstance
+from .message import (
+    TIMER_DEL_UNIQKEY,
+    TIMER_DELIVER_MS,
+    TIMER_OUT_MS,
+    UNIQ_KEY,
+    Message,
+    MessageQueue,
+    SendResult,
+    SendStatus,
+    decode_messages,
+)
+
+log = structlog.get_logger(__name__)
+
+# codes after which the Java producer tries another queue/broker
+_RETRYABLE = {w.TOPIC_NOT_EXIST, 14, w.SYSTEM_ERROR, 16, 204, 205}
+_SEND_OK = {0: SendStatus.SEND_OK, 10: SendStatus.FLUSH_DISK_TIMEOUT, 11: SendStatus.SLAVE_NOT_AVAILABLE,
+            12: SendStatus.FLUSH_SLAVE_TIMEOUT}
+_BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE MAGIC BODYCRC FLAG BODYLEN
+
+QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
+
+
+def select_by_hash(queues: list[MessageQueue], msg: Message, arg: object) -> MessageQueue:
+    """Orderly-send selector: the same ``arg`` (e.g. an order id) always maps to the same queue."""
+    key = arg if isinstance(arg, int) else sum(str(arg).encode()) * 31 + len(str(arg))
+    return queues[abs(key) % len(queues)]
+
+
+def encode_batch_body(items: Sequence[tuple[int, bytes, str]]) -> bytes:
+    """Batch body (message-format.md §4): per item flag, body and properties string."""
+    parts = []
+    for flag, body, props in items:
+        pb = props.encode()
+        head = bytearray(_BATCH_HEAD.size)
+        _BATCH_HEAD.pack_into(head, 0, 20 + len(body) + 2 + len(pb), 0, 0, flag, len(body))
+        parts += (head, body, struct.pack(">h", len(pb)), pb)
+    return b"".join(parts)
+
+
+class Producer:
+    def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, send_timeout: float = 3.0,
+                 retry_times: int = 2, compress_over: int = 4096, max_inflight: int = 1024,
+                 instance_name: str | None = None) -> None:
+        self.group = group
+        self.send_timeout = send_timeout
+        self.retry_times = retry_times
+        self.compress_over = compress_over
+        self.instance = ClientInstance(namesrv, instance_name, send_timeout)
+        self._rr = itertools.count()
+        self._publish: dict[str, list[MessageQueue]] = {}
+        self._inflight: set[asyncio.Future] = set()
+        self._sem = asyncio.Semaphore(max_inflight)
+        self._started = False
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.shutdown()
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self.instance.producer_groups.add(self.group)
+        self.instance.start_periodic(30.0, self.instance.send_heartbeat, "producer-heartbeat")
+        self.instance.start_periodic(30.0, self._refresh_routes, "producer-route-refresh")
+        self._started = True
+
+    async def shutdown(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        if self._inflight:
+            await asyncio.gather(*self._inflight, return_exceptions=True)
+        await self.instance.unregister(producer_group=self.group)
+        await self.instance.close()
+
+    # -- routes and queues -------------------------------------------------------------------
+    async def _refresh_routes(self) -> None:
+        for topic in list(self._publish):
+            await self._load_queues(topic)
+
+    async def _load_queues(self, topic: str) -> list[MessageQueue]:
+        route = await self.instance.fetch_route(topic)
+        if route is not None:
+            queues = route.publish_queues()
+        else:  # unknown topic: borrow TBW102's route, at most 4 queues (Java defaultTopicQueueNums)
+            default = await self.instance.fetch_route(w.DEFAULT_TOPIC)
+            queues = default.publish_queues(topic=topic, limit=4) if default else []
+        if not queues:
+            raise w.MQClientError(w.TOPIC_NOT_EXIST, f"no route info for topic {topic}", "route")
+        self._publish[topic] = queues
+        return queues
+
+    async def queues(self, topic: str) -> list[MessageQueue]:
+        q = self._publish.get(topic)
+        return q if q is not None else await self._load_queues(topic)
+
+    # -- send --------------------------------------------------------------------------------
+    def _header(self, msg: Message, mq: MessageQueue, props: str, sys_flag: int, batch: bool) -> dict:
+        h = {"a": self.group, "b": msg.topic, "c": w.DEFAULT_TOPIC, "d": "4", "e": str(mq.queue_id),
+             "f": str(sys_flag), "g": str(int(time.time() * 1000)), "h": str(msg.flag), "i": props,
+             "j": "0", "k": "false", "m": "true" if batch else "false", "n": mq.broker_name}
+        if msg.topic.startswith(w.RETRY_PREFIX):
+            h["l"] = "16"
+        return h
+
+    def _prepare(self, msg: Message) -> tuple[bytes, int, dict[str, str]]:
+        props = msg.build_properties()
+        props.setdefault(UNIQ_KEY, new_uniq_id())
+        props["WAIT"] = "true"
+        body, sys_flag = bytes(msg.body), 0
+        if self.compress_over and len(body) > self.compress_over:
+            body, sys_flag = zlib.compress(body, 5), w.COMPRESSED_FLAG
+        return body, sys_flag, props
+
+    async def send(self, msg: Message, queue: MessageQueue | None = None,
+                   selector: QueueSelector | None = None, arg: object = None,
+                   timeout: float | None = None) -> SendResult:
+        """Send and wait for the broker's answer. Retries other queues on retryable failures."""
+        body, sys_flag, props = self._prepare(msg)
+        return await self._send(msg, body, sys_flag, props, queue, selector, arg, timeout, batch=False)
+
+    async def _send(self, msg, body, sys_flag, props, queue, selector, arg, timeout, batch):
+        props_s = properties_to_string(props)
+        attempts = 1 if (queue is not None or selector is not None) else 1 + self.retry_times
+        last: Exception | None = None
+        tried: set[str] = set()
+        for _ in range(attempts):
+            queues = await self.queues(msg.topic)
+            if queue is not None:
+                mq = queue
+            elif selector is not None:
+                mq = selector(queues, msg, arg)
+            else:
+                mq = self._pick(queues, tried)
+            tried.add(mq.broker_name)
+            cmd = w.request(w.SEND_BATCH_MESSAGE if batch else w.SEND_MESSAGE_V2,
+                            self._header(msg, mq, props_s, sys_flag, batch), body)
+            try:
+                if mq.broker_name not in self.instance.broker_addrs:
+                    await self._load_queues(msg.topic)
+                resp = await self.instance.invoke_broker(mq.broker_name, cmd, timeout or self.send_timeout)
+            except (TimeoutError, w.MQClientError) as e:
+                last = e
+                continue
+            status = _SEND_OK.get(resp.code)
+            if status is None:
+                last = w.MQClientError(resp.code, resp.remark, f"send to {msg.topic}")
+                if resp.code in _RETRYABLE:
+                    self._publish.pop(msg.topic, None)
+                    continue
+                raise last
+            if mq.topic not in self.instance.routes:  # created through TBW102: pick up the real route
+                self._publish.pop(msg.topic, None)
+            ext = resp.ext_fields or {}
+            return SendResult(status, props.get(UNIQ_KEY, ""), ext.get("msgId", ""),
+                              MessageQueue(msg.topic, mq.broker_name, int(ext.get("queueId", mq.queue_id))),
+                              int(ext.get("queueOffset", -1)))
+        assert last is not None
+        raise last
+
+    def _pick(self, queues: list[MessageQueue], avoid: set[str]) -> MessageQueue:
+        n = len(queues)
+        for _ in range(n):
+            mq = queues[next(self._rr) % n]
+            if mq.broker_name not in avoid or len(avoid) >= len({q.broker_name for q in queues}):
+                return mq
+        return queues[next(self._rr) % n]
+
+    async def send_oneway(self, msg: Message, queue: MessageQueue | None = None) -> None:
+        body, sys_flag, props = self._prepare(msg)
+        props.pop("WAIT", None)
+        queues = await self.queues(msg.topic)
+        mq = queue or queues[next(self._rr) % len(queues)]
+        cmd = w.request(w.SEND_MESSAGE_V2, self._header(msg, mq, properties_to_string(props), sys_flag, False),
+                        body)
+        await self.instance.oneway_broker(mq.broker_name, cmd)
+
+    async def send_batch(self, msgs: Iterable[Message], queue: MessageQueue | None = None,
+                         timeout: float | None = None) -> SendResult:
+        """SEND_BATCH_MESSAGE: all messages share one topic; no delay levels, no retry topics."""
+        msgs = list(msgs)
+        if not msgs:
+            raise ValueError("empty batch")
+        topic = msgs[0].topic
+        items, uniq = [], []
+        for m in msgs:
+            if m.topic != topic:
+                raise ValueError("all messages of a batch must have the same topic")
+            if m.delay_level or topic.startswith(w.RETRY_PREFIX):
+                raise ValueError("batch messages cannot have a delay level or a retry topic")
+            props = m.build_properties()
+            props.setdefault(UNIQ_KEY, new_uniq_id())
+            uniq.append(props[UNIQ_KEY])
+            items.append((m.flag, bytes(m.body), properties_to_string(props)))
+        head = Message(topic, flag=0)
+        res = await self._send(head, encode_batch_body(items), 0, {"WAIT": "true"}, queue, None, None,
+                               timeout, batch=True)
+        res.msg_id = ",".join(uniq)
+        return res
+
+    # -- fire and collect --------------------------------------------------------------------
+    async def send_async(self, msg: Message, **kw) -> asyncio.Future:
+        """Start a send and return its future at once (bounded by ``max_inflight``); see ``collect``."""
+        await self._sem.acquire()
+        fut = asyncio.ensure_future(self.send(msg, **kw))
+        self._inflight.add(fut)
+
+        def done(f: asyncio.Future) -> None:
+            self._inflight.discard(f)
+            self._sem.release()
+
+        fut.add_done_callback(done)
+        return fut
+
+    async def collect(self) -> list[SendResult | BaseException]:
+        """Wait for every send started with ``send_async`` that is still in flight."""
+        pending = list(self._inflight)
+        return list(await asyncio.gather(*pending, return_exceptions=True)) if pending else []
+
+    async def send_all(self, msgs: Iterable[Message]) -> list[SendResult | BaseException]:
+        futs = [await self.send_async(m) for m in msgs]
+        return list(await asyncio.gather(*futs, return_exceptions=True))
+
+    # -- timers ------------------------------------------------------------------------------
+    async def view_message(self, offset_msg_id: str):
+        ip, port, phys = decode_offset_msg_id(offset_msg_id)
+        resp = await self.instance.invoke_addr(f"{ip}:{port}", w.request(w.VIEW_MESSAGE_BY_ID,
+                                                                         {"offset": str(phys)}))
+        w.check(resp, f"view message {offset_msg_id}")
+        return decode_messages(resp.body)[0]
+
+    async def cancel_timer(self, target: str | tuple[str, str, int]) -> SendResult:
+        """Cancel a timer message: send a TIMER_DEL_UNIQKEY marker with the target's deliver time.
+
+        ``target`` is an offset msgId (the target is looked up with VIEW_MESSAGE_BY_ID) or a tuple
+        ``(topic, uniq_key, deliver_ms)``."""
+        if isinstance(target, str):
+            ext = await self.view_message(target)
+            p = ext.properties
+            topic = p.get("REAL_TOPIC") or ext.stored_topic
+            uniq = p.get(UNIQ_KEY)
+            if not uniq or not (p.get(TIMER_DELIVER_MS) or p.get(TIMER_OUT_MS)):
+                raise w.MQClientError(-1, f"message {target} is not a timer message", "cancel")
+            if p.get(TIMER_DELIVER_MS):
+                deliver_ms = int(p[TIMER_DELIVER_MS])
+            else:  # only the slot time is known: aim just past the slot boundary so it rounds into it
+                deliver_ms = int(p[TIMER_OUT_MS]) + 1
+        else:
+            topic, uniq, deliver_ms = target
+        props = {TIMER_DEL_UNIQKEY: f"{topic}+{uniq}", UNIQ_KEY: uniq, TIMER_DELIVER_MS: str(int(deliver_ms))}
+        log.info("cancel timer", topic=topic, uniq_key=uniq, deliver_ms=deliver_ms)
+        return await self.send(Message(topic, b"0", tags="_RECALL_TAG_", properties=props))

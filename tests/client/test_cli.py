@@ -1,0 +1,85 @@
+"""The `delaymq` command end to end: real subprocesses against a real broker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.client.conftest import uniq
+from tests.helpers.broker import REPO_ROOT
+
+
+def cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "client.cli", *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def test_produce_consume_status_progress_and_view(broker, topic):
+    n = broker.namesrv
+    p = cli("produce", "-n", n, "-t", topic, "--count", "25", "--body", "hi {i}", "--tags", "TagA",
+            "--keys", "key{i}", "--output", "json", "--progress")
+    assert p.returncode == 0, p.stderr
+    sent = [json.loads(line) for line in p.stdout.splitlines()]
+    assert len(sent) == 25 and all(s["status"] == "SEND_OK" for s in sent)
+    assert "sent 25 of 25" in p.stderr and "msg/s" in p.stderr
+
+    st = cli("topic", "status", "-n", n, "-t", topic, "--output", "json")
+    assert st.returncode == 0, st.stderr
+    queues = json.loads(st.stdout)
+    assert len(queues) == 4 and sum(q["maxOffset"] - q["minOffset"] for q in queues) == 25
+
+    group = uniq("CLIG")
+    c = cli("consume", "-n", n, "-t", topic, "-g", group, "--from-where", "first", "--max", "25",
+            "--output", "json", "--idle-timeout", "20")
+    assert c.returncode == 0, c.stderr
+    got = [json.loads(line) for line in c.stdout.splitlines()]
+    assert sorted(g["body"] for g in got) == sorted(f"hi {i}" for i in range(25))
+    assert {g["msgId"] for g in got} == {s["msgId"] for s in sent}
+    assert all(g["tags"] == "TagA" for g in got)
+
+    gp = cli("group", "progress", "-n", n, "-g", group, "-t", topic, "--output", "json")
+    assert gp.returncode == 0, gp.stderr
+    prog = json.loads(gp.stdout)
+    assert prog["totalLag"] == 0
+    assert sum(q["consumerOffset"] for q in prog["queues"] if q["topic"] == topic) == 25
+
+    v = cli("message", "view", "-n", n, "--id", sent[3]["offsetMsgId"], "--output", "json")
+    assert v.returncode == 0, v.stderr
+    assert json.loads(v.stdout)["body"] == "hi 3"
+
+
+def test_topic_create_and_list(broker):
+    name = uniq("CliTopic")
+    c = cli("topic", "create", "-n", broker.namesrv, "-t", name, "-r", "3", "-w", "3")
+    assert c.returncode == 0, c.stderr
+    st = cli("topic", "status", "-n", broker.namesrv, "-t", name, "--output", "json")
+    assert st.returncode == 0 and len(json.loads(st.stdout)) == 3
+    ls = cli("topic", "list", "-n", broker.namesrv)
+    assert ls.returncode == 0, ls.stderr
+    assert name in ls.stdout.split()
+
+
+def test_unknown_topic_is_one_clear_line(broker):
+    r = cli("topic", "status", "-n", broker.namesrv, "-t", uniq("Nope"))
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "does not exist" in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("args", [["produce", "-t", "T"], ["topic", "list"], ["consume", "-t", "T", "--max", "1"]])
+def test_unreachable_broker_is_one_clear_line(args):
+    # port 1 on localhost: nothing listens there, the connection is refused at once
+    r = cli(*args, "-n", "127.0.0.1:1", "--timeout", "2", timeout=30)
+    assert r.returncode == 1, r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("delaymq: error:") and "127.0.0.1:1" in lines[0], r.stderr
+
+
+def test_bad_arguments_exit_2_with_one_line():
+    r = cli("produce", "-t", "T", "--delay", "soon")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "bad duration" in lines[0]

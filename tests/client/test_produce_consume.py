@@ -1,0 +1,212 @@
+"""Producer, PushConsumer and PullConsumer against a real broker subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+
+from client import (
+    BROADCASTING,
+    ConsumeStatus,
+    Message,
+    Producer,
+    PullConsumer,
+    PullStatus,
+    PushConsumer,
+    SendStatus,
+    select_by_hash,
+)
+from tests.client.conftest import Collector, uniq
+
+
+async def test_send_then_push_consume_clustering(broker, topic):
+    async with Producer(uniq("PG"), broker.namesrv) as p:
+        results = [await p.send(Message(topic, f"m{i}".encode(), tags="TagA", keys=[f"k{i}", "x"]))
+                   for i in range(12)]
+    assert all(r.status is SendStatus.SEND_OK for r in results)
+    assert len({r.msg_id for r in results}) == 12 and all(len(r.offset_msg_id) == 32 for r in results)
+    assert {r.queue.queue_id for r in results} == {0, 1, 2, 3}  # round robin over the 4 queues
+
+    col = Collector()
+    c = PushConsumer(uniq("CG"), broker.namesrv, listener=col, consume_from="first")
+    c.subscribe(topic, "*")
+    async with c:
+        msgs = await col.wait_for(12)
+    by_id = {m.msg_id: m for m in msgs}
+    for i, r in enumerate(results):
+        m = by_id[r.msg_id]
+        assert (m.body, m.tags, m.keys, m.topic) == (f"m{i}".encode(), "TagA", [f"k{i}", "x"], topic)
+        assert (m.offset_msg_id, m.queue_id, m.queue_offset) == (r.offset_msg_id, r.queue.queue_id,
+                                                                  r.queue_offset)
+        assert m.store_timestamp >= m.born_timestamp > 0
+
+
+async def test_unknown_topic_is_created_through_tbw102(broker):
+    topic = uniq("Auto")
+    async with Producer(uniq("PG"), broker.namesrv) as p:
+        r = await p.send(Message(topic, b"x"))
+        assert r.status is SendStatus.SEND_OK
+        route = await p.instance.fetch_route(topic)
+    assert route is not None and route.publish_queues()
+
+
+async def test_batch_items_get_their_own_uniq_key_and_consecutive_offsets(broker, topic):
+    async with Producer(uniq("PG"), broker.namesrv) as p:
+        mq = (await p.queues(topic))[2]
+        r = await p.send_batch([Message(topic, f"b{i}".encode(), tags="B") for i in range(10)], queue=mq)
+    uniq_keys = r.msg_id.split(",")
+    assert len(set(uniq_keys)) == 10 and len(r.offset_msg_id.split(",")) == 10
+    async with PullConsumer(uniq("PC"), broker.namesrv) as pc:
+        res = await pc.pull(mq, r.queue_offset, 32)
+    assert res.status is PullStatus.FOUND
+    assert [m.body for m in res.messages] == [f"b{i}".encode() for i in range(10)]
+    assert [m.msg_id for m in res.messages] == uniq_keys
+    assert [m.queue_offset for m in res.messages] == list(range(r.queue_offset, r.queue_offset + 10))
+
+
+async def test_tag_expression_filters(broker, topic):
+    async with Producer(uniq("PG"), broker.namesrv) as p:
+        for i in range(9):
+            await p.send(Message(topic, f"{i}".encode(), tags="ABC"[i % 3]))
+    # pull: the broker filters by tag hash and the client by tag string; nothing of C comes back
+    async with PullConsumer(uniq("PC"), broker.namesrv) as pc:
+        pulled = []
+        for mq in await pc.fetch_queues(topic):
+            r = await pc.pull(mq, 0, 32, expr="A || B")
+            pulled += r.messages
+            assert r.next_begin_offset == await pc.max_offset(mq)  # filtered units are skipped too
+    assert sorted(m.tags for m in pulled) == ["A"] * 3 + ["B"] * 3
+    # push: the first six messages delivered are exactly the A and B ones
+    col = Collector()
+    c = PushConsumer(uniq("CG"), broker.namesrv, listener=col, consume_from="first")
+    c.subscribe(topic, "A || B")
+    async with c:
+        await col.wait_for(6)
+    assert sorted(m.tags for m in col.messages) == ["A"] * 3 + ["B"] * 3
+
+
+async def test_broadcasting_delivers_everything_to_every_consumer(broker, topic, tmp_path):
+    group = uniq("BG")
+    cols = [Collector(), Collector()]
+    consumers = [PushConsumer(group, broker.namesrv, listener=col, message_model=BROADCASTING,
+                              consume_from="first", offset_store_path=tmp_path / f"off{i}.json")
+                 for i, col in enumerate(cols)]
+    for c in consumers:
+        c.subscribe(topic)
+        await c.start()
+    try:
+        async with Producer(uniq("PG"), broker.namesrv) as p:
+            for i in range(8):
+                await p.send(Message(topic, f"{i}".encode()))
+        for col in cols:
+            await col.wait_for(8)
+    finally:
+        for c in consumers:
+            await c.shutdown()
+    for col in cols:
+        assert sorted(col.bodies) == [f"{i}".encode() for i in range(8)]
+    assert (tmp_path / "off0.json").exists()  # local offsets persisted on shutdown
+
+
+async def test_clustering_splits_queues_between_two_consumers(broker, topic):
+    group = uniq("CG")
+    cols = [Collector(), Collector()]
+    cs = [PushConsumer(group, broker.namesrv, listener=col, consume_from="first") for col in cols]
+    for c in cs:
+        c.subscribe(topic)
+        await c.start()
+    try:
+        def split_ok() -> bool:
+            a = {mq for mq in cs[0].process_queues if mq.topic == topic}
+            b = {mq for mq in cs[1].process_queues if mq.topic == topic}
+            return len(a) == 2 and len(b) == 2 and not a & b
+
+        async with asyncio.timeout(30):
+            while not split_ok():  # each rebalance (notify-driven or periodic) sets the event
+                waits = [asyncio.ensure_future(c.rebalanced.wait()) for c in cs]
+                for c in cs:
+                    c.rebalanced.clear()
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for wt in waits:
+                    wt.cancel()
+        async with Producer(uniq("PG"), broker.namesrv) as p:
+            for i in range(16):
+                await p.send(Message(topic, f"{i}".encode()))
+        async with asyncio.timeout(20):
+            while len(cols[0].messages) + len(cols[1].messages) < 16:
+                await asyncio.wait([asyncio.ensure_future(col.wait_for(len(col.messages) + 1))
+                                    for col in cols], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for c in cs:
+            await c.shutdown()
+    assert sorted(cols[0].bodies + cols[1].bodies) == sorted(f"{i}".encode() for i in range(16))
+    assert cols[0].messages and cols[1].messages
+
+
+async def test_orderly_consumption_keeps_per_queue_order(broker, topic):
+    async with Producer(uniq("PG"), broker.namesrv) as p:
+        rs = [await p.send(Message(topic, f"{i}".encode()), selector=select_by_hash, arg="order-42")
+              for i in range(20)]
+    assert len({r.queue.queue_id for r in rs}) == 1
+    seen: list[bytes] = []
+    in_flight = 0
+    max_in_flight = 0
+    done = asyncio.Event()
+
+    async def listener(m):
+        nonlocal in_flight, max_in_flight
+        in_flight += 1
+        max_in_flight = max(max_in_flight, in_flight)
+        await asyncio.sleep(0)  # give a concurrent consumer the chance to overlap (it must not)
+        seen.append(m.body)
+        in_flight -= 1
+        if len(seen) == 20:
+            done.set()
+        return ConsumeStatus.SUCCESS
+
+    c = PushConsumer(uniq("OG"), broker.namesrv, listener=listener, orderly=True, consume_from="first")
+    c.subscribe(topic)
+    async with c:
+        await asyncio.wait_for(done.wait(), 20)
+    assert seen == [f"{i}".encode() for i in range(20)]
+    assert max_in_flight == 1
+
+
+async def test_offsets_are_committed_and_resumed(broker, topic):
+    group = uniq("CG")
+    async with Producer(uniq("PG"), broker.namesrv) as p:
+        for i in range(10):
+            await p.send(Message(topic, f"old{i}".encode()))
+        col = Collector()
+        c = PushConsumer(group, broker.namesrv, listener=col, consume_from="first")
+        c.subscribe(topic)
+        async with c:
+            await col.wait_for(10)
+        async with PullConsumer(group, broker.namesrv) as pc:
+            committed = [await pc.fetch_consume_offset(mq) for mq in await pc.fetch_queues(topic)]
+        assert sum(committed) == 10
+        for i in range(5):
+            await p.send(Message(topic, f"new{i}".encode()))
+    col2 = Collector()
+    c2 = PushConsumer(group, broker.namesrv, listener=col2, consume_from="first")
+    c2.subscribe(topic)
+    async with c2:
+        await col2.wait_for(5)
+    assert sorted(col2.bodies) == [f"new{i}".encode() for i in range(5)]
+
+
+async def test_pull_consumer_offsets(broker, topic):
+    async with Producer(uniq("PG"), broker.namesrv) as p:
+        mq = (await p.queues(topic))[0]
+        for i in range(5):
+            await p.send(Message(topic, f"{i}".encode()), queue=mq)
+    group = uniq("PC")
+    async with PullConsumer(group, broker.namesrv) as pc:
+        assert await pc.fetch_consume_offset(mq) in (-1, 0)
+        assert (await pc.min_offset(mq), await pc.max_offset(mq)) == (0, 5)
+        r = await pc.pull(mq, 0, 3)
+        assert [m.body for m in r.messages] == [b"0", b"1", b"2"] and r.next_begin_offset == 3
+        pc.update_offset(mq, r.next_begin_offset)
+        await pc.commit()
+        assert (await pc.pull(mq, 5, 3)).status is PullStatus.NO_NEW_MSG
+    async with PullConsumer(group, broker.namesrv) as pc2:
+        assert await pc2.fetch_consume_offset(mq) == 3

@@ -1,0 +1,112 @@
+"""Pieces of the client that need no broker: allocation, subscriptions, argument parsing, encodings."""
+
+from __future__ import annotations
+
+import argparse
+import zlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from client.cli.__main__ import main
+from client.cli.parse import duration_ms, time_ms
+from client.consumer import Subscription
+from client.message import MessageQueue
+from client.producer import encode_batch_body
+from client.rebalance import allocate_averagely
+
+
+def _mqs(n: int) -> list[MessageQueue]:
+    return [MessageQueue("T", "broker-a", i) for i in range(n)]
+
+
+def test_allocate_averagely_matches_rocketmq_layout():
+    mqs, cids = _mqs(8), ["c1", "c2", "c3"]
+    got = {c: [m.queue_id for m in allocate_averagely(c, mqs, cids)] for c in cids}
+    assert got == {"c1": [0, 1, 2], "c2": [3, 4, 5], "c3": [6, 7]}
+    # more consumers than queues: the extra consumers get nothing
+    got = {c: [m.queue_id for m in allocate_averagely(c, _mqs(2), cids)] for c in cids}
+    assert got == {"c1": [0], "c2": [1], "c3": []}
+    assert allocate_averagely("unknown", mqs, cids) == []
+
+
+@given(st.integers(1, 40), st.integers(1, 12))
+def test_allocate_averagely_partitions_every_queue_once(n_queues, n_clients):
+    mqs = _mqs(n_queues)
+    cids = [f"10.0.0.{i}@{i}" for i in range(n_clients)]
+    parts = [allocate_averagely(c, list(reversed(mqs)), cids) for c in cids]
+    flat = [m for p in parts for m in p]
+    assert sorted(flat) == sorted(mqs)
+    sizes = [len(p) for p in parts]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_subscription_parses_tag_expressions():
+    s = Subscription.parse("T", " TagA || TagB ||  ")
+    assert s.tags == ["TagA", "TagB"]
+    j = s.to_json()
+    assert j["codeSet"] == [2598919, 2598920]  # Java "TagA".hashCode(), "TagB".hashCode()
+    assert Subscription.parse("T", "*").tags == [] and Subscription.parse("T", "").expr == "*"
+
+
+@pytest.mark.parametrize("text,ms", [("30s", 30_000), ("1500ms", 1500), ("2h", 7_200_000), ("1.5m", 90_000),
+                                     ("7", 7000)])
+def test_duration_parsing(text, ms):
+    assert duration_ms(text) == ms
+
+
+def test_bad_duration_and_time_are_rejected():
+    with pytest.raises(argparse.ArgumentTypeError):
+        duration_ms("5x")
+    with pytest.raises(argparse.ArgumentTypeError):
+        time_ms("tomorrow")
+    assert time_ms("1700000000000") == 1_700_000_000_000
+    assert time_ms("2023-11-14T22:13:20Z") == 1_700_000_000_000
+
+
+def test_batch_body_round_trips_through_codec():
+    from codec.batch import decode_batch
+    from codec.properties import parse_properties, properties_to_string
+
+    items = [(0, b"a" * 3, properties_to_string({"UNIQ_KEY": "K1", "TAGS": "x"})),
+             (7, b"", properties_to_string({"UNIQ_KEY": "K2"}))]
+    decoded = decode_batch(encode_batch_body(items))
+    assert [d.flag for d in decoded] == [0, 7]
+    assert [bytes(d.body) for d in decoded] == [b"aaa", b""]
+    props = [d.properties if isinstance(d.properties, dict) else parse_properties(d.properties) for d in decoded]
+    assert props[0]["UNIQ_KEY"] == "K1" and props[1]["UNIQ_KEY"] == "K2"
+
+
+def test_decode_restores_retry_topic_and_decompresses():
+    from codec.record import MessageRecord, encode_record
+
+    from client.message import decode_messages
+
+    body = b"hello " * 1000
+    rec = MessageRecord(topic="%RETRY%G", body=zlib.compress(body), queue_id=0, flag=0, queue_offset=5,
+                        commitlog_offset=1234, sys_flag=1, born_timestamp=1, born_host=("127.0.0.1", 1),
+                        store_timestamp=2, store_host=("127.0.0.1", 10911), reconsume_times=2,
+                        prepared_transaction_offset=0,
+                        properties={"RETRY_TOPIC": "Orders", "UNIQ_KEY": "AB", "TAGS": "t", "KEYS": "k1 k2"},
+                        body_crc=0, store_size=0)
+    [m] = decode_messages(bytes(encode_record(rec)))
+    assert (m.topic, m.stored_topic, m.body, m.reconsume_times) == ("Orders", "%RETRY%G", body, 2)
+    assert (m.msg_id, m.tags, m.keys, m.queue_offset) == ("AB", "t", ["k1", "k2"], 5)
+    assert m.offset_msg_id == "7F00000100002A9F00000000000004D2"
+
+
+@pytest.mark.parametrize("argv", [
+    ["produce", "-t", "T", "--count", "-5"],
+    ["produce", "-t", "T", "--delay", "5x"],
+    ["produce", "-t", "T", "--delay-level", "19"],
+    ["consume", "-t", "T", "--from-where", "timestamp"],
+    ["message", "view", "--key", "k"],
+    ["produce"],
+])
+def test_cli_bad_arguments_give_one_line_and_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error:" in err[0], err

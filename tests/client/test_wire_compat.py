@@ -1,0 +1,81 @@
+"""What our Producer puts on the wire for SEND_MESSAGE_V2 must match the Java 4.9.8 client's header."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from codec.frame import FrameDecoder, encode_frame_bytes
+from codec.properties import parse_properties
+
+from client import Message, Producer
+
+# remoting-protocol.md §6.2: a..k and m are always sent by DefaultMQProducerImpl.sendKernelImpl (null
+# fields are skipped, booleans travel as "true"/"false"); 4.9.8 adds n (bname). l (maxReconsumeTimes)
+# only appears on %RETRY% sends.
+JAVA_V2_KEYS = {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "m", "n"}
+
+
+class CapturingBroker:
+    """A socket peer that serves one route and records every request it is sent."""
+
+    def __init__(self) -> None:
+        self.requests = []
+        self.server: asyncio.Server | None = None
+        self.addr = ""
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.addr = f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        dec = FrameDecoder()
+        while data := await reader.read(65536):
+            for cmd in dec.feed(data):
+                self.requests.append(cmd)
+                if cmd.is_oneway:
+                    continue
+                writer.write(encode_frame_bytes(self._answer(cmd)))
+
+    def _answer(self, cmd):
+        if cmd.code == 105:
+            route = {"brokerDatas": [{"brokerAddrs": {"0": self.addr}, "brokerName": "broker-a",
+                                      "cluster": "DefaultCluster"}], "filterServerTable": {},
+                     "queueDatas": [{"brokerName": "broker-a", "perm": 6, "readQueueNums": 2,
+                                     "topicSysFlag": 0, "writeQueueNums": 2}]}
+            return cmd.response(0, body=json.dumps(route).encode())
+        if cmd.code in (310, 320):
+            return cmd.response(0, ext_fields={"msgId": "7F00000100002A9F0000000000000000", "queueId":
+                                               cmd.ext_fields["e"], "queueOffset": "0",
+                                               "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
+        return cmd.response(0)
+
+    async def close(self) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+
+async def test_send_message_v2_header_keys_match_java_client():
+    peer = CapturingBroker()
+    await peer.start()
+    try:
+        async with Producer("PG_WIRE", peer.addr) as p:
+            r = await p.send(Message("WireT", b"body", tags="TagA", keys="k1 k2"))
+            await p.send_batch([Message("WireT", b"x"), Message("WireT", b"y")])
+    finally:
+        await peer.close()
+    [send] = [c for c in peer.requests if c.code == 310]
+    ext = send.ext_fields
+    assert set(ext) == JAVA_V2_KEYS
+    assert all(isinstance(v, str) for v in ext.values())
+    assert (ext["a"], ext["b"], ext["c"], ext["d"], ext["k"], ext["m"], ext["n"]) == (
+        "PG_WIRE", "WireT", "TBW102", "4", "false", "false", "broker-a")
+    assert int(ext["g"]) > 1_600_000_000_000 and ext["j"] == "0" and ext["f"] == "0"
+    props = parse_properties(ext["i"])
+    assert props["TAGS"] == "TagA" and props["KEYS"] == "k1 k2" and props["WAIT"] == "true"
+    assert props["UNIQ_KEY"] == r.msg_id and len(r.msg_id) == 32
+    assert bytes(send.body) == b"body" and send.language in ("JAVA", 0) and send.serialize_type == 0
+    [batch] = [c for c in peer.requests if c.code == 320]
+    assert set(batch.ext_fields) == JAVA_V2_KEYS and batch.ext_fields["m"] == "true"
+    heartbeats = [json.loads(bytes(c.body)) for c in peer.requests if c.code == 34]
+    assert heartbeats and {"groupName": "PG_WIRE"} in heartbeats[0]["producerDataSet"]
