@@ -1,0 +1,99 @@
+"""`delaymq-broker --store DIR --port N [--config FILE] [--host H] ...`: run the broker.
+
+Prints `delaymq broker ready on <host>:<port>` to stdout once listening (tests wait on it).
+SIGTERM/SIGINT: stop accepting, drain in-flight requests, stop scheduler and timer, flush the
+store, write the checkpoint, exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+import structlog
+
+from server.config import load_config
+from server.logging import configure
+
+log = structlog.get_logger("server")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="delaymq-broker", description="delaymq name server + broker")
+    p.add_argument("--store", help="store root directory (storePathRootDir)")
+    p.add_argument("--port", type=int, help="listen port (the VIP channel is port-2); default 9876")
+    p.add_argument("--config", help="broker.conf-style properties file")
+    p.add_argument("--host", default=None, help="listen host (default 127.0.0.1)")
+    p.add_argument("--broker-ip", help="advertised address (brokerIP1)")
+    p.add_argument("--flush-disk-type", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
+    p.add_argument("--delay-levels", help='messageDelayLevel, e.g. "1s 5s 10s"')
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    p.add_argument("--log-level", default="info")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any broker.conf key (repeatable)")
+    return p
+
+
+def config_from_args(args):
+    overrides: dict[str, object] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set expects KEY=VALUE, got {item!r}")
+        overrides[key.strip()] = value.strip()
+    overrides.update({
+        "storePathRootDir": args.store, "listenPort": args.port, "brokerIP1": args.broker_ip,
+        "flushDiskType": args.flush_disk_type, "messageDelayLevel": args.delay_levels,
+        "metricsPort": args.metrics_port,
+    })
+    cfg = load_config(args.config, overrides)
+    cfg.listen_host = args.host or (cfg.listen_host if cfg.listen_host != "0.0.0.0" else "127.0.0.1")
+    return cfg
+
+
+async def run(cfg) -> int:
+    from server.broker import BrokerController
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    broker = BrokerController(cfg)
+    try:
+        await broker.start()
+    except BaseException:
+        await broker.shutdown()
+        raise
+    sys.stdout.write(f"delaymq broker ready on {cfg.listen_host}:{cfg.listen_port}\n")
+    sys.stdout.flush()
+    await stop.wait()
+    log.info("broker.signal", action="shutdown")
+    await broker.shutdown()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure(args.log_level)
+    try:
+        cfg = config_from_args(args)
+    except ValueError as e:
+        log.error("broker.bad_config", error=str(e))
+        return 2
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None
+    try:
+        if uvloop is not None:
+            return uvloop.run(run(cfg))
+        return asyncio.run(run(cfg))
+    except OSError as e:
+        log.error("broker.start_failed", error=str(e))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

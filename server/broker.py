@@ -1,0 +1,200 @@
+"""BrokerController: the composition root (name server + broker in one process).
+
+Builds the MessageStore, the topic / subscription-group / consumer-offset tables, the client
+manager, long-poll hold, delay-level and timer services and the RemotingServer listening on
+[listenPort, listenPort-2]; registers the processors; creates the system topics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import structlog
+
+from server.client_manager import ClientManager
+from server.config import BrokerConfig
+from server.observability.registry import Registry
+from server.offsets_table import ConsumerOffsetManager
+from server.pull_hold import PullHoldService
+from server.put_hooks import PutHooks, parse_delay_levels
+from server.rebalance_lock import RebalanceLockManager
+from server.subscription_groups import SubscriptionGroupManager
+from server.tables import JsonTable
+from server.topics import TopicManager
+from server.wiring import (
+    make_delay_service,
+    make_message_store,
+    make_remoting_server,
+    make_timer_service,
+    notify_consumer_ids_changed,
+    put_request,
+)
+
+log = structlog.get_logger(__name__)
+
+BROKER_VERSION = 409
+
+
+class BrokerController:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.boot_ms = int(time.time() * 1000)
+        root = config.store_path_root_dir
+        os.makedirs(root, exist_ok=True)
+        cfg_dir = os.path.join(root, "config")
+        self.levels = parse_delay_levels(config.message_delay_level)
+        self.topics = TopicManager(JsonTable(os.path.join(cfg_dir, "topics.json"), "topicConfigTable"),
+                                   config.auto_create_topic_enable, config.default_topic_queue_nums)
+        self.groups = SubscriptionGroupManager(
+            JsonTable(os.path.join(cfg_dir, "subscriptionGroup.json"), "subscriptionGroupTable"),
+            config.auto_create_subscription_group)
+        self.offsets = ConsumerOffsetManager(os.path.join(cfg_dir, "consumerOffset.json"))
+        self.clients = ClientManager(notify_consumer_ids_changed,
+                                     expired_timeout_s=config.client_channel_expired_timeout / 1000.0)
+        self.locks = RebalanceLockManager(config.channel_lock_max_live_time_ms)
+        self.pull_hold = PullHoldService()
+        self.kv_config: dict[str, dict[str, str]] = {}
+        self.metrics = Registry()
+        self.store = None
+        self.hooks: PutHooks | None = None
+        self.delay_service = None
+        self.timer_service = None
+        self.remoting = None
+        self.metrics_http = None
+        self.put_total = 0
+        self.get_total = 0
+        self._put_counters: dict[str, tuple] = {}
+        self._started = False
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        cfg = self.config
+        self.topics.load()
+        self.groups.load()
+        self.offsets.load()
+        self.topics.ensure_system_topics(len(self.levels), cfg.timer_wheel_enable)
+        self.store = make_message_store(cfg)
+        self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
+        self.hooks = PutHooks(cfg, self.levels)
+        self.delay_service = make_delay_service(self.store, cfg, self.levels)
+        self.timer_service = make_timer_service(self.store, cfg)
+        for svc in (self.delay_service, self.timer_service):
+            if svc is not None:
+                r = svc.start()
+                if asyncio.iscoroutine(r):
+                    await r
+        self.remoting = make_remoting_server(self)
+        from server.processors import admin, clients, namesrv, offsets, pull, send
+        for room in (namesrv, send, pull, offsets, clients, admin):
+            room.register(self.remoting, self)
+        self._register_send_back()
+        await self.remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port])
+        if cfg.metrics_port:
+            from server.observability.http import MetricsHttpServer
+            self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port)
+            await self.metrics_http.start()
+        self._started = True
+        log.info("broker.ready", host=cfg.listen_host, port=cfg.listen_port, vip_port=cfg.vip_port,
+                 broker_addr=cfg.broker_addr, store=cfg.store_path_root_dir,
+                 metrics_port=self.metrics_http.port if self.metrics_http else None,
+                 delay_levels=len(self.levels), delay_service=self.delay_service is not None,
+                 timer_service=self.timer_service is not None)
+
+    def _register_send_back(self) -> None:
+        try:
+            from server.processors import consumer_send_back
+        except ImportError:
+            log.warning("broker.send_back_missing", code=36)
+            return
+        reg = getattr(consumer_send_back, "register", None)
+        if callable(reg):
+            reg(self.remoting, self)
+            return
+        cls = getattr(consumer_send_back, "ConsumerSendBackProcessor", None)
+        if cls is not None:
+            self.remoting.register(36, cls(self))
+
+    async def shutdown(self) -> None:
+        """Stop accepting, drain in-flight requests, stop services, flush and checkpoint the store."""
+        if not self._started:
+            return
+        self._started = False
+        log.info("broker.stopping")
+        self.pull_hold.shutdown()  # held pulls answer now (counted as in-flight by the server)
+        if self.remoting is not None:
+            await self.remoting.close(self.config.shutdown_drain_timeout_ms / 1000.0)
+        self.clients.shutdown()
+        for svc in (self.timer_service, self.delay_service):
+            if svc is not None:
+                try:
+                    await svc.shutdown()
+                except Exception as e:
+                    log.error("broker.service_shutdown_failed", service=type(svc).__name__, error=repr(e))
+        self.offsets.persist()
+        self.topics.persist()
+        self.groups.persist()
+        if self.store is not None:
+            await self.store.shutdown()
+        if self.metrics_http is not None:
+            await self.metrics_http.close()
+        log.info("broker.stopped")
+
+    # ---- helpers used by processors ------------------------------------------------------
+    def put_request(self, raw, topic: str, queue_id: int, properties: dict, deliver_delay_ms: int):
+        return put_request(raw, topic, queue_id, properties, deliver_delay_ms)
+
+    def commitlog_max_offset(self) -> int:
+        for name in ("commitlog_max_offset", "max_phys_offset", "max_physical_offset"):
+            v = getattr(self.store, name, None)
+            if v is not None:
+                return int(v() if callable(v) else v)
+        cl = getattr(self.store, "commitlog", None)
+        v = getattr(cl, "max_offset", 0) if cl is not None else 0
+        return int(v() if callable(v) else v)
+
+    def commitlog_min_offset(self) -> int:
+        for name in ("commitlog_min_offset", "min_phys_offset", "min_physical_offset"):
+            v = getattr(self.store, name, None)
+            if v is not None:
+                return int(v() if callable(v) else v)
+        cl = getattr(self.store, "commitlog", None)
+        v = getattr(cl, "min_offset", 0) if cl is not None else 0
+        return int(v() if callable(v) else v)
+
+    def on_put(self, topics: list[str], results) -> None:
+        self.put_total += len(results)
+        for topic, r in zip(topics, results, strict=False):
+            c = self._put_counters.get(topic)
+            if c is None:
+                c = self._put_counters[topic] = (
+                    self.metrics.counter("delaymq_put_messages_total", {"topic": topic}),
+                    self.metrics.counter("delaymq_put_bytes_total", {"topic": topic}))
+            c[0].inc()
+            c[1].inc(getattr(r, "size", 0) or 0)
+
+    def on_pull(self, topic: str, group: str, n: int) -> None:
+        self.get_total += n
+        self.metrics.counter("delaymq_pull_messages_total", {"topic": topic, "group": group}).inc(n)
+
+    def runtime_info(self) -> dict[str, object]:
+        info: dict[str, object] = {
+            "brokerVersion": BROKER_VERSION, "brokerVersionDesc": "V4_9_8",
+            "msgPutTotalTodayNow": self.put_total, "msgGetTotalTodayNow": self.get_total,
+            "msgPutTotalTodayMorning": 0, "msgGetTotalTodayMorning": 0,
+            "commitLogMinOffset": self.commitlog_min_offset(), "commitLogMaxOffset": self.commitlog_max_offset(),
+            "bootTimestamp": self.boot_ms, "runtime": f"{(int(time.time() * 1000) - self.boot_ms) // 1000}s",
+            "flushDiskType": self.config.flush_disk_type, "brokerName": self.config.broker_name,
+            "pullHoldCount": self.pull_hold.held_count,
+        }
+        for svc in (self.delay_service, self.timer_service):
+            if svc is None:
+                continue
+            fn = getattr(svc, "runtime_info", None) or getattr(svc, "stats", None)
+            if callable(fn):
+                try:
+                    info.update({str(k): v for k, v in (fn() or {}).items()})
+                except Exception as e:
+                    log.warning("broker.runtime_info_failed", service=type(svc).__name__, error=repr(e))
+        return info

@@ -1,0 +1,92 @@
+"""Admin and lookup requests: UPDATE_AND_CREATE_TOPIC (17), VIEW_MESSAGE_BY_ID (33),
+QUERY_MESSAGE (12), GET_BROKER_RUNTIME_INFO (28), END_TRANSACTION (37), CHECK_CLIENT_CONFIG (46)."""
+
+from __future__ import annotations
+
+import structlog
+
+from server import headers as H
+from server.processors import error, guarded, json_body, ok
+from server.topics import TopicConfig, is_system_topic, topic_error
+
+log = structlog.get_logger(__name__)
+
+QUERY_MESSAGE, UPDATE_AND_CREATE_TOPIC, GET_BROKER_RUNTIME_INFO = 12, 17, 28
+VIEW_MESSAGE_BY_ID, END_TRANSACTION, CHECK_CLIENT_CONFIG = 33, 37, 46
+SYSTEM_ERROR, QUERY_NOT_FOUND = 1, 22
+
+
+def register(server, broker) -> None:
+    store = broker.store
+
+    @guarded
+    def create_topic(conn, cmd):
+        h = H.CREATE_TOPIC.parse(cmd.ext_fields)
+        problem = topic_error(h.topic)
+        if problem:
+            return error(cmd, SYSTEM_ERROR, problem)
+        if is_system_topic(h.topic):
+            return error(cmd, SYSTEM_ERROR, f"The topic[{h.topic}] is conflict with system topic.")
+        if h.topic == broker.config.broker_cluster_name:
+            return error(cmd, SYSTEM_ERROR, f"the topic[{h.topic}] is conflict with system reserved words.")
+        if h.readQueueNums <= 0 or h.writeQueueNums <= 0:
+            return error(cmd, SYSTEM_ERROR, "queue nums must be positive")
+        filter_type = h.topicFilterType if h.topicFilterType in ("SINGLE_TAG", "MULTI_TAG") else "SINGLE_TAG"
+        broker.topics.put(TopicConfig(h.topic, h.readQueueNums, h.writeQueueNums, h.perm, filter_type,
+                                      h.topicSysFlag or 0, bool(h.order)))
+        return ok(cmd)
+
+    @guarded
+    def view_message(conn, cmd):
+        h = H.VIEW_MESSAGE.parse(cmd.ext_fields)
+        rec = store.read_record(h.offset) if h.offset >= 0 else None
+        if rec is None or len(rec) == 0:
+            return error(cmd, SYSTEM_ERROR, f"can not find message by the offset, {h.offset}")
+        return ok(cmd, body=rec)
+
+    @guarded
+    def query_message(conn, cmd):
+        h = H.QUERY_MESSAGE.parse(cmd.ext_fields)
+        max_num = h.maxNum
+        if str((cmd.ext_fields or {}).get("_UNIQUE_KEY_QUERY", "")).lower() == "true":
+            max_num = broker.config.default_query_max_num
+        res = store.query_by_key(h.topic, h.key, max(1, max_num), h.beginTimestamp, h.endTimestamp)
+        buffers, last_ts, last_phy = _query_parts(res)
+        if not buffers:
+            return error(cmd, QUERY_NOT_FOUND, "can not find message, maybe time range not correct")
+        return ok(cmd, {"indexLastUpdateTimestamp": str(last_ts), "indexLastUpdatePhyoffset": str(last_phy)},
+                  body=buffers)
+
+    @guarded
+    def runtime_info(conn, cmd):
+        table = {k: str(v) for k, v in broker.runtime_info().items()}
+        return ok(cmd, body=json_body({"table": table}))
+
+    @guarded
+    def end_transaction(conn, cmd):
+        log.debug("admin.end_transaction_ignored")
+        return ok(cmd)
+
+    @guarded
+    def check_client_config(conn, cmd):
+        return ok(cmd)
+
+    server.register(UPDATE_AND_CREATE_TOPIC, create_topic)
+    server.register(VIEW_MESSAGE_BY_ID, view_message)
+    server.register(QUERY_MESSAGE, query_message)
+    server.register(GET_BROKER_RUNTIME_INFO, runtime_info)
+    server.register(END_TRANSACTION, end_transaction)
+    server.register(CHECK_CLIENT_CONFIG, check_client_config)
+
+
+def _query_parts(res):
+    """Accept a QueryResult-like object, a (buffers, ts, phy) tuple or a bare list of buffers."""
+    if res is None:
+        return [], 0, 0
+    if isinstance(res, list):
+        return res, 0, 0
+    if isinstance(res, tuple):
+        return list(res[0]), (res[1] if len(res) > 1 else 0), (res[2] if len(res) > 2 else 0)
+    buffers = getattr(res, "buffers", None) or getattr(res, "records", None) or []
+    return (list(buffers), getattr(res, "index_last_update_timestamp", 0) or 0,
+            getattr(res, "index_last_update_phy_offset", 0) or 0)

@@ -1,0 +1,87 @@
+"""Consumer offsets and queue offset queries (remoting-protocol.md §8.3, §8.4).
+
+QUERY_CONSUMER_OFFSET new-group rule ("offset 0 still in page cache"): with no stored offset,
+answer offset 0 when the queue's min offset is 0 and either the queue is empty/absent, or the
+commitlog data of its first message lies within the newest `accessMessageInMemoryMaxRatio`
+(40 %) of physical memory's worth of the CommitLog, i.e. `commitlog_max - phys(first) <= 0.4 * RAM`
+— the same test Java's `checkInDiskByConsumeOffset` makes. Otherwise 22 QUERY_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+from server import headers as H
+from server.processors import error, guarded, ok
+
+QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET = 14, 15
+SEARCH_OFFSET_BY_TIMESTAMP, GET_MAX_OFFSET, GET_MIN_OFFSET, GET_EARLIEST_MSG_STORETIME = 29, 30, 31, 32
+QUERY_NOT_FOUND = 22
+IN_MEMORY_RATIO = 0.40
+_UNIT = struct.Struct(">qiq")
+
+
+def physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def first_message_in_memory(broker, topic: str, queue_id: int) -> bool:
+    """True when offset 0 of the queue is absent or its data is in the hot part of the CommitLog."""
+    store = broker.store
+    units = store.read_units(topic, queue_id, 0, 1)
+    if units is None or len(units) < _UNIT.size:
+        return True
+    phys, _size, _tags = _UNIT.unpack_from(units, 0)
+    return broker.commitlog_max_offset() - phys <= IN_MEMORY_RATIO * physical_memory()
+
+
+def register(server, broker) -> None:
+    store = broker.store
+
+    @guarded
+    def query_consumer_offset(conn, cmd):
+        h = H.GROUP_TOPIC_QUEUE.parse(cmd.ext_fields)
+        offset = broker.offsets.query(h.consumerGroup, h.topic, h.queueId)
+        if offset is not None and offset >= 0:
+            return ok(cmd, {"offset": str(offset)})
+        if store.min_offset(h.topic, h.queueId) <= 0 and first_message_in_memory(broker, h.topic, h.queueId):
+            return ok(cmd, {"offset": "0"})
+        return error(cmd, QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+
+    @guarded
+    def update_consumer_offset(conn, cmd):
+        h = H.UPDATE_CONSUMER_OFFSET.parse(cmd.ext_fields)
+        broker.offsets.commit(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
+        return ok(cmd)
+
+    @guarded
+    def get_max_offset(conn, cmd):
+        h = H.TOPIC_QUEUE.parse(cmd.ext_fields)
+        return ok(cmd, {"offset": str(store.max_offset(h.topic, h.queueId))})
+
+    @guarded
+    def get_min_offset(conn, cmd):
+        h = H.TOPIC_QUEUE.parse(cmd.ext_fields)
+        return ok(cmd, {"offset": str(store.min_offset(h.topic, h.queueId))})
+
+    @guarded
+    def search_offset(conn, cmd):
+        h = H.SEARCH_OFFSET.parse(cmd.ext_fields)
+        return ok(cmd, {"offset": str(store.search_offset_by_timestamp(h.topic, h.queueId, h.timestamp))})
+
+    @guarded
+    def earliest_store_time(conn, cmd):
+        h = H.TOPIC_QUEUE.parse(cmd.ext_fields)
+        ts = store.earliest_store_time(h.topic, h.queueId)
+        return ok(cmd, {"timestamp": str(-1 if ts is None else ts)})
+
+    server.register(QUERY_CONSUMER_OFFSET, query_consumer_offset)
+    server.register(UPDATE_CONSUMER_OFFSET, update_consumer_offset)
+    server.register(GET_MAX_OFFSET, get_max_offset)
+    server.register(GET_MIN_OFFSET, get_min_offset)
+    server.register(SEARCH_OFFSET_BY_TIMESTAMP, search_offset)
+    server.register(GET_EARLIEST_MSG_STORETIME, earliest_store_time)

@@ -1,0 +1,143 @@
+"""PULL_MESSAGE (11) with long polling.
+
+Validation and subscription rules follow remoting-protocol.md §8.2. A PULL_NOT_FOUND with the
+SUSPEND flag parks in `PullHoldService` until the store's dispatch listener reports a new max
+offset for that queue or the suspend timeout passes, then the request re-runs once without
+suspend and is answered. The body is the store's list of memoryview slices (never copied here).
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from server import headers as H
+from server.client_manager import SubscriptionData
+from server.processors import guarded
+
+log = structlog.get_logger(__name__)
+
+PULL_MESSAGE = 11
+SUCCESS, SYSTEM_ERROR, NO_PERMISSION, TOPIC_NOT_EXIST = 0, 1, 16, 17
+PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY, PULL_OFFSET_MOVED = 19, 20, 21
+SUBSCRIPTION_PARSE_FAILED, SUBSCRIPTION_NOT_EXIST, SUBSCRIPTION_NOT_LATEST = 23, 24, 25
+SUBSCRIPTION_GROUP_NOT_EXIST = 26
+FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4
+
+
+def parse_subscription(topic: str, sub_string: str | None, expression_type: str | None = None,
+                       sub_version: int = 0, java_hash=None) -> SubscriptionData:
+    """TAG expression → SubscriptionData (split on `||`, trim, hash each tag; `*`/empty = all)."""
+    if expression_type not in (None, "", "TAG"):
+        raise ValueError(f"expression type {expression_type} is not supported")
+    s = (sub_string or "").strip()
+    if s in ("", "*"):
+        return SubscriptionData(topic, "*", (), frozenset(), sub_version, "TAG")
+    tags = tuple(t.strip() for t in s.split("||") if t.strip())
+    if not tags:
+        raise ValueError(f"bad subscription expression {sub_string!r}")
+    return SubscriptionData(topic, s, tags, frozenset(java_hash(t) for t in tags), sub_version, "TAG")
+
+
+def status_to_code(status: str, request_offset: int) -> int:
+    if status == "FOUND":
+        return SUCCESS
+    if status in ("NO_MATCHED_MESSAGE", "MESSAGE_WAS_REMOVING"):
+        return PULL_RETRY_IMMEDIATELY
+    if status in ("NO_MATCHED_LOGIC_QUEUE", "NO_MESSAGE_IN_QUEUE"):
+        return PULL_OFFSET_MOVED if request_offset != 0 else PULL_NOT_FOUND
+    if status in ("OFFSET_FOUND_NULL", "OFFSET_OVERFLOW_ONE"):
+        return PULL_NOT_FOUND
+    if status in ("OFFSET_OVERFLOW_BADLY", "OFFSET_TOO_SMALL"):
+        return PULL_OFFSET_MOVED
+    return SYSTEM_ERROR
+
+
+class PullProcessor:
+    def __init__(self, broker) -> None:
+        from codec.tags import java_hash
+
+        self.broker = broker
+        self.java_hash = java_hash
+
+    async def __call__(self, conn, cmd):
+        h = H.PULL_MESSAGE.parse(cmd.ext_fields)
+        resp, code = self.process(cmd, h, first=True)
+        if resp is not None:
+            return resp
+        # PULL_NOT_FOUND with SUSPEND: hold, then answer by re-running without suspend
+        cfg = self.broker.config
+        if cfg.long_polling_enable:
+            timeout_ms = h.suspendTimeoutMillis
+        else:
+            timeout_ms = cfg.short_polling_time_mills
+        await self.broker.pull_hold.wait(h.topic, h.queueId, h.queueOffset, max(0, timeout_ms) / 1000.0)
+        resp, _ = self.process(cmd, h, first=False)
+        return resp
+
+    def _err(self, cmd, code: int, remark: str):
+        return cmd.response(code=code, remark=remark, ext_fields={
+            "suggestWhichBrokerId": "0", "nextBeginOffset": "0", "minOffset": "0", "maxOffset": "0"}), code
+
+    def process(self, cmd, h, first: bool):
+        """(response, code); response None means: hold this request (first run only)."""
+        b = self.broker
+        if not b.config.broker_permission & 4:
+            return self._err(cmd, NO_PERMISSION, f"the broker[{b.config.broker_ip1}] pulling message is forbidden")
+        gcfg = b.groups.find(h.consumerGroup)
+        if gcfg is None:
+            return self._err(cmd, SUBSCRIPTION_GROUP_NOT_EXIST,
+                             f"subscription group [{h.consumerGroup}] does not exist")
+        if not gcfg.consume_enable:
+            return self._err(cmd, NO_PERMISSION, f"subscription group no permission, {h.consumerGroup}")
+        tcfg = b.topics.get(h.topic)
+        if tcfg is None:
+            return self._err(cmd, TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
+        if not tcfg.readable:
+            return self._err(cmd, NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
+        if h.queueId < 0 or h.queueId >= tcfg.read_queue_nums:
+            return self._err(cmd, SYSTEM_ERROR, f"queueId[{h.queueId}] is illegal, topic:[{h.topic}] "
+                                                f"topicConfig.readQueueNums:[{tcfg.read_queue_nums}] "
+                                                f"consumer:[{h.consumerGroup}]")
+        sys_flag = h.sysFlag
+        if sys_flag & FLAG_SUBSCRIPTION:
+            try:
+                sub = parse_subscription(h.topic, h.subscription, h.expressionType, h.subVersion,
+                                         self.java_hash)
+            except ValueError as e:
+                return self._err(cmd, SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {e}")
+        else:
+            info = b.clients.consumer_group(h.consumerGroup)
+            if info is None:
+                return self._err(cmd, SUBSCRIPTION_NOT_EXIST,
+                                 f"the consumer's group info not exist, group: {h.consumerGroup}")
+            if info.message_model == "BROADCASTING" and not gcfg.consume_broadcast_enable:
+                return self._err(cmd, NO_PERMISSION,
+                                 f"the consumer group[{h.consumerGroup}] can not consume by broadcast way")
+            sub = info.subscriptions.get(h.topic)
+            if sub is None:
+                return self._err(cmd, SUBSCRIPTION_NOT_EXIST,
+                                 f"the consumer's subscription not exist, group: {h.consumerGroup}")
+            if sub.sub_version < h.subVersion:
+                return self._err(cmd, SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+            if sub.expression_type not in ("", "TAG"):
+                return self._err(cmd, SYSTEM_ERROR,
+                                 "The broker does not support consumer to filter message by "
+                                 + sub.expression_type)
+        codes = None if sub.match_all else set(sub.code_set)
+        res = b.store.get_messages(h.topic, h.queueId, h.queueOffset, max(1, h.maxMsgNums), codes)
+        status = getattr(res.status, "name", None) or str(res.status)
+        code = status_to_code(status, h.queueOffset)
+        if first and sys_flag & FLAG_COMMIT_OFFSET:
+            b.offsets.commit(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
+        if code == PULL_NOT_FOUND and first and sys_flag & FLAG_SUSPEND:
+            return None, code
+        ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(res.next_begin_offset),
+               "minOffset": str(res.min_offset), "maxOffset": str(res.max_offset)}
+        body = res.buffers if code == SUCCESS and res.buffers else b""
+        if code == SUCCESS:
+            b.on_pull(h.topic, h.consumerGroup, len(res.buffers))
+        return cmd.response(code=code, remark=status, ext_fields=ext, body=body), code
+
+
+def register(server, broker) -> None:
+    server.register(PULL_MESSAGE, guarded(PullProcessor(broker).__call__))

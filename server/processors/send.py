@@ -1,0 +1,254 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320).
+
+The batch path is chosen by the header's `batch`/`m` flag, not by the request code (C++ sends
+batches as 310 with m=true). Checks run in RocketMQ's order (remoting-protocol.md §8.1); the put
+hooks (delay level, then timer) rewrite the record before it is encoded and stored. Every
+response carries msgId/queueId/queueOffset/MSG_REGION/TRACE_ON (the C++ client reads the send
+header without a null check).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import structlog
+
+from server import headers as H
+from server.processors import guarded, peer_of
+from server.topics import DLQ_PREFIX, NOT_ALLOWED_SEND, RETRY_PREFIX, topic_error
+
+log = structlog.get_logger(__name__)
+
+SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE = 10, 310, 320
+SUCCESS, SYSTEM_ERROR, FLUSH_DISK_TIMEOUT = 0, 1, 10
+MESSAGE_ILLEGAL, NO_PERMISSION, TOPIC_NOT_EXIST, SUBSCRIPTION_GROUP_NOT_EXIST = 13, 16, 17, 26
+MULTI_TAGS_FLAG, TRANSACTION_MASK, TRANSACTION_PREPARED, TRANSACTION_COMMIT = 0x2, 0xC, 0x4, 0x8
+V3_4_9 = 121
+SYNC_FLUSH_TIMEOUT_S = 5.0
+
+PUT_STATUS_CODES = {
+    "PUT_OK": SUCCESS, "FLUSH_DISK_TIMEOUT": 10, "FLUSH_SLAVE_TIMEOUT": 12, "SLAVE_NOT_AVAILABLE": 11,
+    "CREATE_MAPEDFILE_FAILED": 1, "CREATE_MAPPED_FILE_FAILED": 1, "MESSAGE_ILLEGAL": 13,
+    "PROPERTIES_SIZE_EXCEEDED": 13, "SERVICE_NOT_AVAILABLE": 14, "OS_PAGECACHE_BUSY": 1,
+    "WHEEL_TIMER_MSG_ILLEGAL": 13, "WHEEL_TIMER_FLOW_CONTROL": 1, "WHEEL_TIMER_NOT_ENABLE": 1,
+}
+PROPS_MAX = 32767
+
+
+def _ext(msg_id: str = "", queue_id: int = 0, queue_offset: int = 0) -> dict[str, str]:
+    return {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset),
+            "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+
+
+def _fail(cmd, code: int, remark: str, queue_id: int = 0):
+    if cmd.is_oneway:
+        return None
+    return cmd.response(code=code, remark=remark, ext_fields=_ext("", queue_id, 0))
+
+
+class SendProcessor:
+    def __init__(self, broker) -> None:
+        from codec import batch, msgid, properties, record, tags  # noqa: F401  (import check)
+
+        self.broker = broker
+        self.cfg = broker.config
+        self._record = record
+        self._props = properties
+        self._batch = batch
+        self._msgid = msgid
+        self._hash = tags.java_hash
+        host, _, port = broker.config.broker_addr.rpartition(":")
+        self.store_host = (host, int(port))
+
+    # ---- checks shared by single and batch ------------------------------------------------
+    def _check(self, cmd, h, batch: bool):
+        """(topic_config, queue_id) or a ready error response."""
+        topic = h.topic
+        if batch and len(topic) > 127:
+            return _fail(cmd, MESSAGE_ILLEGAL, f"message topic length too long {len(topic)}")
+        problem = topic_error(topic)
+        if problem:
+            return _fail(cmd, SYSTEM_ERROR, problem)
+        if topic in NOT_ALLOWED_SEND:
+            return _fail(cmd, NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+        topics = self.broker.topics
+        tcfg = topics.get(topic)
+        if tcfg is None:
+            sys_flag = 1 if h.unitMode else 0
+            tcfg = topics.create_in_send(topic, h.defaultTopic, h.defaultTopicQueueNums, sys_flag)
+            if tcfg is None and topic.startswith(RETRY_PREFIX):
+                tcfg = topics.create_in_send_back(topic, 1, 6, sys_flag)
+            if tcfg is None:
+                return _fail(cmd, TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+        if not tcfg.writeable:
+            return _fail(cmd, NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+        qid = h.queueId
+        if qid >= tcfg.queue_nums:
+            return _fail(cmd, SYSTEM_ERROR, f"request queueId[{qid}] is illegal, topic:[{topic}] "
+                                            f"queueNums:[{tcfg.queue_nums}] Producer:[{h.producerGroup}]")
+        if qid < 0:
+            qid = random.randrange(max(1, tcfg.write_queue_nums))
+        return tcfg, qid
+
+    async def __call__(self, conn, cmd):
+        v2 = cmd.code in (SEND_MESSAGE_V2, SEND_BATCH_MESSAGE)
+        h = H.SEND_MESSAGE.parse(cmd.ext_fields, v2)
+        if h.batch:
+            return await self.send_batch(conn, cmd, h)
+        return await self.send_single(conn, cmd, h)
+
+    # ---- single ---------------------------------------------------------------------------
+    async def send_single(self, conn, cmd, h):
+        checked = self._check(cmd, h, batch=False)
+        if not isinstance(checked, tuple):
+            return checked
+        tcfg, qid = checked
+        body = _body_bytes(cmd.body)
+        if len(body) > self.cfg.max_message_size:
+            return _fail(cmd, MESSAGE_ILLEGAL, f"message body size exceeded, {len(body)} > "
+                                               f"{self.cfg.max_message_size}", qid)
+        props = self._props.parse_properties(h.properties or "")
+        wait = props.pop("WAIT", "true").lower() != "false"
+        props["CLUSTER"] = self.cfg.broker_cluster_name
+        if not props.get("UNIQ_KEY"):
+            props["UNIQ_KEY"] = self._msgid.new_uniq_id()
+        topic, reply_qid = h.topic, qid
+        reconsume = h.reconsumeTimes or 0
+        if topic.startswith(RETRY_PREFIX):
+            rerouted = self._retry_or_dlq(cmd, h, props, reconsume)
+            if not isinstance(rerouted, tuple):
+                return rerouted
+            topic, qid = rerouted
+            if topic.startswith(DLQ_PREFIX):
+                reply_qid = qid
+        sys_flag = h.sysFlag
+        if tcfg.topic_filter_type == "MULTI_TAG":
+            sys_flag |= MULTI_TAGS_FLAG
+        rec = self._record.MessageRecord(
+            topic=topic, body=body, queue_id=qid, flag=h.flag, sys_flag=sys_flag,
+            born_timestamp=h.bornTimestamp, born_host=peer_of(conn), store_host=self.store_host,
+            reconsume_times=reconsume, properties=props)
+        deliver_delay = -1
+        if sys_flag & TRANSACTION_MASK in (0, TRANSACTION_COMMIT):
+            hooked = self.broker.hooks.apply(rec)
+            if isinstance(hooked, tuple):  # (code, remark): a put hook rejected the message
+                return _fail(cmd, hooked[0], hooked[1], reply_qid)
+            deliver_delay = hooked
+        props_str = self._props.properties_to_string(rec.properties)
+        if len(props_str.encode()) > PROPS_MAX:
+            return _fail(cmd, MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", reply_qid)
+        raw = self._record.encode_record(rec)
+        req = self.broker.put_request(raw, rec.topic, rec.queue_id, rec.properties, deliver_delay)
+        results = self.broker.store.put([req])
+        return await self._respond(cmd, results, reply_qid, wait, [rec.topic])
+
+    def _retry_or_dlq(self, cmd, h, props: dict, reconsume: int):
+        group = h.topic[len(RETRY_PREFIX):]
+        gcfg = self.broker.groups.find(group)
+        if gcfg is None:
+            return _fail(cmd, SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
+        max_times = gcfg.retry_max_times
+        if (cmd.version or 0) >= V3_4_9 and h.maxReconsumeTimes is not None:
+            max_times = h.maxReconsumeTimes
+        if reconsume < max_times:
+            return h.topic, h.queueId if h.queueId >= 0 else 0
+        dlq = DLQ_PREFIX + group
+        self.broker.topics.create_in_send_back(dlq, 1, 6)
+        props["DELAY"] = "0"
+        log.info("send.to_dlq", group=group, reconsume_times=reconsume, max=max_times)
+        return dlq, 0
+
+    # ---- batch ----------------------------------------------------------------------------
+    async def send_batch(self, conn, cmd, h):
+        checked = self._check(cmd, h, batch=True)
+        if not isinstance(checked, tuple):
+            return checked
+        tcfg, qid = checked
+        if h.topic.startswith(RETRY_PREFIX):
+            return _fail(cmd, MESSAGE_ILLEGAL, "batch request does not support retry group " + h.topic, qid)
+        batch_props = self._props.parse_properties(h.properties or "")
+        if (h.sysFlag & TRANSACTION_MASK) != 0 or batch_props.get("TRAN_MSG", "").lower() == "true":
+            return _fail(cmd, MESSAGE_ILLEGAL, "batch message does not support transaction", qid)
+        if _int(batch_props.get("DELAY")) > 0:
+            return _fail(cmd, MESSAGE_ILLEGAL, "batch message does not support delay message", qid)
+        body = _body_bytes(cmd.body)
+        if len(body) > self.cfg.max_message_size:
+            return _fail(cmd, MESSAGE_ILLEGAL, f"message body size exceeded, {len(body)} > "
+                                               f"{self.cfg.max_message_size}", qid)
+        try:
+            items = self._batch.decode_batch(body)
+        except ValueError as e:
+            return _fail(cmd, MESSAGE_ILLEGAL, f"bad batch body: {e}", qid)
+        if not items:
+            return _fail(cmd, MESSAGE_ILLEGAL, "empty batch", qid)
+        wait = batch_props.get("WAIT", "true").lower() != "false"
+        batch_props["CLUSTER"] = self.cfg.broker_cluster_name
+        tail = self._props.properties_to_string(batch_props)
+        sys_flag = h.sysFlag | (MULTI_TAGS_FLAG if tcfg.topic_filter_type == "MULTI_TAG" else 0)
+        born_host = peer_of(conn)
+        reqs = []
+        for item in items:
+            item_props = item.properties
+            item_str = item_props if isinstance(item_props, str) else \
+                (item_props.decode() if isinstance(item_props, bytes | bytearray | memoryview) else
+                 self._props.properties_to_string(item_props))
+            if item_str and not item_str.endswith("\x02"):
+                item_str += "\x02"
+            props_str = item_str + tail
+            props = self._props.parse_properties(props_str)
+            rec = self._record.MessageRecord(
+                topic=h.topic, body=bytes(item.body), queue_id=qid, flag=item.flag, sys_flag=sys_flag,
+                born_timestamp=h.bornTimestamp, born_host=born_host, store_host=self.store_host,
+                reconsume_times=h.reconsumeTimes or 0, properties=props)
+            raw = self._record.encode_record(rec, properties_bytes=props_str.encode())
+            reqs.append(self.broker.put_request(raw, h.topic, qid, props, -1))
+        results = self.broker.store.put(reqs)
+        return await self._respond(cmd, results, qid, wait, [h.topic] * len(reqs))
+
+    # ---- response -------------------------------------------------------------------------
+    async def _respond(self, cmd, results, reply_qid: int, wait: bool, topics: list[str]):
+        first = results[0]
+        bad = next((r for r in results if _status_name(r.status) != "PUT_OK"), None)
+        if bad is not None:
+            name = _status_name(bad.status)
+            return _fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), name, reply_qid)
+        code = SUCCESS
+        remark = None
+        if self.cfg.sync_flush and wait:
+            pending = [r.flushed for r in results if getattr(r, "flushed", None) is not None]
+            if pending:
+                try:
+                    await asyncio.wait_for(asyncio.shield(asyncio.gather(*pending)), SYNC_FLUSH_TIMEOUT_S)
+                except TimeoutError:
+                    code, remark = FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT"
+        host, port = self.store_host
+        msg_id = ",".join(self._msgid.offset_msg_id(host, port, r.phys_offset) for r in results)
+        self.broker.on_put(topics, results)
+        if cmd.is_oneway:
+            return None
+        return cmd.response(code=code, remark=remark,
+                            ext_fields=_ext(msg_id, reply_qid, first.queue_offset))
+
+
+def _status_name(status) -> str:
+    return getattr(status, "name", None) or str(status)
+
+
+def _int(v) -> int:
+    try:
+        return int(v) if v not in (None, "") else 0
+    except ValueError:
+        return 0
+
+
+def _body_bytes(body) -> bytes:
+    if isinstance(body, list):
+        return b"".join(bytes(p) for p in body)
+    return bytes(body or b"")
+
+
+def register(server, broker) -> None:
+    proc = guarded(SendProcessor(broker).__call__)
+    for code in (SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE):
+        server.register(code, proc)

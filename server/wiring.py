@@ -1,0 +1,134 @@
+"""Adapters from the broker to the other packages' entry points (ARCHITECTURE.md contract).
+
+Everything that names another package's constructor lives here, so an interface change touches
+one file. Optional packages (scheduler services) are imported guardedly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+NOTIFY_CONSUMER_IDS_CHANGED = 40
+
+
+# ---- storage ---------------------------------------------------------------------------------
+_STORE_FIELD_SOURCES = {
+    # StoreConfig field name candidates → BrokerConfig attribute
+    "store_path_root_dir": "store_path_root_dir", "store_path": "store_path_root_dir",
+    "root_dir": "store_path_root_dir", "store_dir": "store_path_root_dir", "path": "store_path_root_dir",
+    "mapped_file_size_commit_log": "mapped_file_size_commit_log",
+    "commitlog_file_size": "mapped_file_size_commit_log",
+    "flush_disk_type": "flush_disk_type", "file_reserved_time": "file_reserved_time",
+    "max_message_size": "max_message_size", "message_delay_level": "message_delay_level",
+    "broker_addr": "broker_addr", "store_host": "broker_addr",
+}
+
+
+def build_kwargs(cls, cfg, sources: dict[str, str]) -> dict:
+    """Constructor kwargs for a config class from BrokerConfig values, by matching field names."""
+    if dataclasses.is_dataclass(cls):
+        names = [f.name for f in dataclasses.fields(cls)]
+    else:
+        names = [p for p in inspect.signature(cls).parameters if p != "self"]
+    kwargs = {}
+    broker_fields = {f.name for f in dataclasses.fields(cfg)}
+    for name in names:
+        src = sources.get(name) or (name if name in broker_fields else None)
+        if src is not None:
+            kwargs[name] = getattr(cfg, src)
+    if "flush_disk_type" in kwargs:
+        ftype = getattr(dataclasses.fields(cls)[names.index("flush_disk_type")], "type", "str") \
+            if dataclasses.is_dataclass(cls) else "str"
+        if "bool" in str(ftype):
+            kwargs["flush_disk_type"] = cfg.sync_flush
+    if "sync_flush" in names:
+        kwargs["sync_flush"] = cfg.sync_flush
+    return kwargs
+
+
+def make_message_store(cfg):
+    from storage import message_store as ms
+
+    store_config_cls = getattr(ms, "StoreConfig", None)
+    if store_config_cls is None:
+        from storage.config import StoreConfig as store_config_cls  # type: ignore[no-redef]
+    store = ms.MessageStore(store_config_cls(**build_kwargs(store_config_cls, cfg, _STORE_FIELD_SOURCES)))
+    store.load()
+    store.start()
+    return store
+
+
+def put_request(raw, topic: str, queue_id: int, properties: dict, deliver_delay_ms: int):
+    from codec.tags import java_hash
+    from storage.message_store import PutRequest
+
+    tags = properties.get("TAGS")
+    keys = [k for k in (properties.get("KEYS") or "").split(" ") if k]
+    uniq = properties.get("UNIQ_KEY")
+    if uniq:
+        keys.append(uniq)
+    return PutRequest(record=raw, topic=topic, queue_id=queue_id, tags_code=java_hash(tags) if tags else 0,
+                      keys=tuple(keys), deliver_delay_ms=deliver_delay_ms)
+
+
+# ---- scheduler -------------------------------------------------------------------------------
+def make_delay_service(store, cfg, levels):
+    try:
+        from scheduler.delay_levels import DelayLevelService
+    except ImportError:
+        log.warning("broker.delay_service_missing")
+        return None
+    return DelayLevelService(store, cfg)
+
+
+def make_timer_service(store, cfg):
+    if not cfg.timer_wheel_enable:
+        return None
+    try:
+        from scheduler.timer import TimerMessageStore
+    except ImportError:
+        log.warning("broker.timer_service_missing")
+        return None
+    return TimerMessageStore(store, cfg)
+
+
+# ---- remoting --------------------------------------------------------------------------------
+def notify_consumer_ids_changed(conn, group: str) -> None:
+    from codec.command import RemotingCommand
+
+    conn.invoke_oneway(RemotingCommand.request(NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}))
+
+
+class RemotingAdapter:
+    """One dispatch table served on several ports (listenPort and the VIP channel listenPort-2)."""
+
+    def __init__(self, broker) -> None:
+        from remoting.server import RemotingServer
+
+        self.broker = broker
+        self.server = RemotingServer()
+        for hook in ("on_connection_lost", "on_close", "on_disconnect"):
+            if hasattr(self.server, hook):
+                setattr(self.server, hook, self._connection_lost)
+                break
+
+    def _connection_lost(self, conn, *args) -> None:
+        self.broker.clients.channel_closed(conn)
+
+    def register(self, code: int, processor) -> None:
+        self.server.register(code, processor)
+
+    async def listen(self, host: str, ports: list[int]) -> None:
+        await self.server.start(host, ports)
+
+    async def close(self, drain_timeout_s: float) -> None:
+        await self.server.close(drain_timeout_s)
+
+
+def make_remoting_server(broker) -> RemotingAdapter:
+    return RemotingAdapter(broker)
