@@ -1,0 +1,52 @@
+import pytest
+
+from server.__main__ import build_parser, config_from_args
+from server.config import DEFAULT_DELAY_LEVELS, BrokerConfig, load_config, parse_properties
+
+
+def test_defaults_match_rocketmq_names():
+    cfg = BrokerConfig()
+    props = cfg.to_properties()
+    assert props["listenPort"] == "9876"
+    assert props["brokerIP1"] == "127.0.0.1"
+    assert props["brokerClusterName"] == "DefaultCluster"
+    assert props["mappedFileSizeCommitLog"] == "1073741824"
+    assert props["messageDelayLevel"] == DEFAULT_DELAY_LEVELS
+    assert props["autoCreateTopicEnable"] == "true"
+    assert cfg.vip_port == 9874 and cfg.broker_addr == "127.0.0.1:9876"
+
+
+def test_properties_file_parsing_with_comments_unknown_keys_and_continuations(tmp_path):
+    text = ("# comment\n! also comment\n\nbrokerName = broker-x\nlistenPort:10911\n"
+            "flushDiskType=SYNC_FLUSH\nmessageDelayLevel=1s 5s \\\n  10s\nnoSuchKey=1\nautoCreateTopicEnable=FALSE\n")
+    assert parse_properties(text)["messageDelayLevel"] == "1s 5s 10s"
+    conf = tmp_path / "broker.conf"
+    conf.write_text(text)
+    cfg = load_config(str(conf))
+    assert cfg.broker_name == "broker-x"
+    assert cfg.listen_port == 10911
+    assert cfg.sync_flush
+    assert cfg.message_delay_level == "1s 5s 10s"
+    assert cfg.auto_create_topic_enable is False
+    assert BrokerConfig().apply({"noSuchKey": "1"}) == ["noSuchKey"]
+
+
+def test_bad_number_names_the_key():
+    with pytest.raises(ValueError, match="listenPort"):
+        BrokerConfig.from_mapping({"listenPort": "ninety"})
+
+
+def test_cli_overrides_the_file(tmp_path):
+    conf = tmp_path / "broker.conf"
+    conf.write_text("listenPort=1000\nflushDiskType=SYNC_FLUSH\nbrokerIP1=10.0.0.1\n")
+    args = build_parser().parse_args(["--store", str(tmp_path / "s"), "--port", "2000", "--config", str(conf),
+                                      "--flush-disk-type", "ASYNC_FLUSH", "--delay-levels", "1s 2s",
+                                      "--set", "defaultTopicQueueNums=3"])
+    cfg = config_from_args(args)
+    assert cfg.listen_port == 2000
+    assert cfg.flush_disk_type == "ASYNC_FLUSH"
+    assert cfg.broker_ip1 == "10.0.0.1"
+    assert cfg.message_delay_level == "1s 2s"
+    assert cfg.default_topic_queue_nums == 3
+    assert cfg.store_path_root_dir == str(tmp_path / "s")
+    assert cfg.listen_host == "127.0.0.1"
