@@ -75,8 +75,10 @@ class MQClientError(Exception):
     def __init__(self, code: int, remark: str | None, what: str = "") -> None:
         self.code = code
         self.remark = remark or ""
-        msg = f"{what}: code {code}" if what else f"code {code}"
-        super().__init__(f"{msg} {self.remark}".strip())
+        text = self.remark or "request failed"
+        if code >= 0:
+            text = f"{text} (code {code})"
+        super().__init__(f"{what}: {text}" if what else text)
 
 
 def request(code: int, ext_fields: dict | None = None, body: bytes = b"") -> RemotingCommand:
@@ -96,6 +98,15 @@ def loads_lenient(body: bytes | memoryview | str) -> object:
 
 def dumps(obj: object) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def describe(e: BaseException) -> str:
+    """A short reason for a connection-level failure."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror.lower()
+    if isinstance(e, TimeoutError):
+        return "timed out"
+    return str(e) or type(e).__name__
 
 
 def check(resp: RemotingCommand, what: str, ok: tuple[int, ...] = (SUCCESS,)) -> RemotingCommand:

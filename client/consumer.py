@@ -180,18 +180,16 @@ class PushConsumer:
         async with self._rebalance_lock:
             wanted: dict[MessageQueue, Subscription] = {}
             for topic, sub in list(self.subscriptions.items()):
-                route = await self.instance.route(topic)
-                if route is None:
-                    continue
-                mqs = route.subscribe_queues()
-                if not mqs:
-                    continue
-                if self.clustering:
-                    cids = await consumer_ids(self.instance, self.group, mqs[0].broker_name)
-                    mine = allocate_averagely(self.instance.client_id, mqs, cids)
-                else:
-                    mine = mqs
-                for mq in mine:
+                try:
+                    route = await self.instance.route(topic)
+                    mqs = route.subscribe_queues() if route is not None else []
+                    if mqs and self.clustering:
+                        cids = await consumer_ids(self.instance, self.group, mqs[0].broker_name)
+                        mqs = allocate_averagely(self.instance.client_id, mqs, cids)
+                except (TimeoutError, w.MQClientError) as e:  # keep what we have for this topic
+                    log.warning("rebalance of topic failed", group=self.group, topic=topic, error=str(e))
+                    mqs = [mq for mq in self.process_queues if mq.topic == topic]
+                for mq in mqs:
                     wanted[mq] = sub
             await self._apply(wanted)
         self.rebalanced.set()

@@ -123,8 +123,8 @@ class ClientInstance:
                 return resp
             except (TimeoutError, OSError, ConnectionError) as e:
                 last = e
-        raise w.MQClientError(-1, f"name server {','.join(self.namesrv_addrs)} unreachable: {last!r}",
-                              "connect")
+        raise w.MQClientError(-1, f"name server {','.join(self.namesrv_addrs)} unreachable "
+                                  f"({w.describe(last) if last else 'no address'})")
 
     async def fetch_route(self, topic: str) -> TopicRoute | None:
         """GET_ROUTEINFO_BY_TOPIC; None when the topic does not exist."""
@@ -135,8 +135,15 @@ class ClientInstance:
         w.check(resp, f"route of {topic}")
         route = TopicRoute.parse(topic, w.loads_lenient(resp.body))
         self.routes[topic] = route
+        new_broker = False
         for name, addrs in route.brokers.items():
+            new_broker |= self.broker_addrs.get(name) != addrs
             self.broker_addrs[name] = dict(addrs)
+        if new_broker and (self.producer_groups or self.consumers):
+            # tell a newly learned broker who we are now rather than at the next 30 s tick
+            task = asyncio.get_running_loop().create_task(self.send_heartbeat(), name="heartbeat-new-broker")
+            self._tasks.append(task)
+            task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
         return route
 
     async def route(self, topic: str) -> TopicRoute | None:
@@ -161,7 +168,7 @@ class ClientInstance:
         try:
             return await self.remoting.invoke(addr, cmd, timeout or self.timeout)
         except (OSError, ConnectionError) as e:
-            raise w.MQClientError(-1, f"broker {addr} unreachable: {e!r}", "connect") from e
+            raise w.MQClientError(-1, f"broker {addr} unreachable ({w.describe(e)})") from e
 
     async def invoke_broker(self, broker_name: str, cmd, timeout: float | None = None):
         return await self.invoke_addr(self.master_addr(broker_name), cmd, timeout)
