@@ -39,7 +39,10 @@ def register(server, broker) -> None:
     @guarded
     def view_message(conn, cmd):
         h = H.VIEW_MESSAGE.parse(cmd.ext_fields)
-        rec = store.read_record(h.offset) if h.offset >= 0 else None
+        try:
+            rec = store.read_record(h.offset) if h.offset >= 0 else None
+        except (ValueError, IndexError, OSError):  # offset outside every CommitLog file, or not a record
+            rec = None
         if rec is None or len(rec) == 0:
             return error(cmd, SYSTEM_ERROR, f"can not find message by the offset, {h.offset}")
         return ok(cmd, body=rec)
