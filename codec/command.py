@@ -1,0 +1,228 @@
+"""RemotingCommand and its two header codecs (JSON and the binary ROCKETMQ form).
+
+Requests are parsed leniently (clients send numbers and booleans in extFields; C++ sends the
+language as a name, others as an ordinal); responses are emitted strictly: every extFields value
+is a string, top-level keys sorted as fastjson writes them, `remark` omitted when None.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from codec.codes import (
+    BROKER_VERSION,
+    RPC_ONEWAY,
+    RPC_TYPE_RESPONSE,
+    SERIALIZE_JSON,
+    SERIALIZE_ROCKETMQ,
+    LanguageCode,
+)
+from codec.errors import CodecError
+
+Body = bytes | bytearray | memoryview | list | tuple
+
+_LANG_BY_ORDINAL = {m.value: m.name for m in LanguageCode}
+_LANG_BY_NAME = {m.name: m.value for m in LanguageCode}
+_json_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=False).encode
+
+
+@dataclass(slots=True)
+class RemotingCommand:
+    code: int
+    opaque: int = 0
+    flag: int = 0
+    language: str = "JAVA"
+    version: int = BROKER_VERSION
+    remark: str | None = None
+    ext_fields: dict[str, str] = field(default_factory=dict)
+    body: Body = b""
+    serialize_type: int = SERIALIZE_JSON
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & RPC_TYPE_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & RPC_ONEWAY)
+
+    @classmethod
+    def request(cls, code: int, ext_fields: dict[str, Any] | None = None, body: Body = b"",
+                oneway: bool = False) -> RemotingCommand:
+        return cls(code=int(code), flag=RPC_ONEWAY if oneway else 0,
+                   ext_fields={k: _to_str(v) for k, v in (ext_fields or {}).items() if v is not None},
+                   body=body)
+
+    def response(self, code: int = 0, remark: str | None = None, ext_fields: dict[str, Any] | None = None,
+                 body: Body = b"") -> RemotingCommand:
+        """A response to this request: same opaque, same serialize type, response bit set."""
+        return RemotingCommand(
+            code=int(code), opaque=self.opaque, flag=RPC_TYPE_RESPONSE, language="JAVA",
+            version=BROKER_VERSION, remark=remark,
+            ext_fields={k: _to_str(v) for k, v in (ext_fields or {}).items() if v is not None},
+            body=body, serialize_type=self.serialize_type,
+        )
+
+    def body_bytes(self) -> bytes:
+        b = self.body
+        if isinstance(b, list | tuple):
+            return b"".join(bytes(p) for p in b)
+        return bytes(b)
+
+    def body_len(self) -> int:
+        b = self.body
+        if isinstance(b, list | tuple):
+            return sum(len(p) if not isinstance(p, memoryview) else p.nbytes for p in b)
+        return b.nbytes if isinstance(b, memoryview) else len(b)
+
+
+def _to_str(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    if v is None:
+        return ""
+    return str(v)
+
+
+# ---------------------------------------------------------------- JSON header
+
+def encode_json_header(cmd: RemotingCommand) -> bytes:
+    d: dict[str, Any] = {"code": cmd.code}
+    if cmd.ext_fields:
+        d["extFields"] = {k: _to_str(v) for k, v in cmd.ext_fields.items()}
+    d["flag"] = cmd.flag
+    d["language"] = cmd.language if isinstance(cmd.language, str) else _LANG_BY_ORDINAL.get(cmd.language, "JAVA")
+    d["opaque"] = cmd.opaque
+    if cmd.remark is not None:
+        d["remark"] = cmd.remark
+    d["serializeTypeCurrentRPC"] = "JSON"
+    d["version"] = cmd.version
+    return _json_dumps(d).encode("utf-8")
+
+
+def _int_field(d: dict, key: str, default: int = 0) -> int:
+    v = d.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v
+    try:
+        return int(v)
+    except (TypeError, ValueError) as e:
+        raise CodecError(f"header field {key} is not an integer: {v!r}") from e
+
+
+def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
+    try:
+        d = json.loads(bytes(data).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise CodecError(f"bad JSON header: {e}") from None
+    if not isinstance(d, dict):
+        raise CodecError("JSON header is not an object")
+    lang = d.get("language", "JAVA")
+    if isinstance(lang, int) and not isinstance(lang, bool):
+        lang = _LANG_BY_ORDINAL.get(lang, "OTHER")
+    elif not isinstance(lang, str):
+        lang = "OTHER"
+    ext = d.get("extFields") or {}
+    if not isinstance(ext, dict):
+        raise CodecError("extFields is not an object")
+    remark = d.get("remark")
+    cmd = RemotingCommand(
+        code=_int_field(d, "code"),
+        opaque=_int_field(d, "opaque"),
+        flag=_int_field(d, "flag"),
+        language=lang,
+        version=_int_field(d, "version"),
+        remark=remark if isinstance(remark, str) else (None if remark is None else str(remark)),
+        ext_fields={str(k): _to_str(v) for k, v in ext.items() if v is not None},
+        serialize_type=SERIALIZE_JSON,
+    )
+    if not (-(1 << 31) <= cmd.code < (1 << 31)) or not (-(1 << 31) <= cmd.opaque < (1 << 32)):
+        raise CodecError("code or opaque out of range")
+    return cmd
+
+
+# ---------------------------------------------------------- ROCKETMQ header
+
+_FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+
+
+def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
+    lang = _LANG_BY_NAME.get(cmd.language, 0) if isinstance(cmd.language, str) else int(cmd.language)
+    out = bytearray(_FIXED.pack(cmd.code, lang, cmd.version, _wrap32(cmd.opaque), cmd.flag))
+    remark = (cmd.remark or "").encode("utf-8")
+    out += _I32.pack(len(remark)) + remark
+    ext = bytearray()
+    for k, v in cmd.ext_fields.items():
+        if k is None or v is None:
+            continue
+        kb, vb = str(k).encode("utf-8"), _to_str(v).encode("utf-8")
+        ext += _I16.pack(len(kb)) + kb + _I32.pack(len(vb)) + vb
+    out += _I32.pack(len(ext)) + ext
+    return bytes(out)
+
+
+def _wrap32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def decode_rocketmq_header(data: bytes | memoryview) -> RemotingCommand:
+    mv = memoryview(data)
+    n = len(mv)
+    if n < _FIXED.size + 8:
+        raise CodecError("ROCKETMQ header too short")
+    code, lang, version, opaque, flag = _FIXED.unpack_from(mv, 0)
+    pos = _FIXED.size
+    (rlen,) = _I32.unpack_from(mv, pos)
+    pos += 4
+    if rlen < 0 or pos + rlen > n:
+        raise CodecError("ROCKETMQ header remark length out of range")
+    try:
+        remark = bytes(mv[pos:pos + rlen]).decode("utf-8") if rlen else None
+        pos += rlen
+        if pos + 4 > n:
+            raise CodecError("ROCKETMQ header truncated before extFields")
+        (elen,) = _I32.unpack_from(mv, pos)
+        pos += 4
+        if elen < 0 or pos + elen > n:
+            raise CodecError("ROCKETMQ header extFields length out of range")
+        end = pos + elen
+        ext: dict[str, str] = {}
+        while pos < end:
+            if pos + 2 > end:
+                raise CodecError("ROCKETMQ header ext key truncated")
+            (klen,) = _I16.unpack_from(mv, pos)
+            pos += 2
+            if klen < 0 or pos + klen + 4 > end:
+                raise CodecError("ROCKETMQ header ext key length out of range")
+            k = bytes(mv[pos:pos + klen]).decode("utf-8")
+            pos += klen
+            (vlen,) = _I32.unpack_from(mv, pos)
+            pos += 4
+            if vlen < 0 or pos + vlen > end:
+                raise CodecError("ROCKETMQ header ext value length out of range")
+            ext[k] = bytes(mv[pos:pos + vlen]).decode("utf-8")
+            pos += vlen
+    except UnicodeDecodeError as e:
+        raise CodecError(f"ROCKETMQ header string is not UTF-8: {e}") from None
+    return RemotingCommand(code=code, opaque=opaque, flag=flag, language=_LANG_BY_ORDINAL.get(lang, "OTHER"),
+                           version=version, remark=remark, ext_fields=ext, serialize_type=SERIALIZE_ROCKETMQ)
+
+
+def encode_header(cmd: RemotingCommand) -> bytes:
+    if cmd.serialize_type == SERIALIZE_ROCKETMQ:
+        return encode_rocketmq_header(cmd)
+    return encode_json_header(cmd)

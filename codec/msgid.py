@@ -1,0 +1,53 @@
+"""Message ids: the broker's offset msgId and the client-style UNIQ_KEY."""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import os
+import random
+import struct
+import time
+from datetime import datetime
+
+from codec.errors import CodecError
+
+_OFF4 = struct.Struct(">4siq")
+_OFF6 = struct.Struct(">16siq")
+
+
+def offset_msg_id(ip: str, port: int, phys_offset: int) -> str:
+    """hex(storeHostIP ‖ storePort ‖ commitlogOffset): 32 hex chars for IPv4, 56 for IPv6."""
+    addr = ipaddress.ip_address(ip)
+    if addr.version == 6 and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    if addr.version == 4:
+        return _OFF4.pack(addr.packed, port, phys_offset).hex().upper()
+    return _OFF6.pack(addr.packed, port, phys_offset).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
+    """(ip, port, commitlog offset); the length of the id says IPv4 (32) or IPv6 (56)."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except (ValueError, TypeError):
+        raise CodecError(f"offset msgId is not hex: {msg_id!r}") from None
+    if len(raw) == 16:
+        ip, port, off = _OFF4.unpack(raw)
+    elif len(raw) == 28:
+        ip, port, off = _OFF6.unpack(raw)
+    else:
+        raise CodecError(f"offset msgId has {len(msg_id)} chars, expected 32 or 56")
+    return str(ipaddress.ip_address(ip)), port, off
+
+
+_counter = itertools.count(random.randrange(1 << 16))
+_FIX = struct.pack(">4shi", bytes([127, 0, 0, 1]), os.getpid() & 0x7FFF, random.getrandbits(31))
+
+
+def new_uniq_id() -> str:
+    """A UNIQ_KEY in MessageClientIDSetter's layout: ip(4) pid(2) hash(4) msSinceMonthStart(4) counter(2)."""
+    now = datetime.now()
+    month_start = datetime(now.year, now.month, 1)
+    ms = int((time.time() - month_start.timestamp()) * 1000) & 0x7FFFFFFF
+    return (_FIX + struct.pack(">iH", ms, next(_counter) & 0xFFFF)).hex().upper()

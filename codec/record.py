@@ -1,0 +1,367 @@
+"""The stored message record (MessageDecoder layout): CommitLog bytes == pull wire bytes.
+
+TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTIMESTAMP BORNHOST
+STORETIMESTAMP STOREHOST RECONSUMETIMES PREPAREDTXOFFSET BODYLEN BODY TOPICLEN(1) TOPIC PROPLEN(2) PROPS
+
+Hosts are 4+4 bytes (IPv4) or 16+4 (IPv6, sysFlag 0x10 born / 0x20 store). Field positions after
+BORNHOST depend on those bits; helpers below compute them so storage and the scheduler can patch
+or rewrite a record without decoding it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from codec.codes import SysFlag
+from codec.errors import CodecError
+from codec.properties import parse_properties, properties_to_string
+
+MAGIC_CODE = -626843481  # 0xDAA320A7
+MAGIC_CODE_V2 = -626843477  # 5.x, 2-byte topic length
+BLANK_MAGIC_CODE = -875286124  # 0xCBD43194
+MAX_TOPIC_BYTES = 127
+MAX_PROPERTIES_BYTES = 32767
+
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_I16 = struct.Struct(">h")
+_HEAD = struct.Struct(">iiiiiqqiq")  # total magic crc queueId flag queueOffset physOffset sysFlag bornTs
+HEAD_SIZE = _HEAD.size  # 48: BORNHOST starts here
+
+# fixed positions (independent of host sizes)
+POS_TOTAL = 0
+POS_MAGIC = 4
+POS_BODY_CRC = 8
+POS_QUEUE_ID = 12
+POS_FLAG = 16
+POS_QUEUE_OFFSET = 20
+POS_PHYS_OFFSET = 28
+POS_SYS_FLAG = 36
+POS_BORN_TS = 40
+POS_BORN_HOST = 48
+
+
+def _host_len(v6: bool) -> int:
+    return 20 if v6 else 8
+
+
+def store_timestamp_pos(sys_flag: int) -> int:
+    return POS_BORN_HOST + _host_len(bool(sys_flag & SysFlag.BORNHOST_V6))
+
+
+def store_host_pos(sys_flag: int) -> int:
+    return store_timestamp_pos(sys_flag) + 8
+
+
+def reconsume_times_pos(sys_flag: int) -> int:
+    return store_host_pos(sys_flag) + _host_len(bool(sys_flag & SysFlag.STOREHOST_V6))
+
+
+def body_len_pos(sys_flag: int) -> int:
+    return reconsume_times_pos(sys_flag) + 4 + 8
+
+
+def record_length(sys_flag: int, body_len: int, topic_len: int, props_len: int) -> int:
+    return body_len_pos(sys_flag) + 4 + body_len + 1 + topic_len + 2 + props_len
+
+
+@dataclass(slots=True)
+class MessageRecord:
+    topic: str
+    body: bytes = b""
+    queue_id: int = 0
+    flag: int = 0
+    queue_offset: int = 0
+    commitlog_offset: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    store_timestamp: int = 0
+    store_host: tuple[str, int] = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    body_crc: int = 0
+    store_size: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get("TAGS")
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def _pack_host(host: tuple[str, int], v6: bool) -> bytes:
+    ip, port = host
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError as e:
+        raise CodecError(f"bad host address {ip!r}") from e
+    if v6:
+        raw = addr.packed if addr.version == 6 else ipaddress.IPv6Address(f"::ffff:{addr}").packed
+    else:
+        if addr.version == 6:
+            mapped = addr.ipv4_mapped
+            if mapped is None:
+                raise CodecError(f"IPv6 host {ip} needs the V6 sysFlag bit")
+            addr = mapped
+        raw = addr.packed
+    return raw + _I32.pack(int(port))
+
+
+def _is_v6(ip: str) -> bool:
+    try:
+        a = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    return a.version == 6 and a.ipv4_mapped is None
+
+
+def encode_record(rec: MessageRecord, properties_bytes: bytes | None = None) -> bytearray:
+    """Encode a record; BODYCRC and TOTALSIZE are computed. IPv6 flags follow the host addresses."""
+    sys_flag = rec.sys_flag & ~(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
+    if _is_v6(rec.born_host[0]):
+        sys_flag |= SysFlag.BORNHOST_V6
+    if _is_v6(rec.store_host[0]):
+        sys_flag |= SysFlag.STOREHOST_V6
+    topic = rec.topic.encode("utf-8")
+    if len(topic) > MAX_TOPIC_BYTES:
+        raise CodecError(f"topic longer than {MAX_TOPIC_BYTES} bytes")
+    props = properties_bytes if properties_bytes is not None else properties_to_string(rec.properties).encode()
+    if len(props) > MAX_PROPERTIES_BYTES:
+        raise CodecError(f"properties longer than {MAX_PROPERTIES_BYTES} bytes")
+    body = bytes(rec.body)
+    total = record_length(sys_flag, len(body), len(topic), len(props))
+    out = bytearray(total)
+    crc = body_crc(body)
+    _HEAD.pack_into(out, 0, total, MAGIC_CODE, crc, rec.queue_id, rec.flag, rec.queue_offset,
+                    rec.commitlog_offset, sys_flag, rec.born_timestamp)
+    pos = POS_BORN_HOST
+    bh = _pack_host(rec.born_host, bool(sys_flag & SysFlag.BORNHOST_V6))
+    out[pos:pos + len(bh)] = bh
+    pos += len(bh)
+    _I64.pack_into(out, pos, rec.store_timestamp)
+    pos += 8
+    sh = _pack_host(rec.store_host, bool(sys_flag & SysFlag.STOREHOST_V6))
+    out[pos:pos + len(sh)] = sh
+    pos += len(sh)
+    _I32.pack_into(out, pos, rec.reconsume_times)
+    _I64.pack_into(out, pos + 4, rec.prepared_transaction_offset)
+    pos += 12
+    _I32.pack_into(out, pos, len(body))
+    pos += 4
+    out[pos:pos + len(body)] = body
+    pos += len(body)
+    out[pos] = len(topic)
+    pos += 1
+    out[pos:pos + len(topic)] = topic
+    pos += len(topic)
+    _I16.pack_into(out, pos, len(props))
+    out[pos + 2:pos + 2 + len(props)] = props
+    return out
+
+
+def _unpack_host(mv, pos: int, v6: bool) -> tuple[tuple[str, int], int]:
+    n = 16 if v6 else 4
+    ip = str(ipaddress.ip_address(bytes(mv[pos:pos + n])))
+    (port,) = _I32.unpack_from(mv, pos + n)
+    return (ip, port), pos + n + 4
+
+
+def decode_record(buf, pos: int = 0, decompress: bool = False) -> tuple[MessageRecord, int]:
+    """Decode the record at `pos`; returns (record, next position). Raises CodecError."""
+    mv = memoryview(buf)
+    n = len(mv)
+    if n - pos < HEAD_SIZE:
+        raise CodecError("record truncated before its fixed header")
+    total, magic, crc, qid, flag, qoff, phys, sys_flag, born_ts = _HEAD.unpack_from(mv, pos)
+    if magic != MAGIC_CODE:
+        raise CodecError(f"bad record magic {magic:#x}" if magic >= 0 else f"bad record magic {magic}")
+    if total < HEAD_SIZE or pos + total > n:
+        raise CodecError(f"record size {total} out of range")
+    end = pos + total
+    try:
+        p = pos + POS_BORN_HOST
+        born_host, p = _unpack_host(mv, p, bool(sys_flag & SysFlag.BORNHOST_V6))
+        (store_ts,) = _I64.unpack_from(mv, p)
+        store_host, p = _unpack_host(mv, p + 8, bool(sys_flag & SysFlag.STOREHOST_V6))
+        (reconsume,) = _I32.unpack_from(mv, p)
+        (prepared,) = _I64.unpack_from(mv, p + 4)
+        (blen,) = _I32.unpack_from(mv, p + 12)
+        p += 16
+        if blen < 0 or p + blen > end:
+            raise CodecError("record body length out of range")
+        body = bytes(mv[p:p + blen])
+        p += blen
+        tlen = mv[p]
+        if tlen > 127:
+            raise CodecError("record topic length negative")
+        topic = bytes(mv[p + 1:p + 1 + tlen]).decode("utf-8")
+        p += 1 + tlen
+        (plen,) = _I16.unpack_from(mv, p)
+        p += 2
+        if plen < 0 or p + plen != end:
+            raise CodecError("record properties length does not match its total size")
+        props = parse_properties(bytes(mv[p:p + plen]))
+    except (struct.error, IndexError, UnicodeDecodeError, ValueError) as e:
+        if isinstance(e, CodecError):
+            raise
+        raise CodecError(f"malformed record: {e}") from None
+    if decompress and sys_flag & SysFlag.COMPRESSED:
+        body = decompress_body(body)
+    rec = MessageRecord(topic=topic, body=body, queue_id=qid, flag=flag, queue_offset=qoff, commitlog_offset=phys,
+                        sys_flag=sys_flag, born_timestamp=born_ts, born_host=born_host, store_timestamp=store_ts,
+                        store_host=store_host, reconsume_times=reconsume, prepared_transaction_offset=prepared,
+                        properties=props, body_crc=crc, store_size=total)
+    return rec, end
+
+
+def iter_records(buf, decompress: bool = False) -> Iterator[MessageRecord]:
+    pos, n = 0, len(memoryview(buf))
+    while pos < n:
+        rec, pos = decode_record(buf, pos, decompress)
+        yield rec
+
+
+def decompress_body(body: bytes, max_size: int = 64 << 20) -> bytes:
+    """zlib-inflate a COMPRESSED body (all 4.x clients use zlib), bounded against zip bombs."""
+    try:
+        d = zlib.decompressobj()
+        out = d.decompress(body, max_size)
+        if d.unconsumed_tail:
+            raise CodecError("decompressed body too large")
+        return out
+    except zlib.error as e:
+        raise CodecError(f"bad compressed body: {e}") from None
+
+
+# ------------------------------------------------------------ no-decode access
+
+def read_total_size(buf, pos: int = 0) -> int:
+    return _I32.unpack_from(buf, pos + POS_TOTAL)[0]
+
+
+def read_magic(buf, pos: int = 0) -> int:
+    return _I32.unpack_from(buf, pos + POS_MAGIC)[0]
+
+
+def read_queue_id(buf, pos: int = 0) -> int:
+    return _I32.unpack_from(buf, pos + POS_QUEUE_ID)[0]
+
+
+def read_sys_flag(buf, pos: int = 0) -> int:
+    return _I32.unpack_from(buf, pos + POS_SYS_FLAG)[0]
+
+
+def read_store_timestamp(buf, pos: int = 0) -> int:
+    return _I64.unpack_from(buf, pos + store_timestamp_pos(read_sys_flag(buf, pos)))[0]
+
+
+def read_born_timestamp(buf, pos: int = 0) -> int:
+    return _I64.unpack_from(buf, pos + POS_BORN_TS)[0]
+
+
+def _tail_positions(buf, pos: int) -> tuple[int, int, int, int]:
+    """(body_pos, body_len, topic_len_pos, props_len_pos) of the record at pos."""
+    sf = read_sys_flag(buf, pos)
+    bl = pos + body_len_pos(sf)
+    (blen,) = _I32.unpack_from(buf, bl)
+    tpos = bl + 4 + blen
+    tlen = buf[tpos]
+    return bl + 4, blen, tpos, tpos + 1 + tlen
+
+
+def read_topic(buf, pos: int = 0) -> str:
+    _, _, tpos, _ = _tail_positions(buf, pos)
+    return bytes(buf[tpos + 1:tpos + 1 + buf[tpos]]).decode("utf-8")
+
+
+def read_body(buf, pos: int = 0) -> bytes:
+    bpos, blen, _, _ = _tail_positions(buf, pos)
+    return bytes(buf[bpos:bpos + blen])
+
+
+def read_properties_bytes(buf, pos: int = 0) -> bytes:
+    _, _, _, ppos = _tail_positions(buf, pos)
+    (plen,) = _I16.unpack_from(buf, ppos)
+    return bytes(buf[ppos + 2:ppos + 2 + plen])
+
+
+def read_properties(buf, pos: int = 0) -> dict[str, str]:
+    return parse_properties(read_properties_bytes(buf, pos))
+
+
+def verify_record(buf, pos: int, limit: int | None = None) -> int:
+    """Recovery check of the record at pos: magic, size consistency and BODYCRC.
+
+    Returns its size, 0 for a BLANK (end-of-file) marker, and raises CodecError otherwise."""
+    n = len(buf) if limit is None else limit
+    if n - pos < 8:
+        raise CodecError("no room for a record header")
+    total, magic = struct.unpack_from(">ii", buf, pos)
+    if magic == BLANK_MAGIC_CODE:
+        return 0
+    if magic != MAGIC_CODE:
+        raise CodecError("bad magic")
+    if total < HEAD_SIZE or pos + total > n:
+        raise CodecError("size out of range")
+    try:
+        bpos, blen, tpos, ppos = _tail_positions(buf, pos)
+        (plen,) = _I16.unpack_from(buf, ppos)
+    except (struct.error, IndexError):
+        raise CodecError("truncated record") from None
+    if blen < 0 or plen < 0 or ppos + 2 + plen - pos != total:
+        raise CodecError("record length fields do not add up")
+    (crc,) = _I32.unpack_from(buf, pos + POS_BODY_CRC)
+    if body_crc(memoryview(buf)[bpos:bpos + blen]) != crc:
+        raise CodecError("BODYCRC mismatch")
+    return total
+
+
+def patch_append_fields(buf, pos: int, queue_offset: int, phys_offset: int, store_ts: int) -> None:
+    """Fill QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP in place (done by storage at append)."""
+    _I64.pack_into(buf, pos + POS_QUEUE_OFFSET, queue_offset)
+    _I64.pack_into(buf, pos + POS_PHYS_OFFSET, phys_offset)
+    _I64.pack_into(buf, pos + store_timestamp_pos(read_sys_flag(buf, pos)), store_ts)
+
+
+def rewrite_for_delivery(raw, topic: str, queue_id: int, store_host: tuple[str, int] | None = None,
+                         reconsume_times: int | None = None, properties_bytes: bytes | None = None) -> bytearray:
+    """A new record from a stored one with another topic and queue id (the scheduled-delivery hot path).
+
+    Body, flag, sysFlag, born timestamp/host and (unless given) properties are copied byte for byte;
+    queue offset, physical offset and store timestamp are left for storage to patch at append."""
+    mv = memoryview(raw)
+    sf = read_sys_flag(mv, 0)
+    bpos, blen, tpos, ppos = _tail_positions(mv, 0)
+    (plen,) = _I16.unpack_from(mv, ppos)
+    props = bytes(mv[ppos + 2:ppos + 2 + plen]) if properties_bytes is None else properties_bytes
+    tb = topic.encode("utf-8")
+    if len(tb) > MAX_TOPIC_BYTES:
+        raise CodecError("topic too long")
+    if store_host is not None and _is_v6(store_host[0]) != bool(sf & SysFlag.STOREHOST_V6):
+        sf ^= SysFlag.STOREHOST_V6
+    head_end = bpos  # everything up to and including BODYLEN, then body
+    new_head = bytearray(mv[:head_end])
+    if store_host is not None:
+        sh_pos = store_host_pos(sf)
+        old_len = _host_len(bool(read_sys_flag(mv, 0) & SysFlag.STOREHOST_V6))
+        new_head[sh_pos:sh_pos + old_len] = _pack_host(store_host, bool(sf & SysFlag.STOREHOST_V6))
+        _I32.pack_into(new_head, POS_SYS_FLAG, sf)
+    out = new_head
+    out += mv[bpos:bpos + blen]
+    out.append(len(tb))
+    out += tb
+    out += _I16.pack(len(props))
+    out += props
+    _I32.pack_into(out, POS_TOTAL, len(out))
+    _I32.pack_into(out, POS_QUEUE_ID, queue_id)
+    if reconsume_times is not None:
+        _I32.pack_into(out, reconsume_times_pos(sf), reconsume_times)
+    return out
