@@ -1,1 +1,1 @@
-"""delaymq scheduler package."""
+"""delaymq scheduler package: delay-level messages (`delay_levels`) and the timer wheel (`timer/`)."""

@@ -1,0 +1,169 @@
+"""Async deliver (scheduled-messages.md §2): per-level pending deque and its result handler.
+
+The level task puts a batch and enqueues one `PendingEntry` per message without waiting; the
+handler awaits the head's flush future (no busy waiting), advances the delivered offset strictly in
+order, and resends a failed head with backoff min(n*100 ms, 60 s). While the head has failed more
+than `max_resend_blocked` times the level takes no new deliveries (`blocked`); a schedule record
+that can no longer be read is SKIPped after more than 2*max_resend_blocked tries.
+
+Deviation from 4.9.x, on purpose: a SKIP at the head advances the offset past it (Java waits for a
+later SUCCESS to do that), so a restart does not rescan it and `pending` reaches 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+RUNNING, SUCCESS, EXCEPTION, SKIP = "RUNNING", "SUCCESS", "EXCEPTION", "SKIP"
+
+
+class PendingEntry:
+    """PutResultProcess: one delivered message in flight."""
+
+    __slots__ = ("offset", "phys", "size", "due", "result", "status", "resend_count", "info")
+
+    def __init__(self, offset: int, phys: int, size: int, due: int, result, status: str, info=None) -> None:
+        self.offset = offset
+        self.phys = phys
+        self.size = size
+        self.due = due
+        self.result = result  # storage PutResult (None for a SKIP marker)
+        self.status = status
+        self.resend_count = 0
+        self.info = info  # (topic, uniq) for event listeners, None when nobody listens
+
+
+def flush_ok(fut) -> bool:
+    """A completed flush future counts as success unless it failed or reports a non-PUT_OK status."""
+    if fut.cancelled() or fut.exception() is not None:
+        return False
+    res = fut.result()
+    name = getattr(res, "name", None)
+    return res is not False and (name is None or name == "PUT_OK")
+
+
+class AsyncLevelHandler:
+    """HandlePutResultTask for one level, as an asyncio task that sleeps on futures."""
+
+    def __init__(self, deliverer) -> None:
+        self.deliverer = deliverer
+        cfg = deliverer.svc.config
+        self.max_pending = cfg.max_pending
+        self.max_resend_blocked = cfg.max_resend_blocked
+        self.backoff_cap_ms = cfg.resend_backoff_cap_ms
+        self.pending: deque[PendingEntry] = deque()
+        self._has_work: asyncio.Future | None = None
+        self._space: asyncio.Future | None = None
+        self.stopping = False
+
+    # ---- used by the level task ----------------------------------------------------------
+    def blocked(self) -> bool:
+        """need2Blocked on the head: more than max_resend_blocked resends."""
+        return bool(self.pending) and self.pending[0].resend_count > self.max_resend_blocked
+
+    def room(self) -> int:
+        """How many entries may still be enqueued (Java admits while size <= limit: up to limit+1)."""
+        return self.max_pending + 1 - len(self.pending)
+
+    def extend(self, entries) -> None:
+        self.pending.extend(entries)
+        w = self._has_work
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def wait_space(self) -> None:
+        """Until the handler removes an entry (or stops)."""
+        if self.stopping:
+            return
+        fut = self._space = asyncio.get_running_loop().create_future()
+        await fut
+
+    def _signal_space(self) -> None:
+        s = self._space
+        if s is not None and not s.done():
+            s.set_result(None)
+
+    def stop(self) -> None:
+        self.stopping = True
+        for f in (self._has_work, self._space):
+            if f is not None and not f.done():
+                f.set_result(None)
+
+    # ---- the handler task ----------------------------------------------------------------
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        pending = self.pending
+        d = self.deliverer
+        while True:
+            if not pending:
+                if self.stopping:
+                    return
+                fut = self._has_work = loop.create_future()
+                await fut
+                continue
+            head = pending[0]
+            if head.status == RUNNING:
+                fl = head.result.flushed if head.result is not None else None
+                if fl is not None:
+                    if not fl.done():
+                        await asyncio.wait((fl,))
+                    head.status = SUCCESS if flush_ok(fl) else EXCEPTION
+                else:
+                    head.status = SUCCESS
+            status = head.status
+            if status == SUCCESS or status == SKIP:
+                pending.popleft()
+                d.entry_done(head)
+                self._signal_space()
+            elif status == EXCEPTION:
+                if self.stopping:
+                    log.warning("delay.async_stopped_on_failed_head", level=d.level, offset=head.offset)
+                    return
+                await self._resend(head)
+                if d.svc.listeners:
+                    d.svc.fire("resend", level=d.level, offset=head.offset, resendCount=head.resend_count,
+                               status=head.status, blocked=self.blocked())
+                if head.resend_count == self.max_resend_blocked + 1:
+                    log.warning("delay.level_blocked", level=d.level, offset=head.offset,
+                                resends=head.resend_count)
+
+    async def _resend(self, head: PendingEntry) -> None:
+        """doResend: back off, re-read the schedule record, put it synchronously."""
+        d = self.deliverer
+        delay_ms = min(head.resend_count * 100, self.backoff_cap_ms)
+        head.resend_count += 1
+        d.stats.resends += 1
+        if delay_ms:
+            await asyncio.sleep(delay_ms / 1000)
+        raw = d.store.read_record(head.phys, head.size)
+        if raw is None:
+            head.status = SKIP if head.resend_count > 2 * self.max_resend_blocked else EXCEPTION
+            if head.status == SKIP:
+                log.error("delay.async_skip_unreadable", level=d.level, offset=head.offset, phys=head.phys)
+            return
+        try:
+            req = d.make_request(raw)
+            if req is None:
+                head.status = SKIP
+                return
+            result = d.store.put([req])[0]
+            if not result.ok:
+                d.stats.failed_puts += 1
+                head.status = EXCEPTION
+                return
+            head.result = result
+            fl = result.flushed
+            if fl is not None:
+                await asyncio.wait((fl,))
+                if not flush_ok(fl):
+                    head.status = EXCEPTION
+                    return
+            head.status = SUCCESS
+        except Exception as e:  # a broken record or store error: retried on the next pass
+            log.error("delay.async_resend_failed", level=d.level, offset=head.offset, error=repr(e))
+            head.status = EXCEPTION

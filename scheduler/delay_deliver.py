@@ -1,0 +1,283 @@
+"""One delay level's delivery task (DeliverDelayedMessageTimerTask, scheduled-messages.md §1.4-1.6).
+
+Within a level messages come due in store order, so the task reads ConsumeQueue units in bulk,
+delivers everything already due with one MessageStore.put per batch, then sleeps (loop.call_at)
+until exactly the head's deliver timestamp. An idle level sleeps on a future that the store's
+dispatch listener resolves when a message enters SCHEDULE_TOPIC_XXXX queue level-1. No polling.
+
+Sync mode: a failed put is resent (only the failed messages, with backoff) before the offset moves
+past the batch, so nothing is lost or duplicated; under faults the resent messages land after the
+rest of their batch. Async mode: see scheduler.async_deliver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+
+import structlog
+
+from scheduler.async_deliver import EXCEPTION, RUNNING, SKIP, AsyncLevelHandler, PendingEntry, flush_ok
+from scheduler.delay_record import (
+    K_UNIQ,
+    born_timestamp,
+    build_delivery,
+    prop,
+    properties_bytes,
+    store_timestamp,
+)
+from scheduler.levels import SCHEDULE_TOPIC
+from scheduler.stats import LevelStats
+from storage.message_store import PutRequest
+
+log = structlog.get_logger(__name__)
+
+_UNIT = struct.Struct(">qiq")  # phys offset, size, tagsCode (= deliver timestamp)
+UNIT_SIZE = 20
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+DELAY_FOR_A_WHILE_S = 0.1
+DELAY_FOR_A_PERIOD_S = 10.0
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class LevelDeliverer:
+    def __init__(self, svc, level: int) -> None:
+        self.svc = svc
+        self.store = svc.store
+        self.level = level
+        self.queue_id = level - 1
+        self.delay_ms = svc.config.levels_ms[level - 1]
+        self.offset = 0        # delivered: next schedule-queue offset whose delivery is not confirmed
+        self.scan_offset = 0   # next unit to look at (> offset while async deliveries are in flight)
+        self.stats = LevelStats(level)
+        self.handler = AsyncLevelHandler(self) if svc.config.async_deliver else None
+        self._wake: asyncio.Future | None = None
+        self._idle = False
+        self.stopping = False
+
+    # ---- wake-ups ------------------------------------------------------------------------
+    def on_dispatch(self) -> None:
+        if self._idle:
+            self._wake_now()
+
+    def _wake_now(self) -> None:
+        w = self._wake
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def stop(self) -> None:
+        self.stopping = True
+        self._wake_now()
+        if self.handler is not None:
+            self.handler.stop()
+
+    async def _wait(self, idle: bool, due_ms: int = 0) -> None:
+        loop = asyncio.get_running_loop()
+        fut = self._wake = loop.create_future()
+        handle = None
+        if not idle:
+            handle = loop.call_at(loop.time() + max(0, due_ms - now_ms()) / 1000, _set_done, fut)
+        self._idle = idle
+        try:
+            await fut
+        finally:
+            self._idle = False
+            if handle is not None:
+                handle.cancel()
+
+    # ---- the task ------------------------------------------------------------------------
+    async def run(self) -> None:
+        while not self.stopping:
+            try:
+                await self._pass()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.exception("delay.level_pass_failed", level=self.level, offset=self.scan_offset, error=repr(e))
+                await asyncio.sleep(DELAY_FOR_A_PERIOD_S)
+
+    async def _pass(self) -> None:
+        store, qid = self.store, self.queue_id
+        units = store.read_units(SCHEDULE_TOPIC, qid, self.scan_offset, self.svc.config.batch_size)
+        if not units:
+            self._reset_offset()
+            self.stats.next_due_ms = 0
+            if store.max_offset(SCHEDULE_TOPIC, qid) <= self.scan_offset and not self.stopping:
+                await self._wait(idle=True)
+            return
+        handler = self.handler
+        limit = len(units) // UNIT_SIZE
+        if handler is not None:
+            if handler.blocked() or handler.room() <= 0:
+                await handler.wait_space()
+                return
+            limit = min(limit, handler.room())
+        now = now_ms()
+        delay = self.delay_ms
+        unpack = _UNIT.unpack_from
+        base = self.scan_offset
+        reqs, metas = [], []  # metas: (offset, phys, size, due, schedule store ts if listened)
+        listening = bool(self.svc.listeners)
+        wait_due = 0
+        scanned = limit
+        skipped = 0
+        for i in range(limit):
+            phys, size, due = unpack(units, i * UNIT_SIZE)
+            if due > now + delay:  # correctDeliverTimestamp
+                due = now
+            if due > now:
+                wait_due, scanned = due, i
+                break
+            raw = store.read_record(phys, size)
+            req = self.make_request(raw) if raw is not None else None
+            if req is None:
+                skipped += 1
+                if handler is not None:
+                    metas.append((base + i, phys, size, due, 0))
+                    reqs.append(None)
+                continue
+            reqs.append(req)
+            metas.append((base + i, phys, size, due, store_timestamp(raw) if listening else 0))
+        if skipped:
+            self.stats.skipped += skipped
+            log.warning("delay.skip_unreadable", level=self.level, count=skipped, offset=base)
+        if handler is None:
+            await self._deliver_sync(reqs, metas)
+            self.offset = self.scan_offset = base + scanned
+        else:
+            self._deliver_async(reqs, metas)
+            self.scan_offset = base + scanned
+        self.stats.next_due_ms = wait_due
+        if wait_due and not self.stopping:
+            await self._wait(idle=False, due_ms=wait_due)
+
+    def _reset_offset(self) -> None:
+        """§1.4 step 2: move an offset outside [min, max] of the schedule queue back into it."""
+        store, qid = self.store, self.queue_id
+        lo, hi = store.min_offset(SCHEDULE_TOPIC, qid), store.max_offset(SCHEDULE_TOPIC, qid)
+        new = lo if lo > self.scan_offset else hi if hi < self.scan_offset else self.scan_offset
+        if new != self.scan_offset:
+            log.warning("delay.offset_reset", level=self.level, old=self.scan_offset, new=new, min=lo, max=hi)
+            self.scan_offset = new
+            if self.handler is None or not self.handler.pending:
+                self.offset = new
+
+    def make_request(self, raw) -> PutRequest | None:
+        """messageTimeup: the delivery PutRequest, or None to drop (no REAL_TOPIC, half message)."""
+        built = build_delivery(raw)
+        if built is None or built[1] == HALF_TOPIC:
+            return None
+        record, topic, qid, tags_code, keys = built
+        return PutRequest(record, topic, qid, tags_code, keys, -1)
+
+    # ---- sync ----------------------------------------------------------------------------
+    async def _deliver_sync(self, reqs, metas) -> None:
+        if not reqs:
+            return
+        if self.svc.listeners:
+            self._fire_due(reqs, metas)
+        todo = list(range(len(reqs)))
+        attempt = 0
+        while todo:
+            results = self.store.put([reqs[i] for i in todo])
+            failed, oks = [], []
+            for i, r in zip(todo, results, strict=True):
+                (oks if r.ok else failed).append((i, r))
+            for i, r in oks:
+                fl = r.flushed
+                if fl is not None:
+                    if not fl.done():
+                        await asyncio.wait((fl,))
+                    if not flush_ok(fl):  # not confirmed durable: resend it (Java does the same)
+                        failed.append((i, r))
+                        continue
+                m = metas[i]
+                self._delivered(m[3], m[4], r, reqs[i])
+            if failed:
+                attempt += 1
+                self.stats.failed_puts += len(failed)
+                if attempt == 1 or attempt % 100 == 0:
+                    log.warning("delay.deliver_failed", level=self.level, failed=len(failed), attempt=attempt,
+                                status=str(failed[0][1].status))
+                await asyncio.sleep(DELAY_FOR_A_WHILE_S)
+            todo = sorted(i for i, _ in failed)
+
+    def _delivered(self, due: int, sched_store_ts: int, result, req) -> None:
+        st = self.stats
+        st.add_delivered(1)
+        st.record_lateness(result.store_timestamp - due)
+        if self.svc.listeners:
+            self.svc.fire("delivered", topic=req.topic, msgId=self.svc.msg_id(result.phys_offset),
+                          uniqKey=_uniq(req.record), level=self.level, bornTs=born_timestamp(req.record),
+                          storeTs=sched_store_ts, dueTs=due, deliveredTs=result.store_timestamp)
+
+    def _fire_due(self, reqs, metas) -> None:
+        for req, (_, phys, _, due, sts) in zip(reqs, metas, strict=True):
+            if req is None:
+                continue
+            self.svc.fire("due", topic=req.topic, msgId=self.svc.msg_id(phys), uniqKey=_uniq(req.record),
+                          level=self.level, bornTs=born_timestamp(req.record), storeTs=sts,
+                          dueTs=due, deliveredTs=0)
+
+    # ---- async ---------------------------------------------------------------------------
+    def _deliver_async(self, reqs, metas) -> None:
+        if not metas:
+            return
+        if self.svc.listeners:
+            self._fire_due(reqs, metas)
+        live = [r for r in reqs if r is not None]
+        results = iter(self.store.put(live) if live else ())
+        entries = []
+        for req, (off, phys, size, due, sts) in zip(reqs, metas, strict=True):
+            if req is None:
+                entries.append(PendingEntry(off, phys, size, due, None, SKIP))
+                continue
+            r = next(results)
+            if not r.ok:
+                self.stats.failed_puts += 1
+            entries.append(PendingEntry(off, phys, size, due, r, RUNNING if r.ok else EXCEPTION,
+                                        (req, sts) if self.svc.listeners else None))
+        self.handler.extend(entries)
+
+    def entry_done(self, e: PendingEntry) -> None:
+        """Handler callback, in offset order: SUCCESS or SKIP of the head."""
+        if e.offset + 1 > self.offset:
+            self.offset = e.offset + 1
+        if e.status == SKIP or e.result is None:
+            return
+        if e.info is not None:
+            req, sts = e.info
+            self._delivered(e.due, sts, e.result, req)
+        else:
+            st = self.stats
+            st.add_delivered(1)
+            st.record_lateness(e.result.store_timestamp - e.due)
+
+    # ---- visibility ----------------------------------------------------------------------
+    def max_offset(self) -> int:
+        return self.store.max_offset(SCHEDULE_TOPIC, self.queue_id)
+
+    def snapshot(self) -> dict:
+        mx = self.max_offset()
+        st = self.stats
+        return {"level": self.level, "delay_ms": self.delay_ms, "delivered_offset": self.offset,
+                "max_offset": mx, "pending": max(0, mx - self.offset), "next_due_ms": st.next_due_ms,
+                "delivered_total": st.delivered, "skipped_total": st.skipped, "failed_puts": st.failed_puts,
+                "resends": st.resends, "deliver_rate": st.rate(), "lateness_ms": st.histogram(),
+                "in_flight": len(self.handler.pending) if self.handler is not None else 0,
+                "blocked": self.handler.blocked() if self.handler is not None else False}
+
+
+def _set_done(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _uniq(record) -> str:
+    v = prop(properties_bytes(record), K_UNIQ)
+    return v.decode("utf-8", "replace") if v else ""
+

@@ -1,0 +1,52 @@
+"""Delay-level messages: the put hook (`transform_delay`) and the service entry point.
+
+`transform_delay` is the write path of scheduled-messages.md §1.2: a message whose DELAY
+property is L > 0 (transaction type NOT or COMMIT) is moved to SCHEDULE_TOPIC_XXXX queue L-1 with
+REAL_TOPIC / REAL_QID, L clamped to the highest level. The returned delay becomes the
+ConsumeQueue tagsCode offset (tagsCode = storeTimestamp + delay = the deliver timestamp).
+"""
+
+from __future__ import annotations
+
+from scheduler.delay_config import DelayConfig
+from scheduler.delay_service import DelayLevelService
+from scheduler.levels import SCHEDULE_TOPIC, parse_delay_levels
+
+__all__ = ["DelayConfig", "DelayLevelService", "parse_delay_levels", "transform_delay"]
+
+_TRANSACTION_MASK, _TRANSACTION_COMMIT = 0xC, 0x8
+_TIMER_KEYS = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+
+
+def delay_level_of(props: dict) -> int:
+    """The DELAY property as an int; absent or unparsable counts as 0 (an ordinary message)."""
+    raw = props.get("DELAY")
+    if not raw:
+        return 0
+    try:
+        return int(raw)
+    except ValueError:
+        return 0
+
+
+def transform_delay(record, levels_ms) -> int | None:
+    """Rewrite `record` (codec.record.MessageRecord) in place; the deliver delay in ms, or None."""
+    if record.sys_flag & _TRANSACTION_MASK not in (0, _TRANSACTION_COMMIT):
+        return None
+    props = record.properties
+    level = delay_level_of(props)
+    if level <= 0:
+        return None
+    if not isinstance(levels_ms, list | tuple):
+        levels_ms = getattr(levels_ms, "levels_ms", levels_ms)
+    max_level = len(levels_ms)
+    if level > max_level:
+        level = max_level
+        props["DELAY"] = str(level)
+    for key in _TIMER_KEYS:  # a delay level wins over timer properties (§4.2)
+        props.pop(key, None)
+    props["REAL_TOPIC"] = record.topic
+    props["REAL_QID"] = str(record.queue_id)
+    record.topic = SCHEDULE_TOPIC
+    record.queue_id = level - 1
+    return levels_ms[level - 1]

@@ -1,0 +1,87 @@
+"""delayOffset.json: the next schedule-queue offset to process per level (scheduled-messages.md §1.7).
+
+Written in RocketMQ's fastjson shape with unquoted integer keys, `{"offsetTable":{1:12,2:0}}`,
+atomically through storage.config_store (tmp + fsync + .bak + rename). The reader accepts quoted
+keys too, and falls back to `.bak` like ConfigManager.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import structlog
+
+from storage.config_store import atomic_write_bytes
+
+log = structlog.get_logger(__name__)
+
+FILE_NAME = "delayOffset.json"
+_UNQUOTED_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
+
+
+def parse_offset_table(text: str) -> dict[int, int]:
+    """{level: offset} from fastjson (unquoted int keys) or plain JSON (quoted keys)."""
+    obj = json.loads(_UNQUOTED_KEY.sub(r'\1"\2"\3', text))
+    table = obj.get("offsetTable") if isinstance(obj, dict) else None
+    if not isinstance(table, dict):
+        raise ValueError("no offsetTable object")
+    return {int(k): int(v) for k, v in table.items()}
+
+
+def format_offset_table(table: dict[int, int]) -> bytes:
+    body = ",\n\t\t".join(f"{level}:{offset}" for level, offset in sorted(table.items()))
+    return ('{\n\t"offsetTable":{\n\t\t' + body + "\n\t}\n}").encode() if table else \
+        b'{\n\t"offsetTable":{}\n}'
+
+
+class DelayOffsetTable:
+    """Level → next schedule-queue offset; persisted only when changed since the last persist."""
+
+    def __init__(self, config_dir: str | None) -> None:
+        self.path = os.path.join(config_dir, FILE_NAME) if config_dir else None
+        self.offsets: dict[int, int] = {}
+        self._persisted: dict[int, int] = {}
+
+    def load(self) -> bool:
+        if self.path is None:
+            return True
+        for candidate in (self.path, self.path + ".bak"):
+            try:
+                with open(candidate, encoding="utf-8") as f:
+                    text = f.read()
+            except FileNotFoundError:
+                continue
+            try:
+                self.offsets = parse_offset_table(text)
+            except (ValueError, TypeError, AttributeError) as e:
+                log.warning("delay_offsets.unreadable", path=candidate, error=str(e))
+                continue
+            self._persisted = dict(self.offsets)
+            log.info("delay_offsets.loaded", path=candidate, offsets=self.offsets)
+            return True
+        return True
+
+    def get(self, level: int) -> int:
+        return self.offsets.get(level, 0)
+
+    def set(self, level: int, offset: int) -> None:
+        self.offsets[level] = offset
+
+    def correct(self, level: int, cq_min: int, cq_max: int) -> int:
+        """correctDelayOffset: clamp the stored offset into [cq_min, cq_max] (logged when it moves)."""
+        old = self.offsets.get(level, 0)
+        new = min(max(old, cq_min), cq_max)
+        if new != old:
+            log.error("delay_offsets.corrected", level=level, old=old, new=new, cq_min=cq_min, cq_max=cq_max)
+        self.offsets[level] = new
+        return new
+
+    def persist(self, force: bool = False) -> bool:
+        if self.path is None or (not force and self.offsets == self._persisted):
+            return False
+        snapshot = dict(self.offsets)
+        atomic_write_bytes(self.path, format_offset_table(snapshot))
+        self._persisted = snapshot
+        return True

@@ -1,0 +1,152 @@
+"""DelayLevelService: one asyncio task per delay level (+ a result handler per level in async mode),
+delayOffset.json persistence, visibility (runtime_info / stats) and the event hook list.
+
+Lifecycle: `load()` reads and corrects delayOffset.json (called by `start()` if not done),
+`start()` runs on the running loop, `async shutdown()` lets every level finish its current pass,
+drains confirmed async deliveries and persists the offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from scheduler.delay_config import DelayConfig
+from scheduler.delay_deliver import LevelDeliverer
+from scheduler.delay_offsets import DelayOffsetTable
+from scheduler.levels import SCHEDULE_TOPIC
+
+log = structlog.get_logger(__name__)
+
+SHUTDOWN_WAIT_S = 5.0  # WAIT_FOR_SHUTDOWN
+
+
+class DelayLevelService:
+    def __init__(self, store, config, levels_ms: list[int] | None = None) -> None:
+        self.store = store
+        self.config = DelayConfig.coerce(config, levels_ms)
+        self.offsets = DelayOffsetTable(self.config.config_dir)
+        self.levels = [LevelDeliverer(self, lv) for lv in range(1, len(self.config.levels_ms) + 1)]
+        self.listeners: list = []
+        self._tasks: list[asyncio.Task] = []
+        self._loaded = False
+        self._started = False
+        self._store_host: tuple[str, int] | None = None
+        self._persist_handle: asyncio.TimerHandle | None = None
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def load(self) -> bool:
+        """Read delayOffset.json and clamp each level's offset into its schedule queue's [min, max]."""
+        self.offsets.load()
+        for d in self.levels:
+            lo = self.store.min_offset(SCHEDULE_TOPIC, d.queue_id)
+            hi = self.store.max_offset(SCHEDULE_TOPIC, d.queue_id)
+            d.offset = d.scan_offset = self.offsets.correct(d.level, lo, hi)
+        self._loaded = True
+        return True
+
+    def start(self) -> None:
+        if self._started:
+            return
+        if not self._loaded:
+            self.load()
+        loop = asyncio.get_running_loop()
+        self.store.add_dispatch_listener(self._on_dispatch)
+        for d in self.levels:
+            self._tasks.append(loop.create_task(d.run(), name=f"delay-level-{d.level}"))
+            if d.handler is not None:
+                self._tasks.append(loop.create_task(d.handler.run(), name=f"delay-handler-{d.level}"))
+        self._schedule_persist(loop)
+        self._started = True
+        log.info("delay.started", levels=len(self.levels), async_deliver=self.config.async_deliver,
+                 offsets={d.level: d.offset for d in self.levels if d.offset})
+
+    async def shutdown(self) -> None:
+        if self._persist_handle is not None:
+            self._persist_handle.cancel()
+            self._persist_handle = None
+        for d in self.levels:
+            d.stop()
+        if self._tasks:
+            done, pending = await asyncio.wait(self._tasks, timeout=SHUTDOWN_WAIT_S)
+            for t in pending:
+                t.cancel()
+            if pending:
+                log.warning("delay.shutdown_cancelled", tasks=[t.get_name() for t in pending])
+                await asyncio.wait(pending)
+            self._tasks.clear()
+        self._started = False
+        self.persist()
+        log.info("delay.stopped", offsets={d.level: d.offset for d in self.levels})
+
+    # ---- offsets -------------------------------------------------------------------------
+    def persist(self) -> bool:
+        for d in self.levels:
+            self.offsets.set(d.level, d.offset)
+        try:
+            return self.offsets.persist()
+        except OSError as e:
+            log.error("delay.persist_failed", error=repr(e))
+            return False
+
+    def _schedule_persist(self, loop) -> None:
+        interval = self.config.flush_offset_interval_ms / 1000
+        if interval <= 0:
+            return
+
+        def tick() -> None:
+            self.persist()
+            self._persist_handle = loop.call_later(interval, tick)
+
+        self._persist_handle = loop.call_later(interval, tick)
+
+    # ---- dispatch wake-up ----------------------------------------------------------------
+    def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
+        if topic == SCHEDULE_TOPIC and 0 <= queue_id < len(self.levels):
+            self.levels[queue_id].on_dispatch()
+
+    # ---- events --------------------------------------------------------------------------
+    def add_listener(self, fn) -> None:
+        """`fn(event, **fields)` on "due" and "delivered" (topic, msgId, uniqKey, level, bornTs,
+        storeTs, dueTs, deliveredTs). Costs nothing while the list is empty."""
+        self.listeners.append(fn)
+
+    def remove_listener(self, fn) -> None:
+        self.listeners.remove(fn)
+
+    def fire(self, event: str, **fields) -> None:
+        for fn in self.listeners:
+            try:
+                fn(event, **fields)
+            except Exception as e:
+                log.warning("delay.listener_failed", event=event, error=repr(e))
+
+    def msg_id(self, phys_offset: int) -> str:
+        from codec.msgid import offset_msg_id
+
+        host = self._store_host
+        if host is None:
+            addr = getattr(self.config, "broker_addr", None) or "127.0.0.1:10911"
+            ip, _, port = addr.rpartition(":")
+            host = self._store_host = (ip, int(port))
+        return offset_msg_id(host[0], host[1], phys_offset)
+
+    # ---- visibility ----------------------------------------------------------------------
+    def runtime_info(self) -> dict[str, str]:
+        info: dict[str, str] = {}
+        for d in self.levels:
+            snap = d.snapshot()
+            lv = d.level
+            info[f"scheduleMessageOffset_{lv}"] = f"{snap['delivered_offset']},{snap['max_offset']}"
+            info[f"scheduleMessagePending_{lv}"] = str(snap["pending"])
+            info[f"scheduleMessageNextDue_{lv}"] = str(snap["next_due_ms"])
+            info[f"scheduleMessageDelivered_{lv}"] = str(snap["delivered_total"])
+            info[f"scheduleMessageDeliverRate_{lv}"] = f"{snap['deliver_rate']:.1f}"
+        return info
+
+    def stats(self) -> dict:
+        levels = {d.level: d.snapshot() for d in self.levels}
+        return {"async_deliver": self.config.async_deliver, "levels": levels,
+                "pending_total": sum(v["pending"] for v in levels.values()),
+                "delivered_total": sum(v["delivered_total"] for v in levels.values())}

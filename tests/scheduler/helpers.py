@@ -1,0 +1,135 @@
+"""Real MessageStore + DelayLevelService helpers for the delay-level tests (no mocks)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+from codec.record import MessageRecord, decode_record, encode_record
+from codec.tags import java_hash
+from scheduler.delay_levels import DelayConfig, DelayLevelService, transform_delay
+from scheduler.levels import SCHEDULE_TOPIC, parse_delay_levels
+from storage.message_store import MessageStore, PutRequest, StoreConfig
+
+FAST_LEVELS = "100ms 200ms 300ms 1s"
+_seq = itertools.count()
+
+
+def store_config(path, sync_flush: bool = False, **kw) -> StoreConfig:
+    return StoreConfig(store_path=str(path), mapped_file_size_commitlog=kw.pop("commitlog_size", 1 << 20),
+                       mapped_file_size_consume_queue=20 * 4096,
+                       flush_disk_type="SYNC_FLUSH" if sync_flush else "ASYNC_FLUSH",
+                       message_delay_level=FAST_LEVELS, **kw)
+
+
+def open_store(path, **kw) -> MessageStore:
+    store = MessageStore(store_config(path, **kw))
+    store.load()
+    store.start()
+    return store
+
+
+def delay_config(path, **kw) -> DelayConfig:
+    kw.setdefault("flush_offset_interval_ms", 10_000)
+    return DelayConfig(levels_ms=parse_delay_levels(FAST_LEVELS), config_dir=str(path / "config"), **kw)
+
+
+def make_record(topic: str, level: int, body: bytes = b"x", queue_id: int = 0, tags: str | None = "TagA",
+                extra: dict | None = None, sys_flag: int = 0, reconsume: int = 0) -> MessageRecord:
+    props = {"UNIQ_KEY": f"U{next(_seq):08d}", "KEYS": "k1 k2"}
+    if level:
+        props["DELAY"] = str(level)
+    if tags:
+        props["TAGS"] = tags
+    props.update(extra or {})
+    return MessageRecord(topic=topic, body=body, queue_id=queue_id, flag=7, sys_flag=sys_flag,
+                         born_timestamp=int(time.time() * 1000), born_host=("10.1.2.3", 5555),
+                         store_host=("127.0.0.1", 10911), reconsume_times=reconsume, properties=props)
+
+
+def put_delayed(store: MessageStore, levels_ms, topic: str, level: int, n: int = 1, **kw):
+    """Put `n` messages through the put hook, one store.put; returns [(uniq, PutResult)]."""
+    reqs, uniqs = [], []
+    for i in range(n):
+        rec = make_record(topic, level, body=kw.get("body", b"body-%d" % i), **{
+            k: v for k, v in kw.items() if k != "body"})
+        delay = transform_delay(rec, levels_ms)
+        tags = rec.properties.get("TAGS")
+        reqs.append(PutRequest(encode_record(rec), rec.topic, rec.queue_id, java_hash(tags) if tags else 0,
+                               (rec.properties["UNIQ_KEY"],), -1 if delay is None else delay))
+        uniqs.append(rec.properties["UNIQ_KEY"])
+    results = store.put(reqs)
+    assert all(r.ok for r in results), [r.status for r in results]
+    return list(zip(uniqs, results, strict=True))
+
+
+def read_queue(store: MessageStore, topic: str, queue_id: int = 0, start: int = 0):
+    """[(unit tagsCode, MessageRecord)] of a ConsumeQueue, in queue order."""
+    out, off = [], start
+    while True:
+        units = store.read_units(topic, queue_id, off, 256)
+        if not units:
+            return out
+        for i in range(len(units) // 20):
+            phys = int.from_bytes(units[i * 20:i * 20 + 8], "big")
+            size = int.from_bytes(units[i * 20 + 8:i * 20 + 12], "big")
+            tags = int.from_bytes(units[i * 20 + 12:i * 20 + 20], "big", signed=True)
+            out.append((tags, decode_record(store.read_record(phys, size), 0)[0]))
+        off += len(units) // 20
+
+
+class QueueWatcher:
+    """Wakes when a ConsumeQueue's max offset reaches a target (dispatch listener, no polling)."""
+
+    def __init__(self, store: MessageStore, topic: str, queue_id: int = 0) -> None:
+        self.store, self.topic, self.queue_id = store, topic, queue_id
+        self._waiters: list[tuple[int, asyncio.Future]] = []
+        store.add_dispatch_listener(self._on_dispatch)
+
+    def _on_dispatch(self, topic, queue_id, max_offset) -> None:
+        if topic == self.topic and queue_id == self.queue_id:
+            for n, fut in self._waiters:
+                if max_offset >= n and not fut.done():
+                    fut.set_result(None)
+
+    async def wait_for(self, n: int, timeout: float = 10.0) -> int:
+        if self.store.max_offset(self.topic, self.queue_id) < n:
+            fut = asyncio.get_running_loop().create_future()
+            self._waiters.append((n, fut))
+            try:
+                await asyncio.wait_for(fut, timeout)
+            finally:
+                self._waiters.remove((n, fut))
+        return self.store.max_offset(self.topic, self.queue_id)
+
+
+class EventRecorder:
+    """A DelayLevelService listener that records events and wakes waiters on a predicate."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict]] = []
+        self._waiters: list[tuple[object, asyncio.Future]] = []
+
+    def __call__(self, event: str, **fields) -> None:
+        self.events.append((event, fields))
+        for pred, fut in self._waiters:
+            if not fut.done() and pred(self):
+                fut.set_result(None)
+
+    def named(self, event: str) -> list[dict]:
+        return [f for e, f in self.events if e == event]
+
+    async def wait(self, pred, timeout: float = 10.0) -> None:
+        if pred(self):
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append((pred, fut))
+        try:
+            await asyncio.wait_for(fut, timeout)
+        finally:
+            self._waiters.remove((pred, fut))
+
+
+__all__ = ["SCHEDULE_TOPIC", "DelayLevelService", "FAST_LEVELS", "open_store", "delay_config", "put_delayed",
+           "read_queue", "QueueWatcher", "make_record", "EventRecorder"]
