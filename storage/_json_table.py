@@ -1,0 +1,38 @@
+"""Shared base of the persistent config tables: `{<root>: {...}, "dataVersion": {...}}` files written
+atomically (config_store) under `<store>/config/`, with RocketMQ's DataVersion shape."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from storage.config_store import atomic_write_json, read_json
+
+
+class JsonTableFile:
+    def __init__(self, store_path: str, file_name: str, root_key: str) -> None:
+        self.path = os.path.join(store_path, "config", file_name)
+        self.root_key = root_key
+        self.counter = 0
+        self.timestamp = 0
+
+    def read(self) -> dict:
+        doc = read_json(self.path)
+        if not isinstance(doc, dict):
+            return {}
+        dv = doc.get("dataVersion") or {}
+        self.counter = int(dv.get("counter") or 0)
+        self.timestamp = int(dv.get("timestamp") or 0)
+        table = doc.get(self.root_key)
+        return table if isinstance(table, dict) else {}
+
+    def bump(self) -> None:
+        self.counter += 1
+        self.timestamp = int(time.time() * 1000)
+
+    def write(self, table: dict, extra: dict | None = None) -> None:
+        doc = {self.root_key: table}
+        if extra:
+            doc.update(extra)
+        doc["dataVersion"] = {"counter": self.counter, "timestamp": self.timestamp}
+        atomic_write_json(self.path, doc)

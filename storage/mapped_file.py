@@ -1,0 +1,258 @@
+"""Fixed-size memory-mapped segment files and the ordered queue of them (CommitLog and ConsumeQueue).
+
+A segment is named by its start offset in the queue's address space, 20-digit zero-padded decimal.
+Each segment tracks `wrote_pos` (bytes appended) and `flushed_pos` (bytes known durable). Flushing
+uses `os.fdatasync` on the file descriptor: on Linux a shared mapping's dirty pages are the file's page
+cache, so this is equivalent to msync(MS_SYNC) and, unlike `mmap.flush`, releases the GIL (it runs in
+an executor thread for SYNC_FLUSH group commit).
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+NAME_DIGITS = 20
+
+
+def segment_name(start_offset: int) -> str:
+    return f"{start_offset:0{NAME_DIGITS}d}"
+
+
+def _reserve(fd: int, size: int) -> None:
+    """Allocate the file's blocks now so a full disk shows up here (ENOSPC), not as SIGBUS on a write."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        if e.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            os.ftruncate(fd, size)
+        else:
+            raise
+
+
+class MappedFile:
+    __slots__ = ("path", "file_from_offset", "file_size", "fd", "mm", "view", "wrote_pos", "flushed_pos")
+
+    def __init__(self, path: str, file_from_offset: int, file_size: int, create: bool = False) -> None:
+        self.path = path
+        self.file_from_offset = file_from_offset
+        self.file_size = file_size
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        self.fd = os.open(path, flags, 0o644)
+        try:
+            if create:
+                _reserve(self.fd, file_size)
+            elif os.fstat(self.fd).st_size != file_size:
+                os.ftruncate(self.fd, file_size)
+            self.mm = mmap.mmap(self.fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(self.fd)
+            if create:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            raise
+        self.view = memoryview(self.mm)
+        self.wrote_pos = 0
+        self.flushed_pos = 0
+
+    # ---- positions ------------------------------------------------------------------------------
+    @property
+    def remaining(self) -> int:
+        return self.file_size - self.wrote_pos
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote_pos >= self.file_size
+
+    @property
+    def end_offset(self) -> int:
+        return self.file_from_offset + self.wrote_pos
+
+    # ---- writes ---------------------------------------------------------------------------------
+    def write_at(self, pos: int, data) -> None:
+        n = len(data)
+        self.mm[pos:pos + n] = data
+
+    def append(self, data) -> int:
+        """Copy `data` at the write position; returns the file position it was written at."""
+        pos = self.wrote_pos
+        n = len(data)
+        self.mm[pos:pos + n] = data
+        self.wrote_pos = pos + n
+        return pos
+
+    def flush(self) -> int:
+        """Make everything up to wrote_pos durable; returns the new flushed position."""
+        target = self.wrote_pos
+        if target > self.flushed_pos:
+            os.fdatasync(self.fd)
+            self.flushed_pos = target
+        return self.flushed_pos
+
+    def zero_from(self, pos: int) -> int:
+        """Erase bytes from `pos` to the end of the file and move the positions back to `pos`.
+        Returns the number of non-zero bytes that were there (from `pos` to the last non-zero byte)."""
+        end = self.file_size
+        step = 1 << 20
+        dirty_end = pos
+        p = pos
+        while p < end:
+            n = min(step, end - p)
+            chunk = self.mm[p:p + n]
+            if chunk.count(0) != n:
+                dirty_end = p + len(chunk.rstrip(b"\0"))
+                self.mm[p:p + n] = bytes(n)
+            p += n
+        self.wrote_pos = pos
+        self.flushed_pos = min(self.flushed_pos, pos)
+        os.fdatasync(self.fd)
+        return dirty_end - pos
+
+    # ---- reads ----------------------------------------------------------------------------------
+    def slice(self, pos: int, size: int) -> memoryview:
+        return self.view[pos:pos + size]
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+    def last_modified(self) -> float:
+        return os.fstat(self.fd).st_mtime
+
+    def close(self) -> None:
+        if self.fd < 0:
+            return
+        self.view.release()
+        try:
+            self.mm.close()
+        except BufferError:
+            # A caller still holds a slice (e.g. a pull response in flight); the mapping goes with it.
+            log.warning("mapped_file.close_busy", path=self.path)
+        os.close(self.fd)
+        self.fd = -1
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class MappedFileQueue:
+    """The ordered segments of one log directory; offsets are global (segment start + position)."""
+
+    def __init__(self, directory: str, file_size: int) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self.files: list[MappedFile] = []
+
+    def load(self) -> None:
+        """Open existing segments (positions start full; recovery sets the real write position)."""
+        if not os.path.isdir(self.directory):
+            return
+        names = sorted(n for n in os.listdir(self.directory) if len(n) == NAME_DIGITS and n.isdigit())
+        for name in names:
+            path = os.path.join(self.directory, name)
+            if os.path.getsize(path) != self.file_size:
+                log.warning("mapped_file.size_mismatch", path=path, size=os.path.getsize(path),
+                            expected=self.file_size)
+            mf = MappedFile(path, int(name), self.file_size)
+            mf.wrote_pos = mf.flushed_pos = self.file_size
+            self.files.append(mf)
+
+    # ---- access ---------------------------------------------------------------------------------
+    @property
+    def last(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    def create_file(self, start_offset: int) -> MappedFile:
+        os.makedirs(self.directory, exist_ok=True)
+        mf = MappedFile(os.path.join(self.directory, segment_name(start_offset)), start_offset,
+                        self.file_size, create=True)
+        self.files.append(mf)
+        return mf
+
+    def last_writable(self, start_if_empty: int = 0) -> MappedFile:
+        """The active segment, creating the next one if there is none or the last one is full."""
+        last = self.last
+        if last is None:
+            return self.create_file(start_if_empty - start_if_empty % self.file_size)
+        if last.is_full:
+            return self.create_file(last.file_from_offset + self.file_size)
+        return last
+
+    def find(self, offset: int) -> MappedFile | None:
+        files = self.files
+        if not files:
+            return None
+        first = files[0].file_from_offset
+        idx = (offset - first) // self.file_size
+        if 0 <= idx < len(files):
+            mf = files[idx]
+            if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
+                return mf
+        for mf in files:  # gaps are possible only after manual deletion
+            if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
+                return mf
+        return None
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].file_from_offset if self.files else 0
+
+    @property
+    def max_offset(self) -> int:
+        last = self.last
+        return last.end_offset if last is not None else 0
+
+    @property
+    def flushed_offset(self) -> int:
+        for mf in reversed(self.files):
+            if mf.flushed_pos > 0:
+                return mf.file_from_offset + mf.flushed_pos
+        return self.min_offset
+
+    def flush(self) -> int:
+        """Flush every segment with unflushed bytes (in order); returns the flushed offset."""
+        for mf in self.files:
+            if mf.flushed_pos < mf.wrote_pos:
+                mf.flush()
+        return self.flushed_offset
+
+    def truncate(self, offset: int) -> list[tuple[str, int, int]]:
+        """Drop everything at or past `offset`: later segments are deleted, the segment holding
+        `offset` is zeroed from there. Returns (file, from_pos, bytes_cut) for each cut."""
+        cuts: list[tuple[str, int, int]] = []
+        keep: list[MappedFile] = []
+        for mf in self.files:
+            start = mf.file_from_offset
+            if start + self.file_size <= offset:
+                keep.append(mf)
+            elif start <= offset:
+                pos = offset - start
+                cut = mf.zero_from(pos)
+                if cut:
+                    cuts.append((mf.path, pos, cut))
+                keep.append(mf)
+            else:
+                cuts.append((mf.path, 0, mf.file_size))
+                mf.destroy()
+        self.files = keep
+        return cuts
+
+    def delete_first(self, n: int) -> list[str]:
+        gone = []
+        for mf in self.files[:n]:
+            mf.destroy()
+            gone.append(mf.path)
+        del self.files[:n]
+        return gone
+
+    def close(self) -> None:
+        for mf in self.files:
+            mf.close()

@@ -1,0 +1,323 @@
+"""MessageStore: the storage facade (ARCHITECTURE.md). The scheduler and the server use only this.
+
+Layout under `store_path`: `commitlog/`, `consumequeue/<topic>/<qid>/`, `index/keys.idx`,
+`checkpoint`, `abort` (present while running), `config/` (JSON tables, see topic_config etc.).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import time
+from collections.abc import Callable
+
+import structlog
+
+from storage import _record as R
+from storage.checkpoint import Checkpoint, CheckpointFile
+from storage.commitlog import CommitLog
+from storage.consume_queue import UNIT, ConsumeQueue
+from storage.faults import PutFaultInjector
+from storage.flush import GroupCommitService, PeriodicFlusher, flush_segments_blocking
+from storage.index import IndexService
+from storage.recovery import recover
+from storage.retention import RetentionMixin
+from storage.store_reads import ReadMixin
+from storage.store_types import (
+    GetResult,
+    GetStatus,
+    PutRequest,
+    PutResult,
+    PutStatus,
+    QueryResult,
+    StoreConfig,
+)
+
+__all__ = ["MessageStore", "StoreConfig", "PutRequest", "PutResult", "PutStatus", "GetResult", "GetStatus",
+           "QueryResult"]
+
+log = structlog.get_logger(__name__)
+
+DispatchListener = Callable[[str, int, int], None]
+
+
+class MessageStore(ReadMixin, RetentionMixin):
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        root = config.store_path
+        self.commitlog = CommitLog(os.path.join(root, "commitlog"), config.mapped_file_size_commitlog)
+        self.cq_root = os.path.join(root, "consumequeue")
+        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.queue_offsets: dict[tuple[str, int], int] = {}
+        self.index = IndexService(root)
+        self.checkpoint = CheckpointFile(root)
+        self.faults = PutFaultInjector()
+        self._listeners: list[DispatchListener] = []
+        self._group_commit = GroupCommitService(self.commitlog)
+        self._flushers: list[PeriodicFlusher] = []
+        self._loaded = False
+        self._closed = False
+        self._disk_checked_at = 0.0
+        self._disk_ratio = 0.0
+        self.put_ok_total = 0
+        self.put_failed_total = 0
+        self.put_bytes_total = 0
+        self.get_total = 0
+        self.boot_ms = int(time.time() * 1000)
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+    def load(self) -> bool:
+        """Open and recover the store (see storage.recovery); marks it running (abort file)."""
+        os.makedirs(self.config.store_path, exist_ok=True)
+        recover(self)
+        self.checkpoint.mark_running()
+        self._loaded = True
+        return True
+
+    def start(self) -> None:
+        """Start the flush tasks on the running loop."""
+        cfg = self.config
+        if cfg.sync_flush:
+            self._group_commit.start()
+        else:
+            self._flushers.append(PeriodicFlusher(
+                "commitlog-flush", cfg.flush_interval_ms, lambda: None,
+                lambda _: flush_segments_blocking(self.commitlog.queue)))
+        self._flushers.append(PeriodicFlusher(
+            "logics-flush", cfg.flush_consume_queue_interval_ms, self._prepare_logics_flush, self._logics_flush))
+        self._start_cleaner()
+        for f in self._flushers:
+            f.start()
+
+    def _start_cleaner(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = max(self.config.clean_resource_interval_ms, 1) / 1000.0
+
+        def tick() -> None:
+            if self._closed:
+                return
+            try:
+                self.clean_expired()
+            except Exception as e:
+                log.error("retention.failed", error=repr(e))
+            self._clean_handle = loop.call_later(interval, tick)
+
+        self._clean_handle = loop.call_later(interval, tick)
+
+    def _prepare_logics_flush(self):
+        """On the loop thread: snapshot what the flush will cover (for the checkpoint)."""
+        pending_index = self.index.take_pending()
+        return (self.commitlog.max_offset, list(self.consume_queues.values()), pending_index)
+
+    def _logics_flush(self, snapshot) -> None:
+        cl_max, cqs, pending_index = snapshot
+        for cq in cqs:
+            flush_segments_blocking(cq.files)
+        if pending_index:
+            self.index.write(pending_index)
+        self.checkpoint.write(Checkpoint(self.commitlog.flushed_offset, cl_max, cl_max))
+
+    async def shutdown(self) -> None:
+        """Flush everything, write the checkpoint, remove the abort marker, close the files."""
+        if self._closed:
+            return
+        self._closed = True
+        handle = getattr(self, "_clean_handle", None)
+        if handle is not None:
+            handle.cancel()
+        for f in self._flushers:
+            await f.stop()
+        await self._group_commit.stop()
+        self.close()
+
+    def close(self) -> None:
+        """Synchronous clean close (also used when no loop runs)."""
+        self._closed = True
+        if not self._loaded:
+            return
+        self.commitlog.flush()
+        for cq in self.consume_queues.values():
+            cq.flush()
+        self.index.flush()
+        cl_max = self.commitlog.max_offset
+        self.checkpoint.write(Checkpoint(self.commitlog.flushed_offset, cl_max, cl_max))
+        self.checkpoint.mark_clean()
+        for cq in self.consume_queues.values():
+            cq.close()
+        self.commitlog.close()
+        self._loaded = False
+        log.info("store.closed", commitlog_max_offset=cl_max)
+
+    # ---- listeners ------------------------------------------------------------------------------
+    def add_dispatch_listener(self, fn: DispatchListener) -> None:
+        self._listeners.append(fn)
+
+    def remove_dispatch_listener(self, fn: DispatchListener) -> None:
+        if fn in self._listeners:
+            self._listeners.remove(fn)
+
+    # ---- consume queues -------------------------------------------------------------------------
+    def consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
+        key = (topic, queue_id)
+        cq = self.consume_queues.get(key)
+        if cq is None and create:
+            cq = ConsumeQueue(self.cq_root, topic, queue_id, self.config.mapped_file_size_consume_queue)
+            self.consume_queues[key] = cq
+        return cq
+
+    # ---- put ------------------------------------------------------------------------------------
+    def disk_used_ratio(self) -> float:
+        now = time.monotonic()
+        if now - self._disk_checked_at >= self.config.disk_check_interval_ms / 1000.0 or self._disk_checked_at == 0:
+            try:
+                st = os.statvfs(self.config.store_path)
+                self._disk_ratio = 1.0 - st.f_bavail / st.f_blocks if st.f_blocks else 0.0
+            except OSError:
+                self._disk_ratio = 0.0
+            self._disk_checked_at = now
+        return self._disk_ratio
+
+    def _check_request(self, req: PutRequest) -> PutStatus | None:
+        rec = req.record
+        n = len(rec)
+        if n > self.config.max_message_size or n + R.BLANK_LEN > self.config.mapped_file_size_commitlog:
+            return PutStatus.MESSAGE_ILLEGAL
+        if n < R.MIN_RECORD:
+            return PutStatus.MESSAGE_ILLEGAL
+        total, magic = R.read_head(rec, 0)
+        if total != n or magic not in R.RECORD_MAGICS:
+            return PutStatus.MESSAGE_ILLEGAL
+        return None
+
+    def put(self, requests: list[PutRequest]) -> list[PutResult]:
+        """Append a batch synchronously; see ARCHITECTURE.md. Results are in request order."""
+        results: list[PutResult | None] = [None] * len(requests)
+        if self._closed or not self._loaded:
+            return self._fail_all(requests, results, PutStatus.SERVICE_NOT_AVAILABLE, "store is not running")
+        if self.disk_used_ratio() > self.config.disk_max_used_ratio:
+            log.warning("store.disk_full", ratio=round(self._disk_ratio, 4), limit=self.config.disk_max_used_ratio)
+            return self._fail_all(requests, results, PutStatus.SERVICE_NOT_AVAILABLE,
+                                  f"disk full: used ratio {self._disk_ratio:.3f} > {self.config.disk_max_used_ratio}")
+        faults = self.faults
+        accepted: list[int] = []
+        for i, req in enumerate(requests):
+            status = faults.take(req) if faults.enabled else None
+            remark = "injected fault" if status is not None else None
+            if status is None:
+                status = self._check_request(req)
+                remark = "message illegal" if status is not None else None
+            if status is not None:
+                results[i] = PutResult(status, remark=remark)
+                self.put_failed_total += 1
+            else:
+                accepted.append(i)
+        if not accepted:
+            return results  # type: ignore[return-value]
+        # queue offsets (committed only for records actually stored)
+        counters = self.queue_offsets
+        next_off: dict[tuple[str, int], int] = {}
+        qoffs: list[int] = []
+        for i in accepted:
+            req = requests[i]
+            key = (req.topic, req.queue_id)
+            off = next_off.get(key)
+            if off is None:
+                off = counters.get(key, 0)
+            qoffs.append(off)
+            next_off[key] = off + 1
+        store_ts = int(time.time() * 1000)
+        phys, err = self.commitlog.append_batch([requests[i].record for i in accepted], qoffs, store_ts)
+        units: dict[tuple[str, int], list] = {}
+        index = self.index
+        end = 0
+        for j, p in enumerate(phys):
+            i = accepted[j]
+            req = requests[i]
+            size = len(req.record)
+            key = (req.topic, req.queue_id)
+            tags = store_ts + req.deliver_delay_ms if req.deliver_delay_ms >= 0 else req.tags_code
+            entry = units.get(key)
+            if entry is None:
+                units[key] = [qoffs[j], bytearray(UNIT.pack(p, size, tags)), p + size]
+            else:
+                entry[1] += UNIT.pack(p, size, tags)
+                entry[2] = p + size
+            if req.keys:
+                index.add(req.topic, req.keys, p, size, store_ts)
+            results[i] = PutResult(PutStatus.PUT_OK, p, size, qoffs[j], store_ts)
+            end = p + size
+            self.put_bytes_total += size
+        self.put_ok_total += len(phys)
+        if err is not None:
+            enospc = isinstance(err.cause, OSError) and err.cause.errno == errno.ENOSPC
+            status = PutStatus.SERVICE_NOT_AVAILABLE if enospc else PutStatus.CREATE_MAPPED_FILE_FAILED
+            remark = f"disk full: {err}" if enospc else f"create mapped file failed: {err}"
+            for i in accepted[len(phys):]:
+                results[i] = PutResult(status, remark=remark)
+                self.put_failed_total += 1
+        for key, (first, buf, max_end) in units.items():
+            cq = self.consume_queue(key[0], key[1], create=True)
+            try:
+                cq.put_units(first, buf, max_end)
+            except OSError as e:  # the CommitLog has it; recovery rebuilds the units
+                log.error("store.consume_queue_write_failed", topic=key[0], queue_id=key[1], error=str(e))
+            counters[key] = first + len(buf) // 20
+        if phys and self.config.sync_flush:
+            fut = self._group_commit.request(end)
+            for j in range(len(phys)):
+                results[accepted[j]].flushed = fut
+        for key in units:
+            max_offset = counters[key]
+            for fn in self._listeners:
+                try:
+                    fn(key[0], key[1], max_offset)
+                except Exception as e:
+                    log.error("store.dispatch_listener_failed", listener=repr(fn), error=repr(e))
+        return results  # type: ignore[return-value]
+
+    def _fail_all(self, requests, results, status: PutStatus, remark: str) -> list[PutResult]:
+        for i in range(len(requests)):
+            results[i] = PutResult(status, remark=remark)
+        self.put_failed_total += len(requests)
+        return results
+
+    async def put_async(self, requests: list[PutRequest]) -> list[PutResult]:
+        """`put`, then (SYNC_FLUSH) wait for the group commit; a flush that does not finish within
+        sync_flush_timeout_ms turns PUT_OK into FLUSH_DISK_TIMEOUT (the record is stored)."""
+        results = self.put(requests)
+        fut = next((r.flushed for r in results if r.flushed is not None), None)
+        if fut is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(fut), self.config.sync_flush_timeout_ms / 1000.0)
+            except TimeoutError:
+                for r in results:
+                    if r.status is PutStatus.PUT_OK:
+                        r.status = PutStatus.FLUSH_DISK_TIMEOUT
+        return results
+
+    @property
+    def flush_count(self) -> int:
+        return self._group_commit.flush_count
+
+    # ---- info -----------------------------------------------------------------------------------
+    def commitlog_min_offset(self) -> int:
+        return self.commitlog.min_offset
+
+    def commitlog_max_offset(self) -> int:
+        return self.commitlog.max_offset
+
+    def runtime_info(self) -> dict[str, str]:
+        return {
+            "commitLogMinOffset": str(self.commitlog.min_offset),
+            "commitLogMaxOffset": str(self.commitlog.max_offset),
+            "commitLogDiskRatio": f"{self.disk_used_ratio():.4f}",
+            "consumeQueueCount": str(len(self.consume_queues)),
+            "putMessageTimesTotal": str(self.put_ok_total),
+            "putMessageFailedTimes": str(self.put_failed_total),
+            "putMessageSizeTotal": str(self.put_bytes_total),
+            "getMessageTimesTotal": str(self.get_total),
+            "flushDiskType": str(self.config.flush_disk_type),
+            "groupCommitFlushTimes": str(self._group_commit.flush_count),
+            "bootTimestamp": str(self.boot_ms),
+        }

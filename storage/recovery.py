@@ -1,0 +1,196 @@
+"""Store recovery at load.
+
+Clean stop (no `abort` file, a checkpoint): trust the checkpoint's CommitLog offset, set the write
+positions from it, no scan. After a crash (abort file present, or files but no checkpoint): scan the
+CommitLog from the segment holding the oldest checkpoint offset (or from the first segment), checking
+MAGIC, lengths and BODYCRC of every record; cut at the first invalid one (zero the torn tail, delete
+later segments) and log exactly what was cut. Then ConsumeQueue units that point past the CommitLog end
+are removed, and units/index keys missing for records past the checkpoint are re-dispatched from the
+CommitLog. Nothing below the last fsync is ever cut: fsynced records are valid records.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import structlog
+
+from codec.tags import java_hash
+from storage import _record as R
+from storage.consume_queue import UNIT, ConsumeQueue
+
+log = structlog.get_logger(__name__)
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+_LEVEL = re.compile(r"^(\d+)(ms|s|m|h|d)$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+
+def parse_levels(text: str) -> list[int]:
+    out = []
+    for tok in text.split():
+        m = _LEVEL.match(tok)
+        if m:
+            out.append(int(m.group(1)) * _UNIT_MS[m.group(2)])
+    return out
+
+
+def recover(store) -> None:
+    cl = store.commitlog
+    cl.load()
+    _load_consume_queues(store)
+    crashed = store.checkpoint.crashed_last_time()
+    cp = store.checkpoint.read()
+    files = cl.queue.files
+    dispatch_from: int | None = None
+    if not files:
+        end = 0
+    elif not crashed and cp is not None and cl.min_offset <= cp.commitlog_flushed_offset <= _files_end(cl):
+        end = cp.commitlog_flushed_offset
+        _set_end(cl, end)
+        if min(cp.logics_flushed_offset, cp.index_offset) < end:
+            dispatch_from = max(min(cp.logics_flushed_offset, cp.index_offset), cl.min_offset)
+        log.info("recovery.normal", commitlog_end=end)
+    else:
+        start = cl.min_offset
+        if cp is not None:
+            start = max(start, min(cp.commitlog_flushed_offset, cp.logics_flushed_offset, cp.index_offset))
+        first = cl.queue.find(start) or files[0]
+        end = _scan_valid_end(cl, files.index(first))
+        for path, pos, n in cl.queue.truncate(end):
+            log.warning("recovery.commitlog_cut", file=path, from_offset=pos, bytes=n,
+                        phys_offset=int(os.path.basename(path)) + pos)
+        dispatch_from = first.file_from_offset
+        log.warning("recovery.abnormal", reason="abort file" if crashed else "no checkpoint",
+                    scanned_from=first.file_from_offset, commitlog_end=end)
+    for cq in store.consume_queues.values():
+        removed = cq.truncate_past(end)
+        if removed:
+            log.warning("recovery.consume_queue_cut", topic=cq.topic, queue_id=cq.queue_id, units=removed,
+                        max_offset=cq.max_offset)
+        cq.correct_min_offset(cl.min_offset)
+    store.index.load(end)
+    if dispatch_from is not None and dispatch_from < end:
+        _redispatch(store, dispatch_from, end)
+    store.queue_offsets = {key: cq.max_offset for key, cq in store.consume_queues.items()}
+
+
+def _files_end(cl) -> int:
+    last = cl.queue.last
+    return last.file_from_offset + last.file_size
+
+
+def _load_consume_queues(store) -> None:
+    root = store.cq_root
+    if not os.path.isdir(root):
+        return
+    for topic in sorted(os.listdir(root)):
+        tdir = os.path.join(root, topic)
+        if not os.path.isdir(tdir):
+            continue
+        for qid in sorted(os.listdir(tdir)):
+            if not qid.lstrip("-").isdigit():
+                continue
+            cq = ConsumeQueue(root, topic, int(qid), store.config.mapped_file_size_consume_queue)
+            cq.load()
+            store.consume_queues[(topic, int(qid))] = cq
+
+
+def _set_end(cl, end: int) -> None:
+    """Positions from a trusted offset: earlier segments full, the one holding `end` up to it."""
+    keep = []
+    for mf in cl.queue.files:
+        start = mf.file_from_offset
+        if start + mf.file_size <= end:
+            mf.wrote_pos = mf.flushed_pos = mf.file_size
+        elif start <= end:
+            mf.wrote_pos = mf.flushed_pos = end - start
+        else:
+            log.warning("recovery.segment_past_checkpoint_deleted", file=mf.path)
+            mf.destroy()
+            continue
+        keep.append(mf)
+    cl.queue.files = keep
+
+
+def _scan_valid_end(cl, first_index: int) -> int:
+    """The offset just past the last valid record, scanning from segment `first_index`."""
+    files = cl.queue.files
+    end = files[first_index].file_from_offset
+    for mf in files[first_index:]:
+        mm, size, pos = mf.mm, mf.file_size, 0
+        while True:
+            if pos + R.BLANK_LEN > size:
+                return mf.file_from_offset + pos
+            total = R.valid_record_size(mm, pos, size)
+            if total == 0 and R.read_head(mm, pos)[0] == size - pos:
+                break  # END-OF-FILE blank: continue with the next segment
+            if not total:
+                return mf.file_from_offset + pos
+            pos += total
+        mf.wrote_pos = mf.flushed_pos = size
+        end = mf.file_from_offset + size
+    return end
+
+
+def iter_records(cl, from_offset: int, end: int):
+    """(phys, total, topic, properties bytes, view) of every record in [from_offset, end), no CRC check."""
+    start = cl.queue.find(from_offset)
+    if start is None:
+        return
+    files = cl.queue.files
+    for mf in files[files.index(start):]:
+        mm, size, pos = mf.mm, mf.file_size, 0
+        while pos + R.BLANK_LEN <= size and mf.file_from_offset + pos < end:
+            total, magic = R.read_head(mm, pos)
+            if magic not in R.RECORD_MAGICS:
+                break
+            phys = mf.file_from_offset + pos
+            if phys >= from_offset:
+                view = mf.slice(pos, total)
+                yield phys, total, R.read_topic(view), R.read_properties_bytes(view), view
+            pos += total
+
+
+def _redispatch(store, from_offset: int, end: int) -> None:
+    """Write ConsumeQueue units and index keys that are missing for records in [from_offset, end)."""
+    levels = parse_levels(store.config.message_delay_level)
+    index = store.index
+    index_after = index.last_update_phys if index.entries else -1
+    units = keys = 0
+    for phys, total, topic, props_raw, view in iter_records(store.commitlog, from_offset, end):
+        qid = R.read_queue_id(view)
+        qoff = R.read_queue_offset(view)
+        cq = store.consume_queue(topic, qid, create=True)
+        need_unit = qoff >= cq.max_offset
+        need_keys = phys > index_after
+        if not (need_unit or need_keys):
+            continue
+        props = R.parse_properties(props_raw)
+        store_ts = R.read_store_timestamp(view)
+        if need_unit:
+            cq.put_units(qoff, UNIT.pack(phys, total, _tags_code(topic, props, store_ts, levels)), phys + total)
+            units += 1
+        if need_keys:
+            ks = [k for k in props.get("KEYS", "").split(" ") if k]
+            if props.get("UNIQ_KEY"):
+                ks.append(props["UNIQ_KEY"])
+            if ks:
+                index.add(topic, ks, phys, total, store_ts)
+                keys += len(ks)
+    if units or keys:
+        log.warning("recovery.redispatched", from_offset=from_offset, end=end, units=units, index_keys=keys)
+
+
+def _tags_code(topic: str, props: dict[str, str], store_ts: int, levels: list[int]) -> int:
+    if topic == SCHEDULE_TOPIC and levels:
+        try:
+            level = int(props.get("DELAY", "0"))
+        except ValueError:
+            level = 0
+        if level > 0:
+            return store_ts + levels[min(level, len(levels)) - 1]
+    tags = props.get("TAGS")
+    return java_hash(tags) if tags else 0

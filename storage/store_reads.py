@@ -1,0 +1,166 @@
+"""Read side of the MessageStore facade (a mixin): pull lookups with RocketMQ's status table
+(remoting-protocol.md §8.2), units, records, offsets, search by time, key queries."""
+
+from __future__ import annotations
+
+import structlog
+
+from storage.consume_queue import UNIT, UNIT_SIZE
+from storage.store_types import GetResult, GetStatus, QueryResult
+
+log = structlog.get_logger(__name__)
+
+_BLANK_SIZE = 0x7FFFFFFF
+_MIN_SCAN_BYTES = 16000
+
+
+def _int32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+class ReadMixin:
+    # ---- pull -----------------------------------------------------------------------------------
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_num: int,
+                     tag_codes: set[int] | None = None) -> GetResult:
+        self.get_total += 1
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_off, max_off = cq.min_offset, cq.max_offset
+        if max_off == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+        if offset < min_off:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+        if offset == max_off:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+        if offset > max_off:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, max_off, min_off, max_off)
+        max_num = max(1, max_num)
+        scan_units = max(_MIN_SCAN_BYTES, max_num * UNIT_SIZE) // UNIT_SIZE
+        units = cq.read_units(offset, scan_units)
+        if units is None or len(units) == 0:
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.file_end_offset(offset), min_off, max_off)
+        cfg = self.config
+        max_bytes, max_count = cfg.max_get_bytes, min(cfg.max_get_count, max_num)
+        result = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, min_off, max_off)
+        buffers, qoffs = result.buffers, result.queue_offsets
+        total_bytes = 0
+        removed = False
+        cl_min = self.commitlog.min_offset
+        read = self.commitlog.read
+        scanned = 0
+        n_units = len(units) // UNIT_SIZE
+        while scanned < n_units:
+            phys, size, tags = UNIT.unpack_from(units, scanned * UNIT_SIZE)
+            if buffers and (len(buffers) >= max_count or total_bytes + size > max_bytes):
+                break
+            scanned += 1
+            if size == _BLANK_SIZE or size <= 0:
+                continue
+            if tag_codes is not None and _int32(tags) not in tag_codes:
+                continue
+            if phys < cl_min:
+                removed = True
+                continue
+            buf = read(phys, size)
+            if buf is None:
+                removed = True
+                continue
+            buffers.append(buf)
+            qoffs.append(offset + scanned - 1)
+            total_bytes += size
+        result.next_begin_offset = offset + scanned
+        if buffers:
+            result.status = GetStatus.FOUND
+        elif removed:
+            result.status = GetStatus.MESSAGE_WAS_REMOVING
+        return result
+
+    # ---- units / records --------------------------------------------------------------------------
+    def read_units(self, topic: str, queue_id: int, offset: int, max_units: int) -> memoryview | None:
+        """Up to `max_units` 20-byte units from `offset` (within one CQ file; call again for more)."""
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None:
+            return None
+        return cq.read_units(offset, max_units)
+
+    def read_record(self, phys_offset: int, size: int | None = None) -> memoryview | None:
+        return self.commitlog.read_record(phys_offset, size)
+
+    def lookup_message_by_offset(self, phys_offset: int):
+        """The decoded `codec.record.MessageRecord` at `phys_offset`, or None."""
+        raw = self.commitlog.read_record(phys_offset)
+        if raw is None:
+            return None
+        from codec.record import decode_record
+
+        return decode_record(raw, 0)[0]
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.get((topic, queue_id))
+        return cq.min_offset if cq is not None else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.get((topic, queue_id))
+        return cq.max_offset if cq is not None else 0
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(q for (t, q) in self.consume_queues if t == topic)
+
+    # ---- time -----------------------------------------------------------------------------------
+    def _unit_store_ts(self, cq, logic_offset: int) -> int | None:
+        u = cq.unit(logic_offset)
+        if u is None or u[1] == _BLANK_SIZE:
+            return None
+        return self.commitlog.store_ts_at(u[0])
+
+    def earliest_store_time(self, topic: str, queue_id: int) -> int | None:
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None or cq.max_offset <= cq.min_offset:
+            return None
+        return self._unit_store_ts(cq, cq.min_offset)
+
+    def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """RocketMQ's rules: an exact store-time match returns that (first such) offset; otherwise the
+        neighbour whose store time is closer (the earlier one on a tie); every message older → the last
+        message's offset; every message newer → the first. 0 if the queue does not exist or is empty."""
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset, cq.max_offset - 1
+        # skip units whose CommitLog data is gone
+        while lo <= hi and self._unit_store_ts(cq, lo) is None:
+            lo += 1
+        if lo > hi:
+            return 0
+        first, last = lo, hi
+        # leftmost offset with store time >= timestamp
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            ts = self._unit_store_ts(cq, mid)
+            if ts is None or ts < timestamp:
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        if lo > last:
+            return last
+        right_ts = self._unit_store_ts(cq, lo)
+        if right_ts == timestamp or lo == first:
+            return lo
+        left = lo - 1
+        left_ts = self._unit_store_ts(cq, left)
+        if left_ts is None:
+            return lo
+        return lo if abs(timestamp - left_ts) > abs(timestamp - right_ts) else left
+
+    # ---- keys -----------------------------------------------------------------------------------
+    def query_by_key(self, topic: str, key: str, max_num: int, begin: int = 0,
+                     end: int = (1 << 63) - 1) -> QueryResult:
+        hits = self.index.query(topic, key, max(1, max_num), begin, end, self.commitlog.min_offset)
+        buffers = []
+        for phys, size, _ts in hits:
+            buf = self.commitlog.read_record(phys, size)
+            if buf is not None:
+                buffers.append(buf)
+        return QueryResult(buffers, self.index.last_update_ts, self.index.last_update_phys)

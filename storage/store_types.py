@@ -1,0 +1,111 @@
+"""Value types of the MessageStore facade: StoreConfig, PutRequest/PutResult/PutStatus, GetResult/GetStatus."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass, field
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+
+@dataclass(slots=True)
+class StoreConfig:
+    store_path: str
+    mapped_file_size_commitlog: int = 1 << 30
+    mapped_file_size_consume_queue: int = 300000 * 20
+    flush_disk_type: str = "ASYNC_FLUSH"  # or "SYNC_FLUSH"
+    flush_interval_ms: int = 500
+    flush_consume_queue_interval_ms: int = 1000
+    sync_flush_timeout_ms: int = 5000
+    file_reserved_time_hours: float = 72
+    clean_resource_interval_ms: int = 3600_000
+    max_message_size: int = 4 << 20
+    disk_max_used_ratio: float = 0.90
+    # ratio checks call statvfs at most this often (ms); 0 = every put
+    disk_check_interval_ms: int = 1000
+    # a put that would create a new segment while the disk is this full is refused with
+    # SERVICE_NOT_AVAILABLE; current writes into existing segments keep going
+    max_get_bytes: int = 256 * 1024
+    max_get_count: int = 32
+    # used by crash recovery to recompute SCHEDULE_TOPIC_XXXX tagsCode (deliver time) from DELAY
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+
+    @property
+    def sync_flush(self) -> bool:
+        return str(self.flush_disk_type).upper() == "SYNC_FLUSH"
+
+
+class PutStatus(enum.Enum):
+    PUT_OK = 0
+    FLUSH_DISK_TIMEOUT = 1
+    FLUSH_SLAVE_TIMEOUT = 2
+    SLAVE_NOT_AVAILABLE = 3
+    SERVICE_NOT_AVAILABLE = 4
+    CREATE_MAPPED_FILE_FAILED = 5
+    MESSAGE_ILLEGAL = 6
+    PROPERTIES_SIZE_EXCEEDED = 7
+    OS_PAGE_CACHE_BUSY = 8
+    UNKNOWN_ERROR = 9
+
+
+@dataclass(slots=True)
+class PutRequest:
+    record: bytearray
+    topic: str
+    queue_id: int
+    tags_code: int = 0
+    keys: tuple[str, ...] | list[str] = ()
+    deliver_delay_ms: int = -1
+
+
+@dataclass(slots=True)
+class PutResult:
+    status: PutStatus
+    phys_offset: int = -1
+    size: int = 0
+    queue_offset: int = -1
+    store_timestamp: int = 0
+    flushed: asyncio.Future | None = None
+    remark: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutStatus.PUT_OK
+
+
+class GetStatus(enum.Enum):
+    FOUND = 0
+    NO_MATCHED_MESSAGE = 1
+    MESSAGE_WAS_REMOVING = 2
+    OFFSET_FOUND_NULL = 3
+    OFFSET_OVERFLOW_BADLY = 4
+    OFFSET_OVERFLOW_ONE = 5
+    OFFSET_TOO_SMALL = 6
+    NO_MATCHED_LOGIC_QUEUE = 7
+    NO_MESSAGE_IN_QUEUE = 8
+
+
+@dataclass(slots=True)
+class GetResult:
+    status: GetStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    buffers: list[memoryview] = field(default_factory=list)
+    queue_offsets: list[int] = field(default_factory=list)
+
+    @property
+    def message_count(self) -> int:
+        return len(self.buffers)
+
+    @property
+    def buffer_total_size(self) -> int:
+        return sum(len(b) for b in self.buffers)
+
+
+@dataclass(slots=True)
+class QueryResult:
+    buffers: list[memoryview]
+    index_last_update_timestamp: int = 0
+    index_last_update_phy_offset: int = 0

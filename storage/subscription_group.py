@@ -1,0 +1,75 @@
+"""SubscriptionGroupTable persisted as `<store>/config/subscriptionGroup.json`:
+`{"subscriptionGroupTable": {group: {...SubscriptionGroupConfig...}}, "dataVersion": {...}}`.
+Defaults from scheduled-messages.md §3; groups are auto-created on first use by default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from storage._json_table import JsonTableFile
+
+_FIELDS = (("group_name", "groupName"), ("consume_enable", "consumeEnable"),
+           ("consume_from_min_enable", "consumeFromMinEnable"),
+           ("consume_broadcast_enable", "consumeBroadcastEnable"), ("retry_queue_nums", "retryQueueNums"),
+           ("retry_max_times", "retryMaxTimes"), ("broker_id", "brokerId"),
+           ("which_broker_when_consume_slowly", "whichBrokerWhenConsumeSlowly"),
+           ("notify_consumer_ids_changed_enable", "notifyConsumerIdsChangedEnable"))
+
+
+@dataclass(slots=True)
+class SubscriptionGroupConfig:
+    group_name: str
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+
+    def to_json(self) -> dict:
+        return {j: getattr(self, a) for a, j in _FIELDS}
+
+    @classmethod
+    def from_json(cls, name: str, d: dict) -> SubscriptionGroupConfig:
+        cfg = cls(str(d.get("groupName") or name))
+        for attr, key in _FIELDS[1:]:
+            if key in d:
+                default = getattr(cfg, attr)
+                setattr(cfg, attr, bool(d[key]) if isinstance(default, bool) else int(d[key]))
+        return cfg
+
+
+class SubscriptionGroupTable:
+    def __init__(self, store_path: str, auto_create: bool = True) -> None:
+        self.file = JsonTableFile(store_path, "subscriptionGroup.json", "subscriptionGroupTable")
+        self.auto_create = auto_create
+        self.table: dict[str, SubscriptionGroupConfig] = {}
+
+    def load(self) -> None:
+        self.table = {n: SubscriptionGroupConfig.from_json(n, d) for n, d in self.file.read().items()
+                      if isinstance(d, dict)}
+
+    def persist(self) -> None:
+        self.file.write({n: c.to_json() for n, c in sorted(self.table.items())})
+
+    def get(self, group: str) -> SubscriptionGroupConfig | None:
+        """The group's config; auto-created (and persisted) when missing if auto_create is on."""
+        cfg = self.table.get(group)
+        if cfg is None and self.auto_create:
+            cfg = SubscriptionGroupConfig(group)
+            self.put(cfg)
+        return cfg
+
+    def put(self, cfg: SubscriptionGroupConfig) -> None:
+        self.table[cfg.group_name] = cfg
+        self.file.bump()
+        self.persist()
+
+    def delete(self, group: str) -> bool:
+        if self.table.pop(group, None) is None:
+            return False
+        self.file.bump()
+        self.persist()
+        return True
