@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import struct
 import time
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 
 import structlog
+
+from codec.batch import encode_batch
 from codec.msgid import decode_offset_msg_id, new_uniq_id
 from codec.properties import properties_to_string
 
@@ -33,7 +34,6 @@ log = structlog.get_logger(__name__)
 _RETRYABLE = {w.TOPIC_NOT_EXIST, 14, w.SYSTEM_ERROR, 16, 204, 205}
 _SEND_OK = {0: SendStatus.SEND_OK, 10: SendStatus.FLUSH_DISK_TIMEOUT, 11: SendStatus.SLAVE_NOT_AVAILABLE,
             12: SendStatus.FLUSH_SLAVE_TIMEOUT}
-_BATCH_HEAD = struct.Struct(">iiiii")  # TOTALSIZE MAGIC BODYCRC FLAG BODYLEN
 
 QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
 
@@ -42,17 +42,6 @@ def select_by_hash(queues: list[MessageQueue], msg: Message, arg: object) -> Mes
     """Orderly-send selector: the same ``arg`` (e.g. an order id) always maps to the same queue."""
     key = arg if isinstance(arg, int) else sum(str(arg).encode()) * 31 + len(str(arg))
     return queues[abs(key) % len(queues)]
-
-
-def encode_batch_body(items: Sequence[tuple[int, bytes, str]]) -> bytes:
-    """Batch body (message-format.md §4): per item flag, body and properties string."""
-    parts = []
-    for flag, body, props in items:
-        pb = props.encode()
-        head = bytearray(_BATCH_HEAD.size)
-        _BATCH_HEAD.pack_into(head, 0, 20 + len(body) + 2 + len(pb), 0, 0, flag, len(body))
-        parts += (head, body, struct.pack(">h", len(pb)), pb)
-    return b"".join(parts)
 
 
 class Producer:
@@ -214,7 +203,7 @@ class Producer:
             uniq.append(props[UNIQ_KEY])
             items.append((m.flag, bytes(m.body), properties_to_string(props)))
         head = Message(topic, flag=0)
-        res = await self._send(head, encode_batch_body(items), 0, {"WAIT": "true"}, queue, None, None,
+        res = await self._send(head, encode_batch(items), 0, {"WAIT": "true"}, queue, None, None,
                                timeout, batch=True)
         res.msg_id = ",".join(uniq)
         return res

@@ -13,7 +13,6 @@ from client.cli.__main__ import main
 from client.cli.parse import duration_ms, time_ms
 from client.consumer import Subscription
 from client.message import MessageQueue
-from client.producer import encode_batch_body
 from client.rebalance import allocate_averagely
 
 
@@ -65,23 +64,9 @@ def test_bad_duration_and_time_are_rejected():
     assert time_ms("2023-11-14T22:13:20Z") == 1_700_000_000_000
 
 
-def test_batch_body_round_trips_through_codec():
-    from codec.batch import decode_batch
-    from codec.properties import parse_properties, properties_to_string
-
-    items = [(0, b"a" * 3, properties_to_string({"UNIQ_KEY": "K1", "TAGS": "x"})),
-             (7, b"", properties_to_string({"UNIQ_KEY": "K2"}))]
-    decoded = decode_batch(encode_batch_body(items))
-    assert [d.flag for d in decoded] == [0, 7]
-    assert [bytes(d.body) for d in decoded] == [b"aaa", b""]
-    props = [d.properties if isinstance(d.properties, dict) else parse_properties(d.properties) for d in decoded]
-    assert props[0]["UNIQ_KEY"] == "K1" and props[1]["UNIQ_KEY"] == "K2"
-
-
 def test_decode_restores_retry_topic_and_decompresses():
-    from codec.record import MessageRecord, encode_record
-
     from client.message import decode_messages
+    from codec.record import MessageRecord, encode_record
 
     body = b"hello " * 1000
     rec = MessageRecord(topic="%RETRY%G", body=zlib.compress(body), queue_id=0, flag=0, queue_offset=5,
