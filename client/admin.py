@@ -146,15 +146,27 @@ class Admin:
         return out
 
     @staticmethod
-    def delay_levels(table: dict[str, str]) -> list[tuple[int, int, int]]:
-        """(level, deliver offset, max offset) from the ``scheduleMessageOffset_<L>`` entries."""
-        out = []
+    def delay_levels(table: dict[str, str]) -> list[dict]:
+        """Per delay level from the runtime info: the stock ``scheduleMessageOffset_<L>`` =
+        "deliverOffset,maxOffset" plus delaymq's ``scheduleMessage{Pending,NextDue,Delivered}_<L>``."""
+        out: dict[int, dict] = {}
         for k, v in table.items():
-            if k.startswith("scheduleMessageOffset_"):
-                try:
-                    level = int(k.rsplit("_", 1)[1])
-                    deliver, mx = (int(x) for x in v.split(","))
-                except ValueError:
-                    continue
-                out.append((level, deliver, mx))
-        return sorted(out)
+            if not k.startswith("scheduleMessage") or "_" not in k:
+                continue
+            name, _, lv = k.rpartition("_")
+            try:
+                level = int(lv)
+            except ValueError:
+                continue
+            row = out.setdefault(level, {"level": level})
+            try:
+                if name == "scheduleMessageOffset":
+                    row["deliverOffset"], row["maxOffset"] = (int(x) for x in v.split(","))
+                elif name in ("scheduleMessagePending", "scheduleMessageNextDue", "scheduleMessageDelivered"):
+                    row[name[len("scheduleMessage"):].lower()] = int(v)
+            except ValueError:
+                continue
+        for row in out.values():
+            if "pending" not in row and "maxOffset" in row:
+                row["pending"] = row["maxOffset"] - row["deliverOffset"]
+        return [out[lv] for lv in sorted(out)]

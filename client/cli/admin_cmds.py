@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime
 
+from .. import _wire as w
 from .._wire import MQClientError
 from ..admin import SCHEDULE_TOPIC, Admin
 from ..message import MessageQueue
 from ..producer import Producer
+from ..rebalance import query_offset
 from .messaging import _msg_line
 
 
@@ -93,23 +96,17 @@ async def scheduled(args) -> int:
         if args.action == "levels":
             rows = []
             for addr, table in info.items():
-                levels = {lv: (d, mx) for lv, d, mx in Admin.delay_levels(table)}
-                if not levels:  # no runtime entries: fall back to SCHEDULE_TOPIC_XXXX max offsets
-                    route = await admin.instance.fetch_route(SCHEDULE_TOPIC)
-                    names = sorted(route.brokers) if route else []
-                    for name in names:
-                        for qid in range(18):
-                            mx = await _max_offset(admin, MessageQueue(SCHEDULE_TOPIC, name, qid))
-                            if mx:
-                                levels[qid + 1] = (-1, mx)
-                for lv in sorted(levels):
-                    d, mx = levels[lv]
-                    rows.append([addr, lv, d if d >= 0 else "?", mx, mx - d if d >= 0 else "?"])
+                levels = Admin.delay_levels(table)
+                if not levels:  # a broker without these entries: SCHEDULE_TOPIC_XXXX max offsets at least
+                    levels = await _levels_from_offsets(admin)
+                rows += [{"broker": addr, **lv} for lv in levels]
             if args.output == "json":
-                _out(json.dumps([dict(zip(["broker", "level", "deliverOffset", "maxOffset", "pending"], r,
-                                          strict=True)) for r in rows]))
+                _out(json.dumps(rows))
             else:
-                _table(rows, ["#Broker", "#Level", "#Delivered", "#Max Offset", "#Pending"])
+                cols = ["level", "pending", "deliverOffset", "maxOffset", "delivered", "nextdue"]
+                _table([[r["broker"]] + [_fmt(c, r.get(c)) for c in cols] for r in rows],
+                       ["#Broker", "#Level", "#Pending", "#Delivered Offset", "#Max Offset", "#Delivered",
+                        "#Next Due"])
         else:
             rows = [[addr, k, v] for addr, table in info.items() for k, v in sorted(table.items())
                     if k.lower().startswith("timer")]
@@ -122,11 +119,25 @@ async def scheduled(args) -> int:
     return 0
 
 
-async def _max_offset(admin: Admin, mq: MessageQueue) -> int:
-    from .. import _wire as w
-    from ..rebalance import query_offset
+def _fmt(col: str, v) -> str:
+    if v is None:
+        return "-"
+    if col == "nextdue":
+        if v <= 0:
+            return "-"
+        return datetime.fromtimestamp(v / 1000).isoformat(sep=" ", timespec="milliseconds")
+    return str(v)
 
-    try:
-        return await query_offset(admin.instance, w.GET_MAX_OFFSET, mq)
-    except MQClientError:
-        return 0
+
+async def _levels_from_offsets(admin: Admin) -> list[dict]:
+    route = await admin.instance.fetch_route(SCHEDULE_TOPIC)
+    out = []
+    for name in sorted(route.brokers) if route else []:
+        for qid in range(18):
+            try:
+                mx = await query_offset(admin.instance, w.GET_MAX_OFFSET, MessageQueue(SCHEDULE_TOPIC, name, qid))
+            except MQClientError:
+                continue
+            if mx:
+                out.append({"level": qid + 1, "maxOffset": mx})
+    return out

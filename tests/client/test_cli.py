@@ -83,3 +83,14 @@ def test_bad_arguments_exit_2_with_one_line():
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "bad duration" in lines[0]
+
+
+def test_scheduled_levels_show_pending_delay_messages(broker, topic):
+    p = cli("produce", "-n", broker.namesrv, "-t", topic, "--count", "3", "--delay-level", "18")
+    assert p.returncode == 0, p.stderr
+    r = cli("scheduled", "levels", "-n", broker.namesrv, "--output", "json")
+    assert r.returncode == 0, r.stderr
+    rows = {row["level"]: row for row in json.loads(r.stdout)}
+    assert rows[18]["pending"] == 3 and rows[18]["maxOffset"] == 3
+    t = cli("scheduled", "timers", "-n", broker.namesrv)
+    assert t.returncode == 0, t.stderr

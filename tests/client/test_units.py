@@ -95,3 +95,14 @@ def test_cli_bad_arguments_give_one_line_and_exit_2(argv, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "error:" in err[0], err
+
+
+def test_delay_level_rows_from_runtime_info():
+    from client.admin import Admin
+
+    rows = Admin.delay_levels({"scheduleMessageOffset_2": "3,10", "scheduleMessageOffset_1": "0,0",
+                               "scheduleMessageNextDue_2": "1700000000000", "brokerVersion": "409",
+                               "scheduleMessageOffset_x": "junk"})
+    assert rows == [{"level": 1, "deliverOffset": 0, "maxOffset": 0, "pending": 0},
+                    {"level": 2, "deliverOffset": 3, "maxOffset": 10, "nextdue": 1_700_000_000_000,
+                     "pending": 7}]
