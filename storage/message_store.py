@@ -65,6 +65,8 @@ class MessageStore(ReadMixin, RetentionMixin):
         self.put_bytes_total = 0
         self.get_total = 0
         self.boot_ms = int(time.time() * 1000)
+        # store-timestamp source (epoch ms); replaceable so tests can control store times
+        self.now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def load(self) -> bool:
@@ -226,7 +228,7 @@ class MessageStore(ReadMixin, RetentionMixin):
                 off = counters.get(key, 0)
             qoffs.append(off)
             next_off[key] = off + 1
-        store_ts = int(time.time() * 1000)
+        store_ts = self.now_ms()
         phys, err = self.commitlog.append_batch([requests[i].record for i in accepted], qoffs, store_ts)
         units: dict[tuple[str, int], list] = {}
         index = self.index

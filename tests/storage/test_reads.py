@@ -1,0 +1,92 @@
+"""get_messages status table (remoting-protocol.md §8.2), limits, tag filter, time search (§8.3)."""
+
+from __future__ import annotations
+
+from codec.record import decode_record
+from codec.tags import java_hash
+from storage.message_store import GetStatus
+from tests.storage.conftest import open_store, request
+
+
+def test_status_table(store):
+    g = store.get_messages("T", 0, 0, 32)
+    assert (g.status, g.next_begin_offset) == (GetStatus.NO_MATCHED_LOGIC_QUEUE, 0)
+    store.put([request(body=b"%d" % i) for i in range(10)])
+    g = store.get_messages("T", 0, 3, 4)
+    assert (g.status, g.next_begin_offset, g.min_offset, g.max_offset) == (GetStatus.FOUND, 7, 0, 10)
+    assert [decode_record(b, 0)[0].body for b in g.buffers] == [b"3", b"4", b"5", b"6"]
+    assert g.queue_offsets == [3, 4, 5, 6]
+    g = store.get_messages("T", 0, 10, 4)
+    assert (g.status, g.next_begin_offset) == (GetStatus.OFFSET_OVERFLOW_ONE, 10)
+    g = store.get_messages("T", 0, 15, 4)
+    assert (g.status, g.next_begin_offset) == (GetStatus.OFFSET_OVERFLOW_BADLY, 10)
+
+
+def test_offset_too_small_and_no_message_in_queue(tmp_path):
+    s = open_store(tmp_path, mapped_file_size_consume_queue=20 * 10)
+    cq = s.consume_queue("E", 0, create=True)
+    g = s.get_messages("E", 0, 0, 32)
+    assert (g.status, g.next_begin_offset) == (GetStatus.NO_MESSAGE_IN_QUEUE, 0)
+    assert cq.max_offset == 0
+    # a queue that starts at 12 (as after retention)
+    from storage.consume_queue import UNIT
+    cq.put_units(12, UNIT.pack(0, 10, 0), 10)
+    g = s.get_messages("E", 0, 3, 32)
+    assert (g.status, g.next_begin_offset, g.min_offset) == (GetStatus.OFFSET_TOO_SMALL, 12, 12)
+    s.close()
+
+
+def test_tag_filter_counts_scanned_units(store):
+    store.put([request(tags="A" if i % 3 == 0 else "B", body=b"%d" % i) for i in range(9)])
+    g = store.get_messages("T", 0, 0, 32, {java_hash("A")})
+    assert [decode_record(b, 0)[0].body for b in g.buffers] == [b"0", b"3", b"6"]
+    assert g.next_begin_offset == 9
+    g = store.get_messages("T", 0, 7, 32, {java_hash("A")})
+    assert (g.status, g.next_begin_offset) == (GetStatus.NO_MATCHED_MESSAGE, 9)
+
+
+def test_byte_and_count_limits(tmp_path):
+    s = open_store(tmp_path, max_get_bytes=3000, max_get_count=32)
+    s.put([request(body=b"x" * 1000) for _ in range(40)])
+    g = s.get_messages("T", 0, 0, 32)
+    assert len(g.buffers) == 2 and g.next_begin_offset == 2  # 2 * ~1.1 KiB fit 3000 bytes
+    s.close()
+    s = open_store(tmp_path, max_get_count=5)
+    g = s.get_messages("T", 0, 0, 32)
+    assert len(g.buffers) == 5 and g.next_begin_offset == 5
+    g = s.get_messages("T", 0, 0, 3)
+    assert len(g.buffers) == 3
+    s.close()
+
+
+def test_offset_found_null_rolls_to_next_file(tmp_path):
+    s = open_store(tmp_path, mapped_file_size_consume_queue=20 * 10)
+    s.put([request() for _ in range(25)])
+    cq = s.consume_queue("T", 0)
+    del cq.files.files[1]  # a CQ file missing in the middle
+    g = s.get_messages("T", 0, 12, 5)
+    assert (g.status, g.next_begin_offset) == (GetStatus.OFFSET_FOUND_NULL, 20)
+    s.close()
+
+
+def _clocked(store, times):
+    it = iter(times)
+    store.now_ms = lambda: next(it)
+
+
+def test_search_offset_by_timestamp_rules(store):
+    assert store.search_offset_by_timestamp("T", 0, 123) == 0  # no queue
+    _clocked(store, [1000, 2000, 2000, 3000, 5000])
+    for _ in range(5):
+        store.put([request()])
+    search = lambda ts: store.search_offset_by_timestamp("T", 0, ts)  # noqa: E731
+    assert search(2000) == 1  # exact match: the first one with that time
+    assert search(3000) == 3
+    assert search(500) == 0  # every message newer → first
+    assert search(9000) == 4  # every message older → last (not max)
+    assert search(4200) == 4  # closer to 5000
+    assert search(3900) == 3  # closer to 3000
+    assert search(3100) == 3  # closer to 3000
+    assert search(4000) == 3  # tie → the earlier one
+    assert store.earliest_store_time("T", 0) == 1000
+    assert store.earliest_store_time("T", 9) is None
