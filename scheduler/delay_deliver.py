@@ -107,6 +107,8 @@ class LevelDeliverer:
             self._reset_offset()
             self.stats.next_due_ms = 0
             if store.max_offset(SCHEDULE_TOPIC, qid) <= self.scan_offset and not self.stopping:
+                if self.svc.listeners:
+                    self.svc.fire("idle", level=self.level, offset=self.scan_offset)
                 await self._wait(idle=True)
             return
         handler = self.handler

@@ -109,7 +109,8 @@ class DelayLevelService:
     # ---- events --------------------------------------------------------------------------
     def add_listener(self, fn) -> None:
         """`fn(event, **fields)` on "due" and "delivered" (topic, msgId, uniqKey, level, bornTs,
-        storeTs, dueTs, deliveredTs). Costs nothing while the list is empty."""
+        storeTs, dueTs, deliveredTs); also "idle" (level, offset) and, in async mode, "resend" (level,
+        offset, resendCount, status, blocked). Costs nothing while the list is empty."""
         self.listeners.append(fn)
 
     def remove_listener(self, fn) -> None:
