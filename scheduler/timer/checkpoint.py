@@ -1,0 +1,46 @@
+"""timercheck: `<storeRoot>/config/timercheck`, 4096 bytes mmapped (scheduled-messages.md §4.4).
+
+int64 big-endian fields: 0 lastReadTimeMs, 8 lastTimerLogFlushPos, 16 lastTimerQueueOffset,
+24 masterTimerQueueOffset, 32 dataVersion.stateVersion, 40 dataVersion.timestamp, 48 dataVersion.counter.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+
+CHECK = struct.Struct(">qqqqqqq")
+FILE_SIZE = 4096
+
+
+class TimerCheckpoint:
+    def __init__(self, root: str) -> None:
+        d = os.path.join(root, "config")
+        os.makedirs(d, exist_ok=True)
+        self.path = os.path.join(d, "timercheck")
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.existed = os.fstat(fd).st_size == FILE_SIZE
+            if not self.existed:
+                os.ftruncate(fd, FILE_SIZE)
+            self.mm = mmap.mmap(fd, FILE_SIZE)
+        finally:
+            os.close(fd)
+        (self.last_read_time_ms, self.last_timerlog_flush_pos, self.last_timer_queue_offset,
+         self.master_timer_queue_offset, self.state_version, self.data_timestamp,
+         self.data_counter) = CHECK.unpack_from(self.mm, 0)
+
+    def write(self, read_time_ms: int, flush_pos: int, queue_offset: int, now_ms: int) -> None:
+        self.last_read_time_ms = read_time_ms
+        self.last_timerlog_flush_pos = flush_pos
+        self.last_timer_queue_offset = queue_offset
+        self.master_timer_queue_offset = queue_offset
+        self.data_counter += 1
+        self.data_timestamp = now_ms
+        CHECK.pack_into(self.mm, 0, read_time_ms, flush_pos, queue_offset, queue_offset, self.state_version,
+                        now_ms, self.data_counter)
+        self.mm.flush()
+
+    def close(self) -> None:
+        self.mm.close()

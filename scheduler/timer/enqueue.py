@@ -1,0 +1,170 @@
+"""Enqueue stage (scheduled-messages.md §4.5 steps 1-2, §4.6): rmq_sys_wheel_timer CQ → timerlog + wheel.
+
+One asyncio task. It is woken by the store's dispatch listener for (rmq_sys_wheel_timer, 0); it
+reads ConsumeQueue units in bulk, reads each record's properties, appends one 52-byte unit per
+message and links it into its slot. The whole batch is synchronous, so `commit_queue_offset` moves
+only after the units of that batch exist in the timerlog.
+
+A unit whose slot the reader has already loaded (slot < read cursor) is linked into the cursor's
+slot instead (keeping its exact deliver time), so it is delivered at once and never lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+
+import structlog
+
+from codec.properties import parse_properties
+from codec.record import read_properties_bytes, read_store_timestamp
+from codec.tags import java_hash
+from scheduler.timer.config import TIMER_TOPIC
+from scheduler.timer.hook import (
+    REAL_TOPIC,
+    TIMER_DEL_UNIQKEY,
+    TIMER_DELAY_MS,
+    TIMER_DELAY_SEC,
+    TIMER_DELIVER_MS,
+    TIMER_OUT_MS,
+    TIMER_ROLL_TIMES,
+    UNIQ_KEY,
+)
+from scheduler.timer.timerlog import MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL
+
+log = structlog.get_logger(__name__)
+
+CQ_UNIT = struct.Struct(">qiq")
+CQ_UNIT_SIZE = 20
+ENQUEUE_BATCH = 1024
+_BLANK_CQ_SIZE = 2147483647
+
+
+def exact_deliver_ms(props: dict[str, str], slot: int, store_ts: int, precision: int) -> int:
+    """The exact deliver ms of a message in slot `slot` (always in (slot, slot + precision]).
+
+    First entry: relative delays count from the store timestamp (never earlier than the hook's
+    now); an absolute TIMER_DELIVER_MS is used as is. A rolled record carries TIMER_DELIVER_MS
+    stamped by the roll (see dequeue), so precedence is DELIVER_MS for rolled records.
+    """
+    hi = slot + precision
+    if TIMER_ROLL_TIMES not in props:
+        for key, mult in ((TIMER_DELAY_SEC, 1000), (TIMER_DELAY_MS, 1)):
+            v = props.get(key)
+            if v is not None:
+                try:
+                    return max(slot + 1, min(store_ts + int(v) * mult, hi))
+                except ValueError:
+                    return hi
+    v = props.get(TIMER_DELIVER_MS)
+    if v is not None:
+        try:
+            d = int(v)
+        except ValueError:
+            return hi
+        if slot < d <= hi:
+            return d
+    return hi
+
+
+class EnqueueMixin:
+    def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
+        if topic == TIMER_TOPIC and queue_id == 0:
+            self._enqueue_wake.set()
+
+    async def _enqueue_loop(self) -> None:
+        while self._running:
+            self._enqueue_wake.clear()
+            try:
+                n = self._enqueue_batch(ENQUEUE_BATCH)
+            except Exception as e:  # keep the wheel alive; the offset did not move
+                log.error("timer.enqueue_failed", error=repr(e), offset=self.curr_queue_offset)
+                n = 0
+                await asyncio.sleep(self.config.precision_ms / 1000.0)  # back-off after a failure
+                continue
+            if n == 0:
+                await self._enqueue_wake.wait()
+            else:
+                await asyncio.sleep(0)  # yield to the network between batches
+
+    def _enqueue_batch(self, max_units: int) -> int:
+        store = self.store
+        off = self.curr_queue_offset
+        mn = store.min_offset(TIMER_TOPIC, 0)
+        mx = store.max_offset(TIMER_TOPIC, 0)
+        if off < mn:
+            log.warning("timer.enqueue_offset_below_min", offset=off, min_offset=mn)
+            off = mn
+        if off >= mx:
+            self.curr_queue_offset = self.commit_queue_offset = off
+            return 0
+        units = store.read_units(TIMER_TOPIC, 0, off, min(max_units, mx - off))
+        k = len(units) // CQ_UNIT_SIZE if units is not None else 0
+        if k == 0:
+            return 0
+        prec = self.config.precision_ms
+        now = int(time.time() * 1000)
+        self.curr_write_ms = max(self.curr_write_ms, now - now % prec)
+        m = self.metrics
+        emit = bool(m.listeners)
+        lowest = None
+        for i in range(k):
+            phys, size, _tags = CQ_UNIT.unpack_from(units, i * CQ_UNIT_SIZE)
+            if size == _BLANK_CQ_SIZE:
+                continue
+            rec = store.read_record(phys, size)
+            if rec is None:
+                m.missing += 1
+                continue
+            props = parse_properties(read_properties_bytes(rec, 0))
+            try:
+                slot = int(props[TIMER_OUT_MS])
+            except (KeyError, ValueError):
+                log.warning("timer.enqueue_no_timer_out", phys_offset=phys)
+                continue
+            store_ts = read_store_timestamp(rec, 0)
+            exact = exact_deliver_ms(props, slot, store_ts, prec)
+            magic = MAGIC_DELETE if TIMER_DEL_UNIQKEY in props else MAGIC_DEFAULT
+            real_topic = props.get(REAL_TOPIC)
+            where = self._do_enqueue(slot, exact, magic, phys, size, java_hash(real_topic) if real_topic else 0)
+            if lowest is None or where < lowest:
+                lowest = where
+            if magic == MAGIC_DELETE:
+                m.markers += 1
+            elif TIMER_ROLL_TIMES not in props:
+                m.accepted += 1
+                if emit:
+                    m.emit("accepted", kind="timer", level=0, topic=real_topic, uniqKey=props.get(UNIQ_KEY),
+                           msgId=self.msg_id(rec, phys), bornTs=0, storeTs=store_ts, dueTs=exact,
+                           deliveredTs=0)
+        self.curr_queue_offset = self.commit_queue_offset = off + k
+        m.enqueued += k
+        m.enqueue_rate.add(k)
+        m.enqueue_latency_ms = max(0, int(time.time() * 1000) - now)
+        if lowest is not None:
+            self._wake_reader(lowest)
+        return k
+
+    def _do_enqueue(self, slot: int, exact: int, magic: int, phys: int, size: int, topic_hash: int) -> int:
+        """§4.6: roll decision, append the unit, link it into its slot. Returns the slot used."""
+        cfg = self.config
+        prec = cfg.precision_ms
+        w = self.curr_write_ms
+        delayed = slot
+        window = self.roll_window_slots * prec
+        if delayed - w >= window:
+            magic |= MAGIC_ROLL
+            excess = delayed - w - window
+            if excess < (self.roll_window_slots // 3) * prec:
+                delayed = w + (self.roll_window_slots // 2) * prec
+            else:
+                delayed = w + window
+        if delayed < self.read_cursor_ms:
+            delayed = self.read_cursor_ms
+            self.metrics.late_bumped += 1
+        wheel = self.wheel
+        _first, last, _num = wheel.get_slot(delayed)
+        pos = self.timerlog.append(last, magic, w, delayed - w, phys, size, topic_hash, exact)
+        wheel.add_unit(delayed, pos, -1 if magic & MAGIC_DELETE else 1)
+        return delayed

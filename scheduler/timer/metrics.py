@@ -1,0 +1,106 @@
+"""Timer wheel counters, lateness histogram and event listeners (RIP-46 metric names where they exist).
+
+Names used by stock 5.x (DefaultStoreMetricsConstant): rocketmq_timer_enqueue_total,
+rocketmq_timer_dequeue_total, rocketmq_timer_enqueue_lag, rocketmq_timer_enqueue_latency,
+rocketmq_timer_dequeue_lag, rocketmq_timer_dequeue_latency, rocketmq_timing_messages,
+rocketmq_timer_message_snapshot, rocketmq_delay_message_latency.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Callable
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+LATENESS_BUCKETS_MS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
+
+
+class LatenessHistogram:
+    __slots__ = ("counts", "sum", "count", "max")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENESS_BUCKETS_MS) + 1)
+        self.sum = 0
+        self.count = 0
+        self.max = 0
+
+    def observe(self, ms: int) -> None:
+        self.counts[bisect.bisect_left(LATENESS_BUCKETS_MS, ms)] += 1
+        self.sum += ms
+        self.count += 1
+        if ms > self.max:
+            self.max = ms
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        out, acc = [], 0
+        for le, c in zip((*LATENESS_BUCKETS_MS, float("inf")), self.counts, strict=True):
+            acc += c
+            out.append((le, acc))
+        return out
+
+    def quantile(self, q: float) -> float:
+        if not self.count:
+            return 0.0
+        target = q * self.count
+        for le, acc in self.cumulative():
+            if acc >= target:
+                return float(self.max if le == float("inf") else le)
+        return float(self.max)
+
+
+class _Rate:
+    """Events per second over the last completed ~1 s window (no timer task: rolled on update/read)."""
+
+    __slots__ = ("window_start", "window_count", "rate")
+
+    def __init__(self) -> None:
+        self.window_start = time.monotonic()
+        self.window_count = 0
+        self.rate = 0.0
+
+    def add(self, n: int) -> None:
+        self._roll()
+        self.window_count += n
+
+    def _roll(self) -> None:
+        now = time.monotonic()
+        span = now - self.window_start
+        if span >= 1.0:
+            self.rate = self.window_count / span if span < 2.0 else 0.0
+            self.window_start = now
+            self.window_count = 0
+
+    def value(self) -> float:
+        self._roll()
+        return self.rate
+
+
+class TimerMetrics:
+    def __init__(self) -> None:
+        self.enqueued = 0  # units written to the timerlog (incl. roll re-entries and markers)
+        self.accepted = 0  # first-time timer messages enqueued
+        self.delivered = 0  # put to their real topic
+        self.rolled = 0
+        self.cancelled = 0
+        self.markers = 0
+        self.missing = 0  # record gone from the CommitLog
+        self.put_failures = 0
+        self.rejected = 0  # flow control at the hook
+        self.late_bumped = 0  # enqueued after its slot was read: moved to the next slot
+        self.enqueue_latency_ms = 0  # store → enqueue of the last batch
+        self.dequeue_latency_ms = 0  # due → delivered of the last put
+        self.lateness = LatenessHistogram()
+        self.enqueue_rate = _Rate()
+        self.dequeue_rate = _Rate()
+        self.listeners: list[Callable[..., None]] = []
+
+    def emit(self, event: str, **fields) -> None:
+        for fn in self.listeners:
+            try:
+                fn(event, **fields)
+            except Exception as e:  # a listener must never stop the wheel
+                log.warning("timer.listener_failed", listener=repr(fn), error=repr(e))

@@ -1,0 +1,212 @@
+"""TimerMessageStore: the 5.x timer wheel for arbitrary-delay messages (scheduled-messages.md §4).
+
+    svc = TimerMessageStore(store, TimerConfig(store_root=..., precision_ms=100))
+    svc.load(); svc.start()          # start() loads if needed; call it on the running loop
+    ...; await svc.shutdown()
+
+Files under the store root: `timerlog/`, `timerwheel`, `config/timercheck`. Tasks: enqueue
+(dispatch-listener driven), reader and putter (bounded queue between them), flush/checkpoint every
+flush_interval_ms. Memory is O(slots): the wheel lives in its mmap, plus a 1-byte-per-slot
+occupancy map; per-message data exists only for the slot being delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import structlog
+
+from codec.msgid import offset_msg_id
+from codec.record import store_host_pos
+from scheduler.timer.checkpoint import TimerCheckpoint
+from scheduler.timer.config import TIMER_TOPIC, TimerConfig
+from scheduler.timer.dequeue import DequeueMixin
+from scheduler.timer.enqueue import EnqueueMixin
+from scheduler.timer.hook import register_service
+from scheduler.timer.metrics import TimerMetrics
+from scheduler.timer.recovery import recover
+from scheduler.timer.timerlog import TimerLog
+from scheduler.timer.wheel import TimerWheel
+
+log = structlog.get_logger(__name__)
+
+PUT_QUEUE_CAPACITY = 64  # chunks of up to 4096 units (stock DEFAULT_CAPACITY is 1024 requests)
+
+
+class TimerMessageStore(EnqueueMixin, DequeueMixin):
+    def __init__(self, store, config=None) -> None:
+        import random
+
+        self.store = store
+        self.config = TimerConfig.coerce(config if config is not None else TimerConfig())
+        if not self.config.store_root:
+            sc = getattr(store, "config", None)
+            self.config.store_root = getattr(sc, "store_path", "") or getattr(sc, "store_path_root_dir", "")
+        if config is not None and not isinstance(config, TimerConfig):
+            register_service(config, self)
+        register_service(self.config, self)
+        self.rng = random.Random()
+        self.metrics = TimerMetrics()
+        self.roll_window_slots = self.config.effective_roll_window_slots
+        self.wheel: TimerWheel | None = None
+        self.timerlog: TimerLog | None = None
+        self.checkpoint: TimerCheckpoint | None = None
+        self.curr_queue_offset = self.commit_queue_offset = 0
+        self.curr_write_ms = self.read_cursor_ms = self.commit_read_ms = 0
+        self._loaded = False
+        self._running = False
+        self._tasks: list[asyncio.Task] = []
+        self._flush_handle: asyncio.TimerHandle | None = None
+        self._enqueue_wake: asyncio.Event | None = None
+        self._reader_wake: asyncio.Future | None = None
+        self._reader_target = 1 << 62
+        self._put_queue: asyncio.Queue | None = None
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def load(self) -> bool:
+        if self._loaded:
+            return True
+        cfg = self.config
+        self.wheel = TimerWheel(cfg.store_root, cfg.slots_total, cfg.precision_ms)
+        self.timerlog = TimerLog(cfg.store_root, cfg.timerlog_file_size)
+        self.checkpoint = TimerCheckpoint(cfg.store_root)
+        recover(self)
+        self._loaded = True
+        return True
+
+    def start(self) -> None:
+        if self._running:
+            return
+        self.load()
+        loop = asyncio.get_running_loop()
+        self._running = True
+        self._enqueue_wake = asyncio.Event()
+        self._put_queue = asyncio.Queue(PUT_QUEUE_CAPACITY)
+        self.curr_write_ms = max(self.curr_write_ms, self._floor(int(time.time() * 1000)))
+        self.store.add_dispatch_listener(self._on_dispatch)
+        self._tasks = [loop.create_task(self._enqueue_loop(), name="timer-enqueue"),
+                       loop.create_task(self._reader_loop(), name="timer-dequeue-get"),
+                       loop.create_task(self._putter_loop(), name="timer-dequeue-put")]
+        self._schedule_flush()
+        log.info("timer.started", precision_ms=self.config.precision_ms, pending=self.wheel.pending,
+                 roll_window_slots=self.roll_window_slots, max_delay_sec=self.config.max_delay_sec)
+
+    async def shutdown(self) -> None:
+        if not self._loaded:
+            return
+        if self._running:
+            self._running = False
+            remove = getattr(self.store, "remove_dispatch_listener", None)
+            if remove is not None:
+                remove(self._on_dispatch)
+            if self._flush_handle is not None:
+                self._flush_handle.cancel()
+            for t in self._tasks:
+                t.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            self._tasks = []
+        self.flush()
+        self.timerlog.close()
+        self.wheel.close()
+        self.checkpoint.close()
+        self._loaded = False
+        log.info("timer.stopped", read_ms=self.commit_read_ms, queue_offset=self.commit_queue_offset)
+
+    def _floor(self, ms: int) -> int:
+        return ms - ms % self.config.precision_ms
+
+    # ---- flush / checkpoint (§4.5 step 6) ------------------------------------------------
+    def _schedule_flush(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._flush_handle = loop.call_later(self.config.flush_interval_ms / 1000.0, self._flush_tick)
+
+    def _flush_tick(self) -> None:
+        if not self._running:
+            return
+        try:
+            self.flush()
+        except Exception as e:
+            log.error("timer.flush_failed", error=repr(e))
+        self._schedule_flush()
+
+    def flush(self) -> None:
+        """Snapshot the clocks first, then make the timerlog and wheel durable, then the checkpoint."""
+        read_ms, queue_offset = self.commit_read_ms, self.commit_queue_offset
+        pos = self.timerlog.flush()
+        self.wheel.flush()
+        self.checkpoint.write(read_ms, pos, queue_offset, int(time.time() * 1000))
+
+    # ---- events / ids --------------------------------------------------------------------
+    def add_listener(self, fn) -> None:
+        """`fn(event, **fields)` on "accepted" (entered the wheel), "due" and "delivered"; fields
+        kind="timer", level=0, topic (real topic), msgId, uniqKey, bornTs, storeTs, dueTs, deliveredTs."""
+        self.metrics.listeners.append(fn)
+
+    def remove_listener(self, fn) -> None:
+        self.metrics.listeners.remove(fn)
+
+    def msg_id(self, rec, phys_offset: int) -> str:
+        import struct
+
+        sf = struct.unpack_from(">i", rec, 36)[0]
+        p = store_host_pos(sf)
+        if sf & 0x20:
+            import ipaddress
+            ip = str(ipaddress.ip_address(bytes(rec[p:p + 16])))
+            port = struct.unpack_from(">i", rec, p + 16)[0]
+        else:
+            ip = ".".join(str(b) for b in rec[p:p + 4])
+            port = struct.unpack_from(">i", rec, p + 4)[0]
+        return offset_msg_id(ip, port, phys_offset)
+
+    def msg_id_from(self, phys_offset: int) -> str:
+        rec = self.store.read_record(phys_offset)
+        return self.msg_id(rec, phys_offset) if rec is not None else ""
+
+    # ---- visibility ----------------------------------------------------------------------
+    def next_due_slot(self) -> int | None:
+        return self.wheel.next_nonempty(self.read_cursor_ms) if self._loaded else None
+
+    def stats(self) -> dict:
+        m, w = self.metrics, self.wheel
+        now = int(time.time() * 1000)
+        cq_max = self.store.max_offset(TIMER_TOPIC, 0) if self._loaded else 0
+        nxt = self.next_due_slot()
+        return {
+            "pending": w.pending if w else 0, "occupied_slots": w.occupied if w else 0,
+            "next_due_slot_ms": nxt if nxt is not None else -1,
+            "enqueued": m.enqueued, "accepted": m.accepted, "delivered": m.delivered, "rolled": m.rolled,
+            "cancelled": m.cancelled, "markers": m.markers, "missing": m.missing,
+            "put_failures": m.put_failures, "rejected": m.rejected, "late_bumped": m.late_bumped,
+            "enqueue_lag": max(0, cq_max - self.commit_queue_offset),
+            "dequeue_lag_ms": max(0, self._floor(now) - self.commit_read_ms) if nxt is not None and nxt <= now else 0,
+            "enqueue_rate": m.enqueue_rate.value(), "dequeue_rate": m.dequeue_rate.value(),
+            "enqueue_latency_ms": m.enqueue_latency_ms, "dequeue_latency_ms": m.dequeue_latency_ms,
+            "lateness_p50_ms": m.lateness.quantile(0.5), "lateness_p99_ms": m.lateness.quantile(0.99),
+            "lateness_max_ms": m.lateness.max, "lateness_buckets": m.lateness.cumulative(),
+            "read_ms": self.commit_read_ms, "write_ms": self.curr_write_ms,
+            "queue_offset": self.commit_queue_offset, "timerlog_pos": self.timerlog.write_pos if self.timerlog else 0,
+        }
+
+    def runtime_info(self) -> dict[str, str]:
+        s = self.stats()
+        return {
+            "timerReadBehind": str(s["dequeue_lag_ms"]),
+            "timerOffsetBehind": str(s["enqueue_lag"]),
+            "timerCongestNum": str(s["pending"]),
+            "timerEnqueueTps": f"{s['enqueue_rate']:.1f}",
+            "timerDequeueTps": f"{s['dequeue_rate']:.1f}",
+            "rocketmq_timing_messages": str(s["pending"]),
+            "rocketmq_timer_message_snapshot": str(s["pending"]),
+            "rocketmq_timer_enqueue_total": str(s["enqueued"]),
+            "rocketmq_timer_dequeue_total": str(s["delivered"] + s["rolled"]),
+            "rocketmq_timer_enqueue_lag": str(s["enqueue_lag"]),
+            "rocketmq_timer_enqueue_latency": str(s["enqueue_latency_ms"]),
+            "rocketmq_timer_dequeue_lag": str(s["dequeue_lag_ms"]),
+            "rocketmq_timer_dequeue_latency": str(s["dequeue_latency_ms"]),
+            "rocketmq_delay_message_latency_p99": str(s["lateness_p99_ms"]),
+            "timerNextDueSlotMs": str(s["next_due_slot_ms"]),
+            "timerDelivered": str(s["delivered"]), "timerCancelled": str(s["cancelled"]),
+            "timerRolled": str(s["rolled"]), "timerRejected": str(s["rejected"]),
+        }

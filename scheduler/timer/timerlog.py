@@ -1,0 +1,228 @@
+"""timerlog: append-only mmapped segments of 52-byte units (scheduled-messages.md §4.4).
+
+Unit layout (big-endian):
+  0 size(=52) i32 | 4 prevPos i64 | 12 magic i32 | 16 currWriteTimeMs i64 | 24 delta i32
+  | 28 offsetPy i64 | 36 sizePy i32 | 40 REAL_TOPIC hash i32 | 44 reserved i64
+delaymq uses the reserved 8 bytes at offset 44 for the message's EXACT deliver time in epoch ms
+(stock writes 0), so a slot's messages can be delivered each at its own millisecond.
+Files are `<root>/timerlog/<20-digit start offset>`; when `52 + 16 > remaining` a 16-byte blank
+`[i32 remaining][i64 0][i32 BLANK_MAGIC_CODE]` ends the file.
+
+Written pages are dropped from this process's mapping after each flush (madvise DONTNEED on a shared
+file mapping only unmaps; the data stays in the page cache and the file), so RSS stays bounded no
+matter how many timers are pending.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+UNIT_SIZE = 52
+BLANK_SIZE = 16
+BLANK_MAGIC_CODE = -875286124
+MAGIC_DEFAULT, MAGIC_ROLL, MAGIC_DELETE = 1, 2, 4
+UNIT = struct.Struct(">iqiqiqiiq")
+BLANK = struct.Struct(">iqi")
+_PREV = struct.Struct(">q")
+_PAGE = mmap.PAGESIZE
+
+
+def is_magic_ok(m: int) -> bool:
+    return (m | 0xF) == 0xF
+
+
+class _Segment:
+    __slots__ = ("start", "path", "fd", "mm", "dropped")
+
+    def __init__(self, path: str, start: int, size: int) -> None:
+        self.start = start
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if os.fstat(self.fd).st_size != size:
+            os.ftruncate(self.fd, size)
+        self.mm = mmap.mmap(self.fd, size)
+        self.dropped = 0  # bytes already advised away
+
+    def close(self) -> None:
+        try:
+            self.mm.close()
+        finally:
+            os.close(self.fd)
+
+
+class TimerLog:
+    def __init__(self, root: str, file_size: int) -> None:
+        if file_size < UNIT_SIZE + BLANK_SIZE:
+            raise ValueError("timerlog file size too small")
+        self.dir = os.path.join(root, "timerlog")
+        self.file_size = file_size
+        self.segments: list[_Segment] = []
+        self.write_pos = 0  # absolute position of the next unit
+        self.flushed_pos = 0
+        os.makedirs(self.dir, exist_ok=True)
+
+    # ---- files -------------------------------------------------------------------------
+    def load(self) -> None:
+        names = sorted(n for n in os.listdir(self.dir) if n.isdigit() and len(n) == 20)
+        for n in names:
+            self.segments.append(_Segment(os.path.join(self.dir, n), int(n), self.file_size))
+        if self.segments:
+            self.write_pos = self.segments[-1].start + self.file_size  # refined by recover()
+
+    def _new_segment(self, start: int) -> _Segment:
+        seg = _Segment(os.path.join(self.dir, f"{start:020d}"), start, self.file_size)
+        self.segments.append(seg)
+        return seg
+
+    def _segment_for(self, pos: int) -> _Segment | None:
+        if not self.segments:
+            return None
+        i = (pos - self.segments[0].start) // self.file_size
+        if 0 <= i < len(self.segments):
+            return self.segments[i]
+        return None
+
+    @property
+    def min_pos(self) -> int:
+        return self.segments[0].start if self.segments else 0
+
+    # ---- append / read -----------------------------------------------------------------
+    def append(self, prev: int, magic: int, write_ms: int, delta: int, offset_py: int, size_py: int,
+               topic_hash: int, exact_ms: int) -> int:
+        pos = self.write_pos
+        seg = self._segment_for(pos) if self.segments else None
+        if seg is None:
+            seg = self._new_segment(pos - pos % self.file_size)
+        rel = pos - seg.start
+        remaining = self.file_size - rel
+        if UNIT_SIZE + BLANK_SIZE > remaining:
+            BLANK.pack_into(seg.mm, rel, remaining, 0, BLANK_MAGIC_CODE)
+            pos = seg.start + self.file_size
+            seg = self._new_segment(pos)
+            rel = 0
+        UNIT.pack_into(seg.mm, rel, UNIT_SIZE, prev, magic, write_ms, delta, offset_py, size_py, topic_hash,
+                       exact_ms)
+        self.write_pos = pos + UNIT_SIZE
+        return pos
+
+    def read(self, pos: int) -> tuple:
+        """(size, prevPos, magic, writeMs, delta, offsetPy, sizePy, topicHash, exactMs)."""
+        seg = self._segment_for(pos)
+        if seg is None:
+            raise IndexError(f"timerlog position {pos} is not mapped")
+        return UNIT.unpack_from(seg.mm, pos - seg.start)
+
+    def mapped(self, pos: int) -> tuple[mmap.mmap, int] | None:
+        seg = self._segment_for(pos)
+        return None if seg is None else (seg.mm, pos - seg.start)
+
+    # ---- durability --------------------------------------------------------------------
+    def flush(self) -> int:
+        """msync what was written since the last flush, then drop those pages from RSS."""
+        target = self.write_pos
+        for seg in self.segments:
+            end = seg.start + self.file_size
+            if end <= self.flushed_pos or seg.start >= target:
+                continue
+            lo = max(self.flushed_pos, seg.start) - seg.start
+            hi = min(target, end) - seg.start
+            lo_page = lo - lo % _PAGE
+            seg.mm.flush(lo_page, hi - lo_page) if hi > lo_page else None
+        self.flushed_pos = target
+        self._drop_pages()
+        return target
+
+    def _drop_pages(self) -> None:
+        if not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        for seg in self.segments:
+            hi = min(self.flushed_pos, seg.start + self.file_size) - seg.start
+            hi -= hi % _PAGE
+            if hi > seg.dropped:
+                seg.mm.madvise(mmap.MADV_DONTNEED, 0, hi)
+                seg.dropped = hi
+
+    def forget_read_pages(self) -> None:
+        """After a slot was read, pages faulted in by the chain walk may be dropped again."""
+        if not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        for seg in self.segments:
+            hi = min(self.flushed_pos, seg.start + self.file_size) - seg.start
+            hi -= hi % _PAGE
+            if hi > 0:
+                seg.mm.madvise(mmap.MADV_DONTNEED, 0, hi)
+
+    # ---- recovery (§4.7 step 2) --------------------------------------------------------
+    def scan(self, from_pos: int):
+        """Yield (pos, unit) for valid units from the file containing from_pos (scanned from its start).
+
+        Stops at the first unit with a wrong size or magic; `self.write_pos` is left at the end of
+        the valid data. Files are scanned from their start, as stock does.
+        """
+        seg = self._segment_for(from_pos) or (self.segments[0] if self.segments else None)
+        if seg is None:
+            self.write_pos = from_pos - from_pos % self.file_size
+            return
+        idx = self.segments.index(seg)
+        end = seg.start
+        while idx < len(self.segments):
+            seg = self.segments[idx]
+            rel = 0
+            end = seg.start
+            blank = False
+            while rel + BLANK_SIZE <= self.file_size:
+                size, _zero, bmagic = BLANK.unpack_from(seg.mm, rel)
+                if size == self.file_size - rel and bmagic == BLANK_MAGIC_CODE:
+                    blank = True
+                    break
+                if size != UNIT_SIZE or rel + UNIT_SIZE > self.file_size:
+                    self.write_pos = end
+                    return
+                magic = UNIT.unpack_from(seg.mm, rel)[2]
+                if not is_magic_ok(magic) or magic == 0:
+                    self.write_pos = end
+                    return
+                yield seg.start + rel, UNIT.unpack_from(seg.mm, rel)
+                rel += UNIT_SIZE
+                end = seg.start + rel
+            if not blank:
+                self.write_pos = end
+                return
+            idx += 1
+            end = seg.start + self.file_size
+        self.write_pos = end
+
+    def truncate_dirty(self) -> int:
+        """Zero everything after write_pos in its file and delete later files; returns bytes cut."""
+        cut = 0
+        keep: list[_Segment] = []
+        for seg in self.segments:
+            if seg.start + self.file_size <= self.write_pos:
+                keep.append(seg)
+            elif seg.start <= self.write_pos:
+                rel = self.write_pos - seg.start
+                tail = seg.mm[rel:]
+                if tail.count(0) != len(tail):
+                    cut += len(tail) - tail.count(0)
+                    seg.mm[rel:] = bytes(len(tail))
+                keep.append(seg)
+            else:
+                cut += self.file_size
+                seg.close()
+                os.unlink(seg.path)
+        self.segments = keep
+        if keep and keep[-1].start + self.file_size == self.write_pos:
+            pass  # next append opens a new file
+        self.flushed_pos = self.write_pos
+        return cut
+
+    def close(self) -> None:
+        for seg in self.segments:
+            seg.close()
+        self.segments = []

@@ -1,0 +1,134 @@
+"""timerwheel: one mmapped file of 2 × slotsTotal slots of 32 bytes (scheduled-messages.md §4.4).
+
+Slot layout (big-endian): 0 slotTime/precision i64 | 8 firstPos i64 | 16 lastPos i64 | 24 num i32 | 28 magic i32.
+Index = (timeMs / precision) % (2 × slotsTotal); a slot whose stored time differs from the asked time
+is empty (stale). The slots live only in the mmap (no Python object per slot). The only extra
+memory is `occupancy`, one byte per ring slot (1.2 MB), set for slots that hold units of the live
+window; the reader finds the next non-empty slot with a C-speed regex search over it, so it sleeps
+until that slot instead of ticking through empty ones.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import struct
+
+SLOT_SIZE = 32
+SLOT = struct.Struct(">qqqii")
+_NUM = struct.Struct(">i")
+_NONZERO = re.compile(rb"[^\x00]")
+
+
+class TimerWheel:
+    def __init__(self, root: str, slots_total: int, precision_ms: int) -> None:
+        self.path = os.path.join(root, "timerwheel")
+        self.ring = 2 * slots_total
+        self.precision = precision_ms
+        self.size = self.ring * SLOT_SIZE
+        os.makedirs(root, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            length = os.fstat(fd).st_size
+            if length == 0:
+                os.ftruncate(fd, self.size)
+            elif length != self.size:
+                raise RuntimeError(f"timerwheel {self.path} has {length} bytes, expected {self.size}")
+            self.mm = mmap.mmap(fd, self.size)
+        finally:
+            os.close(fd)
+        self.occupancy = bytearray(self.ring)
+        self.occupied = 0
+        self.pending = 0  # sum of num over occupied slots (delete markers count -1)
+
+    def _index(self, t: int) -> int:
+        return (t // self.precision) % self.ring
+
+    def get_slot(self, t: int) -> tuple[int, int, int]:
+        """(firstPos, lastPos, num), or (-1, -1, 0) when the slot holds another time."""
+        stime, first, last, num, _m = SLOT.unpack_from(self.mm, self._index(t) * SLOT_SIZE)
+        if stime != t // self.precision:
+            return -1, -1, 0
+        return first, last, num
+
+    def get_num(self, t: int) -> int:
+        return self.get_slot(t)[2]
+
+    def put_slot(self, t: int, first: int, last: int, num: int, magic: int = 0) -> None:
+        i = self._index(t)
+        SLOT.pack_into(self.mm, i * SLOT_SIZE, t // self.precision, first, last, num, magic)
+        if not self.occupancy[i]:
+            self.occupancy[i] = 1
+            self.occupied += 1
+
+    def add_unit(self, t: int, pos: int, delta_num: int) -> int:
+        """Link a freshly appended unit into slot t; returns the previous lastPos (the unit's prevPos)."""
+        i = self._index(t)
+        off = i * SLOT_SIZE
+        stime, first, last, num, magic = SLOT.unpack_from(self.mm, off)
+        if stime != t // self.precision:
+            first, last, num, magic = -1, -1, 0, 0
+        SLOT.pack_into(self.mm, off, t // self.precision, pos if first == -1 else first, pos, num + delta_num, magic)
+        if not self.occupancy[i]:
+            self.occupancy[i] = 1
+            self.occupied += 1
+        self.pending += delta_num
+        return last
+
+    def revise(self, t: int, pos: int, delta_num: int = 1) -> None:
+        """Recovery (§4.7 reviseSlot): link a valid unit the slot does not know yet (pos > lastPos)."""
+        i = self._index(t)
+        off = i * SLOT_SIZE
+        stime, first, last, num, magic = SLOT.unpack_from(self.mm, off)
+        if stime != t // self.precision:
+            SLOT.pack_into(self.mm, off, t // self.precision, pos, pos, delta_num, 0)
+        elif pos > last:
+            SLOT.pack_into(self.mm, off, stime, first, pos, num + delta_num, magic)
+
+    def release(self, t: int) -> int:
+        """The reader has loaded slot t: it no longer counts as occupied. Returns its num."""
+        i = self._index(t)
+        num = self.get_num(t)
+        if self.occupancy[i]:
+            self.occupancy[i] = 0
+            self.occupied -= 1
+            self.pending -= num
+        return num
+
+    def next_nonempty(self, from_ms: int) -> int | None:
+        """The earliest occupied slot time >= from_ms within one ring turn, or None."""
+        start = self._index(from_ms)
+        base = from_ms // self.precision
+        m = _NONZERO.search(self.occupancy, start)
+        if m is not None:
+            return (base + m.start() - start) * self.precision
+        m = _NONZERO.search(self.occupancy, 0, start)
+        if m is not None:
+            return (base + self.ring - start + m.start()) * self.precision
+        return None
+
+    def rebuild_occupancy(self, window_start_ms: int) -> None:
+        """Mark every slot of [window_start, window_start + ring) whose stored time matches."""
+        import numpy as np
+
+        slots = np.frombuffer(self.mm, dtype=">i8").reshape(self.ring, 4)
+        times = slots[:, 0].astype(np.int64)
+        nums = (slots[:, 3].astype(np.uint64) >> np.uint64(32)).astype(np.int64)
+        nums = np.where(nums >= 1 << 31, nums - (1 << 32), nums)
+        c = window_start_ms // self.precision
+        idx = np.arange(self.ring, dtype=np.int64)
+        expected = c + (idx - c % self.ring) % self.ring
+        occ = times == expected
+        self.occupancy[:] = occ.astype(np.uint8).tobytes()
+        self.occupied = int(occ.sum())
+        self.pending = int(nums[occ].sum())
+        del slots, times, nums, idx, expected, occ
+        if hasattr(mmap, "MADV_DONTNEED"):
+            self.mm.madvise(mmap.MADV_DONTNEED)
+
+    def flush(self) -> None:
+        self.mm.flush()
+
+    def close(self) -> None:
+        self.mm.close()
