@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ class CheckpointFile:
     def __init__(self, store_path: str) -> None:
         self.path = os.path.join(store_path, "checkpoint")
         self.abort_path = os.path.join(store_path, "abort")
+        self._lock = threading.Lock()  # the periodic flusher writes from an executor thread
 
     def read(self) -> Checkpoint | None:
         doc = read_json(self.path)
@@ -38,6 +40,10 @@ class CheckpointFile:
 
     def write(self, cp: Checkpoint) -> None:
         cp.timestamp = int(time.time() * 1000)
+        with self._lock:
+            self._write(cp)
+
+    def _write(self, cp: Checkpoint) -> None:
         atomic_write_json(self.path, {
             "commitlogFlushedOffset": cp.commitlog_flushed_offset,
             "logicsFlushedOffset": cp.logics_flushed_offset,

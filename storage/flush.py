@@ -109,6 +109,7 @@ class PeriodicFlusher:
         self.prepare = prepare  # runs on the loop thread, returns the argument for job
         self.job = job
         self._task: asyncio.Task | None = None
+        self._job: asyncio.Future | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"storage-{self.name}")
@@ -119,11 +120,15 @@ class PeriodicFlusher:
             await asyncio.sleep(self.interval)
             try:
                 arg = self.prepare()
-                await loop.run_in_executor(None, self.job, arg)
+                self._job = loop.run_in_executor(None, self.job, arg)
+                await asyncio.shield(self._job)
+            except asyncio.CancelledError:
+                raise
             except Exception as e:  # keep flushing; a failure is logged, not fatal
                 log.error("flush.periodic_failed", flusher=self.name, error=repr(e))
 
     async def stop(self) -> None:
+        """Cancel the timer and wait for a job already running in its thread to finish."""
         if self._task is not None:
             self._task.cancel()
             try:
@@ -131,3 +136,9 @@ class PeriodicFlusher:
             except asyncio.CancelledError:
                 pass
             self._task = None
+        if self._job is not None:
+            try:
+                await self._job
+            except Exception as e:
+                log.error("flush.periodic_failed", flusher=self.name, error=repr(e))
+            self._job = None

@@ -131,7 +131,7 @@ class MappedFile:
             self.mm.close()
         except BufferError:
             # A caller still holds a slice (e.g. a pull response in flight); the mapping goes with it.
-            log.warning("mapped_file.close_busy", path=self.path)
+            log.debug("mapped_file.close_busy", path=self.path)
         os.close(self.fd)
         self.fd = -1
 
