@@ -18,6 +18,7 @@ class DelayConfig:
     config_dir: str | None = None        # <storePathRootDir>/config; None: offsets are not persisted
     batch_size: int = 512                # ConsumeQueue units read (and records put) per pass
     resend_backoff_cap_ms: int = 60_000  # doResend sleep cap
+    broker_addr: str = "127.0.0.1:10911"  # store host of offset msgIds in events
 
     @classmethod
     def coerce(cls, cfg, levels_ms: list[int] | None = None) -> DelayConfig:
@@ -34,4 +35,5 @@ class DelayConfig:
             max_resend_blocked=int(getattr(cfg, "schedule_async_deliver_max_resend_num2_blocked", 3)),
             flush_offset_interval_ms=int(getattr(cfg, "flush_delay_offset_interval", 10_000)),
             config_dir=os.path.join(root, "config") if root else None,
+            broker_addr=str(getattr(cfg, "broker_addr", None) or "127.0.0.1:10911"),
         )

@@ -12,6 +12,7 @@ import asyncio
 
 import structlog
 
+from codec.msgid import offset_msg_id
 from scheduler.delay_config import DelayConfig
 from scheduler.delay_deliver import LevelDeliverer
 from scheduler.delay_offsets import DelayOffsetTable
@@ -124,12 +125,9 @@ class DelayLevelService:
                 log.warning("delay.listener_failed", event=event, error=repr(e))
 
     def msg_id(self, phys_offset: int) -> str:
-        from codec.msgid import offset_msg_id
-
         host = self._store_host
         if host is None:
-            addr = getattr(self.config, "broker_addr", None) or "127.0.0.1:10911"
-            ip, _, port = addr.rpartition(":")
+            ip, _, port = self.config.broker_addr.rpartition(":")
             host = self._store_host = (ip, int(port))
         return offset_msg_id(host[0], host[1], phys_offset)
 
