@@ -98,3 +98,20 @@ def test_sigkill_keeps_every_acknowledged_record(tmp_path):
     assert s.max_offset("T", 0) >= len(acked)
     assert len(s.commitlog.queue.files) > 1  # the run crossed segment boundaries
     s.close()
+
+
+async def test_shutdown_while_periodic_flush_runs(tmp_path):
+    for _ in range(5):
+        s = open_store(tmp_path, flush_interval_ms=1, flush_consume_queue_interval_ms=1)
+        s.start()
+        for i in range(20):
+            s.put([request(body=b"%d" % i, keys="k")])
+            await asyncio.sleep(0)  # let the 1 ms flushers interleave with puts
+        await s.shutdown()  # must not race the flusher's checkpoint write
+        assert not (tmp_path / "abort").exists()
+    s = open_store(tmp_path)
+    assert s.max_offset("T", 0) == 100 and len(s.query_by_key("T", "k", 1000).buffers) == 100
+    info = s.runtime_info()
+    assert info["commitLogMaxOffset"] == str(s.commitlog.max_offset) and info["commitLogMinOffset"] == "0"
+    assert all(isinstance(v, str) for v in info.values())
+    s.close()
