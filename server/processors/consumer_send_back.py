@@ -1,0 +1,124 @@
+"""CONSUMER_SEND_MSG_BACK (36): a failed message goes to %RETRY%<group> with a delay level, or to
+%DLQ%<group> once it has been reconsumed maxReconsumeTimes times (scheduled-messages.md §3,
+4.9.8 `asyncConsumerSendMsgBack`, checks in that order).
+
+The retry copy keeps body, flag, sysFlag, born timestamp/host, store host and all properties, gets
+reconsumeTimes + 1, RETRY_TOPIC (first value kept) and ORIGIN_MESSAGE_ID (first value kept, else the
+offset msgId), then goes through the broker's put hooks, so DELAY=L lands in SCHEDULE_TOPIC_XXXX
+queue L-1 with REAL_TOPIC = %RETRY%<group>.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import structlog
+
+from server.headers import BOOL, INT, LONG, STR, HeaderSpec
+from server.processors import error, guarded
+
+log = structlog.get_logger(__name__)
+
+CONSUMER_SEND_MSG_BACK = 36
+SUCCESS, SYSTEM_ERROR, NO_PERMISSION, SUBSCRIPTION_GROUP_NOT_EXIST = 0, 1, 16, 26
+RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
+PERM_WRITE, PERM_READ = 0x2, 0x4
+TOPIC_UNIT_FLAG = 0x1
+V3_4_9 = 121
+SYNC_FLUSH_TIMEOUT_S = 5.0
+
+HEADER = HeaderSpec(
+    ("offset", LONG, True),
+    ("group", STR, True),
+    ("delayLevel", INT, True),
+    ("originMsgId", STR, False),
+    ("originTopic", STR, False),
+    ("unitMode", BOOL, False),
+    ("maxReconsumeTimes", INT, False),
+)
+
+
+def retry_level(delay_level: int, reconsume_times: int) -> int:
+    """The requested level, or 3 + reconsumeTimes when the client asked for 0."""
+    return 3 + reconsume_times if delay_level == 0 else delay_level
+
+
+def goes_to_dlq(reconsume_times: int, max_reconsume_times: int, delay_level: int) -> bool:
+    return reconsume_times >= max_reconsume_times or delay_level < 0
+
+
+class ConsumerSendBackProcessor:
+    def __init__(self, broker) -> None:
+        from codec import msgid, properties, record
+
+        self.broker = broker
+        self._record = record
+        self._props = properties
+        self._msgid = msgid
+
+    async def __call__(self, conn, cmd):
+        h = HEADER.parse(cmd.ext_fields)
+        b = self.broker
+        gcfg = b.groups.find(h.group)
+        if gcfg is None:
+            return error(cmd, SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {h.group}")
+        if not b.config.broker_permission & PERM_WRITE:
+            return error(cmd, NO_PERMISSION, f"the broker[{b.config.broker_addr}] sending message is forbidden")
+        if gcfg.retry_queue_nums <= 0:
+            return cmd.response(code=SUCCESS)  # RocketMQ answers success and drops the message
+        new_topic = RETRY_PREFIX + h.group
+        queue_id = random.randrange(1 << 30) % gcfg.retry_queue_nums
+        sys_flag = TOPIC_UNIT_FLAG if h.unitMode else 0
+        tcfg = b.topics.create_in_send_back(new_topic, gcfg.retry_queue_nums, PERM_READ | PERM_WRITE, sys_flag)
+        if tcfg is None:
+            return error(cmd, SYSTEM_ERROR, f"topic[{new_topic}] not exist")
+        if not tcfg.writeable:
+            return error(cmd, NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden")
+        msg = b.store.lookup_message_by_offset(h.offset) if h.offset >= 0 else None
+        if msg is None:
+            return error(cmd, SYSTEM_ERROR, f"look message by offset failed, {h.offset}")
+        props = dict(msg.properties)
+        if not props.get("RETRY_TOPIC"):
+            props["RETRY_TOPIC"] = msg.topic
+        max_times = gcfg.retry_max_times
+        if (cmd.version or 0) >= V3_4_9 and h.maxReconsumeTimes is not None:
+            max_times = h.maxReconsumeTimes
+        delay_level = h.delayLevel
+        if goes_to_dlq(msg.reconsume_times, max_times, delay_level):
+            new_topic = DLQ_PREFIX + h.group
+            queue_id = 0
+            dlq = b.topics.create_in_send_back(new_topic, 1, PERM_READ | PERM_WRITE, 0)
+            if dlq is None:
+                return error(cmd, SYSTEM_ERROR, f"topic[{new_topic}] not exist")
+            props["DELAY"] = "0"
+            log.info("send_back.to_dlq", group=h.group, reconsume_times=msg.reconsume_times, max=max_times)
+        else:
+            props["DELAY"] = str(retry_level(delay_level, msg.reconsume_times))
+        if not props.get("ORIGIN_MESSAGE_ID"):
+            host, port = msg.store_host
+            props["ORIGIN_MESSAGE_ID"] = self._msgid.offset_msg_id(host, port, msg.commitlog_offset)
+        rec = self._record.MessageRecord(
+            topic=new_topic, body=msg.body, queue_id=queue_id, flag=msg.flag, sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp, born_host=msg.born_host, store_host=msg.store_host,
+            reconsume_times=msg.reconsume_times + 1, properties=props)
+        hooked = b.hooks.apply(rec)
+        if isinstance(hooked, tuple):
+            return error(cmd, hooked[0], hooked[1])
+        raw = self._record.encode_record(rec)
+        req = b.put_request(raw, rec.topic, rec.queue_id, rec.properties, hooked)
+        [result] = b.store.put([req])
+        status = getattr(result.status, "name", str(result.status))
+        if status == "PUT_OK" and result.flushed is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(result.flushed), SYNC_FLUSH_TIMEOUT_S)
+            except TimeoutError:
+                status = "FLUSH_DISK_TIMEOUT"
+        if status != "PUT_OK":
+            return error(cmd, SYSTEM_ERROR, status)
+        b.on_put([rec.topic], [result])
+        return cmd.response(code=SUCCESS)
+
+
+def register(server, broker) -> None:
+    server.register(CONSUMER_SEND_MSG_BACK, guarded(ConsumerSendBackProcessor(broker).__call__))
