@@ -22,6 +22,8 @@ _STORE_FIELD_SOURCES = {
     "store_path_root_dir": "store_path_root_dir", "store_path": "store_path_root_dir",
     "root_dir": "store_path_root_dir", "store_dir": "store_path_root_dir", "path": "store_path_root_dir",
     "mapped_file_size_commit_log": "mapped_file_size_commit_log",
+    "mapped_file_size_commitlog": "mapped_file_size_commit_log",
+    "file_reserved_time_hours": "file_reserved_time",
     "commitlog_file_size": "mapped_file_size_commit_log",
     "flush_disk_type": "flush_disk_type", "file_reserved_time": "file_reserved_time",
     "max_message_size": "max_message_size", "message_delay_level": "message_delay_level",
