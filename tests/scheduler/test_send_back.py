@@ -91,7 +91,8 @@ async def test_max_reconsume_header_ignored_before_v3_4_9(make_broker):  # noqa:
 
 
 async def test_errors_and_drop(make_broker):  # noqa: F811
-    b, c, _, orig = await _setup(make_broker, auto_create_subscription_group=False)
+    b, c, _, orig = await _setup(make_broker)
+    b.groups.auto_create = False
     try:
         r = await c.invoke(SEND_BACK, _back(orig["phys"], group="nobody"))
         assert r.code == 26 and "nobody" in r.remark
