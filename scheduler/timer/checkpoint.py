@@ -11,6 +11,7 @@ import os
 import struct
 
 CHECK = struct.Struct(">qqqqqqq")
+_I64 = struct.Struct(">q")
 FILE_SIZE = 4096
 
 
@@ -41,6 +42,11 @@ class TimerCheckpoint:
         CHECK.pack_into(self.mm, 0, read_time_ms, flush_pos, queue_offset, queue_offset, self.state_version,
                         now_ms, self.data_counter)
         self.mm.flush()
+
+    def set_read_time(self, read_time_ms: int) -> None:
+        """Record the read clock in the mapping at once (survives kill -9; msync'd by the next write)."""
+        self.last_read_time_ms = read_time_ms
+        _I64.pack_into(self.mm, 0, read_time_ms)
 
     def close(self) -> None:
         self.mm.close()

@@ -168,7 +168,9 @@ class DequeueMixin:
             if item is None:
                 return
             if isinstance(item, int):
-                self.commit_read_ms = max(self.commit_read_ms, item)
+                if item > self.commit_read_ms:
+                    self.commit_read_ms = item
+                    self.checkpoint.set_read_time(item)
                 continue
             await self._deliver_chunk(item)
 

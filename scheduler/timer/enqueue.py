@@ -98,6 +98,7 @@ class EnqueueMixin:
             off = mn
         if off >= mx:
             self.curr_queue_offset = self.commit_queue_offset = off
+            self._notify_enqueued()
             return 0
         units = store.read_units(TIMER_TOPIC, 0, off, min(max_units, mx - off))
         k = len(units) // CQ_UNIT_SIZE if units is not None else 0
@@ -144,6 +145,7 @@ class EnqueueMixin:
         m.enqueue_latency_ms = max(0, int(time.time() * 1000) - now)
         if lowest is not None:
             self._wake_reader(lowest)
+        self._notify_enqueued()
         return k
 
     def _do_enqueue(self, slot: int, exact: int, magic: int, phys: int, size: int, topic_hash: int) -> int:

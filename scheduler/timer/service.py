@@ -13,6 +13,8 @@ occupancy map; per-message data exists only for the slot being delivered.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import struct
 import time
 
 import structlog
@@ -31,6 +33,7 @@ from scheduler.timer.wheel import TimerWheel
 
 log = structlog.get_logger(__name__)
 
+_I32 = struct.Struct(">i")
 PUT_QUEUE_CAPACITY = 64  # chunks of up to 4096 units (stock DEFAULT_CAPACITY is 1024 requests)
 
 
@@ -62,6 +65,8 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self._reader_wake: asyncio.Future | None = None
         self._reader_target = 1 << 62
         self._put_queue: asyncio.Queue | None = None
+        self._offset_waiters: list[tuple[int, asyncio.Future]] = []
+        self._host_hex: dict[bytes, str] = {}
 
     # ---- lifecycle -----------------------------------------------------------------------
     def load(self) -> bool:
@@ -147,18 +152,36 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self.metrics.listeners.remove(fn)
 
     def msg_id(self, rec, phys_offset: int) -> str:
-        import struct
-
-        sf = struct.unpack_from(">i", rec, 36)[0]
+        """Offset msgId of a record (store host bytes of the record itself; host text cached)."""
+        sf = _I32.unpack_from(rec, 36)[0]
         p = store_host_pos(sf)
-        if sf & 0x20:
-            import ipaddress
-            ip = str(ipaddress.ip_address(bytes(rec[p:p + 16])))
-            port = struct.unpack_from(">i", rec, p + 16)[0]
-        else:
-            ip = ".".join(str(b) for b in rec[p:p + 4])
-            port = struct.unpack_from(">i", rec, p + 4)[0]
-        return offset_msg_id(ip, port, phys_offset)
+        n = 20 if sf & 0x20 else 8
+        host = bytes(rec[p:p + n])
+        prefix = self._host_hex.get(host)
+        if prefix is None:
+            ip = str(ipaddress.ip_address(host[:n - 4]))
+            prefix = self._host_hex[host] = offset_msg_id(ip, _I32.unpack_from(host, n - 4)[0], 0)[:-16]
+        return prefix + f"{phys_offset:016X}"
+
+    async def wait_enqueued(self, queue_offset: int, timeout: float | None = None) -> None:
+        """Resolve once every timer-topic message below `queue_offset` is in the wheel."""
+        if self.commit_queue_offset >= queue_offset:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._offset_waiters.append((queue_offset, fut))
+        await asyncio.wait_for(fut, timeout)
+
+    def _notify_enqueued(self) -> None:
+        if self._offset_waiters:
+            keep = []
+            for off, fut in self._offset_waiters:
+                if fut.done():
+                    continue
+                if self.commit_queue_offset >= off:
+                    fut.set_result(None)
+                else:
+                    keep.append((off, fut))
+            self._offset_waiters = keep
 
     def msg_id_from(self, phys_offset: int) -> str:
         rec = self.store.read_record(phys_offset)
