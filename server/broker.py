@@ -95,6 +95,9 @@ class BrokerController:
             from server.observability.http import MetricsHttpServer
             self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port)
             await self.metrics_http.start()
+        from server.observability.telemetry import Telemetry
+        self.telemetry = Telemetry(self)
+        self.telemetry.start()
         self._started = True
         log.info("broker.ready", host=cfg.listen_host, port=cfg.listen_port, vip_port=cfg.vip_port,
                  broker_addr=cfg.broker_addr, store=cfg.store_path_root_dir,
@@ -135,6 +138,8 @@ class BrokerController:
         self.offsets.persist()
         self.topics.persist()
         self.groups.persist()
+        if getattr(self, "telemetry", None) is not None:
+            await self.telemetry.shutdown()
         if self.store is not None:
             await self.store.shutdown()
         if self.metrics_http is not None:

@@ -31,7 +31,7 @@ _KEY_OVERRIDES = {
 class BrokerConfig:
     store_path_root_dir: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), "store"))
     listen_port: int = 9876
-    listen_host: str = "0.0.0.0"
+    listen_host: str = "127.0.0.1"
     broker_name: str = "broker-a"
     broker_cluster_name: str = "DefaultCluster"
     broker_ip1: str = "127.0.0.1"
@@ -68,6 +68,7 @@ class BrokerConfig:
     tls_server_key_path: str = ""
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
+    metrics_export_interval_ms: int = 10000
     export_interval_ms: int = 10000
     shutdown_drain_timeout_ms: int = 5000
 

@@ -150,7 +150,11 @@ class TraceWriter:
     def __init__(self, writer: RotatingMsgpackWriter) -> None:
         self.writer = writer
 
+    EVENTS = frozenset(("accepted", "due", "delivered"))
+
     def __call__(self, event: str, **fields) -> None:
+        if event not in self.EVENTS:
+            return
         rec = {"v": 1, "event": event}
         for k in self.FIELDS:
             v = fields.get(k)

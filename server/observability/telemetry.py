@@ -1,0 +1,134 @@
+"""Wires the broker's components into metrics, exports and traces (names in ARCHITECTURE.md).
+
+- gauges/histograms read the delay-level and timer services' `stats()` at collection time;
+- consumer lag per group/topic from the offset table and the store's max offsets;
+- scheduled-message events (accepted/due/delivered) go to `store/export/traces`;
+- records clients send to RMQ_SYS_TRACE_TOPIC are copied to `store/export/rmq_trace` as they
+  are dispatched (the store's dispatch listener wakes the copier; no polling).
+"""
+
+from __future__ import annotations
+
+import os
+
+import structlog
+
+from codec.codes import TRACE_TOPIC
+from codec.record import read_body, read_store_timestamp
+from server.observability.export import MetricsExporter, RotatingMsgpackWriter, TraceWriter
+from server.observability.registry import Sample
+
+log = structlog.get_logger(__name__)
+_UNIT = 20
+
+
+def _delay_samples(svc) -> list[Sample]:
+    out: list[Sample] = []
+    try:
+        st = svc.stats()
+    except Exception:
+        return out
+    for level, s in (st.get("levels") or {}).items():
+        lab = {"level": str(level)}
+        out.append(Sample("delaymq_schedule_pending", "gauge", lab, float(s.get("pending", 0))))
+        out.append(Sample("delaymq_schedule_delivered_total", "counter", lab, float(s.get("delivered_total", 0))))
+        out.append(Sample("delaymq_schedule_next_due_ms", "gauge", lab, float(s.get("next_due_ms") or 0)))
+        out.append(Sample("delaymq_schedule_deliver_rate", "gauge", lab, float(s.get("deliver_rate", 0.0))))
+        h = s.get("lateness_ms") or {}
+        if h:
+            out.append(Sample("delaymq_schedule_lateness_ms", "histogram", lab, float(h.get("count", 0)),
+                              [(float(b), int(c)) for b, c in h.get("buckets", [])], float(h.get("sum", 0.0)),
+                              int(h.get("count", 0))))
+    return out
+
+
+def _timer_samples(svc) -> list[Sample]:
+    try:
+        st = svc.stats()
+    except Exception:
+        return []
+    out = [
+        Sample("delaymq_timer_pending", "gauge", {}, float(st.get("pending", 0))),
+        Sample("delaymq_timer_enqueue_total", "counter", {}, float(st.get("enqueued", 0))),
+        Sample("delaymq_timer_dequeue_total", "counter", {}, float(st.get("delivered", 0))),
+        Sample("delaymq_timer_enqueue_rate", "gauge", {}, float(st.get("enqueue_rate", 0.0))),
+        Sample("delaymq_timer_dequeue_rate", "gauge", {}, float(st.get("dequeue_rate", 0.0))),
+        Sample("delaymq_timer_enqueue_lag", "gauge", {}, float(st.get("enqueue_lag", 0))),
+        Sample("delaymq_timer_dequeue_lag_ms", "gauge", {}, float(st.get("dequeue_lag_ms", 0))),
+        Sample("delaymq_timer_next_due_slot_ms", "gauge", {}, float(st.get("next_due_slot_ms", -1))),
+    ]
+    buckets = st.get("lateness_buckets") or []
+    if buckets:
+        count = int(buckets[-1][1])
+        out.append(Sample("delaymq_timer_lateness_ms", "histogram", {}, float(count),
+                          [(float(b), int(c)) for b, c in buckets], 0.0, count))
+    return out
+
+
+def _lag_samples(broker) -> list[Sample]:
+    out: list[Sample] = []
+    for key, queues in list(broker.offsets.offsets.items()):
+        topic, _, group = key.partition("@")
+        lag = 0
+        for qid, off in queues.items():
+            lag += max(0, broker.store.max_offset(topic, int(qid)) - int(off))
+        out.append(Sample("delaymq_consumer_lag", "gauge", {"group": group, "topic": topic}, float(lag)))
+    return out
+
+
+class TraceTopicExporter:
+    """Copies what clients send to RMQ_SYS_TRACE_TOPIC into msgpack export files."""
+
+    def __init__(self, store, writer: RotatingMsgpackWriter) -> None:
+        self.store = store
+        self.writer = writer
+        self.offsets: dict[int, int] = {}
+
+    def on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
+        if topic != TRACE_TOPIC:
+            return
+        off = self.offsets.get(queue_id, self.store.min_offset(topic, queue_id))
+        while off < max_offset:
+            units = self.store.read_units(topic, queue_id, off, min(256, max_offset - off))
+            n = len(units) // _UNIT
+            if n == 0:
+                break
+            for i in range(n):
+                phys = int.from_bytes(units[i * _UNIT:i * _UNIT + 8], "big", signed=True)
+                size = int.from_bytes(units[i * _UNIT + 8:i * _UNIT + 12], "big", signed=True)
+                rec = self.store.read_record(phys, size)
+                if rec is None:
+                    continue
+                self.writer.write({"v": 1, "storeTs": read_store_timestamp(rec), "topic": topic,
+                                   "body": read_body(rec).decode("utf-8", "replace")})
+            off += n
+        self.offsets[queue_id] = off
+
+
+class Telemetry:
+    def __init__(self, broker, export_interval_s: float | None = None) -> None:
+        self.broker = broker
+        root = os.path.join(broker.config.store_path_root_dir, "export")
+        self.metrics_writer = RotatingMsgpackWriter(os.path.join(root, "metrics"), "metrics")
+        self.trace_writer = RotatingMsgpackWriter(os.path.join(root, "traces"), "traces")
+        self.rmq_trace_writer = RotatingMsgpackWriter(os.path.join(root, "rmq_trace"), "rmq_trace")
+        interval = export_interval_s or broker.config.metrics_export_interval_ms / 1000.0
+        self.exporter = MetricsExporter(broker.metrics, self.metrics_writer, interval,
+                                        also_flush=[self.trace_writer, self.rmq_trace_writer])
+        self.trace = TraceWriter(self.trace_writer)
+
+    def start(self) -> None:
+        b = self.broker
+        reg = b.metrics
+        if b.delay_service is not None:
+            reg.add_collector(lambda: _delay_samples(b.delay_service))
+            b.delay_service.add_listener(self.trace)
+        if b.timer_service is not None:
+            reg.add_collector(lambda: _timer_samples(b.timer_service))
+            b.timer_service.add_listener(self.trace)
+        reg.add_collector(lambda: _lag_samples(b))
+        b.store.add_dispatch_listener(TraceTopicExporter(b.store, self.rmq_trace_writer).on_dispatch)
+        self.exporter.start()
+
+    async def shutdown(self) -> None:
+        await self.exporter.shutdown()

@@ -1,0 +1,60 @@
+"""End to end for analysts: a real broker run produces exports, real Spark (local mode) aggregates them."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from analytics.report import build_report
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+DELAYMQ = [sys.executable, "-m", "client.cli"]
+
+
+def _cli(*args, timeout=120):
+    return subprocess.run([*DELAYMQ, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_report_shows_how_late_each_level_and_the_timer_delivered(broker_factory, tmp_path):
+    broker = broker_factory({"messageDelayLevel": "200ms 400ms 600ms 1s", "metricsExportIntervalMs": 200})
+    ns = broker.namesrv
+    for level, n in ((1, 20), (2, 15)):
+        r = _cli("produce", "-n", ns, "-t", "Orders", "--count", str(n), "--delay-level", str(level),
+                 "--body", f"L{level}-{{i}}")
+        assert r.returncode == 0, r.stderr
+    r = _cli("produce", "-n", ns, "-t", "Orders", "--count", "5", "--delay", "700ms", "--body", "T-{i}")
+    assert r.returncode == 0, r.stderr
+    r = _cli("consume", "-n", ns, "-g", "analysts", "-t", "Orders", "--from-where", "first", "--max", "40",
+             "--output", "json", "--idle-timeout", "30")
+    assert r.returncode == 0, r.stderr
+    bodies = [json.loads(line)["body"] for line in r.stdout.splitlines() if line.strip()]
+    assert len(bodies) == 40 and {b.split("-")[0] for b in bodies} == {"L1", "L2", "T"}
+    assert broker.stop() == 0  # flushes the exports
+
+    export = broker.store / "export"
+    for kind in ("metrics", "traces"):
+        assert any(f.endswith(".msgpack") for f in os.listdir(export / kind)), kind
+
+    out = tmp_path / "report"
+    result = build_report(str(export), str(out))
+    by_series = {r["series"]: r for r in result.lateness}
+    assert by_series["level-1"]["count"] == 20
+    assert by_series["level-2"]["count"] == 15
+    assert by_series["timer"]["count"] == 5
+    for row in by_series.values():
+        assert 0 <= row["p50"] <= row["p99"] <= row["max"]  # delivered at or after due, never early
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 6
+    for name, path in result.tables.items():
+        assert os.path.exists(os.path.join(path, "_SUCCESS")), name
+    assert os.path.getsize(result.charts["lateness_percentiles"]) > 5000
+
+
+def test_report_cli_refuses_a_missing_input_with_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "analytics", "report", "--input", str(tmp_path / "nope"),
+                        "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "not found" in r.stderr
