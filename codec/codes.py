@@ -14,6 +14,7 @@ class RequestCode(IntEnum):
     GET_ALL_TOPIC_CONFIG = 21
     UPDATE_BROKER_CONFIG = 25
     GET_BROKER_CONFIG = 26
+    TRIGGER_DELETE_FILES = 27
     GET_BROKER_RUNTIME_INFO = 28
     SEARCH_OFFSET_BY_TIMESTAMP = 29
     GET_MAX_OFFSET = 30
@@ -32,6 +33,9 @@ class RequestCode(IntEnum):
     GET_ALL_CONSUMER_OFFSET = 43
     GET_ALL_DELAY_OFFSET = 45
     CHECK_CLIENT_CONFIG = 46
+    GET_CLIENT_CONFIG = 47
+    GET_TIMER_CHECK_POINT = 60
+    GET_TIMER_METRICS = 61
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101
     DELETE_KV_CONFIG = 102
@@ -48,15 +52,49 @@ class RequestCode(IntEnum):
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
     DELETE_SUBSCRIPTIONGROUP = 207
     GET_CONSUME_STATS = 208
+    SUSPEND_CONSUMER = 209
+    RESUME_CONSUMER = 210
+    RESET_CONSUMER_OFFSET_IN_CONSUMER = 211
+    RESET_CONSUMER_OFFSET_IN_BROKER = 212
+    ADJUST_CONSUMER_THREAD_POOL = 213
+    WHO_CONSUME_THE_MESSAGE = 214
     DELETE_TOPIC_IN_BROKER = 215
     DELETE_TOPIC_IN_NAMESRV = 216
-    GET_KV_CONFIG_BY_VALUE = 217
+    GET_KV_CONFIG_BY_VALUE = 217  # 4.x; 5.x reuses 217 for REGISTER_TOPIC_IN_NAMESRV
+    GET_KVLIST_BY_NAMESPACE = 219
     RESET_CONSUMER_CLIENT_OFFSET = 220
     GET_CONSUMER_STATUS_FROM_CLIENT = 221
+    INVOKE_BROKER_TO_RESET_OFFSET = 222
+    INVOKE_BROKER_TO_GET_CONSUMER_STATUS = 223
+    GET_TOPICS_BY_CLUSTER = 224
+    QUERY_TOPIC_CONSUME_BY_WHO = 300
+    REGISTER_FILTER_SERVER = 301
+    REGISTER_MESSAGE_FILTER_CLASS = 302
+    QUERY_CONSUME_TIME_SPAN = 303
+    GET_SYSTEM_TOPIC_LIST_FROM_NS = 304
+    GET_SYSTEM_TOPIC_LIST_FROM_BROKER = 305
+    CLEAN_EXPIRED_CONSUMEQUEUE = 306
     GET_CONSUMER_RUNNING_INFO = 307
+    QUERY_CORRECTION_OFFSET = 308
     CONSUME_MESSAGE_DIRECTLY = 309
     SEND_MESSAGE_V2 = 310
+    GET_UNIT_TOPIC_LIST = 311
+    GET_HAS_UNIT_SUB_TOPIC_LIST = 312
+    GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST = 313
+    CLONE_GROUP_OFFSET = 314
+    VIEW_BROKER_STATS_DATA = 315
+    CLEAN_UNUSED_TOPIC = 316
+    GET_BROKER_CONSUME_STATS = 317
+    UPDATE_NAMESRV_CONFIG = 318
+    GET_NAMESRV_CONFIG = 319
     SEND_BATCH_MESSAGE = 320
+    QUERY_CONSUME_QUEUE = 321
+    QUERY_DATA_VERSION = 322
+    RESUME_CHECK_HALF_MESSAGE = 323
+    SEND_REPLY_MESSAGE = 324
+    SEND_REPLY_MESSAGE_V2 = 325
+    PUSH_REPLY_MESSAGE_TO_CLIENT = 326
+    ADD_WRITE_PERM_OF_BROKER = 327
 
 
 class ResponseCode(IntEnum):
@@ -119,6 +157,24 @@ class PermName:
     WRITE = 2
     INHERIT = 1
 
+    @staticmethod
+    def is_readable(perm: int) -> bool:
+        return bool(perm & PermName.READ)
+
+    @staticmethod
+    def is_writeable(perm: int) -> bool:
+        return bool(perm & PermName.WRITE)
+
+    @staticmethod
+    def is_inherited(perm: int) -> bool:
+        return bool(perm & PermName.INHERIT)
+
+    @staticmethod
+    def to_string(perm: int) -> str:
+        """Java PermName.perm2String: "RWX" with '-' for missing bits."""
+        return ("R" if perm & PermName.READ else "-") + ("W" if perm & PermName.WRITE else "-") + (
+            "X" if perm & PermName.INHERIT else "-")
+
 
 class SysFlag:
     """Message sysFlag bits (MessageSysFlag)."""
@@ -135,6 +191,18 @@ class SysFlag:
     NEED_UNWRAP = 0x40
     INNER_BATCH = 0x80
     COMPRESSION_TYPE_MASK = 0x700
+    COMPRESSION_LZ4 = 0x100
+    COMPRESSION_ZSTD = 0x200
+    COMPRESSION_ZLIB = 0x300
+
+    @staticmethod
+    def transaction_value(sys_flag: int) -> int:
+        return sys_flag & SysFlag.TRANSACTION_MASK
+
+    @staticmethod
+    def compression_type(sys_flag: int) -> int:
+        """(flag & 0x700) >> 8: 1 LZ4, 2 ZSTD, 3 ZLIB, 0 = ZLIB (older producers)."""
+        return (sys_flag & SysFlag.COMPRESSION_TYPE_MASK) >> 8
 
 
 class PullSysFlag:
@@ -157,3 +225,17 @@ DEFAULT_TOPIC = "TBW102"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
+CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+DEFAULT_REGION = "DefaultRegion"
+DEFAULT_CLUSTER = "DefaultCluster"
+RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+BENCHMARK_TOPIC = "BenchmarkTest"
+# topics a producer may not send to (remoting-protocol.md §8.1)
+NOT_ALLOWED_SEND_TOPICS = frozenset({
+    SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
+    SELF_TEST_TOPIC, OFFSET_MOVED_EVENT,
+})

@@ -80,6 +80,7 @@ class RemotingCommand:
 
 
 def _to_str(v: Any) -> str:
+    """fastjson's coercion of an extFields value into a Java String."""
     if isinstance(v, str):
         return v
     if isinstance(v, bool):
@@ -88,6 +89,8 @@ def _to_str(v: Any) -> str:
         return str(int(v))
     if v is None:
         return ""
+    if isinstance(v, dict | list):
+        return _json_dumps(v)
     return str(v)
 
 
@@ -104,7 +107,8 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
         d["remark"] = cmd.remark
     d["serializeTypeCurrentRPC"] = "JSON"
     d["version"] = cmd.version
-    return _json_dumps(d).encode("utf-8")
+    # Java's String.getBytes(UTF_8) writes '?' for a lone surrogate; never fail on the way out
+    return _json_dumps(d).encode("utf-8", "replace")
 
 
 def _int_field(d: dict, key: str, default: int = 0) -> int:
@@ -117,7 +121,7 @@ def _int_field(d: dict, key: str, default: int = 0) -> int:
         return v
     try:
         return int(v)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise CodecError(f"header field {key} is not an integer: {v!r}") from e
 
 
@@ -161,16 +165,24 @@ _I16 = struct.Struct(">h")
 
 def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
     lang = _LANG_BY_NAME.get(cmd.language, 0) if isinstance(cmd.language, str) else int(cmd.language)
-    out = bytearray(_FIXED.pack(cmd.code, lang, cmd.version, _wrap32(cmd.opaque), cmd.flag))
-    remark = (cmd.remark or "").encode("utf-8")
-    out += _I32.pack(len(remark)) + remark
-    ext = bytearray()
-    for k, v in cmd.ext_fields.items():
-        if k is None or v is None:
-            continue
-        kb, vb = str(k).encode("utf-8"), _to_str(v).encode("utf-8")
-        ext += _I16.pack(len(kb)) + kb + _I32.pack(len(vb)) + vb
-    out += _I32.pack(len(ext)) + ext
+    try:
+        out = bytearray(_FIXED.pack(cmd.code, lang, cmd.version, _wrap32(cmd.opaque), _wrap32(cmd.flag)))
+        remark = (cmd.remark or "").encode("utf-8", "replace")
+        out += _I32.pack(len(remark))
+        out += remark
+        ext = bytearray()
+        for k, v in cmd.ext_fields.items():
+            if k is None or v is None:
+                continue
+            kb, vb = str(k).encode("utf-8", "replace"), _to_str(v).encode("utf-8", "replace")
+            ext += _I16.pack(len(kb))
+            ext += kb
+            ext += _I32.pack(len(vb))
+            ext += vb
+    except struct.error as e:
+        raise CodecError(f"field out of range for the ROCKETMQ header: {e}") from None
+    out += _I32.pack(len(ext))
+    out += ext
     return bytes(out)
 
 

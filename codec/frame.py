@@ -46,49 +46,93 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
 def encode_frame(cmd: RemotingCommand) -> list:
     """Frame pieces for `transport.writelines`; body slices are passed through uncopied."""
     header = encode_header(cmd)
+    hlen = len(header)
+    if hlen > 0xFFFFFF:
+        raise CodecError(f"header of {hlen} bytes does not fit the 24-bit header length")
     body = cmd.body
-    parts = list(body) if isinstance(body, list | tuple) else ([body] if len(body) else [])
-    body_len = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+    if isinstance(body, list | tuple):
+        parts = [p for p in body if len(p)]
+        body_len = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+    elif isinstance(body, memoryview):
+        body_len = body.nbytes
+        parts = [body] if body_len else []
+    else:
+        body_len = len(body)
+        parts = [body] if body_len else []
     ser = SERIALIZE_ROCKETMQ if cmd.serialize_type == SERIALIZE_ROCKETMQ else SERIALIZE_JSON
-    prefix = _PREFIX.pack(4 + len(header) + body_len, (ser << 24) | len(header))
-    return [prefix, header, *parts]
+    return [_PREFIX.pack(4 + hlen + body_len, (ser << 24) | hlen), header, *parts]
 
 
 def encode_frame_bytes(cmd: RemotingCommand) -> bytes:
-    return b"".join(bytes(p) if isinstance(p, memoryview) else p for p in encode_frame(cmd))
+    return b"".join(encode_frame(cmd))
 
 
 class FrameDecoder:
     """Feed bytes, get whole commands. Raises CodecError on a malformed or oversized frame;
-    after an error the stream is unusable and the connection should be closed."""
+    after an error the stream is unusable (every later feed raises too): close the connection.
 
-    __slots__ = ("max_frame", "_buf", "_pos")
+    The length prefix is checked as soon as its 4 bytes arrive, so at most `max_frame` bytes of a
+    frame are ever buffered. The buffer is one bytearray plus a read offset, compacted only when
+    the consumed prefix dominates it (no re-copy of a growing buffer per chunk)."""
+
+    __slots__ = ("max_frame", "_buf", "_pos", "_failed")
 
     def __init__(self, max_frame: int = MAX_FRAME) -> None:
         self.max_frame = max_frame
         self._buf = bytearray()
         self._pos = 0
+        self._failed: str | None = None
 
     def buffered(self) -> int:
         return len(self._buf) - self._pos
 
+    def _fail(self, why: str) -> CodecError:
+        self._failed = why
+        self._buf = bytearray()  # a fresh object: a memoryview held by a traceback cannot pin it
+        self._pos = 0
+        return CodecError(why)
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+        if self._failed is not None:
+            raise CodecError(f"decoder failed earlier: {self._failed}")
         buf = self._buf
-        buf += data
-        out: list[RemotingCommand] = []
         pos = self._pos
+        out: list[RemotingCommand] = []
+        if not buf and len(data) >= 4:
+            # fast path: nothing buffered, decode whole frames straight from the caller's chunk
+            mv = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
+            end = len(mv)
+            while end - pos >= 4:
+                (length,) = _I32.unpack_from(mv, pos)
+                if length < 4 or length + 4 > self.max_frame:
+                    raise self._fail(f"frame length {length} outside [4, {self.max_frame - 4}]")
+                if end - pos - 4 < length:
+                    break
+                start = pos + 4
+                pos = start + length
+                try:
+                    out.append(decode_frame(mv[start:pos]))
+                except CodecError as e:
+                    raise self._fail(str(e)) from None
+            if pos < end:
+                buf += mv[pos:]
+            self._pos = 0
+            return out
+        buf += data
         end = len(buf)
         while end - pos >= 4:
             (length,) = _I32.unpack_from(buf, pos)
             if length < 4 or length + 4 > self.max_frame:
-                self._buf = bytearray()
-                self._pos = 0
-                raise CodecError(f"frame length {length} outside [4, {self.max_frame - 4}]")
+                raise self._fail(f"frame length {length} outside [4, {self.max_frame - 4}]")
             if end - pos - 4 < length:
                 break
             start = pos + 4
             pos = start + length
-            out.append(decode_frame(memoryview(buf)[start:pos]))
+            try:
+                with memoryview(buf) as mv:
+                    out.append(decode_frame(mv[start:pos]))
+            except CodecError as e:
+                raise self._fail(str(e)) from None
         if pos == end:
             buf.clear()
             pos = 0

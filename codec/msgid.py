@@ -28,9 +28,11 @@ def offset_msg_id(ip: str, port: int, phys_offset: int) -> str:
 
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     """(ip, port, commitlog offset); the length of the id says IPv4 (32) or IPv6 (56)."""
+    if not isinstance(msg_id, str) or len(msg_id) not in (32, 56):
+        raise CodecError(f"offset msgId must have 32 or 56 hex chars: {msg_id!r}")
     try:
         raw = bytes.fromhex(msg_id)
-    except (ValueError, TypeError):
+    except ValueError:
         raise CodecError(f"offset msgId is not hex: {msg_id!r}") from None
     if len(raw) == 16:
         ip, port, off = _OFF4.unpack(raw)
@@ -42,12 +44,34 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
 
 
 _counter = itertools.count(random.randrange(1 << 16))
-_FIX = struct.pack(">4shi", bytes([127, 0, 0, 1]), os.getpid() & 0x7FFF, random.getrandbits(31))
+_fix = struct.pack(">4shi", bytes([127, 0, 0, 1]), os.getpid() & 0x7FFF, random.getrandbits(31))
+_month = [0.0, 0.0]  # [start of this month, start of next month] as epoch seconds (local time)
+
+
+def configure_uniq_id(ip: str) -> None:
+    """Put this host's IPv4 address into ids made by new_uniq_id (default 127.0.0.1)."""
+    global _fix
+    addr = ipaddress.ip_address(ip)
+    if addr.version != 4:
+        addr = addr.ipv4_mapped or ipaddress.IPv4Address("127.0.0.1")
+    _fix = addr.packed + _fix[4:]
+
+
+def _month_start(now: float) -> float:
+    if not (_month[0] <= now < _month[1]):
+        d = datetime.fromtimestamp(now)
+        start = datetime(d.year, d.month, 1)
+        nxt = datetime(d.year + (d.month == 12), d.month % 12 + 1, 1)
+        _month[0], _month[1] = start.timestamp(), nxt.timestamp()
+    return _month[0]
 
 
 def new_uniq_id() -> str:
     """A UNIQ_KEY in MessageClientIDSetter's layout: ip(4) pid(2) hash(4) msSinceMonthStart(4) counter(2)."""
-    now = datetime.now()
-    month_start = datetime(now.year, now.month, 1)
-    ms = int((time.time() - month_start.timestamp()) * 1000) & 0x7FFFFFFF
-    return (_FIX + struct.pack(">iH", ms, next(_counter) & 0xFFFF)).hex().upper()
+    now = time.time()
+    ms = int((now - _month_start(now)) * 1000) & 0x7FFFFFFF
+    return (_fix + _TAIL.pack(ms, next(_counter) & 0xFFFF)).hex().upper()
+
+
+_TAIL = struct.Struct(">iH")
+

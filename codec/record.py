@@ -15,6 +15,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from codec.codes import SysFlag
 from codec.errors import CodecError
@@ -97,30 +98,38 @@ def body_crc(body: bytes | memoryview) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
-def _pack_host(host: tuple[str, int], v6: bool) -> bytes:
-    ip, port = host
+@lru_cache(maxsize=1024)
+def _ip_forms(ip: str) -> tuple[bool, bytes | None, bytes]:
+    """(is a real IPv6 host, 4-byte form or None, 16-byte form), cached: hosts repeat per connection."""
     try:
         addr = ipaddress.ip_address(ip)
     except ValueError as e:
         raise CodecError(f"bad host address {ip!r}") from e
+    if addr.version == 4:
+        return False, addr.packed, ipaddress.IPv6Address(f"::ffff:{addr}").packed
+    mapped = addr.ipv4_mapped
+    if mapped is not None:
+        return False, mapped.packed, addr.packed
+    return True, None, addr.packed
+
+
+def _pack_host(host: tuple[str, int], v6: bool) -> bytes:
+    ip, port = host
+    _, raw4, raw16 = _ip_forms(ip)
     if v6:
-        raw = addr.packed if addr.version == 6 else ipaddress.IPv6Address(f"::ffff:{addr}").packed
+        raw = raw16
+    elif raw4 is None:
+        raise CodecError(f"IPv6 host {ip} needs the V6 sysFlag bit")
     else:
-        if addr.version == 6:
-            mapped = addr.ipv4_mapped
-            if mapped is None:
-                raise CodecError(f"IPv6 host {ip} needs the V6 sysFlag bit")
-            addr = mapped
-        raw = addr.packed
+        raw = raw4
     return raw + _I32.pack(int(port))
 
 
 def _is_v6(ip: str) -> bool:
     try:
-        a = ipaddress.ip_address(ip)
-    except ValueError:
+        return _ip_forms(ip)[0]
+    except CodecError:
         return False
-    return a.version == 6 and a.ipv4_mapped is None
 
 
 def encode_record(rec: MessageRecord, properties_bytes: bytes | None = None) -> bytearray:
@@ -130,15 +139,24 @@ def encode_record(rec: MessageRecord, properties_bytes: bytes | None = None) -> 
         sys_flag |= SysFlag.BORNHOST_V6
     if _is_v6(rec.store_host[0]):
         sys_flag |= SysFlag.STOREHOST_V6
-    topic = rec.topic.encode("utf-8")
+    topic = rec.topic.encode("utf-8", "replace")
     if len(topic) > MAX_TOPIC_BYTES:
         raise CodecError(f"topic longer than {MAX_TOPIC_BYTES} bytes")
-    props = properties_bytes if properties_bytes is not None else properties_to_string(rec.properties).encode()
+    props = properties_bytes if properties_bytes is not None else properties_to_string(rec.properties).encode("utf-8", "replace")
     if len(props) > MAX_PROPERTIES_BYTES:
         raise CodecError(f"properties longer than {MAX_PROPERTIES_BYTES} bytes")
-    body = bytes(rec.body)
+    body = rec.body if isinstance(rec.body, bytes | bytearray) else bytes(rec.body)
     total = record_length(sys_flag, len(body), len(topic), len(props))
     out = bytearray(total)
+    try:
+        _encode_into(out, rec, sys_flag, total, body, topic, props)
+    except struct.error as e:
+        raise CodecError(f"record field out of range: {e}") from None
+    return out
+
+
+def _encode_into(out: bytearray, rec: MessageRecord, sys_flag: int, total: int, body: bytes, topic: bytes,
+                 props: bytes) -> None:
     crc = body_crc(body)
     _HEAD.pack_into(out, 0, total, MAGIC_CODE, crc, rec.queue_id, rec.flag, rec.queue_offset,
                     rec.commitlog_offset, sys_flag, rec.born_timestamp)
@@ -164,12 +182,19 @@ def encode_record(rec: MessageRecord, properties_bytes: bytes | None = None) -> 
     pos += len(topic)
     _I16.pack_into(out, pos, len(props))
     out[pos + 2:pos + 2 + len(props)] = props
-    return out
+
+
+@lru_cache(maxsize=1024)
+def _ip_text(raw: bytes) -> str:
+    return str(ipaddress.ip_address(raw))
 
 
 def _unpack_host(mv, pos: int, v6: bool) -> tuple[tuple[str, int], int]:
     n = 16 if v6 else 4
-    ip = str(ipaddress.ip_address(bytes(mv[pos:pos + n])))
+    raw = bytes(mv[pos:pos + n])
+    if len(raw) != n:
+        raise CodecError("record truncated inside a host address")
+    ip = _ip_text(raw)
     (port,) = _I32.unpack_from(mv, pos + n)
     return (ip, port), pos + n + 4
 
@@ -236,6 +261,8 @@ def decompress_body(body: bytes, max_size: int = 64 << 20) -> bytes:
         out = d.decompress(body, max_size)
         if d.unconsumed_tail:
             raise CodecError("decompressed body too large")
+        if not d.eof:
+            raise CodecError("compressed body is truncated")
         return out
     except zlib.error as e:
         raise CodecError(f"bad compressed body: {e}") from None
@@ -338,13 +365,22 @@ def rewrite_for_delivery(raw, topic: str, queue_id: int, store_host: tuple[str, 
     Body, flag, sysFlag, born timestamp/host and (unless given) properties are copied byte for byte;
     queue offset, physical offset and store timestamp are left for storage to patch at append."""
     mv = memoryview(raw)
-    sf = read_sys_flag(mv, 0)
-    bpos, blen, tpos, ppos = _tail_positions(mv, 0)
-    (plen,) = _I16.unpack_from(mv, ppos)
+    try:
+        if _I32.unpack_from(mv, POS_MAGIC)[0] != MAGIC_CODE:
+            raise CodecError("not a stored message record (bad magic)")
+        sf = read_sys_flag(mv, 0)
+        bpos, blen, tpos, ppos = _tail_positions(mv, 0)
+        (plen,) = _I16.unpack_from(mv, ppos)
+    except (struct.error, IndexError):
+        raise CodecError("truncated record") from None
+    if blen < 0 or plen < 0 or ppos + 2 + plen > len(mv):
+        raise CodecError("record length fields out of range")
     props = bytes(mv[ppos + 2:ppos + 2 + plen]) if properties_bytes is None else properties_bytes
-    tb = topic.encode("utf-8")
+    tb = topic.encode("utf-8", "replace")
     if len(tb) > MAX_TOPIC_BYTES:
         raise CodecError("topic too long")
+    if len(props) > MAX_PROPERTIES_BYTES:
+        raise CodecError(f"properties longer than {MAX_PROPERTIES_BYTES} bytes")
     if store_host is not None and _is_v6(store_host[0]) != bool(sf & SysFlag.STOREHOST_V6):
         sf ^= SysFlag.STOREHOST_V6
     head_end = bpos  # everything up to and including BODYLEN, then body
@@ -352,7 +388,11 @@ def rewrite_for_delivery(raw, topic: str, queue_id: int, store_host: tuple[str, 
     if store_host is not None:
         sh_pos = store_host_pos(sf)
         old_len = _host_len(bool(read_sys_flag(mv, 0) & SysFlag.STOREHOST_V6))
-        new_head[sh_pos:sh_pos + old_len] = _pack_host(store_host, bool(sf & SysFlag.STOREHOST_V6))
+        try:
+            packed = _pack_host(store_host, bool(sf & SysFlag.STOREHOST_V6))
+        except struct.error:
+            raise CodecError(f"bad store host port {store_host[1]!r}") from None
+        new_head[sh_pos:sh_pos + old_len] = packed
         _I32.pack_into(new_head, POS_SYS_FLAG, sf)
     out = new_head
     out += mv[bpos:bpos + blen]
