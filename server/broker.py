@@ -77,9 +77,10 @@ class BrokerController:
         self.topics.ensure_system_topics(len(self.levels), cfg.timer_wheel_enable)
         self.store = make_message_store(cfg)
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
-        self.hooks = PutHooks(cfg, self.levels)
         self.delay_service = make_delay_service(self.store, cfg, self.levels)
         self.timer_service = make_timer_service(self.store, cfg)
+        # the timer hook's flow control reads the live wheel, so it gets the service itself
+        self.hooks = PutHooks(cfg, self.levels, timer_config=self.timer_service)
         for svc in (self.delay_service, self.timer_service):
             if svc is not None:
                 r = svc.start()

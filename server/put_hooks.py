@@ -65,21 +65,8 @@ class PutHooks:
                 "TIMER_DELIVER_MS" in props or "TIMER_DELAY_MS" in props or "TIMER_DELAY_SEC" in props):
             return (SYSTEM_ERROR, "accurate timer message is not enabled, timerWheelEnable is false")
         if self.transform_timer is not None:
-            status = self.transform_timer(record, int(time.time() * 1000), self.timer_config)
-            return self._timer_status(status)
+            decision = self.transform_timer(record, int(time.time() * 1000), self.timer_config)
+            if decision.ok:
+                return -1
+            return (decision.response_code, decision.remark or decision.name)
         return -1
-
-    @staticmethod
-    def _timer_status(status):
-        if status is None or status is True:
-            return -1
-        if isinstance(status, int) and not isinstance(status, bool) and status >= 0 and \
-                not hasattr(status, "name"):
-            return -1 if status == 0 else status
-        name = getattr(status, "name", None) or str(status)
-        name = name.upper()
-        if name in ("PUT_OK", "OK", "NOT_TIMER", "NONE", "ACCEPTED", "TRANSFORMED", "IMMEDIATE", "SUCCESS"):
-            return -1
-        if "ILLEGAL" in name:
-            return (MESSAGE_ILLEGAL, name)
-        return (SYSTEM_ERROR, name)
