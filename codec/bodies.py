@@ -1,0 +1,413 @@
+"""JSON request/response bodies (remoting-protocol.md §7): topic routes, heartbeats, consumer lists,
+lock/unlock batches, KVTable and topic lists.
+
+Emitting follows fastjson: compact, keys sorted, numbers where Java has numbers. Parsing is lenient
+because three client families disagree (C++ sends enum ordinals, string subVersions and omits empty
+arrays; fastjson may write `{0:"addr"}` with unquoted integer keys). Every parser raises only CodecError.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from codec.errors import CodecError
+from codec.tags import java_hash
+
+SUB_ALL = "*"
+CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
+MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
+CONSUME_FROM_WHERE = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+                      "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
+                      "CONSUME_FROM_TIMESTAMP")
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
+# a JSON string literal (kept as is) or an object key that is a bare integer (gets quoted)
+_BARE_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,]\s*)(-?\d+)(\s*:)', re.S)
+
+
+def _quote_bare_keys(m: re.Match) -> str:
+    if m.group(1) is not None:
+        return m.group(1)
+    return f'{m.group(2)}"{m.group(3)}"{m.group(4)}'
+
+
+def loads_lenient(data: bytes | bytearray | memoryview | str) -> Any:
+    """json.loads that also takes fastjson's unquoted integer keys (`{0:"a",1:5}`)."""
+    try:
+        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CodecError(f"JSON body is not UTF-8: {e}") from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise CodecError("JSON body nested too deeply") from None
+    except ValueError:
+        pass
+    try:
+        return json.loads(_BARE_KEY.sub(_quote_bare_keys, text))
+    except (ValueError, RecursionError) as e:
+        raise CodecError(f"bad JSON body: {e}") from None
+
+
+def dumps(obj: Any, bare_int_keys: bool = False) -> bytes:
+    """Compact, key-sorted JSON (fastjson's layout). With bare_int_keys, int dict keys are written
+    unquoted as fastjson does for Map<Long,..> (e.g. brokerAddrs for pre-4.9.4 clients)."""
+    if not bare_int_keys:
+        return _dumps(_quote_int_keys(obj)).encode("utf-8", "replace")
+    return _dumps_bare(obj).encode("utf-8", "replace")
+
+
+def _quote_int_keys(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        if any(isinstance(k, int) for k in obj):
+            return {str(k): _quote_int_keys(v) for k, v in sorted(obj.items(), key=_key_order)}
+        return {k: _quote_int_keys(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_quote_int_keys(v) for v in obj]
+    return obj
+
+
+def _key_order(kv: tuple) -> tuple:
+    k = kv[0]
+    return (0, k, "") if isinstance(k, int) else (1, 0, str(k))
+
+
+def _dumps_bare(obj: Any) -> str:
+    if isinstance(obj, dict):
+        parts = []
+        for k, v in sorted(obj.items(), key=_key_order):
+            key = str(k) if isinstance(k, int) and not isinstance(k, bool) else _dumps(str(k))
+            parts.append(f"{key}:{_dumps_bare(v)}")
+        return "{" + ",".join(parts) + "}"
+    if isinstance(obj, list | tuple):
+        return "[" + ",".join(_dumps_bare(v) for v in obj) + "]"
+    return _dumps(obj)
+
+
+def _obj(data, what: str) -> dict:
+    if isinstance(data, dict):
+        return data
+    if not isinstance(data, bytes | bytearray | memoryview | str):
+        raise CodecError(f"{what} is not a JSON object")
+    d = loads_lenient(data)
+    if not isinstance(d, dict):
+        raise CodecError(f"{what} is not a JSON object")
+    return d
+
+
+def _list(d: dict, key: str) -> list:
+    v = d.get(key)
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise CodecError(f"{key} is not an array")
+    return v
+
+
+def _int(v: Any, what: str, default: int = 0) -> int:
+    if v is None or v == "":
+        return default
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float | str):
+        try:
+            return int(v)
+        except (ValueError, OverflowError):
+            pass
+    raise CodecError(f"{what} is not an integer: {v!r}")
+
+
+def _str(v: Any, what: str, default: str = "") -> str:
+    if v is None:
+        return default
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return str(v)
+    raise CodecError(f"{what} is not a string: {v!r}")
+
+
+def _bool(v: Any) -> bool:
+    if isinstance(v, str):
+        return v.lower() == "true"  # Boolean.parseBoolean
+    return bool(v) if isinstance(v, bool | int) else False
+
+
+def _enum(v: Any, names: tuple[str, ...], what: str, default: str) -> str:
+    if v is None or v == "":
+        return default
+    if isinstance(v, str) and not v.isdigit():
+        return v
+    i = _int(v, what)
+    if 0 <= i < len(names):
+        return names[i]
+    raise CodecError(f"{what} ordinal {i} out of range")
+
+
+# ------------------------------------------------------------------------ topic route
+
+@dataclass(slots=True)
+class QueueData:
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int = 0
+
+    def to_json(self) -> dict:
+        return {"brokerName": self.broker_name, "perm": self.perm, "readQueueNums": self.read_queue_nums,
+                "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
+
+
+@dataclass(slots=True)
+class BrokerData:
+    cluster: str
+    broker_name: str
+    broker_addrs: dict[int, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"brokerAddrs": dict(self.broker_addrs), "brokerName": self.broker_name, "cluster": self.cluster}
+
+
+@dataclass(slots=True)
+class TopicRouteData:
+    queue_datas: list[QueueData] = field(default_factory=list)
+    broker_datas: list[BrokerData] = field(default_factory=list)
+    order_topic_conf: str | None = None
+    filter_server_table: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        d: dict[str, Any] = {"brokerDatas": [b.to_json() for b in self.broker_datas],
+                             "filterServerTable": dict(self.filter_server_table),
+                             "queueDatas": [q.to_json() for q in self.queue_datas]}
+        if self.order_topic_conf is not None:
+            d["orderTopicConf"] = self.order_topic_conf
+        return d
+
+
+def encode_topic_route(route: TopicRouteData, quoted_keys: bool = True) -> bytes:
+    """TopicRouteData JSON; `quoted_keys=False` writes brokerAddrs as fastjson does for old clients."""
+    return dumps(route.to_json(), bare_int_keys=not quoted_keys)
+
+
+def decode_topic_route(body) -> TopicRouteData:
+    d = _obj(body, "TopicRouteData")
+    route = TopicRouteData(order_topic_conf=d.get("orderTopicConf") if isinstance(d.get("orderTopicConf"), str)
+                           else None)
+    for q in _list(d, "queueDatas"):
+        q = _obj(q, "QueueData")
+        route.queue_datas.append(QueueData(
+            broker_name=_str(q.get("brokerName"), "brokerName"),
+            read_queue_nums=_int(q.get("readQueueNums"), "readQueueNums"),
+            write_queue_nums=_int(q.get("writeQueueNums"), "writeQueueNums"),
+            perm=_int(q.get("perm"), "perm"), topic_sys_flag=_int(q.get("topicSysFlag"), "topicSysFlag")))
+    for b in _list(d, "brokerDatas"):
+        b = _obj(b, "BrokerData")
+        addrs = b.get("brokerAddrs") or {}
+        if not isinstance(addrs, dict):
+            raise CodecError("brokerAddrs is not an object")
+        route.broker_datas.append(BrokerData(
+            cluster=_str(b.get("cluster"), "cluster"), broker_name=_str(b.get("brokerName"), "brokerName"),
+            broker_addrs={_int(k, "brokerId"): _str(v, "brokerAddr") for k, v in addrs.items()}))
+    fst = d.get("filterServerTable")
+    if isinstance(fst, dict):
+        route.filter_server_table = {str(k): [str(x) for x in v] for k, v in fst.items() if isinstance(v, list)}
+    return route
+
+
+# ------------------------------------------------------------------------ heartbeat
+
+@dataclass(slots=True)
+class SubscriptionData:
+    topic: str
+    sub_string: str = SUB_ALL
+    tags_set: list[str] = field(default_factory=list)
+    code_set: list[int] = field(default_factory=list)
+    sub_version: int = 0
+    expression_type: str = "TAG"
+    class_filter_mode: bool = False
+
+    @property
+    def is_all(self) -> bool:
+        return self.expression_type == "TAG" and (not self.sub_string or self.sub_string.strip() == SUB_ALL)
+
+    def to_json(self) -> dict:
+        return {"classFilterMode": self.class_filter_mode, "codeSet": list(self.code_set),
+                "expressionType": self.expression_type, "subString": self.sub_string,
+                "subVersion": self.sub_version, "tagsSet": list(self.tags_set), "topic": self.topic}
+
+
+def build_subscription(topic: str, expression: str | None, sub_version: int = 0,
+                       expression_type: str = "TAG") -> SubscriptionData:
+    """FilterAPI.buildSubscriptionData: split a TAG expression on `||`, trim, hash each tag."""
+    expr = (expression or "").strip()
+    sub = SubscriptionData(topic=topic, sub_string=expr or SUB_ALL, sub_version=sub_version,
+                           expression_type=expression_type or "TAG")
+    if sub.expression_type != "TAG" or not expr or expr == SUB_ALL:
+        sub.sub_string = expr or SUB_ALL
+        return sub
+    for tag in expr.split("||"):
+        tag = tag.strip()
+        if tag:
+            sub.tags_set.append(tag)
+            sub.code_set.append(java_hash(tag))
+    return sub
+
+
+@dataclass(slots=True)
+class ConsumerData:
+    group_name: str
+    consume_type: str = "CONSUME_PASSIVELY"
+    message_model: str = "CLUSTERING"
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    subscriptions: list[SubscriptionData] = field(default_factory=list)
+    unit_mode: bool = False
+
+    def to_json(self) -> dict:
+        return {"consumeFromWhere": self.consume_from_where, "consumeType": self.consume_type,
+                "groupName": self.group_name, "messageModel": self.message_model,
+                "subscriptionDataSet": [s.to_json() for s in self.subscriptions], "unitMode": self.unit_mode}
+
+
+@dataclass(slots=True)
+class ProducerData:
+    group_name: str
+
+    def to_json(self) -> dict:
+        return {"groupName": self.group_name}
+
+
+@dataclass(slots=True)
+class HeartbeatData:
+    client_id: str
+    consumers: list[ConsumerData] = field(default_factory=list)
+    producers: list[ProducerData] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"clientID": self.client_id, "consumerDataSet": [c.to_json() for c in self.consumers],
+                "producerDataSet": [p.to_json() for p in self.producers]}
+
+
+def _parse_subscription(s: Any) -> SubscriptionData:
+    s = _obj(s, "SubscriptionData")
+    sub = SubscriptionData(
+        topic=_str(s.get("topic"), "topic"),
+        sub_string=_str(s.get("subString"), "subString", SUB_ALL),
+        sub_version=_int(s.get("subVersion"), "subVersion"),
+        expression_type=_str(s.get("expressionType"), "expressionType", "TAG") or "TAG",
+        class_filter_mode=_bool(s.get("classFilterMode")))
+    sub.tags_set = [_str(t, "tag") for t in _list(s, "tagsSet")]
+    codes = _list(s, "codeSet")
+    if codes:
+        sub.code_set = [_int(c, "code") for c in codes]
+    elif sub.tags_set and sub.expression_type == "TAG":
+        sub.code_set = [java_hash(t) for t in sub.tags_set]
+    return sub
+
+
+def parse_heartbeat(body) -> HeartbeatData:
+    """HEART_BEAT body from Java (enum names), C++ (ordinals, string subVersion, missing arrays) or ali-ons."""
+    d = _obj(body, "HeartbeatData")
+    hb = HeartbeatData(client_id=_str(d.get("clientID"), "clientID"))
+    for c in _list(d, "consumerDataSet"):
+        c = _obj(c, "ConsumerData")
+        hb.consumers.append(ConsumerData(
+            group_name=_str(c.get("groupName"), "groupName"),
+            consume_type=_enum(c.get("consumeType"), CONSUME_TYPES, "consumeType", "CONSUME_PASSIVELY"),
+            message_model=_enum(c.get("messageModel"), MESSAGE_MODELS, "messageModel", "CLUSTERING"),
+            consume_from_where=_enum(c.get("consumeFromWhere"), CONSUME_FROM_WHERE, "consumeFromWhere",
+                                     "CONSUME_FROM_LAST_OFFSET"),
+            subscriptions=[_parse_subscription(s) for s in _list(c, "subscriptionDataSet")],
+            unit_mode=_bool(c.get("unitMode"))))
+    for p in _list(d, "producerDataSet"):
+        p = _obj(p, "ProducerData")
+        hb.producers.append(ProducerData(group_name=_str(p.get("groupName"), "groupName")))
+    return hb
+
+
+def encode_heartbeat(hb: HeartbeatData) -> bytes:
+    return dumps(hb.to_json())
+
+
+# ------------------------------------------------------------------------ small bodies
+
+@dataclass(slots=True, frozen=True)
+class MessageQueue:
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def to_json(self) -> dict:
+        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
+
+
+def _parse_mq(v: Any) -> MessageQueue:
+    v = _obj(v, "MessageQueue")
+    return MessageQueue(topic=_str(v.get("topic"), "topic"), broker_name=_str(v.get("brokerName"), "brokerName"),
+                        queue_id=_int(v.get("queueId"), "queueId"))
+
+
+@dataclass(slots=True)
+class LockBatchRequest:
+    consumer_group: str
+    client_id: str
+    mq_set: list[MessageQueue] = field(default_factory=list)
+    only_this_broker: bool = False
+
+
+def decode_lock_batch_request(body) -> LockBatchRequest:
+    """LockBatchRequestBody / UnlockBatchRequestBody (same shape)."""
+    d = _obj(body, "LockBatchRequestBody")
+    return LockBatchRequest(consumer_group=_str(d.get("consumerGroup"), "consumerGroup"),
+                            client_id=_str(d.get("clientId"), "clientId"),
+                            mq_set=[_parse_mq(m) for m in _list(d, "mqSet")],
+                            only_this_broker=_bool(d.get("onlyThisBroker")))
+
+
+def encode_lock_batch_request(req: LockBatchRequest) -> bytes:
+    return dumps({"clientId": req.client_id, "consumerGroup": req.consumer_group,
+                  "mqSet": [m.to_json() for m in req.mq_set], "onlyThisBroker": req.only_this_broker})
+
+
+def encode_lock_batch_response(mqs) -> bytes:
+    return dumps({"lockOKMQSet": [m.to_json() for m in mqs]})
+
+
+def decode_lock_batch_response(body) -> list[MessageQueue]:
+    return [_parse_mq(m) for m in _list(_obj(body, "LockBatchResponseBody"), "lockOKMQSet")]
+
+
+def encode_consumer_list(ids) -> bytes:
+    return dumps({"consumerIdList": list(ids)})
+
+
+def decode_consumer_list(body) -> list[str]:
+    return [_str(x, "consumerId") for x in _list(_obj(body, "GetConsumerListByGroupResponseBody"),
+                                                 "consumerIdList")]
+
+
+def encode_kv_table(table: dict[str, Any]) -> bytes:
+    """KVTable: every value a string (Java HashMap<String,String>)."""
+    return dumps({"table": {str(k): _str(v, str(k)) for k, v in table.items()}})
+
+
+def decode_kv_table(body) -> dict[str, str]:
+    t = _obj(body, "KVTable").get("table") or {}
+    if not isinstance(t, dict):
+        raise CodecError("KVTable.table is not an object")
+    return {str(k): _str(v, str(k)) for k, v in t.items()}
+
+
+def encode_topic_list(topics) -> bytes:
+    return dumps({"topicList": sorted(topics)})
+
+
+def decode_topic_list(body) -> list[str]:
+    return [_str(x, "topic") for x in _list(_obj(body, "TopicList"), "topicList")]
