@@ -203,6 +203,9 @@ def consume(a) -> int:
     consumer.set_namesrv_addr(a.namesrv)
     consumer.set_instance_name(a.instance or f"agent-{os.getpid()}")
     consumer.set_thread_count(a.threads)
+    # One message per callback batch: the C API answers RECONSUME_LATER for a whole batch as soon as
+    # one message of it fails, which would send back messages this agent never saw or acknowledged.
+    consumer.set_message_batch_max_size(a.batch_max_size)
     tracker = Tracker(a.until_count, a.reconsume_later_times)
     stop = threading.Event()
 
@@ -305,6 +308,7 @@ def main(argv=None) -> int:
     co.add_argument("--reconsume-later-times", type=int, default=0)
     co.add_argument("--instance", default=None)
     co.add_argument("--threads", type=int, default=2)
+    co.add_argument("--batch-max-size", type=int, default=1)
     sub.choices["pull"].add_argument("--max-num", type=int, default=32)
     a = p.parse_args(argv)
     code = {"produce": produce, "consume": consume, "pull": pull}[a.cmd](a)
