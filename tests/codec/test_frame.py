@@ -1,0 +1,147 @@
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from codec.command import RemotingCommand
+from codec.errors import CodecError
+from codec.frame import MAX_FRAME, FrameDecoder, decode_frame, encode_frame, encode_frame_bytes
+from tests.codec.strategies import BOUNDED, commands
+from tests.codec.test_command import same_header
+
+
+def split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    out, prev = [], 0
+    for p in points + [len(data)]:
+        out.append(data[prev:p])
+        prev = p
+    return out
+
+
+@BOUNDED
+@given(st.lists(commands(), min_size=1, max_size=5), st.lists(st.integers(0, 10_000), max_size=12))
+def test_frames_survive_any_chunking(cmds, cuts):
+    stream = b"".join(encode_frame_bytes(c) for c in cmds)
+    dec = FrameDecoder()
+    got = []
+    for chunk in split(stream, cuts):
+        got += dec.feed(chunk)
+    assert len(got) == len(cmds)
+    for a, b in zip(cmds, got, strict=True):
+        same_header(a, b)
+        assert b.body == a.body
+        assert b.serialize_type == a.serialize_type
+    assert dec.buffered() == 0
+
+
+@BOUNDED
+@given(commands())
+def test_type_byte_and_lengths(cmd):
+    raw = encode_frame_bytes(cmd)
+    total, word = struct.unpack_from(">ii", raw)
+    assert total == len(raw) - 4
+    assert word >> 24 == cmd.serialize_type
+    back = decode_frame(raw[4:])
+    same_header(cmd, back)
+    assert back.body == cmd.body
+
+
+def test_json_response_to_a_json_request_has_type_byte_zero():
+    # C++ and ali-ons read the second int unmasked: a type byte of 1 would look like a 16 MiB header
+    req = FrameDecoder().feed(encode_frame_bytes(RemotingCommand.request(34, {"x": 1})))[0]
+    raw = encode_frame_bytes(req.response(0))
+    assert raw[4] == 0
+    req1 = RemotingCommand(code=34, serialize_type=1)
+    assert encode_frame_bytes(req1.response(0))[4] == 1
+
+
+def test_body_parts_are_passed_through_uncopied():
+    backing = bytearray(b"0123456789" * 10)
+    mv = memoryview(backing)
+    parts = [mv[0:30], mv[30:70], b"tail"]
+    cmd = RemotingCommand(code=0, flag=1, body=parts)
+    pieces = encode_frame(cmd)
+    assert pieces[2] is parts[0] and pieces[3] is parts[1] and pieces[4] is parts[2]
+    single = RemotingCommand(code=0, body=mv[5:9])
+    assert encode_frame(single)[2] is single.body
+    back = FrameDecoder().feed(b"".join(pieces))[0]
+    assert back.body == bytes(backing[:70]) + b"tail"
+
+
+def test_empty_body_adds_no_piece():
+    assert len(encode_frame(RemotingCommand(code=1))) == 2
+    assert len(encode_frame(RemotingCommand(code=1, body=[b"", b""]))) == 2
+
+
+@pytest.mark.parametrize("length", [MAX_FRAME - 3, 1 << 30, 0x7FFFFFFF, -1, 0, 3])
+def test_bad_length_prefix_is_refused_from_the_prefix_alone(length):
+    dec = FrameDecoder()
+    with pytest.raises(CodecError):
+        dec.feed(struct.pack(">i", length))
+    assert dec.buffered() == 0
+    with pytest.raises(CodecError):  # poisoned: the stream cannot be resynchronised
+        dec.feed(encode_frame_bytes(RemotingCommand(code=1)))
+
+
+def test_prefix_split_across_feeds_is_refused_as_soon_as_complete():
+    dec = FrameDecoder()
+    assert dec.feed(b"\x7f\xff") == []
+    with pytest.raises(CodecError):
+        dec.feed(b"\xff\xff")
+
+
+def test_largest_allowed_frame_is_accepted():
+    body = bytes(MAX_FRAME - 4 - 200)
+    raw = encode_frame_bytes(RemotingCommand(code=1, body=body))
+    assert len(raw) <= MAX_FRAME
+    dec = FrameDecoder()
+    got = dec.feed(raw[:1000]) + dec.feed(raw[1000:])
+    assert len(got) == 1 and len(got[0].body) == len(body)
+
+
+def test_partial_frame_is_kept_and_compaction_keeps_order():
+    frames = [encode_frame_bytes(RemotingCommand(code=i, body=bytes([i]) * 5000)) for i in range(60)]
+    stream = b"".join(frames)
+    dec = FrameDecoder()
+    got = []
+    for i in range(0, len(stream), 70_001):
+        got += dec.feed(stream[i:i + 70_001])
+    assert [c.code for c in got] == list(range(60))
+    assert all(c.body == bytes([c.code]) * 5000 for c in got)
+
+
+def test_small_max_frame():
+    dec = FrameDecoder(max_frame=64)
+    with pytest.raises(CodecError):
+        dec.feed(encode_frame_bytes(RemotingCommand(code=1, body=bytes(100))))
+
+
+@pytest.mark.parametrize("word", [(2 << 24) | 2, 0xFFFFFF, (0 << 24) | 100])
+def test_bad_header_word_raises(word):
+    with pytest.raises(CodecError):
+        FrameDecoder().feed(struct.pack(">ii", 8, word) + b"{}\x00\x00")
+
+
+@BOUNDED
+@given(st.binary(max_size=400), st.lists(st.integers(0, 400), max_size=6))
+def test_arbitrary_bytes_raise_only_codec_error(data, cuts):
+    dec = FrameDecoder()
+    try:
+        for chunk in split(data, cuts):
+            dec.feed(chunk)
+    except CodecError:
+        pass
+    assert dec.buffered() <= len(data)
+
+
+@BOUNDED
+@given(commands(), st.integers(0, 1000), st.binary(min_size=1, max_size=1))
+def test_corrupted_frame_raises_only_codec_error(cmd, at, byte):
+    raw = bytearray(encode_frame_bytes(cmd))
+    raw[at % len(raw)] = byte[0]
+    try:
+        FrameDecoder().feed(bytes(raw))
+    except CodecError:
+        pass
