@@ -1,82 +1,94 @@
-"""Client side: one connection per "ip:port", created lazily, reused, re-dialled after a failure.
-Server-initiated requests (NOTIFY_CONSUMER_IDS_CHANGED, ...) go to registered processors."""
+"""Client side: one connection per "ip:port", dialled lazily, reused, re-dialled after a failure.
+
+Server-initiated requests (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE, ...) go to
+processors registered with `register(code, processor)`, dispatched by the same rules as the
+server (`remoting.dispatch`).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import ssl as _ssl
 
 import structlog
 
-from codec.codes import ResponseCode
 from codec.command import RemotingCommand
+from codec.frame import MAX_FRAME
 from remoting.connection import Connection
+from remoting.dispatch import Dispatcher, Processor
+from remoting.errors import ConnectionClosedError
 
 log = structlog.get_logger(__name__)
 
 
 def split_addr(addr: str) -> tuple[str, int]:
-    host, _, port = addr.strip().rpartition(":")
+    """"ip:port" (or "[v6]:port") -> (host, port)."""
+    host, sep, port = addr.strip().rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"bad remoting address {addr!r}, expected ip:port")
     return host.strip("[]"), int(port)
 
 
 class RemotingClient:
-    def __init__(self, ssl: _ssl.SSLContext | None = None, connect_timeout: float = 3.0) -> None:
+    def __init__(self, ssl: _ssl.SSLContext | None = None, connect_timeout: float = 3.0,
+                 max_frame: int = MAX_FRAME) -> None:
         self.ssl = ssl
         self.connect_timeout = connect_timeout
-        self.processors: dict[int, object] = {}
+        self.max_frame = max_frame
+        self.dispatcher = Dispatcher()
         self._conns: dict[str, Connection] = {}
         self._dialing: dict[str, asyncio.Future] = {}
+        self._closed = False
 
-    def register(self, code: int, processor) -> None:
-        self.processors[int(code)] = processor
+    def register(self, code: int, processor: Processor) -> None:
+        self.dispatcher.register(code, processor)
 
-    def _on_request(self, conn: Connection, cmd: RemotingCommand) -> None:
-        fn = self.processors.get(cmd.code)
-        if fn is None:
-            if not cmd.is_oneway:
-                conn.send_response(cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                                f" request type {cmd.code} not supported"))
-            return
-        try:
-            resp = fn(conn, cmd)
-        except Exception as e:
-            log.warning("remoting.client_processor_failed", code=cmd.code, error=str(e))
-            return
-        if inspect.isawaitable(resp):
-            async def finish(aw=resp):
-                r = await aw
-                if r is not None and not cmd.is_oneway:
-                    conn.send_response(r)
-            asyncio.ensure_future(finish())
-        elif resp is not None and not cmd.is_oneway:
-            conn.send_response(resp)
+    @property
+    def processors(self) -> dict:
+        return self.dispatcher.processors
 
     async def connection(self, addr: str) -> Connection:
+        """The live connection to `addr`, dialling it if there is none (concurrent callers share one dial)."""
         conn = self._conns.get(addr)
         if conn is not None and not conn.is_closing:
             return conn
+        if self._closed:
+            raise ConnectionClosedError("remoting client is closed")
         fut = self._dialing.get(addr)
-        if fut is not None:
-            return await asyncio.shield(fut)
+        if fut is None:
+            fut = self._dialing[addr] = asyncio.ensure_future(self._dial(addr))
+            fut.add_done_callback(lambda _f: self._dialing.pop(addr, None))
+        return await asyncio.shield(fut)
+
+    async def _dial(self, addr: str) -> Connection:
         loop = asyncio.get_running_loop()
-        fut = self._dialing[addr] = loop.create_future()
+        host, port = split_addr(addr)
+
+        def factory() -> Connection:
+            # a client has no in-flight cap of its own: it only processes what the server asks
+            return Connection(self.dispatcher, self._connection_lost, self.max_frame, max_inflight=1 << 30)
+
         try:
-            host, port = split_addr(addr)
             _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: Connection(self._on_request, None, max_inflight=1 << 30), host, port,
-                                       ssl=self.ssl, server_hostname=host if self.ssl else None),
+                loop.create_connection(factory, host, port, ssl=self.ssl,
+                                       server_hostname=host if self.ssl else None),
                 self.connect_timeout)
-            self._conns[addr] = conn
-            fut.set_result(conn)
-            return conn
-        except BaseException as e:
-            fut.set_exception(e if isinstance(e, Exception) else ConnectionError(str(e)))
-            fut.exception()  # mark retrieved
-            raise
-        finally:
-            self._dialing.pop(addr, None)
+        except TimeoutError:
+            raise ConnectionClosedError(f"connect to {addr} timed out after {self.connect_timeout}s") from None
+        except OSError as e:
+            raise ConnectionClosedError(f"connect to {addr} failed: {e}") from e
+        conn.attrs["addr"] = addr
+        if self._closed:
+            conn.abort()
+            raise ConnectionClosedError("remoting client is closed")
+        self._conns[addr] = conn
+        log.debug("remoting.connected", addr=addr)
+        return conn
+
+    def _connection_lost(self, conn: Connection) -> None:
+        addr = conn.attrs.get("addr")
+        if addr is not None and self._conns.get(addr) is conn:
+            del self._conns[addr]
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         conn = await self.connection(addr)
@@ -86,7 +98,17 @@ class RemotingClient:
         conn = await self.connection(addr)
         conn.invoke_oneway(cmd)
 
+    def close_connection(self, addr: str) -> None:
+        conn = self._conns.pop(addr, None)
+        if conn is not None:
+            conn.close()
+
     def close(self) -> None:
-        for conn in self._conns.values():
+        """Close every connection (pending invokes fail with ConnectionClosedError) and stop dialling."""
+        self._closed = True
+        for fut in list(self._dialing.values()):
+            fut.cancel()
+        for conn in list(self._conns.values()):
             conn.close()
         self._conns.clear()
+        self.dispatcher.cancel_all()

@@ -1,9 +1,17 @@
 """One remoting connection: frames in, commands out, opaque correlation, backpressure.
 
-Requests coming in are handed to `on_request(conn, cmd)`; responses resolve the future of the
-`invoke` that sent the request. Reading pauses when the peer does not read what we write
-(transport pause_writing) and when too many of its requests are in flight, so a client that
-pipelines without reading cannot grow the broker's memory.
+Requests coming in go to `on_request(conn, cmd)` (a `remoting.dispatch.Dispatcher`); responses
+resolve the future of the `invoke` that sent the request (opaque -> future, per connection).
+
+Backpressure: reading pauses while
+- the transport's write buffer is above its high-water mark (`pause_writing`), i.e. the peer does
+  not read what we send it, and
+- `max_inflight` requests of this peer are being processed (processor tasks),
+so a client that pipelines requests without reading cannot grow our memory: requests decoded but
+not yet handled wait in a backlog (at most one read chunk), and the write buffer overshoots the
+high-water mark by at most one response.
+
+A malformed or oversized frame is logged once (peer and reason) and closes this connection only.
 """
 
 from __future__ import annotations
@@ -11,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections import deque
 from collections.abc import Callable
 
 import structlog
 
+from codec.codes import RPC_ONEWAY, RPC_TYPE_RESPONSE
 from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.frame import MAX_FRAME, FrameDecoder, encode_frame
@@ -23,27 +33,33 @@ from remoting.errors import ConnectionClosedError, RemotingTimeoutError
 log = structlog.get_logger(__name__)
 
 _opaque = itertools.count(1)
+_monotonic = time.monotonic
 
 
 def next_opaque() -> int:
+    """Process-wide request id, kept in Java's positive int range."""
     return next(_opaque) & 0x7FFFFFFF
 
 
-def _fold_addr(peer) -> tuple[str, int]:
+def fold_addr(peer) -> tuple[str, int]:
+    """(ip, port) of a socket address; IPv4-mapped IPv6 (::ffff:a.b.c.d) becomes plain IPv4."""
     if not peer:
         return ("0.0.0.0", 0)
     host, port = peer[0], peer[1]
-    if host.startswith("::ffff:") and "." in host:
+    if host.lower().startswith("::ffff:") and "." in host:
         host = host[7:]
     return (host, port)
 
 
 class Connection(asyncio.Protocol):
+    """`on_made(conn)` runs once the transport is attached; `on_close(conn)` once it is lost."""
+
     def __init__(self, on_request: Callable[[Connection, RemotingCommand], None] | None = None,
                  on_close: Callable[[Connection], None] | None = None, max_frame: int = MAX_FRAME,
-                 max_inflight: int = 1024) -> None:
+                 max_inflight: int = 1024, on_made: Callable[[Connection], None] | None = None) -> None:
         self.on_request = on_request
         self.on_close = on_close
+        self.on_made = on_made
         self.decoder = FrameDecoder(max_frame)
         self.max_inflight = max_inflight
         self.inflight = 0
@@ -51,46 +67,88 @@ class Connection(asyncio.Protocol):
         self.remote_addr: tuple[str, int] = ("0.0.0.0", 0)
         self.local_addr: tuple[str, int] = ("0.0.0.0", 0)
         self.pending: dict[int, asyncio.Future] = {}
-        self.attrs: dict = {}
-        self.last_activity = time.monotonic()
-        self.closed: asyncio.Future = asyncio.get_event_loop().create_future()
+        self.attrs: dict = {}  # for the server layer: client id, ACL state, idle timer handle, ...
+        self.last_activity = _monotonic()
+        self.loop = asyncio.get_running_loop()
+        self.closed: asyncio.Future = self.loop.create_future()  # result None once the connection is lost
         self._write_paused = False
         self._read_paused = False
         self._is_closing = False
+        self._backlog: deque[RemotingCommand] = deque()  # decoded, not yet handled (flow control)
+        self._drain_scheduled = False
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport) -> None:
         self.transport = transport
-        self.remote_addr = _fold_addr(transport.get_extra_info("peername"))
-        self.local_addr = _fold_addr(transport.get_extra_info("sockname"))
+        self.remote_addr = fold_addr(transport.get_extra_info("peername"))
+        self.local_addr = fold_addr(transport.get_extra_info("sockname"))
+        if self.on_made is not None:
+            self.on_made(self)
 
     @property
     def peer(self) -> str:
         return f"{self.remote_addr[0]}:{self.remote_addr[1]}"
 
     def data_received(self, data: bytes) -> None:
-        self.last_activity = time.monotonic()
+        self.last_activity = _monotonic()
         try:
             cmds = self.decoder.feed(data)
         except CodecError as e:
-            log.warning("remoting.bad_frame", peer=self.peer, error=str(e))
-            self.close()
+            self._reject(str(e))
             return
-        for cmd in cmds:
-            if cmd.is_response:
-                fut = self.pending.pop(cmd.opaque, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(cmd)
-            elif self.on_request is not None:
-                self.on_request(self, cmd)
+        except Exception as e:  # a decoder bug must still only cost this one connection
+            self._reject(f"{type(e).__name__}: {e}")
+            return
+        if self._backlog:
+            self._backlog.extend(cmds)
+            self._update_reading()
+            return
+        for i, cmd in enumerate(cmds):
+            if self._write_paused or self.inflight >= self.max_inflight or self._is_closing:
+                # stop handling the rest of this read until the peer drains / requests finish, so a
+                # pipelining peer overshoots the high-water mark by at most one response
+                if not self._is_closing:
+                    self._backlog.extend(cmds[i:])
+                    self._update_reading()
+                return
+            self._handle(cmd)
+
+    def _handle(self, cmd: RemotingCommand) -> None:
+        if cmd.flag & RPC_TYPE_RESPONSE:
+            fut = self.pending.pop(cmd.opaque, None)
+            if fut is not None and not fut.done():
+                fut.set_result(cmd)
+        elif self.on_request is not None:
+            self.on_request(self, cmd)
+
+    def _drain_backlog(self) -> None:
+        self._drain_scheduled = False
+        bl = self._backlog
+        while bl:
+            if self._is_closing:
+                bl.clear()
+                return
+            if self._write_paused or self.inflight >= self.max_inflight:
+                return  # resume_writing / request_finished come back here through _update_reading
+            self._handle(bl.popleft())
+        self._update_reading()
+
+    def _reject(self, reason: str) -> None:
+        log.warning("remoting.bad_frame", peer=self.peer, reason=reason)
+        self.abort()
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
 
     def connection_lost(self, exc) -> None:
         self._is_closing = True
-        err = ConnectionClosedError(f"connection to {self.peer} closed")
-        for fut in self.pending.values():
-            if not fut.done():
-                fut.set_exception(err)
-        self.pending.clear()
+        self._backlog.clear()
+        if self.pending:
+            err = ConnectionClosedError(f"connection to {self.peer} closed")
+            for fut in self.pending.values():
+                if not fut.done():
+                    fut.set_exception(err)
+            self.pending.clear()
         if not self.closed.done():
             self.closed.set_result(None)
         if self.on_close is not None:
@@ -111,7 +169,11 @@ class Connection(asyncio.Protocol):
     def _update_reading(self) -> None:
         if self.transport is None or self._is_closing:
             return
-        want_pause = self._write_paused or self.inflight >= self.max_inflight
+        blocked = self._write_paused or self.inflight >= self.max_inflight
+        if self._backlog and not blocked and not self._drain_scheduled:
+            self._drain_scheduled = True
+            self.loop.call_soon(self._drain_backlog)
+        want_pause = blocked or bool(self._backlog)
         if want_pause and not self._read_paused:
             self._read_paused = True
             self.transport.pause_reading()
@@ -123,14 +185,19 @@ class Connection(asyncio.Protocol):
     def reading_paused(self) -> bool:
         return self._read_paused
 
+    @property
+    def writing_paused(self) -> bool:
+        return self._write_paused
+
     def request_started(self) -> None:
+        """Count a request being processed; public so a processor answering later may count itself."""
         self.inflight += 1
         if self.inflight >= self.max_inflight:
             self._update_reading()
 
     def request_finished(self) -> None:
         self.inflight -= 1
-        if self._read_paused:
+        if self._read_paused or self._backlog:
             self._update_reading()
 
     # ------------------------------------------------------------------ sending
@@ -138,40 +205,51 @@ class Connection(asyncio.Protocol):
     def is_closing(self) -> bool:
         return self._is_closing or self.transport is None or self.transport.is_closing()
 
-    def write_command(self, cmd: RemotingCommand) -> None:
+    def write_command(self, cmd: RemotingCommand) -> bool:
+        """Frame and write `cmd` (header and body pieces via writelines, body slices uncopied).
+        False if the connection is already closing (the command is dropped)."""
         if self.is_closing:
-            return
-        self.last_activity = time.monotonic()
+            return False
+        self.last_activity = _monotonic()
         self.transport.writelines(encode_frame(cmd))
+        return True
 
-    send_response = write_command
+    def send_response(self, cmd: RemotingCommand) -> bool:
+        return self.write_command(cmd)
 
-    async def invoke(self, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+    def invoke(self, cmd: RemotingCommand, timeout: float = 3.0) -> asyncio.Future:
+        """Send `cmd` as a request; the returned future resolves to the response. Awaiting it raises
+        RemotingTimeoutError after `timeout` s, ConnectionClosedError if the connection goes first."""
+        fut = self.loop.create_future()
         if self.is_closing:
-            raise ConnectionClosedError(f"connection to {self.peer} is closed")
-        cmd.opaque = next_opaque()
-        cmd.flag &= ~0x3
-        fut = asyncio.get_running_loop().create_future()
-        self.pending[cmd.opaque] = fut
+            fut.set_exception(ConnectionClosedError(f"connection to {self.peer} is closed"))
+            return fut
+        opaque = cmd.opaque = next_opaque()
+        cmd.flag &= ~(RPC_TYPE_RESPONSE | RPC_ONEWAY)
+        self.pending[opaque] = fut
+        timer = self.loop.call_later(timeout, self._expire, opaque, cmd.code, timeout)
+        fut.add_done_callback(lambda _f: (timer.cancel(), self.pending.pop(opaque, None)))
         self.write_command(cmd)
-        try:
-            return await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            raise RemotingTimeoutError(f"no response from {self.peer} in {timeout}s (code {cmd.code})") from None
-        finally:
-            self.pending.pop(cmd.opaque, None)
+        return fut
 
-    def invoke_oneway(self, cmd: RemotingCommand) -> None:
+    def _expire(self, opaque: int, code: int, timeout: float) -> None:
+        fut = self.pending.pop(opaque, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(RemotingTimeoutError(f"no response from {self.peer} in {timeout}s (code {code})"))
+
+    def invoke_oneway(self, cmd: RemotingCommand) -> bool:
         cmd.opaque = next_opaque()
-        cmd.flag = (cmd.flag & ~0x1) | 0x2
-        self.write_command(cmd)
+        cmd.flag = (cmd.flag & ~RPC_TYPE_RESPONSE) | RPC_ONEWAY
+        return self.write_command(cmd)
 
     def close(self) -> None:
+        """Close after the write buffer is flushed; `closed` resolves when the connection is lost."""
         if self.transport is not None and not self._is_closing:
             self._is_closing = True
             self.transport.close()
 
     def abort(self) -> None:
+        """Close at once, dropping unsent data."""
         if self.transport is not None:
             self._is_closing = True
             self.transport.abort()

@@ -1,123 +1,171 @@
 """The remoting server: listeners on several ports, one dispatch table (request code -> processor).
 
-A processor is `fn(conn, cmd) -> RemotingCommand | None`, plain (run inline: the fast path) or a
-coroutine function (run as its own task, so a held pull never blocks the connection). A processor
-that answers later returns None and calls `conn.send_response(cmd.response(...))` itself.
-Unknown codes get 3, exceptions get 1 with the error text; oneway requests never get a response.
+Processors and the response rules are described in `remoting.dispatch`: a plain processor runs
+inline, a coroutine processor as its own task; unknown code -> 3, exception -> 1, oneway -> never
+answered. To answer later (long-polling pull) a processor returns None, keeps `conn` and `cmd`,
+and calls `conn.send_response(cmd.response(...))` when the answer is ready (a no-op if the
+connection closed meanwhile).
+
+Hooks (attributes, set before `start()`):
+- `on_connect(conn)` / `on_close(conn)`: accepted / lost connections (client manager);
+- `before_request(conn, cmd) -> RemotingCommand | None`: runs before every processor; a returned
+  command is the response and the processor is skipped (ACL);
+- `protocol_factory_wrapper(factory) -> factory`: wraps the protocol factory (TLS permissive mode).
+
+Idle close: a connection without reads or writes for `idle_timeout` s is closed. Each connection
+has one `loop.call_at` timer; when it fires it looks at `last_activity` and re-arms for the time
+remaining, so activity costs one float store, not a timer reschedule.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import ssl as _ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import structlog
 
-from codec.codes import ResponseCode
 from codec.command import RemotingCommand
 from codec.frame import MAX_FRAME
 from remoting.connection import Connection
+from remoting.dispatch import BeforeRequest, Dispatcher, Processor
 
 log = structlog.get_logger(__name__)
 
-Processor = Callable[[Connection, RemotingCommand], object]
-
 
 class RemotingServer:
-    def __init__(self, idle_timeout: float = 120.0, max_connections: int = 10_000,
-                 max_inflight_per_connection: int = 1024, max_frame: int = MAX_FRAME,
-                 ssl: _ssl.SSLContext | None = None) -> None:
+    def __init__(self, host: str = "127.0.0.1", ports: Sequence[int] = (0,), *, idle_timeout: float = 120.0,
+                 max_connections: int = 10_000, max_inflight_per_connection: int = 1024,
+                 max_frame: int = MAX_FRAME, ssl: _ssl.SSLContext | None = None, backlog: int = 1024) -> None:
+        self.host = host
+        self.listen_ports = list(ports)
         self.idle_timeout = idle_timeout
         self.max_connections = max_connections
         self.max_inflight = max_inflight_per_connection
         self.max_frame = max_frame
         self.ssl = ssl
-        self.processors: dict[int, tuple[Processor, bool]] = {}
+        self.backlog = backlog
+        self.dispatcher = Dispatcher()
         self.connections: set[Connection] = set()
         self.on_connect: Callable[[Connection], None] | None = None
         self.on_close: Callable[[Connection], None] | None = None
-        # before_request(conn, cmd) -> RemotingCommand | None: an error response short-circuits (ACL).
-        self.before_request: Callable[[Connection, RemotingCommand], RemotingCommand | None] | None = None
-        self.protocol_factory_wrapper: Callable | None = None  # TLS permissive mode wraps the factory
-        self._servers: list[asyncio.base_events.Server] = []
-        self._tasks: set[asyncio.Task] = set()
-        self.ports: list[int] = []
+        self.protocol_factory_wrapper: Callable | None = None
+        self._servers: list[asyncio.Server] = []
+        self.ports: list[int] = []  # bound ports, in the order given (ephemeral 0 resolved)
 
+    # ------------------------------------------------------------------ registry
     def register(self, code: int, processor: Processor) -> None:
-        self.processors[int(code)] = (processor, inspect.iscoroutinefunction(processor)
-                                      or inspect.iscoroutinefunction(type(processor).__call__))
+        self.dispatcher.register(code, processor)
+
+    @property
+    def processors(self) -> dict:
+        return self.dispatcher.processors
+
+    @property
+    def before_request(self) -> BeforeRequest | None:
+        return self.dispatcher.before_request
+
+    @before_request.setter
+    def before_request(self, fn: BeforeRequest | None) -> None:
+        self.dispatcher.before_request = fn
+
+    @property
+    def inflight(self) -> int:
+        return len(self.dispatcher.tasks)
 
     # ------------------------------------------------------------------ lifecycle
-    def _make_connection(self) -> Connection:
-        return Connection(self._on_request, self._on_connection_lost, self.max_frame, self.max_inflight)
+    def _factory(self) -> Connection:
+        return Connection(self.dispatcher, self._connection_lost, self.max_frame, self.max_inflight,
+                          on_made=self._connection_made)
 
-    def _factory(self) -> asyncio.Protocol:
-        conn = self._make_connection()
-        orig_made = conn.connection_made
+    def _connection_made(self, conn: Connection) -> None:
+        if len(self.connections) >= self.max_connections:
+            log.warning("remoting.too_many_connections", peer=conn.peer, limit=self.max_connections)
+            conn.abort()
+            return
+        self.connections.add(conn)
+        self._arm_idle(conn, self.idle_timeout)
+        if self.on_connect is not None:
+            try:
+                self.on_connect(conn)
+            except Exception:
+                log.exception("remoting.on_connect_failed", peer=conn.peer)
 
-        def made(transport, _orig=orig_made, _conn=conn):
-            _orig(transport)
-            if len(self.connections) >= self.max_connections:
-                log.warning("remoting.too_many_connections", peer=_conn.peer, limit=self.max_connections)
-                _conn.abort()
-                return
-            self.connections.add(_conn)
-            self._arm_idle(_conn)
-            if self.on_connect is not None:
-                self.on_connect(_conn)
-
-        conn.connection_made = made
-        return conn
-
-    async def start(self, host: str = "127.0.0.1", ports: list[int] | tuple[int, ...] = (0,)) -> list[int]:
+    async def start(self, host: str | None = None, ports: Sequence[int] | None = None) -> list[int]:
+        """Listen on every port (0 = ephemeral); returns the bound ports."""
+        if host is not None:
+            self.host = host
+        if ports is not None:
+            self.listen_ports = list(ports)
         loop = asyncio.get_running_loop()
         factory = self._factory if self.protocol_factory_wrapper is None else self.protocol_factory_wrapper(self._factory)
-        for port in ports:
-            srv = await loop.create_server(factory, host, port, ssl=self.ssl, backlog=1024, reuse_address=True)
-            self._servers.append(srv)
-            self.ports.append(srv.sockets[0].getsockname()[1])
-        log.info("remoting.listening", host=host, ports=self.ports)
+        try:
+            for port in self.listen_ports:
+                srv = await loop.create_server(factory, self.host, port, ssl=self.ssl, backlog=self.backlog,
+                                               reuse_address=True)
+                self._servers.append(srv)
+                self.ports.append(srv.sockets[0].getsockname()[1])
+        except BaseException:
+            self.stop_accepting()
+            raise
+        log.info("remoting.listening", host=self.host, ports=self.ports, tls=self.ssl is not None)
         return self.ports
 
     def stop_accepting(self) -> None:
         for srv in self._servers:
             srv.close()
 
-    async def drain(self, timeout: float = 5.0) -> None:
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=timeout)
+    async def drain(self, timeout: float = 5.0) -> bool:
+        """Wait up to `timeout` s for processor tasks in flight; True if all finished."""
+        return await self.dispatcher.drain(timeout)
 
     async def close(self, drain_timeout: float = 5.0) -> None:
+        """Stop accepting, let in-flight requests finish (bounded), then close every connection."""
         self.stop_accepting()
-        await self.drain(drain_timeout)
-        for conn in list(self.connections):
+        if not await self.drain(drain_timeout):
+            log.warning("remoting.drain_timeout", left=len(self.dispatcher.tasks))
+            self.dispatcher.cancel_all()
+        conns = list(self.connections)
+        for conn in conns:
             conn.close()
+        if conns:
+            # close() flushes first; a peer that never reads would hold us forever, so bound it.
+            _, slow = await asyncio.wait([c.closed for c in conns], timeout=1.0)
+            for conn in conns:
+                if not conn.closed.done():
+                    conn.abort()
+            if slow:
+                await asyncio.wait([c.closed for c in conns], timeout=1.0)
         for srv in self._servers:
             await srv.wait_closed()
         self._servers.clear()
 
     # ------------------------------------------------------------------ idle close
-    def _arm_idle(self, conn: Connection) -> None:
+    def _arm_idle(self, conn: Connection, delay: float) -> None:
         if self.idle_timeout <= 0:
             return
-        loop = asyncio.get_running_loop()
-        due = conn.last_activity + self.idle_timeout
-        conn.attrs["_idle_handle"] = loop.call_at(loop.time() + max(0.0, due - time.monotonic()), self._idle_check, conn)
+        loop = conn.loop
+        conn.attrs["_idle_handle"] = loop.call_at(loop.time() + delay, self._idle_check, conn)
 
     def _idle_check(self, conn: Connection) -> None:
         if conn.is_closing:
             return
         idle = time.monotonic() - conn.last_activity
-        if idle >= self.idle_timeout and conn.inflight == 0:
-            log.info("remoting.idle_close", peer=conn.peer, idle_s=round(idle, 1))
-            conn.close()
+        remaining = self.idle_timeout - idle
+        if remaining > 0:
+            self._arm_idle(conn, remaining)
+        elif conn.inflight:
+            # a held request is still being processed: not idle from our side, look again later
+            self._arm_idle(conn, self.idle_timeout)
         else:
-            self._arm_idle(conn)
+            log.info("remoting.idle_close", peer=conn.peer, idle_s=round(idle, 3))
+            if conn.transport.get_write_buffer_size():
+                conn.abort()  # a peer that stopped reading would keep a graceful close pending forever
+            else:
+                conn.close()
 
-    def _on_connection_lost(self, conn: Connection) -> None:
+    def _connection_lost(self, conn: Connection) -> None:
         h = conn.attrs.pop("_idle_handle", None)
         if h is not None:
             h.cancel()
@@ -126,65 +174,7 @@ class RemotingServer:
             if self.on_close is not None:
                 self.on_close(conn)
 
-    # ------------------------------------------------------------------ dispatch
-    def _on_request(self, conn: Connection, cmd: RemotingCommand) -> None:
-        if self.before_request is not None:
-            try:
-                denied = self.before_request(conn, cmd)
-            except Exception as e:
-                log.exception("remoting.before_request_failed", code=cmd.code)
-                denied = cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
-            if denied is not None:
-                if not cmd.is_oneway:
-                    conn.send_response(denied)
-                return
-        entry = self.processors.get(cmd.code)
-        if entry is None:
-            if not cmd.is_oneway:
-                conn.send_response(cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                                f" request type {cmd.code} not supported"))
-            return
-        fn, is_async = entry
-        if not is_async:
-            try:
-                resp = fn(conn, cmd)
-            except Exception as e:
-                self._fail(conn, cmd, e)
-                return
-            if inspect.isawaitable(resp):
-                self._spawn(conn, cmd, resp)
-            elif resp is not None and not cmd.is_oneway:
-                conn.send_response(resp)
-            return
-        try:
-            coro = fn(conn, cmd)
-        except Exception as e:
-            self._fail(conn, cmd, e)
-            return
-        self._spawn(conn, cmd, coro)
-
-    def _spawn(self, conn: Connection, cmd: RemotingCommand, awaitable) -> None:
-        conn.request_started()
-        task = asyncio.ensure_future(awaitable)
-        self._tasks.add(task)
-
-        def done(t: asyncio.Task, conn=conn, cmd=cmd) -> None:
-            self._tasks.discard(t)
-            conn.request_finished()
-            if t.cancelled():
-                return
-            exc = t.exception()
-            if exc is not None:
-                self._fail(conn, cmd, exc)
-                return
-            resp = t.result()
-            if resp is not None and not cmd.is_oneway:
-                conn.send_response(resp)
-
-        task.add_done_callback(done)
-
-    @staticmethod
-    def _fail(conn: Connection, cmd: RemotingCommand, e: BaseException) -> None:
-        log.warning("remoting.processor_failed", code=cmd.code, peer=conn.peer, error=f"{type(e).__name__}: {e}")
-        if not cmd.is_oneway:
-            conn.send_response(cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}"))
+    # ------------------------------------------------------------------ helpers
+    async def invoke(self, conn: Connection, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        """Server-initiated request over an accepted connection."""
+        return await conn.invoke(cmd, timeout)

@@ -1,0 +1,126 @@
+"""Request dispatch shared by the server and the client: request code -> processor.
+
+A processor is called as `processor(conn, cmd)` and is either
+- a plain function returning `RemotingCommand | None`: called inline in `data_received` (the fast
+  path: no task, no future); or
+- a coroutine function (or a plain function returning an awaitable): run as its own task so a
+  processor that waits (a held pull) never blocks the connection it came from. While the task runs
+  it counts as an in-flight request of that connection (see `Connection.max_inflight`).
+
+The returned command, if any, is sent as the response. Returning None means "no response now": a
+processor that answers later (long-polling pull) keeps `conn` and `cmd` and later calls
+`conn.send_response(cmd.response(...))` itself; `cmd.response` copies the opaque and serialize type.
+
+Rules (remoting-protocol.md §1, §9): unknown code -> 3 REQUEST_CODE_NOT_SUPPORTED with remark
+" request type <code> not supported"; a processor exception -> 1 SYSTEM_ERROR with the exception
+text as remark (logged); a oneway request (flag & 2) never gets a response, not even an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import structlog
+
+from codec.codes import ResponseCode
+from codec.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from remoting.connection import Connection
+
+log = structlog.get_logger(__name__)
+
+Processor = Callable[["Connection", RemotingCommand], object]
+# before_request(conn, cmd) -> RemotingCommand | None: a returned command is sent instead of
+# running the processor (ACL denial, server busy, ...).
+BeforeRequest = Callable[["Connection", RemotingCommand], "RemotingCommand | None"]
+
+
+def _is_async(fn) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
+
+
+def error_text(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+class Dispatcher:
+    """One dispatch table plus the set of processor tasks still running."""
+
+    def __init__(self) -> None:
+        self.processors: dict[int, tuple[Processor, bool]] = {}
+        self.before_request: BeforeRequest | None = None
+        self.tasks: set[asyncio.Task] = set()
+
+    def register(self, code: int, processor: Processor) -> None:
+        self.processors[int(code)] = (processor, _is_async(processor))
+
+    def __call__(self, conn: Connection, cmd: RemotingCommand) -> None:
+        """The `on_request` callback of a Connection."""
+        if self.before_request is not None:
+            try:
+                early = self.before_request(conn, cmd)
+            except Exception as e:
+                log.warning("remoting.before_request_failed", code=cmd.code, peer=conn.peer, error=error_text(e))
+                early = cmd.response(ResponseCode.SYSTEM_ERROR, error_text(e))
+            if early is not None:
+                if not cmd.is_oneway:
+                    conn.send_response(early)
+                return
+        entry = self.processors.get(cmd.code)
+        if entry is None:
+            if not cmd.is_oneway:
+                conn.send_response(cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                                f" request type {cmd.code} not supported"))
+            return
+        fn, is_async = entry
+        try:
+            resp = fn(conn, cmd)
+        except Exception as e:
+            self.fail(conn, cmd, e)
+            return
+        if is_async or inspect.isawaitable(resp):
+            self.spawn(conn, cmd, resp)
+        elif resp is not None and not cmd.is_oneway:
+            conn.send_response(resp)
+
+    def spawn(self, conn: Connection, cmd: RemotingCommand, awaitable) -> asyncio.Task:
+        conn.request_started()
+        task = asyncio.ensure_future(awaitable)
+        self.tasks.add(task)
+
+        def done(t: asyncio.Task) -> None:
+            self.tasks.discard(t)
+            conn.request_finished()
+            if t.cancelled():
+                return
+            exc = t.exception()
+            if exc is not None:
+                self.fail(conn, cmd, exc)
+                return
+            resp = t.result()
+            if resp is not None and not cmd.is_oneway:
+                conn.send_response(resp)
+
+        task.add_done_callback(done)
+        return task
+
+    @staticmethod
+    def fail(conn: Connection, cmd: RemotingCommand, e: BaseException) -> None:
+        log.warning("remoting.processor_failed", code=cmd.code, peer=conn.peer, error=error_text(e),
+                    exc_info=e)
+        if not cmd.is_oneway:
+            conn.send_response(cmd.response(ResponseCode.SYSTEM_ERROR, error_text(e)))
+
+    async def drain(self, timeout: float) -> bool:
+        """Wait for running processor tasks; True if none is left."""
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=timeout)
+        return not self.tasks
+
+    def cancel_all(self) -> None:
+        for t in list(self.tasks):
+            t.cancel()
