@@ -69,7 +69,7 @@ def test_batch_send_is_stored_as_separate_messages(broker, agents):
     prod = agents.run_cpp("produce", broker, topic=topic, mode="batch", count=30, batch_size=10, tag="B", key="b")
     sent = sent_ok(prod, 30)
     assert all(e["status"] == "OK" for e in sent)
-    cons = agents.run_cpp("consume", broker, group=uniq("GID"), topic=topic, until_count=30, timeout=60)
+    cons = agents.run_cpp("consume", broker, group=uniq("GID"), topic=topic, until_count=30, timeout=25)
     got = received(cons)
     assert_exactly(got, sent, "batch send")
     by_batch = defaultdict(set)
