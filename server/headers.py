@@ -54,7 +54,9 @@ def _convert(name: str, kind: str, raw) -> object:
     if kind == BOOL:
         if isinstance(raw, bool):
             return raw
-        return str(raw).strip().lower() == "true"
+        # Java's Boolean.parseBoolean accepts only "true"; the C++ 1.x client (PyPI rocketmq 0.4.x)
+        # sends batch sends as code 10 with "batch":"1", so "1" counts as true too.
+        return str(raw).strip().lower() in ("true", "1")
     s = str(raw).strip()
     try:
         v = int(s)
