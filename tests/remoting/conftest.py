@@ -52,5 +52,5 @@ async def make_server():
 
     yield make
     for srv in made:
-        await srv.close(drain_timeout=1.0)
+        await srv.close(drain_timeout=0.5)
 

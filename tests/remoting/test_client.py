@@ -1,0 +1,123 @@
+"""RemotingClient against a real RemotingServer: reuse, reconnect, timeouts, server-initiated requests."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from codec.command import RemotingCommand
+from remoting.client import RemotingClient, split_addr
+from remoting.errors import ConnectionClosedError, RemotingTimeoutError
+from tests.remoting.raw import wait_for_condition
+
+ECHO, NEVER = 100, 101
+NOTIFY_CONSUMER_IDS_CHANGED, GET_CONSUMER_RUNNING_INFO = 40, 307
+
+
+def echo(conn, cmd):
+    return cmd.response(0, None, {"n": cmd.ext_fields.get("n", "")})
+
+
+@pytest.fixture
+async def client():
+    c = RemotingClient(connect_timeout=2.0)
+    yield c
+    c.close()
+
+
+async def test_server_initiated_requests_over_the_clients_connection(make_server, client):
+    s = await make_server({ECHO: echo})
+    loop = asyncio.get_running_loop()
+    notified = loop.create_future()
+
+    def on_notify(conn, cmd):
+        notified.set_result(cmd)
+
+    async def running_info(conn, cmd):
+        await asyncio.sleep(0)
+        return cmd.response(0, None, {"group": cmd.ext_fields["consumerGroup"]}, body=b"info")
+
+    client.register(NOTIFY_CONSUMER_IDS_CHANGED, on_notify)
+    client.register(GET_CONSUMER_RUNNING_INFO, running_info)
+    assert (await client.invoke(s.addr, RemotingCommand.request(ECHO, {"n": 1}))).ext_fields["n"] == "1"
+    conn = await s.next_conn()
+    # oneway notify: delivered, never answered
+    assert conn.invoke_oneway(RemotingCommand.request(NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": "G"}))
+    cmd = await asyncio.wait_for(notified, 5)
+    assert cmd.is_oneway and cmd.ext_fields == {"consumerGroup": "G"}
+    # request/response from the server side, answered by a coroutine processor of the client
+    resp = await s.server.invoke(conn, RemotingCommand.request(GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "G"}))
+    assert (resp.code, resp.ext_fields, resp.body_bytes()) == (0, {"group": "G"}, b"info")
+    # a code the client does not know gets 3, like on the server
+    resp = await conn.invoke(RemotingCommand.request(12345), 3.0)
+    assert resp.code == 3 and resp.remark == " request type 12345 not supported"
+    assert not conn.pending
+
+
+async def test_connection_is_reused_and_redialled_after_it_closes(make_server, client):
+    s = await make_server({ECHO: echo})
+    await client.invoke(s.addr, RemotingCommand.request(ECHO))
+    first = await client.connection(s.addr)
+    assert await client.connection(s.addr) is first
+    server_side = await s.next_conn()
+    server_side.close()
+    await asyncio.wait_for(first.closed, 5)
+    r = await client.invoke(s.addr, RemotingCommand.request(ECHO, {"n": "again"}))
+    assert r.ext_fields["n"] == "again"
+    assert await client.connection(s.addr) is not first
+
+
+async def test_concurrent_first_calls_share_one_dial(make_server, client):
+    s = await make_server({ECHO: echo})
+    rs = await asyncio.gather(*(client.invoke(s.addr, RemotingCommand.request(ECHO, {"n": i})) for i in range(20)))
+    assert [r.ext_fields["n"] for r in rs] == [str(i) for i in range(20)]
+    await s.next_conn()
+    assert s.accepted.empty() and len(s.server.connections) == 1
+
+
+async def test_invoke_timeout_and_close_fail_pending_calls(make_server, client):
+    async def never(conn, cmd):
+        await asyncio.Event().wait()
+
+    s = await make_server({NEVER: never})
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    with pytest.raises(RemotingTimeoutError):
+        await client.invoke(s.addr, RemotingCommand.request(NEVER), timeout=0.2)
+    assert 0.15 <= loop.time() - t0 < 2.0
+    conn = await client.connection(s.addr)
+    assert not conn.pending  # the timed-out entry is gone
+    call = asyncio.ensure_future(client.invoke(s.addr, RemotingCommand.request(NEVER), timeout=30))
+    server_side = await s.next_conn()
+    await wait_for_condition(lambda: bool(conn.pending), 5, "request sent")
+    server_side.close()
+    with pytest.raises(ConnectionClosedError):
+        await asyncio.wait_for(call, 5)
+
+
+async def test_connect_failure_raises_connection_closed_error(client):
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ConnectionClosedError):
+        await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(ECHO))
+
+
+async def test_closed_client_refuses_new_calls(make_server, client):
+    s = await make_server({ECHO: echo})
+    await client.invoke(s.addr, RemotingCommand.request(ECHO))
+    conn = await client.connection(s.addr)
+    client.close()
+    await asyncio.wait_for(conn.closed, 5)
+    with pytest.raises(ConnectionClosedError):
+        await client.invoke(s.addr, RemotingCommand.request(ECHO))
+
+
+def test_split_addr():
+    assert split_addr("10.0.0.1:10911") == ("10.0.0.1", 10911)
+    assert split_addr(" [::1]:9876 ") == ("::1", 9876)
+    with pytest.raises(ValueError):
+        split_addr("no-port")

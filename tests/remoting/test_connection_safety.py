@@ -1,0 +1,175 @@
+"""Hostile or slow peers cost only their own connection: bad frames, idle, backpressure, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+
+from structlog.testing import capture_logs
+
+from remoting.connection import fold_addr
+from tests.remoting.raw import RawPeer, json_frame, wait_for_condition
+
+ECHO, BIG, SLOW = 100, 101, 102
+
+
+def echo(conn, cmd):
+    return cmd.response(0, None, {"n": cmd.ext_fields.get("n", "")})
+
+
+async def test_malformed_frame_closes_only_that_connection(make_server):
+    s = await make_server({ECHO: echo})
+    good = await RawPeer.connect(s.port)
+    assert (await good.request(ECHO, 1)).code == 0
+    bad = await RawPeer.connect(s.port)
+    header = b"{not json"
+    with capture_logs() as logs:
+        bad.send(struct.pack(">ii", 4 + len(header), len(header)) + header)
+        assert await bad.wait_eof() == b""
+        bad_conn = await asyncio.wait_for(s.lost.get(), 5)
+    warnings = [e for e in logs if e["log_level"] == "warning" and e["event"] == "remoting.bad_frame"]
+    assert len(warnings) == 1
+    assert warnings[0]["peer"] == bad_conn.peer and "JSON" in warnings[0]["reason"]
+    for i in range(3):  # the other client keeps being served
+        assert (await good.request(ECHO, 10 + i, {"n": str(i)})).ext["n"] == str(i)
+    good.close()
+    bad.close()
+
+
+async def test_oversized_length_prefix_closes_only_that_connection(make_server):
+    s = await make_server({ECHO: echo}, max_frame=64 * 1024)
+    good = await RawPeer.connect(s.port)
+    bad = await RawPeer.connect(s.port)
+    with capture_logs() as logs:
+        # a length prefix just over the limit: refused before buffering anything of it
+        bad.send(struct.pack(">i", 64 * 1024) + b"\0" * 16)
+        assert await bad.wait_eof() == b""
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["remoting.bad_frame"]
+    assert "frame length" in logs[0]["reason"]
+    huge = await RawPeer.connect(s.port)
+    huge.send(b"\x7f\xff\xff\xff")
+    assert await huge.wait_eof() == b""
+    neg = await RawPeer.connect(s.port)
+    neg.send(b"\xff\xff\xff\xf0")
+    assert await neg.wait_eof() == b""
+    # a frame under the limit is fine, and the first client is untouched
+    f = await good.request(ECHO, 5, {"n": "x" * 1000})
+    assert f.code == 0 and f.ext["n"] == "x" * 1000
+    for p in (good, bad, huge, neg):
+        p.close()
+
+
+async def test_idle_connection_is_closed_after_idle_timeout(make_server):
+    s = await make_server({ECHO: echo}, idle_timeout=0.3)
+    loop = asyncio.get_running_loop()
+    quiet = await RawPeer.connect(s.port)
+    quiet_conn = await s.next_conn()
+    busy = await RawPeer.connect(s.port)
+    busy_conn = await s.next_conn()
+    t0 = loop.time()
+    # activity on `busy` at ~0.2 s must push its close to >= 0.3 s after that activity (lazy re-arm)
+    await asyncio.sleep(0.2)  # pacing: the idle clock is what is under test
+    assert (await busy.request(ECHO, 1)).code == 0
+    t_active = loop.time()
+    await asyncio.wait_for(quiet_conn.closed, 5)
+    t_quiet = loop.time()
+    assert not busy_conn.closed.done()
+    await asyncio.wait_for(busy_conn.closed, 5)
+    t_busy = loop.time()
+    assert 0.25 <= t_quiet - t0 < 2.0
+    assert t_busy - t_active >= 0.25
+    assert await quiet.wait_eof() == b"" and await busy.wait_eof() == b""
+    assert not s.server.connections
+
+
+async def test_peer_that_pipelines_and_never_reads_is_paused_and_others_are_served(make_server):
+    body = b"r" * 65536
+    handled = []
+
+    def big(conn, cmd):
+        handled.append(cmd.opaque)
+        return cmd.response(0, body=body)
+
+    s = await make_server({BIG: big, ECHO: echo})
+    n = 300  # 300 x 64 KiB = ~19 MiB of responses if nothing pushed back
+    hog = await RawPeer.connect(s.port, rcvbuf=8192)
+    hog_conn = await s.next_conn()
+    hog_conn.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+    hog.send(b"".join(json_frame(BIG, i + 1) for i in range(n)))
+    await wait_for_condition(lambda: hog_conn.reading_paused and hog_conn.writing_paused, 10, "read pause")
+    handled_at_pause = len(handled)
+    assert handled_at_pause < n // 4
+    # meanwhile another client is served promptly, and the hog stays paused and bounded
+    other = await RawPeer.connect(s.port)
+    for i in range(5):
+        assert (await other.request(ECHO, 1000 + i)).code == 0
+    assert hog_conn.reading_paused
+    assert len(handled) == handled_at_pause
+    high = hog_conn.transport.get_write_buffer_limits()[1]
+    assert hog_conn.transport.get_write_buffer_size() <= high + len(body) + 1024
+    # once the hog reads, everything is answered in order
+    for i in range(n):
+        f = await hog.read_frame(10)
+        assert f.opaque == i + 1 and len(f.body) == len(body)
+    assert len(handled) == n
+    await wait_for_condition(lambda: not hog_conn.reading_paused, 5, "read resume")
+    hog.close()
+    other.close()
+
+
+async def test_inflight_cap_pauses_reading_until_requests_finish(make_server):
+    loop = asyncio.get_running_loop()
+    release = loop.create_future()
+    started = []
+    four = loop.create_future()
+
+    async def slow(conn, cmd):
+        started.append(cmd.opaque)
+        if len(started) == 4 and not four.done():
+            four.set_result(None)
+        await release
+        return cmd.response(0)
+
+    s = await make_server({SLOW: slow, ECHO: echo}, max_inflight_per_connection=4)
+    peer = await RawPeer.connect(s.port)
+    conn = await s.next_conn()
+    peer.send(b"".join(json_frame(SLOW, i + 1) for i in range(20)))
+    await asyncio.wait_for(four, 5)
+    other = await RawPeer.connect(s.port)
+    assert (await other.request(ECHO, 99)).code == 0  # a full round trip elsewhere
+    assert conn.reading_paused and conn.inflight == 4
+    assert started == [1, 2, 3, 4]
+    release.set_result(None)
+    opaques = sorted([(await peer.read_frame()).opaque for _ in range(20)])
+    assert opaques == list(range(1, 21))
+    assert len(started) == 20
+    peer.close()
+    other.close()
+
+
+async def test_max_connections_refuses_extra_connections(make_server):
+    s = await make_server({ECHO: echo}, max_connections=2)
+    a = await RawPeer.connect(s.port)
+    b = await RawPeer.connect(s.port)
+    conn_a = await s.next_conn()
+    await s.next_conn()
+    with capture_logs() as logs:
+        c = await RawPeer.connect(s.port)
+        assert await c.wait_eof() == b""
+    assert any(e["event"] == "remoting.too_many_connections" and e["limit"] == 2 for e in logs)
+    assert len(s.server.connections) == 2
+    assert (await a.request(ECHO, 1)).code == 0 and (await b.request(ECHO, 2)).code == 0
+    a.close()
+    assert await asyncio.wait_for(s.lost.get(), 5) is conn_a
+    d = await RawPeer.connect(s.port)  # a slot is free again
+    assert (await d.request(ECHO, 3)).code == 0
+    for p in (b, c, d):
+        p.close()
+
+
+async def test_ipv4_mapped_ipv6_addresses_fold_to_ipv4():
+    assert fold_addr(("::ffff:10.1.2.3", 5, 0, 0)) == ("10.1.2.3", 5)
+    assert fold_addr(("::FFFF:127.0.0.1", 6)) == ("127.0.0.1", 6)
+    assert fold_addr(("::1", 7, 0, 0)) == ("::1", 7)
+    assert fold_addr(("192.168.0.1", 8)) == ("192.168.0.1", 8)
