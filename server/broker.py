@@ -87,6 +87,8 @@ class BrokerController:
                 if asyncio.iscoroutine(r):
                     await r
         self.remoting = make_remoting_server(self)
+        from server.security import install as install_security  # [security] ACL, TLS, limits
+        install_security(self, self.remoting.server)
         from server.processors import admin, clients, namesrv, offsets, pull, send
         for room in (namesrv, send, pull, offsets, clients, admin):
             room.register(self.remoting, self)

@@ -26,6 +26,14 @@ _KEY_OVERRIDES = {
     "message_delay_level": "messageDelayLevel",
 }
 
+# [security] RocketMQ's own spellings accepted as aliases of our keys.
+_KEY_ALIASES = {
+    "tls.server.certPath": "tls_server_cert_path",
+    "tls.server.keyPath": "tls_server_key_path",
+    "tls.server.mode": "tls_server_mode",
+    "rocketmq.acl.plain.file": "acl_file",
+}
+
 
 @dataclass(slots=True)
 class BrokerConfig:
@@ -66,6 +74,14 @@ class BrokerConfig:
     tls_test_mode_enable: bool = False
     tls_server_cert_path: str = ""
     tls_server_key_path: str = ""
+    # [security] server/security: ACL file, TLS mode and resource limits (0 = remoting default / off)
+    acl_file: str = ""
+    tls_server_mode: str = ""
+    max_connections: int = 4096
+    max_connections_per_ip: int = 1024
+    max_inflight_per_connection: int = 1024
+    max_frame_size: int = 16777216
+    max_buffered_frame_bytes: int = 268435456
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     metrics_export_interval_ms: int = 10000
@@ -104,7 +120,7 @@ class BrokerConfig:
         by_name = {f.name: f for f in dataclasses.fields(self)}
         unknown = []
         for key, raw in values.items():
-            f = by_key.get(key) or by_name.get(key)
+            f = by_key.get(key) or by_name.get(key) or by_name.get(_KEY_ALIASES.get(key, ""))
             if f is None:
                 unknown.append(key)
                 log.warning("config.unknown_key", key=key, source=source)

@@ -1,0 +1,84 @@
+"""Broker hardening: plain ACL, TLS on the broker port, connection and memory limits.
+
+`install(broker, server)` is the one entry point the broker calls (server/broker.py) after it
+built its RemotingServer and before it listens. Config keys (broker.conf):
+  aclEnable, aclFile (alias rocketmq.acl.plain.file; default <storePathRootDir>/config/plain_acl.yml)
+  tlsEnable, tls.server.mode (disabled|permissive|enforcing), tls.server.certPath, tls.server.keyPath
+  maxConnections, maxConnectionsPerIp, maxInflightPerConnection, maxFrameSize, maxBufferedFrameBytes
+"""
+
+from __future__ import annotations
+
+import os
+
+import structlog
+
+from codec.codes import ResponseCode
+from server.security.acl import AclDenied, PlainAclValidator
+from server.security.guard import GuardState, RateLimitedLog
+from server.security.permission import NAMESRV_CODES
+from server.security.tls import server_context
+
+log = structlog.get_logger(__name__)
+
+__all__ = ["install", "acl_file_path", "tls_mode", "make_acl_hook"]
+
+
+def acl_file_path(cfg) -> str:
+    return cfg.acl_file or os.path.join(cfg.store_path_root_dir, "config", "plain_acl.yml")
+
+
+def tls_mode(cfg) -> str:
+    mode = (cfg.tls_server_mode or "").strip().lower()
+    if mode not in ("", "disabled", "permissive", "enforcing"):
+        raise ValueError(f"tls.server.mode must be disabled, permissive or enforcing, got {cfg.tls_server_mode!r}")
+    if mode == "":
+        return "permissive" if cfg.tls_enable else "disabled"
+    return mode
+
+
+def make_acl_hook(validator: PlainAclValidator):
+    denied_log = RateLimitedLog()
+
+    def before_request(conn, cmd):
+        if cmd.code in NAMESRV_CODES:
+            return None
+        try:
+            validator.validate(conn.remote_addr[0], cmd.code, cmd.ext_fields, cmd.body)
+        except AclDenied as e:
+            denied_log.warning("acl.denied", peer=conn.peer, code=cmd.code, reason=str(e))
+            return cmd.response(ResponseCode.NO_PERMISSION, str(e))
+        return None
+
+    return before_request
+
+
+def install(broker, server) -> GuardState:
+    """Apply limits, TLS and ACL from broker.config to a RemotingServer that is not listening yet."""
+    cfg = broker.config
+    if cfg.max_connections > 0:
+        server.max_connections = cfg.max_connections
+    if cfg.max_inflight_per_connection > 0:
+        server.max_inflight = cfg.max_inflight_per_connection
+    if cfg.max_frame_size > 0:
+        server.max_frame = cfg.max_frame_size
+    mode = tls_mode(cfg)
+    ctx = None
+    if mode != "disabled":
+        if not (cfg.tls_server_cert_path and cfg.tls_server_key_path):
+            raise ValueError(f"tls.server.mode={mode} needs tls.server.certPath and tls.server.keyPath")
+        ctx = server_context(cfg.tls_server_cert_path, cfg.tls_server_key_path)
+    state = GuardState(max_per_ip=max(0, cfg.max_connections_per_ip),
+                       frame_budget=max(0, cfg.max_buffered_frame_bytes), tls_mode=mode, tls_context=ctx)
+    server.protocol_factory_wrapper = state.wrap_factory
+    validator = None
+    if cfg.acl_enable:
+        validator = PlainAclValidator(acl_file_path(cfg))
+        server.before_request = make_acl_hook(validator)
+    broker.security = state
+    broker.acl = validator
+    log.info("security.installed", acl=cfg.acl_enable, acl_file=acl_file_path(cfg) if cfg.acl_enable else None,
+             tls_mode=mode, max_connections=server.max_connections, max_connections_per_ip=state.max_per_ip,
+             max_inflight_per_connection=server.max_inflight, max_frame=server.max_frame,
+             max_buffered_frame_bytes=state.frame_budget)
+    return state

@@ -1,0 +1,117 @@
+"""RocketMQ plain-ACL permissions: bits, parsing, the check, and the resources each request needs.
+
+Bits as in RocketMQ's Permission: DENY=1, ANY=2, PUB=4, SUB=8. Group permissions are kept under the
+group's retry topic name (`%RETRY%<group>`), which is also how requests name the group they touch.
+"""
+
+from __future__ import annotations
+
+import json
+
+from codec.codes import RETRY_PREFIX, RequestCode
+
+DENY, ANY, PUB, SUB = 1, 2, 4, 8
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+
+# Codes that need admin=true (RocketMQ's Permission.ADMIN_CODE).
+ADMIN_CODES = frozenset({
+    int(RequestCode.UPDATE_AND_CREATE_TOPIC), int(RequestCode.UPDATE_BROKER_CONFIG),
+    int(RequestCode.DELETE_TOPIC_IN_BROKER), int(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP),
+    int(RequestCode.DELETE_SUBSCRIPTIONGROUP),
+})
+
+# Name-server requests: RocketMQ 4.x's name server runs no ACL, so neither do we for these codes
+# (clients resolve routes before anything else; the broker codes they then send are checked).
+NAMESRV_CODES = frozenset({
+    int(RequestCode.GET_ROUTEINFO_BY_TOPIC), int(RequestCode.GET_KV_CONFIG),
+    int(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER), int(RequestCode.GET_BROKER_CLUSTER_INFO),
+})
+
+_PERM_NAMES = {"PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB, "DENY": DENY}
+
+
+def parse_perm(text) -> int:
+    """RocketMQ's parsePermFromString: unknown or missing → DENY."""
+    if text is None:
+        return DENY
+    return _PERM_NAMES.get(str(text).strip(), DENY)
+
+
+def perm_name(perm: int) -> str:
+    if perm & ANY:
+        return "PUB or SUB"
+    names = [n for n, b in (("PUB", PUB), ("SUB", SUB)) if perm & b]
+    return "|".join(names) or "DENY"
+
+
+def check_permission(needed: int, owned: int) -> bool:
+    if owned & DENY:
+        return False
+    if needed & ANY:
+        return bool(owned & (PUB | SUB))
+    return bool(needed & owned)
+
+
+def retry_topic(group: str | None) -> str:
+    return RETRY_PREFIX + (group or "")
+
+
+def is_group_resource(resource: str) -> bool:
+    return resource.startswith(RETRY_PREFIX)
+
+
+def describe(resource: str) -> str:
+    if is_group_resource(resource):
+        return f"group={resource[len(RETRY_PREFIX):]}"
+    return f"topic={resource}"
+
+
+def _body_bytes(body) -> bytes:
+    if isinstance(body, list | tuple):
+        return b"".join(bytes(p) for p in body)
+    return bytes(body or b"")
+
+
+def _heartbeat_resources(body, out: dict[str, int]) -> None:
+    raw = _body_bytes(body)
+    if not raw:
+        return
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise ValueError("heartbeat body is not JSON") from None
+    for consumer in (data.get("consumerDataSet") or []) if isinstance(data, dict) else []:
+        if not isinstance(consumer, dict):
+            continue
+        out[retry_topic(consumer.get("groupName"))] = SUB
+        for sub in consumer.get("subscriptionDataSet") or []:
+            if isinstance(sub, dict) and sub.get("topic"):
+                out[sub["topic"]] = out.get(sub["topic"], 0) | SUB
+
+
+def needed_resources(code: int, ext: dict[str, str], body) -> dict[str, int]:
+    """The resources (topic or %RETRY%group) and permission a request needs, as RocketMQ maps them."""
+    out: dict[str, int] = {}
+    if code == RequestCode.SEND_MESSAGE or code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+        v2 = code != RequestCode.SEND_MESSAGE
+        topic = ext.get("b" if v2 else "topic") or ""
+        if topic.startswith(RETRY_PREFIX):
+            out[retry_topic(ext.get("a" if v2 else "group"))] = SUB
+        else:
+            out[topic] = PUB
+    elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
+        out[retry_topic(ext.get("group"))] = SUB
+        out[ext.get("originTopic") or ""] = PUB
+    elif code == RequestCode.PULL_MESSAGE:
+        out[ext.get("topic") or ""] = SUB
+        out[retry_topic(ext.get("consumerGroup"))] = SUB
+    elif code == RequestCode.QUERY_MESSAGE:
+        out[ext.get("topic") or ""] = SUB
+    elif code == RequestCode.HEART_BEAT:
+        _heartbeat_resources(body, out)
+    elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
+        out[retry_topic(ext.get("consumerGroup"))] = SUB
+    elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
+        out[retry_topic(ext.get("consumerGroup"))] = SUB
+        out[ext.get("topic") or ""] = SUB
+    return out
