@@ -1,0 +1,217 @@
+"""Shared bench plumbing: broker launcher, /proc sampling, percentiles, result files.
+
+The broker always runs as its own process (`python -m server`); load generators run in other
+processes (see `bench.workers`). Everything binds 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).resolve().parent / "results"
+HOST = "127.0.0.1"
+READY_RE = re.compile(r"delaymq broker ready on (\S+):(\d+)")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------- machine / results
+
+def machine_info() -> dict:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_kb = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem_kb = int(line.split()[1])
+    except OSError:
+        pass
+    try:
+        import uvloop
+        uv = uvloop.__version__
+    except ImportError:  # pragma: no cover
+        uv = None
+    return {"cpu": cpu, "cores": os.cpu_count(), "mem_gib": round(mem_kb / 1048576, 1),
+            "kernel": platform.release(), "python": sys.version.split()[0], "uvloop": uv,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def percentiles(values, ps=(50, 90, 99, 99.9)) -> dict:
+    """Nearest-rank percentiles of a list of numbers (plus min/max/mean/count)."""
+    v = sorted(values)
+    n = len(v)
+    if not n:
+        return {"count": 0}
+    out = {"count": n, "min": v[0], "max": v[-1], "mean": sum(v) / n}
+    for p in ps:
+        k = max(0, min(n - 1, int(-(-p * n // 100)) - 1))
+        out[f"p{p:g}"] = v[k]
+    return {k: (round(x, 3) if isinstance(x, float) else x) for k, x in out.items()}
+
+
+def write_result(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    doc = {"name": name, "machine": machine_info(), **payload}
+    path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    return path
+
+
+# ---------------------------------------------------------------- /proc sampling
+
+def proc_cpu_s(pid: int) -> float:
+    """utime + stime of a process in seconds (/proc/<pid>/stat fields 14 and 15)."""
+    data = Path(f"/proc/{pid}/stat").read_text()
+    fields = data[data.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def proc_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+class CpuMeter:
+    """CPU seconds a process burns between start() and stop()."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.t0 = self.c0 = 0.0
+
+    def start(self) -> CpuMeter:
+        self.t0, self.c0 = time.monotonic(), proc_cpu_s(self.pid)
+        return self
+
+    def stop(self) -> dict:
+        wall = time.monotonic() - self.t0
+        cpu = proc_cpu_s(self.pid) - self.c0
+        return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "cpu_util": round(cpu / wall, 3) if wall else 0}
+
+
+# ---------------------------------------------------------------- broker process
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_port() -> int:
+    """A port P with P-2 (the VIP channel) also free."""
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((HOST, 0))
+            port = s.getsockname()[1]
+        if port > 1026 and _port_free(port) and _port_free(port - 2):
+            return port
+    raise RuntimeError("no free port pair on 127.0.0.1")
+
+
+class Broker:
+    """`python -m server` on a private store; start/stop (SIGTERM, exit 0 required) keep store and port."""
+
+    def __init__(self, config: dict | None = None, store_root: Path | None = None) -> None:
+        self.work = Path(store_root or tempfile.mkdtemp(prefix="delaymq-bench-"))
+        self.store = self.work / "store"
+        self.config = dict(config or {})
+        self.port = pick_port()
+        self.proc: subprocess.Popen | None = None
+        self.ready_at = 0.0
+        self.started_at = 0.0
+
+    @property
+    def addr(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 60.0) -> Broker:
+        conf = self.work / "broker.conf"
+        conf.write_text("".join(f"{k}={v}\n" for k, v in self.config.items()))
+        argv = [sys.executable, "-m", "server", "--store", str(self.store), "--port", str(self.port),
+                "--config", str(conf), "--log-level", "warning"]
+        ready = threading.Event()
+        err = open(self.work / "broker.stderr", "ab")
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=err, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        err.close()
+
+        def reader(proc=self.proc):
+            for raw in proc.stdout:
+                if READY_RE.search(raw.decode("utf-8", "replace")):
+                    self.ready_at = time.monotonic()
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=reader, daemon=True).start()
+        if not ready.wait(timeout) or self.proc.poll() is not None:
+            self.kill()
+            raise RuntimeError(f"broker did not start; stderr tail:\n{self.stderr_tail()}")
+        return self
+
+    def stop(self, timeout: float = 120.0) -> float:
+        """SIGTERM and wait; returns the seconds the shutdown took."""
+        assert self.proc is not None
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise RuntimeError("broker ignored SIGTERM") from None
+        if code != 0:
+            raise RuntimeError(f"broker exited {code} on SIGTERM; stderr tail:\n{self.stderr_tail()}")
+        return time.monotonic() - t0
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+    def stderr_tail(self, n: int = 4000) -> str:
+        try:
+            return (self.work / "broker.stderr").read_bytes()[-n:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def cleanup(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.stop()
+            except RuntimeError:
+                self.kill()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def __enter__(self) -> Broker:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()
