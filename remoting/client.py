@@ -58,7 +58,14 @@ class RemotingClient:
         if fut is None:
             fut = self._dialing[addr] = asyncio.ensure_future(self._dial(addr))
             fut.add_done_callback(lambda _f: self._dialing.pop(addr, None))
-        return await asyncio.shield(fut)
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if fut.cancelled() and not (task is not None and task.cancelling()):
+                # the dial was cancelled by close(), not this caller
+                raise ConnectionClosedError(f"connect to {addr} abandoned: client closed") from None
+            raise
 
     async def _dial(self, addr: str) -> Connection:
         loop = asyncio.get_running_loop()

@@ -121,3 +121,45 @@ def test_split_addr():
     assert split_addr(" [::1]:9876 ") == ("::1", 9876)
     with pytest.raises(ValueError):
         split_addr("no-port")
+
+
+async def test_close_during_dial_fails_waiters_with_connection_closed(make_server):
+    s = await make_server({ECHO: echo})
+    c = RemotingClient()
+    call = asyncio.ensure_future(c.invoke(s.addr, RemotingCommand.request(ECHO)))
+    await asyncio.sleep(0)  # one loop turn: the call has started its dial task, which has not run yet
+    assert c._dialing, "precondition: a dial is under way"
+    c.close()
+    with pytest.raises(ConnectionClosedError):
+        await asyncio.wait_for(call, 5)
+
+
+async def test_tls_round_trip(make_server, tmp_path):
+    import shutil
+    import ssl
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl CLI not available to make a test certificate")
+    key, crt = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(crt), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(crt, key)
+    client_ctx = ssl.create_default_context(cafile=str(crt))
+    s = await make_server({ECHO: echo}, ssl=server_ctx)
+    c = RemotingClient(ssl=client_ctx)
+    try:
+        r = await c.invoke(s.addr, RemotingCommand.request(ECHO, {"n": "tls"}))
+        assert r.ext_fields["n"] == "tls"
+        conn = await s.next_conn()
+        assert conn.transport.get_extra_info("ssl_object") is not None
+    finally:
+        c.close()
+    plain = RemotingClient(connect_timeout=1.0)  # a plaintext client gets no answer from a TLS port
+    try:
+        with pytest.raises((RemotingTimeoutError, ConnectionClosedError)):
+            await plain.invoke(s.addr, RemotingCommand.request(ECHO), timeout=0.5)
+    finally:
+        plain.close()
