@@ -104,6 +104,9 @@ def describe(e: BaseException) -> str:
     """A short reason for a connection-level failure."""
     if isinstance(e, OSError) and e.strerror:
         return e.strerror.lower()
+    cause = e.__cause__
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror.lower()
     if isinstance(e, TimeoutError):
         return "timed out"
     return str(e) or type(e).__name__
