@@ -41,7 +41,7 @@ class RateLimitedLog:
             self._n.clear()
             for ev, n in self.suppressed.items():
                 if n:
-                    log.warning("guard.suppressed_logs", event=ev, count=n)
+                    log.warning("guard.suppressed_logs", suppressed_event=ev, count=n)
             self.suppressed.clear()
         n = self._n.get(event, 0)
         self._n[event] = n + 1
