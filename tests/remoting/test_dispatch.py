@@ -207,3 +207,18 @@ async def test_runs_on_uvloop():
     import uvloop
 
     assert isinstance(asyncio.get_running_loop(), uvloop.Loop)
+
+
+async def test_body_slices_are_sent_as_given(make_server):
+    store = bytearray(b"0123456789" * 10000)  # stands in for mmap'd CommitLog records
+    mv = memoryview(store)
+
+    def pull(conn, cmd):
+        return cmd.response(0, body=[mv[0:10], mv[50000:50005], b"tail", mv[99990:100000]])
+
+    s = await make_server({ECHO: pull})
+    peer = await RawPeer.connect(s.port)
+    peer.send(rocketmq_frame(ECHO, 8))
+    f = await peer.read_frame()
+    assert f.ser_type == 1 and f.body == b"0123456789" + b"01234" + b"tail" + b"0123456789"
+    peer.close()
