@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
+
 from codec.tags import java_hash
 
 from . import _wire as w
@@ -49,6 +50,16 @@ class Subscription:
 
 
 Listener = Callable[[MessageExt], object]
+
+
+async def wait_event(event: asyncio.Event, timeout: float) -> bool:
+    """Wait for ``event`` at most ``timeout`` seconds (periodic chores that can also be woken early)."""
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+        return True
+    except TimeoutError:
+        return False
 
 
 class PushConsumer:
@@ -143,9 +154,9 @@ class PushConsumer:
         self._started = False
         for t in self._tasks:
             t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5.0)
+        self._tasks.clear()
         pqs = list(self.process_queues.values())
         await asyncio.gather(*(pq.stop() for pq in pqs))
         with contextlib.suppress(Exception):
@@ -168,8 +179,7 @@ class PushConsumer:
 
     async def _rebalance_loop(self) -> None:
         while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._rebalance_event.wait(), self.rebalance_interval)
+            await wait_event(self._rebalance_event, self.rebalance_interval)
             self._rebalance_event.clear()
             try:
                 await self.rebalance()
@@ -255,8 +265,7 @@ class PushConsumer:
 
     async def _lock_loop(self) -> None:
         while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._lock_event.wait(), 20.0)
+            await wait_event(self._lock_event, 20.0)
             self._lock_event.clear()
             pqs = dict(self.process_queues)
             ok = await self._lock(list(pqs))

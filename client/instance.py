@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import structlog
+
 from remoting.client import RemotingClient
 
 from . import _wire as w
@@ -102,11 +103,11 @@ class ClientInstance:
         self._tasks.append(asyncio.get_running_loop().create_task(run(), name=name))
 
     async def close(self) -> None:
-        for t in self._tasks:
+        tasks = list(self._tasks)
+        for t in tasks:
             t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        if tasks:
+            await asyncio.wait(tasks, timeout=5.0)
         self._tasks.clear()
         res = self.remoting.close()
         if asyncio.iscoroutine(res):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import time
 from typing import TYPE_CHECKING
@@ -61,10 +60,10 @@ class ProcessQueue:
 
     async def stop(self) -> None:
         self.dropped = True
+        self.lock_event.set()  # an orderly queue waiting for its lock must see the drop
         if self.task is not None:
             self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.task
+            await asyncio.wait([self.task], timeout=5.0)
 
     def set_locked(self, locked: bool) -> None:
         self.locked = locked

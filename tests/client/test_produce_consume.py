@@ -210,3 +210,21 @@ async def test_pull_consumer_offsets(broker, topic):
         assert (await pc.pull(mq, 5, 3)).status is PullStatus.NO_NEW_MSG
     async with PullConsumer(group, broker.namesrv) as pc2:
         assert await pc2.fetch_consume_offset(mq) == 3
+
+
+async def test_fire_and_collect_and_oneway(broker, topic):
+    async with Producer(uniq("PG"), broker.namesrv, max_inflight=8) as p:
+        futs = [await p.send_async(Message(topic, f"a{i}".encode())) for i in range(30)]
+        results = await p.collect()
+        assert all(f.done() for f in futs[:-8])  # the in-flight bound made early sends finish first
+        assert len(results) <= 8
+        assert all(f.result().status is SendStatus.SEND_OK for f in futs)
+        mq = (await p.queues(topic))[1]
+        await p.send_oneway(Message(topic, b"oneway"), queue=mq)
+        last = await p.send(Message(topic, b"after"), queue=mq)
+    async with PullConsumer(uniq("PC"), broker.namesrv) as pc:
+        total = sum([await pc.max_offset(q) for q in await pc.fetch_queues(topic)])
+        r = await pc.pull(mq, 0, 32)
+    assert total == 32
+    bodies = [m.body for m in r.messages]
+    assert b"oneway" in bodies and bodies.index(b"after") == last.queue_offset
