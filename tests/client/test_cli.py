@@ -49,6 +49,10 @@ def test_produce_consume_status_progress_and_view(broker, topic):
     v = cli("message", "view", "-n", n, "--id", sent[3]["offsetMsgId"], "--output", "json")
     assert v.returncode == 0, v.stderr
     assert json.loads(v.stdout)["body"] == "hi 3"
+    k = cli("message", "view", "-n", n, "--key", "key7", "-t", topic, "--output", "json")
+    assert k.returncode == 0, k.stderr
+    [found] = [json.loads(line) for line in k.stdout.splitlines()]
+    assert found["body"] == "hi 7" and found["msgId"] == sent[7]["msgId"]
 
 
 def test_topic_create_and_list(broker):
@@ -94,3 +98,12 @@ def test_scheduled_levels_show_pending_delay_messages(broker, topic):
     assert rows[18]["pending"] == 3 and rows[18]["maxOffset"] == 3
     t = cli("scheduled", "timers", "-n", broker.namesrv)
     assert t.returncode == 0, t.stderr
+
+
+def test_scheduled_cancel_by_offset_msg_id(broker, topic):
+    p = cli("produce", "-n", broker.namesrv, "-t", topic, "--delay", "1h", "--output", "json")
+    assert p.returncode == 0, p.stderr
+    [sent] = [json.loads(line) for line in p.stdout.splitlines()]
+    c = cli("scheduled", "cancel", "-n", broker.namesrv, "--id", sent["offsetMsgId"])
+    assert c.returncode == 0, c.stderr
+    assert f"msgId={sent['msgId']}" in c.stdout  # the marker reuses the target's UNIQ_KEY

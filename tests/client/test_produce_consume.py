@@ -104,7 +104,16 @@ async def test_broadcasting_delivers_everything_to_every_consumer(broker, topic,
             await c.shutdown()
     for col in cols:
         assert sorted(col.bodies) == [f"{i}".encode() for i in range(8)]
-    assert (tmp_path / "off0.json").exists()  # local offsets persisted on shutdown
+    # offsets were kept locally (file), so a restarted broadcast consumer only sees what is new
+    async with Producer(uniq("PG"), broker.namesrv) as p:
+        await p.send(Message(topic, b"new"))
+    col = Collector()
+    again = PushConsumer(group, broker.namesrv, listener=col, message_model=BROADCASTING,
+                         consume_from="first", offset_store_path=tmp_path / "off0.json")
+    again.subscribe(topic)
+    async with again:
+        await col.wait_for(1)
+    assert col.bodies == [b"new"]
 
 
 async def test_clustering_splits_queues_between_two_consumers(broker, topic):
