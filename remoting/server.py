@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import ssl as _ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import structlog
 
@@ -35,7 +35,8 @@ log = structlog.get_logger(__name__)
 
 
 class RemotingServer:
-    def __init__(self, host: str = "127.0.0.1", ports: Sequence[int] = (0,), *, idle_timeout: float = 120.0,
+    def __init__(self, host: str = "127.0.0.1", ports: Sequence[int] = (0,),
+                 processors: Mapping[int, Processor] | None = None, *, idle_timeout: float = 120.0,
                  max_connections: int = 10_000, max_inflight_per_connection: int = 1024,
                  max_frame: int = MAX_FRAME, ssl: _ssl.SSLContext | None = None, backlog: int = 1024) -> None:
         self.host = host
@@ -47,6 +48,8 @@ class RemotingServer:
         self.ssl = ssl
         self.backlog = backlog
         self.dispatcher = Dispatcher()
+        for code, fn in (processors or {}).items():
+            self.dispatcher.register(code, fn)
         self.connections: set[Connection] = set()
         self.on_connect: Callable[[Connection], None] | None = None
         self.on_close: Callable[[Connection], None] | None = None

@@ -42,9 +42,7 @@ async def make_server():
     made: list[RemotingServer] = []
 
     async def make(processors: dict | None = None, ports=(0,), **kw) -> Started:
-        srv = RemotingServer("127.0.0.1", ports, **kw)
-        for code, fn in (processors or {}).items():
-            srv.register(code, fn)
+        srv = RemotingServer("127.0.0.1", ports, processors, **kw)
         started = Started(srv)
         await srv.start()
         made.append(srv)
