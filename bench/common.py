@@ -109,6 +109,41 @@ class CpuMeter:
         return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "cpu_util": round(cpu / wall, 3) if wall else 0}
 
 
+class CpuSampler:
+    """Samples (wall ms, cpu s) of a process every `interval` s from a thread, from the moment the
+    process is spawned, so CPU can be attributed to a window found afterwards (e.g. a drain)."""
+
+    def __init__(self, interval: float = 0.01) -> None:
+        self.interval = interval
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+
+    def attach(self, pid: int) -> None:
+        self.samples = []
+        self._stop.clear()
+
+        def run():
+            while not self._stop.is_set():
+                try:
+                    self.samples.append((time.time() * 1000, proc_cpu_s(pid)))
+                except (OSError, ValueError):
+                    return
+                self._stop.wait(self.interval)
+
+        threading.Thread(target=run, daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def cpu_between(self, t0_ms: float, t1_ms: float) -> float:
+        """CPU seconds between two wall-clock instants (nearest samples outside the window)."""
+        before = [c for t, c in self.samples if t <= t0_ms]
+        after = [c for t, c in self.samples if t >= t1_ms]
+        c0 = before[-1] if before else (self.samples[0][1] if self.samples else 0.0)
+        c1 = after[0] if after else (self.samples[-1][1] if self.samples else 0.0)
+        return c1 - c0
+
+
 # ---------------------------------------------------------------- broker process
 
 def _port_free(port: int) -> bool:
@@ -142,6 +177,7 @@ class Broker:
         self.proc: subprocess.Popen | None = None
         self.ready_at = 0.0
         self.started_at = 0.0
+        self.sampler: CpuSampler | None = None
 
     @property
     def addr(self) -> str:
@@ -163,6 +199,8 @@ class Broker:
         self.proc = subprocess.Popen(argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=err, env=dict(os.environ, PYTHONUNBUFFERED="1"))
         err.close()
+        if self.sampler is not None:
+            self.sampler.attach(self.proc.pid)
 
         def reader(proc=self.proc):
             for raw in proc.stdout:

@@ -320,3 +320,26 @@ async def watch_max_offsets(addr: str, topic: str, queues: int, target: int, dea
         await asyncio.sleep(interval_s)
     conn.close()
     return {"series": series, "delivered": total - base}
+
+
+async def store_timestamps(addr: str, topic: str, queues: int, group: str = "bench_ts") -> dict:
+    """Every record's STORETIMESTAMP in the topic (pulled from offset 0 of each queue, 32 per pull)."""
+    conn = await wire.connect(addr)
+    out: list[int] = []
+
+    async def one(q: int) -> None:
+        off = 0
+        while True:
+            r = await conn.invoke(wire.pull_cmd(topic, q, off, 32, 0, group), 30)
+            if r.code != 0:
+                return
+            body = r.body
+            pos, end = 0, len(body)
+            while pos < end:
+                out.append(read_store_timestamp(body, pos))
+                pos += read_total_size(body, pos)
+            off = int(r.ext_fields["nextBeginOffset"])
+
+    await asyncio.gather(*(one(q) for q in range(queues)))
+    conn.close()
+    return {"store_ts": out}
