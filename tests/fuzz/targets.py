@@ -1,0 +1,120 @@
+"""Fuzz targets: each takes raw bytes; any exception other than CodecError is a crash.
+
+Kept free of atheris so seeds and targets can be exercised (and imported) without it.
+"""
+
+from __future__ import annotations
+
+from codec import bodies
+from codec.batch import BatchItem, decode_batch, encode_batch
+from codec.command import RemotingCommand, decode_json_header, decode_rocketmq_header, encode_rocketmq_header
+from codec.errors import CodecError
+from codec.frame import FrameDecoder, encode_frame_bytes
+from codec.msgid import decode_offset_msg_id
+from codec.properties import parse_properties
+from codec.record import (
+    MessageRecord,
+    decode_record,
+    encode_record,
+    iter_records,
+    rewrite_for_delivery,
+    verify_record,
+)
+
+
+def _guard(fn, *args) -> None:
+    try:
+        fn(*args)
+    except CodecError:
+        pass
+
+
+def frame(data: bytes) -> None:
+    """FrameDecoder over the input split into chunks whose sizes come from the first bytes."""
+    if len(data) < 2:
+        return
+    sizes, rest = data[:2], data[2:]
+    dec = FrameDecoder(max_frame=(1 << 16) if sizes[0] & 1 else (16 << 20))
+    step = max(1, sizes[1])
+    try:
+        for i in range(0, len(rest), step):
+            for cmd in dec.feed(rest[i:i + step]):
+                assert isinstance(cmd, RemotingCommand)
+    except CodecError:
+        return
+    assert dec.buffered() <= len(rest)
+
+
+def json_header(data: bytes) -> None:
+    _guard(decode_json_header, data)
+
+
+def rocketmq_header(data: bytes) -> None:
+    try:
+        cmd = decode_rocketmq_header(data)
+    except CodecError:
+        return
+    # whatever decodes must re-encode (the response path) and decode to the same fields
+    back = decode_rocketmq_header(encode_rocketmq_header(cmd))
+    assert (back.code, back.opaque, back.ext_fields) == (cmd.code, cmd.opaque, cmd.ext_fields)
+
+
+def record(data: bytes) -> None:
+    _guard(decode_record, data)
+    _guard(lambda: list(iter_records(data)))
+    _guard(verify_record, data, 0)
+    try:
+        size = verify_record(data, 0)
+    except CodecError:
+        return
+    if size:
+        _guard(rewrite_for_delivery, memoryview(data)[:size], "RT", 1, ("10.0.0.1", 10911), 3)
+
+
+def batch(data: bytes) -> None:
+    _guard(decode_batch, data)
+
+
+def heartbeat(data: bytes) -> None:
+    _guard(bodies.parse_heartbeat, data)
+
+
+def route(data: bytes) -> None:
+    _guard(bodies.decode_topic_route, data)
+    _guard(bodies.decode_lock_batch_request, data)
+    _guard(bodies.decode_kv_table, data)
+
+
+def misc(data: bytes) -> None:
+    parse_properties(data)  # never raises
+    _guard(decode_offset_msg_id, data.decode("latin-1"))
+
+
+TARGETS = {"frame": frame, "json_header": json_header, "rocketmq_header": rocketmq_header, "record": record,
+           "batch": batch, "heartbeat": heartbeat, "route": route, "misc": misc}
+
+
+def seeds(name: str) -> list[bytes]:
+    """Valid inputs to start from, so the fuzzer mutates real structure."""
+    cmd = RemotingCommand(code=310, opaque=7, remark="r", ext_fields={"a": "G", "b": "T", "e": "1"}, body=b"xyz")
+    rec = encode_record(MessageRecord(topic="T1", body=b"hello", born_host=("10.0.0.5", 5000),
+                                      store_host=("::1", 10911), properties={"TAGS": "TagA", "DELAY": "3"}))
+    if name == "frame":
+        cmd1 = RemotingCommand(**{**{f: getattr(cmd, f) for f in cmd.__slots__}, "serialize_type": 1})
+        return [b"\x01\x07" + encode_frame_bytes(cmd) + encode_frame_bytes(cmd1)]
+    if name == "json_header":
+        return [encode_frame_bytes(cmd)[8:-3]]
+    if name == "rocketmq_header":
+        return [encode_rocketmq_header(cmd)]
+    if name == "record":
+        return [bytes(rec)]
+    if name == "batch":
+        return [encode_batch([BatchItem(0, b"a", "UNIQ_KEY\x01X"), BatchItem(1, b"", "")])]
+    if name == "heartbeat":
+        return [b'{"clientID":"c","consumerDataSet":[{"groupName":"G","consumeType":1,"messageModel":"CLUSTERING",'
+                b'"subscriptionDataSet":[{"topic":"T","subString":"a||b","subVersion":"1","tagsSet":["a"]}]}],'
+                b'"producerDataSet":[{"groupName":"P"}]}']
+    if name == "route":
+        return [b'{"brokerDatas":[{"brokerAddrs":{0:"1.2.3.4:1"},"brokerName":"b","cluster":"c"}],'
+                b'"queueDatas":[{"brokerName":"b","perm":6,"readQueueNums":4,"writeQueueNums":4}]}']
+    return [b"TAGS\x01a\x02KEYS\x01b c", b"0A00000100002A9F0000000000000F3E"]
