@@ -2,7 +2,8 @@
 
 Without --target every target runs in its own subprocess, one after another, sharing the --seconds
 budget. A crash (any exception other than CodecError, or an input slower than --timeout) makes
-the run exit non-zero; libFuzzer writes the input under tests/fuzz/artifacts/<target>/.
+the run exit non-zero; libFuzzer writes the input under tests/fuzz/artifacts/<target>/, and the
+growing corpus lives in tests/fuzz/artifacts/corpus/<target>/ (both gitignored).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 
 TARGETS = ("frame", "json_header", "rocketmq_header", "record", "batch", "heartbeat", "route", "misc")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -25,7 +25,9 @@ def _run_one(name: str, seconds: int, timeout: int, max_len: int) -> None:
     with atheris.instrument_imports(include=["codec"]):
         from tests.fuzz import targets
     target = targets.TARGETS[name]
-    corpus = tempfile.mkdtemp(prefix=f"fuzz-{name}-")
+    # a persistent corpus (gitignored) so later runs start from what earlier ones found
+    corpus = os.path.join(HERE, "artifacts", "corpus", name)
+    os.makedirs(corpus, exist_ok=True)
     for i, seed in enumerate(targets.seeds(name)):
         with open(os.path.join(corpus, f"seed{i}"), "wb") as f:
             f.write(seed)
