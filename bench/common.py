@@ -52,7 +52,9 @@ def machine_info() -> dict:
         uv = None
     return {"cpu": cpu, "cores": os.cpu_count(), "mem_gib": round(mem_kb / 1048576, 1),
             "kernel": platform.release(), "python": sys.version.split()[0], "uvloop": uv,
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "store_base": store_base(),
+            "store_fs_used_ratio": round(_used_ratio(store_base()), 3),
+            "loadavg_at_write": Path("/proc/loadavg").read_text().split()[:3]}
 
 
 def percentiles(values, ps=(50, 90, 99, 99.9)) -> dict:
@@ -83,6 +85,16 @@ def proc_cpu_s(pid: int) -> float:
     data = Path(f"/proc/{pid}/stat").read_text()
     fields = data[data.rindex(")") + 2:].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def proc_mem_mb(pid: int) -> dict:
+    """VmRSS split into RssAnon (heap) and RssFile/RssShmem (touched pages of mmapped store files)."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        k = line.split(":", 1)[0]
+        if k in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
+            out[k] = round(int(line.split()[1]) / 1024.0, 1)
+    return out
 
 
 def proc_rss_mb(pid: int) -> float:
@@ -146,6 +158,24 @@ class CpuSampler:
 
 # ---------------------------------------------------------------- broker process
 
+def _used_ratio(path: str) -> float:
+    st = os.statvfs(path)
+    return 1.0 - st.f_bavail / st.f_blocks if st.f_blocks else 1.0
+
+
+def store_base() -> str:
+    """Where broker stores go: $BENCH_STORE_DIR, else the temp dir unless its filesystem is over 80 %
+    used by the broker's own measure (1 - f_bavail/f_blocks; the store refuses puts above 90 %), else
+    /dev/shm. The choice is recorded in every result file."""
+    env = os.environ.get("BENCH_STORE_DIR")
+    if env:
+        return env
+    tmp = tempfile.gettempdir()
+    if _used_ratio(tmp) <= 0.80 or not os.path.isdir("/dev/shm"):
+        return tmp
+    return "/dev/shm"
+
+
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
@@ -170,7 +200,7 @@ class Broker:
     """`python -m server` on a private store; start/stop (SIGTERM, exit 0 required) keep store and port."""
 
     def __init__(self, config: dict | None = None, store_root: Path | None = None) -> None:
-        self.work = Path(store_root or tempfile.mkdtemp(prefix="delaymq-bench-"))
+        self.work = Path(store_root or tempfile.mkdtemp(prefix="delaymq-bench-", dir=store_base()))
         self.store = self.work / "store"
         self.config = dict(config or {})
         self.port = pick_port()

@@ -9,7 +9,7 @@ import time
 
 from bench import wire
 from bench.broker_core import _create
-from bench.common import Broker, CpuMeter, proc_rss_mb
+from bench.common import Broker, CpuMeter, proc_mem_mb, proc_rss_mb
 from bench.procs import run_here, run_one, run_parallel
 from codec.codes import RequestCode
 from codec.command import RemotingCommand
@@ -146,7 +146,7 @@ def bench_timer_rss(quick: bool) -> dict:
     with Broker({"flushDiskType": "ASYNC_FLUSH"}) as b:
         _create(b.addr, "BenchTimerRss", QUEUES)
         far = int(time.time() * 1000) + 2 * 86400_000
-        samples.append({"pending": 0, "rss_mb": round(proc_rss_mb(b.pid), 1)})
+        samples.append({"pending": 0, "rss_mb": round(proc_rss_mb(b.pid), 1), "mem": proc_mem_mb(b.pid)})
         t0 = time.monotonic()
         done = 0
         for _ in range(steps):
@@ -155,16 +155,19 @@ def bench_timer_rss(quick: bool) -> dict:
                                                           properties=_timer_props(far)))] * 2)
             done += sum(r["ok"] for r in res)
             wait_enqueued(b.addr, done, 120)
-            samples.append({"pending": done, "rss_mb": round(proc_rss_mb(b.pid), 1),
+            samples.append({"pending": done, "rss_mb": round(proc_rss_mb(b.pid), 1), "mem": proc_mem_mb(b.pid),
                             "elapsed_s": round(time.monotonic() - t0, 1)})
     first, last = samples[0], samples[-1]
     per_timer_b = (last["rss_mb"] - first["rss_mb"]) * 1048576 / max(1, last["pending"])
     extrap = first["rss_mb"] + per_timer_b * 10_000_000 / 1048576
+    anon_b = (last["mem"].get("RssAnon", 0) - first["mem"].get("RssAnon", 0)) * 1048576 / max(1, last["pending"])
     return {"config": {"n": n, "deliver": "now + 2 days", "note": "10M pending is extrapolated linearly"
                        if n < 10_000_000 else "measured"},
             "raw": {"samples": samples, "bytes_per_pending_timer": round(per_timer_b, 1)},
             "headline": {"pending": last["pending"], "rss_mb": last["rss_mb"],
-                         "bytes_per_timer": round(per_timer_b, 1), "rss_mb_10M_extrapolated": round(extrap, 1)},
+                         "bytes_per_timer": round(per_timer_b, 1), "anon_bytes_per_timer": round(anon_b, 1),
+                         "rss_mb_10M_extrapolated": round(extrap, 1),
+                         "anon_mb_10M_extrapolated": round(first["mem"].get("RssAnon", 0) + anon_b * 10_000_000 / 1048576, 1)},
             "target": "(report RSS at 10M pending)", "met": None}
 
 
