@@ -46,6 +46,7 @@ class BrokerConfig:
     broker_id: int = 0
     broker_permission: int = 6
     flush_disk_type: str = "ASYNC_FLUSH"
+    disk_max_used_space_ratio: int = 0  # percent; puts are refused past it (0 = store default, 90)
     mapped_file_size_commit_log: int = 1073741824
     file_reserved_time: int = 72
     auto_create_topic_enable: bool = True

@@ -59,7 +59,10 @@ def make_message_store(cfg):
     store_config_cls = getattr(ms, "StoreConfig", None)
     if store_config_cls is None:
         from storage.config import StoreConfig as store_config_cls  # type: ignore[no-redef]
-    store = ms.MessageStore(store_config_cls(**build_kwargs(store_config_cls, cfg, _STORE_FIELD_SOURCES)))
+    kwargs = build_kwargs(store_config_cls, cfg, _STORE_FIELD_SOURCES)
+    if cfg.disk_max_used_space_ratio > 0:
+        kwargs["disk_max_used_ratio"] = cfg.disk_max_used_space_ratio / 100.0
+    store = ms.MessageStore(store_config_cls(**kwargs))
     store.load()
     store.start()
     return store

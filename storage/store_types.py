@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import os
 from dataclasses import dataclass, field
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -21,7 +22,10 @@ class StoreConfig:
     file_reserved_time_hours: float = 72
     clean_resource_interval_ms: int = 3600_000
     max_message_size: int = 4 << 20
-    disk_max_used_ratio: float = 0.90
+    # RocketMQ refuses puts past 90% disk use (diskSpaceWarningLevelRatio). DELAYMQ_DISK_MAX_USED_RATIO
+    # overrides the default for shared or small machines (the test suite sets it; see tests/conftest.py).
+    disk_max_used_ratio: float = field(
+        default_factory=lambda: float(os.environ.get("DELAYMQ_DISK_MAX_USED_RATIO", "0.90")))
     # ratio checks call statvfs at most this often (ms); 0 = every put
     disk_check_interval_ms: int = 1000
     # a put that would create a new segment while the disk is this full is refused with
