@@ -124,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-g", "--group", default="delaymq-cli-producer")
     for c in ssub.choices.values():
         c.set_defaults(func=admin_cmds.scheduled)
+
+    # The analytics job reads exported files only; the CLI just gives analysts the same front door.
+    from analytics.cli import add_arguments as add_analytics_arguments
+
+    p = sub.add_parser("analytics", help="Spark report over the broker's exports (lateness, throughput, backlog, lag)")
+    add_analytics_arguments(p)
     return ap
 
 
@@ -151,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     _validate(ap, args)
+    if args.command == "analytics":
+        from analytics.cli import run as run_analytics
+
+        return run_analytics(args)
     _configure_logging(args.verbose)
     try:
         try:

@@ -54,7 +54,6 @@ def test_report_shows_how_late_each_level_and_the_timer_delivered(broker_factory
 
 
 def test_report_cli_refuses_a_missing_input_with_one_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "analytics", "report", "--input", str(tmp_path / "nope"),
-                        "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
+    r = _cli("analytics", "report", "--input", str(tmp_path / "nope"), "--out", str(tmp_path / "o"), timeout=60)
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "not found" in r.stderr
