@@ -20,8 +20,6 @@ from server.offsets_table import ConsumerOffsetManager
 from server.pull_hold import PullHoldService
 from server.put_hooks import PutHooks, parse_delay_levels
 from server.rebalance_lock import RebalanceLockManager
-from server.subscription_groups import SubscriptionGroupManager
-from server.tables import JsonTable
 from server.topics import TopicManager
 from server.wiring import (
     make_delay_service,
@@ -31,6 +29,8 @@ from server.wiring import (
     notify_consumer_ids_changed,
     put_request,
 )
+from storage.subscription_group import SubscriptionGroupTable
+from storage.topic_config import TopicConfigTable
 
 log = structlog.get_logger(__name__)
 
@@ -43,14 +43,12 @@ class BrokerController:
         self.boot_ms = int(time.time() * 1000)
         root = config.store_path_root_dir
         os.makedirs(root, exist_ok=True)
-        cfg_dir = os.path.join(root, "config")
         self.levels = parse_delay_levels(config.message_delay_level)
-        self.topics = TopicManager(JsonTable(os.path.join(cfg_dir, "topics.json"), "topicConfigTable"),
-                                   config.auto_create_topic_enable, config.default_topic_queue_nums)
-        self.groups = SubscriptionGroupManager(
-            JsonTable(os.path.join(cfg_dir, "subscriptionGroup.json"), "subscriptionGroupTable"),
-            config.auto_create_subscription_group)
-        self.offsets = ConsumerOffsetManager(os.path.join(cfg_dir, "consumerOffset.json"))
+        # persistent tables under <root>/config/ (storage); the broker's rules sit on top
+        self.topics = TopicManager(TopicConfigTable(root), config.auto_create_topic_enable,
+                                   config.default_topic_queue_nums)
+        self.groups = SubscriptionGroupTable(root, config.auto_create_subscription_group)
+        self.offsets = ConsumerOffsetManager(root)
         self.clients = ClientManager(notify_consumer_ids_changed,
                                      expired_timeout_s=config.client_channel_expired_timeout / 1000.0)
         self.locks = RebalanceLockManager(config.channel_lock_max_live_time_ms)

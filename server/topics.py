@@ -7,16 +7,28 @@ system topics at start, auto-create from TBW102 on send, `%RETRY%`/`%DLQ%` creat
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import structlog
 
+from storage.topic_config import (
+    DEFAULT_TOPIC,
+    PERM_INHERIT,
+    PERM_PRIORITY,
+    PERM_READ,
+    PERM_WRITE,
+    SCHEDULE_TOPIC,
+    SYSTEM_TOPICS,
+    TIMER_TOPIC,
+    TopicConfig,
+    TopicConfigTable,
+)
+
 log = structlog.get_logger(__name__)
 
-PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
-DEFAULT_TOPIC = "TBW102"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-TIMER_TOPIC = "rmq_sys_wheel_timer"
+__all__ = ["DEFAULT_TOPIC", "DLQ_PREFIX", "NOT_ALLOWED_SEND", "PERM_INHERIT", "PERM_PRIORITY", "PERM_READ",
+           "PERM_WRITE", "RETRY_PREFIX", "SCHEDULE_TOPIC", "SYSTEM_TOPICS", "TIMER_TOPIC", "TRACE_TOPIC",
+           "TopicConfig", "TopicManager", "is_system_topic", "topic_error"]
+
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
@@ -29,10 +41,6 @@ _VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 NOT_ALLOWED_SEND = frozenset({
     SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
     "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", TIMER_TOPIC,
-})
-SYSTEM_TOPICS = frozenset({
-    DEFAULT_TOPIC, SCHEDULE_TOPIC, "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", TRACE_TOPIC,
-    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
 })
 
 
@@ -51,58 +59,24 @@ def is_system_topic(topic: str) -> bool:
     return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
-@dataclass(slots=True)
-class TopicConfig:
-    topic_name: str
-    read_queue_nums: int = 16
-    write_queue_nums: int = 16
-    perm: int = PERM_READ | PERM_WRITE
-    topic_filter_type: str = "SINGLE_TAG"
-    topic_sys_flag: int = 0
-    order: bool = False
-
-    @property
-    def readable(self) -> bool:
-        return bool(self.perm & PERM_READ)
-
-    @property
-    def writeable(self) -> bool:
-        return bool(self.perm & PERM_WRITE)
-
-    @property
-    def queue_nums(self) -> int:
-        return max(self.read_queue_nums, self.write_queue_nums)
-
-    def to_json(self) -> dict:
-        return {"order": self.order, "perm": self.perm, "readQueueNums": self.read_queue_nums,
-                "topicFilterType": self.topic_filter_type, "topicName": self.topic_name,
-                "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
-
-    @classmethod
-    def from_json(cls, d: dict) -> TopicConfig:
-        return cls(str(d.get("topicName")), int(d.get("readQueueNums", 16)), int(d.get("writeQueueNums", 16)),
-                   int(d.get("perm", 6)), str(d.get("topicFilterType") or "SINGLE_TAG"),
-                   int(d.get("topicSysFlag") or d.get("topicSynFlag") or 0), bool(d.get("order", False)))
-
-
 class TopicManager:
-    """Topic configs kept in memory, persisted through `table` (a load()/save(dict) object)."""
+    """The broker's topic policies on storage's persistent `TopicConfigTable` (`table`)."""
 
-    def __init__(self, table, auto_create_topic_enable: bool = True, default_queue_nums: int = 8) -> None:
+    def __init__(self, table: TopicConfigTable, auto_create_topic_enable: bool = True,
+                 default_queue_nums: int = 8) -> None:
         self.table = table
         self.auto_create = auto_create_topic_enable
         self.default_queue_nums = default_queue_nums
-        self.topics: dict[str, TopicConfig] = {}
+
+    @property
+    def topics(self) -> dict[str, TopicConfig]:
+        return self.table.table
 
     def load(self) -> None:
-        for name, d in (self.table.load() or {}).items():
-            try:
-                self.topics[name] = TopicConfig.from_json({**d, "topicName": name})
-            except (TypeError, ValueError) as e:
-                log.warning("topics.bad_entry", topic=name, error=str(e))
+        self.table.load()
 
     def persist(self) -> None:
-        self.table.save({n: t.to_json() for n, t in self.topics.items()})
+        self.table.persist()
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.topics.get(topic)
@@ -111,9 +85,7 @@ class TopicManager:
         return sorted(self.topics)
 
     def put(self, cfg: TopicConfig, persist: bool = True) -> TopicConfig:
-        self.topics[cfg.topic_name] = cfg
-        if persist:
-            self.persist()
+        self.table.put(cfg, persist)
         log.info("topics.updated", topic=cfg.topic_name, queues=cfg.write_queue_nums, perm=cfg.perm)
         return cfg
 
@@ -131,7 +103,7 @@ class TopicManager:
         for cfg in wanted:
             old = self.topics.get(cfg.topic_name)
             if old is None or (cfg.topic_name == SCHEDULE_TOPIC and old.queue_nums < delay_levels):
-                self.topics[cfg.topic_name] = cfg
+                self.table.put(cfg, persist=False)
                 changed = True
         if changed:
             self.persist()

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import structlog
+
 from storage._json_table import JsonTableFile
+
+log = structlog.get_logger(__name__)
 
 _FIELDS = (("group_name", "groupName"), ("consume_enable", "consumeEnable"),
            ("consume_from_min_enable", "consumeFromMinEnable"),
@@ -33,7 +37,7 @@ class SubscriptionGroupConfig:
 
     @classmethod
     def from_json(cls, name: str, d: dict) -> SubscriptionGroupConfig:
-        cfg = cls(str(d.get("groupName") or name))
+        cfg = cls(str(name or d.get("groupName")))
         for attr, key in _FIELDS[1:]:
             if key in d:
                 default = getattr(cfg, attr)
@@ -48,19 +52,28 @@ class SubscriptionGroupTable:
         self.table: dict[str, SubscriptionGroupConfig] = {}
 
     def load(self) -> None:
-        self.table = {n: SubscriptionGroupConfig.from_json(n, d) for n, d in self.file.read().items()
-                      if isinstance(d, dict)}
+        table: dict[str, SubscriptionGroupConfig] = {}
+        for name, d in self.file.read().items():
+            try:
+                table[name] = SubscriptionGroupConfig.from_json(name, d)
+            except (AttributeError, TypeError, ValueError) as e:
+                log.warning("subscription_group.bad_entry", group=name, error=str(e))
+        self.table = table
 
     def persist(self) -> None:
         self.file.write({n: c.to_json() for n, c in sorted(self.table.items())})
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
-        """The group's config; auto-created (and persisted) when missing if auto_create is on."""
+        """The group's config; auto-created (and persisted) when missing if auto_create is on
+        (`autoCreateSubscriptionGroup`); an empty name is never created."""
         cfg = self.table.get(group)
-        if cfg is None and self.auto_create:
+        if cfg is None and self.auto_create and group:
             cfg = SubscriptionGroupConfig(group)
             self.put(cfg)
+            log.info("subscription_group.auto_created", group=group)
         return cfg
+
+    find = get  # the name the broker's processors call it by
 
     def put(self, cfg: SubscriptionGroupConfig) -> None:
         self.table[cfg.group_name] = cfg

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import structlog
+
 from storage._json_table import JsonTableFile
+
+log = structlog.get_logger(__name__)
 
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
 DEFAULT_TOPIC = "TBW102"
@@ -28,6 +32,18 @@ class TopicConfig:
     topic_sys_flag: int = 0
     order: bool = False
 
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+    @property
+    def writeable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+    @property
+    def queue_nums(self) -> int:
+        return max(self.read_queue_nums, self.write_queue_nums)
+
     def to_json(self) -> dict:
         return {"topicName": self.topic_name, "readQueueNums": self.read_queue_nums,
                 "writeQueueNums": self.write_queue_nums, "perm": self.perm,
@@ -36,9 +52,10 @@ class TopicConfig:
 
     @classmethod
     def from_json(cls, name: str, d: dict) -> TopicConfig:
-        return cls(str(d.get("topicName") or name), int(d.get("readQueueNums", 16)),
+        return cls(str(name or d.get("topicName")), int(d.get("readQueueNums", 16)),
                    int(d.get("writeQueueNums", 16)), int(d.get("perm", PERM_READ | PERM_WRITE)),
-                   str(d.get("topicFilterType") or "SINGLE_TAG"), int(d.get("topicSysFlag", 0)),
+                   str(d.get("topicFilterType") or "SINGLE_TAG"),
+                   int(d.get("topicSysFlag") or d.get("topicSynFlag") or 0),
                    bool(d.get("order", False)))
 
 
@@ -60,8 +77,13 @@ class TopicConfigTable:
         self.table: dict[str, TopicConfig] = {}
 
     def load(self) -> None:
-        self.table = {name: TopicConfig.from_json(name, d) for name, d in self.file.read().items()
-                      if isinstance(d, dict)}
+        table: dict[str, TopicConfig] = {}
+        for name, d in self.file.read().items():
+            try:
+                table[name] = TopicConfig.from_json(name, d)
+            except (AttributeError, TypeError, ValueError) as e:
+                log.warning("topic_config.bad_entry", topic=name, error=str(e))
+        self.table = table
 
     def persist(self) -> None:
         self.file.write({name: tc.to_json() for name, tc in sorted(self.table.items())})

@@ -67,7 +67,7 @@ def _timer_samples(svc) -> list[Sample]:
 
 def _lag_samples(broker) -> list[Sample]:
     out: list[Sample] = []
-    for key, queues in list(broker.offsets.offsets.items()):
+    for key, queues in list(broker.offsets.table.items()):
         topic, _, group = key.partition("@")
         lag = 0
         for qid, off in queues.items():

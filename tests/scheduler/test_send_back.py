@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from server.processors.consumer_send_back import goes_to_dlq, retry_level
-from server.subscription_groups import SubscriptionGroupConfig
+from storage.subscription_group import SubscriptionGroupConfig
 from tests.server.conftest import make_broker  # noqa: F401  (fixture)
 from tests.server.helpers import pull, send
 from tests.server.raw import RawClient, decode_records
@@ -96,10 +96,10 @@ async def test_errors_and_drop(make_broker):  # noqa: F811
     try:
         r = await c.invoke(SEND_BACK, _back(orig["phys"], group="nobody"))
         assert r.code == 26 and "nobody" in r.remark
-        b.groups.groups["G0"] = SubscriptionGroupConfig("G0", retry_queue_nums=0)
+        b.groups.table["G0"] = SubscriptionGroupConfig("G0", retry_queue_nums=0)
         r = await c.invoke(SEND_BACK, _back(orig["phys"], group="G0"))
         assert r.code == 0 and b.topics.get("%RETRY%G0") is None  # dropped
-        b.groups.groups["G1"] = SubscriptionGroupConfig("G1")
+        b.groups.table["G1"] = SubscriptionGroupConfig("G1")
         r = await c.invoke(SEND_BACK, _back(10**12, group="G1"))
         assert r.code == 1 and r.remark == f"look message by offset failed, {10**12}"
         r = await c.invoke(SEND_BACK, {"group": "G1", "delayLevel": "0"})
