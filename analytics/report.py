@@ -28,6 +28,7 @@ class ReportResult:
     tables: dict[str, str] = field(default_factory=dict)
     charts: dict[str, str] = field(default_factory=dict)
     lateness: list[dict] = field(default_factory=list)
+    client_traces: list[dict] = field(default_factory=list)
 
 
 def _ts(ms: int) -> dt.datetime:
@@ -134,6 +135,7 @@ def build_report(input_dir: str, out_dir: str, master: str = "local[*]", bucket_
 
     step("drawing charts")
     result.lateness = collected["lateness_by_series"]
+    result.client_traces = collected["client_traces"]
     charts = {
         "lateness_percentiles": _bar_chart("Delivery lateness by delay level / timer", result.lateness),
         "lateness_p99_over_time": _line_chart(

@@ -32,10 +32,15 @@ def test_report_shows_how_late_each_level_and_the_timer_delivered(broker_factory
     assert r.returncode == 0, r.stderr
     bodies = [json.loads(line)["body"] for line in r.stdout.splitlines() if line.strip()]
     assert len(bodies) == 40 and {b.split("-")[0] for b in bodies} == {"L1", "L2", "T"}
+    # what a client with message tracing enabled sends (RocketMQ TraceDataEncoder text)
+    pub = "\x01".join(["Pub", "1795000000000", "DefaultRegion", "PG", "Orders", "MID", "tag", "key",
+                        "127.0.0.1:9876", "10", "3", "0", "OFFID", "true"]) + "\x02"
+    r = _cli("produce", "-n", ns, "-t", "RMQ_SYS_TRACE_TOPIC", "--count", "2", "--body", pub)
+    assert r.returncode == 0, r.stderr
     assert broker.stop() == 0  # flushes the exports
 
     export = broker.store / "export"
-    for kind in ("metrics", "traces"):
+    for kind in ("metrics", "traces", "rmq_trace"):
         assert any(f.endswith(".msgpack") for f in os.listdir(export / kind)), kind
 
     out = tmp_path / "report"
@@ -46,6 +51,8 @@ def test_report_shows_how_late_each_level_and_the_timer_delivered(broker_factory
     assert by_series["timer"]["count"] == 5
     for row in by_series.values():
         assert 0 <= row["p50"] <= row["p99"] <= row["max"]  # delivered at or after due, never early
+    [pubs] = [r for r in result.client_traces if r["traceType"] == "Pub"]
+    assert (pubs["topic"], pubs["group"], pubs["count"], pubs["success"]) == ("Orders", "PG", 2, 2)
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 6
     for name, path in result.tables.items():
