@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import struct
 import time
 from collections import deque
 from collections.abc import Callable
@@ -34,6 +35,8 @@ log = structlog.get_logger(__name__)
 
 _opaque = itertools.count(1)
 _monotonic = time.monotonic
+_FRAME_LEN = struct.Struct(">i")  # the length prefix that starts encode_frame's first piece
+_OUT_FLUSH_BYTES = 65536  # queued output past this is written at once (the default high-water mark)
 
 
 def next_opaque() -> int:
@@ -76,6 +79,8 @@ class Connection(asyncio.Protocol):
         self._is_closing = False
         self._backlog: deque[RemotingCommand] = deque()  # decoded, not yet handled (flow control)
         self._drain_scheduled = False
+        self._out: list | None = None  # frame pieces written this loop tick, flushed by one writelines
+        self._out_bytes = 0
 
     # ------------------------------------------------------------------ asyncio.Protocol
     def connection_made(self, transport) -> None:
@@ -206,13 +211,32 @@ class Connection(asyncio.Protocol):
         return self._is_closing or self.transport is None or self.transport.is_closing()
 
     def write_command(self, cmd: RemotingCommand) -> bool:
-        """Frame and write `cmd` (header and body pieces via writelines, body slices uncopied).
-        False if the connection is already closing (the command is dropped)."""
+        """Frame `cmd` and queue it for this loop tick's single writelines (header and body pieces,
+        body slices uncopied; `close()` flushes the queue first). False if the connection is already
+        closing (the command is dropped)."""
         if self.is_closing:
             return False
         self.last_activity = _monotonic()
-        self.transport.writelines(encode_frame(cmd))
+        parts = encode_frame(cmd)
+        out = self._out
+        if out is None:
+            # first frame of this tick: the rest of the tick's frames join it and go out with one
+            # writelines (one send syscall for a pipelined burst instead of one per response)
+            self._out = out = parts
+            self._out_bytes = 0
+            self.loop.call_soon(self._flush_out)
+        else:
+            out += parts
+        self._out_bytes += _FRAME_LEN.unpack_from(parts[0])[0]
+        if self._out_bytes >= _OUT_FLUSH_BYTES:
+            self._flush_out()  # big output goes to the transport now, so pause_writing stays exact
         return True
+
+    def _flush_out(self) -> None:
+        out, self._out = self._out, None
+        self._out_bytes = 0
+        if out and self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(out)
 
     def send_response(self, cmd: RemotingCommand) -> bool:
         return self.write_command(cmd)
@@ -245,6 +269,8 @@ class Connection(asyncio.Protocol):
     def close(self) -> None:
         """Close after the write buffer is flushed; `closed` resolves when the connection is lost."""
         if self.transport is not None and not self._is_closing:
+            if self._out:
+                self._flush_out()
             self._is_closing = True
             self.transport.close()
 
@@ -252,4 +278,5 @@ class Connection(asyncio.Protocol):
         """Close at once, dropping unsent data."""
         if self.transport is not None:
             self._is_closing = True
+            self._out = None
             self.transport.abort()
