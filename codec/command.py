@@ -161,29 +161,39 @@ def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
 _FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
+_FIXED_RLEN = struct.Struct(">hBhiii")  # the fixed fields plus the remark length
+# ext-field keys repeat on every request/response (short V2 names, msgId, queueId...): the decoder
+# maps key bytes to interned str, the encoder maps str to its length-prefixed bytes (both bounded)
+_KEYS: dict[bytes, str] = {}
+_KEY_HEADS: dict[str, bytes] = {}
+_KEY_CACHE_MAX = 4096
 
 
 def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
     lang = _LANG_BY_NAME.get(cmd.language, 0) if isinstance(cmd.language, str) else int(cmd.language)
     try:
-        out = bytearray(_FIXED.pack(cmd.code, lang, cmd.version, _wrap32(cmd.opaque), _wrap32(cmd.flag)))
         remark = (cmd.remark or "").encode("utf-8", "replace")
-        out += _I32.pack(len(remark))
-        out += remark
-        ext = bytearray()
+        parts = [_FIXED.pack(cmd.code, lang, cmd.version, _wrap32(cmd.opaque), _wrap32(cmd.flag)),
+                 _I32.pack(len(remark)), remark, b""]
+        elen = 0
+        key_heads = _KEY_HEADS
+        pack32 = _I32.pack
         for k, v in cmd.ext_fields.items():
             if k is None or v is None:
                 continue
-            kb, vb = str(k).encode("utf-8", "replace"), _to_str(v).encode("utf-8", "replace")
-            ext += _I16.pack(len(kb))
-            ext += kb
-            ext += _I32.pack(len(vb))
-            ext += vb
+            kh = key_heads.get(k)
+            if kh is None:
+                kb = str(k).encode("utf-8", "replace")
+                kh = _I16.pack(len(kb)) + kb
+                if type(k) is str and len(key_heads) < _KEY_CACHE_MAX:
+                    key_heads[k] = kh
+            vb = (v if type(v) is str else _to_str(v)).encode("utf-8", "replace")
+            parts += (kh, pack32(len(vb)), vb)
+            elen += len(kh) + 4 + len(vb)
     except struct.error as e:
         raise CodecError(f"field out of range for the ROCKETMQ header: {e}") from None
-    out += _I32.pack(len(ext))
-    out += ext
-    return bytes(out)
+    parts[3] = _I32.pack(elen)
+    return b"".join(parts)
 
 
 def _wrap32(v: int) -> int:
@@ -192,46 +202,51 @@ def _wrap32(v: int) -> int:
 
 
 def decode_rocketmq_header(data: bytes | memoryview) -> RemotingCommand:
-    mv = memoryview(data)
-    n = len(mv)
+    b = data if type(data) is bytes else bytes(data)  # one copy; slices of bytes decode fastest
+    n = len(b)
     if n < _FIXED.size + 8:
         raise CodecError("ROCKETMQ header too short")
-    code, lang, version, opaque, flag = _FIXED.unpack_from(mv, 0)
-    pos = _FIXED.size
-    (rlen,) = _I32.unpack_from(mv, pos)
-    pos += 4
+    code, lang, version, opaque, flag, rlen = _FIXED_RLEN.unpack_from(b, 0)
+    pos = _FIXED_RLEN.size
     if rlen < 0 or pos + rlen > n:
         raise CodecError("ROCKETMQ header remark length out of range")
     try:
-        remark = bytes(mv[pos:pos + rlen]).decode("utf-8") if rlen else None
+        remark = b[pos:pos + rlen].decode("utf-8") if rlen else None
         pos += rlen
         if pos + 4 > n:
             raise CodecError("ROCKETMQ header truncated before extFields")
-        (elen,) = _I32.unpack_from(mv, pos)
+        (elen,) = _I32.unpack_from(b, pos)
         pos += 4
         if elen < 0 or pos + elen > n:
             raise CodecError("ROCKETMQ header extFields length out of range")
         end = pos + elen
         ext: dict[str, str] = {}
+        keys = _KEYS
+        i16, i32 = _I16.unpack_from, _I32.unpack_from
         while pos < end:
             if pos + 2 > end:
                 raise CodecError("ROCKETMQ header ext key truncated")
-            (klen,) = _I16.unpack_from(mv, pos)
+            klen = i16(b, pos)[0]
             pos += 2
             if klen < 0 or pos + klen + 4 > end:
                 raise CodecError("ROCKETMQ header ext key length out of range")
-            k = bytes(mv[pos:pos + klen]).decode("utf-8")
+            kb = b[pos:pos + klen]
+            k = keys.get(kb)
+            if k is None:
+                k = kb.decode("utf-8")
+                if len(keys) < _KEY_CACHE_MAX:
+                    keys[kb] = k
             pos += klen
-            (vlen,) = _I32.unpack_from(mv, pos)
+            vlen = i32(b, pos)[0]
             pos += 4
             if vlen < 0 or pos + vlen > end:
                 raise CodecError("ROCKETMQ header ext value length out of range")
-            ext[k] = bytes(mv[pos:pos + vlen]).decode("utf-8")
+            ext[k] = b[pos:pos + vlen].decode("utf-8")
             pos += vlen
     except UnicodeDecodeError as e:
         raise CodecError(f"ROCKETMQ header string is not UTF-8: {e}") from None
-    return RemotingCommand(code=code, opaque=opaque, flag=flag, language=_LANG_BY_ORDINAL.get(lang, "OTHER"),
-                           version=version, remark=remark, ext_fields=ext, serialize_type=SERIALIZE_ROCKETMQ)
+    return RemotingCommand(code, opaque, flag, _LANG_BY_ORDINAL.get(lang, "OTHER"), version, remark, ext, b"",
+                           SERIALIZE_ROCKETMQ)
 
 
 def encode_header(cmd: RemotingCommand) -> bytes:
