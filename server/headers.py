@@ -27,24 +27,40 @@ class Header:
 
 
 class HeaderSpec:
-    __slots__ = ("fields",)
+    __slots__ = ("fields", "_plan", "_plan_v2")
 
     def __init__(self, *fields: tuple) -> None:
         # (name, kind, required[, short])
-        self.fields = tuple((f[0], f[1], f[2], f[3] if len(f) > 3 else None) for f in fields)
+        kinds = {STR: STR, INT: INT, LONG: LONG, BOOL: BOOL}  # canonical objects: parse compares with `is`
+        self.fields = tuple((f[0], kinds.get(f[1], f[1]), f[2], f[3] if len(f) > 3 else None) for f in fields)
+        # (ext key to read, name, kind, required) for the long and the V2 short names
+        self._plan = tuple((name, name, kind, req) for name, kind, req, _ in self.fields)
+        self._plan_v2 = tuple((short or name, name, kind, req) for name, kind, req, short in self.fields)
 
     def parse(self, ext: Mapping[str, str] | None, v2: bool = False) -> Header:
-        ext = ext or {}
+        get = (ext or {}).get
         h = Header()
         d = h.__dict__
-        for name, kind, required, short in self.fields:
-            raw = ext.get(short) if (v2 and short) else ext.get(name)
+        for key, name, kind, required in (self._plan_v2 if v2 else self._plan):
+            raw = get(key)
             if raw is None or raw == "":
                 if required:
                     raise HeaderError(f"the custom field <{name}> is null")
                 d[name] = None
-                continue
-            d[name] = _convert(name, kind, raw)
+            elif type(raw) is str and kind is not BOOL:
+                if kind is STR:
+                    d[name] = raw
+                    continue
+                try:  # int() strips the same whitespace str.strip() does
+                    v = int(raw)
+                except ValueError:
+                    v = None
+                if v is not None and (_INT_MIN <= v <= _INT_MAX if kind is INT else _LONG_MIN <= v <= _LONG_MAX):
+                    d[name] = v
+                else:
+                    d[name] = _convert(name, kind, raw)  # raises the error naming the field
+            else:
+                d[name] = _convert(name, kind, raw)
         return h
 
 

@@ -14,6 +14,8 @@ import random
 
 import structlog
 
+from codec.codes import BROKER_VERSION, RPC_TYPE_RESPONSE
+from codec.command import RemotingCommand
 from server import headers as H
 from server.processors import guarded, peer_of
 from server.topics import DLQ_PREFIX, NOT_ALLOWED_SEND, RETRY_PREFIX, topic_error
@@ -60,6 +62,9 @@ class SendProcessor:
         self._hash = tags.java_hash
         host, _, port = broker.config.broker_addr.rpartition(":")
         self.store_host = (host, int(port))
+        # an offset msgId is hex(store host ‖ port ‖ offset): the host part is the same for every message
+        self._msg_id_prefix = msgid.offset_msg_id(host, int(port), 0)[:-16]
+        self._valid_topics: set[str] = set()
 
     # ---- checks shared by single and batch ------------------------------------------------
     def _check(self, cmd, h, batch: bool):
@@ -67,7 +72,7 @@ class SendProcessor:
         topic = h.topic
         if batch and len(topic) > 127:
             return _fail(cmd, MESSAGE_ILLEGAL, f"message topic length too long {len(topic)}")
-        problem = topic_error(topic)
+        problem = self._topic_error(topic)
         if problem:
             return _fail(cmd, SYSTEM_ERROR, problem)
         if topic in NOT_ALLOWED_SEND:
@@ -91,15 +96,34 @@ class SendProcessor:
             qid = random.randrange(max(1, tcfg.write_queue_nums))
         return tcfg, qid
 
-    async def __call__(self, conn, cmd):
+    def __call__(self, conn, cmd):
+        """The response, or (SYNC_FLUSH with WAIT) a coroutine that answers once the group commit
+        covers the records: the dispatcher runs a task only for those, the usual send needs none."""
         v2 = cmd.code in (SEND_MESSAGE_V2, SEND_BATCH_MESSAGE)
         h = H.SEND_MESSAGE.parse(cmd.ext_fields, v2)
         if h.batch:
-            return await self.send_batch(conn, cmd, h)
-        return await self.send_single(conn, cmd, h)
+            return self.send_batch(conn, cmd, h)
+        return self.send_single(conn, cmd, h)
+
+    def _born_host(self, conn) -> tuple[str, int]:
+        attrs = getattr(conn, "attrs", None)
+        if attrs is None:
+            return peer_of(conn)
+        host = attrs.get("_send_born_host")
+        if host is None:
+            host = attrs["_send_born_host"] = peer_of(conn)
+        return host
+
+    def _topic_error(self, topic: str) -> str | None:
+        if topic in self._valid_topics:
+            return None
+        problem = topic_error(topic)
+        if problem is None and len(self._valid_topics) < 65536:
+            self._valid_topics.add(topic)
+        return problem
 
     # ---- single ---------------------------------------------------------------------------
-    async def send_single(self, conn, cmd, h):
+    def send_single(self, conn, cmd, h):
         checked = self._check(cmd, h, batch=False)
         if not isinstance(checked, tuple):
             return checked
@@ -127,7 +151,7 @@ class SendProcessor:
             sys_flag |= MULTI_TAGS_FLAG
         rec = self._record.MessageRecord(
             topic=topic, body=body, queue_id=qid, flag=h.flag, sys_flag=sys_flag,
-            born_timestamp=h.bornTimestamp, born_host=peer_of(conn), store_host=self.store_host,
+            born_timestamp=h.bornTimestamp, born_host=self._born_host(conn), store_host=self.store_host,
             reconsume_times=reconsume, properties=props)
         deliver_delay = -1
         if sys_flag & TRANSACTION_MASK in (0, TRANSACTION_COMMIT):
@@ -135,13 +159,13 @@ class SendProcessor:
             if isinstance(hooked, tuple):  # (code, remark): a put hook rejected the message
                 return _fail(cmd, hooked[0], hooked[1], reply_qid)
             deliver_delay = hooked
-        props_str = self._props.properties_to_string(rec.properties)
-        if len(props_str.encode()) > PROPS_MAX:
+        props_bytes = self._props.properties_to_string(rec.properties).encode("utf-8", "replace")
+        if len(props_bytes) > PROPS_MAX:
             return _fail(cmd, MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", reply_qid)
-        raw = self._record.encode_record(rec)
+        raw = self._record.encode_record(rec, properties_bytes=props_bytes)
         req = self.broker.put_request(raw, rec.topic, rec.queue_id, rec.properties, deliver_delay)
         results = self.broker.store.put([req])
-        return await self._respond(cmd, results, reply_qid, wait, [rec.topic])
+        return self._respond(cmd, results, reply_qid, wait, [rec.topic])
 
     def _retry_or_dlq(self, cmd, h, props: dict, reconsume: int):
         group = h.topic[len(RETRY_PREFIX):]
@@ -160,7 +184,7 @@ class SendProcessor:
         return dlq, 0
 
     # ---- batch ----------------------------------------------------------------------------
-    async def send_batch(self, conn, cmd, h):
+    def send_batch(self, conn, cmd, h):
         checked = self._check(cmd, h, batch=True)
         if not isinstance(checked, tuple):
             return checked
@@ -186,7 +210,7 @@ class SendProcessor:
         batch_props["CLUSTER"] = self.cfg.broker_cluster_name
         tail = self._props.properties_to_string(batch_props)
         sys_flag = h.sysFlag | (MULTI_TAGS_FLAG if tcfg.topic_filter_type == "MULTI_TAG" else 0)
-        born_host = peer_of(conn)
+        born_host = self._born_host(conn)
         reqs = []
         for item in items:
             item_props = item.properties
@@ -204,31 +228,45 @@ class SendProcessor:
             raw = self._record.encode_record(rec, properties_bytes=props_str.encode())
             reqs.append(self.broker.put_request(raw, h.topic, qid, props, -1))
         results = self.broker.store.put(reqs)
-        return await self._respond(cmd, results, qid, wait, [h.topic] * len(reqs))
+        return self._respond(cmd, results, qid, wait, [h.topic] * len(reqs))
 
     # ---- response -------------------------------------------------------------------------
-    async def _respond(self, cmd, results, reply_qid: int, wait: bool, topics: list[str]):
+    def _respond(self, cmd, results, reply_qid: int, wait: bool, topics: list[str]):
         first = results[0]
-        bad = next((r for r in results if _status_name(r.status) != "PUT_OK"), None)
-        if bad is not None:
-            name = _status_name(bad.status)
-            return _fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), name, reply_qid)
-        code = SUCCESS
-        remark = None
-        if self.cfg.sync_flush and wait:
-            pending = [r.flushed for r in results if getattr(r, "flushed", None) is not None]
-            if pending:
-                try:
-                    await asyncio.wait_for(asyncio.shield(asyncio.gather(*pending)), SYNC_FLUSH_TIMEOUT_S)
-                except TimeoutError:
-                    code, remark = FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT"
-        host, port = self.store_host
-        msg_id = ",".join(self._msgid.offset_msg_id(host, port, r.phys_offset) for r in results)
+        for r in results:
+            if _status_name(r.status) != "PUT_OK":
+                name = _status_name(r.status)
+                return _fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), name, reply_qid)
+        prefix = self._msg_id_prefix
+        if len(results) == 1:
+            msg_id = f"{prefix}{first.phys_offset:016X}"
+        else:
+            msg_id = ",".join([f"{prefix}{r.phys_offset:016X}" for r in results])
         self.broker.on_put(topics, results)
         if cmd.is_oneway:
             return None
-        return cmd.response(code=code, remark=remark,
-                            ext_fields=_ext(msg_id, reply_qid, first.queue_offset))
+        ext = {"msgId": msg_id, "queueId": str(reply_qid), "queueOffset": str(first.queue_offset),
+               "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        if self.cfg.sync_flush and wait:
+            pending = [r.flushed for r in results if getattr(r, "flushed", None) is not None]
+            if pending:
+                return self._answer_when_flushed(cmd, pending, ext)
+        return _ok(cmd, SUCCESS, None, ext)
+
+    @staticmethod
+    async def _answer_when_flushed(cmd, pending: list, ext: dict[str, str]):
+        code, remark = SUCCESS, None
+        try:
+            await asyncio.wait_for(asyncio.shield(asyncio.gather(*pending)), SYNC_FLUSH_TIMEOUT_S)
+        except TimeoutError:
+            code, remark = FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT"
+        return _ok(cmd, code, remark, ext)
+
+
+def _ok(cmd, code: int, remark: str | None, ext: dict[str, str]) -> RemotingCommand:
+    """`cmd.response(code, remark, ext)` for an ext dict that is already all strings."""
+    return RemotingCommand(code, cmd.opaque, RPC_TYPE_RESPONSE, "JAVA", BROKER_VERSION, remark, ext, b"",
+                           cmd.serialize_type)
 
 
 def _status_name(status) -> str:
