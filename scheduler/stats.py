@@ -1,7 +1,7 @@
 """Per-level delivery statistics: counters, next due time, deliver rate, lateness histogram.
 
 Lateness = delivered record's store timestamp - deliver timestamp (ms). Recorded per batch with
-one bisect per message; no allocation per message.
+one bisect per message; no allocation per message. `LatenessHistogram` is also the timer wheel's.
 """
 
 from __future__ import annotations
@@ -13,9 +13,48 @@ LATENESS_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_
 _RATE_WINDOW_S = 10.0
 
 
+class LatenessHistogram:
+    """Fixed-bucket histogram of lateness in ms (negative values count as 0), with sum, count and max."""
+
+    __slots__ = ("bounds", "counts", "sum", "count", "max")
+
+    def __init__(self, bounds: tuple[int, ...] = LATENESS_BUCKETS_MS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # last: +Inf
+        self.sum = 0
+        self.count = 0
+        self.max = 0
+
+    def observe(self, ms: int) -> None:
+        if ms < 0:
+            ms = 0
+        self.counts[bisect_left(self.bounds, ms)] += 1
+        self.sum += ms
+        self.count += 1
+        if ms > self.max:
+            self.max = ms
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        out, acc = [], 0
+        for le, c in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            acc += c
+            out.append((le, acc))
+        return out
+
+    def quantile(self, q: float) -> float:
+        """Upper bound of the bucket holding quantile q (the max seen for the +Inf bucket; 0 when empty)."""
+        if not self.count:
+            return 0.0
+        target = q * self.count
+        for le, acc in self.cumulative():
+            if acc >= target:
+                return float(self.max if le == float("inf") else le)
+        return float(self.max)
+
+
 class LevelStats:
-    __slots__ = ("level", "delivered", "skipped", "failed_puts", "resends", "next_due_ms",
-                 "bucket_counts", "lateness_sum", "lateness_max", "_rate_marks")
+    __slots__ = ("level", "delivered", "skipped", "failed_puts", "resends", "next_due_ms", "lateness",
+                 "_rate_marks")
 
     def __init__(self, level: int) -> None:
         self.level = level
@@ -24,18 +63,11 @@ class LevelStats:
         self.failed_puts = 0
         self.resends = 0
         self.next_due_ms = 0  # 0: no message waiting
-        self.bucket_counts = [0] * (len(LATENESS_BUCKETS_MS) + 1)  # last: +Inf
-        self.lateness_sum = 0
-        self.lateness_max = 0
+        self.lateness = LatenessHistogram()
         self._rate_marks: list[tuple[float, int]] = []  # (monotonic s, delivered) ≤ 1 per second
 
     def record_lateness(self, lateness_ms: int) -> None:
-        if lateness_ms < 0:
-            lateness_ms = 0
-        self.bucket_counts[bisect_left(LATENESS_BUCKETS_MS, lateness_ms)] += 1
-        self.lateness_sum += lateness_ms
-        if lateness_ms > self.lateness_max:
-            self.lateness_max = lateness_ms
+        self.lateness.observe(lateness_ms)
 
     def add_delivered(self, n: int) -> None:
         self.delivered += n
@@ -56,8 +88,5 @@ class LevelStats:
         return 0.0
 
     def histogram(self) -> dict:
-        cum, buckets = 0, []
-        for le, n in zip(LATENESS_BUCKETS_MS + (float("inf"),), self.bucket_counts, strict=True):
-            cum += n
-            buckets.append((le, cum))
-        return {"buckets": buckets, "sum": self.lateness_sum, "count": cum, "max": self.lateness_max}
+        h = self.lateness
+        return {"buckets": h.cumulative(), "sum": h.sum, "count": h.count, "max": h.max}

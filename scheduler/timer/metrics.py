@@ -8,48 +8,16 @@ rocketmq_timer_message_snapshot, rocketmq_delay_message_latency.
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections.abc import Callable
 
 import structlog
 
+from scheduler.stats import LatenessHistogram
+
 log = structlog.get_logger(__name__)
 
 LATENESS_BUCKETS_MS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
-
-
-class LatenessHistogram:
-    __slots__ = ("counts", "sum", "count", "max")
-
-    def __init__(self) -> None:
-        self.counts = [0] * (len(LATENESS_BUCKETS_MS) + 1)
-        self.sum = 0
-        self.count = 0
-        self.max = 0
-
-    def observe(self, ms: int) -> None:
-        self.counts[bisect.bisect_left(LATENESS_BUCKETS_MS, ms)] += 1
-        self.sum += ms
-        self.count += 1
-        if ms > self.max:
-            self.max = ms
-
-    def cumulative(self) -> list[tuple[float, int]]:
-        out, acc = [], 0
-        for le, c in zip((*LATENESS_BUCKETS_MS, float("inf")), self.counts, strict=True):
-            acc += c
-            out.append((le, acc))
-        return out
-
-    def quantile(self, q: float) -> float:
-        if not self.count:
-            return 0.0
-        target = q * self.count
-        for le, acc in self.cumulative():
-            if acc >= target:
-                return float(self.max if le == float("inf") else le)
-        return float(self.max)
 
 
 class _Rate:
@@ -93,7 +61,7 @@ class TimerMetrics:
         self.late_bumped = 0  # enqueued after its slot was read: moved to the next slot
         self.enqueue_latency_ms = 0  # store → enqueue of the last batch
         self.dequeue_latency_ms = 0  # due → delivered of the last put
-        self.lateness = LatenessHistogram()
+        self.lateness = LatenessHistogram(LATENESS_BUCKETS_MS)
         self.enqueue_rate = _Rate()
         self.dequeue_rate = _Rate()
         self.listeners: list[Callable[..., None]] = []
