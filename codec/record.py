@@ -351,11 +351,24 @@ def verify_record(buf, pos: int, limit: int | None = None) -> int:
     return total
 
 
+_OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET (adjacent)
+_STORE_TS_POS = (POS_BORN_HOST + 8, POS_BORN_HOST + 20)  # by the BORNHOST_V6 bit
+
+
 def patch_append_fields(buf, pos: int, queue_offset: int, phys_offset: int, store_ts: int) -> None:
     """Fill QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP in place (done by storage at append)."""
-    _I64.pack_into(buf, pos + POS_QUEUE_OFFSET, queue_offset)
-    _I64.pack_into(buf, pos + POS_PHYS_OFFSET, phys_offset)
-    _I64.pack_into(buf, pos + store_timestamp_pos(read_sys_flag(buf, pos)), store_ts)
+    _OFFSETS.pack_into(buf, pos + POS_QUEUE_OFFSET, queue_offset, phys_offset)
+    born_v6 = (_I32.unpack_from(buf, pos + POS_SYS_FLAG)[0] & SysFlag.BORNHOST_V6) != 0
+    _I64.pack_into(buf, pos + _STORE_TS_POS[born_v6], store_ts)
+
+
+@lru_cache(maxsize=4096)
+def _topic_field(topic: str) -> bytes:
+    """A record's topic field: length byte + UTF-8 topic (delivery targets repeat: cached)."""
+    tb = topic.encode("utf-8", "replace")
+    if len(tb) > MAX_TOPIC_BYTES:
+        raise CodecError("topic too long")
+    return bytes((len(tb),)) + tb
 
 
 def rewrite_for_delivery(raw, topic: str, queue_id: int, store_host: tuple[str, int] | None = None,
@@ -375,6 +388,15 @@ def rewrite_for_delivery(raw, topic: str, queue_id: int, store_host: tuple[str, 
         raise CodecError("truncated record") from None
     if blen < 0 or plen < 0 or ppos + 2 + plen > len(mv):
         raise CodecError("record length fields out of range")
+    if store_host is None and reconsume_times is None and properties_bytes is None:
+        # the delivery hot path: head + body as they are, the new topic, the properties slice as is
+        tb = _topic_field(topic)
+        out = bytearray(mv[:tpos])
+        out += tb
+        out += mv[ppos:ppos + 2 + plen]
+        _I32.pack_into(out, POS_TOTAL, len(out))
+        _I32.pack_into(out, POS_QUEUE_ID, queue_id)
+        return out
     props = bytes(mv[ppos + 2:ppos + 2 + plen]) if properties_bytes is None else properties_bytes
     tb = topic.encode("utf-8", "replace")
     if len(tb) > MAX_TOPIC_BYTES:

@@ -29,9 +29,13 @@ K_UNIQ = b"UNIQ_KEY\x01"
 _tags_cache: dict[bytes, int] = {}
 
 
+# BODYLEN position by the two host-address V6 bits of sysFlag (0x10 born, 0x20 store)
+_BODY_LEN_POS = {sf: body_len_pos(sf) for sf in (0, 0x10, 0x20, 0x30)}
+
+
 def properties_bytes(raw) -> bytes:
     sf = _I32.unpack_from(raw, _POS_SYS_FLAG)[0]
-    bl = body_len_pos(sf)
+    bl = _BODY_LEN_POS[sf & 0x30]
     tpos = bl + 4 + _I32.unpack_from(raw, bl)[0]
     ppos = tpos + 1 + raw[tpos]
     plen = _I16.unpack_from(raw, ppos)[0]
@@ -41,10 +45,12 @@ def properties_bytes(raw) -> bytes:
 def prop(pb: bytes, key: bytes) -> bytes | None:
     """Value of `key` (given with its trailing \\x01) in a properties string, or None."""
     i = pb.find(key)
-    while i > 0 and pb[i - 1] != 2:
-        i = pb.find(key, i + 1)
     if i < 0:
         return None
+    while i > 0 and pb[i - 1] != 2:  # inside another value or key: look further
+        i = pb.find(key, i + 1)
+        if i < 0:
+            return None
     start = i + len(key)
     end = pb.find(b"\x02", start)
     return pb[start:] if end < 0 else pb[start:end]
@@ -64,7 +70,9 @@ def tags_code(tags: bytes | None) -> int:
 def index_keys(pb: bytes) -> tuple[str, ...]:
     keys = prop(pb, K_KEYS)
     uniq = prop(pb, K_UNIQ)
-    out = [k for k in keys.decode("utf-8", "replace").split(" ") if k] if keys else []
+    if not keys:
+        return (uniq.decode("utf-8", "replace"),) if uniq else ()
+    out = [k for k in keys.decode("utf-8", "replace").split(" ") if k]
     if uniq:
         out.append(uniq.decode("utf-8", "replace"))
     return tuple(out)
@@ -90,6 +98,18 @@ def build_delivery(raw) -> tuple[bytearray, str, int, int, tuple[str, ...]] | No
         qid = int(qid_b) if qid_b else 0
     except ValueError:
         qid = 0
-    topic = real_topic.decode("utf-8", "replace")
-    record = rewrite_for_delivery(raw, topic, qid, properties_bytes=pb)
+    topic = _topic_str(real_topic)
+    record = rewrite_for_delivery(raw, topic, qid)  # properties copied as stored (pb came from raw)
     return record, topic, qid, tags_code(prop(pb, K_TAGS)), index_keys(pb)
+
+
+_topic_strs: dict[bytes, str] = {}
+
+
+def _topic_str(b: bytes) -> str:
+    t = _topic_strs.get(b)
+    if t is None:
+        if len(_topic_strs) > 4096:
+            _topic_strs.clear()
+        t = _topic_strs[b] = b.decode("utf-8", "replace")
+    return t
