@@ -10,6 +10,14 @@ import re
 
 import structlog
 
+from codec.codes import (
+    DLQ_PREFIX,
+    NOT_ALLOWED_SEND_TOPICS,
+    OFFSET_MOVED_EVENT,
+    RETRY_PREFIX,
+    SELF_TEST_TOPIC,
+    TRACE_TOPIC,
+)
 from storage.topic_config import (
     DEFAULT_TOPIC,
     PERM_INHERIT,
@@ -29,19 +37,13 @@ __all__ = ["DEFAULT_TOPIC", "DLQ_PREFIX", "NOT_ALLOWED_SEND", "PERM_INHERIT", "P
            "PERM_WRITE", "RETRY_PREFIX", "SCHEDULE_TOPIC", "SYSTEM_TOPICS", "TIMER_TOPIC", "TRACE_TOPIC",
            "TopicConfig", "TopicManager", "is_system_topic", "topic_error"]
 
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 TOPIC_MAX_LENGTH = 127
 
 _VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 # Clients may not send to these (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET, plus the timer topic).
-NOT_ALLOWED_SEND = frozenset({
-    SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-    "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", TIMER_TOPIC,
-})
+NOT_ALLOWED_SEND = NOT_ALLOWED_SEND_TOPICS | {TIMER_TOPIC}
 
 
 def topic_error(topic: str | None) -> str | None:
@@ -93,8 +95,8 @@ class TopicManager:
         changed = False
         wanted = [TopicConfig(SCHEDULE_TOPIC, delay_levels, delay_levels, PERM_READ | PERM_WRITE),
                   TopicConfig(TRACE_TOPIC, 1, 1, PERM_READ | PERM_WRITE),
-                  TopicConfig("SELF_TEST_TOPIC", 1, 1, PERM_READ | PERM_WRITE),
-                  TopicConfig("OFFSET_MOVED_EVENT", 1, 1, PERM_READ | PERM_WRITE)]
+                  TopicConfig(SELF_TEST_TOPIC, 1, 1, PERM_READ | PERM_WRITE),
+                  TopicConfig(OFFSET_MOVED_EVENT, 1, 1, PERM_READ | PERM_WRITE)]
         if self.auto_create:
             wanted.append(TopicConfig(DEFAULT_TOPIC, self.default_queue_nums, self.default_queue_nums,
                                       PERM_READ | PERM_WRITE | PERM_INHERIT))
