@@ -6,6 +6,11 @@ plus an in-memory dict rebuilt from that file at load. Entries are buffered and 
 time; the checkpoint's `indexOffset` says up to which CommitLog offset the file is complete, and crash
 recovery re-adds keys for records past it by scanning the CommitLog. Entries pointing past the
 recovered CommitLog end are cut off at load; entries below the CommitLog min are skipped by queries.
+
+Records parked in the scheduler's system topics (SCHEDULE_TOPIC_XXXX, rmq_sys_wheel_timer) get no
+entries: they are internal until due, and the copy delivered into the real topic is indexed when it is
+put. Without this the index would hold one entry per pending timer (issue 4: memory must not grow
+with pending messages).
 """
 
 from __future__ import annotations
@@ -15,9 +20,13 @@ import struct
 
 import structlog
 
+from codec.codes import SCHEDULE_TOPIC, TIMER_TOPIC
+
 log = structlog.get_logger(__name__)
 
 _HEAD = struct.Struct(">qiqh")
+UNINDEXED_TOPICS = frozenset((SCHEDULE_TOPIC, TIMER_TOPIC))
+_UNINDEXED_PREFIXES = tuple(f"{t}#" for t in UNINDEXED_TOPICS)
 
 
 class IndexService:
@@ -45,7 +54,8 @@ class IndexService:
             if klen < 0 or end > n or phys + size > commitlog_max:
                 break
             key = data[pos + _HEAD.size:end].decode("utf-8", "replace")
-            self._add(key, phys, size, ts)
+            if not key.startswith(_UNINDEXED_PREFIXES):  # written by an older version
+                self._add(key, phys, size, ts)
             pos = good = end
         if good < n:
             log.warning("index.truncated", file=self.path, from_offset=good, bytes=n - good)
@@ -63,6 +73,8 @@ class IndexService:
         self.last_update_ts, self.last_update_phys = ts, phys
 
     def add(self, topic: str, keys, phys: int, size: int, ts: int) -> None:
+        if topic in UNINDEXED_TOPICS:
+            return
         for k in keys:
             if not k:
                 continue
