@@ -29,6 +29,7 @@ def flush_segments_blocking(mfq) -> None:
     for mf, target in plan:
         os.fdatasync(mf.fd)
         mf.flushed_pos = max(mf.flushed_pos, target)
+    mfq.drop_flushed_pages()
 
 
 class GroupCommitService:
@@ -75,6 +76,7 @@ class GroupCommitService:
                 continue  # waiters time out as FLUSH_DISK_TIMEOUT
             for mf, target in plan:
                 mf.flushed_pos = max(mf.flushed_pos, target)
+            self.commitlog.queue.drop_flushed_pages()
             self.flush_count += 1
             flushed = self.commitlog.flushed_offset
             waiters = self._waiters

@@ -5,6 +5,13 @@ Each segment tracks `wrote_pos` (bytes appended) and `flushed_pos` (bytes known 
 uses `os.fdatasync` on the file descriptor: on Linux a shared mapping's dirty pages are the file's page
 cache, so this is equivalent to msync(MS_SYNC) and, unlike `mmap.flush`, releases the GIL (it runs in
 an executor thread for SYNC_FLUSH group commit).
+
+Touched pages of a shared file mapping count in the process's RSS until unmapped. After a flush the
+pages below the flushed position (page-aligned, never the write tail) are dropped from this process
+with madvise(MADV_DONTNEED): the data stays in the page cache and the file, a later read faults it
+back in. Flushes drop only what they just made durable (`dropped_pos` onwards); every SWEEP_INTERVAL_S
+a flush also re-drops whole flushed prefixes, so pages faulted back by reads (pulls, due deliveries)
+do not accumulate. RSS therefore stays bounded however many messages the store holds (issue 4).
 """
 
 from __future__ import annotations
@@ -12,12 +19,16 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import time
 
 import structlog
 
 log = structlog.get_logger(__name__)
 
 NAME_DIGITS = 20
+PAGE = mmap.PAGESIZE
+SWEEP_INTERVAL_S = 5.0
+_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
 
 
 def segment_name(start_offset: int) -> str:
@@ -36,7 +47,8 @@ def _reserve(fd: int, size: int) -> None:
 
 
 class MappedFile:
-    __slots__ = ("path", "file_from_offset", "file_size", "fd", "mm", "view", "wrote_pos", "flushed_pos")
+    __slots__ = ("path", "file_from_offset", "file_size", "fd", "mm", "view", "wrote_pos", "flushed_pos",
+                 "dropped_pos")
 
     def __init__(self, path: str, file_from_offset: int, file_size: int, create: bool = False) -> None:
         self.path = path
@@ -61,6 +73,7 @@ class MappedFile:
         self.view = memoryview(self.mm)
         self.wrote_pos = 0
         self.flushed_pos = 0
+        self.dropped_pos = 0  # pages below it were advised away (reads may have faulted some back)
 
     # ---- positions ------------------------------------------------------------------------------
     @property
@@ -96,6 +109,20 @@ class MappedFile:
             self.flushed_pos = target
         return self.flushed_pos
 
+    def drop_pages(self, upto: int, full: bool = False) -> None:
+        """Unmap the pages below `upto` (rounded down to a page) from this process; `full` starts at 0
+        instead of `dropped_pos`. Call only for bytes already flushed. Safe from a flush thread."""
+        hi = upto - upto % PAGE
+        lo = 0 if full else self.dropped_pos
+        if hi <= lo or _DONTNEED is None:
+            return
+        try:
+            self.mm.madvise(_DONTNEED, lo, hi - lo)
+        except (ValueError, OSError):  # closed meanwhile (retention, shutdown)
+            return
+        if hi > self.dropped_pos:
+            self.dropped_pos = hi
+
     def zero_from(self, pos: int) -> int:
         """Erase bytes from `pos` to the end of the file and move the positions back to `pos`.
         Returns the number of non-zero bytes that were there (from `pos` to the last non-zero byte)."""
@@ -112,6 +139,7 @@ class MappedFile:
             p += n
         self.wrote_pos = pos
         self.flushed_pos = min(self.flushed_pos, pos)
+        self.dropped_pos = min(self.dropped_pos, pos - pos % PAGE)
         os.fdatasync(self.fd)
         return dirty_end - pos
 
@@ -150,6 +178,7 @@ class MappedFileQueue:
         self.directory = directory
         self.file_size = file_size
         self.files: list[MappedFile] = []
+        self._swept_at = time.monotonic()
 
     def load(self) -> None:
         """Open existing segments (positions start full; recovery sets the real write position)."""
@@ -223,6 +252,17 @@ class MappedFileQueue:
             if mf.flushed_pos < mf.wrote_pos:
                 mf.flush()
         return self.flushed_offset
+
+    def drop_flushed_pages(self) -> None:
+        """After a flush: drop newly flushed pages from RSS; every SWEEP_INTERVAL_S whole flushed
+        prefixes (pages faulted back in by reads). See the module docstring."""
+        now = time.monotonic()
+        full = now - self._swept_at >= SWEEP_INTERVAL_S
+        if full:
+            self._swept_at = now
+        for mf in list(self.files):
+            if mf.flushed_pos >= PAGE and (full or mf.flushed_pos - mf.dropped_pos >= PAGE):
+                mf.drop_pages(mf.flushed_pos, full)
 
     def truncate(self, offset: int) -> list[tuple[str, int, int]]:
         """Drop everything at or past `offset`: later segments are deleted, the segment holding

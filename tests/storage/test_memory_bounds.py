@@ -23,3 +23,49 @@ def test_system_topic_records_get_no_index_entries_but_real_topics_do(tmp_path):
     s = open_store(tmp_path / "s")  # reload from keys.idx: still only the real topic's keys
     assert s.index.entries == 2 and len(s.query_by_key("Real", "k1", 10).buffers) == 1
     s.close()
+
+
+def _mapped_rss_kib(path: str) -> int:
+    """Resident KiB of this process's mappings of `path` (from /proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5 and ":" in head[3]:  # a mapping's header line
+                inside = line.rstrip("\n").endswith(path)
+            elif inside and line.startswith("Rss:"):
+                total += int(head[1])
+    return total
+
+
+def test_flushed_commitlog_and_consume_queue_pages_leave_rss_and_stay_readable(tmp_path, monkeypatch):
+    from storage import mapped_file
+    from storage.flush import flush_segments_blocking
+
+    s = open_store(tmp_path / "s", mapped_file_size_commitlog=8 << 20, mapped_file_size_consume_queue=20 * 200_000)
+    bodies = [bytes([i % 251]) * 2000 for i in range(2000)]  # ~4 MiB of records
+    res = s.put([request(body=b) for b in bodies])
+    cl_path = s.commitlog.queue.files[0].path
+    cq = s.consume_queue("T", 0)
+    cq_path = cq.files.files[0].path
+    assert _mapped_rss_kib(cl_path) > 3000 and _mapped_rss_kib(cq_path) >= 36
+    flush_segments_blocking(s.commitlog.queue)
+    flush_segments_blocking(cq.files)
+    # left: the write-tail page (and at most a read fault-around window of 64 KiB next to it)
+    assert _mapped_rss_kib(cl_path) <= 64 and _mapped_rss_kib(cq_path) <= 64
+    # reads fault the pages back in with the data intact ...
+    for r, b in zip(res, bodies, strict=True):
+        assert decode_record(s.read_record(r.phys_offset, r.size), 0)[0].body == b
+    assert _mapped_rss_kib(cl_path) > 3000
+    # ... and the periodic sweep after a flush drops them again
+    monkeypatch.setattr(mapped_file, "SWEEP_INTERVAL_S", 0.0)
+    s.put([request(body=b"tail")])
+    flush_segments_blocking(s.commitlog.queue)
+    assert _mapped_rss_kib(cl_path) <= 64
+    g = s.get_messages("T", 0, 1999, 2)
+    assert [decode_record(b, 0)[0].body for b in g.buffers] == [bodies[-1], b"tail"]
+    s.close()
+    s = open_store(tmp_path / "s", mapped_file_size_commitlog=8 << 20, mapped_file_size_consume_queue=20 * 200_000)
+    assert s.max_offset("T", 0) == 2001
+    assert decode_record(s.read_record(res[0].phys_offset, res[0].size), 0)[0].body == bodies[0]
+    s.close()
