@@ -20,20 +20,14 @@ import random
 import weakref
 from dataclasses import dataclass
 
+# property names come from codec (MessageConst); re-exported here for the timer's rooms
+from codec.properties import MessageConst as _K  # noqa: E402
 from scheduler.timer.config import TIMER_TOPIC, TimerConfig
 
-TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
-TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
-TIMER_DELAY_MS = "TIMER_DELAY_MS"
-TIMER_OUT_MS = "TIMER_OUT_MS"
-TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
-TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
-TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
-TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
-REAL_TOPIC = "REAL_TOPIC"
-REAL_QID = "REAL_QID"
-DELAY = "DELAY"
-UNIQ_KEY = "UNIQ_KEY"
+TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS = _K.TIMER_DELIVER_MS, _K.TIMER_DELAY_SEC, _K.TIMER_DELAY_MS
+TIMER_OUT_MS, TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS = _K.TIMER_OUT_MS, _K.TIMER_ENQUEUE_MS, _K.TIMER_DEQUEUE_MS
+TIMER_ROLL_TIMES, TIMER_DEL_UNIQKEY = _K.TIMER_ROLL_TIMES, _K.TIMER_DEL_UNIQKEY
+REAL_TOPIC, REAL_QID, DELAY, UNIQ_KEY = _K.REAL_TOPIC, _K.REAL_QID, _K.DELAY, _K.UNIQ_KEY
 _TIMER_KEYS = (TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS)  # precedence order
 
 # TimerMessageStore instances by id() of the config object they were built from (see module doc).
