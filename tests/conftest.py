@@ -9,16 +9,20 @@ from __future__ import annotations
 import os
 
 # The suite shares its disk with whatever else runs on the machine (benchmarks, other checkouts);
-# RocketMQ's 90% "disk full" refusal would then fail unrelated tests. Tests that exercise the
-# refusal set the ratio explicitly. Broker subprocesses inherit this.
-os.environ.setdefault("DELAYMQ_DISK_MAX_USED_RATIO", "0.995")
+# RocketMQ's 90% "disk full" refusal would then fail unrelated tests, so it is off here (a real
+# ENOSPC still fails loudly). Tests that exercise the refusal set the ratio explicitly. Broker
+# subprocesses inherit this.
+os.environ.setdefault("DELAYMQ_DISK_MAX_USED_RATIO", "1.0")
 
 import importlib.util
 import itertools
+import shutil
 
 import pytest
 
 from tests.helpers.broker import BrokerProcess
+
+TEST_COMMITLOG_SEGMENT = 32 * 1024 * 1024
 
 
 def _server_entry_point_exists() -> bool:
@@ -41,6 +45,7 @@ def register_diagnostics(request, title: str, fn) -> None:
 def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
+    item.__dict__[f"_delaymq_rep_{rep.when}"] = rep
     if rep.failed and rep.when in ("call", "setup"):
         for title, fn in _diagnostics(item):
             try:
@@ -62,6 +67,9 @@ def broker_factory(tmp_path, request):
     counter = itertools.count()
 
     def make(config=None, ready_timeout: float = 30.0) -> BrokerProcess:
+        # The store reserves (fallocates) whole CommitLog segments; 1 GiB per test broker would fill
+        # a shared disk over a full run, so tests use small segments unless they ask otherwise.
+        config = {"mappedFileSizeCommitLog": TEST_COMMITLOG_SEGMENT, **(config or {})}
         b = BrokerProcess(tmp_path / f"broker{next(counter)}", config=config, ready_timeout=ready_timeout)
         register_diagnostics(request, f"broker {b.addr}", b.diagnostics)
         made.append(b)
@@ -77,6 +85,10 @@ def broker_factory(tmp_path, request):
                 errors.append(str(exc))
     if errors:
         pytest.fail("broker did not stop cleanly:\n" + "\n".join(errors))
+    call = request.node.__dict__.get("_delaymq_rep_call")
+    if call is not None and call.passed:
+        for b in made:  # a passed test's store is dead weight (segments are reserved on disk)
+            shutil.rmtree(b.store, ignore_errors=True)
 
 
 @pytest.fixture
