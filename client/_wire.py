@@ -1,72 +1,73 @@
-"""Wire-level constants and small helpers shared by the client rooms.
+"""Wire-level names and small helpers shared by the client rooms.
 
-Request codes are kept here as plain ints (the values are fixed by RocketMQ 4.x), so the client
-depends only on ``codec.command.RemotingCommand`` and the codec helpers for their shapes.
+Codes, flags and fixed names come from `codec.codes` and JSON bodies go through `codec.bodies`
+(fastjson-compatible, lenient on unquoted integer keys), so client and broker agree by construction.
 """
 
 from __future__ import annotations
 
-import json
-import re
-
+from codec.bodies import dumps, loads_lenient
+from codec.codes import CLIENT_INNER_PRODUCER_GROUP as CLIENT_INNER_PRODUCER
+from codec.codes import (
+    DEFAULT_TOPIC,
+    DLQ_PREFIX,
+    RETRY_PREFIX,
+    PermName,
+    PullSysFlag,
+    RequestCode,
+    ResponseCode,
+    SysFlag,
+)
 from codec.command import RemotingCommand
 
+__all__ = ["CLIENT_INNER_PRODUCER", "DEFAULT_TOPIC", "DLQ_PREFIX", "RETRY_PREFIX", "dumps", "loads_lenient"]
+
 # request codes (remoting-protocol.md §6.1)
-SEND_MESSAGE = 10
-PULL_MESSAGE = 11
-QUERY_MESSAGE = 12
-QUERY_CONSUMER_OFFSET = 14
-UPDATE_CONSUMER_OFFSET = 15
-UPDATE_AND_CREATE_TOPIC = 17
-GET_BROKER_RUNTIME_INFO = 28
-SEARCH_OFFSET_BY_TIMESTAMP = 29
-GET_MAX_OFFSET = 30
-GET_MIN_OFFSET = 31
-GET_EARLIEST_MSG_STORETIME = 32
-VIEW_MESSAGE_BY_ID = 33
-HEART_BEAT = 34
-UNREGISTER_CLIENT = 35
-CONSUMER_SEND_MSG_BACK = 36
-GET_CONSUMER_LIST_BY_GROUP = 38
-NOTIFY_CONSUMER_IDS_CHANGED = 40
-LOCK_BATCH_MQ = 41
-UNLOCK_BATCH_MQ = 42
-GET_ROUTEINFO_BY_TOPIC = 105
-GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
-SEND_MESSAGE_V2 = 310
-SEND_BATCH_MESSAGE = 320
+SEND_MESSAGE = RequestCode.SEND_MESSAGE
+PULL_MESSAGE = RequestCode.PULL_MESSAGE
+QUERY_MESSAGE = RequestCode.QUERY_MESSAGE
+QUERY_CONSUMER_OFFSET = RequestCode.QUERY_CONSUMER_OFFSET
+UPDATE_CONSUMER_OFFSET = RequestCode.UPDATE_CONSUMER_OFFSET
+UPDATE_AND_CREATE_TOPIC = RequestCode.UPDATE_AND_CREATE_TOPIC
+GET_BROKER_RUNTIME_INFO = RequestCode.GET_BROKER_RUNTIME_INFO
+SEARCH_OFFSET_BY_TIMESTAMP = RequestCode.SEARCH_OFFSET_BY_TIMESTAMP
+GET_MAX_OFFSET = RequestCode.GET_MAX_OFFSET
+GET_MIN_OFFSET = RequestCode.GET_MIN_OFFSET
+GET_EARLIEST_MSG_STORETIME = RequestCode.GET_EARLIEST_MSG_STORETIME
+VIEW_MESSAGE_BY_ID = RequestCode.VIEW_MESSAGE_BY_ID
+HEART_BEAT = RequestCode.HEART_BEAT
+UNREGISTER_CLIENT = RequestCode.UNREGISTER_CLIENT
+CONSUMER_SEND_MSG_BACK = RequestCode.CONSUMER_SEND_MSG_BACK
+GET_CONSUMER_LIST_BY_GROUP = RequestCode.GET_CONSUMER_LIST_BY_GROUP
+NOTIFY_CONSUMER_IDS_CHANGED = RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
+LOCK_BATCH_MQ = RequestCode.LOCK_BATCH_MQ
+UNLOCK_BATCH_MQ = RequestCode.UNLOCK_BATCH_MQ
+GET_ROUTEINFO_BY_TOPIC = RequestCode.GET_ROUTEINFO_BY_TOPIC
+GET_ALL_TOPIC_LIST_FROM_NAMESERVER = RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER
+SEND_MESSAGE_V2 = RequestCode.SEND_MESSAGE_V2
+SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
 
 # response codes (§6.3)
-SUCCESS = 0
-SYSTEM_ERROR = 1
-REQUEST_CODE_NOT_SUPPORTED = 3
-FLUSH_DISK_TIMEOUT = 10
-SLAVE_NOT_AVAILABLE = 11
-FLUSH_SLAVE_TIMEOUT = 12
-TOPIC_NOT_EXIST = 17
-PULL_NOT_FOUND = 19
-PULL_RETRY_IMMEDIATELY = 20
-PULL_OFFSET_MOVED = 21
-QUERY_NOT_FOUND = 22
+SUCCESS = ResponseCode.SUCCESS
+SYSTEM_ERROR = ResponseCode.SYSTEM_ERROR
+REQUEST_CODE_NOT_SUPPORTED = ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+FLUSH_DISK_TIMEOUT = ResponseCode.FLUSH_DISK_TIMEOUT
+SLAVE_NOT_AVAILABLE = ResponseCode.SLAVE_NOT_AVAILABLE
+FLUSH_SLAVE_TIMEOUT = ResponseCode.FLUSH_SLAVE_TIMEOUT
+TOPIC_NOT_EXIST = ResponseCode.TOPIC_NOT_EXIST
+PULL_NOT_FOUND = ResponseCode.PULL_NOT_FOUND
+PULL_RETRY_IMMEDIATELY = ResponseCode.PULL_RETRY_IMMEDIATELY
+PULL_OFFSET_MOVED = ResponseCode.PULL_OFFSET_MOVED
+QUERY_NOT_FOUND = ResponseCode.QUERY_NOT_FOUND
 
-# pull sysFlag bits
-PULL_COMMIT_OFFSET = 0x1
-PULL_SUSPEND = 0x2
-PULL_SUBSCRIPTION = 0x4
+PULL_COMMIT_OFFSET = PullSysFlag.COMMIT_OFFSET
+PULL_SUSPEND = PullSysFlag.SUSPEND
+PULL_SUBSCRIPTION = PullSysFlag.SUBSCRIPTION
+COMPRESSED_FLAG = SysFlag.COMPRESSED
+PERM_READ = PermName.READ
+PERM_WRITE = PermName.WRITE
 
-# message sysFlag bits
-COMPRESSED_FLAG = 0x1
-
-DEFAULT_TOPIC = "TBW102"
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
-CLIENT_INNER_PRODUCER = "CLIENT_INNER_PRODUCER"
 CLIENT_VERSION = 409  # V4_9_8: what a 4.9.8 Java client announces
-
-PERM_READ = 4
-PERM_WRITE = 2
-
-_UNQUOTED_KEY = re.compile(r'([{,])\s*(-?\d+)\s*:')
 
 
 class MQClientError(Exception):
@@ -85,19 +86,6 @@ def request(code: int, ext_fields: dict | None = None, body: bytes = b"") -> Rem
     cmd = RemotingCommand.request(code, {k: str(v) for k, v in (ext_fields or {}).items()}, body)
     cmd.version = CLIENT_VERSION
     return cmd
-
-
-def loads_lenient(body: bytes | memoryview | str) -> object:
-    """Parse a fastjson body, accepting the unquoted numeric map keys a stock namesrv may write."""
-    text = body if isinstance(body, str) else bytes(body).decode("utf-8")
-    try:
-        return json.loads(text)
-    except ValueError:
-        return json.loads(_UNQUOTED_KEY.sub(r'\1"\2":', text))
-
-
-def dumps(obj: object) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
 
 
 def describe(e: BaseException) -> str:
