@@ -6,7 +6,6 @@ Codes, flags and fixed names come from `codec.codes` and JSON bodies go through 
 
 from __future__ import annotations
 
-from codec.bodies import dumps, loads_lenient
 from codec.codes import CLIENT_INNER_PRODUCER_GROUP as CLIENT_INNER_PRODUCER
 from codec.codes import (
     DEFAULT_TOPIC,
@@ -19,6 +18,7 @@ from codec.codes import (
     SysFlag,
 )
 from codec.command import RemotingCommand
+from codec.fastjson import dumps, loads_lenient
 
 __all__ = ["CLIENT_INNER_PRODUCER", "DEFAULT_TOPIC", "DLQ_PREFIX", "RETRY_PREFIX", "dumps", "loads_lenient"]
 

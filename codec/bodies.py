@@ -8,12 +8,11 @@ arrays; fastjson may write `{0:"addr"}` with unquoted integer keys). Every parse
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from codec.errors import CodecError
+from codec.fastjson import as_bool, as_enum, as_int, as_list, as_obj, as_str, dumps
 from codec.tags import java_hash
 
 SUB_ALL = "*"
@@ -22,134 +21,6 @@ MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
 CONSUME_FROM_WHERE = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
                       "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
                       "CONSUME_FROM_TIMESTAMP")
-
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
-# a JSON string literal (kept as is) or an object key that is a bare integer (gets quoted)
-_BARE_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,]\s*)(-?\d+)(\s*:)', re.S)
-
-
-def _quote_bare_keys(m: re.Match) -> str:
-    if m.group(1) is not None:
-        return m.group(1)
-    return f'{m.group(2)}"{m.group(3)}"{m.group(4)}'
-
-
-def loads_lenient(data: bytes | bytearray | memoryview | str) -> Any:
-    """json.loads that also takes fastjson's unquoted integer keys (`{0:"a",1:5}`)."""
-    try:
-        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise CodecError(f"JSON body is not UTF-8: {e}") from None
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise CodecError("JSON body nested too deeply") from None
-    except ValueError:
-        pass
-    try:
-        return json.loads(_BARE_KEY.sub(_quote_bare_keys, text))
-    except (ValueError, RecursionError) as e:
-        raise CodecError(f"bad JSON body: {e}") from None
-
-
-def dumps(obj: Any, bare_int_keys: bool = False) -> bytes:
-    """Compact, key-sorted JSON (fastjson's layout). With bare_int_keys, int dict keys are written
-    unquoted as fastjson does for Map<Long,..> (e.g. brokerAddrs for pre-4.9.4 clients)."""
-    if not bare_int_keys:
-        return _dumps(_quote_int_keys(obj)).encode("utf-8", "replace")
-    return _dumps_bare(obj).encode("utf-8", "replace")
-
-
-def _quote_int_keys(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        if any(isinstance(k, int) for k in obj):
-            return {str(k): _quote_int_keys(v) for k, v in sorted(obj.items(), key=_key_order)}
-        return {k: _quote_int_keys(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_quote_int_keys(v) for v in obj]
-    return obj
-
-
-def _key_order(kv: tuple) -> tuple:
-    k = kv[0]
-    return (0, k, "") if isinstance(k, int) else (1, 0, str(k))
-
-
-def _dumps_bare(obj: Any) -> str:
-    if isinstance(obj, dict):
-        parts = []
-        for k, v in sorted(obj.items(), key=_key_order):
-            key = str(k) if isinstance(k, int) and not isinstance(k, bool) else _dumps(str(k))
-            parts.append(f"{key}:{_dumps_bare(v)}")
-        return "{" + ",".join(parts) + "}"
-    if isinstance(obj, list | tuple):
-        return "[" + ",".join(_dumps_bare(v) for v in obj) + "]"
-    return _dumps(obj)
-
-
-def _obj(data, what: str) -> dict:
-    if isinstance(data, dict):
-        return data
-    if not isinstance(data, bytes | bytearray | memoryview | str):
-        raise CodecError(f"{what} is not a JSON object")
-    d = loads_lenient(data)
-    if not isinstance(d, dict):
-        raise CodecError(f"{what} is not a JSON object")
-    return d
-
-
-def _list(d: dict, key: str) -> list:
-    v = d.get(key)
-    if v is None:
-        return []
-    if not isinstance(v, list):
-        raise CodecError(f"{key} is not an array")
-    return v
-
-
-def _int(v: Any, what: str, default: int = 0) -> int:
-    if v is None or v == "":
-        return default
-    if isinstance(v, bool):
-        return int(v)
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float | str):
-        try:
-            return int(v)
-        except (ValueError, OverflowError):
-            pass
-    raise CodecError(f"{what} is not an integer: {v!r}")
-
-
-def _str(v: Any, what: str, default: str = "") -> str:
-    if v is None:
-        return default
-    if isinstance(v, str):
-        return v
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return str(v)
-    raise CodecError(f"{what} is not a string: {v!r}")
-
-
-def _bool(v: Any) -> bool:
-    if isinstance(v, str):
-        return v.lower() == "true"  # Boolean.parseBoolean
-    return bool(v) if isinstance(v, bool | int) else False
-
-
-def _enum(v: Any, names: tuple[str, ...], what: str, default: str) -> str:
-    if v is None or v == "":
-        return default
-    if isinstance(v, str) and not v.isdigit():
-        return v
-    i = _int(v, what)
-    if 0 <= i < len(names):
-        return names[i]
-    raise CodecError(f"{what} ordinal {i} out of range")
-
 
 # ------------------------------------------------------------------------ topic route
 
@@ -198,24 +69,24 @@ def encode_topic_route(route: TopicRouteData, quoted_keys: bool = True) -> bytes
 
 
 def decode_topic_route(body) -> TopicRouteData:
-    d = _obj(body, "TopicRouteData")
+    d = as_obj(body, "TopicRouteData")
     route = TopicRouteData(order_topic_conf=d.get("orderTopicConf") if isinstance(d.get("orderTopicConf"), str)
                            else None)
-    for q in _list(d, "queueDatas"):
-        q = _obj(q, "QueueData")
+    for q in as_list(d, "queueDatas"):
+        q = as_obj(q, "QueueData")
         route.queue_datas.append(QueueData(
-            broker_name=_str(q.get("brokerName"), "brokerName"),
-            read_queue_nums=_int(q.get("readQueueNums"), "readQueueNums"),
-            write_queue_nums=_int(q.get("writeQueueNums"), "writeQueueNums"),
-            perm=_int(q.get("perm"), "perm"), topic_sys_flag=_int(q.get("topicSysFlag"), "topicSysFlag")))
-    for b in _list(d, "brokerDatas"):
-        b = _obj(b, "BrokerData")
+            broker_name=as_str(q.get("brokerName"), "brokerName"),
+            read_queue_nums=as_int(q.get("readQueueNums"), "readQueueNums"),
+            write_queue_nums=as_int(q.get("writeQueueNums"), "writeQueueNums"),
+            perm=as_int(q.get("perm"), "perm"), topic_sys_flag=as_int(q.get("topicSysFlag"), "topicSysFlag")))
+    for b in as_list(d, "brokerDatas"):
+        b = as_obj(b, "BrokerData")
         addrs = b.get("brokerAddrs") or {}
         if not isinstance(addrs, dict):
             raise CodecError("brokerAddrs is not an object")
         route.broker_datas.append(BrokerData(
-            cluster=_str(b.get("cluster"), "cluster"), broker_name=_str(b.get("brokerName"), "brokerName"),
-            broker_addrs={_int(k, "brokerId"): _str(v, "brokerAddr") for k, v in addrs.items()}))
+            cluster=as_str(b.get("cluster"), "cluster"), broker_name=as_str(b.get("brokerName"), "brokerName"),
+            broker_addrs={as_int(k, "brokerId"): as_str(v, "brokerAddr") for k, v in addrs.items()}))
     fst = d.get("filterServerTable")
     if isinstance(fst, dict):
         route.filter_server_table = {str(k): [str(x) for x in v] for k, v in fst.items() if isinstance(v, list)}
@@ -296,17 +167,17 @@ class HeartbeatData:
 
 
 def _parse_subscription(s: Any) -> SubscriptionData:
-    s = _obj(s, "SubscriptionData")
+    s = as_obj(s, "SubscriptionData")
     sub = SubscriptionData(
-        topic=_str(s.get("topic"), "topic"),
-        sub_string=_str(s.get("subString"), "subString", SUB_ALL),
-        sub_version=_int(s.get("subVersion"), "subVersion"),
-        expression_type=_str(s.get("expressionType"), "expressionType", "TAG") or "TAG",
-        class_filter_mode=_bool(s.get("classFilterMode")))
-    sub.tags_set = [_str(t, "tag") for t in _list(s, "tagsSet")]
-    codes = _list(s, "codeSet")
+        topic=as_str(s.get("topic"), "topic"),
+        sub_string=as_str(s.get("subString"), "subString", SUB_ALL),
+        sub_version=as_int(s.get("subVersion"), "subVersion"),
+        expression_type=as_str(s.get("expressionType"), "expressionType", "TAG") or "TAG",
+        class_filter_mode=as_bool(s.get("classFilterMode")))
+    sub.tags_set = [as_str(t, "tag") for t in as_list(s, "tagsSet")]
+    codes = as_list(s, "codeSet")
     if codes:
-        sub.code_set = [_int(c, "code") for c in codes]
+        sub.code_set = [as_int(c, "code") for c in codes]
     elif sub.tags_set and sub.expression_type == "TAG":
         sub.code_set = [java_hash(t) for t in sub.tags_set]
     return sub
@@ -314,21 +185,21 @@ def _parse_subscription(s: Any) -> SubscriptionData:
 
 def parse_heartbeat(body) -> HeartbeatData:
     """HEART_BEAT body from Java (enum names), C++ (ordinals, string subVersion, missing arrays) or ali-ons."""
-    d = _obj(body, "HeartbeatData")
-    hb = HeartbeatData(client_id=_str(d.get("clientID"), "clientID"))
-    for c in _list(d, "consumerDataSet"):
-        c = _obj(c, "ConsumerData")
+    d = as_obj(body, "HeartbeatData")
+    hb = HeartbeatData(client_id=as_str(d.get("clientID"), "clientID"))
+    for c in as_list(d, "consumerDataSet"):
+        c = as_obj(c, "ConsumerData")
         hb.consumers.append(ConsumerData(
-            group_name=_str(c.get("groupName"), "groupName"),
-            consume_type=_enum(c.get("consumeType"), CONSUME_TYPES, "consumeType", "CONSUME_PASSIVELY"),
-            message_model=_enum(c.get("messageModel"), MESSAGE_MODELS, "messageModel", "CLUSTERING"),
-            consume_from_where=_enum(c.get("consumeFromWhere"), CONSUME_FROM_WHERE, "consumeFromWhere",
+            group_name=as_str(c.get("groupName"), "groupName"),
+            consume_type=as_enum(c.get("consumeType"), CONSUME_TYPES, "consumeType", "CONSUME_PASSIVELY"),
+            message_model=as_enum(c.get("messageModel"), MESSAGE_MODELS, "messageModel", "CLUSTERING"),
+            consume_from_where=as_enum(c.get("consumeFromWhere"), CONSUME_FROM_WHERE, "consumeFromWhere",
                                      "CONSUME_FROM_LAST_OFFSET"),
-            subscriptions=[_parse_subscription(s) for s in _list(c, "subscriptionDataSet")],
-            unit_mode=_bool(c.get("unitMode"))))
-    for p in _list(d, "producerDataSet"):
-        p = _obj(p, "ProducerData")
-        hb.producers.append(ProducerData(group_name=_str(p.get("groupName"), "groupName")))
+            subscriptions=[_parse_subscription(s) for s in as_list(c, "subscriptionDataSet")],
+            unit_mode=as_bool(c.get("unitMode"))))
+    for p in as_list(d, "producerDataSet"):
+        p = as_obj(p, "ProducerData")
+        hb.producers.append(ProducerData(group_name=as_str(p.get("groupName"), "groupName")))
     return hb
 
 
@@ -349,9 +220,9 @@ class MessageQueue:
 
 
 def _parse_mq(v: Any) -> MessageQueue:
-    v = _obj(v, "MessageQueue")
-    return MessageQueue(topic=_str(v.get("topic"), "topic"), broker_name=_str(v.get("brokerName"), "brokerName"),
-                        queue_id=_int(v.get("queueId"), "queueId"))
+    v = as_obj(v, "MessageQueue")
+    return MessageQueue(topic=as_str(v.get("topic"), "topic"), broker_name=as_str(v.get("brokerName"), "brokerName"),
+                        queue_id=as_int(v.get("queueId"), "queueId"))
 
 
 @dataclass(slots=True)
@@ -364,11 +235,11 @@ class LockBatchRequest:
 
 def decode_lock_batch_request(body) -> LockBatchRequest:
     """LockBatchRequestBody / UnlockBatchRequestBody (same shape)."""
-    d = _obj(body, "LockBatchRequestBody")
-    return LockBatchRequest(consumer_group=_str(d.get("consumerGroup"), "consumerGroup"),
-                            client_id=_str(d.get("clientId"), "clientId"),
-                            mq_set=[_parse_mq(m) for m in _list(d, "mqSet")],
-                            only_this_broker=_bool(d.get("onlyThisBroker")))
+    d = as_obj(body, "LockBatchRequestBody")
+    return LockBatchRequest(consumer_group=as_str(d.get("consumerGroup"), "consumerGroup"),
+                            client_id=as_str(d.get("clientId"), "clientId"),
+                            mq_set=[_parse_mq(m) for m in as_list(d, "mqSet")],
+                            only_this_broker=as_bool(d.get("onlyThisBroker")))
 
 
 def encode_lock_batch_request(req: LockBatchRequest) -> bytes:
@@ -381,7 +252,7 @@ def encode_lock_batch_response(mqs) -> bytes:
 
 
 def decode_lock_batch_response(body) -> list[MessageQueue]:
-    return [_parse_mq(m) for m in _list(_obj(body, "LockBatchResponseBody"), "lockOKMQSet")]
+    return [_parse_mq(m) for m in as_list(as_obj(body, "LockBatchResponseBody"), "lockOKMQSet")]
 
 
 def encode_consumer_list(ids) -> bytes:
@@ -389,20 +260,20 @@ def encode_consumer_list(ids) -> bytes:
 
 
 def decode_consumer_list(body) -> list[str]:
-    return [_str(x, "consumerId") for x in _list(_obj(body, "GetConsumerListByGroupResponseBody"),
+    return [as_str(x, "consumerId") for x in as_list(as_obj(body, "GetConsumerListByGroupResponseBody"),
                                                  "consumerIdList")]
 
 
 def encode_kv_table(table: dict[str, Any]) -> bytes:
     """KVTable: every value a string (Java HashMap<String,String>)."""
-    return dumps({"table": {str(k): _str(v, str(k)) for k, v in table.items()}})
+    return dumps({"table": {str(k): as_str(v, str(k)) for k, v in table.items()}})
 
 
 def decode_kv_table(body) -> dict[str, str]:
-    t = _obj(body, "KVTable").get("table") or {}
+    t = as_obj(body, "KVTable").get("table") or {}
     if not isinstance(t, dict):
         raise CodecError("KVTable.table is not an object")
-    return {str(k): _str(v, str(k)) for k, v in t.items()}
+    return {str(k): as_str(v, str(k)) for k, v in t.items()}
 
 
 def encode_topic_list(topics) -> bytes:
@@ -410,4 +281,4 @@ def encode_topic_list(topics) -> bytes:
 
 
 def decode_topic_list(body) -> list[str]:
-    return [_str(x, "topic") for x in _list(_obj(body, "TopicList"), "topicList")]
+    return [as_str(x, "topic") for x in as_list(as_obj(body, "TopicList"), "topicList")]

@@ -27,10 +27,10 @@ from codec.bodies import (
     encode_lock_batch_response,
     encode_topic_list,
     encode_topic_route,
-    loads_lenient,
     parse_heartbeat,
 )
 from codec.errors import CodecError
+from codec.fastjson import loads_lenient
 from tests.codec.strategies import BOUNDED, text
 
 names = st.text(alphabet="abcXYZ%_-0123456789", min_size=1, max_size=10)
