@@ -68,6 +68,7 @@ PERM_READ = PermName.READ
 PERM_WRITE = PermName.WRITE
 
 CLIENT_VERSION = 409  # V4_9_8: what a 4.9.8 Java client announces
+CLIENT_LANGUAGE = "PYTHON"  # LanguageCode.PYTHON: brokers and mqadmin consumerConnection show it
 
 
 class MQClientError(Exception):
@@ -85,6 +86,7 @@ class MQClientError(Exception):
 def request(code: int, ext_fields: dict | None = None, body: bytes = b"") -> RemotingCommand:
     cmd = RemotingCommand.request(code, {k: str(v) for k, v in (ext_fields or {}).items()}, body)
     cmd.version = CLIENT_VERSION
+    cmd.language = CLIENT_LANGUAGE
     return cmd
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from codec import admin_bodies as AB
+from codec.codes import RequestCode, ResponseCode
 from codec.msgid import decode_offset_msg_id
 
 from . import _wire as w
 from .instance import ClientInstance, TopicRoute
 from .message import MessageExt, MessageQueue, decode_messages
-from .offset_store import RemoteOffsetStore
-from .rebalance import query_offset
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
@@ -21,13 +21,15 @@ class QueueStatus:
     queue: MessageQueue
     min_offset: int
     max_offset: int
+    last_update_timestamp: int = 0  # STORETIMESTAMP of the newest message, 0 if the queue is empty
 
 
 @dataclass(slots=True)
 class QueueProgress:
     queue: MessageQueue
     broker_offset: int
-    consumer_offset: int  # -1: the group never committed an offset for this queue
+    consumer_offset: int  # 0 if the group never committed an offset for this queue
+    last_timestamp: int = 0  # STORETIMESTAMP of the last consumed message, 0 if none
 
     @property
     def lag(self) -> int:
@@ -77,25 +79,45 @@ class Admin:
         return sorted(w.loads_lenient(resp.body).get("topicList") or []) if resp.body else []
 
     async def topic_status(self, topic: str) -> list[QueueStatus]:
+        """GET_TOPIC_STATS_INFO on every master serving the topic (mqadmin topicStatus)."""
         route = await self.route(topic)
         out = []
-        for mq in route.subscribe_queues():
-            out.append(QueueStatus(mq, await query_offset(self.instance, w.GET_MIN_OFFSET, mq),
-                                   await query_offset(self.instance, w.GET_MAX_OFFSET, mq)))
+        for name in sorted(route.brokers):
+            addr = route.master(name)
+            if addr is None:
+                continue
+            resp = w.check(await self.instance.invoke_addr(
+                addr, w.request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})), f"topic status on {addr}")
+            rows, _ = AB.decode_topic_stats(resp.body)
+            out.extend(QueueStatus(MessageQueue(r.mq.topic, r.mq.broker_name, r.mq.queue_id), r.min_offset,
+                                   r.max_offset, r.last_update_timestamp) for r in rows)
         return out
 
-    async def group_progress(self, group: str, topics: list[str]) -> list[QueueProgress]:
-        store = RemoteOffsetStore(self.instance, group)
+    async def group_progress(self, group: str, topics: list[str] | None = None,
+                             broker_addr: str | None = None) -> list[QueueProgress]:
+        """GET_CONSUME_STATS on every master (mqadmin consumerProgress); without topics the broker
+        reports every topic the group has committed offsets for."""
         out = []
-        for topic in topics:
-            route = await self.instance.fetch_route(topic)
-            if route is None:
-                if topic.startswith(w.RETRY_PREFIX):
-                    continue
-                raise w.MQClientError(w.TOPIC_NOT_EXIST, f"topic {topic} does not exist", "route")
-            for mq in route.subscribe_queues():
-                out.append(QueueProgress(mq, await query_offset(self.instance, w.GET_MAX_OFFSET, mq),
-                                         await store.read(mq)))
+        for addr in await self.broker_addrs(broker_addr):
+            for topic in topics or [None]:
+                fields = {"consumerGroup": group} | ({"topic": topic} if topic else {})
+                resp = w.check(await self.instance.invoke_addr(
+                    addr, w.request(RequestCode.GET_CONSUME_STATS, fields)), f"consume stats on {addr}")
+                rows, _ = AB.decode_consume_stats(resp.body)
+                out.extend(QueueProgress(MessageQueue(r.mq.topic, r.mq.broker_name, r.mq.queue_id),
+                                         r.broker_offset, r.consumer_offset, r.last_timestamp) for r in rows)
+        return out
+
+    async def consumer_connections(self, group: str, broker_addr: str | None = None) -> list[AB.ConsumerConnection]:
+        """GET_CONSUMER_CONNECTION_LIST on every master (mqadmin consumerConnection); brokers where the
+        group is not online are left out."""
+        out = []
+        for addr in await self.broker_addrs(broker_addr):
+            resp = await self.instance.invoke_addr(
+                addr, w.request(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group}))
+            if resp.code == ResponseCode.CONSUMER_NOT_ONLINE:
+                continue
+            out.append(AB.decode_consumer_connection(w.check(resp, f"consumer connections on {addr}").body))
         return out
 
     async def view_by_offset_id(self, msg_id: str) -> MessageExt:

@@ -8,24 +8,24 @@ families send (C++ sends enum ordinals and string numbers). Everything raises on
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from codec.errors import CodecError
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode
-# a JSON string literal (kept as is) or an object key that is a bare integer (gets quoted)
-_BARE_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,]\s*)(-?\d+)(\s*:)', re.S)
-
-
-def _quote_bare_keys(m: re.Match) -> str:
-    if m.group(1) is not None:
-        return m.group(1)
-    return f'{m.group(2)}"{m.group(3)}"{m.group(4)}'
+_WS = " \t\n\r"
+_value = json.JSONDecoder().raw_decode  # a scalar, or a container without fastjson's odd keys
+_MAX_DEPTH = 64
 
 
 def loads_lenient(data: bytes | bytearray | memoryview | str) -> Any:
-    """json.loads that also takes fastjson's unquoted integer keys (`{0:"a",1:5}`)."""
+    """json.loads that also takes fastjson's non-string map keys.
+
+    fastjson writes Map<Long,..> keys bare (`{0:"a"}`) and Map<MessageQueue,..> keys as objects
+    (`{{"brokerName":"b","queueId":0,"topic":"T"}:{...}}`, TopicStatsTable, ConsumeStats). A bare
+    number key becomes its decimal string; an object or array key becomes its compact key-sorted
+    JSON text (json.loads it back to use it).
+    """
     try:
         text = data if isinstance(data, str) else bytes(data).decode("utf-8")
     except UnicodeDecodeError as e:
@@ -37,9 +37,63 @@ def loads_lenient(data: bytes | bytearray | memoryview | str) -> Any:
     except ValueError:
         pass
     try:
-        return json.loads(_BARE_KEY.sub(_quote_bare_keys, text))
-    except (ValueError, RecursionError) as e:
+        obj, end = _parse(text, _skip(text, 0), 0)
+    except (ValueError, IndexError, RecursionError) as e:
         raise CodecError(f"bad JSON body: {e}") from None
+    if _skip(text, end) != len(text):
+        raise CodecError(f"bad JSON body: extra data at {end}")
+    return obj
+
+
+def _skip(s: str, i: int) -> int:
+    n = len(s)
+    while i < n and s[i] in _WS:
+        i += 1
+    return i
+
+
+def _parse(s: str, i: int, depth: int) -> tuple[Any, int]:
+    if depth > _MAX_DEPTH:
+        raise ValueError("nested too deeply")
+    c = s[i]
+    if c == "{":
+        out: dict = {}
+        i = _skip(s, i + 1)
+        if s[i] == "}":
+            return out, i + 1
+        while True:
+            key, i = _parse(s, i, depth + 1)
+            if isinstance(key, dict | list):
+                key = _dumps(key)
+            elif not isinstance(key, str):
+                if isinstance(key, bool) or key is None or isinstance(key, float):
+                    raise ValueError(f"unsupported object key at {i}")
+                key = str(key)
+            i = _skip(s, i)
+            if s[i] != ":":
+                raise ValueError(f"expected ':' at {i}")
+            out[key], i = _parse(s, _skip(s, i + 1), depth + 1)
+            i = _skip(s, i)
+            if s[i] == "}":
+                return out, i + 1
+            if s[i] != ",":
+                raise ValueError(f"expected ',' or '}}' at {i}")
+            i = _skip(s, i + 1)
+    if c == "[":
+        arr: list = []
+        i = _skip(s, i + 1)
+        if s[i] == "]":
+            return arr, i + 1
+        while True:
+            v, i = _parse(s, i, depth + 1)
+            arr.append(v)
+            i = _skip(s, i)
+            if s[i] == "]":
+                return arr, i + 1
+            if s[i] != ",":
+                raise ValueError(f"expected ',' or ']' at {i}")
+            i = _skip(s, i + 1)
+    return _value(s, i)
 
 
 def dumps(obj: Any, bare_int_keys: bool = False) -> bytes:

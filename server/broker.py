@@ -87,8 +87,8 @@ class BrokerController:
         self.remoting = make_remoting_server(self)
         from server.security import install as install_security  # [security] ACL, TLS, limits
         install_security(self, self.remoting.server)
-        from server.processors import admin, clients, namesrv, offsets, pull, send
-        for room in (namesrv, send, pull, offsets, clients, admin):
+        from server.processors import admin, admin_stats, clients, namesrv, offsets, pull, send
+        for room in (namesrv, send, pull, offsets, clients, admin, admin_stats):
             room.register(self.remoting, self)
         self._register_send_back()
         await self.remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port])

@@ -92,8 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     c = gsub.add_parser("progress", help="lag per queue (mqadmin consumerProgress)")
     _common(c)
     c.add_argument("-g", "--group", required=True)
-    c.add_argument("-t", "--topic", action="append", required=True, help="topic (repeatable)")
+    c.add_argument("-t", "--topic", action="append",
+                   help="topic (repeatable; default: every topic the group has committed offsets for)")
     c.add_argument("--no-retry", action="store_true", help="leave out %%RETRY%%<group>")
+    c.add_argument("--output", choices=["table", "json"], default="table")
+    c.set_defaults(func=admin_cmds.group)
+    c = gsub.add_parser("connections", help="online clients and subscriptions (mqadmin consumerConnection)")
+    _common(c)
+    c.add_argument("-g", "--group", required=True)
     c.add_argument("--output", choices=["table", "json"], default="table")
     c.set_defaults(func=admin_cmds.group)
 

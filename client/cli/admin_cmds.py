@@ -39,31 +39,62 @@ async def topic(args) -> int:
             status = await admin.topic_status(args.topic)
             if args.output == "json":
                 _out(json.dumps([{"brokerName": s.queue.broker_name, "queueId": s.queue.queue_id,
-                                  "minOffset": s.min_offset, "maxOffset": s.max_offset} for s in status]))
+                                  "minOffset": s.min_offset, "maxOffset": s.max_offset,
+                                  "lastUpdateTimestamp": s.last_update_timestamp} for s in status]))
             else:
-                _table([[s.queue.broker_name, s.queue.queue_id, s.min_offset, s.max_offset] for s in status],
-                       ["#Broker Name", "#QID", "#Min Offset", "#Max Offset"])
+                _table([[s.queue.broker_name, s.queue.queue_id, s.min_offset, s.max_offset,
+                         _when(s.last_update_timestamp)] for s in status],
+                       ["#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated"])
     return 0
 
 
 async def group(args) -> int:
+    if args.action == "connections":
+        return await _connections(args)
     topics = list(args.topic or [])
     async with Admin(args.namesrv, args.timeout) as admin:
-        if not args.no_retry:
+        if topics and not args.no_retry:
             topics.append("%RETRY%" + args.group)
-        progress = await admin.group_progress(args.group, topics)
+        progress = await admin.group_progress(args.group, topics or None)
+        if not topics and args.no_retry:
+            progress = [p for p in progress if not p.queue.topic.startswith("%RETRY%")]
     total = sum(p.lag for p in progress)
     if args.output == "json":
         _out(json.dumps({"group": args.group, "totalLag": total, "queues": [
             {"topic": p.queue.topic, "brokerName": p.queue.broker_name, "queueId": p.queue.queue_id,
-             "brokerOffset": p.broker_offset, "consumerOffset": p.consumer_offset, "lag": p.lag}
-            for p in progress]}))
+             "brokerOffset": p.broker_offset, "consumerOffset": p.consumer_offset, "lag": p.lag,
+             "lastTimestamp": p.last_timestamp} for p in progress]}))
     else:
-        _table([[p.queue.topic, p.queue.broker_name, p.queue.queue_id, p.broker_offset, p.consumer_offset, p.lag]
+        _table([[p.queue.topic, p.queue.broker_name, p.queue.queue_id, p.broker_offset, p.consumer_offset, p.lag,
+                 _when(p.last_timestamp)]
                 for p in progress], ["#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset",
-                                     "#Diff"])
+                                     "#Diff", "#LastTime"])
         _out(f"Diff Total: {total}")
     return 0
+
+
+async def _connections(args) -> int:
+    async with Admin(args.namesrv, args.timeout) as admin:
+        found = await admin.consumer_connections(args.group)
+    if not found:
+        sys.stderr.write(f"the consumer group {args.group} is not online\n")
+        return 1
+    if args.output == "json":
+        _out(json.dumps([{"consumeType": cc.consume_type, "messageModel": cc.message_model,
+                          "consumeFromWhere": cc.consume_from_where, "subscriptions": cc.subscriptions,
+                          "connections": [c.to_json() for c in cc.connections]} for cc in found]))
+        return 0
+    for cc in found:
+        _table([[i + 1, c.client_id, c.client_addr, c.language, c.version] for i, c in enumerate(cc.connections)],
+               ["#", "#ClientId", "#ClientAddr", "#Language", "#Version"])
+        _table([[t, s.get("subString", "*")] for t, s in sorted(cc.subscriptions.items())], ["#Topic", "#SubExpression"])
+        _out(f"ConsumeType: {cc.consume_type}\nMessageModel: {cc.message_model}\n"
+             f"ConsumeFromWhere: {cc.consume_from_where}")
+    return 0
+
+
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S") if ms > 0 else "-"
 
 
 async def message(args) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -45,6 +46,12 @@ def test_produce_consume_status_progress_and_view(broker, topic):
     prog = json.loads(gp.stdout)
     assert prog["totalLag"] == 0
     assert sum(q["consumerOffset"] for q in prog["queues"] if q["topic"] == topic) == 25
+    assert all(q["lastTimestamp"] > 0 for q in prog["queues"] if q["topic"] == topic and q["consumerOffset"])
+    # without -t the broker reports every topic the group committed offsets for (GET_CONSUME_STATS)
+    auto = json.loads(cli("group", "progress", "-n", n, "-g", group, "--output", "json").stdout)
+    assert {q["topic"] for q in auto["queues"]} >= {topic} and auto["totalLag"] == 0
+    table = cli("topic", "status", "-n", n, "-t", topic)
+    assert table.returncode == 0 and "#Last Updated" in table.stdout
 
     v = cli("message", "view", "-n", n, "--id", sent[3]["offsetMsgId"], "--output", "json")
     assert v.returncode == 0, v.stderr
@@ -107,3 +114,26 @@ def test_scheduled_cancel_by_offset_msg_id(broker, topic):
     c = cli("scheduled", "cancel", "-n", broker.namesrv, "--id", sent["offsetMsgId"])
     assert c.returncode == 0, c.stderr
     assert f"msgId={sent['msgId']}" in c.stdout  # the marker reuses the target's UNIQ_KEY
+
+
+def test_group_connections_lists_a_live_consumer(broker, topic):
+    group = uniq("ConnG")
+    off = cli("group", "connections", "-n", broker.namesrv, "-g", group)
+    assert off.returncode == 1 and "not online" in off.stderr
+    consumer = subprocess.Popen([sys.executable, "-m", "client.cli", "consume", "-n", broker.namesrv, "-t", topic,
+                                 "-g", group, "--idle-timeout", "60", "--max", "1000000"], cwd=REPO_ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # each round is a real GET_CONSUMER_CONNECTION_LIST; the heartbeat lands at start-up
+            r = cli("group", "connections", "-n", broker.namesrv, "-g", group, "--output", "json")
+            if r.returncode == 0 or time.monotonic() > deadline:
+                break
+        assert r.returncode == 0, r.stderr
+        [cc] = json.loads(r.stdout)
+        assert cc["messageModel"] == "CLUSTERING" and topic in cc["subscriptions"]
+        [conn] = cc["connections"]
+        assert conn["clientAddr"].startswith("127.0.0.1:") and conn["language"] == "PYTHON"
+    finally:
+        consumer.terminate()
+        consumer.wait(30)

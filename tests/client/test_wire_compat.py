@@ -74,7 +74,7 @@ async def test_send_message_v2_header_keys_match_java_client():
     props = parse_properties(ext["i"])
     assert props["TAGS"] == "TagA" and props["KEYS"] == "k1 k2" and props["WAIT"] == "true"
     assert props["UNIQ_KEY"] == r.msg_id and len(r.msg_id) == 32
-    assert bytes(send.body) == b"body" and send.language in ("JAVA", 0) and send.serialize_type == 0
+    assert bytes(send.body) == b"body" and send.language == "PYTHON" and send.serialize_type == 0
     [batch] = [c for c in peer.requests if c.code == 320]
     assert set(batch.ext_fields) == JAVA_V2_KEYS and batch.ext_fields["m"] == "true"
     heartbeats = [json.loads(bytes(c.body)) for c in peer.requests if c.code == 34]

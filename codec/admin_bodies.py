@@ -1,0 +1,180 @@
+"""Bodies of the operator requests mqadmin and dashboards send (RocketMQ's remoting.protocol.admin
+and .body classes): TopicStatsTable (GET_TOPIC_STATS_INFO), ConsumeStats (GET_CONSUME_STATS),
+ConsumerConnection (GET_CONSUMER_CONNECTION_LIST), GroupList (QUERY_TOPIC_CONSUME_BY_WHO), and the
+TopicConfigSerializeWrapper / SubscriptionGroupWrapper tables.
+
+TopicStatsTable and ConsumeStats are Map<MessageQueue, ...> in Java, which fastjson writes with
+JSON-object keys: `{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:{...}}}`. That is
+what Java tools parse, so it is what we write; `codec.fastjson.loads_lenient` reads it back.
+Fields appear in fastjson's order (sorted by name).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from codec.bodies import MessageQueue
+from codec.errors import CodecError
+from codec.fastjson import as_int, as_list, as_obj, as_str, dumps, loads_lenient
+
+_q = json.JSONEncoder(ensure_ascii=False).encode  # a JSON string literal
+
+
+def _mq_key(topic: str, broker_name: str, queue_id: int) -> str:
+    return f'{{"brokerName":{_q(broker_name)},"queueId":{int(queue_id)},"topic":{_q(topic)}}}'
+
+
+def _parse_mq_key(key: str) -> MessageQueue:
+    try:
+        d = json.loads(key)
+    except ValueError:
+        raise CodecError(f"offsetTable key is not a MessageQueue: {key[:80]!r}") from None
+    d = as_obj(d, "MessageQueue")
+    return MessageQueue(as_str(d.get("topic"), "topic"), as_str(d.get("brokerName"), "brokerName"),
+                        as_int(d.get("queueId"), "queueId"))
+
+
+def _float(v: Any) -> float:
+    try:
+        return float(v or 0.0)
+    except (TypeError, ValueError):
+        raise CodecError(f"not a number: {v!r}") from None
+
+
+# ------------------------------------------------------------------------ TopicStatsTable
+
+@dataclass(slots=True, frozen=True)
+class TopicOffset:
+    mq: MessageQueue
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int
+
+
+def encode_topic_stats(offsets: Iterable[TopicOffset], topic_put_tps: float = 0.0) -> bytes:
+    rows = ",".join(
+        f'{_mq_key(o.mq.topic, o.mq.broker_name, o.mq.queue_id)}:{{"lastUpdateTimestamp":{int(o.last_update_timestamp)},'
+        f'"maxOffset":{int(o.max_offset)},"minOffset":{int(o.min_offset)}}}' for o in offsets)
+    return f'{{"offsetTable":{{{rows}}},"topicPutTps":{float(topic_put_tps)!r}}}'.encode()
+
+
+def decode_topic_stats(body) -> tuple[list[TopicOffset], float]:
+    d = as_obj(loads_lenient(body), "TopicStatsTable")
+    out = []
+    for k, v in as_obj(d.get("offsetTable") or {}, "offsetTable").items():
+        v = as_obj(v, "TopicOffset")
+        out.append(TopicOffset(_parse_mq_key(k), as_int(v.get("minOffset"), "minOffset"),
+                               as_int(v.get("maxOffset"), "maxOffset"),
+                               as_int(v.get("lastUpdateTimestamp"), "lastUpdateTimestamp")))
+    out.sort(key=lambda o: (o.mq.topic, o.mq.broker_name, o.mq.queue_id))
+    return out, _float(d.get("topicPutTps"))
+
+
+# ------------------------------------------------------------------------ ConsumeStats
+
+@dataclass(slots=True, frozen=True)
+class OffsetWrapper:
+    mq: MessageQueue
+    broker_offset: int
+    consumer_offset: int
+    pull_offset: int
+    last_timestamp: int
+
+    @property
+    def diff(self) -> int:
+        return max(0, self.broker_offset - self.consumer_offset)
+
+
+def encode_consume_stats(offsets: Iterable[OffsetWrapper], consume_tps: float = 0.0) -> bytes:
+    rows = ",".join(
+        f'{_mq_key(o.mq.topic, o.mq.broker_name, o.mq.queue_id)}:{{"brokerOffset":{int(o.broker_offset)},'
+        f'"consumerOffset":{int(o.consumer_offset)},"lastTimestamp":{int(o.last_timestamp)},'
+        f'"pullOffset":{int(o.pull_offset)}}}' for o in offsets)
+    return f'{{"consumeTps":{float(consume_tps)!r},"offsetTable":{{{rows}}}}}'.encode()
+
+
+def decode_consume_stats(body) -> tuple[list[OffsetWrapper], float]:
+    d = as_obj(loads_lenient(body), "ConsumeStats")
+    out = []
+    for k, v in as_obj(d.get("offsetTable") or {}, "offsetTable").items():
+        v = as_obj(v, "OffsetWrapper")
+        out.append(OffsetWrapper(_parse_mq_key(k), as_int(v.get("brokerOffset"), "brokerOffset"),
+                                 as_int(v.get("consumerOffset"), "consumerOffset"),
+                                 as_int(v.get("pullOffset"), "pullOffset"),
+                                 as_int(v.get("lastTimestamp"), "lastTimestamp")))
+    out.sort(key=lambda o: (o.mq.topic, o.mq.broker_name, o.mq.queue_id))
+    return out, _float(d.get("consumeTps"))
+
+
+# ------------------------------------------------------------------------ ConsumerConnection
+
+@dataclass(slots=True, frozen=True)
+class Connection:
+    client_id: str
+    client_addr: str
+    language: str
+    version: int
+
+    def to_json(self) -> dict:
+        return {"clientAddr": self.client_addr, "clientId": self.client_id, "language": self.language,
+                "version": self.version}
+
+
+@dataclass(slots=True)
+class ConsumerConnection:
+    connections: list[Connection]
+    subscriptions: dict[str, dict]  # topic -> SubscriptionData JSON
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+
+
+def encode_consumer_connection(cc: ConsumerConnection) -> bytes:
+    return dumps({"connectionSet": [c.to_json() for c in cc.connections],
+                  "consumeFromWhere": cc.consume_from_where, "consumeType": cc.consume_type,
+                  "messageModel": cc.message_model, "subscriptionTable": cc.subscriptions})
+
+
+def decode_consumer_connection(body) -> ConsumerConnection:
+    d = as_obj(loads_lenient(body), "ConsumerConnection")
+    conns = [Connection(as_str(c.get("clientId"), "clientId"), as_str(c.get("clientAddr"), "clientAddr"),
+                        as_str(c.get("language"), "language"), as_int(c.get("version"), "version"))
+             for c in (as_obj(x, "Connection") for x in as_list(d, "connectionSet"))]
+    subs = as_obj(d.get("subscriptionTable") or {}, "subscriptionTable")
+    return ConsumerConnection(sorted(conns, key=lambda c: c.client_id), dict(subs),
+                              as_str(d.get("consumeType"), "consumeType"),
+                              as_str(d.get("messageModel"), "messageModel"),
+                              as_str(d.get("consumeFromWhere"), "consumeFromWhere"))
+
+
+# ------------------------------------------------------------------------ lists and tables
+
+def encode_group_list(groups: Iterable[str]) -> bytes:
+    return dumps({"groupList": sorted(set(groups))})
+
+
+def decode_group_list(body) -> list[str]:
+    return sorted(as_str(g, "group") for g in as_list(as_obj(loads_lenient(body), "GroupList"), "groupList"))
+
+
+def data_version(counter: int, timestamp_ms: int) -> dict:
+    return {"counter": int(counter), "stateVersion": 0, "timestamp": int(timestamp_ms)}
+
+
+def encode_topic_config_wrapper(table: Mapping[str, dict], version: dict) -> bytes:
+    """TopicConfigSerializeWrapper: topicConfigTable (name -> TopicConfig JSON) and dataVersion."""
+    return dumps({"dataVersion": version, "topicConfigTable": dict(table)})
+
+
+def encode_subscription_group_wrapper(table: Mapping[str, dict], version: dict) -> bytes:
+    """SubscriptionGroupWrapper: subscriptionGroupTable (name -> SubscriptionGroupConfig JSON)."""
+    return dumps({"dataVersion": version, "forbiddenTable": {}, "subscriptionGroupTable": dict(table)})
+
+
+def decode_table(body, key: str) -> dict[str, dict]:
+    """The name -> config map of a *Wrapper body (`topicConfigTable` or `subscriptionGroupTable`)."""
+    t = as_obj(loads_lenient(body), "wrapper").get(key) or {}
+    return {str(k): as_obj(v, key) for k, v in as_obj(t, key).items()}

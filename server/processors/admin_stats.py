@@ -1,0 +1,161 @@
+"""Operator requests (what mqadmin and the dashboard send; AdminBrokerProcessor in RocketMQ):
+GET_ALL_TOPIC_CONFIG (21), GET_BROKER_CONFIG (26), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200),
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), GET_TOPIC_STATS_INFO (202), GET_CONSUMER_CONNECTION_LIST
+(203), DELETE_SUBSCRIPTIONGROUP (207), GET_CONSUME_STATS (208), GET_TOPICS_BY_CLUSTER (224),
+QUERY_TOPIC_CONSUME_BY_WHO (300). Bodies: codec.admin_bodies.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import structlog
+
+from codec import admin_bodies as AB
+from codec.bodies import MessageQueue, SubscriptionData, encode_topic_list
+from codec.codes import RequestCode as RC
+from codec.codes import ResponseCode as RS
+from codec.errors import CodecError
+from codec.fastjson import loads_lenient
+from codec.record import read_store_timestamp
+from server.headers import BOOL, STR, HeaderSpec
+from server.processors import error, guarded, ok, peer_of
+from storage.subscription_group import SubscriptionGroupConfig
+
+log = structlog.get_logger(__name__)
+
+TOPIC = HeaderSpec(("topic", STR, True))
+CONSUME_STATS = HeaderSpec(("consumerGroup", STR, True), ("topic", STR, False))
+CONSUMER_GROUP = HeaderSpec(("consumerGroup", STR, True))
+DELETE_GROUP = HeaderSpec(("groupName", STR, True), ("cleanOffset", BOOL, False))
+CLUSTER = HeaderSpec(("cluster", STR, True))
+
+_UNIT = struct.Struct(">qi")  # ConsumeQueue unit head: CommitLog offset, size
+
+
+def store_time_at(store, topic: str, queue_id: int, offset: int) -> int:
+    """STORETIMESTAMP of the message at a ConsumeQueue offset, 0 if it is gone or never existed."""
+    if offset < 0:
+        return 0
+    units = store.read_units(topic, queue_id, offset, 1)
+    if not units:
+        return 0
+    phys, size = _UNIT.unpack_from(units, 0)
+    raw = store.read_record(phys, size)
+    return read_store_timestamp(raw) if raw is not None and len(raw) >= size else 0
+
+
+def _subscription_json(sub) -> dict:
+    return SubscriptionData(topic=sub.topic, sub_string=sub.sub_string, tags_set=list(sub.tags),
+                            code_set=sorted(sub.code_set), sub_version=sub.sub_version,
+                            expression_type=sub.expression_type).to_json()
+
+
+def register(server, broker) -> None:
+    store, cfg = broker.store, broker.config
+    name = cfg.broker_name
+
+    def version() -> dict:
+        return AB.data_version(0, broker.boot_ms)
+
+    @guarded
+    def topic_stats(conn, cmd):
+        h = TOPIC.parse(cmd.ext_fields)
+        tc = broker.topics.get(h.topic)
+        if tc is None:
+            return error(cmd, RS.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist")
+        rows = []
+        for qid in range(max(tc.read_queue_nums, tc.write_queue_nums)):
+            lo, hi = max(0, store.min_offset(h.topic, qid)), max(0, store.max_offset(h.topic, qid))
+            ts = store_time_at(store, h.topic, qid, hi - 1) if hi > 0 else 0
+            rows.append(AB.TopicOffset(MessageQueue(h.topic, name, qid), lo, hi, ts))
+        return ok(cmd, body=AB.encode_topic_stats(rows))
+
+    @guarded
+    def consume_stats(conn, cmd):
+        h = CONSUME_STATS.parse(cmd.ext_fields)
+        topics = [h.topic] if h.topic else sorted(broker.offsets.topics_of(h.consumerGroup))
+        rows = []
+        for topic in topics:
+            tc = broker.topics.get(topic)
+            if tc is None:
+                continue
+            for qid in range(tc.read_queue_nums):
+                hi = max(0, store.max_offset(topic, qid))
+                consumed = max(0, broker.offsets.query(h.consumerGroup, topic, qid))
+                rows.append(AB.OffsetWrapper(MessageQueue(topic, name, qid), hi, consumed, consumed,
+                                             store_time_at(store, topic, qid, consumed - 1)))
+        return ok(cmd, body=AB.encode_consume_stats(rows))
+
+    @guarded
+    def consumer_connections(conn, cmd):
+        h = CONSUMER_GROUP.parse(cmd.ext_fields)
+        info = broker.clients.consumer_group(h.consumerGroup)
+        if info is None or not info.channels:
+            return error(cmd, RS.CONSUMER_NOT_ONLINE, f"the consumer group[{h.consumerGroup}] not online")
+        conns = []
+        for ch in info.channels.values():
+            ip, port = peer_of(ch.conn)
+            conns.append(AB.Connection(ch.client_id, f"{ip}:{port}", str(ch.language), int(ch.version)))
+        subs = {t: _subscription_json(s) for t, s in info.subscriptions.items()}
+        return ok(cmd, body=AB.encode_consumer_connection(AB.ConsumerConnection(
+            conns, subs, info.consume_type, info.message_model, info.consume_from_where)))
+
+    @guarded
+    def topic_consumed_by(conn, cmd):
+        h = TOPIC.parse(cmd.ext_fields)
+        groups = set(broker.offsets.groups_of(h.topic))
+        groups.update(g for g in list(broker.clients.consumers) if broker.clients.find_subscription(g, h.topic))
+        return ok(cmd, body=AB.encode_group_list(groups))
+
+    @guarded
+    def all_topic_config(conn, cmd):
+        table = {n: tc.to_json() for n, tc in broker.topics.topics.items()}
+        return ok(cmd, body=AB.encode_topic_config_wrapper(table, version()))
+
+    @guarded
+    def broker_config(conn, cmd):
+        body = "".join(f"{k}={v}\n" for k, v in sorted(cfg.to_properties().items())).encode()
+        return ok(cmd, {"version": AB.dumps(version()).decode()}, body=body)
+
+    @guarded
+    def all_subscription_groups(conn, cmd):
+        table = {g.group_name: g.to_json() for g in broker.groups.table.values()}
+        return ok(cmd, body=AB.encode_subscription_group_wrapper(table, version()))
+
+    @guarded
+    def update_subscription_group(conn, cmd):
+        try:
+            d = loads_lenient(b"".join(bytes(p) for p in cmd.body) if isinstance(cmd.body, list) else cmd.body)
+            if not isinstance(d, dict) or not d.get("groupName"):
+                raise CodecError("groupName is missing")
+            group = SubscriptionGroupConfig.from_json(str(d["groupName"]), d)
+        except (CodecError, TypeError, ValueError) as e:
+            return error(cmd, RS.SYSTEM_ERROR, f"bad SubscriptionGroupConfig body: {e}")
+        broker.groups.put(group)
+        log.info("admin.subscription_group_updated", group=group.group_name)
+        return ok(cmd)
+
+    @guarded
+    def delete_subscription_group(conn, cmd):
+        h = DELETE_GROUP.parse(cmd.ext_fields)
+        broker.groups.delete(h.groupName)
+        if h.cleanOffset:
+            broker.offsets.remove_group(h.groupName)
+        log.info("admin.subscription_group_deleted", group=h.groupName, clean_offset=bool(h.cleanOffset))
+        return ok(cmd)
+
+    @guarded
+    def topics_by_cluster(conn, cmd):
+        h = CLUSTER.parse(cmd.ext_fields)
+        topics = broker.topics.names() if h.cluster == cfg.broker_cluster_name else []
+        return ok(cmd, body=encode_topic_list(topics))
+
+    for code, fn in ((RC.GET_ALL_TOPIC_CONFIG, all_topic_config), (RC.GET_BROKER_CONFIG, broker_config),
+                     (RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, update_subscription_group),
+                     (RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, all_subscription_groups),
+                     (RC.GET_TOPIC_STATS_INFO, topic_stats), (RC.GET_CONSUMER_CONNECTION_LIST, consumer_connections),
+                     (RC.DELETE_SUBSCRIPTIONGROUP, delete_subscription_group), (RC.GET_CONSUME_STATS, consume_stats),
+                     (RC.GET_TOPICS_BY_CLUSTER, topics_by_cluster),
+                     (RC.QUERY_TOPIC_CONSUME_BY_WHO, topic_consumed_by)):
+        server.register(int(code), fn)
