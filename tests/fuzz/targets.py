@@ -5,7 +5,7 @@ Kept free of atheris so seeds and targets can be exercised (and imported) withou
 
 from __future__ import annotations
 
-from codec import bodies
+from codec import admin_bodies, bodies
 from codec.batch import BatchItem, decode_batch, encode_batch
 from codec.command import RemotingCommand, decode_json_header, decode_rocketmq_header, encode_rocketmq_header
 from codec.errors import CodecError
@@ -85,13 +85,19 @@ def route(data: bytes) -> None:
     _guard(bodies.decode_kv_table, data)
 
 
+def admin(data: bytes) -> None:
+    for decode in (admin_bodies.decode_topic_stats, admin_bodies.decode_consume_stats,
+                   admin_bodies.decode_consumer_connection, admin_bodies.decode_group_list):
+        _guard(decode, data)
+
+
 def misc(data: bytes) -> None:
     parse_properties(data)  # never raises
     _guard(decode_offset_msg_id, data.decode("latin-1"))
 
 
 TARGETS = {"frame": frame, "json_header": json_header, "rocketmq_header": rocketmq_header, "record": record,
-           "batch": batch, "heartbeat": heartbeat, "route": route, "misc": misc}
+           "batch": batch, "heartbeat": heartbeat, "route": route, "admin": admin, "misc": misc}
 
 
 def seeds(name: str) -> list[bytes]:
@@ -117,4 +123,7 @@ def seeds(name: str) -> list[bytes]:
     if name == "route":
         return [b'{"brokerDatas":[{"brokerAddrs":{0:"1.2.3.4:1"},"brokerName":"b","cluster":"c"}],'
                 b'"queueDatas":[{"brokerName":"b","perm":6,"readQueueNums":4,"writeQueueNums":4}]}']
+    if name == "admin":
+        return [b'{"offsetTable":{{"brokerName":"b","queueId":1,"topic":"T"}:{"lastUpdateTimestamp":5,'
+                b'"maxOffset":7,"minOffset":2}},"topicPutTps":0.0}']
     return [b"TAGS\x01a\x02KEYS\x01b c", b"0A00000100002A9F0000000000000F3E"]
