@@ -22,28 +22,6 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
-CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
-MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
-CONSUME_FROM = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
-                "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
-                "CONSUME_FROM_TIMESTAMP")
-
-
-def enum_name(value, names: tuple[str, ...], default: str) -> str:
-    """Lenient enum: a name (Java, ali-ons) or an ordinal (C++), as int or string."""
-    if value is None or value == "":
-        return default
-    if isinstance(value, bool):
-        return default
-    if isinstance(value, int):
-        return names[value] if 0 <= value < len(names) else default
-    s = str(value).strip()
-    if s.isdigit():
-        i = int(s)
-        return names[i] if i < len(names) else default
-    return s if s in names else default
-
-
 @dataclass(slots=True)
 class SubscriptionData:
     topic: str

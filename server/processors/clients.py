@@ -1,7 +1,7 @@
 """HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38), LOCK/UNLOCK_BATCH_MQ (41/42).
 
-Heartbeat bodies are parsed leniently (Java names, C++ ordinals and string subVersions, ali-ons
-numbers; absent arrays are empty). Each consumer group gets its subscription group and its
+Heartbeat bodies are parsed by codec.bodies.parse_heartbeat (Java names, C++ ordinals and string
+subVersions, ali-ons numbers; absent arrays are empty; a malformed body gets SYSTEM_ERROR with a remark). Each consumer group gets its subscription group and its
 `%RETRY%<group>` topic on first sight; membership changes notify the group (client_manager).
 """
 
@@ -9,9 +9,19 @@ from __future__ import annotations
 
 import structlog
 
+from codec.bodies import (
+    MessageQueue,
+    decode_lock_batch_request,
+    encode_consumer_list,
+    encode_lock_batch_response,
+    parse_heartbeat,
+)
+from codec.bodies import SubscriptionData as BodySubscription
+from codec.errors import CodecError
 from server import headers as H
-from server.client_manager import CONSUME_FROM, CONSUME_TYPES, MESSAGE_MODELS, SubscriptionData, enum_name
-from server.processors import error, guarded, json_body, ok, parse_json_body
+from server.client_manager import SubscriptionData
+from server.headers import HeaderError
+from server.processors import error, guarded, ok
 from server.topics import RETRY_PREFIX
 
 log = structlog.get_logger(__name__)
@@ -33,35 +43,33 @@ def _as_int(v, default: int = 0) -> int:
             return default
 
 
-def parse_subscriptions(items, java_hash) -> list[SubscriptionData]:
-    subs = []
-    for s in items or ():
-        if not isinstance(s, dict) or not s.get("topic"):
-            continue
-        sub_string = str(s.get("subString") or "*").strip()
-        expr = str(s.get("expressionType") or "TAG")
-        if sub_string in ("", "*"):
-            tags: tuple[str, ...] = ()
-        elif s.get("tagsSet"):
-            tags = tuple(str(t).strip() for t in s["tagsSet"] if str(t).strip())
-        else:
-            tags = tuple(t.strip() for t in sub_string.split("||") if t.strip())
-        codes = frozenset(java_hash(t) for t in tags) if expr == "TAG" else frozenset()
-        subs.append(SubscriptionData(str(s["topic"]), sub_string if tags or expr != "TAG" else "*", tags,
-                                     codes, _as_int(s.get("subVersion")), expr))
-    return subs
+def runtime_subscription(sd: BodySubscription, java_hash) -> SubscriptionData | None:
+    """The broker's matching form of a heartbeat subscription: trimmed tags (tagsSet, else the
+    `||`-split expression) and their hash codes computed here rather than trusted from the client."""
+    if not sd.topic:
+        return None
+    expr = sd.expression_type or "TAG"
+    sub_string = (sd.sub_string or "*").strip()
+    tags: tuple[str, ...] = ()
+    if sub_string not in ("", "*"):
+        tags = tuple(t.strip() for t in sd.tags_set if t.strip()) or tuple(
+            t.strip() for t in sub_string.split("||") if t.strip())
+    codes = frozenset(java_hash(t) for t in tags) if expr == "TAG" else frozenset()
+    return SubscriptionData(sd.topic, sub_string if tags or expr != "TAG" else "*", tags, codes, sd.sub_version,
+                            expr)
 
 
-def _mqs(body) -> list[tuple[str, str, int]]:
-    out = []
-    for mq in body.get("mqSet") or ():
-        if isinstance(mq, dict) and mq.get("topic") is not None:
-            out.append((str(mq["topic"]), str(mq.get("brokerName") or ""), _as_int(mq.get("queueId"))))
-    return out
-
-
-def _mq_json(mq) -> dict:
-    return {"brokerName": mq[1], "queueId": mq[2], "topic": mq[0]}
+def _lock_request(cmd) -> tuple[str, str, list[tuple[str, str, int]]]:
+    body = cmd.body
+    if isinstance(body, list):
+        body = b"".join(bytes(p) for p in body)
+    if not body:
+        raise HeaderError("request body is empty")
+    try:
+        req = decode_lock_batch_request(body)
+    except CodecError as e:
+        raise HeaderError(f"bad lock batch body: {e}") from None
+    return req.consumer_group, req.client_id, [(m.topic, m.broker_name, m.queue_id) for m in req.mq_set]
 
 
 def register(server, broker) -> None:
@@ -71,28 +79,33 @@ def register(server, broker) -> None:
 
     @guarded
     def heart_beat(conn, cmd):
-        data = parse_json_body(cmd)
-        if not isinstance(data, dict):
-            return error(cmd, SYSTEM_ERROR, "heartbeat body is not a JSON object")
-        client_id = str(data.get("clientID") or "")
+        body = cmd.body
+        if isinstance(body, list):
+            body = b"".join(bytes(p) for p in body)
+        if not body:
+            return error(cmd, SYSTEM_ERROR, "heartbeat body is empty")
+        try:
+            hb = parse_heartbeat(body)
+        except CodecError as e:
+            return error(cmd, SYSTEM_ERROR, f"bad heartbeat body: {e}")
+        client_id = hb.client_id
         language = str(cmd.language or "JAVA")
         version = _as_int(cmd.version)
-        for cd in data.get("consumerDataSet") or ():
-            if not isinstance(cd, dict) or not cd.get("groupName"):
+        for cd in hb.consumers:
+            if not cd.group_name:
                 continue
-            group = str(cd["groupName"])
+            group = cd.group_name
             gcfg = broker.groups.find(group)
             if gcfg is not None:
                 broker.topics.create_in_send_back(RETRY_PREFIX + group, gcfg.retry_queue_nums, 6)
             clients.register_consumer(
                 group, conn, client_id, language, version,
-                consume_type=enum_name(cd.get("consumeType"), CONSUME_TYPES, "CONSUME_PASSIVELY"),
-                message_model=enum_name(cd.get("messageModel"), MESSAGE_MODELS, "CLUSTERING"),
-                consume_from_where=enum_name(cd.get("consumeFromWhere"), CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET"),
-                subscriptions=parse_subscriptions(cd.get("subscriptionDataSet"), java_hash))
-        for pd in data.get("producerDataSet") or ():
-            if isinstance(pd, dict) and pd.get("groupName"):
-                clients.register_producer(str(pd["groupName"]), conn, client_id, language, version)
+                consume_type=cd.consume_type, message_model=cd.message_model,
+                consume_from_where=cd.consume_from_where,
+                subscriptions=[s for s in (runtime_subscription(sd, java_hash) for sd in cd.subscriptions) if s])
+        for pd in hb.producers:
+            if pd.group_name:
+                clients.register_producer(pd.group_name, conn, client_id, language, version)
         return ok(cmd)
 
     @guarded
@@ -110,19 +123,18 @@ def register(server, broker) -> None:
         ids = clients.consumer_ids(h.consumerGroup)
         if not ids:
             return error(cmd, SYSTEM_ERROR, f"no consumer for this group, {h.consumerGroup}")
-        return ok(cmd, body=json_body({"consumerIdList": ids}))
+        return ok(cmd, body=encode_consumer_list(ids))
 
     @guarded
     def lock_batch(conn, cmd):
-        body = parse_json_body(cmd)
-        group, client_id = str(body.get("consumerGroup") or ""), str(body.get("clientId") or "")
-        locked = broker.locks.try_lock_batch(group, _mqs(body), client_id)
-        return ok(cmd, body=json_body({"lockOKMQSet": [_mq_json(m) for m in locked]}))
+        group, client_id, mqs = _lock_request(cmd)
+        locked = broker.locks.try_lock_batch(group, mqs, client_id)
+        return ok(cmd, body=encode_lock_batch_response([MessageQueue(*m) for m in locked]))
 
     @guarded
     def unlock_batch(conn, cmd):
-        body = parse_json_body(cmd)
-        broker.locks.unlock_batch(str(body.get("consumerGroup") or ""), _mqs(body), str(body.get("clientId") or ""))
+        group, client_id, mqs = _lock_request(cmd)
+        broker.locks.unlock_batch(group, mqs, client_id)
         return ok(cmd)
 
     server.register(HEART_BEAT, heart_beat)
