@@ -87,10 +87,18 @@ class BrokerController:
         self.remoting = make_remoting_server(self)
         from server.security import install as install_security  # [security] ACL, TLS, limits
         install_security(self, self.remoting.server)
-        from server.processors import admin, admin_stats, clients, namesrv, offsets, pull, send
-        for room in (namesrv, send, pull, offsets, clients, admin, admin_stats):
+        from server.processors import (
+            admin,
+            admin_stats,
+            clients,
+            consumer_send_back,
+            namesrv,
+            offsets,
+            pull,
+            send,
+        )
+        for room in (namesrv, send, pull, offsets, clients, consumer_send_back, admin, admin_stats):
             room.register(self.remoting, self)
-        self._register_send_back()
         await self.remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port])
         if cfg.metrics_port:
             from server.observability.http import MetricsHttpServer
@@ -105,20 +113,6 @@ class BrokerController:
                  metrics_port=self.metrics_http.port if self.metrics_http else None,
                  delay_levels=len(self.levels), delay_service=self.delay_service is not None,
                  timer_service=self.timer_service is not None)
-
-    def _register_send_back(self) -> None:
-        try:
-            from server.processors import consumer_send_back
-        except ImportError:
-            log.warning("broker.send_back_missing", code=36)
-            return
-        reg = getattr(consumer_send_back, "register", None)
-        if callable(reg):
-            reg(self.remoting, self)
-            return
-        cls = getattr(consumer_send_back, "ConsumerSendBackProcessor", None)
-        if cls is not None:
-            self.remoting.register(36, cls(self))
 
     async def shutdown(self) -> None:
         """Stop accepting, drain in-flight requests, stop services, flush and checkpoint the store."""
