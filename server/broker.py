@@ -13,12 +13,13 @@ import time
 
 import structlog
 
+from scheduler.levels import parse_delay_levels
 from server.client_manager import ClientManager
 from server.config import BrokerConfig
 from server.observability.registry import Registry
 from server.offsets_table import ConsumerOffsetManager
 from server.pull_hold import PullHoldService
-from server.put_hooks import PutHooks, parse_delay_levels
+from server.put_hooks import PutHooks
 from server.rebalance_lock import RebalanceLockManager
 from server.topics import TopicManager
 from server.wiring import (

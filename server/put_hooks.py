@@ -3,8 +3,7 @@
 Delay level first (`scheduler.delay_levels.transform_delay`: DELAY=L → SCHEDULE_TOPIC_XXXX / L-1,
 returns the ConsumeQueue deliver delay), then the timer wheel (`scheduler.timer.transform_timer`).
 `apply(record)` returns the deliver delay for the ConsumeQueue tagsCode (-1 for none) or a
-`(response_code, remark)` tuple when a hook rejects the message. Both hooks are optional: the
-scheduler package may not provide them yet.
+`(response_code, remark)` tuple when a hook rejects the message.
 """
 
 from __future__ import annotations
@@ -13,28 +12,12 @@ import time
 
 import structlog
 
+from scheduler.delay_levels import transform_delay
+from scheduler.timer import transform_timer
+
 log = structlog.get_logger(__name__)
 
-MESSAGE_ILLEGAL, SYSTEM_ERROR = 13, 1
-_UNITS = {"s": 1000, "m": 60000, "h": 3600000, "d": 86400000}
-
-
-def parse_delay_levels(text: str) -> list[int]:
-    try:
-        from scheduler.levels import parse_delay_levels as parse
-    except ImportError:
-        parse = None
-    if parse is not None:
-        return list(parse(text))
-    out = []
-    for tok in text.split(" "):
-        if not tok:
-            continue
-        unit = _UNITS.get(tok[-1])
-        if unit is None:
-            raise ValueError(f"bad delay level token {tok!r}")
-        out.append(int(tok[:-1]) * unit)
-    return out
+SYSTEM_ERROR = 1
 
 
 class PutHooks:
@@ -42,24 +25,13 @@ class PutHooks:
         self.config = config
         self.levels = levels
         self.timer_config = timer_config if timer_config is not None else config
-        try:
-            from scheduler.delay_levels import transform_delay
-        except ImportError:
-            transform_delay = None
-        try:
-            from scheduler.timer import transform_timer
-        except ImportError:
-            transform_timer = None
-        self.transform_delay = transform_delay
         self.transform_timer = transform_timer if config.timer_wheel_enable else None
         self.timer_disabled_check = not config.timer_wheel_enable
-        log.info("put_hooks.ready", delay_hook=transform_delay is not None, timer_hook=transform_timer is not None)
 
     def apply(self, record):
-        if self.transform_delay is not None:
-            delay = self.transform_delay(record, self.levels)
-            if delay is not None:
-                return int(delay)
+        delay = transform_delay(record, self.levels)
+        if delay is not None:
+            return int(delay)
         props = record.properties
         if self.timer_disabled_check and "TIMER_OUT_MS" not in props and (
                 "TIMER_DELIVER_MS" in props or "TIMER_DELAY_MS" in props or "TIMER_DELAY_SEC" in props):
