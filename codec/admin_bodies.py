@@ -44,6 +44,24 @@ def _float(v: Any) -> float:
         raise CodecError(f"not a number: {v!r}") from None
 
 
+# ------------------------------------------------------------------------ Map<MessageQueue, row>
+
+def _encode_mq_table(rows, fields: tuple[tuple[str, str], ...]) -> str:
+    """`{mqKey:{"jsonName":value,...},...}` with fields given in fastjson (name) order."""
+    return "{" + ",".join(
+        _mq_key(r.mq.topic, r.mq.broker_name, r.mq.queue_id) + ":{"
+        + ",".join(f'"{name}":{int(getattr(r, attr))}' for name, attr in fields) + "}" for r in rows) + "}"
+
+
+def _decode_mq_table(d: dict, cls, fields: tuple[tuple[str, str], ...]) -> list:
+    out = []
+    for k, v in as_obj(d.get("offsetTable") or {}, "offsetTable").items():
+        v = as_obj(v, cls.__name__)
+        out.append(cls(_parse_mq_key(k), **{attr: as_int(v.get(name), name) for name, attr in fields}))
+    out.sort(key=lambda o: (o.mq.topic, o.mq.broker_name, o.mq.queue_id))
+    return out
+
+
 # ------------------------------------------------------------------------ TopicStatsTable
 
 @dataclass(slots=True, frozen=True)
@@ -54,23 +72,18 @@ class TopicOffset:
     last_update_timestamp: int
 
 
+_TOPIC_OFFSET = (("lastUpdateTimestamp", "last_update_timestamp"), ("maxOffset", "max_offset"),
+                 ("minOffset", "min_offset"))
+
+
 def encode_topic_stats(offsets: Iterable[TopicOffset], topic_put_tps: float = 0.0) -> bytes:
-    rows = ",".join(
-        f'{_mq_key(o.mq.topic, o.mq.broker_name, o.mq.queue_id)}:{{"lastUpdateTimestamp":{int(o.last_update_timestamp)},'
-        f'"maxOffset":{int(o.max_offset)},"minOffset":{int(o.min_offset)}}}' for o in offsets)
-    return f'{{"offsetTable":{{{rows}}},"topicPutTps":{float(topic_put_tps)!r}}}'.encode()
+    table = _encode_mq_table(offsets, _TOPIC_OFFSET)
+    return f'{{"offsetTable":{table},"topicPutTps":{float(topic_put_tps)!r}}}'.encode()
 
 
 def decode_topic_stats(body) -> tuple[list[TopicOffset], float]:
     d = as_obj(loads_lenient(body), "TopicStatsTable")
-    out = []
-    for k, v in as_obj(d.get("offsetTable") or {}, "offsetTable").items():
-        v = as_obj(v, "TopicOffset")
-        out.append(TopicOffset(_parse_mq_key(k), as_int(v.get("minOffset"), "minOffset"),
-                               as_int(v.get("maxOffset"), "maxOffset"),
-                               as_int(v.get("lastUpdateTimestamp"), "lastUpdateTimestamp")))
-    out.sort(key=lambda o: (o.mq.topic, o.mq.broker_name, o.mq.queue_id))
-    return out, _float(d.get("topicPutTps"))
+    return _decode_mq_table(d, TopicOffset, _TOPIC_OFFSET), _float(d.get("topicPutTps"))
 
 
 # ------------------------------------------------------------------------ ConsumeStats
@@ -88,25 +101,17 @@ class OffsetWrapper:
         return max(0, self.broker_offset - self.consumer_offset)
 
 
+_OFFSET_WRAPPER = (("brokerOffset", "broker_offset"), ("consumerOffset", "consumer_offset"),
+                   ("lastTimestamp", "last_timestamp"), ("pullOffset", "pull_offset"))
+
+
 def encode_consume_stats(offsets: Iterable[OffsetWrapper], consume_tps: float = 0.0) -> bytes:
-    rows = ",".join(
-        f'{_mq_key(o.mq.topic, o.mq.broker_name, o.mq.queue_id)}:{{"brokerOffset":{int(o.broker_offset)},'
-        f'"consumerOffset":{int(o.consumer_offset)},"lastTimestamp":{int(o.last_timestamp)},'
-        f'"pullOffset":{int(o.pull_offset)}}}' for o in offsets)
-    return f'{{"consumeTps":{float(consume_tps)!r},"offsetTable":{{{rows}}}}}'.encode()
+    return f'{{"consumeTps":{float(consume_tps)!r},"offsetTable":{_encode_mq_table(offsets, _OFFSET_WRAPPER)}}}'.encode()
 
 
 def decode_consume_stats(body) -> tuple[list[OffsetWrapper], float]:
     d = as_obj(loads_lenient(body), "ConsumeStats")
-    out = []
-    for k, v in as_obj(d.get("offsetTable") or {}, "offsetTable").items():
-        v = as_obj(v, "OffsetWrapper")
-        out.append(OffsetWrapper(_parse_mq_key(k), as_int(v.get("brokerOffset"), "brokerOffset"),
-                                 as_int(v.get("consumerOffset"), "consumerOffset"),
-                                 as_int(v.get("pullOffset"), "pullOffset"),
-                                 as_int(v.get("lastTimestamp"), "lastTimestamp")))
-    out.sort(key=lambda o: (o.mq.topic, o.mq.broker_name, o.mq.queue_id))
-    return out, _float(d.get("consumeTps"))
+    return _decode_mq_table(d, OffsetWrapper, _OFFSET_WRAPPER), _float(d.get("consumeTps"))
 
 
 # ------------------------------------------------------------------------ ConsumerConnection

@@ -53,14 +53,20 @@ def json_body(obj) -> bytes:
     return json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
 
 
-def parse_json_body(cmd):
+def request_body(cmd) -> bytes:
+    """The request body as bytes; HeaderError (-> SYSTEM_ERROR "request body is empty") if none."""
     body = cmd.body
     if isinstance(body, list):
         body = b"".join(bytes(p) for p in body)
     if not body:
         raise HeaderError("request body is empty")
+    return bytes(body)
+
+
+def parse_json_body(cmd):
+    body = request_body(cmd)
     try:
-        return json.loads(bytes(body))
+        return json.loads(body)
     except ValueError as e:
         raise HeaderError(f"request body is not valid JSON: {e}") from None
 

@@ -19,7 +19,7 @@ from codec.errors import CodecError
 from codec.fastjson import loads_lenient
 from codec.record import read_store_timestamp
 from server.headers import BOOL, STR, HeaderSpec
-from server.processors import error, guarded, ok, peer_of
+from server.processors import error, guarded, ok, peer_of, request_body
 from storage.subscription_group import SubscriptionGroupConfig
 
 log = structlog.get_logger(__name__)
@@ -126,11 +126,11 @@ def register(server, broker) -> None:
     @guarded
     def update_subscription_group(conn, cmd):
         try:
-            d = loads_lenient(b"".join(bytes(p) for p in cmd.body) if isinstance(cmd.body, list) else cmd.body)
+            d = loads_lenient(request_body(cmd))
             if not isinstance(d, dict) or not d.get("groupName"):
                 raise CodecError("groupName is missing")
             group = SubscriptionGroupConfig.from_json(str(d["groupName"]), d)
-        except (CodecError, TypeError, ValueError) as e:
+        except (CodecError, TypeError, ValueError) as e:  # HeaderError is a ValueError
             return error(cmd, RS.SYSTEM_ERROR, f"bad SubscriptionGroupConfig body: {e}")
         broker.groups.put(group)
         log.info("admin.subscription_group_updated", group=group.group_name)

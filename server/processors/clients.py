@@ -21,7 +21,7 @@ from codec.errors import CodecError
 from server import headers as H
 from server.client_manager import SubscriptionData
 from server.headers import HeaderError
-from server.processors import error, guarded, ok
+from server.processors import error, guarded, ok, request_body
 from server.topics import RETRY_PREFIX
 
 log = structlog.get_logger(__name__)
@@ -60,13 +60,8 @@ def runtime_subscription(sd: BodySubscription, java_hash) -> SubscriptionData | 
 
 
 def _lock_request(cmd) -> tuple[str, str, list[tuple[str, str, int]]]:
-    body = cmd.body
-    if isinstance(body, list):
-        body = b"".join(bytes(p) for p in body)
-    if not body:
-        raise HeaderError("request body is empty")
     try:
-        req = decode_lock_batch_request(body)
+        req = decode_lock_batch_request(request_body(cmd))
     except CodecError as e:
         raise HeaderError(f"bad lock batch body: {e}") from None
     return req.consumer_group, req.client_id, [(m.topic, m.broker_name, m.queue_id) for m in req.mq_set]
@@ -79,13 +74,8 @@ def register(server, broker) -> None:
 
     @guarded
     def heart_beat(conn, cmd):
-        body = cmd.body
-        if isinstance(body, list):
-            body = b"".join(bytes(p) for p in body)
-        if not body:
-            return error(cmd, SYSTEM_ERROR, "heartbeat body is empty")
         try:
-            hb = parse_heartbeat(body)
+            hb = parse_heartbeat(request_body(cmd))
         except CodecError as e:
             return error(cmd, SYSTEM_ERROR, f"bad heartbeat body: {e}")
         client_id = hb.client_id
