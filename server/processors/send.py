@@ -146,6 +146,13 @@ class SendProcessor:
             topic, qid = rerouted
             if topic.startswith(DLQ_PREFIX):
                 reply_qid = qid
+        if (props.get("TRAN_MSG", "").lower() == "true" or h.sysFlag & TRANSACTION_MASK == TRANSACTION_PREPARED) and not (
+                reconsume > 0 and _int(props.get("DELAY")) > 0):
+            # Half messages need the half/op topics and check-back, which delaymq does not implement;
+            # storing them as normal messages would deliver rolled-back transactions. RocketMQ's own
+            # answer when rejectTransactionMessage=true:
+            return _fail(cmd, NO_PERMISSION, f"the broker[{self.cfg.broker_ip1}:{self.cfg.listen_port}] sending "
+                                             "transaction message is forbidden", reply_qid)
         sys_flag = h.sysFlag
         if tcfg.topic_filter_type == "MULTI_TAG":
             sys_flag |= MULTI_TAGS_FLAG
