@@ -6,8 +6,7 @@ group's retry topic name (`%RETRY%<group>`), which is also how requests name the
 
 from __future__ import annotations
 
-import json
-
+from codec.bodies import parse_heartbeat
 from codec.codes import RETRY_PREFIX, RequestCode
 
 DENY, ANY, PUB, SUB = 1, 2, 4, 8
@@ -76,17 +75,11 @@ def _heartbeat_resources(body, out: dict[str, int]) -> None:
     raw = _body_bytes(body)
     if not raw:
         return
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        raise ValueError("heartbeat body is not JSON") from None
-    for consumer in (data.get("consumerDataSet") or []) if isinstance(data, dict) else []:
-        if not isinstance(consumer, dict):
-            continue
-        out[retry_topic(consumer.get("groupName"))] = SUB
-        for sub in consumer.get("subscriptionDataSet") or []:
-            if isinstance(sub, dict) and sub.get("topic"):
-                out[sub["topic"]] = out.get(sub["topic"], 0) | SUB
+    for consumer in parse_heartbeat(raw).consumers:  # CodecError (a ValueError) on a malformed body
+        out[retry_topic(consumer.group_name)] = SUB
+        for sub in consumer.subscriptions:
+            if sub.topic:
+                out[sub.topic] = out.get(sub.topic, 0) | SUB
 
 
 def needed_resources(code: int, ext: dict[str, str], body) -> dict[str, int]:
