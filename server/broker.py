@@ -22,6 +22,7 @@ from server.pull_hold import PullHoldService
 from server.put_hooks import PutHooks
 from server.rebalance_lock import RebalanceLockManager
 from server.topics import TopicManager
+from server.transactions import TransactionService
 from server.wiring import (
     make_delay_service,
     make_message_store,
@@ -57,6 +58,7 @@ class BrokerController:
         self.kv_config: dict[str, dict[str, str]] = {}
         self.metrics = Registry()
         self.store = None
+        self.transactions = None
         self.hooks: PutHooks | None = None
         self.delay_service = None
         self.timer_service = None
@@ -80,6 +82,8 @@ class BrokerController:
         self.timer_service = make_timer_service(self.store, cfg)
         # the timer hook's flow control reads the live wheel, so it gets the service itself
         self.hooks = PutHooks(cfg, self.levels, timer_config=self.timer_service)
+        self.transactions = TransactionService(self)
+        self.transactions.start()
         for svc in (self.delay_service, self.timer_service):
             if svc is not None:
                 r = svc.start()
@@ -97,8 +101,9 @@ class BrokerController:
             offsets,
             pull,
             send,
+            transaction,
         )
-        for room in (namesrv, send, pull, offsets, clients, consumer_send_back, admin, admin_stats):
+        for room in (namesrv, send, pull, offsets, clients, consumer_send_back, transaction, admin, admin_stats):
             room.register(self.remoting, self)
         await self.remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port])
         if cfg.metrics_port:
@@ -125,6 +130,7 @@ class BrokerController:
         if self.remoting is not None:
             await self.remoting.close(self.config.shutdown_drain_timeout_ms / 1000.0)
         self.clients.shutdown()
+        self.transactions.stop()
         for svc in (self.timer_service, self.delay_service):
             if svc is not None:
                 try:
@@ -145,6 +151,33 @@ class BrokerController:
     # ---- helpers used by processors ------------------------------------------------------
     def put_request(self, raw, topic: str, queue_id: int, properties: dict, deliver_delay_ms: int):
         return put_request(raw, topic, queue_id, properties, deliver_delay_ms)
+
+    @property
+    def store_host(self) -> tuple[str, int]:
+        host, _, port = self.config.broker_addr.rpartition(":")
+        return host, int(port)
+
+    async def put_record(self, rec, hooks: bool = True) -> tuple[int, str | None]:
+        """Store one broker-made record (transaction commit, op record) as a send would: put hooks
+        (delay level, timer) unless `hooks=False`, encode, put, wait for SYNC_FLUSH. (code, remark)."""
+        delay = -1
+        if hooks:
+            hooked = self.hooks.apply(rec)
+            if isinstance(hooked, tuple):
+                return hooked
+            delay = hooked
+        from codec.record import encode_record
+
+        [result] = self.store.put([put_request(encode_record(rec), rec.topic, rec.queue_id, rec.properties, delay)])
+        if not result.ok:
+            return 14 if result.status.name == "SERVICE_NOT_AVAILABLE" else 1, result.remark or result.status.name
+        if result.flushed is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(result.flushed), 5.0)
+            except Exception as e:
+                return 10, f"flush not confirmed: {e!r}"  # FLUSH_DISK_TIMEOUT
+        self.on_put([rec.topic], [result])
+        return 0, None
 
     def commitlog_max_offset(self) -> int:
         for name in ("commitlog_max_offset", "max_phys_offset", "max_physical_offset"):
@@ -189,7 +222,7 @@ class BrokerController:
             "flushDiskType": self.config.flush_disk_type, "brokerName": self.config.broker_name,
             "pullHoldCount": self.pull_hold.held_count,
         }
-        for svc in (self.delay_service, self.timer_service):
+        for svc in (self.delay_service, self.timer_service, self.transactions):
             if svc is None:
                 continue
             fn = getattr(svc, "runtime_info", None) or getattr(svc, "stats", None)

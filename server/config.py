@@ -70,6 +70,9 @@ class BrokerConfig:
     channel_lock_max_live_time_ms: int = 60000
     default_query_max_num: int = 32
     max_reconsume_times_default: int = 16
+    transaction_time_out: int = 6000          # ms before an unfinished half message is checked back
+    transaction_check_max: int = 15           # check-backs before the half is discarded
+    transaction_check_interval: int = 60000   # ms between check-backs of one half message
     acl_enable: bool = False
     tls_enable: bool = False
     tls_test_mode_enable: bool = False

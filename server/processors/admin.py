@@ -1,5 +1,5 @@
 """Admin and lookup requests: UPDATE_AND_CREATE_TOPIC (17), VIEW_MESSAGE_BY_ID (33),
-QUERY_MESSAGE (12), GET_BROKER_RUNTIME_INFO (28), END_TRANSACTION (37), CHECK_CLIENT_CONFIG (46)."""
+QUERY_MESSAGE (12), GET_BROKER_RUNTIME_INFO (28), CHECK_CLIENT_CONFIG (46)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from server.topics import TopicConfig, is_system_topic, topic_error
 log = structlog.get_logger(__name__)
 
 QUERY_MESSAGE, UPDATE_AND_CREATE_TOPIC, GET_BROKER_RUNTIME_INFO = 12, 17, 28
-VIEW_MESSAGE_BY_ID, END_TRANSACTION, CHECK_CLIENT_CONFIG = 33, 37, 46
+VIEW_MESSAGE_BY_ID, CHECK_CLIENT_CONFIG = 33, 46
 SYSTEM_ERROR, QUERY_NOT_FOUND = 1, 22
 
 
@@ -66,11 +66,6 @@ def register(server, broker) -> None:
         return ok(cmd, body=json_body({"table": table}))
 
     @guarded
-    def end_transaction(conn, cmd):
-        log.debug("admin.end_transaction_ignored")
-        return ok(cmd)
-
-    @guarded
     def check_client_config(conn, cmd):
         return ok(cmd)
 
@@ -78,7 +73,6 @@ def register(server, broker) -> None:
     server.register(VIEW_MESSAGE_BY_ID, view_message)
     server.register(QUERY_MESSAGE, query_message)
     server.register(GET_BROKER_RUNTIME_INFO, runtime_info)
-    server.register(END_TRANSACTION, end_transaction)
     server.register(CHECK_CLIENT_CONFIG, check_client_config)
 
 

@@ -19,6 +19,7 @@ from codec.command import RemotingCommand
 from server import headers as H
 from server.processors import guarded, peer_of
 from server.topics import DLQ_PREFIX, NOT_ALLOWED_SEND, RETRY_PREFIX, topic_error
+from server.transactions import is_half, to_half
 
 log = structlog.get_logger(__name__)
 
@@ -146,13 +147,6 @@ class SendProcessor:
             topic, qid = rerouted
             if topic.startswith(DLQ_PREFIX):
                 reply_qid = qid
-        if (props.get("TRAN_MSG", "").lower() == "true" or h.sysFlag & TRANSACTION_MASK == TRANSACTION_PREPARED) and not (
-                reconsume > 0 and _int(props.get("DELAY")) > 0):
-            # Half messages need the half/op topics and check-back, which delaymq does not implement;
-            # storing them as normal messages would deliver rolled-back transactions. RocketMQ's own
-            # answer when rejectTransactionMessage=true:
-            return _fail(cmd, NO_PERMISSION, f"the broker[{self.cfg.broker_ip1}:{self.cfg.listen_port}] sending "
-                                             "transaction message is forbidden", reply_qid)
         sys_flag = h.sysFlag
         if tcfg.topic_filter_type == "MULTI_TAG":
             sys_flag |= MULTI_TAGS_FLAG
@@ -161,7 +155,9 @@ class SendProcessor:
             born_timestamp=h.bornTimestamp, born_host=self._born_host(conn), store_host=self.store_host,
             reconsume_times=reconsume, properties=props)
         deliver_delay = -1
-        if sys_flag & TRANSACTION_MASK in (0, TRANSACTION_COMMIT):
+        if is_half(props, reconsume):  # transactional: parked in the half topic until END_TRANSACTION
+            to_half(rec)
+        elif sys_flag & TRANSACTION_MASK in (0, TRANSACTION_COMMIT):
             hooked = self.broker.hooks.apply(rec)
             if isinstance(hooked, tuple):  # (code, remark): a put hook rejected the message
                 return _fail(cmd, hooked[0], hooked[1], reply_qid)

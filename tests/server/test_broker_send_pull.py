@@ -125,13 +125,3 @@ async def test_retry_topic_send_past_max_goes_to_dlq(broker_ctl, client):
     recs = decode_records((await pull(client, "GR", "%DLQ%GR", 0, 0)).body)
     assert recs and recs[0]["body"] == b"dead" and recs[0]["props"]["DELAY"] == "0"
 
-
-async def test_transaction_half_messages_are_refused_not_delivered(broker_ctl, client):
-    """No half/op topics here: a prepared message is answered NO_PERMISSION (RocketMQ's
-    rejectTransactionMessage reply) rather than stored where consumers would see a rollback."""
-    half = await send(client, "TxT", b"pay", qid=0, TRAN_MSG="true", PGROUP="PG")
-    assert half.code == 16 and "transaction message is forbidden" in half.remark
-    by_flag = await client.invoke(310, send_ext("TxT", props(WAIT="true"), 0, sys_flag=0x4), b"pay")
-    assert by_flag.code == 16
-    plain = await send(client, "TxT", b"normal", qid=0)
-    assert plain.code == 0 and plain.ext["queueOffset"] == "0"  # nothing of the refused ones was stored

@@ -1,0 +1,40 @@
+"""END_TRANSACTION (37): a producer commits or rolls back a half message (server.transactions).
+
+Clients send it oneway, so the reply is usually dropped; a pending (UNKNOW, 0) state gets no reply
+at all, as in RocketMQ's EndTransactionProcessor, and the half waits for its check-back.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from server.headers import BOOL, INT, LONG, STR, HeaderSpec
+from server.processors import error, guarded, ok
+from server.transactions import COMMIT, ROLLBACK
+
+log = structlog.get_logger(__name__)
+
+END_TRANSACTION = 37
+END_TRANSACTION_HEADER = HeaderSpec(
+    ("producerGroup", STR, True), ("tranStateTableOffset", LONG, True), ("commitLogOffset", LONG, True),
+    ("commitOrRollback", INT, True), ("fromTransactionCheck", BOOL, False), ("msgId", STR, False),
+    ("transactionId", STR, False))
+
+
+def register(server, broker) -> None:
+    @guarded
+    async def end_transaction(conn, cmd):
+        h = END_TRANSACTION_HEADER.parse(cmd.ext_fields)
+        if h.commitOrRollback not in (COMMIT, ROLLBACK):
+            log.info("transactions.end_pending_state", group=h.producerGroup, offset=h.tranStateTableOffset,
+                     state=h.commitOrRollback, from_check=bool(h.fromTransactionCheck), remark=cmd.remark)
+            return None
+        code, remark = await broker.transactions.end(h.producerGroup, h.tranStateTableOffset, h.commitLogOffset,
+                                                     h.commitOrRollback)
+        if code != 0:
+            log.warning("transactions.end_refused", group=h.producerGroup, offset=h.tranStateTableOffset,
+                        code=code, remark=remark)
+            return error(cmd, code, remark or "end transaction failed")
+        return ok(cmd)
+
+    server.register(END_TRANSACTION, end_transaction)
