@@ -13,6 +13,7 @@ import time
 
 import structlog
 
+from codec.record import encode_record
 from scheduler.levels import parse_delay_levels
 from server.client_manager import ClientManager
 from server.config import BrokerConfig
@@ -166,8 +167,6 @@ class BrokerController:
             if isinstance(hooked, tuple):
                 return hooked
             delay = hooked
-        from codec.record import encode_record
-
         [result] = self.store.put([put_request(encode_record(rec), rec.topic, rec.queue_id, rec.properties, delay)])
         if not result.ok:
             return 14 if result.status.name == "SERVICE_NOT_AVAILABLE" else 1, result.remark or result.status.name
@@ -180,22 +179,10 @@ class BrokerController:
         return 0, None
 
     def commitlog_max_offset(self) -> int:
-        for name in ("commitlog_max_offset", "max_phys_offset", "max_physical_offset"):
-            v = getattr(self.store, name, None)
-            if v is not None:
-                return int(v() if callable(v) else v)
-        cl = getattr(self.store, "commitlog", None)
-        v = getattr(cl, "max_offset", 0) if cl is not None else 0
-        return int(v() if callable(v) else v)
+        return self.store.commitlog_max_offset()
 
     def commitlog_min_offset(self) -> int:
-        for name in ("commitlog_min_offset", "min_phys_offset", "min_physical_offset"):
-            v = getattr(self.store, name, None)
-            if v is not None:
-                return int(v() if callable(v) else v)
-        cl = getattr(self.store, "commitlog", None)
-        v = getattr(cl, "min_offset", 0) if cl is not None else 0
-        return int(v() if callable(v) else v)
+        return self.store.commitlog_min_offset()
 
     def on_put(self, topics: list[str], results) -> None:
         self.put_total += len(results)
