@@ -1,4 +1,4 @@
-"""delaymq's asyncio RocketMQ 4.x client: Producer, PushConsumer, PullConsumer."""
+"""delaymq's asyncio RocketMQ 4.x client: Producer, TransactionProducer, PushConsumer, PullConsumer."""
 
 from ._wire import MQClientError
 from .consumer import BROADCASTING, CLUSTERING, PushConsumer, Subscription
@@ -6,9 +6,10 @@ from .message import Message, MessageExt, MessageQueue, SendResult, SendStatus
 from .process_queue import ConsumeStatus
 from .producer import Producer, select_by_hash
 from .pull_consumer import PullConsumer, PullResult, PullStatus
+from .transaction import LocalTransactionState, TransactionProducer, TransactionSendResult
 
 __all__ = [
-    "BROADCASTING", "CLUSTERING", "ConsumeStatus", "MQClientError", "Message", "MessageExt", "MessageQueue",
-    "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "SendResult", "SendStatus",
-    "Subscription", "select_by_hash",
+    "BROADCASTING", "CLUSTERING", "ConsumeStatus", "LocalTransactionState", "MQClientError", "Message",
+    "MessageExt", "MessageQueue", "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer",
+    "SendResult", "SendStatus", "Subscription", "TransactionProducer", "TransactionSendResult", "select_by_hash",
 ]
