@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     when.add_argument("--delay-level", type=delay_level, help="delay level 1..18")
     when.add_argument("--deliver-at", type=time_ms, help="timer deliver time: epoch ms or ISO time")
     when.add_argument("--delay", type=duration_ms, help="timer delay, e.g. 30s, 1500ms, 2h")
+    p.add_argument("--transaction", choices=["commit", "rollback"],
+                   help="send as transactional (half) messages, then commit or roll them back")
     p.add_argument("--inflight", type=positive_int, default=64, help="sends in flight at once")
     p.add_argument("--output", choices=["summary", "lines", "json"], default="summary")
     p.add_argument("--progress", action="store_true", help="draw a progress bar even if stderr is no TTY")

@@ -12,6 +12,7 @@ from ..consumer import BROADCASTING, CLUSTERING, PushConsumer
 from ..message import Message, MessageExt, SendResult
 from ..process_queue import ConsumeStatus
 from ..producer import Producer
+from ..transaction import LocalTransactionState, TransactionProducer
 from .progress import Progress
 
 
@@ -44,9 +45,10 @@ def _build(args, i: int) -> Message:
 async def produce(args) -> int:
     prog = Progress("produce", args.count, _progress_enabled(args))
     failures: list[str] = []
-    async with Producer(args.group, args.namesrv, send_timeout=args.timeout) as producer:
+    async with _producer(args) as producer:
+        send = _sender(producer, args)
         # the first send surfaces route/connection errors before we start a long run
-        first = await producer.send(_build(args, 0))
+        first = await send(_build(args, 0))
         prog.advance()
         if args.output != "summary":
             _out(_result_line(first, args.output))
@@ -56,7 +58,7 @@ async def produce(args) -> int:
 
         async def one(i: int) -> None:
             try:
-                r = await producer.send(_build(args, i))
+                r = await send(_build(args, i))
                 if args.output != "summary":
                     _out(_result_line(r, args.output))
                 prog.advance()
@@ -81,6 +83,24 @@ async def produce(args) -> int:
                      f"({prog.rate:,.1f} msg/s)" + (f"; {len(failures)} failed: {failures[0]}" if failures
                                                      else "") + "\n")
     return 0 if not failures else 1
+
+
+def _producer(args) -> Producer:
+    if not args.transaction:
+        return Producer(args.group, args.namesrv, send_timeout=args.timeout)
+    state = {"commit": LocalTransactionState.COMMIT_MESSAGE,
+             "rollback": LocalTransactionState.ROLLBACK_MESSAGE}[args.transaction]
+    return TransactionProducer(args.group, args.namesrv, send_timeout=args.timeout,
+                               execute=lambda msg, arg: state, check=lambda msg: state)
+
+
+def _sender(producer, args):
+    if not args.transaction:
+        return producer.send
+
+    async def send(msg):
+        return (await producer.send_in_transaction(msg)).send_result
+    return send
 
 
 def _msg_line(m: MessageExt, fmt: str) -> str:

@@ -137,3 +137,18 @@ def test_group_connections_lists_a_live_consumer(broker, topic):
     finally:
         consumer.terminate()
         consumer.wait(30)
+
+
+def test_produce_transactional_commit_and_rollback(broker, topic):
+    n = broker.namesrv
+    c = cli("produce", "-n", n, "-t", topic, "--count", "3", "--transaction", "commit", "--output", "json")
+    assert c.returncode == 0, c.stderr
+    r = cli("produce", "-n", n, "-t", topic, "--count", "2", "--transaction", "rollback", "--output", "json")
+    assert r.returncode == 0, r.stderr
+    got = cli("consume", "-n", n, "-t", topic, "-g", uniq("TxCli"), "--from-where", "first", "--max", "3",
+              "--output", "json", "--idle-timeout", "20")
+    assert got.returncode == 0, got.stderr
+    committed = {json.loads(line)["msgId"] for line in c.stdout.splitlines()}
+    assert {json.loads(line)["msgId"] for line in got.stdout.splitlines()} == committed
+    status = json.loads(cli("topic", "status", "-n", n, "-t", topic, "--output", "json").stdout)
+    assert sum(q["maxOffset"] for q in status) == 3  # the rolled-back halves never reached the topic

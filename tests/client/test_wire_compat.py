@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 
+from client import Message, Producer
 from codec.frame import FrameDecoder, encode_frame_bytes
 from codec.properties import parse_properties
-
-from client import Message, Producer
 
 # remoting-protocol.md §6.2: a..k and m are always sent by DefaultMQProducerImpl.sendKernelImpl (null
 # fields are skipped, booleans travel as "true"/"false"); 4.9.8 adds n (bname). l (maxReconsumeTimes)
