@@ -39,6 +39,7 @@ class TimerConfig:
     timerlog_file_size: int = 104857600  # mappedFileSizeTimerLog; tests use small files
     slots_total: int = SLOTS_TOTAL  # fixed by RocketMQ; the wheel file is 2 * slots_total * 32 bytes
     put_batch: int = 512  # messages per MessageStore.put call on the dequeue side
+    timerlog_clean_interval_ms: int = 30000  # RocketMQ cleans the timerlog every 30 s
 
     def __post_init__(self) -> None:
         self.precision_ms = snap_precision(self.precision_ms)
@@ -67,6 +68,7 @@ class TimerConfig:
             "flush_interval_ms": ("flush_interval_ms", "timer_flush_interval_ms"),
             "store_root": ("store_root", "store_path_root_dir"),
             "timerlog_file_size": ("timerlog_file_size", "mapped_file_size_timer_log"),
+            "timerlog_clean_interval_ms": ("timerlog_clean_interval_ms", "timer_log_clean_interval_ms"),
         }
         for name, sources in mapping.items():
             for src in sources:

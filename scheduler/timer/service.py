@@ -61,6 +61,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self._running = False
         self._tasks: list[asyncio.Task] = []
         self._flush_handle: asyncio.TimerHandle | None = None
+        self._clean_handle: asyncio.TimerHandle | None = None
         self._enqueue_wake: asyncio.Event | None = None
         self._reader_wake: asyncio.Future | None = None
         self._reader_target = 1 << 62
@@ -94,6 +95,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
                        loop.create_task(self._reader_loop(), name="timer-dequeue-get"),
                        loop.create_task(self._putter_loop(), name="timer-dequeue-put")]
         self._schedule_flush()
+        self._clean_handle = loop.call_later(self.config.timerlog_clean_interval_ms / 1000.0, self._clean_tick)
         log.info("timer.started", precision_ms=self.config.precision_ms, pending=self.wheel.pending,
                  roll_window_slots=self.roll_window_slots, max_delay_sec=self.config.max_delay_sec)
 
@@ -107,6 +109,8 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
                 remove(self._on_dispatch)
             if self._flush_handle is not None:
                 self._flush_handle.cancel()
+            if self._clean_handle is not None:
+                self._clean_handle.cancel()
             for t in self._tasks:
                 t.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -134,6 +138,20 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         except Exception as e:
             log.error("timer.flush_failed", error=repr(e))
         self._schedule_flush()
+
+    def _clean_tick(self) -> None:
+        if not self._running:
+            return
+        try:
+            self.clean_expired_timerlog()
+        except Exception as e:
+            log.error("timer.timerlog_clean_failed", error=repr(e))
+        loop = asyncio.get_running_loop()
+        self._clean_handle = loop.call_later(self.config.timerlog_clean_interval_ms / 1000.0, self._clean_tick)
+
+    def clean_expired_timerlog(self) -> list[str]:
+        """Delete timerlog files whose messages the CommitLog no longer has (TimerLog.delete_expired)."""
+        return self.timerlog.delete_expired(self.store.commitlog_min_offset())
 
     def flush(self) -> None:
         """Snapshot the clocks first, then make the timerlog and wheel durable, then the checkpoint."""

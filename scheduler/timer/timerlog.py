@@ -122,6 +122,35 @@ class TimerLog:
         seg = self._segment_for(pos)
         return None if seg is None else (seg.mm, pos - seg.start)
 
+    # ---- retention ---------------------------------------------------------------------
+    def last_unit_rel(self) -> int:
+        """Position inside a full file of its last unit (units fill a file until 52 + 16 no longer fit)."""
+        return (self.file_size - UNIT_SIZE - BLANK_SIZE) // UNIT_SIZE * UNIT_SIZE
+
+    def delete_expired(self, min_offset_py: int) -> list[str]:
+        """RocketMQ's deleteExpiredFileByOffsetForTimerLog: oldest first and never the active file,
+        delete a file whose last unit references a CommitLog offset below the CommitLog's minimum.
+        Units are appended in CommitLog order (enqueue follows the timer ConsumeQueue, roll-overs are
+        re-put first), so every message such a file points to is gone from the CommitLog and none of
+        its timers can be delivered any more. Stops at the first file that must stay. Slot chains that
+        ran into a deleted file end there (readers stop below `min_pos`)."""
+        deleted: list[str] = []
+        rel = self.last_unit_rel()
+        while len(self.segments) > 1:
+            seg = self.segments[0]
+            size, _prev, magic, _w, _d, offset_py, _sz, _h, _ex = UNIT.unpack_from(seg.mm, rel)
+            if size != UNIT_SIZE or not is_magic_ok(magic) or magic == 0:
+                log.warning("timerlog.retention_bad_last_unit", file=seg.path, pos=seg.start + rel)
+                break
+            if offset_py >= min_offset_py:
+                break
+            seg.close()
+            os.unlink(seg.path)
+            self.segments.pop(0)
+            deleted.append(seg.path)
+            log.info("timerlog.deleted", file=seg.path, last_offset_py=offset_py, commitlog_min_offset=min_offset_py)
+        return deleted
+
     # ---- durability --------------------------------------------------------------------
     def flush(self) -> int:
         """msync what was written since the last flush, then drop those pages from RSS."""

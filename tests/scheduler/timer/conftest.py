@@ -19,15 +19,16 @@ def now_ms() -> int:
 
 
 class Harness:
-    def __init__(self, root: str, **timer_kw) -> None:
+    def __init__(self, root: str, commitlog_size: int = 1 << 26, **timer_kw) -> None:
         self.root = root
+        self.commitlog_size = commitlog_size
         self.timer_kw = timer_kw
         self.store: MessageStore | None = None
         self.timer: TimerMessageStore | None = None
         self.arrived = asyncio.Event()
 
     def open(self) -> None:
-        self.store = MessageStore(StoreConfig(store_path=self.root, mapped_file_size_commitlog=1 << 26))
+        self.store = MessageStore(StoreConfig(store_path=self.root, mapped_file_size_commitlog=self.commitlog_size))
         self.store.load()
         self.store.start()
         self.store.add_dispatch_listener(lambda t, q, m: self.arrived.set())
