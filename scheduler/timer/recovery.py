@@ -80,8 +80,7 @@ def _repoint_dangling(svc, read_ms: int, end: int) -> int:
 
     wheel, tl = svc.wheel, svc.timerlog
     slots = np.frombuffer(wheel.mm, dtype=">i8").reshape(wheel.ring, 4)
-    bad = np.nonzero(slots[:, 2].astype(np.int64) >= end)[0]
-    bad = [int(i) for i in bad if int(slots[i, 0]) != 0]
+    bad = np.nonzero((slots[:, 2] >= end) & (slots[:, 0] != 0))[0].tolist()  # vectorised: 1.2M slots
     del slots
     if not bad:
         return 0
