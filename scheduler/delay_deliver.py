@@ -18,18 +18,18 @@ import time
 
 import structlog
 
+from codec.record import build_deliveries
 from scheduler.async_deliver import EXCEPTION, RUNNING, SKIP, AsyncLevelHandler, PendingEntry, flush_ok
 from scheduler.delay_record import (
     K_UNIQ,
     born_timestamp,
-    build_delivery,
     prop,
     properties_bytes,
     store_timestamp,
 )
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.stats import LevelStats
-from storage.message_store import PutRequest
+from storage.message_store import PutRequest, PutStatus
 
 log = structlog.get_logger(__name__)
 
@@ -38,6 +38,7 @@ UNIT_SIZE = 20
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 DELAY_FOR_A_WHILE_S = 0.1
 DELAY_FOR_A_PERIOD_S = 10.0
+PUT_OK = PutStatus.PUT_OK
 
 
 def now_ms() -> int:
@@ -119,31 +120,34 @@ class LevelDeliverer:
                 return
             limit = min(limit, handler.room())
         now = now_ms()
-        delay = self.delay_ms
-        unpack = _UNIT.unpack_from
+        late_bound = now + self.delay_ms
         base = self.scan_offset
-        reqs, metas = [], []  # metas: (offset, phys, size, due, schedule store ts if listened)
-        listening = bool(self.svc.listeners)
+        spans, dues = [], []
         wait_due = 0
         scanned = limit
-        skipped = 0
-        for i in range(limit):
-            phys, size, due = unpack(units, i * UNIT_SIZE)
-            if due > now + delay:  # correctDeliverTimestamp
+        for i, (phys, size, due) in enumerate(_UNIT.iter_unpack(units[:limit * UNIT_SIZE])):
+            if due > late_bound:  # correctDeliverTimestamp
                 due = now
             if due > now:
                 wait_due, scanned = due, i
                 break
-            raw = store.read_record(phys, size)
-            req = self.make_request(raw) if raw is not None else None
-            if req is None:
+            spans.append((phys, size))
+            dues.append(due)
+        raws = store.read_records(spans)
+        built = build_deliveries(raws)
+        reqs, metas = [], []  # metas: (offset, phys, size, due, schedule store ts if listened)
+        listening = bool(self.svc.listeners)
+        skipped = 0
+        for i, b in enumerate(built):
+            if b is None or b[1] == HALF_TOPIC:  # unreadable, no REAL_TOPIC, or a half message: dropped
                 skipped += 1
                 if handler is not None:
-                    metas.append((base + i, phys, size, due, 0))
+                    metas.append((base + i, spans[i][0], spans[i][1], dues[i], 0))
                     reqs.append(None)
                 continue
-            reqs.append(req)
-            metas.append((base + i, phys, size, due, store_timestamp(raw) if listening else 0))
+            reqs.append(PutRequest(b[0], b[1], b[2], b[3], b[4], -1))
+            metas.append((base + i, spans[i][0], spans[i][1], dues[i],
+                          store_timestamp(raws[i]) if listening else 0))
         if skipped:
             self.stats.skipped += skipped
             log.warning("delay.skip_unreadable", level=self.level, count=skipped, offset=base)
@@ -170,26 +174,27 @@ class LevelDeliverer:
 
     def make_request(self, raw) -> PutRequest | None:
         """messageTimeup: the delivery PutRequest, or None to drop (no REAL_TOPIC, half message)."""
-        built = build_delivery(raw)
-        if built is None or built[1] == HALF_TOPIC:
+        b = build_deliveries((raw,))[0]
+        if b is None or b[1] == HALF_TOPIC:
             return None
-        record, topic, qid, tags_code, keys = built
-        return PutRequest(record, topic, qid, tags_code, keys, -1)
+        return PutRequest(b[0], b[1], b[2], b[3], b[4], -1)
 
     # ---- sync ----------------------------------------------------------------------------
     async def _deliver_sync(self, reqs, metas) -> None:
         if not reqs:
             return
-        if self.svc.listeners:
+        listening = bool(self.svc.listeners)
+        if listening:
             self._fire_due(reqs, metas)
-        todo = list(range(len(reqs)))
+        todo = None  # first attempt: the whole batch
         attempt = 0
-        while todo:
-            results = self.store.put([reqs[i] for i in todo])
-            failed, oks = [], []
-            for i, r in zip(todo, results, strict=True):
-                (oks if r.ok else failed).append((i, r))
-            for i, r in oks:
+        while True:
+            results = self.store.put(reqs if todo is None else [reqs[i] for i in todo])
+            failed, lateness = [], []
+            for i, r in zip(range(len(reqs)) if todo is None else todo, results, strict=True):
+                if r.status is not PUT_OK:
+                    failed.append((i, r))
+                    continue
                 fl = r.flushed
                 if fl is not None:
                     if not fl.done():
@@ -198,14 +203,21 @@ class LevelDeliverer:
                         failed.append((i, r))
                         continue
                 m = metas[i]
-                self._delivered(m[3], m[4], r, reqs[i])
-            if failed:
-                attempt += 1
-                self.stats.failed_puts += len(failed)
-                if attempt == 1 or attempt % 100 == 0:
-                    log.warning("delay.deliver_failed", level=self.level, failed=len(failed), attempt=attempt,
-                                status=str(failed[0][1].status))
-                await asyncio.sleep(DELAY_FOR_A_WHILE_S)
+                if listening:
+                    self._delivered(m[3], m[4], r, reqs[i])
+                else:
+                    lateness.append(r.store_timestamp - m[3])
+            if lateness:
+                self.stats.add_delivered(len(lateness))
+                self.stats.lateness.observe_many(lateness)
+            if not failed:
+                return
+            attempt += 1
+            self.stats.failed_puts += len(failed)
+            if attempt == 1 or attempt % 100 == 0:
+                log.warning("delay.deliver_failed", level=self.level, failed=len(failed), attempt=attempt,
+                            status=str(failed[0][1].status))
+            await asyncio.sleep(DELAY_FOR_A_WHILE_S)
             todo = sorted(i for i, _ in failed)
 
     def _delivered(self, due: int, sched_store_ts: int, result, req) -> None:
