@@ -351,7 +351,14 @@ def verify_record(buf, pos: int, limit: int | None = None) -> int:
     return total
 
 
-# the append/delivery rewrites live in their own room; re-exported so `from codec.record import ...` works
-from codec.record_rewrite import build_deliveries as build_deliveries  # noqa: E402
-from codec.record_rewrite import patch_append_fields as patch_append_fields  # noqa: E402
-from codec.record_rewrite import rewrite_for_delivery as rewrite_for_delivery  # noqa: E402
+# The append/delivery rewrites live in their own room (codec.record_rewrite, which builds on this one);
+# `from codec.record import rewrite_for_delivery` etc. keep working through this module __getattr__.
+_REWRITE_NAMES = frozenset(("build_deliveries", "patch_append_fields", "rewrite_for_delivery"))
+
+
+def __getattr__(name: str):
+    if name in _REWRITE_NAMES:
+        from codec import record_rewrite
+
+        return getattr(record_rewrite, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -271,6 +271,19 @@ class LevelDeliverer:
             st.add_delivered(1)
             st.record_lateness(e.result.store_timestamp - e.due)
 
+    def entries_done(self, entries) -> None:
+        """`entry_done` for a run of SUCCESS entries in offset order (one stats update)."""
+        if self.svc.listeners:
+            for e in entries:
+                self.entry_done(e)
+            return
+        last = entries[-1].offset + 1
+        if last > self.offset:
+            self.offset = last
+        st = self.stats
+        st.add_delivered(len(entries))
+        st.lateness.observe_many([e.result.store_timestamp - e.due for e in entries])
+
     # ---- visibility ----------------------------------------------------------------------
     def max_offset(self) -> int:
         return self.store.max_offset(SCHEDULE_TOPIC, self.queue_id)
