@@ -66,3 +66,20 @@ def test_build_deliveries_refuses_garbage():
         build_deliveries([bytes(len(raw))])
     with pytest.raises(CodecError):
         build_deliveries([raw[:60]])
+
+
+def test_offset_msg_id_cached_host_prefix_matches_the_packed_layout():
+    import ipaddress
+    import struct
+
+    from codec.msgid import decode_offset_msg_id, offset_msg_id
+
+    for ip in ("127.0.0.1", "10.1.2.3", "::1", "::ffff:1.2.3.4"):
+        for port in (0, 10911, 65535):
+            for phys in (0, 1, 12345678901, (1 << 63) - 1, -5):
+                a = ipaddress.ip_address(ip)
+                a = a.ipv4_mapped or a if a.version == 6 else a
+                fmt = ">4siq" if a.version == 4 else ">16siq"
+                mid = offset_msg_id(ip, port, phys)
+                assert mid == struct.pack(fmt, a.packed, port, phys).hex().upper()
+                assert decode_offset_msg_id(mid)[1:] == (port, phys)
