@@ -182,7 +182,8 @@ def _qid(b: bytes | None) -> int:
 def build_deliveries(raws) -> list:
     """For each stored schedule record (a buffer, or None): None when it has no REAL_TOPIC (or was
     None), else (delivery record bytearray, real topic, real queue id, tagsCode, index keys as
-    bytes: KEYS split on spaces, then UNIQ_KEY). Raises CodecError on a malformed record."""
+    bytes: KEYS split on spaces, then UNIQ_KEY; UNIQ_KEY bytes or None). Raises CodecError on a
+    malformed record."""
     out = []
     append = out.append
     i32 = _I32.unpack_from
@@ -227,5 +228,5 @@ def build_deliveries(raws) -> list:
             ktuple = tuple(ks)
         else:
             ktuple = (uniq,) if uniq else ()
-        append((rec, topic, qid, tags_code(get(pb, K_TAGS)), ktuple))
+        append((rec, topic, qid, tags_code(get(pb, K_TAGS)), ktuple, uniq))
     return out

@@ -20,13 +20,7 @@ import structlog
 
 from codec.record import build_deliveries
 from scheduler.async_deliver import EXCEPTION, RUNNING, SKIP, AsyncLevelHandler, PendingEntry, flush_ok
-from scheduler.delay_record import (
-    K_UNIQ,
-    born_timestamp,
-    prop,
-    properties_bytes,
-    store_timestamp,
-)
+from scheduler.delay_record import born_timestamp, store_timestamp
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.stats import LevelStats
 from storage.message_store import PutRequest, PutStatus
@@ -147,7 +141,7 @@ class LevelDeliverer:
                 continue
             reqs.append(PutRequest(b[0], b[1], b[2], b[3], b[4], -1))
             metas.append((base + i, spans[i][0], spans[i][1], dues[i],
-                          store_timestamp(raws[i]) if listening else 0))
+                          _event_info(raws[i], b[5]) if listening else 0))
         if skipped:
             self.stats.skipped += skipped
             log.warning("delay.skip_unreadable", level=self.level, count=skipped, offset=base)
@@ -220,22 +214,22 @@ class LevelDeliverer:
             await asyncio.sleep(DELAY_FOR_A_WHILE_S)
             todo = sorted(i for i, _ in failed)
 
-    def _delivered(self, due: int, sched_store_ts: int, result, req) -> None:
+    def _delivered(self, due: int, info, result, req) -> None:
+        """One delivered message with event listeners; `info` = (schedule store ts, uniqKey, bornTs)."""
         st = self.stats
         st.add_delivered(1)
         st.record_lateness(result.store_timestamp - due)
-        if self.svc.listeners:
-            self.svc.fire("delivered", topic=req.topic, msgId=self.svc.msg_id(result.phys_offset),
-                          uniqKey=_uniq(req.record), level=self.level, bornTs=born_timestamp(req.record),
-                          storeTs=sched_store_ts, dueTs=due, deliveredTs=result.store_timestamp)
+        self.svc.fire("delivered", topic=req.topic, msgId=self.svc.msg_id(result.phys_offset), uniqKey=info[1],
+                      level=self.level, bornTs=info[2], storeTs=info[0], dueTs=due,
+                      deliveredTs=result.store_timestamp)
 
     def _fire_due(self, reqs, metas) -> None:
-        for req, (_, phys, _, due, sts) in zip(reqs, metas, strict=True):
+        fire, msg_id, level = self.svc.fire, self.svc.msg_id, self.level
+        for req, (_, phys, _, due, info) in zip(reqs, metas, strict=True):
             if req is None:
                 continue
-            self.svc.fire("due", topic=req.topic, msgId=self.svc.msg_id(phys), uniqKey=_uniq(req.record),
-                          level=self.level, bornTs=born_timestamp(req.record), storeTs=sts,
-                          dueTs=due, deliveredTs=0)
+            fire("due", topic=req.topic, msgId=msg_id(phys), uniqKey=info[1], level=level, bornTs=info[2],
+                 storeTs=info[0], dueTs=due, deliveredTs=0)
 
     # ---- async ---------------------------------------------------------------------------
     def _deliver_async(self, reqs, metas) -> None:
@@ -304,7 +298,6 @@ def _set_done(fut: asyncio.Future) -> None:
         fut.set_result(None)
 
 
-def _uniq(record) -> str:
-    v = prop(properties_bytes(record), K_UNIQ)
-    return v.decode("utf-8", "replace") if v else ""
-
+def _event_info(raw, uniq: bytes | None) -> tuple[int, str, int]:
+    """What the due/delivered events need from a schedule record, computed once per message."""
+    return store_timestamp(raw), uniq.decode("utf-8", "replace") if uniq else "", born_timestamp(raw)

@@ -43,7 +43,8 @@ def test_build_deliveries_matches_rewrite_for_delivery(recs):
         if not p.get("REAL_TOPIC"):
             assert b is None
             continue
-        record, topic, qid, tags_code, keys = b
+        record, topic, qid, tags_code, keys, uniq = b
+        assert uniq == (p["UNIQ_KEY"].encode() if p.get("UNIQ_KEY") else None)
         assert topic == p["REAL_TOPIC"] and qid == int(p["REAL_QID"])
         assert record == rewrite_for_delivery(raw, topic, qid)
         back, _ = decode_record(record)
