@@ -9,21 +9,30 @@ import random
 import struct
 import time
 from datetime import datetime
+from functools import lru_cache
 
 from codec.errors import CodecError
 
 _OFF4 = struct.Struct(">4siq")
 _OFF6 = struct.Struct(">16siq")
+_PORT = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+
+@lru_cache(maxsize=256)
+def _host_hex(ip: str, port: int) -> str:
+    """Upper-case hex of storeHostIP ‖ storePort (a broker has one or two: cached)."""
+    addr = ipaddress.ip_address(ip)
+    if addr.version == 6 and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    return (addr.packed + _PORT.pack(port)).hex().upper()
 
 
 def offset_msg_id(ip: str, port: int, phys_offset: int) -> str:
     """hex(storeHostIP ‖ storePort ‖ commitlogOffset): 32 hex chars for IPv4, 56 for IPv6."""
-    addr = ipaddress.ip_address(ip)
-    if addr.version == 6 and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
-    if addr.version == 4:
-        return _OFF4.pack(addr.packed, port, phys_offset).hex().upper()
-    return _OFF6.pack(addr.packed, port, phys_offset).hex().upper()
+    if phys_offset < 0:
+        return _host_hex(ip, port) + _I64.pack(phys_offset).hex().upper()
+    return f"{_host_hex(ip, port)}{phys_offset:016X}"
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:

@@ -351,79 +351,14 @@ def verify_record(buf, pos: int, limit: int | None = None) -> int:
     return total
 
 
-_OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET (adjacent)
-_STORE_TS_POS = (POS_BORN_HOST + 8, POS_BORN_HOST + 20)  # by the BORNHOST_V6 bit
+# The append/delivery rewrites live in their own room (codec.record_rewrite, which builds on this one);
+# `from codec.record import rewrite_for_delivery` etc. keep working through this module __getattr__.
+_REWRITE_NAMES = frozenset(("build_deliveries", "patch_append_fields", "rewrite_for_delivery"))
 
 
-def patch_append_fields(buf, pos: int, queue_offset: int, phys_offset: int, store_ts: int) -> None:
-    """Fill QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP in place (done by storage at append)."""
-    _OFFSETS.pack_into(buf, pos + POS_QUEUE_OFFSET, queue_offset, phys_offset)
-    born_v6 = (_I32.unpack_from(buf, pos + POS_SYS_FLAG)[0] & SysFlag.BORNHOST_V6) != 0
-    _I64.pack_into(buf, pos + _STORE_TS_POS[born_v6], store_ts)
+def __getattr__(name: str):
+    if name in _REWRITE_NAMES:
+        from codec import record_rewrite
 
-
-@lru_cache(maxsize=4096)
-def _topic_field(topic: str) -> bytes:
-    """A record's topic field: length byte + UTF-8 topic (delivery targets repeat: cached)."""
-    tb = topic.encode("utf-8", "replace")
-    if len(tb) > MAX_TOPIC_BYTES:
-        raise CodecError("topic too long")
-    return bytes((len(tb),)) + tb
-
-
-def rewrite_for_delivery(raw, topic: str, queue_id: int, store_host: tuple[str, int] | None = None,
-                         reconsume_times: int | None = None, properties_bytes: bytes | None = None) -> bytearray:
-    """A new record from a stored one with another topic and queue id (the scheduled-delivery hot path).
-
-    Body, flag, sysFlag, born timestamp/host and (unless given) properties are copied byte for byte;
-    queue offset, physical offset and store timestamp are left for storage to patch at append."""
-    mv = memoryview(raw)
-    try:
-        if _I32.unpack_from(mv, POS_MAGIC)[0] != MAGIC_CODE:
-            raise CodecError("not a stored message record (bad magic)")
-        sf = read_sys_flag(mv, 0)
-        bpos, blen, tpos, ppos = _tail_positions(mv, 0)
-        (plen,) = _I16.unpack_from(mv, ppos)
-    except (struct.error, IndexError):
-        raise CodecError("truncated record") from None
-    if blen < 0 or plen < 0 or ppos + 2 + plen > len(mv):
-        raise CodecError("record length fields out of range")
-    if store_host is None and reconsume_times is None and properties_bytes is None:
-        # the delivery hot path: head + body as they are, the new topic, the properties slice as is
-        tb = _topic_field(topic)
-        out = bytearray(mv[:tpos])
-        out += tb
-        out += mv[ppos:ppos + 2 + plen]
-        _I32.pack_into(out, POS_TOTAL, len(out))
-        _I32.pack_into(out, POS_QUEUE_ID, queue_id)
-        return out
-    props = bytes(mv[ppos + 2:ppos + 2 + plen]) if properties_bytes is None else properties_bytes
-    tb = topic.encode("utf-8", "replace")
-    if len(tb) > MAX_TOPIC_BYTES:
-        raise CodecError("topic too long")
-    if len(props) > MAX_PROPERTIES_BYTES:
-        raise CodecError(f"properties longer than {MAX_PROPERTIES_BYTES} bytes")
-    if store_host is not None and _is_v6(store_host[0]) != bool(sf & SysFlag.STOREHOST_V6):
-        sf ^= SysFlag.STOREHOST_V6
-    head_end = bpos  # everything up to and including BODYLEN, then body
-    new_head = bytearray(mv[:head_end])
-    if store_host is not None:
-        sh_pos = store_host_pos(sf)
-        old_len = _host_len(bool(read_sys_flag(mv, 0) & SysFlag.STOREHOST_V6))
-        try:
-            packed = _pack_host(store_host, bool(sf & SysFlag.STOREHOST_V6))
-        except struct.error:
-            raise CodecError(f"bad store host port {store_host[1]!r}") from None
-        new_head[sh_pos:sh_pos + old_len] = packed
-        _I32.pack_into(new_head, POS_SYS_FLAG, sf)
-    out = new_head
-    out += mv[bpos:bpos + blen]
-    out.append(len(tb))
-    out += tb
-    out += _I16.pack(len(props))
-    out += props
-    _I32.pack_into(out, POS_TOTAL, len(out))
-    _I32.pack_into(out, POS_QUEUE_ID, queue_id)
-    if reconsume_times is not None:
-        _I32.pack_into(out, reconsume_times_pos(sf), reconsume_times)
-    return out
+        return getattr(record_rewrite, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

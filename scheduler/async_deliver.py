@@ -107,6 +107,8 @@ class AsyncLevelHandler:
                 await fut
                 continue
             head = pending[0]
+            if head.status == RUNNING and self._pop_confirmed():
+                continue
             if head.status == RUNNING:
                 fl = head.result.flushed if head.result is not None else None
                 if fl is not None:
@@ -131,6 +133,25 @@ class AsyncLevelHandler:
                 if head.resend_count == self.max_resend_blocked + 1:
                     log.warning("delay.level_blocked", level=d.level, offset=head.offset,
                                 resends=head.resend_count)
+
+    def _pop_confirmed(self) -> int:
+        """Pop the run of RUNNING head entries already confirmed (no flush to wait for, or flushed
+        fine) and hand them to the deliverer at once; returns how many."""
+        pending = self.pending
+        done = []
+        while pending:
+            e = pending[0]
+            if e.status != RUNNING:
+                break
+            fl = e.result.flushed if e.result is not None else None
+            if fl is not None and (not fl.done() or not flush_ok(fl)):
+                break
+            e.status = SUCCESS
+            done.append(pending.popleft())
+        if done:
+            self.deliverer.entries_done(done)
+            self._signal_space()
+        return len(done)
 
     async def _resend(self, head: PendingEntry) -> None:
         """doResend: back off, re-read the schedule record, put it synchronously."""

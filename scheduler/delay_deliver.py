@@ -18,18 +18,12 @@ import time
 
 import structlog
 
+from codec.record import build_deliveries
 from scheduler.async_deliver import EXCEPTION, RUNNING, SKIP, AsyncLevelHandler, PendingEntry, flush_ok
-from scheduler.delay_record import (
-    K_UNIQ,
-    born_timestamp,
-    build_delivery,
-    prop,
-    properties_bytes,
-    store_timestamp,
-)
+from scheduler.delay_record import born_timestamp, store_timestamp
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.stats import LevelStats
-from storage.message_store import PutRequest
+from storage.message_store import PutRequest, PutStatus
 
 log = structlog.get_logger(__name__)
 
@@ -38,6 +32,7 @@ UNIT_SIZE = 20
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 DELAY_FOR_A_WHILE_S = 0.1
 DELAY_FOR_A_PERIOD_S = 10.0
+PUT_OK = PutStatus.PUT_OK
 
 
 def now_ms() -> int:
@@ -119,31 +114,34 @@ class LevelDeliverer:
                 return
             limit = min(limit, handler.room())
         now = now_ms()
-        delay = self.delay_ms
-        unpack = _UNIT.unpack_from
+        late_bound = now + self.delay_ms
         base = self.scan_offset
-        reqs, metas = [], []  # metas: (offset, phys, size, due, schedule store ts if listened)
-        listening = bool(self.svc.listeners)
+        spans, dues = [], []
         wait_due = 0
         scanned = limit
-        skipped = 0
-        for i in range(limit):
-            phys, size, due = unpack(units, i * UNIT_SIZE)
-            if due > now + delay:  # correctDeliverTimestamp
+        for i, (phys, size, due) in enumerate(_UNIT.iter_unpack(units[:limit * UNIT_SIZE])):
+            if due > late_bound:  # correctDeliverTimestamp
                 due = now
             if due > now:
                 wait_due, scanned = due, i
                 break
-            raw = store.read_record(phys, size)
-            req = self.make_request(raw) if raw is not None else None
-            if req is None:
+            spans.append((phys, size))
+            dues.append(due)
+        raws = store.read_records(spans)
+        built = build_deliveries(raws)
+        reqs, metas = [], []  # metas: (offset, phys, size, due, schedule store ts if listened)
+        listening = bool(self.svc.listeners)
+        skipped = 0
+        for i, b in enumerate(built):
+            if b is None or b[1] == HALF_TOPIC:  # unreadable, no REAL_TOPIC, or a half message: dropped
                 skipped += 1
                 if handler is not None:
-                    metas.append((base + i, phys, size, due, 0))
+                    metas.append((base + i, spans[i][0], spans[i][1], dues[i], 0))
                     reqs.append(None)
                 continue
-            reqs.append(req)
-            metas.append((base + i, phys, size, due, store_timestamp(raw) if listening else 0))
+            reqs.append(PutRequest(b[0], b[1], b[2], b[3], b[4], -1))
+            metas.append((base + i, spans[i][0], spans[i][1], dues[i],
+                          _event_info(raws[i], b[5]) if listening else 0))
         if skipped:
             self.stats.skipped += skipped
             log.warning("delay.skip_unreadable", level=self.level, count=skipped, offset=base)
@@ -170,26 +168,27 @@ class LevelDeliverer:
 
     def make_request(self, raw) -> PutRequest | None:
         """messageTimeup: the delivery PutRequest, or None to drop (no REAL_TOPIC, half message)."""
-        built = build_delivery(raw)
-        if built is None or built[1] == HALF_TOPIC:
+        b = build_deliveries((raw,))[0]
+        if b is None or b[1] == HALF_TOPIC:
             return None
-        record, topic, qid, tags_code, keys = built
-        return PutRequest(record, topic, qid, tags_code, keys, -1)
+        return PutRequest(b[0], b[1], b[2], b[3], b[4], -1)
 
     # ---- sync ----------------------------------------------------------------------------
     async def _deliver_sync(self, reqs, metas) -> None:
         if not reqs:
             return
-        if self.svc.listeners:
+        listening = bool(self.svc.listeners)
+        if listening:
             self._fire_due(reqs, metas)
-        todo = list(range(len(reqs)))
+        todo = None  # first attempt: the whole batch
         attempt = 0
-        while todo:
-            results = self.store.put([reqs[i] for i in todo])
-            failed, oks = [], []
-            for i, r in zip(todo, results, strict=True):
-                (oks if r.ok else failed).append((i, r))
-            for i, r in oks:
+        while True:
+            results = self.store.put(reqs if todo is None else [reqs[i] for i in todo])
+            failed, lateness = [], []
+            for i, r in zip(range(len(reqs)) if todo is None else todo, results, strict=True):
+                if r.status is not PUT_OK:
+                    failed.append((i, r))
+                    continue
                 fl = r.flushed
                 if fl is not None:
                     if not fl.done():
@@ -198,32 +197,39 @@ class LevelDeliverer:
                         failed.append((i, r))
                         continue
                 m = metas[i]
-                self._delivered(m[3], m[4], r, reqs[i])
-            if failed:
-                attempt += 1
-                self.stats.failed_puts += len(failed)
-                if attempt == 1 or attempt % 100 == 0:
-                    log.warning("delay.deliver_failed", level=self.level, failed=len(failed), attempt=attempt,
-                                status=str(failed[0][1].status))
-                await asyncio.sleep(DELAY_FOR_A_WHILE_S)
+                if listening:
+                    self._delivered(m[3], m[4], r, reqs[i])
+                else:
+                    lateness.append(r.store_timestamp - m[3])
+            if lateness:
+                self.stats.add_delivered(len(lateness))
+                self.stats.lateness.observe_many(lateness)
+            if not failed:
+                return
+            attempt += 1
+            self.stats.failed_puts += len(failed)
+            if attempt == 1 or attempt % 100 == 0:
+                log.warning("delay.deliver_failed", level=self.level, failed=len(failed), attempt=attempt,
+                            status=str(failed[0][1].status))
+            await asyncio.sleep(DELAY_FOR_A_WHILE_S)
             todo = sorted(i for i, _ in failed)
 
-    def _delivered(self, due: int, sched_store_ts: int, result, req) -> None:
+    def _delivered(self, due: int, info, result, req) -> None:
+        """One delivered message with event listeners; `info` = (schedule store ts, uniqKey, bornTs)."""
         st = self.stats
         st.add_delivered(1)
         st.record_lateness(result.store_timestamp - due)
-        if self.svc.listeners:
-            self.svc.fire("delivered", topic=req.topic, msgId=self.svc.msg_id(result.phys_offset),
-                          uniqKey=_uniq(req.record), level=self.level, bornTs=born_timestamp(req.record),
-                          storeTs=sched_store_ts, dueTs=due, deliveredTs=result.store_timestamp)
+        self.svc.fire("delivered", topic=req.topic, msgId=self.svc.msg_id(result.phys_offset), uniqKey=info[1],
+                      level=self.level, bornTs=info[2], storeTs=info[0], dueTs=due,
+                      deliveredTs=result.store_timestamp)
 
     def _fire_due(self, reqs, metas) -> None:
-        for req, (_, phys, _, due, sts) in zip(reqs, metas, strict=True):
+        fire, msg_id, level = self.svc.fire, self.svc.msg_id, self.level
+        for req, (_, phys, _, due, info) in zip(reqs, metas, strict=True):
             if req is None:
                 continue
-            self.svc.fire("due", topic=req.topic, msgId=self.svc.msg_id(phys), uniqKey=_uniq(req.record),
-                          level=self.level, bornTs=born_timestamp(req.record), storeTs=sts,
-                          dueTs=due, deliveredTs=0)
+            fire("due", topic=req.topic, msgId=msg_id(phys), uniqKey=info[1], level=level, bornTs=info[2],
+                 storeTs=info[0], dueTs=due, deliveredTs=0)
 
     # ---- async ---------------------------------------------------------------------------
     def _deliver_async(self, reqs, metas) -> None:
@@ -259,6 +265,19 @@ class LevelDeliverer:
             st.add_delivered(1)
             st.record_lateness(e.result.store_timestamp - e.due)
 
+    def entries_done(self, entries) -> None:
+        """`entry_done` for a run of SUCCESS entries in offset order (one stats update)."""
+        if self.svc.listeners:
+            for e in entries:
+                self.entry_done(e)
+            return
+        last = entries[-1].offset + 1
+        if last > self.offset:
+            self.offset = last
+        st = self.stats
+        st.add_delivered(len(entries))
+        st.lateness.observe_many([e.result.store_timestamp - e.due for e in entries])
+
     # ---- visibility ----------------------------------------------------------------------
     def max_offset(self) -> int:
         return self.store.max_offset(SCHEDULE_TOPIC, self.queue_id)
@@ -279,7 +298,6 @@ def _set_done(fut: asyncio.Future) -> None:
         fut.set_result(None)
 
 
-def _uniq(record) -> str:
-    v = prop(properties_bytes(record), K_UNIQ)
-    return v.decode("utf-8", "replace") if v else ""
-
+def _event_info(raw, uniq: bytes | None) -> tuple[int, str, int]:
+    """What the due/delivered events need from a schedule record, computed once per message."""
+    return store_timestamp(raw), uniq.decode("utf-8", "replace") if uniq else "", born_timestamp(raw)

@@ -79,9 +79,24 @@ class DelayOffsetTable:
         return new
 
     def persist(self, force: bool = False) -> bool:
-        if self.path is None or (not force and self.offsets == self._persisted):
+        data = self.take_snapshot(force)
+        if data is None:
             return False
-        snapshot = dict(self.offsets)
-        atomic_write_bytes(self.path, format_offset_table(snapshot))
-        self._persisted = snapshot
+        self.write(data)
         return True
+
+    def take_snapshot(self, force: bool = False) -> bytes | None:
+        """The file content to write now (None: unchanged since the last snapshot). Marks it persisted,
+        so call `write(data)` next (from any thread: it does the fsyncs and renames)."""
+        if self.path is None or (not force and self.offsets == self._persisted):
+            return None
+        snapshot = dict(self.offsets)
+        self._persisted = snapshot
+        return format_offset_table(snapshot)
+
+    def mark_unpersisted(self) -> None:
+        """A `write` failed: the next snapshot writes again."""
+        self._persisted = {}
+
+    def write(self, data: bytes) -> None:
+        atomic_write_bytes(self.path, data)

@@ -17,6 +17,7 @@ from scheduler.delay_config import DelayConfig
 from scheduler.delay_deliver import LevelDeliverer
 from scheduler.delay_offsets import DelayOffsetTable
 from scheduler.levels import SCHEDULE_TOPIC
+from scheduler.loop_lag import LoopLagProbe
 
 log = structlog.get_logger(__name__)
 
@@ -35,6 +36,8 @@ class DelayLevelService:
         self._started = False
         self._store_host: tuple[str, int] | None = None
         self._persist_handle: asyncio.TimerHandle | None = None
+        self._probe: LoopLagProbe | None = None
+        self._persist_job: asyncio.Future | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
     def load(self) -> bool:
@@ -59,11 +62,17 @@ class DelayLevelService:
             if d.handler is not None:
                 self._tasks.append(loop.create_task(d.handler.run(), name=f"delay-handler-{d.level}"))
         self._schedule_persist(loop)
+        self._probe = LoopLagProbe.from_env()
+        if self._probe is not None:
+            self._probe.start()
         self._started = True
         log.info("delay.started", levels=len(self.levels), async_deliver=self.config.async_deliver,
                  offsets={d.level: d.offset for d in self.levels if d.offset})
 
     async def shutdown(self) -> None:
+        if self._probe is not None:
+            self._probe.stop()
+            self._probe = None
         if self._persist_handle is not None:
             self._persist_handle.cancel()
             self._persist_handle = None
@@ -78,6 +87,8 @@ class DelayLevelService:
                 await asyncio.wait(pending)
             self._tasks.clear()
         self._started = False
+        if self._persist_job is not None:  # let a periodic write finish before the final one
+            await asyncio.wait((self._persist_job,))
         self.persist()
         log.info("delay.stopped", offsets={d.level: d.offset for d in self.levels})
 
@@ -92,13 +103,31 @@ class DelayLevelService:
             return False
 
     def _schedule_persist(self, loop) -> None:
+        """Every flushDelayOffsetInterval: snapshot the offsets on the loop, write the file (two fsyncs
+        and two renames) in an executor thread so a slow disk never stalls deliveries."""
         interval = self.config.flush_offset_interval_ms / 1000
         if interval <= 0:
             return
 
         def tick() -> None:
-            self.persist()
-            self._persist_handle = loop.call_later(interval, tick)
+            self._persist_handle = None
+            for d in self.levels:
+                self.offsets.set(d.level, d.offset)
+            data = self.offsets.take_snapshot()
+            if data is None:
+                self._persist_handle = loop.call_later(interval, tick)
+                return
+            self._persist_job = job = loop.run_in_executor(None, self.offsets.write, data)
+            job.add_done_callback(written)
+
+        def written(job) -> None:
+            self._persist_job = None
+            exc = None if job.cancelled() else job.exception()
+            if exc is not None:
+                self.offsets.mark_unpersisted()
+                log.error("delay.persist_failed", error=repr(exc))
+            if self._started:
+                self._persist_handle = loop.call_later(interval, tick)
 
         self._persist_handle = loop.call_later(interval, tick)
 

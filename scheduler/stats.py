@@ -34,6 +34,22 @@ class LatenessHistogram:
         if ms > self.max:
             self.max = ms
 
+    def observe_many(self, values) -> None:
+        """`observe` for each value (one call per delivered batch)."""
+        counts, bounds = self.counts, self.bounds
+        total = 0
+        top = self.max
+        for ms in values:
+            if ms < 0:
+                ms = 0
+            counts[bisect_left(bounds, ms)] += 1
+            total += ms
+            if ms > top:
+                top = ms
+        self.sum += total
+        self.count += len(values)
+        self.max = top
+
     def cumulative(self) -> list[tuple[float, int]]:
         out, acc = [], 0
         for le, c in zip((*self.bounds, float("inf")), self.counts, strict=True):

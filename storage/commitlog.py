@@ -125,6 +125,34 @@ class CommitLog:
             return None
         return mf.slice(pos, total)
 
+    def read_records(self, spans) -> list:
+        """`read_record(phys, size)` for each (phys, size), in one loop that keeps the current
+        segment (a batch of ConsumeQueue units mostly points into one segment)."""
+        out = []
+        append = out.append
+        head = R.read_head
+        magics = R.RECORD_MAGICS
+        min_rec = R.MIN_RECORD
+        lo = hi = 0
+        mf = None
+        for phys, size in spans:
+            if not lo <= phys < hi:
+                mf = self.queue.find(phys)
+                if mf is None:
+                    append(None)
+                    lo = hi = 0
+                    continue
+                lo = mf.file_from_offset
+                hi = lo + mf.file_size
+            pos = phys - lo
+            end = pos + size
+            if size < min_rec or end > mf.wrote_pos:
+                append(None)
+                continue
+            total, magic = head(mf.mm, pos)
+            append(mf.view[pos:end] if total == size and magic in magics else None)
+        return out
+
     def store_ts_at(self, phys_offset: int) -> int | None:
         rec = self.read(phys_offset, R.MIN_RECORD)
         return None if rec is None else R.read_store_timestamp(rec)

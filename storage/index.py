@@ -38,6 +38,7 @@ class IndexService:
         self.last_update_ts = 0
         self.last_update_phys = 0
         self.entries = 0
+        self._prefixes: dict[str, tuple[str, bytes] | None] = {}
 
     def load(self, commitlog_max: int) -> None:
         """Read the file; cut entries that are torn or point at or past `commitlog_max`."""
@@ -73,16 +74,42 @@ class IndexService:
         self.last_update_ts, self.last_update_phys = ts, phys
 
     def add(self, topic: str, keys, phys: int, size: int, ts: int) -> None:
-        if topic in UNINDEXED_TOPICS:
-            return
-        for k in keys:
-            if not k:
-                continue
-            key = f"{topic}#{k}"
-            kb = key.encode("utf-8")
-            self._pending += _HEAD.pack(phys, size, ts, len(kb))
-            self._pending += kb
-            self._add(key, phys, size, ts)
+        self.add_batch(((topic, keys, phys, size),), ts)
+
+    def add_batch(self, entries, ts: int) -> None:
+        """Entries (topic, keys, phys, size) stored at `ts`; keys are str or UTF-8 bytes."""
+        pending, table, pack, prefixes = self._pending, self.table, _HEAD.pack, self._prefixes
+        n = last = 0
+        for topic, keys, phys, size in entries:
+            pre = prefixes.get(topic)
+            if pre is None:
+                if topic in UNINDEXED_TOPICS:
+                    continue
+                if len(prefixes) > 4096:
+                    prefixes.clear()
+                pre = prefixes[topic] = (f"{topic}#", f"{topic}#".encode())
+            for k in keys:
+                if not k:
+                    continue
+                if type(k) is str:
+                    key = pre[0] + k
+                    kb = key.encode("utf-8")
+                else:
+                    kb = pre[1] + k
+                    key = kb.decode("utf-8", "replace")
+                pending += pack(phys, size, ts, len(kb))
+                pending += kb
+                hit = (phys, size, ts)
+                lst = table.get(key)
+                if lst is None:
+                    table[key] = [hit]
+                else:
+                    lst.append(hit)
+                n += 1
+                last = phys
+        if n:
+            self.entries += n
+            self.last_update_ts, self.last_update_phys = ts, last
 
     def query(self, topic: str, key: str, max_num: int, begin: int, end: int, min_phys: int) -> list[tuple[int, int, int]]:
         """Newest `max_num` (phys, size, storeTs) with begin <= storeTs <= end, returned oldest first."""

@@ -193,7 +193,11 @@ class MessageStore(ReadMixin, RetentionMixin):
         return None
 
     def put(self, requests: list[PutRequest]) -> list[PutResult]:
-        """Append a batch synchronously; see ARCHITECTURE.md. Results are in request order."""
+        """Append a batch synchronously; see ARCHITECTURE.md. Results are in request order.
+
+        One pass checks the requests and assigns queue offsets, the CommitLog copies runs of records
+        with one write each, one pass builds the ConsumeQueue units (one write per queue) and the index
+        entries (one call), then the dispatch listeners run once per (topic, queue)."""
         results: list[PutResult | None] = [None] * len(requests)
         if self._closed or not self._loaded:
             return self._fail_all(requests, results, PutStatus.SERVICE_NOT_AVAILABLE, "store is not running")
@@ -202,80 +206,95 @@ class MessageStore(ReadMixin, RetentionMixin):
             return self._fail_all(requests, results, PutStatus.SERVICE_NOT_AVAILABLE,
                                   f"disk full: used ratio {self._disk_ratio:.3f} > {self.config.disk_max_used_ratio}")
         faults = self.faults
-        accepted: list[int] = []
-        for i, req in enumerate(requests):
-            status = faults.take(req) if faults.enabled else None
-            remark = "injected fault" if status is not None else None
-            if status is None:
-                status = self._check_request(req)
-                remark = "message illegal" if status is not None else None
-            if status is not None:
-                results[i] = PutResult(status, remark=remark)
-                self.put_failed_total += 1
-            else:
-                accepted.append(i)
-        if not accepted:
-            return results  # type: ignore[return-value]
-        # queue offsets (committed only for records actually stored)
+        cfg = self.config
+        max_size = min(cfg.max_message_size, cfg.mapped_file_size_commitlog - R.BLANK_LEN)
+        min_size, read_head, magics = R.MIN_RECORD, R.read_head, R.RECORD_MAGICS
         counters = self.queue_offsets
         next_off: dict[tuple[str, int], int] = {}
+        accepted: list[PutRequest] = []
+        positions: list[int] = []  # request index of each accepted one
         qoffs: list[int] = []
-        for i in accepted:
-            req = requests[i]
+        records: list = []
+        for i, req in enumerate(requests):
+            status = faults.take(req) if faults.enabled else None
+            if status is not None:
+                results[i] = PutResult(status, remark="injected fault")
+                self.put_failed_total += 1
+                continue
+            rec = req.record
+            n = len(rec)
+            if n > max_size or n < min_size or (h := read_head(rec, 0))[0] != n or h[1] not in magics:
+                results[i] = PutResult(PutStatus.MESSAGE_ILLEGAL, remark="message illegal")
+                self.put_failed_total += 1
+                continue
             key = (req.topic, req.queue_id)
             off = next_off.get(key)
             if off is None:
                 off = counters.get(key, 0)
-            qoffs.append(off)
             next_off[key] = off + 1
+            qoffs.append(off)
+            accepted.append(req)
+            positions.append(i)
+            records.append(rec)
+        if not accepted:
+            return results  # type: ignore[return-value]
         store_ts = self.now_ms()
-        phys, err = self.commitlog.append_batch([requests[i].record for i in accepted], qoffs, store_ts)
+        phys, err = self.commitlog.append_batch(records, qoffs, store_ts)
         units: dict[tuple[str, int], list] = {}
-        index = self.index
+        index_entries = []
+        pack = UNIT.pack
+        ok = PutStatus.PUT_OK
         end = 0
+        nbytes = 0
         for j, p in enumerate(phys):
-            i = accepted[j]
-            req = requests[i]
-            size = len(req.record)
+            req = accepted[j]
+            size = len(records[j])
             key = (req.topic, req.queue_id)
-            tags = store_ts + req.deliver_delay_ms if req.deliver_delay_ms >= 0 else req.tags_code
+            delay = req.deliver_delay_ms
+            unit = pack(p, size, store_ts + delay if delay >= 0 else req.tags_code)
             entry = units.get(key)
             if entry is None:
-                units[key] = [qoffs[j], bytearray(UNIT.pack(p, size, tags)), p + size]
+                units[key] = [qoffs[j], bytearray(unit), p + size]
             else:
-                entry[1] += UNIT.pack(p, size, tags)
+                entry[1] += unit
                 entry[2] = p + size
             if req.keys:
-                index.add(req.topic, req.keys, p, size, store_ts)
-            results[i] = PutResult(PutStatus.PUT_OK, p, size, qoffs[j], store_ts)
+                index_entries.append((req.topic, req.keys, p, size))
+            results[positions[j]] = PutResult(ok, p, size, qoffs[j], store_ts)
             end = p + size
-            self.put_bytes_total += size
+            nbytes += size
+        if index_entries:
+            self.index.add_batch(index_entries, store_ts)
+        self.put_bytes_total += nbytes
         self.put_ok_total += len(phys)
         if err is not None:
             enospc = isinstance(err.cause, OSError) and err.cause.errno == errno.ENOSPC
             status = PutStatus.SERVICE_NOT_AVAILABLE if enospc else PutStatus.CREATE_MAPPED_FILE_FAILED
             remark = f"disk full: {err}" if enospc else f"create mapped file failed: {err}"
-            for i in accepted[len(phys):]:
+            for i in positions[len(phys):]:
                 results[i] = PutResult(status, remark=remark)
                 self.put_failed_total += 1
-        for key, (first, buf, max_end) in units.items():
+        for key, entry in units.items():
+            first, buf, max_end = entry
             cq = self.consume_queue(key[0], key[1], create=True)
             try:
                 cq.put_units(first, buf, max_end)
             except OSError as e:  # the CommitLog has it; recovery rebuilds the units
                 log.error("store.consume_queue_write_failed", topic=key[0], queue_id=key[1], error=str(e))
             counters[key] = first + len(buf) // 20
-        if phys and self.config.sync_flush:
+        if phys and cfg.sync_flush:
             fut = self._group_commit.request(end)
             for j in range(len(phys)):
-                results[accepted[j]].flushed = fut
-        for key in units:
-            max_offset = counters[key]
-            for fn in self._listeners:
-                try:
-                    fn(key[0], key[1], max_offset)
-                except Exception as e:
-                    log.error("store.dispatch_listener_failed", listener=repr(fn), error=repr(e))
+                results[positions[j]].flushed = fut
+        listeners = self._listeners
+        if listeners:
+            for key in units:
+                max_offset = counters[key]
+                for fn in listeners:
+                    try:
+                        fn(key[0], key[1], max_offset)
+                    except Exception as e:
+                        log.error("store.dispatch_listener_failed", listener=repr(fn), error=repr(e))
         return results  # type: ignore[return-value]
 
     def _fail_all(self, requests, results, status: PutStatus, remark: str) -> list[PutResult]:

@@ -88,6 +88,10 @@ class ReadMixin:
     def read_record(self, phys_offset: int, size: int | None = None) -> memoryview | None:
         return self.commitlog.read_record(phys_offset, size)
 
+    def read_records(self, spans) -> list[memoryview | None]:
+        """`read_record(phys, size)` for each (phys, size) of an iterable, in one call (batch reads)."""
+        return self.commitlog.read_records(spans)
+
     def lookup_message_by_offset(self, phys_offset: int):
         """The decoded `codec.record.MessageRecord` at `phys_offset`, or None."""
         raw = self.commitlog.read_record(phys_offset)

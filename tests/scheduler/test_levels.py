@@ -98,3 +98,14 @@ async def test_consume_queue_tags_code_is_deliver_timestamp(tmp_path):
         assert decode_record(raw, 0)[0].properties["DELAY"] == "3"
     finally:
         await store.shutdown()
+
+
+def test_lateness_observe_many_equals_observe_each():
+    from scheduler.stats import LatenessHistogram
+
+    values = [-5, 0, 1, 3, 7, 49, 50, 51, 999, 70_000, 12]
+    one, many = LatenessHistogram(), LatenessHistogram()
+    for v in values:
+        one.observe(v)
+    many.observe_many(values)
+    assert (many.counts, many.sum, many.count, many.max) == (one.counts, one.sum, one.count, one.max)

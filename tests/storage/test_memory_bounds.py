@@ -69,3 +69,18 @@ def test_flushed_commitlog_and_consume_queue_pages_leave_rss_and_stay_readable(t
     assert s.max_offset("T", 0) == 2001
     assert decode_record(s.read_record(res[0].phys_offset, res[0].size), 0)[0].body == bodies[0]
     s.close()
+
+
+def test_index_accepts_utf8_bytes_keys_like_str_keys(tmp_path):
+    s = open_store(tmp_path / "s")
+    a = s.put([request(topic="Real", keys="k1", uniq="U1")])[0]
+    b_req = request(topic="Real")
+    b_req.keys = (b"k1", b"U2")
+    b = s.put([b_req])[0]
+    assert s.index.entries == 4 and set(s.index.table) == {"Real#k1", "Real#U1", "Real#U2"}
+    hits = s.query_by_key("Real", "k1", 10).buffers
+    assert [decode_record(h, 0)[0].commitlog_offset for h in hits] == [a.phys_offset, b.phys_offset]
+    s.close()
+    s = open_store(tmp_path / "s")
+    assert s.index.entries == 4 and len(s.query_by_key("Real", "U2", 10).buffers) == 1
+    s.close()

@@ -90,3 +90,15 @@ def test_search_offset_by_timestamp_rules(store):
     assert search(4000) == 3  # tie → the earlier one
     assert store.earliest_store_time("T", 0) == 1000
     assert store.earliest_store_time("T", 9) is None
+
+
+def test_read_records_batch_matches_read_record(tmp_path):
+    s = open_store(tmp_path / "s")
+    res = s.put([request(body=b"x" * i) for i in range(1, 40)])
+    spans = [(r.phys_offset, r.size) for r in res]
+    bad = [(res[0].phys_offset, res[0].size + 1), (res[1].phys_offset + 1, res[1].size), (1 << 40, 100),
+           (s.commitlog_max_offset(), 100)]
+    got = s.read_records(spans + bad)
+    assert [bytes(g) for g in got[:len(spans)]] == [bytes(s.read_record(p, n)) for p, n in spans]
+    assert got[len(spans):] == [None] * len(bad)
+    s.close()

@@ -1,0 +1,232 @@
+"""Record rewrites without a full decode (the put and scheduled-delivery hot paths).
+
+`patch_append_fields`: storage fills QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP at append.
+`rewrite_for_delivery`: a stored record copied with another topic / queue id (and optionally another
+store host, reconsume times or properties). `build_deliveries`: messageTimeup for a whole batch of
+schedule records in one loop: the delivery record (head + body and the properties bytes copied as
+stored, the real topic in place of SCHEDULE_TOPIC_XXXX), real topic and queue id, tagsCode and the
+index keys, found with bytes.find on the properties (no per-message dict, no property decode).
+"""
+
+from __future__ import annotations
+
+import struct
+from functools import lru_cache
+
+from codec.codes import SysFlag
+from codec.errors import CodecError
+from codec.record import (
+    MAGIC_CODE,
+    MAX_PROPERTIES_BYTES,
+    MAX_TOPIC_BYTES,
+    POS_BORN_HOST,
+    POS_MAGIC,
+    POS_QUEUE_ID,
+    POS_QUEUE_OFFSET,
+    POS_SYS_FLAG,
+    POS_TOTAL,
+    _host_len,
+    _is_v6,
+    _pack_host,
+    _tail_positions,
+    body_len_pos,
+    read_sys_flag,
+    reconsume_times_pos,
+    store_host_pos,
+)
+from codec.tags import java_hash
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET (adjacent)
+_STORE_TS_POS = (POS_BORN_HOST + 8, POS_BORN_HOST + 20)  # by the BORNHOST_V6 bit
+
+
+def patch_append_fields(buf, pos: int, queue_offset: int, phys_offset: int, store_ts: int) -> None:
+    """Fill QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP in place (done by storage at append)."""
+    _OFFSETS.pack_into(buf, pos + POS_QUEUE_OFFSET, queue_offset, phys_offset)
+    born_v6 = (_I32.unpack_from(buf, pos + POS_SYS_FLAG)[0] & SysFlag.BORNHOST_V6) != 0
+    _I64.pack_into(buf, pos + _STORE_TS_POS[born_v6], store_ts)
+
+
+@lru_cache(maxsize=4096)
+def _topic_field(topic: str) -> bytes:
+    """A record's topic field: length byte + UTF-8 topic (delivery targets repeat: cached)."""
+    tb = topic.encode("utf-8", "replace")
+    if len(tb) > MAX_TOPIC_BYTES:
+        raise CodecError("topic too long")
+    return bytes((len(tb),)) + tb
+
+
+def rewrite_for_delivery(raw, topic: str, queue_id: int, store_host: tuple[str, int] | None = None,
+                         reconsume_times: int | None = None, properties_bytes: bytes | None = None) -> bytearray:
+    """A new record from a stored one with another topic and queue id (the scheduled-delivery hot path).
+
+    Body, flag, sysFlag, born timestamp/host and (unless given) properties are copied byte for byte;
+    queue offset, physical offset and store timestamp are left for storage to patch at append."""
+    mv = memoryview(raw)
+    try:
+        if _I32.unpack_from(mv, POS_MAGIC)[0] != MAGIC_CODE:
+            raise CodecError("not a stored message record (bad magic)")
+        sf = read_sys_flag(mv, 0)
+        bpos, blen, tpos, ppos = _tail_positions(mv, 0)
+        (plen,) = _I16.unpack_from(mv, ppos)
+    except (struct.error, IndexError):
+        raise CodecError("truncated record") from None
+    if blen < 0 or plen < 0 or ppos + 2 + plen > len(mv):
+        raise CodecError("record length fields out of range")
+    if store_host is None and reconsume_times is None and properties_bytes is None:
+        # the delivery hot path: head + body as they are, the new topic, the properties slice as is
+        tb = _topic_field(topic)
+        out = bytearray(mv[:tpos])
+        out += tb
+        out += mv[ppos:ppos + 2 + plen]
+        _I32.pack_into(out, POS_TOTAL, len(out))
+        _I32.pack_into(out, POS_QUEUE_ID, queue_id)
+        return out
+    props = bytes(mv[ppos + 2:ppos + 2 + plen]) if properties_bytes is None else properties_bytes
+    tb = topic.encode("utf-8", "replace")
+    if len(tb) > MAX_TOPIC_BYTES:
+        raise CodecError("topic too long")
+    if len(props) > MAX_PROPERTIES_BYTES:
+        raise CodecError(f"properties longer than {MAX_PROPERTIES_BYTES} bytes")
+    if store_host is not None and _is_v6(store_host[0]) != bool(sf & SysFlag.STOREHOST_V6):
+        sf ^= SysFlag.STOREHOST_V6
+    head_end = bpos  # everything up to and including BODYLEN, then body
+    new_head = bytearray(mv[:head_end])
+    if store_host is not None:
+        sh_pos = store_host_pos(sf)
+        old_len = _host_len(bool(read_sys_flag(mv, 0) & SysFlag.STOREHOST_V6))
+        try:
+            packed = _pack_host(store_host, bool(sf & SysFlag.STOREHOST_V6))
+        except struct.error:
+            raise CodecError(f"bad store host port {store_host[1]!r}") from None
+        new_head[sh_pos:sh_pos + old_len] = packed
+        _I32.pack_into(new_head, POS_SYS_FLAG, sf)
+    out = new_head
+    out += mv[bpos:bpos + blen]
+    out.append(len(tb))
+    out += tb
+    out += _I16.pack(len(props))
+    out += props
+    _I32.pack_into(out, POS_TOTAL, len(out))
+    _I32.pack_into(out, POS_QUEUE_ID, queue_id)
+    if reconsume_times is not None:
+        _I32.pack_into(out, reconsume_times_pos(sf), reconsume_times)
+    return out
+
+
+# ---- batch messageTimeup ------------------------------------------------------------------------
+K_REAL_TOPIC = b"REAL_TOPIC\x01"
+K_REAL_QID = b"REAL_QID\x01"
+K_TAGS = b"TAGS\x01"
+K_KEYS = b"KEYS\x01"
+K_UNIQ = b"UNIQ_KEY\x01"
+_BODY_LEN_POS = tuple(body_len_pos(sf) for sf in (0, 0x10, 0x20, 0x30))  # by sysFlag bits 0x30 >> 4
+_CACHE_MAX = 4096
+_topics: dict[bytes, tuple[str, bytes]] = {}  # REAL_TOPIC value -> (topic str, topic field)
+_tags: dict[bytes, int] = {}
+_qids: dict[bytes, int] = {}
+
+
+def prop_value(pb: bytes, key: bytes) -> bytes | None:
+    """Value of `key` (given with its trailing \\x01) in a properties string, or None."""
+    i = pb.find(key)
+    while i > 0 and pb[i - 1] != 2:  # inside another key or value: look further
+        i = pb.find(key, i + 1)
+    if i < 0:
+        return None
+    start = i + len(key)
+    end = pb.find(b"\x02", start)
+    return pb[start:] if end < 0 else pb[start:end]
+
+
+def _topic(b: bytes) -> tuple[str, bytes]:
+    t = _topics.get(b)
+    if t is None:
+        if len(_topics) > _CACHE_MAX:
+            _topics.clear()
+        s = b.decode("utf-8", "replace")
+        t = _topics[b] = (s, _topic_field(s))
+    return t
+
+
+def tags_code(tags: bytes | None) -> int:
+    """tagsCode of a TAGS value (Java String.hashCode, cached); 0 without tags."""
+    if not tags:
+        return 0
+    code = _tags.get(tags)
+    if code is None:
+        if len(_tags) > _CACHE_MAX:
+            _tags.clear()
+        code = _tags[tags] = java_hash(tags.decode("utf-8", "replace"))
+    return code
+
+
+def _qid(b: bytes | None) -> int:
+    if not b:
+        return 0
+    q = _qids.get(b)
+    if q is None:
+        try:
+            q = int(b)
+        except ValueError:
+            q = 0
+        if len(_qids) > _CACHE_MAX:
+            _qids.clear()
+        _qids[b] = q
+    return q
+
+
+def build_deliveries(raws) -> list:
+    """For each stored schedule record (a buffer, or None): None when it has no REAL_TOPIC (or was
+    None), else (delivery record bytearray, real topic, real queue id, tagsCode, index keys as
+    bytes: KEYS split on spaces, then UNIQ_KEY; UNIQ_KEY bytes or None). Raises CodecError on a
+    malformed record."""
+    out = []
+    append = out.append
+    i32 = _I32.unpack_from
+    i16 = _I16.unpack_from
+    pack_i32 = _I32.pack_into
+    blp = _BODY_LEN_POS
+    get = prop_value
+    for raw in raws:
+        if raw is None:
+            append(None)
+            continue
+        try:
+            if i32(raw, POS_MAGIC)[0] != MAGIC_CODE:
+                raise CodecError("not a stored message record (bad magic)")
+            bl = blp[(i32(raw, POS_SYS_FLAG)[0] & 0x30) >> 4]
+            blen = i32(raw, bl)[0]
+            tpos = bl + 4 + blen
+            ppos = tpos + 1 + raw[tpos]
+            pend = ppos + 2 + i16(raw, ppos)[0]
+        except (struct.error, IndexError):
+            raise CodecError("truncated record") from None
+        if blen < 0 or pend < ppos + 2 or pend > len(raw):
+            raise CodecError("record length fields out of range")
+        pb = bytes(raw[ppos + 2:pend])
+        rt = get(pb, K_REAL_TOPIC)
+        if not rt:
+            append(None)
+            continue
+        topic, field = _topic(rt)
+        qid = _qid(get(pb, K_REAL_QID))
+        rec = bytearray(raw[:tpos])
+        rec += field
+        rec += raw[ppos:pend]
+        pack_i32(rec, POS_TOTAL, len(rec))
+        pack_i32(rec, POS_QUEUE_ID, qid)
+        keys = get(pb, K_KEYS)
+        uniq = get(pb, K_UNIQ)
+        if keys:
+            ks = [k for k in keys.split(b" ") if k]
+            if uniq:
+                ks.append(uniq)
+            ktuple = tuple(ks)
+        else:
+            ktuple = (uniq,) if uniq else ()
+        append((rec, topic, qid, tags_code(get(pb, K_TAGS)), ktuple, uniq))
+    return out
