@@ -92,3 +92,21 @@ async def test_restart_truncates_torn_units_and_revises_wheel(make_harness, tmp_
     await h2.wait_until(lambda: h2.count("R") == 3, 10)
     assert sorted(m.properties["UNIQ_KEY"] for m in h2.messages("R")) == ["U0", "U1", "U2"]
     assert h2.count(TIMER_TOPIC) == 3
+
+
+def test_first_nonzero_matches_a_plain_scan():
+    """The occupancy search behind next_nonempty (chunked count + lstrip) against the obvious loop."""
+    import random
+
+    from scheduler.timer.wheel import _first_nonzero
+
+    rnd = random.Random(7)
+    for _ in range(200):
+        n = rnd.choice([1, 100, 65535, 65537, 200000])
+        buf = bytearray(n)
+        for _ in range(rnd.randint(0, 3)):
+            buf[rnd.randrange(n)] = rnd.randint(1, 255)
+        lo = rnd.randrange(n)
+        hi = rnd.randint(lo, n)
+        want = next((i for i in range(lo, hi) if buf[i]), None)
+        assert _first_nonzero(buf, lo, hi, step=rnd.choice([7, 4096, 65536])) == want

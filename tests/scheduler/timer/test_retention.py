@@ -71,3 +71,4 @@ async def test_dead_files_are_deleted_oldest_first_and_the_rest_survive_a_restar
     await h2.wait_until(lambda: h2.count("Kept") == 10, 15)
     assert all(int(m.store_timestamp) >= soon for m in h2.messages("Kept"))
     assert h2.count("Gone") == 0
+
