@@ -18,9 +18,8 @@ import time
 
 import structlog
 
-from codec.record import build_deliveries
+from codec.record import build_deliveries, read_born_timestamp, read_store_timestamp
 from scheduler.async_deliver import EXCEPTION, RUNNING, SKIP, AsyncLevelHandler, PendingEntry, flush_ok
-from scheduler.delay_record import born_timestamp, store_timestamp
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.stats import LevelStats
 from storage.message_store import PutRequest, PutStatus
@@ -300,4 +299,4 @@ def _set_done(fut: asyncio.Future) -> None:
 
 def _event_info(raw, uniq: bytes | None) -> tuple[int, str, int]:
     """What the due/delivered events need from a schedule record, computed once per message."""
-    return store_timestamp(raw), uniq.decode("utf-8", "replace") if uniq else "", born_timestamp(raw)
+    return read_store_timestamp(raw), uniq.decode("utf-8", "replace") if uniq else "", read_born_timestamp(raw)
