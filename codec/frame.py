@@ -92,36 +92,11 @@ class FrameDecoder:
         self._pos = 0
         return CodecError(why)
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
-        if self._failed is not None:
-            raise CodecError(f"decoder failed earlier: {self._failed}")
-        buf = self._buf
-        pos = self._pos
-        out: list[RemotingCommand] = []
-        if not buf and len(data) >= 4:
-            # fast path: nothing buffered, decode whole frames straight from the caller's chunk
-            mv = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
-            end = len(mv)
-            while end - pos >= 4:
-                (length,) = _I32.unpack_from(mv, pos)
-                if length < 4 or length + 4 > self.max_frame:
-                    raise self._fail(f"frame length {length} outside [4, {self.max_frame - 4}]")
-                if end - pos - 4 < length:
-                    break
-                start = pos + 4
-                pos = start + length
-                try:
-                    out.append(decode_frame(mv[start:pos]))
-                except CodecError as e:
-                    raise self._fail(str(e)) from None
-            if pos < end:
-                buf += mv[pos:]
-            self._pos = 0
-            return out
-        buf += data
-        end = len(buf)
+    def _frames(self, mv: memoryview, pos: int, out: list[RemotingCommand]) -> int:
+        """Decode every whole frame of mv from pos into out; returns where the first partial one starts."""
+        end = len(mv)
         while end - pos >= 4:
-            (length,) = _I32.unpack_from(buf, pos)
+            (length,) = _I32.unpack_from(mv, pos)
             if length < 4 or length + 4 > self.max_frame:
                 raise self._fail(f"frame length {length} outside [4, {self.max_frame - 4}]")
             if end - pos - 4 < length:
@@ -129,10 +104,28 @@ class FrameDecoder:
             start = pos + 4
             pos = start + length
             try:
-                with memoryview(buf) as mv:
-                    out.append(decode_frame(mv[start:pos]))
+                out.append(decode_frame(mv[start:pos]))
             except CodecError as e:
                 raise self._fail(str(e)) from None
+        return pos
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+        if self._failed is not None:
+            raise CodecError(f"decoder failed earlier: {self._failed}")
+        buf = self._buf
+        out: list[RemotingCommand] = []
+        if not buf and len(data) >= 4:
+            # fast path: nothing buffered, decode whole frames straight from the caller's chunk
+            mv = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
+            pos = self._frames(mv, 0, out)
+            if pos < len(mv):
+                self._buf += mv[pos:]
+            self._pos = 0
+            return out
+        buf += data
+        end = len(buf)
+        with memoryview(buf) as mv:  # released before the buffer is resized below
+            pos = self._frames(mv, self._pos, out)
         if pos == end:
             buf.clear()
             pos = 0
