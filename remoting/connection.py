@@ -61,6 +61,10 @@ class Connection(asyncio.Protocol):
                  on_close: Callable[[Connection], None] | None = None, max_frame: int = MAX_FRAME,
                  max_inflight: int = 1024, on_made: Callable[[Connection], None] | None = None) -> None:
         self.on_request = on_request
+        # code -> batch processor (a Dispatcher's `batch_processors`): runs of such requests in one
+        # read are handed over together (`Dispatcher.dispatch_run`)
+        runs = getattr(on_request, "batch_processors", None)
+        self._batch_processors: dict = runs if runs is not None else {}
         self.on_close = on_close
         self.on_made = on_made
         self.decoder = FrameDecoder(max_frame)
@@ -108,15 +112,29 @@ class Connection(asyncio.Protocol):
             self._backlog.extend(cmds)
             self._update_reading()
             return
-        for i, cmd in enumerate(cmds):
+        runs = self._batch_processors
+        i, n = 0, len(cmds)
+        while i < n:
             if self._write_paused or self.inflight >= self.max_inflight or self._is_closing:
                 # stop handling the rest of this read until the peer drains / requests finish, so a
-                # pipelining peer overshoots the high-water mark by at most one response
+                # pipelining peer overshoots the high-water mark by at most one response (or one
+                # run of batched requests)
                 if not self._is_closing:
                     self._backlog.extend(cmds[i:])
                     self._update_reading()
                 return
+            cmd = cmds[i]
+            batch = runs.get(cmd.code) if runs and not cmd.flag & RPC_TYPE_RESPONSE else None
+            if batch is not None:
+                j = i + 1
+                while j < n and runs.get(cmds[j].code) is batch and not cmds[j].flag & RPC_TYPE_RESPONSE:
+                    j += 1
+                if j - i > 1:
+                    self.on_request.dispatch_run(self, batch, cmds[i:j])
+                    i = j
+                    continue
             self._handle(cmd)
+            i += 1
 
     def _handle(self, cmd: RemotingCommand) -> None:
         if cmd.flag & RPC_TYPE_RESPONSE:

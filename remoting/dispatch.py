@@ -7,6 +7,11 @@ A processor is called as `processor(conn, cmd)` and is either
   processor that waits (a held pull) never blocks the connection it came from. While the task runs
   it counts as an in-flight request of that connection (see `Connection.max_inflight`).
 
+A processor may also carry a `batch` attribute, `batch(conn, cmds) -> list[RemotingCommand | None |
+awaitable]` (one result per command, in order): a connection hands it each run of consecutive
+requests of one read that share the processor (`dispatch_run`), so per-request work that can be
+shared (one store put for a run of sends) is done once. Results follow the same rules as above.
+
 The returned command, if any, is sent as the response. Returning None means "no response now": a
 processor that answers later (long-polling pull) keeps `conn` and `cmd` and later calls
 `conn.send_response(cmd.response(...))` itself; `cmd.response` copies the opaque and serialize type.
@@ -52,11 +57,17 @@ class Dispatcher:
 
     def __init__(self) -> None:
         self.processors: dict[int, tuple[Processor, bool]] = {}
+        self.batch_processors: dict[int, Callable] = {}  # code -> processor.batch
         self.before_request: BeforeRequest | None = None
         self.tasks: set[asyncio.Task] = set()
 
     def register(self, code: int, processor: Processor) -> None:
         self.processors[int(code)] = (processor, _is_async(processor))
+        batch = getattr(processor, "batch", None)
+        if callable(batch):
+            self.batch_processors[int(code)] = batch
+        else:
+            self.batch_processors.pop(int(code), None)
 
     def __call__(self, conn: Connection, cmd: RemotingCommand) -> None:
         """The `on_request` callback of a Connection."""
@@ -86,6 +97,39 @@ class Dispatcher:
             self.spawn(conn, cmd, resp)
         elif resp is not None and not cmd.is_oneway:
             conn.send_response(resp)
+
+    def dispatch_run(self, conn: Connection, batch: Callable, cmds: list[RemotingCommand]) -> None:
+        """Requests `cmds` (consecutive, all for processor batch `batch`) in one call; `before_request`
+        still runs per request, and a request it answers is left out of the run."""
+        if self.before_request is not None:
+            kept = []
+            for cmd in cmds:
+                try:
+                    early = self.before_request(conn, cmd)
+                except Exception as e:
+                    log.warning("remoting.before_request_failed", code=cmd.code, peer=conn.peer, error=error_text(e))
+                    early = cmd.response(ResponseCode.SYSTEM_ERROR, error_text(e))
+                if early is None:
+                    kept.append(cmd)
+                elif not cmd.is_oneway:
+                    conn.send_response(early)
+            cmds = kept
+            if not cmds:
+                return
+        try:
+            results = batch(conn, cmds)
+        except Exception as e:
+            for cmd in cmds:
+                self.fail(conn, cmd, e)
+            return
+        send = conn.send_response
+        for cmd, resp in zip(cmds, results, strict=True):
+            if resp is None:
+                continue
+            if inspect.isawaitable(resp):
+                self.spawn(conn, cmd, resp)
+            elif not cmd.is_oneway:
+                send(resp)
 
     def spawn(self, conn: Connection, cmd: RemotingCommand, awaitable) -> asyncio.Task:
         conn.request_started()

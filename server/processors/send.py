@@ -17,9 +17,11 @@ import structlog
 from codec.codes import BROKER_VERSION, RPC_TYPE_RESPONSE
 from codec.command import RemotingCommand
 from server import headers as H
+from server.headers import HeaderError
 from server.processors import guarded, peer_of
 from server.topics import DLQ_PREFIX, NOT_ALLOWED_SEND, RETRY_PREFIX, topic_error
 from server.transactions import is_half, to_half
+from storage.store_types import PutStatus
 
 log = structlog.get_logger(__name__)
 
@@ -37,6 +39,7 @@ PUT_STATUS_CODES = {
     "WHEEL_TIMER_MSG_ILLEGAL": 13, "WHEEL_TIMER_FLOW_CONTROL": 1, "WHEEL_TIMER_NOT_ENABLE": 1,
 }
 PROPS_MAX = 32767
+PUT_OK = PutStatus.PUT_OK
 
 
 def _ext(msg_id: str = "", queue_id: int = 0, queue_offset: int = 0) -> dict[str, str]:
@@ -125,6 +128,64 @@ class SendProcessor:
 
     # ---- single ---------------------------------------------------------------------------
     def send_single(self, conn, cmd, h):
+        prep = self._prepare_single(conn, cmd, h)
+        if type(prep) is not tuple:
+            return prep
+        [result] = self.broker.store.put([prep[0]])
+        if result.status is PUT_OK:
+            self.broker.on_put([prep[3]], [result])
+        return self._answer(cmd, result, prep[1], prep[2])
+
+    def batch(self, conn, cmds: list) -> list:
+        """A run of send requests from one read (`remoting.dispatch`): each is checked and encoded as
+        `send_single` does, the records go to the store in one put (in request order), and each gets
+        its own response. A batch-message request in the run puts what came before it first, so the
+        store order is the request order."""
+        out: list = [None] * len(cmds)
+        idx: list[int] = []
+        preps: list[tuple] = []
+        parse = H.SEND_MESSAGE.parse
+        for i, cmd in enumerate(cmds):
+            try:
+                h = parse(cmd.ext_fields, cmd.code != SEND_MESSAGE)
+                if h.batch:
+                    self._put_run(cmds, out, idx, preps)
+                    out[i] = self.send_batch(conn, cmd, h)
+                    continue
+                prep = self._prepare_single(conn, cmd, h)
+            except HeaderError as e:
+                out[i] = _fail(cmd, SYSTEM_ERROR, str(e))
+                continue
+            except Exception as e:  # one bad request must not cost the others of the run
+                log.warning("send.failed", peer=getattr(conn, "peer", None), error=repr(e), exc_info=e)
+                out[i] = _fail(cmd, SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+                continue
+            if type(prep) is tuple:
+                idx.append(i)
+                preps.append(prep)
+            else:
+                out[i] = prep
+        self._put_run(cmds, out, idx, preps)
+        return out
+
+    def _put_run(self, cmds: list, out: list, idx: list[int], preps: list[tuple]) -> None:
+        if not preps:
+            return
+        results = self.broker.store.put([p[0] for p in preps])
+        topics, stored = [], []
+        answer = self._answer
+        for i, prep, result in zip(idx, preps, results, strict=True):
+            out[i] = answer(cmds[i], result, prep[1], prep[2])
+            if result.status is PUT_OK:
+                topics.append(prep[3])
+                stored.append(result)
+        if stored:
+            self.broker.on_put(topics, stored)
+        idx.clear()
+        preps.clear()
+
+    def _prepare_single(self, conn, cmd, h):
+        """(PutRequest, reply queue id, wait, topic) ready for the store, or the (error) response."""
         checked = self._check(cmd, h, batch=False)
         if not isinstance(checked, tuple):
             return checked
@@ -167,8 +228,7 @@ class SendProcessor:
             return _fail(cmd, MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", reply_qid)
         raw = self._record.encode_record(rec, properties_bytes=props_bytes)
         req = self.broker.put_request(raw, rec.topic, rec.queue_id, rec.properties, deliver_delay)
-        results = self.broker.store.put([req])
-        return self._respond(cmd, results, reply_qid, wait, [rec.topic])
+        return req, reply_qid, wait, rec.topic
 
     def _retry_or_dlq(self, cmd, h, props: dict, reconsume: int):
         group = h.topic[len(RETRY_PREFIX):]
@@ -234,17 +294,28 @@ class SendProcessor:
         return self._respond(cmd, results, qid, wait, [h.topic] * len(reqs))
 
     # ---- response -------------------------------------------------------------------------
+    def _answer(self, cmd, result, reply_qid: int, wait: bool):
+        """The response to one stored send (None for oneway)."""
+        if result.status is not PUT_OK:
+            name = _status_name(result.status)
+            return _fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), name, reply_qid)
+        if cmd.is_oneway:
+            return None
+        ext = {"msgId": f"{self._msg_id_prefix}{result.phys_offset:016X}", "queueId": str(reply_qid),
+               "queueOffset": str(result.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        if wait and result.flushed is not None and self.cfg.sync_flush:
+            return self._answer_when_flushed(cmd, [result.flushed], ext)
+        return _ok(cmd, SUCCESS, None, ext)
+
     def _respond(self, cmd, results, reply_qid: int, wait: bool, topics: list[str]):
+        """The response to a batch-message send: every record stored, or the first failure."""
         first = results[0]
         for r in results:
-            if _status_name(r.status) != "PUT_OK":
+            if r.status is not PUT_OK:
                 name = _status_name(r.status)
                 return _fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), name, reply_qid)
         prefix = self._msg_id_prefix
-        if len(results) == 1:
-            msg_id = f"{prefix}{first.phys_offset:016X}"
-        else:
-            msg_id = ",".join([f"{prefix}{r.phys_offset:016X}" for r in results])
+        msg_id = ",".join([f"{prefix}{r.phys_offset:016X}" for r in results])
         self.broker.on_put(topics, results)
         if cmd.is_oneway:
             return None
@@ -290,6 +361,8 @@ def _body_bytes(body) -> bytes:
 
 
 def register(server, broker) -> None:
-    proc = guarded(SendProcessor(broker).__call__)
+    sp = SendProcessor(broker)
+    proc = guarded(sp.__call__)
+    proc.batch = sp.batch  # runs of sends from one read share one store put (remoting.dispatch)
     for code in (SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE):
         server.register(code, proc)
