@@ -219,34 +219,90 @@ def decode_rocketmq_header(data: bytes | memoryview) -> RemotingCommand:
         pos += 4
         if elen < 0 or pos + elen > n:
             raise CodecError("ROCKETMQ header extFields length out of range")
-        end = pos + elen
-        ext: dict[str, str] = {}
-        keys = _KEYS
-        i16, i32 = _I16.unpack_from, _I32.unpack_from
-        while pos < end:
-            if pos + 2 > end:
-                raise CodecError("ROCKETMQ header ext key truncated")
-            klen = i16(b, pos)[0]
-            pos += 2
-            if klen < 0 or pos + klen + 4 > end:
-                raise CodecError("ROCKETMQ header ext key length out of range")
-            kb = b[pos:pos + klen]
-            k = keys.get(kb)
-            if k is None:
-                k = kb.decode("utf-8")
-                if len(keys) < _KEY_CACHE_MAX:
-                    keys[kb] = k
-            pos += klen
-            vlen = i32(b, pos)[0]
-            pos += 4
-            if vlen < 0 or pos + vlen > end:
-                raise CodecError("ROCKETMQ header ext value length out of range")
-            ext[k] = b[pos:pos + vlen].decode("utf-8")
-            pos += vlen
+        layout = _LAYOUTS.get(elen)
+        if layout is not None and layout.check.unpack_from(b, pos) == layout.expect:
+            ext = dict(zip(layout.keys, map(_utf8, layout.values.unpack_from(b, pos)), strict=True))
+        else:
+            ext = _decode_ext(b, pos, pos + elen)
+            _learn_layout(b, pos, elen, len(ext))
     except UnicodeDecodeError as e:
         raise CodecError(f"ROCKETMQ header string is not UTF-8: {e}") from None
     return RemotingCommand(code, opaque, flag, _LANG_BY_ORDINAL.get(lang, "OTHER"), version, remark, ext, b"",
                            SERIALIZE_ROCKETMQ)
+
+
+_utf8 = bytes.decode  # UTF-8, strict
+
+
+def _decode_ext(b: bytes, pos: int, end: int) -> dict[str, str]:
+    """The extFields block, field by field, every length checked (the validating parser)."""
+    ext: dict[str, str] = {}
+    keys = _KEYS
+    i16, i32 = _I16.unpack_from, _I32.unpack_from
+    while pos < end:
+        if pos + 2 > end:
+            raise CodecError("ROCKETMQ header ext key truncated")
+        klen = i16(b, pos)[0]
+        pos += 2
+        if klen < 0 or pos + klen + 4 > end:
+            raise CodecError("ROCKETMQ header ext key length out of range")
+        kb = b[pos:pos + klen]
+        k = keys.get(kb)
+        if k is None:
+            k = kb.decode("utf-8")
+            if len(keys) < _KEY_CACHE_MAX:
+                keys[kb] = k
+        pos += klen
+        vlen = i32(b, pos)[0]
+        pos += 4
+        if vlen < 0 or pos + vlen > end:
+            raise CodecError("ROCKETMQ header ext value length out of range")
+        ext[k] = b[pos:pos + vlen].decode("utf-8")
+        pos += vlen
+    return ext
+
+
+class _ExtLayout:
+    """The shape of one extFields block: its keys in order and every value's length.
+
+    Requests pipelined by one client repeat a shape (same keys, same value lengths: a send differs
+    in the digits of bornTimestamp or queueId, not their count). `check` unpacks, in one call, every
+    key-length / key / value-length of a block; when that equals `expect`, the block has exactly
+    this shape (each length and key byte compared, so no field can be misread) and `values` unpacks
+    all values in one call. A block of another shape goes through `_decode_ext`, which validates it
+    and teaches its shape (blocks are keyed by their byte length, one shape per length)."""
+
+    __slots__ = ("check", "expect", "values", "keys")
+
+    def __init__(self, fields: list[tuple[int, bytes, int]]) -> None:
+        self.check = struct.Struct(">" + "".join(f"H{kl}sI{vl}x" for kl, _, vl in fields))
+        self.expect = tuple(x for kl, kb, vl in fields for x in (kl, kb, vl))
+        self.values = struct.Struct(">" + "".join(f"{kl + 6}x{vl}s" for kl, _, vl in fields))
+        self.keys = tuple(_KEYS.get(kb) or kb.decode("utf-8") for _, kb, _ in fields)
+
+
+_LAYOUTS: dict[int, _ExtLayout] = {}
+_LAYOUTS_MAX = 256
+_LAYOUT_MAX_FIELDS = 64
+_LAYOUT_MAX_BYTES = 65536
+
+
+def _learn_layout(b: bytes, pos: int, elen: int, nfields: int) -> None:
+    """Remember the shape of a block `_decode_ext` just accepted (so its lengths are valid)."""
+    if nfields == 0 or nfields > _LAYOUT_MAX_FIELDS or elen > _LAYOUT_MAX_BYTES:
+        return
+    end = pos + elen
+    fields = []
+    while pos < end:
+        klen = _I16.unpack_from(b, pos)[0]
+        vlen = _I32.unpack_from(b, pos + 2 + klen)[0]
+        fields.append((klen, b[pos + 2:pos + 2 + klen], vlen))
+        pos += 6 + klen + vlen
+    if len(fields) != nfields:
+        return  # a repeated key: the dict kept one value, a shape would return both
+    if len(_LAYOUTS) >= _LAYOUTS_MAX:
+        _LAYOUTS.clear()
+    _LAYOUTS[elen] = _ExtLayout(fields)
 
 
 def encode_header(cmd: RemotingCommand) -> bytes:
