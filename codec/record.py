@@ -132,56 +132,55 @@ def _is_v6(ip: str) -> bool:
         return False
 
 
+_V6_BITS = SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6
+_TAIL_FIXED = struct.Struct(">iqi")  # RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET, BODYLEN
+
+
+@lru_cache(maxsize=1024)
+def _host_field(host: tuple[str, int]) -> tuple[bool, bytes]:
+    """(is IPv6, the record's host field: 4- or 16-byte address + port) of an (ip, port) pair;
+    cached: a connection's born host and the broker's store host repeat on every record."""
+    ip, port = host
+    v6, raw4, raw16 = _ip_forms(ip)
+    try:
+        return v6, (raw16 if v6 else raw4) + _I32.pack(int(port))
+    except struct.error as e:
+        raise CodecError(f"port out of range: {port!r}") from e
+
+
+@lru_cache(maxsize=4096)
+def _topic_field(topic: str) -> bytes:
+    """A record's topic field: the length byte + UTF-8 topic (cached: topics repeat)."""
+    tb = topic.encode("utf-8", "replace")
+    if len(tb) > MAX_TOPIC_BYTES:
+        raise CodecError(f"topic longer than {MAX_TOPIC_BYTES} bytes")
+    return bytes((len(tb),)) + tb
+
+
 def encode_record(rec: MessageRecord, properties_bytes: bytes | None = None) -> bytearray:
     """Encode a record; BODYCRC and TOTALSIZE are computed. IPv6 flags follow the host addresses."""
-    sys_flag = rec.sys_flag & ~(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
-    if _is_v6(rec.born_host[0]):
+    born_v6, born = _host_field(tuple(rec.born_host))
+    store_v6, store = _host_field(tuple(rec.store_host))
+    sys_flag = rec.sys_flag & ~_V6_BITS
+    if born_v6:
         sys_flag |= SysFlag.BORNHOST_V6
-    if _is_v6(rec.store_host[0]):
+    if store_v6:
         sys_flag |= SysFlag.STOREHOST_V6
-    topic = rec.topic.encode("utf-8", "replace")
-    if len(topic) > MAX_TOPIC_BYTES:
-        raise CodecError(f"topic longer than {MAX_TOPIC_BYTES} bytes")
+    topic = _topic_field(rec.topic)
     props = properties_bytes if properties_bytes is not None else properties_to_string(rec.properties).encode("utf-8", "replace")
     if len(props) > MAX_PROPERTIES_BYTES:
         raise CodecError(f"properties longer than {MAX_PROPERTIES_BYTES} bytes")
     body = rec.body if isinstance(rec.body, bytes | bytearray) else bytes(rec.body)
-    total = record_length(sys_flag, len(body), len(topic), len(props))
-    out = bytearray(total)
+    total = HEAD_SIZE + len(born) + 8 + len(store) + _TAIL_FIXED.size + len(body) + len(topic) + 2 + len(props)
     try:
-        _encode_into(out, rec, sys_flag, total, body, topic, props)
+        return bytearray(b"".join((
+            _HEAD.pack(total, MAGIC_CODE, body_crc(body), rec.queue_id, rec.flag, rec.queue_offset,
+                       rec.commitlog_offset, sys_flag, rec.born_timestamp),
+            born, _I64.pack(rec.store_timestamp), store,
+            _TAIL_FIXED.pack(rec.reconsume_times, rec.prepared_transaction_offset, len(body)),
+            body, topic, _I16.pack(len(props)), props)))
     except struct.error as e:
         raise CodecError(f"record field out of range: {e}") from None
-    return out
-
-
-def _encode_into(out: bytearray, rec: MessageRecord, sys_flag: int, total: int, body: bytes, topic: bytes,
-                 props: bytes) -> None:
-    crc = body_crc(body)
-    _HEAD.pack_into(out, 0, total, MAGIC_CODE, crc, rec.queue_id, rec.flag, rec.queue_offset,
-                    rec.commitlog_offset, sys_flag, rec.born_timestamp)
-    pos = POS_BORN_HOST
-    bh = _pack_host(rec.born_host, bool(sys_flag & SysFlag.BORNHOST_V6))
-    out[pos:pos + len(bh)] = bh
-    pos += len(bh)
-    _I64.pack_into(out, pos, rec.store_timestamp)
-    pos += 8
-    sh = _pack_host(rec.store_host, bool(sys_flag & SysFlag.STOREHOST_V6))
-    out[pos:pos + len(sh)] = sh
-    pos += len(sh)
-    _I32.pack_into(out, pos, rec.reconsume_times)
-    _I64.pack_into(out, pos + 4, rec.prepared_transaction_offset)
-    pos += 12
-    _I32.pack_into(out, pos, len(body))
-    pos += 4
-    out[pos:pos + len(body)] = body
-    pos += len(body)
-    out[pos] = len(topic)
-    pos += 1
-    out[pos:pos + len(topic)] = topic
-    pos += len(topic)
-    _I16.pack_into(out, pos, len(props))
-    out[pos + 2:pos + 2 + len(props)] = props
 
 
 @lru_cache(maxsize=1024)

@@ -11,6 +11,9 @@ import inspect
 
 import structlog
 
+from codec.tags import java_hash
+from storage.store_types import PutRequest
+
 log = structlog.get_logger(__name__)
 
 NOTIFY_CONSUMER_IDS_CHANGED = 40
@@ -69,16 +72,19 @@ def make_message_store(cfg):
 
 
 def put_request(raw, topic: str, queue_id: int, properties: dict, deliver_delay_ms: int):
-    from codec.tags import java_hash
-    from storage.message_store import PutRequest
-
+    """The store request of an encoded record: tagsCode of TAGS, index keys KEYS (space separated)
+    and UNIQ_KEY (called once per sent message: keep it lean)."""
     tags = properties.get("TAGS")
-    keys = [k for k in (properties.get("KEYS") or "").split(" ") if k]
+    keys = properties.get("KEYS")
     uniq = properties.get("UNIQ_KEY")
-    if uniq:
-        keys.append(uniq)
-    return PutRequest(record=raw, topic=topic, queue_id=queue_id, tags_code=java_hash(tags) if tags else 0,
-                      keys=tuple(keys), deliver_delay_ms=deliver_delay_ms)
+    if keys:
+        keys = [k for k in keys.split(" ") if k]
+        if uniq:
+            keys.append(uniq)
+        keys = tuple(keys)
+    else:
+        keys = (uniq,) if uniq else ()
+    return PutRequest(raw, topic, queue_id, java_hash(tags) if tags else 0, keys, deliver_delay_ms)
 
 
 # ---- scheduler -------------------------------------------------------------------------------
