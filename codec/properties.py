@@ -84,3 +84,58 @@ def properties_to_string(props: dict[str, str] | None) -> str:
     return PROPERTY_SEPARATOR.join(
         f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items() if v is not None
     )
+
+
+class _FullPath(Exception):
+    """The properties string needs the dict path (a key repeats, or a value is empty)."""
+
+
+def _one_value(text: str, token: str) -> str | None:
+    """Value of the segment starting with `token` ("\\x02KEY\\x01") in `text` (which starts and ends with
+    \\x02); None if absent. A repeated key or an empty value raises _FullPath."""
+    i = text.find(token)
+    if i < 0:
+        return None
+    start = i + len(token)
+    end = text.find(PROPERTY_SEPARATOR, start)
+    if end == start or text.find(token, end) >= 0:
+        raise _FullPath
+    return text[start:end]
+
+
+def rewrite_sent_properties(text: str, cluster: str, new_uniq_key, full_path_marks: tuple[str, ...]):
+    """What a broker does to a plain send's properties, on the string (no dict): drop WAIT, append
+    CLUSTER, and UNIQ_KEY (from `new_uniq_key()`) when the client sent none.
+
+    Returns (stored properties string, wait, TAGS or None, index keys: KEYS split on spaces, then
+    UNIQ_KEY), the same as `parse_properties` + edits + `properties_to_string` would give (the very
+    same string unless a key the client sent repeats; it parses to the same map either way); or None
+    when the dict path must decide: `text` contains one of `full_path_marks` (the caller's keys that
+    need more than this, e.g. "DELAY\\x01"), or CLUSTER, an empty segment, a repeated key or an
+    empty value of one of the keys read here."""
+    for mark in full_path_marks:
+        if mark in text:
+            return None
+    if "CLUSTER\x01" in text:
+        return None
+    t = f"\x02{text}" if text.endswith(PROPERTY_SEPARATOR) else f"\x02{text}\x02" if text else "\x02"
+    if text == PROPERTY_SEPARATOR or "\x02\x02" in t or "\x02\x01" in t or "\x01\x02" in t or t.count("\x01") != t.count("\x02") - 1:
+        return None  # a segment parse_properties would drop (empty, no key, no value) or split otherwise
+    try:
+        wait = True
+        i = t.find("\x02WAIT\x01")
+        if i >= 0:
+            w = _one_value(t, "\x02WAIT\x01")
+            wait = w.lower() != "false"
+            t = t[:i] + t[i + 6 + len(w):]
+        tags = _one_value(t, "\x02TAGS\x01")
+        keys = _one_value(t, "\x02KEYS\x01")
+        uniq = _one_value(t, "\x02UNIQ_KEY\x01")
+    except _FullPath:
+        return None
+    stored = f"{t[1:]}CLUSTER\x01{cluster}" if len(t) > 1 else f"CLUSTER\x01{cluster}"
+    if uniq is None:
+        uniq = new_uniq_key()
+        stored = f"{stored}\x02UNIQ_KEY\x01{uniq}"
+    index_keys = (*[k for k in keys.split(" ") if k], uniq) if keys else (uniq,)
+    return stored, wait, tags, index_keys

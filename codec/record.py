@@ -159,26 +159,38 @@ def _topic_field(topic: str) -> bytes:
 
 def encode_record(rec: MessageRecord, properties_bytes: bytes | None = None) -> bytearray:
     """Encode a record; BODYCRC and TOTALSIZE are computed. IPv6 flags follow the host addresses."""
-    born_v6, born = _host_field(tuple(rec.born_host))
-    store_v6, store = _host_field(tuple(rec.store_host))
-    sys_flag = rec.sys_flag & ~_V6_BITS
+    props = properties_bytes if properties_bytes is not None else properties_to_string(rec.properties).encode("utf-8", "replace")
+    return encode_message(rec.topic, rec.body, rec.queue_id, rec.flag, rec.sys_flag, rec.born_timestamp,
+                          tuple(rec.born_host), tuple(rec.store_host), rec.reconsume_times, props,
+                          rec.queue_offset, rec.commitlog_offset, rec.store_timestamp,
+                          rec.prepared_transaction_offset)
+
+
+def encode_message(topic: str, body, queue_id: int, flag: int, sys_flag: int, born_timestamp: int,
+                   born_host: tuple[str, int], store_host: tuple[str, int], reconsume_times: int,
+                   properties: bytes, queue_offset: int = 0, commitlog_offset: int = 0, store_timestamp: int = 0,
+                   prepared_transaction_offset: int = 0) -> bytearray:
+    """`encode_record` from the fields themselves (the send path builds no MessageRecord)."""
+    born_v6, born = _host_field(born_host)
+    store_v6, store = _host_field(store_host)
+    sys_flag &= ~_V6_BITS
     if born_v6:
         sys_flag |= SysFlag.BORNHOST_V6
     if store_v6:
         sys_flag |= SysFlag.STOREHOST_V6
-    topic = _topic_field(rec.topic)
-    props = properties_bytes if properties_bytes is not None else properties_to_string(rec.properties).encode("utf-8", "replace")
-    if len(props) > MAX_PROPERTIES_BYTES:
+    tf = _topic_field(topic)
+    if len(properties) > MAX_PROPERTIES_BYTES:
         raise CodecError(f"properties longer than {MAX_PROPERTIES_BYTES} bytes")
-    body = rec.body if isinstance(rec.body, bytes | bytearray) else bytes(rec.body)
-    total = HEAD_SIZE + len(born) + 8 + len(store) + _TAIL_FIXED.size + len(body) + len(topic) + 2 + len(props)
+    if not isinstance(body, bytes | bytearray):
+        body = bytes(body)
+    total = HEAD_SIZE + len(born) + 8 + len(store) + _TAIL_FIXED.size + len(body) + len(tf) + 2 + len(properties)
     try:
         return bytearray(b"".join((
-            _HEAD.pack(total, MAGIC_CODE, body_crc(body), rec.queue_id, rec.flag, rec.queue_offset,
-                       rec.commitlog_offset, sys_flag, rec.born_timestamp),
-            born, _I64.pack(rec.store_timestamp), store,
-            _TAIL_FIXED.pack(rec.reconsume_times, rec.prepared_transaction_offset, len(body)),
-            body, topic, _I16.pack(len(props)), props)))
+            _HEAD.pack(total, MAGIC_CODE, body_crc(body), queue_id, flag, queue_offset, commitlog_offset,
+                       sys_flag, born_timestamp),
+            born, _I64.pack(store_timestamp), store,
+            _TAIL_FIXED.pack(reconsume_times, prepared_transaction_offset, len(body)),
+            body, tf, _I16.pack(len(properties)), properties)))
     except struct.error as e:
         raise CodecError(f"record field out of range: {e}") from None
 

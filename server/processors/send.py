@@ -16,12 +16,17 @@ import structlog
 
 from codec.codes import BROKER_VERSION, RPC_TYPE_RESPONSE
 from codec.command import RemotingCommand
+from codec.msgid import new_uniq_id
+from codec.properties import rewrite_sent_properties
+from codec.record import encode_message
+from codec.tags import java_hash
 from server import headers as H
 from server.headers import HeaderError
 from server.processors import guarded, peer_of
+from server.put_hooks import HOOKED_PROPERTY_MARKS
 from server.topics import DLQ_PREFIX, NOT_ALLOWED_SEND, RETRY_PREFIX, topic_error
 from server.transactions import is_half, to_half
-from storage.store_types import PutStatus
+from storage.store_types import PutRequest, PutStatus
 
 log = structlog.get_logger(__name__)
 
@@ -40,6 +45,7 @@ PUT_STATUS_CODES = {
 }
 PROPS_MAX = 32767
 PUT_OK = PutStatus.PUT_OK
+PLAIN_SEND_EXCLUDES = (*HOOKED_PROPERTY_MARKS, "TRAN_MSG")  # these need the dict path
 
 
 def _ext(msg_id: str = "", queue_id: int = 0, queue_offset: int = 0) -> dict[str, str]:
@@ -194,13 +200,32 @@ class SendProcessor:
         if len(body) > self.cfg.max_message_size:
             return _fail(cmd, MESSAGE_ILLEGAL, f"message body size exceeded, {len(body)} > "
                                                f"{self.cfg.max_message_size}", qid)
+        reconsume = h.reconsumeTimes or 0
+        if not h.topic.startswith(RETRY_PREFIX):
+            plain = rewrite_sent_properties(h.properties or "", self.cfg.broker_cluster_name, new_uniq_id,
+                                            PLAIN_SEND_EXCLUDES)
+            if plain is not None:  # no delay, timer, transaction: nothing for the hooks to do
+                return self._prepare_plain(conn, cmd, h, tcfg, qid, body, reconsume, plain)
+        return self._prepare_full(conn, cmd, h, tcfg, qid, body, reconsume)
+
+    def _prepare_plain(self, conn, cmd, h, tcfg, qid: int, body: bytes, reconsume: int, plain: tuple):
+        stored, wait, tags, keys = plain
+        props_bytes = stored.encode("utf-8", "replace")
+        if len(props_bytes) > PROPS_MAX:
+            return _fail(cmd, MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", qid)
+        sys_flag = h.sysFlag | MULTI_TAGS_FLAG if tcfg.topic_filter_type == "MULTI_TAG" else h.sysFlag
+        raw = encode_message(h.topic, body, qid, h.flag, sys_flag, h.bornTimestamp, self._born_host(conn),
+                             self.store_host, reconsume, props_bytes)
+        return PutRequest(raw, h.topic, qid, java_hash(tags) if tags else 0, keys, -1), qid, wait, h.topic
+
+    def _prepare_full(self, conn, cmd, h, tcfg, qid: int, body: bytes, reconsume: int):
+        """Properties as a dict: retry/DLQ routing, transactions (half), the put hooks (delay, timer)."""
         props = self._props.parse_properties(h.properties or "")
         wait = props.pop("WAIT", "true").lower() != "false"
         props["CLUSTER"] = self.cfg.broker_cluster_name
         if not props.get("UNIQ_KEY"):
             props["UNIQ_KEY"] = self._msgid.new_uniq_id()
         topic, reply_qid = h.topic, qid
-        reconsume = h.reconsumeTimes or 0
         if topic.startswith(RETRY_PREFIX):
             rerouted = self._retry_or_dlq(cmd, h, props, reconsume)
             if not isinstance(rerouted, tuple):

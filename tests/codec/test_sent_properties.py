@@ -1,0 +1,65 @@
+"""codec.properties.rewrite_sent_properties (the plain-send fast path) against the dict path."""
+
+import itertools
+
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from codec.properties import parse_properties, properties_to_string, rewrite_sent_properties
+
+MARKS = ("DELAY\x01", "TIMER_", "TRAN_MSG")
+_ids = itertools.count()
+
+
+def new_uniq() -> str:
+    return f"U{next(_ids):031d}"
+
+
+def dict_path(text: str, cluster: str, uniq_factory):
+    """What the send processor's full path makes of the same string."""
+    props = parse_properties(text)
+    wait = props.pop("WAIT", "true").lower() != "false"
+    props["CLUSTER"] = cluster
+    if not props.get("UNIQ_KEY"):
+        props["UNIQ_KEY"] = uniq_factory()
+    keys = [k for k in (props.get("KEYS") or "").split(" ") if k] + [props["UNIQ_KEY"]]
+    return properties_to_string(props), wait, props.get("TAGS"), tuple(keys)
+
+
+key = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "a", "DELAY", "TRAN_MSG", "TIMER_DELAY_MS",
+                       "CLUSTER", "x y"])
+value = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=8)
+noise = st.sampled_from(["", "\x01", "\x02", "\x02\x02", "k\x01", "\x01v", "kv"])
+
+
+@given(st.lists(st.tuples(key, value), max_size=6), noise, st.booleans())
+@example([("WAIT", "false"), ("TAGS", "t")], "", False)
+@example([("UNIQ_KEY", "u1"), ("KEYS", "a  b")], "", True)
+def test_fast_path_equals_the_dict_path_or_declines(pairs, extra, trailing):
+    text = "\x02".join(f"{k}\x01{v}" for k, v in pairs) + extra + ("\x02" if trailing and pairs else "")
+    fixed = new_uniq()
+    fast = rewrite_sent_properties(text, "DefaultCluster", lambda: fixed, MARKS)
+    if fast is None:
+        return
+    assert not any(m in text for m in MARKS)
+    slow = dict_path(text, "DefaultCluster", lambda: fixed)
+    assert fast[1:] == slow[1:]
+    assert parse_properties(fast[0]) == parse_properties(slow[0])
+    if len({k for k, _ in pairs}) == len(pairs):  # no repeated key: the very same bytes
+        assert fast[0] == slow[0]
+
+
+def test_common_client_strings_take_the_fast_path():
+    java = "UNIQ_KEY\x017F00000100002A9F0000000000000001\x02WAIT\x01true\x02TAGS\x01TagA\x02KEYS\x01order-1 order-2"
+    stored, wait, tags, keys = rewrite_sent_properties(java, "C", new_uniq, MARKS)
+    assert stored == "UNIQ_KEY\x017F00000100002A9F0000000000000001\x02TAGS\x01TagA\x02KEYS\x01order-1 order-2\x02CLUSTER\x01C"
+    assert wait is True and tags == "TagA" and keys == ("order-1", "order-2", "7F00000100002A9F0000000000000001")
+    stored, wait, tags, keys = rewrite_sent_properties("", "C", lambda: "NEW", MARKS)
+    assert (stored, wait, tags, keys) == ("CLUSTER\x01C\x02UNIQ_KEY\x01NEW", True, None, ("NEW",))
+    assert rewrite_sent_properties("WAIT\x01false\x02", "C", lambda: "N", MARKS)[:2] == ("CLUSTER\x01C\x02UNIQ_KEY\x01N", False)
+
+
+def test_marked_or_irregular_strings_decline():
+    for text in ("DELAY\x013", "TIMER_DELAY_MS\x011000", "TRAN_MSG\x01true", "CLUSTER\x01x",
+                 "TAGS\x01a\x02TAGS\x01b", "TAGS\x01", "a\x01b\x02\x02c\x01d", "ab"):
+        assert rewrite_sent_properties(text, "C", new_uniq, MARKS) is None, repr(text)
