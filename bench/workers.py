@@ -106,11 +106,14 @@ async def send_closed_loop(addr: str, topic: str, n: int, conns: int, window: in
     tasks = [asyncio.ensure_future(one(i, c)) for i, c in enumerate(per)]
     await asyncio.sleep(0.3)  # let every connection open before the clock starts
     t0 = time.perf_counter()
+    c0 = time.process_time()
     start.set()
     await asyncio.gather(*tasks)
     el = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     return {"n": n, "ok": state["ok"], "errors": state["err"], "error_codes": state["codes"],
-            "first_error": state["first_err"], "elapsed_s": round(el, 4), "rate": round(state["ok"] / el, 1)}
+            "first_error": state["first_err"], "elapsed_s": round(el, 4), "rate": round(state["ok"] / el, 1),
+            "generator_cpu_us_per_msg": round(cpu / max(n, 1) * 1e6, 2)}
 
 
 # ---------------------------------------------------------------- open-loop paced send
