@@ -96,10 +96,19 @@ def _to_str(v: Any) -> str:
 
 # ---------------------------------------------------------------- JSON header
 
+_ONLY_STR = {str}
+
+
+def _all_str(ext: dict) -> bool:
+    """Every value a str (what Java clients send), so nothing to coerce; checked in C, not per field.
+    (JSON object keys are always str; the encoder passes keys through either way.)"""
+    return set(map(type, ext.values())) <= _ONLY_STR
+
 def encode_json_header(cmd: RemotingCommand) -> bytes:
     d: dict[str, Any] = {"code": cmd.code}
-    if cmd.ext_fields:
-        d["extFields"] = {k: _to_str(v) for k, v in cmd.ext_fields.items()}
+    ext = cmd.ext_fields
+    if ext:
+        d["extFields"] = ext if _all_str(ext) else {k: _to_str(v) for k, v in ext.items()}
     d["flag"] = cmd.flag
     d["language"] = cmd.language if isinstance(cmd.language, str) else _LANG_BY_ORDINAL.get(cmd.language, "JAVA")
     d["opaque"] = cmd.opaque
@@ -148,7 +157,7 @@ def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
         language=lang,
         version=_int_field(d, "version"),
         remark=remark if isinstance(remark, str) else (None if remark is None else str(remark)),
-        ext_fields={str(k): _to_str(v) for k, v in ext.items() if v is not None},
+        ext_fields=ext if _all_str(ext) else {str(k): _to_str(v) for k, v in ext.items() if v is not None},
         serialize_type=SERIALIZE_JSON,
     )
     if not (-(1 << 31) <= cmd.code < (1 << 31)) or not (-(1 << 31) <= cmd.opaque < (1 << 32)):
