@@ -108,7 +108,7 @@ def rewrite_sent_properties(text: str, cluster: str, new_uniq_key, full_path_mar
     CLUSTER, and UNIQ_KEY (from `new_uniq_key()`) when the client sent none.
 
     Returns (stored properties string, wait, TAGS or None, index keys: KEYS split on spaces, then
-    UNIQ_KEY), the same as `parse_properties` + edits + `properties_to_string` would give (the very
+    UNIQ_KEY, DELAY or None), the same as `parse_properties` + edits + `properties_to_string` would give (the very
     same string unless a key the client sent repeats; it parses to the same map either way); or None
     when the dict path must decide: `text` contains one of `full_path_marks` (the caller's keys that
     need more than this, e.g. "DELAY\\x01"), or CLUSTER, an empty segment, a repeated key or an
@@ -131,6 +131,7 @@ def rewrite_sent_properties(text: str, cluster: str, new_uniq_key, full_path_mar
         tags = _one_value(t, "\x02TAGS\x01")
         keys = _one_value(t, "\x02KEYS\x01")
         uniq = _one_value(t, "\x02UNIQ_KEY\x01")
+        delay = _one_value(t, "\x02DELAY\x01")
     except _FullPath:
         return None
     stored = f"{t[1:]}CLUSTER\x01{cluster}" if len(t) > 1 else f"CLUSTER\x01{cluster}"
@@ -138,4 +139,4 @@ def rewrite_sent_properties(text: str, cluster: str, new_uniq_key, full_path_mar
         uniq = new_uniq_key()
         stored = f"{stored}\x02UNIQ_KEY\x01{uniq}"
     index_keys = (*[k for k in keys.split(" ") if k], uniq) if keys else (uniq,)
-    return stored, wait, tags, index_keys
+    return stored, wait, tags, index_keys, delay

@@ -12,7 +12,8 @@ from scheduler.delay_config import DelayConfig
 from scheduler.delay_service import DelayLevelService
 from scheduler.levels import SCHEDULE_TOPIC, parse_delay_levels
 
-__all__ = ["DelayConfig", "DelayLevelService", "parse_delay_levels", "transform_delay"]
+__all__ = ["DelayConfig", "DelayLevelService", "SCHEDULE_TOPIC", "level_of", "parse_delay_levels", "schedules",
+           "transform_delay"]
 
 _TRANSACTION_MASK, _TRANSACTION_COMMIT = 0xC, 0x8
 _TIMER_KEYS = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
@@ -20,7 +21,11 @@ _TIMER_KEYS = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 
 def delay_level_of(props: dict) -> int:
     """The DELAY property as an int; absent or unparsable counts as 0 (an ordinary message)."""
-    raw = props.get("DELAY")
+    return level_of(props.get("DELAY"))
+
+
+def level_of(raw: str | None) -> int:
+    """A DELAY property value as an int; absent, empty or unparsable counts as 0."""
     if not raw:
         return 0
     try:
@@ -29,9 +34,14 @@ def delay_level_of(props: dict) -> int:
         return 0
 
 
+def schedules(sys_flag: int) -> bool:
+    """Whether a message of this transaction type may be scheduled (NOT or COMMIT; §1.2)."""
+    return sys_flag & _TRANSACTION_MASK in (0, _TRANSACTION_COMMIT)
+
+
 def transform_delay(record, levels_ms) -> int | None:
     """Rewrite `record` (codec.record.MessageRecord) in place; the deliver delay in ms, or None."""
-    if record.sys_flag & _TRANSACTION_MASK not in (0, _TRANSACTION_COMMIT):
+    if not schedules(record.sys_flag):
         return None
     props = record.properties
     level = delay_level_of(props)

@@ -18,9 +18,6 @@ from scheduler.timer import transform_timer
 log = structlog.get_logger(__name__)
 
 SYSTEM_ERROR = 1
-# substrings of a properties string without which `apply` changes nothing and returns -1 (every key
-# the hooks read: DELAY, and TIMER_DELIVER_MS / _DELAY_SEC / _DELAY_MS / _OUT_MS / _DEL_UNIQKEY)
-HOOKED_PROPERTY_MARKS = ("DELAY\x01", "TIMER_")
 
 
 class PutHooks:

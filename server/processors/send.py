@@ -20,10 +20,10 @@ from codec.msgid import new_uniq_id
 from codec.properties import rewrite_sent_properties
 from codec.record import encode_message
 from codec.tags import java_hash
+from scheduler.delay_levels import SCHEDULE_TOPIC, level_of, schedules
 from server import headers as H
 from server.headers import HeaderError
 from server.processors import guarded, peer_of
-from server.put_hooks import HOOKED_PROPERTY_MARKS
 from server.topics import DLQ_PREFIX, NOT_ALLOWED_SEND, RETRY_PREFIX, topic_error
 from server.transactions import is_half, to_half
 from storage.store_types import PutRequest, PutStatus
@@ -45,7 +45,8 @@ PUT_STATUS_CODES = {
 }
 PROPS_MAX = 32767
 PUT_OK = PutStatus.PUT_OK
-PLAIN_SEND_EXCLUDES = (*HOOKED_PROPERTY_MARKS, "TRAN_MSG")  # these need the dict path
+# these need the dict path (DELAY is read by the plain path itself; REAL_* would be overwritten in place)
+PLAIN_SEND_EXCLUDES = ("TIMER_", "TRAN_MSG", "REAL_TOPIC", "REAL_QID")
 
 
 def _ext(msg_id: str = "", queue_id: int = 0, queue_offset: int = 0) -> dict[str, str]:
@@ -204,19 +205,31 @@ class SendProcessor:
         if not h.topic.startswith(RETRY_PREFIX):
             plain = rewrite_sent_properties(h.properties or "", self.cfg.broker_cluster_name, new_uniq_id,
                                             PLAIN_SEND_EXCLUDES)
-            if plain is not None:  # no delay, timer, transaction: nothing for the hooks to do
+            if plain is not None:  # no timer, no transaction: the timer hook has nothing to do
                 return self._prepare_plain(conn, cmd, h, tcfg, qid, body, reconsume, plain)
         return self._prepare_full(conn, cmd, h, tcfg, qid, body, reconsume)
 
     def _prepare_plain(self, conn, cmd, h, tcfg, qid: int, body: bytes, reconsume: int, plain: tuple):
-        stored, wait, tags, keys = plain
+        """A send without timer or transaction keys, on the properties string. A DELAY level > 0 is
+        scheduled as transform_delay does (SCHEDULE_TOPIC_XXXX queue L-1, REAL_TOPIC and REAL_QID
+        appended, tagsCode = deliver time); a level above the highest (clamped, which edits DELAY)
+        or an unschedulable transaction type takes the dict path."""
+        stored, wait, tags, keys, delay = plain
+        topic, store_qid, deliver_delay = h.topic, qid, -1
+        if delay is not None and (level := level_of(delay)) > 0 and schedules(h.sysFlag):
+            levels = self.broker.levels
+            if level > len(levels):
+                return self._prepare_full(conn, cmd, h, tcfg, qid, body, reconsume)
+            stored = f"{stored}\x02REAL_TOPIC\x01{topic}\x02REAL_QID\x01{qid}"
+            topic, store_qid, deliver_delay = SCHEDULE_TOPIC, level - 1, levels[level - 1]
         props_bytes = stored.encode("utf-8", "replace")
         if len(props_bytes) > PROPS_MAX:
             return _fail(cmd, MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", qid)
         sys_flag = h.sysFlag | MULTI_TAGS_FLAG if tcfg.topic_filter_type == "MULTI_TAG" else h.sysFlag
-        raw = encode_message(h.topic, body, qid, h.flag, sys_flag, h.bornTimestamp, self._born_host(conn),
+        raw = encode_message(topic, body, store_qid, h.flag, sys_flag, h.bornTimestamp, self._born_host(conn),
                              self.store_host, reconsume, props_bytes)
-        return PutRequest(raw, h.topic, qid, java_hash(tags) if tags else 0, keys, -1), qid, wait, h.topic
+        req = PutRequest(raw, topic, store_qid, java_hash(tags) if tags else 0, keys, deliver_delay)
+        return req, qid, wait, topic
 
     def _prepare_full(self, conn, cmd, h, tcfg, qid: int, body: bytes, reconsume: int):
         """Properties as a dict: retry/DLQ routing, transactions (half), the put hooks (delay, timer)."""

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from codec.properties import parse_properties, properties_to_string, rewrite_sent_properties
 
-MARKS = ("DELAY\x01", "TIMER_", "TRAN_MSG")
+MARKS = ("TIMER_", "TRAN_MSG")
 _ids = itertools.count()
 
 
@@ -23,7 +23,7 @@ def dict_path(text: str, cluster: str, uniq_factory):
     if not props.get("UNIQ_KEY"):
         props["UNIQ_KEY"] = uniq_factory()
     keys = [k for k in (props.get("KEYS") or "").split(" ") if k] + [props["UNIQ_KEY"]]
-    return properties_to_string(props), wait, props.get("TAGS"), tuple(keys)
+    return properties_to_string(props), wait, props.get("TAGS"), tuple(keys), props.get("DELAY")
 
 
 key = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "a", "DELAY", "TRAN_MSG", "TIMER_DELAY_MS",
@@ -51,15 +51,18 @@ def test_fast_path_equals_the_dict_path_or_declines(pairs, extra, trailing):
 
 def test_common_client_strings_take_the_fast_path():
     java = "UNIQ_KEY\x017F00000100002A9F0000000000000001\x02WAIT\x01true\x02TAGS\x01TagA\x02KEYS\x01order-1 order-2"
-    stored, wait, tags, keys = rewrite_sent_properties(java, "C", new_uniq, MARKS)
+    stored, wait, tags, keys, delay = rewrite_sent_properties(java, "C", new_uniq, MARKS)
     assert stored == "UNIQ_KEY\x017F00000100002A9F0000000000000001\x02TAGS\x01TagA\x02KEYS\x01order-1 order-2\x02CLUSTER\x01C"
     assert wait is True and tags == "TagA" and keys == ("order-1", "order-2", "7F00000100002A9F0000000000000001")
-    stored, wait, tags, keys = rewrite_sent_properties("", "C", lambda: "NEW", MARKS)
-    assert (stored, wait, tags, keys) == ("CLUSTER\x01C\x02UNIQ_KEY\x01NEW", True, None, ("NEW",))
+    assert delay is None
+    assert rewrite_sent_properties("", "C", lambda: "NEW", MARKS) == (
+        "CLUSTER\x01C\x02UNIQ_KEY\x01NEW", True, None, ("NEW",), None)
+    assert rewrite_sent_properties("DELAY\x013\x02WAIT\x01true", "C", lambda: "N", MARKS) == (
+        "DELAY\x013\x02CLUSTER\x01C\x02UNIQ_KEY\x01N", True, None, ("N",), "3")
     assert rewrite_sent_properties("WAIT\x01false\x02", "C", lambda: "N", MARKS)[:2] == ("CLUSTER\x01C\x02UNIQ_KEY\x01N", False)
 
 
 def test_marked_or_irregular_strings_decline():
-    for text in ("DELAY\x013", "TIMER_DELAY_MS\x011000", "TRAN_MSG\x01true", "CLUSTER\x01x",
+    for text in ("DELAY\x01", "DELAY\x011\x02DELAY\x012", "TIMER_DELAY_MS\x011000", "TRAN_MSG\x01true", "CLUSTER\x01x",
                  "TAGS\x01a\x02TAGS\x01b", "TAGS\x01", "a\x01b\x02\x02c\x01d", "ab"):
         assert rewrite_sent_properties(text, "C", new_uniq, MARKS) is None, repr(text)
