@@ -14,8 +14,6 @@ import random
 
 import structlog
 
-from codec.codes import BROKER_VERSION, RPC_TYPE_RESPONSE
-from codec.command import RemotingCommand
 from codec.msgid import new_uniq_id
 from codec.properties import rewrite_sent_properties
 from codec.record import encode_message
@@ -24,40 +22,39 @@ from scheduler.delay_levels import SCHEDULE_TOPIC, level_of, schedules
 from server import headers as H
 from server.headers import HeaderError
 from server.processors import guarded, peer_of
+from server.processors.send_common import (
+    FLUSH_DISK_TIMEOUT,
+    MESSAGE_ILLEGAL,
+    MULTI_TAGS_FLAG,
+    NO_PERMISSION,
+    PROPS_MAX,
+    PUT_OK,
+    PUT_STATUS_CODES,
+    SEND_BATCH_MESSAGE,
+    SEND_MESSAGE,
+    SEND_MESSAGE_V2,
+    SUBSCRIPTION_GROUP_NOT_EXIST,
+    SUCCESS,
+    SYNC_FLUSH_TIMEOUT_S,
+    SYSTEM_ERROR,
+    TOPIC_NOT_EXIST,
+    TRANSACTION_COMMIT,
+    TRANSACTION_MASK,
+    V3_4_9,
+    body_bytes,
+    fail,
+    int_or_zero,
+    ok,
+    status_name,
+)
 from server.topics import DLQ_PREFIX, NOT_ALLOWED_SEND, RETRY_PREFIX, topic_error
 from server.transactions import is_half, to_half
-from storage.store_types import PutRequest, PutStatus
+from storage.store_types import PutRequest
 
 log = structlog.get_logger(__name__)
 
-SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE = 10, 310, 320
-SUCCESS, SYSTEM_ERROR, FLUSH_DISK_TIMEOUT = 0, 1, 10
-MESSAGE_ILLEGAL, NO_PERMISSION, TOPIC_NOT_EXIST, SUBSCRIPTION_GROUP_NOT_EXIST = 13, 16, 17, 26
-MULTI_TAGS_FLAG, TRANSACTION_MASK, TRANSACTION_PREPARED, TRANSACTION_COMMIT = 0x2, 0xC, 0x4, 0x8
-V3_4_9 = 121
-SYNC_FLUSH_TIMEOUT_S = 5.0
-
-PUT_STATUS_CODES = {
-    "PUT_OK": SUCCESS, "FLUSH_DISK_TIMEOUT": 10, "FLUSH_SLAVE_TIMEOUT": 12, "SLAVE_NOT_AVAILABLE": 11,
-    "CREATE_MAPEDFILE_FAILED": 1, "CREATE_MAPPED_FILE_FAILED": 1, "MESSAGE_ILLEGAL": 13,
-    "PROPERTIES_SIZE_EXCEEDED": 13, "SERVICE_NOT_AVAILABLE": 14, "OS_PAGECACHE_BUSY": 1,
-    "WHEEL_TIMER_MSG_ILLEGAL": 13, "WHEEL_TIMER_FLOW_CONTROL": 1, "WHEEL_TIMER_NOT_ENABLE": 1,
-}
-PROPS_MAX = 32767
-PUT_OK = PutStatus.PUT_OK
 # these need the dict path (DELAY is read by the plain path itself; REAL_* would be overwritten in place)
 PLAIN_SEND_EXCLUDES = ("TIMER_", "TRAN_MSG", "REAL_TOPIC", "REAL_QID")
-
-
-def _ext(msg_id: str = "", queue_id: int = 0, queue_offset: int = 0) -> dict[str, str]:
-    return {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset),
-            "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-
-
-def _fail(cmd, code: int, remark: str, queue_id: int = 0):
-    if cmd.is_oneway:
-        return None
-    return cmd.response(code=code, remark=remark, ext_fields=_ext("", queue_id, 0))
 
 
 class SendProcessor:
@@ -82,12 +79,12 @@ class SendProcessor:
         """(topic_config, queue_id) or a ready error response."""
         topic = h.topic
         if batch and len(topic) > 127:
-            return _fail(cmd, MESSAGE_ILLEGAL, f"message topic length too long {len(topic)}")
+            return fail(cmd, MESSAGE_ILLEGAL, f"message topic length too long {len(topic)}")
         problem = self._topic_error(topic)
         if problem:
-            return _fail(cmd, SYSTEM_ERROR, problem)
+            return fail(cmd, SYSTEM_ERROR, problem)
         if topic in NOT_ALLOWED_SEND:
-            return _fail(cmd, NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+            return fail(cmd, NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
         topics = self.broker.topics
         tcfg = topics.get(topic)
         if tcfg is None:
@@ -96,12 +93,12 @@ class SendProcessor:
             if tcfg is None and topic.startswith(RETRY_PREFIX):
                 tcfg = topics.create_in_send_back(topic, 1, 6, sys_flag)
             if tcfg is None:
-                return _fail(cmd, TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+                return fail(cmd, TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         if not tcfg.writeable:
-            return _fail(cmd, NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+            return fail(cmd, NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         qid = h.queueId
         if qid >= tcfg.queue_nums:
-            return _fail(cmd, SYSTEM_ERROR, f"request queueId[{qid}] is illegal, topic:[{topic}] "
+            return fail(cmd, SYSTEM_ERROR, f"request queueId[{qid}] is illegal, topic:[{topic}] "
                                             f"queueNums:[{tcfg.queue_nums}] Producer:[{h.producerGroup}]")
         if qid < 0:
             qid = random.randrange(max(1, tcfg.write_queue_nums))
@@ -161,11 +158,11 @@ class SendProcessor:
                     continue
                 prep = self._prepare_single(conn, cmd, h)
             except HeaderError as e:
-                out[i] = _fail(cmd, SYSTEM_ERROR, str(e))
+                out[i] = fail(cmd, SYSTEM_ERROR, str(e))
                 continue
             except Exception as e:  # one bad request must not cost the others of the run
                 log.warning("send.failed", peer=getattr(conn, "peer", None), error=repr(e), exc_info=e)
-                out[i] = _fail(cmd, SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+                out[i] = fail(cmd, SYSTEM_ERROR, f"{type(e).__name__}: {e}")
                 continue
             if type(prep) is tuple:
                 idx.append(i)
@@ -197,9 +194,9 @@ class SendProcessor:
         if not isinstance(checked, tuple):
             return checked
         tcfg, qid = checked
-        body = _body_bytes(cmd.body)
+        body = body_bytes(cmd.body)
         if len(body) > self.cfg.max_message_size:
-            return _fail(cmd, MESSAGE_ILLEGAL, f"message body size exceeded, {len(body)} > "
+            return fail(cmd, MESSAGE_ILLEGAL, f"message body size exceeded, {len(body)} > "
                                                f"{self.cfg.max_message_size}", qid)
         reconsume = h.reconsumeTimes or 0
         if not h.topic.startswith(RETRY_PREFIX):
@@ -224,7 +221,7 @@ class SendProcessor:
             topic, store_qid, deliver_delay = SCHEDULE_TOPIC, level - 1, levels[level - 1]
         props_bytes = stored.encode("utf-8", "replace")
         if len(props_bytes) > PROPS_MAX:
-            return _fail(cmd, MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", qid)
+            return fail(cmd, MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", qid)
         sys_flag = h.sysFlag | MULTI_TAGS_FLAG if tcfg.topic_filter_type == "MULTI_TAG" else h.sysFlag
         raw = encode_message(topic, body, store_qid, h.flag, sys_flag, h.bornTimestamp, self._born_host(conn),
                              self.store_host, reconsume, props_bytes)
@@ -259,11 +256,11 @@ class SendProcessor:
         elif sys_flag & TRANSACTION_MASK in (0, TRANSACTION_COMMIT):
             hooked = self.broker.hooks.apply(rec)
             if isinstance(hooked, tuple):  # (code, remark): a put hook rejected the message
-                return _fail(cmd, hooked[0], hooked[1], reply_qid)
+                return fail(cmd, hooked[0], hooked[1], reply_qid)
             deliver_delay = hooked
         props_bytes = self._props.properties_to_string(rec.properties).encode("utf-8", "replace")
         if len(props_bytes) > PROPS_MAX:
-            return _fail(cmd, MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", reply_qid)
+            return fail(cmd, MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", reply_qid)
         raw = self._record.encode_record(rec, properties_bytes=props_bytes)
         req = self.broker.put_request(raw, rec.topic, rec.queue_id, rec.properties, deliver_delay)
         return req, reply_qid, wait, rec.topic
@@ -272,7 +269,7 @@ class SendProcessor:
         group = h.topic[len(RETRY_PREFIX):]
         gcfg = self.broker.groups.find(group)
         if gcfg is None:
-            return _fail(cmd, SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
+            return fail(cmd, SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
         max_times = gcfg.retry_max_times
         if (cmd.version or 0) >= V3_4_9 and h.maxReconsumeTimes is not None:
             max_times = h.maxReconsumeTimes
@@ -291,22 +288,22 @@ class SendProcessor:
             return checked
         tcfg, qid = checked
         if h.topic.startswith(RETRY_PREFIX):
-            return _fail(cmd, MESSAGE_ILLEGAL, "batch request does not support retry group " + h.topic, qid)
+            return fail(cmd, MESSAGE_ILLEGAL, "batch request does not support retry group " + h.topic, qid)
         batch_props = self._props.parse_properties(h.properties or "")
         if (h.sysFlag & TRANSACTION_MASK) != 0 or batch_props.get("TRAN_MSG", "").lower() == "true":
-            return _fail(cmd, MESSAGE_ILLEGAL, "batch message does not support transaction", qid)
-        if _int(batch_props.get("DELAY")) > 0:
-            return _fail(cmd, MESSAGE_ILLEGAL, "batch message does not support delay message", qid)
-        body = _body_bytes(cmd.body)
+            return fail(cmd, MESSAGE_ILLEGAL, "batch message does not support transaction", qid)
+        if int_or_zero(batch_props.get("DELAY")) > 0:
+            return fail(cmd, MESSAGE_ILLEGAL, "batch message does not support delay message", qid)
+        body = body_bytes(cmd.body)
         if len(body) > self.cfg.max_message_size:
-            return _fail(cmd, MESSAGE_ILLEGAL, f"message body size exceeded, {len(body)} > "
+            return fail(cmd, MESSAGE_ILLEGAL, f"message body size exceeded, {len(body)} > "
                                                f"{self.cfg.max_message_size}", qid)
         try:
             items = self._batch.decode_batch(body)
         except ValueError as e:
-            return _fail(cmd, MESSAGE_ILLEGAL, f"bad batch body: {e}", qid)
+            return fail(cmd, MESSAGE_ILLEGAL, f"bad batch body: {e}", qid)
         if not items:
-            return _fail(cmd, MESSAGE_ILLEGAL, "empty batch", qid)
+            return fail(cmd, MESSAGE_ILLEGAL, "empty batch", qid)
         wait = batch_props.get("WAIT", "true").lower() != "false"
         batch_props["CLUSTER"] = self.cfg.broker_cluster_name
         tail = self._props.properties_to_string(batch_props)
@@ -335,23 +332,23 @@ class SendProcessor:
     def _answer(self, cmd, result, reply_qid: int, wait: bool):
         """The response to one stored send (None for oneway)."""
         if result.status is not PUT_OK:
-            name = _status_name(result.status)
-            return _fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), name, reply_qid)
+            name = status_name(result.status)
+            return fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), name, reply_qid)
         if cmd.is_oneway:
             return None
         ext = {"msgId": f"{self._msg_id_prefix}{result.phys_offset:016X}", "queueId": str(reply_qid),
                "queueOffset": str(result.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         if wait and result.flushed is not None and self.cfg.sync_flush:
             return self._answer_when_flushed(cmd, [result.flushed], ext)
-        return _ok(cmd, SUCCESS, None, ext)
+        return ok(cmd, SUCCESS, None, ext)
 
     def _respond(self, cmd, results, reply_qid: int, wait: bool, topics: list[str]):
         """The response to a batch-message send: every record stored, or the first failure."""
         first = results[0]
         for r in results:
             if r.status is not PUT_OK:
-                name = _status_name(r.status)
-                return _fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), name, reply_qid)
+                name = status_name(r.status)
+                return fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), name, reply_qid)
         prefix = self._msg_id_prefix
         msg_id = ",".join([f"{prefix}{r.phys_offset:016X}" for r in results])
         self.broker.on_put(topics, results)
@@ -363,7 +360,7 @@ class SendProcessor:
             pending = [r.flushed for r in results if getattr(r, "flushed", None) is not None]
             if pending:
                 return self._answer_when_flushed(cmd, pending, ext)
-        return _ok(cmd, SUCCESS, None, ext)
+        return ok(cmd, SUCCESS, None, ext)
 
     @staticmethod
     async def _answer_when_flushed(cmd, pending: list, ext: dict[str, str]):
@@ -372,30 +369,7 @@ class SendProcessor:
             await asyncio.wait_for(asyncio.shield(asyncio.gather(*pending)), SYNC_FLUSH_TIMEOUT_S)
         except TimeoutError:
             code, remark = FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT"
-        return _ok(cmd, code, remark, ext)
-
-
-def _ok(cmd, code: int, remark: str | None, ext: dict[str, str]) -> RemotingCommand:
-    """`cmd.response(code, remark, ext)` for an ext dict that is already all strings."""
-    return RemotingCommand(code, cmd.opaque, RPC_TYPE_RESPONSE, "JAVA", BROKER_VERSION, remark, ext, b"",
-                           cmd.serialize_type)
-
-
-def _status_name(status) -> str:
-    return getattr(status, "name", None) or str(status)
-
-
-def _int(v) -> int:
-    try:
-        return int(v) if v not in (None, "") else 0
-    except ValueError:
-        return 0
-
-
-def _body_bytes(body) -> bytes:
-    if isinstance(body, list):
-        return b"".join(bytes(p) for p in body)
-    return bytes(body or b"")
+        return ok(cmd, code, remark, ext)
 
 
 def register(server, broker) -> None:
