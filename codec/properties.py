@@ -128,10 +128,10 @@ def rewrite_sent_properties(text: str, cluster: str, new_uniq_key, full_path_mar
             w = _one_value(t, "\x02WAIT\x01")
             wait = w.lower() != "false"
             t = t[:i] + t[i + 6 + len(w):]
-        tags = _one_value(t, "\x02TAGS\x01")
-        keys = _one_value(t, "\x02KEYS\x01")
+        tags = _one_value(t, "\x02TAGS\x01") if "TAGS\x01" in t else None
+        keys = _one_value(t, "\x02KEYS\x01") if "KEYS\x01" in t else None
         uniq = _one_value(t, "\x02UNIQ_KEY\x01")
-        delay = _one_value(t, "\x02DELAY\x01")
+        delay = _one_value(t, "\x02DELAY\x01") if "DELAY\x01" in t else None
     except _FullPath:
         return None
     stored = f"{t[1:]}CLUSTER\x01{cluster}" if len(t) > 1 else f"CLUSTER\x01{cluster}"
