@@ -74,6 +74,23 @@ class RawClient:
         self._send(code, ext, body, 0, version, language, opaque)
         return await asyncio.wait_for(fut, timeout)
 
+    def pipeline(self, requests: list[tuple[int, dict, bytes, bool]]) -> list[asyncio.Future | None]:
+        """Write every (code, ext, body, oneway) request in ONE write (so they arrive together); a
+        future per request, None for the oneway ones."""
+        frames, futs = [], []
+        for code, ext, body, oneway in requests:
+            opaque = next(_ids)
+            hdr = json.dumps({"code": code, "language": "JAVA", "version": 409, "opaque": opaque,
+                              "flag": 2 if oneway else 0, "extFields": ext or {},
+                              "serializeTypeCurrentRPC": "JSON"}).encode()
+            frames.append(_LEN.pack(4 + len(hdr) + len(body), len(hdr)) + hdr + body)
+            fut = None
+            if not oneway:
+                fut = self.pending[opaque] = asyncio.get_running_loop().create_future()
+            futs.append(fut)
+        self.writer.write(b"".join(frames))
+        return futs
+
     def oneway(self, code: int, ext: dict | None = None, body: bytes = b"") -> None:
         self._send(code, ext, body, 2, 409, "JAVA", next(_ids))
 

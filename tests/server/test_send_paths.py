@@ -59,3 +59,42 @@ async def test_stored_record_equals_the_dict_path(make_broker, case):
             assert topic == SCHEDULE_TOPIC and tags_code == got["store_ts"] + delay
     finally:
         await c.close()
+
+
+async def test_a_pipelined_run_is_answered_per_request_in_store_order(make_broker):
+    """Requests that arrive in one read are handled as one run (one store put): each still gets its
+    own response (errors included, none for oneway) and the store keeps the request order, also
+    around a batch-message request in the middle of the run."""
+    import asyncio
+
+    from tests.server.raw import RawClient, encode_batch, props
+
+    broker = await make_broker(message_delay_level=LEVELS)
+    c = await RawClient.connect(broker.config.broker_addr)
+    try:
+        def one(i: int, **kw) -> tuple:
+            return (SEND_MESSAGE_V2, send_ext("Run", props(UNIQ_KEY=f"U{i:031d}", WAIT="true"), qid=0, **kw),
+                    f"m{i}".encode(), False)
+
+        bad = one(3)
+        del bad[1]["b"]  # no topic
+        batch = (SEND_MESSAGE_V2, send_ext("Run", "", qid=0, batch=True),
+                 encode_batch([(b"b0", props(UNIQ_KEY="B0")), (b"b1", props(UNIQ_KEY="B1"))]), False)
+        oneway = (*one(6)[:3], True)
+        reqs = [one(0), one(1), one(2), bad, batch, one(5), oneway, one(7)]
+        futs = c.pipeline(reqs)
+        replies = [await asyncio.wait_for(f, 10) if f is not None else None for f in futs]
+        assert replies[3].code == 1 and "topic" in replies[3].remark
+        assert replies[6] is None
+        for i in (0, 1, 2, 4, 5, 7):
+            assert replies[i].code == 0, (i, replies[i].remark)
+        # one more send after the oneway: once it is answered, the oneway is stored too
+        tail = await c.invoke(*one(8)[:3])
+        assert tail.code == 0
+        stored = decode_records(b"".join(bytes(b) for b in broker.store.get_messages("Run", 0, 0, 32, None).buffers))
+        assert [r["body"] for r in stored] == [b"m0", b"m1", b"m2", b"b0", b"b1", b"m5", b"m6", b"m7", b"m8"]
+        assert [r["queue_offset"] for r in stored] == list(range(9))
+        offsets = [int(replies[i].ext["queueOffset"]) for i in (0, 1, 2, 4, 5, 7)]
+        assert offsets == [0, 1, 2, 3, 5, 7]
+    finally:
+        await c.close()
