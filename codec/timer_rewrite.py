@@ -44,22 +44,24 @@ _ROLL_TOPIC_FIELD = _topic_field(TIMER_TOPIC)
 
 
 def canonical_map(pb: bytes) -> dict[bytes, bytes] | None:
-    """The properties as {name: value} bytes when pb is canonical (UTF-8; every segment `name\x01value`
-    with both non-empty and one \x01; no empty segment, no trailing separator; no duplicate name),
-    i.e. when a byte edit equals the parse → dict → serialise round trip. None otherwise."""
+    """The properties as {name: value} bytes when pb is canonical (UTF-8; separators alternate
+    \x01, \x02, ..., \x01, i.e. every segment is `name\x01value` and there is no trailing one; no
+    empty name, value or segment; no duplicate name), i.e. when a byte edit equals the parse → dict →
+    serialise round trip. None otherwise."""
     if not pb.isascii():
         try:
             pb.decode("utf-8")
         except UnicodeDecodeError:
             return None
-    if not pb or pb[0] < 3 or pb[-1] < 3 or b"\x01\x02" in pb or b"\x02\x01" in pb:
-        return None
     sep = pb.translate(None, _NON_SEPARATORS)
     if not len(sep) & 1 or not _ALTERNATING.startswith(sep):
         return None
-    it = iter(pb.replace(b"\x01", b"\x02").split(b"\x02"))
-    d = dict(zip(it, it, strict=True))
-    return d if len(d) == (len(sep) + 1) >> 1 else None
+    parts = pb.replace(b"\x01", b"\x02").split(b"\x02")
+    if b"" in parts:
+        return None
+    it = iter(parts)
+    d = dict(zip(it, it))  # noqa: B905 - len(parts) is even: an odd number of separators
+    return d if len(d) << 1 == len(parts) else None
 
 
 def _edit_canonical(pb: bytes, edits) -> bytes:
@@ -98,13 +100,24 @@ def _int(b: bytes) -> int:
     return int(b) if b.isascii() else int(b.decode("utf-8", "replace"))
 
 
+_qids: dict[bytes, int] = {}
+_CACHE_MAX = 4096
+
+
 def _qid(b: bytes | None) -> int:
+    """REAL_QID as int (0 when absent or not a number), cached: a burst repeats a few values."""
     if b is None:
         return 0
-    try:
-        return _int(b)
-    except ValueError:
-        return 0
+    q = _qids.get(b)
+    if q is None:
+        try:
+            q = _int(b)
+        except ValueError:
+            q = 0
+        if len(_qids) > _CACHE_MAX:
+            _qids.clear()
+        _qids[b] = q
+    return q
 
 
 def _dict_map(pb: bytes) -> dict[bytes, bytes]:
@@ -112,21 +125,35 @@ def _dict_map(pb: bytes) -> dict[bytes, bytes]:
     return {k.encode(): v.encode() for k, v in parse_properties(pb).items()}
 
 
-def build_timer_deliveries(raws, rolls, exact_ms, enqueue_ms, dequeue_ms: int, cancel) -> list:
-    """Per record: MISSING / SKIPPED / CANCELLED, or (record bytearray, topic, queue id, tagsCode,
-    index keys, UNIQ_KEY bytes or None). Rolls go to rmq_sys_wheel_timer / 0 with tagsCode 0, no keys.
-    `cancel`: set of `REAL_TOPIC+UNIQ_KEY` str (the slot's delete marker keys). Raises CodecError on
-    a malformed record or properties over 32767 bytes, ValueError on a non-numeric TIMER_ROLL_TIMES."""
+def _as_tuple(*fields):
+    return fields
+
+
+def build_timer_deliveries(raws, rolls, exact_ms, enqueue_ms, dequeue_ms: int, cancel, make=_as_tuple,
+                           uniqs: list | None = None) -> list:
+    """Per record: MISSING / SKIPPED / CANCELLED, or `make(record bytearray, topic, queue id, tagsCode,
+    index keys)` (a tuple by default; the dequeue passes PutRequest). Rolls go to rmq_sys_wheel_timer
+    / 0 with tagsCode 0 and no keys. `uniqs`, when given, gets each record's UNIQ_KEY bytes (None
+    for a roll or a record that is not delivered). `cancel`: set of `REAL_TOPIC+UNIQ_KEY` str (the
+    slot's delete marker keys). Raises CodecError on a malformed record or properties over 32767
+    bytes, ValueError on a non-numeric TIMER_ROLL_TIMES."""
     out = []
     append = out.append
+    keep_uniq = uniqs.append if uniqs is not None else None
     i32 = _I32.unpack_from
     i16 = _I16.unpack_from
     pack_i32 = _I32.pack_into
+    pack_len = _I16.pack
     blp = _BODY_LEN_POS
+    qid_of = _qid
     deq = str(dequeue_ms).encode()
+    last_w, enq = None, b""
     for n, raw in enumerate(raws):
+        uniq = None
         if raw is None:
             append(MISSING)
+            if keep_uniq:
+                keep_uniq(None)
             continue
         try:
             if i32(raw, POS_MAGIC)[0] != MAGIC_CODE:
@@ -146,14 +173,16 @@ def build_timer_deliveries(raws, rolls, exact_ms, enqueue_ms, dequeue_ms: int, c
         if not canonical:
             d = _dict_map(pb)
         get = d.get
-        enq = str(enqueue_ms[n]).encode()
+        w = enqueue_ms[n]
+        if w != last_w:  # units of one burst share their enqueue write clock
+            last_w, enq = w, str(w).encode()
         if rolls[n]:
             rt = get(TIMER_ROLL_TIMES)
             times = str((_int(rt) if rt else 0) + 1).encode()
             edits = ((TIMER_ROLL_TIMES, times), (TIMER_DELIVER_MS, str(exact_ms[n]).encode()),
                      (TIMER_ENQUEUE_MS, enq), (TIMER_DEQUEUE_MS, deq))
             props = _edit_canonical(pb, edits) if canonical else _edit_dict(pb, edits)
-            field, topic, qid, tcode, keys, uniq = _ROLL_TOPIC_FIELD, TIMER_TOPIC, 0, 0, (), None
+            field, topic, qid, tcode, keys = _ROLL_TOPIC_FIELD, TIMER_TOPIC, 0, 0, ()
         else:
             rt = get(REAL_TOPIC)
             uniq = get(UNIQ_KEY)
@@ -161,12 +190,16 @@ def build_timer_deliveries(raws, rolls, exact_ms, enqueue_ms, dequeue_ms: int, c
                 t = rt.decode("utf-8", "replace") if rt else None
                 if f"{t}+{uniq.decode('utf-8', 'replace')}" in cancel:
                     append(CANCELLED)
+                    if keep_uniq:
+                        keep_uniq(None)
                     continue
             if not rt or TIMER_DEL_UNIQKEY in d:
                 append(SKIPPED)
+                if keep_uniq:
+                    keep_uniq(None)
                 continue
             topic, field = _topic(rt)
-            qid = _qid(get(REAL_QID))
+            qid = qid_of(get(REAL_QID))
             tcode = tags_code(get(TAGS))
             kb = get(KEYS)
             if kb:
@@ -176,20 +209,21 @@ def build_timer_deliveries(raws, rolls, exact_ms, enqueue_ms, dequeue_ms: int, c
                 keys = tuple(ks)
             else:
                 keys = (uniq,) if uniq else ()
-            edits = ((TIMER_ENQUEUE_MS, enq), (TIMER_DEQUEUE_MS, deq))
             if not canonical:
-                props = _edit_dict(pb, edits)
+                props = _edit_dict(pb, ((TIMER_ENQUEUE_MS, enq), (TIMER_DEQUEUE_MS, deq)))
             elif TIMER_ENQUEUE_MS in d or TIMER_DEQUEUE_MS in d:
-                props = _edit_canonical(pb, edits)
+                props = _edit_canonical(pb, ((TIMER_ENQUEUE_MS, enq), (TIMER_DEQUEUE_MS, deq)))
             else:  # the common case: neither is there yet, both go at the end
                 props = pb + _APPEND_TIMES + enq + _APPEND_DEQUEUE + deq
         if len(props) > MAX_PROPERTIES_BYTES:
             raise CodecError(f"properties longer than {MAX_PROPERTIES_BYTES} bytes")
         rec = bytearray(raw[:tpos])
         rec += field
-        rec += _I16.pack(len(props))
+        rec += pack_len(len(props))
         rec += props
         pack_i32(rec, POS_TOTAL, len(rec))
         pack_i32(rec, POS_QUEUE_ID, qid)
-        append((rec, topic, qid, tcode, keys, uniq))
+        append(make(rec, topic, qid, tcode, keys))
+        if keep_uniq:
+            keep_uniq(uniq)
     return out

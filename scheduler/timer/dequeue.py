@@ -7,7 +7,9 @@ Two asyncio tasks joined by a bounded asyncio.Queue:
   exact deliver ms (timerlog reserved field) and pushes chunks, then a commit marker for the slot;
 - the putter waits until each unit's exact ms (never early), rewrites the records (real topic and
   queue, TIMER_ENQUEUE_MS / TIMER_DEQUEUE_MS; roll units go back to rmq_sys_wheel_timer with
-  TIMER_ROLL_TIMES + 1) and puts them in batches. A failed put is retried after 500 × precision / 1000
+  TIMER_ROLL_TIMES + 1) and puts them in batches: per batch one MessageStore.read_records, one
+  codec.timer_rewrite.build_timer_deliveries (bytes edits, no property dict), one put, and the
+  due / delivered events handed to the listeners as one list each. A failed put is retried after 500 × precision / 1000
   ms until it succeeds (illegal records are dropped and counted). `commit_read_ms` moves when the
   putter reaches the slot's commit marker, i.e. after every message of the slot was put.
 """
@@ -23,7 +25,6 @@ import structlog
 from codec.properties import parse_properties
 from codec.record import read_properties_bytes, read_store_timestamp
 from codec.timer_rewrite import CANCELLED, MISSING, build_timer_deliveries
-from scheduler.timer.config import TIMER_TOPIC
 from scheduler.timer.hook import TIMER_DEL_UNIQKEY
 from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL
 
@@ -177,14 +178,17 @@ class DequeueMixin:
         """convert + convertMessage for units lo..hi of a chunk, then one put (retried as a batch)."""
         from storage.message_store import PutRequest
 
-        store, m = self.store, self.metrics
+        m = self.metrics
         offsets = c.offset[lo:hi].tolist()
-        raws = store.read_records(zip(offsets, c.size[lo:hi].tolist(), strict=True))
+        raws = self.store.read_records(zip(offsets, c.size[lo:hi].tolist(), strict=True))
         exact = c.exact[lo:hi].tolist()
         rolls = (c.magic[lo:hi] & MAGIC_ROLL).tolist()
-        built = build_timer_deliveries(raws, rolls, exact, c.write_ms[lo:hi].tolist(), now_ms(), c.cancel)
+        listening = bool(m.listeners)
+        uniqs: list | None = [] if listening else None
+        built = build_timer_deliveries(raws, rolls, exact, c.write_ms[lo:hi].tolist(), now_ms(), c.cancel,
+                                       PutRequest, uniqs)
         reqs, dues = [], []  # dues: exact deliver ms of a final delivery, None for a roll
-        events = [] if m.listeners else None  # per request: (msgId prefix, topic, uniqKey, storeTs) or None
+        events = [] if listening else None  # per request: (msgId prefix, topic, uniqKey, storeTs, offset) or None
         for k, b in enumerate(built):
             if type(b) is int:
                 if b == MISSING:
@@ -192,25 +196,29 @@ class DequeueMixin:
                 elif b == CANCELLED:
                     m.cancelled += 1
                 continue  # SKIPPED: a (rolled-then-final) marker or no REAL_TOPIC is never delivered
+            reqs.append(b)
             if rolls[k]:
-                reqs.append(PutRequest(b[0], TIMER_TOPIC, 0, 0, ()))
                 dues.append(None)
-                if events is not None:
+                if listening:
                     events.append(None)
                 continue
-            reqs.append(PutRequest(b[0], b[1], b[2], b[3], b[4]))
-            dues.append(exact[k])
-            if events is not None:
+            due = exact[k]
+            dues.append(due)
+            if listening:
                 raw = raws[k]
-                uniq = b[5].decode("utf-8", "replace") if b[5] is not None else None
-                info = (self.msg_id_prefix(raw), b[1], uniq, read_store_timestamp(raw, 0))
-                events.append(info)
-                m.emit("due", kind="timer", level=0, topic=b[1], uniqKey=uniq, msgId=info[0] + f"{offsets[k]:016X}",
-                       bornTs=0, storeTs=info[3], dueTs=exact[k], deliveredTs=0)
+                u = uniqs[k]
+                events.append((self.msg_id_prefix(raw), b.topic, u.decode("utf-8", "replace") if u is not None
+                               else None, read_store_timestamp(raw, 0), offsets[k]))
         del raws
+        if events:
+            m.emit_many("due", [(e[1], e[2], e[0] + f"{e[4]:016X}", e[3], due, 0)
+                                for e, due in zip(events, dues, strict=True) if e is not None])
         await self._put_with_retry(reqs, dues, events)
 
     async def _put_with_retry(self, reqs: list, dues: list, events: list | None) -> None:
+        from storage.message_store import PutStatus
+
+        put_ok = PutStatus.PUT_OK
         m = self.metrics
         backoff = 0.5 * self.config.precision_ms / 1000.0
         while reqs:
@@ -218,30 +226,31 @@ class DequeueMixin:
             retry = []
             done = now_ms()
             late = []
-            for k, res in enumerate(results):
-                name = res.status.name
-                if name == "PUT_OK":
-                    due = dues[k]
+            delivered = [] if events is not None else None
+            rolled = 0
+            for k, (due, res) in enumerate(zip(dues, results, strict=True)):
+                if res.status is put_ok:
                     if due is None:
-                        m.rolled += 1
+                        rolled += 1
                         continue
                     late.append(done - due)
-                    if events is not None:
-                        prefix, topic, uniq, store_ts = events[k]
-                        m.emit("delivered", kind="timer", level=0, topic=topic, uniqKey=uniq,
-                               msgId=prefix + f"{res.phys_offset:016X}", bornTs=0, storeTs=store_ts,
-                               dueTs=due, deliveredTs=done)
-                elif name in _GIVE_UP:
+                    if delivered is not None:
+                        prefix, topic, uniq, store_ts, _off = events[k]
+                        delivered.append((topic, uniq, prefix + f"{res.phys_offset:016X}", store_ts, due, done))
+                elif res.status.name in _GIVE_UP:
                     m.put_failures += 1
-                    log.error("timer.deliver_dropped", topic=reqs[k].topic, status=name)
+                    log.error("timer.deliver_dropped", topic=reqs[k].topic, status=res.status.name)
                 else:
                     m.put_failures += 1
                     retry.append(k)
+            m.rolled += rolled
             if late:
                 m.delivered += len(late)
                 m.lateness.observe_many(late)
                 m.dequeue_latency_ms = late[-1]
             m.dequeue_rate.add(len(reqs) - len(retry))
+            if delivered:
+                m.emit_many("delivered", delivered)
             if retry:
                 reqs, dues = [reqs[k] for k in retry], [dues[k] for k in retry]
                 events = [events[k] for k in retry] if events is not None else None

@@ -154,7 +154,7 @@ class TimerLog:
             if single:
                 pieces.append(np.array(single, dtype=UNIT_DTYPE))
                 single = []
-            k = min(block, rel // UNIT_SIZE + 1)
+            k = min(block, rel // UNIT_SIZE + 1, (pos - min_pos) // UNIT_SIZE + 1)
             lo = rel - (k - 1) * UNIT_SIZE
             run = np.frombuffer(seg.mm[lo:rel + UNIT_SIZE], dtype=UNIT_DTYPE)
             where = np.arange(seg.start + lo, seg.start + rel + 1, UNIT_SIZE, dtype=np.int64)

@@ -35,7 +35,7 @@ def reference(raw, roll: bool, exact: int, enq: int, now: int, cancel: set[str])
         props["TIMER_ENQUEUE_MS"] = str(enq)
         props["TIMER_DEQUEUE_MS"] = str(now)
         rec = rewrite_for_delivery(raw, TIMER_TOPIC, 0, properties_bytes=properties_to_string(props).encode())
-        return rec, TIMER_TOPIC, 0, 0, (), None
+        return rec, TIMER_TOPIC, 0, 0, ()
     topic = props.get("REAL_TOPIC")
     uniq = props.get("UNIQ_KEY")
     if cancel and uniq and f"{topic}+{uniq}" in cancel:
@@ -53,7 +53,7 @@ def reference(raw, roll: bool, exact: int, enq: int, now: int, cancel: set[str])
     if uniq:
         keys.append(uniq)
     tags = props.get("TAGS")
-    return rec, topic, qid, java_hash(tags) if tags else 0, tuple(keys), uniq
+    return rec, topic, qid, java_hash(tags) if tags else 0, tuple(keys)
 
 
 def _props_pos(raw) -> int:
@@ -69,10 +69,9 @@ def _record(pb: bytes) -> bytearray:
 
 def _normalise(got):
     if isinstance(got, tuple):
-        rec, topic, qid, tcode, keys, uniq = got
+        rec, topic, qid, tcode, keys = got
         keys = tuple(k.decode() if isinstance(k, bytes) else k for k in keys)
-        uniq = uniq.decode() if isinstance(uniq, bytes) else uniq
-        return bytes(rec), topic, qid, tcode, keys, uniq
+        return bytes(rec), topic, qid, tcode, keys
     return got
 
 
@@ -115,11 +114,14 @@ def test_build_matches_the_dict_conversion(pb, roll, cancel):
     assert _normalise(got) == _normalise(reference(raw, roll, 1795474679500, 1795474670000, 1795474679512, cancel))
 
 
-def test_missing_and_batch_order():
+def test_missing_batch_order_and_uniq_keys():
     raws = [None] + [memoryview(bytes(_record(s))) for s in _odd_strings()[:3]]
-    got = build_timer_deliveries(raws, [False] * 4, [1] * 4, [2] * 4, 3, set())
+    uniqs: list = []
+    got = build_timer_deliveries(raws, [False] * 4, [1] * 4, [2, 2, 3, 3], 3, set(), uniqs=uniqs)
     assert got[0] == MISSING
-    assert [_normalise(g) for g in got[1:]] == [_normalise(reference(r, False, 1, 2, 3, set())) for r in raws[1:]]
+    want = [_normalise(reference(r, False, 1, e, 3, set())) for r, e in zip(raws[1:], (2, 3, 3), strict=True)]
+    assert [_normalise(g) for g in got[1:]] == want
+    assert uniqs == [None] + [BASE["UNIQ_KEY"].encode()] * 3
 
 
 def test_random_property_strings_match():
