@@ -171,9 +171,75 @@ def bench_timer_rss(quick: bool) -> dict:
             "target": "(report RSS at 10M pending)", "met": None}
 
 
+def _fill_store_timers(n: int, step: int, deadline_s: float) -> list[dict]:
+    """A MessageStore + TimerMessageStore in this process (a temp store): n timers due in 2 days
+    through the real put hook (transform_timer), MessageStore.put (batches of 2000) and the timer
+    enqueue stage; memory sampled after every `step` pending."""
+    import gc
+    import shutil
+    import tempfile
+
+    from bench.common import store_base
+    from codec.record import MessageRecord, encode_record
+    from scheduler.timer import TIMER_TOPIC, TimerConfig, TimerMessageStore, transform_timer
+    from storage.message_store import MessageStore, PutRequest, StoreConfig
+
+    async def go() -> list[dict]:
+        root = tempfile.mkdtemp(prefix="delaymq-bench-timer-", dir=store_base())
+        store = MessageStore(StoreConfig(store_path=root))
+        store.load()
+        store.start()
+        tm = TimerMessageStore(store, TimerConfig(precision_ms=1000, store_root=root))
+        tm.start()
+        try:
+            await asyncio.sleep(0.5)
+            gc.collect()
+            samples = [{"pending": 0, "mem": proc_mem_mb(os.getpid()), "elapsed_s": 0.0}]
+            t0 = time.monotonic()
+            now = int(time.time() * 1000)
+            far, body, done = now + 2 * 86400_000, b"b" * 128, 0
+            while done < n and time.monotonic() - t0 < deadline_s:
+                batch = []
+                for i in range(done, min(n, done + 2000)):
+                    rec = MessageRecord(topic="BenchTimerRss", body=body, queue_id=i % QUEUES, born_timestamp=now,
+                                        properties={"TIMER_DELIVER_MS": str(far), "UNIQ_KEY": f"{i:032X}"})
+                    transform_timer(rec, now, tm)
+                    batch.append(PutRequest(encode_record(rec), TIMER_TOPIC, 0))
+                store.put(batch)
+                done += len(batch)
+                await asyncio.sleep(0)  # let the enqueue stage run
+                if done % step == 0 or done == n:
+                    await tm.wait_enqueued(done, 300)
+                    samples.append({"pending": tm.stats()["pending"], "mem": proc_mem_mb(os.getpid()),
+                                    "elapsed_s": round(time.monotonic() - t0, 1)})
+            return samples
+        finally:
+            await tm.shutdown()
+            await store.shutdown()
+            shutil.rmtree(root, ignore_errors=True)
+
+    return asyncio.run(go())
+
+
+def bench_timer_rss_store(quick: bool) -> dict:
+    """10M pending timers in one process (no network: the wire fill runs ~10k msg/s, too slow for
+    10M within a 10-minute bench); the memory of the store + wheel with that many pending."""
+    n = int(os.environ.get("BENCH_TIMER_RSS_STORE_N", 200_000 if quick else 10_000_000))
+    samples = _fill_store_timers(n, max(1, n // 10), float(os.environ.get("BENCH_TIMER_RSS_STORE_DEADLINE_S", 540)))
+    first, last = samples[0], samples[-1]
+    grow = {k: round(last["mem"].get(k, 0) - first["mem"].get(k, 0), 1) for k in ("VmRSS", "RssAnon", "RssFile")}
+    return {"config": {"n": n, "deliver": "now + 2 days", "where": "MessageStore + TimerMessageStore in the bench "
+                       "process: hook, put, enqueue (no broker, no network)"},
+            "raw": {"samples": samples},
+            "headline": {"pending": last["pending"], "rss_growth_mb": grow["VmRSS"], "anon_growth_mb": grow["RssAnon"],
+                         "file_growth_mb": grow["RssFile"]},
+            "target": "10M pending grow RSS by <= 50 MB", "met": last["pending"] >= 10_000_000 and grow["VmRSS"] <= 50}
+
+
 BENCHES = {
     "timer_enqueue": bench_timer_enqueue,
     "timer_burst": bench_timer_burst,
     "timer_lateness": bench_timer_lateness,
     "timer_rss": bench_timer_rss,
+    "timer_rss_store": bench_timer_rss_store,
 }

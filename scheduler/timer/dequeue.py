@@ -7,7 +7,9 @@ Two asyncio tasks joined by a bounded asyncio.Queue:
   exact deliver ms (timerlog reserved field) and pushes chunks, then a commit marker for the slot;
 - the putter waits until each unit's exact ms (never early), rewrites the records (real topic and
   queue, TIMER_ENQUEUE_MS / TIMER_DEQUEUE_MS; roll units go back to rmq_sys_wheel_timer with
-  TIMER_ROLL_TIMES + 1) and puts them in batches. A failed put is retried after 500 × precision / 1000
+  TIMER_ROLL_TIMES + 1) and puts them in batches: per batch one MessageStore.read_records, one
+  codec.timer_rewrite.build_timer_deliveries (bytes edits, no property dict), one put, and the
+  due / delivered events handed to the listeners as one list each. A failed put is retried after 500 × precision / 1000
   ms until it succeeds (illegal records are dropped and counted). `commit_read_ms` moves when the
   putter reaches the slot's commit marker, i.e. after every message of the slot was put.
 """
@@ -16,47 +18,37 @@ from __future__ import annotations
 
 import asyncio
 import time
-from array import array
-from bisect import bisect_right
 
+import numpy as np
 import structlog
 
-from codec.properties import parse_properties, properties_to_string
-from codec.record import read_properties_bytes, read_store_timestamp, rewrite_for_delivery
-from codec.tags import java_hash
-from scheduler.timer.config import TIMER_TOPIC
-from scheduler.timer.hook import (
-    REAL_QID,
-    REAL_TOPIC,
-    TIMER_DEL_UNIQKEY,
-    TIMER_DELIVER_MS,
-    TIMER_DEQUEUE_MS,
-    TIMER_ENQUEUE_MS,
-    TIMER_ROLL_TIMES,
-    UNIQ_KEY,
-)
+from codec.properties import parse_properties
+from codec.record import read_properties_bytes, read_store_timestamp
+from codec.timer_rewrite import CANCELLED, MISSING, build_timer_deliveries
+from scheduler.timer.hook import TIMER_DEL_UNIQKEY
 from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL
 
 log = structlog.get_logger(__name__)
 
 CHUNK = 4096
+WALK_STEP = 20000  # units per timerlog read between yields to the loop
 _GIVE_UP = {"MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED"}
 
 
 class SlotChunk:
-    """Units of one slot in due order, as parallel int64 arrays (no object per message)."""
+    """Units of one slot in due order, as parallel int64 numpy arrays (no object per message)."""
 
     __slots__ = ("slot", "due", "exact", "offset", "size", "magic", "write_ms", "cancel")
 
-    def __init__(self, slot: int, cancel: set[str]) -> None:
+    def __init__(self, slot: int, cancel: set[str], due, exact, offset, size, magic, write_ms) -> None:
         self.slot = slot
         self.cancel = cancel
-        self.due = array("q")
-        self.exact = array("q")
-        self.offset = array("q")
-        self.size = array("q")
-        self.magic = array("q")
-        self.write_ms = array("q")
+        self.due = due
+        self.exact = exact
+        self.offset = offset
+        self.size = size
+        self.magic = magic
+        self.write_ms = write_ms
 
 
 def now_ms() -> int:
@@ -114,51 +106,45 @@ class DequeueMixin:
             await self._put_queue.put(s + prec)
 
     async def _load_slot(self, s: int) -> list[SlotChunk]:
-        """Walk the chain of slot s; delete markers first (their keys), then units in due order."""
+        """Walk the chain of slot s; delete markers first (their keys), then units in due order
+        (ties in chain order, i.e. newest first, as a stable sort of the walk)."""
         wheel, tl = self.wheel, self.timerlog
         _first, pos, _num = wheel.get_slot(s)
         wheel.release(s)
         min_pos = tl.min_pos
-        due, exact, offs, sizes, magics, wms = (array("q") for _ in range(6))
-        cancel: set[str] = set()
-        n = 0
+        parts = []
         while pos >= min_pos and pos >= 0:
-            size, prev, magic, wms_, delta, off, sz, _h, ex = tl.read(pos)
-            if size != 52:
-                log.error("timer.bad_unit", pos=pos, slot=s)
+            units, pos, bad = tl.read_chain(pos, min_pos, WALK_STEP)
+            parts.append(units)
+            if bad is not None:
+                log.error("timer.bad_unit", pos=bad, slot=s)
                 break
-            if magic & MAGIC_DELETE and not magic & MAGIC_ROLL:
+            if pos >= min_pos and pos >= 0:
+                await asyncio.sleep(0)  # yield to the loop between steps of a long chain
+        tl.forget_read_pages()
+        units = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        magic = units["magic"].astype(np.int64)
+        marker = ((magic & MAGIC_DELETE) != 0) & ((magic & MAGIC_ROLL) == 0)
+        cancel: set[str] = set()
+        if marker.any():
+            for off, sz in zip(units["offset"][marker].tolist(), units["size_py"][marker].tolist(), strict=True):
                 rec = self.store.read_record(off, sz)
                 if rec is not None:
                     key = parse_properties(read_properties_bytes(rec, 0)).get(TIMER_DEL_UNIQKEY)
                     if key:
                         cancel.add(key)
-            else:
-                due.append(s if magic & MAGIC_ROLL else ex)
-                exact.append(ex)
-                offs.append(off)
-                sizes.append(sz)
-                magics.append(magic)
-                wms.append(wms_)
-            pos = prev
-            n += 1
-            if n % 20000 == 0:
-                await asyncio.sleep(0)
-        tl.forget_read_pages()
-        order = sorted(range(len(due)), key=due.__getitem__)
-        chunks = []
-        for start in range(0, len(order), CHUNK):
-            c = SlotChunk(s, cancel)
-            for i in order[start:start + CHUNK]:
-                c.due.append(due[i])
-                c.exact.append(exact[i])
-                c.offset.append(offs[i])
-                c.size.append(sizes[i])
-                c.magic.append(magics[i])
-                c.write_ms.append(wms[i])
-            chunks.append(c)
+            keep = ~marker
+            units, magic = units[keep], magic[keep]
+        exact = units["exact"].astype(np.int64)
+        due = np.where((magic & MAGIC_ROLL) != 0, s, exact)
+        order = np.argsort(due, kind="stable")
+        due, exact, magic = due[order], exact[order], magic[order]
+        offset = units["offset"].astype(np.int64)[order]
+        size = units["size_py"].astype(np.int64)[order]
+        write_ms = units["write_ms"].astype(np.int64)[order]
         self.metrics.markers_seen = len(cancel)
-        return chunks
+        return [SlotChunk(s, cancel, due[i:i + CHUNK], exact[i:i + CHUNK], offset[i:i + CHUNK], size[i:i + CHUNK],
+                          magic[i:i + CHUNK], write_ms[i:i + CHUNK]) for i in range(0, len(due), CHUNK)]
 
     # ---- putter ------------------------------------------------------------------------
     async def _putter_loop(self) -> None:
@@ -179,9 +165,9 @@ class DequeueMixin:
         batch = self.config.put_batch
         while i < n:
             now = now_ms()
-            j = bisect_right(c.due, now, i, n)
+            j = i + int(np.searchsorted(c.due[i:n], now, side="right"))
             if j == i:
-                await self._sleep_until(c.due[i], wakeable=False)
+                await self._sleep_until(int(c.due[i]), wakeable=False)
                 continue
             while i < j:
                 k = min(j, i + batch)
@@ -189,86 +175,87 @@ class DequeueMixin:
                 i = k
 
     async def _put_units(self, c: SlotChunk, lo: int, hi: int) -> None:
+        """convert + convertMessage for units lo..hi of a chunk, then one put (retried as a batch)."""
         from storage.message_store import PutRequest
 
-        store, m = self.store, self.metrics
-        emit = bool(m.listeners)
-        reqs, infos = [], []
-        now = now_ms()
-        for i in range(lo, hi):
-            rec = store.read_record(c.offset[i], c.size[i])
-            if rec is None:
-                m.missing += 1
+        m = self.metrics
+        offsets = c.offset[lo:hi].tolist()
+        raws = self.store.read_records(zip(offsets, c.size[lo:hi].tolist(), strict=True))
+        exact = c.exact[lo:hi].tolist()
+        rolls = (c.magic[lo:hi] & MAGIC_ROLL).tolist()
+        listening = bool(m.listeners)
+        uniqs: list | None = [] if listening else None
+        built = build_timer_deliveries(raws, rolls, exact, c.write_ms[lo:hi].tolist(), now_ms(), c.cancel,
+                                       PutRequest, uniqs)
+        reqs, dues = [], []  # dues: exact deliver ms of a final delivery, None for a roll
+        events = [] if listening else None  # per request: (msgId prefix, topic, uniqKey, storeTs, offset) or None
+        for k, b in enumerate(built):
+            if type(b) is int:
+                if b == MISSING:
+                    m.missing += 1
+                elif b == CANCELLED:
+                    m.cancelled += 1
+                continue  # SKIPPED: a (rolled-then-final) marker or no REAL_TOPIC is never delivered
+            reqs.append(b)
+            if rolls[k]:
+                dues.append(None)
+                if listening:
+                    events.append(None)
                 continue
-            props = parse_properties(read_properties_bytes(rec, 0))
-            magic = c.magic[i]
-            if magic & MAGIC_ROLL:
-                props[TIMER_ROLL_TIMES] = str(int(props.get(TIMER_ROLL_TIMES, "0") or 0) + 1)
-                props[TIMER_DELIVER_MS] = str(c.exact[i])
-                props[TIMER_ENQUEUE_MS] = str(c.write_ms[i])
-                props[TIMER_DEQUEUE_MS] = str(now)
-                raw = rewrite_for_delivery(rec, TIMER_TOPIC, 0,
-                                           properties_bytes=properties_to_string(props).encode())
-                reqs.append(PutRequest(raw, TIMER_TOPIC, 0, 0, ()))
-                infos.append(None)
-                continue
-            topic = props.get(REAL_TOPIC)
-            uniq = props.get(UNIQ_KEY)
-            if c.cancel and uniq and f"{topic}+{uniq}" in c.cancel:
-                m.cancelled += 1
-                continue
-            if TIMER_DEL_UNIQKEY in props or not topic:
-                continue  # a (rolled-then-final) marker is never delivered
-            try:
-                qid = int(props.get(REAL_QID, "0"))
-            except ValueError:
-                qid = 0
-            props[TIMER_ENQUEUE_MS] = str(c.write_ms[i])
-            props[TIMER_DEQUEUE_MS] = str(now)
-            raw = rewrite_for_delivery(rec, topic, qid, properties_bytes=properties_to_string(props).encode())
-            keys = [k for k in (props.get("KEYS") or "").split(" ") if k]
-            if uniq:
-                keys.append(uniq)
-            tags = props.get("TAGS")
-            reqs.append(PutRequest(raw, topic, qid, java_hash(tags) if tags else 0, tuple(keys)))
-            store_ts = read_store_timestamp(rec, 0)
-            infos.append((c.exact[i], topic, uniq, store_ts))
-            if emit:
-                m.emit("due", kind="timer", level=0, topic=topic, uniqKey=uniq, msgId=self.msg_id(rec, c.offset[i]),
-                       bornTs=0, storeTs=store_ts, dueTs=c.exact[i], deliveredTs=0)
-        await self._put_with_retry(reqs, infos)
+            due = exact[k]
+            dues.append(due)
+            if listening:
+                raw = raws[k]
+                u = uniqs[k]
+                events.append((self.msg_id_prefix(raw), b.topic, u.decode("utf-8", "replace") if u is not None
+                               else None, read_store_timestamp(raw, 0), offsets[k]))
+        del raws
+        if events:
+            m.emit_many("due", [(e[1], e[2], e[0] + f"{e[4]:016X}", e[3], due, 0)
+                                for e, due in zip(events, dues, strict=True) if e is not None])
+        await self._put_with_retry(reqs, dues, events)
 
-    async def _put_with_retry(self, reqs: list, infos: list) -> None:
+    async def _put_with_retry(self, reqs: list, dues: list, events: list | None) -> None:
+        from storage.message_store import PutStatus
+
+        put_ok = PutStatus.PUT_OK
         m = self.metrics
         backoff = 0.5 * self.config.precision_ms / 1000.0
         while reqs:
             results = self.store.put(reqs)
-            retry_r, retry_i = [], []
+            retry = []
             done = now_ms()
-            for req, info, res in zip(reqs, infos, results, strict=True):
-                if res.status.name == "PUT_OK":
-                    if info is None:
-                        m.rolled += 1
+            late = []
+            delivered = [] if events is not None else None
+            rolled = 0
+            for k, (due, res) in enumerate(zip(dues, results, strict=True)):
+                if res.status is put_ok:
+                    if due is None:
+                        rolled += 1
                         continue
-                    m.delivered += 1
-                    late = done - info[0]
-                    m.lateness.observe(late if late > 0 else 0)
-                    m.dequeue_latency_ms = late
-                    if m.listeners:
-                        m.emit("delivered", kind="timer", level=0, topic=info[1], uniqKey=info[2],
-                               msgId=self.msg_id_from(res.phys_offset), bornTs=0, storeTs=info[3],
-                               dueTs=info[0], deliveredTs=done)
+                    late.append(done - due)
+                    if delivered is not None:
+                        prefix, topic, uniq, store_ts, _off = events[k]
+                        delivered.append((topic, uniq, prefix + f"{res.phys_offset:016X}", store_ts, due, done))
                 elif res.status.name in _GIVE_UP:
                     m.put_failures += 1
-                    log.error("timer.deliver_dropped", topic=req.topic, status=res.status.name)
+                    log.error("timer.deliver_dropped", topic=reqs[k].topic, status=res.status.name)
                 else:
                     m.put_failures += 1
-                    retry_r.append(req)
-                    retry_i.append(info)
-            m.dequeue_rate.add(len(reqs) - len(retry_r))
-            reqs, infos = retry_r, retry_i
-            if reqs:
+                    retry.append(k)
+            m.rolled += rolled
+            if late:
+                m.delivered += len(late)
+                m.lateness.observe_many(late)
+                m.dequeue_latency_ms = late[-1]
+            m.dequeue_rate.add(len(reqs) - len(retry))
+            if delivered:
+                m.emit_many("delivered", delivered)
+            if retry:
+                reqs, dues = [reqs[k] for k in retry], [dues[k] for k in retry]
+                events = [events[k] for k in retry] if events is not None else None
                 log.warning("timer.deliver_retry", count=len(reqs), backoff_s=backoff)
                 await asyncio.sleep(backoff)  # back-off before retrying failed puts
             else:
+                reqs = []
                 await asyncio.sleep(0)

@@ -72,3 +72,14 @@ class TimerMetrics:
                 fn(event, **fields)
             except Exception as e:  # a listener must never stop the wheel
                 log.warning("timer.listener_failed", listener=repr(fn), error=repr(e))
+
+    def emit_many(self, event: str, rows: list[tuple]) -> None:
+        """One `event` per row (topic, uniqKey, msgId, storeTs, dueTs, deliveredTs) of a delivery batch,
+        kind="timer", level=0, bornTs=0; each listener gets the rows in order."""
+        for fn in self.listeners:
+            for topic, uniq, msg_id, store_ts, due, delivered in rows:
+                try:
+                    fn(event, kind="timer", level=0, topic=topic, uniqKey=uniq, msgId=msg_id, bornTs=0,
+                       storeTs=store_ts, dueTs=due, deliveredTs=delivered)
+                except Exception as e:  # a listener must never stop the wheel
+                    log.warning("timer.listener_failed", listener=repr(fn), error=repr(e))

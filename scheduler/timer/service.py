@@ -171,6 +171,10 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
 
     def msg_id(self, rec, phys_offset: int) -> str:
         """Offset msgId of a record (store host bytes of the record itself; host text cached)."""
+        return self.msg_id_prefix(rec) + f"{phys_offset:016X}"
+
+    def msg_id_prefix(self, rec) -> str:
+        """The store-host part of a record's offset msgId (all but the 16 hex digits of the offset)."""
         sf = _I32.unpack_from(rec, 36)[0]
         p = store_host_pos(sf)
         n = 20 if sf & 0x20 else 8
@@ -179,7 +183,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         if prefix is None:
             ip = str(ipaddress.ip_address(host[:n - 4]))
             prefix = self._host_hex[host] = offset_msg_id(ip, _I32.unpack_from(host, n - 4)[0], 0)[:-16]
-        return prefix + f"{phys_offset:016X}"
+        return prefix
 
     async def wait_enqueued(self, queue_offset: int, timeout: float | None = None) -> None:
         """Resolve once every timer-topic message below `queue_offset` is in the wheel."""

@@ -19,6 +19,7 @@ import mmap
 import os
 import struct
 
+import numpy as np
 import structlog
 
 log = structlog.get_logger(__name__)
@@ -31,6 +32,10 @@ UNIT = struct.Struct(">iqiqiqiiq")
 BLANK = struct.Struct(">iqi")
 _PREV = struct.Struct(">q")
 _PAGE = mmap.PAGESIZE
+# the same 52-byte layout as a numpy record (packed, big-endian), for reading runs of units at once
+UNIT_DTYPE = np.dtype([("size", ">i4"), ("prev", ">i8"), ("magic", ">i4"), ("write_ms", ">i8"), ("delta", ">i4"),
+                       ("offset", ">i8"), ("size_py", ">i4"), ("topic_hash", ">i4"), ("exact", ">i8")])
+_RUN_MIN, _RUN_MAX = 64, 65536  # units per block read while following a contiguous chain
 
 
 def is_magic_ok(m: int) -> bool:
@@ -117,6 +122,63 @@ class TimerLog:
         if seg is None:
             raise IndexError(f"timerlog position {pos} is not mapped")
         return UNIT.unpack_from(seg.mm, pos - seg.start)
+
+    def read_chain(self, pos: int, min_pos: int, limit: int) -> tuple[np.ndarray, int, int | None]:
+        """Follow a slot chain (prevPos links, newest first) from pos for about `limit` units.
+
+        Returns (units as a UNIT_DTYPE array in chain order, the next position to follow (below
+        min_pos or -1 when the chain ended), the position of a unit whose size is not 52 or None; the
+        chain stops at such a unit, which is not returned). A unit whose prevPos is the unit just
+        before it (units appended back to back, e.g. a burst into one slot) starts a block read: a
+        run of units is checked link by link with numpy and taken at once; other units are read
+        one by one."""
+        pieces: list[np.ndarray] = []
+        single: list[tuple] = []
+        block = _RUN_MIN
+        n = 0
+        while pos >= min_pos and pos >= 0 and n < limit:
+            seg = self._segment_for(pos)
+            if seg is None:
+                raise IndexError(f"timerlog position {pos} is not mapped")
+            rel = pos - seg.start
+            unit = UNIT.unpack_from(seg.mm, rel)
+            if unit[0] != UNIT_SIZE:
+                return self._chain(pieces, single), pos, pos
+            prev = unit[1]
+            if prev != pos - UNIT_SIZE or rel < UNIT_SIZE:
+                single.append(unit)
+                n += 1
+                pos = prev
+                block = _RUN_MIN
+                continue
+            if single:
+                pieces.append(np.array(single, dtype=UNIT_DTYPE))
+                single = []
+            k = min(block, rel // UNIT_SIZE + 1, (pos - min_pos) // UNIT_SIZE + 1)
+            lo = rel - (k - 1) * UNIT_SIZE
+            run = np.frombuffer(seg.mm[lo:rel + UNIT_SIZE], dtype=UNIT_DTYPE)
+            where = np.arange(seg.start + lo, seg.start + rel + 1, UNIT_SIZE, dtype=np.int64)
+            prevs = run["prev"]
+            broken = np.flatnonzero(prevs[1:] != where[:-1])  # unit i+1 does not link to unit i
+            j = int(broken[-1]) + 1 if broken.size else 0
+            bad = np.flatnonzero(run["size"][j:] != UNIT_SIZE)
+            if bad.size:
+                b = j + int(bad[-1])
+                pieces.append(run[b + 1:][::-1])
+                return self._chain(pieces, single), int(where[b]), int(where[b])
+            pieces.append(run[j:][::-1])
+            n += k - j
+            pos = int(prevs[j])
+            block = min(block * 2, _RUN_MAX) if j == 0 else _RUN_MIN
+        return self._chain(pieces, single), pos, None
+
+    @staticmethod
+    def _chain(pieces: list[np.ndarray], single: list[tuple]) -> np.ndarray:
+        if single:
+            pieces.append(np.array(single, dtype=UNIT_DTYPE))
+        if not pieces:
+            return np.empty(0, dtype=UNIT_DTYPE)
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
     def mapped(self, pos: int) -> tuple[mmap.mmap, int] | None:
         seg = self._segment_for(pos)

@@ -1,0 +1,229 @@
+"""The timer wheel's dequeue conversion (TimerMessageStore.convert + convertMessage) for a whole batch.
+
+`edit_properties(pb, edits)`: set some properties on a stored properties string, editing the bytes
+(replace a key's value in place, append a missing key at the end). The result is byte-identical to
+`properties_to_string(parse_properties(pb) | edits).encode()`; strings where a byte edit could differ
+from that round trip (not UTF-8, duplicate keys, empty or separator-less segments, a trailing
+separator) take that dict path instead.
+
+`build_timer_deliveries(raws, rolls, exact_ms, enqueue_ms, dequeue_ms, cancel)`: for each stored
+rmq_sys_wheel_timer record the record to put and where:
+- final delivery: REAL_TOPIC / REAL_QID, TIMER_ENQUEUE_MS and TIMER_DEQUEUE_MS set, tagsCode and
+  the index keys (KEYS split on spaces, then UNIQ_KEY);
+- roll (a parked unit): back to rmq_sys_wheel_timer queue 0 with TIMER_ROLL_TIMES + 1,
+  TIMER_DELIVER_MS = the exact deliver ms, TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS;
+- MISSING (record gone), CANCELLED (its `REAL_TOPIC+UNIQ_KEY` is in `cancel`), SKIPPED (a delete
+  marker or no REAL_TOPIC: never delivered).
+Head and body are copied as stored; only the topic field and the properties change (no decode of
+the record, bytes.find on the properties).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from codec.codes import TIMER_TOPIC
+from codec.errors import CodecError
+from codec.properties import parse_properties, properties_to_string
+from codec.record import MAGIC_CODE, MAX_PROPERTIES_BYTES, POS_MAGIC, POS_QUEUE_ID, POS_SYS_FLAG, POS_TOTAL
+from codec.record_rewrite import _BODY_LEN_POS, _topic, _topic_field, tags_code
+
+MISSING, SKIPPED, CANCELLED = 0, 1, 2
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_NON_SEPARATORS = bytes(b for b in range(256) if b not in (1, 2))
+_ALTERNATING = b"\x01\x02" * (MAX_PROPERTIES_BYTES // 2 + 1)
+
+REAL_TOPIC, REAL_QID, TAGS, KEYS, UNIQ_KEY = b"REAL_TOPIC", b"REAL_QID", b"TAGS", b"KEYS", b"UNIQ_KEY"
+TIMER_DEL_UNIQKEY, TIMER_ROLL_TIMES, TIMER_DELIVER_MS = b"TIMER_DEL_UNIQKEY", b"TIMER_ROLL_TIMES", b"TIMER_DELIVER_MS"
+TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS = b"TIMER_ENQUEUE_MS", b"TIMER_DEQUEUE_MS"
+_APPEND_TIMES = b"\x02TIMER_ENQUEUE_MS\x01"
+_APPEND_DEQUEUE = b"\x02TIMER_DEQUEUE_MS\x01"
+_ROLL_TOPIC_FIELD = _topic_field(TIMER_TOPIC)
+
+
+def canonical_map(pb: bytes) -> dict[bytes, bytes] | None:
+    """The properties as {name: value} bytes when pb is canonical (UTF-8; separators alternate
+    \x01, \x02, ..., \x01, i.e. every segment is `name\x01value` and there is no trailing one; no
+    empty name, value or segment; no duplicate name), i.e. when a byte edit equals the parse → dict →
+    serialise round trip. None otherwise."""
+    if not pb.isascii():
+        try:
+            pb.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    sep = pb.translate(None, _NON_SEPARATORS)
+    if not len(sep) & 1 or not _ALTERNATING.startswith(sep):
+        return None
+    parts = pb.replace(b"\x01", b"\x02").split(b"\x02")
+    if b"" in parts:
+        return None
+    it = iter(parts)
+    d = dict(zip(it, it))  # noqa: B905 - len(parts) is even: an odd number of separators
+    return d if len(d) << 1 == len(parts) else None
+
+
+def _edit_canonical(pb: bytes, edits) -> bytes:
+    for name, value in edits:
+        key = name + b"\x01"
+        if pb.startswith(key):
+            start = len(key)
+        else:
+            i = pb.find(b"\x02" + key)
+            start = -1 if i < 0 else i + 1 + len(key)
+        if start < 0:
+            pb = pb + b"\x02" + key + value
+            continue
+        end = pb.find(b"\x02", start)
+        pb = pb[:start] + value + (b"" if end < 0 else pb[end:])
+    return pb
+
+
+def _edit_dict(pb: bytes, edits) -> bytes:
+    props = parse_properties(pb)
+    for name, value in edits:
+        props[name.decode()] = value.decode()
+    return properties_to_string(props).encode()
+
+
+def edit_properties(pb: bytes, edits) -> bytes:
+    """`edits`: (name bytes, value bytes) pairs applied in order (a missing name is appended).
+    Byte-identical to `properties_to_string(parse_properties(pb) | edits).encode()`."""
+    if canonical_map(pb) is not None:
+        return _edit_canonical(pb, edits)
+    return _edit_dict(pb, edits)
+
+
+def _int(b: bytes) -> int:
+    """int() of a property value as the dict path does it on the decoded str (raises ValueError)."""
+    return int(b) if b.isascii() else int(b.decode("utf-8", "replace"))
+
+
+_qids: dict[bytes, int] = {}
+_CACHE_MAX = 4096
+
+
+def _qid(b: bytes | None) -> int:
+    """REAL_QID as int (0 when absent or not a number), cached: a burst repeats a few values."""
+    if b is None:
+        return 0
+    q = _qids.get(b)
+    if q is None:
+        try:
+            q = _int(b)
+        except ValueError:
+            q = 0
+        if len(_qids) > _CACHE_MAX:
+            _qids.clear()
+        _qids[b] = q
+    return q
+
+
+def _dict_map(pb: bytes) -> dict[bytes, bytes]:
+    """The dict path's view as bytes (last duplicate wins, malformed segments dropped)."""
+    return {k.encode(): v.encode() for k, v in parse_properties(pb).items()}
+
+
+def _as_tuple(*fields):
+    return fields
+
+
+def build_timer_deliveries(raws, rolls, exact_ms, enqueue_ms, dequeue_ms: int, cancel, make=_as_tuple,
+                           uniqs: list | None = None) -> list:
+    """Per record: MISSING / SKIPPED / CANCELLED, or `make(record bytearray, topic, queue id, tagsCode,
+    index keys)` (a tuple by default; the dequeue passes PutRequest). Rolls go to rmq_sys_wheel_timer
+    / 0 with tagsCode 0 and no keys. `uniqs`, when given, gets each record's UNIQ_KEY bytes (None
+    for a roll or a record that is not delivered). `cancel`: set of `REAL_TOPIC+UNIQ_KEY` str (the
+    slot's delete marker keys). Raises CodecError on a malformed record or properties over 32767
+    bytes, ValueError on a non-numeric TIMER_ROLL_TIMES."""
+    out = []
+    append = out.append
+    keep_uniq = uniqs.append if uniqs is not None else None
+    i32 = _I32.unpack_from
+    i16 = _I16.unpack_from
+    pack_i32 = _I32.pack_into
+    pack_len = _I16.pack
+    blp = _BODY_LEN_POS
+    qid_of = _qid
+    deq = str(dequeue_ms).encode()
+    last_w, enq = None, b""
+    for n, raw in enumerate(raws):
+        uniq = None
+        if raw is None:
+            append(MISSING)
+            if keep_uniq:
+                keep_uniq(None)
+            continue
+        try:
+            if i32(raw, POS_MAGIC)[0] != MAGIC_CODE:
+                raise CodecError("not a stored message record (bad magic)")
+            bl = blp[(i32(raw, POS_SYS_FLAG)[0] & 0x30) >> 4]
+            blen = i32(raw, bl)[0]
+            tpos = bl + 4 + blen
+            ppos = tpos + 1 + raw[tpos]
+            pend = ppos + 2 + i16(raw, ppos)[0]
+        except (struct.error, IndexError):
+            raise CodecError("truncated record") from None
+        if blen < 0 or pend < ppos + 2 or pend > len(raw):
+            raise CodecError("record length fields out of range")
+        pb = bytes(raw[ppos + 2:pend])
+        d = canonical_map(pb)
+        canonical = d is not None
+        if not canonical:
+            d = _dict_map(pb)
+        get = d.get
+        w = enqueue_ms[n]
+        if w != last_w:  # units of one burst share their enqueue write clock
+            last_w, enq = w, str(w).encode()
+        if rolls[n]:
+            rt = get(TIMER_ROLL_TIMES)
+            times = str((_int(rt) if rt else 0) + 1).encode()
+            edits = ((TIMER_ROLL_TIMES, times), (TIMER_DELIVER_MS, str(exact_ms[n]).encode()),
+                     (TIMER_ENQUEUE_MS, enq), (TIMER_DEQUEUE_MS, deq))
+            props = _edit_canonical(pb, edits) if canonical else _edit_dict(pb, edits)
+            field, topic, qid, tcode, keys = _ROLL_TOPIC_FIELD, TIMER_TOPIC, 0, 0, ()
+        else:
+            rt = get(REAL_TOPIC)
+            uniq = get(UNIQ_KEY)
+            if cancel and uniq:
+                t = rt.decode("utf-8", "replace") if rt else None
+                if f"{t}+{uniq.decode('utf-8', 'replace')}" in cancel:
+                    append(CANCELLED)
+                    if keep_uniq:
+                        keep_uniq(None)
+                    continue
+            if not rt or TIMER_DEL_UNIQKEY in d:
+                append(SKIPPED)
+                if keep_uniq:
+                    keep_uniq(None)
+                continue
+            topic, field = _topic(rt)
+            qid = qid_of(get(REAL_QID))
+            tcode = tags_code(get(TAGS))
+            kb = get(KEYS)
+            if kb:
+                ks = [k for k in kb.split(b" ") if k]
+                if uniq:
+                    ks.append(uniq)
+                keys = tuple(ks)
+            else:
+                keys = (uniq,) if uniq else ()
+            if not canonical:
+                props = _edit_dict(pb, ((TIMER_ENQUEUE_MS, enq), (TIMER_DEQUEUE_MS, deq)))
+            elif TIMER_ENQUEUE_MS in d or TIMER_DEQUEUE_MS in d:
+                props = _edit_canonical(pb, ((TIMER_ENQUEUE_MS, enq), (TIMER_DEQUEUE_MS, deq)))
+            else:  # the common case: neither is there yet, both go at the end
+                props = pb + _APPEND_TIMES + enq + _APPEND_DEQUEUE + deq
+        if len(props) > MAX_PROPERTIES_BYTES:
+            raise CodecError(f"properties longer than {MAX_PROPERTIES_BYTES} bytes")
+        rec = bytearray(raw[:tpos])
+        rec += field
+        rec += pack_len(len(props))
+        rec += props
+        pack_i32(rec, POS_TOTAL, len(rec))
+        pack_i32(rec, POS_QUEUE_ID, qid)
+        append(make(rec, topic, qid, tcode, keys))
+        if keep_uniq:
+            keep_uniq(uniq)
+    return out

@@ -1,0 +1,74 @@
+"""TimerLog.read_chain (numpy block reads of back-to-back units) against a unit-by-unit walk:
+interleaved slots, runs across file ends, a unit with a bad size, the step limit."""
+
+from __future__ import annotations
+
+import random
+
+from scheduler.timer.timerlog import UNIT, UNIT_SIZE, TimerLog
+
+
+def _walk(tl: TimerLog, pos: int, min_pos: int):
+    """The reference: one tl.read per unit, stop at a bad size (as the reader did before)."""
+    out = []
+    while pos >= min_pos and pos >= 0:
+        u = tl.read(pos)
+        if u[0] != UNIT_SIZE:
+            return out, pos
+        out.append(u)
+        pos = u[1]
+    return out, None
+
+
+def _chain(tl: TimerLog, pos: int, min_pos: int, limit: int = 1 << 30):
+    got, bad = [], None
+    while pos >= min_pos and pos >= 0:
+        units, pos, bad = tl.read_chain(pos, min_pos, limit)
+        got += [tuple(int(x) for x in u) for u in units]
+        if bad is not None:
+            break
+    return got, bad
+
+
+def _fill(tl: TimerLog, rng: random.Random, n: int, slots: int, burst: float) -> dict[int, int]:
+    last: dict[int, int] = {}
+    s = 0
+    for i in range(n):
+        if rng.random() > burst:
+            s = rng.randrange(slots)
+        prev = last.get(s, -1)
+        last[s] = tl.append(prev, rng.choice((1, 2, 4, 6)), 1000 + i, s, 77 * i, 100 + i % 7, s, 5000 + rng.randrange(999))
+    return last
+
+
+def test_chain_matches_unit_walk(tmp_path):
+    rng = random.Random(3)
+    tl = TimerLog(str(tmp_path), UNIT_SIZE * 300 + 16)  # small files: runs cross file ends
+    tl.load()
+    last = _fill(tl, rng, 20000, 5, burst=0.97)
+    for s, pos in last.items():
+        for limit in (1 << 30, 7, 100):
+            want, bad = _walk(tl, pos, tl.min_pos)
+            got, gbad = _chain(tl, pos, tl.min_pos, limit)
+            assert got == [tuple(u) for u in want] and gbad == bad, (s, limit)
+    tl.close()
+
+
+def test_chain_stops_at_a_bad_unit_and_at_min_pos(tmp_path):
+    rng = random.Random(5)
+    tl = TimerLog(str(tmp_path), UNIT_SIZE * 4000 + 16)
+    tl.load()
+    last = _fill(tl, rng, 3000, 1, burst=1.0)
+    pos = last[0]
+    seg = tl.segments[0]
+    broken = pos - 1000 * UNIT_SIZE
+    u = list(UNIT.unpack_from(seg.mm, broken))
+    u[0] = 51
+    UNIT.pack_into(seg.mm, broken, *u)
+    want, bad = _walk(tl, pos, 0)
+    got, gbad = _chain(tl, pos, 0)
+    assert bad == gbad == broken and got == [tuple(x) for x in want] and len(got) == 1000
+    want, _ = _walk(tl, pos, pos - 10 * UNIT_SIZE)
+    got, _ = _chain(tl, pos, pos - 10 * UNIT_SIZE)
+    assert got == [tuple(x) for x in want] and len(got) == 11
+    tl.close()
