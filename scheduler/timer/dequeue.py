@@ -106,8 +106,9 @@ class DequeueMixin:
             await self._put_queue.put(s + prec)
 
     async def _load_slot(self, s: int) -> list[SlotChunk]:
-        """Walk the chain of slot s; delete markers first (their keys), then units in due order
-        (ties in chain order, i.e. newest first, as a stable sort of the walk)."""
+        """Walk the chain of slot s; delete markers first (their keys), then units in due order,
+        ties oldest first: the walk goes newest -> oldest (prevPos), so it is reversed before the
+        stable sort, as RocketMQ 5's dequeue puts each unit at the front of its normal-message list."""
         wheel, tl = self.wheel, self.timerlog
         _first, pos, _num = wheel.get_slot(s)
         wheel.release(s)
@@ -122,7 +123,7 @@ class DequeueMixin:
             if pos >= min_pos and pos >= 0:
                 await asyncio.sleep(0)  # yield to the loop between steps of a long chain
         tl.forget_read_pages()
-        units = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        units = (parts[0] if len(parts) == 1 else np.concatenate(parts))[::-1]
         magic = units["magic"].astype(np.int64)
         marker = ((magic & MAGIC_DELETE) != 0) & ((magic & MAGIC_ROLL) == 0)
         cancel: set[str] = set()

@@ -27,6 +27,16 @@ async def test_never_early_and_exact_ms_order_within_a_slot(harness):
     assert s["delivered"] == len(times) and s["pending"] == 0 and s["lateness_max_ms"] < 100
 
 
+async def test_timers_of_the_same_millisecond_arrive_in_send_order(harness):
+    """RocketMQ 5 walks a slot newest -> oldest and puts each unit at the front of its list, so
+    equal deliver times go out oldest first: the order they were sent in."""
+    due = now_ms() + 500
+    for i in range(12):
+        harness.send("Same", {"TIMER_DELIVER_MS": str(due), "UNIQ_KEY": f"S{i}"}, body=f"{i}".encode())
+    await harness.wait_until(lambda: harness.count("Same") == 12, 10)
+    assert [int(m.body) for m in harness.messages("Same")] == list(range(12))
+
+
 async def test_relative_delays_are_not_early_and_keep_queue(harness):
     sent = now_ms()
     for i, (k, v) in enumerate([("TIMER_DELAY_MS", "250"), ("TIMER_DELAY_SEC", "1")]):
