@@ -23,19 +23,23 @@ RUNNING, SUCCESS, EXCEPTION, SKIP = "RUNNING", "SUCCESS", "EXCEPTION", "SKIP"
 
 
 class PendingEntry:
-    """PutResultProcess: one delivered message in flight."""
+    """PutResultProcess: one delivered message in flight. Until its put succeeded `dphys` is -1;
+    then `dphys` / `store_ts` are the delivered record's CommitLog offset and store time and `flushed`
+    its group-commit future (None without SYNC_FLUSH; shared by the whole put batch)."""
 
-    __slots__ = ("offset", "phys", "size", "due", "result", "status", "resend_count", "info")
+    __slots__ = ("offset", "phys", "size", "due", "status", "resend_count", "info", "flushed", "store_ts", "dphys")
 
-    def __init__(self, offset: int, phys: int, size: int, due: int, result, status: str, info=None) -> None:
+    def __init__(self, offset: int, phys: int, size: int, due: int, status: str, info=None) -> None:
         self.offset = offset
         self.phys = phys
         self.size = size
         self.due = due
-        self.result = result  # storage PutResult (None for a SKIP marker)
         self.status = status
         self.resend_count = 0
-        self.info = info  # (topic, uniq) for event listeners, None when nobody listens
+        self.info = info  # (topic, (schedule store ts, uniqKey, bornTs)) for event listeners, else None
+        self.flushed = None
+        self.store_ts = 0
+        self.dphys = -1
 
 
 def flush_ok(fut) -> bool:
@@ -110,7 +114,7 @@ class AsyncLevelHandler:
             if head.status == RUNNING and self._pop_confirmed():
                 continue
             if head.status == RUNNING:
-                fl = head.result.flushed if head.result is not None else None
+                fl = head.flushed
                 if fl is not None:
                     if not fl.done():
                         await asyncio.wait((fl,))
@@ -143,7 +147,7 @@ class AsyncLevelHandler:
             e = pending[0]
             if e.status != RUNNING:
                 break
-            fl = e.result.flushed if e.result is not None else None
+            fl = e.flushed
             if fl is not None and (not fl.done() or not flush_ok(fl)):
                 break
             e.status = SUCCESS
@@ -177,7 +181,7 @@ class AsyncLevelHandler:
                 d.stats.failed_puts += 1
                 head.status = EXCEPTION
                 return
-            head.result = result
+            head.flushed, head.store_ts, head.dphys = result.flushed, result.store_timestamp, result.phys_offset
             fl = result.flushed
             if fl is not None:
                 await asyncio.wait((fl,))
