@@ -183,13 +183,11 @@ class LevelDeliverer:
         src = batch.source
         st = self.stats
         if statuses is None and flushed_ok:
-            if infos is None:
-                ts = res.store_timestamp
-                st.add_delivered(n)
-                st.lateness.observe_many([ts - dues[i] for i in src])
-            else:
-                for j, i in enumerate(src):
-                    self._delivered(dues[i], infos[j], res.store_timestamp, res.phys[j], batch.dests[j][0])
+            ts = res.store_timestamp
+            st.add_delivered(n)
+            st.lateness.observe_many([ts - dues[i] for i in src])
+            if infos is not None:
+                self._fire_delivered(batch.dests, res.phys, infos, [dues[i] for i in src], ts)
             return
         failed = []
         for j, i in enumerate(src):
@@ -244,15 +242,31 @@ class LevelDeliverer:
         st = self.stats
         st.add_delivered(1)
         st.record_lateness(store_ts - due)
-        self.svc.fire("delivered", topic=topic, msgId=self.svc.msg_id(phys), uniqKey=info[1],
-                      level=self.level, bornTs=info[2], storeTs=info[0], dueTs=due, deliveredTs=store_ts)
+        self._fire_delivered(((topic,),), (phys,), (info,), (due,), store_ts)
+
+    def _fire_delivered(self, dests, phys, infos, dues, store_ts: int) -> None:
+        """"delivered" events for a run stored at `store_ts` (listeners called directly, in order)."""
+        listeners, msg_id, level = self.svc.listeners, self.svc.msg_id, self.level
+        for dest, p, info, due in zip(dests, phys, infos, dues, strict=True):
+            mid = msg_id(p)
+            for fn in listeners:
+                try:
+                    fn("delivered", topic=dest[0], msgId=mid, uniqKey=info[1], level=level, bornTs=info[2],
+                       storeTs=info[0], dueTs=due, deliveredTs=store_ts)
+                except Exception as e:
+                    log.warning("delay.listener_failed", event="delivered", error=repr(e))
 
     def _fire_due(self, batch, spans, dues, infos) -> None:
-        fire, msg_id, level = self.svc.fire, self.svc.msg_id, self.level
+        listeners, msg_id, level, dests = self.svc.listeners, self.svc.msg_id, self.level, batch.dests
         for j, i in enumerate(batch.source):
             info = infos[j]
-            fire("due", topic=batch.dests[j][0], msgId=msg_id(spans[i][0]), uniqKey=info[1], level=level,
-                 bornTs=info[2], storeTs=info[0], dueTs=dues[i], deliveredTs=0)
+            topic, mid, due = dests[j][0], msg_id(spans[i][0]), dues[i]
+            for fn in listeners:
+                try:
+                    fn("due", topic=topic, msgId=mid, uniqKey=info[1], level=level, bornTs=info[2],
+                       storeTs=info[0], dueTs=due, deliveredTs=0)
+                except Exception as e:
+                    log.warning("delay.listener_failed", event="due", error=repr(e))
 
     # ---- async ---------------------------------------------------------------------------
     def _deliver_async(self, batch, base, spans, dues, infos) -> None:
@@ -291,16 +305,20 @@ class LevelDeliverer:
 
     def entries_done(self, entries) -> None:
         """`entry_done` for a run of SUCCESS entries in offset order (one stats update)."""
-        if self.svc.listeners:
-            for e in entries:
-                self.entry_done(e)
-            return
         last = entries[-1].offset + 1
         if last > self.offset:
             self.offset = last
+        done = [e for e in entries if e.dphys >= 0]
+        if not done:
+            return
         st = self.stats
-        st.add_delivered(len(entries))
-        st.lateness.observe_many([e.store_ts - e.due for e in entries])
+        st.add_delivered(len(done))
+        st.lateness.observe_many([e.store_ts - e.due for e in done])
+        if self.svc.listeners:
+            for e in done:
+                if e.info is not None:
+                    topic, info = e.info
+                    self._fire_delivered(((topic,),), (e.dphys,), (info,), (e.due,), e.store_ts)
 
     # ---- visibility ----------------------------------------------------------------------
     def max_offset(self) -> int:
