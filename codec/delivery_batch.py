@@ -21,6 +21,7 @@ from codec.record_rewrite import _BODY_LEN_POS, _qid, _topic, tags_code
 
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
+_MAGIC_SYS_FLAG = struct.Struct(f">i{POS_SYS_FLAG - POS_MAGIC - 4}xi")  # MAGICCODE .. SYSFLAG
 _TS_POS = (store_timestamp_pos(0), store_timestamp_pos(0x10))  # by the BORNHOST_V6 bit (0x10 >> 4)
 _K_TOPIC = b"\x02REAL_TOPIC\x01"
 _K_QID = b"\x02REAL_QID\x01"
@@ -28,7 +29,7 @@ _K_TAGS = b"\x02TAGS\x01"
 _K_KEYS = b"\x02KEYS\x01"
 _K_UNIQ = b"\x02UNIQ_KEY\x01"
 _CACHE_MAX = 4096
-_dests: dict[bytes, tuple] = {}  # REAL_TOPIC [+ \x02 + REAL_QID] -> ((topic, qid), topic field)
+_dests: dict[bytes, tuple] = {}  # properties tail from REAL_TOPIC -> ((topic, qid), topic field)
 
 
 class DeliveryBatch:
@@ -70,14 +71,21 @@ def _value(pb: bytes, key: bytes) -> bytes | None:
     return pb[i:] if end < 0 else pb[i:end]
 
 
-def _dest(rt: bytes, rq: bytes | None) -> tuple[tuple[str, int], bytes]:
-    key = rt + b"\x02" + rq if rq else rt
-    d = _dests.get(key)
-    if d is None:
-        topic, field = _topic(rt)
+def _dest_of_tail(tail: bytes, pb: bytes) -> tuple[tuple[str, int], bytes] | None:
+    """((real topic, real queue id), topic field), or None without a REAL_TOPIC value. `tail` is `pb`
+    from the first REAL_TOPIC on; it is the cache key when it also holds the first REAL_QID (the put
+    hook appends REAL_TOPIC then REAL_QID, so the tail repeats for every message to one queue)."""
+    rt = _value(tail, _K_TOPIC)
+    if not rt:
+        return None
+    qi = pb.find(_K_QID)
+    rq = _value(pb, _K_QID)
+    topic, field = _topic(rt)
+    d = ((topic, _qid(rq)), field)
+    if qi >= len(pb) - len(tail):
         if len(_dests) > _CACHE_MAX:
             _dests.clear()
-        d = _dests[key] = ((topic, _qid(rq)), field)
+        _dests[tail] = d
     return d
 
 
@@ -93,8 +101,9 @@ def build_delivery_batch(raws, drop_topic: str | None = None) -> DeliveryBatch:
     pack_i32 = _I32.pack_into
     blp = _BODY_LEN_POS
     tsp = _TS_POS
-    k_topic, k_qid, k_tags, k_keys, k_uniq = _K_TOPIC, _K_QID, _K_TAGS, _K_KEYS, _K_UNIQ
-    dest_of = _dest
+    k_topic, k_tags, k_keys, k_uniq = _K_TOPIC, _K_TAGS, _K_KEYS, _K_UNIQ
+    magic_sf = _MAGIC_SYS_FLAG.unpack_from
+    cached = _dests.get
     tcode = tags_code
     pos = 0
     for idx, raw in enumerate(raws):
@@ -102,9 +111,9 @@ def build_delivery_batch(raws, drop_topic: str | None = None) -> DeliveryBatch:
             dropped.append(idx)
             continue
         try:
-            if i32(raw, POS_MAGIC)[0] != MAGIC_CODE:
+            magic, sf = magic_sf(raw, POS_MAGIC)
+            if magic != MAGIC_CODE:
                 raise CodecError("not a stored message record (bad magic)")
-            sf = i32(raw, POS_SYS_FLAG)[0]
             bl = blp[(sf & 0x30) >> 4]
             blen = i32(raw, bl)[0]
             tpos = bl + 4 + blen
@@ -119,13 +128,14 @@ def build_delivery_batch(raws, drop_topic: str | None = None) -> DeliveryBatch:
         if i < 0:
             dropped.append(idx)
             continue
-        i += 12
-        e = pb.find(b"\x02", i)
-        rt = pb[i:] if e < 0 else pb[i:e]
-        if not rt:
-            dropped.append(idx)
-            continue
-        dest, field = dest_of(rt, _value(pb, k_qid))
+        tail = pb[i:]  # "REAL_TOPIC..REAL_QID.." as the put hook appends them: one cached lookup for both
+        d = cached(tail)
+        if d is None:
+            d = _dest_of_tail(tail, pb)
+            if d is None:
+                dropped.append(idx)
+                continue
+        dest, field = d
         if dest[0] == drop_topic:
             dropped.append(idx)
             continue
@@ -140,16 +150,28 @@ def build_delivery_batch(raws, drop_topic: str | None = None) -> DeliveryBatch:
         starts.append(end)
         dests.append(dest)
         source.append(idx)
-        tcodes.append(tcode(_value(pb, k_tags)) if b"\x02TAGS\x01" in pb else 0)
-        uniq = _value(pb, k_uniq)
+        i = pb.find(k_tags)
+        if i < 0:
+            tcodes.append(0)
+        else:
+            e = pb.find(b"\x02", i + 6)
+            tcodes.append(tcode(pb[i + 6:] if e < 0 else pb[i + 6:e]))
+        i = pb.find(k_uniq)
+        if i < 0:
+            uniq = None
+        else:
+            e = pb.find(b"\x02", i + 10)
+            uniq = (pb[i + 10:] if e < 0 else pb[i + 10:e]) or None
         uniqs.append(uniq)
-        if b"\x02KEYS\x01" in pb:
-            ks = [k for k in _value(pb, k_keys).split(b" ") if k]
+        i = pb.find(k_keys)
+        if i < 0:
+            keys_out.append((uniq,) if uniq else ())
+        else:
+            e = pb.find(b"\x02", i + 6)
+            ks = [k for k in (pb[i + 6:] if e < 0 else pb[i + 6:e]).split(b" ") if k]
             if uniq:
                 ks.append(uniq)
             keys_out.append(tuple(ks))
-        else:
-            keys_out.append((uniq,) if uniq else ())
     return out
 
 
