@@ -41,6 +41,38 @@ class PendingEntry:
         self.store_ts = 0
         self.dphys = -1
 
+    count = 1  # schedule-queue offsets this entry covers
+
+
+class PendingBatch:
+    """A run of consecutive schedule-queue offsets all stored by one put_batch (RUNNING until its
+    shared flush future confirms them). It never fails as a whole: if the flush does not confirm,
+    the handler splits it into one PendingEntry per message (EXCEPTION) and resends them one by one,
+    so blocking and SKIP keep their per-message rules. Nothing is resent while it is a batch."""
+
+    __slots__ = ("offset", "count", "spans", "dues", "status", "flushed", "store_ts", "dphys", "infos", "topics")
+    resend_count = 0
+
+    def __init__(self, offset: int, spans, dues, flushed, store_ts: int, dphys, topics, infos) -> None:
+        self.offset = offset
+        self.count = len(dues)
+        self.spans = spans  # (schedule phys, size) per message
+        self.dues = dues
+        self.status = RUNNING
+        self.flushed = flushed
+        self.store_ts = store_ts
+        self.dphys = dphys  # delivered CommitLog offset per message
+        self.topics = topics
+        self.infos = infos  # per-message event info, or None when nobody listens
+
+    def split(self) -> list[PendingEntry]:
+        """One EXCEPTION entry per message (the flush did not confirm the batch)."""
+        out = []
+        for k, ((phys, size), due) in enumerate(zip(self.spans, self.dues, strict=True)):
+            info = (self.topics[k], self.infos[k]) if self.infos is not None else None
+            out.append(PendingEntry(self.offset + k, phys, size, due, EXCEPTION, info))
+        return out
+
 
 def flush_ok(fut) -> bool:
     """A completed flush future counts as success unless it failed or reports a non-PUT_OK status."""
@@ -60,7 +92,8 @@ class AsyncLevelHandler:
         self.max_pending = cfg.max_pending
         self.max_resend_blocked = cfg.max_resend_blocked
         self.backoff_cap_ms = cfg.resend_backoff_cap_ms
-        self.pending: deque[PendingEntry] = deque()
+        self.pending: deque[PendingEntry | PendingBatch] = deque()
+        self.count = 0  # messages in `pending` (a PendingBatch holds several)
         self._has_work: asyncio.Future | None = None
         self._space: asyncio.Future | None = None
         self.stopping = False
@@ -71,11 +104,12 @@ class AsyncLevelHandler:
         return bool(self.pending) and self.pending[0].resend_count > self.max_resend_blocked
 
     def room(self) -> int:
-        """How many entries may still be enqueued (Java admits while size <= limit: up to limit+1)."""
-        return self.max_pending + 1 - len(self.pending)
+        """How many messages may still be enqueued (Java admits while size <= limit: up to limit+1)."""
+        return self.max_pending + 1 - self.count
 
     def extend(self, entries) -> None:
         self.pending.extend(entries)
+        self.count += sum(e.count for e in entries)
         w = self._has_work
         if w is not None and not w.done():
             w.set_result(None)
@@ -122,8 +156,18 @@ class AsyncLevelHandler:
                 else:
                     head.status = SUCCESS
             status = head.status
+            if type(head) is PendingBatch:
+                pending.popleft()
+                if status == SUCCESS:
+                    self.count -= head.count
+                    d.entries_done((head,))
+                    self._signal_space()
+                else:  # not confirmed durable: resend message by message
+                    pending.extendleft(reversed(head.split()))
+                continue
             if status == SUCCESS or status == SKIP:
                 pending.popleft()
+                self.count -= 1
                 d.entry_done(head)
                 self._signal_space()
             elif status == EXCEPTION:
@@ -152,6 +196,7 @@ class AsyncLevelHandler:
                 break
             e.status = SUCCESS
             done.append(pending.popleft())
+            self.count -= e.count
         if done:
             self.deliverer.entries_done(done)
             self._signal_space()

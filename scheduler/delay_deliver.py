@@ -20,7 +20,15 @@ import structlog
 
 from codec.delivery_batch import build_delivery_batch
 from codec.record import build_deliveries, read_born_timestamp, read_store_timestamp
-from scheduler.async_deliver import EXCEPTION, RUNNING, SKIP, AsyncLevelHandler, PendingEntry, flush_ok
+from scheduler.async_deliver import (
+    EXCEPTION,
+    RUNNING,
+    SKIP,
+    AsyncLevelHandler,
+    PendingBatch,
+    PendingEntry,
+    flush_ok,
+)
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.stats import LevelStats
 from storage.message_store import PutRequest, PutStatus
@@ -272,11 +280,24 @@ class LevelDeliverer:
     def _deliver_async(self, batch, base, spans, dues, infos) -> None:
         if not spans:
             return
+        n = len(batch)
+        if n and not batch.dropped:
+            res = self.store.put_batch(batch)
+            if res.statuses is None:  # the common case: one pending entry for the whole run
+                topics = [dest[0] for dest in batch.dests] if infos is not None else None
+                self.handler.extend((PendingBatch(base, spans, dues, res.flushed, res.store_timestamp, res.phys,
+                                                  topics, infos),))
+                return
+            self._pending_entries(batch, base, spans, dues, infos, res)
+            return
+        self._pending_entries(batch, base, spans, dues, infos, self.store.put_batch(batch) if n else None)
+
+    def _pending_entries(self, batch, base, spans, dues, infos, res) -> None:
+        """One PendingEntry per message: SKIP for dropped ones, RUNNING or EXCEPTION for the others."""
         entries = [None] * len(spans)
         for i in batch.dropped:
             entries[i] = PendingEntry(base + i, spans[i][0], spans[i][1], dues[i], SKIP)
-        if len(batch):
-            res = self.store.put_batch(batch)
+        if res is not None:
             statuses, phys, ts, fl = res.statuses, res.phys, res.store_timestamp, res.flushed
             dests = batch.dests
             for j, i in enumerate(batch.source):
@@ -304,19 +325,30 @@ class LevelDeliverer:
             st.record_lateness(e.store_ts - e.due)
 
     def entries_done(self, entries) -> None:
-        """`entry_done` for a run of SUCCESS entries in offset order (one stats update)."""
-        last = entries[-1].offset + 1
-        if last > self.offset:
-            self.offset = last
-        done = [e for e in entries if e.dphys >= 0]
-        if not done:
+        """`entry_done` for a run of SUCCESS entries (PendingEntry or PendingBatch) in offset order,
+        with one stats update."""
+        last = entries[-1]
+        end = last.offset + last.count
+        if end > self.offset:
+            self.offset = end
+        lateness = []
+        for e in entries:
+            if type(e) is PendingBatch:
+                ts = e.store_ts
+                lateness += [ts - due for due in e.dues]
+            elif e.dphys >= 0:
+                lateness.append(e.store_ts - e.due)
+        if not lateness:
             return
         st = self.stats
-        st.add_delivered(len(done))
-        st.lateness.observe_many([e.store_ts - e.due for e in done])
+        st.add_delivered(len(lateness))
+        st.lateness.observe_many(lateness)
         if self.svc.listeners:
-            for e in done:
-                if e.info is not None:
+            for e in entries:
+                if type(e) is PendingBatch:
+                    if e.infos is not None:
+                        self._fire_delivered([(t,) for t in e.topics], e.dphys, e.infos, e.dues, e.store_ts)
+                elif e.info is not None and e.dphys >= 0:
                     topic, info = e.info
                     self._fire_delivered(((topic,),), (e.dphys,), (info,), (e.due,), e.store_ts)
 
@@ -331,7 +363,7 @@ class LevelDeliverer:
                 "max_offset": mx, "pending": max(0, mx - self.offset), "next_due_ms": st.next_due_ms,
                 "delivered_total": st.delivered, "skipped_total": st.skipped, "failed_puts": st.failed_puts,
                 "resends": st.resends, "deliver_rate": st.rate(), "lateness_ms": st.histogram(),
-                "in_flight": len(self.handler.pending) if self.handler is not None else 0,
+                "in_flight": self.handler.count if self.handler is not None else 0,
                 "blocked": self.handler.blocked() if self.handler is not None else False}
 
 
