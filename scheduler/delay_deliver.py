@@ -19,7 +19,7 @@ import time
 import structlog
 
 from codec.delivery_batch import build_delivery_batch
-from codec.record import build_deliveries, read_born_timestamp, read_store_timestamp
+from codec.record import build_deliveries
 from scheduler.async_deliver import (
     EXCEPTION,
     RUNNING,
@@ -36,6 +36,8 @@ from storage.message_store import PutRequest, PutStatus
 log = structlog.get_logger(__name__)
 
 _UNIT = struct.Struct(">qiq")  # phys offset, size, tagsCode (= deliver timestamp)
+_SYS_FLAG = struct.Struct(">i")  # at 36
+_BORN_STORE_TS = (struct.Struct(">q8xq"), struct.Struct(">q20xq"))  # from 40, by the BORNHOST_V6 bit
 UNIT_SIZE = 20
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 DELAY_FOR_A_WHILE_S = 0.1
@@ -143,7 +145,7 @@ class LevelDeliverer:
         infos = None
         if self.svc.listeners:
             uniqs = batch.uniqs
-            infos = [_event_info(raws[i], uniqs[j]) for j, i in enumerate(batch.source)]
+            infos = _event_infos(raws, batch.source, uniqs)
             self._fire_due(batch, spans, dues, infos)
         if handler is None:
             await self._deliver_sync(batch, dues, infos)
@@ -372,6 +374,14 @@ def _set_done(fut: asyncio.Future) -> None:
         fut.set_result(None)
 
 
-def _event_info(raw, uniq: bytes | None) -> tuple[int, str, int]:
-    """What the due/delivered events need from a schedule record, computed once per message."""
-    return read_store_timestamp(raw), uniq.decode("utf-8", "replace") if uniq else "", read_born_timestamp(raw)
+def _event_infos(raws, source, uniqs) -> list[tuple[int, str, int]]:
+    """What the due/delivered events need from each delivered schedule record, computed once per
+    message: (schedule store timestamp, uniqKey, born timestamp)."""
+    sys_flag = _SYS_FLAG.unpack_from
+    out = []
+    for j, i in enumerate(source):
+        raw = raws[i]
+        born, stored = _BORN_STORE_TS[(sys_flag(raw, 36)[0] & 0x10) >> 4].unpack_from(raw, 40)
+        uniq = uniqs[j]
+        out.append((stored, uniq.decode("utf-8", "replace") if uniq else "", born))
+    return out
