@@ -1,8 +1,8 @@
 """One delay level's delivery task (DeliverDelayedMessageTimerTask, scheduled-messages.md §1.4-1.6).
 
 Within a level messages come due in store order, so the task reads ConsumeQueue units in bulk,
-delivers everything already due with one MessageStore.put per batch, then sleeps (loop.call_at)
-until exactly the head's deliver timestamp. An idle level sleeps on a future that the store's
+delivers everything already due with one MessageStore.put_batch per batch (yielding one loop turn
+between batches of a backlog), then sleeps (loop.call_at) until exactly the head's deliver timestamp. An idle level sleeps on a future that the store's
 dispatch listener resolves when a message enters SCHEDULE_TOPIC_XXXX queue level-1. No polling.
 
 Sync mode: a failed put is resent (only the failed messages, with backoff) before the offset moves
@@ -156,6 +156,10 @@ class LevelDeliverer:
         self.stats.next_due_ms = wait_due
         if wait_due and not self.stopping:
             await self._wait(idle=False, due_ms=wait_due)
+        elif scanned:
+            # more may be due at once (a backlog after a restart): give the loop one turn per batch so
+            # sends, pulls and the other levels are served during the drain, not after it
+            await asyncio.sleep(0)
 
     def _reset_offset(self) -> None:
         """§1.4 step 2: move an offset outside [min, max] of the schedule queue back into it."""
