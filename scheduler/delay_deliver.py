@@ -260,9 +260,9 @@ class LevelDeliverer:
 
     def _fire_delivered(self, dests, phys, infos, dues, store_ts: int) -> None:
         """"delivered" events for a run stored at `store_ts` (listeners called directly, in order)."""
-        listeners, msg_id, level = self.svc.listeners, self.svc.msg_id, self.level
+        listeners, prefix, level = self.svc.listeners, self.svc.msg_id_prefix(), self.level
         for dest, p, info, due in zip(dests, phys, infos, dues, strict=True):
-            mid = msg_id(p)
+            mid = f"{prefix}{p:016X}"  # offset msgId (stored records have offsets >= 0)
             for fn in listeners:
                 try:
                     fn("delivered", topic=dest[0], msgId=mid, uniqKey=info[1], level=level, bornTs=info[2],
@@ -271,10 +271,10 @@ class LevelDeliverer:
                     log.warning("delay.listener_failed", event="delivered", error=repr(e))
 
     def _fire_due(self, batch, spans, dues, infos) -> None:
-        listeners, msg_id, level, dests = self.svc.listeners, self.svc.msg_id, self.level, batch.dests
+        listeners, prefix, level, dests = self.svc.listeners, self.svc.msg_id_prefix(), self.level, batch.dests
         for j, i in enumerate(batch.source):
             info = infos[j]
-            topic, mid, due = dests[j][0], msg_id(spans[i][0]), dues[i]
+            topic, mid, due = dests[j][0], f"{prefix}{spans[i][0]:016X}", dues[i]
             for fn in listeners:
                 try:
                     fn("due", topic=topic, msgId=mid, uniqKey=info[1], level=level, bornTs=info[2],

@@ -153,12 +153,17 @@ class DelayLevelService:
             except Exception as e:
                 log.warning("delay.listener_failed", event=event, error=repr(e))
 
-    def msg_id(self, phys_offset: int) -> str:
-        """Offset msgId of a CommitLog offset on this broker (the store-host hex prefix is cached)."""
+    def msg_id_prefix(self) -> str:
+        """The store-host hex part of this broker's offset msgIds (computed once)."""
         prefix = self._msg_id_prefix
         if prefix is None:
             ip, _, port = self.config.broker_addr.rpartition(":")
             prefix = self._msg_id_prefix = offset_msg_id(ip, int(port), 0)[:-16]
+        return prefix
+
+    def msg_id(self, phys_offset: int) -> str:
+        """Offset msgId of a CommitLog offset on this broker."""
+        prefix = self.msg_id_prefix()
         if phys_offset < 0:  # not a stored record's offset; keep offset_msg_id's two's-complement form
             ip, _, port = self.config.broker_addr.rpartition(":")
             return offset_msg_id(ip, int(port), phys_offset)
