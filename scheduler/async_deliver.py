@@ -1,8 +1,10 @@
 """Async deliver (scheduled-messages.md §2): per-level pending deque and its result handler.
 
-The level task puts a batch and enqueues one `PendingEntry` per message without waiting; the
-handler awaits the head's flush future (no busy waiting), advances the delivered offset strictly in
-order, and resends a failed head with backoff min(n*100 ms, 60 s). While the head has failed more
+The level task puts a batch and enqueues it without waiting: one `PendingBatch` for a run that
+put_batch stored whole, else one `PendingEntry` per message (dropped records SKIP, failed puts
+EXCEPTION). The handler awaits the head's flush future (no busy waiting), advances the delivered
+offset strictly in order, and resends a failed head (message by message: a batch whose flush failed
+is split first) with backoff min(n*100 ms, 60 s). The pending limit counts messages. While the head has failed more
 than `max_resend_blocked` times the level takes no new deliveries (`blocked`); a schedule record
 that can no longer be read is SKIPped after more than 2*max_resend_blocked tries.
 

@@ -2,8 +2,9 @@
 
 Within a level messages come due in store order, so the task reads ConsumeQueue units in bulk,
 delivers everything already due with one MessageStore.put_batch per batch (yielding one loop turn
-between batches of a backlog), then sleeps (loop.call_at) until exactly the head's deliver timestamp. An idle level sleeps on a future that the store's
-dispatch listener resolves when a message enters SCHEDULE_TOPIC_XXXX queue level-1. No polling.
+between batches of a backlog), then sleeps (loop.call_at) until exactly the head's deliver
+timestamp. An idle level sleeps on a future that the store's dispatch listener resolves when a
+message enters SCHEDULE_TOPIC_XXXX queue level-1. No polling.
 
 Sync mode: a failed put is resent (only the failed messages, with backoff) before the offset moves
 past the batch, so nothing is lost or duplicated; under faults the resent messages land after the
