@@ -155,9 +155,86 @@ def bench_delay_lateness(quick: bool) -> dict:
             "met": bool((p99("1000") or 1e9) <= 10 and (p99("10000") or 1e9) <= 50 and best >= 30000)}
 
 
+def drain_inproc(n: int, levels: int = 1, async_deliver: bool = False, trace: bool = False) -> dict:
+    """The drain loop alone, in this process: a real MessageStore in a temp dir, SCHEDULE_TOPIC_XXXX
+    filled with `n` records through the real put path and put hook, then the real DelayLevelService
+    drain until every message reached the real topic. CPU µs per delivered message from
+    time.process_time (no sampling, no client processes, no broker start-up in the window), so it is
+    far less noisy than `drain_run` on a shared machine. `trace`: attach telemetry's TraceWriter as
+    the broker does once it is ready. `python -m bench.delay [n] [levels] [async] [trace]`."""
+    import asyncio
+    import os
+    import shutil
+    import tempfile
+
+    import uvloop
+
+    from codec.record import MessageRecord, encode_record
+    from scheduler.delay_levels import DelayConfig, DelayLevelService, transform_delay
+    from scheduler.levels import parse_delay_levels
+    from storage.message_store import MessageStore, PutRequest, StoreConfig
+
+    spec = "1ms 1ms 1ms 1ms"
+    levels_ms = parse_delay_levels(spec)
+    topic = "BenchDrain"
+
+    async def go(root: str) -> dict:
+        store = MessageStore(StoreConfig(store_path=root, flush_disk_type="ASYNC_FLUSH", message_delay_level=spec))
+        store.load()
+        store.start()
+        reqs = []
+        for i in range(n):
+            props = {"DELAY": str(1 + i % levels), "UNIQ_KEY": f"7F0000010001{i:020X}"}
+            rec = MessageRecord(topic=topic, body=b"x" * 128, queue_id=i % TOPIC_QUEUES, born_timestamp=int(time.time() * 1000),
+                                born_host=("127.0.0.1", 5555), store_host=("127.0.0.1", 10911), properties=props)
+            delay = transform_delay(rec, levels_ms)
+            reqs.append(PutRequest(encode_record(rec), rec.topic, rec.queue_id, 0, (props["UNIQ_KEY"],), delay))
+            if len(reqs) == 512 or i == n - 1:
+                store.put(reqs)
+                reqs = []
+        await asyncio.sleep(0.01)  # every record due
+        done = asyncio.get_running_loop().create_future()
+        maxes: dict[int, int] = {}
+
+        def on_dispatch(t: str, qid: int, max_offset: int) -> None:
+            if t == topic:
+                maxes[qid] = max_offset
+                if sum(maxes.values()) >= n and not done.done():
+                    done.set_result(None)
+
+        store.add_dispatch_listener(on_dispatch)
+        svc = DelayLevelService(store, DelayConfig(levels_ms=levels_ms, async_deliver=async_deliver))
+        if trace:
+            from server.observability.export import RotatingMsgpackWriter, TraceWriter
+            svc.add_listener(TraceWriter(RotatingMsgpackWriter(os.path.join(root, "export", "traces"), "traces")))
+        c0, w0 = time.process_time(), time.perf_counter()
+        svc.start()
+        await done
+        c1, w1 = time.process_time(), time.perf_counter()
+        await svc.shutdown()
+        await store.shutdown()
+        return {"n": n, "levels": levels, "async_deliver": async_deliver, "trace": trace,
+                "cpu_us_per_msg": round((c1 - c0) / n * 1e6, 2), "msg_s": round(n / (w1 - w0), 1)}
+
+    root = tempfile.mkdtemp(prefix="delaymq-drain-")
+    try:
+        return uvloop.run(go(root))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 BENCHES = {
     "delay_drain": bench_delay_drain,
     "delay_lateness": bench_delay_lateness,
     "delay_cpu": bench_delay_cpu,
 }
 
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    a = sys.argv[1:]
+    print(json.dumps(drain_inproc(int(a[0]) if a else 100_000, int(a[1]) if len(a) > 1 else 1,
+                                  len(a) > 2 and a[2] == "async", len(a) > 3 and a[3] == "trace")))

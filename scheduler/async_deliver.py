@@ -1,8 +1,10 @@
 """Async deliver (scheduled-messages.md §2): per-level pending deque and its result handler.
 
-The level task puts a batch and enqueues one `PendingEntry` per message without waiting; the
-handler awaits the head's flush future (no busy waiting), advances the delivered offset strictly in
-order, and resends a failed head with backoff min(n*100 ms, 60 s). While the head has failed more
+The level task puts a batch and enqueues it without waiting: one `PendingBatch` for a run that
+put_batch stored whole, else one `PendingEntry` per message (dropped records SKIP, failed puts
+EXCEPTION). The handler awaits the head's flush future (no busy waiting), advances the delivered
+offset strictly in order, and resends a failed head (message by message: a batch whose flush failed
+is split first) with backoff min(n*100 ms, 60 s). The pending limit counts messages. While the head has failed more
 than `max_resend_blocked` times the level takes no new deliveries (`blocked`); a schedule record
 that can no longer be read is SKIPped after more than 2*max_resend_blocked tries.
 
@@ -23,19 +25,55 @@ RUNNING, SUCCESS, EXCEPTION, SKIP = "RUNNING", "SUCCESS", "EXCEPTION", "SKIP"
 
 
 class PendingEntry:
-    """PutResultProcess: one delivered message in flight."""
+    """PutResultProcess: one delivered message in flight. Until its put succeeded `dphys` is -1;
+    then `dphys` / `store_ts` are the delivered record's CommitLog offset and store time and `flushed`
+    its group-commit future (None without SYNC_FLUSH; shared by the whole put batch)."""
 
-    __slots__ = ("offset", "phys", "size", "due", "result", "status", "resend_count", "info")
+    __slots__ = ("offset", "phys", "size", "due", "status", "resend_count", "info", "flushed", "store_ts", "dphys")
 
-    def __init__(self, offset: int, phys: int, size: int, due: int, result, status: str, info=None) -> None:
+    def __init__(self, offset: int, phys: int, size: int, due: int, status: str, info=None) -> None:
         self.offset = offset
         self.phys = phys
         self.size = size
         self.due = due
-        self.result = result  # storage PutResult (None for a SKIP marker)
         self.status = status
         self.resend_count = 0
-        self.info = info  # (topic, uniq) for event listeners, None when nobody listens
+        self.info = info  # (topic, (schedule store ts, uniqKey, bornTs)) for event listeners, else None
+        self.flushed = None
+        self.store_ts = 0
+        self.dphys = -1
+
+    count = 1  # schedule-queue offsets this entry covers
+
+
+class PendingBatch:
+    """A run of consecutive schedule-queue offsets all stored by one put_batch (RUNNING until its
+    shared flush future confirms them). It never fails as a whole: if the flush does not confirm,
+    the handler splits it into one PendingEntry per message (EXCEPTION) and resends them one by one,
+    so blocking and SKIP keep their per-message rules. Nothing is resent while it is a batch."""
+
+    __slots__ = ("offset", "count", "spans", "dues", "status", "flushed", "store_ts", "dphys", "infos", "topics")
+    resend_count = 0
+
+    def __init__(self, offset: int, spans, dues, flushed, store_ts: int, dphys, topics, infos) -> None:
+        self.offset = offset
+        self.count = len(dues)
+        self.spans = spans  # (schedule phys, size) per message
+        self.dues = dues
+        self.status = RUNNING
+        self.flushed = flushed
+        self.store_ts = store_ts
+        self.dphys = dphys  # delivered CommitLog offset per message
+        self.topics = topics
+        self.infos = infos  # per-message event info, or None when nobody listens
+
+    def split(self) -> list[PendingEntry]:
+        """One EXCEPTION entry per message (the flush did not confirm the batch)."""
+        out = []
+        for k, ((phys, size), due) in enumerate(zip(self.spans, self.dues, strict=True)):
+            info = (self.topics[k], self.infos[k]) if self.infos is not None else None
+            out.append(PendingEntry(self.offset + k, phys, size, due, EXCEPTION, info))
+        return out
 
 
 def flush_ok(fut) -> bool:
@@ -56,7 +94,8 @@ class AsyncLevelHandler:
         self.max_pending = cfg.max_pending
         self.max_resend_blocked = cfg.max_resend_blocked
         self.backoff_cap_ms = cfg.resend_backoff_cap_ms
-        self.pending: deque[PendingEntry] = deque()
+        self.pending: deque[PendingEntry | PendingBatch] = deque()
+        self.count = 0  # messages in `pending` (a PendingBatch holds several)
         self._has_work: asyncio.Future | None = None
         self._space: asyncio.Future | None = None
         self.stopping = False
@@ -67,11 +106,12 @@ class AsyncLevelHandler:
         return bool(self.pending) and self.pending[0].resend_count > self.max_resend_blocked
 
     def room(self) -> int:
-        """How many entries may still be enqueued (Java admits while size <= limit: up to limit+1)."""
-        return self.max_pending + 1 - len(self.pending)
+        """How many messages may still be enqueued (Java admits while size <= limit: up to limit+1)."""
+        return self.max_pending + 1 - self.count
 
     def extend(self, entries) -> None:
         self.pending.extend(entries)
+        self.count += sum(e.count for e in entries)
         w = self._has_work
         if w is not None and not w.done():
             w.set_result(None)
@@ -110,7 +150,7 @@ class AsyncLevelHandler:
             if head.status == RUNNING and self._pop_confirmed():
                 continue
             if head.status == RUNNING:
-                fl = head.result.flushed if head.result is not None else None
+                fl = head.flushed
                 if fl is not None:
                     if not fl.done():
                         await asyncio.wait((fl,))
@@ -118,8 +158,18 @@ class AsyncLevelHandler:
                 else:
                     head.status = SUCCESS
             status = head.status
+            if type(head) is PendingBatch:
+                pending.popleft()
+                if status == SUCCESS:
+                    self.count -= head.count
+                    d.entries_done((head,))
+                    self._signal_space()
+                else:  # not confirmed durable: resend message by message
+                    pending.extendleft(reversed(head.split()))
+                continue
             if status == SUCCESS or status == SKIP:
                 pending.popleft()
+                self.count -= 1
                 d.entry_done(head)
                 self._signal_space()
             elif status == EXCEPTION:
@@ -143,11 +193,12 @@ class AsyncLevelHandler:
             e = pending[0]
             if e.status != RUNNING:
                 break
-            fl = e.result.flushed if e.result is not None else None
+            fl = e.flushed
             if fl is not None and (not fl.done() or not flush_ok(fl)):
                 break
             e.status = SUCCESS
             done.append(pending.popleft())
+            self.count -= e.count
         if done:
             self.deliverer.entries_done(done)
             self._signal_space()
@@ -177,7 +228,7 @@ class AsyncLevelHandler:
                 d.stats.failed_puts += 1
                 head.status = EXCEPTION
                 return
-            head.result = result
+            head.flushed, head.store_ts, head.dphys = result.flushed, result.store_timestamp, result.phys_offset
             fl = result.flushed
             if fl is not None:
                 await asyncio.wait((fl,))

@@ -1,9 +1,10 @@
 """One delay level's delivery task (DeliverDelayedMessageTimerTask, scheduled-messages.md §1.4-1.6).
 
 Within a level messages come due in store order, so the task reads ConsumeQueue units in bulk,
-delivers everything already due with one MessageStore.put per batch, then sleeps (loop.call_at)
-until exactly the head's deliver timestamp. An idle level sleeps on a future that the store's
-dispatch listener resolves when a message enters SCHEDULE_TOPIC_XXXX queue level-1. No polling.
+delivers everything already due with one MessageStore.put_batch per batch (yielding one loop turn
+between batches of a backlog), then sleeps (loop.call_at) until exactly the head's deliver
+timestamp. An idle level sleeps on a future that the store's dispatch listener resolves when a
+message enters SCHEDULE_TOPIC_XXXX queue level-1. No polling.
 
 Sync mode: a failed put is resent (only the failed messages, with backoff) before the offset moves
 past the batch, so nothing is lost or duplicated; under faults the resent messages land after the
@@ -18,8 +19,17 @@ import time
 
 import structlog
 
-from codec.record import build_deliveries, read_born_timestamp, read_store_timestamp
-from scheduler.async_deliver import EXCEPTION, RUNNING, SKIP, AsyncLevelHandler, PendingEntry, flush_ok
+from codec.delivery_batch import build_delivery_batch
+from codec.record import build_deliveries
+from scheduler.async_deliver import (
+    EXCEPTION,
+    RUNNING,
+    SKIP,
+    AsyncLevelHandler,
+    PendingBatch,
+    PendingEntry,
+    flush_ok,
+)
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.stats import LevelStats
 from storage.message_store import PutRequest, PutStatus
@@ -27,6 +37,8 @@ from storage.message_store import PutRequest, PutStatus
 log = structlog.get_logger(__name__)
 
 _UNIT = struct.Struct(">qiq")  # phys offset, size, tagsCode (= deliver timestamp)
+_SYS_FLAG = struct.Struct(">i")  # at 36
+_BORN_STORE_TS = (struct.Struct(">q8xq"), struct.Struct(">q20xq"))  # from 40, by the BORNHOST_V6 bit
 UNIT_SIZE = 20
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 DELAY_FOR_A_WHILE_S = 0.1
@@ -127,32 +139,28 @@ class LevelDeliverer:
             spans.append((phys, size))
             dues.append(due)
         raws = store.read_records(spans)
-        built = build_deliveries(raws)
-        reqs, metas = [], []  # metas: (offset, phys, size, due, schedule store ts if listened)
-        listening = bool(self.svc.listeners)
-        skipped = 0
-        for i, b in enumerate(built):
-            if b is None or b[1] == HALF_TOPIC:  # unreadable, no REAL_TOPIC, or a half message: dropped
-                skipped += 1
-                if handler is not None:
-                    metas.append((base + i, spans[i][0], spans[i][1], dues[i], 0))
-                    reqs.append(None)
-                continue
-            reqs.append(PutRequest(b[0], b[1], b[2], b[3], b[4], -1))
-            metas.append((base + i, spans[i][0], spans[i][1], dues[i],
-                          _event_info(raws[i], b[5]) if listening else 0))
-        if skipped:
-            self.stats.skipped += skipped
-            log.warning("delay.skip_unreadable", level=self.level, count=skipped, offset=base)
+        batch = build_delivery_batch(raws, HALF_TOPIC)  # unreadable, no REAL_TOPIC, half message: dropped
+        if batch.dropped:
+            self.stats.skipped += len(batch.dropped)
+            log.warning("delay.skip_unreadable", level=self.level, count=len(batch.dropped), offset=base)
+        infos = None
+        if self.svc.listeners:
+            uniqs = batch.uniqs
+            infos = _event_infos(raws, batch.source, uniqs)
+            self._fire_due(batch, spans, dues, infos)
         if handler is None:
-            await self._deliver_sync(reqs, metas)
+            await self._deliver_sync(batch, dues, infos)
             self.offset = self.scan_offset = base + scanned
         else:
-            self._deliver_async(reqs, metas)
+            self._deliver_async(batch, base, spans, dues, infos)
             self.scan_offset = base + scanned
         self.stats.next_due_ms = wait_due
         if wait_due and not self.stopping:
             await self._wait(idle=False, due_ms=wait_due)
+        elif scanned:
+            # more may be due at once (a backlog after a restart): give the loop one turn per batch so
+            # sends, pulls and the other levels are served during the drain, not after it
+            await asyncio.sleep(0)
 
     def _reset_offset(self) -> None:
         """§1.4 step 2: move an offset outside [min, max] of the schedule queue back into it."""
@@ -173,18 +181,53 @@ class LevelDeliverer:
         return PutRequest(b[0], b[1], b[2], b[3], b[4], -1)
 
     # ---- sync ----------------------------------------------------------------------------
-    async def _deliver_sync(self, reqs, metas) -> None:
-        if not reqs:
+    async def _deliver_sync(self, batch, dues, infos) -> None:
+        """One put_batch for the whole batch; failed records (put status, or a flush that did not
+        confirm) are resent one PutRequest each, with backoff, until stored."""
+        n = len(batch)
+        if not n:
             return
-        listening = bool(self.svc.listeners)
-        if listening:
-            self._fire_due(reqs, metas)
-        todo = None  # first attempt: the whole batch
-        attempt = 0
-        while True:
-            results = self.store.put(reqs if todo is None else [reqs[i] for i in todo])
-            failed, lateness = [], []
-            for i, r in zip(range(len(reqs)) if todo is None else todo, results, strict=True):
+        res = self.store.put_batch(batch)
+        statuses = res.statuses
+        fl = res.flushed
+        flushed_ok = True
+        if fl is not None:
+            if not fl.done():
+                await asyncio.wait((fl,))
+            flushed_ok = flush_ok(fl)  # not confirmed durable: resend (Java does the same)
+        src = batch.source
+        st = self.stats
+        if statuses is None and flushed_ok:
+            ts = res.store_timestamp
+            st.add_delivered(n)
+            st.lateness.observe_many([ts - dues[i] for i in src])
+            if infos is not None:
+                self._fire_delivered(batch.dests, res.phys, infos, [dues[i] for i in src], ts)
+            return
+        failed = []
+        for j, i in enumerate(src):
+            if (statuses is not None and statuses[j] is not PUT_OK) or (not flushed_ok and res.phys[j] >= 0):
+                failed.append(j)
+            elif infos is None:
+                st.add_delivered(1)
+                st.record_lateness(res.store_timestamp - dues[i])
+            else:
+                self._delivered(dues[i], infos[j], res.store_timestamp, res.phys[j], batch.dests[j][0])
+        st.failed_puts += len(failed)
+        log.warning("delay.deliver_failed", level=self.level, failed=len(failed), attempt=1,
+                    status=str(statuses[failed[0]] if statuses is not None else "FLUSH_FAILED"))
+        reqs = [PutRequest(batch.record(j), *batch.dests[j], batch.tags_codes[j], batch.keys[j], -1) for j in failed]
+        metas = [(dues[src[j]], infos[j] if infos is not None else None) for j in failed]
+        await self._resend_sync(reqs, metas)
+
+    async def _resend_sync(self, reqs, metas) -> None:
+        attempt = 1
+        todo = list(range(len(reqs)))
+        while todo:
+            await asyncio.sleep(DELAY_FOR_A_WHILE_S)
+            results = self.store.put([reqs[i] for i in todo])
+            failed = []
+            for i, r in zip(todo, results, strict=True):
                 if r.status is not PUT_OK:
                     failed.append((i, r))
                     continue
@@ -192,90 +235,129 @@ class LevelDeliverer:
                 if fl is not None:
                     if not fl.done():
                         await asyncio.wait((fl,))
-                    if not flush_ok(fl):  # not confirmed durable: resend it (Java does the same)
+                    if not flush_ok(fl):
                         failed.append((i, r))
                         continue
-                m = metas[i]
-                if listening:
-                    self._delivered(m[3], m[4], r, reqs[i])
+                due, info = metas[i]
+                if info is None:
+                    self.stats.add_delivered(1)
+                    self.stats.record_lateness(r.store_timestamp - due)
                 else:
-                    lateness.append(r.store_timestamp - m[3])
-            if lateness:
-                self.stats.add_delivered(len(lateness))
-                self.stats.lateness.observe_many(lateness)
-            if not failed:
-                return
+                    self._delivered(due, info, r.store_timestamp, r.phys_offset, reqs[i].topic)
             attempt += 1
-            self.stats.failed_puts += len(failed)
-            if attempt == 1 or attempt % 100 == 0:
-                log.warning("delay.deliver_failed", level=self.level, failed=len(failed), attempt=attempt,
-                            status=str(failed[0][1].status))
-            await asyncio.sleep(DELAY_FOR_A_WHILE_S)
+            if failed:
+                self.stats.failed_puts += len(failed)
+                if attempt % 100 == 0:
+                    log.warning("delay.deliver_failed", level=self.level, failed=len(failed), attempt=attempt,
+                                status=str(failed[0][1].status))
             todo = sorted(i for i, _ in failed)
 
-    def _delivered(self, due: int, info, result, req) -> None:
+    def _delivered(self, due: int, info, store_ts: int, phys: int, topic: str) -> None:
         """One delivered message with event listeners; `info` = (schedule store ts, uniqKey, bornTs)."""
         st = self.stats
         st.add_delivered(1)
-        st.record_lateness(result.store_timestamp - due)
-        self.svc.fire("delivered", topic=req.topic, msgId=self.svc.msg_id(result.phys_offset), uniqKey=info[1],
-                      level=self.level, bornTs=info[2], storeTs=info[0], dueTs=due,
-                      deliveredTs=result.store_timestamp)
+        st.record_lateness(store_ts - due)
+        self._fire_delivered(((topic,),), (phys,), (info,), (due,), store_ts)
 
-    def _fire_due(self, reqs, metas) -> None:
-        fire, msg_id, level = self.svc.fire, self.svc.msg_id, self.level
-        for req, (_, phys, _, due, info) in zip(reqs, metas, strict=True):
-            if req is None:
-                continue
-            fire("due", topic=req.topic, msgId=msg_id(phys), uniqKey=info[1], level=level, bornTs=info[2],
-                 storeTs=info[0], dueTs=due, deliveredTs=0)
+    def _fire_delivered(self, dests, phys, infos, dues, store_ts: int) -> None:
+        """"delivered" events for a run stored at `store_ts` (listeners called directly, in order)."""
+        listeners, prefix, level = self.svc.listeners, self.svc.msg_id_prefix(), self.level
+        for dest, p, info, due in zip(dests, phys, infos, dues, strict=True):
+            mid = f"{prefix}{p:016X}"  # offset msgId (stored records have offsets >= 0)
+            for fn in listeners:
+                try:
+                    fn("delivered", topic=dest[0], msgId=mid, uniqKey=info[1], level=level, bornTs=info[2],
+                       storeTs=info[0], dueTs=due, deliveredTs=store_ts)
+                except Exception as e:
+                    log.warning("delay.listener_failed", event="delivered", error=repr(e))
+
+    def _fire_due(self, batch, spans, dues, infos) -> None:
+        listeners, prefix, level, dests = self.svc.listeners, self.svc.msg_id_prefix(), self.level, batch.dests
+        for j, i in enumerate(batch.source):
+            info = infos[j]
+            topic, mid, due = dests[j][0], f"{prefix}{spans[i][0]:016X}", dues[i]
+            for fn in listeners:
+                try:
+                    fn("due", topic=topic, msgId=mid, uniqKey=info[1], level=level, bornTs=info[2],
+                       storeTs=info[0], dueTs=due, deliveredTs=0)
+                except Exception as e:
+                    log.warning("delay.listener_failed", event="due", error=repr(e))
 
     # ---- async ---------------------------------------------------------------------------
-    def _deliver_async(self, reqs, metas) -> None:
-        if not metas:
+    def _deliver_async(self, batch, base, spans, dues, infos) -> None:
+        if not spans:
             return
-        if self.svc.listeners:
-            self._fire_due(reqs, metas)
-        live = [r for r in reqs if r is not None]
-        results = iter(self.store.put(live) if live else ())
-        entries = []
-        for req, (off, phys, size, due, sts) in zip(reqs, metas, strict=True):
-            if req is None:
-                entries.append(PendingEntry(off, phys, size, due, None, SKIP))
-                continue
-            r = next(results)
-            if not r.ok:
-                self.stats.failed_puts += 1
-            entries.append(PendingEntry(off, phys, size, due, r, RUNNING if r.ok else EXCEPTION,
-                                        (req, sts) if self.svc.listeners else None))
+        n = len(batch)
+        if n and not batch.dropped:
+            res = self.store.put_batch(batch)
+            if res.statuses is None:  # the common case: one pending entry for the whole run
+                topics = [dest[0] for dest in batch.dests] if infos is not None else None
+                self.handler.extend((PendingBatch(base, spans, dues, res.flushed, res.store_timestamp, res.phys,
+                                                  topics, infos),))
+                return
+            self._pending_entries(batch, base, spans, dues, infos, res)
+            return
+        self._pending_entries(batch, base, spans, dues, infos, self.store.put_batch(batch) if n else None)
+
+    def _pending_entries(self, batch, base, spans, dues, infos, res) -> None:
+        """One PendingEntry per message: SKIP for dropped ones, RUNNING or EXCEPTION for the others."""
+        entries = [None] * len(spans)
+        for i in batch.dropped:
+            entries[i] = PendingEntry(base + i, spans[i][0], spans[i][1], dues[i], SKIP)
+        if res is not None:
+            statuses, phys, ts, fl = res.statuses, res.phys, res.store_timestamp, res.flushed
+            dests = batch.dests
+            for j, i in enumerate(batch.source):
+                ok = statuses is None or statuses[j] is PUT_OK
+                e = entries[i] = PendingEntry(base + i, spans[i][0], spans[i][1], dues[i], RUNNING if ok else EXCEPTION,
+                                              (dests[j][0], infos[j]) if infos is not None else None)
+                if ok:
+                    e.flushed, e.store_ts, e.dphys = fl, ts, phys[j]
+            if statuses is not None:
+                self.stats.failed_puts += sum(1 for x in statuses if x is not PUT_OK)
         self.handler.extend(entries)
 
     def entry_done(self, e: PendingEntry) -> None:
         """Handler callback, in offset order: SUCCESS or SKIP of the head."""
         if e.offset + 1 > self.offset:
             self.offset = e.offset + 1
-        if e.status == SKIP or e.result is None:
+        if e.status == SKIP or e.dphys < 0:
             return
         if e.info is not None:
-            req, sts = e.info
-            self._delivered(e.due, sts, e.result, req)
+            topic, info = e.info
+            self._delivered(e.due, info, e.store_ts, e.dphys, topic)
         else:
             st = self.stats
             st.add_delivered(1)
-            st.record_lateness(e.result.store_timestamp - e.due)
+            st.record_lateness(e.store_ts - e.due)
 
     def entries_done(self, entries) -> None:
-        """`entry_done` for a run of SUCCESS entries in offset order (one stats update)."""
+        """`entry_done` for a run of SUCCESS entries (PendingEntry or PendingBatch) in offset order,
+        with one stats update."""
+        last = entries[-1]
+        end = last.offset + last.count
+        if end > self.offset:
+            self.offset = end
+        lateness = []
+        for e in entries:
+            if type(e) is PendingBatch:
+                ts = e.store_ts
+                lateness += [ts - due for due in e.dues]
+            elif e.dphys >= 0:
+                lateness.append(e.store_ts - e.due)
+        if not lateness:
+            return
+        st = self.stats
+        st.add_delivered(len(lateness))
+        st.lateness.observe_many(lateness)
         if self.svc.listeners:
             for e in entries:
-                self.entry_done(e)
-            return
-        last = entries[-1].offset + 1
-        if last > self.offset:
-            self.offset = last
-        st = self.stats
-        st.add_delivered(len(entries))
-        st.lateness.observe_many([e.result.store_timestamp - e.due for e in entries])
+                if type(e) is PendingBatch:
+                    if e.infos is not None:
+                        self._fire_delivered([(t,) for t in e.topics], e.dphys, e.infos, e.dues, e.store_ts)
+                elif e.info is not None and e.dphys >= 0:
+                    topic, info = e.info
+                    self._fire_delivered(((topic,),), (e.dphys,), (info,), (e.due,), e.store_ts)
 
     # ---- visibility ----------------------------------------------------------------------
     def max_offset(self) -> int:
@@ -288,7 +370,7 @@ class LevelDeliverer:
                 "max_offset": mx, "pending": max(0, mx - self.offset), "next_due_ms": st.next_due_ms,
                 "delivered_total": st.delivered, "skipped_total": st.skipped, "failed_puts": st.failed_puts,
                 "resends": st.resends, "deliver_rate": st.rate(), "lateness_ms": st.histogram(),
-                "in_flight": len(self.handler.pending) if self.handler is not None else 0,
+                "in_flight": self.handler.count if self.handler is not None else 0,
                 "blocked": self.handler.blocked() if self.handler is not None else False}
 
 
@@ -297,6 +379,14 @@ def _set_done(fut: asyncio.Future) -> None:
         fut.set_result(None)
 
 
-def _event_info(raw, uniq: bytes | None) -> tuple[int, str, int]:
-    """What the due/delivered events need from a schedule record, computed once per message."""
-    return read_store_timestamp(raw), uniq.decode("utf-8", "replace") if uniq else "", read_born_timestamp(raw)
+def _event_infos(raws, source, uniqs) -> list[tuple[int, str, int]]:
+    """What the due/delivered events need from each delivered schedule record, computed once per
+    message: (schedule store timestamp, uniqKey, born timestamp)."""
+    sys_flag = _SYS_FLAG.unpack_from
+    out = []
+    for j, i in enumerate(source):
+        raw = raws[i]
+        born, stored = _BORN_STORE_TS[(sys_flag(raw, 36)[0] & 0x10) >> 4].unpack_from(raw, 40)
+        uniq = uniqs[j]
+        out.append((stored, uniq.decode("utf-8", "replace") if uniq else "", born))
+    return out

@@ -34,7 +34,7 @@ class DelayLevelService:
         self._tasks: list[asyncio.Task] = []
         self._loaded = False
         self._started = False
-        self._store_host: tuple[str, int] | None = None
+        self._msg_id_prefix: str | None = None
         self._persist_handle: asyncio.TimerHandle | None = None
         self._probe: LoopLagProbe | None = None
         self._persist_job: asyncio.Future | None = None
@@ -153,12 +153,21 @@ class DelayLevelService:
             except Exception as e:
                 log.warning("delay.listener_failed", event=event, error=repr(e))
 
-    def msg_id(self, phys_offset: int) -> str:
-        host = self._store_host
-        if host is None:
+    def msg_id_prefix(self) -> str:
+        """The store-host hex part of this broker's offset msgIds (computed once)."""
+        prefix = self._msg_id_prefix
+        if prefix is None:
             ip, _, port = self.config.broker_addr.rpartition(":")
-            host = self._store_host = (ip, int(port))
-        return offset_msg_id(host[0], host[1], phys_offset)
+            prefix = self._msg_id_prefix = offset_msg_id(ip, int(port), 0)[:-16]
+        return prefix
+
+    def msg_id(self, phys_offset: int) -> str:
+        """Offset msgId of a CommitLog offset on this broker."""
+        prefix = self.msg_id_prefix()
+        if phys_offset < 0:  # not a stored record's offset; keep offset_msg_id's two's-complement form
+            ip, _, port = self.config.broker_addr.rpartition(":")
+            return offset_msg_id(ip, int(port), phys_offset)
+        return f"{prefix}{phys_offset:016X}"
 
     # ---- visibility ----------------------------------------------------------------------
     def runtime_info(self) -> dict[str, str]:

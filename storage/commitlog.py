@@ -75,6 +75,24 @@ class CommitLog:
         self._write_run(mf, run_start, run, pos)
         return phys, None
 
+    def reserve(self, nbytes: int) -> tuple[MappedFile, int] | AppendError | None:
+        """(active segment, position) where a run of `nbytes` of records fits (the END-OF-FILE blank's
+        room kept, as `append_batch` does per record); None when it does not fit (use `append_batch`,
+        which rolls to the next segment). Nothing is written until `commit`."""
+        mf = self._active()
+        if isinstance(mf, AppendError):
+            return mf
+        pos = mf.wrote_pos
+        if nbytes + R.BLANK_LEN > self.file_size - pos:
+            return None
+        return mf, pos
+
+    @staticmethod
+    def commit(mf: MappedFile, pos: int, run) -> None:
+        """Copy a reserved run of records (already patched) with one write."""
+        mf.write_at(pos, run)
+        mf.wrote_pos = pos + len(run)
+
     @staticmethod
     def _write_run(mf: MappedFile, start: int, run: list, end: int) -> None:
         if not run:

@@ -23,8 +23,10 @@ from storage.flush import GroupCommitService, PeriodicFlusher, flush_segments_bl
 from storage.index import IndexService
 from storage.recovery import recover
 from storage.retention import RetentionMixin
+from storage.store_append import BatchPutMixin
 from storage.store_reads import ReadMixin
 from storage.store_types import (
+    BatchPutResult,
     GetResult,
     GetStatus,
     PutRequest,
@@ -34,15 +36,15 @@ from storage.store_types import (
     StoreConfig,
 )
 
-__all__ = ["MessageStore", "StoreConfig", "PutRequest", "PutResult", "PutStatus", "GetResult", "GetStatus",
-           "QueryResult"]
+__all__ = ["MessageStore", "StoreConfig", "PutRequest", "PutResult", "PutStatus", "BatchPutResult", "GetResult",
+           "GetStatus", "QueryResult"]
 
 log = structlog.get_logger(__name__)
 
 DispatchListener = Callable[[str, int, int], None]
 
 
-class MessageStore(ReadMixin, RetentionMixin):
+class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin):
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
         root = config.store_path
@@ -275,27 +277,34 @@ class MessageStore(ReadMixin, RetentionMixin):
                 results[i] = PutResult(status, remark=remark)
                 self.put_failed_total += 1
         for key, entry in units.items():
-            first, buf, max_end = entry
-            cq = self.consume_queue(key[0], key[1], create=True)
-            try:
-                cq.put_units(first, buf, max_end)
-            except OSError as e:  # the CommitLog has it; recovery rebuilds the units
-                log.error("store.consume_queue_write_failed", topic=key[0], queue_id=key[1], error=str(e))
-            counters[key] = first + len(buf) // 20
+            self._write_units(key, *entry)
         if phys and cfg.sync_flush:
             fut = self._group_commit.request(end)
             for j in range(len(phys)):
                 results[positions[j]].flushed = fut
-        listeners = self._listeners
-        if listeners:
-            for key in units:
-                max_offset = counters[key]
-                for fn in listeners:
-                    try:
-                        fn(key[0], key[1], max_offset)
-                    except Exception as e:
-                        log.error("store.dispatch_listener_failed", listener=repr(fn), error=repr(e))
+        if self._listeners:
+            self._dispatch(units)
         return results  # type: ignore[return-value]
+
+    def _write_units(self, key: tuple[str, int], first: int, buf, max_end: int) -> None:
+        """ConsumeQueue units of one put for one queue (one write), then its offset counter."""
+        cq = self.consume_queue(key[0], key[1], create=True)
+        try:
+            cq.put_units(first, buf, max_end)
+        except OSError as e:  # the CommitLog has it; recovery rebuilds the units
+            log.error("store.consume_queue_write_failed", topic=key[0], queue_id=key[1], error=str(e))
+        self.queue_offsets[key] = first + len(buf) // 20
+
+    def _dispatch(self, keys) -> None:
+        """Dispatch listeners once per (topic, queue) a put wrote to."""
+        counters = self.queue_offsets
+        for key in keys:
+            max_offset = counters[key]
+            for fn in self._listeners:
+                try:
+                    fn(key[0], key[1], max_offset)
+                except Exception as e:
+                    log.error("store.dispatch_listener_failed", listener=repr(fn), error=repr(e))
 
     def _fail_all(self, requests, results, status: PutStatus, remark: str) -> list[PutResult]:
         for i in range(len(requests)):

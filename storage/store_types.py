@@ -1,4 +1,5 @@
-"""Value types of the MessageStore facade: StoreConfig, PutRequest/PutResult/PutStatus, GetResult/GetStatus."""
+"""Value types of the MessageStore facade: StoreConfig, PutRequest/PutResult/PutStatus, BatchPutResult,
+GetResult/GetStatus."""
 
 from __future__ import annotations
 
@@ -76,6 +77,24 @@ class PutResult:
     @property
     def ok(self) -> bool:
         return self.status is PutStatus.PUT_OK
+
+
+@dataclass(slots=True)
+class BatchPutResult:
+    """Outcome of `MessageStore.put_batch`: one object per batch. `phys[j]` is record j's CommitLog
+    offset (-1 if it was not stored); `statuses` is None when every record is PUT_OK, else one
+    PutStatus per record. All stored records share `store_timestamp` and the `flushed` future."""
+
+    count: int  # records stored
+    phys: list[int]
+    store_timestamp: int = 0
+    flushed: asyncio.Future | None = None
+    statuses: list[PutStatus] | None = None
+    remark: str | None = None
+
+    @property
+    def all_ok(self) -> bool:
+        return self.statuses is None
 
 
 class GetStatus(enum.Enum):

@@ -1,0 +1,178 @@
+"""messageTimeup for a whole batch into ONE buffer (the delay-level drain hot path, sans-io).
+
+`build_delivery_batch(raws)` does what `codec.record_rewrite.build_deliveries` does for each schedule
+record (head + body and the stored properties bytes copied as they are, the real topic in place of
+SCHEDULE_TOPIC_XXXX, REAL_QID as the queue id, tagsCode of TAGS, index keys from KEYS and UNIQ_KEY), but
+the delivery records are laid back to back in one bytearray and described by parallel lists, so the
+store can append the run with one copy and no per-message request/result objects
+(`storage.MessageStore.put_batch`).
+
+Property lookups: the properties string is searched with a leading separator prepended
+(`\\x02KEY\\x01`), which can only match at a key boundary (values never contain `\\x02`).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from codec.errors import CodecError
+from codec.record import MAGIC_CODE, POS_MAGIC, POS_QUEUE_ID, POS_SYS_FLAG, store_timestamp_pos
+from codec.record_rewrite import _BODY_LEN_POS, _qid, _topic, tags_code
+
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_MAGIC_SYS_FLAG = struct.Struct(f">i{POS_SYS_FLAG - POS_MAGIC - 4}xi")  # MAGICCODE .. SYSFLAG
+_TS_POS = (store_timestamp_pos(0), store_timestamp_pos(0x10))  # by the BORNHOST_V6 bit (0x10 >> 4)
+_K_TOPIC = b"\x02REAL_TOPIC\x01"
+_K_QID = b"\x02REAL_QID\x01"
+_K_TAGS = b"\x02TAGS\x01"
+_K_KEYS = b"\x02KEYS\x01"
+_K_UNIQ = b"\x02UNIQ_KEY\x01"
+_CACHE_MAX = 4096
+_dests: dict[bytes, tuple] = {}  # properties tail from REAL_TOPIC -> ((topic, qid), topic field)
+
+
+class DeliveryBatch:
+    """Delivery records back to back in `buf`; record j is `buf[starts[j]:starts[j + 1]]`.
+
+    Per record j: `dests[j]` = (real topic, real queue id) (one shared tuple per destination),
+    `tags_codes[j]`, `keys[j]` (index keys as bytes: KEYS split on spaces, then UNIQ_KEY),
+    `uniqs[j]` (UNIQ_KEY bytes or None), `ts_pos[j]` (absolute position of STORETIMESTAMP in `buf`),
+    `source[j]` (index of the schedule record it came from in the input). `dropped` lists the input
+    indexes that produced no delivery (None input, no REAL_TOPIC, or the `drop_topic`)."""
+
+    __slots__ = ("buf", "starts", "dests", "tags_codes", "keys", "uniqs", "ts_pos", "source", "dropped")
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.starts: list[int] = [0]
+        self.dests: list[tuple[str, int]] = []
+        self.tags_codes: list[int] = []
+        self.keys: list[tuple] = []
+        self.uniqs: list[bytes | None] = []
+        self.ts_pos: list[int] = []
+        self.source: list[int] = []
+        self.dropped: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.dests)
+
+    def record(self, j: int) -> bytearray:
+        """A copy of delivery record j."""
+        return self.buf[self.starts[j]:self.starts[j + 1]]
+
+
+def _value(pb: bytes, key: bytes) -> bytes | None:
+    i = pb.find(key)
+    if i < 0:
+        return None
+    i += len(key)
+    end = pb.find(b"\x02", i)
+    return pb[i:] if end < 0 else pb[i:end]
+
+
+def _dest_of_tail(tail: bytes, pb: bytes) -> tuple[tuple[str, int], bytes] | None:
+    """((real topic, real queue id), topic field), or None without a REAL_TOPIC value. `tail` is `pb`
+    from the first REAL_TOPIC on; it is the cache key when it also holds the first REAL_QID (the put
+    hook appends REAL_TOPIC then REAL_QID, so the tail repeats for every message to one queue)."""
+    rt = _value(tail, _K_TOPIC)
+    if not rt:
+        return None
+    qi = pb.find(_K_QID)
+    rq = _value(pb, _K_QID)
+    topic, field = _topic(rt)
+    d = ((topic, _qid(rq)), field)
+    if qi >= len(pb) - len(tail):
+        if len(_dests) > _CACHE_MAX:
+            _dests.clear()
+        _dests[tail] = d
+    return d
+
+
+def build_delivery_batch(raws, drop_topic: str | None = None) -> DeliveryBatch:
+    """messageTimeup for each stored schedule record (a buffer, or None); see the module docstring.
+    Raises CodecError on a malformed record."""
+    out = DeliveryBatch()
+    buf = out.buf
+    starts, dests, tcodes, keys_out, uniqs, ts_pos, source, dropped = (
+        out.starts, out.dests, out.tags_codes, out.keys, out.uniqs, out.ts_pos, out.source, out.dropped)
+    i32 = _I32.unpack_from
+    i16 = _I16.unpack_from
+    pack_i32 = _I32.pack_into
+    blp = _BODY_LEN_POS
+    tsp = _TS_POS
+    k_topic, k_tags, k_keys, k_uniq = _K_TOPIC, _K_TAGS, _K_KEYS, _K_UNIQ
+    magic_sf = _MAGIC_SYS_FLAG.unpack_from
+    cached = _dests.get
+    tcode = tags_code
+    pos = 0
+    for idx, raw in enumerate(raws):
+        if raw is None:
+            dropped.append(idx)
+            continue
+        try:
+            magic, sf = magic_sf(raw, POS_MAGIC)
+            if magic != MAGIC_CODE:
+                raise CodecError("not a stored message record (bad magic)")
+            bl = blp[(sf & 0x30) >> 4]
+            blen = i32(raw, bl)[0]
+            tpos = bl + 4 + blen
+            ppos = tpos + 1 + raw[tpos]
+            pend = ppos + 2 + i16(raw, ppos)[0]
+        except (struct.error, IndexError):
+            raise CodecError("truncated record") from None
+        if blen < 0 or pend < ppos + 2 or pend > len(raw):
+            raise CodecError("record length fields out of range")
+        pb = b"\x02" + raw[ppos + 2:pend]
+        i = pb.find(k_topic)
+        if i < 0:
+            dropped.append(idx)
+            continue
+        tail = pb[i:]  # "REAL_TOPIC..REAL_QID.." as the put hook appends them: one cached lookup for both
+        d = cached(tail)
+        if d is None:
+            d = _dest_of_tail(tail, pb)
+            if d is None:
+                dropped.append(idx)
+                continue
+        dest, field = d
+        if dest[0] == drop_topic:
+            dropped.append(idx)
+            continue
+        buf += raw[:tpos]
+        buf += field
+        buf += raw[ppos:pend]
+        end = len(buf)
+        pack_i32(buf, pos, end - pos)
+        pack_i32(buf, pos + POS_QUEUE_ID, dest[1])
+        ts_pos.append(pos + tsp[(sf & 0x10) >> 4])
+        pos = end
+        starts.append(end)
+        dests.append(dest)
+        source.append(idx)
+        i = pb.find(k_tags)
+        if i < 0:
+            tcodes.append(0)
+        else:
+            e = pb.find(b"\x02", i + 6)
+            tcodes.append(tcode(pb[i + 6:] if e < 0 else pb[i + 6:e]))
+        i = pb.find(k_uniq)
+        if i < 0:
+            uniq = None
+        else:
+            e = pb.find(b"\x02", i + 10)
+            uniq = (pb[i + 10:] if e < 0 else pb[i + 10:e]) or None
+        uniqs.append(uniq)
+        i = pb.find(k_keys)
+        if i < 0:
+            keys_out.append((uniq,) if uniq else ())
+        else:
+            e = pb.find(b"\x02", i + 6)
+            ks = [k for k in (pb[i + 6:] if e < 0 else pb[i + 6:e]).split(b" ") if k]
+            if uniq:
+                ks.append(uniq)
+            keys_out.append(tuple(ks))
+    return out
+
+
+__all__ = ["DeliveryBatch", "build_delivery_batch"]

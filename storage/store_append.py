@@ -1,0 +1,106 @@
+"""Batch put of already-built records (a mixin of MessageStore): the delay-level drain's append.
+
+`put_batch(batch)` takes records laid back to back in ONE buffer (`codec.delivery_batch.DeliveryBatch`
+or anything with the same attributes: `buf`, `starts`, `dests`, `tags_codes`, `keys`, `ts_pos`) and
+stores them like `put` would, without a PutRequest/PutResult per record:
+
+- space for the whole run is reserved once in the active CommitLog segment;
+- one loop assigns queue offsets and patches QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP in the
+  buffer, packs the ConsumeQueue units per queue and collects the index entries;
+- the buffer is copied into the mapping with one write; then one units write per queue, one index
+  call, one group-commit request (SYNC_FLUSH) and the dispatch listeners once per queue.
+
+The records are trusted to be well formed (built by codec from stored records); sizes are checked.
+Anything off the fast path (the run does not fit the segment, a record too large, the store not
+running, the disk full, the fault injector enabled) goes through `put` with one PutRequest per record,
+so the results and failure statuses are exactly those of `put`.
+"""
+
+from __future__ import annotations
+
+import operator
+import struct
+
+from storage.consume_queue import UNIT
+from storage.store_types import BatchPutResult, PutRequest, PutStatus
+
+_QUEUE_AND_PHYS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET (adjacent, at 20)
+_I64 = struct.Struct(">q")
+_POS_QUEUE_OFFSET = 20
+
+
+class BatchPutMixin:
+    def put_batch(self, batch) -> BatchPutResult:
+        """Append every record of `batch` (see the module docstring); results in one object."""
+        dests = batch.dests
+        n = len(dests)
+        if not n:
+            return BatchPutResult(0, [])
+        buf = batch.buf
+        cfg = self.config
+        if (self._closed or not self._loaded or self.faults.enabled
+                or self.disk_used_ratio() > cfg.disk_max_used_ratio
+                or (len(buf) > cfg.max_message_size
+                    and max(map(operator.sub, batch.starts[1:], batch.starts)) > cfg.max_message_size)):
+            return self._put_batch_slow(batch)
+        cl = self.commitlog
+        spot = cl.reserve(len(buf))
+        if spot is None or type(spot) is not tuple:  # segment end (or no segment): the general path
+            return self._put_batch_slow(batch)
+        mf, pos = spot
+        store_ts = self.now_ms()
+        base = mf.file_from_offset + pos
+        counters = self.queue_offsets
+        state: dict[tuple[str, int], list] = {}  # queue -> [next queue offset, units, end of last record]
+        starts, tcodes, ts_pos, keys = batch.starts, batch.tags_codes, batch.ts_pos, batch.keys
+        pack_qp = _QUEUE_AND_PHYS.pack_into
+        pack_ts = _I64.pack_into
+        pack_unit = UNIT.pack
+        phys: list[int] = []
+        append_phys = phys.append
+        index_entries = []
+        s = 0
+        for j, key in enumerate(dests):
+            e = starts[j + 1]
+            p = base + s
+            st = state.get(key)
+            if st is None:
+                st = state[key] = [counters.get(key, 0), bytearray(), 0]
+            q = st[0]
+            st[0] = q + 1
+            pack_qp(buf, s + _POS_QUEUE_OFFSET, q, p)
+            pack_ts(buf, ts_pos[j], store_ts)
+            size = e - s
+            st[1] += pack_unit(p, size, tcodes[j])
+            st[2] = p + size
+            append_phys(p)
+            if keys[j]:
+                index_entries.append((key[0], keys[j], p, size))
+            s = e
+        cl.commit(mf, pos, buf)
+        for key, (nxt, units, end) in state.items():
+            self._write_units(key, nxt - len(units) // 20, units, end)
+        if index_entries:
+            self.index.add_batch(index_entries, store_ts)
+        self.put_bytes_total += len(buf)
+        self.put_ok_total += n
+        flushed = self._group_commit.request(base + len(buf)) if cfg.sync_flush else None
+        if self._listeners:
+            self._dispatch(state)
+        return BatchPutResult(n, phys, store_ts, flushed)
+
+    def _put_batch_slow(self, batch) -> BatchPutResult:
+        """`put` with one PutRequest per record; its results folded into a BatchPutResult."""
+        starts, buf = batch.starts, batch.buf
+        reqs = [PutRequest(buf[starts[j]:starts[j + 1]], topic, qid, batch.tags_codes[j], batch.keys[j], -1)
+                for j, (topic, qid) in enumerate(batch.dests)]
+        results = self.put(reqs)
+        ok = PutStatus.PUT_OK
+        phys = [r.phys_offset if r.status is ok else -1 for r in results]
+        count = sum(1 for r in results if r.status is ok)
+        first = next((r for r in results if r.status is ok), None)
+        out = BatchPutResult(count, phys, first.store_timestamp if first else 0, first.flushed if first else None)
+        if count != len(results):
+            out.statuses = [r.status for r in results]
+            out.remark = next(r.remark for r in results if r.status is not ok)
+        return out

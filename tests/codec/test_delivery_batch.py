@@ -1,0 +1,39 @@
+"""codec.delivery_batch.build_delivery_batch: the one-buffer batch agrees with build_deliveries."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from codec.delivery_batch import build_delivery_batch
+from codec.record import MessageRecord, build_deliveries, encode_record, read_store_timestamp
+from tests.codec.strategies import BOUNDED
+from tests.codec.test_record_rewrite import schedule_records
+
+
+@BOUNDED
+@given(st.lists(schedule_records(), min_size=1, max_size=6))
+def test_batch_matches_build_deliveries(recs):
+    raws = [memoryview(encode_record(r)) for r in recs]
+    one = build_deliveries([*raws, None])
+    batch = build_delivery_batch([*raws, None])
+    kept = [i for i, b in enumerate(one) if b is not None]
+    assert batch.source == kept
+    assert batch.dropped == [i for i, b in enumerate(one) if b is None]
+    assert batch.starts[0] == 0 and batch.starts[-1] == len(batch.buf) and len(batch) == len(kept)
+    for j, i in enumerate(kept):
+        record, topic, qid, tags_code, keys, uniq = one[i]
+        assert batch.record(j) == record
+        assert batch.dests[j] == (topic, qid)
+        assert batch.tags_codes[j] == tags_code and batch.keys[j] == keys and batch.uniqs[j] == uniq
+        # ts_pos points at STORETIMESTAMP of record j
+        assert read_store_timestamp(batch.record(j)) == int.from_bytes(
+            batch.buf[batch.ts_pos[j]:batch.ts_pos[j] + 8], "big", signed=True)
+
+
+def test_drop_topic_and_key_inside_a_value():
+    half = MessageRecord(topic="SCHEDULE_TOPIC_XXXX", body=b"h",
+                         properties={"REAL_TOPIC": "RMQ_SYS_TRANS_HALF_TOPIC", "REAL_QID": "0"})
+    tricky = MessageRecord(topic="SCHEDULE_TOPIC_XXXX", body=b"b", properties={
+        "X": "aREAL_TOPIC\x01", "REAL_TOPIC": "Real", "REAL_QID": "3", "Y": "TAGS\x01no"})
+    batch = build_delivery_batch([encode_record(half), encode_record(tricky)], "RMQ_SYS_TRANS_HALF_TOPIC")
+    assert batch.dropped == [0] and batch.source == [1]
+    assert batch.dests == [("Real", 3)] and batch.tags_codes == [0] and batch.keys == [()]
