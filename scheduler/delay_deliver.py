@@ -30,6 +30,7 @@ from scheduler.async_deliver import (
     PendingEntry,
     flush_ok,
 )
+from scheduler.events import fire_rows
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.stats import LevelStats
 from storage.message_store import PutRequest, PutStatus
@@ -260,28 +261,18 @@ class LevelDeliverer:
         self._fire_delivered(((topic,),), (phys,), (info,), (due,), store_ts)
 
     def _fire_delivered(self, dests, phys, infos, dues, store_ts: int) -> None:
-        """"delivered" events for a run stored at `store_ts` (listeners called directly, in order)."""
-        listeners, prefix, level = self.svc.listeners, self.svc.msg_id_prefix(), self.level
-        for dest, p, info, due in zip(dests, phys, infos, dues, strict=True):
-            mid = f"{prefix}{p:016X}"  # offset msgId (stored records have offsets >= 0)
-            for fn in listeners:
-                try:
-                    fn("delivered", topic=dest[0], msgId=mid, uniqKey=info[1], level=level, bornTs=info[2],
-                       storeTs=info[0], dueTs=due, deliveredTs=store_ts)
-                except Exception as e:
-                    log.warning("delay.listener_failed", event="delivered", error=repr(e))
+        """"delivered" events for a run stored at `store_ts` (one row per message, scheduler.events)."""
+        prefix, level = self.svc.msg_id_prefix(), self.level
+        fire_rows(self.svc.listeners, "delivered", [
+            ("level", level, dest[0], f"{prefix}{p:016X}", info[1], info[2], info[0], due, store_ts)
+            for dest, p, info, due in zip(dests, phys, infos, dues, strict=True)])
 
     def _fire_due(self, batch, spans, dues, infos) -> None:
-        listeners, prefix, level, dests = self.svc.listeners, self.svc.msg_id_prefix(), self.level, batch.dests
-        for j, i in enumerate(batch.source):
-            info = infos[j]
-            topic, mid, due = dests[j][0], f"{prefix}{spans[i][0]:016X}", dues[i]
-            for fn in listeners:
-                try:
-                    fn("due", topic=topic, msgId=mid, uniqKey=info[1], level=level, bornTs=info[2],
-                       storeTs=info[0], dueTs=due, deliveredTs=0)
-                except Exception as e:
-                    log.warning("delay.listener_failed", event="due", error=repr(e))
+        prefix, level, dests = self.svc.msg_id_prefix(), self.level, batch.dests
+        fire_rows(self.svc.listeners, "due", [
+            ("level", level, dests[j][0], f"{prefix}{spans[i][0]:016X}", infos[j][1], infos[j][2], infos[j][0],
+             dues[i], 0)
+            for j, i in enumerate(batch.source)])
 
     # ---- async ---------------------------------------------------------------------------
     def _deliver_async(self, batch, base, spans, dues, infos) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import structlog
 
+from scheduler.events import fire_rows
 from scheduler.stats import LatenessHistogram
 
 log = structlog.get_logger(__name__)
@@ -75,11 +76,7 @@ class TimerMetrics:
 
     def emit_many(self, event: str, rows: list[tuple]) -> None:
         """One `event` per row (topic, uniqKey, msgId, storeTs, dueTs, deliveredTs) of a delivery batch,
-        kind="timer", level=0, bornTs=0; each listener gets the rows in order."""
-        for fn in self.listeners:
-            for topic, uniq, msg_id, store_ts, due, delivered in rows:
-                try:
-                    fn(event, kind="timer", level=0, topic=topic, uniqKey=uniq, msgId=msg_id, bornTs=0,
-                       storeTs=store_ts, dueTs=due, deliveredTs=delivered)
-                except Exception as e:  # a listener must never stop the wheel
-                    log.warning("timer.listener_failed", listener=repr(fn), error=repr(e))
+        kind="timer", level=0, bornTs=0 (scheduler.events: a listener with `many` gets one call)."""
+        if self.listeners:
+            fire_rows(self.listeners, event, [("timer", 0, topic, msg_id, uniq, 0, store_ts, due, delivered)
+                                              for topic, uniq, msg_id, store_ts, due, delivered in rows])

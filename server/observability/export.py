@@ -43,6 +43,13 @@ class RotatingMsgpackWriter:
         if len(self._buf) >= self.flush_bytes:
             self.flush()
 
+    def write_many(self, records: list[dict]) -> None:
+        """`write` for a batch (one buffer append)."""
+        self._buf += b"".join(map(self._packer.pack, records))
+        self.records += len(records)
+        if len(self._buf) >= self.flush_bytes:
+            self.flush()
+
     def _open_new(self) -> None:
         if self._file is not None:
             self._file.close()
@@ -142,10 +149,19 @@ class MetricsExporter:
                 w.close()
 
 
+_TRACE_FIELDS = ("kind", "level", "topic", "msgId", "uniqKey", "bornTs", "storeTs", "dueTs", "deliveredTs")
+_KEYS = ("v", "event", *_TRACE_FIELDS)
+_ABSENT = {k: 0 if k.endswith("Ts") or k == "level" else "" for k in _TRACE_FIELDS}  # what a missing field becomes
+
+
+def _fill_absent(row: tuple) -> tuple:
+    return tuple(_ABSENT[k] if v is None else v for k, v in zip(_TRACE_FIELDS, row, strict=True))
+
+
 class TraceWriter:
     """One map per scheduled-message event (accepted / due / delivered)."""
 
-    FIELDS = ("kind", "level", "topic", "msgId", "uniqKey", "bornTs", "storeTs", "dueTs", "deliveredTs")
+    FIELDS = _TRACE_FIELDS  # the order of scheduler.events.EVENT_FIELDS
 
     def __init__(self, writer: RotatingMsgpackWriter) -> None:
         self.writer = writer
@@ -158,5 +174,14 @@ class TraceWriter:
         rec = {"v": 1, "event": event}
         for k in self.FIELDS:
             v = fields.get(k)
-            rec[k] = v if v is not None else (0 if k.endswith("Ts") or k == "level" else "")
+            rec[k] = v if v is not None else _ABSENT[k]
         self.writer.write(rec)
+
+    def many(self, event: str, rows: list[tuple]) -> None:
+        """A batch of events, each row in scheduler.events.EVENT_FIELDS order (== FIELDS): one map per
+        row as `__call__` writes it, built with one dict(zip()) each."""
+        if event not in self.EVENTS:
+            return
+        keys, head = _KEYS, (1, event)
+        self.writer.write_many([dict(zip(keys, head + (row if None not in row else _fill_absent(row)), strict=True))
+                                for row in rows])

@@ -64,3 +64,34 @@ async def test_metrics_endpoint_serves_prometheus_text():
         assert b'delaymq_pull_messages_total{group="G",topic="T"} 1' in data
     finally:
         await srv.close()
+
+
+def test_batched_trace_rows_write_what_one_call_per_event_writes(tmp_path):
+    """TraceWriter.many (the delivery paths' batch form, scheduler.events) writes the very maps that
+    one keyword call per event writes, missing values included; plain listeners still get calls."""
+    import msgpack
+
+    from scheduler.events import EVENT_FIELDS, fire_rows
+
+    rows = [("level", 3, "T", "ID1", "U1", 1, 2, 10, 12), ("timer", 0, "T2", "ID2", None, 0, 5, 20, 0)]
+    one_dir, many_dir = tmp_path / "one", tmp_path / "many"
+    one_w, many_w = RotatingMsgpackWriter(str(one_dir), "t"), RotatingMsgpackWriter(str(many_dir), "t")
+    one, many = TraceWriter(one_w), TraceWriter(many_w)
+    calls = []
+
+    def plain(event, **fields):
+        calls.append((event, fields))
+        one(event, **fields)
+
+    fire_rows([plain, many], "due", rows)
+    fire_rows([plain, many], "idle", rows)  # not a trace event: written by neither
+    one_w.close()
+    many_w.close()
+
+    def records(d):
+        [f] = os.listdir(d)
+        return list(msgpack.Unpacker(open(d / f, "rb"), raw=False))
+
+    assert records(many_dir) == records(one_dir)
+    assert records(many_dir)[1]["uniqKey"] == "" and records(many_dir)[0]["deliveredTs"] == 12
+    assert [c[1] for c in calls[:2]] == [dict(zip(EVENT_FIELDS, r, strict=True)) for r in rows]
