@@ -17,22 +17,48 @@ Two asyncio tasks joined by a bounded asyncio.Queue:
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
+from itertools import accumulate
 
 import numpy as np
 import structlog
 
+from codec.codes import SysFlag
 from codec.properties import parse_properties
-from codec.record import read_properties_bytes, read_store_timestamp
+from codec.record import POS_SYS_FLAG, read_properties_bytes, read_store_timestamp, store_timestamp_pos
 from codec.timer_rewrite import CANCELLED, MISSING, build_timer_deliveries
 from scheduler.timer.hook import TIMER_DEL_UNIQKEY
 from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL
+from storage.message_store import PutStatus
 
 log = structlog.get_logger(__name__)
 
 CHUNK = 4096
 WALK_STEP = 20000  # units per timerlog read between yields to the loop
 _GIVE_UP = {"MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED"}
+PUT_OK = PutStatus.PUT_OK
+_SYS_FLAG = struct.Struct(">i")
+_TS_POS = (store_timestamp_pos(0), store_timestamp_pos(SysFlag.BORNHOST_V6))  # STORETIMESTAMP by BORNHOST_V6
+
+
+class _PutRun:
+    """Converted records (record, topic, queue id, tagsCode, keys) as MessageStore.put_batch takes
+    them (the attributes of codec.delivery_batch.DeliveryBatch): back to back in one buffer."""
+
+    __slots__ = ("buf", "starts", "dests", "tags_codes", "keys", "ts_pos")
+
+    def __init__(self, built: list[tuple]) -> None:
+        recs = [b[0] for b in built]
+        self.buf = bytearray(b"".join(recs))
+        self.starts = list(accumulate(map(len, recs), initial=0))
+        self.dests = [(b[1], b[2]) for b in built]
+        self.tags_codes = [b[3] for b in built]
+        self.keys = [b[4] for b in built]
+        sys_flag = _SYS_FLAG.unpack_from
+        buf = self.buf
+        self.ts_pos = [s + _TS_POS[(sys_flag(buf, s + POS_SYS_FLAG)[0] & SysFlag.BORNHOST_V6) != 0]
+                       for s in self.starts[:-1]]
 
 
 class SlotChunk:
@@ -176,9 +202,7 @@ class DequeueMixin:
                 i = k
 
     async def _put_units(self, c: SlotChunk, lo: int, hi: int) -> None:
-        """convert + convertMessage for units lo..hi of a chunk, then one put (retried as a batch)."""
-        from storage.message_store import PutRequest
-
+        """convert + convertMessage for units lo..hi of a chunk, then one put_batch (retried as a batch)."""
         m = self.metrics
         offsets = c.offset[lo:hi].tolist()
         raws = self.store.read_records(zip(offsets, c.size[lo:hi].tolist(), strict=True))
@@ -187,7 +211,7 @@ class DequeueMixin:
         listening = bool(m.listeners)
         uniqs: list | None = [] if listening else None
         built = build_timer_deliveries(raws, rolls, exact, c.write_ms[lo:hi].tolist(), now_ms(), c.cancel,
-                                       PutRequest, uniqs)
+                                       uniqs=uniqs)  # (record, topic, queue id, tagsCode, keys) tuples
         reqs, dues = [], []  # dues: exact deliver ms of a final delivery, None for a roll
         events = [] if listening else None  # per request: (msgId prefix, topic, uniqKey, storeTs, offset) or None
         for k, b in enumerate(built):
@@ -208,7 +232,7 @@ class DequeueMixin:
             if listening:
                 raw = raws[k]
                 u = uniqs[k]
-                events.append((self.msg_id_prefix(raw), b.topic, u.decode("utf-8", "replace") if u is not None
+                events.append((self.msg_id_prefix(raw), b[1], u.decode("utf-8", "replace") if u is not None
                                else None, read_store_timestamp(raw, 0), offsets[k]))
         del raws
         if events:
@@ -217,30 +241,30 @@ class DequeueMixin:
         await self._put_with_retry(reqs, dues, events)
 
     async def _put_with_retry(self, reqs: list, dues: list, events: list | None) -> None:
-        from storage.message_store import PutStatus
-
-        put_ok = PutStatus.PUT_OK
+        """Put the converted records (tuples) with MessageStore.put_batch; records that failed with a
+        retryable status are put again after a back-off, illegal ones are dropped and counted."""
         m = self.metrics
         backoff = 0.5 * self.config.precision_ms / 1000.0
         while reqs:
-            results = self.store.put(reqs)
+            res = self.store.put_batch(_PutRun(reqs))
+            statuses, phys = res.statuses, res.phys
             retry = []
             done = now_ms()
             late = []
             delivered = [] if events is not None else None
             rolled = 0
-            for k, (due, res) in enumerate(zip(dues, results, strict=True)):
-                if res.status is put_ok:
+            for k, due in enumerate(dues):
+                if statuses is None or statuses[k] is PUT_OK:
                     if due is None:
                         rolled += 1
                         continue
                     late.append(done - due)
                     if delivered is not None:
                         prefix, topic, uniq, store_ts, _off = events[k]
-                        delivered.append((topic, uniq, prefix + f"{res.phys_offset:016X}", store_ts, due, done))
-                elif res.status.name in _GIVE_UP:
+                        delivered.append((topic, uniq, prefix + f"{phys[k]:016X}", store_ts, due, done))
+                elif statuses[k].name in _GIVE_UP:
                     m.put_failures += 1
-                    log.error("timer.deliver_dropped", topic=reqs[k].topic, status=res.status.name)
+                    log.error("timer.deliver_dropped", topic=reqs[k][1], status=statuses[k].name)
                 else:
                     m.put_failures += 1
                     retry.append(k)
