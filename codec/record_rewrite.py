@@ -11,7 +11,6 @@ index keys, found with bytes.find on the properties (no per-message dict, no pro
 from __future__ import annotations
 
 import struct
-from functools import lru_cache
 
 from codec.codes import SysFlag
 from codec.errors import CodecError
@@ -29,6 +28,7 @@ from codec.record import (
     _is_v6,
     _pack_host,
     _tail_positions,
+    _topic_field,
     body_len_pos,
     read_sys_flag,
     reconsume_times_pos,
@@ -48,15 +48,6 @@ def patch_append_fields(buf, pos: int, queue_offset: int, phys_offset: int, stor
     _OFFSETS.pack_into(buf, pos + POS_QUEUE_OFFSET, queue_offset, phys_offset)
     born_v6 = (_I32.unpack_from(buf, pos + POS_SYS_FLAG)[0] & SysFlag.BORNHOST_V6) != 0
     _I64.pack_into(buf, pos + _STORE_TS_POS[born_v6], store_ts)
-
-
-@lru_cache(maxsize=4096)
-def _topic_field(topic: str) -> bytes:
-    """A record's topic field: length byte + UTF-8 topic (delivery targets repeat: cached)."""
-    tb = topic.encode("utf-8", "replace")
-    if len(tb) > MAX_TOPIC_BYTES:
-        raise CodecError("topic too long")
-    return bytes((len(tb),)) + tb
 
 
 def rewrite_for_delivery(raw, topic: str, queue_id: int, store_host: tuple[str, int] | None = None,
