@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import struct
 
-from codec.errors import CodecError
-from codec.record import MAGIC_CODE, POS_MAGIC, POS_QUEUE_ID, POS_SYS_FLAG, store_timestamp_pos
-from codec.record_rewrite import _BODY_LEN_POS, _qid, _topic, tags_code
+from codec.record import POS_QUEUE_ID, POS_SYS_FLAG, store_timestamp_pos
+from codec.record_rewrite import _qid, _topic, tags_code, tail_span
 
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
-_MAGIC_SYS_FLAG = struct.Struct(f">i{POS_SYS_FLAG - POS_MAGIC - 4}xi")  # MAGICCODE .. SYSFLAG
 _TS_POS = (store_timestamp_pos(0), store_timestamp_pos(0x10))  # by the BORNHOST_V6 bit (0x10 >> 4)
 _K_TOPIC = b"\x02REAL_TOPIC\x01"
 _K_QID = b"\x02REAL_QID\x01"
@@ -96,13 +94,9 @@ def build_delivery_batch(raws, drop_topic: str | None = None) -> DeliveryBatch:
     buf = out.buf
     starts, dests, tcodes, keys_out, uniqs, ts_pos, source, dropped = (
         out.starts, out.dests, out.tags_codes, out.keys, out.uniqs, out.ts_pos, out.source, out.dropped)
-    i32 = _I32.unpack_from
-    i16 = _I16.unpack_from
     pack_i32 = _I32.pack_into
-    blp = _BODY_LEN_POS
     tsp = _TS_POS
     k_topic, k_tags, k_keys, k_uniq = _K_TOPIC, _K_TAGS, _K_KEYS, _K_UNIQ
-    magic_sf = _MAGIC_SYS_FLAG.unpack_from
     cached = _dests.get
     tcode = tags_code
     pos = 0
@@ -110,19 +104,7 @@ def build_delivery_batch(raws, drop_topic: str | None = None) -> DeliveryBatch:
         if raw is None:
             dropped.append(idx)
             continue
-        try:
-            magic, sf = magic_sf(raw, POS_MAGIC)
-            if magic != MAGIC_CODE:
-                raise CodecError("not a stored message record (bad magic)")
-            bl = blp[(sf & 0x30) >> 4]
-            blen = i32(raw, bl)[0]
-            tpos = bl + 4 + blen
-            ppos = tpos + 1 + raw[tpos]
-            pend = ppos + 2 + i16(raw, ppos)[0]
-        except (struct.error, IndexError):
-            raise CodecError("truncated record") from None
-        if blen < 0 or pend < ppos + 2 or pend > len(raw):
-            raise CodecError("record length fields out of range")
+        tpos, ppos, pend = tail_span(raw)
         pb = b"\x02" + raw[ppos + 2:pend]
         i = pb.find(k_topic)
         if i < 0:
@@ -145,7 +127,7 @@ def build_delivery_batch(raws, drop_topic: str | None = None) -> DeliveryBatch:
         end = len(buf)
         pack_i32(buf, pos, end - pos)
         pack_i32(buf, pos + POS_QUEUE_ID, dest[1])
-        ts_pos.append(pos + tsp[(sf & 0x10) >> 4])
+        ts_pos.append(pos + tsp[(raw[POS_SYS_FLAG + 3] & 0x10) >> 4])  # SYSFLAG's low byte: BORNHOST_V6
         pos = end
         starts.append(end)
         dests.append(dest)

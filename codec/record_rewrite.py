@@ -115,6 +115,27 @@ K_TAGS = b"TAGS\x01"
 K_KEYS = b"KEYS\x01"
 K_UNIQ = b"UNIQ_KEY\x01"
 _BODY_LEN_POS = tuple(body_len_pos(sf) for sf in (0, 0x10, 0x20, 0x30))  # by sysFlag bits 0x30 >> 4
+_MAGIC_SYS_FLAG = struct.Struct(f">i{POS_SYS_FLAG - POS_MAGIC - 4}xi")  # MAGICCODE .. SYSFLAG
+
+
+def tail_span(raw) -> tuple[int, int, int]:
+    """(position of the topic field, of PROPERTIESLENGTH, end of the properties) of the stored record
+    `raw`, every length checked; CodecError if it is not a well-formed record (the batch rewrites'
+    common first step: head + body are raw[:tpos], the properties raw[ppos + 2:pend])."""
+    try:
+        magic, sf = _MAGIC_SYS_FLAG.unpack_from(raw, POS_MAGIC)
+        if magic != MAGIC_CODE:
+            raise CodecError("not a stored message record (bad magic)")
+        bl = _BODY_LEN_POS[(sf & 0x30) >> 4]
+        blen = _I32.unpack_from(raw, bl)[0]
+        tpos = bl + 4 + blen
+        ppos = tpos + 1 + raw[tpos]
+        pend = ppos + 2 + _I16.unpack_from(raw, ppos)[0]
+    except (struct.error, IndexError):
+        raise CodecError("truncated record") from None
+    if blen < 0 or pend < ppos + 2 or pend > len(raw):
+        raise CodecError("record length fields out of range")
+    return tpos, ppos, pend
 _CACHE_MAX = 4096
 _topics: dict[bytes, tuple[str, bytes]] = {}  # REAL_TOPIC value -> (topic str, topic field)
 _tags: dict[bytes, int] = {}
@@ -156,12 +177,14 @@ def tags_code(tags: bytes | None) -> int:
 
 
 def _qid(b: bytes | None) -> int:
+    """REAL_QID as int (0 when absent or not a number), as int() of the decoded str would read it;
+    cached: deliveries repeat a few values."""
     if not b:
         return 0
     q = _qids.get(b)
     if q is None:
         try:
-            q = int(b)
+            q = int(b) if b.isascii() else int(b.decode("utf-8", "replace"))
         except ValueError:
             q = 0
         if len(_qids) > _CACHE_MAX:
@@ -177,27 +200,13 @@ def build_deliveries(raws) -> list:
     malformed record."""
     out = []
     append = out.append
-    i32 = _I32.unpack_from
-    i16 = _I16.unpack_from
     pack_i32 = _I32.pack_into
-    blp = _BODY_LEN_POS
     get = prop_value
     for raw in raws:
         if raw is None:
             append(None)
             continue
-        try:
-            if i32(raw, POS_MAGIC)[0] != MAGIC_CODE:
-                raise CodecError("not a stored message record (bad magic)")
-            bl = blp[(i32(raw, POS_SYS_FLAG)[0] & 0x30) >> 4]
-            blen = i32(raw, bl)[0]
-            tpos = bl + 4 + blen
-            ppos = tpos + 1 + raw[tpos]
-            pend = ppos + 2 + i16(raw, ppos)[0]
-        except (struct.error, IndexError):
-            raise CodecError("truncated record") from None
-        if blen < 0 or pend < ppos + 2 or pend > len(raw):
-            raise CodecError("record length fields out of range")
+        tpos, ppos, pend = tail_span(raw)
         pb = bytes(raw[ppos + 2:pend])
         rt = get(pb, K_REAL_TOPIC)
         if not rt:

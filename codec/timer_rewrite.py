@@ -25,8 +25,8 @@ import struct
 from codec.codes import TIMER_TOPIC
 from codec.errors import CodecError
 from codec.properties import parse_properties, properties_to_string
-from codec.record import MAGIC_CODE, MAX_PROPERTIES_BYTES, POS_MAGIC, POS_QUEUE_ID, POS_SYS_FLAG, POS_TOTAL
-from codec.record_rewrite import _BODY_LEN_POS, _topic, _topic_field, tags_code
+from codec.record import MAX_PROPERTIES_BYTES, POS_QUEUE_ID, POS_TOTAL
+from codec.record_rewrite import _qid, _topic, _topic_field, tags_code, tail_span
 
 MISSING, SKIPPED, CANCELLED = 0, 1, 2
 
@@ -100,26 +100,6 @@ def _int(b: bytes) -> int:
     return int(b) if b.isascii() else int(b.decode("utf-8", "replace"))
 
 
-_qids: dict[bytes, int] = {}
-_CACHE_MAX = 4096
-
-
-def _qid(b: bytes | None) -> int:
-    """REAL_QID as int (0 when absent or not a number), cached: a burst repeats a few values."""
-    if b is None:
-        return 0
-    q = _qids.get(b)
-    if q is None:
-        try:
-            q = _int(b)
-        except ValueError:
-            q = 0
-        if len(_qids) > _CACHE_MAX:
-            _qids.clear()
-        _qids[b] = q
-    return q
-
-
 def _dict_map(pb: bytes) -> dict[bytes, bytes]:
     """The dict path's view as bytes (last duplicate wins, malformed segments dropped)."""
     return {k.encode(): v.encode() for k, v in parse_properties(pb).items()}
@@ -140,11 +120,8 @@ def build_timer_deliveries(raws, rolls, exact_ms, enqueue_ms, dequeue_ms: int, c
     out = []
     append = out.append
     keep_uniq = uniqs.append if uniqs is not None else None
-    i32 = _I32.unpack_from
-    i16 = _I16.unpack_from
     pack_i32 = _I32.pack_into
     pack_len = _I16.pack
-    blp = _BODY_LEN_POS
     qid_of = _qid
     deq = str(dequeue_ms).encode()
     last_w, enq = None, b""
@@ -155,18 +132,7 @@ def build_timer_deliveries(raws, rolls, exact_ms, enqueue_ms, dequeue_ms: int, c
             if keep_uniq:
                 keep_uniq(None)
             continue
-        try:
-            if i32(raw, POS_MAGIC)[0] != MAGIC_CODE:
-                raise CodecError("not a stored message record (bad magic)")
-            bl = blp[(i32(raw, POS_SYS_FLAG)[0] & 0x30) >> 4]
-            blen = i32(raw, bl)[0]
-            tpos = bl + 4 + blen
-            ppos = tpos + 1 + raw[tpos]
-            pend = ppos + 2 + i16(raw, ppos)[0]
-        except (struct.error, IndexError):
-            raise CodecError("truncated record") from None
-        if blen < 0 or pend < ppos + 2 or pend > len(raw):
-            raise CodecError("record length fields out of range")
+        tpos, ppos, pend = tail_span(raw)
         pb = bytes(raw[ppos + 2:pend])
         d = canonical_map(pb)
         canonical = d is not None
