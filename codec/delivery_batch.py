@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 
+from codec.properties import index_keys
 from codec.record import POS_QUEUE_ID, POS_SYS_FLAG, store_timestamp_pos
 from codec.record_rewrite import _qid, _topic, tags_code, tail_span
 
@@ -150,10 +151,7 @@ def build_delivery_batch(raws, drop_topic: str | None = None) -> DeliveryBatch:
             keys_out.append((uniq,) if uniq else ())
         else:
             e = pb.find(b"\x02", i + 6)
-            ks = [k for k in (pb[i + 6:] if e < 0 else pb[i + 6:e]).split(b" ") if k]
-            if uniq:
-                ks.append(uniq)
-            keys_out.append(tuple(ks))
+            keys_out.append(index_keys(pb[i + 6:] if e < 0 else pb[i + 6:e], uniq))
     return out
 
 

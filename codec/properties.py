@@ -77,6 +77,17 @@ def parse_properties(data: str | bytes | bytearray | memoryview | None) -> dict[
     return out
 
 
+def index_keys(keys: str | bytes | None, uniq: str | bytes | None) -> tuple:
+    """A message's index keys: KEYS split on single spaces (empty parts dropped), then UNIQ_KEY if
+    any. str or bytes alike (the broker indexes both)."""
+    if not keys:
+        return (uniq,) if uniq else ()
+    ks = [k for k in keys.split(b" " if type(keys) is bytes else " ") if k]
+    if uniq:
+        ks.append(uniq)
+    return tuple(ks)
+
+
 def properties_to_string(props: dict[str, str] | None) -> str:
     """Java style: no trailing separator, entries with a None value skipped."""
     if not props:
@@ -138,5 +149,4 @@ def rewrite_sent_properties(text: str, cluster: str, new_uniq_key, full_path_mar
     if uniq is None:
         uniq = new_uniq_key()
         stored = f"{stored}\x02UNIQ_KEY\x01{uniq}"
-    index_keys = (*[k for k in keys.split(" ") if k], uniq) if keys else (uniq,)
-    return stored, wait, tags, index_keys, delay
+    return stored, wait, tags, index_keys(keys, uniq), delay

@@ -14,6 +14,7 @@ import struct
 
 from codec.codes import SysFlag
 from codec.errors import CodecError
+from codec.properties import index_keys
 from codec.record import (
     MAGIC_CODE,
     MAX_PROPERTIES_BYTES,
@@ -219,14 +220,6 @@ def build_deliveries(raws) -> list:
         rec += raw[ppos:pend]
         pack_i32(rec, POS_TOTAL, len(rec))
         pack_i32(rec, POS_QUEUE_ID, qid)
-        keys = get(pb, K_KEYS)
         uniq = get(pb, K_UNIQ)
-        if keys:
-            ks = [k for k in keys.split(b" ") if k]
-            if uniq:
-                ks.append(uniq)
-            ktuple = tuple(ks)
-        else:
-            ktuple = (uniq,) if uniq else ()
-        append((rec, topic, qid, tags_code(get(pb, K_TAGS)), ktuple, uniq))
+        append((rec, topic, qid, tags_code(get(pb, K_TAGS)), index_keys(get(pb, K_KEYS), uniq), uniq))
     return out

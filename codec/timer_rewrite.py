@@ -24,7 +24,7 @@ import struct
 
 from codec.codes import TIMER_TOPIC
 from codec.errors import CodecError
-from codec.properties import parse_properties, properties_to_string
+from codec.properties import index_keys, parse_properties, properties_to_string
 from codec.record import MAX_PROPERTIES_BYTES, POS_QUEUE_ID, POS_TOTAL
 from codec.record_rewrite import _qid, _topic, _topic_field, tags_code, tail_span
 
@@ -167,14 +167,7 @@ def build_timer_deliveries(raws, rolls, exact_ms, enqueue_ms, dequeue_ms: int, c
             topic, field = _topic(rt)
             qid = qid_of(get(REAL_QID))
             tcode = tags_code(get(TAGS))
-            kb = get(KEYS)
-            if kb:
-                ks = [k for k in kb.split(b" ") if k]
-                if uniq:
-                    ks.append(uniq)
-                keys = tuple(ks)
-            else:
-                keys = (uniq,) if uniq else ()
+            keys = index_keys(get(KEYS), uniq)
             if not canonical:
                 props = _edit_dict(pb, ((TIMER_ENQUEUE_MS, enq), (TIMER_DEQUEUE_MS, deq)))
             elif TIMER_ENQUEUE_MS in d or TIMER_DEQUEUE_MS in d:

@@ -11,6 +11,7 @@ import inspect
 
 import structlog
 
+from codec.properties import index_keys
 from codec.tags import java_hash
 from storage.store_types import PutRequest
 
@@ -75,15 +76,7 @@ def put_request(raw, topic: str, queue_id: int, properties: dict, deliver_delay_
     """The store request of an encoded record: tagsCode of TAGS, index keys KEYS (space separated)
     and UNIQ_KEY (called once per sent message: keep it lean)."""
     tags = properties.get("TAGS")
-    keys = properties.get("KEYS")
-    uniq = properties.get("UNIQ_KEY")
-    if keys:
-        keys = [k for k in keys.split(" ") if k]
-        if uniq:
-            keys.append(uniq)
-        keys = tuple(keys)
-    else:
-        keys = (uniq,) if uniq else ()
+    keys = index_keys(properties.get("KEYS"), properties.get("UNIQ_KEY"))
     return PutRequest(raw, topic, queue_id, java_hash(tags) if tags else 0, keys, deliver_delay_ms)
 
 

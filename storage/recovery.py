@@ -16,6 +16,7 @@ import re
 
 import structlog
 
+from codec.properties import index_keys
 from codec.tags import java_hash
 from storage import _record as R
 from storage.consume_queue import UNIT, ConsumeQueue
@@ -174,9 +175,7 @@ def _redispatch(store, from_offset: int, end: int) -> None:
             cq.put_units(qoff, UNIT.pack(phys, total, _tags_code(topic, props, store_ts, levels)), phys + total)
             units += 1
         if need_keys:
-            ks = [k for k in props.get("KEYS", "").split(" ") if k]
-            if props.get("UNIQ_KEY"):
-                ks.append(props["UNIQ_KEY"])
+            ks = index_keys(props.get("KEYS"), props.get("UNIQ_KEY"))
             if ks:
                 index.add(topic, ks, phys, total, store_ts)
                 keys += len(ks)
