@@ -106,12 +106,9 @@ class SendProcessor:
 
     def __call__(self, conn, cmd):
         """The response, or (SYNC_FLUSH with WAIT) a coroutine that answers once the group commit
-        covers the records: the dispatcher runs a task only for those, the usual send needs none."""
-        v2 = cmd.code in (SEND_MESSAGE_V2, SEND_BATCH_MESSAGE)
-        h = H.SEND_MESSAGE.parse(cmd.ext_fields, v2)
-        if h.batch:
-            return self.send_batch(conn, cmd, h)
-        return self.send_single(conn, cmd, h)
+        covers the records: the dispatcher runs a task only for those, the usual send needs none.
+        A lone request is a run of one (`batch`)."""
+        return self.batch(conn, [cmd])[0]
 
     def _born_host(self, conn) -> tuple[str, int]:
         attrs = getattr(conn, "attrs", None)
@@ -130,19 +127,10 @@ class SendProcessor:
             self._valid_topics.add(topic)
         return problem
 
-    # ---- single ---------------------------------------------------------------------------
-    def send_single(self, conn, cmd, h):
-        prep = self._prepare_single(conn, cmd, h)
-        if type(prep) is not tuple:
-            return prep
-        [result] = self.broker.store.put([prep[0]])
-        if result.status is PUT_OK:
-            self.broker.on_put([prep[3]], [result])
-        return self._answer(cmd, result, prep[1], prep[2])
-
+    # ---- single messages, one run at a time ------------------------------------------------
     def batch(self, conn, cmds: list) -> list:
-        """A run of send requests from one read (`remoting.dispatch`): each is checked and encoded as
-        `send_single` does, the records go to the store in one put (in request order), and each gets
+        """A run of send requests from one read (`remoting.dispatch`): each is checked and encoded
+        (`_prepare_single`), the records go to the store in one put (in request order), and each gets
         its own response. A batch-message request in the run puts what came before it first, so the
         store order is the request order."""
         out: list = [None] * len(cmds)
