@@ -14,6 +14,7 @@ from collections.abc import Callable
 import msgpack
 import structlog
 
+from scheduler.events import EVENT_FIELDS
 from server.observability.registry import Registry
 
 log = structlog.get_logger(__name__)
@@ -149,7 +150,7 @@ class MetricsExporter:
                 w.close()
 
 
-_TRACE_FIELDS = ("kind", "level", "topic", "msgId", "uniqKey", "bornTs", "storeTs", "dueTs", "deliveredTs")
+_TRACE_FIELDS = EVENT_FIELDS  # rows from scheduler.events come in this order
 _KEYS = ("v", "event", *_TRACE_FIELDS)
 _ABSENT = {k: 0 if k.endswith("Ts") or k == "level" else "" for k in _TRACE_FIELDS}  # what a missing field becomes
 
@@ -161,7 +162,7 @@ def _fill_absent(row: tuple) -> tuple:
 class TraceWriter:
     """One map per scheduled-message event (accepted / due / delivered)."""
 
-    FIELDS = _TRACE_FIELDS  # the order of scheduler.events.EVENT_FIELDS
+    FIELDS = _TRACE_FIELDS
 
     def __init__(self, writer: RotatingMsgpackWriter) -> None:
         self.writer = writer
