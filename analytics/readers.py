@@ -20,8 +20,8 @@ FIELD_SPLITOR = "\x02"
 TRACE_FIELDS = ("event", "kind", "level", "topic", "msgId", "uniqKey", "bornTs", "storeTs", "dueTs", "deliveredTs")
 
 
-def iter_msgpack_maps(data: bytes) -> Iterator[dict[str, Any]]:
-    """Yield every complete map in a msgpack stream; stop quietly at a torn or corrupt tail."""
+def iter_msgpack_records(data: bytes) -> Iterator[Any]:
+    """Yield every complete object in a msgpack stream; stop quietly at a torn or corrupt tail."""
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max(len(data), 1 << 20))
     unpacker.feed(data)
     while True:
@@ -31,6 +31,12 @@ def iter_msgpack_maps(data: bytes) -> Iterator[dict[str, Any]]:
             return
         except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError, TypeError):
             return
+        yield obj
+
+
+def iter_msgpack_maps(data: bytes) -> Iterator[dict[str, Any]]:
+    """The maps of a msgpack stream (anything else is skipped)."""
+    for obj in iter_msgpack_records(data):
         if isinstance(obj, dict):
             yield obj
 
@@ -42,9 +48,21 @@ def _int(v: Any) -> int:
         return 0
 
 
+_TRACE_V2_LEN = 1 + len(TRACE_FIELDS)  # [2, event, kind, level, topic, msgId, uniqKey, bornTs, storeTs, dueTs, deliveredTs]
+
+
 def trace_rows(data: bytes) -> Iterator[tuple]:
-    """Scheduled-message trace events as tuples in TRACE_FIELDS order."""
-    for m in iter_msgpack_maps(data):
+    """Scheduled-message trace events as tuples in TRACE_FIELDS order. Reads both formats the broker
+    has written: v2 arrays `[2, event, kind, ...]` and v1 maps `{"v":1,"event":...}`."""
+    for m in iter_msgpack_records(data):
+        if isinstance(m, list):
+            if len(m) >= _TRACE_V2_LEN and m[0] == 2:
+                e, kind, level, topic, msg_id, uniq, born, store, due, delivered = m[1:_TRACE_V2_LEN]
+                yield (str(e), str(kind), _int(level), str(topic), str(msg_id), str(uniq or ""),
+                       _int(born), _int(store), _int(due), _int(delivered))
+            continue
+        if not isinstance(m, dict):
+            continue
         yield (
             str(m.get("event", "")),
             str(m.get("kind", "")),

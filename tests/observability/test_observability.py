@@ -67,8 +67,8 @@ async def test_metrics_endpoint_serves_prometheus_text():
 
 
 def test_batched_trace_rows_write_what_one_call_per_event_writes(tmp_path):
-    """TraceWriter.many (the delivery paths' batch form, scheduler.events) writes the very maps that
-    one keyword call per event writes, missing values included; plain listeners still get calls."""
+    """TraceWriter.many (the delivery paths' batch form, scheduler.events) writes the very records
+    that one keyword call per event writes, missing values included; plain listeners still get calls."""
     import msgpack
 
     from scheduler.events import EVENT_FIELDS, fire_rows
@@ -93,5 +93,27 @@ def test_batched_trace_rows_write_what_one_call_per_event_writes(tmp_path):
         return list(msgpack.Unpacker(open(d / f, "rb"), raw=False))
 
     assert records(many_dir) == records(one_dir)
-    assert records(many_dir)[1]["uniqKey"] == "" and records(many_dir)[0]["deliveredTs"] == 12
+    assert records(many_dir) == [[2, "due", *rows[0]], [2, "due", "timer", 0, "T2", "ID2", "", 0, 5, 20, 0]]
     assert [c[1] for c in calls[:2]] == [dict(zip(EVENT_FIELDS, r, strict=True)) for r in rows]
+
+
+def test_trace_reader_takes_v1_maps_v2_arrays_and_a_torn_tail(tmp_path):
+    """Files written before trace format v2 (one map per event) stay readable next to v2 arrays,
+    whatever the batch size (the writer drops the outer array header of 1, 3 or 5 bytes)."""
+    import msgpack
+
+    v1 = {"v": 1, "event": "delivered", "kind": "level", "level": 2, "topic": "T", "msgId": "M", "uniqKey": "U",
+          "bornTs": 1, "storeTs": 2, "dueTs": 3, "deliveredTs": 4}
+    w = RotatingMsgpackWriter(str(tmp_path), "t")
+    w.write(v1)
+    trace = TraceWriter(w)
+    for n in (1, 15, 16, 70000):
+        trace.many("delivered", [("timer", 0, "T", f"M{i}", "U", 1, 2, 3, 4) for i in range(n)])
+    w.close()
+    [f] = os.listdir(tmp_path)
+    data = (tmp_path / f).read_bytes()
+    rows = list(readers.trace_rows(data + msgpack.packb([2, "due"])[:-1]))
+    assert len(rows) == 1 + 1 + 15 + 16 + 70000
+    assert rows[0] == ("delivered", "level", 2, "T", "M", "U", 1, 2, 3, 4)
+    assert rows[1] == ("delivered", "timer", 0, "T", "M0", "U", 1, 2, 3, 4)
+    assert rows[-1] == ("delivered", "timer", 0, "T", "M69999", "U", 1, 2, 3, 4)
