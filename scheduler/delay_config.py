@@ -19,6 +19,8 @@ class DelayConfig:
     batch_size: int = 512                # ConsumeQueue units read (and records put) per pass
     resend_backoff_cap_ms: int = 60_000  # doResend sleep cap
     broker_addr: str = "127.0.0.1:10911"  # store host of offset msgIds in events
+    coalesce_ms: int = 5                 # scheduleDeliverCoalesceMs (ours): a busy level wakes at most this often
+    coalesce_min_batch: int = 4          # ... "busy": the last pass delivered at least this many
 
     @classmethod
     def coerce(cls, cfg, levels_ms: list[int] | None = None) -> DelayConfig:
@@ -36,4 +38,5 @@ class DelayConfig:
             flush_offset_interval_ms=int(getattr(cfg, "flush_delay_offset_interval", 10_000)),
             config_dir=os.path.join(root, "config") if root else None,
             broker_addr=str(getattr(cfg, "broker_addr", None) or "127.0.0.1:10911"),
+            coalesce_ms=int(getattr(cfg, "schedule_deliver_coalesce_ms", 5)),
         )

@@ -45,6 +45,7 @@ HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 DELAY_FOR_A_WHILE_S = 0.1
 DELAY_FOR_A_PERIOD_S = 10.0
 PUT_OK = PutStatus.PUT_OK
+_monotonic = time.monotonic  # the loop's clock (CLOCK_MONOTONIC)
 
 
 def now_ms() -> int:
@@ -87,7 +88,9 @@ class LevelDeliverer:
         fut = self._wake = loop.create_future()
         handle = None
         if not idle:
-            handle = loop.call_at(loop.time() + max(0, due_ms - now_ms()) / 1000, _set_done, fut)
+            # from the current monotonic time, not loop.time(): that is cached at the start of the loop
+            # iteration, so a timer computed from it fired early and cost a whole empty pass
+            handle = loop.call_at(_monotonic() + (due_ms - time.time() * 1000) / 1000, _set_done, fut)
         self._idle = idle
         try:
             await fut
@@ -157,6 +160,11 @@ class LevelDeliverer:
             self.scan_offset = base + scanned
         self.stats.next_due_ms = wait_due
         if wait_due and not self.stopping:
+            cfg = self.svc.config
+            if scanned >= cfg.coalesce_min_batch and cfg.coalesce_ms > 0:
+                # a busy level (this pass delivered a batch, more are due right behind it) wakes at
+                # most every coalesce_ms: fewer, larger passes, each at most coalesce_ms late
+                wait_due = max(wait_due, now + cfg.coalesce_ms)
             await self._wait(idle=False, due_ms=wait_due)
         elif scanned:
             # more may be due at once (a backlog after a restart): give the loop one turn per batch so

@@ -58,6 +58,7 @@ class BrokerConfig:
     schedule_async_deliver_max_pending_limit: int = 2000
     schedule_async_deliver_max_resend_num2_blocked: int = 3
     flush_delay_offset_interval: int = 10000
+    schedule_deliver_coalesce_ms: int = 5  # ours: a level delivering >= 4 per pass wakes at most this often
     timer_wheel_enable: bool = True
     timer_precision_ms: int = 1000
     timer_max_delay_sec: int = 259200

@@ -134,3 +134,36 @@ async def test_schedule_queue_untouched_by_delivery(tmp_path):
     finally:
         await svc.shutdown()
         await store.shutdown()
+
+
+async def test_a_busy_level_coalesces_its_passes_and_never_delivers_early(tmp_path):
+    """Messages due 1 ms apart: with scheduleDeliverCoalesceMs a level that just delivered a batch
+    sleeps until the head is due AND coalesce_ms have passed, so 60 messages over 60 ms go out in a
+    few passes (store puts) instead of one per millisecond; none is delivered before it is due."""
+    from codec.record import encode_record
+    from scheduler.delay_levels import transform_delay
+    from storage.message_store import PutRequest
+    from tests.scheduler.helpers import make_record
+
+    store = open_store(tmp_path)
+    svc = DelayLevelService(store, delay_config(tmp_path, coalesce_ms=40, coalesce_min_batch=1))
+    puts = []
+    store.add_dispatch_listener(lambda t, q, m: puts.append(m) if t == "Busy" else None)
+    watch = QueueWatcher(store, "Busy", 0)
+    svc.start()
+    try:
+        reqs = []
+        for i in range(60):
+            rec = make_record("Busy", 4)
+            transform_delay(rec, svc.config.levels_ms)
+            reqs.append(PutRequest(encode_record(rec), rec.topic, rec.queue_id, 0, (), 300 + i))
+        [first, *_] = store.put(reqs)
+        await watch.wait_for(60, timeout=10)
+        got = read_queue(store, "Busy")
+        assert len(got) == 60
+        for i, (_, rec) in enumerate(got):
+            assert rec.store_timestamp >= first.store_timestamp + 300 + i
+        assert len(puts) <= 5, puts  # one pass per due millisecond would be up to 60
+    finally:
+        await svc.shutdown()
+        await store.shutdown()
