@@ -163,8 +163,11 @@ class LevelDeliverer:
             cfg = self.svc.config
             if scanned >= cfg.coalesce_min_batch and cfg.coalesce_ms > 0:
                 # a busy level (this pass delivered a batch, more are due right behind it) wakes at
-                # most every coalesce_ms: fewer, larger passes, each at most coalesce_ms late
-                wait_due = max(wait_due, now + cfg.coalesce_ms)
+                # most every coalesce_ms: fewer, larger passes, each at most coalesce_ms late. On the
+                # next multiple of coalesce_ms, so busy levels wake in the same loop iteration and a
+                # held pull is answered once for all of them
+                c = cfg.coalesce_ms
+                wait_due = max(wait_due, now - now % c + c)
             await self._wait(idle=False, due_ms=wait_due)
         elif scanned:
             # more may be due at once (a backlog after a restart): give the loop one turn per batch so
