@@ -59,12 +59,18 @@ class PullProcessor:
         self.broker = broker
         self.java_hash = java_hash
 
-    async def __call__(self, conn, cmd):
+    def __call__(self, conn, cmd):
+        """The response when it can be given now (messages found, or an error): inline, no task.
+        A PULL_NOT_FOUND with SUSPEND returns the coroutine that holds it (the dispatcher runs it
+        as a task)."""
         h = H.PULL_MESSAGE.parse(cmd.ext_fields)
         resp, code = self.process(cmd, h, first=True)
-        if resp is not None:
+        if resp is not None or cmd.is_oneway:
             return resp
-        # PULL_NOT_FOUND with SUSPEND: hold, then answer by re-running without suspend
+        return self._hold(cmd, h)
+
+    async def _hold(self, cmd, h):
+        """Hold, then answer by re-running without suspend."""
         cfg = self.broker.config
         if cfg.long_polling_enable:
             timeout_ms = h.suspendTimeoutMillis
