@@ -14,9 +14,13 @@ import random
 
 import structlog
 
+from codec.codes import RPC_ONEWAY
+from codec.command import RemotingCommand
+from codec.frame import encode_frame_bytes
 from codec.msgid import new_uniq_id
 from codec.properties import rewrite_sent_properties
 from codec.record import encode_message
+from codec.send_response import SendResponseFrames
 from codec.tags import java_hash
 from scheduler.delay_levels import SCHEDULE_TOPIC, level_of, schedules
 from server import headers as H
@@ -72,6 +76,7 @@ class SendProcessor:
         self.store_host = (host, int(port))
         # an offset msgId is hex(store host ‖ port ‖ offset): the host part is the same for every message
         self._msg_id_prefix = msgid.offset_msg_id(host, int(port), 0)[:-16]
+        self._frames = SendResponseFrames(self._msg_id_prefix, {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
         self._valid_topics: set[str] = set()
 
     # ---- checks shared by single and batch ------------------------------------------------
@@ -129,10 +134,37 @@ class SendProcessor:
 
     # ---- single messages, one run at a time ------------------------------------------------
     def batch(self, conn, cmds: list) -> list:
-        """A run of send requests from one read (`remoting.dispatch`): each is checked and encoded
-        (`_prepare_single`), the records go to the store in one put (in request order), and each gets
-        its own response. A batch-message request in the run puts what came before it first, so the
-        store order is the request order."""
+        """A run of send requests from one read: one response (or None for oneway, or an awaitable
+        for a SYNC_FLUSH wait) per request (`_run`)."""
+        return self._run(conn, cmds, False)
+
+    def batch_framed(self, conn, cmds: list) -> list:
+        """`batch` for the dispatcher (`remoting.dispatch`): the run's ready responses are encoded in
+        request order into ONE bytes object (at the first answered request's entry; every other entry
+        None or an awaitable), the SUCCESS ones straight from the store results (`codec.send_response`)."""
+        out = self._run(conn, cmds, True)
+        pieces = []
+        first = -1
+        for i, r in enumerate(out):
+            if r is None:
+                continue
+            if type(r) is bytes:
+                pieces.append(r)
+            elif isinstance(r, RemotingCommand):
+                pieces.append(encode_frame_bytes(r))
+            else:
+                continue  # an awaitable: the dispatcher runs it as a task
+            out[i] = None
+            if first < 0:
+                first = i
+        if pieces:
+            out[first] = b"".join(pieces)
+        return out
+
+    def _run(self, conn, cmds: list, framed: bool) -> list:
+        """Each request is checked and encoded (`_prepare_single`), the records go to the store in
+        one put (in request order), and each gets its own response. A batch-message request in the
+        run puts what came before it first, so the store order is the request order."""
         out: list = [None] * len(cmds)
         idx: list[int] = []
         preps: list[tuple] = []
@@ -141,7 +173,7 @@ class SendProcessor:
             try:
                 h = parse(cmd.ext_fields, cmd.code != SEND_MESSAGE)
                 if h.batch:
-                    self._put_run(cmds, out, idx, preps)
+                    self._put_run(cmds, out, idx, preps, framed)
                     out[i] = self.send_batch(conn, cmd, h)
                     continue
                 prep = self._prepare_single(conn, cmd, h)
@@ -157,20 +189,28 @@ class SendProcessor:
                 preps.append(prep)
             else:
                 out[i] = prep
-        self._put_run(cmds, out, idx, preps)
+        self._put_run(cmds, out, idx, preps, framed)
         return out
 
-    def _put_run(self, cmds: list, out: list, idx: list[int], preps: list[tuple]) -> None:
+    def _put_run(self, cmds: list, out: list, idx: list[int], preps: list[tuple], framed: bool) -> None:
         if not preps:
             return
         results = self.broker.store.put([p[0] for p in preps])
         topics, stored = [], []
         answer = self._answer
+        frame = self._frames.frame
+        quick = not self.cfg.sync_flush  # no response waits for a flush
         for i, prep, result in zip(idx, preps, results, strict=True):
-            out[i] = answer(cmds[i], result, prep[1], prep[2])
             if result.status is PUT_OK:
                 topics.append(prep[3])
                 stored.append(result)
+                cmd = cmds[i]
+                if framed and (quick or not prep[2]):
+                    if not cmd.flag & RPC_ONEWAY:
+                        out[i] = frame(cmd.opaque, cmd.serialize_type, result.phys_offset, prep[1],
+                                       result.queue_offset)
+                    continue
+            out[i] = answer(cmds[i], result, prep[1], prep[2])
         if stored:
             self.broker.on_put(topics, stored)
         idx.clear()
@@ -363,6 +403,6 @@ class SendProcessor:
 def register(server, broker) -> None:
     sp = SendProcessor(broker)
     proc = guarded(sp.__call__)
-    proc.batch = sp.batch  # runs of sends from one read share one store put (remoting.dispatch)
+    proc.batch = sp.batch_framed  # runs of sends from one read share one store put (remoting.dispatch)
     for code in (SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE):
         server.register(code, proc)
