@@ -168,7 +168,7 @@ class SendProcessor:
         out: list = [None] * len(cmds)
         idx: list[int] = []
         preps: list[tuple] = []
-        parse = H.SEND_MESSAGE.parse
+        parse = H.parse_send
         for i, cmd in enumerate(cmds):
             try:
                 h = parse(cmd.ext_fields, cmd.code != SEND_MESSAGE)
