@@ -171,6 +171,16 @@ def encode_message(topic: str, body, queue_id: int, flag: int, sys_flag: int, bo
                    properties: bytes, queue_offset: int = 0, commitlog_offset: int = 0, store_timestamp: int = 0,
                    prepared_transaction_offset: int = 0) -> bytearray:
     """`encode_record` from the fields themselves (the send path builds no MessageRecord)."""
+    return bytearray(encode_message_bytes(topic, body, queue_id, flag, sys_flag, born_timestamp, born_host,
+                                          store_host, reconsume_times, properties, queue_offset, commitlog_offset,
+                                          store_timestamp, prepared_transaction_offset))
+
+
+def encode_message_bytes(topic: str, body, queue_id: int, flag: int, sys_flag: int, born_timestamp: int,
+                         born_host: tuple[str, int], store_host: tuple[str, int], reconsume_times: int,
+                         properties: bytes, queue_offset: int = 0, commitlog_offset: int = 0,
+                         store_timestamp: int = 0, prepared_transaction_offset: int = 0) -> bytes:
+    """`encode_message` as immutable bytes (a run of sends joins its records into one buffer)."""
     born_v6, born = _host_field(born_host)
     store_v6, store = _host_field(store_host)
     sys_flag &= ~_V6_BITS
@@ -185,12 +195,12 @@ def encode_message(topic: str, body, queue_id: int, flag: int, sys_flag: int, bo
         body = bytes(body)
     total = HEAD_SIZE + len(born) + 8 + len(store) + _TAIL_FIXED.size + len(body) + len(tf) + 2 + len(properties)
     try:
-        return bytearray(b"".join((
+        return b"".join((
             _HEAD.pack(total, MAGIC_CODE, body_crc(body), queue_id, flag, queue_offset, commitlog_offset,
                        sys_flag, born_timestamp),
             born, _I64.pack(store_timestamp), store,
             _TAIL_FIXED.pack(reconsume_times, prepared_transaction_offset, len(body)),
-            body, tf, _I16.pack(len(properties)), properties)))
+            body, tf, _I16.pack(len(properties)), properties))
     except struct.error as e:
         raise CodecError(f"record field out of range: {e}") from None
 

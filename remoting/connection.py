@@ -250,6 +250,23 @@ class Connection(asyncio.Protocol):
             self._flush_out()  # big output goes to the transport now, so pause_writing stays exact
         return True
 
+    def write_frames(self, data: bytes) -> bool:
+        """`write_command` for frames already encoded (one or several, length prefixes included)."""
+        if self.is_closing:
+            return False
+        self.last_activity = _monotonic()
+        out = self._out
+        if out is None:
+            self._out = [data]
+            self._out_bytes = 0
+            self.loop.call_soon(self._flush_out)
+        else:
+            out.append(data)
+        self._out_bytes += len(data)
+        if self._out_bytes >= _OUT_FLUSH_BYTES:
+            self._flush_out()
+        return True
+
     def _flush_out(self) -> None:
         out, self._out = self._out, None
         self._out_bytes = 0

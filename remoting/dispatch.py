@@ -10,7 +10,10 @@ A processor is called as `processor(conn, cmd)` and is either
 A processor may also carry a `batch` attribute, `batch(conn, cmds) -> list[RemotingCommand | None |
 awaitable]` (one result per command, in order): a connection hands it each run of consecutive
 requests of one read that share the processor (`dispatch_run`), so per-request work that can be
-shared (one store put for a run of sends) is done once. Results follow the same rules as above.
+shared (one store put for a run of sends) is done once. Results follow the same rules as above,
+plus: an entry may be `bytes`, response frames already encoded (for any of the run's requests, oneway
+ones excluded by the processor), written as they are (`Connection.write_frames`), so a run's
+responses can go out as one piece.
 
 The returned command, if any, is sent as the response. Returning None means "no response now": a
 processor that answers later (long-polling pull) keeps `conn` and `cmd` and later calls
@@ -126,7 +129,9 @@ class Dispatcher:
         for cmd, resp in zip(cmds, results, strict=True):
             if resp is None:
                 continue
-            if inspect.isawaitable(resp):
+            if type(resp) is bytes:
+                conn.write_frames(resp)
+            elif inspect.isawaitable(resp):
                 self.spawn(conn, cmd, resp)
             elif not cmd.is_oneway:
                 send(resp)

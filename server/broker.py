@@ -195,6 +195,27 @@ class BrokerController:
             c[0].inc()
             c[1].inc(getattr(r, "size", 0) or 0)
 
+    def on_put_sizes(self, topics: list[str], sizes: list[int]) -> None:
+        """`on_put` for a run of stored sends given their topics and record sizes (one counter
+        update per topic of the run)."""
+        self.put_total += len(sizes)
+        per: dict[str, list[int]] = {}
+        for topic, size in zip(topics, sizes, strict=True):
+            e = per.get(topic)
+            if e is None:
+                per[topic] = [1, size]
+            else:
+                e[0] += 1
+                e[1] += size
+        for topic, (n, nbytes) in per.items():
+            c = self._put_counters.get(topic)
+            if c is None:
+                c = self._put_counters[topic] = (
+                    self.metrics.counter("delaymq_put_messages_total", {"topic": topic}),
+                    self.metrics.counter("delaymq_put_bytes_total", {"topic": topic}))
+            c[0].inc(n)
+            c[1].inc(nbytes)
+
     def on_pull(self, topic: str, group: str, n: int) -> None:
         self.get_total += n
         self.metrics.counter("delaymq_pull_messages_total", {"topic": topic, "group": group}).inc(n)

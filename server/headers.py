@@ -92,6 +92,47 @@ def get_int(ext: Mapping[str, str] | None, name: str, default: int) -> int:
     return _convert(name, LONG, raw)  # type: ignore[return-value]
 
 
+def parse_send(ext: Mapping[str, str] | None, v2: bool) -> Header:
+    """`SEND_MESSAGE.parse(ext, v2)` (the same Header, or the same HeaderError), straight-line for the
+    usual send: V2 short names, the required fields non-empty strings, numbers in range, booleans
+    "true"/"false" (RocketMQ's FastCodesHeader does the same for SEND_MESSAGE_V2). Anything else is
+    left to the generic parse, which names the offending field."""
+    if not v2 or not ext:
+        return SEND_MESSAGE.parse(ext, v2)
+    get = ext.get
+    a, b, c, d, e, f, g, h = get("a"), get("b"), get("c"), get("d"), get("e"), get("f"), get("g"), get("h")
+    i, j, k, m, n = get("i"), get("j"), get("k"), get("l"), get("m")
+    try:
+        if (not (a and b and c and d and e and f and g and h)
+                or not type(a) is type(b) is type(c) is type(d) is type(e) is type(f) is type(g) is type(h) is str
+                or (i is not None and type(i) is not str) or (j is not None and type(j) is not str)
+                or (m is not None and type(m) is not str) or k not in _SEND_BOOLS or n not in _SEND_BOOLS):
+            return SEND_MESSAGE.parse(ext, v2)
+        small = _SMALL_INTS  # the usual queue ids, flags, counts: a lookup instead of int()
+        d = small[d] if d in small else int(d)
+        e = small[e] if e in small else int(e)
+        f = small[f] if f in small else int(f)
+        h = small[h] if h in small else int(h)
+        g = int(g)
+        j = (small[j] if j in small else int(j)) if j else None
+        m = (small[m] if m in small else int(m)) if m else None
+    except (ValueError, TypeError):  # TypeError: an unhashable value in a hand-made ext
+        return SEND_MESSAGE.parse(ext, v2)
+    if (not (_INT_MIN <= d <= _INT_MAX and _INT_MIN <= e <= _INT_MAX and _INT_MIN <= f <= _INT_MAX
+             and _INT_MIN <= h <= _INT_MAX and _LONG_MIN <= g <= _LONG_MAX)
+            or (j is not None and not _INT_MIN <= j <= _INT_MAX) or (m is not None and not _INT_MIN <= m <= _INT_MAX)):
+        return SEND_MESSAGE.parse(ext, v2)
+    hdr = Header()
+    hdr.__dict__ = {"producerGroup": a, "topic": b, "defaultTopic": c, "defaultTopicQueueNums": d, "queueId": e,
+                    "sysFlag": f, "bornTimestamp": g, "flag": h, "properties": i or None, "reconsumeTimes": j,
+                    "unitMode": _SEND_BOOLS[k], "maxReconsumeTimes": m, "batch": _SEND_BOOLS[n]}
+    return hdr
+
+
+_SEND_BOOLS = {None: None, "": None, "false": False, "true": True}
+_SMALL_INTS = {str(v): v for v in range(-1, 1025)}
+
+
 # ---- the specs used by the processors ---------------------------------------------------------
 
 SEND_MESSAGE = HeaderSpec(

@@ -1,8 +1,10 @@
 """Batch put of already-built records (a mixin of MessageStore): the delay-level drain's append.
 
 `put_batch(batch)` takes records laid back to back in ONE buffer (`codec.delivery_batch.DeliveryBatch`
-or anything with the same attributes: `buf`, `starts`, `dests`, `tags_codes`, `keys`, `ts_pos`) and
-stores them like `put` would, without a PutRequest/PutResult per record:
+or anything with the same attributes: `buf`, `starts`, `dests`, `tags_codes`, `keys`, `ts_pos`, and
+optionally `deliver_delays`: per record PutRequest.deliver_delay_ms, or None when all are -1) and
+stores them like `put` would, without a PutRequest/PutResult per record (a run of plain sends, the
+delay drain, the timer wheel's dequeue):
 
 - space for the whole run is reserved once in the active CommitLog segment;
 - one loop assigns queue offsets and patches QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP in the
@@ -35,7 +37,7 @@ class BatchPutMixin:
         dests = batch.dests
         n = len(dests)
         if not n:
-            return BatchPutResult(0, [])
+            return BatchPutResult(0, [], queue_offsets=[])
         buf = batch.buf
         cfg = self.config
         if (self._closed or not self._loaded or self.faults.enabled
@@ -53,11 +55,16 @@ class BatchPutMixin:
         counters = self.queue_offsets
         state: dict[tuple[str, int], list] = {}  # queue -> [next queue offset, units, end of last record]
         starts, tcodes, ts_pos, keys = batch.starts, batch.tags_codes, batch.ts_pos, batch.keys
+        delays = getattr(batch, "deliver_delays", None)
+        if delays:  # a scheduled record's tagsCode is its deliver time (as in `put`)
+            tcodes = [store_ts + d if d >= 0 else t for t, d in zip(tcodes, delays, strict=True)]
         pack_qp = _QUEUE_AND_PHYS.pack_into
         pack_ts = _I64.pack_into
         pack_unit = UNIT.pack
         phys: list[int] = []
         append_phys = phys.append
+        qoffs: list[int] = []
+        append_qoff = qoffs.append
         index_entries = []
         s = 0
         for j, key in enumerate(dests):
@@ -68,6 +75,7 @@ class BatchPutMixin:
                 st = state[key] = [counters.get(key, 0), bytearray(), 0]
             q = st[0]
             st[0] = q + 1
+            append_qoff(q)
             pack_qp(buf, s + _POS_QUEUE_OFFSET, q, p)
             pack_ts(buf, ts_pos[j], store_ts)
             size = e - s
@@ -87,19 +95,22 @@ class BatchPutMixin:
         flushed = self._group_commit.request(base + len(buf)) if cfg.sync_flush else None
         if self._listeners:
             self._dispatch(state)
-        return BatchPutResult(n, phys, store_ts, flushed)
+        return BatchPutResult(n, phys, store_ts, flushed, queue_offsets=qoffs)
 
     def _put_batch_slow(self, batch) -> BatchPutResult:
         """`put` with one PutRequest per record; its results folded into a BatchPutResult."""
         starts, buf = batch.starts, batch.buf
-        reqs = [PutRequest(buf[starts[j]:starts[j + 1]], topic, qid, batch.tags_codes[j], batch.keys[j], -1)
+        delays = getattr(batch, "deliver_delays", None) or [-1] * len(batch.dests)
+        reqs = [PutRequest(buf[starts[j]:starts[j + 1]], topic, qid, batch.tags_codes[j], batch.keys[j], delays[j])
                 for j, (topic, qid) in enumerate(batch.dests)]
         results = self.put(reqs)
         ok = PutStatus.PUT_OK
         phys = [r.phys_offset if r.status is ok else -1 for r in results]
+        qoffs = [r.queue_offset if r.status is ok else -1 for r in results]
         count = sum(1 for r in results if r.status is ok)
         first = next((r for r in results if r.status is ok), None)
-        out = BatchPutResult(count, phys, first.store_timestamp if first else 0, first.flushed if first else None)
+        out = BatchPutResult(count, phys, first.store_timestamp if first else 0, first.flushed if first else None,
+                             queue_offsets=qoffs)
         if count != len(results):
             out.statuses = [r.status for r in results]
             out.remark = next(r.remark for r in results if r.status is not ok)

@@ -82,7 +82,7 @@ class PutResult:
 @dataclass(slots=True)
 class BatchPutResult:
     """Outcome of `MessageStore.put_batch`: one object per batch. `phys[j]` is record j's CommitLog
-    offset (-1 if it was not stored); `statuses` is None when every record is PUT_OK, else one
+    offset and `queue_offsets[j]` its ConsumeQueue offset (-1 if it was not stored); `statuses` is None when every record is PUT_OK, else one
     PutStatus per record. All stored records share `store_timestamp` and the `flushed` future."""
 
     count: int  # records stored
@@ -91,6 +91,7 @@ class BatchPutResult:
     flushed: asyncio.Future | None = None
     statuses: list[PutStatus] | None = None
     remark: str | None = None
+    queue_offsets: list[int] | None = None  # record j's ConsumeQueue offset (-1 if it was not stored)
 
     @property
     def all_ok(self) -> bool:

@@ -16,11 +16,10 @@ import structlog
 
 from codec.msgid import new_uniq_id
 from codec.properties import rewrite_sent_properties
-from codec.record import encode_message
+from codec.record import encode_message_bytes
+from codec.send_response import SendResponseFrames
 from codec.tags import java_hash
 from scheduler.delay_levels import SCHEDULE_TOPIC, level_of, schedules
-from server import headers as H
-from server.headers import HeaderError
 from server.processors import guarded, peer_of
 from server.processors.send_common import (
     FLUSH_DISK_TIMEOUT,
@@ -47,9 +46,9 @@ from server.processors.send_common import (
     ok,
     status_name,
 )
+from server.processors.send_run import SendRunMixin
 from server.topics import DLQ_PREFIX, NOT_ALLOWED_SEND, RETRY_PREFIX, topic_error
 from server.transactions import is_half, to_half
-from storage.store_types import PutRequest
 
 log = structlog.get_logger(__name__)
 
@@ -57,7 +56,7 @@ log = structlog.get_logger(__name__)
 PLAIN_SEND_EXCLUDES = ("TIMER_", "TRAN_MSG", "REAL_TOPIC", "REAL_QID")
 
 
-class SendProcessor:
+class SendProcessor(SendRunMixin):
     def __init__(self, broker) -> None:
         from codec import batch, msgid, properties, record, tags  # noqa: F401  (import check)
 
@@ -72,6 +71,7 @@ class SendProcessor:
         self.store_host = (host, int(port))
         # an offset msgId is hex(store host ‖ port ‖ offset): the host part is the same for every message
         self._msg_id_prefix = msgid.offset_msg_id(host, int(port), 0)[:-16]
+        self._frames = SendResponseFrames(self._msg_id_prefix, {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
         self._valid_topics: set[str] = set()
 
     # ---- checks shared by single and batch ------------------------------------------------
@@ -127,57 +127,10 @@ class SendProcessor:
             self._valid_topics.add(topic)
         return problem
 
-    # ---- single messages, one run at a time ------------------------------------------------
-    def batch(self, conn, cmds: list) -> list:
-        """A run of send requests from one read (`remoting.dispatch`): each is checked and encoded
-        (`_prepare_single`), the records go to the store in one put (in request order), and each gets
-        its own response. A batch-message request in the run puts what came before it first, so the
-        store order is the request order."""
-        out: list = [None] * len(cmds)
-        idx: list[int] = []
-        preps: list[tuple] = []
-        parse = H.SEND_MESSAGE.parse
-        for i, cmd in enumerate(cmds):
-            try:
-                h = parse(cmd.ext_fields, cmd.code != SEND_MESSAGE)
-                if h.batch:
-                    self._put_run(cmds, out, idx, preps)
-                    out[i] = self.send_batch(conn, cmd, h)
-                    continue
-                prep = self._prepare_single(conn, cmd, h)
-            except HeaderError as e:
-                out[i] = fail(cmd, SYSTEM_ERROR, str(e))
-                continue
-            except Exception as e:  # one bad request must not cost the others of the run
-                log.warning("send.failed", peer=getattr(conn, "peer", None), error=repr(e), exc_info=e)
-                out[i] = fail(cmd, SYSTEM_ERROR, f"{type(e).__name__}: {e}")
-                continue
-            if type(prep) is tuple:
-                idx.append(i)
-                preps.append(prep)
-            else:
-                out[i] = prep
-        self._put_run(cmds, out, idx, preps)
-        return out
-
-    def _put_run(self, cmds: list, out: list, idx: list[int], preps: list[tuple]) -> None:
-        if not preps:
-            return
-        results = self.broker.store.put([p[0] for p in preps])
-        topics, stored = [], []
-        answer = self._answer
-        for i, prep, result in zip(idx, preps, results, strict=True):
-            out[i] = answer(cmds[i], result, prep[1], prep[2])
-            if result.status is PUT_OK:
-                topics.append(prep[3])
-                stored.append(result)
-        if stored:
-            self.broker.on_put(topics, stored)
-        idx.clear()
-        preps.clear()
-
+    # ---- single messages (a run of them: send_run.SendRunMixin) ---------------------------
     def _prepare_single(self, conn, cmd, h):
-        """(PutRequest, reply queue id, wait, topic) ready for the store, or the (error) response."""
+        """The prepared send (send_run: record, store topic, store queue id, tagsCode, keys, deliver delay,
+        reply queue id, wait) ready for the store, or the (error) response."""
         checked = self._check(cmd, h, batch=False)
         if not isinstance(checked, tuple):
             return checked
@@ -211,10 +164,9 @@ class SendProcessor:
         if len(props_bytes) > PROPS_MAX:
             return fail(cmd, MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", qid)
         sys_flag = h.sysFlag | MULTI_TAGS_FLAG if tcfg.topic_filter_type == "MULTI_TAG" else h.sysFlag
-        raw = encode_message(topic, body, store_qid, h.flag, sys_flag, h.bornTimestamp, self._born_host(conn),
-                             self.store_host, reconsume, props_bytes)
-        req = PutRequest(raw, topic, store_qid, java_hash(tags) if tags else 0, keys, deliver_delay)
-        return req, qid, wait, topic
+        raw = encode_message_bytes(topic, body, store_qid, h.flag, sys_flag, h.bornTimestamp, self._born_host(conn),
+                                   self.store_host, reconsume, props_bytes)
+        return raw, topic, store_qid, java_hash(tags) if tags else 0, keys, deliver_delay, qid, wait
 
     def _prepare_full(self, conn, cmd, h, tcfg, qid: int, body: bytes, reconsume: int):
         """Properties as a dict: retry/DLQ routing, transactions (half), the put hooks (delay, timer)."""
@@ -251,7 +203,7 @@ class SendProcessor:
             return fail(cmd, MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", reply_qid)
         raw = self._record.encode_record(rec, properties_bytes=props_bytes)
         req = self.broker.put_request(raw, rec.topic, rec.queue_id, rec.properties, deliver_delay)
-        return req, reply_qid, wait, rec.topic
+        return raw, req.topic, req.queue_id, req.tags_code, req.keys, deliver_delay, reply_qid, wait
 
     def _retry_or_dlq(self, cmd, h, props: dict, reconsume: int):
         group = h.topic[len(RETRY_PREFIX):]
@@ -317,19 +269,6 @@ class SendProcessor:
         return self._respond(cmd, results, qid, wait, [h.topic] * len(reqs))
 
     # ---- response -------------------------------------------------------------------------
-    def _answer(self, cmd, result, reply_qid: int, wait: bool):
-        """The response to one stored send (None for oneway)."""
-        if result.status is not PUT_OK:
-            name = status_name(result.status)
-            return fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), name, reply_qid)
-        if cmd.is_oneway:
-            return None
-        ext = {"msgId": f"{self._msg_id_prefix}{result.phys_offset:016X}", "queueId": str(reply_qid),
-               "queueOffset": str(result.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-        if wait and result.flushed is not None and self.cfg.sync_flush:
-            return self._answer_when_flushed(cmd, [result.flushed], ext)
-        return ok(cmd, SUCCESS, None, ext)
-
     def _respond(self, cmd, results, reply_qid: int, wait: bool, topics: list[str]):
         """The response to a batch-message send: every record stored, or the first failure."""
         first = results[0]
@@ -363,6 +302,6 @@ class SendProcessor:
 def register(server, broker) -> None:
     sp = SendProcessor(broker)
     proc = guarded(sp.__call__)
-    proc.batch = sp.batch  # runs of sends from one read share one store put (remoting.dispatch)
+    proc.batch = sp.batch_framed  # runs of sends from one read share one store put (remoting.dispatch)
     for code in (SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE):
         server.register(code, proc)

@@ -222,3 +222,34 @@ async def test_body_slices_are_sent_as_given(make_server):
     f = await peer.read_frame()
     assert f.ser_type == 1 and f.body == b"0123456789" + b"01234" + b"tail" + b"0123456789"
     peer.close()
+
+
+async def test_batch_entries_may_be_encoded_frames(make_server):
+    """A batch processor may answer a run with frames it encoded itself (a bytes entry, written as
+    it is), next to ordinary responses; the ACL hook still runs per request."""
+    from codec.frame import encode_frame_bytes
+
+    runs = []
+
+    def proc(conn, cmd):
+        return cmd.response(0, None, {"n": cmd.ext_fields.get("n", "")})
+
+    def batch(conn, cmds):
+        runs.append([c.opaque for c in cmds])
+        out = [None] * len(cmds)
+        out[0] = b"".join(encode_frame_bytes(proc(conn, c)) for c in cmds[:-1])
+        out[-1] = proc(conn, cmds[-1])
+        return out
+
+    proc.batch = batch
+    s = await make_server({ECHO: proc})
+    s.server.before_request = lambda conn, cmd: cmd.response(16, "no") if cmd.ext_fields.get("n") == "2" else None
+    peer = await RawPeer.connect(s.port)
+    peer.send(b"".join(rocketmq_frame(ECHO, i, 0, {"n": str(i)}) for i in range(1, 6)))
+    got = {}
+    for _ in range(5):
+        f = await peer.read_frame()
+        got[f.opaque] = (f.code, f.ext.get("n"))
+    assert got == {1: (0, "1"), 2: (16, None), 3: (0, "3"), 4: (0, "4"), 5: (0, "5")}
+    assert runs == [[1, 3, 4, 5]]
+    peer.close()

@@ -39,3 +39,52 @@ def test_garbage_never_raises_anything_but_header_error(s):
         H.PULL_MESSAGE.parse({k: s for k, *_ in H.PULL_MESSAGE.fields})
     except H.HeaderError:
         pass
+
+
+_SEND_KEYS = "abcdefghijklm"
+_send_values = st.one_of(
+    st.sampled_from(["", "0", "1", "-1", "4", " 7 ", "true", "false", "TRUE", "1_0", "x", "PG", "TBW102",
+                     str(1 << 31), str(-(1 << 31)), str((1 << 31) - 1), str(1 << 63), str((1 << 63) - 1),
+                     "1700000000000", "UNIQ_KEY\x01abc\x02WAIT\x01true"]),
+    st.text(max_size=6), st.integers(-5, 5), st.booleans(), st.none())
+
+
+def _outcome(fn, ext, v2):
+    try:
+        return ("ok", fn(ext, v2).__dict__)
+    except H.HeaderError as e:
+        return ("error", str(e))
+
+
+@given(st.dictionaries(st.sampled_from(_SEND_KEYS + "x"), _send_values), st.booleans())
+def test_parse_send_equals_the_generic_send_spec(ext, v2):
+    """The send fast lane gives the generic parse's Header, or its HeaderError, for any ext."""
+    ext = {k: v for k, v in ext.items() if v is not None}
+    assert _outcome(H.parse_send, ext, v2) == _outcome(H.SEND_MESSAGE.parse, ext, v2)
+
+
+@given(st.fixed_dictionaries({k: _send_values for k in _SEND_KEYS}))
+def test_parse_send_equals_the_generic_send_spec_all_keys(ext):
+    ext = {k: v for k, v in ext.items() if v is not None}
+    assert _outcome(H.parse_send, ext, True) == _outcome(H.SEND_MESSAGE.parse, ext, True)
+
+
+def test_parse_send_fast_lane_on_a_java_send():
+    ext = {"a": "PG", "b": "T", "c": "TBW102", "d": "4", "e": "3", "f": "0", "g": "1700000000000", "h": "0",
+           "i": "WAIT\x01true", "j": "0", "k": "false", "l": "16", "m": "false"}
+    assert H.parse_send(ext, True).__dict__ == H.SEND_MESSAGE.parse(ext, True).__dict__
+
+
+_num = st.one_of(st.sampled_from(["0", "4", "-1", " 7 ", "1_0", "+3", str(1 << 31), str((1 << 63) - 1)]),
+                 st.integers(-(1 << 64), 1 << 64).map(str))
+_mostly_valid = st.fixed_dictionaries(
+    {"a": st.sampled_from(["PG", " "]), "b": st.sampled_from(["T", "%RETRY%G"]), "c": st.just("TBW102"),
+     "d": _num, "e": _num, "f": _num, "g": _num, "h": _num},
+    optional={"i": st.sampled_from(["", "TAGS\x01a", "x"]), "j": st.one_of(st.just(""), _num),
+              "k": st.sampled_from(["", "true", "false", "True", "1"]), "l": st.one_of(st.just(""), _num),
+              "m": st.sampled_from(["", "true", "false", "yes"])})
+
+
+@given(_mostly_valid)
+def test_parse_send_equals_the_generic_send_spec_mostly_valid(ext):
+    assert _outcome(H.parse_send, ext, True) == _outcome(H.SEND_MESSAGE.parse, ext, True)

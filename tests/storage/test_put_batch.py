@@ -85,3 +85,61 @@ async def test_sync_flush_one_future_per_batch(tmp_path):
         assert s.commitlog.flushed_offset >= res.phys[-1] + len(s.read_record(res.phys[-1]))
     finally:
         await s.shutdown()
+
+
+class _Run:
+    """A put_batch input with per-record deliver delays (a run of sends)."""
+
+    def __init__(self, reqs):
+        from itertools import accumulate
+
+        from codec.record import POS_SYS_FLAG, store_timestamp_pos
+        recs = [bytes(r.record) for r in reqs]
+        self.buf = bytearray(b"".join(recs))
+        self.starts = list(accumulate(map(len, recs), initial=0))
+        self.dests = [(r.topic, r.queue_id) for r in reqs]
+        self.tags_codes = [r.tags_code for r in reqs]
+        self.keys = [r.keys for r in reqs]
+        self.deliver_delays = [r.deliver_delay_ms for r in reqs]
+        self.ts_pos = [s + store_timestamp_pos(self.buf[s + POS_SYS_FLAG + 3]) for s in self.starts[:-1]]
+
+
+def _send_reqs(n: int, body: bytes = b"hello"):
+    reqs = []
+    for i in range(n):
+        delayed = i % 3 == 0
+        topic, qid = ("SCHEDULE_TOPIC_XXXX", 1) if delayed else ("T", i % 2)
+        reqs.append(PutRequest(record(topic, qid, body, props={"UNIQ_KEY": f"U{i:05d}"}), topic, qid, 7 + i,
+                               (f"U{i:05d}",), 5000 + i if delayed else -1))
+    return reqs
+
+
+def test_queue_offsets_and_deliver_delays_match_put(tmp_path):
+    """Returned queue offsets and the CQ tagsCode of delayed records (store time + delay) are put's,
+    on the fast path and through the slow one (segment roll)."""
+    for body in (b"hello", b"z" * 9000):
+        a, b = open_store(tmp_path / f"a{len(body)}"), open_store(tmp_path / f"b{len(body)}")
+        a.now_ms = b.now_ms = lambda: 1_700_000_000_000
+        try:
+            for _ in range(2):  # the second round continues the queue offsets
+                res = a.put_batch(_Run(_send_reqs(8, body)))
+                want = b.put(_send_reqs(8, body))
+                assert res.all_ok and res.count == 8
+                assert res.queue_offsets == [r.queue_offset for r in want]
+                assert res.phys == [r.phys_offset for r in want]
+            for key in (("T", 0), ("T", 1), ("SCHEDULE_TOPIC_XXXX", 1)):
+                assert bytes(a.read_units(*key, 0, 32)) == bytes(b.read_units(*key, 0, 32))
+        finally:
+            a.close()
+            b.close()
+
+
+def test_failed_records_have_no_queue_offset(tmp_path):
+    s = open_store(tmp_path / "s")
+    try:
+        s.faults.fail_next(1, PutStatus.OS_PAGE_CACHE_BUSY)
+        res = s.put_batch(_Run(_send_reqs(3)))
+        assert res.queue_offsets[0] == -1 and res.statuses[0] is PutStatus.OS_PAGE_CACHE_BUSY
+        assert res.queue_offsets[1:] == [0, 0]  # ("T", 1) and ("T", 0): the first of each queue
+    finally:
+        s.close()

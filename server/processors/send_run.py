@@ -1,0 +1,154 @@
+"""A run of single-message sends: the pipelined SEND_MESSAGE / SEND_MESSAGE_V2 requests of one read,
+stored with one put and answered per request (a mixin of `server.processors.send.SendProcessor`).
+
+Each request is checked and encoded on its own (`SendProcessor._prepare_single`); a prepared send is
+the tuple (record, store topic, store queue id, tagsCode, index keys, deliver delay ms, reply queue id,
+wait). The run's records are laid back to back in ONE buffer (`SendRun`) and stored with
+`MessageStore.put_batch` (one reserve, one copy, queue offsets returned; anything unusual goes through
+`put` with the same statuses). A batch-message request in the run puts what came before it first, so
+the store order is the request order. For the dispatcher (`batch_framed`) the run's responses are
+encoded in one pass into one bytes object (`codec.send_response` for the SUCCESS ones).
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate
+
+import structlog
+
+from codec.codes import RPC_ONEWAY
+from codec.command import RemotingCommand
+from codec.frame import encode_frame_bytes
+from codec.record import POS_SYS_FLAG, store_timestamp_pos
+from server import headers as H
+from server.headers import HeaderError
+from server.processors.send_common import (
+    PUT_OK,
+    PUT_STATUS_CODES,
+    SEND_MESSAGE,
+    SUCCESS,
+    SYSTEM_ERROR,
+    fail,
+    ok,
+    status_name,
+)
+
+log = structlog.get_logger(__name__)
+
+_TS_POS = (store_timestamp_pos(0), store_timestamp_pos(0x10))  # STORETIMESTAMP by the BORNHOST_V6 bit
+_SYS_FLAG_LOW = POS_SYS_FLAG + 3  # SYSFLAG's low byte (BORNHOST_V6 = 0x10)
+
+
+class SendRun:
+    """Prepared sends as `MessageStore.put_batch` takes them (the attributes of
+    `codec.delivery_batch.DeliveryBatch`, plus `deliver_delays`)."""
+
+    __slots__ = ("buf", "starts", "dests", "tags_codes", "keys", "ts_pos", "deliver_delays")
+
+    def __init__(self, preps: list[tuple]) -> None:
+        recs, topics, qids, tcodes, keys, delays = list(zip(*preps, strict=True))[:6]
+        self.buf = buf = bytearray().join(recs)
+        self.starts = starts = list(accumulate(map(len, recs), initial=0))
+        self.dests = list(zip(topics, qids, strict=True))
+        self.tags_codes = tcodes
+        self.keys = keys
+        self.deliver_delays = delays if max(delays) >= 0 else None
+        tsp = _TS_POS
+        self.ts_pos = [s + tsp[(buf[s + _SYS_FLAG_LOW] & 0x10) >> 4] for s in starts[:-1]]
+
+
+class SendRunMixin:
+    def batch(self, conn, cmds: list) -> list:
+        """A run of send requests: one response (None for oneway, an awaitable for a SYNC_FLUSH wait)
+        per request, in order."""
+        return self._run(conn, cmds, False)
+
+    def batch_framed(self, conn, cmds: list) -> list:
+        """`batch` for the dispatcher (`remoting.dispatch`): the run's ready responses are encoded in
+        request order into ONE bytes object (at the first answered request's entry; every other entry
+        None or an awaitable)."""
+        out = self._run(conn, cmds, True)
+        pieces = []
+        first = -1
+        for i, r in enumerate(out):
+            if r is None:
+                continue
+            if type(r) is bytes:
+                pieces.append(r)
+            elif isinstance(r, RemotingCommand):
+                pieces.append(encode_frame_bytes(r))
+            else:
+                continue  # an awaitable: the dispatcher runs it as a task
+            out[i] = None
+            if first < 0:
+                first = i
+        if pieces:
+            out[first] = b"".join(pieces)
+        return out
+
+    def _run(self, conn, cmds: list, framed: bool) -> list:
+        out: list = [None] * len(cmds)
+        idx: list[int] = []
+        preps: list[tuple] = []
+        parse = H.parse_send
+        for i, cmd in enumerate(cmds):
+            try:
+                h = parse(cmd.ext_fields, cmd.code != SEND_MESSAGE)
+                if h.batch:
+                    self._put_run(cmds, out, idx, preps, framed)
+                    out[i] = self.send_batch(conn, cmd, h)
+                    continue
+                prep = self._prepare_single(conn, cmd, h)
+            except HeaderError as e:
+                out[i] = fail(cmd, SYSTEM_ERROR, str(e))
+                continue
+            except Exception as e:  # one bad request must not cost the others of the run
+                log.warning("send.failed", peer=getattr(conn, "peer", None), error=repr(e), exc_info=e)
+                out[i] = fail(cmd, SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+                continue
+            if type(prep) is tuple:
+                idx.append(i)
+                preps.append(prep)
+            else:
+                out[i] = prep
+        self._put_run(cmds, out, idx, preps, framed)
+        return out
+
+    def _put_run(self, cmds: list, out: list, idx: list[int], preps: list[tuple], framed: bool) -> None:
+        """Store the prepared sends `preps` (of requests `idx`) with one put_batch; answer each."""
+        if not preps:
+            return
+        run = SendRun(preps)
+        res = self.broker.store.put_batch(run)
+        phys, qoffs, statuses, flushed = res.phys, res.queue_offsets, res.statuses, res.flushed
+        # no response waits for a flush unless SYNC_FLUSH (then only those with WAIT)
+        sync = self.cfg.sync_flush and flushed is not None
+        frame = self._frames.frame
+        for j, i in enumerate(idx):
+            prep = preps[j]
+            cmd = cmds[i]
+            if statuses is not None and statuses[j] is not PUT_OK:
+                name = status_name(statuses[j])
+                out[i] = fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), name, prep[6])
+            elif cmd.flag & RPC_ONEWAY:
+                continue
+            elif sync and prep[7]:
+                out[i] = self._answer_when_flushed(cmd, [flushed], self._ok_ext(phys[j], prep[6], qoffs[j]))
+            elif framed:
+                out[i] = frame(cmd.opaque, cmd.serialize_type, phys[j], prep[6], qoffs[j])
+            else:
+                out[i] = ok(cmd, SUCCESS, None, self._ok_ext(phys[j], prep[6], qoffs[j]))
+        if res.count:
+            starts = run.starts
+            sizes = list(map(int.__sub__, starts[1:], starts))
+            topics = [d[0] for d in run.dests]
+            if statuses is not None:
+                kept = [j for j, s in enumerate(statuses) if s is PUT_OK]
+                topics, sizes = [topics[j] for j in kept], [sizes[j] for j in kept]
+            self.broker.on_put_sizes(topics, sizes)
+        idx.clear()
+        preps.clear()
+
+    def _ok_ext(self, phys_offset: int, reply_qid: int, queue_offset: int) -> dict[str, str]:
+        return {"msgId": f"{self._msg_id_prefix}{phys_offset:016X}", "queueId": str(reply_qid),
+                "queueOffset": str(queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}

@@ -1,0 +1,159 @@
+"""The send fast lane (a run of sends: parse_send, put_batch, responses encoded in one blob) gives the
+same response bytes and the same stored records as the generic path (HeaderSpec parse, one
+MessageStore.put per request, cmd.response + encode_frame)."""
+
+from __future__ import annotations
+
+import inspect
+import random
+
+import pytest
+
+from codec.codes import RPC_ONEWAY, SERIALIZE_JSON, SERIALIZE_ROCKETMQ
+from codec.command import RemotingCommand
+from codec.frame import FrameDecoder, encode_frame_bytes
+from codec.msgid import offset_msg_id
+from server import headers as H
+from server.processors.send_common import PUT_OK, PUT_STATUS_CODES, fail, status_name
+from storage.store_types import PutRequest
+from tests.server.helpers import SEND_MESSAGE, SEND_MESSAGE_V2, send_ext
+from tests.server.raw import encode_batch, props
+
+NOW = 1_700_000_000_000
+
+
+class _Conn:
+    remote_addr = ("127.0.0.1", 40000)
+    peer = "127.0.0.1:40000"
+
+    def __init__(self):
+        self.attrs = {}
+
+
+def _processor(broker):
+    proc, _ = broker.remoting.server.processors[SEND_MESSAGE_V2]
+    return proc.batch.__self__
+
+
+def generic(sp, conn, cmd):
+    """The per-request reference: generic header spec, one put, a RemotingCommand response."""
+    try:
+        h = H.SEND_MESSAGE.parse(cmd.ext_fields, cmd.code != SEND_MESSAGE)
+        if h.batch:
+            return sp.send_batch(conn, cmd, h)
+        prep = sp._prepare_single(conn, cmd, h)
+    except H.HeaderError as e:
+        return fail(cmd, 1, str(e))
+    if type(prep) is not tuple:
+        return prep
+    raw, topic, qid, tcode, keys, delay, reply_qid, _wait = prep
+    [r] = sp.broker.store.put([PutRequest(bytearray(raw), topic, qid, tcode, keys, delay)])
+    if r.status is not PUT_OK:
+        name = status_name(r.status)
+        return fail(cmd, PUT_STATUS_CODES.get(name, 1), name, reply_qid)
+    if cmd.is_oneway:
+        return None
+    return cmd.response(0, None, {"msgId": offset_msg_id(*sp.store_host, r.phys_offset), "queueId": str(reply_qid),
+                                  "queueOffset": str(r.queue_offset), "MSG_REGION": "DefaultRegion",
+                                  "TRACE_ON": "true"})
+
+
+def _frames(blob: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos < len(blob):
+        n = int.from_bytes(blob[pos:pos + 4], "big")
+        out.append(blob[pos:pos + 4 + n])
+        pos += 4 + n
+    return out
+
+
+_PROPS = [
+    props(UNIQ_KEY="U1", WAIT="true", TAGS="TagA"),
+    props(UNIQ_KEY="U2", KEYS="k1 k2", TAGS="x"),
+    props(UNIQ_KEY="U3", DELAY="2", WAIT="false"),
+    props(UNIQ_KEY="U4", DELAY="99"),
+    props(UNIQ_KEY="U5", TRAN_MSG="false", TAGS="t"),
+    "UNIQ_KEY\x01U6",
+]
+_KINDS = ["ok", "ok", "ok", "v1", "no_topic", "bad_qid", "qid_range", "batch", "oneway"]
+
+
+def request(rnd: random.Random, opaque: int) -> RemotingCommand:
+    kind = rnd.choice(_KINDS)
+    ext = send_ext("Run", rnd.choice(_PROPS), qid=rnd.randint(0, 3), v2=kind != "v1")
+    ext["g" if kind != "v1" else "bornTimestamp"] = "1700000000123"
+    code, body, flag = (SEND_MESSAGE if kind == "v1" else SEND_MESSAGE_V2), rnd.randbytes(rnd.randint(0, 40)), 0
+    if kind == "no_topic":
+        del ext["b"]
+    elif kind == "bad_qid":
+        ext["e"] = "x1"
+    elif kind == "qid_range":
+        ext["e"] = "99"
+    elif kind == "batch":
+        ext["m"] = "true"
+        body = encode_batch([(b"b0", props(UNIQ_KEY="B0")), (b"b1", props(UNIQ_KEY="B1"))])
+    elif kind == "oneway":
+        flag = RPC_ONEWAY
+    return RemotingCommand(code, opaque=opaque, flag=flag, ext_fields=ext, body=body,
+                           serialize_type=rnd.choice([SERIALIZE_JSON, SERIALIZE_ROCKETMQ]))
+
+
+async def _brokers(make_broker, tmp_path, tag, flush):
+    out = []
+    for side in "ab":
+        b = await make_broker(store=tmp_path / f"{tag}{side}", message_delay_level="1s 2s 3s", flush_disk_type=flush)
+        b.store.now_ms = lambda: NOW
+        out.append(b)
+    return out
+
+
+async def _by_opaque(results) -> dict[int, bytes]:
+    out = {}
+    for r in results:
+        if inspect.isawaitable(r):
+            r = await r
+        if r is None:
+            continue
+        for f in _frames(r if type(r) is bytes else encode_frame_bytes(r)):
+            out[int.from_bytes(f[13:17], "big") if f[4] == SERIALIZE_ROCKETMQ
+                else FrameDecoder().feed(f)[0].opaque] = f
+    return out
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+async def test_a_run_equals_the_generic_path(make_broker, tmp_path, flush):
+    rnd = random.Random(7)
+    for n in range(8):
+        a, b = await _brokers(make_broker, tmp_path, f"r{n}", flush)
+        cmds = [request(rnd, i + 1) for i in range(rnd.randint(1, 24))]
+        sa, sb = _processor(a), _processor(b)
+        sb.store_host, sb._msg_id_prefix = sa.store_host, sa._msg_id_prefix  # records and msgIds: one broker
+        ca, cb = _Conn(), _Conn()
+        out = sa.batch_framed(ca, cmds)
+        assert sum(type(r) is bytes for r in out) <= 1
+        assert all(r is None or type(r) is bytes or inspect.isawaitable(r) for r in out)
+        if flush == "ASYNC_FLUSH":
+            assert all(r is None or type(r) is bytes for r in out)
+        refs = [generic(sb, cb, c) for c in cmds]
+        # what the sends stored, before anything awaits (the delay service may deliver meanwhile)
+        ra = bytes(a.store.commitlog.queue.files[0].slice(0, a.store.commitlog_max_offset()))
+        rb = bytes(b.store.commitlog.queue.files[0].slice(0, b.store.commitlog_max_offset()))
+        assert ra == rb and len(ra) == b.store.commitlog_max_offset()
+        for key in b.store.consume_queues:
+            assert bytes(a.store.read_units(*key, 0, 64)) == bytes(b.store.read_units(*key, 0, 64)), key
+        assert a.put_total == a.store.put_ok_total == b.store.put_ok_total  # on_put counted every stored record
+        got = await _by_opaque(out)
+        want = await _by_opaque(refs)
+        assert got == want
+        assert sorted(got) == [c.opaque for c in cmds if not c.is_oneway]
+        await a.shutdown()
+        await b.shutdown()
+
+
+async def test_a_run_answers_in_request_order(make_broker, tmp_path):
+    """Without SYNC_FLUSH waits the run's frames are in request order (errors included)."""
+    a, _ = await _brokers(make_broker, tmp_path, "order", "ASYNC_FLUSH")
+    rnd = random.Random(3)
+    cmds = [request(rnd, i + 1) for i in range(40)]
+    blob = b"".join(r for r in _processor(a).batch_framed(_Conn(), cmds) if r is not None)
+    assert [c.opaque for c in FrameDecoder().feed(blob)] == [c.opaque for c in cmds if not c.is_oneway]
