@@ -48,11 +48,13 @@ class ReadMixin:
         total_bytes = 0
         removed = False
         cl_min = self.commitlog.min_offset
-        read = self.commitlog.read
+        find = self.commitlog.queue.find
+        # `commitlog.read(phys, size)` with the segment kept across units (a pull's units mostly
+        # point into one segment): one `find` per segment instead of one per message
+        lo = hi = wrote = 0
+        view = None
         scanned = 0
-        n_units = len(units) // UNIT_SIZE
-        while scanned < n_units:
-            phys, size, tags = UNIT.unpack_from(units, scanned * UNIT_SIZE)
+        for phys, size, tags in UNIT.iter_unpack(units):
             if buffers and (len(buffers) >= max_count or total_bytes + size > max_bytes):
                 break
             scanned += 1
@@ -63,11 +65,21 @@ class ReadMixin:
             if phys < cl_min:
                 removed = True
                 continue
-            buf = read(phys, size)
-            if buf is None:
+            if not lo <= phys < hi:
+                mf = find(phys)
+                if mf is None:
+                    lo = hi = 0
+                    removed = True
+                    continue
+                lo = mf.file_from_offset
+                hi = lo + mf.file_size
+                wrote = mf.wrote_pos
+                view = mf.view
+            pos = phys - lo
+            if pos + size > wrote:
                 removed = True
                 continue
-            buffers.append(buf)
+            buffers.append(view[pos:pos + size])
             qoffs.append(offset + scanned - 1)
             total_bytes += size
         result.next_begin_offset = offset + scanned
