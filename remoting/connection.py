@@ -267,6 +267,24 @@ class Connection(asyncio.Protocol):
             self._flush_out()
         return True
 
+    def write_frame_pieces(self, parts: list) -> bool:
+        """`write_command` for one frame already encoded as pieces (`encode_frame`'s shape: the first
+        starts with the length prefix; body slices uncopied)."""
+        if self.is_closing:
+            return False
+        self.last_activity = _monotonic()
+        out = self._out
+        if out is None:
+            self._out = out = parts
+            self._out_bytes = 0
+            self.loop.call_soon(self._flush_out)
+        else:
+            out += parts
+        self._out_bytes += _FRAME_LEN.unpack_from(parts[0])[0]
+        if self._out_bytes >= _OUT_FLUSH_BYTES:
+            self._flush_out()
+        return True
+
     def _flush_out(self) -> None:
         out, self._out = self._out, None
         self._out_bytes = 0

@@ -13,7 +13,9 @@ requests of one read that share the processor (`dispatch_run`), so per-request w
 shared (one store put for a run of sends) is done once. Results follow the same rules as above,
 plus: an entry may be `bytes`, response frames already encoded (for any of the run's requests, oneway
 ones excluded by the processor), written as they are (`Connection.write_frames`), so a run's
-responses can go out as one piece.
+responses can go out as one piece. Any processor (plain, batch or awaited) may also answer with a
+`list`: ONE response frame already encoded as pieces (`encode_frame`'s shape, length prefix first,
+body slices uncopied), written by `Connection.write_frame_pieces`.
 
 The returned command, if any, is sent as the response. Returning None means "no response now": a
 processor that answers later (long-polling pull) keeps `conn` and `cmd` and later calls
@@ -99,7 +101,10 @@ class Dispatcher:
         if is_async or inspect.isawaitable(resp):
             self.spawn(conn, cmd, resp)
         elif resp is not None and not cmd.is_oneway:
-            conn.send_response(resp)
+            if type(resp) is list:
+                conn.write_frame_pieces(resp)
+            else:
+                conn.send_response(resp)
 
     def dispatch_run(self, conn: Connection, batch: Callable, cmds: list[RemotingCommand]) -> None:
         """Requests `cmds` (consecutive, all for processor batch `batch`) in one call; `before_request`
@@ -134,7 +139,10 @@ class Dispatcher:
             elif inspect.isawaitable(resp):
                 self.spawn(conn, cmd, resp)
             elif not cmd.is_oneway:
-                send(resp)
+                if type(resp) is list:
+                    conn.write_frame_pieces(resp)
+                else:
+                    send(resp)
 
     def spawn(self, conn: Connection, cmd: RemotingCommand, awaitable) -> asyncio.Task:
         conn.request_started()
@@ -152,7 +160,10 @@ class Dispatcher:
                 return
             resp = t.result()
             if resp is not None and not cmd.is_oneway:
-                conn.send_response(resp)
+                if type(resp) is list:
+                    conn.write_frame_pieces(resp)
+                else:
+                    conn.send_response(resp)
 
         task.add_done_callback(done)
         return task

@@ -68,6 +68,7 @@ class BrokerController:
         self.put_total = 0
         self.get_total = 0
         self._put_counters: dict[str, tuple] = {}
+        self._pull_counters: dict[tuple[str, str], object] = {}  # (topic, group) -> Counter
         self._started = False
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -218,7 +219,11 @@ class BrokerController:
 
     def on_pull(self, topic: str, group: str, n: int) -> None:
         self.get_total += n
-        self.metrics.counter("delaymq_pull_messages_total", {"topic": topic, "group": group}).inc(n)
+        c = self._pull_counters.get((topic, group))
+        if c is None:
+            c = self._pull_counters[(topic, group)] = self.metrics.counter(
+                "delaymq_pull_messages_total", {"topic": topic, "group": group})
+        c.inc(n)
 
     def runtime_info(self) -> dict[str, object]:
         info: dict[str, object] = {

@@ -133,6 +133,43 @@ _SEND_BOOLS = {None: None, "": None, "false": False, "true": True}
 _SMALL_INTS = {str(v): v for v in range(-1, 1025)}
 
 
+def parse_pull(ext: Mapping[str, str] | None) -> Header:
+    """`PULL_MESSAGE.parse(ext)` (the same Header, or the same HeaderError), straight-line for the
+    usual pull: the required fields non-empty strings, numbers in range, the optional ones strings or
+    absent. Anything else is left to the generic parse, which names the offending field."""
+    if not ext:
+        return PULL_MESSAGE.parse(ext)
+    get = ext.get
+    g, t, q, o, n = get("consumerGroup"), get("topic"), get("queueId"), get("queueOffset"), get("maxMsgNums")
+    f, c, s, v = get("sysFlag"), get("commitOffset"), get("suspendTimeoutMillis"), get("subVersion")
+    sub, e = get("subscription"), get("expressionType")
+    try:
+        if (not (g and t and q and o and n and f and c and s and v)
+                or not type(g) is type(t) is type(q) is type(o) is type(n) is type(f) is type(c) is type(s)
+                is type(v) is str
+                or (sub is not None and type(sub) is not str) or (e is not None and type(e) is not str)):
+            return PULL_MESSAGE.parse(ext)
+        small = _SMALL_INTS  # queue ids, flags, batch sizes, often the offsets: a lookup instead of int()
+        q = small[q] if q in small else int(q)
+        n = small[n] if n in small else int(n)
+        f = small[f] if f in small else int(f)
+        o = small[o] if o in small else int(o)
+        c = small[c] if c in small else int(c)
+        s = small[s] if s in small else int(s)
+        v = small[v] if v in small else int(v)
+    except (ValueError, TypeError):  # TypeError: an unhashable value in a hand-made ext
+        return PULL_MESSAGE.parse(ext)
+    if not (_INT_MIN <= q <= _INT_MAX and _INT_MIN <= n <= _INT_MAX and _INT_MIN <= f <= _INT_MAX
+            and _LONG_MIN <= o <= _LONG_MAX and _LONG_MIN <= c <= _LONG_MAX and _LONG_MIN <= s <= _LONG_MAX
+            and _LONG_MIN <= v <= _LONG_MAX):
+        return PULL_MESSAGE.parse(ext)
+    hdr = Header()
+    hdr.__dict__ = {"consumerGroup": g, "topic": t, "queueId": q, "queueOffset": o, "maxMsgNums": n, "sysFlag": f,
+                    "commitOffset": c, "suspendTimeoutMillis": s, "subscription": sub or None, "subVersion": v,
+                    "expressionType": e or None}
+    return hdr
+
+
 # ---- the specs used by the processors ---------------------------------------------------------
 
 SEND_MESSAGE = HeaderSpec(

@@ -4,12 +4,15 @@ Validation and subscription rules follow remoting-protocol.md §8.2. A PULL_NOT_
 SUSPEND flag parks in `PullHoldService` until the store's dispatch listener reports a new max
 offset for that queue or the suspend timeout passes, then the request re-runs once without
 suspend and is answered. The body is the store's list of memoryview slices (never copied here).
+The usual answer (a store lookup's status) is encoded straight to frame pieces
+(`codec.pull_response`); error answers are RemotingCommands.
 """
 
 from __future__ import annotations
 
 import structlog
 
+from codec.pull_response import pull_response_frame
 from server import headers as H
 from server.client_manager import SubscriptionData
 from server.processors import guarded
@@ -63,7 +66,7 @@ class PullProcessor:
         """The response when it can be given now (messages found, or an error): inline, no task.
         A PULL_NOT_FOUND with SUSPEND returns the coroutine that holds it (the dispatcher runs it
         as a task)."""
-        h = H.PULL_MESSAGE.parse(cmd.ext_fields)
+        h = H.parse_pull(cmd.ext_fields)
         resp, code = self.process(cmd, h, first=True)
         if resp is not None or cmd.is_oneway:
             return resp
@@ -137,12 +140,13 @@ class PullProcessor:
             b.offsets.commit(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
         if code == PULL_NOT_FOUND and first and sys_flag & FLAG_SUSPEND:
             return None, code
-        ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(res.next_begin_offset),
-               "minOffset": str(res.min_offset), "maxOffset": str(res.max_offset)}
-        body = res.buffers if code == SUCCESS and res.buffers else b""
         if code == SUCCESS:
-            b.on_pull(h.topic, h.consumerGroup, len(res.buffers))
-        return cmd.response(code=code, remark=status, ext_fields=ext, body=body), code
+            body = res.buffers
+            b.on_pull(h.topic, h.consumerGroup, len(body))
+        else:
+            body = ()
+        return pull_response_frame(cmd.opaque, cmd.serialize_type, code, status, res.next_begin_offset,
+                                   res.min_offset, res.max_offset, body), code
 
 
 def register(server, broker) -> None:

@@ -88,3 +88,49 @@ _mostly_valid = st.fixed_dictionaries(
 @given(_mostly_valid)
 def test_parse_send_equals_the_generic_send_spec_mostly_valid(ext):
     assert _outcome(H.parse_send, ext, True) == _outcome(H.SEND_MESSAGE.parse, ext, True)
+
+
+_PULL_KEYS = [name for name, *_ in H.PULL_MESSAGE.fields]
+_pull_num = st.one_of(st.sampled_from(["0", "4", "-1", "32", " 7 ", "1_0", "+3", "007", "x", "", str(1 << 31),
+                                       str(-(1 << 31) - 1), str((1 << 63) - 1), str(1 << 63), "1024", "1025"]),
+                      st.integers(-(1 << 64), 1 << 64).map(str))
+
+
+def _pull_outcome(fn, ext):
+    """The Header's fields with their types and order, or the HeaderError text."""
+    try:
+        return ("ok", [(k, type(v), v) for k, v in fn(ext).__dict__.items()])
+    except H.HeaderError as e:
+        return ("error", str(e))
+
+
+@given(st.dictionaries(st.sampled_from(_PULL_KEYS + ["x"]), st.one_of(_send_values, _pull_num)))
+def test_parse_pull_equals_the_generic_pull_spec(ext):
+    """The pull fast lane gives the generic parse's Header, or its HeaderError, for any ext."""
+    ext = {k: v for k, v in ext.items() if v is not None}
+    assert _pull_outcome(H.parse_pull, ext) == _pull_outcome(H.PULL_MESSAGE.parse, ext)
+
+
+_pull_mostly_valid = st.fixed_dictionaries(
+    {"consumerGroup": st.sampled_from(["CG", " ", ""]), "topic": st.sampled_from(["T", "%RETRY%CG"]),
+     "queueId": _pull_num, "queueOffset": _pull_num, "maxMsgNums": _pull_num, "sysFlag": _pull_num,
+     "commitOffset": _pull_num, "suspendTimeoutMillis": _pull_num, "subVersion": _pull_num},
+    optional={"subscription": st.sampled_from(["", "*", "a || b", 5]),
+              "expressionType": st.sampled_from(["", "TAG", "SQL92", None, True])})
+
+
+@given(_pull_mostly_valid)
+def test_parse_pull_equals_the_generic_pull_spec_mostly_valid(ext):
+    assert _pull_outcome(H.parse_pull, ext) == _pull_outcome(H.PULL_MESSAGE.parse, ext)
+
+
+def test_parse_pull_fast_lane_on_a_java_pull():
+    ext = {"consumerGroup": "CG", "topic": "T", "queueId": "3", "queueOffset": "1700000", "maxMsgNums": "32",
+           "sysFlag": "6", "commitOffset": "1699990", "suspendTimeoutMillis": "15000", "subscription": "*",
+           "subVersion": "1763938000123", "expressionType": "TAG"}
+    assert _pull_outcome(H.parse_pull, ext) == _pull_outcome(H.PULL_MESSAGE.parse, ext)
+    assert H.parse_pull(ext).subVersion == 1763938000123
+    with pytest.raises(H.HeaderError, match=r"<queueOffset> is not a valid long"):
+        H.parse_pull({**ext, "queueOffset": "x"})
+    with pytest.raises(H.HeaderError, match=r"<maxMsgNums> is null"):
+        H.parse_pull({**ext, "maxMsgNums": ""})
