@@ -150,19 +150,25 @@ def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
     if not isinstance(ext, dict):
         raise CodecError("extFields is not an object")
     remark = d.get("remark")
-    cmd = RemotingCommand(
-        code=_int_field(d, "code"),
-        opaque=_int_field(d, "opaque"),
-        flag=_int_field(d, "flag"),
-        language=lang,
-        version=_int_field(d, "version"),
-        remark=remark if isinstance(remark, str) else (None if remark is None else str(remark)),
-        ext_fields=ext if _all_str(ext) else {str(k): _to_str(v) for k, v in ext.items() if v is not None},
-        serialize_type=SERIALIZE_JSON,
-    )
-    if not (-(1 << 31) <= cmd.code < (1 << 31)) or not (-(1 << 31) <= cmd.opaque < (1 << 32)):
+    # the four numbers are plain ints in every client's header: _int_field only for anything else
+    get = d.get
+    code, opaque, flag, version = get("code"), get("opaque"), get("flag"), get("version")
+    if type(code) is not int:
+        code = _int_field(d, "code")
+    if type(opaque) is not int:
+        opaque = _int_field(d, "opaque")
+    if type(flag) is not int:
+        flag = _int_field(d, "flag")
+    if type(version) is not int:
+        version = _int_field(d, "version")
+    if not (-(1 << 31) <= code < (1 << 31)) or not (-(1 << 31) <= opaque < (1 << 32)):
         raise CodecError("code or opaque out of range")
-    return cmd
+    return RemotingCommand(
+        code, opaque, flag, lang, version,
+        remark if isinstance(remark, str) else (None if remark is None else str(remark)),
+        ext if _all_str(ext) else {str(k): _to_str(v) for k, v in ext.items() if v is not None},
+        b"", SERIALIZE_JSON,
+    )
 
 
 # ---------------------------------------------------------- ROCKETMQ header
