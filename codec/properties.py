@@ -150,3 +150,82 @@ def rewrite_sent_properties(text: str, cluster: str, new_uniq_key, full_path_mar
         uniq = new_uniq_key()
         stored = f"{stored}\x02UNIQ_KEY\x01{uniq}"
     return stored, wait, tags, index_keys(keys, uniq), delay
+
+
+# rewrite_sent_properties_cached: (text before the UNIQ_KEY value, text after it, cluster, marks) ->
+# the rewrite of that text with a placeholder value, split where the value goes
+_PLACEHOLDER = "\x00"
+_REWRITES: dict[tuple, tuple | None] = {}
+_REWRITES_MAX = 1024
+_UNSEEN, _SEEN_ONCE = object(), object()
+
+
+def rewrite_sent_properties_cached(text: str, cluster: str, new_uniq_key, full_path_marks: tuple[str, ...]):
+    """`rewrite_sent_properties`, the same result for every input, remembered per producer shape.
+
+    A client's properties strings differ mostly in the UNIQ_KEY value (the rest is the same TAGS,
+    WAIT, KEYS... message after message). The rewrite of `head + "UNIQ_KEY\\x01" + value + tail`
+    is kept per (head, tail, cluster, marks), computed with a placeholder value ("\\x00") the second
+    time a shape is seen (a shape seen once, KEYS unique per message, costs one dict entry). That
+    is the same as computing it on the text whenever the value is non-empty and holds no \\x00,
+    \\x01 or \\x02 (so it neither ends a token nor splits a segment: every check and find of the
+    rewrite sees the same text around it), no mark (checked on the whole text here) contains
+    \\x00, and head, tail and cluster hold no \\x00 (the placeholder is found once in the result).
+    Anything else is passed to `rewrite_sent_properties`."""
+    i = text.find("UNIQ_KEY\x01")
+    if i < 0 or (i and text[i - 1] != PROPERTY_SEPARATOR):
+        return rewrite_sent_properties(text, cluster, new_uniq_key, full_path_marks)
+    start = i + 9
+    end = text.find(PROPERTY_SEPARATOR, start)
+    if end < 0:
+        end = len(text)
+    value = text[start:end]
+    if not value or "\x01" in value or _PLACEHOLDER in value:
+        return rewrite_sent_properties(text, cluster, new_uniq_key, full_path_marks)
+    for mark in full_path_marks:
+        if mark in text:
+            return None
+    key = (text[:start], text[end:], cluster, full_path_marks)
+    try:
+        tmpl = _REWRITES.get(key, _UNSEEN)
+    except TypeError:  # unhashable marks
+        return rewrite_sent_properties(text, cluster, new_uniq_key, full_path_marks)
+    if tmpl is _UNSEEN:  # a shape seen once (KEYS unique per message...) costs one dict entry only
+        _remember(key, _SEEN_ONCE)
+        return rewrite_sent_properties(text, cluster, new_uniq_key, full_path_marks)
+    if tmpl is _SEEN_ONCE:
+        tmpl = _template(key)
+    if tmpl is None:
+        return None
+    if tmpl is False:
+        return rewrite_sent_properties(text, cluster, new_uniq_key, full_path_marks)
+    head, tail, wait, tags, keys, delay = tmpl
+    return f"{head}{value}{tail}", wait, tags, (*keys, value), delay
+
+
+def _template(key: tuple):
+    """The cache entry for `key`: None (the rewrite declines), False (do not use the cache: a \\x00
+    elsewhere) or (stored head, stored tail, wait, tags, index keys without UNIQ_KEY, delay)."""
+    head, tail, cluster, marks = key
+    if _PLACEHOLDER in head or _PLACEHOLDER in tail or _PLACEHOLDER in cluster or any(_PLACEHOLDER in m for m in marks):
+        tmpl = False
+    else:
+        res = rewrite_sent_properties(f"{head}{_PLACEHOLDER}{tail}", cluster, _no_new_key, marks)
+        if res is None:
+            tmpl = None
+        else:
+            stored, wait, tags, keys, delay = res
+            parts = stored.split(_PLACEHOLDER)
+            tmpl = (parts[0], parts[1], wait, tags, keys[:-1], delay) if len(parts) == 2 else False
+    _remember(key, tmpl)
+    return tmpl
+
+
+def _remember(key: tuple, entry) -> None:
+    if len(_REWRITES) >= _REWRITES_MAX and key not in _REWRITES:
+        _REWRITES.clear()
+    _REWRITES[key] = entry
+
+
+def _no_new_key() -> str:
+    raise AssertionError("the template text has a UNIQ_KEY")

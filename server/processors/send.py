@@ -15,7 +15,7 @@ import random
 import structlog
 
 from codec.msgid import new_uniq_id
-from codec.properties import rewrite_sent_properties
+from codec.properties import rewrite_sent_properties_cached
 from codec.record import encode_message_bytes
 from codec.send_response import SendResponseFrames
 from codec.tags import java_hash
@@ -141,8 +141,8 @@ class SendProcessor(SendRunMixin):
                                                f"{self.cfg.max_message_size}", qid)
         reconsume = h.reconsumeTimes or 0
         if not h.topic.startswith(RETRY_PREFIX):
-            plain = rewrite_sent_properties(h.properties or "", self.cfg.broker_cluster_name, new_uniq_id,
-                                            PLAIN_SEND_EXCLUDES)
+            plain = rewrite_sent_properties_cached(h.properties or "", self.cfg.broker_cluster_name,
+                                                   new_uniq_id, PLAIN_SEND_EXCLUDES)
             if plain is not None:  # no timer, no transaction: the timer hook has nothing to do
                 return self._prepare_plain(conn, cmd, h, tcfg, qid, body, reconsume, plain)
         return self._prepare_full(conn, cmd, h, tcfg, qid, body, reconsume)

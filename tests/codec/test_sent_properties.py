@@ -66,3 +66,61 @@ def test_marked_or_irregular_strings_decline():
     for text in ("DELAY\x01", "DELAY\x011\x02DELAY\x012", "TIMER_DELAY_MS\x011000", "TRAN_MSG\x01true", "CLUSTER\x01x",
                  "TAGS\x01a\x02TAGS\x01b", "TAGS\x01", "a\x01b\x02\x02c\x01d", "ab"):
         assert rewrite_sent_properties(text, "C", new_uniq, MARKS) is None, repr(text)
+
+
+# ---- rewrite_sent_properties_cached: the same result as the uncached function, every time ----------
+
+from codec import properties as P  # noqa: E402
+
+uniq_value = st.one_of(st.sampled_from(["7F0000010B5C2A139A5F4B1E2E3C0000", "AC1100020001", "", "a\x00b", "TIMER_",
+                                        "x\x01y", "q KEY", "u"]), value)
+any_marks = st.one_of(st.just(MARKS), st.just(("TIMER_", "TRAN_MSG", "REAL_TOPIC", "REAL_QID")),
+                      st.lists(st.sampled_from(["TIMER_", "Y\x017F", "\x00", "KEY\x01", "DELAY\x01", "Q_K"]),
+                               max_size=3).map(tuple))
+
+
+def _both(text, cluster, marks):
+    fixed = new_uniq()
+    return (P.rewrite_sent_properties_cached(text, cluster, lambda: fixed, marks),
+            rewrite_sent_properties(text, cluster, lambda: fixed, marks))
+
+
+@given(st.lists(st.tuples(key, value), max_size=5), st.lists(st.tuples(key, value), max_size=5), noise, noise,
+       st.lists(uniq_value, min_size=1, max_size=4), st.sampled_from(["DefaultCluster", "C\x00", "c\x02"]),
+       any_marks, st.booleans())
+@example([("WAIT", "true"), ("TAGS", "TagA")], [("KEYS", "a b")], "", "", ["7F01", "7F02", "7F03"],
+         "DefaultCluster", MARKS, False)
+def test_cached_equals_uncached(before, after, noise1, noise2, uniqs, cluster, marks, clear):
+    if clear:
+        P._REWRITES.clear()
+    head = "".join(f"{k}\x01{v}\x02" for k, v in before) + noise1
+    tail = noise2 + "".join(f"\x02{k}\x01{v}" for k, v in after)
+    for u in uniqs * 3:  # first, second, later sightings of the shape
+        text = f"{head}UNIQ_KEY\x01{u}{tail}"
+        cached, plain = _both(text, cluster, marks)
+        assert cached == plain, repr(text)
+
+
+@given(st.lists(st.tuples(key, value), max_size=6), noise, st.booleans(), any_marks)
+def test_cached_equals_uncached_on_any_string(pairs, extra, trailing, marks):
+    text = "\x02".join(f"{k}\x01{v}" for k, v in pairs) + extra + ("\x02" if trailing and pairs else "")
+    for _ in range(3):
+        cached, plain = _both(text, "DefaultCluster", marks)
+        assert cached == plain, repr(text)
+
+
+def test_cached_takes_the_template_for_a_java_producer():
+    P._REWRITES.clear()
+    marks = ("TIMER_", "TRAN_MSG", "REAL_TOPIC", "REAL_QID")
+    for n in range(5):
+        text = f"UNIQ_KEY\x017F00000100002A9F00000000000000{n:02d}\x02WAIT\x01true\x02TAGS\x01TagA"
+        cached, plain = _both(text, "C", marks)
+        assert cached == plain
+    assert len(P._REWRITES) == 1 and type(next(iter(P._REWRITES.values()))) is tuple
+
+
+def test_cached_bound():
+    P._REWRITES.clear()
+    for n in range(P._REWRITES_MAX + 10):
+        _both(f"KEYS\x01k{n}\x02UNIQ_KEY\x01AB", "C", MARKS)
+    assert len(P._REWRITES) <= P._REWRITES_MAX
