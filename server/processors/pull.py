@@ -55,12 +55,32 @@ def status_to_code(status: str, request_offset: int) -> int:
     return SYSTEM_ERROR
 
 
+_STATUSES: dict = {}  # store status -> (name, code at request offset 0, code at any other offset)
+
+
+def _status(status, request_offset: int) -> tuple[str, int]:
+    """(status name, response code): `status_to_code` remembered per status."""
+    e = _STATUSES.get(status)
+    if e is None:
+        name = getattr(status, "name", None) or str(status)
+        e = (name, status_to_code(name, 0), status_to_code(name, 1))
+        if len(_STATUSES) < 64:
+            _STATUSES[status] = e
+    return e[0], (e[1] if request_offset == 0 else e[2])
+
+
+_SUBS_MAX = 4096
+
+
 class PullProcessor:
     def __init__(self, broker) -> None:
         from codec.tags import java_hash
 
         self.broker = broker
         self.java_hash = java_hash
+        # (topic, subscription, expressionType, subVersion) -> SubscriptionData or the parse error:
+        # a consumer that posts its subscription sends the same one with every pull (held pulls parse twice)
+        self._subs: dict[tuple, SubscriptionData | str] = {}
 
     def __call__(self, conn, cmd):
         """The response when it can be given now (messages found, or an error): inline, no task.
@@ -109,11 +129,19 @@ class PullProcessor:
                                                 f"consumer:[{h.consumerGroup}]")
         sys_flag = h.sysFlag
         if sys_flag & FLAG_SUBSCRIPTION:
-            try:
-                sub = parse_subscription(h.topic, h.subscription, h.expressionType, h.subVersion,
-                                         self.java_hash)
-            except ValueError as e:
-                return self._err(cmd, SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {e}")
+            key = (h.topic, h.subscription, h.expressionType, h.subVersion)
+            sub = self._subs.get(key)
+            if sub is None:
+                try:
+                    sub = parse_subscription(h.topic, h.subscription, h.expressionType, h.subVersion,
+                                             self.java_hash)
+                except ValueError as e:
+                    sub = str(e)
+                if len(self._subs) >= _SUBS_MAX:
+                    self._subs.clear()
+                self._subs[key] = sub
+            if type(sub) is str:
+                return self._err(cmd, SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {sub}")
         else:
             info = b.clients.consumer_group(h.consumerGroup)
             if info is None:
@@ -134,8 +162,7 @@ class PullProcessor:
                                  + sub.expression_type)
         codes = None if sub.match_all else set(sub.code_set)
         res = b.store.get_messages(h.topic, h.queueId, h.queueOffset, max(1, h.maxMsgNums), codes)
-        status = getattr(res.status, "name", None) or str(res.status)
-        code = status_to_code(status, h.queueOffset)
+        status, code = _status(res.status, h.queueOffset)
         if first and sys_flag & FLAG_COMMIT_OFFSET:
             b.offsets.commit(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
         if code == PULL_NOT_FOUND and first and sys_flag & FLAG_SUSPEND:
