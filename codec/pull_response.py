@@ -51,11 +51,13 @@ def _remark(remark: str) -> tuple[str, bytes]:
 
 
 def pull_response_frame(opaque: int, serialize_type: int, code: int, remark: str, next_begin_offset: int,
-                        min_offset: int, max_offset: int, body: list) -> list:
+                        min_offset: int, max_offset: int, body: list, body_len: int | None = None) -> list:
     """Frame pieces (length prefix first, then the header, then the non-empty body slices) of the
-    response to a pull with `opaque` and `serialize_type`; `body` is a list of bytes-likes."""
-    parts = [p for p in body if len(p)]
-    body_len = sum(p.nbytes if type(p) is memoryview else len(p) for p in parts)
+    response to a pull with `opaque` and `serialize_type`; `body` is a list of bytes-likes, `body_len`
+    their total size in bytes when the caller knows it (the store's lookup counts it)."""
+    parts = list(filter(len, body))
+    if body_len is None:
+        body_len = sum(p.nbytes if type(p) is memoryview else len(p) for p in parts)
     rjson, rbytes = _remark(remark)
     if serialize_type != SERIALIZE_ROCKETMQ:
         header = (_JSON % (code, next_begin_offset, min_offset, max_offset, opaque, rjson)).encode("utf-8", "replace")

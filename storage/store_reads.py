@@ -83,6 +83,7 @@ class ReadMixin:
             qoffs.append(offset + scanned - 1)
             total_bytes += size
         result.next_begin_offset = offset + scanned
+        result.buffer_total_size = total_bytes
         if buffers:
             result.status = GetStatus.FOUND
         elif removed:

@@ -118,14 +118,11 @@ class GetResult:
     max_offset: int
     buffers: list[memoryview] = field(default_factory=list)
     queue_offsets: list[int] = field(default_factory=list)
+    buffer_total_size: int = 0  # bytes in `buffers`
 
     @property
     def message_count(self) -> int:
         return len(self.buffers)
-
-    @property
-    def buffer_total_size(self) -> int:
-        return sum(len(b) for b in self.buffers)
 
 
 @dataclass(slots=True)

@@ -168,12 +168,12 @@ class PullProcessor:
         if code == PULL_NOT_FOUND and first and sys_flag & FLAG_SUSPEND:
             return None, code
         if code == SUCCESS:
-            body = res.buffers
+            body, body_len = res.buffers, res.buffer_total_size
             b.on_pull(h.topic, h.consumerGroup, len(body))
         else:
-            body = ()
+            body, body_len = (), 0
         return pull_response_frame(cmd.opaque, cmd.serialize_type, code, status, res.next_begin_offset,
-                                   res.min_offset, res.max_offset, body), code
+                                   res.min_offset, res.max_offset, body, body_len), code
 
 
 def register(server, broker) -> None:

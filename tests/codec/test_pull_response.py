@@ -35,6 +35,9 @@ def test_frame_equals_the_generic_response(opaque, ser, code, remark, nxt, lo, h
     # the body slices go out uncopied, as encode_frame's do
     assert [p for p in pieces[1:]] == [p for p in body if len(p)]
     assert all(a is b for a, b in zip(pieces[1:], [p for p in body if len(p)], strict=True))
+    # the caller's byte count (the store's lookup) gives the same frame
+    size = sum(memoryview(p).nbytes for p in body)
+    assert b"".join(pull_response_frame(opaque, ser, code, remark, nxt, lo, hi, body, size)) == got
 
 
 def test_decodes_back():
