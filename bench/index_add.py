@@ -23,16 +23,16 @@ from storage.index import IndexService
 BATCH = 512
 
 
-def _make(path: str) -> IndexService:
-    if "read_record" in inspect.signature(IndexService).parameters:
-        return IndexService(path, read_record=lambda phys, size=None: None)
+def _make(path: str, slots: int) -> IndexService:
+    if "read_record" in inspect.signature(IndexService).parameters:  # the IndexFile version
+        return IndexService(path, None, max_hash_slot_num=slots)
     return IndexService(path)
 
 
-def run(batches: int, as_bytes: bool, warmup: int) -> float:
+def run(batches: int, as_bytes: bool, warmup: int, slots: int) -> float:
     root = tempfile.mkdtemp(prefix="delaymq-index-bench-")
     try:
-        idx = _make(root)
+        idx = _make(root, slots)
         idx.load(0)
         work = []
         phys = 0
@@ -64,9 +64,10 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=400)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=200, help="batches added before the timed ones")
+    ap.add_argument("--slots", type=int, default=5_000_000, help="hash slots per IndexFile (maxHashSlotNum)")
     a = ap.parse_args()
     for as_bytes in (False, True):
-        best = min(run(a.batches, as_bytes, a.warmup) for _ in range(a.repeat))
+        best = min(run(a.batches, as_bytes, a.warmup, a.slots) for _ in range(a.repeat))
         print(f"add_batch, 512 x 1 UNIQ_KEY ({'bytes' if as_bytes else 'str'} keys): {best:.3f} µs/key CPU")
 
 

@@ -54,6 +54,7 @@ DEFAULT_INDEX_NUM = 20_000_000
 SWEEP_INTERVAL_S = 5.0
 _NO_INDEX = -1  # cached "topic# CRC" of a topic that gets no entries
 _PHYS = struct.Struct("<q")
+_MAX_NUM = (1 << 31) - 1  # slot values and prevIndex are u32 entry numbers; header counts are i32
 
 
 class _NoRoom(Exception):
@@ -65,8 +66,8 @@ class IndexService:
                  max_index_num: int = DEFAULT_INDEX_NUM) -> None:
         self.directory = os.path.join(store_path, "index")
         self.read_record = read_record  # (phys, size) -> record buffer | None: verifies query hits
-        self.slot_num = max(1, int(max_hash_slot_num))
-        self.index_num = max(1, int(max_index_num))
+        self.slot_num = min(max(1, int(max_hash_slot_num)), _MAX_NUM)
+        self.index_num = min(max(1, int(max_index_num)), _MAX_NUM)
         self.files: list[IndexFile] = []
         self.last_update_ts = 0
         self.last_update_phys = 0
