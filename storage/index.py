@@ -45,6 +45,7 @@ from codec.errors import CodecError
 from codec.properties import index_keys
 from storage import _record as R
 from storage.index_file import ENTRY, IndexFile, file_name, is_index_file_name, name_ms
+from storage.index_migrate import OLD_NAME, migrate
 
 log = structlog.get_logger(__name__)
 
@@ -81,12 +82,13 @@ class IndexService:
         """Open the IndexFiles (migrating an old keys.idx first); cut entries whose record is not wholly
         below `commitlog_max`; after a crash rebuild the last file's slots from its valid entries."""
         os.makedirs(self.directory, exist_ok=True)
-        from storage.index_migrate import OLD_NAME, migrate
-
         old = os.path.join(self.directory, OLD_NAME)
         if os.path.exists(old):
-            for name in self._names():  # left by a migration that did not finish: start it over
+            stale = self._names()  # left by a migration that did not finish: start it over
+            for name in stale:
                 os.unlink(os.path.join(self.directory, name))
+            if stale:
+                log.warning("index.unfinished_migration_restarted", files=stale)
             migrate(self, old, commitlog_max)
             return
         for name in self._names():
