@@ -39,6 +39,8 @@ import time
 
 import structlog
 
+from storage.mapped_file import release_mapping, unlink_quietly
+
 log = structlog.get_logger(__name__)
 
 HEADER = struct.Struct("<qqqqii")
@@ -265,20 +267,12 @@ class IndexFile:
         with self.lock:
             if self.fd < 0:
                 return
-            self.slots.release()
-            try:
-                self.mm.close()
-            except BufferError:
-                log.debug("index_file.close_busy", path=self.path)
-            os.close(self.fd)
+            release_mapping(self.slots, self.mm, self.fd, self.path, "index_file.close_busy")
             self.fd = -1
 
     def destroy(self) -> None:
         self.close()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        unlink_quietly(self.path)
 
 
 _DTYPE = None
