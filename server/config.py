@@ -49,6 +49,8 @@ class BrokerConfig:
     disk_max_used_space_ratio: int = 0  # percent; puts are refused past it (0 = store default, 90)
     mapped_file_size_commit_log: int = 1073741824
     file_reserved_time: int = 72
+    max_hash_slot_num: int = 5000000  # key index: hash slots per IndexFile (storage/index.py)
+    max_index_num: int = 20000000  # key index: entries per IndexFile
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
     default_topic_queue_nums: int = 8

@@ -2,7 +2,7 @@
 
 `<store>/checkpoint` (JSON, atomic): `commitlogFlushedOffset` (every byte below it was fsynced),
 `logicsFlushedOffset` (ConsumeQueue units for every record below it were flushed), `indexOffset`
-(index entries for every record below it are in the index file), `timestamp`.
+(index entries for every record below it are in the IndexFiles, fdatasynced), `timestamp`.
 `<store>/abort` exists while the store is open; finding it at load means the last run crashed
 (RocketMQ's `abort` file), so recovery scans instead of trusting the checkpoint.
 """

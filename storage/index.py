@@ -1,146 +1,296 @@
-"""Message key index for QUERY_MESSAGE: `topic#key` -> records (KEYS split on space, and UNIQ_KEY).
+"""Message key index for QUERY_MESSAGE: `topic#key` -> records (KEYS split on spaces, and UNIQ_KEY).
 
-Design: an append-only file `<store>/index/keys.idx` of entries
-`[int64 physOffset][int32 size][int64 storeTimestamp][int16 keyLen][key UTF-8]`, in CommitLog order,
-plus an in-memory dict rebuilt from that file at load. Entries are buffered and written at flush
-time; the checkpoint's `indexOffset` says up to which CommitLog offset the file is complete, and crash
-recovery re-adds keys for records past it by scanning the CommitLog. Entries pointing past the
-recovered CommitLog end are cut off at load; entries below the CommitLog min are skipped by queries.
+An on-disk hash index in the spirit of RocketMQ's IndexFile (layout: storage/index_file.py). Files
+`<store>/index/<yyyyMMddHHmmssSSS>` (UTC creation time), each with `maxHashSlotNum` hash slots and room
+for `maxIndexNum` index entries; when the active file is full the next one is created. Nothing per key
+lives in Python memory: a key costs one 24-byte entry in a mapped file.
+
+- Hash: zlib.crc32 of `topic#key` in UTF-8 (stable across processes; the CRC of `topic#` is cached per
+  topic and continued over the key). The slot is `hash % hashSlotNum`.
+- Add (`add_batch`, called by `put`/`put_batch` on the loop thread): per key one CRC, one slot read and
+  write (memoryview cast('I') of the slot region) and one packed entry appended to a bytearray; the
+  batch's entries go into the mapping with one slice assignment, then the header.
+- Query: hash the key, walk the slot's chain newest first in each file (newest file first), keep
+  entries with that hash, then read each candidate record through `read_record` (the CommitLog) and
+  keep it only if its topic matches and its KEYS/UNIQ_KEY hold the key: collisions never leak.
+  Duplicates (a key listed twice in KEYS) collapse by physical offset.
+- Durability: the logics flush (`take_pending` on the loop thread, `write` in the flush thread)
+  fdatasyncs every file written since the last flush, so the checkpoint's `indexOffset` (the CommitLog
+  max offset snapshotted before) stays true: entries for every record below it are on disk.
+- Recovery (`load(commitlog_max, crashed)`): entries whose record is not wholly below `commitlog_max`
+  are cut, files left empty are deleted; after a crash, or when anything was cut, the last file's slots
+  and chains are rebuilt from its valid entries, so no slot points at a cut entry. Crash recovery then
+  re-adds keys for records past `last_update_phys` (storage.recovery._redispatch).
+- Retention (`delete_below`): a file whose endPhyOffset is below the CommitLog min offset is deleted
+  (never the active one).
+- Migration: an `index/keys.idx` of the previous format (an append-only list read into a dict) is
+  re-added into IndexFiles at load and then removed (storage/index_migrate.py).
 
 Records parked in the scheduler's system topics (SCHEDULE_TOPIC_XXXX, rmq_sys_wheel_timer) get no
 entries: they are internal until due, and the copy delivered into the real topic is indexed when it is
-put. Without this the index would hold one entry per pending timer (issue 4: memory must not grow
-with pending messages).
+put.
 """
 
 from __future__ import annotations
 
 import os
 import struct
+import time
+from zlib import crc32
 
 import structlog
 
 from codec.codes import SCHEDULE_TOPIC, TIMER_TOPIC
+from codec.errors import CodecError
+from codec.properties import index_keys
+from storage import _record as R
+from storage.index_file import ENTRY, IndexFile, file_name, is_index_file_name, name_ms
+from storage.index_migrate import OLD_NAME, migrate
 
 log = structlog.get_logger(__name__)
 
-_HEAD = struct.Struct(">qiqh")
 UNINDEXED_TOPICS = frozenset((SCHEDULE_TOPIC, TIMER_TOPIC))
-_UNINDEXED_PREFIXES = tuple(f"{t}#" for t in UNINDEXED_TOPICS)
+DEFAULT_HASH_SLOT_NUM = 5_000_000
+DEFAULT_INDEX_NUM = 20_000_000
+SWEEP_INTERVAL_S = 5.0
+_NO_INDEX = -1  # cached "topic# CRC" of a topic that gets no entries
+_PHYS = struct.Struct("<q")
+_MAX_NUM = (1 << 31) - 1  # slot values and prevIndex are u32 entry numbers; header counts are i32
+
+
+class _NoRoom(Exception):
+    """The index cannot take more entries now (disk full); the rest of the batch goes unindexed."""
 
 
 class IndexService:
-    def __init__(self, store_path: str) -> None:
+    def __init__(self, store_path: str, read_record=None, max_hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
+                 max_index_num: int = DEFAULT_INDEX_NUM) -> None:
         self.directory = os.path.join(store_path, "index")
-        self.path = os.path.join(self.directory, "keys.idx")
-        self.table: dict[str, list[tuple[int, int, int]]] = {}
-        self._pending = bytearray()
+        self.read_record = read_record  # (phys, size) -> record buffer | None: verifies query hits
+        self.slot_num = min(max(1, int(max_hash_slot_num)), _MAX_NUM)
+        self.index_num = min(max(1, int(max_index_num)), _MAX_NUM)
+        self.files: list[IndexFile] = []
         self.last_update_ts = 0
         self.last_update_phys = 0
         self.entries = 0
-        self._prefixes: dict[str, tuple[str, bytes] | None] = {}
+        self._crcs: dict[str, int] = {}
+        self._swept_at = time.monotonic()
+        self._room_error_at = 0.0
 
-    def load(self, commitlog_max: int) -> None:
-        """Read the file; cut entries that are torn or point at or past `commitlog_max`."""
+    # ---- load -----------------------------------------------------------------------------------
+    def load(self, commitlog_max: int, crashed: bool = False) -> None:
+        """Open the IndexFiles (migrating an old keys.idx first); cut entries whose record is not wholly
+        below `commitlog_max`; after a crash rebuild the last file's slots from its valid entries."""
         os.makedirs(self.directory, exist_ok=True)
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
+        old = os.path.join(self.directory, OLD_NAME)
+        if os.path.exists(old):
+            stale = self._names()  # left by a migration that did not finish: start it over
+            for name in stale:
+                os.unlink(os.path.join(self.directory, name))
+            if stale:
+                log.warning("index.unfinished_migration_restarted", files=stale)
+            migrate(self, old, commitlog_max)
             return
-        pos, n, good = 0, len(data), 0
-        while pos + _HEAD.size <= n:
-            phys, size, ts, klen = _HEAD.unpack_from(data, pos)
-            end = pos + _HEAD.size + klen
-            if klen < 0 or end > n or phys + size > commitlog_max:
-                break
-            key = data[pos + _HEAD.size:end].decode("utf-8", "replace")
-            if not key.startswith(_UNINDEXED_PREFIXES):  # written by an older version
-                self._add(key, phys, size, ts)
-            pos = good = end
-        if good < n:
-            log.warning("index.truncated", file=self.path, from_offset=good, bytes=n - good)
-            with open(self.path, "r+b") as f:
-                f.truncate(good)
-                os.fsync(f.fileno())
+        for name in self._names():
+            path = os.path.join(self.directory, name)
+            f = IndexFile.open(path)
+            if f is None:
+                log.warning("index.invalid_file_deleted", file=path, size=os.path.getsize(path))
+                os.unlink(path)
+                continue
+            self.files.append(f)
+        self._recover(commitlog_max, crashed)
+        self.entries = sum(f.count for f in self.files)
+        self._set_last()
 
-    def _add(self, key: str, phys: int, size: int, ts: int) -> None:
-        lst = self.table.get(key)
-        if lst is None:
-            self.table[key] = [(phys, size, ts)]
-        else:
-            lst.append((phys, size, ts))
-        self.entries += 1
-        self.last_update_ts, self.last_update_phys = ts, phys
+    def _names(self) -> list[str]:
+        return sorted(n for n in os.listdir(self.directory) if is_index_file_name(n))
 
+    def _recover(self, commitlog_max: int, crashed: bool) -> None:
+        files = self.files
+        while files:
+            f = files[-1]
+            last = f.last_entry()
+            past = last is not None and last[1] + last[4] > commitlog_max
+            if not (crashed or past or f.count == 0):
+                return
+            keep = f.valid_prefix(commitlog_max)
+            if keep:
+                if keep < f.count or crashed:
+                    cut_from = f.entry(keep + 1)[1] if keep < f.count else None
+                    if keep < f.count:
+                        log.warning("index.entries_cut", file=f.path, entries=f.count - keep, kept=keep,
+                                    from_phys=cut_from, commitlog_max=commitlog_max)
+                    f.cut_and_rebuild(keep)
+                return
+            log.warning("index.file_cut", file=f.path, entries=f.count, commitlog_max=commitlog_max)
+            f.destroy()
+            files.pop()
+
+    def _set_last(self) -> None:
+        f = self.files[-1] if self.files else None
+        if f is None or not f.count:
+            self.last_update_ts = self.last_update_phys = 0
+            return
+        self.last_update_phys, self.last_update_ts = f.end_phys, f.end_ts
+
+    # ---- add ------------------------------------------------------------------------------------
     def add(self, topic: str, keys, phys: int, size: int, ts: int) -> None:
         self.add_batch(((topic, keys, phys, size),), ts)
 
     def add_batch(self, entries, ts: int) -> None:
-        """Entries (topic, keys, phys, size) stored at `ts`; keys are str or UTF-8 bytes."""
-        pending, table, pack, prefixes = self._pending, self.table, _HEAD.pack, self._prefixes
-        n = last = 0
-        for topic, keys, phys, size in entries:
-            pre = prefixes.get(topic)
-            if pre is None:
-                if topic in UNINDEXED_TOPICS:
+        """Entries (topic, keys, phys, size) stored at `ts` (ms); keys are non-empty str or UTF-8 bytes."""
+        crcs = self._crcs
+        f = self.files[-1] if self.files else None
+        if f is None:
+            slots, nslots, cnt, limit, tdiff = None, 1, 0, 0, 0
+        else:
+            slots, nslots, cnt, limit = f.slots, f.slot_num, f.count, f.allocated
+            tdiff = (ts - f.begin_ts) // 1000
+        buf = bytearray()
+        pack = ENTRY.pack
+        try:
+            for topic, keys, phys, size in entries:
+                c = crcs.get(topic)
+                if c is None:
+                    c = self._topic_crc(topic)
+                if c < 0:
                     continue
-                if len(prefixes) > 4096:
-                    prefixes.clear()
-                pre = prefixes[topic] = (f"{topic}#", f"{topic}#".encode())
-            for k in keys:
-                if not k:
-                    continue
-                if type(k) is str:
-                    key = pre[0] + k
-                    kb = key.encode("utf-8")
-                else:
-                    kb = pre[1] + k
-                    key = kb.decode("utf-8", "replace")
-                pending += pack(phys, size, ts, len(kb))
-                pending += kb
-                hit = (phys, size, ts)
-                lst = table.get(key)
-                if lst is None:
-                    table[key] = [hit]
-                else:
-                    lst.append(hit)
-                n += 1
-                last = phys
-        if n:
-            self.entries += n
-            self.last_update_ts, self.last_update_phys = ts, last
+                for k in keys:
+                    if k.__class__ is str:
+                        k = k.encode()
+                    h = crc32(k, c)
+                    if cnt == limit:  # the allocated entries are used up: allocate more, or rotate
+                        f, cnt, limit = self._room(f, buf, cnt, ts, phys)
+                        slots, nslots, tdiff = f.slots, f.slot_num, (ts - f.begin_ts) // 1000
+                    s = h % nslots
+                    cnt += 1
+                    buf += pack(h, phys, tdiff, slots[s], size)
+                    slots[s] = cnt
+        except _NoRoom:
+            pass
+        if f is not None and cnt > f.count:
+            self._commit(f, buf, cnt, ts)
 
+    def _commit(self, f: IndexFile, buf: bytearray, cnt: int, ts: int) -> None:
+        """The batch's entries (buf, numbered f.count + 1 .. cnt) into `f`; its end phys is the last one's."""
+        last = _PHYS.unpack_from(buf, len(buf) - ENTRY.size + 4)[0]
+        self.entries += cnt - f.count
+        f.commit(buf, cnt, last, ts)
+        self.last_update_ts, self.last_update_phys = ts, last
+
+    def _topic_crc(self, topic: str) -> int:
+        crcs = self._crcs
+        if len(crcs) > 4096:
+            crcs.clear()
+        c = crcs[topic] = _NO_INDEX if topic in UNINDEXED_TOPICS else crc32(f"{topic}#".encode())
+        return c
+
+    def _room(self, f: IndexFile | None, buf: bytearray, cnt: int, ts: int, phys: int):
+        """Commit what the batch wrote so far, then allocate the next chunk of `f` or rotate to a new
+        IndexFile. Returns (file, count, allocated)."""
+        if f is not None and cnt > f.count:
+            self._commit(f, buf, cnt, ts)
+            del buf[:]
+        try:
+            if f is not None and f.allocated < f.capacity:
+                return f, cnt, f.allocate_more()
+            nf = self._create(ts, phys)
+            nf.allocate_more()
+        except OSError as e:
+            now = time.monotonic()
+            if now - self._room_error_at > 60.0:
+                self._room_error_at = now
+                log.error("index.no_room", error=str(e), directory=self.directory)
+            raise _NoRoom from e
+        if f is not None:
+            log.info("index.file_rotated", full=f.path, entries=f.count, new=nf.path)
+        return nf, 0, nf.allocated
+
+    def _create(self, ts: int, phys: int) -> IndexFile:
+        ms = int(time.time() * 1000)
+        if self.files:
+            ms = max(ms, name_ms(os.path.basename(self.files[-1].path)) + 1)
+        f = IndexFile.create(os.path.join(self.directory, file_name(ms)), self.slot_num, self.index_num, ts, phys)
+        self.files.append(f)
+        return f
+
+    # ---- query ----------------------------------------------------------------------------------
     def query(self, topic: str, key: str, max_num: int, begin: int, end: int, min_phys: int) -> list[tuple[int, int, int]]:
         """Newest `max_num` (phys, size, storeTs) with begin <= storeTs <= end, returned oldest first."""
-        lst = self.table.get(f"{topic}#{key}")
-        if not lst:
-            return []
-        out = []
-        for phys, size, ts in reversed(lst):
-            if phys < min_phys:
+        h = crc32(f"{topic}#{key}".encode())
+        out: list[tuple[int, int, int]] = []
+        seen: set[int] = set()
+        for f in reversed(self.files):
+            if f.end_phys < min_phys:
                 break
-            if begin <= ts <= end:
-                out.append((phys, size, ts))
-                if len(out) >= max_num:
+            base = f.begin_ts
+            for phys, size, tdiff in f.chain(h):
+                if phys < min_phys:
                     break
+                t0 = base + tdiff * 1000  # the entry's store second: [t0, t0 + 999]
+                if t0 > end or t0 + 999 < begin or phys in seen:
+                    continue
+                seen.add(phys)
+                ts = self._verify(phys, size, topic, key)
+                if ts is not None and begin <= ts <= end:
+                    out.append((phys, size, ts))
+                    if len(out) >= max_num:
+                        out.reverse()
+                        return out
         out.reverse()
         return out
 
-    def take_pending(self) -> bytes:
-        """Entries not yet written (call on the loop thread; write them with `write`)."""
-        data, self._pending = bytes(self._pending), bytearray()
-        return data
+    def _verify(self, phys: int, size: int, topic: str, key: str) -> int | None:
+        """The store timestamp of the record at `phys` if it is in `topic` and carries `key`."""
+        if self.read_record is None:
+            return None
+        try:
+            view = self.read_record(phys, size)
+            if view is None or R.read_topic(view) != topic:
+                return None
+            props = R.parse_properties(R.read_properties_bytes(view))
+            if key not in index_keys(props.get("KEYS"), props.get("UNIQ_KEY")):
+                return None
+            return R.read_store_timestamp(view)
+        except (CodecError, struct.error, ValueError, IndexError):
+            return None
+
+    # ---- flush ----------------------------------------------------------------------------------
+    def take_pending(self) -> list[tuple[IndexFile, int, bool]]:
+        """On the loop thread: the flush plan, (file, entry count, no longer written) for every file
+        written since its last flush. Make it durable with `write` (any thread)."""
+        files = self.files
+        active = files[-1] if files else None
+        return [(f, f.count, f is not active) for f in files if f.count > f.flushed_count]
+
+    def write(self, plan) -> None:
+        """fdatasync the planned files and drop their flushed entry pages from this process (rotated
+        files entirely); every SWEEP_INTERVAL_S also pages that queries faulted back in."""
+        now = time.monotonic()
+        sweep = now - self._swept_at >= SWEEP_INTERVAL_S
+        if sweep:
+            self._swept_at = now
+        for f, count, done in plan:
+            f.sync(count, done, sweep)
 
     def flush(self) -> None:
         self.write(self.take_pending())
 
-    def write(self, data: bytes) -> None:
-        if not data:
-            return
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, data)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+    # ---- retention / close ------------------------------------------------------------------------
+    def delete_below(self, min_phys: int) -> list[str]:
+        """Delete the IndexFiles (not the active one) whose every entry points below `min_phys`."""
+        gone = []
+        while len(self.files) > 1 and self.files[0].end_phys < min_phys:
+            f = self.files.pop(0)
+            self.entries -= f.count
+            f.destroy()
+            gone.append(f.path)
+        if gone:
+            log.info("retention.index_deleted", files=gone, commitlog_min_offset=min_phys)
+        return gone
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+        self.files = []

@@ -154,21 +154,30 @@ class MappedFile:
     def close(self) -> None:
         if self.fd < 0:
             return
-        self.view.release()
-        try:
-            self.mm.close()
-        except BufferError:
-            # A caller still holds a slice (e.g. a pull response in flight); the mapping goes with it.
-            log.debug("mapped_file.close_busy", path=self.path)
-        os.close(self.fd)
+        release_mapping(self.view, self.mm, self.fd, self.path, "mapped_file.close_busy")
         self.fd = -1
 
     def destroy(self) -> None:
         self.close()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        unlink_quietly(self.path)
+
+
+def release_mapping(view: memoryview, mm, fd: int, path: str, busy_event: str) -> None:
+    """Release `view`, close `mm` and `fd`. If a caller still holds a slice (e.g. a pull response in
+    flight) the mapping stays until that slice goes; that is logged at debug as `busy_event`."""
+    view.release()
+    try:
+        mm.close()
+    except BufferError:
+        log.debug(busy_event, path=path)
+    os.close(fd)
+
+
+def unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 class MappedFileQueue:

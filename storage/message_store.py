@@ -1,6 +1,6 @@
 """MessageStore: the storage facade (ARCHITECTURE.md). The scheduler and the server use only this.
 
-Layout under `store_path`: `commitlog/`, `consumequeue/<topic>/<qid>/`, `index/keys.idx`,
+Layout under `store_path`: `commitlog/`, `consumequeue/<topic>/<qid>/`, `index/<IndexFiles>`,
 `checkpoint`, `abort` (present while running), `config/` (JSON tables, see topic_config etc.).
 """
 
@@ -52,7 +52,7 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin):
         self.cq_root = os.path.join(root, "consumequeue")
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.queue_offsets: dict[tuple[str, int], int] = {}
-        self.index = IndexService(root)
+        self.index = IndexService(root, self.commitlog.read_record, config.max_hash_slot_num, config.max_index_num)
         self.checkpoint = CheckpointFile(root)
         self.faults = PutFaultInjector()
         self._listeners: list[DispatchListener] = []
@@ -149,6 +149,7 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin):
         self.checkpoint.mark_clean()
         for cq in self.consume_queues.values():
             cq.close()
+        self.index.close()
         self.commitlog.close()
         self._loaded = False
         log.info("store.closed", commitlog_max_offset=cl_max)

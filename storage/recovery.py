@@ -46,6 +46,7 @@ def recover(store) -> None:
     cp = store.checkpoint.read()
     files = cl.queue.files
     dispatch_from: int | None = None
+    abnormal = False
     if not files:
         end = 0
     elif not crashed and cp is not None and cl.min_offset <= cp.commitlog_flushed_offset <= _files_end(cl):
@@ -64,6 +65,7 @@ def recover(store) -> None:
             log.warning("recovery.commitlog_cut", file=path, from_offset=pos, bytes=n,
                         phys_offset=int(os.path.basename(path)) + pos)
         dispatch_from = first.file_from_offset
+        abnormal = True
         log.warning("recovery.abnormal", reason="abort file" if crashed else "no checkpoint",
                     scanned_from=first.file_from_offset, commitlog_end=end)
     for cq in store.consume_queues.values():
@@ -72,7 +74,7 @@ def recover(store) -> None:
             log.warning("recovery.consume_queue_cut", topic=cq.topic, queue_id=cq.queue_id, units=removed,
                         max_offset=cq.max_offset)
         cq.correct_min_offset(cl.min_offset)
-    store.index.load(end)
+    store.index.load(end, crashed=abnormal)  # after a crash: rebuild the last IndexFile's slots
     if dispatch_from is not None and dispatch_from < end:
         _redispatch(store, dispatch_from, end)
     store.queue_offsets = {key: cq.max_offset for key, cq in store.consume_queues.items()}

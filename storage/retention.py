@@ -1,7 +1,7 @@
 """Retention (a MessageStore mixin): delete CommitLog segments older than `file_reserved_time_hours`
 (by the segment's last modification, i.e. its last store time), oldest first, never the active one;
-then advance ConsumeQueue min offsets past the new CommitLog min and delete CQ files wholly below it.
-Index entries below the CommitLog min are skipped by queries."""
+then advance ConsumeQueue min offsets past the new CommitLog min and delete CQ files wholly below it,
+and delete the IndexFiles whose endPhyOffset is below it (queries skip older entries of the others)."""
 
 from __future__ import annotations
 
@@ -39,4 +39,5 @@ class RetentionMixin:
                 log.info("retention.consume_queue_min_advanced", topic=cq.topic, queue_id=cq.queue_id,
                          min_offset=cq.min_offset)
         log.info("retention.commitlog_deleted", files=deleted, commitlog_min_offset=new_min)
+        self.index.delete_below(new_min)
         return deleted

@@ -35,6 +35,10 @@ class StoreConfig:
     max_get_count: int = 32
     # used by crash recovery to recompute SCHEDULE_TOPIC_XXXX tagsCode (deliver time) from DELAY
     message_delay_level: str = DEFAULT_DELAY_LEVELS
+    # key index (storage/index.py): hash slots and index entries per IndexFile (broker.conf
+    # maxHashSlotNum / maxIndexNum, RocketMQ's defaults); a full file rotates to a new one
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 20_000_000
 
     @property
     def sync_flush(self) -> bool:

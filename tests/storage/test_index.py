@@ -1,0 +1,214 @@
+"""The on-disk key index (storage/index.py, storage/index_file.py): restart, crash, collisions,
+rotation, retention, migration of the old keys.idx."""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+
+from structlog.testing import capture_logs
+
+from codec.record import decode_record
+from storage.index_file import ENTRY, HEADER, HEADER_SIZE
+from tests.storage.conftest import open_store, request
+from tests.storage.test_recovery import _crash
+
+
+def _offsets(q) -> list[int]:
+    return [decode_record(b, 0)[0].commitlog_offset for b in q.buffers]
+
+
+def _index_files(root) -> list[str]:
+    d = os.path.join(root, "index")
+    return sorted(n for n in os.listdir(d) if n.isdigit())
+
+
+def test_query_after_clean_restart(tmp_path):
+    s = open_store(tmp_path)
+    res = s.put([request(keys=f"k{i % 3} all", uniq=f"U{i}") for i in range(30)])
+    assert s.index.entries == 90
+    s.close()
+    with capture_logs() as logs:
+        s = open_store(tmp_path)
+    assert not [e for e in logs if e["event"].startswith("index.")]
+    assert s.index.entries == 90 and s.index.last_update_phys == res[-1].phys_offset
+    assert _offsets(s.query_by_key("T", "k1", 100)) == [r.phys_offset for r in res[1::3]]
+    assert _offsets(s.query_by_key("T", "U7", 100)) == [res[7].phys_offset]
+    assert _offsets(s.query_by_key("T", "all", 4)) == [r.phys_offset for r in res[-4:]]  # newest, oldest first
+    assert s.query_by_key("T", "nope", 10).buffers == [] and s.query_by_key("Other", "k1", 10).buffers == []
+    # time window on the record's store time
+    ts = res[0].store_timestamp
+    assert len(s.query_by_key("T", "all", 100, ts, ts).buffers) == 30
+    assert s.query_by_key("T", "all", 100, ts + 1).buffers == []
+    s.close()
+
+
+def test_crash_with_torn_tail_cuts_index_entries_and_rebuilds_slots(tmp_path):
+    s = open_store(tmp_path)
+    res = s.put([request(body=b"x" * 300, keys="same", uniq=f"U{i}") for i in range(20)])
+    last = res[-1]
+    mf = s.commitlog.queue.find(last.phys_offset)
+    pos = last.phys_offset - mf.file_from_offset
+    mf.mm[pos + 150:pos + last.size] = bytes(last.size - 150)  # torn: the page with its second half never written
+    # a batch interrupted by the kill: its slot already points at an entry past indexCount
+    f = s.index.files[-1]
+    slot = f.slots[0]
+    f.slots[0] = f.count + 5
+    _crash(s)
+    with capture_logs() as logs:
+        s = open_store(tmp_path)
+    cut = [e for e in logs if e["event"] == "index.entries_cut"]
+    assert len(cut) == 1 and cut[0]["entries"] == 2 and cut[0]["from_phys"] == last.phys_offset
+    assert s.index.entries == 38 and s.index.last_update_phys == res[-2].phys_offset
+    f = s.index.files[-1]
+    assert max(f.slots) <= f.count and (f.slots[0] == slot or slot > f.count)
+    assert s.query_by_key("T", "U19", 10).buffers == []
+    assert _offsets(s.query_by_key("T", "same", 100)) == [r.phys_offset for r in res[:-1]]
+    # the cut record's offset is reused; its keys are the new record's, once
+    r = s.put([request(keys="same", uniq="NEW")])[0]
+    assert r.phys_offset == last.phys_offset
+    assert _offsets(s.query_by_key("T", "NEW", 10)) == [r.phys_offset]
+    assert _offsets(s.query_by_key("T", "same", 100))[-2:] == [res[-2].phys_offset, r.phys_offset]
+    s.close()
+
+
+def test_crash_redispatch_adds_missing_keys_once(tmp_path):
+    s = open_store(tmp_path)
+    a = s.put([request(keys="k", uniq=f"A{i}") for i in range(5)])
+    s.close()
+    s = open_store(tmp_path)
+    b = s.put([request(keys="k", uniq=f"B{i}") for i in range(5)])
+    # the kill came after the CommitLog write but before these index entries reached the file
+    f = s.index.files[-1]
+    HEADER.pack_into(f.mm, 0, f.begin_ts, f.end_ts, f.begin_phys, a[-1].phys_offset, f.slot_num, 10)
+    _crash(s)
+    with capture_logs() as logs:
+        s = open_store(tmp_path)
+    assert any(e["event"] == "recovery.redispatched" and e["index_keys"] == 10 for e in logs)
+    assert s.index.entries == 20
+    assert _offsets(s.query_by_key("T", "k", 100)) == [r.phys_offset for r in a + b]
+    assert _offsets(s.query_by_key("T", "B3", 100)) == [b[3].phys_offset]
+    s.close()
+
+
+def test_keys_sharing_slots_and_hashes_never_return_another_key(tmp_path):
+    s = open_store(tmp_path, max_hash_slot_num=1)  # every key in one chain
+    res = s.put([request(keys=f"key{i % 4}", uniq=f"U{i}") for i in range(40)])
+    for k in range(4):
+        assert _offsets(s.query_by_key("T", f"key{k}", 100)) == [r.phys_offset for r in res[k::4]]
+    # an entry whose hash is the key's but whose record carries another key (a CRC collision)
+    s.index.add("T", ("key1",), res[0].phys_offset, res[0].size, res[0].store_timestamp)
+    assert res[0].phys_offset not in _offsets(s.query_by_key("T", "key1", 100))
+    # a key listed twice in KEYS is one hit
+    d = s.put([request(keys="dup dup")])[0]
+    assert _offsets(s.query_by_key("T", "dup", 10)) == [d.phys_offset]
+    s.close()
+
+
+def test_rotation_across_files_and_restart(tmp_path):
+    s = open_store(tmp_path, max_hash_slot_num=7, max_index_num=10)
+    res = []
+    for i in range(12):  # 3 records x 2 keys per put: rotations happen inside a batch
+        res += s.put([request(keys="k", uniq=f"U{i}-{j}") for j in range(3)])
+    names = _index_files(tmp_path)
+    assert len(names) == 8 and names == sorted(names)
+    assert [f.count for f in s.index.files] == [10] * 7 + [2]
+    want = [r.phys_offset for r in res]
+    assert _offsets(s.query_by_key("T", "k", 100)) == want
+    assert _offsets(s.query_by_key("T", "k", 5)) == want[-5:]
+    assert _offsets(s.query_by_key("T", "U4-1", 5)) == [res[13].phys_offset]
+    s.close()
+    s = open_store(tmp_path, max_hash_slot_num=7, max_index_num=10)
+    assert _offsets(s.query_by_key("T", "k", 100)) == want and s.index.entries == 72
+    s.put([request(keys="k")])
+    assert [f.count for f in s.index.files][-1] == 3
+    s.close()
+
+
+def test_flush_makes_entries_durable_and_keeps_checkpoint_true(tmp_path):
+    s = open_store(tmp_path, max_index_num=3)
+    s.put([request(keys="a b", uniq="U")])
+    s.put([request(keys="c")])
+    plan = s.index.take_pending()
+    assert [(count, done) for _f, count, done in plan] == [(3, True), (1, False)]
+    s.index.write(plan)
+    assert all(f.flushed_count == f.count for f in s.index.files) and s.index.take_pending() == []
+    s.close()
+
+
+def test_retention_deletes_index_files_below_commitlog_min(tmp_path):
+    s = open_store(tmp_path, file_reserved_time_hours=1, max_index_num=20)
+    res = s.put([request(body=b"r" * 3000, keys="k") for _ in range(70)])  # ~4 segments, 4 index files
+    files = list(s.commitlog.queue.files)
+    names = _index_files(tmp_path)
+    assert len(files) >= 4 and len(names) == 4
+    old = time.time() - 2 * 3600
+    for mf in files[:2]:
+        os.utime(mf.path, (old, old))
+    with capture_logs() as logs:
+        s.clean_expired()
+    new_min = s.commitlog.min_offset
+    gone = [f for e in logs if e["event"] == "retention.index_deleted" for f in e["files"]]
+    below = [names[i] for i in range(3) if res[20 * i + 19].phys_offset < new_min]  # file i: records 20i..20i+19
+    assert len(below) >= 1 and [os.path.basename(p) for p in gone] == below
+    assert all(f.end_phys >= new_min for f in s.index.files) and s.index.entries == 70 - 20 * len(below)
+    kept = [r.phys_offset for r in res if r.phys_offset >= new_min]
+    assert _offsets(s.query_by_key("T", "k", 1000)) == kept
+    s.close()
+
+
+def _old_entry(key: str, phys: int, size: int, ts: int) -> bytes:
+    kb = key.encode()
+    return struct.pack(">qiqh", phys, size, ts, len(kb)) + kb
+
+
+def test_old_keys_idx_is_migrated_then_removed(tmp_path):
+    s = open_store(tmp_path)
+    res = s.put([request(keys=f"k{i % 2}", uniq=f"U{i}") for i in range(10)])
+    s.close()
+    for name in _index_files(tmp_path):
+        os.unlink(tmp_path / "index" / name)
+    old = b"".join(_old_entry(f"T#{k}", r.phys_offset, r.size, r.store_timestamp)
+                   for i, r in enumerate(res) for k in (f"k{i % 2}", f"U{i}"))
+    old += _old_entry("SCHEDULE_TOPIC_XXXX#k0", res[0].phys_offset, res[0].size, 1)  # written by an older version
+    end = res[-1].phys_offset + res[-1].size
+    old += _old_entry("T#k0", end, 200, 1) + b"\x00\x01"  # past the CommitLog end, then a torn tail
+    (tmp_path / "index" / "keys.idx").write_bytes(old)
+    with capture_logs() as logs:
+        s = open_store(tmp_path)
+    mig = [e for e in logs if e["event"] == "index.migrated"]
+    assert len(mig) == 1 and mig[0]["keys"] == 21 and mig[0]["entries"] == 20
+    assert not os.path.exists(tmp_path / "index" / "keys.idx") and len(_index_files(tmp_path)) == 1
+    assert _offsets(s.query_by_key("T", "k0", 100)) == [r.phys_offset for r in res[0::2]]
+    assert _offsets(s.query_by_key("T", "U3", 100)) == [res[3].phys_offset]
+    r = s.put([request(keys="k0")])[0]
+    s.close()
+    s = open_store(tmp_path)  # a normal load now
+    assert _offsets(s.query_by_key("T", "k0", 100)) == [x.phys_offset for x in res[0::2]] + [r.phys_offset]
+    s.close()
+
+
+def test_unfinished_migration_starts_over(tmp_path):
+    s = open_store(tmp_path)
+    res = s.put([request(keys="k") for _ in range(3)])
+    s.close()
+    (tmp_path / "index" / "keys.idx").write_bytes(
+        b"".join(_old_entry("T#k", r.phys_offset, r.size, r.store_timestamp) for r in res))
+    # the IndexFile written before (and one a half-done migration would leave) is replaced
+    s = open_store(tmp_path)
+    assert s.index.entries == 3 and len(_offsets(s.query_by_key("T", "k", 10))) == 3
+    s.close()
+
+
+def test_invalid_index_file_is_deleted_at_load(tmp_path):
+    s = open_store(tmp_path)
+    s.put([request(keys="k")])
+    s.close()
+    path = tmp_path / "index" / "20000101000000000"
+    path.write_bytes(bytes(HEADER_SIZE + ENTRY.size))  # created, header never written
+    with capture_logs() as logs:
+        s = open_store(tmp_path)
+    assert any(e["event"] == "index.invalid_file_deleted" for e in logs) and not path.exists()
+    assert len(s.query_by_key("T", "k", 10).buffers) == 1
+    s.close()
