@@ -89,11 +89,11 @@ def bench_delay_drain(quick: bool) -> dict:
             runs[key] = drain_run(n, levels, async_deliver, delay_s)
     head = {f"{k}_msg_s": v.get("rate_first_to_last") for k, v in runs.items()}
     head.update({f"{k}_cpu_us": v.get("cpu_us_per_delivered_msg") for k, v in runs.items()})
-    best = max((v.get("rate_first_to_last") or 0) for v in runs.values())
+    worst = min((v.get("rate_first_to_last") or 0) for v in runs.values())
     return {"config": {"n": n, "level_delay_s": delay_s, "topic_queues": TOPIC_QUEUES,
                        "measure": "STORETIMESTAMP of every delivered record (the drain starts before the ready line, so polling GET_MAX_OFFSET after ready sees it already done); GET_MAX_OFFSET polled to know when all are in; CPU from /proc sampled every 10 ms since spawn, between the first and last delivered store ts"},
             "raw": runs, "headline": head,
-            "target": ">= 125,000 msg/s", "met": best >= 125000}
+            "target": ">= 125,000 msg/s in every variant", "met": worst >= 125000}
 
 
 def bench_delay_cpu(quick: bool) -> dict:
