@@ -234,55 +234,33 @@ class Connection(asyncio.Protocol):
         closing (the command is dropped)."""
         if self.is_closing:
             return False
+        return self.write_frame_pieces(encode_frame(cmd))
+
+    def write_frames(self, data: bytes) -> bool:
+        """`write_command` for frames already encoded (one or several, length prefixes included)."""
+        return self._queue_out([data], len(data))
+
+    def write_frame_pieces(self, parts: list) -> bool:
+        """`write_command` for one frame already encoded as pieces (`encode_frame`'s shape: the first
+        starts with the length prefix; body slices uncopied). The list may be extended in place."""
+        return self._queue_out(parts, _FRAME_LEN.unpack_from(parts[0])[0])
+
+    def _queue_out(self, parts: list, nbytes: int) -> bool:
+        if self.is_closing:
+            return False
         self.last_activity = _monotonic()
-        parts = encode_frame(cmd)
         out = self._out
         if out is None:
             # first frame of this tick: the rest of the tick's frames join it and go out with one
             # writelines (one send syscall for a pipelined burst instead of one per response)
-            self._out = out = parts
+            self._out = parts
             self._out_bytes = 0
             self.loop.call_soon(self._flush_out)
         else:
             out += parts
-        self._out_bytes += _FRAME_LEN.unpack_from(parts[0])[0]
+        self._out_bytes += nbytes
         if self._out_bytes >= _OUT_FLUSH_BYTES:
             self._flush_out()  # big output goes to the transport now, so pause_writing stays exact
-        return True
-
-    def write_frames(self, data: bytes) -> bool:
-        """`write_command` for frames already encoded (one or several, length prefixes included)."""
-        if self.is_closing:
-            return False
-        self.last_activity = _monotonic()
-        out = self._out
-        if out is None:
-            self._out = [data]
-            self._out_bytes = 0
-            self.loop.call_soon(self._flush_out)
-        else:
-            out.append(data)
-        self._out_bytes += len(data)
-        if self._out_bytes >= _OUT_FLUSH_BYTES:
-            self._flush_out()
-        return True
-
-    def write_frame_pieces(self, parts: list) -> bool:
-        """`write_command` for one frame already encoded as pieces (`encode_frame`'s shape: the first
-        starts with the length prefix; body slices uncopied)."""
-        if self.is_closing:
-            return False
-        self.last_activity = _monotonic()
-        out = self._out
-        if out is None:
-            self._out = out = parts
-            self._out_bytes = 0
-            self.loop.call_soon(self._flush_out)
-        else:
-            out += parts
-        self._out_bytes += _FRAME_LEN.unpack_from(parts[0])[0]
-        if self._out_bytes >= _OUT_FLUSH_BYTES:
-            self._flush_out()
         return True
 
     def _flush_out(self) -> None:
