@@ -51,12 +51,42 @@ def _int(v: Any) -> int:
 _TRACE_V2_LEN = 1 + len(TRACE_FIELDS)  # [2, event, kind, level, topic, msgId, uniqKey, bornTs, storeTs, dueTs, deliveredTs]
 
 
+_TRACE_V3_LEN = 12  # [3, event, kind, level, msgIdPrefix, topics, offsets, uniqKeys, bornTs, storeTs, dueTs, deliveredTs]
+
+
+def _text(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return str(v)
+
+
+def _v3_rows(m: list) -> Iterator[tuple]:
+    """The events of one v3 record (a run, column by column): one row per offset. A record whose
+    columns do not line up is skipped whole rather than read misaligned."""
+    _, e, kind, level, prefix, topics, offsets, uniqs, born, store, due, delivered = m[:_TRACE_V3_LEN]
+    cols = (topics, offsets, uniqs, born, store, due)
+    if not all(isinstance(c, list) for c in cols):
+        return
+    n = len(offsets)
+    per = delivered if isinstance(delivered, list) else [delivered] * n
+    if any(len(c) != n for c in cols) or len(per) != n:
+        return
+    e, kind, level, prefix = str(e), str(kind), _int(level), _text(prefix)
+    for t, o, u, b, s, d, x in zip(topics, offsets, uniqs, born, store, due, per, strict=True):
+        yield (e, kind, level, str(t), f"{prefix}{_int(o):016X}", _text(u), _int(b), _int(s), _int(d), _int(x))
+
+
 def trace_rows(data: bytes) -> Iterator[tuple]:
-    """Scheduled-message trace events as tuples in TRACE_FIELDS order. Reads both formats the broker
-    has written: v2 arrays `[2, event, kind, ...]` and v1 maps `{"v":1,"event":...}`."""
+    """Scheduled-message trace events as tuples in TRACE_FIELDS order. Reads every format the broker
+    has written: v3 runs `[3, event, kind, level, msgIdPrefix, topics, offsets, ...]` (one record per
+    delivery batch), v2 arrays `[2, event, kind, ...]` and v1 maps `{"v":1,"event":...}`."""
     for m in iter_msgpack_records(data):
         if isinstance(m, list):
-            if len(m) >= _TRACE_V2_LEN and m[0] == 2:
+            if len(m) >= _TRACE_V3_LEN and m[0] == 3:
+                yield from _v3_rows(m)
+            elif len(m) >= _TRACE_V2_LEN and m[0] == 2:
                 e, kind, level, topic, msg_id, uniq, born, store, due, delivered = m[1:_TRACE_V2_LEN]
                 yield (str(e), str(kind), _int(level), str(topic), str(msg_id), str(uniq or ""),
                        _int(born), _int(store), _int(due), _int(delivered))

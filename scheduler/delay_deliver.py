@@ -20,7 +20,7 @@ import time
 import structlog
 
 from codec.delivery_batch import build_delivery_batch
-from codec.record import build_deliveries
+from codec.record import POS_SYS_FLAG, build_deliveries
 from scheduler.async_deliver import (
     EXCEPTION,
     RUNNING,
@@ -30,7 +30,7 @@ from scheduler.async_deliver import (
     PendingEntry,
     flush_ok,
 )
-from scheduler.events import fire_rows
+from scheduler.events import EventColumns, fire_columns
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.stats import LevelStats
 from storage.message_store import PutRequest, PutStatus
@@ -38,7 +38,6 @@ from storage.message_store import PutRequest, PutStatus
 log = structlog.get_logger(__name__)
 
 _UNIT = struct.Struct(">qiq")  # phys offset, size, tagsCode (= deliver timestamp)
-_SYS_FLAG = struct.Struct(">i")  # at 36
 _BORN_STORE_TS = (struct.Struct(">q8xq"), struct.Struct(">q20xq"))  # from 40, by the BORNHOST_V6 bit
 UNIT_SIZE = 20
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -149,8 +148,7 @@ class LevelDeliverer:
             log.warning("delay.skip_unreadable", level=self.level, count=len(batch.dropped), offset=base)
         infos = None
         if self.svc.listeners:
-            uniqs = batch.uniqs
-            infos = _event_infos(raws, batch.source, uniqs)
+            infos = _event_infos(raws, batch)
             self._fire_due(batch, spans, dues, infos)
         if handler is None:
             await self._deliver_sync(batch, dues, infos)
@@ -214,7 +212,7 @@ class LevelDeliverer:
             st.add_delivered(n)
             st.lateness.observe_many([ts - dues[i] for i in src])
             if infos is not None:
-                self._fire_delivered(batch.dests, res.phys, infos, [dues[i] for i in src], ts)
+                self._fire_delivered(infos.topics, res.phys, infos, [dues[i] for i in src], ts)
             return
         failed = []
         for j, i in enumerate(src):
@@ -269,21 +267,24 @@ class LevelDeliverer:
         st = self.stats
         st.add_delivered(1)
         st.record_lateness(store_ts - due)
-        self._fire_delivered(((topic,),), (phys,), (info,), (due,), store_ts)
+        self._fire_one(due, info, store_ts, phys, topic)
 
-    def _fire_delivered(self, dests, phys, infos, dues, store_ts: int) -> None:
-        """"delivered" events for a run stored at `store_ts` (one row per message, scheduler.events)."""
-        prefix, level = self.svc.msg_id_prefix(), self.level
-        fire_rows(self.svc.listeners, "delivered", [
-            ("level", level, dest[0], f"{prefix}{p:016X}", info[1], info[2], info[0], due, store_ts)
-            for dest, p, info, due in zip(dests, phys, infos, dues, strict=True)])
+    def _fire_one(self, due: int, info, store_ts: int, phys: int, topic: str) -> None:
+        stored, uniq, born = info
+        fire_columns(self.svc.listeners, "delivered", EventColumns(
+            "level", self.level, self.svc.msg_id_prefix(), [topic], [phys], [uniq], [born], [stored], [due], store_ts))
 
-    def _fire_due(self, batch, spans, dues, infos) -> None:
-        prefix, level, dests = self.svc.msg_id_prefix(), self.level, batch.dests
-        fire_rows(self.svc.listeners, "due", [
-            ("level", level, dests[j][0], f"{prefix}{spans[i][0]:016X}", infos[j][1], infos[j][2], infos[j][0],
-             dues[i], 0)
-            for j, i in enumerate(batch.source)])
+    def _fire_delivered(self, topics, phys, infos: EventInfos, dues, store_ts: int) -> None:
+        """One "delivered" event per message of a run stored at `store_ts`, handed over as columns."""
+        fire_columns(self.svc.listeners, "delivered", EventColumns(
+            "level", self.level, self.svc.msg_id_prefix(), topics, phys, infos.uniqs, infos.born_ts,
+            infos.store_ts, dues, store_ts))
+
+    def _fire_due(self, batch, spans, dues, infos: EventInfos) -> None:
+        src = batch.source
+        fire_columns(self.svc.listeners, "due", EventColumns(
+            "level", self.level, self.svc.msg_id_prefix(), infos.topics, [spans[i][0] for i in src], infos.uniqs,
+            infos.born_ts, infos.store_ts, [dues[i] for i in src], 0))
 
     # ---- async ---------------------------------------------------------------------------
     def _deliver_async(self, batch, base, spans, dues, infos) -> None:
@@ -293,7 +294,7 @@ class LevelDeliverer:
         if n and not batch.dropped:
             res = self.store.put_batch(batch)
             if res.statuses is None:  # the common case: one pending entry for the whole run
-                topics = [dest[0] for dest in batch.dests] if infos is not None else None
+                topics = infos.topics if infos is not None else None
                 self.handler.extend((PendingBatch(base, spans, dues, res.flushed, res.store_timestamp, res.phys,
                                                   topics, infos),))
                 return
@@ -356,10 +357,10 @@ class LevelDeliverer:
             for e in entries:
                 if type(e) is PendingBatch:
                     if e.infos is not None:
-                        self._fire_delivered([(t,) for t in e.topics], e.dphys, e.infos, e.dues, e.store_ts)
+                        self._fire_delivered(e.topics, e.dphys, e.infos, e.dues, e.store_ts)
                 elif e.info is not None and e.dphys >= 0:
                     topic, info = e.info
-                    self._fire_delivered(((topic,),), (e.dphys,), (info,), (e.due,), e.store_ts)
+                    self._fire_one(e.due, info, e.store_ts, e.dphys, topic)
 
     # ---- visibility ----------------------------------------------------------------------
     def max_offset(self) -> int:
@@ -381,14 +382,25 @@ def _set_done(fut: asyncio.Future) -> None:
         fut.set_result(None)
 
 
-def _event_infos(raws, source, uniqs) -> list[tuple[int, str, int]]:
-    """What the due/delivered events need from each delivered schedule record, computed once per
-    message: (schedule store timestamp, uniqKey, born timestamp)."""
-    sys_flag = _SYS_FLAG.unpack_from
-    out = []
-    for j, i in enumerate(source):
-        raw = raws[i]
-        born, stored = _BORN_STORE_TS[(sys_flag(raw, 36)[0] & 0x10) >> 4].unpack_from(raw, 40)
-        uniq = uniqs[j]
-        out.append((stored, uniq.decode("utf-8", "replace") if uniq else "", born))
-    return out
+class EventInfos:
+    """What the due / delivered events need from each delivery j of a batch (in `batch.source` order),
+    column by column: real topic, schedule record store timestamp, UNIQ_KEY (bytes or None), born
+    timestamp. `infos[j]` is one message's (store ts, uniqKey, bornTs), for the per-message paths."""
+
+    __slots__ = ("topics", "store_ts", "uniqs", "born_ts")
+
+    def __init__(self, topics: list[str], store_ts: list[int], uniqs: list, born_ts: list[int]) -> None:
+        self.topics, self.store_ts, self.uniqs, self.born_ts = topics, store_ts, uniqs, born_ts
+
+    def __getitem__(self, j: int) -> tuple:
+        u = self.uniqs[j]
+        return (self.store_ts[j], u.decode("utf-8", "replace") if u else "", self.born_ts[j])
+
+
+def _event_infos(raws, batch) -> EventInfos:
+    """The event columns of a delivery batch, read once per message from its schedule record."""
+    ts = _BORN_STORE_TS
+    # (born, store) timestamps from 40; where STORETIMESTAMP is depends on SYSFLAG's BORNHOST_V6 bit
+    pairs = [ts[(raw[POS_SYS_FLAG + 3] & 0x10) >> 4].unpack_from(raw, 40)
+             for raw in map(raws.__getitem__, batch.source)]
+    return EventInfos([d[0] for d in batch.dests], [p[1] for p in pairs], batch.uniqs, [p[0] for p in pairs])

@@ -164,12 +164,15 @@ def _fill_absent(row: tuple) -> tuple:
 
 
 class TraceWriter:
-    """One record per scheduled-message event (accepted / due / delivered): a msgpack array
-    `[2, event, *FIELDS]` (trace format v2, ARCHITECTURE.md). Positional, not a map: packing the
-    nine keys of every event cost more than the rest of a delivery did."""
+    """Scheduled-message events (accepted / due / delivered) as msgpack arrays (ARCHITECTURE.md):
+    a run the scheduler hands over column by column (`columns`, the delay-level drain) is ONE
+    record `[3, event, kind, level, msgIdPrefix, topics, offsets, uniqKeys, bornTs, storeTs, dueTs,
+    deliveredTs]` (trace format v3); a row (`many`, `__call__`) is one record `[2, event, *FIELDS]`
+    (v2). Positional, not maps, and columns, not rows: packing nine keys per event, then one tuple
+    and msgId string per event, cost more than the rest of a delivery did."""
 
     FIELDS = _TRACE_FIELDS
-    VERSION = 2
+    VERSION = 3
 
     def __init__(self, writer: RotatingMsgpackWriter) -> None:
         self.writer = writer
@@ -178,6 +181,13 @@ class TraceWriter:
 
     def __call__(self, event: str, **fields) -> None:
         self.many(event, [tuple(fields.get(k) for k in self.FIELDS)])
+
+    def columns(self, event: str, c) -> None:
+        """A run of events (scheduler.events.EventColumns) as one v3 record."""
+        if event not in self.EVENTS:
+            return
+        self.writer.write([3, event, c.kind, c.level, c.msg_id_prefix, c.topics, c.offsets, c.uniq_keys,
+                           c.born_ts, c.store_ts, c.due_ts, c.delivered_ts])
 
     def many(self, event: str, rows: list[tuple]) -> None:
         """A batch of events, each row in scheduler.events.EVENT_FIELDS order (== FIELDS), packed in

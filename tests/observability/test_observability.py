@@ -117,3 +117,38 @@ def test_trace_reader_takes_v1_maps_v2_arrays_and_a_torn_tail(tmp_path):
     assert rows[0] == ("delivered", "level", 2, "T", "M", "U", 1, 2, 3, 4)
     assert rows[1] == ("delivered", "timer", 0, "T", "M0", "U", 1, 2, 3, 4)
     assert rows[-1] == ("delivered", "timer", 0, "T", "M69999", "U", 1, 2, 3, 4)
+
+
+def test_a_column_batch_is_one_v3_record_that_reads_back_as_the_rows_it_stands_for(tmp_path):
+    """The delay-level drain hands events over column by column (scheduler.events.EventColumns):
+    the trace writer packs the run as ONE v3 record; the reader yields the same rows the columns
+    stand for (msgIds formatted from prefix + offset, bytes / None uniq keys as text) and a
+    plain listener still gets one keyword call per event. A record whose columns do not line up,
+    and a torn one, are skipped without losing the records before them."""
+    import msgpack
+
+    from scheduler.events import EVENT_FIELDS, EventColumns, fire_columns
+
+    prefix = "7F00000100002A9F"
+    cols = EventColumns("level", 2, prefix, ["T1", "T2", "T1"], [0, 4096, 0xABCDEF012], [b"U1", None, "U3"],
+                        [1, 2, 3], [10, 20, 30], [100, 200, 300], 999)
+    expected = [("level", 2, "T1", prefix + "0000000000000000", "U1", 1, 10, 100, 999),
+                ("level", 2, "T2", prefix + "0000000000001000", "", 2, 20, 200, 999),
+                ("level", 2, "T1", prefix + "0000000ABCDEF012", "U3", 3, 30, 300, 999)]
+    assert cols.rows() == expected
+    w = RotatingMsgpackWriter(str(tmp_path), "t")
+    trace, calls = TraceWriter(w), []
+    fire_columns([trace, lambda event, **f: calls.append((event, f))], "delivered", cols)
+    fire_columns([trace], "idle", cols)  # not a trace event
+    per = EventColumns("level", 1, prefix, ["T"], [7], [b"U"], [1], [2], [3], [4])  # deliveredTs per message
+    fire_columns([trace], "due", per)
+    w.write([3, "due", "level", 1, prefix, ["T"], [1, 2], [b"U"], [1], [2], [3], 0])  # misaligned columns
+    w.close()
+    [f] = os.listdir(tmp_path)
+    data = (tmp_path / f).read_bytes()
+    records = list(msgpack.Unpacker(open(tmp_path / f, "rb"), raw=False))
+    assert len(records) == 3 and records[0][0] == 3 and records[0][1] == "delivered"
+    rows = list(readers.trace_rows(data + msgpack.packb([3, "due"])[:-1]))
+    assert rows == [("delivered", *r) for r in expected] + [("due", "level", 1, "T", prefix + "0000000000000007",
+                                                              "U", 1, 2, 3, 4)]
+    assert calls == [("delivered", dict(zip(EVENT_FIELDS, r, strict=True))) for r in expected]
