@@ -68,9 +68,10 @@ def drain_run(n: int, levels: list[int], async_deliver: bool, delay_s: int) -> d
             for t in ts:
                 per_100ms[(t - ts[0]) // 100] = per_100ms.get((t - ts[0]) // 100, 0) + 1
             out.update({
-                "first_delivery_after_spawn_ms": ts[0] - restart_ms, "drain_span_ms": span_ms,
+                "first_delivery_after_spawn_ms": ts[0] - restart_ms, "first_delivery_ms": ts[0], "drain_span_ms": span_ms,
                 "rate_first_to_last": round(delivered / span_ms * 1000, 1),
                 "best_100ms_rate": max(per_100ms.values()) * 10,
+                "per_100ms": [per_100ms.get(i, 0) for i in range(max(per_100ms) + 1)],
                 "cpu_s_during_drain": round(cpu_s, 3),
                 "cpu_us_per_delivered_msg": round(cpu_s / delivered * 1e6, 1),
                 "cpu_sampling_ms": 10})

@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from codec.delivery_batch import build_delivery_batch
 from codec.record import MessageRecord, build_deliveries, encode_record, read_store_timestamp
+from codec.record_rewrite import tail_span
 from tests.codec.strategies import BOUNDED
 from tests.codec.test_record_rewrite import schedule_records
 
@@ -37,3 +38,29 @@ def test_drop_topic_and_key_inside_a_value():
     batch = build_delivery_batch([encode_record(half), encode_record(tricky)], "RMQ_SYS_TRANS_HALF_TOPIC")
     assert batch.dropped == [0] and batch.source == [1]
     assert batch.dests == [("Real", 3)] and batch.tags_codes == [0] and batch.keys == [()]
+
+
+def test_any_key_may_come_first_whatever_the_properties_length():
+    """Keys are searched in place, from the low byte of PROPERTIESLENGTH on: a key that is the first
+    property (no \\x02 before it) is still found, also when that length byte happens to be \\x02, and
+    the result is the per-record rewrite's (build_deliveries) every time."""
+    keys = ["REAL_TOPIC", "TAGS", "UNIQ_KEY", "KEYS"]
+    values = {"REAL_TOPIC": "Real", "REAL_QID": "5", "TAGS": "TagA", "UNIQ_KEY": "U" * 32, "KEYS": "k1 k2"}
+    raws = []
+    for first in keys:
+        for pad in range(0, 300):
+            props = {first: values[first], "PAD": "p" * pad}
+            props.update((k, v) for k, v in values.items() if k != first)
+            raws.append(encode_record(MessageRecord(topic="SCHEDULE_TOPIC_XXXX", body=b"b", properties=props)))
+    one = build_deliveries(raws)
+    batch = build_delivery_batch(raws)
+    assert batch.dropped == [] and len(batch) == len(raws)
+    low_is_separator = 0
+    for j, (record, topic, qid, tags_code, keys_, uniq) in enumerate(one):
+        assert batch.record(j) == record
+        assert batch.dests[j] == (topic, qid) == ("Real", 5)
+        assert batch.tags_codes[j] == tags_code != 0
+        assert batch.keys[j] == keys_ == (b"k1", b"k2", b"U" * 32) and batch.uniqs[j] == uniq
+        _, ppos, _ = tail_span(raws[j])
+        low_is_separator += raws[j][ppos + 1] == 2
+    assert low_is_separator  # the case where the length's low byte is \x02 was met
