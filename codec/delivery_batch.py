@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import struct
 
-from codec.errors import CodecError
 from codec.properties import index_keys
-from codec.record import MAGIC_CODE, POS_MAGIC, POS_QUEUE_ID, store_timestamp_pos
-from codec.record_rewrite import _BODY_LEN_POS, _MAGIC_SYS_FLAG, _qid, _topic, tags_code
+from codec.record import POS_QUEUE_ID, POS_SYS_FLAG, store_timestamp_pos
+from codec.record_rewrite import _qid, _topic, tags_code, tail_span
 
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
@@ -90,15 +89,14 @@ def _dest_of_tail(tail: bytes, pb: bytes) -> tuple[tuple[str, int], bytes] | Non
 
 
 def build_delivery_batch(raws, drop_topic: str | None = None) -> DeliveryBatch:
-    """messageTimeup for each stored schedule record (bytes, any other buffer, or None); see the
-    module docstring. Raises CodecError on a malformed record."""
+    """messageTimeup for each stored schedule record (a buffer, or None); see the module docstring.
+    Raises CodecError on a malformed record."""
     out = DeliveryBatch()
     buf = out.buf
     starts, dests, tcodes, keys_out, uniqs, ts_pos, source, dropped = (
         out.starts, out.dests, out.tags_codes, out.keys, out.uniqs, out.ts_pos, out.source, out.dropped)
     pack_i32 = _I32.pack_into
-    unpack_i32, unpack_i16, unpack_head = _I32.unpack_from, _I16.unpack_from, _MAGIC_SYS_FLAG.unpack_from
-    body_len_at, tsp = _BODY_LEN_POS, _TS_POS
+    tsp = _TS_POS
     k_topic, k_tags, k_keys, k_uniq = _K_TOPIC, _K_TAGS, _K_KEYS, _K_UNIQ
     cached = _dests.get
     tcode = tags_code
@@ -107,36 +105,16 @@ def build_delivery_batch(raws, drop_topic: str | None = None) -> DeliveryBatch:
         if raw is None:
             dropped.append(idx)
             continue
-        if raw.__class__ is not bytes:
-            raw = bytes(raw)  # bytes.find with bounds: the properties are searched where they lie
-        try:  # tail_span, inline: this loop runs once per delivered message
-            magic, sf = unpack_head(raw, POS_MAGIC)
-            bl = body_len_at[(sf & 0x30) >> 4]
-            blen = unpack_i32(raw, bl)[0]
-            tpos = bl + 4 + blen
-            ppos = tpos + 1 + raw[tpos]
-            pend = ppos + 2 + unpack_i16(raw, ppos)[0]
-        except (struct.error, IndexError):
-            raise CodecError("truncated record") from None
-        if magic != MAGIC_CODE:
-            raise CodecError("not a stored message record (bad magic)")
-        if blen < 0 or pend < ppos + 2 or pend > len(raw):
-            raise CodecError("record length fields out of range")
-        # "\x02KEY\x01" searched from the low byte of PROPERTIESLENGTH on can only match at a key
-        # boundary (at ppos + 1 only if that byte is \x02 and KEY is the first key); a first key is
-        # otherwise found by _first
-        p1 = ppos + 1
-        i = raw.find(k_topic, p1, pend)
+        tpos, ppos, pend = tail_span(raw)
+        pb = b"\x02" + raw[ppos + 2:pend]
+        i = pb.find(k_topic)
         if i < 0:
-            i = _first(raw, ppos, k_topic)
-            if i < 0:
-                dropped.append(idx)
-                continue
-        # "\x02REAL_TOPIC..REAL_QID.." as the put hook appends them: one cached lookup for both
-        tail = raw[i:pend] if i > p1 else b"\x02" + raw[ppos + 2:pend]
+            dropped.append(idx)
+            continue
+        tail = pb[i:]  # "REAL_TOPIC..REAL_QID.." as the put hook appends them: one cached lookup for both
         d = cached(tail)
         if d is None:
-            d = _dest_of_tail(tail, b"\x02" + raw[ppos + 2:pend])
+            d = _dest_of_tail(tail, pb)
             if d is None:
                 dropped.append(idx)
                 continue
@@ -150,43 +128,31 @@ def build_delivery_batch(raws, drop_topic: str | None = None) -> DeliveryBatch:
         end = len(buf)
         pack_i32(buf, pos, end - pos)
         pack_i32(buf, pos + POS_QUEUE_ID, dest[1])
-        ts_pos.append(pos + tsp[(sf & 0x10) >> 4])  # BORNHOST_V6 moves STORETIMESTAMP
+        ts_pos.append(pos + tsp[(raw[POS_SYS_FLAG + 3] & 0x10) >> 4])  # SYSFLAG's low byte: BORNHOST_V6
         pos = end
         starts.append(end)
         dests.append(dest)
         source.append(idx)
-        i = raw.find(k_tags, p1, pend)
-        if i < 0:
-            i = _first(raw, ppos, k_tags)
+        i = pb.find(k_tags)
         if i < 0:
             tcodes.append(0)
         else:
-            e = raw.find(b"\x02", i + 6, pend)
-            tcodes.append(tcode(raw[i + 6:pend if e < 0 else e]))
-        i = raw.find(k_uniq, p1, pend)
-        if i < 0:
-            i = _first(raw, ppos, k_uniq)
+            e = pb.find(b"\x02", i + 6)
+            tcodes.append(tcode(pb[i + 6:] if e < 0 else pb[i + 6:e]))
+        i = pb.find(k_uniq)
         if i < 0:
             uniq = None
         else:
-            e = raw.find(b"\x02", i + 10, pend)
-            uniq = raw[i + 10:pend if e < 0 else e] or None
+            e = pb.find(b"\x02", i + 10)
+            uniq = (pb[i + 10:] if e < 0 else pb[i + 10:e]) or None
         uniqs.append(uniq)
-        i = raw.find(k_keys, p1, pend)
-        if i < 0:
-            i = _first(raw, ppos, k_keys)
+        i = pb.find(k_keys)
         if i < 0:
             keys_out.append((uniq,) if uniq else ())
         else:
-            e = raw.find(b"\x02", i + 6, pend)
-            keys_out.append(index_keys(raw[i + 6:pend if e < 0 else e], uniq))
+            e = pb.find(b"\x02", i + 6)
+            keys_out.append(index_keys(pb[i + 6:] if e < 0 else pb[i + 6:e], uniq))
     return out
-
-
-def _first(raw: bytes, ppos: int, key: bytes) -> int:
-    """ppos + 1 when `key` ("\\x02KEY\\x01") is the first property of the record whose
-    PROPERTIESLENGTH is at ppos (the value then starts at ppos + 1 + len(key)), else -1."""
-    return ppos + 1 if raw.startswith(key[1:], ppos + 2) else -1
 
 
 __all__ = ["DeliveryBatch", "build_delivery_batch"]

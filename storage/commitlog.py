@@ -144,8 +144,8 @@ class CommitLog:
         return mf.slice(pos, total)
 
     def read_records(self, spans) -> list:
-        """Each record (phys, size) as bytes, or None where no valid record of that size starts, in one
-        loop that keeps the current segment (a batch of ConsumeQueue units mostly points into one)."""
+        """`read_record(phys, size)` for each (phys, size), in one loop that keeps the current
+        segment (a batch of ConsumeQueue units mostly points into one segment)."""
         out = []
         append = out.append
         head = R.read_head
@@ -168,7 +168,7 @@ class CommitLog:
                 append(None)
                 continue
             total, magic = head(mf.mm, pos)
-            append(mf.mm[pos:end] if total == size and magic in magics else None)
+            append(mf.view[pos:end] if total == size and magic in magics else None)
         return out
 
     def store_ts_at(self, phys_offset: int) -> int | None:

@@ -101,9 +101,8 @@ class ReadMixin:
     def read_record(self, phys_offset: int, size: int | None = None) -> memoryview | None:
         return self.commitlog.read_record(phys_offset, size)
 
-    def read_records(self, spans) -> list[bytes | None]:
-        """Each whole record (phys, size) of an iterable as bytes (a copy: the delivery paths search and
-        slice them, which bytes does with no view objects), None where there is no valid record."""
+    def read_records(self, spans) -> list[memoryview | None]:
+        """`read_record(phys, size)` for each (phys, size) of an iterable, in one call (batch reads)."""
         return self.commitlog.read_records(spans)
 
     def lookup_message_by_offset(self, phys_offset: int):
