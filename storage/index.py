@@ -38,6 +38,7 @@ import struct
 import time
 from zlib import crc32
 
+import numpy as np
 import structlog
 
 from codec.codes import SCHEDULE_TOPIC, TIMER_TOPIC
@@ -56,6 +57,11 @@ SWEEP_INTERVAL_S = 5.0
 _NO_INDEX = -1  # cached "topic# CRC" of a topic that gets no entries
 _PHYS = struct.Struct("<q")
 _MAX_NUM = (1 << 31) - 1  # slot values and prevIndex are u32 entry numbers; header counts are i32
+
+
+VECTOR_MIN = 128  # keys in a batch from which numpy chains and packs the entries (below: one by one)
+_ENTRY_DTYPE = np.dtype([("hash", "<u4"), ("phys", "<i8"), ("tdiff", "<i4"), ("prev", "<u4"), ("size", "<i4")])
+assert _ENTRY_DTYPE.itemsize == ENTRY.size  # == index_file.ENTRY, packed
 
 
 class _NoRoom(Exception):
@@ -139,9 +145,34 @@ class IndexService:
         self.add_batch(((topic, keys, phys, size),), ts)
 
     def add_batch(self, entries, ts: int) -> None:
-        """Entries (topic, keys, phys, size) stored at `ts` (ms); keys are non-empty str or UTF-8 bytes."""
+        """Entries (topic, keys, phys, size) stored at `ts` (ms); keys are non-empty str or UTF-8 bytes.
+        Every key's hash first (the one per-key Python step); then a batch that fits the allocated
+        entries of the current file is chained and packed with numpy (`_add_vector`), anything else
+        (a small batch, a chunk boundary, a rotation) one entry at a time (`_add_loop`)."""
         crcs = self._crcs
+        hashes: list[int] = []
+        physs: list[int] = []
+        sizes: list[int] = []
+        for topic, keys, phys, size in entries:
+            c = crcs.get(topic)
+            if c is None:
+                c = self._topic_crc(topic)
+            if c < 0:
+                continue
+            for k in keys:
+                hashes.append(crc32(k.encode() if k.__class__ is str else k, c))
+                physs.append(phys)
+                sizes.append(size)
+        n = len(hashes)
+        if not n:
+            return
         f = self.files[-1] if self.files else None
+        if n >= VECTOR_MIN and f is not None and f.count + n <= f.allocated:
+            self._add_vector(f, hashes, physs, sizes, ts)
+        else:
+            self._add_loop(f, hashes, physs, sizes, ts)
+
+    def _add_loop(self, f: IndexFile | None, hashes, physs, sizes, ts: int) -> None:
         if f is None:
             slots, nslots, cnt, limit, tdiff = None, 1, 0, 0, 0
         else:
@@ -150,27 +181,49 @@ class IndexService:
         buf = bytearray()
         pack = ENTRY.pack
         try:
-            for topic, keys, phys, size in entries:
-                c = crcs.get(topic)
-                if c is None:
-                    c = self._topic_crc(topic)
-                if c < 0:
-                    continue
-                for k in keys:
-                    if k.__class__ is str:
-                        k = k.encode()
-                    h = crc32(k, c)
-                    if cnt == limit:  # the allocated entries are used up: allocate more, or rotate
-                        f, cnt, limit = self._room(f, buf, cnt, ts, phys)
-                        slots, nslots, tdiff = f.slots, f.slot_num, (ts - f.begin_ts) // 1000
-                    s = h % nslots
-                    cnt += 1
-                    buf += pack(h, phys, tdiff, slots[s], size)
-                    slots[s] = cnt
+            for h, phys, size in zip(hashes, physs, sizes, strict=True):
+                if cnt == limit:  # the allocated entries are used up: allocate more, or rotate
+                    f, cnt, limit = self._room(f, buf, cnt, ts, phys)
+                    slots, nslots, tdiff = f.slots, f.slot_num, (ts - f.begin_ts) // 1000
+                s = h % nslots
+                cnt += 1
+                buf += pack(h, phys, tdiff, slots[s], size)
+                slots[s] = cnt
         except _NoRoom:
             pass
         if f is not None and cnt > f.count:
             self._commit(f, buf, cnt, ts)
+
+    def _add_vector(self, f: IndexFile, hashes, physs, sizes, ts: int) -> None:
+        """What `_add_loop` writes, for a batch that fits the allocated entries: entry k (number
+        f.count + 1 + k) chains to the newest earlier entry of its slot (in this batch, else the
+        slot's current head) and each touched slot ends at its batch's newest entry."""
+        n = len(hashes)
+        h = np.array(hashes, dtype=np.uint32)
+        nums = np.arange(f.count + 1, f.count + 1 + n, dtype=np.uint32)
+        slot = (h % f.slot_num).astype(np.intp)
+        order = np.argsort(slot, kind="stable")  # by slot, batch order within a slot
+        by_slot = slot[order]
+        nums_by_slot = nums[order]
+        first = np.empty(n, dtype=bool)
+        first[0] = True
+        np.not_equal(by_slot[1:], by_slot[:-1], out=first[1:])
+        last = np.empty(n, dtype=bool)
+        last[-1] = True
+        last[:-1] = first[1:]
+        heads = np.frombuffer(f.slots, dtype=np.uint32)  # the file's slot table, in place
+        prev_by_slot = np.empty(n, dtype=np.uint32)
+        prev_by_slot[1:] = nums_by_slot[:-1]
+        prev_by_slot[first] = heads[by_slot[first]]
+        e = np.empty(n, dtype=_ENTRY_DTYPE)
+        e["hash"] = h
+        e["phys"] = physs
+        e["tdiff"] = (ts - f.begin_ts) // 1000
+        e["prev"][order] = prev_by_slot
+        e["size"] = sizes
+        heads[by_slot[last]] = nums_by_slot[last]
+        del heads
+        self._commit(f, e.tobytes(), f.count + n, ts)
 
     def _commit(self, f: IndexFile, buf: bytearray, cnt: int, ts: int) -> None:
         """The batch's entries (buf, numbered f.count + 1 .. cnt) into `f`; its end phys is the last one's."""

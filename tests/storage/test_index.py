@@ -212,3 +212,37 @@ def test_invalid_index_file_is_deleted_at_load(tmp_path):
     assert any(e["event"] == "index.invalid_file_deleted" for e in logs) and not path.exists()
     assert len(s.query_by_key("T", "k", 10).buffers) == 1
     s.close()
+
+
+def test_a_batch_chained_with_numpy_writes_the_bytes_one_by_one_adds_write(tmp_path):
+    """IndexService.add_batch chains and packs a large batch with numpy; the index file it leaves
+    (slot table and entries) is byte for byte what adding the same keys one at a time leaves, with
+    keys sharing slots inside a batch and with the heads of earlier batches, a chunk boundary (the
+    one-by-one path takes over) and a rotation included."""
+    from storage.index import VECTOR_MIN, IndexService
+
+    def fill(root, batched):
+        idx = IndexService(str(root), None, max_hash_slot_num=7, max_index_num=20_000)
+        idx.load(0)
+        ts, phys, n = 1_700_000_000_000, 0, 0
+        for b in range(60):
+            entries = []
+            for i in range(VECTOR_MIN + b * 7):
+                keys = (f"k{i % 5}", f"U{b}-{i}".encode()) if i % 3 else (f"U{b}-{i}",)
+                entries.append(("T" if i % 4 else "T2", keys, phys, 100 + i))
+                phys += 100 + i
+                n += len(keys)
+            if batched:
+                idx.add_batch(entries, ts)
+            else:
+                for e in entries:
+                    idx.add(*e, ts)
+            ts += 1500
+        assert idx.entries == n
+        files = [open(f.path, "rb").read() for f in idx.files]
+        idx.close()
+        return files
+
+    one_by_one, batched = fill(tmp_path / "a", False), fill(tmp_path / "b", True)
+    assert len(batched) == 2 and [len(x) for x in batched] == [len(x) for x in one_by_one]
+    assert batched == one_by_one
