@@ -10,13 +10,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import signal
 import sys
 
-import structlog
+# numpy (timer wheel, key index) is used for array arithmetic only, never BLAS: without this its
+# OpenBLAS starts a thread pool at import that spins for a while on a 2-CPU host
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from server.config import load_config
-from server.logging import configure
+import structlog  # noqa: E402
+
+from server.config import load_config  # noqa: E402
+from server.logging import configure  # noqa: E402
 
 log = structlog.get_logger("server")
 
