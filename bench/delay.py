@@ -127,7 +127,7 @@ def bench_delay_lateness(quick: bool) -> dict:
     dur = 5 if quick else 20
     runs = {str(r): lateness_run(r, dur) for r in (1000, 10000)}
     search = []
-    for rate in ([2000] if quick else [2000, 3000, 5000, 10000, 20000, 25000, 30000, 35000, 40000]):
+    for rate in ([2000] if quick else [2000, 3000, 5000, 10000, 20000, 25000, 30000, 35000, 40000, 45000, 50000, 60000]):
         r = lateness_run(rate, 5 if quick else 10)
         p99 = r["consumer"].get("lateness_ms", {}).get("p99", float("inf"))
         ok = (r["consumer"]["received"] >= r["producer"]["n"] and p99 < 1000
