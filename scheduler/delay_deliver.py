@@ -20,7 +20,7 @@ import time
 import structlog
 
 from codec.delivery_batch import build_delivery_batch
-from codec.record import POS_SYS_FLAG, build_deliveries
+from codec.record import build_deliveries
 from scheduler.async_deliver import (
     EXCEPTION,
     RUNNING,
@@ -30,6 +30,7 @@ from scheduler.async_deliver import (
     PendingEntry,
     flush_ok,
 )
+from scheduler.delay_events import EventInfos, event_infos
 from scheduler.events import EventColumns, fire_columns
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.stats import LevelStats
@@ -38,7 +39,6 @@ from storage.message_store import PutRequest, PutStatus
 log = structlog.get_logger(__name__)
 
 _UNIT = struct.Struct(">qiq")  # phys offset, size, tagsCode (= deliver timestamp)
-_BORN_STORE_TS = (struct.Struct(">q8xq"), struct.Struct(">q20xq"))  # from 40, by the BORNHOST_V6 bit
 UNIT_SIZE = 20
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 DELAY_FOR_A_WHILE_S = 0.1
@@ -148,7 +148,7 @@ class LevelDeliverer:
             log.warning("delay.skip_unreadable", level=self.level, count=len(batch.dropped), offset=base)
         infos = None
         if self.svc.listeners:
-            infos = _event_infos(raws, batch)
+            infos = event_infos(raws, batch)
             self._fire_due(batch, spans, dues, infos)
         if handler is None:
             await self._deliver_sync(batch, dues, infos)
@@ -380,27 +380,3 @@ class LevelDeliverer:
 def _set_done(fut: asyncio.Future) -> None:
     if not fut.done():
         fut.set_result(None)
-
-
-class EventInfos:
-    """What the due / delivered events need from each delivery j of a batch (in `batch.source` order),
-    column by column: real topic, schedule record store timestamp, UNIQ_KEY (bytes or None), born
-    timestamp. `infos[j]` is one message's (store ts, uniqKey, bornTs), for the per-message paths."""
-
-    __slots__ = ("topics", "store_ts", "uniqs", "born_ts")
-
-    def __init__(self, topics: list[str], store_ts: list[int], uniqs: list, born_ts: list[int]) -> None:
-        self.topics, self.store_ts, self.uniqs, self.born_ts = topics, store_ts, uniqs, born_ts
-
-    def __getitem__(self, j: int) -> tuple:
-        u = self.uniqs[j]
-        return (self.store_ts[j], u.decode("utf-8", "replace") if u else "", self.born_ts[j])
-
-
-def _event_infos(raws, batch) -> EventInfos:
-    """The event columns of a delivery batch, read once per message from its schedule record."""
-    ts = _BORN_STORE_TS
-    # (born, store) timestamps from 40; where STORETIMESTAMP is depends on SYSFLAG's BORNHOST_V6 bit
-    pairs = [ts[(raw[POS_SYS_FLAG + 3] & 0x10) >> 4].unpack_from(raw, 40)
-             for raw in map(raws.__getitem__, batch.source)]
-    return EventInfos([d[0] for d in batch.dests], [p[1] for p in pairs], batch.uniqs, [p[0] for p in pairs])
