@@ -94,6 +94,7 @@ class BrokerConfig:
     metrics_export_interval_ms: int = 10000
     export_interval_ms: int = 10000
     shutdown_drain_timeout_ms: int = 5000
+    grpc_listen_port: int = 8081  # RocketMQ 5 gRPC MessagingService (server/grpc); 0 = off
 
     # ---- derived -------------------------------------------------------------------------
     @property
