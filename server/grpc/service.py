@@ -336,7 +336,9 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             if batch <= 0:
                 raise GrpcError(Code.BAD_REQUEST, f"batch size {batch} must be positive")
             deadline = self._deadline(context, request.long_polling_timeout, request.HasField("long_polling_timeout"))
-            deliveries = await self.pop.receive(group, topic, request.message_queue.id, min(batch, MAX_BATCH),
+            # like Apache's proxy, a receive pops from all the broker's readable queues of the topic: the
+            # queue a simple consumer names is only its pick of a broker from the route
+            deliveries = await self.pop.receive(group, topic, -1, min(batch, MAX_BATCH),
                                                 invisible, self._filter(request.filter_expression), deadline)
         except GrpcError as e:
             yield spb.ReceiveMessageResponse(status=status(e.code, e.message))
