@@ -44,7 +44,6 @@ from server.processors.send_common import (
     fail,
     int_or_zero,
     ok,
-    status_name,
 )
 from server.processors.send_run import SendRunMixin
 from server.topics import DLQ_PREFIX, NOT_ALLOWED_SEND, RETRY_PREFIX, topic_error
@@ -274,8 +273,8 @@ class SendProcessor(SendRunMixin):
         first = results[0]
         for r in results:
             if r.status is not PUT_OK:
-                name = status_name(r.status)
-                return fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), name, reply_qid)
+                name = r.status.name
+                return fail(cmd, PUT_STATUS_CODES[r.status], name, reply_qid)
         prefix = self._msg_id_prefix
         msg_id = ",".join([f"{prefix}{r.phys_offset:016X}" for r in results])
         self.broker.on_put(topics, results)
