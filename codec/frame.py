@@ -10,6 +10,7 @@ import struct
 
 from codec.codes import SERIALIZE_JSON, SERIALIZE_ROCKETMQ
 from codec.command import (
+    BytesLike,
     RemotingCommand,
     decode_json_header,
     decode_rocketmq_header,
@@ -43,7 +44,7 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
     return cmd
 
 
-def encode_frame(cmd: RemotingCommand) -> list:
+def encode_frame(cmd: RemotingCommand) -> list[BytesLike]:
     """Frame pieces for `transport.writelines`; body slices are passed through uncopied."""
     header = encode_header(cmd)
     hlen = len(header)

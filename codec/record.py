@@ -149,7 +149,7 @@ def _host_field(host: tuple[str, int]) -> tuple[bool, bytes]:
 
 
 @lru_cache(maxsize=4096)
-def _topic_field(topic: str) -> bytes:
+def topic_field(topic: str) -> bytes:
     """A record's topic field: the length byte + UTF-8 topic (cached: topics repeat)."""
     tb = topic.encode("utf-8", "replace")
     if len(tb) > MAX_TOPIC_BYTES:
@@ -188,7 +188,7 @@ def encode_message_bytes(topic: str, body, queue_id: int, flag: int, sys_flag: i
         sys_flag |= SysFlag.BORNHOST_V6
     if store_v6:
         sys_flag |= SysFlag.STOREHOST_V6
-    tf = _topic_field(topic)
+    tf = topic_field(topic)
     if len(properties) > MAX_PROPERTIES_BYTES:
         raise CodecError(f"properties longer than {MAX_PROPERTIES_BYTES} bytes")
     if not isinstance(body, bytes | bytearray):
@@ -370,16 +370,3 @@ def verify_record(buf, pos: int, limit: int | None = None) -> int:
     if body_crc(memoryview(buf)[bpos:bpos + blen]) != crc:
         raise CodecError("BODYCRC mismatch")
     return total
-
-
-# The append/delivery rewrites live in their own room (codec.record_rewrite, which builds on this one);
-# `from codec.record import rewrite_for_delivery` etc. keep working through this module __getattr__.
-_REWRITE_NAMES = frozenset(("build_deliveries", "patch_append_fields", "rewrite_for_delivery"))
-
-
-def __getattr__(name: str):
-    if name in _REWRITE_NAMES:
-        from codec import record_rewrite
-
-        return getattr(record_rewrite, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

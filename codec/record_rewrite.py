@@ -29,11 +29,11 @@ from codec.record import (
     _is_v6,
     _pack_host,
     _tail_positions,
-    _topic_field,
     body_len_pos,
     read_sys_flag,
     reconsume_times_pos,
     store_host_pos,
+    topic_field,
 )
 from codec.tags import java_hash
 
@@ -70,7 +70,7 @@ def rewrite_for_delivery(raw, topic: str, queue_id: int, store_host: tuple[str, 
         raise CodecError("record length fields out of range")
     if store_host is None and reconsume_times is None and properties_bytes is None:
         # the delivery hot path: head + body as they are, the new topic, the properties slice as is
-        tb = _topic_field(topic)
+        tb = topic_field(topic)
         out = bytearray(mv[:tpos])
         out += tb
         out += mv[ppos:ppos + 2 + plen]
@@ -161,7 +161,7 @@ def _topic(b: bytes) -> tuple[str, bytes]:
         if len(_topics) > _CACHE_MAX:
             _topics.clear()
         s = b.decode("utf-8", "replace")
-        t = _topics[b] = (s, _topic_field(s))
+        t = _topics[b] = (s, topic_field(s))
     return t
 
 
