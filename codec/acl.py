@@ -15,7 +15,7 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 
-from codec.command import Body, BytesLike
+from codec.buffers import Body, BytesLike
 
 ACCESS_KEY = "AccessKey"
 SECRET_KEY = "SecretKey"

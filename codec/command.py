@@ -12,6 +12,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from codec.buffers import Body
 from codec.codes import (
     BROKER_VERSION,
     RPC_ONEWAY,
@@ -21,10 +22,6 @@ from codec.codes import (
     LanguageCode,
 )
 from codec.errors import CodecError
-
-BytesLike = bytes | bytearray | memoryview
-# A command body: one buffer, or pieces written back to back (never copied on the way out).
-Body = BytesLike | list[BytesLike] | tuple[BytesLike, ...]
 
 _LANG_BY_ORDINAL = {m.value: m.name for m in LanguageCode}
 _LANG_BY_NAME = {m.name: m.value for m in LanguageCode}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from codec.command import BytesLike
+from codec.buffers import BytesLike
 from codec.properties import index_keys
 from codec.record import POS_QUEUE_ID, POS_SYS_FLAG, store_timestamp_pos
 from codec.record_rewrite import _qid, _topic, tags_code, tail_span

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import struct
 
+from codec.buffers import BytesLike
 from codec.codes import SERIALIZE_JSON, SERIALIZE_ROCKETMQ
 from codec.command import (
-    BytesLike,
     RemotingCommand,
     decode_json_header,
     decode_rocketmq_header,

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import struct
 
+from codec.buffers import BytesLike
 from codec.codes import BROKER_VERSION, RPC_TYPE_RESPONSE, SERIALIZE_JSON, SERIALIZE_ROCKETMQ
-from codec.command import BytesLike, _json_dumps
+from codec.command import _json_dumps
 
 # length prefix, (serType << 24 | headerLen), code, language (JAVA = 0), version, opaque, flag, remark length
 _RMQ_HEAD = struct.Struct(">iihBhIii")
