@@ -45,7 +45,7 @@ run: $(STAMP)
 	$(VENV)/bin/delaymq-broker --store ./store --port 9876
 
 test: setup
-	$(VPY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(VPY) -m pytest -q -rs -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: setup
 	$(VPY) -m bench.run_all
@@ -55,6 +55,7 @@ fuzz: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) $(RMQ5_VENV) node_modules store bench/results
