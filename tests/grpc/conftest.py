@@ -26,11 +26,18 @@ def grpc_broker(broker_factory, config: dict | None = None):
 
 
 class Rmq5Agents(Agents):
-    def rmq5(self, cmd: str, broker, name: str | None = None, **opts) -> AgentProcess:
+    def _start(self, name: str, argv: list[str], env: dict | None = None) -> AgentProcess:
+        work = self.tmp_path / "agents" / f"{next(self._n):02d}-{name}"
+        agent = AgentProcess(name, argv, work, env={"HOME": str(work), **(env or {})}, cond=self.cond)
+        register_diagnostics(self.request, f"agent {name}", agent.diagnostics)
+        self.started.append(agent)
+        return agent.start()
+
+    def rmq5(self, cmd: str, broker, name: str | None = None, env: dict | None = None, **opts) -> AgentProcess:
         if not RMQ5_PYTHON.exists():
             pytest.fail(".venv-rmq5 is missing: run `make setup` (it installs rocketmq-python-client 5.1.2 there)")
         argv = [str(RMQ5_PYTHON), str(RMQ5_AGENT), cmd, "--endpoint", broker.grpc_addr, *_argv_opts(opts)]
-        return self._start(name or f"rmq5-{cmd}", argv)
+        return self._start(name or f"rmq5-{cmd}", argv, env)
 
     def run_rmq5(self, cmd: str, broker, timeout: float = 60.0, expect_code: int = 0, **opts) -> AgentProcess:
         agent = self.rmq5(cmd, broker, **opts)

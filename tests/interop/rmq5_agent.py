@@ -43,7 +43,7 @@ def msg_event(kind: str, m, **extra) -> None:
 
 def produce(a) -> int:
     from rocketmq import Message, Producer
-    p = Producer(config(a), (a.topic,))
+    p = Producer(config(a), (a.topic,), tls_enable=a.tls)
     p.startup()
     try:
         for i in range(a.count):
@@ -121,7 +121,8 @@ def transaction(a) -> int:
 
 def simple(a) -> int:
     from rocketmq import FilterExpression, SimpleConsumer
-    c = SimpleConsumer(config(a), a.group, {a.topic: FilterExpression(a.tag or "*")}, await_duration=a.await_s)
+    c = SimpleConsumer(config(a), a.group, {a.topic: FilterExpression(a.tag or "*")}, await_duration=a.await_s,
+                       tls_enable=a.tls)
     c.startup()
     got = 0
     deadline = time.time() + a.max_seconds
@@ -175,6 +176,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("cmd", choices=["produce", "recall", "transaction", "simple", "push"])
     ap.add_argument("--endpoint", required=True)
+    ap.add_argument("--tls", action="store_true", help="TLS (trust: GRPC_DEFAULT_SSL_ROOTS_FILE_PATH)")
     ap.add_argument("--ak", default="")
     ap.add_argument("--sk", default="")
     ap.add_argument("--request-timeout", type=int, default=5)
