@@ -19,6 +19,7 @@ import time
 
 import structlog
 
+from codec.codes import RMQ_SYS_TRANS_HALF_TOPIC, SCHEDULE_TOPIC
 from codec.delivery_batch import build_delivery_batch
 from codec.record_rewrite import build_deliveries
 from scheduler.async_deliver import (
@@ -32,7 +33,6 @@ from scheduler.async_deliver import (
 )
 from scheduler.delay_events import EventInfos, event_infos
 from scheduler.events import EventColumns, fire_columns
-from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.stats import LevelStats
 from storage.message_store import PutRequest, PutStatus
 
@@ -40,7 +40,7 @@ log = structlog.get_logger(__name__)
 
 _UNIT = struct.Struct(">qiq")  # phys offset, size, tagsCode (= deliver timestamp)
 UNIT_SIZE = 20
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+HALF_TOPIC = RMQ_SYS_TRANS_HALF_TOPIC
 DELAY_FOR_A_WHILE_S = 0.1
 DELAY_FOR_A_PERIOD_S = 10.0
 PUT_OK = PutStatus.PUT_OK
