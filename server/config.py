@@ -162,12 +162,21 @@ class BrokerConfig:
             if problem:
                 raise ConfigError(self.key_for(f.name), problem)
 
+    def public_properties(self) -> dict[str, str]:
+        """`to_properties` with the values of `PRIVATE_KEYS` (key and ACL file paths) left out: what
+        GET_BROKER_CONFIG answers."""
+        return {k: ("" if k in PRIVATE_KEYS and v else v) for k, v in self.to_properties().items()}
+
     def to_properties(self) -> dict[str, str]:
         out = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             out[self.key_for(f.name)] = str(v).lower() if isinstance(v, bool) else str(v)
         return out
+
+
+# keys whose values GET_BROKER_CONFIG never shows (where the TLS private key and the ACL live)
+PRIVATE_KEYS = frozenset({"tlsServerKeyPath", "aclFile", "tlsServerTrustCertPath"})
 
 
 class ConfigError(ValueError):

@@ -5,7 +5,8 @@ built its RemotingServer and before it listens. Config keys (broker.conf):
   aclEnable, aclFile (alias rocketmq.acl.plain.file; default <storePathRootDir>/config/plain_acl.yml)
   tlsEnable, tls.server.mode (disabled|permissive|enforcing), tls.server.certPath, tls.server.keyPath,
   tls.server.need.client.auth / tlsServerNeedClientAuth (none|optional|require) + tls.server.trustCertPath
-  maxConnections, maxConnectionsPerIp, maxInflightPerConnection, maxFrameSize, maxBufferedFrameBytes
+  maxConnections, maxConnectionsPerIp, maxInflightPerConnection, maxFrameSize, maxHeaderSize,
+  maxBufferedFrameBytes
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import ssl
 import structlog
 
 from codec.codes import ResponseCode
+from codec.errors import CodecError
+from codec.record import read_topic
 from server.config import ConfigError
 from server.security.acl import AclConfigError, AclDenied, PlainAclValidator, load_acl_file
 from server.security.guard import GuardState, RateLimitedLog
@@ -96,6 +99,16 @@ def make_acl_hook(validator: PlainAclValidator):
     return before_request
 
 
+def _record_topic(store):
+    def record_topic(offset: int) -> str | None:
+        try:
+            rec = store.read_record(offset) if offset >= 0 else None
+            return read_topic(rec) if rec is not None and len(rec) else None
+        except (ValueError, IndexError, OSError, CodecError):
+            return None
+    return record_topic
+
+
 def install(broker, server) -> GuardState:
     """Apply limits, TLS and ACL from broker.config to a RemotingServer that is not listening yet."""
     cfg = broker.config
@@ -105,6 +118,7 @@ def install(broker, server) -> GuardState:
         server.max_inflight = cfg.max_inflight_per_connection
     if cfg.max_frame_size > 0:
         server.max_frame = cfg.max_frame_size
+    server.max_header = cfg.max_header_size
     mode = tls_mode(cfg)
     ctx = None
     if mode != "disabled":
@@ -116,12 +130,12 @@ def install(broker, server) -> GuardState:
     server.protocol_factory_wrapper = state.wrap_factory
     validator = None
     if cfg.acl_enable:
-        validator = PlainAclValidator(acl_file_path(cfg))
+        validator = PlainAclValidator(acl_file_path(cfg), record_topic=_record_topic(broker.store))
         server.before_request = make_acl_hook(validator)
     broker.security = state
     broker.acl = validator
     log.info("security.installed", acl=cfg.acl_enable, acl_file=acl_file_path(cfg) if cfg.acl_enable else None,
              tls_mode=mode, max_connections=server.max_connections, max_connections_per_ip=state.max_per_ip,
-             max_inflight_per_connection=server.max_inflight, max_frame=server.max_frame,
+             max_inflight_per_connection=server.max_inflight, max_frame=server.max_frame, max_header=server.max_header,
              max_buffered_frame_bytes=state.frame_budget)
     return state
