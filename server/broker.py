@@ -33,6 +33,7 @@ from server.wiring import (
     notify_consumer_ids_changed,
     put_request,
 )
+from storage.store_lock import StoreLock
 from storage.subscription_group import SubscriptionGroupTable
 from storage.topic_config import TopicConfigTable
 
@@ -47,6 +48,10 @@ class BrokerController:
         self.boot_ms = int(time.time() * 1000)
         root = config.store_path_root_dir
         os.makedirs(root, exist_ok=True)
+        # one broker per store: taken before anything of the store is read or written (a second broker
+        # on the same directory raises StoreLockedError here, its abort file and tables untouched)
+        self.store_lock = StoreLock(root)
+        self.store_lock.acquire()
         self.levels = parse_delay_levels(config.message_delay_level)
         # persistent tables under <root>/config/ (storage); the broker's rules sit on top
         self.topics = TopicManager(TopicConfigTable(root), config.auto_create_topic_enable,
@@ -126,6 +131,7 @@ class BrokerController:
     async def shutdown(self) -> None:
         """Stop accepting, drain in-flight requests, stop services, flush and checkpoint the store."""
         if not self._started:
+            self.store_lock.release()
             return
         self._started = False
         log.info("broker.stopping")
@@ -149,6 +155,7 @@ class BrokerController:
             await self.store.shutdown()
         if self.metrics_http is not None:
             await self.metrics_http.close()
+        self.store_lock.release()
         log.info("broker.stopped")
 
     # ---- helpers used by processors ------------------------------------------------------

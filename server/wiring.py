@@ -32,6 +32,8 @@ _STORE_FIELD_SOURCES = {
     "flush_disk_type": "flush_disk_type", "file_reserved_time": "file_reserved_time",
     "max_message_size": "max_message_size", "message_delay_level": "message_delay_level",
     "broker_addr": "broker_addr", "store_host": "broker_addr",
+    "flush_interval_ms": "flush_interval_commit_log",
+    "flush_consume_queue_interval_ms": "flush_interval_consume_queue",
 }
 
 
