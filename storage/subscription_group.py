@@ -1,14 +1,16 @@
-"""SubscriptionGroupTable persisted as `<store>/config/subscriptionGroup.json`:
-`{"subscriptionGroupTable": {group: {...SubscriptionGroupConfig...}}, "dataVersion": {...}}`.
+"""SubscriptionGroupTable: the groups in memory and in the MetaStore (`<store>/config/meta.db`, one row
+per group); `subscriptionGroup.json` (`{"subscriptionGroupTable": {group: {...}}, "dataVersion": {...}}`)
+is exported on demand and migrated from at the first start.
 Defaults from scheduled-messages.md §3; groups are auto-created on first use by default."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import structlog
 
-from storage._json_table import JsonTableFile
+from storage.meta_store import DataVersion, MetaStore
 
 log = structlog.get_logger(__name__)
 
@@ -46,14 +48,19 @@ class SubscriptionGroupConfig:
 
 
 class SubscriptionGroupTable:
-    def __init__(self, store_path: str, auto_create: bool = True) -> None:
-        self.file = JsonTableFile(store_path, "subscriptionGroup.json", "subscriptionGroupTable")
+    def __init__(self, store_path: str, auto_create: bool = True, meta: MetaStore | None = None) -> None:
+        self.meta = meta or MetaStore(os.path.join(store_path, "config"))
         self.auto_create = auto_create
         self.table: dict[str, SubscriptionGroupConfig] = {}
 
+    @property
+    def data_version(self) -> DataVersion:
+        return self.meta.versions["subscription_group"]
+
     def load(self) -> None:
+        self.meta.open()
         table: dict[str, SubscriptionGroupConfig] = {}
-        for name, d in self.file.read().items():
+        for name, d in self.meta.load_groups():
             try:
                 table[name] = SubscriptionGroupConfig.from_json(name, d)
             except (AttributeError, TypeError, ValueError) as e:
@@ -61,7 +68,7 @@ class SubscriptionGroupTable:
         self.table = table
 
     def persist(self) -> None:
-        self.file.write({n: c.to_json() for n, c in sorted(self.table.items())})
+        self.meta.flush()
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config; auto-created (and persisted) when missing if auto_create is on
@@ -77,12 +84,10 @@ class SubscriptionGroupTable:
 
     def put(self, cfg: SubscriptionGroupConfig) -> None:
         self.table[cfg.group_name] = cfg
-        self.file.bump()
-        self.persist()
+        self.meta.stage_group(cfg.group_name, cfg.to_json())
 
     def delete(self, group: str) -> bool:
         if self.table.pop(group, None) is None:
             return False
-        self.file.bump()
-        self.persist()
+        self.meta.stage_group(group, None)
         return True

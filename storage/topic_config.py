@@ -1,9 +1,12 @@
-"""TopicConfigTable persisted as `<store>/config/topics.json`:
-`{"topicConfigTable": {name: {topicName, readQueueNums, writeQueueNums, perm, topicFilterType,
-topicSysFlag, order}}, "dataVersion": {...}}` (remoting-protocol.md §8.7)."""
+"""TopicConfigTable: the topic configs in memory (the read path) and in the MetaStore (`<store>/config/meta.db`,
+one row per topic, written by the MetaStore's writer thread). `topics.json` in RocketMQ's shape
+(`{"topicConfigTable": {name: {topicName, readQueueNums, writeQueueNums, perm, topicFilterType,
+topicSysFlag, order}}, "dataVersion": {...}}`, remoting-protocol.md §8.7) is exported on demand
+(MetaStore.export_json) and migrated from at the first start."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import structlog
@@ -21,7 +24,7 @@ from codec.codes import (
     TRANS_CHECK_MAX_TIME_TOPIC,
     PermName,
 )
-from storage._json_table import JsonTableFile
+from storage.meta_store import DataVersion, MetaStore
 
 log = structlog.get_logger(__name__)
 
@@ -60,6 +63,15 @@ class TopicConfig:
                 "topicFilterType": self.topic_filter_type, "topicSysFlag": self.topic_sys_flag,
                 "order": self.order}
 
+    def to_row(self) -> tuple:
+        return (self.topic_name, self.read_queue_nums, self.write_queue_nums, self.perm, self.topic_filter_type,
+                self.topic_sys_flag, int(self.order))
+
+    @classmethod
+    def from_row(cls, row) -> TopicConfig:
+        name, rq, wq, perm, ftype, sysflag, order = row
+        return cls(name, rq, wq, perm, ftype, sysflag, bool(order))
+
     @classmethod
     def from_json(cls, name: str, d: dict) -> TopicConfig:
         return cls(str(name or d.get("topicName")), int(d.get("readQueueNums", 16)),
@@ -82,47 +94,46 @@ def default_system_topics(delay_levels: int = 18, timer: bool = True) -> list[To
 
 
 class TopicConfigTable:
-    def __init__(self, store_path: str) -> None:
-        self.file = JsonTableFile(store_path, "topics.json", "topicConfigTable")
+    """name -> TopicConfig. Changes are staged in the MetaStore (O(1)); `meta.committed()` says when
+    they are durable; `persist()` blocks until they are (shutdown, tests)."""
+
+    def __init__(self, store_path: str, meta: MetaStore | None = None) -> None:
+        self.meta = meta or MetaStore(os.path.join(store_path, "config"))
         self.table: dict[str, TopicConfig] = {}
 
+    @property
+    def data_version(self) -> DataVersion:
+        return self.meta.versions["topic"]
+
     def load(self) -> None:
+        self.meta.open()
         table: dict[str, TopicConfig] = {}
-        for name, d in self.file.read().items():
-            try:
-                table[name] = TopicConfig.from_json(name, d)
-            except (AttributeError, TypeError, ValueError) as e:
-                log.warning("topic_config.bad_entry", topic=name, error=str(e))
+        for row in self.meta.load_topics():
+            table[row[0]] = TopicConfig.from_row(row)
         self.table = table
 
     def persist(self) -> None:
-        self.file.write({name: tc.to_json() for name, tc in sorted(self.table.items())})
+        self.meta.flush()
 
     def get(self, name: str) -> TopicConfig | None:
         return self.table.get(name)
 
     def put(self, tc: TopicConfig, persist: bool = True) -> None:
+        """Store `tc` (replacing the topic's config); staged for the writer thread either way (`persist`
+        is kept for callers of the old API)."""
         self.table[tc.topic_name] = tc
-        self.file.bump()
-        if persist:
-            self.persist()
+        self.meta.stage_topic(tc.to_row(), tc.topic_name)
 
     def delete(self, name: str) -> bool:
         if self.table.pop(name, None) is None:
             return False
-        self.file.bump()
-        self.persist()
+        self.meta.stage_topic(None, name)
         return True
 
     def ensure_system_topics(self, delay_levels: int = 18, timer: bool = True) -> None:
-        added = False
         for tc in default_system_topics(delay_levels, timer):
             if tc.topic_name not in self.table:
-                self.table[tc.topic_name] = tc
-                added = True
-        if added:
-            self.file.bump()
-            self.persist()
+                self.put(tc)
 
     def __contains__(self, name: str) -> bool:
         return name in self.table

@@ -19,7 +19,7 @@ from codec.errors import CodecError
 from codec.fastjson import loads_lenient
 from codec.record import read_store_timestamp
 from server.headers import BOOL, STR, HeaderSpec
-from server.processors import error, guarded, ok, peer_of, request_body
+from server.processors import committed, error, guarded, ok, peer_of, request_body
 from storage.subscription_group import SubscriptionGroupConfig
 
 log = structlog.get_logger(__name__)
@@ -134,7 +134,7 @@ def register(server, broker) -> None:
             return error(cmd, RS.SYSTEM_ERROR, f"bad SubscriptionGroupConfig body: {e}")
         broker.groups.put(group)
         log.info("admin.subscription_group_updated", group=group.group_name)
-        return ok(cmd)
+        return committed(broker, cmd)
 
     @guarded
     def delete_subscription_group(conn, cmd):
@@ -143,7 +143,7 @@ def register(server, broker) -> None:
         if h.cleanOffset:
             broker.offsets.remove_group(h.groupName)
         log.info("admin.subscription_group_deleted", group=h.groupName, clean_offset=bool(h.cleanOffset))
-        return ok(cmd)
+        return committed(broker, cmd)
 
     @guarded
     def topics_by_cluster(conn, cmd):
