@@ -4,13 +4,19 @@ committed by the MetaStore's writer thread with whatever else is staged (commits
 coalesce); `consumerOffset.json` (`{"offsetTable": {"topic@group": {"0": 5}}, "dataVersion": {...}}`,
 remoting-protocol.md §8.3) is exported on demand and migrated from at the first start.
 
-`groups_of(topic)` / `topics_of(group)` read two indexes kept beside the table (no walk of it)."""
+`groups_of(topic)` / `topics_of(group)` read two indexes kept beside the table (no walk of it).
+`wrapper_body()` (GET_ALL_CONSUMER_OFFSET) walks the table in slices of `BODY_SLICE` keys, yielding to the
+loop between slices (offsets move every second: there is nothing to remember between calls)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 
+from codec import table_bodies as TB
 from storage.meta_store import DataVersion, MetaStore
+
+BODY_SLICE = 1000
 
 
 class ConsumerOffsetTable:
@@ -79,3 +85,19 @@ class ConsumerOffsetTable:
                 continue
             self._unindex(key)
             self.meta.stage_offsets((key, q, None) for q in queues)
+
+    async def wrapper_body(self) -> bytes:
+        """ConsumerOffsetSerializeWrapper JSON of the whole table; each key's queues as they were when its
+        slice was read (like RocketMQ's unlocked walk of its concurrent map)."""
+        version = TB.version_json(*self.data_version.as_tuple())
+        keys = list(self.table)
+        parts: list[str] = []
+        table = self.table
+        for i in range(0, len(keys), BODY_SLICE):
+            if i:
+                await asyncio.sleep(0)
+            for key in keys[i:i + BODY_SLICE]:
+                queues = table.get(key)
+                if queues:
+                    parts.append(TB.offset_member(key, queues))
+        return TB.offset_wrapper(version, parts)

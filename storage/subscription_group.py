@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 import structlog
 
+from codec import table_bodies as TB
 from storage.meta_store import DataVersion, MetaStore
+from storage.table_body import CachedBody
 
 log = structlog.get_logger(__name__)
 
@@ -52,6 +54,8 @@ class SubscriptionGroupTable:
         self.meta = meta or MetaStore(os.path.join(store_path, "config"))
         self.auto_create = auto_create
         self.table: dict[str, SubscriptionGroupConfig] = {}
+        self._members: dict[str, bytes] = {}  # "name":{SubscriptionGroupConfig JSON}, made when the row changes
+        self._wrapper = CachedBody()
 
     @property
     def data_version(self) -> DataVersion:
@@ -66,6 +70,7 @@ class SubscriptionGroupTable:
             except (AttributeError, TypeError, ValueError) as e:
                 log.warning("subscription_group.bad_entry", group=name, error=str(e))
         self.table = table
+        self._members = {name: TB.group_member(name, cfg.to_json()) for name, cfg in table.items()}
 
     def persist(self) -> None:
         self.meta.flush()
@@ -84,10 +89,20 @@ class SubscriptionGroupTable:
 
     def put(self, cfg: SubscriptionGroupConfig) -> None:
         self.table[cfg.group_name] = cfg
-        self.meta.stage_group(cfg.group_name, cfg.to_json())
+        d = cfg.to_json()
+        self._members[cfg.group_name] = TB.group_member(cfg.group_name, d)
+        self.meta.stage_group(cfg.group_name, d)
 
     def delete(self, group: str) -> bool:
         if self.table.pop(group, None) is None:
             return False
+        self._members.pop(group, None)
         self.meta.stage_group(group, None)
         return True
+
+    async def wrapper_body(self) -> bytes:
+        """SubscriptionGroupWrapper JSON (GET_ALL_SUBSCRIPTIONGROUP_CONFIG), remembered per data version."""
+        key = self.data_version.as_tuple()
+        version = TB.version_json(*key)
+        return await self._wrapper.get(key, len(self._members), lambda: list(self._members.values()),
+                                       lambda members: TB.group_wrapper(version, members))

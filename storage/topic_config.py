@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from codec import table_bodies as TB
 from codec.codes import (
     BENCHMARK_TOPIC,
     DEFAULT_TOPIC,
@@ -25,8 +26,11 @@ from codec.codes import (
     PermName,
 )
 from storage.meta_store import DataVersion, MetaStore
+from storage.table_body import CachedBody
 
 log = structlog.get_logger(__name__)
+
+INLINE_ALWAYS_THREAD = 1 << 30  # added to a row count: always build in the executor (deflate is slow)
 
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = PermName.PRIORITY, PermName.READ, PermName.WRITE, PermName.INHERIT
 SYSTEM_TOPICS = frozenset({
@@ -100,6 +104,21 @@ class TopicConfigTable:
     def __init__(self, store_path: str, meta: MetaStore | None = None) -> None:
         self.meta = meta or MetaStore(os.path.join(store_path, "config"))
         self.table: dict[str, TopicConfig] = {}
+        # per-topic serialised fragments (codec.table_bodies), kept with the row; bodies per data version
+        self._members: dict[str, bytes] = {}   # "name":{TopicConfig JSON}
+        self._compact: dict[str, bytes] = {}   # int32 length + TopicConfig.encode() (compressed registration)
+        self._unsafe_names = 0                 # names that need JSON escaping (none made by this broker)
+        self._wrapper = CachedBody()
+        self._list = CachedBody()
+        self._register = CachedBody()
+        self._register_z = CachedBody()
+
+    def _render(self, tc: TopicConfig) -> None:
+        name = tc.topic_name
+        self._members[name] = TB.topic_member(name, tc.read_queue_nums, tc.write_queue_nums, tc.perm,
+                                              tc.topic_filter_type, tc.topic_sys_flag, tc.order)
+        self._compact[name] = TB.topic_compact(name, tc.read_queue_nums, tc.write_queue_nums, tc.perm,
+                                               tc.topic_filter_type)
 
     @property
     def data_version(self) -> DataVersion:
@@ -111,6 +130,13 @@ class TopicConfigTable:
         for row in self.meta.load_topics():
             table[row[0]] = TopicConfig.from_row(row)
         self.table = table
+        self._members.clear()
+        self._compact.clear()
+        self._unsafe_names = 0
+        for tc in table.values():
+            self._render(tc)
+            if not TB.is_plain_name(tc.topic_name):
+                self._unsafe_names += 1
 
     def persist(self) -> None:
         self.meta.flush()
@@ -121,14 +147,53 @@ class TopicConfigTable:
     def put(self, tc: TopicConfig, persist: bool = True) -> None:
         """Store `tc` (replacing the topic's config); staged for the writer thread either way (`persist`
         is kept for callers of the old API)."""
-        self.table[tc.topic_name] = tc
-        self.meta.stage_topic(tc.to_row(), tc.topic_name)
+        name = tc.topic_name
+        if name not in self.table and not TB.is_plain_name(name):
+            self._unsafe_names += 1
+        self.table[name] = tc
+        self._render(tc)
+        self.meta.stage_topic(tc.to_row(), name)
 
     def delete(self, name: str) -> bool:
         if self.table.pop(name, None) is None:
             return False
+        self._members.pop(name, None)
+        self._compact.pop(name, None)
+        if not TB.is_plain_name(name):
+            self._unsafe_names -= 1
         self.meta.stage_topic(None, name)
         return True
+
+    # ---- whole-table bodies (GET_ALL_TOPIC_CONFIG, topic lists, broker registration) ---------
+    def _key(self) -> tuple[int, int]:
+        return self.data_version.as_tuple()
+
+    async def wrapper_body(self) -> bytes:
+        """TopicConfigSerializeWrapper JSON of the current data version (remembered until it changes;
+        built off the loop when large)."""
+        key = self._key()
+        version = TB.version_json(*key)
+        return await self._wrapper.get(key, len(self._members), lambda: list(self._members.values()),
+                                       lambda members: TB.topic_wrapper(version, members))
+
+    async def topic_list_body(self) -> bytes:
+        """TopicList JSON `{"topicList":[...]}` of every topic (insertion order; Java reads it as a Set)."""
+        plain = self._unsafe_names == 0
+        return await self._list.get(self._key(), len(self.table), lambda: list(self.table),
+                                    lambda names: TB.topic_list(names, plain))
+
+    async def register_body(self, compressed: bool = False) -> bytes:
+        """RegisterBrokerBody of the whole table for REGISTER_BROKER: JSON, or RocketMQ's deflated form
+        (`compressed=true` header). Remembered per data version: re-sending an unchanged table costs nothing;
+        compare `data_version` to skip sending it at all."""
+        key = self._key()
+        if compressed:
+            version = TB.version_json(*key)
+            return await self._register_z.get(key, len(self._compact) + INLINE_ALWAYS_THREAD,
+                                              lambda: list(self._compact.values()),
+                                              lambda entries: TB.register_body_compressed(version, entries))
+        wrapper = await self.wrapper_body()
+        return await self._register.get(key, len(wrapper) // 100, lambda: wrapper, TB.register_body)
 
     def ensure_system_topics(self, delay_levels: int = 18, timer: bool = True) -> None:
         for tc in default_system_topics(delay_levels, timer):

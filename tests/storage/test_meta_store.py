@@ -162,3 +162,35 @@ async def test_committed_future_is_done_only_after_the_commit(tmp_path):
     assert sorted(_rows(tmp_path, "SELECT queue_id, offset FROM consumer_offset WHERE key='T0@H'")) == \
         [(0, 196), (1, 197), (2, 198), (3, 199)]
     meta.close()
+
+
+async def test_table_bodies_are_remembered_per_data_version_and_built_off_the_loop_when_large(tmp_path):
+    from codec import admin_bodies as AB
+    from codec import table_bodies as TB
+
+    meta, t, g, o = _tables(tmp_path)
+    for i in range(5000):  # above table_body.INLINE_MAX_ROWS: the join runs in the executor
+        t.put(TopicConfig(f"T{i}", 4, 4))
+    first = await t.wrapper_body()
+    assert await t.wrapper_body() is first and t._wrapper.builds == 1  # unchanged version: the same bytes
+    table = AB.decode_table(first, "topicConfigTable")
+    assert len(table) == 5000 and table["T42"]["readQueueNums"] == 4
+    assert json.loads(first)["dataVersion"]["counter"] == t.data_version.counter
+    t.put(TopicConfig("T42", 2, 2))
+    assert t.delete("T43")
+    second = await t.wrapper_body()
+    table = AB.decode_table(second, "topicConfigTable")
+    assert table["T42"]["readQueueNums"] == 2 and "T43" not in table and len(table) == 4999
+    names = json.loads(await t.topic_list_body())["topicList"]
+    assert len(names) == 4999 and set(names) == set(t.table)
+    reg = json.loads(await t.register_body())
+    assert reg["topicConfigSerializeWrapper"] == json.loads(second)
+    version, topics, _ = TB.decode_register_body_compressed(await t.register_body(compressed=True))
+    assert version["counter"] == t.data_version.counter and len(topics) == 4999 and topics["T42"]["perm"] == 6
+    g.get("CG1")
+    assert set(AB.decode_table(await g.wrapper_body(), "subscriptionGroupTable")) == {"CG1"}
+    for i in range(2500):
+        o.commit(f"G{i}", "T1", i % 4, i)
+    offsets = json.loads(await o.wrapper_body())["offsetTable"]
+    assert len(offsets) == 2500 and offsets["T1@G7"] == {"3": 7}
+    meta.close()
