@@ -1,4 +1,7 @@
 """`delaymq-broker --store DIR --port N [--config FILE] [--host H] ...`: run the broker.
+`delaymq-broker --store DIR --export-config [OUT_DIR]`: write topics.json, subscriptionGroup.json,
+consumerOffset.json and delayOffset.json (RocketMQ's shapes) from the store's meta.db and exit; works
+while a broker runs on the store (a consistent read snapshot). OUT_DIR defaults to <store>/config.
 
 Prints `delaymq broker ready on <host>:<port>` to stdout once listening (tests wait on it).
 SIGTERM/SIGINT: stop accepting, drain in-flight requests, stop scheduler and timer, flush the
@@ -41,7 +44,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any broker.conf key (repeatable)")
+    p.add_argument("--export-config", nargs="?", const="", default=None, metavar="OUT_DIR",
+                   help="export the metadata tables as RocketMQ's JSON files (default <store>/config) and exit")
     return p
+
+
+def export_config(cfg, out_dir: str) -> int:
+    """The --export-config command: open meta.db (migrating JSON files first if it is new), export, close."""
+    from storage.meta_store import MetaStore
+
+    meta = MetaStore(os.path.join(cfg.store_path_root_dir, "config")).open()
+    try:
+        written = meta.export_json(out_dir or None)
+    finally:
+        meta.close()
+    for path in written:
+        sys.stdout.write(f"{path}\n")
+    log.info("meta.exported", files=len(written), out_dir=out_dir or meta.config_dir)
+    return 0
 
 
 def config_from_args(args):
@@ -105,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:  # ConfigError included: one line naming the key, nothing opened
         log.error("broker.bad_config", key=getattr(e, "key", None), error=str(e))
         return 2
+    if args.export_config is not None:
+        return export_config(cfg, args.export_config)
     try:
         return event_loop.run(run(cfg))
     except StoreLockedError as e:

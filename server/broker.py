@@ -33,6 +33,7 @@ from server.wiring import (
     notify_consumer_ids_changed,
     put_request,
 )
+from storage.meta_store import MetaStore
 from storage.store_lock import StoreLock
 from storage.subscription_group import SubscriptionGroupTable
 from storage.topic_config import TopicConfigTable
@@ -53,11 +54,13 @@ class BrokerController:
         self.store_lock = StoreLock(root)
         self.store_lock.acquire()
         self.levels = parse_delay_levels(config.message_delay_level)
-        # persistent tables under <root>/config/ (storage); the broker's rules sit on top
-        self.topics = TopicManager(TopicConfigTable(root), config.auto_create_topic_enable,
+        # persistent tables in <root>/config/meta.db (storage.meta_store: one writer thread commits every
+        # change; SYNC_FLUSH also fsyncs each commit); the broker's rules sit on top
+        self.meta = MetaStore(os.path.join(root, "config"), sync=config.sync_flush)
+        self.topics = TopicManager(TopicConfigTable(root, self.meta), config.auto_create_topic_enable,
                                    config.default_topic_queue_nums)
-        self.groups = SubscriptionGroupTable(root, config.auto_create_subscription_group)
-        self.offsets = ConsumerOffsetManager(root)
+        self.groups = SubscriptionGroupTable(root, config.auto_create_subscription_group, self.meta)
+        self.offsets = ConsumerOffsetManager(root, self.meta)
         self.clients = ClientManager(notify_consumer_ids_changed,
                                      expired_timeout_s=config.client_channel_expired_timeout / 1000.0)
         self.locks = RebalanceLockManager(config.channel_lock_max_live_time_ms)
@@ -86,7 +89,7 @@ class BrokerController:
         self.topics.ensure_system_topics(len(self.levels), cfg.timer_wheel_enable)
         self.store = make_message_store(cfg)
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
-        self.delay_service = make_delay_service(self.store, cfg, self.levels)
+        self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta)
         self.timer_service = make_timer_service(self.store, cfg)
         # the timer hook's flow control reads the live wheel, so it gets the service itself
         self.hooks = PutHooks(cfg, self.levels, timer_config=self.timer_service)
@@ -131,6 +134,7 @@ class BrokerController:
     async def shutdown(self) -> None:
         """Stop accepting, drain in-flight requests, stop services, flush and checkpoint the store."""
         if not self._started:
+            self.meta.close()  # a start that failed half-way: keep what it staged
             self.store_lock.release()
             return
         self._started = False
@@ -146,9 +150,7 @@ class BrokerController:
                     await svc.shutdown()
                 except Exception as e:
                     log.error("broker.service_shutdown_failed", service=type(svc).__name__, error=repr(e))
-        self.offsets.persist()
-        self.topics.persist()
-        self.groups.persist()
+        self.meta.close()  # commits what is staged (offsets, topics, groups, delay offsets), checkpoints
         if getattr(self, "telemetry", None) is not None:
             await self.telemetry.shutdown()
         if self.store is not None:

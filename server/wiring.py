@@ -83,13 +83,16 @@ def put_request(raw, topic: str, queue_id: int, properties: dict, deliver_delay_
 
 
 # ---- scheduler -------------------------------------------------------------------------------
-def make_delay_service(store, cfg, levels):
+def make_delay_service(store, cfg, levels, meta=None):
+    """The delay levels, their progress kept in the broker's MetaStore when one is given."""
     try:
         from scheduler.delay_levels import DelayLevelService
     except ImportError:
         log.warning("broker.delay_service_missing")
         return None
-    return DelayLevelService(store, cfg)
+    from storage.meta_store import DelayOffsetStore
+
+    return DelayLevelService(store, cfg, offset_backend=DelayOffsetStore(meta) if meta is not None else None)
 
 
 def make_timer_service(store, cfg):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from server import headers as H
-from server.processors import error, guarded, json_body, ok
+from server.processors import error, guarded, ok
 
 GET_KV_CONFIG, GET_ROUTEINFO_BY_TOPIC, GET_BROKER_CLUSTER_INFO = 101, 105, 106
 GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
@@ -60,8 +60,8 @@ def register(server, broker) -> None:
         return ok(cmd, ext_fields={"value": value})
 
     @guarded
-    def get_all_topics(conn, cmd):
-        return ok(cmd, body=json_body({"topicList": broker.topics.names()}))
+    async def get_all_topics(conn, cmd):
+        return ok(cmd, body=await broker.topics.table.topic_list_body())  # remembered per data version
 
     @guarded
     def get_cluster_info(conn, cmd):
