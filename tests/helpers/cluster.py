@@ -92,11 +92,16 @@ class NamesrvProcess:
                 f"--- stdout tail ---\n{tail(self.stdout_path, 2000)}")
 
 
+def fastjson_loads(body: bytes):
+    """json.loads after quoting fastjson's bare integer map keys (`{0:"addr"}`, cluster-ha.md §0.4)."""
+    return json.loads(re.sub(r'([{,])(-?\d+):', r'\1"\2":', body.decode()))
+
+
 def cluster_brokers(namesrv: str) -> dict[str, dict[str, str]]:
-    """brokerName -> {brokerId: addr} from GET_BROKER_CLUSTER_INFO (version 409: quoted ids)."""
+    """brokerName -> {brokerId: addr} from GET_BROKER_CLUSTER_INFO (ids quoted or not)."""
     reply = wire.invoke(namesrv, GET_BROKER_CLUSTER_INFO)
     assert reply.code == 0, reply
-    return {name: b["brokerAddrs"] for name, b in json.loads(reply.body)["brokerAddrTable"].items()}
+    return {name: b["brokerAddrs"] for name, b in fastjson_loads(reply.body)["brokerAddrTable"].items()}
 
 
 def route(namesrv: str, topic: str) -> dict | None:
@@ -104,7 +109,7 @@ def route(namesrv: str, topic: str) -> dict | None:
     if reply.code == 17:
         return None
     assert reply.code == 0, reply
-    return json.loads(reply.body)
+    return fastjson_loads(reply.body)
 
 
 def route_brokers(namesrv: str, topic: str) -> set[str]:
