@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass, field
+from typing import Any
 
 from codec.bodies import BrokerData
 from codec.errors import CodecError
@@ -33,8 +34,8 @@ class DataVersion:
     timestamp: int = 0
     state_version: int = 0
 
-    def to_json(self) -> dict:
-        d = {"counter": self.counter, "timestamp": self.timestamp}
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"counter": self.counter, "timestamp": self.timestamp}
         if self.state_version:
             d["stateVersion"] = self.state_version
         return d
@@ -43,13 +44,13 @@ class DataVersion:
         return dumps(self.to_json())
 
     @classmethod
-    def from_json(cls, d) -> DataVersion:
+    def from_json(cls, d: Any) -> DataVersion:
         d = as_obj(d, "DataVersion")
         return cls(as_int(d.get("counter"), "counter"), as_int(d.get("timestamp"), "timestamp"),
                    as_int(d.get("stateVersion"), "stateVersion"))
 
     @classmethod
-    def decode(cls, body) -> DataVersion:
+    def decode(cls, body: Any) -> DataVersion:
         return cls.from_json(body)
 
 
@@ -66,13 +67,13 @@ class TopicConfigData:
     topic_sys_flag: int = 0
     order: bool = False
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"order": self.order, "perm": self.perm, "readQueueNums": self.read_queue_nums,
                 "topicFilterType": self.topic_filter_type, "topicName": self.topic_name,
                 "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
 
     @classmethod
-    def from_json(cls, name: str, d) -> TopicConfigData:
+    def from_json(cls, name: str, d: Any) -> TopicConfigData:
         d = as_obj(d, "TopicConfig")
         filter_type = d.get("topicFilterType")
         if isinstance(filter_type, int) and 0 <= filter_type < len(FILTER_TYPES):
@@ -110,7 +111,7 @@ class RegisterBrokerBody:
     topic_configs: dict[str, TopicConfigData] = field(default_factory=dict)
     filter_server_list: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"filterServerList": list(self.filter_server_list),
                 "topicConfigSerializeWrapper": {
                     "dataVersion": self.data_version.to_json(),
@@ -134,7 +135,7 @@ def encode_register_body(body: RegisterBrokerBody, compressed: bool = False) -> 
     return zlib.compress(b"".join(parts), 9)
 
 
-def decode_register_body(data, compressed: bool, max_inflated: int = 64 << 20) -> RegisterBrokerBody:
+def decode_register_body(data: bytes | bytearray | memoryview | None, compressed: bool, max_inflated: int = 64 << 20) -> RegisterBrokerBody:
     """Either form (header `compressed`); an empty body is the empty wrapper with DataVersion (0, 0)."""
     if data is None or len(data) == 0:
         return RegisterBrokerBody()
@@ -209,7 +210,7 @@ def encode_cluster_info(broker_datas: list[BrokerData], clusters: dict[str, list
                  bare_int_keys=not quoted_keys)
 
 
-def decode_cluster_info(body) -> tuple[dict[str, BrokerData], dict[str, list[str]]]:
+def decode_cluster_info(body: Any) -> tuple[dict[str, BrokerData], dict[str, list[str]]]:
     d = as_obj(body, "ClusterInfo")
     brokers: dict[str, BrokerData] = {}
     for name, b in (d.get("brokerAddrTable") or {}).items():
@@ -224,9 +225,9 @@ def decode_cluster_info(body) -> tuple[dict[str, BrokerData], dict[str, list[str
     return brokers, clusters
 
 
-def encode_topic_list(topics, broker_addr: str | None = None) -> bytes:
+def encode_topic_list(topics: Any, broker_addr: str | None = None) -> bytes:
     """TopicList `{"topicList":[...]}` (+ `brokerAddr`, GET_SYSTEM_TOPIC_LIST_FROM_NS)."""
-    d: dict = {"topicList": sorted(topics)}
+    d: dict[str, Any] = {"topicList": sorted(topics)}
     if broker_addr is not None:
         d["brokerAddr"] = broker_addr
     return dumps(d)

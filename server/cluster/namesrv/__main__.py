@@ -10,8 +10,8 @@ import signal
 import sys
 
 import structlog
-import uvloop
 
+from remoting import loop as event_loop
 from server.config import load_namesrv_config
 from server.logging import configure
 
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("namesrv.bad_config", error=str(e))
         return 2
     try:
-        return uvloop.run(run(cfg))
+        return event_loop.run(run(cfg))
     except OSError as e:
         log.error("namesrv.start_failed", error=str(e))
         return 1
