@@ -5,34 +5,18 @@ topicRoute / updateTopic -c see both."""
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
 import pytest
 
 from tests.helpers.broker import pick_port_pair
 from tests.helpers.cluster import cluster_brokers, route_brokers, wait_until
-from tests.helpers.java import JavaServer, compile_java, java_command, mqadmin, requires_java
+from tests.helpers.java import JavaServer, mqadmin, requires_java
 
 pytestmark = [requires_java, pytest.mark.java]
-PROGRAM = Path(__file__).resolve().parents[1] / "java" / "programs" / "ClusterClient.java"
 LEVELS = "200ms 1s 2s 3s 4s 5s 6s 7s 8s 9s 10s 11s 12s 13s 14s 15s 16s 17s"
 
 
-@pytest.fixture(scope="module")
-def classes(tmp_path_factory):
-    return compile_java([PROGRAM], tmp_path_factory.mktemp("cluster-java"))
-
-
-def run_java(classes: Path, *args: str, timeout: float = 60.0) -> list[list[str]]:
-    p = subprocess.run(java_command("ClusterClient", classes, *args), capture_output=True, text=True,
-                       timeout=timeout, stdin=subprocess.DEVNULL)
-    assert p.returncode == 0, f"ClusterClient {args} exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
-    return [line.split() for line in p.stdout.splitlines() if line.startswith(("SENT", "RECV"))]
-
-
 def test_delaymq_broker_registers_with_the_apache_namesrv_and_the_java_client_works_through_it(
-        tmp_path, cluster_broker, classes):
+        tmp_path, cluster_broker, java_client):
     port = pick_port_pair()
     with JavaServer("mqnamesrv", tmp_path / "apache-ns", {"listenPort": port}, port) as ns:
         ns.addr = f"127.0.0.1:{port}"
@@ -42,13 +26,13 @@ def test_delaymq_broker_registers_with_the_apache_namesrv_and_the_java_client_wo
         assert "dmq-a" in listed.stdout and broker.addr in listed.stdout, listed.stdout + listed.stderr
         # a topic nobody created: the Java producer takes TBW102's route from the Apache name server,
         # our broker auto-creates it and registers it at once
-        sent = run_java(classes, "produce", ns.addr, "TjavaNs", "12", "0", "m")
+        sent = java_client("produce", ns.addr, "TjavaNs", "12", "0", "m")
         assert len(sent) == 12 and {s[1] for s in sent} == {"dmq-a"} and all(s[4] == "SEND_OK" for s in sent)
         wait_until(lambda: route_brokers(ns.addr, "TjavaNs") == {"dmq-a"}, 10, "TjavaNs in the Apache route",
                    broker.diagnostics)
-        delayed = run_java(classes, "produce", ns.addr, "TjavaNs", "4", "2", "d")  # level 2 = 1 s
+        delayed = java_client("produce", ns.addr, "TjavaNs", "4", "2", "d")  # level 2 = 1 s
         assert len(delayed) == 4
-        got = run_java(classes, "consume", ns.addr, "TjavaNs", "GID_javaNs", "16", "60")
+        got = java_client("consume", ns.addr, "TjavaNs", "GID_javaNs", "16", "60")
         assert {r[3] for r in got} == {f"m-{i}" for i in range(12)} | {f"d-{i}" for i in range(4)}
         waited = {r[3]: int(r[5]) - int(r[4]) for r in got if r[3].startswith("d-")}
         assert all(w >= 1000 for w in waited.values()), f"delay level 2 (1 s) delivered early: {waited}"

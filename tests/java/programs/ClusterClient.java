@@ -1,5 +1,6 @@
 // The stock Apache RocketMQ 4.9.7 Java client for the cluster tests; one line per event on stdout.
-//   produce NAMESRV TOPIC COUNT DELAY_LEVEL PREFIX -> "SENT <brokerName> <queueId> <PREFIX-i> <status>" per message
+//   produce NAMESRV TOPIC COUNT DELAY_LEVEL PREFIX [TIMER_DELAY_SEC]
+//                                       -> "SENT <brokerName> <queueId> <PREFIX-i> <status>" per message
 //   consume NAMESRV TOPIC GROUP COUNT TIMEOUT_S -> "RECV <brokerName> <queueId> <body> <bornTs> <storeTs> <recvMs>"
 //                                                until COUNT distinct bodies (exit 0) or the timeout (exit 2)
 import java.util.Set;
@@ -35,6 +36,9 @@ public class ClusterClient {
                 Message m = new Message(args[2], "TagA", body.getBytes("UTF-8"));
                 if (level > 0) {
                     m.setDelayTimeLevel(level);
+                }
+                if (args.length > 6) {
+                    m.putUserProperty("TIMER_DELAY_SEC", args[6]);
                 }
                 SendResult r = p.send(m);
                 out("SENT " + r.getMessageQueue().getBrokerName() + " " + r.getMessageQueue().getQueueId() + " " + body
