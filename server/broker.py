@@ -16,6 +16,8 @@ import structlog
 from codec.record import encode_record
 from scheduler.levels import parse_delay_levels
 from server.client_manager import ClientManager
+from server.cluster.namesrv.kv_config import KVConfigManager
+from server.cluster.registration import BrokerRegistrar
 from server.config import BrokerConfig
 from server.observability.registry import Registry
 from server.offsets_table import ConsumerOffsetManager
@@ -28,6 +30,7 @@ from server.transactions import TransactionService
 from server.wiring import (
     make_delay_service,
     make_message_store,
+    make_registrar,
     make_remoting_server,
     make_timer_service,
     notify_consumer_ids_changed,
@@ -65,7 +68,8 @@ class BrokerController:
                                      expired_timeout_s=config.client_channel_expired_timeout / 1000.0)
         self.locks = RebalanceLockManager(config.channel_lock_max_live_time_ms)
         self.pull_hold = PullHoldService()
-        self.kv_config: dict[str, dict[str, str]] = {}
+        self.kv_config = KVConfigManager()  # embedded mode's name-server KV config (in memory)
+        self.registrar: BrokerRegistrar | None = None  # [cluster] set when namesrvAddr is configured
         self.metrics = Registry()
         self.store = None
         self.transactions = None
@@ -114,9 +118,16 @@ class BrokerController:
             send,
             transaction,
         )
-        for room in (namesrv, send, pull, offsets, clients, consumer_send_back, transaction, admin, admin_stats):
+        rooms = [send, pull, offsets, clients, consumer_send_back, transaction, admin, admin_stats]
+        if not cfg.namesrv_addr_list:
+            rooms.insert(0, namesrv)  # embedded mode: this process is its own name server
+        for room in rooms:
             room.register(self.remoting, self)
         await self.remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port])
+        if cfg.namesrv_addr_list:
+            self.registrar = make_registrar(self)
+            self.topics.add_change_listener(lambda _tc: self.registrar.topics_changed())
+            await self.registrar.start()
         if cfg.metrics_port:
             from server.observability.http import MetricsHttpServer
             self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port)
@@ -128,6 +139,7 @@ class BrokerController:
         log.info("broker.ready", host=cfg.listen_host, port=cfg.listen_port, vip_port=cfg.vip_port,
                  broker_addr=cfg.broker_addr, store=cfg.store_path_root_dir,
                  metrics_port=self.metrics_http.port if self.metrics_http else None,
+                 namesrv=cfg.namesrv_addr or "embedded",
                  delay_levels=len(self.levels), delay_service=self.delay_service is not None,
                  timer_service=self.timer_service is not None)
 
@@ -139,6 +151,8 @@ class BrokerController:
             return
         self._started = False
         log.info("broker.stopping")
+        if self.registrar is not None:  # out of the routes first, so clients stop sending here
+            await self.registrar.shutdown()
         self.pull_hold.shutdown()  # held pulls answer now (counted as in-flight by the server)
         if self.remoting is not None:
             await self.remoting.close(self.config.shutdown_drain_timeout_ms / 1000.0)
@@ -245,7 +259,7 @@ class BrokerController:
             "flushDiskType": self.config.flush_disk_type, "brokerName": self.config.broker_name,
             "pullHoldCount": self.pull_hold.held_count,
         }
-        for svc in (self.delay_service, self.timer_service, self.transactions):
+        for svc in (self.delay_service, self.timer_service, self.transactions, self.registrar):
             if svc is None:
                 continue
             fn = getattr(svc, "runtime_info", None) or getattr(svc, "stats", None)

@@ -26,6 +26,7 @@ DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 
 # Field names whose camelCase key is not the mechanical conversion of the snake_case name.
 _KEY_OVERRIDES = {
     "broker_ip1": "brokerIP1",
+    "broker_ip2": "brokerIP2",
     "tls_enable": "tlsEnable",
     "message_delay_level": "messageDelayLevel",
 }
@@ -50,6 +51,16 @@ class BrokerConfig:
     broker_cluster_name: str = "DefaultCluster"
     broker_ip1: str = "127.0.0.1"
     broker_id: int = 0
+    # [cluster] name servers to register with ("a:p;b:p"); empty = embedded mode (this process answers
+    # the name-server requests itself). server/cluster/registration.py
+    namesrv_addr: str = ""
+    register_name_server_period: int = 30000  # ms; RocketMQ clamps to [10 s, 60 s], ours to [1 s, 60 s]
+    register_name_server_initial_delay: int = 10000  # ours: ms before the first periodic round (RocketMQ's 10 s)
+    register_broker_timeout_mills: int = 6000
+    force_register: bool = False  # RocketMQ: true; ours: ask QUERY_DATA_VERSION, re-send the table only if changed
+    compressed_register: bool = False
+    broker_ip2: str = ""  # HA address host (empty = brokerIP1)
+    ha_listen_port: int = 0  # 0 = listenPort + 1 (RocketMQ 4.x forces listenPort + 1)
     broker_permission: int = 6
     flush_disk_type: str = "ASYNC_FLUSH"
     flush_interval_commit_log: int = 500  # ms between CommitLog flushes with ASYNC_FLUSH (RocketMQ's key)
@@ -111,6 +122,15 @@ class BrokerConfig:
     def broker_addr(self) -> str:
         """The advertised `ip:port` (route `brokerAddrs[0]`, STOREHOST of stored records)."""
         return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def ha_server_addr(self) -> str:
+        """`brokerIP2:haListenPort`, the HA address a broker registers (slaves get their master's)."""
+        return f"{self.broker_ip2 or self.broker_ip1}:{self.ha_listen_port or self.listen_port + 1}"
+
+    @property
+    def namesrv_addr_list(self) -> list[str]:
+        return [a.strip() for a in self.namesrv_addr.replace(",", ";").split(";") if a.strip()]
 
     @property
     def vip_port(self) -> int:
@@ -306,6 +326,40 @@ def load_config(path: str | None = None, overrides: Mapping[str, object] | None 
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigError("--config", f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
         cfg.apply(values, source=path)
+    if overrides:
+        cfg.apply({k: v for k, v in overrides.items() if v is not None}, source="cli")
+    return cfg
+
+
+@dataclass(slots=True)
+class NamesrvConfig:
+    """`delaymq-namesrv` settings (RocketMQ NamesrvConfig / NettyServerConfig key names where they exist)."""
+    listen_port: int = 9876
+    listen_host: str = "127.0.0.1"
+    kv_config_path: str = ""  # kvConfig.json; empty = KV config in memory only
+    scan_not_active_broker_interval: int = 10000  # ms between expiry scans (4.9.8: 10 s)
+    broker_channel_expired_time: int = 120000  # ours: ms without registration before a broker expires
+    server_channel_max_idle_time_seconds: int = 120
+    max_frame_size: int = 16777216
+
+    def apply(self, values: Mapping[str, object], source: str = "config") -> list[str]:
+        by_key = {BrokerConfig.key_for(f.name): f for f in dataclasses.fields(self)}
+        by_name = {f.name: f for f in dataclasses.fields(self)}
+        unknown = []
+        for key, raw in values.items():
+            f = by_key.get(key) or by_name.get(key)
+            if f is None:
+                unknown.append(key)
+                log.warning("config.unknown_key", key=key, source=source)
+                continue
+            setattr(self, f.name, _coerce(f, raw, key))
+        return unknown
+
+
+def load_namesrv_config(path: str | None = None, overrides: Mapping[str, object] | None = None) -> NamesrvConfig:
+    cfg = NamesrvConfig()
+    if path:
+        cfg.apply(load_properties(path), source=path)
     if overrides:
         cfg.apply({k: v for k, v in overrides.items() if v is not None}, source="cli")
     return cfg

@@ -106,6 +106,27 @@ def make_timer_service(store, cfg):
     return TimerMessageStore(store, cfg)
 
 
+# ---- cluster ---------------------------------------------------------------------------------
+def make_registrar(broker):
+    """The broker's name-server registration: its topic table as RocketMQ registers it (perms masked by
+    brokerPermission, DataVersion of the table)."""
+    from codec.namesrv_bodies import DataVersion, TopicConfigData
+    from server.cluster.registration import BrokerRegistrar
+    from server.topics import advertised_perm
+
+    cfg = broker.config
+
+    def snapshot():
+        counter, timestamp = broker.topics.data_version()
+        topics = [TopicConfigData(t.topic_name, t.read_queue_nums, t.write_queue_nums,
+                                  advertised_perm(t.perm, cfg.broker_permission), t.topic_filter_type,
+                                  t.topic_sys_flag, t.order)
+                  for t in broker.topics.topics.values()]
+        return DataVersion(counter, timestamp), topics
+
+    return BrokerRegistrar(cfg, snapshot)
+
+
 # ---- remoting --------------------------------------------------------------------------------
 def notify_consumer_ids_changed(conn, group: str) -> None:
     from codec.command import RemotingCommand
