@@ -16,6 +16,7 @@ import structlog
 from codec.record import encode_record
 from scheduler.levels import parse_delay_levels
 from server.client_manager import ClientManager
+from server.cluster.ha.service import ReplicaRole
 from server.config import BrokerConfig
 from server.observability.registry import Registry
 from server.offsets_table import ConsumerOffsetManager
@@ -58,6 +59,7 @@ class BrokerController:
         self.pull_hold = PullHoldService()
         self.kv_config: dict[str, dict[str, str]] = {}
         self.metrics = Registry()
+        self.replica = ReplicaRole(self)  # brokerRole / brokerId, HA, promotion (server/cluster/ha)
         self.store = None
         self.transactions = None
         self.hooks: PutHooks | None = None
@@ -74,19 +76,23 @@ class BrokerController:
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
+        cfg.validate()
         self.topics.load()
         self.groups.load()
         self.offsets.load()
         self.topics.ensure_system_topics(len(self.levels), cfg.timer_wheel_enable)
         self.store = make_message_store(cfg)
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
+        await self.replica.prepare(self.store)  # a SLAVE: read-only store, a former master's tail cut
         self.delay_service = make_delay_service(self.store, cfg, self.levels)
         self.timer_service = make_timer_service(self.store, cfg)
         # the timer hook's flow control reads the live wheel, so it gets the service itself
         self.hooks = PutHooks(cfg, self.levels, timer_config=self.timer_service)
         self.transactions = TransactionService(self)
-        self.transactions.start()
-        for svc in (self.delay_service, self.timer_service):
+        if not self.replica.is_slave:  # a slave's check-backs start at promotion
+            self.transactions.start()
+        # a SLAVE delivers nothing: its delay levels start at promotion, its wheel only follows
+        for svc in () if self.replica.is_slave else (self.delay_service, self.timer_service):
             if svc is not None:
                 r = svc.start()
                 if asyncio.iscoroutine(r):
@@ -94,6 +100,7 @@ class BrokerController:
         self.remoting = make_remoting_server(self)
         from server.security import install as install_security  # [security] ACL, TLS, limits
         install_security(self, self.remoting.server)
+        from server.cluster.ha import processors as ha_processors
         from server.processors import (
             admin,
             admin_stats,
@@ -105,9 +112,11 @@ class BrokerController:
             send,
             transaction,
         )
-        for room in (namesrv, send, pull, offsets, clients, consumer_send_back, transaction, admin, admin_stats):
+        for room in (namesrv, send, pull, offsets, clients, consumer_send_back, transaction, admin, admin_stats,
+                     ha_processors):
             room.register(self.remoting, self)
         await self.remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port])
+        await self.replica.start()
         if cfg.metrics_port:
             from server.observability.http import MetricsHttpServer
             self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port)
@@ -133,7 +142,9 @@ class BrokerController:
             await self.remoting.close(self.config.shutdown_drain_timeout_ms / 1000.0)
         self.clients.shutdown()
         self.transactions.stop()
-        for svc in (self.timer_service, self.delay_service):
+        await self.replica.shutdown()
+        # a slave's delay levels never ran: their (zero) offsets must not overwrite the synced file
+        for svc in (self.timer_service,) if self.replica.is_slave else (self.timer_service, self.delay_service):
             if svc is not None:
                 try:
                     await svc.shutdown()
@@ -234,6 +245,7 @@ class BrokerController:
             "bootTimestamp": self.boot_ms, "runtime": f"{(int(time.time() * 1000) - self.boot_ms) // 1000}s",
             "flushDiskType": self.config.flush_disk_type, "brokerName": self.config.broker_name,
             "pullHoldCount": self.pull_hold.held_count,
+            "brokerRole": self.config.broker_role, "brokerId": self.config.broker_id,
         }
         for svc in (self.delay_service, self.timer_service, self.transactions):
             if svc is None:

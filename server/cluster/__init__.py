@@ -1,0 +1,1 @@
+"""The cluster rooms: name server and registration (namesrv/), master/slave replication (ha/)."""
