@@ -238,6 +238,7 @@ class ReplicaRole:
                 log.error("ha.role_listener_failed", listener=repr(fn), error=repr(e))
         info = {"brokerRole": role, "brokerId": 0, "epoch": self.epoch, "epochStartOffset": self.epoch_start,
                 "syncedProgressAgeMs": (self.promoted_at_ms - synced.taken_ms) if synced else -1,
+                "syncedTakenMs": synced.taken_ms if synced else 0,
                 "delayOffsets": {str(k): v for k, v in delay_offsets.items()},
                 "timerReadMs": synced.timer.read_ms if synced and synced.timer else -1,
                 "tookMs": round((time.monotonic() - t0) * 1000, 2)}
