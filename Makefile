@@ -38,6 +38,7 @@ fuzz: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) node_modules store bench/results

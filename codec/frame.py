@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 
+from codec.buffers import BytesLike
 from codec.codes import SERIALIZE_JSON, SERIALIZE_ROCKETMQ
 from codec.command import (
     RemotingCommand,
@@ -43,7 +44,7 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
     return cmd
 
 
-def encode_frame(cmd: RemotingCommand) -> list:
+def encode_frame(cmd: RemotingCommand) -> list[BytesLike]:
     """Frame pieces for `transport.writelines`; body slices are passed through uncopied."""
     header = encode_header(cmd)
     hlen = len(header)

@@ -20,7 +20,7 @@ import time
 import structlog
 
 from codec.delivery_batch import build_delivery_batch
-from codec.record import build_deliveries
+from codec.record_rewrite import build_deliveries
 from scheduler.async_deliver import (
     EXCEPTION,
     RUNNING,

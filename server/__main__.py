@@ -20,6 +20,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import structlog  # noqa: E402
 
+from remoting import loop as event_loop  # noqa: E402
 from server.config import load_config  # noqa: E402
 from server.logging import configure  # noqa: E402
 
@@ -94,13 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("broker.bad_config", error=str(e))
         return 2
     try:
-        import uvloop
-    except ImportError:
-        uvloop = None
-    try:
-        if uvloop is not None:
-            return uvloop.run(run(cfg))
-        return asyncio.run(run(cfg))
+        return event_loop.run(run(cfg))
     except OSError as e:
         log.error("broker.start_failed", error=str(e))
         return 1

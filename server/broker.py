@@ -20,6 +20,7 @@ from server.cluster.ha.service import ReplicaRole
 from server.config import BrokerConfig
 from server.observability.registry import Registry
 from server.offsets_table import ConsumerOffsetManager
+from server.processors.send_common import PUT_STATUS_CODES
 from server.pull_hold import PullHoldService
 from server.put_hooks import PutHooks
 from server.rebalance_lock import RebalanceLockManager
@@ -181,7 +182,7 @@ class BrokerController:
             delay = hooked
         [result] = self.store.put([put_request(encode_record(rec), rec.topic, rec.queue_id, rec.properties, delay)])
         if not result.ok:
-            return 14 if result.status.name == "SERVICE_NOT_AVAILABLE" else 1, result.remark or result.status.name
+            return PUT_STATUS_CODES[result.status], result.remark or result.status.name
         if result.flushed is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(result.flushed), 5.0)

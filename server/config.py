@@ -1,6 +1,6 @@
 """Broker configuration: a dataclass whose fields map to RocketMQ's broker.conf key names.
 
-`load_properties(path)` reads a Java properties file (`key=value` or `key: value`, `#`/`!` comments);
+`load_properties(path)` reads a Java properties file (javaproperties: escapes, continuations, comments);
 `BrokerConfig.from_mapping()` applies known keys (camelCase, as in RocketMQ) and logs unknown ones.
 CLI flags are applied after the file (see `server.__main__`).
 """
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import javaproperties
 import structlog
 
 log = structlog.get_logger(__name__)
@@ -206,31 +206,10 @@ def _coerce(f: dataclasses.Field, raw: object, key: str):
     return str(raw).strip() if isinstance(raw, str) else str(raw)
 
 
-_LINE_CONT = re.compile(r"(?<!\\)(\\\\)*\\$")
-
-
 def parse_properties(text: str) -> dict[str, str]:
-    """Java-properties subset: `key=value` / `key:value` / `key value`, `#`/`!` comments, `\\` continuation."""
-    out: dict[str, str] = {}
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.strip() if not pending else raw.lstrip()
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        if _LINE_CONT.search(line):
-            pending += line[:-1]
-            continue
-        line, pending = pending + line, ""
-        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
-        if m is None:
-            out[line] = ""
-            continue
-        out[m.group(1)] = m.group(2).strip()
-    if pending:
-        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", pending)
-        if m:
-            out[m.group(1)] = m.group(2).strip()
-    return out
+    """A Java .properties text as Java's `Properties.load` reads it (escapes, `\\uXXXX`, continuations,
+    `=`/`:`/space separators, `#`/`!` comments), values stripped as RocketMQ's broker trims them."""
+    return {k: v.strip() for k, v in javaproperties.loads(text).items()}
 
 
 def load_properties(path: str) -> dict[str, str]:

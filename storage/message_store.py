@@ -184,18 +184,6 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
             self._disk_checked_at = now
         return self._disk_ratio
 
-    def _check_request(self, req: PutRequest) -> PutStatus | None:
-        rec = req.record
-        n = len(rec)
-        if n > self.config.max_message_size or n + R.BLANK_LEN > self.config.mapped_file_size_commitlog:
-            return PutStatus.MESSAGE_ILLEGAL
-        if n < R.MIN_RECORD:
-            return PutStatus.MESSAGE_ILLEGAL
-        total, magic = R.read_head(rec, 0)
-        if total != n or magic not in R.RECORD_MAGICS:
-            return PutStatus.MESSAGE_ILLEGAL
-        return None
-
     def put(self, requests: list[PutRequest]) -> list[PutResult]:
         """Append a batch synchronously; see ARCHITECTURE.md. Results are in request order.
 

@@ -33,7 +33,6 @@ from server.processors.send_common import (
     SYSTEM_ERROR,
     fail,
     ok,
-    status_name,
 )
 
 log = structlog.get_logger(__name__)
@@ -133,8 +132,8 @@ class SendRunMixin:
             prep = preps[j]
             cmd = cmds[i]
             if statuses is not None and statuses[j] is not PUT_OK:
-                name = status_name(statuses[j])
-                out[i] = fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), name, prep[6])
+                name = statuses[j].name
+                out[i] = fail(cmd, PUT_STATUS_CODES[statuses[j]], name, prep[6])
             elif cmd.flag & RPC_ONEWAY:
                 continue
             elif replica is not None and prep[7]:  # SYNC_MASTER: answer once a slave has the bytes

@@ -17,9 +17,9 @@ from codec.record import (
     decode_record,
     encode_record,
     iter_records,
-    rewrite_for_delivery,
     verify_record,
 )
+from codec.record_rewrite import rewrite_for_delivery
 
 
 def _guard(fn, *args) -> None:
