@@ -165,6 +165,13 @@ class Admin:
             out[addr] = dict((w.loads_lenient(resp.body) or {}).get("table") or {}) if resp.body else {}
         return out
 
+    async def promote(self, broker_addr: str, role: str = "ASYNC_MASTER", timeout: float = 30.0) -> dict:
+        """PROMOTE_BROKER (delaymq's 3101): make the slave at `broker_addr` the master, live."""
+        body = w.dumps({"brokerRole": role})
+        resp = await self.instance.invoke_addr(broker_addr, w.request(w.PROMOTE_BROKER, {}, body), timeout)
+        w.check(resp, f"promote {broker_addr}")
+        return dict(w.loads_lenient(resp.body) or {})
+
     @staticmethod
     def delay_levels(table: dict[str, str]) -> list[dict]:
         """Per delay level from the runtime info: the stock ``scheduleMessageOffset_<L>`` =

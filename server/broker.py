@@ -16,6 +16,7 @@ import structlog
 from codec.record import encode_record
 from scheduler.levels import parse_delay_levels
 from server.client_manager import ClientManager
+from server.cluster.ha.service import ReplicaRole
 from server.cluster.namesrv.kv_config import KVConfigManager
 from server.cluster.registration import BrokerRegistrar
 from server.config import BrokerConfig
@@ -71,6 +72,7 @@ class BrokerController:
         self.kv_config = KVConfigManager()  # embedded mode's name-server KV config (in memory)
         self.registrar: BrokerRegistrar | None = None  # [cluster] set when namesrvAddr is configured
         self.metrics = Registry()
+        self.replica = ReplicaRole(self)  # brokerRole / brokerId, HA, promotion (server/cluster/ha)
         self.store = None
         self.transactions = None
         self.hooks: PutHooks | None = None
@@ -87,19 +89,23 @@ class BrokerController:
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
+        cfg.validate()
         self.topics.load()
         self.groups.load()
         self.offsets.load()
         self.topics.ensure_system_topics(len(self.levels), cfg.timer_wheel_enable)
         self.store = make_message_store(cfg)
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
+        await self.replica.prepare(self.store)  # a SLAVE: read-only store, a former master's tail cut
         self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta)
         self.timer_service = make_timer_service(self.store, cfg)
         # the timer hook's flow control reads the live wheel, so it gets the service itself
         self.hooks = PutHooks(cfg, self.levels, timer_config=self.timer_service)
         self.transactions = TransactionService(self)
-        self.transactions.start()
-        for svc in (self.delay_service, self.timer_service):
+        if not self.replica.is_slave:  # a slave's check-backs start at promotion
+            self.transactions.start()
+        # a SLAVE delivers nothing: its delay levels start at promotion, its wheel only follows
+        for svc in () if self.replica.is_slave else (self.delay_service, self.timer_service):
             if svc is not None:
                 r = svc.start()
                 if asyncio.iscoroutine(r):
@@ -107,6 +113,7 @@ class BrokerController:
         self.remoting = make_remoting_server(self)
         from server.security import install as install_security  # [security] ACL, TLS, limits
         install_security(self, self.remoting.server)
+        from server.cluster.ha import processors as ha_processors
         from server.processors import (
             admin,
             admin_stats,
@@ -118,12 +125,13 @@ class BrokerController:
             send,
             transaction,
         )
-        rooms = [send, pull, offsets, clients, consumer_send_back, transaction, admin, admin_stats]
+        rooms = [send, pull, offsets, clients, consumer_send_back, transaction, admin, admin_stats, ha_processors]
         if not cfg.namesrv_addr_list:
             rooms.insert(0, namesrv)  # embedded mode: this process is its own name server
         for room in rooms:
             room.register(self.remoting, self)
         await self.remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port])
+        await self.replica.start()
         if cfg.namesrv_addr_list:
             self.registrar = make_registrar(self)
             self.topics.add_change_listener(lambda _tc: self.registrar.topics_changed())
@@ -158,7 +166,9 @@ class BrokerController:
             await self.remoting.close(self.config.shutdown_drain_timeout_ms / 1000.0)
         self.clients.shutdown()
         self.transactions.stop()
-        for svc in (self.timer_service, self.delay_service):
+        await self.replica.shutdown()
+        # a slave's delay levels never ran: their (zero) offsets must not overwrite the synced file
+        for svc in (self.timer_service,) if self.replica.is_slave else (self.timer_service, self.delay_service):
             if svc is not None:
                 try:
                     await svc.shutdown()
@@ -258,6 +268,7 @@ class BrokerController:
             "bootTimestamp": self.boot_ms, "runtime": f"{(int(time.time() * 1000) - self.boot_ms) // 1000}s",
             "flushDiskType": self.config.flush_disk_type, "brokerName": self.config.broker_name,
             "pullHoldCount": self.pull_hold.held_count,
+            "brokerRole": self.config.broker_role, "brokerId": self.config.broker_id,
         }
         for svc in (self.delay_service, self.timer_service, self.transactions, self.registrar):
             if svc is None:

@@ -21,6 +21,7 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
+BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 # Field names whose camelCase key is not the mechanical conversion of the snake_case name.
@@ -116,6 +117,16 @@ class BrokerConfig:
     metrics_export_interval_ms: int = 10000
     export_interval_ms: int = 10000
     shutdown_drain_timeout_ms: int = 5000
+    # [cluster-ha] master/slave replication (server/cluster/ha; RocketMQ 4.x HA, cluster-ha.md §2)
+    broker_role: str = "ASYNC_MASTER"  # ASYNC_MASTER | SYNC_MASTER | SLAVE
+    ha_master_address: str = ""  # ip:haPort of the master (slaves; else the name server's answer)
+    ha_send_heartbeat_interval: int = 5000  # ms of silence before an empty frame / a report
+    ha_housekeeping_interval: int = 20000  # ms without bytes from the peer before it is dropped
+    ha_transfer_batch_size: int = 32768  # max CommitLog bytes per HA frame
+    ha_slave_fallbehind_max: int = 268435456  # SYNC_MASTER: a slave further behind is not available
+    slave_timeout: int = 3000  # SYNC_MASTER: ms a send waits for the slave's ack (FLUSH_SLAVE_TIMEOUT)
+    slave_synchronize_interval_ms: int = 10000  # slave: pull topics, offsets, groups, timer checkpoint
+    scheduler_sync_interval_ms: int = 40  # ours: slave pulls the master's scheduler progress this often
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -124,17 +135,40 @@ class BrokerConfig:
         return f"{self.broker_ip1}:{self.listen_port}"
 
     @property
-    def ha_server_addr(self) -> str:
-        """`brokerIP2:haListenPort`, the HA address a broker registers (slaves get their master's)."""
-        return f"{self.broker_ip2 or self.broker_ip1}:{self.ha_listen_port or self.listen_port + 1}"
-
-    @property
     def namesrv_addr_list(self) -> list[str]:
         return [a.strip() for a in self.namesrv_addr.replace(",", ";").split(";") if a.strip()]
 
     @property
     def vip_port(self) -> int:
         return self.listen_port - 2
+
+    @property
+    def ha_port(self) -> int:
+        return self.ha_listen_port if self.ha_listen_port > 0 else self.listen_port + 1
+
+    @property
+    def ha_server_addr(self) -> str:
+        """`brokerIP2:haListenPort`, the HA address a broker registers (slaves get their master's)."""
+        return f"{self.broker_ip2 or self.broker_ip1}:{self.ha_port}"
+
+    @property
+    def is_slave(self) -> bool:
+        return self.broker_role == "SLAVE"
+
+    def _validate_roles(self) -> None:
+        """Cross-key checks of the HA role; ConfigError names the key."""
+        role = self.broker_role.strip().upper()
+        if role not in BROKER_ROLES:
+            raise ConfigError("brokerRole", f"expected one of {', '.join(BROKER_ROLES)}, got {self.broker_role!r}")
+        self.broker_role = role
+        if role == "SLAVE" and self.broker_id <= 0:
+            raise ConfigError("brokerId", "a SLAVE needs brokerId >= 1")
+        if role != "SLAVE":
+            self.broker_id = 0  # RocketMQ forces a master's brokerId to 0
+        if self.ha_master_address and ":" not in self.ha_master_address:
+            raise ConfigError("haMasterAddress", f"expected ip:port, got {self.ha_master_address!r}")
+        if self.scheduler_sync_interval_ms <= 0 or self.scheduler_sync_interval_ms > 50:
+            raise ConfigError("schedulerSyncIntervalMs", "expected 1..50 (ms)")
 
     @property
     def sync_flush(self) -> bool:
@@ -173,7 +207,7 @@ class BrokerConfig:
         return cfg
 
     def validate(self) -> None:
-        """Raise ConfigError for the first value `VALIDATORS` refuses."""
+        """Raise ConfigError for the first value `VALIDATORS` refuses, then for a bad HA role combination."""
         for f in dataclasses.fields(self):
             check = VALIDATORS.get(f.name)
             if check is None:
@@ -181,6 +215,7 @@ class BrokerConfig:
             problem = check(getattr(self, f.name))
             if problem:
                 raise ConfigError(self.key_for(f.name), problem)
+        self._validate_roles()
 
     def public_properties(self) -> dict[str, str]:
         """`to_properties` with the values of `PRIVATE_KEYS` (key and ACL file paths) left out: what
@@ -362,4 +397,5 @@ def load_namesrv_config(path: str | None = None, overrides: Mapping[str, object]
         cfg.apply(load_properties(path), source=path)
     if overrides:
         cfg.apply({k: v for k, v in overrides.items() if v is not None}, source="cli")
+    cfg.validate()
     return cfg

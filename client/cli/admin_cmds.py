@@ -50,6 +50,18 @@ async def topic(args) -> int:
     return 0
 
 
+async def broker(args) -> int:
+    async with Admin(args.namesrv, args.timeout) as admin:
+        info = await admin.promote(args.broker, args.role, max(args.timeout, 30.0))
+    if args.output == "json":
+        _out(json.dumps(info))
+    else:
+        _out(f"promoted {args.broker}: brokerRole={info.get('brokerRole')} brokerId={info.get('brokerId')} "
+             f"epoch={info.get('epoch')} epochStartOffset={info.get('epochStartOffset')} "
+             f"syncedProgressAgeMs={info.get('syncedProgressAgeMs')} tookMs={info.get('tookMs')}")
+    return 0
+
+
 async def group(args) -> int:
     if args.action == "connections":
         return await _connections(args)
