@@ -80,6 +80,7 @@ class BrokerController:
         self.timer_service = None
         self.remoting = None
         self.metrics_http = None
+        self.grpc = None  # server.grpc.endpoint.GrpcEndpoint when grpcListenPort > 0
         self.put_total = 0
         self.get_total = 0
         self._put_counters: dict[str, tuple] = {}
@@ -143,11 +144,16 @@ class BrokerController:
         from server.observability.telemetry import Telemetry
         self.telemetry = Telemetry(self)
         self.telemetry.start()
+        if cfg.grpc_listen_port > 0:  # RocketMQ 5 clients: gRPC MessagingService over the same store
+            from server.grpc.endpoint import GrpcEndpoint
+            self.grpc = GrpcEndpoint(self)
+            await self.grpc.start()
         self._started = True
         log.info("broker.ready", host=cfg.listen_host, port=cfg.listen_port, vip_port=cfg.vip_port,
                  broker_addr=cfg.broker_addr, store=cfg.store_path_root_dir,
                  metrics_port=self.metrics_http.port if self.metrics_http else None,
                  namesrv=cfg.namesrv_addr or "embedded",
+                 grpc_port=self.grpc.port if self.grpc else None,
                  delay_levels=len(self.levels), delay_service=self.delay_service is not None,
                  timer_service=self.timer_service is not None)
 
@@ -164,6 +170,8 @@ class BrokerController:
         self.pull_hold.shutdown()  # held pulls answer now (counted as in-flight by the server)
         if self.remoting is not None:
             await self.remoting.close(self.config.shutdown_drain_timeout_ms / 1000.0)
+        if self.grpc is not None:
+            await self.grpc.stop()
         self.clients.shutdown()
         self.transactions.stop()
         await self.replica.shutdown()
@@ -270,7 +278,7 @@ class BrokerController:
             "pullHoldCount": self.pull_hold.held_count,
             "brokerRole": self.config.broker_role, "brokerId": self.config.broker_id,
         }
-        for svc in (self.delay_service, self.timer_service, self.transactions, self.registrar):
+        for svc in (self.delay_service, self.timer_service, self.transactions, self.registrar, self.grpc):
             if svc is None:
                 continue
             fn = getattr(svc, "runtime_info", None) or getattr(svc, "stats", None)

@@ -21,7 +21,8 @@ _FIELDS = (("group_name", "groupName"), ("consume_enable", "consumeEnable"),
            ("consume_broadcast_enable", "consumeBroadcastEnable"), ("retry_queue_nums", "retryQueueNums"),
            ("retry_max_times", "retryMaxTimes"), ("broker_id", "brokerId"),
            ("which_broker_when_consume_slowly", "whichBrokerWhenConsumeSlowly"),
-           ("notify_consumer_ids_changed_enable", "notifyConsumerIdsChangedEnable"))
+           ("notify_consumer_ids_changed_enable", "notifyConsumerIdsChangedEnable"),
+           ("consume_message_orderly", "consumeMessageOrderly"))
 
 
 @dataclass(slots=True)
@@ -35,6 +36,7 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    consume_message_orderly: bool = False  # RocketMQ 5: a FIFO group (5.x consumers get FIFO order)
 
     def to_json(self) -> dict:
         return {j: getattr(self, a) for a, j in _FIELDS}
