@@ -42,7 +42,6 @@ _UNIT = struct.Struct(">qiq")  # phys offset, size, tagsCode (= deliver timestam
 UNIT_SIZE = 20
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 DELAY_FOR_A_WHILE_S = 0.1
-DELAY_FOR_A_PERIOD_S = 10.0
 PUT_OK = PutStatus.PUT_OK
 _monotonic = time.monotonic  # the loop's clock (CLOCK_MONOTONIC)
 
@@ -100,14 +99,10 @@ class LevelDeliverer:
 
     # ---- the task ------------------------------------------------------------------------
     async def run(self) -> None:
+        """The level's task (run by the store's supervisor: an error is logged, counted, backed off
+        and the task restarted from the current offsets)."""
         while not self.stopping:
-            try:
-                await self._pass()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.exception("delay.level_pass_failed", level=self.level, offset=self.scan_offset, error=repr(e))
-                await asyncio.sleep(DELAY_FOR_A_PERIOD_S)
+            await self._pass()
 
     async def _pass(self) -> None:
         store, qid = self.store, self.queue_id

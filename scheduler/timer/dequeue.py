@@ -64,7 +64,7 @@ class _PutRun:
 class SlotChunk:
     """Units of one slot in due order, as parallel int64 numpy arrays (no object per message)."""
 
-    __slots__ = ("slot", "due", "exact", "offset", "size", "magic", "write_ms", "cancel")
+    __slots__ = ("slot", "due", "exact", "offset", "size", "magic", "write_ms", "cancel", "done")
 
     def __init__(self, slot: int, cancel: set[str], due, exact, offset, size, magic, write_ms) -> None:
         self.slot = slot
@@ -75,6 +75,7 @@ class SlotChunk:
         self.size = size
         self.magic = magic
         self.write_ms = write_ms
+        self.done = 0  # units already put (a restarted putter goes on from here)
 
 
 def now_ms() -> int:
@@ -177,18 +178,21 @@ class DequeueMixin:
     async def _putter_loop(self) -> None:
         q = self._put_queue
         while True:
-            item = await q.get()
+            item = self._put_current  # a chunk a failed run did not finish (the supervisor restarted us)
+            if item is None:
+                item = self._put_current = await q.get()
             if item is None:
                 return
             if isinstance(item, int):
                 if item > self.commit_read_ms:
                     self.commit_read_ms = item
                     self.checkpoint.set_read_time(item)
-                continue
-            await self._deliver_chunk(item)
+            else:
+                await self._deliver_chunk(item)
+            self._put_current = None
 
     async def _deliver_chunk(self, c: SlotChunk) -> None:
-        i, n = 0, len(c.due)
+        i, n = c.done, len(c.due)
         batch = self.config.put_batch
         while i < n:
             now = now_ms()
@@ -199,7 +203,7 @@ class DequeueMixin:
             while i < j:
                 k = min(j, i + batch)
                 await self._put_units(c, i, k)
-                i = k
+                i = c.done = k
 
     async def _put_units(self, c: SlotChunk, lo: int, hi: int) -> None:
         """convert + convertMessage for units lo..hi of a chunk, then one put_batch (retried as a batch)."""

@@ -74,15 +74,11 @@ class EnqueueMixin:
             self._enqueue_wake.set()
 
     async def _enqueue_loop(self) -> None:
+        """The enqueue task (run by the store's supervisor: an error is logged, counted, backed off and
+        the task restarted; the offset moves only after a batch, so nothing is skipped)."""
         while self._running:
             self._enqueue_wake.clear()
-            try:
-                n = self._enqueue_batch(ENQUEUE_BATCH)
-            except Exception as e:  # keep the wheel alive; the offset did not move
-                log.error("timer.enqueue_failed", error=repr(e), offset=self.curr_queue_offset)
-                n = 0
-                await asyncio.sleep(self.config.precision_ms / 1000.0)  # back-off after a failure
-                continue
+            n = self._enqueue_batch(ENQUEUE_BATCH)
             if n == 0:
                 await self._enqueue_wake.wait()
             else:

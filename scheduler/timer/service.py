@@ -59,13 +59,14 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self.curr_write_ms = self.read_cursor_ms = self.commit_read_ms = 0
         self._loaded = False
         self._running = False
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list = []  # storage.supervisor.SupervisedTask
         self._flush_handle: asyncio.TimerHandle | None = None
         self._clean_handle: asyncio.TimerHandle | None = None
         self._enqueue_wake: asyncio.Event | None = None
         self._reader_wake: asyncio.Future | None = None
         self._reader_target = 1 << 62
         self._put_queue: asyncio.Queue | None = None
+        self._put_current = None  # the putter's item in progress: a restarted putter finishes it first
         self._offset_waiters: list[tuple[int, asyncio.Future]] = []
         self._host_hex: dict[bytes, str] = {}
 
@@ -89,11 +90,13 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self._running = True
         self._enqueue_wake = asyncio.Event()
         self._put_queue = asyncio.Queue(PUT_QUEUE_CAPACITY)
+        self._put_current = None
         self.curr_write_ms = max(self.curr_write_ms, self._floor(int(time.time() * 1000)))
         self.store.add_dispatch_listener(self._on_dispatch)
-        self._tasks = [loop.create_task(self._enqueue_loop(), name="timer-enqueue"),
-                       loop.create_task(self._reader_loop(), name="timer-dequeue-get"),
-                       loop.create_task(self._putter_loop(), name="timer-dequeue-put")]
+        sup = self.store.supervisor  # storage.supervisor: log with context, count, back off, restart
+        self._tasks = [sup.spawn("timer-enqueue", self._enqueue_loop),
+                       sup.spawn("timer-dequeue-get", self._reader_loop),
+                       sup.spawn("timer-dequeue-put", self._putter_loop)]
         self._schedule_flush()
         self._clean_handle = loop.call_later(self.config.timerlog_clean_interval_ms / 1000.0, self._clean_tick)
         log.info("timer.started", precision_ms=self.config.precision_ms, pending=self.wheel.pending,
@@ -113,7 +116,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
                 self._clean_handle.cancel()
             for t in self._tasks:
                 t.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self.store.supervisor.reap(self._tasks)  # an error a task ended with is logged, not swallowed
             self._tasks = []
         self.flush()
         self.timerlog.close()
@@ -136,7 +139,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         try:
             self.flush()
         except Exception as e:
-            log.error("timer.flush_failed", error=repr(e))
+            self.store.supervisor.failed("timer-flush", e, read_ms=self.commit_read_ms)
         self._schedule_flush()
 
     def _clean_tick(self) -> None:
@@ -145,7 +148,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         try:
             self.clean_expired_timerlog()
         except Exception as e:
-            log.error("timer.timerlog_clean_failed", error=repr(e))
+            self.store.supervisor.failed("timer-timerlog-clean", e)
         loop = asyncio.get_running_loop()
         self._clean_handle = loop.call_later(self.config.timerlog_clean_interval_ms / 1000.0, self._clean_tick)
 

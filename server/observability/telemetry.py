@@ -65,6 +65,12 @@ def _timer_samples(svc) -> list[Sample]:
     return out
 
 
+def _supervisor_samples(sup) -> list[Sample]:
+    """delaymq_task_restarts_total{task}: failures of background work (each logged, backed off, restarted)."""
+    return [Sample("delaymq_task_restarts_total", "counter", {"task": name}, float(n))
+            for name, n in sorted(sup.stats().items())]
+
+
 def _lag_samples(broker) -> list[Sample]:
     out: list[Sample] = []
     for key, queues in list(broker.offsets.table.items()):
@@ -127,8 +133,9 @@ class Telemetry:
             reg.add_collector(lambda: _timer_samples(b.timer_service))
             b.timer_service.add_listener(self.trace)
         reg.add_collector(lambda: _lag_samples(b))
+        reg.add_collector(lambda: _supervisor_samples(b.store.supervisor))
         b.store.add_dispatch_listener(TraceTopicExporter(b.store, self.rmq_trace_writer).on_dispatch)
-        self.exporter.start()
+        self.exporter.start(b.store.supervisor)
 
     async def shutdown(self) -> None:
         await self.exporter.shutdown()
