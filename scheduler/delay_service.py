@@ -18,6 +18,7 @@ from scheduler.delay_deliver import LevelDeliverer
 from scheduler.delay_offsets import DelayOffsetTable
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.loop_lag import LoopLagProbe
+from scheduler.quarantine import Quarantine
 
 log = structlog.get_logger(__name__)
 
@@ -31,6 +32,7 @@ class DelayLevelService:
         self.offsets = DelayOffsetTable(self.config.config_dir)
         self.levels = [LevelDeliverer(self, lv) for lv in range(1, len(self.config.levels_ms) + 1)]
         self.listeners: list = []
+        self.quarantine = Quarantine(store)  # poison schedule records go to rmq_sys_SCHEDULE_QUARANTINE
         self._tasks: list = []  # storage.supervisor.SupervisedTask
         self._loaded = False
         self._started = False
@@ -187,4 +189,5 @@ class DelayLevelService:
         levels = {d.level: d.snapshot() for d in self.levels}
         return {"async_deliver": self.config.async_deliver, "levels": levels,
                 "pending_total": sum(v["pending"] for v in levels.values()),
-                "delivered_total": sum(v["delivered_total"] for v in levels.values())}
+                "delivered_total": sum(v["delivered_total"] for v in levels.values()),
+                "quarantined": self.quarantine.stats()}

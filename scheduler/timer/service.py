@@ -21,6 +21,7 @@ import structlog
 
 from codec.msgid import offset_msg_id
 from codec.record import store_host_pos
+from scheduler.quarantine import Quarantine
 from scheduler.timer.checkpoint import TimerCheckpoint
 from scheduler.timer.config import TIMER_TOPIC, TimerConfig
 from scheduler.timer.dequeue import DequeueMixin
@@ -51,6 +52,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         register_service(self.config, self)
         self.rng = random.Random()
         self.metrics = TimerMetrics()
+        self.quarantine = Quarantine(store)  # poison timer records go to rmq_sys_SCHEDULE_QUARANTINE
         self.roll_window_slots = self.config.effective_roll_window_slots
         self.wheel: TimerWheel | None = None
         self.timerlog: TimerLog | None = None
@@ -235,6 +237,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
             "lateness_max_ms": m.lateness.max, "lateness_buckets": m.lateness.cumulative(),
             "read_ms": self.commit_read_ms, "write_ms": self.curr_write_ms,
             "queue_offset": self.commit_queue_offset, "timerlog_pos": self.timerlog.write_pos if self.timerlog else 0,
+            "quarantined": self.quarantine.stats(),
         }
 
     def runtime_info(self) -> dict[str, str]:
