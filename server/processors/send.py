@@ -284,6 +284,13 @@ class SendProcessor(SendRunMixin):
             return None
         ext = {"msgId": msg_id, "queueId": str(reply_qid), "queueOffset": str(first.queue_offset),
                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        replica = self.broker.replica
+        if replica.sync_master and wait:
+            end = max(r.phys_offset + r.size for r in results)
+            flushed = next((r.flushed for r in results if r.flushed is not None), None)
+            gate = replica.gate(end)
+            return self._answer_when_replicated(cmd, flushed if self.cfg.sync_flush else None,
+                                                gate if type(gate) is tuple else asyncio.ensure_future(gate), ext)
         if self.cfg.sync_flush and wait:
             pending = [r.flushed for r in results if getattr(r, "flushed", None) is not None]
             if pending:

@@ -1,4 +1,5 @@
-"""Fixtures: delaymq name servers (`namesrv_factory`) and brokers registered with them (`cluster_broker`)."""
+"""Fixtures: delaymq name servers (`namesrv_factory`), brokers registered with them (`cluster_broker`), the
+stock Java client (`java_client`), and the in-process broker fixtures of tests/server (HA tests)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from tests.conftest import register_diagnostics
 from tests.helpers.cluster import NamesrvProcess
 from tests.helpers.java import compile_java, java_available, java_command
 from tests.interop.conftest import Agents
+from tests.server.conftest import broker_ctl, client, make_broker  # noqa: F401
 
 CLUSTER_CLIENT = Path(__file__).resolve().parents[1] / "java" / "programs" / "ClusterClient.java"
 
