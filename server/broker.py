@@ -13,10 +13,11 @@ import time
 
 import structlog
 
-from codec.record import encode_record
+from codec.record import encode_record, read_store_timestamp
 from scheduler.levels import parse_delay_levels
 from server.client_manager import ClientManager
 from server.config import BrokerConfig
+from server.observability.broker_stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BrokerStats
 from server.observability.registry import Registry
 from server.offsets_table import ConsumerOffsetManager
 from server.processors.send_common import PUT_STATUS_CODES
@@ -70,6 +71,12 @@ class BrokerController:
         self.get_total = 0
         self._put_counters: dict[str, tuple] = {}
         self._pull_counters: dict[tuple[str, str], object] = {}  # (topic, group) -> Counter
+        self.stats = BrokerStats(lambda: (self.put_total, self.get_total), {
+            TOPIC_PUT_NUMS: lambda: {t: c[0].value for t, c in self._put_counters.items()},
+            TOPIC_PUT_SIZE: lambda: {t: c[1].value for t, c in self._put_counters.items()},
+            GROUP_GET_NUMS: lambda: {f"{t}@{g}": c.value for (t, g), c in self._pull_counters.items()},
+        }, self.boot_ms)
+        self._stats_task: asyncio.Task | None = None
         self._started = False
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -97,6 +104,7 @@ class BrokerController:
         install_security(self, self.remoting.server)
         from server.processors import (
             admin,
+            admin_ops,
             admin_stats,
             clients,
             consumer_send_back,
@@ -106,7 +114,8 @@ class BrokerController:
             send,
             transaction,
         )
-        for room in (namesrv, send, pull, offsets, clients, consumer_send_back, transaction, admin, admin_stats):
+        for room in (namesrv, send, pull, offsets, clients, consumer_send_back, transaction, admin, admin_stats,
+                     admin_ops):
             room.register(self.remoting, self)
         await self.remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port])
         if cfg.metrics_port:
@@ -116,6 +125,7 @@ class BrokerController:
         from server.observability.telemetry import Telemetry
         self.telemetry = Telemetry(self)
         self.telemetry.start()
+        self._stats_task = asyncio.get_running_loop().create_task(self._sample_stats(), name="broker-stats")
         self._started = True
         log.info("broker.ready", host=cfg.listen_host, port=cfg.listen_port, vip_port=cfg.vip_port,
                  broker_addr=cfg.broker_addr, store=cfg.store_path_root_dir,
@@ -129,6 +139,8 @@ class BrokerController:
             return
         self._started = False
         log.info("broker.stopping")
+        if self._stats_task is not None:
+            self._stats_task.cancel()
         self.pull_hold.shutdown()  # held pulls answer now (counted as in-flight by the server)
         if self.remoting is not None:
             await self.remoting.close(self.config.shutdown_drain_timeout_ms / 1000.0)
@@ -150,6 +162,33 @@ class BrokerController:
         if self.metrics_http is not None:
             await self.metrics_http.close()
         log.info("broker.stopped")
+
+    async def _sample_stats(self) -> None:
+        """Once a second: the rate windows of `self.stats` (putTps, VIEW_BROKER_STATS_DATA). A failing
+        sample is logged and counted; the loop goes on."""
+        failures = self.metrics.counter("delaymq_task_failures_total", {"task": "broker-stats"})
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                self.stats.sample(int(time.time() * 1000))
+            except Exception as e:
+                failures.inc()
+                log.error("broker.stats_sample_failed", error=repr(e))
+
+    def delete_topic(self, topic: str) -> bool:
+        """DELETE_TOPIC_IN_BROKER: the topic's config, its consumer offsets, ConsumeQueues and stats."""
+        existed = self.topics.table.delete(topic)
+        for group in list(self.offsets.groups_of(topic)):
+            self.offsets.remove_group(group, topic)
+        self.offsets.persist()
+        self.store.delete_consume_queues(topic)
+        self._put_counters.pop(topic, None)
+        for key in [k for k in self._pull_counters if k[0] == topic]:
+            del self._pull_counters[key]
+        for name in (TOPIC_PUT_NUMS, TOPIC_PUT_SIZE):
+            self.stats.forget(name, lambda k: k == topic)
+        self.stats.forget(GROUP_GET_NUMS, lambda k: k.partition("@")[0] == topic)
+        return existed
 
     # ---- helpers used by processors ------------------------------------------------------
     def put_request(self, raw, topic: str, queue_id: int, properties: dict, deliver_delay_ms: int):
@@ -226,16 +265,45 @@ class BrokerController:
                 "delaymq_pull_messages_total", {"topic": topic, "group": group})
         c.inc(n)
 
+    def _earliest_store_time(self) -> int:
+        """STORETIMESTAMP of the oldest record still in the CommitLog (0: none, or not a record there)."""
+        try:
+            raw = self.store.read_record(self.commitlog_min_offset())
+        except (ValueError, IndexError, OSError):
+            return 0
+        return read_store_timestamp(raw) if raw is not None and len(raw) > 64 else 0
+
     def runtime_info(self) -> dict[str, object]:
+        """GET_BROKER_RUNTIME_INFO's table: RocketMQ's keys (mqadmin clusterList / brokerStatus and the
+        Dashboard read them; thread-pool figures are 0: requests run on the event loop, not in pools),
+        the store's and the scheduled services' own."""
+        now = int(time.time() * 1000)
+        puts, gets = self.stats.tps(now)
         info: dict[str, object] = {
             "brokerVersion": BROKER_VERSION, "brokerVersionDesc": "V4_9_8",
             "msgPutTotalTodayNow": self.put_total, "msgGetTotalTodayNow": self.get_total,
-            "msgPutTotalTodayMorning": 0, "msgGetTotalTodayMorning": 0,
+            "msgPutTotalTodayMorning": self.stats.today_morning[0],
+            "msgGetTotalTodayMorning": self.stats.today_morning[1],
+            "msgPutTotalYesterdayMorning": self.stats.yesterday_morning[0],
+            "msgGetTotalYesterdayMorning": self.stats.yesterday_morning[1],
+            "putTps": " ".join(f"{v:.2f}" for v in puts),
+            "getTransferedTps": " ".join(f"{v:.2f}" for v in gets),
             "commitLogMinOffset": self.commitlog_min_offset(), "commitLogMaxOffset": self.commitlog_max_offset(),
-            "bootTimestamp": self.boot_ms, "runtime": f"{(int(time.time() * 1000) - self.boot_ms) // 1000}s",
+            "bootTimestamp": self.boot_ms, "runtime": f"{(now - self.boot_ms) // 1000}s",
+            "startAcceptSendRequestTimeStamp": 0,
             "flushDiskType": self.config.flush_disk_type, "brokerName": self.config.broker_name,
             "pullHoldCount": self.pull_hold.held_count,
+            "pageCacheLockTimeMills": 0, "dispatchBehindBytes": 0,
+            "remainHowManyDataToFlush": "0 B", "remainTransientStoreBufferNumbs": 0,
+            "EndTransactionQueueSize": 0, "EndTransactionThreadPoolQueueCapacity": 0,
         }
+        for pool in ("send", "pull", "query"):
+            info[f"{pool}ThreadPoolQueueSize"] = 0
+            info[f"{pool}ThreadPoolQueueCapacity"] = 0
+            info[f"{pool}ThreadPoolQueueHeadWaitTimeMills"] = 0
+        info.update(self.store.runtime_info())
+        info.update(_disk_info(self.config.store_path_root_dir))
+        info["earliestMessageTimeStamp"] = self._earliest_store_time() or self.boot_ms
         for svc in (self.delay_service, self.timer_service, self.transactions):
             if svc is None:
                 continue
@@ -246,3 +314,14 @@ class BrokerController:
                 except Exception as e:
                     log.warning("broker.runtime_info_failed", service=type(svc).__name__, error=repr(e))
         return info
+
+
+def _disk_info(path: str) -> dict[str, str]:
+    """commitLogDirCapacity as RocketMQ words it."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return {}
+    gib = 1024 ** 3
+    return {"commitLogDirCapacity": f"Total : {st.f_blocks * st.f_frsize / gib:.1f} GiB, "
+                                    f"Free : {st.f_bavail * st.f_frsize / gib:.1f} GiB."}
