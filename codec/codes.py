@@ -95,6 +95,10 @@ class RequestCode(IntEnum):
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     ADD_WRITE_PERM_OF_BROKER = 327
+    # delaymq's own codes (no RocketMQ meaning; far above RocketMQ's range): browse and cancel what is
+    # scheduled. Bodies are JSON (server/processors/scheduled.py documents them).
+    DELAYMQ_QUERY_SCHEDULED = 40001
+    DELAYMQ_CANCEL_SCHEDULED = 40002
 
 
 class ResponseCode(IntEnum):

@@ -13,7 +13,8 @@ import time
 
 import structlog
 
-from codec.record import encode_record, read_store_timestamp
+from codec.record import MessageRecord, encode_record, read_store_timestamp
+from scheduler.browse import ScheduledBrowser
 from scheduler.levels import parse_delay_levels
 from server.client_manager import ClientManager
 from server.config import BrokerConfig
@@ -65,6 +66,7 @@ class BrokerController:
         self.hooks: PutHooks | None = None
         self.delay_service = None
         self.timer_service = None
+        self.scheduled: ScheduledBrowser | None = None
         self.remoting = None
         self.metrics_http = None
         self.put_total = 0
@@ -90,6 +92,8 @@ class BrokerController:
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
         self.delay_service = make_delay_service(self.store, cfg, self.levels)
         self.timer_service = make_timer_service(self.store, cfg)
+        self.scheduled = ScheduledBrowser(self.store, self.delay_service, self.timer_service,
+                                          self._put_timer_cancel_marker)
         # the timer hook's flow control reads the live wheel, so it gets the service itself
         self.hooks = PutHooks(cfg, self.levels, timer_config=self.timer_service)
         self.transactions = TransactionService(self)
@@ -111,11 +115,12 @@ class BrokerController:
             namesrv,
             offsets,
             pull,
+            scheduled,
             send,
             transaction,
         )
         for room in (namesrv, send, pull, offsets, clients, consumer_send_back, transaction, admin, admin_stats,
-                     admin_ops):
+                     admin_ops, scheduled):
             room.register(self.remoting, self)
         await self.remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port])
         if cfg.metrics_port:
@@ -174,6 +179,18 @@ class BrokerController:
             except Exception as e:
                 failures.inc()
                 log.error("broker.stats_sample_failed", error=repr(e))
+
+    async def _put_timer_cancel_marker(self, topic: str, uniq_key: str, deliver_ms: int) -> str | None:
+        """The timer wheel's cancel marker (TIMER_DEL_UNIQKEY, as a 5.x producer sends it), stored by the
+        broker itself for `scheduled cancel`. None, or what went wrong."""
+        host = self.store_host
+        now = int(time.time() * 1000)
+        rec = MessageRecord(topic=topic, body=b"0", queue_id=0, born_timestamp=now, born_host=host, store_host=host,
+                            properties={"TAGS": "_RECALL_TAG_", "TIMER_DEL_UNIQKEY": f"{topic}+{uniq_key}",
+                                        "UNIQ_KEY": uniq_key, "TIMER_DELIVER_MS": str(int(deliver_ms)),
+                                        "CLUSTER": self.config.broker_cluster_name})
+        code, remark = await self.put_record(rec)
+        return None if code == 0 else f"code {code}: {remark}"
 
     def delete_topic(self, topic: str) -> bool:
         """DELETE_TOPIC_IN_BROKER: the topic's config, its consumer offsets, ConsumeQueues and stats."""
