@@ -1,6 +1,6 @@
 """delaymq's own requests: browse and cancel scheduled messages (no RocketMQ tool can).
 
-DELAYMQ_QUERY_SCHEDULED (40001), header fields (all optional): `topic` (real topic), `level` (1..N, only
+DELAYMQ_QUERY_SCHEDULED (3111), header fields (all optional): `topic` (real topic), `level` (1..N, only
 that delay level), `timers` ("true": only timers), `levels` ("true": only delay levels), `dueBefore`
 (epoch ms, exclusive), `key` (a KEYS entry or the UNIQ_KEY), `limit` (<= 1000, default 100), `cursor`
 (from the previous page). Response body JSON: `{"rows": [{msgId, uniqKey, topic, tags, keys, kind
@@ -8,7 +8,7 @@ that delay level), `timers` ("true": only timers), `levels` ("true": only delay 
 means there is nothing more. Delay levels come first (level order, due order within a level), then
 timers (slot order). ACL: SUB on `topic`, or on SCHEDULE_TOPIC_XXXX when no topic is given.
 
-DELAYMQ_CANCEL_SCHEDULED (40002), header `uniqKey`: the pending message with that UNIQ_KEY is cancelled
+DELAYMQ_CANCEL_SCHEDULED (3112), header `uniqKey`: the pending message with that UNIQ_KEY is cancelled
 (a delay-level one is skipped at delivery, a timer gets its wheel's cancel marker). Response code 0
 with body `{"status": "cancelled"|"already_cancelled"|"delivered", kind, level, topic, dueMs, msgId,
 detail}`; 22 QUERY_NOT_FOUND with status "unknown" when no scheduled message has that key. ACL: admin.

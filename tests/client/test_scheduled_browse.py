@@ -9,7 +9,7 @@ from tests.client.test_cli import cli
 from tests.helpers import wire
 
 LEVELS = "1s 2s 3s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-QUERY_SCHEDULED = 40001
+QUERY_SCHEDULED = 3111
 
 
 def produce(n: str, topic: str, *args: str) -> list[dict]:
