@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from codec.codes import SCHEDULE_TOPIC, TIMER_TOPIC
 from codec.msgid import offset_msg_id
 from codec.record import decode_record
+from scheduler.due import level_due_ms
 from scheduler.timer.timerlog import MAGIC_DELETE
 
 _UNIT = struct.Struct(">qiq")
@@ -124,7 +125,7 @@ class ScheduledBrowser:
             for i in range(cnt):
                 phys, size, due = _UNIT.unpack_from(units, i * 20)
                 budget[0] -= 1
-                if q.due_before is not None and due >= q.due_before:
+                if q.due_before is not None and level_due_ms(due) >= q.due_before:
                     return None  # due times grow along a level
                 if cancels.is_cancelled(d.level, off + i):
                     continue
@@ -132,8 +133,8 @@ class ScheduledBrowser:
                 if raw is None:
                     continue
                 rec, _ = decode_record(raw)
-                if _matches(q, rec.properties, due):
-                    rows.append(_row(rec, rec.properties, "level", d.level, due))
+                if _matches(q, rec.properties, level_due_ms(due)):
+                    rows.append(_row(rec, rec.properties, "level", d.level, level_due_ms(due)))
                     if len(rows) >= limit:
                         return off + i + 1 if off + i + 1 < hi else None
             off += cnt

@@ -22,6 +22,7 @@ from server.cluster.namesrv.kv_config import KVConfigManager
 from server.cluster.registration import BrokerRegistrar
 from server.config import BrokerConfig
 from server.observability.broker_stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BrokerStats
+from server.observability.prometheus import RpcLatency
 from server.observability.registry import Registry
 from server.offsets_table import ConsumerOffsetManager
 from server.processors.send_common import PUT_STATUS_CODES
@@ -94,6 +95,7 @@ class BrokerController:
             GROUP_GET_NUMS: lambda: {f"{t}@{g}": c.value for (t, g), c in self._pull_counters.items()},
         }, self.boot_ms)
         self._stats_task: asyncio.Task | None = None
+        self.rpc_latency = RpcLatency()
         self._started = False
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -123,6 +125,7 @@ class BrokerController:
                 if asyncio.iscoroutine(r):
                     await r
         self.remoting = make_remoting_server(self)
+        self.remoting.server.dispatcher.on_timing = self.rpc_latency.observe
         from server.security import install as install_security  # [security] ACL, TLS, limits
         install_security(self, self.remoting.server)
         from server.cluster.ha import processors as ha_processors
@@ -152,8 +155,10 @@ class BrokerController:
             self.topics.add_change_listener(lambda _tc: self.registrar.topics_changed())
             await self.registrar.start()
         if cfg.metrics_port:
+            from server.observability import prometheus
             from server.observability.http import MetricsHttpServer
-            self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port)
+            self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port,
+                                                  render=lambda: prometheus.render(prometheus.collect(self)))
             await self.metrics_http.start()
         from server.observability.telemetry import Telemetry
         self.telemetry = Telemetry(self)
