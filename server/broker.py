@@ -106,7 +106,7 @@ class BrokerController:
         self.groups.load()
         self.offsets.load()
         self.topics.ensure_system_topics(len(self.levels), cfg.timer_wheel_enable)
-        self.store = make_message_store(cfg)
+        self.store = make_message_store(cfg, self.levels)
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
         await self.replica.prepare(self.store)  # a SLAVE: read-only store, a former master's tail cut
         self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta)
