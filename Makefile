@@ -56,7 +56,7 @@ run: $(STAMP)
 	$(VENV)/bin/delaymq-broker --store ./store --port 9876 --metrics-port 5557
 
 test: setup
-	$(VPY) -m pytest -q -rs -p no:cacheprovider $(PYTEST_ARGS)
+	$(VPY) -m pytest -q -rfEs -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: setup
 	$(VPY) -m bench.run_all

@@ -240,6 +240,8 @@ TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
 BENCHMARK_TOPIC = "BenchmarkTest"
+# scheduled records that could not be converted or delivered are set aside here (delaymq's own; 1 queue)
+SCHEDULE_QUARANTINE_TOPIC = "rmq_sys_SCHEDULE_QUARANTINE"
 # topics a producer may not send to (remoting-protocol.md §8.1)
 NOT_ALLOWED_SEND_TOPICS = frozenset({
     SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
