@@ -94,7 +94,7 @@ class BrokerController:
             TOPIC_PUT_SIZE: lambda: {t: c[1].value for t, c in self._put_counters.items()},
             GROUP_GET_NUMS: lambda: {f"{t}@{g}": c.value for (t, g), c in self._pull_counters.items()},
         }, self.boot_ms)
-        self._stats_task: asyncio.Task | None = None
+        self._stats_task = None  # storage.supervisor.SupervisedTask
         self.rpc_latency = RpcLatency()
         self._started = False
 
@@ -163,7 +163,7 @@ class BrokerController:
         from server.observability.telemetry import Telemetry
         self.telemetry = Telemetry(self)
         self.telemetry.start()
-        self._stats_task = asyncio.get_running_loop().create_task(self._sample_stats(), name="broker-stats")
+        self._stats_task = self.store.supervisor.spawn("broker-stats", self._sample_stats)
         if cfg.grpc_listen_port > 0:  # RocketMQ 5 clients: gRPC MessagingService over the same store
             from server.grpc.endpoint import GrpcEndpoint
             self.grpc = GrpcEndpoint(self)
@@ -186,7 +186,7 @@ class BrokerController:
         self._started = False
         log.info("broker.stopping")
         if self._stats_task is not None:
-            self._stats_task.cancel()
+            await self._stats_task.stop()
         if self.registrar is not None:  # out of the routes first, so clients stop sending here
             await self.registrar.shutdown()
         self.pull_hold.shutdown()  # held pulls answer now (counted as in-flight by the server)
@@ -215,16 +215,10 @@ class BrokerController:
         log.info("broker.stopped")
 
     async def _sample_stats(self) -> None:
-        """Once a second: the rate windows of `self.stats` (putTps, VIEW_BROKER_STATS_DATA). A failing
-        sample is logged and counted; the loop goes on."""
-        failures = self.metrics.counter("delaymq_task_failures_total", {"task": "broker-stats"})
+        """Once a second: the rate windows of `self.stats` (putTps, VIEW_BROKER_STATS_DATA); supervised."""
         while True:
             await asyncio.sleep(1.0)
-            try:
-                self.stats.sample(int(time.time() * 1000))
-            except Exception as e:
-                failures.inc()
-                log.error("broker.stats_sample_failed", error=repr(e))
+            self.stats.sample(int(time.time() * 1000))
 
     async def _put_timer_cancel_marker(self, topic: str, uniq_key: str, deliver_ms: int) -> str | None:
         """The timer wheel's cancel marker (TIMER_DEL_UNIQKEY, as a 5.x producer sends it), stored by the
