@@ -22,6 +22,7 @@ from server.cluster.namesrv.kv_config import KVConfigManager
 from server.cluster.registration import BrokerRegistrar
 from server.config import BrokerConfig
 from server.observability.broker_stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BrokerStats
+from server.observability.client_errors import ClientErrorLog
 from server.observability.prometheus import RpcLatency
 from server.observability.registry import Registry
 from server.offsets_table import ConsumerOffsetManager
@@ -96,11 +97,15 @@ class BrokerController:
         }, self.boot_ms)
         self._stats_task = None  # storage.supervisor.SupervisedTask
         self.rpc_latency = RpcLatency()
+        self.client_errors = ClientErrorLog()
         self._started = False
 
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
+        # the effective configuration in one record (broker.conf keys, after the file and the flags)
+        log.info("broker.config", config=cfg.to_properties(),
+                 delay_table={f"L{i + 1}": ms for i, ms in enumerate(self.levels)})
         cfg.validate()
         self.topics.load()
         self.groups.load()
@@ -126,6 +131,7 @@ class BrokerController:
                     await r
         self.remoting = make_remoting_server(self)
         self.remoting.server.dispatcher.on_timing = self.rpc_latency.observe
+        self.remoting.server.response_observer = self.client_errors
         from server.security import install as install_security  # [security] ACL, TLS, limits
         install_security(self, self.remoting.server)
         from server.cluster.ha import processors as ha_processors
