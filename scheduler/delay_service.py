@@ -16,8 +16,10 @@ from codec.msgid import offset_msg_id
 from scheduler.delay_config import DelayConfig
 from scheduler.delay_deliver import LevelDeliverer
 from scheduler.delay_offsets import DelayOffsetTable
+from scheduler.delay_recovery import resume_offset
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.loop_lag import LoopLagProbe
+from scheduler.progress import ScheduleProgress
 
 log = structlog.get_logger(__name__)
 
@@ -38,16 +40,28 @@ class DelayLevelService:
         self._persist_handle: asyncio.TimerHandle | None = None
         self._probe: LoopLagProbe | None = None
         self._persist_job: asyncio.Future | None = None
+        self.progress: ScheduleProgress | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
     def load(self) -> bool:
-        """Read delayOffset.json and clamp each level's offset into its schedule queue's [min, max]."""
+        """Each level's resume offset: its scheduleProgress record (exact after kill -9; see
+        scheduler.delay_recovery), else delayOffset.json; clamped into its schedule queue's [min, max]."""
         self.offsets.load()
+        store = self.store
+        self.progress = ScheduleProgress(self.config.config_dir, len(self.levels))
+        sources = {}
         for d in self.levels:
-            lo = self.store.min_offset(SCHEDULE_TOPIC, d.queue_id)
-            hi = self.store.max_offset(SCHEDULE_TOPIC, d.queue_id)
+            start, sources[d.level] = resume_offset(store, d.level, self.progress, self.offsets.get(d.level),
+                                                    self.config.batch_size)
+            self.offsets.set(d.level, start)
+            lo = store.min_offset(SCHEDULE_TOPIC, d.queue_id)
+            hi = store.max_offset(SCHEDULE_TOPIC, d.queue_id)
             d.offset = d.scan_offset = self.offsets.correct(d.level, lo, hi)
+            self.progress.set_level(d.level, d.offset, store.commitlog_max_offset())
+            d.bind_progress(self.progress)
         self._loaded = True
+        log.info("delay.resumed", offsets={d.level: d.offset for d in self.levels if d.offset},
+                 sources=sorted(set(sources.values())))
         return True
 
     def start(self) -> None:
@@ -90,6 +104,10 @@ class DelayLevelService:
         if self._persist_job is not None:  # let a periodic write finish before the final one
             await asyncio.wait((self._persist_job,))
         self.persist()
+        if self.progress is not None:
+            self.progress.close()
+            self.progress = None
+            self._loaded = False
         log.info("delay.stopped", offsets={d.level: d.offset for d in self.levels})
 
     # ---- offsets -------------------------------------------------------------------------
