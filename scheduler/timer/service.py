@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import struct
 import time
 
@@ -21,6 +22,7 @@ import structlog
 
 from codec.msgid import offset_msg_id
 from codec.record import store_host_pos
+from scheduler.progress import ScheduleProgress
 from scheduler.timer.checkpoint import TimerCheckpoint
 from scheduler.timer.config import TIMER_TOPIC, TimerConfig
 from scheduler.timer.dequeue import DequeueMixin
@@ -68,6 +70,10 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self._put_queue: asyncio.Queue | None = None
         self._offset_waiters: list[tuple[int, asyncio.Future]] = []
         self._host_hex: dict[bytes, str] = {}
+        self.progress: ScheduleProgress | None = None
+        self._resume: tuple[int, int, int, int] | None = None  # (slot, done_due, done_pos, last_pos) after a kill
+        self._done_key = (-1, -1)  # (due, timerlog position) of the last unit put of the slot being delivered
+        self._done_key_slot = -1  # ... that slot
 
     # ---- lifecycle -----------------------------------------------------------------------
     def load(self) -> bool:
@@ -77,6 +83,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self.wheel = TimerWheel(cfg.store_root, cfg.slots_total, cfg.precision_ms)
         self.timerlog = TimerLog(cfg.store_root, cfg.timerlog_file_size)
         self.checkpoint = TimerCheckpoint(cfg.store_root)
+        self.progress = ScheduleProgress(os.path.join(cfg.store_root, "config"), 0)
         recover(self)
         self._loaded = True
         return True
@@ -119,6 +126,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self.timerlog.close()
         self.wheel.close()
         self.checkpoint.close()
+        self.progress.close()
         self._loaded = False
         log.info("timer.stopped", read_ms=self.commit_read_ms, queue_offset=self.commit_queue_offset)
 
