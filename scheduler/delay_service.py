@@ -132,10 +132,7 @@ class DelayLevelService:
             for d in self.levels:
                 self.offsets.set(d.level, d.offset)
             data = self.offsets.take_snapshot()
-            if data is None:
-                self._persist_handle = loop.call_later(interval, tick)
-                return
-            self._persist_job = job = loop.run_in_executor(None, self.offsets.write, data)
+            self._persist_job = job = loop.run_in_executor(None, self._write_offsets, data)
             job.add_done_callback(written)
 
         def written(job) -> None:
@@ -148,6 +145,14 @@ class DelayLevelService:
                 self._persist_handle = loop.call_later(interval, tick)
 
         self._persist_handle = loop.call_later(interval, tick)
+
+    def _write_offsets(self, data: bytes | None) -> None:
+        """Executor thread: delayOffset.json when it changed, and an msync of scheduleProgress (which a
+        kill -9 does not need, a power loss does)."""
+        if data is not None:
+            self.offsets.write(data)
+        if self.progress is not None:
+            self.progress.flush()
 
     # ---- dispatch wake-up ----------------------------------------------------------------
     def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:

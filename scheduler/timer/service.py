@@ -166,6 +166,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         read_ms, queue_offset = self.commit_read_ms, self.commit_queue_offset
         pos = self.timerlog.flush()
         self.wheel.flush()
+        self.progress.flush()
         self.checkpoint.write(read_ms, pos, queue_offset, int(time.time() * 1000))
 
     # ---- events / ids --------------------------------------------------------------------
