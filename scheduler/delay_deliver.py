@@ -19,8 +19,9 @@ import time
 
 import structlog
 
+from codec.codes import RMQ_SYS_TRANS_HALF_TOPIC, SCHEDULE_TOPIC
 from codec.delivery_batch import build_delivery_batch
-from codec.record import build_deliveries
+from codec.record_rewrite import build_deliveries
 from scheduler.async_deliver import (
     EXCEPTION,
     RUNNING,
@@ -33,7 +34,6 @@ from scheduler.async_deliver import (
 from scheduler.delay_events import EventInfos, event_infos
 from scheduler.due import AFTER_MS
 from scheduler.events import EventColumns, fire_columns
-from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.stats import LevelStats
 from storage.message_store import PutRequest, PutStatus
 
@@ -41,7 +41,7 @@ log = structlog.get_logger(__name__)
 
 _UNIT = struct.Struct(">qiq")  # phys offset, size, tagsCode (= deliverTimestamp = storeTimestamp + delay)
 UNIT_SIZE = 20
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+HALF_TOPIC = RMQ_SYS_TRANS_HALF_TOPIC
 DELAY_FOR_A_WHILE_S = 0.1
 DELAY_FOR_A_PERIOD_S = 10.0
 PUT_OK = PutStatus.PUT_OK
@@ -60,7 +60,7 @@ class LevelDeliverer:
         self.queue_id = level - 1
         self.delay_ms = svc.config.levels_ms[level - 1]
         self.offset = 0        # delivered: next schedule-queue offset whose delivery is not confirmed
-        # scheduler.progress (scheduleProgress): begin(CommitLog end) just before a delivery put,
+        # scheduler.progress_file (scheduleProgress): begin(CommitLog end) just before a delivery put,
         # commit(next offset not put, CommitLog end) right after it, in the same loop step
         self._progress_begin = _no_begin
         self._progress_commit = _no_commit

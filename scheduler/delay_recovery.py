@@ -1,4 +1,4 @@
-"""Where a delay level resumes after a restart (scheduler.progress, delayOffset.json as the fallback).
+"""Where a delay level resumes after a restart (scheduler.progress_file, delayOffset.json as the fallback).
 
 `resume_offset(store, level, progress, fallback, batch_size)`: the level's scheduleProgress record when
 the CommitLog still reaches what it saw; if a delivery put was in flight when the process died, the
@@ -15,7 +15,7 @@ from codec.delivery_batch import build_delivery_batch
 from codec.properties import parse_properties
 from codec.record import read_properties_bytes, read_topic
 from scheduler.levels import SCHEDULE_TOPIC
-from scheduler.progress import count_records_after
+from scheduler.progress_file import count_records_after
 
 log = structlog.get_logger(__name__)
 

@@ -15,11 +15,11 @@ import structlog
 from codec.msgid import offset_msg_id
 from scheduler.delay_config import DelayConfig
 from scheduler.delay_deliver import LevelDeliverer
-from scheduler.delay_offsets import DelayOffsetTable
+from scheduler.delay_offsets import DelayOffsetBackend, DelayOffsetTable
 from scheduler.delay_recovery import resume_offset
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.loop_lag import LoopLagProbe
-from scheduler.progress import ScheduleProgress
+from scheduler.progress_file import ProgressFile
 
 log = structlog.get_logger(__name__)
 
@@ -27,10 +27,11 @@ SHUTDOWN_WAIT_S = 5.0  # WAIT_FOR_SHUTDOWN
 
 
 class DelayLevelService:
-    def __init__(self, store, config, levels_ms: list[int] | None = None) -> None:
+    def __init__(self, store, config, levels_ms: list[int] | None = None,
+                 offset_backend: DelayOffsetBackend | None = None) -> None:
         self.store = store
         self.config = DelayConfig.coerce(config, levels_ms)
-        self.offsets = DelayOffsetTable(self.config.config_dir)
+        self.offsets = DelayOffsetTable(self.config.config_dir, offset_backend)
         self.levels = [LevelDeliverer(self, lv) for lv in range(1, len(self.config.levels_ms) + 1)]
         self.listeners: list = []
         self._tasks: list[asyncio.Task] = []
@@ -40,7 +41,7 @@ class DelayLevelService:
         self._persist_handle: asyncio.TimerHandle | None = None
         self._probe: LoopLagProbe | None = None
         self._persist_job: asyncio.Future | None = None
-        self.progress: ScheduleProgress | None = None
+        self.progress_file: ProgressFile | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
     def load(self) -> bool:
@@ -48,21 +49,40 @@ class DelayLevelService:
         scheduler.delay_recovery), else delayOffset.json; clamped into its schedule queue's [min, max]."""
         self.offsets.load()
         store = self.store
-        self.progress = ScheduleProgress(self.config.config_dir, len(self.levels))
+        self.progress_file = ProgressFile(self.config.config_dir, len(self.levels))
         sources = {}
         for d in self.levels:
-            start, sources[d.level] = resume_offset(store, d.level, self.progress, self.offsets.get(d.level),
+            start, sources[d.level] = resume_offset(store, d.level, self.progress_file, self.offsets.get(d.level),
                                                     self.config.batch_size)
             self.offsets.set(d.level, start)
             lo = store.min_offset(SCHEDULE_TOPIC, d.queue_id)
             hi = store.max_offset(SCHEDULE_TOPIC, d.queue_id)
             d.offset = d.scan_offset = self.offsets.correct(d.level, lo, hi)
-            self.progress.set_level(d.level, d.offset, store.commitlog_max_offset())
-            d.bind_progress(self.progress)
+            self.progress_file.set_level(d.level, d.offset, store.commitlog_max_offset())
+            d.bind_progress(self.progress_file)
         self._loaded = True
         log.info("delay.resumed", offsets={d.level: d.offset for d in self.levels if d.offset},
                  sources=sorted(set(sources.values())))
         return True
+
+    # ---- master / slave ([cluster-ha]) --------------------------------------------------------
+    def progress(self) -> dict[int, int]:
+        """Per level, the next schedule-queue offset whose delivery is not confirmed."""
+        return {d.level: d.offset for d in self.levels}
+
+    def resume_from(self, offsets: dict[int, int]) -> None:
+        """Before `start` on a promoted slave: take the master's last synced offsets (clamped into each
+        schedule queue's [min, max]) instead of delayOffset.json, and persist them."""
+        if not self._loaded:
+            self.load()
+        for d in self.levels:
+            if d.level in offsets:
+                self.offsets.set(d.level, offsets[d.level])
+                lo = self.store.min_offset(SCHEDULE_TOPIC, d.queue_id)
+                hi = self.store.max_offset(SCHEDULE_TOPIC, d.queue_id)
+                d.offset = d.scan_offset = self.offsets.correct(d.level, lo, hi)
+                self.progress_file.set_level(d.level, d.offset, self.store.commitlog_max_offset())
+        self.persist()
 
     def start(self) -> None:
         if self._started:
@@ -104,9 +124,9 @@ class DelayLevelService:
         if self._persist_job is not None:  # let a periodic write finish before the final one
             await asyncio.wait((self._persist_job,))
         self.persist()
-        if self.progress is not None:
-            self.progress.close()
-            self.progress = None
+        if self.progress_file is not None:
+            self.progress_file.close()
+            self.progress_file = None
             self._loaded = False
         log.info("delay.stopped", offsets={d.level: d.offset for d in self.levels})
 
@@ -121,8 +141,9 @@ class DelayLevelService:
             return False
 
     def _schedule_persist(self, loop) -> None:
-        """Every flushDelayOffsetInterval: snapshot the offsets on the loop, write the file (two fsyncs
-        and two renames) in an executor thread so a slow disk never stalls deliveries."""
+        """Every flushDelayOffsetInterval: snapshot the offsets on the loop, write them through the
+        backend (the file's fsyncs and renames, or the MetaStore's commit) in an executor thread so a slow
+        disk never stalls deliveries."""
         interval = self.config.flush_offset_interval_ms / 1000
         if interval <= 0:
             return
@@ -146,13 +167,13 @@ class DelayLevelService:
 
         self._persist_handle = loop.call_later(interval, tick)
 
-    def _write_offsets(self, data: bytes | None) -> None:
+    def _write_offsets(self, data: dict[int, int] | None) -> None:
         """Executor thread: delayOffset.json when it changed, and an msync of scheduleProgress (which a
         kill -9 does not need, a power loss does)."""
         if data is not None:
             self.offsets.write(data)
-        if self.progress is not None:
-            self.progress.flush()
+        if self.progress_file is not None:
+            self.progress_file.flush()
 
     # ---- dispatch wake-up ----------------------------------------------------------------
     def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:

@@ -1,158 +1,61 @@
-"""scheduleProgress: how far scheduled delivery got, exact across kill -9 (no message delivered twice).
+"""SchedulerProgress: how far this node's scheduled-message delivery has got, as one named,
+serialisable record (the state a master hands its slaves at least every 50 ms, seed 003).
 
-`<store>/config/scheduleProgress`, mmapped, written with every delivery put (a killed process's writes
-to a shared mapping stay in the page cache, exactly like the CommitLog's). Big-endian:
+- `delay_offsets`: per delay level, the next SCHEDULE_TOPIC_XXXX ConsumeQueue offset whose delivery
+  is not confirmed (everything below was put into its real topic).
+- `timer`: the time wheel's progress: `read_ms` (every slot below it fully put), `queue_offset` (timer
+  topic ConsumeQueue units enqueued into the wheel), `cursor_ms` (the slot the reader loaded last), and
+  for the slot in progress (`slot_ms` = read_ms) `put_in_slot` (seed 003's localIndex: how many of its
+  units, in due order, were put) and the due order key of the last one put (`last_due_ms`,
+  `last_phys`), which a new master uses to skip exactly those units.
+- `commitlog_offset`: the master's CommitLog end when the record was taken; every delivery the record
+  claims is below it, so a slave applies a record only once its replica reached that offset.
 
-    0   magic b"DMQP" | version i32 (1) | level count i32 | reserved i32
-    16  timer (TimerProgress, 48 B): read_ms | done_due | done_pos | last_pos | phys | end   (i64 each)
-    64  level L at 64 + 32 (L - 1) (LevelProgress): offset | phys | end | reserved            (i64 each)
-
-Delay level L: every SCHEDULE_TOPIC_XXXX queue L-1 record below `offset` is in the CommitLog as its
-delivery (or was dropped). Timer: the read clock is at slot `read_ms`; of that slot's units whose
-timerlog position is <= `last_pos` (its chain when loaded) every one ordered at or before
-(`done_due`, `done_pos`) (delivery order: exact deliver ms, then timerlog position) was put.
-
-The put in flight: `phys` is the CommitLog end recorded just before a delivery put (-1 when none is in
-flight). A put and its progress write happen in the same loop step, with nothing else writing the
-CommitLog in between, so a process killed between them leaves exactly the first k deliveries of that put
-after `phys`; recovery counts them (`count_records_after`) and moves past them. `end` is the CommitLog
-end after the last progress write (-1: never written): recovery trusts a record only when the CommitLog
-still reaches `end` (a power loss with ASYNC_FLUSH can cut the CommitLog below what the progress saw;
-then the level falls back to delayOffset.json and the timer to its timercheck, as before).
-
-The records are small named tuples of ints, `snapshot()` / `restore()` give the whole state as bytes
-(for a slave to replicate).
+`to_bytes` / `from_bytes` (msgpack, versioned) are the only encoding; the transport treats it as opaque.
 """
 
 from __future__ import annotations
 
-import mmap
-import os
-import struct
-from collections.abc import Callable
-from typing import NamedTuple
+from dataclasses import dataclass, field
 
-FILE_NAME = "scheduleProgress"
-MAGIC = b"DMQP"
+import msgpack
+
 VERSION = 1
-_HEAD = struct.Struct(">4sii4x")
-_TIMER = struct.Struct(">qqqqqq")
-_LEVEL = struct.Struct(">qqq8x")
-_I64 = struct.Struct(">q")
-TIMER_POS = 16
-LEVELS_POS = 64
-NO_PHYS = -1
 
 
-class LevelProgress(NamedTuple):
-    offset: int  # next schedule-queue offset not yet put into its real topic
-    phys: int    # CommitLog end before the put in flight, or -1
-    end: int     # CommitLog end after the last progress write, or -1 (never written)
+@dataclass(slots=True)
+class TimerProgress:
+    read_ms: int = 0
+    queue_offset: int = 0
+    cursor_ms: int = 0
+    slot_ms: int = 0
+    put_in_slot: int = 0
+    last_due_ms: int = -1
+    last_phys: int = -1
 
 
-class TimerProgress(NamedTuple):
-    read_ms: int   # the slot being delivered (the timer's read clock)
-    done_due: int  # last unit put, by (exact deliver ms, timerlog position); -1: none of the slot yet
-    done_pos: int
-    last_pos: int  # the slot's chain end when it was loaded: later units were not seen then
-    phys: int      # CommitLog end before the put in flight, or -1
-    end: int       # CommitLog end after the last progress write, or -1 (never written)
+@dataclass(slots=True)
+class SchedulerProgress:
+    taken_ms: int = 0
+    commitlog_offset: int = 0
+    delay_offsets: dict[int, int] = field(default_factory=dict)
+    timer: TimerProgress | None = None
 
+    def to_bytes(self) -> bytes:
+        t = self.timer
+        return msgpack.packb([
+            VERSION, self.taken_ms, self.commitlog_offset, sorted(self.delay_offsets.items()),
+            None if t is None else [t.read_ms, t.queue_offset, t.cursor_ms, t.slot_ms, t.put_in_slot,
+                                    t.last_due_ms, t.last_phys]])
 
-def _size(levels: int) -> int:
-    return max(4096, LEVELS_POS + 32 * levels)
-
-
-class ScheduleProgress:
-    """The mmapped progress file. `path=None`: kept in memory only (a store without a config dir)."""
-
-    def __init__(self, config_dir: str | None, levels: int) -> None:
-        self.levels = levels
-        self.path = os.path.join(config_dir, FILE_NAME) if config_dir else None
-        self.existed = False
-        size = _size(levels)
-        if self.path is None:
-            self.mm = bytearray(size)
-            self._init()
-            return
-        os.makedirs(config_dir, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    @classmethod
+    def from_bytes(cls, data) -> SchedulerProgress:
         try:
-            have = os.fstat(fd).st_size
-            if have < size:
-                os.posix_fallocate(fd, 0, size)  # blocks reserved: a full disk cannot SIGBUS the writes
-            self.mm = mmap.mmap(fd, max(have, size))
-        finally:
-            os.close(fd)
-        magic, version, had = _HEAD.unpack_from(self.mm, 0)
-        self.existed = magic == MAGIC and version == VERSION
-        if not self.existed:
-            self._init()
-        elif had < levels:  # levels added since: never written
-            _HEAD.pack_into(self.mm, 0, MAGIC, VERSION, levels)
-            for lv in range(had + 1, levels + 1):
-                _LEVEL.pack_into(self.mm, LEVELS_POS + 32 * (lv - 1), 0, NO_PHYS, -1)
-        else:
-            self.levels = had  # the timer opens the file without knowing the levels
-
-    def _init(self) -> None:
-        _HEAD.pack_into(self.mm, 0, MAGIC, VERSION, self.levels)
-        _TIMER.pack_into(self.mm, TIMER_POS, 0, -1, -1, -1, NO_PHYS, -1)
-        for lv in range(1, self.levels + 1):
-            _LEVEL.pack_into(self.mm, LEVELS_POS + 32 * (lv - 1), 0, NO_PHYS, -1)
-
-    # ---- delay levels ---------------------------------------------------------------------
-    def level(self, level: int) -> LevelProgress:
-        return LevelProgress(*_LEVEL.unpack_from(self.mm, LEVELS_POS + 32 * (level - 1)))
-
-    def level_writer(self, level: int) -> tuple[Callable[[int], None], Callable[[int, int], None]]:
-        """(begin(phys), commit(offset, end)) for one level: bound pack_into calls for the hot path."""
-        pos = LEVELS_POS + 32 * (level - 1)
-        mm, pack_phys, pack = self.mm, _I64.pack_into, _LEVEL.pack_into
-
-        def begin(phys: int) -> None:
-            pack_phys(mm, pos + 8, phys)
-
-        def commit(offset: int, end: int) -> None:
-            pack(mm, pos, offset, NO_PHYS, end)
-
-        return begin, commit
-
-    def set_level(self, level: int, offset: int, end: int) -> None:
-        _LEVEL.pack_into(self.mm, LEVELS_POS + 32 * (level - 1), offset, NO_PHYS, end)
-
-    # ---- timer ----------------------------------------------------------------------------
-    def timer(self) -> TimerProgress:
-        return TimerProgress(*_TIMER.unpack_from(self.mm, TIMER_POS))
-
-    def timer_begin(self, phys: int) -> None:
-        _I64.pack_into(self.mm, TIMER_POS + 32, phys)
-
-    def timer_commit(self, read_ms: int, done_due: int, done_pos: int, last_pos: int, end: int) -> None:
-        _TIMER.pack_into(self.mm, TIMER_POS, read_ms, done_due, done_pos, last_pos, NO_PHYS, end)
-
-    # ---- whole state ----------------------------------------------------------------------
-    def snapshot(self) -> bytes:
-        """The whole progress state (header, timer, levels) as bytes."""
-        return bytes(self.mm[:LEVELS_POS + 32 * self.levels])
-
-    def restore(self, data: bytes) -> None:
-        magic, version, n = _HEAD.unpack_from(data, 0)
-        if magic != MAGIC or version != VERSION or len(data) < LEVELS_POS + 32 * n:
-            raise ValueError("not a scheduleProgress snapshot")
-        k = LEVELS_POS + 32 * min(n, self.levels)
-        self.mm[TIMER_POS:k] = data[TIMER_POS:k]
-
-    def flush(self) -> None:
-        if self.path is not None:
-            self.mm.flush()
-
-    def close(self) -> None:
-        if self.path is not None and not self.mm.closed:
-            self.mm.flush()
-            self.mm.close()
-
-
-def count_records_after(store, phys: int, match: Callable[[memoryview], bool]) -> int:
-    """How many CommitLog records from `phys` to its end satisfy `match`."""
-    return sum(1 for _p, rec in store.records_from(phys) if match(rec)) if phys >= 0 else 0
+            v = msgpack.unpackb(bytes(data), strict_map_key=False)
+            if not isinstance(v, list) or not v or v[0] != VERSION:
+                raise ValueError(f"unknown scheduler progress record {v[:1] if isinstance(v, list) else v!r}")
+            _ver, taken, cl_off, delay, timer = v[:5]
+            return cls(int(taken), int(cl_off), {int(lv): int(off) for lv, off in delay},
+                       None if timer is None else TimerProgress(*(int(x) for x in timer[:7])))
+        except (msgpack.UnpackException, TypeError, ValueError) as e:
+            raise ValueError(f"bad scheduler progress record: {e}") from None

@@ -28,7 +28,7 @@ from codec.codes import SysFlag
 from codec.properties import parse_properties
 from codec.record import POS_SYS_FLAG, read_properties_bytes, read_store_timestamp, store_timestamp_pos
 from codec.timer_rewrite import CANCELLED, MISSING, build_timer_deliveries
-from scheduler.progress import NO_PHYS
+from scheduler.progress_file import NO_PHYS
 from scheduler.timer.hook import TIMER_DEL_UNIQKEY
 from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL, UNIT_DTYPE
 from storage.message_store import PutStatus
@@ -66,11 +66,12 @@ class SlotChunk:
     """Units of one slot in delivery order (due ms, then timerlog position), as parallel int64 numpy
     arrays (no object per message). `last_pos`: the slot's chain end when it was loaded."""
 
-    __slots__ = ("slot", "due", "exact", "offset", "size", "magic", "write_ms", "pos", "cancel", "last_pos")
+    __slots__ = ("slot", "due", "exact", "offset", "size", "magic", "write_ms", "cancel", "base", "pos", "last_pos")
 
-    def __init__(self, slot: int, cancel: set[str], due, exact, offset, size, magic, write_ms, pos=None,
-                 last_pos: int = -1) -> None:
+    def __init__(self, slot: int, cancel: set[str], due, exact, offset, size, magic, write_ms, base: int = 0,
+                 pos=None, last_pos: int = -1) -> None:
         self.slot = slot
+        self.base = base  # index of the chunk's first unit in the slot's due order
         self.cancel = cancel
         self.due = due
         self.exact = exact
@@ -84,10 +85,12 @@ class SlotChunk:
     def __len__(self) -> int:
         return len(self.due)
 
-    def take(self, keep) -> SlotChunk:
-        """The units selected by a boolean or index array, same slot."""
+    def take(self, keep, base: int | None = None) -> SlotChunk:
+        """The units selected by a boolean or index array, same slot (`base`: the first one's index in
+        the slot's due order, default unchanged)."""
         return SlotChunk(self.slot, self.cancel, self.due[keep], self.exact[keep], self.offset[keep], self.size[keep],
-                         self.magic[keep], self.write_ms[keep], self.pos[keep], self.last_pos)
+                         self.magic[keep], self.write_ms[keep], self.base if base is None else base, self.pos[keep],
+                         self.last_pos)
 
 
 def now_ms() -> int:
@@ -169,12 +172,23 @@ class DequeueMixin:
                 await asyncio.sleep(0)  # yield to the loop between steps of a long chain
         tl.forget_read_pages()
         c = self._order_slot(s, last, parts)
+        skipped = 0
+        after = self._resume_after
+        if after is not None and after[0] == s:
+            # a promoted slave: the old master had put this slot's units up to (due, phys) = after[1:]
+            self._resume_after = None
+            done = (c.due < after[1]) | ((c.due == after[1]) & (c.offset <= after[2]))
+            skipped = int(done.sum())
+            c = c.take(~done)
+            log.info("timer.resume_slot", slot=s, skipped=skipped, remaining=len(c))
         resume = self._resume
         if resume is not None and resume[0] == s:  # the slot a kill interrupted: what was put stays put
             self._resume = None
-            c = c.take(~already_put(c, *resume[1:]))
+            done = already_put(c, *resume[1:])
+            skipped += int(done.sum())
+            c = c.take(~done)
             log.info("timer.slot_resumed", slot=s, done_due=resume[1], done_pos=resume[2], left=len(c))
-        return [c.take(slice(i, i + CHUNK)) for i in range(0, len(c), CHUNK)]
+        return [c.take(slice(i, i + CHUNK), skipped + i) for i in range(0, len(c), CHUNK)]
 
     def _walk_slot(self, s: int) -> tuple[int, list]:
         """(the slot's chain end, the chain's units) without yielding (recovery)."""
@@ -221,7 +235,7 @@ class DequeueMixin:
         self.metrics.markers_seen = len(cancel)
         return SlotChunk(s, cancel, due[order], exact[order], units["offset"].astype(np.int64)[order],
                          units["size_py"].astype(np.int64)[order], magic[order],
-                         units["write_ms"].astype(np.int64)[order], where[order], last)
+                         units["write_ms"].astype(np.int64)[order], 0, where[order], last)
 
     # ---- putter ------------------------------------------------------------------------
     async def _putter_loop(self) -> None:
@@ -235,7 +249,8 @@ class DequeueMixin:
                     self.commit_read_ms = item
                     self.checkpoint.set_read_time(item)
                     self._done_key_slot, self._done_key = item, (-1, -1)
-                    self.progress.timer_commit(item, -1, -1, -1, self.store.commitlog_max_offset())
+                    self.progress_file.timer_commit(item, -1, -1, -1, self.store.commitlog_max_offset())
+                    self.slot_progress = (item, 0, -1, -1)
                 continue
             await self._deliver_chunk(item)
 
@@ -245,7 +260,7 @@ class DequeueMixin:
             self.checkpoint.set_read_time(c.slot)
         if c.slot != self._done_key_slot:
             self._done_key_slot, self._done_key = c.slot, (-1, -1)
-            self.progress.timer_commit(c.slot, -1, -1, -1, self.store.commitlog_max_offset())
+            self.progress_file.timer_commit(c.slot, -1, -1, -1, self.store.commitlog_max_offset())
         i, n = 0, len(c.due)
         batch = self.config.put_batch
         while i < n:
@@ -257,6 +272,8 @@ class DequeueMixin:
             while i < j:
                 k = min(j, i + batch)
                 await self._put_units(c, i, k)
+                # seed 003's localIndex: units of the slot put so far, and the due order key of the last
+                self.slot_progress = (c.slot, c.base + k, int(c.due[k - 1]), int(c.offset[k - 1]))
                 i = k
 
     async def _put_units(self, c: SlotChunk, lo: int, hi: int) -> None:
@@ -304,10 +321,10 @@ class DequeueMixin:
         """scheduleProgress: units of the chunk up to index i (inclusive) are put; -1 = none of them
         (the progress keeps the key it had)."""
         if i < 0:
-            self.progress.timer_begin(NO_PHYS)  # nothing of this put stored: only the in-flight mark goes
+            self.progress_file.timer_begin(NO_PHYS)  # nothing of this put stored: only the in-flight mark goes
             return
         self._done_key = (int(c.due[i]), int(c.pos[i]))
-        self.progress.timer_commit(c.slot, *self._done_key, c.last_pos, self.store.commitlog_max_offset())
+        self.progress_file.timer_commit(c.slot, *self._done_key, c.last_pos, self.store.commitlog_max_offset())
 
     async def _put_with_retry(self, reqs: list, dues: list, events: list | None, c: SlotChunk, lo: int, hi: int,
                               units_of: list[int]) -> None:
@@ -325,7 +342,7 @@ class DequeueMixin:
             return
         while reqs:
             if first:
-                self.progress.timer_begin(self.store.commitlog_max_offset())
+                self.progress_file.timer_begin(self.store.commitlog_max_offset())
             res = self.store.put_batch(_PutRun(reqs))
             statuses, phys = res.statuses, res.phys
             if statuses is None or not any(x is not PUT_OK and x.name not in _GIVE_UP for x in statuses):

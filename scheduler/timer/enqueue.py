@@ -96,6 +96,8 @@ class EnqueueMixin:
         off = self.curr_queue_offset
         mn = store.min_offset(TIMER_TOPIC, 0)
         mx = store.max_offset(TIMER_TOPIC, 0)
+        if self._following:  # a slave never indexes past what its master enqueued
+            mx = min(mx, max(self._enqueue_limit, off))
         if off < mn:
             log.warning("timer.enqueue_offset_below_min", offset=off, min_offset=mn)
             off = mn

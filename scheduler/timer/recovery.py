@@ -22,7 +22,7 @@ import time
 import structlog
 
 from codec.record import read_properties_bytes
-from scheduler.progress import count_records_after
+from scheduler.progress_file import count_records_after
 from scheduler.timer.config import TIMER_BLANK_SLOTS, TIMER_TOPIC
 from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL
 from scheduler.timer.wheel import SLOT, SLOT_SIZE
@@ -86,11 +86,11 @@ def _is_timer_put(rec) -> bool:
 
 
 def _resume_slot(svc, read_ms: int) -> None:
-    """Step 5 (scheduleProgress, scheduler.progress): the slot at the read clock was being delivered
+    """Step 5 (scheduleProgress, scheduler.progress_file): the slot at the read clock was being delivered
     when the process stopped; what of it was put stays put (`svc._resume`, applied when the reader
     loads it). A put cut short by a kill: its records after the in-flight mark are matched, in order,
     to the slot's units it was putting (those that produce a record), and the slot resumes after them."""
-    prog, store = svc.progress, svc.store
+    prog, store = svc.progress_file, svc.store
     tp = prog.timer()
     cl_end = store.commitlog_max_offset()
     if tp.end < 0 or tp.read_ms != read_ms or (tp.last_pos < 0 and tp.phys < 0) or tp.end > cl_end:

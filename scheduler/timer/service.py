@@ -22,7 +22,7 @@ import structlog
 
 from codec.msgid import offset_msg_id
 from codec.record import store_host_pos
-from scheduler.progress import ScheduleProgress
+from scheduler.progress_file import ProgressFile
 from scheduler.timer.checkpoint import TimerCheckpoint
 from scheduler.timer.config import TIMER_TOPIC, TimerConfig
 from scheduler.timer.dequeue import DequeueMixin
@@ -70,10 +70,15 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self._put_queue: asyncio.Queue | None = None
         self._offset_waiters: list[tuple[int, asyncio.Future]] = []
         self._host_hex: dict[bytes, str] = {}
-        self.progress: ScheduleProgress | None = None
+        self.progress_file: ProgressFile | None = None
         self._resume: tuple[int, int, int, int] | None = None  # (slot, done_due, done_pos, last_pos) after a kill
         self._done_key = (-1, -1)  # (due, timerlog position) of the last unit put of the slot being delivered
         self._done_key_slot = -1  # ... that slot
+        # [cluster-ha] progress of the slot being put (slot ms, units put, due ms and phys of the last)
+        self.slot_progress: tuple[int, int, int, int] = (0, 0, -1, -1)
+        self._resume_after: tuple[int, int, int] | None = None  # promoted slave: skip these in that slot
+        self._following = False  # a slave: enqueue only, never past what the master enqueued
+        self._enqueue_limit = 0
 
     # ---- lifecycle -----------------------------------------------------------------------
     def load(self) -> bool:
@@ -83,7 +88,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self.wheel = TimerWheel(cfg.store_root, cfg.slots_total, cfg.precision_ms)
         self.timerlog = TimerLog(cfg.store_root, cfg.timerlog_file_size)
         self.checkpoint = TimerCheckpoint(cfg.store_root)
-        self.progress = ScheduleProgress(os.path.join(cfg.store_root, "config"), 0)
+        self.progress_file = ProgressFile(os.path.join(cfg.store_root, "config"), 0)
         recover(self)
         self._loaded = True
         return True
@@ -106,6 +111,74 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         log.info("timer.started", precision_ms=self.config.precision_ms, pending=self.wheel.pending,
                  roll_window_slots=self.roll_window_slots, max_delay_sec=self.config.max_delay_sec)
 
+    # ---- master / slave ([cluster-ha]) --------------------------------------------------------
+    def start_follower(self) -> None:
+        """A slave's wheel: the enqueue task only (the replicated timer topic → timerlog + wheel),
+        never past the master's enqueued offset (`follow`); no dequeue, nothing is delivered."""
+        if self._running:
+            return
+        self.load()
+        loop = asyncio.get_running_loop()
+        self._following = True
+        self._enqueue_limit = min(self.commit_queue_offset, self.store.max_offset(TIMER_TOPIC, 0))
+        self._running = True
+        self._enqueue_wake = asyncio.Event()
+        self._put_queue = asyncio.Queue(PUT_QUEUE_CAPACITY)
+        self.store.add_dispatch_listener(self._on_dispatch)
+        self._tasks = [loop.create_task(self._enqueue_loop(), name="timer-enqueue")]
+        self._schedule_flush()
+        log.info("timer.following", queue_offset=self.commit_queue_offset, read_ms=self.commit_read_ms)
+
+    def progress(self):
+        """The wheel's part of scheduler.progress.SchedulerProgress."""
+        from scheduler.progress import TimerProgress
+
+        slot, n, due, phys = self.slot_progress
+        if slot != self.commit_read_ms:
+            slot, n, due, phys = self.commit_read_ms, 0, -1, -1
+        return TimerProgress(self.commit_read_ms, self.commit_queue_offset, self.read_cursor_ms, slot, n, due, phys)
+
+    def follow(self, p) -> None:
+        """Adopt a master's TimerProgress on a slave: enqueue up to its queue offset; a unit already
+        due is linked no earlier than the master's reader cursor (so its slot here is never earlier
+        than on the master, and a new master skipping the slots below read_ms drops nothing)."""
+        if not self._following:
+            return
+        self.read_cursor_ms = max(self.read_cursor_ms, p.cursor_ms)
+        self.commit_read_ms = max(self.commit_read_ms, p.read_ms)
+        self.slot_progress = (p.slot_ms, p.put_in_slot, p.last_due_ms, p.last_phys)
+        if p.queue_offset > self._enqueue_limit:
+            self._enqueue_limit = p.queue_offset
+            if self._enqueue_wake is not None:
+                self._enqueue_wake.set()
+
+    def promote(self, p=None) -> None:
+        """Start delivering (a slave became the master): from `p` (the last TimerProgress synced),
+        else from this node's own checkpoint. The slot in progress skips the units already put."""
+        if not self._following:
+            return
+        self._following = False
+        if p is not None:
+            self.follow_final(p)
+        # every replicated timer message into the wheel before the reader looks at a slot
+        while self._enqueue_batch(1 << 16):
+            pass
+        self.wheel.rebuild_occupancy(self.read_cursor_ms)
+        loop = asyncio.get_running_loop()
+        self._tasks += [loop.create_task(self._reader_loop(), name="timer-dequeue-get"),
+                        loop.create_task(self._putter_loop(), name="timer-dequeue-put")]
+        self._clean_handle = loop.call_later(self.config.timerlog_clean_interval_ms / 1000.0, self._clean_tick)
+        log.info("timer.promoted", read_ms=self.commit_read_ms, resume_after=self._resume_after,
+                 queue_offset=self.commit_queue_offset, pending=self.wheel.pending)
+
+    def follow_final(self, p) -> None:
+        prec = self.config.precision_ms
+        read_ms = p.read_ms - p.read_ms % prec
+        self.read_cursor_ms = self.commit_read_ms = read_ms
+        self.slot_progress = (p.slot_ms, p.put_in_slot, p.last_due_ms, p.last_phys)
+        self._resume_after = (p.slot_ms, p.last_due_ms, p.last_phys) if p.slot_ms == read_ms and \
+            p.put_in_slot > 0 else None
+
     async def shutdown(self) -> None:
         if not self._loaded:
             return
@@ -126,7 +199,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self.timerlog.close()
         self.wheel.close()
         self.checkpoint.close()
-        self.progress.close()
+        self.progress_file.close()
         self._loaded = False
         log.info("timer.stopped", read_ms=self.commit_read_ms, queue_offset=self.commit_queue_offset)
 
@@ -166,7 +239,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         read_ms, queue_offset = self.commit_read_ms, self.commit_queue_offset
         pos = self.timerlog.flush()
         self.wheel.flush()
-        self.progress.flush()
+        self.progress_file.flush()
         self.checkpoint.write(read_ms, pos, queue_offset, int(time.time() * 1000))
 
     # ---- events / ids --------------------------------------------------------------------

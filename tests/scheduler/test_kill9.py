@@ -1,5 +1,5 @@
 """kill -9 while delivering: after restart nothing is lost and nothing is delivered twice, although
-delayOffset.json lags (scheduleProgress is written with every delivery put; scheduler.progress)."""
+delayOffset.json lags (scheduleProgress is written with every delivery put; scheduler.progress_file)."""
 
 from __future__ import annotations
 

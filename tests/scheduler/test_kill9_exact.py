@@ -3,7 +3,7 @@
 
 A killed process keeps its mmap writes (CommitLog, ConsumeQueues, timerlog, scheduleProgress) in the
 page cache, so after kill -9 every delivery it put is in the store; the scheduler must resume exactly
-past them (scheduler.progress). Before scheduleProgress, each kill re-delivered everything since the
+past them (scheduler.progress_file). Before scheduleProgress, each kill re-delivered everything since the
 last delayOffset.json write (every 10 s) and the timer slot in flight.
 """
 

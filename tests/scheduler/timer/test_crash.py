@@ -1,5 +1,5 @@
 """kill -9 a process running MessageStore + TimerMessageStore under timer load, several times; then
-every timer message is delivered, none early, none twice (scheduleProgress: scheduler.progress)."""
+every timer message is delivered, none early, none twice (scheduleProgress: scheduler.progress_file)."""
 
 from __future__ import annotations
 
