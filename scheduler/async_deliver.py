@@ -19,6 +19,9 @@ from collections import deque
 
 import structlog
 
+from codec.errors import CodecError
+from scheduler.quarantine import GIVE_UP
+
 log = structlog.get_logger(__name__)
 
 RUNNING, SUCCESS, EXCEPTION, SKIP = "RUNNING", "SUCCESS", "EXCEPTION", "SKIP"
@@ -230,7 +233,12 @@ class AsyncLevelHandler:
                 self._settle(head, SKIP)
             return
         try:
-            req = d.make_request(raw)
+            try:
+                req = d.make_request(raw)
+            except CodecError as e:  # a malformed record: set aside (scheduler.quarantine), not retried
+                if d.quarantine_refused(head.phys, head.size, f"cannot convert: {e}", head.offset):
+                    self._settle(head, SKIP)
+                return
             if req is None:
                 self._settle(head, SKIP)
                 return
@@ -238,7 +246,10 @@ class AsyncLevelHandler:
             result = d.store.put([req])[0]
             if not result.ok:
                 d.stats.failed_puts += 1
-                d.commit_progress(d.put_offset())
+                d.commit_progress(d.put_offset())  # the in-flight mark goes before any quarantine put
+                if result.status in GIVE_UP and d.quarantine_refused(
+                        head.phys, head.size, f"delivery refused by the store: {result.status.name}", head.offset):
+                    self._settle(head, SKIP)
                 return
             head.flushed, head.store_ts, head.dphys = result.flushed, result.store_timestamp, result.phys_offset
             self._settle(head, RUNNING)  # in the CommitLog: the progress moves past it now

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import structlog
 
+from codec.codes import SCHEDULE_QUARANTINE_TOPIC
 from codec.delivery_batch import build_delivery_batch
 from codec.properties import parse_properties
 from codec.record import read_properties_bytes, read_topic
@@ -20,6 +21,7 @@ from scheduler.progress_file import count_records_after
 log = structlog.get_logger(__name__)
 
 UNIT_SIZE = 20
+_NOT_DELIVERIES = (SCHEDULE_TOPIC, SCHEDULE_QUARANTINE_TOPIC)
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 
 
@@ -27,7 +29,7 @@ def _is_delivery_of(level: int):
     want = str(level)
 
     def match(rec) -> bool:
-        return read_topic(rec) != SCHEDULE_TOPIC and parse_properties(read_properties_bytes(rec)).get("DELAY") == want
+        return read_topic(rec) not in _NOT_DELIVERIES and parse_properties(read_properties_bytes(rec)).get("DELAY") == want
     return match
 
 

@@ -10,7 +10,9 @@ Two asyncio tasks joined by a bounded asyncio.Queue:
   TIMER_ROLL_TIMES + 1) and puts them in batches: per batch one MessageStore.read_records, one
   codec.timer_rewrite.build_timer_deliveries (bytes edits, no property dict), one put, and the
   due / delivered events handed to the listeners as one list each. A failed put is retried after 500 × precision / 1000
-  ms until it succeeds (illegal records are dropped and counted). `commit_read_ms` moves when the
+  ms until it succeeds; a record that cannot be converted (build_timer_deliveries raises for it)
+  or that the store refuses for good (too large once converted) is quarantined
+  (scheduler.quarantine) and the rest of its batch goes on. `commit_read_ms` moves when the
   putter reaches the slot's commit marker, i.e. after every message of the slot was put.
 """
 
@@ -25,10 +27,12 @@ import numpy as np
 import structlog
 
 from codec.codes import SysFlag
+from codec.errors import CodecError
 from codec.properties import parse_properties
 from codec.record import POS_SYS_FLAG, read_properties_bytes, read_store_timestamp, store_timestamp_pos
 from codec.timer_rewrite import CANCELLED, MISSING, build_timer_deliveries
 from scheduler.progress_file import NO_PHYS
+from scheduler.quarantine import GIVE_UP, TIMER_DEQUEUE
 from scheduler.timer.hook import TIMER_DEL_UNIQKEY
 from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL, UNIT_DTYPE
 from storage.message_store import PutStatus
@@ -37,7 +41,7 @@ log = structlog.get_logger(__name__)
 
 CHUNK = 4096
 WALK_STEP = 20000  # units per timerlog read between yields to the loop
-_GIVE_UP = {"MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED"}
+QUARANTINED = -1  # a unit whose record was set aside (scheduler.quarantine)
 PUT_OK = PutStatus.PUT_OK
 _SYS_FLAG = struct.Struct(">i")
 _TS_POS = (store_timestamp_pos(0), store_timestamp_pos(SysFlag.BORNHOST_V6))  # STORETIMESTAMP by BORNHOST_V6
@@ -66,7 +70,8 @@ class SlotChunk:
     """Units of one slot in delivery order (due ms, then timerlog position), as parallel int64 numpy
     arrays (no object per message). `last_pos`: the slot's chain end when it was loaded."""
 
-    __slots__ = ("slot", "due", "exact", "offset", "size", "magic", "write_ms", "cancel", "base", "pos", "last_pos")
+    __slots__ = ("slot", "due", "exact", "offset", "size", "magic", "write_ms", "cancel", "base", "done", "pos",
+                 "last_pos")
 
     def __init__(self, slot: int, cancel: set[str], due, exact, offset, size, magic, write_ms, base: int = 0,
                  pos=None, last_pos: int = -1) -> None:
@@ -79,6 +84,7 @@ class SlotChunk:
         self.size = size
         self.magic = magic
         self.write_ms = write_ms
+        self.done = 0  # units already put (a restarted putter goes on from here)
         self.pos = pos if pos is not None else np.full(len(due), -1, dtype=np.int64)
         self.last_pos = last_pos
 
@@ -241,7 +247,9 @@ class DequeueMixin:
     async def _putter_loop(self) -> None:
         q = self._put_queue
         while True:
-            item = await q.get()
+            item = self._put_current  # a chunk a failed run did not finish (the supervisor restarted us)
+            if item is None:
+                item = self._put_current = await q.get()
             if item is None:
                 return
             if isinstance(item, int):
@@ -251,8 +259,9 @@ class DequeueMixin:
                     self._done_key_slot, self._done_key = item, (-1, -1)
                     self.progress_file.timer_commit(item, -1, -1, -1, self.store.commitlog_max_offset())
                     self.slot_progress = (item, 0, -1, -1)
-                continue
-            await self._deliver_chunk(item)
+            else:
+                await self._deliver_chunk(item)
+            self._put_current = None
 
     async def _deliver_chunk(self, c: SlotChunk) -> None:
         if c.slot > self.commit_read_ms:  # the reader went past empty slots to this one: the clock follows
@@ -261,7 +270,7 @@ class DequeueMixin:
         if c.slot != self._done_key_slot:
             self._done_key_slot, self._done_key = c.slot, (-1, -1)
             self.progress_file.timer_commit(c.slot, -1, -1, -1, self.store.commitlog_max_offset())
-        i, n = 0, len(c.due)
+        i, n = c.done, len(c.due)
         batch = self.config.put_batch
         while i < n:
             now = now_ms()
@@ -274,7 +283,7 @@ class DequeueMixin:
                 await self._put_units(c, i, k)
                 # seed 003's localIndex: units of the slot put so far, and the due order key of the last
                 self.slot_progress = (c.slot, c.base + k, int(c.due[k - 1]), int(c.offset[k - 1]))
-                i = k
+                i = c.done = k
 
     async def _put_units(self, c: SlotChunk, lo: int, hi: int) -> None:
         """convert + convertMessage for units lo..hi of a chunk, then one put_batch (retried as a batch)."""
@@ -285,10 +294,16 @@ class DequeueMixin:
         rolls = (c.magic[lo:hi] & MAGIC_ROLL).tolist()
         listening = bool(m.listeners)
         uniqs: list | None = [] if listening else None
-        built = build_timer_deliveries(raws, rolls, exact, c.write_ms[lo:hi].tolist(), now_ms(), c.cancel,
-                                       uniqs=uniqs)  # (record, topic, queue id, tagsCode, keys) tuples
+        write_ms = c.write_ms[lo:hi].tolist()
+        deq = now_ms()
+        try:
+            built = build_timer_deliveries(raws, rolls, exact, write_ms, deq, c.cancel,
+                                           uniqs=uniqs)  # (record, topic, queue id, tagsCode, keys) tuples
+        except (CodecError, ValueError):  # a poison record: set it aside, the rest of the batch goes on
+            built = self._isolate(raws, rolls, exact, write_ms, deq, c.cancel, uniqs, offsets, c.slot)
         reqs, dues = [], []  # dues: exact deliver ms of a final delivery, None for a roll
         units_of = []  # chunk index of each request's unit
+        origins = []  # per request: (stored timer record, its CommitLog offset) for the quarantine
         events = [] if listening else None  # per request: (msgId prefix, topic, uniqKey, storeTs, offset) or None
         for k, b in enumerate(built):
             if type(b) is int:
@@ -299,6 +314,7 @@ class DequeueMixin:
                 continue  # SKIPPED: a (rolled-then-final) marker or no REAL_TOPIC is never delivered
             reqs.append(b)
             units_of.append(lo + k)
+            origins.append((raws[k], offsets[k]))
             if rolls[k]:
                 dues.append(None)
                 if listening:
@@ -315,7 +331,7 @@ class DequeueMixin:
         if events:
             m.emit_many("due", [(e[1], e[2], e[0] + f"{e[4]:016X}", e[3], due, 0)
                                 for e, due in zip(events, dues, strict=True) if e is not None])
-        await self._put_with_retry(reqs, dues, events, c, lo, hi, units_of)
+        await self._put_with_retry(reqs, dues, events, origins, c, lo, hi, units_of)
 
     def _commit_through(self, c: SlotChunk, i: int) -> None:
         """scheduleProgress: units of the chunk up to index i (inclusive) are put; -1 = none of them
@@ -326,14 +342,37 @@ class DequeueMixin:
         self._done_key = (int(c.due[i]), int(c.pos[i]))
         self.progress_file.timer_commit(c.slot, *self._done_key, c.last_pos, self.store.commitlog_max_offset())
 
-    async def _put_with_retry(self, reqs: list, dues: list, events: list | None, c: SlotChunk, lo: int, hi: int,
-                              units_of: list[int]) -> None:
+    def _isolate(self, raws, rolls, exact, write_ms, deq: int, cancel, uniqs, offsets, slot: int) -> list:
+        """build_timer_deliveries per record: one that raises is quarantined (QUARANTINED)."""
+        out = []
+        for k, raw in enumerate(raws):
+            one = [] if uniqs is not None else None
+            try:
+                b = build_timer_deliveries((raw,), rolls[k:k + 1], exact[k:k + 1], write_ms[k:k + 1], deq, cancel,
+                                           uniqs=one)[0]
+            except (CodecError, ValueError) as e:
+                self._set_aside(raw, f"cannot convert: {e}", offsets[k], slot=slot, roll=bool(rolls[k]))
+                b, one = QUARANTINED, [None] if one is not None else None
+            out.append(b)
+            if uniqs is not None:
+                uniqs.extend(one)
+        return out
+
+    def _set_aside(self, raw, reason: str, phys: int, **context) -> None:
+        """Quarantine one timer record; a quarantine put that may pass later (disk full) raises, so the
+        supervisor backs off and the putter goes on from the same units (nothing was put for them)."""
+        if not self.quarantine.set_aside(raw, reason, TIMER_DEQUEUE, phys, **context):
+            raise RuntimeError(f"quarantine put failed for the timer record at {phys}: try again")
+
+    async def _put_with_retry(self, reqs: list, dues: list, events: list | None, origins: list, c: SlotChunk,
+                              lo: int, hi: int, units_of: list[int]) -> None:
         """Put the converted records (tuples) with MessageStore.put_batch; records that failed with a
-        retryable status are put again after a back-off, illegal ones are dropped and counted.
-        scheduleProgress moves in the same step as the first put: through unit hi - 1, or up to the
-        unit before the first retryable failure (`units_of[k]`: chunk index of record k), and to hi - 1
-        once the retries are stored (those are put without an in-flight mark: a kill during them may
-        re-deliver, never lose)."""
+        retryable status are put again after a back-off, ones the store refuses for good (too large
+        once converted) are quarantined. scheduleProgress moves in the same step as the first put:
+        through unit hi - 1, or up to the unit before the first failure (`units_of[k]`: chunk index of
+        record k), which also lifts the in-flight mark before any quarantine put; and through hi - 1
+        once every failed record is stored or set aside (retries carry no in-flight mark: a kill during
+        them may re-deliver, never lose)."""
         m = self.metrics
         backoff = 0.5 * self.config.precision_ms / 1000.0
         first = True
@@ -345,10 +384,10 @@ class DequeueMixin:
                 self.progress_file.timer_begin(self.store.commitlog_max_offset())
             res = self.store.put_batch(_PutRun(reqs))
             statuses, phys = res.statuses, res.phys
-            if statuses is None or not any(x is not PUT_OK and x.name not in _GIVE_UP for x in statuses):
+            if statuses is None:
                 self._commit_through(c, hi - 1)
             elif first:
-                k = next(k for k, x in enumerate(statuses) if x is not PUT_OK and x.name not in _GIVE_UP)
+                k = next(k for k, x in enumerate(statuses) if x is not PUT_OK)
                 self._commit_through(c, units_of[k] - 1 if units_of[k] > lo else -1)
             first = False
             retry = []
@@ -365,9 +404,10 @@ class DequeueMixin:
                     if delivered is not None:
                         prefix, topic, uniq, store_ts, _off = events[k]
                         delivered.append((topic, uniq, prefix + f"{phys[k]:016X}", store_ts, due, done))
-                elif statuses[k].name in _GIVE_UP:
+                elif statuses[k] in GIVE_UP and self.quarantine.set_aside(
+                        origins[k][0], f"delivery refused by the store: {statuses[k].name}", TIMER_DEQUEUE,
+                        origins[k][1], topic=reqs[k][1], roll=due is None):
                     m.put_failures += 1
-                    log.error("timer.deliver_dropped", topic=reqs[k][1], status=statuses[k].name)
                 else:
                     m.put_failures += 1
                     retry.append(k)
@@ -379,9 +419,12 @@ class DequeueMixin:
             m.dequeue_rate.add(len(reqs) - len(retry))
             if delivered:
                 m.emit_many("delivered", delivered)
+            if statuses is not None and not retry:  # the failed ones are set aside: the whole run is handled
+                self._commit_through(c, hi - 1)
             if retry:
                 reqs, dues = [reqs[k] for k in retry], [dues[k] for k in retry]
                 units_of = [units_of[k] for k in retry]
+                origins = [origins[k] for k in retry]
                 events = [events[k] for k in retry] if events is not None else None
                 log.warning("timer.deliver_retry", count=len(reqs), backoff_s=backoff)
                 await asyncio.sleep(backoff)  # back-off before retrying failed puts

@@ -21,7 +21,8 @@ import time
 
 import structlog
 
-from codec.record import read_properties_bytes
+from codec.codes import SCHEDULE_QUARANTINE_TOPIC
+from codec.record import read_properties_bytes, read_topic
 from scheduler.progress_file import count_records_after
 from scheduler.timer.config import TIMER_BLANK_SLOTS, TIMER_TOPIC
 from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL
@@ -82,7 +83,7 @@ def recover(svc) -> None:
 
 
 def _is_timer_put(rec) -> bool:
-    return TIMER_DEQUEUE_MS in read_properties_bytes(rec)
+    return TIMER_DEQUEUE_MS in read_properties_bytes(rec) and read_topic(rec) != SCHEDULE_QUARANTINE_TOPIC
 
 
 def _resume_slot(svc, read_ms: int) -> None:
