@@ -33,8 +33,10 @@ def _is_delivery_of(level: int):
     return match
 
 
-def resume_offset(store, level: int, progress, fallback: int, batch_size: int) -> tuple[int, str]:
-    """(schedule offset to resume level `level` from, where it came from)."""
+def resume_offset(store, level: int, progress, fallback: int, batch_size: int,
+                  cancelled=None) -> tuple[int, str]:
+    """(schedule offset to resume level `level` from, where it came from). `cancelled`: the level's
+    operator-cancelled offsets (scheduler.delay_cancel), which the drain skips without a delivery."""
     rec = progress.level(level)
     cl_end = store.commitlog_max_offset()
     if rec.end < 0:
@@ -49,14 +51,16 @@ def resume_offset(store, level: int, progress, fallback: int, batch_size: int) -
     if k == 0:
         return rec.offset, "scheduleProgress"
     units = store.read_units(SCHEDULE_TOPIC, level - 1, rec.offset, batch_size)
+    n = len(units) // UNIT_SIZE if units else 0
+    offsets = [rec.offset + i for i in range(n) if not cancelled or rec.offset + i not in cancelled]
     spans = [(int.from_bytes(units[i:i + 8], "big"), int.from_bytes(units[i + 8:i + 12], "big"))
-             for i in range(0, len(units) - UNIT_SIZE + 1, UNIT_SIZE)] if units else []
+             for i in ((o - rec.offset) * UNIT_SIZE for o in offsets)]
     batch = build_delivery_batch(store.read_records(spans), HALF_TOPIC)
     if k > len(batch):  # more than one put's worth: should not happen; never re-deliver what is there
         log.error("delay.progress_inflight_mismatch", level=level, offset=rec.offset, found=k, batch=len(batch))
-        resumed = rec.offset + len(spans)
+        resumed = rec.offset + n
     else:
-        resumed = rec.offset + batch.source[k - 1] + 1
+        resumed = offsets[batch.source[k - 1]] + 1
     log.warning("delay.progress_inflight_recovered", level=level, offset=rec.offset, delivered_before_kill=k,
                 resumed_from=resumed)
     return resumed, "scheduleProgress"

@@ -58,7 +58,7 @@ class DelayLevelService:
         sources = {}
         for d in self.levels:
             start, sources[d.level] = resume_offset(store, d.level, self.progress_file, self.offsets.get(d.level),
-                                                    self.config.batch_size)
+                                                    self.config.batch_size, self.cancels.of_level(d.level))
             self.offsets.set(d.level, start)
             lo = store.min_offset(SCHEDULE_TOPIC, d.queue_id)
             hi = store.max_offset(SCHEDULE_TOPIC, d.queue_id)
