@@ -275,6 +275,17 @@ def _delay_levels(v) -> str | None:
 
 
 _PORT = int_range(0, 65535)
+
+
+def _namesrv_addrs(v) -> str | None:
+    """namesrvAddr: empty, or `host:port` entries separated by `;`."""
+    for addr in (a.strip() for a in str(v).replace(",", ";").split(";")):
+        host, sep, port = addr.rpartition(":")
+        if addr and (not sep or not host or not port.isdigit() or not 0 < int(port) < 65536):
+            return f"expected host:port[;host:port...], got {addr!r}"
+    return None
+
+
 _POSITIVE = int_range(1)
 _NON_NEGATIVE = int_range(0)
 VALIDATORS: dict[str, Check] = {
@@ -321,6 +332,19 @@ VALIDATORS: dict[str, Check] = {
     "metrics_export_interval_ms": _POSITIVE,
     "export_interval_ms": _POSITIVE,
     "shutdown_drain_timeout_ms": _NON_NEGATIVE,
+    "namesrv_addr": _namesrv_addrs,
+    "register_name_server_period": _POSITIVE,
+    "register_name_server_initial_delay": _NON_NEGATIVE,
+    "register_broker_timeout_mills": _POSITIVE,
+}
+
+# delaymq-namesrv's keys (NamesrvConfig)
+NAMESRV_VALIDATORS: dict[str, Check] = {
+    "listen_port": _PORT,
+    "scan_not_active_broker_interval": _POSITIVE,
+    "broker_channel_expired_time": _POSITIVE,
+    "server_channel_max_idle_time_seconds": _NON_NEGATIVE,
+    "max_frame_size": int_range(0, 2**31 - 1),
 }
 
 
@@ -390,6 +414,14 @@ class NamesrvConfig:
                 continue
             setattr(self, f.name, _coerce(f, raw, key))
         return unknown
+
+    def validate(self) -> None:
+        """Raise ConfigError for the first value `NAMESRV_VALIDATORS` refuses."""
+        for f in dataclasses.fields(self):
+            check = NAMESRV_VALIDATORS.get(f.name)
+            problem = check(getattr(self, f.name)) if check is not None else None
+            if problem:
+                raise ConfigError(BrokerConfig.key_for(f.name), problem)
 
 
 def load_namesrv_config(path: str | None = None, overrides: Mapping[str, object] | None = None) -> NamesrvConfig:

@@ -84,8 +84,11 @@ class TopicManager:
 
     def data_version(self) -> tuple[int, int]:
         """The table's DataVersion (counter, timestamp): moves on every change, persisted with it."""
-        f = self.table.file
-        return f.counter, f.timestamp
+        return self.table.data_version.as_tuple()
+
+    async def register_body(self, compressed: bool = False) -> bytes:
+        """The whole table as a REGISTER_BROKER body, remembered per data version (storage)."""
+        return await self.table.register_body(compressed)
 
     @property
     def topics(self) -> dict[str, TopicConfig]:
