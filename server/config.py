@@ -338,14 +338,6 @@ VALIDATORS: dict[str, Check] = {
     "register_broker_timeout_mills": _POSITIVE,
 }
 
-# delaymq-namesrv's keys (NamesrvConfig)
-NAMESRV_VALIDATORS: dict[str, Check] = {
-    "listen_port": _PORT,
-    "scan_not_active_broker_interval": _POSITIVE,
-    "broker_channel_expired_time": _POSITIVE,
-    "server_channel_max_idle_time_seconds": _NON_NEGATIVE,
-    "max_frame_size": int_range(0, 2**31 - 1),
-}
 
 
 def _coerce(f: dataclasses.Field, raw: object, key: str):
@@ -416,12 +408,13 @@ class NamesrvConfig:
         return unknown
 
     def validate(self) -> None:
-        """Raise ConfigError for the first value `NAMESRV_VALIDATORS` refuses."""
-        for f in dataclasses.fields(self):
-            check = NAMESRV_VALIDATORS.get(f.name)
-            problem = check(getattr(self, f.name)) if check is not None else None
-            if problem:
-                raise ConfigError(BrokerConfig.key_for(f.name), problem)
+        """Raise ConfigError naming the first bad key (the name server stops with that one line)."""
+        if not 0 < self.listen_port < 65536:
+            raise ConfigError("listenPort", f"expected 1..65535, got {self.listen_port}")
+        for name in ("scan_not_active_broker_interval", "broker_channel_expired_time",
+                     "server_channel_max_idle_time_seconds", "max_frame_size"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(BrokerConfig.key_for(name), f"expected > 0, got {getattr(self, name)}")
 
 
 def load_namesrv_config(path: str | None = None, overrides: Mapping[str, object] | None = None) -> NamesrvConfig:

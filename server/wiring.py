@@ -92,7 +92,7 @@ def make_registrar(broker):
                   for t in broker.topics.topics.values()}
         return version, encode_register_body(RegisterBrokerBody(version, topics), compressed)
 
-    return BrokerRegistrar(cfg, snapshot)
+    return BrokerRegistrar(cfg, snapshot, supervisor=broker.store.supervisor)
 
 
 # ---- remoting --------------------------------------------------------------------------------
