@@ -159,6 +159,9 @@ class BrokerController:
         if cfg.namesrv_addr_list:
             self.registrar = make_registrar(self)
             self.topics.add_change_listener(lambda _tc: self.registrar.topics_changed())
+            # a slave follows the master the name servers name; a promotion re-registers at once as id 0
+            self.registrar.add_result_listener(self._on_register_result)
+            self.replica.role_listeners.append(lambda _role, _id: self.registrar.topics_changed())
             await self.registrar.start()
         if cfg.metrics_port:
             from server.observability import prometheus
@@ -327,6 +330,14 @@ class BrokerController:
             c = self._pull_counters[(topic, group)] = self.metrics.counter(
                 "delaymq_pull_messages_total", {"topic": topic, "group": group})
         c.inc(n)
+
+    def _on_register_result(self, result) -> None:
+        """REGISTER_BROKER's answer (server.cluster.registration.RegisterResult): a slave's master and its
+        HA address, used by the HA room unless haMasterAddress is configured."""
+        if result.master_addr:
+            self.replica.master_addr_from_ns = result.master_addr
+        if result.ha_server_addr:
+            self.replica.ha_addr_from_ns = result.ha_server_addr
 
     def _earliest_store_time(self) -> int:
         """STORETIMESTAMP of the oldest record still in the CommitLog (0: none, or not a record there)."""
