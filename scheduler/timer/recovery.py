@@ -20,7 +20,7 @@ import time
 import structlog
 
 from scheduler.timer.config import TIMER_BLANK_SLOTS, TIMER_TOPIC
-from scheduler.timer.timerlog import MAGIC_DELETE
+from scheduler.timer.timerlog import num_delta
 from scheduler.timer.wheel import SLOT, SLOT_SIZE
 
 log = structlog.get_logger(__name__)
@@ -38,7 +38,7 @@ def recover(svc) -> None:
     last_unit = None
     revised = 0
     for pos, unit in tl.scan(start):
-        wheel.revise(unit[3] + unit[4], pos, -1 if unit[2] & MAGIC_DELETE else 1)
+        wheel.revise(unit[3] + unit[4], pos, num_delta(unit[2]))
         last_unit = unit
         revised += 1
     cut = tl.truncate_dirty()
@@ -94,5 +94,5 @@ def _repoint_dangling(svc, read_ms: int, end: int) -> int:
             min_first = first if min_first is None else min(min_first, first)
     if min_first is not None:
         for pos, unit in tl.scan(min_first):
-            wheel.revise(unit[3] + unit[4], pos, -1 if unit[2] & MAGIC_DELETE else 1)
+            wheel.revise(unit[3] + unit[4], pos, num_delta(unit[2]))
     return len(bad)

@@ -301,7 +301,8 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
             "pending": w.pending if w else 0, "occupied_slots": w.occupied if w else 0,
             "next_due_slot_ms": nxt if nxt is not None else -1,
             "enqueued": m.enqueued, "accepted": m.accepted, "delivered": m.delivered, "rolled": m.rolled,
-            "cancelled": m.cancelled, "markers": m.markers, "missing": m.missing,
+            "cancelled": m.cancelled, "markers": m.markers, "cancel_unmatched": m.cancel_unmatched,
+            "missing": m.missing,
             "put_failures": m.put_failures, "rejected": m.rejected, "late_bumped": m.late_bumped,
             "enqueue_lag": max(0, cq_max - self.commit_queue_offset),
             "dequeue_lag_ms": max(0, self._floor(now) - self.commit_read_ms) if nxt is not None and nxt <= now else 0,
@@ -334,4 +335,5 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
             "timerNextDueSlotMs": str(s["next_due_slot_ms"]),
             "timerDelivered": str(s["delivered"]), "timerCancelled": str(s["cancelled"]),
             "timerRolled": str(s["rolled"]), "timerRejected": str(s["rejected"]),
+            "timerCancelUnmatched": str(s["cancel_unmatched"]),
         }
