@@ -239,6 +239,7 @@ class AsyncLevelHandler:
                         head.phys, head.size, f"delivery refused by the store: {result.status.name}", head.offset):
                     head.status = SKIP
                 return
+            d.svc.on_put([req.topic], [len(req.record)])
             head.flushed, head.store_ts, head.dphys = result.flushed, result.store_timestamp, result.phys_offset
             fl = result.flushed
             if fl is not None:

@@ -243,6 +243,7 @@ class LevelDeliverer:
         if not n:
             return
         res = self.store.put_batch(batch)
+        self._count_puts(batch, res.statuses)
         statuses = res.statuses
         fl = res.flushed
         flushed_ok = True
@@ -299,6 +300,7 @@ class LevelDeliverer:
                 if r.status is not PUT_OK:
                     failed.append((i, r))
                     continue
+                self.svc.on_put([reqs[i].topic], [len(reqs[i].record)])
                 fl = r.flushed
                 if fl is not None:
                     if not fl.done():
@@ -349,8 +351,10 @@ class LevelDeliverer:
         if not spans:
             return
         n = len(batch)
+        res = self.store.put_batch(batch) if n else None
+        if res is not None:
+            self._count_puts(batch, res.statuses)
         if n and not batch.dropped:
-            res = self.store.put_batch(batch)
             if res.statuses is None:  # the common case: one pending entry for the whole run
                 topics = infos.topics if infos is not None else None
                 self.handler.extend((PendingBatch(base, spans, dues, res.flushed, res.store_timestamp, res.phys,
@@ -358,7 +362,17 @@ class LevelDeliverer:
                 return
             self._pending_entries(batch, base, spans, dues, infos, res)
             return
-        self._pending_entries(batch, base, spans, dues, infos, self.store.put_batch(batch) if n else None)
+        self._pending_entries(batch, base, spans, dues, infos, res)
+
+    def _count_puts(self, batch, statuses) -> None:
+        """The deliveries one put_batch stored count as puts of their real topics (svc.on_put)."""
+        starts, dests = batch.starts, batch.dests
+        if statuses is None:
+            self.svc.on_put([d[0] for d in dests], [b - a for a, b in zip(starts, starts[1:])])  # noqa: B905
+            return
+        ok = [j for j, s in enumerate(statuses) if s is PUT_OK]
+        if ok:
+            self.svc.on_put([dests[j][0] for j in ok], [starts[j + 1] - starts[j] for j in ok])
 
     def _pending_entries(self, batch, base, spans, dues, infos, res) -> None:
         """One PendingEntry per message: SKIP for dropped ones, RUNNING or EXCEPTION for the others."""

@@ -21,6 +21,7 @@ import structlog
 
 from codec.msgid import offset_msg_id
 from codec.record import store_host_pos
+from scheduler.events import PutObserver, ignore_puts
 from scheduler.quarantine import Quarantine
 from scheduler.timer.checkpoint import TimerCheckpoint
 from scheduler.timer.config import TIMER_TOPIC, TimerConfig
@@ -39,10 +40,12 @@ PUT_QUEUE_CAPACITY = 64  # chunks of up to 4096 units (stock DEFAULT_CAPACITY is
 
 
 class TimerMessageStore(EnqueueMixin, DequeueMixin):
-    def __init__(self, store, config=None) -> None:
+    def __init__(self, store, config=None, on_put: PutObserver | None = None) -> None:
         import random
 
         self.store = store
+        # every put the wheel makes (deliveries by real topic, rolls): counted as puts of their topic
+        self.on_put: PutObserver = on_put if on_put is not None else ignore_puts
         self.config = TimerConfig.coerce(config if config is not None else TimerConfig())
         if not self.config.store_root:
             sc = getattr(store, "config", None)
