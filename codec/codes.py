@@ -99,6 +99,8 @@ class RequestCode(IntEnum):
     PROMOTE_BROKER = 3101  # admin: make this slave the master (no restart); JSON body, see server/cluster/ha
     GET_SCHEDULER_PROGRESS = 3102  # master -> slave: scheduler.progress.SchedulerProgress (msgpack body)
     GET_HA_EPOCH = 3103  # {"epoch", "startOffset", "maxOffset"}: where this master's CommitLog diverged
+    DELAYMQ_QUERY_SCHEDULED = 3111  # browse what is scheduled (server/processors/scheduled.py)
+    DELAYMQ_CANCEL_SCHEDULED = 3112  # cancel a scheduled message by UNIQ_KEY (admin)
 
 
 class ResponseCode(IntEnum):

@@ -64,6 +64,7 @@ class LevelDeliverer:
         self.delay_ms = svc.config.levels_ms[level - 1]
         self.offset = 0        # delivered: next schedule-queue offset whose delivery is not confirmed
         self.scan_offset = 0   # next unit to look at (> offset while async deliveries are in flight)
+        self.claimed_offset = 0  # units below it were taken by the current pass (cancel: too late)
         self.stats = LevelStats(level)
         self.handler = AsyncLevelHandler(self) if svc.config.async_deliver else None
         self._wake: asyncio.Future | None = None
@@ -144,6 +145,15 @@ class LevelDeliverer:
                 break
             spans.append((phys, size))
             dues.append(due)
+        cancelled = self.svc.cancels.of_level(self.level)
+        if cancelled:  # operator cancels (scheduled cancel --id): those units are never delivered
+            keep = [i for i in range(len(spans)) if base + i not in cancelled]
+            if len(keep) < len(spans):
+                self.svc.cancels.cancelled_total += len(spans) - len(keep)
+                log.info("delay.cancelled_skipped", delay_level=self.level, count=len(spans) - len(keep), offset=base)
+                spans, dues = [spans[i] for i in keep], [dues[i] for i in keep]
+            self.svc.cancels.passed(self.level, base + scanned)
+        self.claimed_offset = base + scanned  # past this, a cancel comes too late (being delivered)
         raws = store.read_records(spans)
         try:
             batch = build_delivery_batch(raws, HALF_TOPIC)  # unreadable, no REAL_TOPIC, half message: dropped

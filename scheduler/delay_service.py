@@ -13,6 +13,7 @@ import asyncio
 import structlog
 
 from codec.msgid import offset_msg_id
+from scheduler.delay_cancel import DelayCancelTable
 from scheduler.delay_config import DelayConfig
 from scheduler.delay_deliver import LevelDeliverer
 from scheduler.delay_offsets import DelayOffsetBackend, DelayOffsetTable
@@ -34,6 +35,7 @@ class DelayLevelService:
         self.on_put: PutObserver = on_put if on_put is not None else ignore_puts
         self.config = DelayConfig.coerce(config, levels_ms)
         self.offsets = DelayOffsetTable(self.config.config_dir, offset_backend)
+        self.cancels = DelayCancelTable(self.config.config_dir)
         self.levels = [LevelDeliverer(self, lv) for lv in range(1, len(self.config.levels_ms) + 1)]
         self.listeners: list = []
         self.quarantine = Quarantine(store)  # poison schedule records go to rmq_sys_SCHEDULE_QUARANTINE
@@ -49,6 +51,7 @@ class DelayLevelService:
     def load(self) -> bool:
         """Read delayOffset.json and clamp each level's offset into its schedule queue's [min, max]."""
         self.offsets.load()
+        self.cancels.load()
         for d in self.levels:
             lo = self.store.min_offset(SCHEDULE_TOPIC, d.queue_id)
             hi = self.store.max_offset(SCHEDULE_TOPIC, d.queue_id)
@@ -206,6 +209,8 @@ class DelayLevelService:
             info[f"scheduleMessageNextDue_{lv}"] = str(snap["next_due_ms"])
             info[f"scheduleMessageDelivered_{lv}"] = str(snap["delivered_total"])
             info[f"scheduleMessageDeliverRate_{lv}"] = f"{snap['deliver_rate']:.1f}"
+        info["scheduleMessageCancelPending"] = str(self.cancels.count())
+        info["scheduleMessageCancelled"] = str(self.cancels.cancelled_total)
         return info
 
     def stats(self) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import shutil
 import time
 from collections.abc import Callable
 
@@ -175,6 +176,22 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
             cq = ConsumeQueue(self.cq_root, topic, queue_id, self.config.mapped_file_size_consume_queue)
             self.consume_queues[key] = cq
         return cq
+
+    def delete_consume_queues(self, topic: str) -> int:
+        """Forget a deleted topic's ConsumeQueues and remove their files (RocketMQ's cleanUnusedTopic).
+        Its records stay in the CommitLog until retention. Returns the number of queues removed."""
+        keys = [k for k in self.consume_queues if k[0] == topic]
+        for key in keys:
+            cq = self.consume_queues.pop(key)
+            self.queue_offsets.pop(key, None)
+            try:
+                cq.close()
+            except BufferError:  # a reader still holds a view of its map: unmapped when that goes
+                pass
+        path = os.path.join(self.cq_root, topic)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        return len(keys)
 
     # ---- put ------------------------------------------------------------------------------------
     def disk_used_ratio(self) -> float:

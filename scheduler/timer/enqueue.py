@@ -43,6 +43,7 @@ ENQUEUE_BATCH = 1024
 _BLANK_CQ_SIZE = 2147483647
 WALK_STEP = 20000  # timerlog units per read while looking for a cancel's target
 CANCEL_LIVE, CANCEL_ALREADY, CANCEL_NOT_FOUND = "LIVE", "ALREADY_CANCELLED", "NOT_FOUND"
+CANCEL_DUE, CANCEL_UNDECIDED = "DUE", "UNDECIDED"
 CANCEL_CATCH_UP = 4096  # enqueue lag up to which a cancel's check first enqueues what precedes it
 MAX_SLOT_MS = 1 << 53  # a TIMER_OUT_MS at or past this is absurd (year 285,000): quarantined
 
@@ -207,28 +208,36 @@ class EnqueueMixin:
 
     def check_cancel(self, slot: int, key: str, topic: str) -> str | None:
         """The put hook's answer to a delete marker for timer `key` (REAL_TOPIC+UNIQ_KEY) in `slot`:
-        None to store it, else why it would change nothing. Definite answers only: a timer parked for
-        a roll (its deliver time was more than the roll window ahead) may still come back to the
-        slot, so "not found" is answered only once every roll slot it could be parked in was put."""
+        None to store it, else why it would change nothing (cancel_verdict)."""
+        return self.cancel_verdict(slot, key, topic)[1]
+
+    def cancel_verdict(self, slot: int, key: str, topic: str) -> tuple[str, str | None]:
+        """(state, why a marker would change nothing or None): CANCEL_DUE (the slot was read),
+        CANCEL_ALREADY, CANCEL_NOT_FOUND, CANCEL_LIVE or CANCEL_UNDECIDED. Definite answers only: a
+        timer parked for a roll (its deliver time was more than the roll window ahead) may still come
+        back to the slot, so "not found" is answered only once every roll slot it could be parked in
+        was put; before that (or with a long enqueue backlog) the answer is UNDECIDED."""
         if not self._running or self._following:
-            return None
+            return CANCEL_UNDECIDED, None
         prec = self.config.precision_ms
         if slot < self.read_cursor_ms:
-            return (f"timer {key} is due in slot {slot}, already read: delivered or being delivered; "
-                    f"nothing cancelled")
+            return CANCEL_DUE, (f"timer {key} is due in slot {slot}, already read: delivered or being delivered; "
+                                f"nothing cancelled")
         settled = (self.config.max_delay_sec * 1000 < self.roll_window_slots * prec  # nothing is ever parked
                    or self.commit_read_ms > slot - (self.roll_window_slots // 3) * prec)
         mx = self.store.max_offset(TIMER_TOPIC, 0)
         if mx - self.commit_queue_offset > CANCEL_CATCH_UP:
-            return None  # a long enqueue backlog: no answer now, the marker is stored
+            return CANCEL_UNDECIDED, None  # a long enqueue backlog: no answer now, the marker is stored
         while self._enqueue_batch(ENQUEUE_BATCH):  # the timers sent before this marker into the wheel first
             pass
         state = self.cancel_state(slot, key, java_hash(topic))
         if state == CANCEL_ALREADY:
-            return f"timer {key} is already cancelled; nothing changed"
-        if state == CANCEL_NOT_FOUND and settled:
-            return f"no pending timer {key} in slot {slot} (unknown, or already delivered); nothing cancelled"
-        return None
+            return state, f"timer {key} is already cancelled; nothing changed"
+        if state == CANCEL_NOT_FOUND:
+            if not settled:
+                return CANCEL_UNDECIDED, None
+            return state, f"no pending timer {key} in slot {slot} (unknown, or already delivered); nothing cancelled"
+        return state, None
 
     def cancel_state(self, slot: int, key: str, topic_hash: int) -> str:
         """Whether slot `slot` holds a live timer `key` (REAL_TOPIC+UNIQ_KEY): CANCEL_LIVE, or

@@ -72,13 +72,13 @@ def _supervisor_samples(sup) -> list[Sample]:
 
 
 def _quarantine_samples(*services) -> list[Sample]:
-    """delaymq_schedule_quarantined_total{stage}: records set aside in rmq_sys_SCHEDULE_QUARANTINE."""
+    """delaymq_quarantined_messages_total{stage}: records set aside in rmq_sys_SCHEDULE_QUARANTINE."""
     per: dict[str, int] = {}
     for svc in services:
         if svc is not None:
             for stage, n in svc.quarantine.stats().items():
                 per[stage] = per.get(stage, 0) + n
-    return [Sample("delaymq_schedule_quarantined_total", "counter", {"stage": stage}, float(n))
+    return [Sample("delaymq_quarantined_messages_total", "counter", {"stage": stage}, float(n))
             for stage, n in sorted(per.items())]
 
 
@@ -144,6 +144,10 @@ class Telemetry:
             reg.add_collector(lambda: _timer_samples(b.timer_service))
             b.timer_service.add_listener(self.trace)
         reg.add_collector(lambda: _lag_samples(b))
+        reg.describe("delaymq_task_restarts_total",
+                     "Failures of background tasks (each logged, backed off and restarted), by task.")
+        reg.describe("delaymq_quarantined_messages_total",
+                     "Scheduled records set aside in rmq_sys_SCHEDULE_QUARANTINE, by stage.")
         reg.add_collector(lambda: _supervisor_samples(b.store.supervisor))
         reg.add_collector(lambda: _quarantine_samples(b.delay_service, b.timer_service))
         b.store.add_dispatch_listener(TraceTopicExporter(b.store, self.rmq_trace_writer).on_dispatch)

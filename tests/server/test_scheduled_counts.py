@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 
 import pytest
@@ -12,12 +11,11 @@ import pytest
 from tests.helpers.broker import pick_port_pair
 from tests.server.helpers import send
 from tests.server.raw import RawClient
-from tests.server.test_quarantine import scrape, wait_for
+from tests.server.test_quarantine import metric, scrape, wait_for
 
 
 def put_count(text: str, topic: str) -> int:
-    m = re.search(rf'^delaymq_put_messages_total\{{topic="{re.escape(topic)}"\}} (\d+)', text, re.M)
-    return int(m.group(1)) if m else 0
+    return int(metric(text, "rocketmq_messages_in_total", topic=topic) or 0)
 
 
 @pytest.mark.parametrize("async_deliver", [False, True], ids=["sync", "async"])
