@@ -253,3 +253,30 @@ async def test_clients_cannot_send_to_the_quarantine_topic(make_broker):
         assert r.code == 16 and "forbidden" in r.remark  # NO_PERMISSION
     finally:
         await c.close()
+
+
+async def test_schedule_records_that_cannot_be_converted_are_quarantined_and_the_level_goes_on(make_broker):
+    """A schedule record whose REAL_TOPIC cannot be a topic (over 127 bytes) or that has none: no client
+    can send one (the send validates the topic), so they are written straight into the store."""
+    b = await make_broker(message_delay_level="300ms 1s")
+    c = await RawClient.connect(b.config.broker_addr)
+    try:
+        assert (await send(c, "LT", b"g1", qid=0, UNIQ_KEY="GOOD1", DELAY="1")).code == 0
+        host = b.store_host
+        for key, props in (("LONG", {"REAL_TOPIC": "T" * 200, "REAL_QID": "0"}), ("NOTOPIC", {"REAL_QID": "0"})):
+            rec = MessageRecord(topic=SCHEDULE_TOPIC, body=key.encode(), born_timestamp=now_ms(), born_host=host,
+                                store_host=host, properties={"DELAY": "1", "UNIQ_KEY": key, **props})
+            [res] = b.store.put([PutRequest(encode_record(rec), SCHEDULE_TOPIC, 0, deliver_delay_ms=300)])
+            assert res.ok
+        assert (await send(c, "LT", b"g2", qid=0, UNIQ_KEY="GOOD2", DELAY="1")).code == 0
+        # absurd or non-numeric DELAY values a client can send: clamped to the last level / not scheduled
+        assert (await send(c, "LT", b"a", qid=0, UNIQ_KEY="HUGE", DELAY="99999999999999999999")).code == 0
+        assert (await send(c, "LT", b"n", qid=0, UNIQ_KEY="NAN", DELAY="soon")).code == 0
+        got = by_key(await wait_for(c, "LT", 4))
+        assert set(got) == {"GOOD1", "GOOD2", "HUGE", "NAN"} and got["HUGE"]["props"]["DELAY"] == "2"
+        q = await wait_for(c, SCHEDULE_QUARANTINE_TOPIC, 2)
+        assert_quarantined(q, "LONG", "level", "topic longer than 127")
+        assert_quarantined(q, "NOTOPIC", "level", "no REAL_TOPIC")
+        assert b.delay_service.stats()["levels"][1]["quarantined_total"] == 2
+    finally:
+        await c.close()
