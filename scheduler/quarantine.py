@@ -5,7 +5,7 @@ bytes once delivery adds its own, a non-numeric TIMER_ROLL_TIMES, an absurd TIME
 that the store refuses for good (MESSAGE_ILLEGAL, PROPERTIES_SIZE_EXCEEDED: e.g. a body that
 exceeds maxMessageSize only with the real topic and the delivery's properties) is copied to
 rmq_sys_SCHEDULE_QUARANTINE queue 0 (codec.quarantine: the reason and stage as properties), logged
-once (`schedule.quarantined`) and counted per stage (`delaymq_quarantined_messages_total{stage}`);
+once (`schedule.quarantined`) and counted per stage (`delaymq_schedule_quarantined_total{stage}`);
 the rest of its batch and slot go on. `set_aside` returns False only when the quarantine put itself
 failed for a reason that may pass (disk full, store not running): the caller keeps the record and
 tries again later, so nothing is lost.

@@ -30,6 +30,8 @@ def _delay_samples(svc) -> list[Sample]:
         return out
     for level, s in (st.get("levels") or {}).items():
         lab = {"level": str(level)}
+        # the broker's delay table at export time: the report names level L by its delay ("L3 · 10s")
+        out.append(Sample("delaymq_schedule_delay_seconds", "gauge", lab, float(s.get("delay_ms", 0)) / 1000.0))
         out.append(Sample("delaymq_schedule_pending", "gauge", lab, float(s.get("pending", 0))))
         out.append(Sample("delaymq_schedule_delivered_total", "counter", lab, float(s.get("delivered_total", 0))))
         out.append(Sample("delaymq_schedule_next_due_ms", "gauge", lab, float(s.get("next_due_ms") or 0)))
@@ -72,13 +74,13 @@ def _supervisor_samples(sup) -> list[Sample]:
 
 
 def _quarantine_samples(*services) -> list[Sample]:
-    """delaymq_quarantined_messages_total{stage}: records set aside in rmq_sys_SCHEDULE_QUARANTINE."""
+    """delaymq_schedule_quarantined_total{stage}: records set aside in rmq_sys_SCHEDULE_QUARANTINE."""
     per: dict[str, int] = {}
     for svc in services:
         if svc is not None:
             for stage, n in svc.quarantine.stats().items():
                 per[stage] = per.get(stage, 0) + n
-    return [Sample("delaymq_quarantined_messages_total", "counter", {"stage": stage}, float(n))
+    return [Sample("delaymq_schedule_quarantined_total", "counter", {"stage": stage}, float(n))
             for stage, n in sorted(per.items())]
 
 
@@ -146,7 +148,7 @@ class Telemetry:
         reg.add_collector(lambda: _lag_samples(b))
         reg.describe("delaymq_task_restarts_total",
                      "Failures of background tasks (each logged, backed off and restarted), by task.")
-        reg.describe("delaymq_quarantined_messages_total",
+        reg.describe("delaymq_schedule_quarantined_total",
                      "Scheduled records set aside in rmq_sys_SCHEDULE_QUARANTINE, by stage.")
         reg.add_collector(lambda: _supervisor_samples(b.store.supervisor))
         reg.add_collector(lambda: _quarantine_samples(b.delay_service, b.timer_service))

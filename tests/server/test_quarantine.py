@@ -187,7 +187,7 @@ async def test_a_delay_level_record_too_large_once_delivered_is_quarantined(make
         assert "AFTER" in by_key(await wait_for(c, LONG_TOPIC, 4))
         assert b.delay_service.stats()["quarantined"]["level"] == 1
         text = await scrape(b.metrics_http.port)
-        assert metric(text, "delaymq_quarantined_messages_total", stage="level") == 1
+        assert metric(text, "delaymq_schedule_quarantined_total", stage="level") == 1
         # every long-running task runs under the supervisor (its restart counter is exposed, 0 here)
         for task in ("delay-level-1", "timer-enqueue", "timer-dequeue-get", "timer-dequeue-put",
                      "storage-logics-flush", "metrics-exporter"):
