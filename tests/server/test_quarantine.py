@@ -280,3 +280,43 @@ async def test_schedule_records_that_cannot_be_converted_are_quarantined_and_the
         assert b.delay_service.stats()["levels"][1]["quarantined_total"] == 2
     finally:
         await c.close()
+
+
+async def test_a_quarantine_put_refused_while_the_disk_is_full_is_retried_by_the_supervisor(make_broker):
+    """The quarantine put itself fails (disk full: the store refuses every put): the putter raises, the
+    supervisor logs, counts (on /metrics) and restarts it with back-off; once space is back the poison
+    record is set aside once and the rest of its batch delivered once: nothing skipped, nothing twice."""
+    b = await make_broker(timer_precision_ms=100, metrics_port=pick_port_pair())
+    c = await RawClient.connect(b.config.broker_addr)
+    try:
+        due = now_ms() + 700
+        base = {"TIMER_DELIVER_MS": str(due), "PAD": ""}
+        assert (await send(c, "DF", b"g1", qid=0, UNIQ_KEY="GOOD1", **base)).code == 0
+        overhead = stored_props_len(b.store, TIMER_TOPIC, 0, 0)
+        pad = PROPS_MAX - 30 - overhead
+        assert (await send(c, "DF", b"bad", qid=0, UNIQ_KEY="BAD", **{**base, "PAD": "p" * pad})).code == 0
+        assert (await send(c, "DF", b"g2", qid=0, UNIQ_KEY="GOOD2", **base)).code == 0
+        await b.timer_service.wait_enqueued(3, 5)
+        limit = b.store.config.disk_max_used_ratio
+        b.store.config.disk_max_used_ratio = 0.0  # the disk counts as full: every put is refused
+        sup = b.store.supervisor
+        deadline = time.monotonic() + 10
+        while sup.stats().get("timer-dequeue-put", 0) < 2:
+            assert time.monotonic() < deadline, sup.stats()
+            await asyncio.sleep(0.02)  # poll interval: the counter is re-read
+        assert await messages(c, "DF") == [] and await messages(c, SCHEDULE_QUARANTINE_TOPIC) == []
+        text = await scrape(b.metrics_http.port)
+        assert metric(text, "delaymq_task_restarts_total", task="timer-dequeue-put") >= 2
+        b.store.config.disk_max_used_ratio = limit
+        got = await wait_for(c, "DF", 2)
+        [q] = await wait_for(c, SCHEDULE_QUARANTINE_TOPIC, 1)
+        assert sorted(m["props"]["UNIQ_KEY"] for m in got) == ["GOOD1", "GOOD2"]
+        assert q["props"]["UNIQ_KEY"] == "BAD" or decode_records(q["body"])[0]["props"]["UNIQ_KEY"] == "BAD"
+        assert all(m["store_ts"] >= due for m in got)
+        deadline = time.monotonic() + 5
+        while b.timer_service.commit_read_ms <= due:  # the slot is fully put: nothing more can come of it
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        assert len(await messages(c, "DF")) == 2 and len(await messages(c, SCHEDULE_QUARANTINE_TOPIC)) == 1
+    finally:
+        await c.close()
