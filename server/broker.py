@@ -114,8 +114,9 @@ class BrokerController:
         self.store = make_message_store(cfg, self.levels)
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
         await self.replica.prepare(self.store)  # a SLAVE: read-only store, a former master's tail cut
-        self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta)
-        self.timer_service = make_timer_service(self.store, cfg)
+        # scheduled deliveries count as puts on their real topic (per-topic throughput includes them)
+        self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta, self.on_put_sizes)
+        self.timer_service = make_timer_service(self.store, cfg, self.on_put_sizes)
         self.scheduled = ScheduledBrowser(self.store, self.delay_service, self.timer_service,
                                           self._put_timer_cancel_marker)
         # the timer hook's flow control reads the live wheel, so it gets the service itself

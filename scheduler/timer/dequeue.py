@@ -396,8 +396,11 @@ class DequeueMixin:
             late = []
             delivered = [] if events is not None else None
             rolled = 0
+            stored = [] if statuses is None else None  # request indexes put (None: all of them)
             for k, due in enumerate(dues):
                 if statuses is None or statuses[k] is PUT_OK:
+                    if stored is not None:
+                        stored.append(k)
                     if due is None:
                         rolled += 1
                         continue
@@ -413,6 +416,9 @@ class DequeueMixin:
                     m.put_failures += 1
                     retry.append(k)
             m.rolled += rolled
+            put = reqs if stored is None else [reqs[k] for k in stored]
+            if put:  # counted as puts of their topics (real topic, or rmq_sys_wheel_timer for a roll)
+                self.on_put([r[1] for r in put], [len(r[0]) for r in put])
             if late:
                 m.delivered += len(late)
                 m.lateness.observe_many(late)

@@ -28,6 +28,16 @@ UNIT_SIZE = 52
 BLANK_SIZE = 16
 BLANK_MAGIC_CODE = -875286124
 MAGIC_DEFAULT, MAGIC_ROLL, MAGIC_DELETE = 1, 2, 4
+# delaymq: a delete marker that cancels nothing where it is linked (no live target in its slot, or a
+# roll unit): it does not lower the slot's num, so timerCongestNum / delaymq_timer_pending stay true
+MAGIC_UNCOUNTED = 8
+
+
+def num_delta(magic: int) -> int:
+    """What a unit adds to its slot's num: +1 a message, -1 a delete marker that cancels one, else 0."""
+    if magic & MAGIC_DELETE:
+        return 0 if magic & MAGIC_UNCOUNTED else -1
+    return 1
 UNIT = struct.Struct(">iqiqiqiiq")
 BLANK = struct.Struct(">iqi")
 _PREV = struct.Struct(">q")

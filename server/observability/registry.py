@@ -122,6 +122,10 @@ class Registry:
     def help_of(self, name: str) -> str:
         return self._help.get(name, "")
 
+    def describe(self, name: str, help: str) -> None:
+        """HELP text of a family a collector provides (the registry does not hold its samples)."""
+        self._help[name] = help
+
     def add_collector(self, fn: Callable[[], Iterable[Sample]]) -> None:
         """A callback producing samples at collection time (for components that keep their own stats)."""
         self._collectors.append(fn)

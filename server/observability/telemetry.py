@@ -146,6 +146,10 @@ class Telemetry:
             reg.add_collector(lambda: _timer_samples(b.timer_service))
             b.timer_service.add_listener(self.trace)
         reg.add_collector(lambda: _lag_samples(b))
+        reg.describe("delaymq_task_restarts_total",
+                     "Failures of background tasks (each logged, backed off and restarted), by task.")
+        reg.describe("delaymq_schedule_quarantined_total",
+                     "Scheduled records set aside in rmq_sys_SCHEDULE_QUARANTINE, by stage.")
         reg.add_collector(lambda: _supervisor_samples(b.store.supervisor))
         reg.add_collector(lambda: _quarantine_samples(b.delay_service, b.timer_service))
         b.store.add_dispatch_listener(TraceTopicExporter(b.store, self.rmq_trace_writer).on_dispatch)
