@@ -3,10 +3,15 @@ atomically (config_store) under `<store>/config/`, with RocketMQ's DataVersion s
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 
+import structlog
+
 from storage.config_store import atomic_write_json, read_json
+
+log = structlog.get_logger(__name__)
 
 
 class JsonTableFile:
@@ -35,4 +40,11 @@ class JsonTableFile:
         if extra:
             doc.update(extra)
         doc["dataVersion"] = {"counter": self.counter, "timestamp": self.timestamp}
-        atomic_write_json(self.path, doc)
+        try:
+            atomic_write_json(self.path, doc)
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # a full disk: the table keeps serving from memory, the previous file stays whole, and the
+            # next write (any change, or shutdown) writes it all again
+            log.error("config_table.write_failed", path=self.path, error=str(e))

@@ -12,6 +12,7 @@ slot instead (keeping its exact deliver time), so it is delivered at once and ne
 from __future__ import annotations
 
 import asyncio
+import errno
 import struct
 import time
 
@@ -68,21 +69,37 @@ def exact_deliver_ms(props: dict[str, str], slot: int, store_ts: int, precision:
     return hi
 
 
+class _Stopped(Exception):
+    def __init__(self, done: int, lowest: int | None, cause: OSError) -> None:
+        super().__init__(str(cause))
+        self.done, self.lowest, self.cause = done, lowest, cause
+
+
 class EnqueueMixin:
     def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
         if topic == TIMER_TOPIC and queue_id == 0:
             self._enqueue_wake.set()
 
     async def _enqueue_loop(self) -> None:
+        paused = False
         while self._running:
             self._enqueue_wake.clear()
             try:
                 n = self._enqueue_batch(ENQUEUE_BATCH)
+            except OSError as e:  # a timerlog file cannot be made (disk full): pause, retry, resume
+                if not paused:
+                    log.error("timer.enqueue_paused", error=str(e), offset=self.curr_queue_offset)
+                paused = True
+                await asyncio.sleep(self.config.precision_ms / 1000.0)
+                continue
             except Exception as e:  # keep the wheel alive; the offset did not move
                 log.error("timer.enqueue_failed", error=repr(e), offset=self.curr_queue_offset)
                 n = 0
                 await asyncio.sleep(self.config.precision_ms / 1000.0)  # back-off after a failure
                 continue
+            if paused:
+                paused = False
+                log.info("timer.enqueue_resumed", offset=self.curr_queue_offset)
             if n == 0:
                 await self._enqueue_wake.wait()
             else:
@@ -108,6 +125,30 @@ class EnqueueMixin:
         now = int(time.time() * 1000)
         self.curr_write_ms = max(self.curr_write_ms, now - now % prec)
         m = self.metrics
+        done = k
+        try:
+            lowest = self._enqueue_units(units, k, prec, now)
+        except _Stopped as stop:  # the disk is full: the units before the failed one are in the wheel
+            done, lowest = stop.done, stop.lowest
+            if not done:
+                raise stop.cause from None
+        self.curr_queue_offset = self.commit_queue_offset = off + done
+        m.enqueued += done
+        m.enqueue_rate.add(done)
+        m.enqueue_latency_ms = max(0, int(time.time() * 1000) - now)
+        if lowest is not None:
+            self._wake_reader(lowest)
+        self._notify_enqueued()
+        if done < k:
+            raise OSError(errno.ENOSPC, f"timerlog: {done} of {k} units enqueued, then no room")
+        return k
+
+    def _enqueue_units(self, units, k: int, prec: int, now: int) -> int | None:
+        """Append and link the batch's units; returns the lowest slot used. An OSError while appending
+        (a timerlog file that cannot be created: the disk is full) raises _Stopped with how many
+        units are done: a unit is either fully in the timerlog and wheel or not at all."""
+        store = self.store
+        m = self.metrics
         emit = bool(m.listeners)
         lowest = None
         for i in range(k):
@@ -128,7 +169,10 @@ class EnqueueMixin:
             exact = exact_deliver_ms(props, slot, store_ts, prec)
             magic = MAGIC_DELETE if TIMER_DEL_UNIQKEY in props else MAGIC_DEFAULT
             real_topic = props.get(REAL_TOPIC)
-            where = self._do_enqueue(slot, exact, magic, phys, size, java_hash(real_topic) if real_topic else 0)
+            try:
+                where = self._do_enqueue(slot, exact, magic, phys, size, java_hash(real_topic) if real_topic else 0)
+            except OSError as e:
+                raise _Stopped(i, lowest, e) from e
             if lowest is None or where < lowest:
                 lowest = where
             if magic == MAGIC_DELETE:
@@ -139,14 +183,7 @@ class EnqueueMixin:
                     m.emit("accepted", kind="timer", level=0, topic=real_topic, uniqKey=props.get(UNIQ_KEY),
                            msgId=self.msg_id(rec, phys), bornTs=0, storeTs=store_ts, dueTs=exact,
                            deliveredTs=0)
-        self.curr_queue_offset = self.commit_queue_offset = off + k
-        m.enqueued += k
-        m.enqueue_rate.add(k)
-        m.enqueue_latency_ms = max(0, int(time.time() * 1000) - now)
-        if lowest is not None:
-            self._wake_reader(lowest)
-        self._notify_enqueued()
-        return k
+        return lowest
 
     def _do_enqueue(self, slot: int, exact: int, magic: int, phys: int, size: int, topic_hash: int) -> int:
         """§4.6: roll decision, append the unit, link it into its slot. Returns the slot used."""

@@ -44,6 +44,7 @@ from server.processors.send_common import (
     fail,
     int_or_zero,
     ok,
+    put_fail_remark,
     status_name,
 )
 from server.processors.send_run import SendRunMixin
@@ -275,7 +276,8 @@ class SendProcessor(SendRunMixin):
         for r in results:
             if r.status is not PUT_OK:
                 name = status_name(r.status)
-                return fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), name, reply_qid)
+                return fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), put_fail_remark(r.status, r.remark),
+                            reply_qid)
         prefix = self._msg_id_prefix
         msg_id = ",".join([f"{prefix}{r.phys_offset:016X}" for r in results])
         self.broker.on_put(topics, results)

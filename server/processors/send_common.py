@@ -48,6 +48,12 @@ def status_name(status) -> str:
     return getattr(status, "name", None) or str(status)
 
 
+def put_fail_remark(status, remark: str | None) -> str:
+    """A failed put's response remark: the status name, then the store's reason (e.g. the disk is full)."""
+    name = status_name(status)
+    return f"{name}: {remark}" if remark and remark != name else name
+
+
 def int_or_zero(v) -> int:
     try:
         return int(v) if v not in (None, "") else 0

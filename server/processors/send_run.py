@@ -30,6 +30,7 @@ from server.processors.send_common import (
     SYSTEM_ERROR,
     fail,
     ok,
+    put_fail_remark,
     status_name,
 )
 
@@ -129,7 +130,8 @@ class SendRunMixin:
             cmd = cmds[i]
             if statuses is not None and statuses[j] is not PUT_OK:
                 name = status_name(statuses[j])
-                out[i] = fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), name, prep[6])
+                out[i] = fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), put_fail_remark(statuses[j], res.remark),
+                              prep[6])
             elif cmd.flag & RPC_ONEWAY:
                 continue
             elif sync and prep[7]:
