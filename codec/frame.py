@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 
+from codec.buffers import BytesLike
 from codec.codes import SERIALIZE_JSON, SERIALIZE_ROCKETMQ
 from codec.command import (
     RemotingCommand,
@@ -50,7 +51,7 @@ def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
     return cmd
 
 
-def encode_frame(cmd: RemotingCommand) -> list:
+def encode_frame(cmd: RemotingCommand) -> list[BytesLike]:
     """Frame pieces for `transport.writelines`; body slices are passed through uncopied."""
     header = encode_header(cmd)
     hlen = len(header)

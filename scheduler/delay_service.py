@@ -15,7 +15,7 @@ import structlog
 from codec.msgid import offset_msg_id
 from scheduler.delay_config import DelayConfig
 from scheduler.delay_deliver import LevelDeliverer
-from scheduler.delay_offsets import DelayOffsetTable
+from scheduler.delay_offsets import DelayOffsetBackend, DelayOffsetTable
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.loop_lag import LoopLagProbe
 
@@ -25,10 +25,11 @@ SHUTDOWN_WAIT_S = 5.0  # WAIT_FOR_SHUTDOWN
 
 
 class DelayLevelService:
-    def __init__(self, store, config, levels_ms: list[int] | None = None) -> None:
+    def __init__(self, store, config, levels_ms: list[int] | None = None,
+                 offset_backend: DelayOffsetBackend | None = None) -> None:
         self.store = store
         self.config = DelayConfig.coerce(config, levels_ms)
-        self.offsets = DelayOffsetTable(self.config.config_dir)
+        self.offsets = DelayOffsetTable(self.config.config_dir, offset_backend)
         self.levels = [LevelDeliverer(self, lv) for lv in range(1, len(self.config.levels_ms) + 1)]
         self.listeners: list = []
         self._tasks: list[asyncio.Task] = []
@@ -49,6 +50,24 @@ class DelayLevelService:
             d.offset = d.scan_offset = self.offsets.correct(d.level, lo, hi)
         self._loaded = True
         return True
+
+    # ---- master / slave ([cluster-ha]) --------------------------------------------------------
+    def progress(self) -> dict[int, int]:
+        """Per level, the next schedule-queue offset whose delivery is not confirmed."""
+        return {d.level: d.offset for d in self.levels}
+
+    def resume_from(self, offsets: dict[int, int]) -> None:
+        """Before `start` on a promoted slave: take the master's last synced offsets (clamped into each
+        schedule queue's [min, max]) instead of delayOffset.json, and persist them."""
+        if not self._loaded:
+            self.load()
+        for d in self.levels:
+            if d.level in offsets:
+                self.offsets.set(d.level, offsets[d.level])
+                lo = self.store.min_offset(SCHEDULE_TOPIC, d.queue_id)
+                hi = self.store.max_offset(SCHEDULE_TOPIC, d.queue_id)
+                d.offset = d.scan_offset = self.offsets.correct(d.level, lo, hi)
+        self.persist()
 
     def start(self) -> None:
         if self._started:
@@ -103,8 +122,9 @@ class DelayLevelService:
             return False
 
     def _schedule_persist(self, loop) -> None:
-        """Every flushDelayOffsetInterval: snapshot the offsets on the loop, write the file (two fsyncs
-        and two renames) in an executor thread so a slow disk never stalls deliveries."""
+        """Every flushDelayOffsetInterval: snapshot the offsets on the loop, write them through the
+        backend (the file's fsyncs and renames, or the MetaStore's commit) in an executor thread so a slow
+        disk never stalls deliveries."""
         interval = self.config.flush_offset_interval_ms / 1000
         if interval <= 0:
             return

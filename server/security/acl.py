@@ -185,6 +185,12 @@ class PlainAclValidator:
             needed = needed_resources(code, ext, body, record_topic)
         except ValueError as e:
             raise AclDenied(f"cannot tell the resources of request code={code}: {e}") from None
+        PlainAclValidator.check_resources(acc, needed)
+
+    @staticmethod
+    def check_resources(acc: Account, needed: dict[str, int]) -> None:
+        """AclDenied unless the account owns each (resource -> PUB/SUB/ANY) permission; groups are
+        named by their retry topic (`%RETRY%<group>`). Remoting requests and gRPC RPCs both end here."""
         if not needed or needed.get(TRACE_TOPIC) == PUB:
             return
         for resource, perm in needed.items():

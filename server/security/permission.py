@@ -17,7 +17,7 @@ TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 ADMIN_CODES = frozenset({
     int(RequestCode.UPDATE_AND_CREATE_TOPIC), int(RequestCode.UPDATE_BROKER_CONFIG),
     int(RequestCode.DELETE_TOPIC_IN_BROKER), int(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP),
-    int(RequestCode.DELETE_SUBSCRIPTIONGROUP), int(RequestCode.GET_BROKER_CONFIG),
+    int(RequestCode.DELETE_SUBSCRIPTIONGROUP), int(RequestCode.GET_BROKER_CONFIG), int(RequestCode.PROMOTE_BROKER),
 })
 
 # Name-server requests: RocketMQ 4.x's name server runs no ACL, so neither do we for these codes
