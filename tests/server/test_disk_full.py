@@ -86,7 +86,17 @@ def test_full_disk_refuses_sends_keeps_reads_and_resumes_delivery(tmp_path, tmpf
         plain = [b"first"]  # DiskT's ConsumeQueue file exists (and is reserved) before the disk fills
         assert send(b.addr, "DiskT", plain[0]).code == 0
         fill(filler)
-        # the active CommitLog segment still has its reserved blocks: sends go on until it is full
+        # the active CommitLog segment still has its reserved blocks: timers go on being accepted; past
+        # 1,200 units the timerlog needs a new 64 KiB file it cannot get: the enqueue pauses
+        for i in range(1300):
+            body = b"timer-full-%04d" % i
+            assert send(b.addr, "DiskT", body, TIMER_DELAY_MS="2500").code == 0
+            scheduled.append(body)
+        deadline = time.monotonic() + 20
+        while "timer.enqueue_paused" not in b.stderr_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)  # waiting for the enqueue task to meet the full disk
+        assert "timer.enqueue_paused" in b.stderr_path.read_text()
+        # plain sends go on until the segment is full
         refused = None
         for i in range(200):
             body = (b"%04d" % i) * 25_000
@@ -98,39 +108,51 @@ def test_full_disk_refuses_sends_keeps_reads_and_resumes_delivery(tmp_path, tmpf
         assert refused is not None and refused.code == SERVICE_NOT_AVAILABLE, refused
         assert "disk full" in refused.remark
         assert len(plain) > 1  # some went into the reserved segment first
-        # reads go on; delivery is due now but has no room: the broker lives on
-        assert pull_bodies(b.addr, "DiskT", 0, len(plain))[-1] == plain[-1]
-        time.sleep(0)
-        deadline = time.monotonic() + 20
-        while "disk full" not in b.stderr_path.read_text() and time.monotonic() < deadline:
-            time.sleep(0.1)  # waiting for the scheduler's first failed put to be logged
+        # reads go on; the broker lives on
+        assert [x for x in pull_all(b.addr) if not x.startswith((b"delay-", b"timer-"))] == plain
         assert b.running, b.diagnostics()
-        # kill -9 and a clean restart, both on the full disk: the broker starts and serves reads
-        b.kill()
-        b.start()
-        assert set(plain) <= set(pull_bodies(b.addr, "DiskT", 0, len(plain)))
-        assert send(b.addr, "DiskT", b"x" * 100_000).code == SERVICE_NOT_AVAILABLE
-        b.stop()
-        b.start()
-        assert set(plain) <= set(pull_bodies(b.addr, "DiskT", 0, len(plain)))
-        # space returns: sends succeed, every scheduled message is delivered exactly once
+        # space returns: sends succeed, the enqueue resumes, every scheduled message is delivered once
         filler.unlink()
         assert send(b.addr, "DiskT", b"after").code == 0
-        want = len(plain) + len(scheduled) + 1
-        deadline = time.monotonic() + 30
-        got: list[bytes] = []
-        while time.monotonic() < deadline:
-            got = pull_all(b.addr)
-            if len(got) >= want:
-                break
-            time.sleep(0.2)  # polling for the scheduler's delivery after space came back
+        plain.append(b"after")
+        got = wait_for_count(b.addr, len(plain) + len(scheduled))
         delivered = [g for g in got if g.startswith((b"delay-", b"timer-"))]
-        assert sorted(delivered) == sorted(scheduled), (len(delivered), len(got), want)
+        assert sorted(delivered) == sorted(scheduled), (len(delivered), len(got))  # each exactly once
+        assert "timer.enqueue_resumed" in b.stderr_path.read_text()
+        # full again: kill -9, then a clean stop, then a start, all on the full disk: it starts and
+        # serves reads, refuses sends, and takes them again once space returns
+        fill(filler)
+        before = pull_all(b.addr)
+        b.kill()
+        b.start()
+        # nothing lost (a kill -9 can re-deliver scheduled messages whose progress was not yet saved:
+        # issue 12 item 2, not a disk matter)
+        assert pull_all(b.addr)[:len(before)] == before
+        big = b"y" * 500_000
+        for _ in range(20):  # the active segment's reserved room, then the refusal
+            r = send(b.addr, "DiskT", big)
+            if r.code != 0:
+                break
+        assert r.code == SERVICE_NOT_AVAILABLE and "disk full" in r.remark, r
+        b.stop()  # exit 0 on a full disk (asserted by stop)
+        b.start()
+        assert pull_all(b.addr)[:len(before)] == before
+        filler.unlink()
+        assert send(b.addr, "DiskT", b"last").code == 0
         assert b.running
         b.stop()
     finally:
         if b.running:
             b.kill()
+
+
+def wait_for_count(addr: str, n: int, timeout: float = 60.0) -> list[bytes]:
+    deadline = time.monotonic() + timeout
+    got = pull_all(addr)
+    while len(got) < n and time.monotonic() < deadline:
+        time.sleep(0.2)  # polling for the scheduler's deliveries
+        got = pull_all(addr)
+    return got
 
 
 def pull_all(addr: str) -> list[bytes]:
