@@ -45,7 +45,7 @@ run: $(STAMP)
 	$(VENV)/bin/delaymq-broker --store ./store --port 9876
 
 test: setup
-	$(VPY) -m pytest -q -rs -p no:cacheprovider $(PYTEST_ARGS)
+	$(VPY) -m pytest -q -rfEs -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: setup
 	$(VPY) -m bench.run_all

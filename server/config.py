@@ -396,6 +396,15 @@ class NamesrvConfig:
             setattr(self, f.name, _coerce(f, raw, key))
         return unknown
 
+    def validate(self) -> None:
+        """Raise ConfigError naming the first bad key (the name server stops with that one line)."""
+        if not 0 < self.listen_port < 65536:
+            raise ConfigError("listenPort", f"expected 1..65535, got {self.listen_port}")
+        for name in ("scan_not_active_broker_interval", "broker_channel_expired_time",
+                     "server_channel_max_idle_time_seconds", "max_frame_size"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(BrokerConfig.key_for(name), f"expected > 0, got {getattr(self, name)}")
+
 
 def load_namesrv_config(path: str | None = None, overrides: Mapping[str, object] | None = None) -> NamesrvConfig:
     cfg = NamesrvConfig()

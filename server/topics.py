@@ -84,8 +84,7 @@ class TopicManager:
 
     def data_version(self) -> tuple[int, int]:
         """The table's DataVersion (counter, timestamp): moves on every change, persisted with it."""
-        f = self.table.file
-        return f.counter, f.timestamp
+        return self.table.data_version.as_tuple()
 
     @property
     def topics(self) -> dict[str, TopicConfig]:

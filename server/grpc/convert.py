@@ -93,12 +93,12 @@ def to_properties(msg: pb.Message, topic: str, now_ms: int, timer_wheel: bool,
                                                                        "delivery timestamp")
         ts = sp.delivery_timestamp
         deliver_ms = ts.seconds * 1000 + ts.nanos // 1_000_000
-        if deliver_ms > now_ms:
-            level = 0 if timer_wheel else delay_level_for(deliver_ms - now_ms, levels)
+        if timer_wheel:  # the timer hook decides (a time already past is stored for delivery at once)
+            props[K.TIMER_DELIVER_MS] = str(deliver_ms)
+        elif deliver_ms > now_ms:
+            level = delay_level_for(deliver_ms - now_ms, levels)
             if level:
                 props[K.DELAY] = str(level)
-            elif timer_wheel:
-                props[K.TIMER_DELIVER_MS] = str(deliver_ms)
             else:
                 raise GrpcError(Code.ILLEGAL_DELIVERY_TIME, "timerWheelEnable is false and the delay "
                                 f"{deliver_ms - now_ms} ms is no delay level (levels in ms: {levels})")
