@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from codec import admin_bodies as AB
 from codec.codes import RequestCode, ResponseCode
-from codec.msgid import decode_offset_msg_id
+from codec.msgid import decode_offset_msg_id, is_offset_msg_id
 
 from . import _wire as w
 from .instance import ClientInstance, TopicRoute
@@ -197,3 +197,35 @@ class Admin:
             if "pending" not in row and "maxOffset" in row:
                 row["pending"] = row["maxOffset"] - row["deliverOffset"]
         return [out[lv] for lv in sorted(out)]
+
+    # ---- scheduled messages (delaymq's own codes) --------------------------------------------
+    async def list_scheduled(self, broker_addr: str | None = None, **fields) -> list[tuple[str, dict]]:
+        """One DELAYMQ_QUERY_SCHEDULED page per broker: [(addr, {"rows", "cursor", "scanned"})].
+        `fields`: topic, level, timers, levels, dueBefore, key, limit, cursor (None values dropped)."""
+        ext = {k: ("true" if v is True else str(v)) for k, v in fields.items() if v is not None and v is not False}
+        out = []
+        for addr in await self.broker_addrs(broker_addr):
+            resp = await self.instance.invoke_addr(addr, w.request(RequestCode.DELAYMQ_QUERY_SCHEDULED, ext))
+            w.check(resp, f"scheduled list on {addr}")
+            out.append((addr, w.loads_lenient(resp.body) or {}))
+        return out
+
+    async def cancel_scheduled(self, msg_id: str, broker_addr: str | None = None) -> dict:
+        """Cancel by UNIQ_KEY, or by the offset msgId of the scheduled record (its UNIQ_KEY is read
+        first). The first broker that knows the key answers; else status "unknown"."""
+        uniq = msg_id
+        if is_offset_msg_id(msg_id):
+            uniq = (await self.view_by_offset_id(msg_id)).uniq_key or ""
+            if not uniq:
+                raise w.MQClientError(-1, f"message {msg_id} has no UNIQ_KEY", "cancel")
+        answer: dict = {"status": "unknown", "detail": f"no broker knows UNIQ_KEY {uniq}"}
+        for addr in await self.broker_addrs(broker_addr):
+            resp = await self.instance.invoke_addr(addr, w.request(RequestCode.DELAYMQ_CANCEL_SCHEDULED,
+                                                                   {"uniqKey": uniq}))
+            if resp.code == ResponseCode.QUERY_NOT_FOUND:
+                answer = {**(w.loads_lenient(resp.body) or {}), "status": "unknown",
+                          "detail": resp.remark or answer["detail"]}
+                continue
+            w.check(resp, f"scheduled cancel on {addr}")
+            return {**(w.loads_lenient(resp.body) or {}), "uniqKey": uniq, "broker": addr}
+        return {**answer, "uniqKey": uniq}

@@ -19,6 +19,9 @@ from collections import deque
 
 import structlog
 
+from codec.errors import CodecError
+from scheduler.quarantine import GIVE_UP
+
 log = structlog.get_logger(__name__)
 
 RUNNING, SUCCESS, EXCEPTION, SKIP = "RUNNING", "SUCCESS", "EXCEPTION", "SKIP"
@@ -219,7 +222,12 @@ class AsyncLevelHandler:
                 log.error("delay.async_skip_unreadable", level=d.level, offset=head.offset, phys=head.phys)
             return
         try:
-            req = d.make_request(raw)
+            try:
+                req = d.make_request(raw)
+            except CodecError as e:  # a malformed record: set aside (scheduler.quarantine), not retried
+                head.status = SKIP if d.quarantine_refused(head.phys, head.size, f"cannot convert: {e}",
+                                                           head.offset) else EXCEPTION
+                return
             if req is None:
                 head.status = SKIP
                 return
@@ -227,6 +235,9 @@ class AsyncLevelHandler:
             if not result.ok:
                 d.stats.failed_puts += 1
                 head.status = EXCEPTION
+                if result.status in GIVE_UP and d.quarantine_refused(
+                        head.phys, head.size, f"delivery refused by the store: {result.status.name}", head.offset):
+                    head.status = SKIP
                 return
             head.flushed, head.store_ts, head.dphys = result.flushed, result.store_timestamp, result.phys_offset
             fl = result.flushed

@@ -13,11 +13,13 @@ import asyncio
 import structlog
 
 from codec.msgid import offset_msg_id
+from scheduler.delay_cancel import DelayCancelTable
 from scheduler.delay_config import DelayConfig
 from scheduler.delay_deliver import LevelDeliverer
 from scheduler.delay_offsets import DelayOffsetBackend, DelayOffsetTable
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.loop_lag import LoopLagProbe
+from scheduler.quarantine import Quarantine
 
 log = structlog.get_logger(__name__)
 
@@ -30,9 +32,11 @@ class DelayLevelService:
         self.store = store
         self.config = DelayConfig.coerce(config, levels_ms)
         self.offsets = DelayOffsetTable(self.config.config_dir, offset_backend)
+        self.cancels = DelayCancelTable(self.config.config_dir)
         self.levels = [LevelDeliverer(self, lv) for lv in range(1, len(self.config.levels_ms) + 1)]
         self.listeners: list = []
-        self._tasks: list[asyncio.Task] = []
+        self.quarantine = Quarantine(store)  # poison schedule records go to rmq_sys_SCHEDULE_QUARANTINE
+        self._tasks: list = []  # storage.supervisor.SupervisedTask
         self._loaded = False
         self._started = False
         self._msg_id_prefix: str | None = None
@@ -44,6 +48,7 @@ class DelayLevelService:
     def load(self) -> bool:
         """Read delayOffset.json and clamp each level's offset into its schedule queue's [min, max]."""
         self.offsets.load()
+        self.cancels.load()
         for d in self.levels:
             lo = self.store.min_offset(SCHEDULE_TOPIC, d.queue_id)
             hi = self.store.max_offset(SCHEDULE_TOPIC, d.queue_id)
@@ -76,10 +81,11 @@ class DelayLevelService:
             self.load()
         loop = asyncio.get_running_loop()
         self.store.add_dispatch_listener(self._on_dispatch)
+        sup = self.store.supervisor  # storage.supervisor: log with context, count, back off, restart
         for d in self.levels:
-            self._tasks.append(loop.create_task(d.run(), name=f"delay-level-{d.level}"))
+            self._tasks.append(sup.spawn(f"delay-level-{d.level}", d.run, level=d.level))
             if d.handler is not None:
-                self._tasks.append(loop.create_task(d.handler.run(), name=f"delay-handler-{d.level}"))
+                self._tasks.append(sup.spawn(f"delay-handler-{d.level}", d.handler.run, level=d.level))
         self._schedule_persist(loop)
         self._probe = LoopLagProbe.from_env()
         if self._probe is not None:
@@ -98,12 +104,12 @@ class DelayLevelService:
         for d in self.levels:
             d.stop()
         if self._tasks:
-            done, pending = await asyncio.wait(self._tasks, timeout=SHUTDOWN_WAIT_S)
+            _done, pending = await asyncio.wait([t.task for t in self._tasks], timeout=SHUTDOWN_WAIT_S)
             for t in pending:
                 t.cancel()
             if pending:
                 log.warning("delay.shutdown_cancelled", tasks=[t.get_name() for t in pending])
-                await asyncio.wait(pending)
+            await self.store.supervisor.reap(self._tasks)  # an error a task ended with is logged
             self._tasks.clear()
         self._started = False
         if self._persist_job is not None:  # let a periodic write finish before the final one
@@ -200,10 +206,13 @@ class DelayLevelService:
             info[f"scheduleMessageNextDue_{lv}"] = str(snap["next_due_ms"])
             info[f"scheduleMessageDelivered_{lv}"] = str(snap["delivered_total"])
             info[f"scheduleMessageDeliverRate_{lv}"] = f"{snap['deliver_rate']:.1f}"
+        info["scheduleMessageCancelPending"] = str(self.cancels.count())
+        info["scheduleMessageCancelled"] = str(self.cancels.cancelled_total)
         return info
 
     def stats(self) -> dict:
         levels = {d.level: d.snapshot() for d in self.levels}
         return {"async_deliver": self.config.async_deliver, "levels": levels,
                 "pending_total": sum(v["pending"] for v in levels.values()),
-                "delivered_total": sum(v["delivered_total"] for v in levels.values())}
+                "delivered_total": sum(v["delivered_total"] for v in levels.values()),
+                "quarantined": self.quarantine.stats()}

@@ -89,7 +89,7 @@ def make_registrar(broker):
                   for t in broker.topics.topics.values()]
         return DataVersion(counter, timestamp), topics
 
-    return BrokerRegistrar(cfg, snapshot)
+    return BrokerRegistrar(cfg, snapshot, supervisor=broker.store.supervisor)
 
 
 # ---- remoting --------------------------------------------------------------------------------

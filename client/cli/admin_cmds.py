@@ -129,7 +129,64 @@ async def message(args) -> int:
     return 0
 
 
+async def _scheduled_list(args) -> int:
+    """Pages of DELAYMQ_QUERY_SCHEDULED until --limit rows or the end; rows are printed per page."""
+    left = args.limit
+    header = False
+    async with Admin(args.namesrv, args.timeout) as admin:
+        for addr in await admin.broker_addrs(args.broker):
+            cursor = None
+            while left > 0:
+                [(_a, page)] = await admin.list_scheduled(
+                    addr, topic=args.topic, level=args.level, timers=args.timers, dueBefore=args.due_before,
+                    key=args.key, limit=min(left, 1000), cursor=cursor)
+                rows = page.get("rows") or []
+                left -= len(rows)
+                for r in rows:
+                    r["broker"] = addr
+                    r["due"] = _when(int(r.get("dueMs") or 0))
+                    if args.output == "json":
+                        _out(json.dumps(r))
+                if args.output != "json" and rows:
+                    cols = [[r["due"], r["dueMs"], f"L{r['level']}" if r["kind"] == "level" else "timer", r["topic"],
+                             r["tags"] or "-", r["keys"] or "-", r["uniqKey"], r["msgId"]] for r in rows]
+                    if not header:
+                        _table(cols, ["#Due", "#Due (epoch ms)", "#Kind", "#Topic", "#Tags", "#Keys", "#UNIQ_KEY",
+                                      "#MsgId"])
+                        header = True
+                    else:
+                        for c in cols:
+                            _out("  ".join(str(x) for x in c))
+                cursor = page.get("cursor")
+                if not cursor:
+                    break
+    if args.output != "json" and not header:
+        _out("nothing scheduled matches")
+    return 0
+
+
+async def _scheduled_cancel(args) -> int:
+    async with Admin(args.namesrv, args.timeout) as admin:
+        r = await admin.cancel_scheduled(args.id, args.broker)
+    status = r.get("status")
+    if args.output == "json":
+        _out(json.dumps(r))
+    else:
+        what = (f"delay level {r.get('level')}" if r.get("kind") == "level" else r.get("kind") or "message")
+        due = _when(int(r.get("dueMs") or 0)) if r.get("dueMs") else "-"
+        _out({"cancelled": f"cancelled: {what} message {r.get('uniqKey')} for topic {r.get('topic')}, due {due} "
+                           f"({r.get('detail')})",
+              "already_cancelled": f"already cancelled: {r.get('uniqKey')} ({r.get('detail')})",
+              "delivered": f"not cancelled: {r.get('uniqKey')} was already delivered ({r.get('detail')})",
+              }.get(status, f"not cancelled: {r.get('detail') or status}"))
+    return 0 if status in ("cancelled", "already_cancelled") else 1
+
+
 async def scheduled(args) -> int:
+    if args.action == "list":
+        return await _scheduled_list(args)
+    if args.action == "cancel" and args.id and not args.uniq_key:
+        return await _scheduled_cancel(args)
     if args.action == "cancel":
         target = args.id if args.id else (args.topic, args.uniq_key, args.deliver_at)
         async with Producer(args.group, args.namesrv, send_timeout=args.timeout) as producer:

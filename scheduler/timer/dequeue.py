@@ -10,7 +10,9 @@ Two asyncio tasks joined by a bounded asyncio.Queue:
   TIMER_ROLL_TIMES + 1) and puts them in batches: per batch one MessageStore.read_records, one
   codec.timer_rewrite.build_timer_deliveries (bytes edits, no property dict), one put, and the
   due / delivered events handed to the listeners as one list each. A failed put is retried after 500 × precision / 1000
-  ms until it succeeds (illegal records are dropped and counted). `commit_read_ms` moves when the
+  ms until it succeeds; a record that cannot be converted (build_timer_deliveries raises for it)
+  or that the store refuses for good (too large once converted) is quarantined
+  (scheduler.quarantine) and the rest of its batch goes on. `commit_read_ms` moves when the
   putter reaches the slot's commit marker, i.e. after every message of the slot was put.
 """
 
@@ -25,9 +27,11 @@ import numpy as np
 import structlog
 
 from codec.codes import SysFlag
+from codec.errors import CodecError
 from codec.properties import parse_properties
 from codec.record import POS_SYS_FLAG, read_properties_bytes, read_store_timestamp, store_timestamp_pos
 from codec.timer_rewrite import CANCELLED, MISSING, build_timer_deliveries
+from scheduler.quarantine import GIVE_UP, TIMER_DEQUEUE
 from scheduler.timer.hook import TIMER_DEL_UNIQKEY
 from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL
 from storage.message_store import PutStatus
@@ -36,7 +40,7 @@ log = structlog.get_logger(__name__)
 
 CHUNK = 4096
 WALK_STEP = 20000  # units per timerlog read between yields to the loop
-_GIVE_UP = {"MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED"}
+QUARANTINED = -1  # a unit whose record was set aside (scheduler.quarantine)
 PUT_OK = PutStatus.PUT_OK
 _SYS_FLAG = struct.Struct(">i")
 _TS_POS = (store_timestamp_pos(0), store_timestamp_pos(SysFlag.BORNHOST_V6))  # STORETIMESTAMP by BORNHOST_V6
@@ -64,7 +68,7 @@ class _PutRun:
 class SlotChunk:
     """Units of one slot in due order, as parallel int64 numpy arrays (no object per message)."""
 
-    __slots__ = ("slot", "due", "exact", "offset", "size", "magic", "write_ms", "cancel", "base")
+    __slots__ = ("slot", "due", "exact", "offset", "size", "magic", "write_ms", "cancel", "base", "done")
 
     def __init__(self, slot: int, cancel: set[str], due, exact, offset, size, magic, write_ms, base: int = 0) -> None:
         self.slot = slot
@@ -76,6 +80,7 @@ class SlotChunk:
         self.size = size
         self.magic = magic
         self.write_ms = write_ms
+        self.done = 0  # units already put (a restarted putter goes on from here)
 
 
 def now_ms() -> int:
@@ -188,7 +193,9 @@ class DequeueMixin:
     async def _putter_loop(self) -> None:
         q = self._put_queue
         while True:
-            item = await q.get()
+            item = self._put_current  # a chunk a failed run did not finish (the supervisor restarted us)
+            if item is None:
+                item = self._put_current = await q.get()
             if item is None:
                 return
             if isinstance(item, int):
@@ -196,11 +203,12 @@ class DequeueMixin:
                     self.commit_read_ms = item
                     self.checkpoint.set_read_time(item)
                     self.slot_progress = (item, 0, -1, -1)
-                continue
-            await self._deliver_chunk(item)
+            else:
+                await self._deliver_chunk(item)
+            self._put_current = None
 
     async def _deliver_chunk(self, c: SlotChunk) -> None:
-        i, n = 0, len(c.due)
+        i, n = c.done, len(c.due)
         batch = self.config.put_batch
         while i < n:
             now = now_ms()
@@ -213,7 +221,7 @@ class DequeueMixin:
                 await self._put_units(c, i, k)
                 # seed 003's localIndex: units of the slot put so far, and the due order key of the last
                 self.slot_progress = (c.slot, c.base + k, int(c.due[k - 1]), int(c.offset[k - 1]))
-                i = k
+                i = c.done = k
 
     async def _put_units(self, c: SlotChunk, lo: int, hi: int) -> None:
         """convert + convertMessage for units lo..hi of a chunk, then one put_batch (retried as a batch)."""
@@ -224,9 +232,15 @@ class DequeueMixin:
         rolls = (c.magic[lo:hi] & MAGIC_ROLL).tolist()
         listening = bool(m.listeners)
         uniqs: list | None = [] if listening else None
-        built = build_timer_deliveries(raws, rolls, exact, c.write_ms[lo:hi].tolist(), now_ms(), c.cancel,
-                                       uniqs=uniqs)  # (record, topic, queue id, tagsCode, keys) tuples
+        write_ms = c.write_ms[lo:hi].tolist()
+        deq = now_ms()
+        try:
+            built = build_timer_deliveries(raws, rolls, exact, write_ms, deq, c.cancel,
+                                           uniqs=uniqs)  # (record, topic, queue id, tagsCode, keys) tuples
+        except (CodecError, ValueError):  # a poison record: set it aside, the rest of the batch goes on
+            built = self._isolate(raws, rolls, exact, write_ms, deq, c.cancel, uniqs, offsets, c.slot)
         reqs, dues = [], []  # dues: exact deliver ms of a final delivery, None for a roll
+        origins = []  # per request: (stored timer record, its CommitLog offset) for the quarantine
         events = [] if listening else None  # per request: (msgId prefix, topic, uniqKey, storeTs, offset) or None
         for k, b in enumerate(built):
             if type(b) is int:
@@ -236,6 +250,7 @@ class DequeueMixin:
                     m.cancelled += 1
                 continue  # SKIPPED: a (rolled-then-final) marker or no REAL_TOPIC is never delivered
             reqs.append(b)
+            origins.append((raws[k], offsets[k]))
             if rolls[k]:
                 dues.append(None)
                 if listening:
@@ -252,11 +267,34 @@ class DequeueMixin:
         if events:
             m.emit_many("due", [(e[1], e[2], e[0] + f"{e[4]:016X}", e[3], due, 0)
                                 for e, due in zip(events, dues, strict=True) if e is not None])
-        await self._put_with_retry(reqs, dues, events)
+        await self._put_with_retry(reqs, dues, events, origins)
 
-    async def _put_with_retry(self, reqs: list, dues: list, events: list | None) -> None:
+    def _isolate(self, raws, rolls, exact, write_ms, deq: int, cancel, uniqs, offsets, slot: int) -> list:
+        """build_timer_deliveries per record: one that raises is quarantined (QUARANTINED)."""
+        out = []
+        for k, raw in enumerate(raws):
+            one = [] if uniqs is not None else None
+            try:
+                b = build_timer_deliveries((raw,), rolls[k:k + 1], exact[k:k + 1], write_ms[k:k + 1], deq, cancel,
+                                           uniqs=one)[0]
+            except (CodecError, ValueError) as e:
+                self._set_aside(raw, f"cannot convert: {e}", offsets[k], slot=slot, roll=bool(rolls[k]))
+                b, one = QUARANTINED, [None] if one is not None else None
+            out.append(b)
+            if uniqs is not None:
+                uniqs.extend(one)
+        return out
+
+    def _set_aside(self, raw, reason: str, phys: int, **context) -> None:
+        """Quarantine one timer record; a quarantine put that may pass later (disk full) raises, so the
+        supervisor backs off and the putter goes on from the same units (nothing was put for them)."""
+        if not self.quarantine.set_aside(raw, reason, TIMER_DEQUEUE, phys, **context):
+            raise RuntimeError(f"quarantine put failed for the timer record at {phys}: try again")
+
+    async def _put_with_retry(self, reqs: list, dues: list, events: list | None, origins: list) -> None:
         """Put the converted records (tuples) with MessageStore.put_batch; records that failed with a
-        retryable status are put again after a back-off, illegal ones are dropped and counted."""
+        retryable status are put again after a back-off, ones the store refuses for good (too large
+        once converted) are quarantined."""
         m = self.metrics
         backoff = 0.5 * self.config.precision_ms / 1000.0
         while reqs:
@@ -276,9 +314,10 @@ class DequeueMixin:
                     if delivered is not None:
                         prefix, topic, uniq, store_ts, _off = events[k]
                         delivered.append((topic, uniq, prefix + f"{phys[k]:016X}", store_ts, due, done))
-                elif statuses[k].name in _GIVE_UP:
+                elif statuses[k] in GIVE_UP and self.quarantine.set_aside(
+                        origins[k][0], f"delivery refused by the store: {statuses[k].name}", TIMER_DEQUEUE,
+                        origins[k][1], topic=reqs[k][1], roll=due is None):
                     m.put_failures += 1
-                    log.error("timer.deliver_dropped", topic=reqs[k][1], status=statuses[k].name)
                 else:
                     m.put_failures += 1
                     retry.append(k)
@@ -292,6 +331,7 @@ class DequeueMixin:
                 m.emit_many("delivered", delivered)
             if retry:
                 reqs, dues = [reqs[k] for k in retry], [dues[k] for k in retry]
+                origins = [origins[k] for k in retry]
                 events = [events[k] for k in retry] if events is not None else None
                 log.warning("timer.deliver_retry", count=len(reqs), backoff_s=backoff)
                 await asyncio.sleep(backoff)  # back-off before retrying failed puts

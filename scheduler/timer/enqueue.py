@@ -12,7 +12,6 @@ slot instead (keeping its exact deliver time), so it is delivered at once and ne
 from __future__ import annotations
 
 import asyncio
-import errno
 import struct
 import time
 
@@ -22,6 +21,7 @@ from codec.properties import parse_properties
 from codec.record import read_properties_bytes, read_store_timestamp
 from codec.tags import java_hash
 from scheduler.due import relative_due_ms
+from scheduler.quarantine import TIMER_ENQUEUE
 from scheduler.timer.config import TIMER_TOPIC
 from scheduler.timer.hook import (
     REAL_TOPIC,
@@ -41,6 +41,7 @@ CQ_UNIT = struct.Struct(">qiq")
 CQ_UNIT_SIZE = 20
 ENQUEUE_BATCH = 1024
 _BLANK_CQ_SIZE = 2147483647
+MAX_SLOT_MS = 1 << 53  # a TIMER_OUT_MS at or past this is absurd (year 285,000): quarantined
 
 
 def exact_deliver_ms(props: dict[str, str], slot: int, store_ts: int, precision: int) -> int:
@@ -72,33 +73,26 @@ def exact_deliver_ms(props: dict[str, str], slot: int, store_ts: int, precision:
     return hi
 
 
-class _Stopped(Exception):
-    def __init__(self, done: int, lowest: int | None, cause: OSError) -> None:
-        super().__init__(str(cause))
-        self.done, self.lowest, self.cause = done, lowest, cause
-
-
 class EnqueueMixin:
     def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
         if topic == TIMER_TOPIC and queue_id == 0:
             self._enqueue_wake.set()
 
     async def _enqueue_loop(self) -> None:
+        """The enqueue task (run by the store's supervisor: an error is logged, counted, backed off and
+        the task restarted; the offset moves only after a batch, so nothing is skipped). A full disk
+        (a timerlog file cannot be made) is not a failure: the task pauses, retries every precision
+        interval and says when it resumes."""
         paused = False
         while self._running:
             self._enqueue_wake.clear()
             try:
                 n = self._enqueue_batch(ENQUEUE_BATCH)
-            except OSError as e:  # a timerlog file cannot be made (disk full): pause, retry, resume
+            except OSError as e:
                 if not paused:
                     log.error("timer.enqueue_paused", error=str(e), offset=self.curr_queue_offset)
-                paused = True
+                    paused = True
                 await asyncio.sleep(self.config.precision_ms / 1000.0)
-                continue
-            except Exception as e:  # keep the wheel alive; the offset did not move
-                log.error("timer.enqueue_failed", error=repr(e), offset=self.curr_queue_offset)
-                n = 0
-                await asyncio.sleep(self.config.precision_ms / 1000.0)  # back-off after a failure
                 continue
             if paused:
                 paused = False
@@ -130,30 +124,6 @@ class EnqueueMixin:
         now = int(time.time() * 1000)
         self.curr_write_ms = max(self.curr_write_ms, now - now % prec)
         m = self.metrics
-        done = k
-        try:
-            lowest = self._enqueue_units(units, k, prec, now)
-        except _Stopped as stop:  # the disk is full: the units before the failed one are in the wheel
-            done, lowest = stop.done, stop.lowest
-            if not done:
-                raise stop.cause from None
-        self.curr_queue_offset = self.commit_queue_offset = off + done
-        m.enqueued += done
-        m.enqueue_rate.add(done)
-        m.enqueue_latency_ms = max(0, int(time.time() * 1000) - now)
-        if lowest is not None:
-            self._wake_reader(lowest)
-        self._notify_enqueued()
-        if done < k:
-            raise OSError(errno.ENOSPC, f"timerlog: {done} of {k} units enqueued, then no room")
-        return k
-
-    def _enqueue_units(self, units, k: int, prec: int, now: int) -> int | None:
-        """Append and link the batch's units; returns the lowest slot used. An OSError while appending
-        (a timerlog file that cannot be created: the disk is full) raises _Stopped with how many
-        units are done: a unit is either fully in the timerlog and wheel or not at all."""
-        store = self.store
-        m = self.metrics
         emit = bool(m.listeners)
         lowest = None
         for i in range(k):
@@ -164,32 +134,59 @@ class EnqueueMixin:
             if rec is None:
                 m.missing += 1
                 continue
-            props = parse_properties(read_properties_bytes(rec, 0))
             try:
-                slot = int(props[TIMER_OUT_MS])
-            except (KeyError, ValueError):
-                log.warning("timer.enqueue_no_timer_out", phys_offset=phys)
-                continue
-            store_ts = read_store_timestamp(rec, 0)
-            exact = exact_deliver_ms(props, slot, store_ts, prec)
-            magic = MAGIC_DELETE if TIMER_DEL_UNIQKEY in props else MAGIC_DEFAULT
-            real_topic = props.get(REAL_TOPIC)
-            try:
-                where = self._do_enqueue(slot, exact, magic, phys, size, java_hash(real_topic) if real_topic else 0)
-            except OSError as e:
-                raise _Stopped(i, lowest, e) from e
-            if lowest is None or where < lowest:
+                where = self._enqueue_record(rec, phys, size, prec, emit)
+            except OSError:  # no room for a timerlog file: nothing of this unit was written; keep the
+                self._commit_enqueued(off + i, i, now, lowest)  # units before it (no re-enqueue later)
+                raise
+            except (ValueError, OverflowError, struct.error) as e:  # a poison record: set aside, go on
+                where = None
+                if not self.quarantine.set_aside(rec, f"cannot enqueue: {e}", TIMER_ENQUEUE, phys,
+                                                 queue_offset=off + i):
+                    # the quarantine put may pass later (disk full): keep what this batch enqueued,
+                    # let the supervisor back off and come back to this record
+                    self._commit_enqueued(off + i, i, now, lowest)
+                    raise RuntimeError(f"quarantine put failed for timer queue offset {off + i}") from e
+            if where is not None and (lowest is None or where < lowest):
                 lowest = where
-            if magic == MAGIC_DELETE:
-                m.markers += 1
-            elif TIMER_ROLL_TIMES not in props:
-                m.accepted += 1
-                if emit:
-                    m.emit("accepted", kind="timer", level=0, topic=real_topic, uniqKey=props.get(UNIQ_KEY),
-                           msgId=self.msg_id(rec, phys), bornTs=0, storeTs=store_ts, dueTs=exact,
-                           deliveredTs=0)
-        return lowest
+        self._commit_enqueued(off + k, k, now, lowest)
+        return k
 
+    def _commit_enqueued(self, offset: int, k: int, started_ms: int, lowest: int | None) -> None:
+        m = self.metrics
+        self.curr_queue_offset = self.commit_queue_offset = offset
+        m.enqueued += k
+        m.enqueue_rate.add(k)
+        m.enqueue_latency_ms = max(0, int(time.time() * 1000) - started_ms)
+        if lowest is not None:
+            self._wake_reader(lowest)
+        self._notify_enqueued()
+
+    def _enqueue_record(self, rec, phys: int, size: int, prec: int, emit: bool) -> int:
+        """One timer record into the timerlog and its slot; the slot used. Raises ValueError (or
+        OverflowError / struct.error) for a record whose timer properties cannot be enqueued."""
+        m = self.metrics
+        props = parse_properties(read_properties_bytes(rec, 0))
+        v = props.get(TIMER_OUT_MS)
+        if v is None:
+            raise ValueError("no TIMER_OUT_MS")
+        slot = int(v)
+        if not 0 <= slot < MAX_SLOT_MS:
+            raise ValueError(f"TIMER_OUT_MS {v!r} out of range")
+        store_ts = read_store_timestamp(rec, 0)
+        exact = exact_deliver_ms(props, slot, store_ts, prec)
+        magic = MAGIC_DELETE if TIMER_DEL_UNIQKEY in props else MAGIC_DEFAULT
+        real_topic = props.get(REAL_TOPIC)
+        where = self._do_enqueue(slot, exact, magic, phys, size, java_hash(real_topic) if real_topic else 0)
+        if magic == MAGIC_DELETE:
+            m.markers += 1
+        elif TIMER_ROLL_TIMES not in props:
+            m.accepted += 1
+            if emit:
+                m.emit("accepted", kind="timer", level=0, topic=real_topic, uniqKey=props.get(UNIQ_KEY),
+                       msgId=self.msg_id(rec, phys), bornTs=0, storeTs=store_ts, dueTs=exact,
+                       deliveredTs=0)
+        return where
     def _do_enqueue(self, slot: int, exact: int, magic: int, phys: int, size: int, topic_hash: int) -> int:
         """§4.6: roll decision, append the unit, link it into its slot. Returns the slot used."""
         cfg = self.config

@@ -37,6 +37,7 @@ from codec.namesrv_bodies import (
 from remoting.client import RemotingClient
 from server.cluster.tasks import Supervised
 from server.config import BrokerConfig
+from storage.supervisor import Supervisor
 
 log = structlog.get_logger(__name__)
 
@@ -56,8 +57,10 @@ ResultListener = Callable[[RegisterResult], None]
 
 
 class BrokerRegistrar:
-    def __init__(self, config: BrokerConfig, snapshot: TopicSnapshot, client: RemotingClient | None = None) -> None:
+    def __init__(self, config: BrokerConfig, snapshot: TopicSnapshot, client: RemotingClient | None = None,
+                 supervisor: Supervisor | None = None) -> None:
         self.config = config
+        self.supervisor = supervisor  # storage.supervisor (the broker's); None: one of its own
         self.snapshot = snapshot
         self.client = client or RemotingClient(connect_timeout=3.0)
         self.namesrvs = config.namesrv_addr_list
@@ -83,7 +86,8 @@ class BrokerRegistrar:
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         await self.register_all(force=True)
-        self._task = Supervised("broker.register_namesrv", self._schedule, namesrvs=self.namesrvs).start()
+        self._task = Supervised("broker.register_namesrv", self._schedule, supervisor=self.supervisor,
+                                namesrvs=self.namesrvs).start()
 
     def topics_changed(self) -> None:
         """The topic table changed: register with every name server now (coalesced with others)."""

@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import register_diagnostics
 from tests.helpers.cluster import NamesrvProcess
 from tests.helpers.java import compile_java, java_available, java_command
+from tests.interop.conftest import Agents
 from tests.server.conftest import broker_ctl, client, make_broker  # noqa: F401
 
 CLUSTER_CLIENT = Path(__file__).resolve().parents[1] / "java" / "programs" / "ClusterClient.java"
@@ -61,3 +62,14 @@ def java_client(tmp_path_factory):
         return [line.split() for line in p.stdout.splitlines() if line.startswith(("SENT", "RECV"))]
 
     return run
+
+
+@pytest.fixture
+def agents(tmp_path, request, monkeypatch):
+    """The C++ client agents of tests/interop (pass a NamesrvProcess where they take a broker)."""
+    for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    a = Agents(tmp_path, request)
+    yield a
+    a.close()

@@ -24,6 +24,7 @@ def test_delaymq_broker_registers_with_the_apache_namesrv_and_the_java_client_wo
         assert cluster_brokers(ns.addr) == {"dmq-a": {"0": broker.addr}}
         listed = mqadmin("clusterList", "-n", ns.addr)
         assert "dmq-a" in listed.stdout and broker.addr in listed.stdout, listed.stdout + listed.stderr
+        assert "Exception" not in listed.stdout, listed.stdout  # every runtime field clusterList reads is there
         # a topic nobody created: the Java producer takes TBW102's route from the Apache name server,
         # our broker auto-creates it and registers it at once
         sent = java_client("produce", ns.addr, "TjavaNs", "12", "0", "m")
@@ -56,6 +57,7 @@ def test_apache_broker_registers_with_delaymq_namesrv_and_mqadmin_sees_both_brok
         assert route_brokers(ns.addr, "TBW102") == {"dmq-a", "apache-b"}  # the compressed body decoded
         listed = mqadmin("clusterList", "-n", ns.addr)
         assert "dmq-a" in listed.stdout and "apache-b" in listed.stdout, listed.stdout + listed.stderr
+        assert "Exception" not in listed.stdout, listed.stdout
         made = mqadmin("updateTopic", "-n", ns.addr, "-c", "DefaultCluster", "-t", "Tboth", "-r", "2", "-w", "2")
         assert made.stdout.count("create topic to") == 2, made.stdout + made.stderr
         wait_until(lambda: route_brokers(ns.addr, "Tboth") == {"dmq-a", "apache-b"}, 30,
