@@ -308,13 +308,17 @@ class MetaStore:
         return fut
 
     def flush(self, timeout: float | None = 30.0) -> bool:
-        """Block until everything staged so far is committed; False on timeout. Not on the loop while
-        it serves requests (shutdown and threads only)."""
+        """Block until everything staged so far is committed; False on timeout or when a commit attempt
+        fails meanwhile (the rows stay staged). Not on the loop while it serves requests (shutdown and
+        threads only)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             target = self._target()
+            failures = self.failures
             while self._committed < target:
                 if self._thread is None or not self._thread.is_alive():
+                    return False
+                if self.failures > failures:  # a commit failed meanwhile (disk full): say so now
                     return False
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -344,8 +348,14 @@ class MetaStore:
                 with self._cond:
                     self._batch = batch.merge_under(self._batch)
                     waiters = [f for s in [s for s in self._waiters if s <= seq] for f in self._waiters.pop(s)]
+                    closing = self._closing
                 self._resolve(waiters, MetaStoreError(f"metadata commit failed: {e!r}"))
-                time.sleep(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S)) - 1])
+                if closing:  # shutting down on a full disk: stop now, the last committed state stays
+                    log.error("meta_store.closed_uncommitted", path=self.path, error=repr(e))
+                    return
+                with self._cond:  # back off; close() cuts the wait short
+                    if not self._closing:
+                        self._cond.wait(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S)) - 1])
                 continue
             failures = 0
             self.commits += 1

@@ -85,6 +85,9 @@ class BatchPutMixin:
             if keys[j]:
                 index_entries.append((key[0], keys[j], p, size))
             s = e
+        for key, st in state.items():  # ConsumeQueue room first (a full disk: `put` says why)
+            if self._cq_room(key, st[0] - len(st[1]) // 20, len(st[1]) // 20) is not None:
+                return self._put_batch_slow(batch)
         cl.commit(mf, pos, buf)
         for key, (nxt, units, end) in state.items():
             self._write_units(key, nxt - len(units) // 20, units, end)
