@@ -110,3 +110,13 @@ def test_kv_config_is_served_persisted_and_order_topics_go_back_to_registering_b
         assert wire.invoke(again.addr, 101, {"namespace": "ns2", "key": "k"}).code == 22
     finally:
         again.stop()
+
+
+def test_a_broker_whose_namesrv_connection_closes_registers_again_at_once(namesrv_factory, cluster_broker):
+    # the name server expires a broker 1 s after its last registration and closes its connection; the
+    # broker's next periodic round is a minute away, yet it is back in the routes within seconds
+    ns = namesrv_factory({"brokerChannelExpiredTime": 1000, "scanNotActiveBrokerInterval": 100})
+    a = cluster_broker("broker-a", ns, registerNameServerPeriod=60000, registerNameServerInitialDelay=60000)
+    wait_until(lambda: '"namesrv.broker_expired"' in ns.stderr_path.read_text(), 10, "the expiry", ns.diagnostics)
+    wait_until(lambda: "broker-a" in cluster_brokers(ns.addr), 5, "broker-a registered again", a.diagnostics)
+    assert '"broker.namesrv_connection_lost"' in a.stderr_path.read_text()
