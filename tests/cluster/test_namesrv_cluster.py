@@ -120,3 +120,21 @@ def test_a_broker_whose_namesrv_connection_closes_registers_again_at_once(namesr
     wait_until(lambda: '"namesrv.broker_expired"' in ns.stderr_path.read_text(), 10, "the expiry", ns.diagnostics)
     wait_until(lambda: "broker-a" in cluster_brokers(ns.addr), 5, "broker-a registered again", a.diagnostics)
     assert '"broker.namesrv_connection_lost"' in a.stderr_path.read_text()
+
+
+def test_namesrv_config_is_read_and_updated_at_runtime(namesrv_factory):
+    ns = namesrv_factory({"brokerChannelExpiredTime": 120000})
+    text = wire.invoke(ns.addr, 319).body.decode()
+    assert "brokerChannelExpiredTime=120000\n" in text and f"listenPort={ns.port}\n" in text
+    assert wire.invoke(ns.addr, 318, body=b"kvConfigPath=/tmp/x\n").code == 16  # black-listed
+    bad = wire.invoke(ns.addr, 318, body=b"scanNotActiveBrokerInterval=0\nbrokerChannelExpiredTime=500\n")
+    assert bad.code == 1 and "scanNotActiveBrokerInterval" in bad.remark
+    assert "brokerChannelExpiredTime=120000\n" in wire.invoke(ns.addr, 319).body.decode()  # nothing applied
+    ok = wire.invoke(ns.addr, 318, body=b"scanNotActiveBrokerInterval=100\nbrokerChannelExpiredTime=500\n")
+    assert ok.code == 0, ok
+    s = Session(ns.addr)
+    try:  # the new expiry is in force: a silent broker is gone within a second, its connection closed
+        assert _register(s, "fake", "127.0.0.9:1", 1).code == 0
+        assert s.closed_by_peer(5) and cluster_brokers(ns.addr) == {}
+    finally:
+        s.close()
