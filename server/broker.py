@@ -22,6 +22,7 @@ from server.cluster.namesrv.kv_config import KVConfigManager
 from server.cluster.registration import BrokerRegistrar
 from server.config import BrokerConfig
 from server.observability.broker_stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BrokerStats
+from server.observability.client_errors import ClientErrorLog
 from server.observability.prometheus import RpcLatency
 from server.observability.registry import Registry
 from server.offsets_table import ConsumerOffsetManager
@@ -94,19 +95,23 @@ class BrokerController:
             TOPIC_PUT_SIZE: lambda: {t: c[1].value for t, c in self._put_counters.items()},
             GROUP_GET_NUMS: lambda: {f"{t}@{g}": c.value for (t, g), c in self._pull_counters.items()},
         }, self.boot_ms)
-        self._stats_task: asyncio.Task | None = None
+        self._stats_task = None  # storage.supervisor.SupervisedTask
         self.rpc_latency = RpcLatency()
+        self.client_errors = ClientErrorLog()
         self._started = False
 
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
+        # the effective configuration in one record (broker.conf keys, after the file and the flags)
+        log.info("broker.config", config=cfg.to_properties(),
+                 delay_table={f"L{i + 1}": ms for i, ms in enumerate(self.levels)})
         cfg.validate()
         self.topics.load()
         self.groups.load()
         self.offsets.load()
         self.topics.ensure_system_topics(len(self.levels), cfg.timer_wheel_enable)
-        self.store = make_message_store(cfg)
+        self.store = make_message_store(cfg, self.levels)
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
         await self.replica.prepare(self.store)  # a SLAVE: read-only store, a former master's tail cut
         self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta)
@@ -126,6 +131,7 @@ class BrokerController:
                     await r
         self.remoting = make_remoting_server(self)
         self.remoting.server.dispatcher.on_timing = self.rpc_latency.observe
+        self.remoting.server.response_observer = self.client_errors
         from server.security import install as install_security  # [security] ACL, TLS, limits
         install_security(self, self.remoting.server)
         from server.cluster.ha import processors as ha_processors
@@ -166,7 +172,7 @@ class BrokerController:
         from server.observability.telemetry import Telemetry
         self.telemetry = Telemetry(self)
         self.telemetry.start()
-        self._stats_task = asyncio.get_running_loop().create_task(self._sample_stats(), name="broker-stats")
+        self._stats_task = self.store.supervisor.spawn("broker-stats", self._sample_stats)
         if cfg.grpc_listen_port > 0:  # RocketMQ 5 clients: gRPC MessagingService over the same store
             from server.grpc.endpoint import GrpcEndpoint
             self.grpc = GrpcEndpoint(self)
@@ -189,7 +195,7 @@ class BrokerController:
         self._started = False
         log.info("broker.stopping")
         if self._stats_task is not None:
-            self._stats_task.cancel()
+            await self._stats_task.stop()
         if self.registrar is not None:  # out of the routes first, so clients stop sending here
             await self.registrar.shutdown()
         self.pull_hold.shutdown()  # held pulls answer now (counted as in-flight by the server)
@@ -218,16 +224,10 @@ class BrokerController:
         log.info("broker.stopped")
 
     async def _sample_stats(self) -> None:
-        """Once a second: the rate windows of `self.stats` (putTps, VIEW_BROKER_STATS_DATA). A failing
-        sample is logged and counted; the loop goes on."""
-        failures = self.metrics.counter("delaymq_task_failures_total", {"task": "broker-stats"})
+        """Once a second: the rate windows of `self.stats` (putTps, VIEW_BROKER_STATS_DATA); supervised."""
         while True:
             await asyncio.sleep(1.0)
-            try:
-                self.stats.sample(int(time.time() * 1000))
-            except Exception as e:
-                failures.inc()
-                log.error("broker.stats_sample_failed", error=repr(e))
+            self.stats.sample(int(time.time() * 1000))
 
     async def _put_timer_cancel_marker(self, topic: str, uniq_key: str, deliver_ms: int) -> str | None:
         """The timer wheel's cancel marker (TIMER_DEL_UNIQKEY, as a 5.x producer sends it), stored by the

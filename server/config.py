@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 import javaproperties
 import structlog
 
+from codec.durations import DEFAULT_DELAY_LEVELS, parse_delay_levels
+
 log = structlog.get_logger(__name__)
 
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
-DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 # Field names whose camelCase key is not the mechanical conversion of the snake_case name.
 _KEY_OVERRIDES = {
@@ -263,8 +264,6 @@ def int_range(lo: int, hi: int | None = None) -> Check:
 
 
 def _delay_levels(v) -> str | None:
-    from scheduler.levels import parse_delay_levels
-
     try:
         levels = parse_delay_levels(v)
     except ValueError as e:

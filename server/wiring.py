@@ -11,6 +11,7 @@ import structlog
 from codec.properties import index_keys
 from codec.tags import java_hash
 from scheduler.delay_levels import DelayLevelService
+from scheduler.levels import schedule_tags_code
 from scheduler.timer import TimerMessageStore
 from server.config import BrokerConfig
 from storage.message_store import MessageStore
@@ -34,7 +35,6 @@ def store_config(cfg: BrokerConfig) -> StoreConfig:
         flush_consume_queue_interval_ms=cfg.flush_interval_consume_queue,
         file_reserved_time_hours=cfg.file_reserved_time,
         max_message_size=cfg.max_message_size,
-        message_delay_level=cfg.message_delay_level,
         max_hash_slot_num=cfg.max_hash_slot_num,
         max_index_num=cfg.max_index_num,
     )
@@ -43,8 +43,9 @@ def store_config(cfg: BrokerConfig) -> StoreConfig:
     return sc
 
 
-def make_message_store(cfg: BrokerConfig) -> MessageStore:
-    store = MessageStore(store_config(cfg))
+def make_message_store(cfg: BrokerConfig, levels_ms: list[int]) -> MessageStore:
+    """The store, told the scheduler's tagsCode rule for the schedule units it rebuilds (recovery, HA)."""
+    store = MessageStore(store_config(cfg), tags_code_of=schedule_tags_code(levels_ms))
     store.load()
     store.start()
     return store
