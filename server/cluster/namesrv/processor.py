@@ -15,6 +15,7 @@ bare (fastjson's Long-key form) otherwise (cluster-ha.md §0.4); ClusterInfo fol
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Protocol
 
 import structlog
@@ -140,7 +141,7 @@ def register_broker_requests(server, manager: RouteInfoManager, kv: KVConfigMana
         h = H.REGISTER_BROKER.parse(cmd.ext_fields)
         raw = _body(cmd)
         if h.bodyCrc32 and raw and body_crc32(raw) != h.bodyCrc32:
-            log.warning("namesrv.register_crc_mismatch", broker_addr=h.brokerAddr, peer=getattr(conn, "peer", None))
+            log.warning("namesrv.register_crc_mismatch", broker_addr=h.brokerAddr, peer=conn.peer)
             return error(cmd, SYSTEM_ERROR, "crc32 not match")
         try:
             body = decode_register_body(raw, bool(h.compressed))
@@ -182,14 +183,14 @@ def register_broker_requests(server, manager: RouteInfoManager, kv: KVConfigMana
     def wipe_write_perm(conn, cmd):
         h = H.BROKER_NAME.parse(cmd.ext_fields)
         n = manager.wipe_write_perm_of_broker(h.brokerName)
-        log.info("namesrv.wipe_write_perm", broker_name=h.brokerName, topics=n, peer=getattr(conn, "peer", None))
+        log.info("namesrv.wipe_write_perm", broker_name=h.brokerName, topics=n, peer=conn.peer)
         return ok(cmd, ext_fields={"wipeTopicCount": str(n)})
 
     @guarded
     def add_write_perm(conn, cmd):
         h = H.BROKER_NAME.parse(cmd.ext_fields)
         n = manager.add_write_perm_of_broker(h.brokerName)
-        log.info("namesrv.add_write_perm", broker_name=h.brokerName, topics=n, peer=getattr(conn, "peer", None))
+        log.info("namesrv.add_write_perm", broker_name=h.brokerName, topics=n, peer=conn.peer)
         return ok(cmd, ext_fields={"addTopicCount": str(n)})
 
     @guarded
@@ -220,8 +221,8 @@ def register_namesrv_config(server, config: NamesrvConfig, manager: RouteInfoMan
     is applied unless every key is acceptable). Not persisted, as in RocketMQ without a config file."""
 
     def as_text() -> bytes:
-        return "".join(f"{BrokerConfig.key_for(name)}={getattr(config, name)}\n"
-                       for name in config.__dataclass_fields__).encode()
+        return "".join(f"{BrokerConfig.key_for(f.name)}={getattr(config, f.name)}\n"
+                       for f in dataclasses.fields(config)).encode()
 
     @guarded
     def get_config(conn, cmd):
@@ -235,16 +236,16 @@ def register_namesrv_config(server, config: NamesrvConfig, manager: RouteInfoMan
             return error(cmd, SYSTEM_ERROR, f"UnsupportedEncodingException {e}")
         if CONFIG_BLACK_LIST & values.keys():
             return error(cmd, NO_PERMISSION, "Can not update config in black list.")
-        trial = NamesrvConfig(**{name: getattr(config, name) for name in config.__dataclass_fields__})
+        trial = dataclasses.replace(config)
         try:
             trial.apply(values, source="UPDATE_NAMESRV_CONFIG")
             trial.validate()
         except ConfigError as e:
             return error(cmd, SYSTEM_ERROR, str(e))
-        for name in config.__dataclass_fields__:
-            setattr(config, name, getattr(trial, name))
+        for f in dataclasses.fields(config):
+            setattr(config, f.name, getattr(trial, f.name))
         manager.broker_channel_expired_ms = config.broker_channel_expired_time
-        log.info("namesrv.config_updated", keys=sorted(values), peer=getattr(conn, "peer", None))
+        log.info("namesrv.config_updated", keys=sorted(values), peer=conn.peer)
         return ok(cmd)
 
     server.register(int(RC.GET_NAMESRV_CONFIG), get_config)
