@@ -82,6 +82,13 @@ def test_a_silent_broker_expires_and_its_connection_is_closed(namesrv_factory):
         assert _register(s, "fake", "127.0.0.9:1", 1, compressed=True).code == 0
         assert cluster_brokers(ns.addr) == {"fake": {"0": "127.0.0.9:1"}}
         assert route(ns.addr, "Tfake")["queueDatas"][0]["writeQueueNums"] == 2
+        # fastjson's dialect (cluster-ha.md §0.4): bare Long keys for a client older than 4.9.4 (version 401)
+        # unless it sets acceptStandardJsonOnly, quoted otherwise
+        old = s.invoke(105, {"topic": "Tfake"}, version=399).body
+        assert b'"brokerAddrs":{0:"127.0.0.9:1"}' in old, old
+        assert b'"brokerAddrs":{"0":"127.0.0.9:1"}' in s.invoke(105, {"topic": "Tfake", "acceptStandardJsonOnly": "true"},
+                                                                version=399).body
+        assert b'"brokerAddrs":{"0":"127.0.0.9:1"}' in s.invoke(105, {"topic": "Tfake"}, version=409).body
         assert s.closed_by_peer(10), "the name server kept an expired broker's connection open"
         assert cluster_brokers(ns.addr) == {} and route(ns.addr, "Tfake") is None
     finally:
