@@ -10,7 +10,7 @@ import asyncio
 
 import structlog
 
-from server.observability.registry import Registry, render_prometheus
+from server.observability.registry import Registry, collect_sliced, render_prometheus_sliced
 
 log = structlog.get_logger(__name__)
 
@@ -36,7 +36,7 @@ class MetricsHttpServer:
             parts = head.split(b"\r\n", 1)[0].split()
             method, path = (parts[0], parts[1]) if len(parts) >= 2 else (b"", b"")
             if method == b"GET" and path.split(b"?")[0] in (b"/metrics", b"/"):
-                body = render_prometheus(self.registry.collect()).encode()
+                body = (await render_prometheus_sliced(await collect_sliced(self.registry))).encode()
                 status, ctype = b"200 OK", b"text/plain; version=0.0.4; charset=utf-8"
             else:
                 body, status, ctype = b"not found\n", b"404 Not Found", b"text/plain"
