@@ -66,6 +66,20 @@ class ConsumerOffsetTable:
         queues[queue_id] = offset
         self.meta.stage_offset(key, queue_id, offset)
 
+    def commit_many(self, rows: list[tuple[str, str, int, int]]) -> None:
+        """`commit` for a run of (group, topic, queue_id, offset): one staging call for all of them."""
+        table = self.table
+        staged = []
+        for group, topic, queue_id, offset in rows:
+            key = f"{topic}@{group}"
+            queues = table.get(key)
+            if queues is None:
+                queues = table[key] = {}
+                self._index(key)
+            queues[queue_id] = offset
+            staged.append((key, queue_id, offset))
+        self.meta.stage_offsets(staged)
+
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """The stored offset, or -1."""
         return self.table.get(f"{topic}@{group}", {}).get(queue_id, -1)
