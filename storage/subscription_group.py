@@ -5,6 +5,7 @@ Defaults from scheduled-messages.md §3; groups are auto-created on first use by
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass
 
@@ -70,7 +71,7 @@ class SubscriptionGroupTable:
             except (AttributeError, TypeError, ValueError) as e:
                 log.warning("subscription_group.bad_entry", group=name, error=str(e))
         self.table = table
-        self._members = {name: TB.group_member(name, cfg.to_json()) for name, cfg in table.items()}
+        self._members = {}  # the loaded rows' fragments are made by the first wrapper_body, in slices
 
     def persist(self) -> None:
         self.meta.flush()
@@ -102,6 +103,14 @@ class SubscriptionGroupTable:
 
     async def wrapper_body(self) -> bytes:
         """SubscriptionGroupWrapper JSON (GET_ALL_SUBSCRIPTIONGROUP_CONFIG), remembered per data version."""
+        missing = [name for name in self.table if name not in self._members]
+        for i in range(0, len(missing), 500):
+            if i:
+                await asyncio.sleep(0)
+            for name in missing[i:i + 500]:
+                cfg = self.table.get(name)
+                if cfg is not None and name not in self._members:
+                    self._members[name] = TB.group_member(name, cfg.to_json())
         key = self.data_version.as_tuple()
         version = TB.version_json(*key)
         return await self._wrapper.get(key, len(self._members), lambda: list(self._members.values()),

@@ -194,3 +194,16 @@ async def test_table_bodies_are_remembered_per_data_version_and_built_off_the_lo
     offsets = json.loads(await o.wrapper_body())["offsetTable"]
     assert len(offsets) == 2500 and offsets["T1@G7"] == {"3": 7}
     meta.close()
+
+    # after a restart the loaded rows' fragments are made by the first body (in slices), changes made
+    # before that are in it too
+    meta, t, g, _ = _tables(tmp_path)
+    assert not t._members
+    t.put(TopicConfig("T42", 3, 3))
+    t.put(TopicConfig("Late", 1, 1))
+    assert t.delete("T44")
+    table = AB.decode_table(await t.wrapper_body(), "topicConfigTable")
+    assert len(table) == 4999 and table["T42"]["readQueueNums"] == 3 and "Late" in table and "T44" not in table
+    assert set(json.loads(await t.topic_list_body())["topicList"]) == set(table)
+    assert set(AB.decode_table(await g.wrapper_body(), "subscriptionGroupTable")) == {"CG1"}
+    meta.close()
