@@ -13,8 +13,6 @@ from . import _wire as w
 from .instance import ClientInstance, TopicRoute
 from .message import MessageExt, MessageQueue, decode_messages
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-
 
 @dataclass(slots=True)
 class QueueStatus:
@@ -166,6 +164,13 @@ class Admin:
             w.check(resp, f"runtime info of {addr}")
             out[addr] = dict((w.loads_lenient(resp.body) or {}).get("table") or {}) if resp.body else {}
         return out
+
+    async def promote(self, broker_addr: str, role: str = "ASYNC_MASTER", timeout: float = 30.0) -> dict:
+        """PROMOTE_BROKER (delaymq's 3101): make the slave at `broker_addr` the master, live."""
+        body = w.dumps({"brokerRole": role})
+        resp = await self.instance.invoke_addr(broker_addr, w.request(w.PROMOTE_BROKER, {}, body), timeout)
+        w.check(resp, f"promote {broker_addr}")
+        return dict(w.loads_lenient(resp.body) or {})
 
     @staticmethod
     def delay_levels(table: dict[str, str]) -> list[dict]:

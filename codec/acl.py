@@ -15,6 +15,8 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 
+from codec.buffers import Body, BytesLike
+
 ACCESS_KEY = "AccessKey"
 SECRET_KEY = "SecretKey"
 SIGNATURE = "Signature"
@@ -34,7 +36,7 @@ def _utf16_key(key: str) -> list[int]:
     return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]
 
 
-def _body_parts(body) -> list:
+def _body_parts(body: Body | None) -> list[BytesLike]:
     if body is None:
         return []
     if isinstance(body, list | tuple):
@@ -42,7 +44,7 @@ def _body_parts(body) -> list:
     return [body] if len(body) else []
 
 
-def content_to_sign(ext_fields: Mapping[str, str] | None, body=b"") -> bytes:
+def content_to_sign(ext_fields: Mapping[str, str] | None, body: Body | None = b"") -> bytes:
     """The exact bytes RocketMQ signs for a request with these extFields and body."""
     out = bytearray()
     if ext_fields:
@@ -59,13 +61,13 @@ def content_to_sign(ext_fields: Mapping[str, str] | None, body=b"") -> bytes:
     return bytes(out)
 
 
-def sign(ext_fields: Mapping[str, str] | None, body, secret_key: str) -> str:
+def sign(ext_fields: Mapping[str, str] | None, body: Body | None, secret_key: str) -> str:
     """Base64(HmacSHA1(secret_key, content_to_sign(ext_fields, body)))."""
     mac = hmac.new(secret_key.encode("utf-8"), content_to_sign(ext_fields, body), hashlib.sha1)
     return base64.b64encode(mac.digest()).decode("ascii")
 
 
-def signature_matches(ext_fields: Mapping[str, str], body, secret_key: str) -> bool:
+def signature_matches(ext_fields: Mapping[str, str], body: Body | None, secret_key: str) -> bool:
     """Constant-time comparison of the request's `Signature` with the one computed here."""
     given = ext_fields.get(SIGNATURE)
     if not given:
@@ -73,7 +75,7 @@ def signature_matches(ext_fields: Mapping[str, str], body, secret_key: str) -> b
     return hmac.compare_digest(sign(ext_fields, body, secret_key).encode(), str(given).encode())
 
 
-def sign_request(ext_fields: dict[str, str], body, access_key: str, secret_key: str,
+def sign_request(ext_fields: dict[str, str], body: Body | None, access_key: str, secret_key: str,
                  channel: str | None = None) -> dict[str, str]:
     """Client side: add AccessKey (and OnsChannel if given), then Signature, in place; returns ext_fields."""
     ext_fields[ACCESS_KEY] = access_key

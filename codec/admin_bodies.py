@@ -12,13 +12,13 @@ Fields appear in fastjson's order (sorted by name).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from codec.bodies import MessageQueue
 from codec.errors import CodecError
-from codec.fastjson import as_int, as_list, as_obj, as_str, dumps, loads_lenient
+from codec.fastjson import JsonBody, as_int, as_list, as_obj, as_str, dumps, loads_lenient
 
 _q = json.JSONEncoder(ensure_ascii=False).encode  # a JSON string literal
 
@@ -46,18 +46,27 @@ def _float(v: Any) -> float:
 
 # ------------------------------------------------------------------------ Map<MessageQueue, row>
 
-def _encode_mq_table(rows, fields: tuple[tuple[str, str], ...]) -> str:
+class _MQRow(Protocol):
+    @property
+    def mq(self) -> MessageQueue: ...
+
+
+_Row = TypeVar("_Row", bound=_MQRow)
+
+
+def _encode_mq_table(rows: Iterable[_MQRow], fields: tuple[tuple[str, str], ...]) -> str:
     """`{mqKey:{"jsonName":value,...},...}` with fields given in fastjson (name) order."""
     return "{" + ",".join(
         _mq_key(r.mq.topic, r.mq.broker_name, r.mq.queue_id) + ":{"
         + ",".join(f'"{name}":{int(getattr(r, attr))}' for name, attr in fields) + "}" for r in rows) + "}"
 
 
-def _decode_mq_table(d: dict, cls, fields: tuple[tuple[str, str], ...]) -> list:
-    out = []
+def _decode_mq_table(d: dict[str, Any], cls: type[_Row], fields: tuple[tuple[str, str], ...]) -> list[_Row]:
+    out: list[_Row] = []
+    factory: Callable[..., _Row] = cls  # the row dataclass's own constructor
     for k, v in as_obj(d.get("offsetTable") or {}, "offsetTable").items():
         v = as_obj(v, cls.__name__)
-        out.append(cls(_parse_mq_key(k), **{attr: as_int(v.get(name), name) for name, attr in fields}))
+        out.append(factory(_parse_mq_key(k), **{attr: as_int(v.get(name), name) for name, attr in fields}))
     out.sort(key=lambda o: (o.mq.topic, o.mq.broker_name, o.mq.queue_id))
     return out
 
@@ -81,7 +90,7 @@ def encode_topic_stats(offsets: Iterable[TopicOffset], topic_put_tps: float = 0.
     return f'{{"offsetTable":{table},"topicPutTps":{float(topic_put_tps)!r}}}'.encode()
 
 
-def decode_topic_stats(body) -> tuple[list[TopicOffset], float]:
+def decode_topic_stats(body: JsonBody) -> tuple[list[TopicOffset], float]:
     d = as_obj(loads_lenient(body), "TopicStatsTable")
     return _decode_mq_table(d, TopicOffset, _TOPIC_OFFSET), _float(d.get("topicPutTps"))
 
@@ -109,7 +118,7 @@ def encode_consume_stats(offsets: Iterable[OffsetWrapper], consume_tps: float = 
     return f'{{"consumeTps":{float(consume_tps)!r},"offsetTable":{_encode_mq_table(offsets, _OFFSET_WRAPPER)}}}'.encode()
 
 
-def decode_consume_stats(body) -> tuple[list[OffsetWrapper], float]:
+def decode_consume_stats(body: JsonBody) -> tuple[list[OffsetWrapper], float]:
     d = as_obj(loads_lenient(body), "ConsumeStats")
     return _decode_mq_table(d, OffsetWrapper, _OFFSET_WRAPPER), _float(d.get("consumeTps"))
 
@@ -123,7 +132,7 @@ class Connection:
     language: str
     version: int
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"clientAddr": self.client_addr, "clientId": self.client_id, "language": self.language,
                 "version": self.version}
 
@@ -131,7 +140,7 @@ class Connection:
 @dataclass(slots=True)
 class ConsumerConnection:
     connections: list[Connection]
-    subscriptions: dict[str, dict]  # topic -> SubscriptionData JSON
+    subscriptions: dict[str, dict[str, Any]]  # topic -> SubscriptionData JSON
     consume_type: str
     message_model: str
     consume_from_where: str
@@ -143,7 +152,7 @@ def encode_consumer_connection(cc: ConsumerConnection) -> bytes:
                   "messageModel": cc.message_model, "subscriptionTable": cc.subscriptions})
 
 
-def decode_consumer_connection(body) -> ConsumerConnection:
+def decode_consumer_connection(body: JsonBody) -> ConsumerConnection:
     d = as_obj(loads_lenient(body), "ConsumerConnection")
     conns = [Connection(as_str(c.get("clientId"), "clientId"), as_str(c.get("clientAddr"), "clientAddr"),
                         as_str(c.get("language"), "language"), as_int(c.get("version"), "version"))
@@ -161,25 +170,25 @@ def encode_group_list(groups: Iterable[str]) -> bytes:
     return dumps({"groupList": sorted(set(groups))})
 
 
-def decode_group_list(body) -> list[str]:
+def decode_group_list(body: JsonBody) -> list[str]:
     return sorted(as_str(g, "group") for g in as_list(as_obj(loads_lenient(body), "GroupList"), "groupList"))
 
 
-def data_version(counter: int, timestamp_ms: int) -> dict:
+def data_version(counter: int, timestamp_ms: int) -> dict[str, int]:
     return {"counter": int(counter), "stateVersion": 0, "timestamp": int(timestamp_ms)}
 
 
-def encode_topic_config_wrapper(table: Mapping[str, dict], version: dict) -> bytes:
+def encode_topic_config_wrapper(table: Mapping[str, dict[str, Any]], version: dict[str, int]) -> bytes:
     """TopicConfigSerializeWrapper: topicConfigTable (name -> TopicConfig JSON) and dataVersion."""
     return dumps({"dataVersion": version, "topicConfigTable": dict(table)})
 
 
-def encode_subscription_group_wrapper(table: Mapping[str, dict], version: dict) -> bytes:
+def encode_subscription_group_wrapper(table: Mapping[str, dict[str, Any]], version: dict[str, int]) -> bytes:
     """SubscriptionGroupWrapper: subscriptionGroupTable (name -> SubscriptionGroupConfig JSON)."""
     return dumps({"dataVersion": version, "forbiddenTable": {}, "subscriptionGroupTable": dict(table)})
 
 
-def decode_table(body, key: str) -> dict[str, dict]:
+def decode_table(body: JsonBody, key: str) -> dict[str, dict[str, Any]]:
     """The name -> config map of a *Wrapper body (`topicConfigTable` or `subscriptionGroupTable`)."""
     t = as_obj(loads_lenient(body), "wrapper").get(key) or {}
     return {str(k): as_obj(v, key) for k, v in as_obj(t, key).items()}

@@ -8,11 +8,12 @@ arrays; fastjson may write `{0:"addr"}` with unquoted integer keys). Every parse
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from codec.errors import CodecError
-from codec.fastjson import as_bool, as_enum, as_int, as_list, as_obj, as_str, dumps
+from codec.fastjson import JsonBody, as_bool, as_enum, as_int, as_list, as_obj, as_str, dumps
 from codec.tags import java_hash
 
 SUB_ALL = "*"
@@ -32,7 +33,7 @@ class QueueData:
     perm: int
     topic_sys_flag: int = 0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"brokerName": self.broker_name, "perm": self.perm, "readQueueNums": self.read_queue_nums,
                 "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
 
@@ -43,7 +44,7 @@ class BrokerData:
     broker_name: str
     broker_addrs: dict[int, str] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"brokerAddrs": dict(self.broker_addrs), "brokerName": self.broker_name, "cluster": self.cluster}
 
 
@@ -54,7 +55,7 @@ class TopicRouteData:
     order_topic_conf: str | None = None
     filter_server_table: dict[str, list[str]] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"brokerDatas": [b.to_json() for b in self.broker_datas],
                              "filterServerTable": dict(self.filter_server_table),
                              "queueDatas": [q.to_json() for q in self.queue_datas]}
@@ -68,7 +69,7 @@ def encode_topic_route(route: TopicRouteData, quoted_keys: bool = True) -> bytes
     return dumps(route.to_json(), bare_int_keys=not quoted_keys)
 
 
-def decode_topic_route(body) -> TopicRouteData:
+def decode_topic_route(body: JsonBody) -> TopicRouteData:
     d = as_obj(body, "TopicRouteData")
     route = TopicRouteData(order_topic_conf=d.get("orderTopicConf") if isinstance(d.get("orderTopicConf"), str)
                            else None)
@@ -109,7 +110,7 @@ class SubscriptionData:
     def is_all(self) -> bool:
         return self.expression_type == "TAG" and (not self.sub_string or self.sub_string.strip() == SUB_ALL)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"classFilterMode": self.class_filter_mode, "codeSet": list(self.code_set),
                 "expressionType": self.expression_type, "subString": self.sub_string,
                 "subVersion": self.sub_version, "tagsSet": list(self.tags_set), "topic": self.topic}
@@ -141,7 +142,7 @@ class ConsumerData:
     subscriptions: list[SubscriptionData] = field(default_factory=list)
     unit_mode: bool = False
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"consumeFromWhere": self.consume_from_where, "consumeType": self.consume_type,
                 "groupName": self.group_name, "messageModel": self.message_model,
                 "subscriptionDataSet": [s.to_json() for s in self.subscriptions], "unitMode": self.unit_mode}
@@ -151,7 +152,7 @@ class ConsumerData:
 class ProducerData:
     group_name: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"groupName": self.group_name}
 
 
@@ -161,7 +162,7 @@ class HeartbeatData:
     consumers: list[ConsumerData] = field(default_factory=list)
     producers: list[ProducerData] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"clientID": self.client_id, "consumerDataSet": [c.to_json() for c in self.consumers],
                 "producerDataSet": [p.to_json() for p in self.producers]}
 
@@ -183,7 +184,7 @@ def _parse_subscription(s: Any) -> SubscriptionData:
     return sub
 
 
-def parse_heartbeat(body) -> HeartbeatData:
+def parse_heartbeat(body: JsonBody) -> HeartbeatData:
     """HEART_BEAT body from Java (enum names), C++ (ordinals, string subVersion, missing arrays) or ali-ons."""
     d = as_obj(body, "HeartbeatData")
     hb = HeartbeatData(client_id=as_str(d.get("clientID"), "clientID"))
@@ -215,7 +216,7 @@ class MessageQueue:
     broker_name: str
     queue_id: int
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
 
 
@@ -233,7 +234,7 @@ class LockBatchRequest:
     only_this_broker: bool = False
 
 
-def decode_lock_batch_request(body) -> LockBatchRequest:
+def decode_lock_batch_request(body: JsonBody) -> LockBatchRequest:
     """LockBatchRequestBody / UnlockBatchRequestBody (same shape)."""
     d = as_obj(body, "LockBatchRequestBody")
     return LockBatchRequest(consumer_group=as_str(d.get("consumerGroup"), "consumerGroup"),
@@ -247,19 +248,19 @@ def encode_lock_batch_request(req: LockBatchRequest) -> bytes:
                   "mqSet": [m.to_json() for m in req.mq_set], "onlyThisBroker": req.only_this_broker})
 
 
-def encode_lock_batch_response(mqs) -> bytes:
+def encode_lock_batch_response(mqs: Iterable[MessageQueue]) -> bytes:
     return dumps({"lockOKMQSet": [m.to_json() for m in mqs]})
 
 
-def decode_lock_batch_response(body) -> list[MessageQueue]:
+def decode_lock_batch_response(body: JsonBody) -> list[MessageQueue]:
     return [_parse_mq(m) for m in as_list(as_obj(body, "LockBatchResponseBody"), "lockOKMQSet")]
 
 
-def encode_consumer_list(ids) -> bytes:
+def encode_consumer_list(ids: Iterable[str]) -> bytes:
     return dumps({"consumerIdList": list(ids)})
 
 
-def decode_consumer_list(body) -> list[str]:
+def decode_consumer_list(body: JsonBody) -> list[str]:
     return [as_str(x, "consumerId") for x in as_list(as_obj(body, "GetConsumerListByGroupResponseBody"),
                                                  "consumerIdList")]
 
@@ -269,16 +270,16 @@ def encode_kv_table(table: dict[str, Any]) -> bytes:
     return dumps({"table": {str(k): as_str(v, str(k)) for k, v in table.items()}})
 
 
-def decode_kv_table(body) -> dict[str, str]:
+def decode_kv_table(body: JsonBody) -> dict[str, str]:
     t = as_obj(body, "KVTable").get("table") or {}
     if not isinstance(t, dict):
         raise CodecError("KVTable.table is not an object")
     return {str(k): as_str(v, str(k)) for k, v in t.items()}
 
 
-def encode_topic_list(topics) -> bytes:
+def encode_topic_list(topics: Iterable[str]) -> bytes:
     return dumps({"topicList": sorted(topics)})
 
 
-def decode_topic_list(body) -> list[str]:
+def decode_topic_list(body: JsonBody) -> list[str]:
     return [as_str(x, "topic") for x in as_list(as_obj(body, "TopicList"), "topicList")]

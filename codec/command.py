@@ -12,6 +12,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from codec.buffers import Body
 from codec.codes import (
     BROKER_VERSION,
     RPC_ONEWAY,
@@ -21,8 +22,6 @@ from codec.codes import (
     LanguageCode,
 )
 from codec.errors import CodecError
-
-Body = bytes | bytearray | memoryview | list | tuple
 
 _LANG_BY_ORDINAL = {m.value: m.name for m in LanguageCode}
 _LANG_BY_NAME = {m.name: m.value for m in LanguageCode}
@@ -99,7 +98,7 @@ def _to_str(v: Any) -> str:
 _ONLY_STR = {str}
 
 
-def _all_str(ext: dict) -> bool:
+def _all_str(ext: dict[str, Any]) -> bool:
     """Every value a str (what Java clients send), so nothing to coerce; checked in C, not per field.
     (JSON object keys are always str; the encoder passes keys through either way.)"""
     return set(map(type, ext.values())) <= _ONLY_STR
@@ -120,7 +119,7 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
     return _json_dumps(d).encode("utf-8", "replace")
 
 
-def _int_field(d: dict, key: str, default: int = 0) -> int:
+def _int_field(d: dict[str, Any], key: str, default: int = 0) -> int:
     v = d.get(key, default)
     if v is None:
         return default

@@ -14,7 +14,9 @@ Property lookups: the properties string is searched with a leading separator pre
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
+from codec.buffers import BytesLike
 from codec.properties import index_keys
 from codec.record import POS_QUEUE_ID, POS_SYS_FLAG, store_timestamp_pos
 from codec.record_rewrite import _qid, _topic, tags_code, tail_span
@@ -28,7 +30,7 @@ _K_TAGS = b"\x02TAGS\x01"
 _K_KEYS = b"\x02KEYS\x01"
 _K_UNIQ = b"\x02UNIQ_KEY\x01"
 _CACHE_MAX = 4096
-_dests: dict[bytes, tuple] = {}  # properties tail from REAL_TOPIC -> ((topic, qid), topic field)
+_dests: dict[bytes, tuple[tuple[str, int], bytes]] = {}  # properties tail from REAL_TOPIC -> ((topic, qid), topic field)
 
 
 class DeliveryBatch:
@@ -47,7 +49,7 @@ class DeliveryBatch:
         self.starts: list[int] = [0]
         self.dests: list[tuple[str, int]] = []
         self.tags_codes: list[int] = []
-        self.keys: list[tuple] = []
+        self.keys: list[tuple[bytes, ...]] = []
         self.uniqs: list[bytes | None] = []
         self.ts_pos: list[int] = []
         self.source: list[int] = []
@@ -88,7 +90,7 @@ def _dest_of_tail(tail: bytes, pb: bytes) -> tuple[tuple[str, int], bytes] | Non
     return d
 
 
-def build_delivery_batch(raws, drop_topic: str | None = None) -> DeliveryBatch:
+def build_delivery_batch(raws: Sequence[BytesLike | None], drop_topic: str | None = None) -> DeliveryBatch:
     """messageTimeup for each stored schedule record (a buffer, or None); see the module docstring.
     Raises CodecError on a malformed record."""
     out = DeliveryBatch()

@@ -18,7 +18,10 @@ _value = json.JSONDecoder().raw_decode  # a scalar, or a container without fastj
 _MAX_DEPTH = 64
 
 
-def loads_lenient(data: bytes | bytearray | memoryview | str) -> Any:
+JsonBody = bytes | bytearray | memoryview | str  # a JSON text as it arrives in a command body
+
+
+def loads_lenient(data: JsonBody) -> Any:
     """json.loads that also takes fastjson's non-string map keys.
 
     fastjson writes Map<Long,..> keys bare (`{0:"a"}`) and Map<MessageQueue,..> keys as objects
@@ -57,7 +60,7 @@ def _parse(s: str, i: int, depth: int) -> tuple[Any, int]:
         raise ValueError("nested too deeply")
     c = s[i]
     if c == "{":
-        out: dict = {}
+        out: dict[str, Any] = {}
         i = _skip(s, i + 1)
         if s[i] == "}":
             return out, i + 1
@@ -80,7 +83,7 @@ def _parse(s: str, i: int, depth: int) -> tuple[Any, int]:
                 raise ValueError(f"expected ',' or '}}' at {i}")
             i = _skip(s, i + 1)
     if c == "[":
-        arr: list = []
+        arr: list[Any] = []
         i = _skip(s, i + 1)
         if s[i] == "]":
             return arr, i + 1
@@ -114,7 +117,7 @@ def _quote_int_keys(obj: Any) -> Any:
     return obj
 
 
-def _key_order(kv: tuple) -> tuple:
+def _key_order(kv: tuple[Any, Any]) -> tuple[int, Any, str]:
     k = kv[0]
     return (0, k, "") if isinstance(k, int) else (1, 0, str(k))
 
@@ -131,7 +134,7 @@ def _dumps_bare(obj: Any) -> str:
     return _dumps(obj)
 
 
-def as_obj(data, what: str) -> dict:
+def as_obj(data: Any, what: str) -> dict[str, Any]:
     if isinstance(data, dict):
         return data
     if not isinstance(data, bytes | bytearray | memoryview | str):
@@ -142,7 +145,7 @@ def as_obj(data, what: str) -> dict:
     return d
 
 
-def as_list(d: dict, key: str) -> list:
+def as_list(d: dict[str, Any], key: str) -> list[Any]:
     v = d.get(key)
     if v is None:
         return []

@@ -52,18 +52,8 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     return str(ipaddress.ip_address(ip)), port, off
 
 
-_counter = itertools.count(random.randrange(1 << 16))
-_fix = struct.pack(">4shi", bytes([127, 0, 0, 1]), os.getpid() & 0x7FFF, random.getrandbits(31))
 _month = [0.0, 0.0]  # [start of this month, start of next month] as epoch seconds (local time)
-
-
-def configure_uniq_id(ip: str) -> None:
-    """Put this host's IPv4 address into ids made by new_uniq_id (default 127.0.0.1)."""
-    global _fix
-    addr = ipaddress.ip_address(ip)
-    if addr.version != 4:
-        addr = addr.ipv4_mapped or ipaddress.IPv4Address("127.0.0.1")
-    _fix = addr.packed + _fix[4:]
+_TAIL = struct.Struct(">iH")
 
 
 def _month_start(now: float) -> float:
@@ -75,12 +65,30 @@ def _month_start(now: float) -> float:
     return _month[0]
 
 
+class UniqIdGenerator:
+    """UNIQ_KEYs in MessageClientIDSetter's layout: ip(4) pid(2) hash(4) msSinceMonthStart(4) counter(2).
+
+    The broker makes one with its brokerIP1 (ids it assigns name the broker's host, as a Java
+    broker's do); a client uses the module's default one.
+    """
+
+    __slots__ = ("_fix", "_counter")
+
+    def __init__(self, ip: str = "127.0.0.1") -> None:
+        addr = ipaddress.ip_address(ip)
+        v4 = addr if isinstance(addr, ipaddress.IPv4Address) else (addr.ipv4_mapped or ipaddress.IPv4Address("127.0.0.1"))
+        self._fix = struct.pack(">4shi", v4.packed, os.getpid() & 0x7FFF, random.getrandbits(31))
+        self._counter = itertools.count(random.randrange(1 << 16))
+
+    def new(self) -> str:
+        now = time.time()
+        ms = int((now - _month_start(now)) * 1000) & 0x7FFFFFFF
+        return (self._fix + _TAIL.pack(ms, next(self._counter) & 0xFFFF)).hex().upper()
+
+
+_default = UniqIdGenerator()
+
+
 def new_uniq_id() -> str:
-    """A UNIQ_KEY in MessageClientIDSetter's layout: ip(4) pid(2) hash(4) msSinceMonthStart(4) counter(2)."""
-    now = time.time()
-    ms = int((now - _month_start(now)) * 1000) & 0x7FFFFFFF
-    return (_fix + _TAIL.pack(ms, next(_counter) & 0xFFFF)).hex().upper()
-
-
-_TAIL = struct.Struct(">iH")
-
+    """A UNIQ_KEY from this process's default generator (127.0.0.1: what a client without a known IP uses)."""
+    return _default.new()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import AnyStr, cast
+
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
@@ -77,12 +80,12 @@ def parse_properties(data: str | bytes | bytearray | memoryview | None) -> dict[
     return out
 
 
-def index_keys(keys: str | bytes | None, uniq: str | bytes | None) -> tuple:
+def index_keys(keys: AnyStr | None, uniq: AnyStr | None) -> tuple[AnyStr, ...]:
     """A message's index keys: KEYS split on single spaces (empty parts dropped), then UNIQ_KEY if
     any. str or bytes alike (the broker indexes both)."""
     if not keys:
         return (uniq,) if uniq else ()
-    ks = [k for k in keys.split(b" " if type(keys) is bytes else " ") if k]
+    ks: list[AnyStr] = [k for k in keys.split(b" " if isinstance(keys, bytes) else " ") if k]
     if uniq:
         ks.append(uniq)
     return tuple(ks)
@@ -114,7 +117,15 @@ def _one_value(text: str, token: str) -> str | None:
     return text[start:end]
 
 
-def rewrite_sent_properties(text: str, cluster: str, new_uniq_key, full_path_marks: tuple[str, ...]):
+# (stored properties string, WAIT, TAGS or None, index keys, DELAY or None): a plain send's broker edits
+SentRewrite = tuple[str, bool, str | None, tuple[str, ...], str | None]
+# the cache's per-shape entry: (stored head, stored tail, wait, tags, index keys without UNIQ_KEY, delay)
+_Template = tuple[str, str, bool, str | None, tuple[str, ...], str | None]
+_ShapeKey = tuple[str, str, str, tuple[str, ...]]
+
+
+def rewrite_sent_properties(text: str, cluster: str, new_uniq_key: Callable[[], str],
+                            full_path_marks: tuple[str, ...]) -> SentRewrite | None:
     """What a broker does to a plain send's properties, on the string (no dict): drop WAIT, append
     CLUSTER, and UNIQ_KEY (from `new_uniq_key()`) when the client sent none.
 
@@ -136,7 +147,7 @@ def rewrite_sent_properties(text: str, cluster: str, new_uniq_key, full_path_mar
         wait = True
         i = t.find("\x02WAIT\x01")
         if i >= 0:
-            w = _one_value(t, "\x02WAIT\x01")
+            w = _one_value(t, "\x02WAIT\x01") or ""  # found at i: never None
             wait = w.lower() != "false"
             t = t[:i] + t[i + 6 + len(w):]
         tags = _one_value(t, "\x02TAGS\x01") if "TAGS\x01" in t else None
@@ -155,12 +166,13 @@ def rewrite_sent_properties(text: str, cluster: str, new_uniq_key, full_path_mar
 # rewrite_sent_properties_cached: (text before the UNIQ_KEY value, text after it, cluster, marks) ->
 # the rewrite of that text with a placeholder value, split where the value goes
 _PLACEHOLDER = "\x00"
-_REWRITES: dict[tuple, tuple | None] = {}
+_REWRITES: dict[_ShapeKey, _Template | object | None] = {}
 _REWRITES_MAX = 1024
 _UNSEEN, _SEEN_ONCE = object(), object()
 
 
-def rewrite_sent_properties_cached(text: str, cluster: str, new_uniq_key, full_path_marks: tuple[str, ...]):
+def rewrite_sent_properties_cached(text: str, cluster: str, new_uniq_key: Callable[[], str],
+                                   full_path_marks: tuple[str, ...]) -> SentRewrite | None:
     """`rewrite_sent_properties`, the same result for every input, remembered per producer shape.
 
     A client's properties strings differ mostly in the UNIQ_KEY value (the rest is the same TAGS,
@@ -185,7 +197,7 @@ def rewrite_sent_properties_cached(text: str, cluster: str, new_uniq_key, full_p
     for mark in full_path_marks:
         if mark in text:
             return None
-    key = (text[:start], text[end:], cluster, full_path_marks)
+    key: _ShapeKey = (text[:start], text[end:], cluster, full_path_marks)
     try:
         tmpl = _REWRITES.get(key, _UNSEEN)
     except TypeError:  # unhashable marks
@@ -199,14 +211,15 @@ def rewrite_sent_properties_cached(text: str, cluster: str, new_uniq_key, full_p
         return None
     if tmpl is False:
         return rewrite_sent_properties(text, cluster, new_uniq_key, full_path_marks)
-    head, tail, wait, tags, keys, delay = tmpl
+    head, tail, wait, tags, keys, delay = cast(_Template, tmpl)
     return f"{head}{value}{tail}", wait, tags, (*keys, value), delay
 
 
-def _template(key: tuple):
+def _template(key: _ShapeKey) -> _Template | bool | None:
     """The cache entry for `key`: None (the rewrite declines), False (do not use the cache: a \\x00
     elsewhere) or (stored head, stored tail, wait, tags, index keys without UNIQ_KEY, delay)."""
     head, tail, cluster, marks = key
+    tmpl: _Template | bool | None
     if _PLACEHOLDER in head or _PLACEHOLDER in tail or _PLACEHOLDER in cluster or any(_PLACEHOLDER in m for m in marks):
         tmpl = False
     else:
@@ -221,7 +234,7 @@ def _template(key: tuple):
     return tmpl
 
 
-def _remember(key: tuple, entry) -> None:
+def _remember(key: _ShapeKey, entry: _Template | object | None) -> None:
     if len(_REWRITES) >= _REWRITES_MAX and key not in _REWRITES:
         _REWRITES.clear()
     _REWRITES[key] = entry

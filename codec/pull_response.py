@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 
+from codec.buffers import BytesLike
 from codec.codes import BROKER_VERSION, RPC_TYPE_RESPONSE, SERIALIZE_JSON, SERIALIZE_ROCKETMQ
 from codec.command import _json_dumps
 
@@ -51,7 +52,7 @@ def _remark(remark: str) -> tuple[str, bytes]:
 
 
 def pull_response_frame(opaque: int, serialize_type: int, code: int, remark: str, next_begin_offset: int,
-                        min_offset: int, max_offset: int, body: list, body_len: int | None = None) -> list:
+                        min_offset: int, max_offset: int, body: list[BytesLike], body_len: int | None = None) -> list[BytesLike]:
     """Frame pieces (length prefix first, then the header, then the non-empty body slices) of the
     response to a pull with `opaque` and `serialize_type`; `body` is a list of bytes-likes, `body_len`
     their total size in bytes when the caller knows it (the store's lookup counts it)."""

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from codec.buffers import BytesLike
 from codec.codes import SysFlag
 from codec.errors import CodecError
 from codec.properties import parse_properties, properties_to_string
@@ -94,7 +95,7 @@ class MessageRecord:
         return self.properties.get("TAGS")
 
 
-def body_crc(body: bytes | memoryview) -> int:
+def body_crc(body: BytesLike) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
@@ -142,14 +143,15 @@ def _host_field(host: tuple[str, int]) -> tuple[bool, bytes]:
     cached: a connection's born host and the broker's store host repeat on every record."""
     ip, port = host
     v6, raw4, raw16 = _ip_forms(ip)
+    raw = raw16 if v6 or raw4 is None else raw4  # raw4 is None only for a real IPv6 host (v6)
     try:
-        return v6, (raw16 if v6 else raw4) + _I32.pack(int(port))
+        return v6, raw + _I32.pack(int(port))
     except struct.error as e:
         raise CodecError(f"port out of range: {port!r}") from e
 
 
 @lru_cache(maxsize=4096)
-def _topic_field(topic: str) -> bytes:
+def topic_field(topic: str) -> bytes:
     """A record's topic field: the length byte + UTF-8 topic (cached: topics repeat)."""
     tb = topic.encode("utf-8", "replace")
     if len(tb) > MAX_TOPIC_BYTES:
@@ -161,12 +163,12 @@ def encode_record(rec: MessageRecord, properties_bytes: bytes | None = None) -> 
     """Encode a record; BODYCRC and TOTALSIZE are computed. IPv6 flags follow the host addresses."""
     props = properties_bytes if properties_bytes is not None else properties_to_string(rec.properties).encode("utf-8", "replace")
     return encode_message(rec.topic, rec.body, rec.queue_id, rec.flag, rec.sys_flag, rec.born_timestamp,
-                          tuple(rec.born_host), tuple(rec.store_host), rec.reconsume_times, props,
+                          (rec.born_host[0], rec.born_host[1]), (rec.store_host[0], rec.store_host[1]), rec.reconsume_times, props,
                           rec.queue_offset, rec.commitlog_offset, rec.store_timestamp,
                           rec.prepared_transaction_offset)
 
 
-def encode_message(topic: str, body, queue_id: int, flag: int, sys_flag: int, born_timestamp: int,
+def encode_message(topic: str, body: BytesLike, queue_id: int, flag: int, sys_flag: int, born_timestamp: int,
                    born_host: tuple[str, int], store_host: tuple[str, int], reconsume_times: int,
                    properties: bytes, queue_offset: int = 0, commitlog_offset: int = 0, store_timestamp: int = 0,
                    prepared_transaction_offset: int = 0) -> bytearray:
@@ -176,7 +178,7 @@ def encode_message(topic: str, body, queue_id: int, flag: int, sys_flag: int, bo
                                           store_timestamp, prepared_transaction_offset))
 
 
-def encode_message_bytes(topic: str, body, queue_id: int, flag: int, sys_flag: int, born_timestamp: int,
+def encode_message_bytes(topic: str, body: BytesLike, queue_id: int, flag: int, sys_flag: int, born_timestamp: int,
                          born_host: tuple[str, int], store_host: tuple[str, int], reconsume_times: int,
                          properties: bytes, queue_offset: int = 0, commitlog_offset: int = 0,
                          store_timestamp: int = 0, prepared_transaction_offset: int = 0) -> bytes:
@@ -188,7 +190,7 @@ def encode_message_bytes(topic: str, body, queue_id: int, flag: int, sys_flag: i
         sys_flag |= SysFlag.BORNHOST_V6
     if store_v6:
         sys_flag |= SysFlag.STOREHOST_V6
-    tf = _topic_field(topic)
+    tf = topic_field(topic)
     if len(properties) > MAX_PROPERTIES_BYTES:
         raise CodecError(f"properties longer than {MAX_PROPERTIES_BYTES} bytes")
     if not isinstance(body, bytes | bytearray):
@@ -210,7 +212,7 @@ def _ip_text(raw: bytes) -> str:
     return str(ipaddress.ip_address(raw))
 
 
-def _unpack_host(mv, pos: int, v6: bool) -> tuple[tuple[str, int], int]:
+def _unpack_host(mv: memoryview, pos: int, v6: bool) -> tuple[tuple[str, int], int]:
     n = 16 if v6 else 4
     raw = bytes(mv[pos:pos + n])
     if len(raw) != n:
@@ -220,7 +222,7 @@ def _unpack_host(mv, pos: int, v6: bool) -> tuple[tuple[str, int], int]:
     return (ip, port), pos + n + 4
 
 
-def decode_record(buf, pos: int = 0, decompress: bool = False) -> tuple[MessageRecord, int]:
+def decode_record(buf: BytesLike, pos: int = 0, decompress: bool = False) -> tuple[MessageRecord, int]:
     """Decode the record at `pos`; returns (record, next position). Raises CodecError."""
     mv = memoryview(buf)
     n = len(mv)
@@ -268,7 +270,7 @@ def decode_record(buf, pos: int = 0, decompress: bool = False) -> tuple[MessageR
     return rec, end
 
 
-def iter_records(buf, decompress: bool = False) -> Iterator[MessageRecord]:
+def iter_records(buf: BytesLike, decompress: bool = False) -> Iterator[MessageRecord]:
     pos, n = 0, len(memoryview(buf))
     while pos < n:
         rec, pos = decode_record(buf, pos, decompress)
@@ -291,31 +293,43 @@ def decompress_body(body: bytes, max_size: int = 64 << 20) -> bytes:
 
 # ------------------------------------------------------------ no-decode access
 
-def read_total_size(buf, pos: int = 0) -> int:
-    return _I32.unpack_from(buf, pos + POS_TOTAL)[0]
+def read_total_size(buf: BytesLike, pos: int = 0) -> int:
+    v: int
+    (v,) = _I32.unpack_from(buf, pos + POS_TOTAL)
+    return v
 
 
-def read_magic(buf, pos: int = 0) -> int:
-    return _I32.unpack_from(buf, pos + POS_MAGIC)[0]
+def read_magic(buf: BytesLike, pos: int = 0) -> int:
+    v: int
+    (v,) = _I32.unpack_from(buf, pos + POS_MAGIC)
+    return v
 
 
-def read_queue_id(buf, pos: int = 0) -> int:
-    return _I32.unpack_from(buf, pos + POS_QUEUE_ID)[0]
+def read_queue_id(buf: BytesLike, pos: int = 0) -> int:
+    v: int
+    (v,) = _I32.unpack_from(buf, pos + POS_QUEUE_ID)
+    return v
 
 
-def read_sys_flag(buf, pos: int = 0) -> int:
-    return _I32.unpack_from(buf, pos + POS_SYS_FLAG)[0]
+def read_sys_flag(buf: BytesLike, pos: int = 0) -> int:
+    v: int
+    (v,) = _I32.unpack_from(buf, pos + POS_SYS_FLAG)
+    return v
 
 
-def read_store_timestamp(buf, pos: int = 0) -> int:
-    return _I64.unpack_from(buf, pos + store_timestamp_pos(read_sys_flag(buf, pos)))[0]
+def read_store_timestamp(buf: BytesLike, pos: int = 0) -> int:
+    v: int
+    (v,) = _I64.unpack_from(buf, pos + store_timestamp_pos(read_sys_flag(buf, pos)))
+    return v
 
 
-def read_born_timestamp(buf, pos: int = 0) -> int:
-    return _I64.unpack_from(buf, pos + POS_BORN_TS)[0]
+def read_born_timestamp(buf: BytesLike, pos: int = 0) -> int:
+    v: int
+    (v,) = _I64.unpack_from(buf, pos + POS_BORN_TS)
+    return v
 
 
-def _tail_positions(buf, pos: int) -> tuple[int, int, int, int]:
+def _tail_positions(buf: BytesLike, pos: int) -> tuple[int, int, int, int]:
     """(body_pos, body_len, topic_len_pos, props_len_pos) of the record at pos."""
     sf = read_sys_flag(buf, pos)
     bl = pos + body_len_pos(sf)
@@ -325,33 +339,35 @@ def _tail_positions(buf, pos: int) -> tuple[int, int, int, int]:
     return bl + 4, blen, tpos, tpos + 1 + tlen
 
 
-def read_topic(buf, pos: int = 0) -> str:
+def read_topic(buf: BytesLike, pos: int = 0) -> str:
     _, _, tpos, _ = _tail_positions(buf, pos)
     return bytes(buf[tpos + 1:tpos + 1 + buf[tpos]]).decode("utf-8")
 
 
-def read_body(buf, pos: int = 0) -> bytes:
+def read_body(buf: BytesLike, pos: int = 0) -> bytes:
     bpos, blen, _, _ = _tail_positions(buf, pos)
     return bytes(buf[bpos:bpos + blen])
 
 
-def read_properties_bytes(buf, pos: int = 0) -> bytes:
+def read_properties_bytes(buf: BytesLike, pos: int = 0) -> bytes:
     _, _, _, ppos = _tail_positions(buf, pos)
     (plen,) = _I16.unpack_from(buf, ppos)
     return bytes(buf[ppos + 2:ppos + 2 + plen])
 
 
-def read_properties(buf, pos: int = 0) -> dict[str, str]:
+def read_properties(buf: BytesLike, pos: int = 0) -> dict[str, str]:
     return parse_properties(read_properties_bytes(buf, pos))
 
 
-def verify_record(buf, pos: int, limit: int | None = None) -> int:
+def verify_record(buf: BytesLike, pos: int, limit: int | None = None) -> int:
     """Recovery check of the record at pos: magic, size consistency and BODYCRC.
 
     Returns its size, 0 for a BLANK (end-of-file) marker, and raises CodecError otherwise."""
     n = len(buf) if limit is None else limit
     if n - pos < 8:
         raise CodecError("no room for a record header")
+    total: int
+    magic: int
     total, magic = struct.unpack_from(">ii", buf, pos)
     if magic == BLANK_MAGIC_CODE:
         return 0
@@ -370,16 +386,3 @@ def verify_record(buf, pos: int, limit: int | None = None) -> int:
     if body_crc(memoryview(buf)[bpos:bpos + blen]) != crc:
         raise CodecError("BODYCRC mismatch")
     return total
-
-
-# The append/delivery rewrites live in their own room (codec.record_rewrite, which builds on this one);
-# `from codec.record import rewrite_for_delivery` etc. keep working through this module __getattr__.
-_REWRITE_NAMES = frozenset(("build_deliveries", "patch_append_fields", "rewrite_for_delivery"))
-
-
-def __getattr__(name: str):
-    if name in _REWRITE_NAMES:
-        from codec import record_rewrite
-
-        return getattr(record_rewrite, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,9 @@ index keys, found with bytes.find on the properties (no per-message dict, no pro
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 
+from codec.buffers import BytesLike
 from codec.codes import SysFlag
 from codec.errors import CodecError
 from codec.properties import index_keys
@@ -29,11 +31,11 @@ from codec.record import (
     _is_v6,
     _pack_host,
     _tail_positions,
-    _topic_field,
     body_len_pos,
     read_sys_flag,
     reconsume_times_pos,
     store_host_pos,
+    topic_field,
 )
 from codec.tags import java_hash
 
@@ -44,14 +46,14 @@ _OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET (adjacent)
 _STORE_TS_POS = (POS_BORN_HOST + 8, POS_BORN_HOST + 20)  # by the BORNHOST_V6 bit
 
 
-def patch_append_fields(buf, pos: int, queue_offset: int, phys_offset: int, store_ts: int) -> None:
+def patch_append_fields(buf: bytearray | memoryview, pos: int, queue_offset: int, phys_offset: int, store_ts: int) -> None:
     """Fill QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP in place (done by storage at append)."""
     _OFFSETS.pack_into(buf, pos + POS_QUEUE_OFFSET, queue_offset, phys_offset)
     born_v6 = (_I32.unpack_from(buf, pos + POS_SYS_FLAG)[0] & SysFlag.BORNHOST_V6) != 0
     _I64.pack_into(buf, pos + _STORE_TS_POS[born_v6], store_ts)
 
 
-def rewrite_for_delivery(raw, topic: str, queue_id: int, store_host: tuple[str, int] | None = None,
+def rewrite_for_delivery(raw: BytesLike, topic: str, queue_id: int, store_host: tuple[str, int] | None = None,
                          reconsume_times: int | None = None, properties_bytes: bytes | None = None) -> bytearray:
     """A new record from a stored one with another topic and queue id (the scheduled-delivery hot path).
 
@@ -70,7 +72,7 @@ def rewrite_for_delivery(raw, topic: str, queue_id: int, store_host: tuple[str, 
         raise CodecError("record length fields out of range")
     if store_host is None and reconsume_times is None and properties_bytes is None:
         # the delivery hot path: head + body as they are, the new topic, the properties slice as is
-        tb = _topic_field(topic)
+        tb = topic_field(topic)
         out = bytearray(mv[:tpos])
         out += tb
         out += mv[ppos:ppos + 2 + plen]
@@ -119,7 +121,7 @@ _BODY_LEN_POS = tuple(body_len_pos(sf) for sf in (0, 0x10, 0x20, 0x30))  # by sy
 _MAGIC_SYS_FLAG = struct.Struct(f">i{POS_SYS_FLAG - POS_MAGIC - 4}xi")  # MAGICCODE .. SYSFLAG
 
 
-def tail_span(raw) -> tuple[int, int, int]:
+def tail_span(raw: BytesLike) -> tuple[int, int, int]:
     """(position of the topic field, of PROPERTIESLENGTH, end of the properties) of the stored record
     `raw`, every length checked; CodecError if it is not a well-formed record (the batch rewrites'
     common first step: head + body are raw[:tpos], the properties raw[ppos + 2:pend])."""
@@ -161,7 +163,7 @@ def _topic(b: bytes) -> tuple[str, bytes]:
         if len(_topics) > _CACHE_MAX:
             _topics.clear()
         s = b.decode("utf-8", "replace")
-        t = _topics[b] = (s, _topic_field(s))
+        t = _topics[b] = (s, topic_field(s))
     return t
 
 
@@ -194,12 +196,17 @@ def _qid(b: bytes | None) -> int:
     return q
 
 
-def build_deliveries(raws) -> list:
+# messageTimeup of one schedule record: (delivery record, real topic, real queue id, tagsCode,
+# index keys: KEYS split on spaces then UNIQ_KEY, UNIQ_KEY or None)
+Delivery = tuple[bytearray, str, int, int, tuple[bytes, ...], bytes | None]
+
+
+def build_deliveries(raws: Iterable[BytesLike | None]) -> list[Delivery | None]:
     """For each stored schedule record (a buffer, or None): None when it has no REAL_TOPIC (or was
     None), else (delivery record bytearray, real topic, real queue id, tagsCode, index keys as
     bytes: KEYS split on spaces, then UNIQ_KEY; UNIQ_KEY bytes or None). Raises CodecError on a
     malformed record."""
-    out = []
+    out: list[Delivery | None] = []
     append = out.append
     pack_i32 = _I32.pack_into
     get = prop_value
@@ -220,6 +227,6 @@ def build_deliveries(raws) -> list:
         rec += raw[ppos:pend]
         pack_i32(rec, POS_TOTAL, len(rec))
         pack_i32(rec, POS_QUEUE_ID, qid)
-        uniq = get(pb, K_UNIQ)
+        uniq = get(pb, K_UNIQ) or None  # an empty UNIQ_KEY is no UNIQ_KEY (as the batch path reads it)
         append((rec, topic, qid, tags_code(get(pb, K_TAGS)), index_keys(get(pb, K_KEYS), uniq), uniq))
     return out

@@ -26,6 +26,7 @@ import re
 import struct
 import zlib
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from codec.errors import CodecError
 from codec.fastjson import dumps
@@ -59,7 +60,7 @@ def topic_member(name: str, read_queue_nums: int, write_queue_nums: int, perm: i
             f'"writeQueueNums":{write_queue_nums}}}').encode()
 
 
-def topic_member_reference(d: Mapping) -> bytes:
+def topic_member_reference(d: Mapping[str, Any]) -> bytes:
     """The member of a TopicConfig JSON dict (`topicName` etc.) by the generic encoder."""
     return dumps({d["topicName"]: dict(d)})[1:-1]
 
@@ -90,7 +91,7 @@ def register_body_compressed(version: str, compact_entries: list[bytes], filter_
     return zlib.compress(raw, level)
 
 
-def decode_register_body_compressed(data: bytes) -> tuple[dict, dict[str, dict], list[str]]:
+def decode_register_body_compressed(data: bytes) -> tuple[dict[str, Any], dict[str, dict[str, Any]], list[str]]:
     """(dataVersion, {name: TopicConfig JSON (the 5 encoded fields)}, filterServerList) of a compressed body."""
     try:
         raw = zlib.decompress(data)
@@ -130,7 +131,7 @@ def topic_list(names: list[str], all_plain: bool = False) -> bytes:
 
 # ---------------------------------------------------------------- subscription groups
 
-def group_member(name: str, config: Mapping) -> bytes:
+def group_member(name: str, config: Mapping[str, Any]) -> bytes:
     return quote(name).encode() + b":" + dumps(dict(config))
 
 

@@ -25,8 +25,8 @@ import struct
 from codec.codes import TIMER_TOPIC
 from codec.errors import CodecError
 from codec.properties import index_keys, parse_properties, properties_to_string
-from codec.record import MAX_PROPERTIES_BYTES, POS_QUEUE_ID, POS_TOTAL
-from codec.record_rewrite import _qid, _topic, _topic_field, tags_code, tail_span
+from codec.record import MAX_PROPERTIES_BYTES, POS_QUEUE_ID, POS_TOTAL, topic_field
+from codec.record_rewrite import _qid, _topic, tags_code, tail_span
 
 MISSING, SKIPPED, CANCELLED = 0, 1, 2
 
@@ -40,7 +40,7 @@ TIMER_DEL_UNIQKEY, TIMER_ROLL_TIMES, TIMER_DELIVER_MS = b"TIMER_DEL_UNIQKEY", b"
 TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS = b"TIMER_ENQUEUE_MS", b"TIMER_DEQUEUE_MS"
 _APPEND_TIMES = b"\x02TIMER_ENQUEUE_MS\x01"
 _APPEND_DEQUEUE = b"\x02TIMER_DEQUEUE_MS\x01"
-_ROLL_TOPIC_FIELD = _topic_field(TIMER_TOPIC)
+_ROLL_TOPIC_FIELD = topic_field(TIMER_TOPIC)
 
 
 def canonical_map(pb: bytes) -> dict[bytes, bytes] | None:

@@ -51,6 +51,24 @@ class DelayLevelService:
         self._loaded = True
         return True
 
+    # ---- master / slave ([cluster-ha]) --------------------------------------------------------
+    def progress(self) -> dict[int, int]:
+        """Per level, the next schedule-queue offset whose delivery is not confirmed."""
+        return {d.level: d.offset for d in self.levels}
+
+    def resume_from(self, offsets: dict[int, int]) -> None:
+        """Before `start` on a promoted slave: take the master's last synced offsets (clamped into each
+        schedule queue's [min, max]) instead of delayOffset.json, and persist them."""
+        if not self._loaded:
+            self.load()
+        for d in self.levels:
+            if d.level in offsets:
+                self.offsets.set(d.level, offsets[d.level])
+                lo = self.store.min_offset(SCHEDULE_TOPIC, d.queue_id)
+                hi = self.store.max_offset(SCHEDULE_TOPIC, d.queue_id)
+                d.offset = d.scan_offset = self.offsets.correct(d.level, lo, hi)
+        self.persist()
+
     def start(self) -> None:
         if self._started:
             return

@@ -23,8 +23,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import structlog  # noqa: E402
 
+from remoting import loop as event_loop  # noqa: E402
 from server.config import load_config  # noqa: E402
 from server.logging import configure  # noqa: E402
+from storage.store_lock import StoreLockedError  # noqa: E402
 
 log = structlog.get_logger("server")
 
@@ -105,24 +107,31 @@ async def run(cfg) -> int:
     return 0
 
 
+def check_config(cfg) -> None:
+    """Everything that can be checked before the store is opened: each key's value, the ACL and TLS
+    files. Raises ConfigError naming the key."""
+    from server.security import preflight
+
+    cfg.validate()
+    preflight(cfg)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure(args.log_level)
     try:
         cfg = config_from_args(args)
-    except ValueError as e:
-        log.error("broker.bad_config", error=str(e))
+        check_config(cfg)
+    except ValueError as e:  # ConfigError included: one line naming the key, nothing opened
+        log.error("broker.bad_config", key=getattr(e, "key", None), error=str(e))
         return 2
     if args.export_config is not None:
         return export_config(cfg, args.export_config)
     try:
-        import uvloop
-    except ImportError:
-        uvloop = None
-    try:
-        if uvloop is not None:
-            return uvloop.run(run(cfg))
-        return asyncio.run(run(cfg))
+        return event_loop.run(run(cfg))
+    except StoreLockedError as e:
+        log.error("broker.store_locked", error=str(e), holder=e.holder)
+        return 1
     except OSError as e:
         log.error("broker.start_failed", error=str(e))
         return 1

@@ -16,9 +16,13 @@ import structlog
 from codec.record import encode_record
 from scheduler.levels import parse_delay_levels
 from server.client_manager import ClientManager
+from server.cluster.ha.service import ReplicaRole
+from server.cluster.namesrv.kv_config import KVConfigManager
+from server.cluster.registration import BrokerRegistrar
 from server.config import BrokerConfig
 from server.observability.registry import Registry
 from server.offsets_table import ConsumerOffsetManager
+from server.processors.send_common import PUT_STATUS_CODES
 from server.pull_hold import PullHoldService
 from server.put_hooks import PutHooks
 from server.rebalance_lock import RebalanceLockManager
@@ -27,12 +31,14 @@ from server.transactions import TransactionService
 from server.wiring import (
     make_delay_service,
     make_message_store,
+    make_registrar,
     make_remoting_server,
     make_timer_service,
     notify_consumer_ids_changed,
     put_request,
 )
 from storage.meta_store import MetaStore
+from storage.store_lock import StoreLock
 from storage.subscription_group import SubscriptionGroupTable
 from storage.topic_config import TopicConfigTable
 
@@ -47,6 +53,10 @@ class BrokerController:
         self.boot_ms = int(time.time() * 1000)
         root = config.store_path_root_dir
         os.makedirs(root, exist_ok=True)
+        # one broker per store: taken before anything of the store is read or written (a second broker
+        # on the same directory raises StoreLockedError here, its abort file and tables untouched)
+        self.store_lock = StoreLock(root)
+        self.store_lock.acquire()
         self.levels = parse_delay_levels(config.message_delay_level)
         # persistent tables in <root>/config/meta.db (storage.meta_store: one writer thread commits every
         # change; SYNC_FLUSH also fsyncs each commit); the broker's rules sit on top
@@ -59,8 +69,10 @@ class BrokerController:
                                      expired_timeout_s=config.client_channel_expired_timeout / 1000.0)
         self.locks = RebalanceLockManager(config.channel_lock_max_live_time_ms)
         self.pull_hold = PullHoldService()
-        self.kv_config: dict[str, dict[str, str]] = {}
+        self.kv_config = KVConfigManager()  # embedded mode's name-server KV config (in memory)
+        self.registrar: BrokerRegistrar | None = None  # [cluster] set when namesrvAddr is configured
         self.metrics = Registry()
+        self.replica = ReplicaRole(self)  # brokerRole / brokerId, HA, promotion (server/cluster/ha)
         self.store = None
         self.transactions = None
         self.hooks: PutHooks | None = None
@@ -68,6 +80,7 @@ class BrokerController:
         self.timer_service = None
         self.remoting = None
         self.metrics_http = None
+        self.grpc = None  # server.grpc.endpoint.GrpcEndpoint when grpcListenPort > 0
         self.put_total = 0
         self.get_total = 0
         self._put_counters: dict[str, tuple] = {}
@@ -77,19 +90,23 @@ class BrokerController:
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
+        cfg.validate()
         self.topics.load()
         self.groups.load()
         self.offsets.load()
         self.topics.ensure_system_topics(len(self.levels), cfg.timer_wheel_enable)
         self.store = make_message_store(cfg)
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
+        await self.replica.prepare(self.store)  # a SLAVE: read-only store, a former master's tail cut
         self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta)
         self.timer_service = make_timer_service(self.store, cfg)
         # the timer hook's flow control reads the live wheel, so it gets the service itself
         self.hooks = PutHooks(cfg, self.levels, timer_config=self.timer_service)
         self.transactions = TransactionService(self)
-        self.transactions.start()
-        for svc in (self.delay_service, self.timer_service):
+        if not self.replica.is_slave:  # a slave's check-backs start at promotion
+            self.transactions.start()
+        # a SLAVE delivers nothing: its delay levels start at promotion, its wheel only follows
+        for svc in () if self.replica.is_slave else (self.delay_service, self.timer_service):
             if svc is not None:
                 r = svc.start()
                 if asyncio.iscoroutine(r):
@@ -97,6 +114,7 @@ class BrokerController:
         self.remoting = make_remoting_server(self)
         from server.security import install as install_security  # [security] ACL, TLS, limits
         install_security(self, self.remoting.server)
+        from server.cluster.ha import processors as ha_processors
         from server.processors import (
             admin,
             admin_stats,
@@ -108,9 +126,17 @@ class BrokerController:
             send,
             transaction,
         )
-        for room in (namesrv, send, pull, offsets, clients, consumer_send_back, transaction, admin, admin_stats):
+        rooms = [send, pull, offsets, clients, consumer_send_back, transaction, admin, admin_stats, ha_processors]
+        if not cfg.namesrv_addr_list:
+            rooms.insert(0, namesrv)  # embedded mode: this process is its own name server
+        for room in rooms:
             room.register(self.remoting, self)
         await self.remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port])
+        await self.replica.start()
+        if cfg.namesrv_addr_list:
+            self.registrar = make_registrar(self)
+            self.topics.add_change_listener(lambda _tc: self.registrar.topics_changed())
+            await self.registrar.start()
         if cfg.metrics_port:
             from server.observability.http import MetricsHttpServer
             self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port)
@@ -118,10 +144,16 @@ class BrokerController:
         from server.observability.telemetry import Telemetry
         self.telemetry = Telemetry(self)
         self.telemetry.start()
+        if cfg.grpc_listen_port > 0:  # RocketMQ 5 clients: gRPC MessagingService over the same store
+            from server.grpc.endpoint import GrpcEndpoint
+            self.grpc = GrpcEndpoint(self)
+            await self.grpc.start()
         self._started = True
         log.info("broker.ready", host=cfg.listen_host, port=cfg.listen_port, vip_port=cfg.vip_port,
                  broker_addr=cfg.broker_addr, store=cfg.store_path_root_dir,
                  metrics_port=self.metrics_http.port if self.metrics_http else None,
+                 namesrv=cfg.namesrv_addr or "embedded",
+                 grpc_port=self.grpc.port if self.grpc else None,
                  delay_levels=len(self.levels), delay_service=self.delay_service is not None,
                  timer_service=self.timer_service is not None)
 
@@ -129,15 +161,22 @@ class BrokerController:
         """Stop accepting, drain in-flight requests, stop services, flush and checkpoint the store."""
         if not self._started:
             self.meta.close()  # a start that failed half-way: keep what it staged
+            self.store_lock.release()
             return
         self._started = False
         log.info("broker.stopping")
+        if self.registrar is not None:  # out of the routes first, so clients stop sending here
+            await self.registrar.shutdown()
         self.pull_hold.shutdown()  # held pulls answer now (counted as in-flight by the server)
         if self.remoting is not None:
             await self.remoting.close(self.config.shutdown_drain_timeout_ms / 1000.0)
+        if self.grpc is not None:
+            await self.grpc.stop()
         self.clients.shutdown()
         self.transactions.stop()
-        for svc in (self.timer_service, self.delay_service):
+        await self.replica.shutdown()
+        # a slave's delay levels never ran: their (zero) offsets must not overwrite the synced file
+        for svc in (self.timer_service,) if self.replica.is_slave else (self.timer_service, self.delay_service):
             if svc is not None:
                 try:
                     await svc.shutdown()
@@ -150,6 +189,7 @@ class BrokerController:
             await self.store.shutdown()
         if self.metrics_http is not None:
             await self.metrics_http.close()
+        self.store_lock.release()
         log.info("broker.stopped")
 
     # ---- helpers used by processors ------------------------------------------------------
@@ -172,7 +212,7 @@ class BrokerController:
             delay = hooked
         [result] = self.store.put([put_request(encode_record(rec), rec.topic, rec.queue_id, rec.properties, delay)])
         if not result.ok:
-            return 14 if result.status.name == "SERVICE_NOT_AVAILABLE" else 1, result.remark or result.status.name
+            return PUT_STATUS_CODES[result.status], result.remark or result.status.name
         if result.flushed is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(result.flushed), 5.0)
@@ -236,8 +276,9 @@ class BrokerController:
             "bootTimestamp": self.boot_ms, "runtime": f"{(int(time.time() * 1000) - self.boot_ms) // 1000}s",
             "flushDiskType": self.config.flush_disk_type, "brokerName": self.config.broker_name,
             "pullHoldCount": self.pull_hold.held_count,
+            "brokerRole": self.config.broker_role, "brokerId": self.config.broker_id,
         }
-        for svc in (self.delay_service, self.timer_service, self.transactions):
+        for svc in (self.delay_service, self.timer_service, self.transactions, self.registrar, self.grpc):
             if svc is None:
                 continue
             fn = getattr(svc, "runtime_info", None) or getattr(svc, "stats", None)

@@ -11,7 +11,6 @@ from codec.properties import parse_properties
 from codec.record import (
     BLANK_MAGIC_CODE,
     MAGIC_CODE,
-    patch_append_fields,
     read_properties_bytes,
     read_queue_id,
     read_store_timestamp,
@@ -19,6 +18,7 @@ from codec.record import (
     store_timestamp_pos,
     verify_record,
 )
+from codec.record_rewrite import patch_append_fields
 
 __all__ = ["BLANK_MAGIC_CODE", "MAGIC_CODE", "patch_append_fields", "read_properties_bytes", "read_queue_id",
            "read_store_timestamp", "read_topic", "store_timestamp_pos", "parse_properties", "RECORD_MAGICS",

@@ -80,6 +80,20 @@ class ConsumerOffsetTable:
             staged.append((key, queue_id, offset))
         self.meta.stage_offsets(staged)
 
+    def merge(self, offsets: dict[str, dict[int, int]]) -> int:
+        """Take `{"topic@group": {queue: offset}}` over the stored ones (a slave adopting its master's
+        offsets: the master wins per queue); only changed queues are staged. Returns how many changed."""
+        rows = []
+        for key, queues in offsets.items():
+            topic, sep, group = key.partition("@")
+            if not sep:
+                continue
+            mine = self.table.get(key, {})
+            rows.extend((group, topic, q, o) for q, o in queues.items() if mine.get(q) != o)
+        if rows:
+            self.commit_many(rows)
+        return len(rows)
+
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """The stored offset, or -1."""
         return self.table.get(f"{topic}@{group}", {}).get(queue_id, -1)

@@ -22,6 +22,7 @@ from storage.faults import PutFaultInjector
 from storage.flush import GroupCommitService, PeriodicFlusher, flush_segments_blocking
 from storage.index import IndexService
 from storage.recovery import recover
+from storage.replica import ReplicaMixin
 from storage.retention import RetentionMixin
 from storage.store_append import BatchPutMixin
 from storage.store_reads import ReadMixin
@@ -44,7 +45,7 @@ log = structlog.get_logger(__name__)
 DispatchListener = Callable[[str, int, int], None]
 
 
-class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin):
+class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
         root = config.store_path
@@ -183,18 +184,6 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin):
             self._disk_checked_at = now
         return self._disk_ratio
 
-    def _check_request(self, req: PutRequest) -> PutStatus | None:
-        rec = req.record
-        n = len(rec)
-        if n > self.config.max_message_size or n + R.BLANK_LEN > self.config.mapped_file_size_commitlog:
-            return PutStatus.MESSAGE_ILLEGAL
-        if n < R.MIN_RECORD:
-            return PutStatus.MESSAGE_ILLEGAL
-        total, magic = R.read_head(rec, 0)
-        if total != n or magic not in R.RECORD_MAGICS:
-            return PutStatus.MESSAGE_ILLEGAL
-        return None
-
     def put(self, requests: list[PutRequest]) -> list[PutResult]:
         """Append a batch synchronously; see ARCHITECTURE.md. Results are in request order.
 
@@ -204,6 +193,9 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin):
         results: list[PutResult | None] = [None] * len(requests)
         if self._closed or not self._loaded:
             return self._fail_all(requests, results, PutStatus.SERVICE_NOT_AVAILABLE, "store is not running")
+        if self.read_only:
+            return self._fail_all(requests, results, PutStatus.SERVICE_NOT_AVAILABLE,
+                                  "store is read-only (brokerRole SLAVE): send to the master")
         if self.disk_used_ratio() > self.config.disk_max_used_ratio:
             log.warning("store.disk_full", ratio=round(self._disk_ratio, 4), limit=self.config.disk_max_used_ratio)
             return self._fail_all(requests, results, PutStatus.SERVICE_NOT_AVAILABLE,

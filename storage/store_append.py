@@ -40,7 +40,7 @@ class BatchPutMixin:
             return BatchPutResult(0, [], queue_offsets=[])
         buf = batch.buf
         cfg = self.config
-        if (self._closed or not self._loaded or self.faults.enabled
+        if (self._closed or not self._loaded or self.faults.enabled or self.read_only
                 or self.disk_used_ratio() > cfg.disk_max_used_ratio
                 or (len(buf) > cfg.max_message_size
                     and max(map(operator.sub, batch.starts[1:], batch.starts)) > cfg.max_message_size)):

@@ -22,7 +22,8 @@ _FIELDS = (("group_name", "groupName"), ("consume_enable", "consumeEnable"),
            ("consume_broadcast_enable", "consumeBroadcastEnable"), ("retry_queue_nums", "retryQueueNums"),
            ("retry_max_times", "retryMaxTimes"), ("broker_id", "brokerId"),
            ("which_broker_when_consume_slowly", "whichBrokerWhenConsumeSlowly"),
-           ("notify_consumer_ids_changed_enable", "notifyConsumerIdsChangedEnable"))
+           ("notify_consumer_ids_changed_enable", "notifyConsumerIdsChangedEnable"),
+           ("consume_message_orderly", "consumeMessageOrderly"))
 
 
 @dataclass(slots=True)
@@ -36,6 +37,7 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    consume_message_orderly: bool = False  # RocketMQ 5: a FIFO group (5.x consumers get FIFO order)
 
     def to_json(self) -> dict:
         return {j: getattr(self, a) for a, j in _FIELDS}
@@ -100,6 +102,23 @@ class SubscriptionGroupTable:
         self._members.pop(group, None)
         self.meta.stage_group(group, None)
         return True
+
+    async def replace_all(self, configs: dict[str, SubscriptionGroupConfig], slice_n: int = 1000) -> int:
+        """Make the table equal to `configs` (a slave adopting its master's groups), staging only what
+        changed, `slice_n` rows between two yields. Returns the number of rows changed."""
+        changed = 0
+        names = list(configs)
+        for i in range(0, len(names), slice_n):
+            if i:
+                await asyncio.sleep(0)
+            for name in names[i:i + slice_n]:
+                cfg = configs[name]
+                if self.table.get(name) != cfg:
+                    self.put(cfg)
+                    changed += 1
+        for name in [n for n in self.table if n not in configs]:
+            changed += self.delete(name)
+        return changed
 
     async def wrapper_body(self) -> bytes:
         """SubscriptionGroupWrapper JSON (GET_ALL_SUBSCRIPTIONGROUP_CONFIG), remembered per data version."""

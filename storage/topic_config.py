@@ -221,6 +221,28 @@ class TopicConfigTable:
         wrapper = await self.wrapper_body()
         return await self._register.get(key, len(wrapper) // 100, lambda: wrapper, TB.register_body)
 
+    async def replace_all(self, configs: dict[str, TopicConfig], slice_n: int = 1000) -> int:
+        """Make the table equal to `configs` (a slave adopting its master's table): changed and new rows are
+        put, missing ones deleted, each staged like any change, `slice_n` rows between two yields to the
+        loop. Returns the number of rows changed."""
+        changed = 0
+        names = list(configs)
+        for i in range(0, len(names), slice_n):
+            if i:
+                await asyncio.sleep(0)
+            for name in names[i:i + slice_n]:
+                tc = configs[name]
+                if self.table.get(name) != tc:
+                    self.put(tc)
+                    changed += 1
+        gone = [name for name in self.table if name not in configs]
+        for i in range(0, len(gone), slice_n):
+            if i:
+                await asyncio.sleep(0)
+            for name in gone[i:i + slice_n]:
+                changed += self.delete(name)
+        return changed
+
     def ensure_system_topics(self, delay_levels: int = 18, timer: bool = True) -> None:
         for tc in default_system_topics(delay_levels, timer):
             if tc.topic_name not in self.table:

@@ -14,7 +14,6 @@ import os
 # subprocesses inherit this.
 os.environ.setdefault("DELAYMQ_DISK_MAX_USED_RATIO", "1.0")
 
-import importlib.util
 import itertools
 import shutil
 
@@ -23,13 +22,6 @@ import pytest
 from tests.helpers.broker import BrokerProcess
 
 TEST_COMMITLOG_SEGMENT = 32 * 1024 * 1024
-
-
-def _server_entry_point_exists() -> bool:
-    try:
-        return importlib.util.find_spec("server.__main__") is not None
-    except ImportError:
-        return False
 
 
 def _diagnostics(item) -> list:
@@ -61,8 +53,6 @@ def broker_factory(tmp_path, request):
     `config` is written as key=value lines to a broker.conf passed with --config, e.g.
     {"flushDiskType": "SYNC_FLUSH", "messageDelayLevel": "200ms 400ms 1s"}.
     """
-    if not _server_entry_point_exists():
-        pytest.skip("server/__main__.py does not exist yet: no broker to run")
     made: list[BrokerProcess] = []
     counter = itertools.count()
 

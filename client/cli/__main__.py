@@ -133,6 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
     for c in ssub.choices.values():
         c.set_defaults(func=admin_cmds.scheduled)
 
+    p = sub.add_parser("broker", help="master/slave: promote a slave")
+    bsub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    c = bsub.add_parser("promote", help="make the slave at -b the master, live (delaymq's PROMOTE_BROKER)")
+    _common(c)
+    c.add_argument("-b", "--broker", required=True, help="the slave's broker address ip:port")
+    c.add_argument("--role", choices=["ASYNC_MASTER", "SYNC_MASTER"], default="ASYNC_MASTER",
+                   help="brokerRole it takes (default ASYNC_MASTER: it has no slave yet)")
+    c.add_argument("--output", choices=["lines", "json"], default="lines")
+    c.set_defaults(func=admin_cmds.broker)
+
     # The analytics job reads exported files only; the CLI just gives analysts the same front door.
     from analytics.cli import add_arguments as add_analytics_arguments
 

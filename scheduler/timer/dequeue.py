@@ -64,10 +64,11 @@ class _PutRun:
 class SlotChunk:
     """Units of one slot in due order, as parallel int64 numpy arrays (no object per message)."""
 
-    __slots__ = ("slot", "due", "exact", "offset", "size", "magic", "write_ms", "cancel")
+    __slots__ = ("slot", "due", "exact", "offset", "size", "magic", "write_ms", "cancel", "base")
 
-    def __init__(self, slot: int, cancel: set[str], due, exact, offset, size, magic, write_ms) -> None:
+    def __init__(self, slot: int, cancel: set[str], due, exact, offset, size, magic, write_ms, base: int = 0) -> None:
         self.slot = slot
+        self.base = base  # index of the chunk's first unit in the slot's due order
         self.cancel = cancel
         self.due = due
         self.exact = exact
@@ -170,8 +171,18 @@ class DequeueMixin:
         size = units["size_py"].astype(np.int64)[order]
         write_ms = units["write_ms"].astype(np.int64)[order]
         self.metrics.markers_seen = len(cancel)
+        base = 0
+        resume = self._resume_after
+        if resume is not None and resume[0] == s:
+            # a promoted slave: the old master had put this slot's units up to (due, phys) = resume[1:]
+            self._resume_after = None
+            done = (due < resume[1]) | ((due == resume[1]) & (offset <= resume[2]))
+            base = int(done.sum())
+            keep = ~done
+            due, exact, magic, offset, size, write_ms = (a[keep] for a in (due, exact, magic, offset, size, write_ms))
+            log.info("timer.resume_slot", slot=s, skipped=base, remaining=len(due))
         return [SlotChunk(s, cancel, due[i:i + CHUNK], exact[i:i + CHUNK], offset[i:i + CHUNK], size[i:i + CHUNK],
-                          magic[i:i + CHUNK], write_ms[i:i + CHUNK]) for i in range(0, len(due), CHUNK)]
+                          magic[i:i + CHUNK], write_ms[i:i + CHUNK], base + i) for i in range(0, len(due), CHUNK)]
 
     # ---- putter ------------------------------------------------------------------------
     async def _putter_loop(self) -> None:
@@ -184,6 +195,7 @@ class DequeueMixin:
                 if item > self.commit_read_ms:
                     self.commit_read_ms = item
                     self.checkpoint.set_read_time(item)
+                    self.slot_progress = (item, 0, -1, -1)
                 continue
             await self._deliver_chunk(item)
 
@@ -199,6 +211,8 @@ class DequeueMixin:
             while i < j:
                 k = min(j, i + batch)
                 await self._put_units(c, i, k)
+                # seed 003's localIndex: units of the slot put so far, and the due order key of the last
+                self.slot_progress = (c.slot, c.base + k, int(c.due[k - 1]), int(c.offset[k - 1]))
                 i = k
 
     async def _put_units(self, c: SlotChunk, lo: int, hi: int) -> None:

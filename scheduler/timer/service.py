@@ -68,6 +68,11 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self._put_queue: asyncio.Queue | None = None
         self._offset_waiters: list[tuple[int, asyncio.Future]] = []
         self._host_hex: dict[bytes, str] = {}
+        # [cluster-ha] progress of the slot being put (slot ms, units put, due ms and phys of the last)
+        self.slot_progress: tuple[int, int, int, int] = (0, 0, -1, -1)
+        self._resume_after: tuple[int, int, int] | None = None  # promoted slave: skip these in that slot
+        self._following = False  # a slave: enqueue only, never past what the master enqueued
+        self._enqueue_limit = 0
 
     # ---- lifecycle -----------------------------------------------------------------------
     def load(self) -> bool:
@@ -98,6 +103,74 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self._clean_handle = loop.call_later(self.config.timerlog_clean_interval_ms / 1000.0, self._clean_tick)
         log.info("timer.started", precision_ms=self.config.precision_ms, pending=self.wheel.pending,
                  roll_window_slots=self.roll_window_slots, max_delay_sec=self.config.max_delay_sec)
+
+    # ---- master / slave ([cluster-ha]) --------------------------------------------------------
+    def start_follower(self) -> None:
+        """A slave's wheel: the enqueue task only (the replicated timer topic → timerlog + wheel),
+        never past the master's enqueued offset (`follow`); no dequeue, nothing is delivered."""
+        if self._running:
+            return
+        self.load()
+        loop = asyncio.get_running_loop()
+        self._following = True
+        self._enqueue_limit = min(self.commit_queue_offset, self.store.max_offset(TIMER_TOPIC, 0))
+        self._running = True
+        self._enqueue_wake = asyncio.Event()
+        self._put_queue = asyncio.Queue(PUT_QUEUE_CAPACITY)
+        self.store.add_dispatch_listener(self._on_dispatch)
+        self._tasks = [loop.create_task(self._enqueue_loop(), name="timer-enqueue")]
+        self._schedule_flush()
+        log.info("timer.following", queue_offset=self.commit_queue_offset, read_ms=self.commit_read_ms)
+
+    def progress(self):
+        """The wheel's part of scheduler.progress.SchedulerProgress."""
+        from scheduler.progress import TimerProgress
+
+        slot, n, due, phys = self.slot_progress
+        if slot != self.commit_read_ms:
+            slot, n, due, phys = self.commit_read_ms, 0, -1, -1
+        return TimerProgress(self.commit_read_ms, self.commit_queue_offset, self.read_cursor_ms, slot, n, due, phys)
+
+    def follow(self, p) -> None:
+        """Adopt a master's TimerProgress on a slave: enqueue up to its queue offset; a unit already
+        due is linked no earlier than the master's reader cursor (so its slot here is never earlier
+        than on the master, and a new master skipping the slots below read_ms drops nothing)."""
+        if not self._following:
+            return
+        self.read_cursor_ms = max(self.read_cursor_ms, p.cursor_ms)
+        self.commit_read_ms = max(self.commit_read_ms, p.read_ms)
+        self.slot_progress = (p.slot_ms, p.put_in_slot, p.last_due_ms, p.last_phys)
+        if p.queue_offset > self._enqueue_limit:
+            self._enqueue_limit = p.queue_offset
+            if self._enqueue_wake is not None:
+                self._enqueue_wake.set()
+
+    def promote(self, p=None) -> None:
+        """Start delivering (a slave became the master): from `p` (the last TimerProgress synced),
+        else from this node's own checkpoint. The slot in progress skips the units already put."""
+        if not self._following:
+            return
+        self._following = False
+        if p is not None:
+            self.follow_final(p)
+        # every replicated timer message into the wheel before the reader looks at a slot
+        while self._enqueue_batch(1 << 16):
+            pass
+        self.wheel.rebuild_occupancy(self.read_cursor_ms)
+        loop = asyncio.get_running_loop()
+        self._tasks += [loop.create_task(self._reader_loop(), name="timer-dequeue-get"),
+                        loop.create_task(self._putter_loop(), name="timer-dequeue-put")]
+        self._clean_handle = loop.call_later(self.config.timerlog_clean_interval_ms / 1000.0, self._clean_tick)
+        log.info("timer.promoted", read_ms=self.commit_read_ms, resume_after=self._resume_after,
+                 queue_offset=self.commit_queue_offset, pending=self.wheel.pending)
+
+    def follow_final(self, p) -> None:
+        prec = self.config.precision_ms
+        read_ms = p.read_ms - p.read_ms % prec
+        self.read_cursor_ms = self.commit_read_ms = read_ms
+        self.slot_progress = (p.slot_ms, p.put_in_slot, p.last_due_ms, p.last_phys)
+        self._resume_after = (p.slot_ms, p.last_due_ms, p.last_phys) if p.slot_ms == read_ms and \
+            p.put_in_slot > 0 else None
 
     async def shutdown(self) -> None:
         if not self._loaded:

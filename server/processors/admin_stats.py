@@ -114,7 +114,7 @@ def register(server, broker) -> None:
 
     @guarded
     def broker_config(conn, cmd):
-        body = "".join(f"{k}={v}\n" for k, v in sorted(cfg.to_properties().items())).encode()
+        body = "".join(f"{k}={v}\n" for k, v in sorted(cfg.public_properties().items())).encode()
         return ok(cmd, {"version": AB.dumps(version()).decode()}, body=body)
 
     @guarded

@@ -14,7 +14,7 @@ import random
 
 import structlog
 
-from codec.msgid import new_uniq_id
+from codec.msgid import UniqIdGenerator
 from codec.properties import rewrite_sent_properties_cached
 from codec.record import encode_message_bytes
 from codec.send_response import SendResponseFrames
@@ -44,7 +44,6 @@ from server.processors.send_common import (
     fail,
     int_or_zero,
     ok,
-    status_name,
 )
 from server.processors.send_run import SendRunMixin
 from server.topics import DLQ_PREFIX, NOT_ALLOWED_SEND, RETRY_PREFIX, topic_error
@@ -71,6 +70,8 @@ class SendProcessor(SendRunMixin):
         self.store_host = (host, int(port))
         # an offset msgId is hex(store host ‖ port ‖ offset): the host part is the same for every message
         self._msg_id_prefix = msgid.offset_msg_id(host, int(port), 0)[:-16]
+        # UNIQ_KEYs the broker assigns (a producer that sent none) carry brokerIP1, as a Java broker's do
+        self._new_uniq_id = UniqIdGenerator(broker.config.broker_ip1).new
         self._frames = SendResponseFrames(self._msg_id_prefix, {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
         self._valid_topics: set[str] = set()
 
@@ -142,7 +143,7 @@ class SendProcessor(SendRunMixin):
         reconsume = h.reconsumeTimes or 0
         if not h.topic.startswith(RETRY_PREFIX):
             plain = rewrite_sent_properties_cached(h.properties or "", self.cfg.broker_cluster_name,
-                                                   new_uniq_id, PLAIN_SEND_EXCLUDES)
+                                                   self._new_uniq_id, PLAIN_SEND_EXCLUDES)
             if plain is not None:  # no timer, no transaction: the timer hook has nothing to do
                 return self._prepare_plain(conn, cmd, h, tcfg, qid, body, reconsume, plain)
         return self._prepare_full(conn, cmd, h, tcfg, qid, body, reconsume)
@@ -174,7 +175,7 @@ class SendProcessor(SendRunMixin):
         wait = props.pop("WAIT", "true").lower() != "false"
         props["CLUSTER"] = self.cfg.broker_cluster_name
         if not props.get("UNIQ_KEY"):
-            props["UNIQ_KEY"] = self._msgid.new_uniq_id()
+            props["UNIQ_KEY"] = self._new_uniq_id()
         topic, reply_qid = h.topic, qid
         if topic.startswith(RETRY_PREFIX):
             rerouted = self._retry_or_dlq(cmd, h, props, reconsume)
@@ -274,8 +275,8 @@ class SendProcessor(SendRunMixin):
         first = results[0]
         for r in results:
             if r.status is not PUT_OK:
-                name = status_name(r.status)
-                return fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), name, reply_qid)
+                name = r.status.name
+                return fail(cmd, PUT_STATUS_CODES[r.status], name, reply_qid)
         prefix = self._msg_id_prefix
         msg_id = ",".join([f"{prefix}{r.phys_offset:016X}" for r in results])
         self.broker.on_put(topics, results)
@@ -283,6 +284,13 @@ class SendProcessor(SendRunMixin):
             return None
         ext = {"msgId": msg_id, "queueId": str(reply_qid), "queueOffset": str(first.queue_offset),
                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        replica = self.broker.replica
+        if replica.sync_master and wait:
+            end = max(r.phys_offset + r.size for r in results)
+            flushed = next((r.flushed for r in results if r.flushed is not None), None)
+            gate = replica.gate(end)
+            return self._answer_when_replicated(cmd, flushed if self.cfg.sync_flush else None,
+                                                gate if type(gate) is tuple else asyncio.ensure_future(gate), ext)
         if self.cfg.sync_flush and wait:
             pending = [r.flushed for r in results if getattr(r, "flushed", None) is not None]
             if pending:

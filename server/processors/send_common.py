@@ -6,7 +6,7 @@ client reads the send response header without a null check).
 
 from __future__ import annotations
 
-from codec.codes import BROKER_VERSION, RPC_TYPE_RESPONSE
+from codec.codes import BROKER_VERSION, RPC_TYPE_RESPONSE, ResponseCode
 from codec.command import RemotingCommand
 from storage.store_types import PutStatus
 
@@ -17,11 +17,18 @@ MULTI_TAGS_FLAG, TRANSACTION_MASK, TRANSACTION_PREPARED, TRANSACTION_COMMIT = 0x
 V3_4_9 = 121
 SYNC_FLUSH_TIMEOUT_S = 5.0
 
-PUT_STATUS_CODES = {
-    "PUT_OK": SUCCESS, "FLUSH_DISK_TIMEOUT": 10, "FLUSH_SLAVE_TIMEOUT": 12, "SLAVE_NOT_AVAILABLE": 11,
-    "CREATE_MAPEDFILE_FAILED": 1, "CREATE_MAPPED_FILE_FAILED": 1, "MESSAGE_ILLEGAL": 13,
-    "PROPERTIES_SIZE_EXCEEDED": 13, "SERVICE_NOT_AVAILABLE": 14, "OS_PAGECACHE_BUSY": 1,
-    "WHEEL_TIMER_MSG_ILLEGAL": 13, "WHEEL_TIMER_FLOW_CONTROL": 1, "WHEEL_TIMER_NOT_ENABLE": 1,
+# What a send answers for each store outcome (BrokerController / SendMessageProcessor.handlePutMessageResult).
+PUT_STATUS_CODES: dict[PutStatus, ResponseCode] = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.CREATE_MAPPED_FILE_FAILED: ResponseCode.SYSTEM_ERROR,
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.OS_PAGE_CACHE_BUSY: ResponseCode.SYSTEM_ERROR,
+    PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
 }
 PROPS_MAX = 32767
 PUT_OK = PutStatus.PUT_OK
@@ -42,10 +49,6 @@ def ok(cmd, code: int, remark: str | None, ext: dict[str, str]) -> RemotingComma
     """`cmd.response(code, remark, ext)` for an ext dict that is already all strings."""
     return RemotingCommand(code, cmd.opaque, RPC_TYPE_RESPONSE, "JAVA", BROKER_VERSION, remark, ext, b"",
                            cmd.serialize_type)
-
-
-def status_name(status) -> str:
-    return getattr(status, "name", None) or str(status)
 
 
 def int_or_zero(v) -> int:

@@ -12,6 +12,7 @@ encoded in one pass into one bytes object (`codec.send_response` for the SUCCESS
 
 from __future__ import annotations
 
+import asyncio
 from itertools import accumulate
 
 import structlog
@@ -23,14 +24,15 @@ from codec.record import POS_SYS_FLAG, store_timestamp_pos
 from server import headers as H
 from server.headers import HeaderError
 from server.processors.send_common import (
+    FLUSH_DISK_TIMEOUT,
     PUT_OK,
     PUT_STATUS_CODES,
     SEND_MESSAGE,
     SUCCESS,
+    SYNC_FLUSH_TIMEOUT_S,
     SYSTEM_ERROR,
     fail,
     ok,
-    status_name,
 )
 
 log = structlog.get_logger(__name__)
@@ -123,15 +125,20 @@ class SendRunMixin:
         phys, qoffs, statuses, flushed = res.phys, res.queue_offsets, res.statuses, res.flushed
         # no response waits for a flush unless SYNC_FLUSH (then only those with WAIT)
         sync = self.cfg.sync_flush and flushed is not None
+        replica = self.broker.replica.gate_for_run(run.starts, phys, statuses) \
+            if self.broker.replica.sync_master and res.count else None
         frame = self._frames.frame
         for j, i in enumerate(idx):
             prep = preps[j]
             cmd = cmds[i]
             if statuses is not None and statuses[j] is not PUT_OK:
-                name = status_name(statuses[j])
-                out[i] = fail(cmd, PUT_STATUS_CODES.get(name, SYSTEM_ERROR), name, prep[6])
+                name = statuses[j].name
+                out[i] = fail(cmd, PUT_STATUS_CODES[statuses[j]], name, prep[6])
             elif cmd.flag & RPC_ONEWAY:
                 continue
+            elif replica is not None and prep[7]:  # SYNC_MASTER: answer once a slave has the bytes
+                out[i] = self._answer_when_replicated(cmd, flushed if sync else None, replica,
+                                                      self._ok_ext(phys[j], prep[6], qoffs[j]))
             elif sync and prep[7]:
                 out[i] = self._answer_when_flushed(cmd, [flushed], self._ok_ext(phys[j], prep[6], qoffs[j]))
             elif framed:
@@ -148,6 +155,21 @@ class SendRunMixin:
             self.broker.on_put_sizes(topics, sizes)
         idx.clear()
         preps.clear()
+
+    @staticmethod
+    async def _answer_when_replicated(cmd, flushed, replica, ext: dict[str, str]):
+        """SYNC_MASTER: flush (if SYNC_FLUSH) and the slave's ack; a replica status that is not OK
+        overrides (FLUSH_SLAVE_TIMEOUT 12, SLAVE_NOT_AVAILABLE 11), the message is stored either way."""
+        code, remark = SUCCESS, None
+        if flushed is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(flushed), SYNC_FLUSH_TIMEOUT_S)
+            except TimeoutError:
+                code, remark = FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT"
+        rcode, rremark = replica if type(replica) is tuple else await asyncio.shield(replica)
+        if rcode != SUCCESS:
+            code, remark = rcode, rremark
+        return ok(cmd, code, remark, ext)
 
     def _ok_ext(self, phys_offset: int, reply_qid: int, queue_offset: int) -> dict[str, str]:
         return {"msgId": f"{self._msg_id_prefix}{phys_offset:016X}", "queueId": str(reply_qid),

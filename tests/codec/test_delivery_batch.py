@@ -4,8 +4,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from codec.delivery_batch import build_delivery_batch
-from codec.record import MessageRecord, build_deliveries, encode_record, read_store_timestamp
-from codec.record_rewrite import tail_span
+from codec.record import MessageRecord, encode_record, read_store_timestamp
+from codec.record_rewrite import build_deliveries, tail_span
 from tests.codec.strategies import BOUNDED
 from tests.codec.test_record_rewrite import schedule_records
 

@@ -17,7 +17,6 @@ from codec.record import (
     decompress_body,
     encode_record,
     iter_records,
-    patch_append_fields,
     read_body,
     read_magic,
     read_properties,
@@ -28,11 +27,11 @@ from codec.record import (
     read_topic,
     read_total_size,
     record_length,
-    rewrite_for_delivery,
     store_host_pos,
     store_timestamp_pos,
     verify_record,
 )
+from codec.record_rewrite import patch_append_fields, rewrite_for_delivery
 from tests.codec.strategies import BOUNDED, FEW, bodies, hosts, ipv4, ports, properties
 
 topics = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABC%_-|0123456789", min_size=1, max_size=127)

@@ -1,11 +1,12 @@
-"""codec.record.build_deliveries: batch messageTimeup agrees with rewrite_for_delivery, field by field."""
+"""codec.record_rewrite.build_deliveries: batch messageTimeup agrees with rewrite_for_delivery, field by field."""
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from codec.errors import CodecError
-from codec.record import MessageRecord, build_deliveries, decode_record, encode_record, rewrite_for_delivery
+from codec.record import MessageRecord, decode_record, encode_record
+from codec.record_rewrite import build_deliveries, rewrite_for_delivery
 from codec.tags import java_hash
 from tests.codec.strategies import BOUNDED, bodies, hosts, properties
 

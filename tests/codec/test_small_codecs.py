@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from codec.batch import BatchItem, decode_batch, encode_batch
 from codec.errors import CodecError
-from codec.msgid import decode_offset_msg_id, new_uniq_id, offset_msg_id
+from codec.msgid import UniqIdGenerator, decode_offset_msg_id, new_uniq_id, offset_msg_id
 from codec.properties import MessageConst, parse_properties, properties_to_string
 from codec.tags import java_hash, tags_code
 from tests.codec.strategies import BOUNDED, bodies, ipv4, ipv6, prop_key, properties
@@ -157,6 +157,13 @@ def test_new_uniq_id_layout_and_uniqueness():
     assert len({i[:20] for i in ids}) == 1
     a, b = int(ids[0][-4:], 16), int(ids[1][-4:], 16)
     assert b == (a + 1) & 0xFFFF
+
+
+def test_uniq_id_generator_carries_its_host():
+    # the broker's generator names brokerIP1 (MessageClientIDSetter puts the host's IPv4 first)
+    assert UniqIdGenerator("10.1.2.3").new()[:8] == "0A010203"
+    assert UniqIdGenerator("::ffff:192.168.0.9").new()[:8] == "C0A80009"
+    assert new_uniq_id()[:8] == "7F000001"
 
 
 @given(prop_key)

@@ -13,6 +13,7 @@ suite runs with `-rs`). Nothing here decides a skip from what a broker does: onl
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -138,6 +139,26 @@ def compile_java(sources: list[Path], out_dir: Path) -> Path:
     subprocess.run(["javac", "-nowarn", "-cp", classpath(), "-d", str(out_dir), *map(str, sources)],
                    check=True, capture_output=True, text=True, timeout=180)
     return out_dir
+
+
+AGENT_SOURCE = REPO_ROOT / "tests" / "java" / "agent" / "JavaAgent.java"
+
+
+def java_agent_classes() -> Path:
+    """JavaAgent.java compiled against the stock client jars, once per source version (kept in the temp dir)."""
+    digest = hashlib.sha256(AGENT_SOURCE.read_bytes()).hexdigest()[:16]
+    out = Path(tempfile.gettempdir()) / f"delaymq-java-agent-{digest}"
+    done = out / ".compiled"
+    if done.exists():
+        return out
+    staging = Path(tempfile.mkdtemp(prefix="delaymq-java-agent-"))
+    compile_java([AGENT_SOURCE], staging)
+    (staging / ".compiled").touch()
+    try:
+        staging.rename(out)  # atomic: a parallel run either wins or finds the finished directory
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
 
 
 def java_command(main_class: str, classes_dir: Path, *args: str) -> list[str]:

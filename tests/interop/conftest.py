@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import register_diagnostics
 from tests.helpers.agents import AgentProcess
 from tests.helpers.broker import REPO_ROOT
+from tests.helpers.java import ROCKETMQ_JAVA, java_agent_classes, java_available, java_command
 
 CPP_AGENT = Path(__file__).with_name("cpp_agent.py")
 NODE_DIR = Path(__file__).with_name("node")
@@ -75,6 +76,19 @@ class Agents:
             pytest.fail("node_modules/ali-ons is missing: run `make setup` (npm ci)")
         argv = [node, str(NODE_DIR / script), "--namesrv", broker.namesrv, *_argv_opts(opts)]
         return self._start(name or f"node-{Path(script).stem}", argv)
+
+    def java(self, cmd: str, broker, name: str | None = None, **opts) -> AgentProcess:
+        """Start `JavaAgent <cmd> --namesrv <broker> ...opts`: the stock Apache 4.9.7 Java client."""
+        if not java_available():
+            pytest.skip(f"no Apache RocketMQ 4.9.7 jars at {ROCKETMQ_JAVA} (../shared absent) or no java on PATH")
+        argv = java_command("JavaAgent", java_agent_classes(), cmd, "--namesrv", broker.namesrv, *_argv_opts(opts))
+        return self._start(name or f"java-{cmd}", argv)
+
+    def run_java(self, cmd: str, broker, timeout: float = 90.0, expect_code: int = 0, **opts) -> AgentProcess:
+        agent = self.java(cmd, broker, **opts)
+        code = agent.wait_exit(timeout)
+        assert code == expect_code, f"java {cmd} exited {code}, expected {expect_code}\n{agent.diagnostics()}"
+        return agent
 
     def close(self) -> None:
         for agent in self.started:

@@ -2,10 +2,7 @@
 
 import json
 
-import pytest
-
 from tests.helpers import wire
-from tests.server.conftest import NEEDED, _have
 from tests.server.helpers import SEND_MESSAGE_V2, pull, send, send_ext
 from tests.server.raw import RawClient, decode_records
 
@@ -103,7 +100,6 @@ async def test_restart_keeps_messages_offsets_and_topics(make_broker, tmp_path):
         await c2.close()
 
 
-@pytest.mark.skipif(not _have(*NEEDED), reason="codec/storage/remoting have not landed yet")
 def test_sigterm_exits_zero_and_restart_sees_everything(broker):
     """The console script as a subprocess (tests/helpers/broker.py harness)."""
     ext = send_ext("Durable", "UNIQ_KEY\x01U1\x02", 0)

@@ -125,3 +125,18 @@ async def test_retry_topic_send_past_max_goes_to_dlq(broker_ctl, client):
     recs = decode_records((await pull(client, "GR", "%DLQ%GR", 0, 0)).body)
     assert recs and recs[0]["body"] == b"dead" and recs[0]["props"]["DELAY"] == "0"
 
+
+
+async def test_uniq_key_the_broker_assigns_names_broker_ip1(make_broker):
+    """A producer that sends no UNIQ_KEY gets one from the broker, with brokerIP1 as its host part."""
+    from tests.server.raw import RawClient
+
+    b = await make_broker(broker_ip1="127.0.0.9")
+    c = await RawClient.connect(f"127.0.0.1:{b.config.listen_port}")
+    try:
+        r = await send(c, "NoKey", b"x", qid=0)
+        assert r.code == 0
+        [rec] = decode_records((await pull(c, "G", "NoKey", 0, 0)).body)
+        assert rec["props"]["UNIQ_KEY"][:8] == "7F000009"
+    finally:
+        await c.close()

@@ -16,6 +16,15 @@ def test_defaults_match_rocketmq_names():
     assert cfg.vip_port == 9874 and cfg.broker_addr == "127.0.0.1:9876"
 
 
+def test_properties_escapes_are_read_as_java_reads_them():
+    # A Windows path as RocketMQ's docs write it, a unicode escape, and an escaped separator in a key.
+    text = "storePathRootDir=D\\:\\\\rocketmq\\\\store\nbrokerName=b\\u00e9\nweird\\=key=v\n"
+    props = parse_properties(text)
+    assert props["storePathRootDir"] == "D:\\rocketmq\\store"
+    assert props["brokerName"] == "b\u00e9"
+    assert props["weird=key"] == "v"
+
+
 def test_properties_file_parsing_with_comments_unknown_keys_and_continuations(tmp_path):
     text = ("# comment\n! also comment\n\nbrokerName = broker-x\nlistenPort:10911\n"
             "flushDiskType=SYNC_FLUSH\nmessageDelayLevel=1s 5s \\\n  10s\nnoSuchKey=1\nautoCreateTopicEnable=FALSE\n")

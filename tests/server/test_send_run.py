@@ -14,7 +14,7 @@ from codec.command import RemotingCommand
 from codec.frame import FrameDecoder, encode_frame_bytes
 from codec.msgid import offset_msg_id
 from server import headers as H
-from server.processors.send_common import PUT_OK, PUT_STATUS_CODES, fail, status_name
+from server.processors.send_common import PUT_OK, PUT_STATUS_CODES, fail
 from storage.store_types import PutRequest
 from tests.server.helpers import SEND_MESSAGE, SEND_MESSAGE_V2, send_ext
 from tests.server.raw import encode_batch, props
@@ -49,8 +49,7 @@ def generic(sp, conn, cmd):
     raw, topic, qid, tcode, keys, delay, reply_qid, _wait = prep
     [r] = sp.broker.store.put([PutRequest(bytearray(raw), topic, qid, tcode, keys, delay)])
     if r.status is not PUT_OK:
-        name = status_name(r.status)
-        return fail(cmd, PUT_STATUS_CODES.get(name, 1), name, reply_qid)
+        return fail(cmd, PUT_STATUS_CODES[r.status], r.status.name, reply_qid)
     if cmd.is_oneway:
         return None
     return cmd.response(0, None, {"msgId": offset_msg_id(*sp.store_host, r.phys_offset), "queueId": str(reply_qid),
@@ -157,3 +156,12 @@ async def test_a_run_answers_in_request_order(make_broker, tmp_path):
     cmds = [request(rnd, i + 1) for i in range(40)]
     blob = b"".join(r for r in _processor(a).batch_framed(_Conn(), cmds) if r is not None)
     assert [c.opaque for c in FrameDecoder().feed(blob)] == [c.opaque for c in cmds if not c.is_oneway]
+
+
+def test_every_put_status_has_a_response_code():
+    from codec.codes import ResponseCode
+    from storage.store_types import PutStatus
+
+    assert set(PUT_STATUS_CODES) == set(PutStatus)
+    assert all(isinstance(code, ResponseCode) for code in PUT_STATUS_CODES.values())
+    assert PUT_STATUS_CODES[PutStatus.PUT_OK] == ResponseCode.SUCCESS

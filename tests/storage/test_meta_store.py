@@ -207,3 +207,28 @@ async def test_table_bodies_are_remembered_per_data_version_and_built_off_the_lo
     assert set(json.loads(await t.topic_list_body())["topicList"]) == set(table)
     assert set(AB.decode_table(await g.wrapper_body(), "subscriptionGroupTable")) == {"CG1"}
     meta.close()
+
+
+async def test_replace_all_and_merge_stage_only_what_changed(tmp_path):
+    meta, t, g, o = _tables(tmp_path)
+    for i in range(30):
+        t.put(TopicConfig(f"T{i}", 4, 4))
+    g.get("A")
+    g.get("B")
+    o.commit("G", "T1", 0, 5)
+    t.persist()
+    before = t.data_version.counter
+    master = {f"T{i}": TopicConfig(f"T{i}", 4, 4) for i in range(5, 30)}
+    master["T7"] = TopicConfig("T7", 8, 8)
+    master["New"] = TopicConfig("New", 1, 1)
+    assert await t.replace_all(master, slice_n=4) == 5 + 2  # T0..T4 deleted, T7 changed, New added
+    assert t.table == master and t.data_version.counter == before + 7
+    from storage.subscription_group import SubscriptionGroupConfig
+    assert await g.replace_all({"B": g.table["B"], "C": SubscriptionGroupConfig("C")}) == 2
+    assert set(g.table) == {"B", "C"}
+    assert o.merge({"T1@G": {0: 5, 1: 9}, "T2@H": {3: 1}, "bad": {0: 1}}) == 2
+    assert o.query("G", "T1", 1) == 9 and o.groups_of("T2") == ["H"]
+    meta.close()
+    _, t2, g2, o2 = _tables(tmp_path)
+    assert t2.table == master and set(g2.table) == {"B", "C"} and o2.query("H", "T2", 3) == 1
+    t2.meta.close()

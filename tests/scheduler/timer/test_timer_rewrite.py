@@ -10,7 +10,8 @@ import pytest
 
 from codec.errors import CodecError
 from codec.properties import parse_properties, properties_to_string
-from codec.record import MessageRecord, _tail_positions, encode_record, rewrite_for_delivery
+from codec.record import MessageRecord, _tail_positions, encode_record
+from codec.record_rewrite import rewrite_for_delivery
 from codec.tags import java_hash
 from codec.timer_rewrite import (
     CANCELLED,

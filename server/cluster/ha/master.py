@@ -1,0 +1,215 @@
+"""HAService, the master side of RocketMQ 4.x HA (cluster-ha.md §2.5, §2.7).
+
+Listens on haListenPort. A slave connects and reports its max CommitLog offset (8 bytes); the
+connection then streams `[phyOffset][size][raw CommitLog bytes]` from that offset (from the start of
+the master's last CommitLog file when the slave reports 0), at most haTransferBatchSize per frame, a
+frame never crossing a file; an empty frame after haSendHeartbeatInterval of silence. Every report
+is an ack: `push2slave_max` is the furthest offset any slave confirmed (one value for all slaves, as
+RocketMQ); SYNC_MASTER sends wait on it (`wait_replicated`). A report beyond the master's end drops
+the connection (apache/rocketmq#3015); so does haHousekeepingInterval without a byte from the slave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import time
+
+import structlog
+
+from codec.errors import CodecError
+from codec.ha import ReportDecoder, encode_header
+
+log = structlog.get_logger(__name__)
+
+WAIT_DATA_S = 0.1  # a connection with nothing to send sleeps at most this long (woken by appends)
+
+
+class HAConnection(asyncio.Protocol):
+    def __init__(self, service: HAService) -> None:
+        self.svc = service
+        self.transport: asyncio.Transport | None = None
+        self.peer = None
+        self.decoder = ReportDecoder()
+        self.request_offset = -1  # the first report
+        self.ack_offset = -1
+        self.last_read = time.monotonic()
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self.closed = False
+        self.reported = asyncio.Event()
+        self.data = asyncio.Event()  # set by the service on every append
+        self.task: asyncio.Task | None = None
+
+    # ---- protocol -----------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.peer = transport.get_extra_info("peername")
+        self.svc.connections.add(self)
+        self.task = asyncio.get_running_loop().create_task(self._write_loop(), name=f"ha-write-{self.peer}")
+        log.info("ha.slave_connected", peer=self.peer, slaves=len(self.svc.connections))
+
+    def data_received(self, data: bytes) -> None:
+        self.last_read = time.monotonic()
+        try:
+            value = self.decoder.feed(data)
+        except CodecError as e:
+            self.close(f"bad report: {e}")
+            return
+        if value is None:
+            return
+        if value > self.svc.store.commitlog_max_offset():
+            self.close(f"slave reported {value}, beyond the master's CommitLog end "
+                       f"{self.svc.store.commitlog_max_offset()}")
+            return
+        if self.request_offset < 0:
+            self.request_offset = value
+            self.reported.set()
+        self.ack_offset = value
+        self.svc.on_ack(value)
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self.svc.connections.discard(self)
+        self.writable.set()
+        self.reported.set()
+        self.svc.wake()
+        if self.task is not None:
+            self.task.cancel()
+        log.info("ha.slave_disconnected", peer=self.peer, ack=self.ack_offset, error=repr(exc) if exc else None)
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+
+    def close(self, reason: str) -> None:
+        if not self.closed:
+            log.warning("ha.connection_dropped", peer=self.peer, reason=reason)
+            self.closed = True
+            self.transport.close()
+
+    async def wait_data(self, timeout: float) -> None:
+        ev = self.data
+        if not ev.is_set():
+            try:
+                await asyncio.wait_for(ev.wait(), timeout)
+            except TimeoutError:
+                return
+        ev.clear()
+
+    # ---- transfer -----------------------------------------------------------------------
+    async def _write_loop(self) -> None:
+        svc = self.svc
+        cfg = svc.config
+        try:
+            await self.reported.wait()
+            if self.closed:
+                return
+            store = svc.store
+            if self.request_offset == 0:
+                end = store.commitlog_max_offset()
+                nxt = max(0, end - end % store.commitlog.file_size)
+            else:
+                nxt = self.request_offset
+            heartbeat_s = cfg.ha_send_heartbeat_interval / 1000.0
+            housekeeping_s = cfg.ha_housekeeping_interval / 1000.0
+            batch = cfg.ha_transfer_batch_size
+            last_write = 0.0
+            while not self.closed:
+                data = store.replica_data(nxt, batch)
+                now = time.monotonic()
+                if data:
+                    n = len(data)
+                    self.transport.write(encode_header(nxt, n) + bytes(data))
+                    nxt += n
+                    last_write = now
+                    if not self.writable.is_set():
+                        await self.writable.wait()
+                    continue
+                if now - self.last_read > housekeeping_s:
+                    self.close(f"no report for {housekeeping_s:.0f}s")
+                    return
+                if now - last_write > heartbeat_s:
+                    self.transport.write(encode_header(nxt, 0))
+                    last_write = now
+                await self.wait_data(WAIT_DATA_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # the connection ends; the slave reconnects
+            log.exception("ha.transfer_failed", peer=self.peer, error=repr(e))
+            self.close(f"transfer failed: {e!r}")
+
+
+class HAService:
+    def __init__(self, store, config) -> None:
+        self.store = store
+        self.config = config
+        self.connections: set[HAConnection] = set()
+        self.push2slave_max = 0
+        self._waiters: list[tuple[int, int, asyncio.Future]] = []
+        self._seq = 0
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: HAConnection(self), host, port)
+        self.store.add_dispatch_listener(self._on_dispatch)
+        log.info("ha.listening", host=host, port=port)
+
+    async def close(self) -> None:
+        self.store.remove_dispatch_listener(self._on_dispatch)
+        if self._server is not None:
+            self._server.close()
+            for c in list(self.connections):
+                c.transport.close()
+            await self._server.wait_closed()
+            self._server = None
+        for _, _, fut in self._waiters:
+            if not fut.done():
+                fut.set_result(False)
+        self._waiters.clear()
+
+    def drop_slaves(self) -> None:
+        for c in list(self.connections):
+            c.close("role change")
+
+    # ---- new data -----------------------------------------------------------------------
+    def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
+        for c in self.connections:
+            c.data.set()
+
+    def wake(self) -> None:
+        for c in self.connections:
+            c.data.set()
+
+    # ---- acks / SYNC_MASTER ---------------------------------------------------------------
+    def on_ack(self, offset: int) -> None:
+        if offset > self.push2slave_max:
+            self.push2slave_max = offset
+            w = self._waiters
+            while w and w[0][0] <= offset:
+                _, _, fut = heapq.heappop(w)
+                if not fut.done():
+                    fut.set_result(True)
+
+    def slave_ok(self, end_offset: int) -> bool:
+        """isSlaveOK: a slave is connected and not more than haSlaveFallbehindMax behind."""
+        return bool(self.connections) and end_offset - self.push2slave_max < self.config.ha_slave_fallbehind_max
+
+    async def wait_replicated(self, end_offset: int, timeout_s: float) -> bool:
+        """True once a slave acked `end_offset`, False after `timeout_s`."""
+        if self.push2slave_max >= end_offset:
+            return True
+        fut = asyncio.get_running_loop().create_future()
+        self._seq += 1
+        heapq.heappush(self._waiters, (end_offset, self._seq, fut))
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            return False
+
+    def stats(self) -> dict:
+        return {"slaves": len(self.connections), "push2slave_max": self.push2slave_max,
+                "slave_acks": {str(c.peer): c.ack_offset for c in self.connections}}

@@ -1,0 +1,80 @@
+"""Requests served for HA: what a slave pulls from its master (GET_ALL_CONSUMER_OFFSET 43,
+GET_ALL_DELAY_OFFSET 45, GET_TIMER_CHECK_POINT 60; 21 and 201 are in processors.admin_stats) and
+delaymq's own PROMOTE_BROKER (3101, admin under ACL), GET_SCHEDULER_PROGRESS (3102), GET_HA_EPOCH (3103)."""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+
+import structlog
+
+from codec.codes import RequestCode as RC
+from codec.codes import ResponseCode as RS
+from codec.fastjson import dumps
+from scheduler.delay_offsets import format_offset_table
+from server.processors import error, guarded, ok, request_body
+
+log = structlog.get_logger(__name__)
+
+TIMER_CHECK_BODY = struct.Struct(">qqqqqqq")  # cluster-ha.md §3.5, 56 bytes
+
+
+def register(server, broker) -> None:
+    role = broker.replica
+
+    @guarded
+    def all_consumer_offsets(conn, cmd):
+        table = {k: {int(q): o for q, o in v.items()} for k, v in broker.offsets.table.items()}
+        return ok(cmd, body=dumps({"offsetTable": table}, bare_int_keys=True))
+
+    @guarded
+    def all_delay_offsets(conn, cmd):
+        svc = broker.delay_service
+        table = svc.progress() if svc is not None and not role.is_slave else \
+            (dict(svc.offsets.offsets) if svc is not None else {})
+        return ok(cmd, body=format_offset_table(table))
+
+    @guarded
+    def timer_check_point(conn, cmd):
+        t = broker.timer_service
+        if t is None or t.checkpoint is None:
+            return error(cmd, RS.SYSTEM_ERROR, "timer wheel is disabled (timerWheelEnable=false)")
+        cp = t.checkpoint
+        body = TIMER_CHECK_BODY.pack(t.commit_read_ms, cp.last_timerlog_flush_pos, t.commit_queue_offset,
+                                     t.commit_queue_offset, cp.state_version, int(time.time() * 1000),
+                                     cp.data_counter)
+        return ok(cmd, body=body)
+
+    @guarded
+    def scheduler_progress(conn, cmd):
+        if role.is_slave:
+            return error(cmd, RS.SYSTEM_ERROR, "this broker is a SLAVE: it delivers no scheduled messages")
+        return ok(cmd, body=role.progress().to_bytes())
+
+    @guarded
+    def ha_epoch(conn, cmd):
+        doc = {"epoch": role.epoch, "startOffset": role.epoch_start,
+               "maxOffset": broker.store.commitlog_max_offset(), "brokerRole": broker.config.broker_role}
+        return ok(cmd, body=json.dumps(doc).encode())
+
+    @guarded
+    async def promote(conn, cmd):
+        body = request_body(cmd)
+        try:
+            req = json.loads(body) if body else {}
+            new_role = str(req.get("brokerRole") or "ASYNC_MASTER").upper()
+        except (ValueError, AttributeError) as e:
+            return error(cmd, RS.SYSTEM_ERROR, f"bad promote body: {e}")
+        if new_role not in ("ASYNC_MASTER", "SYNC_MASTER"):
+            return error(cmd, RS.SYSTEM_ERROR, f"brokerRole must be ASYNC_MASTER or SYNC_MASTER, got {new_role}")
+        if not role.is_slave:
+            return error(cmd, RS.SYSTEM_ERROR, f"this broker is already a master ({broker.config.broker_role})")
+        info = await role.promote(new_role)
+        return ok(cmd, body=json.dumps(info).encode())
+
+    for code, fn in ((RC.GET_ALL_CONSUMER_OFFSET, all_consumer_offsets), (RC.GET_ALL_DELAY_OFFSET, all_delay_offsets),
+                     (RC.GET_TIMER_CHECK_POINT, timer_check_point), (RC.GET_SCHEDULER_PROGRESS, scheduler_progress),
+                     (RC.GET_HA_EPOCH, ha_epoch), (RC.PROMOTE_BROKER, promote)):
+        server.register(int(code), fn)

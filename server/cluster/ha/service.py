@@ -1,0 +1,257 @@
+"""ReplicaRole: a broker's place in a master/slave pair (brokerRole, brokerId) and everything that
+follows from it. Composed by server.broker.BrokerController.
+
+- Every broker listens on haListenPort (HAService): a master streams its CommitLog to slaves; a
+  SYNC_MASTER's sends wait for a slave's ack (`gate`).
+- A SLAVE: the store is read-only and fed by HAClient; SlaveSynchronize pulls the master's tables
+  and its scheduler progress; the delay levels do not run and the timer wheel only follows.
+- `promote()` (PROMOTE_BROKER, `delaymq broker promote -b ADDR`): the slave becomes the master live:
+  HA client and sync stop, the torn tail (if any) is cut, writes are accepted, a new HA epoch starts
+  at the CommitLog end (config/haEpoch.json), the delay levels start from the last synced offsets and
+  the wheel from the synced read position (skipping what the old master had put of the slot in
+  progress), brokerId becomes 0 and the role listeners run (name-server re-registration).
+- A SLAVE whose own epoch is older than its master's (a former master coming back) first cuts its
+  CommitLog back to the master's epoch start offset (`rejoin`), logging how many bytes it dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Callable
+
+import structlog
+
+from codec.codes import RequestCode as RC
+from codec.command import RemotingCommand
+from scheduler.progress import SchedulerProgress
+from server.cluster.ha.master import HAService
+from server.cluster.ha.slave import HAClient
+from server.cluster.ha.sync import SlaveSynchronize
+from server.cluster.ha.tasks import supervise
+from storage.config_store import atomic_write_json, read_json
+
+log = structlog.get_logger(__name__)
+
+EPOCH_FILE = "haEpoch.json"
+FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE = 12, 11
+
+
+class ReplicaRole:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        self.config = broker.config
+        self.store = None
+        self.ha_service: HAService | None = None
+        self.ha_client: HAClient | None = None
+        self.sync: SlaveSynchronize | None = None
+        self.client = None
+        self.master_addr_from_ns: str | None = None  # RegisterBrokerResult.masterAddr
+        self.ha_addr_from_ns: str | None = None  # RegisterBrokerResult.haServerAddr
+        self.role_listeners: list[Callable[[str, int], object]] = []  # fn(brokerRole, brokerId)
+        self._tasks: list[asyncio.Task] = []
+        self.epoch = 0
+        self.epoch_start = 0
+        self.promoted_at_ms = 0
+
+    # ---- addresses ----------------------------------------------------------------------
+    def master_ha_addr(self) -> str | None:
+        cfg = self.config
+        if len(cfg.ha_master_address) >= 6:
+            return cfg.ha_master_address
+        return self.ha_addr_from_ns
+
+    def master_broker_addr(self) -> str | None:
+        if self.master_addr_from_ns:
+            return self.master_addr_from_ns
+        ha = self.config.ha_master_address
+        if ha:  # no name server: RocketMQ's fixed relation haListenPort = listenPort + 1
+            host, _, port = ha.rpartition(":")
+            return f"{host}:{int(port) - 1}"
+        return None
+
+    @property
+    def is_slave(self) -> bool:
+        return self.config.broker_role == "SLAVE"
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    def load_epoch(self) -> None:
+        path = os.path.join(self.config.store_path_root_dir, "config", EPOCH_FILE)
+        doc = read_json(path)
+        if isinstance(doc, dict):
+            self.epoch = int(doc.get("epoch") or 0)
+            self.epoch_start = int(doc.get("startOffset") or 0)
+
+    def save_epoch(self) -> None:
+        path = os.path.join(self.config.store_path_root_dir, "config", EPOCH_FILE)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write_json(path, {"epoch": self.epoch, "startOffset": self.epoch_start})
+
+    async def prepare(self, store) -> None:
+        """After the store loaded, before the scheduler services start."""
+        from remoting.client import RemotingClient
+
+        self.store = store
+        self.client = RemotingClient()
+        self.load_epoch()
+        if self.is_slave:
+            await self.rejoin()
+            store.start_replica()
+
+    async def rejoin(self) -> None:
+        """A slave with an older epoch than its master's cuts its CommitLog back to where the master's
+        epoch started (the unreplicated tail of a former master)."""
+        addr = self.master_broker_addr()
+        if not addr:
+            return
+        try:
+            resp = await self.client.invoke(addr, RemotingCommand.request(int(RC.GET_HA_EPOCH), {}), 3.0)
+        except Exception as e:
+            log.info("ha.rejoin_master_unreachable", master=addr, error=repr(e))
+            return
+        if resp.code != 0:
+            return  # an Apache master: no epochs
+        doc = json.loads(bytes(resp.body) if not isinstance(resp.body, list) else b"".join(resp.body))
+        m_epoch, m_start = int(doc["epoch"]), int(doc["startOffset"])
+        if m_epoch <= self.epoch:
+            return
+        end = self.store.commitlog_max_offset()
+        dropped = self.store.truncate_replica(m_start) if end > m_start else 0
+        log.warning("ha.rejoin", master=addr, master_epoch=m_epoch, own_epoch=self.epoch,
+                    epoch_start_offset=m_start, old_end=end, dropped_bytes=dropped)
+        self.epoch, self.epoch_start = m_epoch, m_start
+        self.save_epoch()
+
+    async def start(self) -> None:
+        """After the scheduler services exist (started for a master, not for a slave)."""
+        cfg = self.config
+        self.ha_service = HAService(self.store, cfg)
+        try:
+            await self.ha_service.start(cfg.listen_host, cfg.ha_port)
+        except OSError as e:
+            if cfg.broker_role != "ASYNC_MASTER" or cfg.ha_listen_port > 0:
+                raise OSError(e.errno, f"haListenPort {cfg.ha_port}: {e.strerror}") from e
+            # an ASYNC_MASTER without a configured haListenPort runs on without slaves
+            log.warning("ha.listen_failed", port=cfg.ha_port, error=str(e), slaves="none can connect")
+        if self.is_slave:
+            self._start_slave()
+
+    def _start_slave(self) -> None:
+        b, cfg = self.broker, self.config
+        self.ha_client = HAClient(self.store, cfg, self.master_ha_addr)
+        self.sync = SlaveSynchronize(b, self.client, self.master_broker_addr)
+        self.ha_client.on_applied.append(self.sync.try_adopt)
+        if b.timer_service is not None:
+            b.timer_service.start_follower()
+        self._tasks = [supervise("ha-client", self.ha_client.run),
+                       supervise("slave-sync", self.sync.run_metadata),
+                       supervise("scheduler-sync", self.sync.run_progress)]
+        log.info("ha.slave_started", master_ha=self.master_ha_addr(), master=self.master_broker_addr(),
+                 offset=self.store.commitlog_max_offset())
+
+    async def _stop_slave(self) -> None:
+        if self.ha_client is not None:
+            self.ha_client.stop()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def shutdown(self) -> None:
+        await self._stop_slave()
+        if self.ha_service is not None:
+            await self.ha_service.close()
+        if self.client is not None:
+            self.client.close()
+
+    # ---- SYNC_MASTER ----------------------------------------------------------------------
+    @property
+    def sync_master(self) -> bool:
+        return self.config.broker_role == "SYNC_MASTER"
+
+    def gate(self, end_offset: int):
+        """For a SYNC_MASTER send whose records end at `end_offset`: None (answer now) is never
+        returned; (code, remark) when no slave can take it, else an awaitable of (code, remark)."""
+        svc = self.ha_service
+        if not svc.slave_ok(end_offset):
+            return SLAVE_NOT_AVAILABLE, "SLAVE_NOT_AVAILABLE"
+        return self._wait(end_offset)
+
+    def gate_for_run(self, starts, phys, statuses):
+        """`gate` for a run of sends stored by one put_batch: one wait, shared by its requests,
+        for the end of the last stored record (a task, or a (code, remark) tuple)."""
+        end = -1
+        for j, p in enumerate(phys):
+            if statuses is None or statuses[j].name == "PUT_OK":
+                end = max(end, p + starts[j + 1] - starts[j])
+        if end < 0:
+            return None
+        g = self.gate(end)
+        return g if type(g) is tuple else asyncio.ensure_future(g)
+
+    async def _wait(self, end_offset: int):
+        ok = await self.ha_service.wait_replicated(end_offset, self.config.slave_timeout / 1000.0)
+        return (0, None) if ok else (FLUSH_SLAVE_TIMEOUT, "FLUSH_SLAVE_TIMEOUT")
+
+    # ---- scheduler progress (master side) ---------------------------------------------------
+    def progress(self) -> SchedulerProgress:
+        b = self.broker
+        p = SchedulerProgress(int(time.time() * 1000), self.store.commitlog_max_offset())
+        if b.delay_service is not None:
+            p.delay_offsets = b.delay_service.progress()
+        if b.timer_service is not None:
+            p.timer = b.timer_service.progress()
+        return p
+
+    # ---- promotion ------------------------------------------------------------------------
+    async def promote(self, role: str = "ASYNC_MASTER") -> dict:
+        if not self.is_slave:
+            raise ValueError(f"this broker is already a master ({self.config.broker_role})")
+        t0 = time.monotonic()
+        b, cfg = self.broker, self.config
+        await self._stop_slave()
+        if self.sync is not None and self.sync.pending is not None:
+            self.sync.try_adopt(self.store.commitlog_max_offset())
+        synced = self.sync.progress if self.sync is not None else None
+        self.store.stop_replica()
+        self.epoch += 1
+        self.epoch_start = self.store.commitlog_max_offset()
+        self.save_epoch()
+        cfg.broker_role = role
+        cfg.broker_id = 0
+        self.promoted_at_ms = int(time.time() * 1000)
+        delay_offsets = synced.delay_offsets if synced is not None else (self.sync.delay_offsets if self.sync else {})
+        b.transactions.start()
+        if b.delay_service is not None:
+            b.delay_service.resume_from(delay_offsets)
+            b.delay_service.start()
+        if b.timer_service is not None:
+            b.timer_service.promote(synced.timer if synced is not None else None)
+        for fn in self.role_listeners:
+            try:
+                r = fn(cfg.broker_role, cfg.broker_id)
+                if asyncio.iscoroutine(r):
+                    await r
+            except Exception as e:
+                log.error("ha.role_listener_failed", listener=repr(fn), error=repr(e))
+        info = {"brokerRole": role, "brokerId": 0, "epoch": self.epoch, "epochStartOffset": self.epoch_start,
+                "syncedProgressAgeMs": (self.promoted_at_ms - synced.taken_ms) if synced else -1,
+                "syncedTakenMs": synced.taken_ms if synced else 0,
+                "delayOffsets": {str(k): v for k, v in delay_offsets.items()},
+                "timerReadMs": synced.timer.read_ms if synced and synced.timer else -1,
+                "tookMs": round((time.monotonic() - t0) * 1000, 2)}
+        log.warning("ha.promoted", **info)
+        return info
+
+    def stats(self) -> dict:
+        out = {"brokerRole": self.config.broker_role, "brokerId": self.config.broker_id, "epoch": self.epoch,
+               "epochStartOffset": self.epoch_start}
+        if self.ha_service is not None:
+            out["master"] = self.ha_service.stats()
+        if self.ha_client is not None:
+            out["slave"] = self.ha_client.stats()
+        if self.sync is not None:
+            out["sync"] = self.sync.stats()
+        return out

@@ -1,0 +1,157 @@
+"""HAClient, the slave side of RocketMQ 4.x HA (cluster-ha.md §2.6).
+
+Connects to the master's HA address, reports the local CommitLog end at once (as 5.x does), then
+applies every frame: the bytes must continue the local CommitLog exactly (else the connection is
+closed, as RocketMQ: "master pushed offset not equal the max phy offset in slave"), are appended
+through the store's replica seam, their records dispatched (ConsumeQueues, index), and the new end is
+reported back (the ack a SYNC_MASTER waits for). A report also goes out after haSendHeartbeatInterval
+of silence; haHousekeepingInterval without a byte from the master closes the connection. Any error:
+close, wait RECONNECT_S, connect again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import structlog
+
+from codec.errors import CodecError
+from codec.ha import TransferDecoder, encode_report
+from storage.replica import ReplicaError
+
+log = structlog.get_logger(__name__)
+
+RECONNECT_S = 1.0
+
+
+class HAClient(asyncio.Protocol):
+    def __init__(self, store, config, master_addr: Callable[[], str | None]) -> None:
+        self.store = store
+        self.config = config
+        self.master_addr = master_addr  # the HA address to use now (config or the name server's answer)
+        self.transport: asyncio.Transport | None = None
+        self.decoder = TransferDecoder()
+        self.connected_to: str | None = None
+        self.last_read = 0.0
+        self.last_write = 0.0
+        self.frames = 0
+        self.bytes = 0
+        self.mismatches = 0
+        self.on_applied: list[Callable[[int], None]] = []  # fn(new CommitLog end) after each frame run
+        self._lost: asyncio.Future | None = None
+        self._running = False
+
+    # ---- supervised task ----------------------------------------------------------------
+    async def run(self) -> None:
+        self._running = True
+        loop = asyncio.get_running_loop()
+        while self._running:
+            addr = self.master_addr()
+            if not addr:
+                await asyncio.sleep(RECONNECT_S)
+                continue
+            host, _, port = addr.rpartition(":")
+            try:
+                self.decoder = TransferDecoder()
+                self._lost = loop.create_future()
+                await loop.create_connection(lambda: self, host, int(port))
+            except OSError as e:
+                log.info("ha.connect_failed", master=addr, error=str(e))
+                await asyncio.sleep(RECONNECT_S)
+                continue
+            self.connected_to = addr
+            log.info("ha.connected", master=addr, offset=self.store.commitlog_max_offset())
+            try:
+                await self._keepalive()
+            finally:
+                if self.transport is not None:
+                    self.transport.close()
+                self.connected_to = None
+            if self._running:
+                await asyncio.sleep(RECONNECT_S)
+
+    def stop(self) -> None:
+        self._running = False
+        if self.transport is not None:
+            self.transport.close()
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
+
+    async def _keepalive(self) -> None:
+        heartbeat = self.config.ha_send_heartbeat_interval / 1000.0
+        housekeeping = self.config.ha_housekeeping_interval / 1000.0
+        tick = min(heartbeat, 1.0)
+        while self._running and not self._lost.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._lost), tick)
+            except TimeoutError:
+                pass
+            now = time.monotonic()
+            if self._lost.done():
+                return
+            if now - self.last_read > housekeeping:
+                log.warning("ha.master_silent", master=self.connected_to, seconds=housekeeping)
+                return
+            if now - self.last_write > heartbeat:
+                self._report()
+
+    # ---- protocol -----------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.last_read = time.monotonic()
+        self._report()
+
+    def connection_lost(self, exc) -> None:
+        self.transport = None
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_read = time.monotonic()
+        try:
+            frames = self.decoder.feed(data)
+        except CodecError as e:
+            log.error("ha.bad_frame", master=self.connected_to, error=str(e))
+            self.transport.close()
+            return
+        store = self.store
+        applied = False
+        for offset, body in frames:
+            if not body:
+                continue
+            end = store.commitlog_max_offset()
+            if end != 0 and offset != end:
+                self.mismatches += 1
+                log.error("ha.offset_mismatch", master=self.connected_to, pushed=offset, local_end=end)
+                self.transport.close()
+                return
+            try:
+                store.append_replica(offset, body)
+            except ReplicaError as e:
+                self.mismatches += 1
+                log.error("ha.append_failed", master=self.connected_to, error=str(e))
+                self.transport.close()
+                return
+            self.frames += 1
+            self.bytes += len(body)
+            applied = True
+        if applied:
+            try:
+                store.reput()
+            except Exception as e:  # the bytes are stored; the next frame retries the dispatch
+                log.exception("ha.reput_failed", error=repr(e))
+            self._report()
+            end = store.commitlog_max_offset()
+            for fn in self.on_applied:
+                fn(end)
+
+    def _report(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(encode_report(self.store.commitlog_max_offset()))
+            self.last_write = time.monotonic()
+
+    def stats(self) -> dict:
+        return {"master": self.connected_to, "frames": self.frames, "bytes": self.bytes,
+                "mismatches": self.mismatches, "offset": self.store.commitlog_max_offset()}

@@ -1,0 +1,157 @@
+"""SlaveSynchronize (cluster-ha.md §2.9) plus delaymq's scheduler-progress sync.
+
+Every slaveSynchronizeIntervalMs the slave asks the master (no header, no body, 3 s timeout) for
+GET_ALL_TOPIC_CONFIG (21, on the VIP port), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45),
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) and GET_TIMER_CHECK_POINT (60) and applies them as RocketMQ
+does: topics and groups replace the local tables, consumer offsets are merged (master wins per key;
+only changed rows are staged in the slave's MetaStore),
+the delay offsets are written to delayOffset.json, the timer checkpoint is kept for a promotion.
+
+Every schedulerSyncIntervalMs (<= 50 ms) it asks a delaymq master for GET_SCHEDULER_PROGRESS (3102):
+a `scheduler.progress.SchedulerProgress`. A record is adopted only once this slave's CommitLog holds
+everything below the record's `commitlog_offset` (the deliveries it claims are then here too); until
+then it waits as `pending`. An Apache master answers 3102 with "request code not supported": the
+slave then relies on 45 / 60 only (RocketMQ's own behaviour).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+
+import structlog
+
+from codec.admin_bodies import decode_table
+from codec.codes import RequestCode as RC
+from codec.command import RemotingCommand
+from codec.fastjson import loads_lenient
+from scheduler.progress import SchedulerProgress
+from storage.subscription_group import SubscriptionGroupConfig
+from storage.topic_config import TopicConfig
+
+log = structlog.get_logger(__name__)
+
+TIMEOUT_S = 3.0
+TIMER_CHECK = struct.Struct(">qqqq")  # lastReadTimeMs, lastTimerLogFlushPos, lastTimerQueueOffset, masterTimerQueueOffset
+
+
+class SlaveSynchronize:
+    def __init__(self, broker, client, master_addr) -> None:
+        self.broker = broker
+        self.client = client
+        self.master_addr = master_addr  # fn() -> the master's broker address or None
+        self.progress: SchedulerProgress | None = None  # the last record adopted
+        self.pending: SchedulerProgress | None = None
+        self.progress_supported = True
+        self.timer_checkpoint: tuple[int, int, int, int] | None = None
+        self.delay_offsets: dict[int, int] = {}
+        self.synced_at = 0.0
+        self.progress_at = 0.0
+        self.errors = 0
+
+    # ---- metadata (RocketMQ) --------------------------------------------------------------
+    async def sync_all(self) -> None:
+        addr = self.master_addr()
+        if not addr or addr == self.broker.config.broker_addr:
+            return
+        host, _, port = addr.rpartition(":")
+        vip = f"{host}:{int(port) - 2}"
+        b = self.broker
+        body = await self._get(vip, RC.GET_ALL_TOPIC_CONFIG)
+        if body is not None:
+            table = decode_table(body, "topicConfigTable")
+            await b.topics.table.replace_all({n: TopicConfig.from_json(n, d) for n, d in table.items()})
+        body = await self._get(addr, RC.GET_ALL_CONSUMER_OFFSET)
+        if body is not None:
+            doc = loads_lenient(body)
+            b.offsets.merge({str(key): {int(q): int(o) for q, o in queues.items()}
+                             for key, queues in (doc.get("offsetTable") or {}).items()})
+        body = await self._get(addr, RC.GET_ALL_DELAY_OFFSET)
+        if body is not None:
+            doc = loads_lenient(body)
+            self.delay_offsets = {int(k): int(v) for k, v in (doc.get("offsetTable") or {}).items()}
+            svc = b.delay_service
+            if svc is not None and self.progress is None:  # the 50 ms record, when there is one, is newer
+                for lv, off in self.delay_offsets.items():
+                    svc.offsets.set(lv, off)
+                svc.offsets.persist()
+        body = await self._get(addr, RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        if body is not None:
+            table = decode_table(body, "subscriptionGroupTable")
+            await b.groups.replace_all({n: SubscriptionGroupConfig.from_json(n, d) for n, d in table.items()})
+        body = await self._get(vip, RC.GET_TIMER_CHECK_POINT)
+        if body is not None and len(body) >= TIMER_CHECK.size:
+            self.timer_checkpoint = TIMER_CHECK.unpack_from(body, 0)
+        self.synced_at = time.time()
+
+    async def _get(self, addr: str, code: int) -> bytes | None:
+        try:
+            resp = await self.client.invoke(addr, RemotingCommand.request(int(code), {}), TIMEOUT_S)
+        except Exception as e:
+            self.errors += 1
+            log.info("slave_sync.failed", master=addr, code=int(code), error=repr(e))
+            return None
+        if resp.code != 0:
+            log.info("slave_sync.refused", master=addr, code=int(code), response=resp.code, remark=resp.remark)
+            return None
+        body = resp.body
+        return b"".join(bytes(x) for x in body) if isinstance(body, list) else bytes(body)
+
+    # ---- scheduler progress (delaymq) -----------------------------------------------------
+    async def sync_progress(self) -> None:
+        addr = self.master_addr()
+        if not addr or not self.progress_supported:
+            return
+        try:
+            resp = await self.client.invoke(addr, RemotingCommand.request(int(RC.GET_SCHEDULER_PROGRESS), {}),
+                                            TIMEOUT_S)
+        except Exception as e:
+            self.errors += 1
+            log.debug("scheduler_sync.failed", master=addr, error=repr(e))
+            return
+        if resp.code == 3:  # REQUEST_CODE_NOT_SUPPORTED: an Apache master
+            self.progress_supported = False
+            log.info("scheduler_sync.unsupported", master=addr)
+            return
+        if resp.code != 0:
+            return
+        body = resp.body
+        p = SchedulerProgress.from_bytes(b"".join(bytes(x) for x in body) if isinstance(body, list) else body)
+        self.pending = p
+        self.try_adopt(self.broker.store.commitlog_max_offset())
+
+    def try_adopt(self, replicated_end: int) -> None:
+        """Adopt the pending record if the replica holds everything it claims (HA calls this after
+        every applied frame too)."""
+        p = self.pending
+        if p is None or p.commitlog_offset > replicated_end:
+            return
+        self.pending = None
+        if self.progress is not None and p.taken_ms < self.progress.taken_ms:
+            return
+        self.progress = p
+        self.progress_at = time.time()
+        timer = self.broker.timer_service
+        if timer is not None and p.timer is not None:
+            timer.follow(p.timer)
+
+    async def run_progress(self) -> None:
+        interval = self.broker.config.scheduler_sync_interval_ms / 1000.0
+        while True:
+            started = time.monotonic()
+            await self.sync_progress()
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+    async def run_metadata(self) -> None:
+        interval = self.broker.config.slave_synchronize_interval_ms / 1000.0
+        await asyncio.sleep(min(3.0, interval))
+        while True:
+            await self.sync_all()
+            await asyncio.sleep(interval)
+
+    def stats(self) -> dict:
+        p = self.progress
+        return {"synced_at": self.synced_at, "progress_at": self.progress_at, "errors": self.errors,
+                "progress_taken_ms": p.taken_ms if p else 0,
+                "progress_commitlog_offset": p.commitlog_offset if p else 0}

@@ -1,0 +1,190 @@
+"""The replica seam of the MessageStore (a mixin): CommitLog bytes from elsewhere, appended verbatim.
+
+A slave's CommitLog is byte-identical to its master's (cluster-ha.md §2.6): `append_replica(offset,
+data)` copies raw CommitLog bytes (records, END-OF-FILE blanks, a record split over two calls) at
+exactly `offset`, which must be the current CommitLog end (or anything when the CommitLog is empty:
+the first segment starts at the file boundary below `offset`). `reput()` then does what RocketMQ's
+ReputMessageService does: it walks the complete records between the reput offset and the CommitLog
+end and writes their ConsumeQueue units (SCHEDULE_TOPIC_XXXX units carry the deliver time as
+tagsCode, as on the master) and index keys, then calls the dispatch listeners once per queue.
+`truncate_replica(offset)` cuts the CommitLog, the ConsumeQueues and the reput offset back to
+`offset` (a former master joining the new one drops its unreplicated tail).
+
+`read_only` makes `put` / `put_batch` refuse every write with SERVICE_NOT_AVAILABLE (a slave);
+replicated appends are not affected. Storage knows nothing of who sends the bytes or how.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from codec.properties import index_keys
+from storage import _record as R
+from storage.consume_queue import UNIT
+from storage.recovery import _tags_code, parse_levels
+
+log = structlog.get_logger(__name__)
+
+NOT_INDEXED = frozenset({"SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer"})
+
+
+class ReplicaError(ValueError):
+    """Replicated bytes that do not continue the CommitLog (wrong offset)."""
+
+
+class ReplicaMixin:
+    read_only: bool = False
+    reput_offset: int = -1  # -1: the CommitLog end at the first replica call (everything before is dispatched)
+
+    def start_replica(self) -> int:
+        """Become read-only and set the reput offset just past the last record a ConsumeQueue holds
+        (a record torn over a restart is dispatched once its rest arrives). Returns the reput offset."""
+        self.read_only = True
+        cl = self.commitlog
+        ends = [cq.max_phys_end for cq in self.consume_queues.values()]
+        self.reput_offset = min(max(ends, default=cl.max_offset), cl.max_offset) if cl.queue.files else -1
+        if ends and self.reput_offset < cl.min_offset:
+            self.reput_offset = cl.min_offset
+        return self.reput_offset
+
+    def stop_replica(self) -> None:
+        """Dispatch what is complete, drop a torn record at the end (the rest never came), then
+        accept writes again (promotion)."""
+        self.reput()
+        if 0 <= self.reput_offset < self.commitlog.max_offset:
+            self.truncate_replica(self.reput_offset)
+        self.read_only = False
+        self.reput_offset = -1
+
+    def replica_data(self, offset: int, max_bytes: int):
+        """getCommitLogData: up to `max_bytes` written CommitLog bytes from `offset`, within the one
+        segment holding it (a memoryview of the mapping), or None when there are none yet."""
+        cl = self.commitlog
+        mf = cl.queue.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        n = min(mf.wrote_pos - pos, max_bytes)
+        if n <= 0:
+            return None
+        return mf.slice(pos, n)
+
+    def append_replica(self, offset: int, data) -> int:
+        """Append raw CommitLog bytes at `offset`; returns the new CommitLog end. Raises ReplicaError
+        when `offset` is not the end (nothing written). Records are dispatched by `reput`."""
+        cl = self.commitlog
+        end = cl.max_offset
+        fsize = cl.file_size
+        if not cl.queue.files:
+            if self.reput_offset < 0 or self.reput_offset != offset:
+                self.reput_offset = offset
+            end = offset
+        elif offset != end:
+            raise ReplicaError(f"replicated bytes at {offset}, CommitLog ends at {end}")
+        if self.reput_offset < 0:
+            self.reput_offset = end
+        view = memoryview(data)
+        pos = 0
+        while pos < len(view):
+            at = offset + pos
+            last = cl.queue.last
+            if last is None or last.is_full:
+                start = at - at % fsize
+                mf = cl.queue.create_file(start)
+                mf.wrote_pos = mf.flushed_pos = at - start
+            else:
+                mf = last
+            if mf.file_from_offset + mf.wrote_pos != at:
+                raise ReplicaError(f"replicated bytes at {at}, active segment ends at "
+                                   f"{mf.file_from_offset + mf.wrote_pos}")
+            n = min(len(view) - pos, mf.file_size - mf.wrote_pos)
+            mf.write_at(mf.wrote_pos, view[pos:pos + n])
+            mf.wrote_pos += n
+            pos += n
+        self.put_bytes_total += len(view)
+        return cl.max_offset
+
+    def reput(self) -> int:
+        """Dispatch every complete record in [reput_offset, CommitLog end): ConsumeQueue units, index
+        keys, dispatch listeners. Returns the number of records dispatched."""
+        cl = self.commitlog
+        if self.reput_offset < 0:
+            self.reput_offset = cl.max_offset
+            return 0
+        end = cl.max_offset
+        off = self.reput_offset
+        levels = getattr(self, "_reput_levels", None)
+        if levels is None:
+            levels = self._reput_levels = parse_levels(self.config.message_delay_level)
+        units: dict[tuple[str, int], list] = {}
+        index_entries = []
+        count = 0
+        while off < end:
+            mf = cl.queue.find(off)
+            if mf is None:
+                break
+            pos = off - mf.file_from_offset
+            if pos + R.BLANK_LEN > mf.wrote_pos:
+                if mf.wrote_pos >= mf.file_size:  # a segment's unusable tail (< 8 bytes): next segment
+                    off = mf.file_from_offset + mf.file_size
+                    continue
+                break
+            total, magic = R.read_head(mf.mm, pos)
+            if magic == R.BLANK_MAGIC_CODE:
+                off = mf.file_from_offset + mf.file_size
+                continue
+            if magic not in R.RECORD_MAGICS or total < R.MIN_RECORD:
+                log.error("reput.bad_record", phys_offset=off, total=total, magic=magic)
+                break
+            if pos + total > mf.wrote_pos:
+                break  # the rest of this record comes with the next replicated bytes
+            view = mf.slice(pos, total)
+            topic = R.read_topic(view)
+            qid = R.read_queue_id(view)
+            qoff = R.read_queue_offset(view)
+            props = R.parse_properties(R.read_properties_bytes(view))
+            store_ts = R.read_store_timestamp(view)
+            unit = UNIT.pack(off, total, _tags_code(topic, props, store_ts, levels))
+            key = (topic, qid)
+            entry = units.get(key)
+            if entry is None:
+                units[key] = [qoff, bytearray(unit), off + total]
+            else:
+                entry[1] += unit
+                entry[2] = off + total
+            if topic not in NOT_INDEXED:
+                ks = index_keys(props.get("KEYS"), props.get("UNIQ_KEY"))
+                if ks:
+                    index_entries.append((topic, ks, off, total, store_ts))
+            off += total
+            count += 1
+        self.reput_offset = off
+        for e in index_entries:
+            self.index.add(*e)
+        for key, entry in units.items():
+            self._write_units(key, *entry)
+        if units and self._listeners:
+            self._dispatch(units)
+        if count:
+            self.put_ok_total += count
+        return count
+
+    def truncate_replica(self, offset: int) -> int:
+        """Cut the CommitLog and ConsumeQueues back to `offset` (no-op when the end is not past it).
+        Returns the number of CommitLog bytes dropped (logged with every cut)."""
+        cl = self.commitlog
+        end = cl.max_offset
+        if end <= offset:
+            return 0
+        cuts = cl.queue.truncate(offset)
+        for path, pos, n in cuts:
+            log.warning("replica.commitlog_cut", file=path, from_pos=pos, bytes=n)
+        for cq in self.consume_queues.values():
+            removed = cq.truncate_past(offset)
+            if removed:
+                log.warning("replica.consume_queue_cut", topic=cq.topic, queue_id=cq.queue_id, units=removed)
+        self.queue_offsets = {key: cq.max_offset for key, cq in self.consume_queues.items()}
+        self.reput_offset = min(self.reput_offset, offset) if self.reput_offset >= 0 else offset
+        dropped = end - offset
+        log.warning("replica.truncated", to_offset=offset, dropped_bytes=dropped, old_end=end)
+        return dropped

@@ -1,0 +1,157 @@
+"""Master/slave replication in one process over real sockets (RocketMQ 4.x HA frames): a byte-identical
+CommitLog, ConsumeQueues and index rebuilt on the slave, SYNC_MASTER answers, a read-only slave,
+promotion, and a former master cutting its unreplicated tail."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.helpers.broker import _port_free, pick_port_pair
+from tests.server.helpers import pull, send, until
+from tests.server.raw import RawClient, decode_records
+
+FSIZE = 1 << 20
+
+
+def ha_port_pair() -> int:
+    for _ in range(50):
+        p = pick_port_pair()
+        if _port_free(p + 1):
+            return p
+    raise RuntimeError("no free P-2, P, P+1")
+
+
+def commitlog_bytes(store_root) -> bytes:
+    d = os.path.join(store_root, "commitlog")
+    return b"".join(open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d)))
+
+
+def same_commitlog(master, slave) -> bool:
+    end = master.store.commitlog_max_offset()
+    if slave.store.commitlog_max_offset() != end:
+        return False
+    a = master.store.replica_data(0, end)
+    b = slave.store.replica_data(0, end)
+    return a is not None and b is not None and bytes(a) == bytes(b)
+
+
+@pytest.fixture
+async def pair(make_broker, tmp_path):
+    async def make(role="ASYNC_MASTER", **kw):
+        mport, sport = ha_port_pair(), ha_port_pair()
+        master = await make_broker(store=tmp_path / "m", port=mport, broker_role=role,
+                                   mapped_file_size_commit_log=FSIZE, **kw)
+        slave = await make_broker(store=tmp_path / "s", port=sport, broker_role="SLAVE", broker_id=1,
+                                  ha_master_address=f"127.0.0.1:{mport + 1}", mapped_file_size_commit_log=FSIZE,
+                                  slave_synchronize_interval_ms=200, **kw)
+        return master, slave
+    return make
+
+
+async def test_slave_commitlog_is_byte_identical_and_queues_rebuilt(pair):
+    master, slave = await pair()
+    c = await RawClient.connect(master.config.broker_addr)
+    for i in range(300):  # ~ 70 KiB: several frames, and a segment roll at 1 MiB is not needed here
+        r = await send(c, "HaT", b"x" * 200 + str(i).encode(), tags="T", keys=f"k{i}", qid=i % 2)
+        assert r.code == 0, r.remark
+    await until(lambda: same_commitlog(master, slave), 10)
+    assert slave.store.max_offset("HaT", 0) == master.store.max_offset("HaT", 0) == 150
+    await until(lambda: slave.topics.get("HaT") is not None, 5)  # GET_ALL_TOPIC_CONFIG (21) synced
+    s = await RawClient.connect(slave.config.broker_addr)
+    got = await pull(s, "G", "HaT", 1, 0, max_nums=32)
+    assert got.code == 0 and got.ext["suggestWhichBrokerId"] == "0"
+    assert [m["body"][-2:] for m in decode_records(got.body)][:2] == [b"x1", b"x3"]
+    assert slave.store.query_by_key("HaT", "k7", 4, 0, 1 << 62)  # the index was built from the bytes
+    refused = await send(s, "HaT", b"no", qid=0)
+    assert refused.code == 14  # SERVICE_NOT_AVAILABLE: a slave takes no writes
+    await c.close()
+    await s.close()
+
+
+async def test_segment_roll_replicates_blank_and_next_file(pair):
+    master, slave = await pair()
+    c = await RawClient.connect(master.config.broker_addr)
+    body = b"y" * 3000
+    for _i in range(450):  # > 1 MiB: the master writes an END-OF-FILE blank and a second segment
+        assert (await send(c, "Roll", body, qid=0)).code == 0
+    assert master.store.commitlog_max_offset() > FSIZE
+    await until(lambda: slave.store.commitlog_max_offset() == master.store.commitlog_max_offset(), 10)
+    assert commitlog_bytes(master.config.store_path_root_dir) == commitlog_bytes(slave.config.store_path_root_dir)
+    assert slave.store.max_offset("Roll", 0) == 450
+    await c.close()
+
+
+async def test_sync_master_waits_for_the_slave_and_reports_slave_not_available(pair, make_broker, tmp_path):
+    master, slave = await pair("SYNC_MASTER")
+    c = await RawClient.connect(master.config.broker_addr)
+    await until(lambda: bool(master.replica.ha_service.connections), 10)
+    r = await send(c, "Sync", b"acked", qid=0)
+    assert r.code == 0, r.remark
+    # the answer came only after the slave had the bytes
+    assert slave.store.commitlog_max_offset() >= master.replica.ha_service.push2slave_max > 0
+    assert master.replica.ha_service.push2slave_max == master.store.commitlog_max_offset()
+    await slave.shutdown()
+    await until(lambda: not master.replica.ha_service.connections, 10)
+    lone = await send(c, "Sync", b"nobody", qid=0)
+    assert lone.code == 11 and lone.remark == "SLAVE_NOT_AVAILABLE"
+    assert lone.ext["msgId"]  # stored on the master all the same
+    await c.close()
+
+
+async def test_sync_master_flush_slave_timeout(make_broker, tmp_path):
+    """A 'slave' that connects and never acks beyond its first report: FLUSH_SLAVE_TIMEOUT (12)."""
+    import asyncio
+    import struct
+
+    port = ha_port_pair()
+    master = await make_broker(store=tmp_path / "m", port=port, broker_role="SYNC_MASTER", slave_timeout=300)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port + 1)
+    writer.write(struct.pack(">q", master.store.commitlog_max_offset()))
+    await writer.drain()
+    await until(lambda: master.replica.ha_service.connections and
+                next(iter(master.replica.ha_service.connections)).request_offset >= 0, 5)
+    c = await RawClient.connect(master.config.broker_addr)
+    r = await send(c, "Slow", b"m", qid=0)
+    assert r.code == 12 and r.remark == "FLUSH_SLAVE_TIMEOUT"
+    writer.close()
+    await c.close()
+
+
+async def test_promote_and_former_master_truncates_its_tail(pair, make_broker, tmp_path):
+    master, slave = await pair()
+    c = await RawClient.connect(master.config.broker_addr)
+    for i in range(20):
+        assert (await send(c, "P", b"r%d" % i, qid=0)).code == 0
+    await until(lambda: same_commitlog(master, slave), 10)
+    replicated = master.store.commitlog_max_offset()
+    # the slave's HA link goes away: what the master writes now never reaches it
+    slave.replica.ha_client.stop()
+    await until(lambda: not master.replica.ha_service.connections, 10)
+    for i in range(5):
+        assert (await send(c, "P", b"lost%d" % i, qid=0)).code == 0
+    old_end = master.store.commitlog_max_offset()
+    await c.close()
+    m_port = master.config.listen_port
+    await master.shutdown()
+
+    s = await RawClient.connect(slave.config.broker_addr)
+    info = await s.invoke(3101, {}, b'{"brokerRole":"ASYNC_MASTER"}')
+    assert info.code == 0, info.remark
+    assert slave.config.broker_role == "ASYNC_MASTER" and slave.config.broker_id == 0
+    assert (await send(s, "P", b"new-master", qid=0)).code == 0
+    # the former master comes back as a slave of the new one and drops its 5 unreplicated records
+    back = await make_broker(store=tmp_path / "m", port=m_port, broker_role="SLAVE", broker_id=1,
+                             ha_master_address=f"127.0.0.1:{slave.config.listen_port + 1}",
+                             mapped_file_size_commit_log=FSIZE, slave_synchronize_interval_ms=200)
+    await until(lambda: back.topics.get("P") is not None, 5)
+    assert back.replica.epoch == slave.replica.epoch == 1
+    assert old_end > replicated
+    await until(lambda: same_commitlog(slave, back), 10)
+    b = await RawClient.connect(back.config.broker_addr)
+    got = await pull(b, "G", "P", 0, 0, max_nums=32)
+    bodies = [m["body"] for m in decode_records(got.body)]
+    assert bodies == [b"r%d" % i for i in range(20)] + [b"new-master"]
+    await s.close()
+    await b.close()
