@@ -154,6 +154,8 @@ async def commit_offsets(addr: str, g0: int, g1: int, duration_s: float, topics:
     tick = 0
     second = 0
     while loop.time() < t_end:
+        if conn.closed.done():  # the broker closed the connection: report it, do not write into it
+            break
         second = tick // ticks + 1
         frames = []
         for g in per_tick[tick % ticks]:
@@ -177,7 +179,7 @@ async def commit_offsets(addr: str, g0: int, g1: int, duration_s: float, topics:
     elapsed = loop.time() - t_start
     conn.close()
     return {"sent": sent, "ok": ok, "errors": errors, "lost": len(pending), "seconds": elapsed,
-            "rtt_ms": percentiles(rtts)}
+            "connection_closed": conn.closed.done(), "rtt_ms": percentiles(rtts)}
 
 
 async def whole_tables(addr: str) -> dict:
