@@ -113,10 +113,13 @@ async def probe(addr: str, stop_file: str, max_s: float, rate: float = PROBE_RAT
             break
         i += 1
         t0 = time.perf_counter()
-        r = await conn.invoke(RemotingCommand.request(RequestCode.GET_MAX_OFFSET,
-                                                      {"topic": "TBW102", "queueId": str(i % 8)}), timeout=10)
+        try:
+            r = await conn.invoke(RemotingCommand.request(RequestCode.GET_MAX_OFFSET,
+                                                          {"topic": "TBW102", "queueId": str(i % 8)}), timeout=10)
+            errors += r.code != 0
+        except TimeoutError:  # counted with its 10 s: the broker did not answer in time
+            errors += 1
         samples.append((time.time(), (time.perf_counter() - t0) * 1000))
-        errors += r.code != 0
         t_next += 1.0 / rate
         delay = t_next - loop.time()
         if delay > 0:
