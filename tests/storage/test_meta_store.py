@@ -85,7 +85,7 @@ def test_consumer_offsets_and_subscription_groups(tmp_path):
     o2.remove_group("G")
     assert g2.delete("CG")
     meta2.close()
-    assert _rows(tmp_path, "SELECT key FROM consumer_offset") == [("T@G2",)]
+    assert _rows(tmp_path, "SELECT key, offsets FROM consumer_offsets") == [("T@G2", "0:1")]
     assert _rows(tmp_path, "SELECT name FROM subscription_group") == []
 
 
@@ -151,7 +151,7 @@ async def test_committed_future_is_done_only_after_the_commit(tmp_path):
     fut = meta.committed("ack")
     assert await asyncio.wait_for(fut, 10) == "ack"
     assert _rows(tmp_path, "SELECT count(*) FROM topic")[0][0] == 500
-    assert _rows(tmp_path, "SELECT count(*) FROM consumer_offset")[0][0] == 500
+    assert _rows(tmp_path, "SELECT count(*) FROM consumer_offsets")[0][0] == 500
     assert meta.rows_written >= 1000 and meta.commits >= 1
     # a request arriving while a batch is in flight waits for the batch that holds its own change
     waits = []
@@ -159,8 +159,7 @@ async def test_committed_future_is_done_only_after_the_commit(tmp_path):
         o.commit("H", "T0", i % 4, i)
         waits.append(meta.committed(i))
     assert await asyncio.wait_for(asyncio.gather(*waits), 10) == list(range(200))
-    assert sorted(_rows(tmp_path, "SELECT queue_id, offset FROM consumer_offset WHERE key='T0@H'")) == \
-        [(0, 196), (1, 197), (2, 198), (3, 199)]
+    assert _rows(tmp_path, "SELECT offsets FROM consumer_offsets WHERE key='T0@H'") == [("0:196,1:197,2:198,3:199",)]
     meta.close()
 
 
@@ -232,3 +231,26 @@ async def test_replace_all_and_merge_stage_only_what_changed(tmp_path):
     _, t2, g2, o2 = _tables(tmp_path)
     assert t2.table == master and set(g2.table) == {"B", "C"} and o2.query("H", "T2", 3) == 1
     t2.meta.close()
+
+
+def test_a_schema_1_database_is_upgraded(tmp_path):
+    """meta.db as the first MetaStore wrote it (one consumer_offset row per queue) opens with its offsets."""
+    cfg = tmp_path / "config"
+    cfg.mkdir()
+    conn = sqlite3.connect(str(cfg / "meta.db"))
+    conn.executescript("""
+        CREATE TABLE meta (k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID;
+        INSERT INTO meta VALUES ('schema', '1');
+        CREATE TABLE topic (name TEXT PRIMARY KEY, read_queue_nums INTEGER, write_queue_nums INTEGER,
+            perm INTEGER, topic_filter_type TEXT, topic_sys_flag INTEGER, ord INTEGER) WITHOUT ROWID;
+        INSERT INTO topic VALUES ('T', 2, 2, 6, 'SINGLE_TAG', 0, 0);
+        CREATE TABLE consumer_offset (key TEXT, queue_id INTEGER, offset INTEGER,
+            PRIMARY KEY (key, queue_id)) WITHOUT ROWID;
+        INSERT INTO consumer_offset VALUES ('T@G', 0, 5), ('T@G', 1, 7), ('U@H', 3, 1);
+    """)
+    conn.close()
+    meta, t, _, o = _tables(tmp_path)
+    assert t.get("T").read_queue_nums == 2 and o.query("G", "T", 1) == 7 and o.query("H", "U", 3) == 1
+    meta.close()
+    assert _rows(tmp_path, "SELECT v FROM meta WHERE k='schema'") == [("2",)]
+    assert _rows(tmp_path, "SELECT name FROM sqlite_master WHERE name='consumer_offset'") == []
