@@ -205,8 +205,12 @@ async def whole_tables(addr: str) -> dict:
 # ---------------------------------------------------------------- orchestration
 
 def _stalls(stderr: Path, t0: float, t1: float) -> dict:
-    """The broker probe's `loop.stall` lines logged between wall times t0 and t1."""
-    lags, busy = [], []
+    """The broker probe's `loop.stall` lines logged between wall times t0 and t1: how many, the largest,
+    how many the loop spent mostly computing (loop CPU >= half the lag; the rest: the process was not
+    scheduled or waited for the GIL), and the three largest with the tail of the loop's stack."""
+    from datetime import datetime
+
+    found = []
     try:
         lines = stderr.read_text(errors="replace").splitlines()
     except OSError:
@@ -216,22 +220,17 @@ def _stalls(stderr: Path, t0: float, t1: float) -> dict:
             continue
         try:
             d = json.loads(line)
+            ts = datetime.fromisoformat(str(d.get("timestamp")).replace("Z", "+00:00")).timestamp()
         except ValueError:
             continue
-        ts = d.get("timestamp")
-        if isinstance(ts, str):
-            try:
-                from datetime import datetime
-                ts = datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-            except ValueError:
-                ts = None
-        if ts is not None and not (t0 <= ts <= t1):
-            continue
-        lags.append(float(d.get("lag_ms", 0)))
-        if float(d.get("loop_cpu_ms", 0)) >= 5:
-            busy.append(float(d.get("lag_ms", 0)))
-    return {"stalls_over_5ms": len(lags), "max_lag_ms": max(lags, default=0.0),
-            "busy_stalls": len(busy), "max_busy_lag_ms": max(busy, default=0.0)}
+        if t0 <= ts <= t1:
+            stack = [x.strip() for x in str(d.get("stack") or "").splitlines() if x.strip().startswith("File")]
+            found.append((float(d.get("lag_ms", 0)), float(d.get("loop_cpu_ms", 0)), stack[-2:]))
+    busy = [f for f in found if f[1] >= f[0] / 2]
+    top = sorted(found, reverse=True)[:3]
+    return {"stalls_over_5ms": len(found), "max_lag_ms": max((f[0] for f in found), default=0.0),
+            "busy_stalls": len(busy), "max_busy_lag_ms": max((f[0] for f in busy), default=0.0),
+            "largest": [{"lag_ms": lag, "loop_cpu_ms": cpu, "stack_tail": st} for lag, cpu, st in top]}
 
 
 def _rtt(samples, t0: float, t1: float) -> dict:
