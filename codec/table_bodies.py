@@ -12,7 +12,8 @@ cached bytes (one memcpy) instead of re-encoding every row:
   JSON. (RocketMQ's RegisterBrokerBody.encode(true) / decode(data, true).)
 - SubscriptionGroupWrapper: `{"dataVersion":{...},"forbiddenTable":{},"subscriptionGroupTable":{...}}`.
 - TopicList: `{"topicList":["a","b"]}`.
-- ConsumerOffsetSerializeWrapper (GET_ALL_CONSUMER_OFFSET): `{"offsetTable":{"topic@group":{"0":5}}}`.
+- ConsumerOffsetSerializeWrapper (GET_ALL_CONSUMER_OFFSET): `{"dataVersion":{...},"offsetTable":{"topic@group":{0:5}}}`
+  (queue ids bare, as fastjson writes a Map<Integer, Long>; codec.fastjson.loads_lenient reads it).
 
 The fast member renderers cover names made of RocketMQ's topic/group characters (`^[%|a-zA-Z0-9_-]+$`,
 never escaped in JSON); anything else goes through the JSON encoder. `*_reference` functions are the
@@ -143,7 +144,7 @@ def group_wrapper(version: str, members: Iterable[bytes]) -> bytes:
 # ---------------------------------------------------------------- consumer offsets
 
 def offset_member(key: str, queues: Mapping[int, int]) -> str:
-    return quote(key) + ":{" + ",".join(f'"{q}":{o}' for q, o in queues.items()) + "}"
+    return quote(key) + ":{" + ",".join(f"{q}:{o}" for q, o in list(queues.items())) + "}"
 
 
 def offset_wrapper(version: str, members: Iterable[str]) -> bytes:
