@@ -48,7 +48,9 @@ def quote(name: str) -> str:
 
 
 def version_json(counter: int, timestamp: int) -> str:
-    return f'{{"counter":{int(counter)},"stateVersion":0,"timestamp":{int(timestamp)}}}'
+    """RocketMQ 4.x's DataVersion JSON (counter, timestamp; 5.x's stateVersion is left out, as the name-server
+    codec writes it)."""
+    return f'{{"counter":{int(counter)},"timestamp":{int(timestamp)}}}'
 
 
 # ---------------------------------------------------------------- topic configs

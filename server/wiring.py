@@ -76,7 +76,7 @@ def make_registrar(broker):
     brokerPermission, DataVersion of the table)."""
     from codec.namesrv_bodies import DataVersion, TopicConfigData
     from server.cluster.registration import BrokerRegistrar
-    from server.topics import advertised_perm
+    from server.topics import PERM_INHERIT, PERM_READ, PERM_WRITE, advertised_perm
 
     cfg = broker.config
 
@@ -88,7 +88,17 @@ def make_registrar(broker):
                   for t in broker.topics.topics.values()]
         return DataVersion(counter, timestamp), topics
 
-    return BrokerRegistrar(cfg, snapshot)
+    def version():
+        return DataVersion(*broker.topics.data_version())
+
+    async def cached_body(compressed: bool) -> bytes | None:
+        # with brokerPermission RW every advertised perm is the stored one: the table's fragments serve
+        if advertised_perm(PERM_READ | PERM_WRITE | PERM_INHERIT, cfg.broker_permission) != \
+                PERM_READ | PERM_WRITE | PERM_INHERIT:
+            return None
+        return await broker.topics.table.register_body(compressed)
+
+    return BrokerRegistrar(cfg, snapshot, version=version, cached_body=cached_body)
 
 
 # ---- remoting --------------------------------------------------------------------------------
