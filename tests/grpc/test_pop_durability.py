@@ -1,9 +1,8 @@
 """Pop state survives kill -9: an ack is never undone, an unacked message comes back with
-delivery_attempt + 1 after its invisible time, and after the group's max attempts it is in %DLQ%<group>."""
+delivery_attempt + 1 after its invisible time; ForwardMessageToDeadLetterQueue puts it in %DLQ%<group>."""
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -54,28 +53,23 @@ async def test_ack_and_inflight_survive_kill_9(broker_factory):
         await c.close()
 
 
-async def test_after_max_attempts_the_message_goes_to_the_dlq(broker_factory, tmp_path):
+async def test_forward_to_dead_letter_queue(broker_factory):
+    from server.grpc.v2 import service_pb2 as spb
     topic, group = uniq("TD"), uniq("GD")
     b = grpc_broker(broker_factory)
-    b.stop()
-    # retryMaxTimes=1: at most 2 deliveries (RocketMQ 5's maxDeliveryAttempts = retryMaxTimes + 1)
-    path = b.store / "config" / "subscriptionGroup.json"
-    doc = json.loads(path.read_text()) if path.exists() else {"subscriptionGroupTable": {}}
-    doc["subscriptionGroupTable"][group] = {"groupName": group, "retryMaxTimes": 1}
-    path.write_text(json.dumps(doc))
-    b.start()
     c = RawClient(b.grpc_addr)
     try:
         assert (await c.send(topic, b"poison")).status.code == pb.OK
-        seen = []
-        for _ in range(2):
-            code, msgs = await c.receive(group, topic, invisible_s=1, poll_s=4)
-            seen += [m.system_properties.delivery_attempt for m in msgs]
-        assert seen == [1, 2]
-        code, msgs = await c.receive(group, topic, invisible_s=1, poll_s=2.5)
-        assert msgs == []
+        code, msgs = await c.receive(group, topic, invisible_s=30, poll_s=4)
+        assert [m.body for m in msgs] == [b"poison"]
+        sp = msgs[0].system_properties
+        r = await c.stub.ForwardMessageToDeadLetterQueue(spb.ForwardMessageToDeadLetterQueueRequest(
+            group=pb.Resource(name=group), topic=pb.Resource(name=topic), receipt_handle=sp.receipt_handle,
+            message_id=sp.message_id, delivery_attempt=1, max_delivery_attempts=1), timeout=10)
+        assert r.status.code == pb.OK
         code, dead = await c.receive(uniq("GDLQ"), "%DLQ%" + group, poll_s=5)
         assert [m.body for m in dead] == [b"poison"]
+        assert (await c.ack(group, topic, msgs[0])).status.code == pb.INVALID_RECEIPT_HANDLE  # done already
     finally:
         await c.close()
 

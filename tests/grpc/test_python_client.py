@@ -82,14 +82,14 @@ def test_fifo_message_group_keeps_order(broker_factory, agents, tmp_path):
 
 def test_scheduled_message_arrives_not_before_its_time_and_recall_cancels(gbroker, agents):
     topic, group = uniq("T5"), uniq("G5")
-    at = int(time.time()) + 4  # 5.1.2 sends delivery_timestamp as epoch seconds
+    at = int(time.time()) + 8  # 5.1.2 sends delivery_timestamp as epoch seconds (8 s: room for 3 agent starts)
     keep = agents.run_rmq5("produce", gbroker, topic=topic, count=1, deliver_at=at, body_prefix="keep")
     drop = agents.run_rmq5("produce", gbroker, topic=topic, count=1, deliver_at=at, body_prefix="drop")
     handle = drop.of("sent")[0]["recall"]
     assert handle and keep.of("sent")[0]["recall"]
     r = agents.run_rmq5("recall", gbroker, topic=topic, handle=handle)
     assert r.of("recalled") and r.of("recalled")[0]["id"] == drop.of("sent")[0]["id"]
-    c = agents.run_rmq5("simple", gbroker, group=group, topic=topic, until_count=2, max_seconds=10, expect_code=3)
+    c = agents.run_rmq5("simple", gbroker, group=group, topic=topic, until_count=2, max_seconds=14, expect_code=3)
     got = c.of("received")
     assert [e["body"] for e in got] == ["keep0"]
     assert got[0]["t"] >= at * 1000

@@ -30,7 +30,6 @@ from scheduler.progress import SchedulerProgress
 from server.cluster.ha.master import HAService
 from server.cluster.ha.slave import HAClient
 from server.cluster.ha.sync import SlaveSynchronize
-from server.cluster.ha.tasks import supervise
 from storage.config_store import atomic_write_json, read_json
 
 log = structlog.get_logger(__name__)
@@ -51,7 +50,7 @@ class ReplicaRole:
         self.master_addr_from_ns: str | None = None  # RegisterBrokerResult.masterAddr
         self.ha_addr_from_ns: str | None = None  # RegisterBrokerResult.haServerAddr
         self.role_listeners: list[Callable[[str, int], object]] = []  # fn(brokerRole, brokerId)
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list = []  # storage.supervisor.SupervisedTask
         self.epoch = 0
         self.epoch_start = 0
         self.promoted_at_ms = 0
@@ -145,9 +144,10 @@ class ReplicaRole:
         self.ha_client.on_applied.append(self.sync.try_adopt)
         if b.timer_service is not None:
             b.timer_service.start_follower()
-        self._tasks = [supervise("ha-client", self.ha_client.run),
-                       supervise("slave-sync", self.sync.run_metadata),
-                       supervise("scheduler-sync", self.sync.run_progress)]
+        sup = self.store.supervisor  # storage.supervisor: log with context, count, back off, restart
+        self._tasks = [sup.spawn("ha-client", self.ha_client.run),
+                       sup.spawn("slave-sync", self.sync.run_metadata),
+                       sup.spawn("scheduler-sync", self.sync.run_progress)]
         log.info("ha.slave_started", master_ha=self.master_ha_addr(), master=self.master_broker_addr(),
                  offset=self.store.commitlog_max_offset())
 
@@ -156,7 +156,8 @@ class ReplicaRole:
             self.ha_client.stop()
         for t in self._tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks:
+            await self.store.supervisor.reap(self._tasks)  # an error a task ended with is logged
         self._tasks = []
 
     async def shutdown(self) -> None:
