@@ -84,3 +84,19 @@ async def test_heartbeats_with_many_subscriptions_repeated_and_changed(broker_ct
     assert set(cc.subscriptions) == set(topics[:10]) and cc.subscriptions["hb-00003"]["subString"] == "a||b"
     assert (await client.invoke(heart_beat, {}, b"{not json")).code == 1  # a bad body is still refused
     assert "%RETRY%HBG" in broker_ctl.topics.topics
+
+
+async def test_metrics_page_in_slices_equals_the_one_piece_page(broker_ctl):
+    from server.observability import prometheus
+
+    for i in range(2500):
+        broker_ctl.offsets.commit(f"cg-{i:04d}", f"T{i % 7}", i % 4, i)
+    sliced = await prometheus.page_sliced(broker_ctl, slice_n=100)
+    whole = prometheus.render(prometheus.collect(broker_ctl))
+
+    def stable(page):  # process CPU / RSS / clock families move between the two calls
+        return [line for line in page.splitlines() if not line.startswith(("process_", "# ", "rocketmq_storage_"))]
+
+    assert stable(sliced) == stable(whole)
+    lags = [line for line in sliced.splitlines() if line.startswith("rocketmq_consumer_lag_messages{")]
+    assert len(lags) == 2500
