@@ -123,6 +123,7 @@ class MetaStore:
         self.commits = 0          # transactions committed
         self.rows_written = 0     # row upserts/deletes committed
         self.failures = 0         # failed commits (retried)
+        self.rows_set_aside = 0   # rows that failed alone while the rest of their batch committed
         self.last_commit_ms = 0.0
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
@@ -358,7 +359,10 @@ class MetaStore:
                 self._filling += 1
             t0 = time.perf_counter()
             try:
-                n = self._write(batch)
+                try:
+                    n = self._write(batch)
+                except Exception as e:
+                    n = self._write_row_by_row(batch, e)  # a bad row is set aside, the others committed
             except Exception as e:  # disk full, I/O error: keep the rows staged, tell the waiters, retry
                 failures += 1
                 self.failures += 1
@@ -394,6 +398,41 @@ class MetaStore:
             self._loop.call_soon_threadsafe(done)
         except RuntimeError:  # the loop is closed: nobody waits any more
             pass
+
+    def _write_row_by_row(self, b: _Batch, first_error: Exception) -> int:
+        """After a failed batch: every row in its own transaction. Rows that fail while others succeed are
+        set aside (logged with their key, counted in `rows_set_aside`); if none succeeds the failure is the
+        disk's, not a row's, and `first_error` is raised (the batch stays staged and is retried)."""
+        rows: list[_Batch] = []
+        for name, row in b.topics.items():
+            one = _Batch()
+            one.topics[name] = row
+            rows.append(one)
+        for name, cfg in b.groups.items():
+            one = _Batch()
+            one.groups[name] = cfg
+            rows.append(one)
+        for key in b.offset_keys:
+            one = _Batch()
+            one.offset_keys.add(key)
+            rows.append(one)
+        if b.delay or b.versions:
+            one = _Batch()
+            one.delay, one.versions = b.delay, b.versions
+            rows.append(one)
+        written, bad = 0, []
+        for one in rows:
+            try:
+                written += self._write(one)
+            except Exception as e:
+                bad.append((one, e))
+        if written == 0 and bad:
+            raise first_error
+        for one, e in bad:
+            self.rows_set_aside += 1
+            log.error("meta_store.row_set_aside", path=self.path, error=repr(e),
+                      row=repr(next(iter({**one.topics, **one.groups}), None) or sorted(one.offset_keys) or "versions"))
+        return written
 
     def _write(self, b: _Batch) -> int:
         conn = self._conn
@@ -461,6 +500,7 @@ class MetaStore:
 
     def stats(self) -> dict:
         return {"commits": self.commits, "rows_written": self.rows_written, "failures": self.failures,
+                "rows_set_aside": self.rows_set_aside,
                 "last_commit_ms": round(self.last_commit_ms, 3), "pending_batch": self._filling - self._committed - 1,
                 **{f"{t}_version": v.counter for t, v in self.versions.items()}}
 

@@ -284,3 +284,20 @@ def test_a_torn_wal_tail_after_a_crash_leaves_the_tables_readable(tmp_path):
     _, t3, _, _ = _tables(crashed)
     assert "After" in t3 and "T0" in t3
     t3.meta.close()
+
+
+async def test_a_row_sqlite_cannot_store_is_set_aside_and_the_batch_commits(tmp_path):
+    """A group name with a lone surrogate (JSON allows "\\udc80" in a heartbeat) cannot be encoded to UTF-8:
+    that row is set aside and logged, the rest of its batch is committed and acknowledged."""
+    meta, t, g, o = _tables(tmp_path)
+    t.put(TopicConfig("Good", 1, 1))
+    g.get("bad\udc80group")
+    o.commit("G", "Good", 0, 3)
+    await asyncio.wait_for(meta.committed(), 10)
+    assert meta.rows_set_aside == 1
+    assert _rows(tmp_path, "SELECT name FROM topic") == [("Good",)]
+    assert _rows(tmp_path, "SELECT key FROM consumer_offsets") == [("Good@G",)]
+    t.put(TopicConfig("Later", 1, 1))  # the store keeps working
+    await asyncio.wait_for(meta.committed(), 10)
+    meta.close()
+    assert ("Later",) in _rows(tmp_path, "SELECT name FROM topic")
