@@ -168,7 +168,7 @@ class BrokerController:
             from server.observability import prometheus
             from server.observability.http import MetricsHttpServer
             self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port,
-                                                  render=lambda: prometheus.render(prometheus.collect(self)))
+                                                  render=lambda: prometheus.page_sliced(self))
             await self.metrics_http.start()
         from server.observability.telemetry import Telemetry
         self.telemetry = Telemetry(self)

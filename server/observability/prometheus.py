@@ -11,6 +11,7 @@ clean on this page (tests/observability/test_promtool.py). The msgpack exports k
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import resource
@@ -89,7 +90,38 @@ def _process_families() -> list[Family]:
     return fams
 
 
-def collect(broker) -> list[Family]:
+def lag_pairs(broker, keys: Iterable[str] | None = None) -> list[tuple[str, str, int]]:
+    """(topic, group, lag) of each topic@group of `keys` (default: all, in name order)."""
+    table = broker.offsets.table
+    max_offset = broker.store.max_offset
+    out = []
+    for key in sorted(table) if keys is None else keys:
+        queues = table.get(key)
+        if queues is None:
+            continue
+        topic, _, group = key.partition("@")
+        out.append((topic, group, sum(max(0, max_offset(topic, int(q)) - int(o)) for q, o in list(queues.items()))))
+    return out
+
+
+async def lag_pairs_sliced(broker, slice_n: int = 1000) -> list[tuple[str, str, int]]:
+    """`lag_pairs` yielding to the loop every `slice_n` keys (10,000 groups: ~40 ms in one piece)."""
+    keys = sorted(broker.offsets.table)
+    out: list[tuple[str, str, int]] = []
+    for i in range(0, len(keys), slice_n):
+        if i:
+            await asyncio.sleep(0)
+        out.extend(lag_pairs(broker, keys[i:i + slice_n]))
+    return out
+
+
+async def page_sliced(broker, slice_n: int = 500) -> str:
+    """The /metrics page without a long stall: lags and rendering in slices with yields between."""
+    return await render_sliced(collect(broker, await lag_pairs_sliced(broker)), slice_n)
+
+
+def collect(broker, lags: list[tuple[str, str, int]] | None = None) -> list[Family]:
+    """Every family; `lags` as `lag_pairs` gives them (computed here when not given)."""
     cfg = broker.config
     base = {"cluster": cfg.broker_cluster_name, "node_type": "broker", "node_id": cfg.broker_name}
 
@@ -113,12 +145,9 @@ def collect(broker) -> list[Family]:
         [(L(), sum(len(ch) for ch in clients.producers.values()))])
     fam("rocketmq_consumer_connections", "gauge", "Consumer connections, by consumer group.",
         ((L(consumer_group=g), len(info.channels)) for g, info in sorted(clients.consumers.items())))
-    lags = []
-    for key, queues in sorted(broker.offsets.table.items()):
-        topic, _, group = key.partition("@")
-        lag = sum(max(0, broker.store.max_offset(topic, int(q)) - int(o)) for q, o in queues.items())
-        lags.append((L(topic=topic, consumer_group=group), lag))
-    fam("rocketmq_consumer_lag_messages", "gauge", "Messages stored but not yet committed by the group.", lags)
+    fam("rocketmq_consumer_lag_messages", "gauge", "Messages stored but not yet committed by the group.",
+        ((L(topic=topic, consumer_group=group), lag)
+         for topic, group, lag in (lag_pairs(broker) if lags is None else lags)))
     fam("rocketmq_topic_number", "gauge", "Topics on this broker.", [(L(), len(broker.topics.topics))])
     fam("rocketmq_consumer_group_number", "gauge", "Consumer groups with committed offsets or online consumers.",
         [(L(), len({k.partition("@")[2] for k in broker.offsets.table} | set(clients.consumers)))])
@@ -216,6 +245,16 @@ def _esc_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
+def _sample_lines(lines: list[str], f: Family, s: Sample) -> None:
+    if f.type == "histogram":
+        for bound, acc in s.buckets or []:
+            lines.append(f"{f.name}_bucket{_fmt_labels(s.labels, ('le', _fmt_num(bound)))} {acc}")
+        lines.append(f"{f.name}_sum{_fmt_labels(s.labels)} {_fmt_num(s.sum)}")
+        lines.append(f"{f.name}_count{_fmt_labels(s.labels)} {s.count}")
+    else:
+        lines.append(f"{f.name}{_fmt_labels(s.labels)} {_fmt_num(s.value)}")
+
+
 def render(families: Iterable[Family]) -> str:
     lines: list[str] = []
     for f in families:
@@ -224,11 +263,22 @@ def render(families: Iterable[Family]) -> str:
         lines.append(f"# HELP {f.name} {_esc_help(f.help)}")
         lines.append(f"# TYPE {f.name} {f.type}")
         for s in f.samples:
-            if f.type == "histogram":
-                for bound, acc in s.buckets or []:
-                    lines.append(f"{f.name}_bucket{_fmt_labels(s.labels, ('le', _fmt_num(bound)))} {acc}")
-                lines.append(f"{f.name}_sum{_fmt_labels(s.labels)} {_fmt_num(s.sum)}")
-                lines.append(f"{f.name}_count{_fmt_labels(s.labels)} {s.count}")
-            else:
-                lines.append(f"{f.name}{_fmt_labels(s.labels)} {_fmt_num(s.value)}")
+            _sample_lines(lines, f, s)
+    return "\n".join(lines) + "\n"
+
+
+async def render_sliced(families: Iterable[Family], slice_n: int = 500) -> str:
+    """`render` (the same text) yielding to the loop every `slice_n` samples."""
+    lines: list[str] = []
+    done = 0
+    for f in families:
+        if not f.samples:
+            continue
+        lines.append(f"# HELP {f.name} {_esc_help(f.help)}")
+        lines.append(f"# TYPE {f.name} {f.type}")
+        for s in f.samples:
+            _sample_lines(lines, f, s)
+            done += 1
+            if done % slice_n == 0:
+                await asyncio.sleep(0)
     return "\n".join(lines) + "\n"
