@@ -63,6 +63,10 @@ class LevelDeliverer:
         self.queue_id = level - 1
         self.delay_ms = svc.config.levels_ms[level - 1]
         self.offset = 0        # delivered: next schedule-queue offset whose delivery is not confirmed
+        # scheduler.progress_file (scheduleProgress): begin(CommitLog end) just before a delivery put,
+        # commit(next offset not put, CommitLog end) right after it, in the same loop step
+        self._progress_begin = _no_begin
+        self._progress_commit = _no_commit
         self.scan_offset = 0   # next unit to look at (> offset while async deliveries are in flight)
         self.claimed_offset = 0  # units below it were taken by the current pass (cancel: too late)
         self.stats = LevelStats(level)
@@ -70,6 +74,20 @@ class LevelDeliverer:
         self._wake: asyncio.Future | None = None
         self._idle = False
         self.stopping = False
+
+    def bind_progress(self, progress) -> None:
+        self._progress_begin, self._progress_commit = progress.level_writer(self.level)
+
+    def put_offset(self, end: int | None = None) -> int:
+        """The next schedule offset whose delivery is not in the CommitLog: the first failed put in
+        flight (async), else `end` (default: scan_offset)."""
+        h = self.handler
+        if h is not None and h.failed > 0:
+            return h.first_failed()
+        return self.scan_offset if end is None else end
+
+    def commit_progress(self, offset: int) -> None:
+        self._progress_commit(offset, self.store.commitlog_max_offset())
 
     # ---- wake-ups ------------------------------------------------------------------------
     def on_dispatch(self) -> None:
@@ -166,10 +184,10 @@ class LevelDeliverer:
             infos = event_infos(raws, batch)
             self._fire_due(batch, spans, dues, infos)
         if handler is None:
-            await self._deliver_sync(batch, dues, infos, raws, spans)
+            await self._deliver_sync(batch, dues, infos, raws, spans, base, base + scanned)
             self.offset = self.scan_offset = base + scanned
         else:
-            self._deliver_async(batch, base, spans, dues, infos)
+            self._deliver_async(batch, base, spans, dues, infos, base + scanned)
             self.scan_offset = base + scanned
         self.stats.next_due_ms = wait_due
         if wait_due and not self.stopping:
@@ -197,6 +215,7 @@ class LevelDeliverer:
             self.scan_offset = new
             if self.handler is None or not self.handler.pending:
                 self.offset = new
+                self.commit_progress(new)
 
     # ---- poison records (scheduler.quarantine) -------------------------------------------
     def _isolate(self, raws, spans, base: int):
@@ -245,15 +264,25 @@ class LevelDeliverer:
         return PutRequest(b[0], b[1], b[2], b[3], b[4], -1)
 
     # ---- sync ----------------------------------------------------------------------------
-    async def _deliver_sync(self, batch, dues, infos, raws, spans) -> None:
+    async def _deliver_sync(self, batch, dues, infos, raws, spans, base: int, end: int) -> None:
         """One put_batch for the whole batch; failed records (put status, or a flush that did not
         confirm) are resent one PutRequest each, with backoff, until stored; a record the store
-        refuses for good (GIVE_UP: oversize with its real topic) is quarantined instead."""
+        refuses for good (GIVE_UP: oversize with its real topic) is quarantined instead. The progress
+        (scheduleProgress) moves to `end` in the same step as the put (to the first failed record if a
+        put failed, and to `end` once the failed ones are stored or set aside)."""
         n = len(batch)
+        store = self.store
         if not n:
+            self._progress_commit(end, store.commitlog_max_offset())
             return
-        res = self.store.put_batch(batch)
+        self._progress_begin(store.commitlog_max_offset())
+        res = store.put_batch(batch)
         statuses = res.statuses
+        if statuses is None:
+            self._progress_commit(end, store.commitlog_max_offset())
+        else:
+            first = next((j for j, x in enumerate(statuses) if x is not PUT_OK), None)
+            self._progress_commit(end if first is None else base + batch.source[first], store.commitlog_max_offset())
         fl = res.flushed
         flushed_ok = True
         if fl is not None:
@@ -284,6 +313,7 @@ class LevelDeliverer:
             else:
                 self._delivered(dues[i], infos[j], res.store_timestamp, res.phys[j], batch.dests[j][0])
         if not failed:  # every failure was set aside
+            self.commit_progress(end)
             return
         st.failed_puts += len(failed)
         log.warning("delay.deliver_failed", level=self.level, failed=len(failed), attempt=1,
@@ -292,6 +322,7 @@ class LevelDeliverer:
         metas = [(dues[src[j]], infos[j] if infos is not None else None, raws[src[j]], spans[src[j]][0])
                  for j in failed]
         await self._resend_sync(reqs, metas)
+        self.commit_progress(end)
 
     async def _resend_sync(self, reqs, metas) -> None:
         attempt = 1
@@ -355,20 +386,25 @@ class LevelDeliverer:
             infos.born_ts, infos.store_ts, [dues[i] for i in src], 0))
 
     # ---- async ---------------------------------------------------------------------------
-    def _deliver_async(self, batch, base, spans, dues, infos) -> None:
+    def _deliver_async(self, batch, base, spans, dues, infos, end: int) -> None:
         if not spans:
             return
         n = len(batch)
+        store = self.store
+        if n:
+            self._progress_begin(store.commitlog_max_offset())
         if n and not batch.dropped:
-            res = self.store.put_batch(batch)
+            res = store.put_batch(batch)
             if res.statuses is None:  # the common case: one pending entry for the whole run
                 topics = infos.topics if infos is not None else None
                 self.handler.extend((PendingBatch(base, spans, dues, res.flushed, res.store_timestamp, res.phys,
                                                   topics, infos),))
+                self._progress_commit(self.put_offset(end), store.commitlog_max_offset())
                 return
             self._pending_entries(batch, base, spans, dues, infos, res)
-            return
-        self._pending_entries(batch, base, spans, dues, infos, self.store.put_batch(batch) if n else None)
+        else:
+            self._pending_entries(batch, base, spans, dues, infos, store.put_batch(batch) if n else None)
+        self._progress_commit(self.put_offset(end), store.commitlog_max_offset())
 
     def _pending_entries(self, batch, base, spans, dues, infos, res) -> None:
         """One PendingEntry per message: SKIP for dropped ones, RUNNING or EXCEPTION for the others."""
@@ -389,7 +425,9 @@ class LevelDeliverer:
                 if ok:
                     e.flushed, e.store_ts, e.dphys = fl, ts, phys[j]
             if statuses is not None:
-                self.stats.failed_puts += sum(1 for x in statuses if x is not PUT_OK)
+                failed = sum(1 for x in statuses if x is not PUT_OK)
+                self.stats.failed_puts += failed
+                self.handler.failed += failed
         self.handler.extend(entries)
 
     def quarantine_refused(self, phys: int, size: int, why: str, offset: int) -> bool:
@@ -460,6 +498,14 @@ class LevelDeliverer:
                 "resends": st.resends, "deliver_rate": st.rate(), "lateness_ms": st.histogram(),
                 "in_flight": self.handler.count if self.handler is not None else 0,
                 "blocked": self.handler.blocked() if self.handler is not None else False}
+
+
+def _no_begin(phys: int) -> None:
+    pass
+
+
+def _no_commit(offset: int, end: int) -> None:
+    pass
 
 
 def _set_done(fut: asyncio.Future) -> None:

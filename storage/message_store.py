@@ -22,7 +22,7 @@ from storage.consume_queue import UNIT, ConsumeQueue
 from storage.faults import PutFaultInjector
 from storage.flush import GroupCommitService, PeriodicFlusher, flush_segments_blocking
 from storage.index import IndexService
-from storage.recovery import recover
+from storage.recovery import iter_records, recover
 from storage.replica import ReplicaMixin
 from storage.retention import RetentionMixin
 from storage.store_append import BatchPutMixin
@@ -36,6 +36,8 @@ from storage.store_types import (
     PutStatus,
     QueryResult,
     StoreConfig,
+    TagsCodeOf,
+    tags_hash_code,
 )
 from storage.supervisor import Supervisor
 
@@ -48,8 +50,12 @@ DispatchListener = Callable[[str, int, int], None]
 
 
 class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
-    def __init__(self, config: StoreConfig, supervisor: Supervisor | None = None) -> None:
+    def __init__(self, config: StoreConfig, supervisor: Supervisor | None = None,
+                 tags_code_of: TagsCodeOf = tags_hash_code) -> None:
         self.config = config
+        # a rebuilt ConsumeQueue unit's tagsCode (recovery, replication): the composition root passes the
+        # scheduler's rule for schedule records; storage itself knows only the TAGS hash
+        self.tags_code_of = tags_code_of
         # the process's one failure policy for background work (storage.supervisor); the scheduler and
         # the server start their long-running tasks through it too
         self.supervisor = supervisor if supervisor is not None else Supervisor()
@@ -350,6 +356,13 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
 
     def commitlog_max_offset(self) -> int:
         return self.commitlog.max_offset
+
+    def records_from(self, phys_offset: int):
+        """(phys, record view) of every CommitLog record from `phys_offset` to the end (segment-end
+        blanks skipped): the scheduler's check of a delivery put in flight when the process died."""
+        for phys, _total, _topic, _props, view in iter_records(self.commitlog, phys_offset,
+                                                               self.commitlog.max_offset):
+            yield phys, view
 
     def runtime_info(self) -> dict[str, str]:
         return {

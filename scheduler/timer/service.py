@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import struct
 import time
 
@@ -21,6 +22,7 @@ import structlog
 
 from codec.msgid import offset_msg_id
 from codec.record import store_host_pos
+from scheduler.progress_file import ProgressFile
 from scheduler.quarantine import Quarantine
 from scheduler.timer.checkpoint import TimerCheckpoint
 from scheduler.timer.config import TIMER_TOPIC, TimerConfig
@@ -71,6 +73,10 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self._put_current = None  # the putter's item in progress: a restarted putter finishes it first
         self._offset_waiters: list[tuple[int, asyncio.Future]] = []
         self._host_hex: dict[bytes, str] = {}
+        self.progress_file: ProgressFile | None = None
+        self._resume: tuple[int, int, int, int] | None = None  # (slot, done_due, done_pos, last_pos) after a kill
+        self._done_key = (-1, -1)  # (due, timerlog position) of the last unit put of the slot being delivered
+        self._done_key_slot = -1  # ... that slot
         # [cluster-ha] progress of the slot being put (slot ms, units put, due ms and phys of the last)
         self.slot_progress: tuple[int, int, int, int] = (0, 0, -1, -1)
         self._resume_after: tuple[int, int, int] | None = None  # promoted slave: skip these in that slot
@@ -85,6 +91,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self.wheel = TimerWheel(cfg.store_root, cfg.slots_total, cfg.precision_ms)
         self.timerlog = TimerLog(cfg.store_root, cfg.timerlog_file_size)
         self.checkpoint = TimerCheckpoint(cfg.store_root)
+        self.progress_file = ProgressFile(os.path.join(cfg.store_root, "config"), 0)
         recover(self)
         self._loaded = True
         return True
@@ -198,6 +205,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self.timerlog.close()
         self.wheel.close()
         self.checkpoint.close()
+        self.progress_file.close()
         self._loaded = False
         log.info("timer.stopped", read_ms=self.commit_read_ms, queue_offset=self.commit_queue_offset)
 
@@ -237,6 +245,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         read_ms, queue_offset = self.commit_read_ms, self.commit_queue_offset
         pos = self.timerlog.flush()
         self.wheel.flush()
+        self.progress_file.flush()
         self.checkpoint.write(read_ms, pos, queue_offset, int(time.time() * 1000))
 
     # ---- events / ids --------------------------------------------------------------------
