@@ -178,8 +178,10 @@ class PopService:
             return qids
         ids = {ch.client_id for ch in info.channels.values()}
         pop_ids = {ch.client_id for conn, ch in info.channels.items() if isinstance(conn, TelemetryChannel)}
-        if not pop_ids or pop_ids == ids:
+        if pop_ids == ids:
             return qids
+        # 4.x members: they own every queue not allocated to a registered 5.x member (a 5.x client
+        # that receives between two Telemetry streams gets nothing rather than their queues)
         share: set[int] = set()
         for cid in pop_ids:
             share.update(allocate_averagely(cid, qids, sorted(ids)))
@@ -189,14 +191,14 @@ class PopService:
                       accept: TagFilter, deadline: float) -> list[Delivery]:
         """Up to `batch` deliveries; waits (long polling) until `deadline` (loop time) when there are none."""
         self.group_config(group)
-        qids = self.pop_share(group, self.read_queue_ids(topic))
-        if queue_id >= 0:
-            if queue_id not in qids:
-                raise GrpcError(Code.BAD_REQUEST, f"topic {topic} has no readable queue {queue_id}")
-            qids = [queue_id]
+        readable = self.read_queue_ids(topic)
+        if queue_id >= 0 and queue_id not in readable:
+            raise GrpcError(Code.BAD_REQUEST, f"topic {topic} has no readable queue {queue_id}")
         fifo = self.is_fifo(group)
         loop = asyncio.get_running_loop()
         while True:
+            # the group's membership may change while this receive long-polls: its share is taken anew
+            qids = [q for q in self.pop_share(group, readable) if queue_id < 0 or q == queue_id]
             out: list[Delivery] = []
             self._rr += 1
             start = self._rr % len(qids) if qids else 0

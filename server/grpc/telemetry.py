@@ -268,9 +268,19 @@ class TelemetryService:
             for topic in settings.publishing.topics:
                 self.broker.clients.register_producer(topic.name, chan, chan.client_id, language)
         elif kind == "subscription" and settings.subscription.group.name:
+            group = settings.subscription.group.name
+            mine = {e.topic.name: subscription_data(e) for e in settings.subscription.subscriptions}
+            # in a group with 4.x members, keep what their heartbeats registered (e.g. %RETRY%<group>,
+            # the consume type): a registration replaces the group's subscription table
+            info = self.broker.clients.consumer_group(group)
+            others = info is not None and any(c is not chan for c in info.channels)
+            keep = [sub for topic, sub in info.subscriptions.items() if topic not in mine] if others else []
             self.broker.clients.register_consumer(
-                settings.subscription.group.name, chan, chan.client_id, language or "OTHER",
-                consume_type=CONSUME_POP, subscriptions=[subscription_data(e) for e in settings.subscription.subscriptions])
+                group, chan, chan.client_id, language or "OTHER",
+                consume_type=info.consume_type if others else CONSUME_POP,
+                message_model=info.message_model if others else "CLUSTERING",
+                consume_from_where=info.consume_from_where if others else "CONSUME_FROM_LAST_OFFSET",
+                subscriptions=keep + list(mine.values()))
 
     def refresh(self, client_id: str) -> None:
         """A Heartbeat: keep the client's producer registrations alive."""
