@@ -24,11 +24,23 @@ from server.observability.registry import Histogram, Sample, _fmt_labels, _fmt_n
 # RPC latency buckets, seconds
 RPC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                  10.0, 30.0)
-# delaymq_* names the registry holds that this page re-expresses under RocketMQ's names (or leaves to the
-# msgpack export only: pre-computed rates and _ms histograms have no place on a Prometheus page)
-_TRANSLATED_PREFIXES = ("delaymq_put_", "delaymq_pull_", "delaymq_schedule_", "delaymq_timer_", "delaymq_consumer_lag")
-# ... except these, which have no RocketMQ counterpart and are published as they are
-_KEPT = frozenset({"delaymq_schedule_quarantined_total"})
+# delaymq_* names the registry holds that this page re-expresses under RocketMQ's names, or leaves to the
+# msgpack export only (pre-computed rates and _ms histograms have no place on a Prometheus page)
+_TRANSLATED = frozenset({
+    "delaymq_put_messages_total", "delaymq_put_bytes_total", "delaymq_pull_messages_total", "delaymq_consumer_lag",
+    "delaymq_schedule_pending", "delaymq_schedule_delivered_total", "delaymq_schedule_next_due_ms",
+    "delaymq_schedule_deliver_rate", "delaymq_schedule_lateness_ms", "delaymq_schedule_delay_seconds",
+    "delaymq_timer_pending", "delaymq_timer_enqueue_total", "delaymq_timer_dequeue_total", "delaymq_timer_enqueue_rate",
+    "delaymq_timer_dequeue_rate", "delaymq_timer_enqueue_lag", "delaymq_timer_dequeue_lag_ms",
+    "delaymq_timer_next_due_slot_ms", "delaymq_timer_lateness_ms",
+})
+
+
+def _clean(s: Sample) -> bool:
+    """A registry sample Prometheus' linter accepts: counters end in _total, nothing is a rate or in ms."""
+    if s.type == "counter":
+        return s.name.endswith("_total")
+    return not s.name.endswith(("_rate", "_ms"))
 
 
 @dataclass(slots=True)
@@ -221,23 +233,23 @@ def collect(broker, lags: list[tuple[str, str, int]] | None = None) -> list[Fami
             [(L(), info["transactionRolledBack"])])
         fam("rocketmq_transaction_checks_total", "counter", "CHECK_TRANSACTION_STATE requests sent to producers.",
             [(L(), info["transactionChecksSent"])])
-    fams.extend(_registry_families(broker.metrics, base))
+    fams.extend(_registry_families(broker.metrics))
     fams.extend(_process_families())
     return fams
 
 
-def _registry_families(registry, base: dict[str, str]) -> list[Family]:
-    """The registry's other metrics (task failures, ...), with the node labels; names that are not
-    Prometheus-clean (a counter without _total) are left out rather than published wrong."""
+def _registry_families(registry) -> list[Family]:
+    """The registry's other delaymq_* metrics (task restarts, quarantined records, ...) as they are; names
+    that are not Prometheus-clean (a counter without _total, a rate, an _ms) are left out rather than
+    published wrong."""
     by_name: dict[str, Family] = {}
     for s in registry.collect():
-        if (s.name.startswith(_TRANSLATED_PREFIXES) and s.name not in _KEPT) \
-                or (s.type == "counter" and not s.name.endswith("_total")):
+        if s.name in _TRANSLATED or not _clean(s):
             continue
         f = by_name.get(s.name)
         if f is None:
             f = by_name[s.name] = Family(s.name, s.type, registry.help_of(s.name) or s.name.replace("_", " "))
-        f.samples.append(Sample(s.name, s.type, {**base, **s.labels}, s.value, s.buckets, s.sum, s.count))
+        f.samples.append(s)
     return list(by_name.values())
 
 
