@@ -83,7 +83,9 @@ class LevelDeliverer:
         flight (async), else `end` (default: scan_offset)."""
         h = self.handler
         if h is not None and h.failed > 0:
-            return h.first_failed()
+            first = h.first_failed()
+            if first is not None:
+                return first
         return self.scan_offset if end is None else end
 
     def commit_progress(self, offset: int) -> None:
@@ -425,9 +427,8 @@ class LevelDeliverer:
                 if ok:
                     e.flushed, e.store_ts, e.dphys = fl, ts, phys[j]
             if statuses is not None:
-                failed = sum(1 for x in statuses if x is not PUT_OK)
-                self.stats.failed_puts += failed
-                self.handler.failed += failed
+                self.stats.failed_puts += sum(1 for x in statuses if x is not PUT_OK)
+                self.handler.failed += sum(1 for e in entries if e is not None and e.status == EXCEPTION)
         self.handler.extend(entries)
 
     def quarantine_refused(self, phys: int, size: int, why: str, offset: int) -> bool:
