@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 
 from codec import admin_bodies as AB
-from codec.codes import RequestCode, ResponseCode
+from codec.codes import SCHEDULE_TOPIC, TIMER_TOPIC, RequestCode, ResponseCode
 from codec.msgid import decode_offset_msg_id, is_offset_msg_id
 
 from . import _wire as w
@@ -149,13 +149,26 @@ class Admin:
         return out
 
     async def view_message(self, msg_id: str, topic: str | None = None) -> list[MessageExt]:
-        """By offset msgId; if that fails and a topic is given, as a UNIQ_KEY through QUERY_MESSAGE."""
-        try:
-            return [await self.view_by_offset_id(msg_id)]
-        except w.MQClientError:
-            if not topic:
-                raise
-        return await self.query_by_key(topic, msg_id, unique=True)
+        """By either id form: an offset msgId is read at its broker; a UNIQ_KEY is looked up in the key
+        index under `topic`, or (without one) among the pending scheduled messages."""
+        if is_offset_msg_id(msg_id):
+            try:
+                return [await self.view_by_offset_id(msg_id)]
+            except w.MQClientError:
+                if not topic:
+                    raise
+        if topic:
+            return await self.query_by_key(topic, msg_id, unique=True)
+        found: list[MessageExt] = []
+        for t in (SCHEDULE_TOPIC, TIMER_TOPIC):
+            try:
+                found += await self.query_by_key(t, msg_id, unique=True)
+            except w.MQClientError:
+                continue
+        if not found:
+            raise w.MQClientError(w.QUERY_NOT_FOUND, f"{msg_id} is a UNIQ_KEY (not an offset msgId) and no pending "
+                                                     "scheduled message has it: add -t TOPIC", "view")
+        return found
 
     async def runtime_info(self, broker_addr: str | None = None) -> dict[str, dict[str, str]]:
         out = {}
@@ -189,8 +202,9 @@ class Admin:
             try:
                 if name == "scheduleMessageOffset":
                     row["deliverOffset"], row["maxOffset"] = (int(x) for x in v.split(","))
-                elif name in ("scheduleMessagePending", "scheduleMessageNextDue", "scheduleMessageDelivered"):
-                    row[name[len("scheduleMessage"):].lower()] = int(v)
+                elif name in ("scheduleMessagePending", "scheduleMessageNextDue", "scheduleMessageDelivered",
+                              "scheduleMessageDelayMs", "scheduleMessageLatenessP50", "scheduleMessageLatenessP99"):
+                    row[name[len("scheduleMessage"):].lower()] = int(float(v))
             except ValueError:
                 continue
         for row in out.values():

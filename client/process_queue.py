@@ -152,14 +152,30 @@ class ProcessQueue:
             await self._consume_orderly(msgs)
             return
         sem = self.consumer.consume_sem
+        c = self.consumer
+        finished = [False] * len(msgs)
+        head = [0]  # msgs[:head] are all finished: the offset may move past them
 
-        async def one(m: MessageExt) -> None:
+        def advance() -> None:
+            # like RocketMQ's ProcessQueue.removeMessage: the committed offset follows the oldest message
+            # still in flight, message by message (a consumer stopped mid-batch commits what it finished)
+            k = head[0]
+            while k < len(msgs) and finished[k]:
+                k += 1
+            if k > head[0]:
+                head[0] = k
+                if c.clustering and not self.dropped:
+                    c.offset_store.update(self.mq, msgs[k - 1].queue_offset + 1, increase_only=True)
+
+        async def one(i: int, m: MessageExt) -> None:
             async with sem:
                 status = await self._call(m)
             if status is ConsumeStatus.RETRY:
-                await self.consumer.send_back(m)
+                await c.send_back(m)
+            finished[i] = True
+            advance()
 
-        await asyncio.gather(*(one(m) for m in msgs))
+        await asyncio.gather(*(one(i, m) for i, m in enumerate(msgs)))
 
     async def _consume_orderly(self, msgs: list[MessageExt]) -> None:
         c = self.consumer

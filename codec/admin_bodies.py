@@ -201,7 +201,7 @@ def encode_producer_connection(connections: Iterable[Connection]) -> bytes:
     return dumps({"connectionSet": [c.to_json() for c in connections]})
 
 
-def decode_producer_connection(body) -> list[Connection]:
+def decode_producer_connection(body: JsonBody) -> list[Connection]:
     d = as_obj(loads_lenient(body), "ProducerConnection")
     return sorted((Connection(as_str(c.get("clientId"), "clientId"), as_str(c.get("clientAddr"), "clientAddr"),
                               as_str(c.get("language"), "language"), as_int(c.get("version"), "version"))
@@ -217,9 +217,9 @@ def encode_consume_stats_list(broker_addr: str, groups: Iterable[tuple[str, list
             ).encode()
 
 
-def decode_consume_stats_list(body) -> dict[str, list[tuple[list[OffsetWrapper], float]]]:
+def decode_consume_stats_list(body: JsonBody) -> dict[str, list[tuple[list[OffsetWrapper], float]]]:
     d = as_obj(loads_lenient(body), "ConsumeStatsList")
-    out: dict[str, list] = {}
+    out: dict[str, list[tuple[list[OffsetWrapper], float]]] = {}
     for one in as_list(d, "consumeStatsList"):
         for group, stats in as_obj(one, "consumeStatsList entry").items():
             out[str(group)] = [(_decode_mq_table(as_obj(s, "ConsumeStats"), OffsetWrapper, _OFFSET_WRAPPER),
@@ -242,7 +242,7 @@ def encode_reset_offset_for_c(offsets: Mapping[MessageQueue, int]) -> bytes:
                                    "topic": mq.topic} for mq, off in rows]})
 
 
-def decode_reset_offset(body) -> dict[MessageQueue, int]:
+def decode_reset_offset(body: JsonBody) -> dict[MessageQueue, int]:
     d = as_obj(loads_lenient(body), "ResetOffsetBody")
     table = d.get("offsetTable") or {}
     if isinstance(table, list):
@@ -259,13 +259,13 @@ class ConsumeQueueData:
     physic_size: int
     tags_code: int
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"eval": False, "physicOffset": self.physic_offset, "physicSize": self.physic_size,
                 "tagsCode": self.tags_code}
 
 
 def encode_query_consume_queue(min_index: int, max_index: int, units: Iterable[ConsumeQueueData],
-                               subscription: dict | None, filter_data: str | None) -> bytes:
+                               subscription: dict[str, Any] | None, filter_data: str | None) -> bytes:
     """QueryConsumeQueueResponseBody (QUERY_CONSUME_QUEUE)."""
     d: dict[str, Any] = {"maxQueueIndex": int(max_index), "minQueueIndex": int(min_index),
                          "queueData": [u.to_json() for u in units]}

@@ -19,6 +19,7 @@ The index keys are the record's KEYS and UNIQ_KEY, so QUERY_MESSAGE on the quara
 
 from __future__ import annotations
 
+from codec.buffers import BytesLike
 from codec.codes import SCHEDULE_QUARANTINE_TOPIC, SysFlag
 from codec.errors import CodecError
 from codec.msgid import offset_msg_id
@@ -32,12 +33,12 @@ _KEEP = (K.REAL_TOPIC, K.REAL_QID, K.UNIQ_KEY, K.KEYS, K.TAGS, K.DELAY, K.TIMER_
 _VALUE_MAX = 256
 
 
-def _props_len(props: dict) -> int:
+def _props_len(props: dict[str, str]) -> int:
     return len(properties_to_string(props).encode("utf-8", "replace"))
 
 
-def build_quarantine_record(raw, reason: str, stage: str, origin_offset: int,
-                            max_size: int) -> tuple[bytearray, tuple]:
+def build_quarantine_record(raw: BytesLike, reason: str, stage: str, origin_offset: int,
+                            max_size: int) -> tuple[bytearray, tuple[str, ...]]:
     reason = reason if len(reason) <= REASON_MAX else reason[:REASON_MAX - 3] + "..."
     try:
         rec, _ = decode_record(bytes(raw))

@@ -230,6 +230,9 @@ class DelayLevelService:
             info[f"scheduleMessageNextDue_{lv}"] = str(snap["next_due_ms"])
             info[f"scheduleMessageDelivered_{lv}"] = str(snap["delivered_total"])
             info[f"scheduleMessageDeliverRate_{lv}"] = f"{snap['deliver_rate']:.1f}"
+            info[f"scheduleMessageDelayMs_{lv}"] = str(d.delay_ms)
+            info[f"scheduleMessageLatenessP50_{lv}"] = f"{d.stats.lateness.quantile(0.5):.0f}"
+            info[f"scheduleMessageLatenessP99_{lv}"] = f"{d.stats.lateness.quantile(0.99):.0f}"
         info["scheduleMessageCancelPending"] = str(self.cancels.count())
         info["scheduleMessageCancelled"] = str(self.cancels.cancelled_total)
         return info

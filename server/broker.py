@@ -22,6 +22,7 @@ from server.cluster.namesrv.kv_config import KVConfigManager
 from server.cluster.registration import BrokerRegistrar
 from server.config import BrokerConfig
 from server.observability.broker_stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BrokerStats
+from server.observability.client_errors import ClientErrorLog
 from server.observability.prometheus import RpcLatency
 from server.observability.registry import Registry
 from server.offsets_table import ConsumerOffsetManager
@@ -94,19 +95,23 @@ class BrokerController:
             TOPIC_PUT_SIZE: lambda: {t: c[1].value for t, c in self._put_counters.items()},
             GROUP_GET_NUMS: lambda: {f"{t}@{g}": c.value for (t, g), c in self._pull_counters.items()},
         }, self.boot_ms)
-        self._stats_task: asyncio.Task | None = None
+        self._stats_task = None  # storage.supervisor.SupervisedTask
         self.rpc_latency = RpcLatency()
+        self.client_errors = ClientErrorLog()
         self._started = False
 
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
+        # the effective configuration in one record (broker.conf keys, after the file and the flags)
+        log.info("broker.config", config=cfg.to_properties(),
+                 delay_table={f"L{i + 1}": ms for i, ms in enumerate(self.levels)})
         cfg.validate()
         self.topics.load()
         self.groups.load()
         self.offsets.load()
         self.topics.ensure_system_topics(len(self.levels), cfg.timer_wheel_enable)
-        self.store = make_message_store(cfg)
+        self.store = make_message_store(cfg, self.levels)
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
         await self.replica.prepare(self.store)  # a SLAVE: read-only store, a former master's tail cut
         self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta)
@@ -126,6 +131,7 @@ class BrokerController:
                     await r
         self.remoting = make_remoting_server(self)
         self.remoting.server.dispatcher.on_timing = self.rpc_latency.observe
+        self.remoting.server.response_observer = self.client_errors
         from server.security import install as install_security  # [security] ACL, TLS, limits
         install_security(self, self.remoting.server)
         from server.cluster.ha import processors as ha_processors
@@ -153,6 +159,9 @@ class BrokerController:
         if cfg.namesrv_addr_list:
             self.registrar = make_registrar(self)
             self.topics.add_change_listener(lambda _tc: self.registrar.topics_changed())
+            # a slave follows the master the name servers name; a promotion re-registers at once as id 0
+            self.registrar.add_result_listener(self._on_register_result)
+            self.replica.role_listeners.append(lambda _role, _id: self.registrar.topics_changed())
             await self.registrar.start()
         if cfg.metrics_port:
             from server.observability import prometheus
@@ -163,7 +172,7 @@ class BrokerController:
         from server.observability.telemetry import Telemetry
         self.telemetry = Telemetry(self)
         self.telemetry.start()
-        self._stats_task = asyncio.get_running_loop().create_task(self._sample_stats(), name="broker-stats")
+        self._stats_task = self.store.supervisor.spawn("broker-stats", self._sample_stats)
         if cfg.grpc_listen_port > 0:  # RocketMQ 5 clients: gRPC MessagingService over the same store
             from server.grpc.endpoint import GrpcEndpoint
             self.grpc = GrpcEndpoint(self)
@@ -186,7 +195,7 @@ class BrokerController:
         self._started = False
         log.info("broker.stopping")
         if self._stats_task is not None:
-            self._stats_task.cancel()
+            await self._stats_task.stop()
         if self.registrar is not None:  # out of the routes first, so clients stop sending here
             await self.registrar.shutdown()
         self.pull_hold.shutdown()  # held pulls answer now (counted as in-flight by the server)
@@ -215,16 +224,10 @@ class BrokerController:
         log.info("broker.stopped")
 
     async def _sample_stats(self) -> None:
-        """Once a second: the rate windows of `self.stats` (putTps, VIEW_BROKER_STATS_DATA). A failing
-        sample is logged and counted; the loop goes on."""
-        failures = self.metrics.counter("delaymq_task_failures_total", {"task": "broker-stats"})
+        """Once a second: the rate windows of `self.stats` (putTps, VIEW_BROKER_STATS_DATA); supervised."""
         while True:
             await asyncio.sleep(1.0)
-            try:
-                self.stats.sample(int(time.time() * 1000))
-            except Exception as e:
-                failures.inc()
-                log.error("broker.stats_sample_failed", error=repr(e))
+            self.stats.sample(int(time.time() * 1000))
 
     async def _put_timer_cancel_marker(self, topic: str, uniq_key: str, deliver_ms: int) -> str | None:
         """The timer wheel's cancel marker (TIMER_DEL_UNIQKEY, as a 5.x producer sends it), stored by the
@@ -327,6 +330,14 @@ class BrokerController:
             c = self._pull_counters[(topic, group)] = self.metrics.counter(
                 "delaymq_pull_messages_total", {"topic": topic, "group": group})
         c.inc(n)
+
+    def _on_register_result(self, result) -> None:
+        """REGISTER_BROKER's answer (server.cluster.registration.RegisterResult): a slave's master and its
+        HA address, used by the HA room unless haMasterAddress is configured."""
+        if result.master_addr:
+            self.replica.master_addr_from_ns = result.master_addr
+        if result.ha_server_addr:
+            self.replica.ha_addr_from_ns = result.ha_server_addr
 
     def _earliest_store_time(self) -> int:
         """STORETIMESTAMP of the oldest record still in the CommitLog (0: none, or not a record there)."""

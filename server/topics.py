@@ -88,6 +88,10 @@ class TopicManager:
         """The table's DataVersion (counter, timestamp): moves on every change, persisted with it."""
         return self.table.data_version.as_tuple()
 
+    async def register_body(self, compressed: bool = False) -> bytes:
+        """The whole table as a REGISTER_BROKER body, remembered per data version (storage)."""
+        return await self.table.register_body(compressed)
+
     @property
     def topics(self) -> dict[str, TopicConfig]:
         return self.table.table

@@ -49,11 +49,9 @@ from storage.index_migrate import OLD_NAME, migrate
 
 log = structlog.get_logger(__name__)
 
-UNINDEXED_TOPICS: frozenset[str] = frozenset()  # topics that get no entries (none today)
 DEFAULT_HASH_SLOT_NUM = 5_000_000
 DEFAULT_INDEX_NUM = 20_000_000
 SWEEP_INTERVAL_S = 5.0
-_NO_INDEX = -1  # cached "topic# CRC" of a topic that gets no entries
 _PHYS = struct.Struct("<q")
 _MAX_NUM = (1 << 31) - 1  # slot values and prevIndex are u32 entry numbers; header counts are i32
 
@@ -235,7 +233,7 @@ class IndexService:
         crcs = self._crcs
         if len(crcs) > 4096:
             crcs.clear()
-        c = crcs[topic] = _NO_INDEX if topic in UNINDEXED_TOPICS else crc32(f"{topic}#".encode())
+        c = crcs[topic] = crc32(f"{topic}#".encode())
         return c
 
     def _room(self, f: IndexFile | None, buf: bytearray, cnt: int, ts: int, phys: int):

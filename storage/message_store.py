@@ -36,6 +36,8 @@ from storage.store_types import (
     PutStatus,
     QueryResult,
     StoreConfig,
+    TagsCodeOf,
+    tags_hash_code,
 )
 from storage.supervisor import Supervisor
 
@@ -48,8 +50,12 @@ DispatchListener = Callable[[str, int, int], None]
 
 
 class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
-    def __init__(self, config: StoreConfig, supervisor: Supervisor | None = None) -> None:
+    def __init__(self, config: StoreConfig, supervisor: Supervisor | None = None,
+                 tags_code_of: TagsCodeOf = tags_hash_code) -> None:
         self.config = config
+        # a rebuilt ConsumeQueue unit's tagsCode (recovery, replication): the composition root passes the
+        # scheduler's rule for schedule records; storage itself knows only the TAGS hash
+        self.tags_code_of = tags_code_of
         # the process's one failure policy for background work (storage.supervisor); the scheduler and
         # the server start their long-running tasks through it too
         self.supervisor = supervisor if supervisor is not None else Supervisor()

@@ -6,7 +6,7 @@ import json
 import sys
 from datetime import datetime
 
-from codec.codes import RETRY_PREFIX, SCHEDULE_TOPIC
+from codec.codes import RETRY_PREFIX, SCHEDULE_TOPIC, ResponseCode
 
 from .. import _wire as w
 from .._wire import MQClientError
@@ -69,9 +69,21 @@ async def group(args) -> int:
     async with Admin(args.namesrv, args.timeout) as admin:
         if topics and not args.no_retry:
             topics.append(RETRY_PREFIX + args.group)
+        for t in args.topic or []:
+            await admin.route(t)  # MQClientError "topic T does not exist"
         progress = await admin.group_progress(args.group, topics or None)
         if not topics and args.no_retry:
             progress = [p for p in progress if not p.queue.topic.startswith(RETRY_PREFIX)]
+        if not any(p.consumer_offset > 0 for p in progress):
+            try:
+                online = await admin.consumer_connections(args.group)
+            except MQClientError:
+                online = []
+            if not online:
+                where = f" on {', '.join(args.topic)}" if args.topic else ""
+                raise MQClientError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                    f"consumer group {args.group} has no committed offsets{where} and no online "
+                                    "consumer (unknown group?)", "group progress")
     total = sum(p.lag for p in progress)
     if args.output == "json":
         _out(json.dumps({"group": args.group, "totalLag": total, "queues": [
@@ -205,10 +217,10 @@ async def scheduled(args) -> int:
             if args.output == "json":
                 _out(json.dumps(rows))
             else:
-                cols = ["level", "pending", "deliverOffset", "maxOffset", "delivered", "nextdue"]
+                cols = ["level", "delayms", "pending", "nextdue", "delivered", "latenessp50", "latenessp99"]
                 _table([[r["broker"]] + [_fmt(c, r.get(c)) for c in cols] for r in rows],
-                       ["#Broker", "#Level", "#Pending", "#Delivered Offset", "#Max Offset", "#Delivered",
-                        "#Next Due"])
+                       ["#Broker", "#Level", "#Delay", "#Pending", "#Next Due", "#Delivered", "#Lateness p50 (ms)",
+                        "#Lateness p99 (ms)"])
         else:
             rows = [[addr, k, v] for addr, table in info.items() for k, v in sorted(table.items())
                     if k.lower().startswith("timer")]
@@ -228,7 +240,16 @@ def _fmt(col: str, v) -> str:
         if v <= 0:
             return "-"
         return datetime.fromtimestamp(v / 1000).isoformat(sep=" ", timespec="milliseconds")
+    if col == "delayms":
+        return _fmt_delay(int(v))
     return str(v)
+
+
+def _fmt_delay(ms: int) -> str:
+    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
 
 
 async def _levels_from_offsets(admin: Admin) -> list[dict]:

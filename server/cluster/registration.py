@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import structlog
@@ -27,13 +27,7 @@ from codec.bodies import decode_kv_table
 from codec.codes import RequestCode as RC
 from codec.command import RemotingCommand
 from codec.errors import CodecError
-from codec.namesrv_bodies import (
-    DataVersion,
-    RegisterBrokerBody,
-    TopicConfigData,
-    body_crc32,
-    encode_register_body,
-)
+from codec.namesrv_bodies import DataVersion, body_crc32
 from remoting.client import RemotingClient
 from server.cluster.tasks import Supervised
 from server.config import BrokerConfig
@@ -52,7 +46,8 @@ class RegisterResult:
     order_topic_config: dict[str, str] | None = None
 
 
-TopicSnapshot = Callable[[], tuple[DataVersion, list[TopicConfigData]]]
+# (compressed) -> (the topic table's DataVersion, its REGISTER_BROKER body in that form)
+TopicSnapshot = Callable[[bool], Awaitable[tuple[DataVersion, bytes]]]
 ResultListener = Callable[[RegisterResult], None]
 
 
@@ -125,14 +120,13 @@ class BrokerRegistrar:
         something changed, unless `force`). Failures are logged and counted, never raised."""
         if not self.namesrvs:
             return []
-        dv, topics = self.snapshot()
+        compressed = self.config.compressed_register
+        dv, body = await self.snapshot(compressed)
         if not force and not await self._need_register(dv):
             self.skipped += 1
             return []
-        body = encode_register_body(RegisterBrokerBody(dv, {t.topic_name: t for t in topics}),
-                                    self.config.compressed_register)
         ext = {**self._identity(), "haServerAddr": self.config.ha_server_addr,
-               "compressed": "true" if self.config.compressed_register else "false",
+               "compressed": "true" if compressed else "false",
                "bodyCrc32": str(body_crc32(body))}
         outcomes = await asyncio.gather(*(self._register_one(ns, ext, body) for ns in self.namesrvs))
         results = [r for r in outcomes if r is not None]

@@ -26,6 +26,8 @@ RPC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
 # delaymq_* names the registry holds that this page re-expresses under RocketMQ's names (or leaves to the
 # msgpack export only: pre-computed rates and _ms histograms have no place on a Prometheus page)
 _TRANSLATED_PREFIXES = ("delaymq_put_", "delaymq_pull_", "delaymq_schedule_", "delaymq_timer_", "delaymq_consumer_lag")
+# ... except these, which have no RocketMQ counterpart and are published as they are
+_KEPT = frozenset({"delaymq_schedule_quarantined_total"})
 
 
 @dataclass(slots=True)
@@ -200,7 +202,8 @@ def _registry_families(registry, base: dict[str, str]) -> list[Family]:
     Prometheus-clean (a counter without _total) are left out rather than published wrong."""
     by_name: dict[str, Family] = {}
     for s in registry.collect():
-        if s.name.startswith(_TRANSLATED_PREFIXES) or (s.type == "counter" and not s.name.endswith("_total")):
+        if (s.name.startswith(_TRANSLATED_PREFIXES) and s.name not in _KEPT) \
+                or (s.type == "counter" and not s.name.endswith("_total")):
             continue
         f = by_name.get(s.name)
         if f is None:

@@ -30,6 +30,8 @@ def _delay_samples(svc) -> list[Sample]:
         return out
     for level, s in (st.get("levels") or {}).items():
         lab = {"level": str(level)}
+        # the broker's delay table at export time: the report names level L by its delay ("L3 · 10s")
+        out.append(Sample("delaymq_schedule_delay_seconds", "gauge", lab, float(s.get("delay_ms", 0)) / 1000.0))
         out.append(Sample("delaymq_schedule_pending", "gauge", lab, float(s.get("pending", 0))))
         out.append(Sample("delaymq_schedule_delivered_total", "counter", lab, float(s.get("delivered_total", 0))))
         out.append(Sample("delaymq_schedule_next_due_ms", "gauge", lab, float(s.get("next_due_ms") or 0)))

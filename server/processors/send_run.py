@@ -79,6 +79,8 @@ class SendRunMixin:
             if type(r) is bytes:
                 pieces.append(r)
             elif isinstance(r, RemotingCommand):
+                if r.code and conn.response_observer is not None:
+                    conn.response_observer(conn, r)
                 pieces.append(encode_frame_bytes(r))
             else:
                 continue  # an awaitable: the dispatcher runs it as a task

@@ -8,7 +8,7 @@ from tests.client.conftest import uniq
 from tests.client.test_cli import cli
 from tests.helpers import wire
 
-LEVELS = "1s 2s 3s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+LEVELS = "1s 5s 3s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 QUERY_SCHEDULED = 3111
 
 
@@ -71,8 +71,8 @@ def test_cancelled_messages_are_not_delivered(broker_factory):
     b = broker_factory({"messageDelayLevel": LEVELS})
     n, topic = b.namesrv, uniq("SchedDel")
     lv = produce(n, topic, "--count", "3", "--delay-level", "2", "--body", "level {i}")
-    tm = produce(n, topic, "--count", "2", "--delay", "3s", "--body", "timer {i}")
-    for victim in (lv[0]["msgId"], tm[1]["msgId"]):
+    tm = produce(n, topic, "--count", "2", "--delay", "6s", "--body", "timer {i}")
+    for victim in (lv[0]["msgId"], tm[1]["msgId"]):  # seconds before they are due (CLI start-up included)
         c = cli("scheduled", "cancel", "-n", n, "--id", victim)
         assert c.returncode == 0 and c.stdout.startswith("cancelled"), c.stdout + c.stderr
     # the three others arrive (the last of them is due after both cancelled ones): then nothing else came

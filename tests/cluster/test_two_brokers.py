@@ -90,3 +90,40 @@ def test_cpp_client_spreads_over_two_brokers_and_each_delivers_its_own_scheduled
     # each broker stored, and delivered into the real topic, a share of the delayed and timed messages
     after = {"broker-a": _stored(a, topic), "broker-b": _stored(b, topic)}
     assert sum(after.values()) == len(sent) and all(after[k] > plain[k] for k in after), (plain, after)
+
+
+@requires_java
+@pytest.mark.java
+def test_two_java_consumers_of_a_group_split_the_queues_of_both_brokers(
+        namesrv_factory, cluster_broker, java_client, java_consumers):
+    ns = namesrv_factory()
+    a, b = cluster_broker("broker-a", ns), cluster_broker("broker-b", ns)
+    topic, group = "Trebalance", "GID_rebalance"
+    a.create_topic(topic, 4)
+    b.create_topic(topic, 4)
+    wait_until(lambda: route_brokers(ns.addr, topic) == {"broker-a", "broker-b"}, 10, "the topic on both")
+    all_queues = {(n, str(q)) for n in ("broker-a", "broker-b") for q in range(4)}
+    c1 = java_consumers("consume", ns.addr, topic, group, "1000000", "120")
+    c2 = java_consumers("consume", ns.addr, topic, group, "1000000", "120")
+    wait_until(lambda: all(len(x.consumer_ids(group)) == 2 for x in (a, b)), 60,
+               "both consumers in the group on both brokers")
+
+    def round_(prefix: str, count: int) -> tuple[set, set]:
+        sent = {s[3] for s in java_client("produce", ns.addr, topic, str(count), "0", prefix)}
+        wait_until(lambda: sent <= {r[3] for c in (c1, c2) for r in c.lines("RECV")}, 60, f"round {prefix}")
+        got1 = [r for r in c1.lines("RECV") if r[3].startswith(prefix + "-")]
+        got2 = [r for r in c2.lines("RECV") if r[3].startswith(prefix + "-")]
+        bodies = [r[3] for r in got1 + got2]
+        settled = len(bodies) == len(set(bodies)) == count and got1 and got2
+        return ({(r[1], r[2]) for r in got1}, {(r[1], r[2]) for r in got2}) if settled else (set(), set())
+
+    # the group settles after both joined (a rebalance moves queues, which may redeliver): warm up first
+    for r in range(8):
+        q1, q2 = round_(f"w{r}", 16)
+        if q1 and q2 and not q1 & q2:
+            break
+    else:
+        pytest.fail("the two consumers never split the queues")
+    q1, q2 = round_("p", 40)
+    assert q1 and q2 and not q1 & q2 and q1 | q2 == all_queues, (q1, q2)
+    assert c1.stop() == 0 and c2.stop() == 0
