@@ -187,6 +187,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self.slot_progress = (p.slot_ms, p.put_in_slot, p.last_due_ms, p.last_phys)
         self._resume_after = (p.slot_ms, p.last_due_ms, p.last_phys) if p.slot_ms == read_ms and \
             p.put_in_slot > 0 else None
+        self._resume = None  # this node's own scheduleProgress is superseded by the master's record
 
     async def shutdown(self) -> None:
         if not self._loaded:
