@@ -27,6 +27,7 @@ from storage.replica import ReplicaMixin
 from storage.retention import RetentionMixin
 from storage.store_append import BatchPutMixin
 from storage.store_reads import ReadMixin
+from storage.store_state import DispatchListener
 from storage.store_types import (
     BatchPutResult,
     GetResult,
@@ -45,9 +46,6 @@ __all__ = ["MessageStore", "StoreConfig", "PutRequest", "PutResult", "PutStatus"
            "GetStatus", "QueryResult"]
 
 log = structlog.get_logger(__name__)
-
-DispatchListener = Callable[[str, int, int], None]
-
 
 def _space_error(cause: BaseException | None, what: str) -> tuple[PutStatus, str]:
     """The put status and remark for a file that could not be created: ENOSPC is SERVICE_NOT_AVAILABLE

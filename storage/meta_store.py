@@ -36,6 +36,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import structlog
 
@@ -62,7 +63,7 @@ CREATE TABLE IF NOT EXISTS data_version (tbl TEXT PRIMARY KEY, counter INTEGER, 
 RETRY_BACKOFF_S = (0.05, 0.2, 1.0, 5.0)
 _UNQUOTED_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
 
-TopicRow = tuple  # (name, read_queue_nums, write_queue_nums, perm, topic_filter_type, topic_sys_flag, ord)
+TopicRow = tuple[str, int, int, int, str, int, int]  # (name, read_queue_nums, write_queue_nums, perm, topic_filter_type, topic_sys_flag, ord)
 
 
 class MetaStoreError(RuntimeError):
@@ -82,7 +83,7 @@ class DataVersion:
         self.counter += 1
         self.timestamp = int(time.time() * 1000)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, int]:
         return {"counter": self.counter, "stateVersion": 0, "timestamp": self.timestamp}
 
     def as_tuple(self) -> tuple[int, int]:
@@ -106,12 +107,21 @@ class _Batch:
 
     def merge_under(self, newer: _Batch) -> _Batch:
         """`newer` with this (older, failed) batch's rows filled in where newer has none."""
-        for mine, theirs in ((self.topics, newer.topics), (self.groups, newer.groups), (self.delay, newer.delay),
-                             (self.versions, newer.versions)):
-            for k, v in mine.items():
-                theirs.setdefault(k, v)
+        _fill_under(self.topics, newer.topics)
+        _fill_under(self.groups, newer.groups)
+        _fill_under(self.delay, newer.delay)
+        _fill_under(self.versions, newer.versions)
         newer.offset_keys |= self.offset_keys
         return newer
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _fill_under(older: dict[_K, _V], newer: dict[_K, _V]) -> None:
+    for k, v in older.items():
+        newer.setdefault(k, v)
 
 
 class MetaStore:
@@ -131,7 +141,7 @@ class MetaStore:
         self._batch = _Batch()
         self._filling = 1         # number of the batch being staged
         self._committed = 0       # highest batch number committed
-        self._waiters: dict[int, list[tuple[asyncio.Future, object]]] = {}
+        self._waiters: dict[int, list[tuple[asyncio.Future[object], object]]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._closing = False
@@ -165,9 +175,17 @@ class MetaStore:
         self._thread.start()
         return self
 
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The writer's connection; MetaStoreError before `open()` or after `close()`."""
+        conn = self._conn
+        if conn is None:
+            raise MetaStoreError(f"{self.path}: not open")
+        return conn
+
     def _initialise(self) -> None:
         """A new database: import today's JSON files if there are any (one transaction), then rename them."""
-        conn = self._conn
+        conn = self._db
         migrated = []
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -216,7 +234,7 @@ class MetaStore:
 
     def _upgrade_from_1(self) -> None:
         """Schema 1 kept one consumer_offset row per (key, queue): fold them into one row per key."""
-        conn = self._conn
+        conn = self._db
         conn.execute("BEGIN IMMEDIATE")
         try:
             table: dict[str, dict[int, int]] = {}
@@ -233,7 +251,7 @@ class MetaStore:
         log.info("meta_store.upgraded", path=self.path, from_schema=1, to_schema=SCHEMA_VERSION, offset_keys=len(table))
 
     @staticmethod
-    def _migrated_version(conn, tbl: str, dv: dict) -> None:
+    def _migrated_version(conn: sqlite3.Connection, tbl: str, dv: dict[str, Any]) -> None:
         conn.execute("INSERT OR REPLACE INTO data_version VALUES (?,?,?)",
                      (tbl, int(dv.get("counter") or 0), int(dv.get("timestamp") or 0)))
 
@@ -245,11 +263,11 @@ class MetaStore:
 
     def load_topics(self) -> list[TopicRow]:
         with self._lock:
-            return self._conn.execute("SELECT * FROM topic").fetchall()
+            return self._db.execute("SELECT * FROM topic").fetchall()
 
-    def load_groups(self) -> list[tuple[str, dict]]:
+    def load_groups(self) -> list[tuple[str, dict[str, Any]]]:
         with self._lock:
-            rows = self._conn.execute("SELECT name, config FROM subscription_group").fetchall()
+            rows = self._db.execute("SELECT name, config FROM subscription_group").fetchall()
         out = []
         for name, text in rows:
             try:
@@ -260,12 +278,12 @@ class MetaStore:
 
     def load_offsets(self) -> list[tuple[str, dict[int, int]]]:
         with self._lock:
-            rows = self._conn.execute("SELECT key, offsets FROM consumer_offsets").fetchall()
+            rows = self._db.execute("SELECT key, offsets FROM consumer_offsets").fetchall()
         return [(key, decode_offsets(text)) for key, text in rows]
 
     def load_delay_offsets(self) -> dict[int, int]:
         with self._lock:
-            return dict(self._conn.execute("SELECT level, offset FROM delay_offset").fetchall())
+            return dict(self._db.execute("SELECT level, offset FROM delay_offset").fetchall())
 
     # ---- staging (any thread; the loop's path is a dict store under an uncontended lock) ---
     def stage_topic(self, row: TopicRow | None, name: str) -> None:
@@ -276,7 +294,7 @@ class MetaStore:
             self._batch.versions["topic"] = v.as_tuple()
             self._cond.notify()
 
-    def stage_group(self, name: str, config: dict | None) -> None:
+    def stage_group(self, name: str, config: dict[str, Any] | None) -> None:
         v = self.versions["subscription_group"]
         v.bump()
         text = None if config is None else json.dumps(config, separators=(",", ":"))
@@ -315,7 +333,7 @@ class MetaStore:
         """(lock held) The batch number whose commit makes everything staged so far durable."""
         return self._filling if self._batch else self._filling - 1
 
-    def committed(self, value=None) -> asyncio.Future:
+    def committed(self, value: object = None) -> asyncio.Future[object]:
         """On the event loop: a future whose result is `value` once everything staged so far is committed
         (exception: MetaStoreError if that commit failed; the changes stay staged and are retried). A
         request processor returns `meta.committed(response)`: the dispatcher answers when it is done."""
@@ -393,7 +411,7 @@ class MetaStore:
                 self._cond.notify_all()
             self._resolve(waiters, None)
 
-    def _resolve(self, waiters: list[tuple[asyncio.Future, object]], exc: BaseException | None) -> None:
+    def _resolve(self, waiters: list[tuple[asyncio.Future[object], object]], exc: BaseException | None) -> None:
         if not waiters or self._loop is None:
             return
 
@@ -438,14 +456,14 @@ class MetaStore:
                 bad.append((one, e))
         if written == 0 and bad:
             raise first_error
-        for one, e in bad:
+        for one, err in bad:
             self.rows_set_aside += 1
-            log.error("meta_store.row_set_aside", path=self.path, error=repr(e),
+            log.error("meta_store.row_set_aside", path=self.path, error=repr(err),
                       row=repr(next(iter({**one.topics, **one.groups}), None) or sorted(one.offset_keys) or "versions"))
         return written
 
     def _write(self, b: _Batch) -> int:
-        conn = self._conn
+        conn = self._db
         n = 0
         conn.execute("BEGIN")
         try:
@@ -463,15 +481,16 @@ class MetaStore:
                 n += len(b.groups)
             if b.offset_keys:
                 source = self.offset_source
-                up, dels = [], []
+                rows: list[tuple[str, str]] = []
+                gone: list[tuple[str]] = []
                 for key in b.offset_keys:
                     queues = source(key)
                     if queues:
-                        up.append((key, encode_offsets(queues)))
+                        rows.append((key, encode_offsets(queues)))
                     else:
-                        dels.append((key,))
-                conn.executemany("INSERT OR REPLACE INTO consumer_offsets VALUES (?,?)", up)
-                conn.executemany("DELETE FROM consumer_offsets WHERE key=?", dels)
+                        gone.append((key,))
+                conn.executemany("INSERT OR REPLACE INTO consumer_offsets VALUES (?,?)", rows)
+                conn.executemany("DELETE FROM consumer_offsets WHERE key=?", gone)
                 n += len(b.offset_keys)
             if b.delay:
                 conn.executemany("INSERT OR REPLACE INTO delay_offset VALUES (?,?)", list(b.delay.items()))
@@ -508,7 +527,7 @@ class MetaStore:
         self._conn.close()
         self._conn = None
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         return {"commits": self.commits, "rows_written": self.rows_written, "failures": self.failures,
                 "rows_set_aside": self.rows_set_aside,
                 "last_commit_ms": round(self.last_commit_ms, 3), "pending_batch": self._filling - self._committed - 1,
@@ -577,13 +596,13 @@ def decode_offsets(text: str) -> dict[int, int]:
 
 
 # ---- JSON shapes -------------------------------------------------------------------------
-def topic_json(row: TopicRow) -> dict:
+def topic_json(row: TopicRow) -> dict[str, Any]:
     name, rq, wq, perm, ftype, sysflag, order = row
     return {"topicName": name, "readQueueNums": rq, "writeQueueNums": wq, "perm": perm,
             "topicFilterType": ftype, "topicSysFlag": sysflag, "order": bool(order)}
 
 
-def _topic_row_from_json(name, d) -> TopicRow | None:
+def _topic_row_from_json(name: object, d: object) -> TopicRow | None:
     if not isinstance(d, dict):
         return None
     try:
@@ -595,7 +614,7 @@ def _topic_row_from_json(name, d) -> TopicRow | None:
         return None
 
 
-def _read_table(path: str, root_key: str) -> tuple[dict, dict] | None:
+def _read_table(path: str, root_key: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """(table, dataVersion) of a ConfigManager JSON file (falling back to `.bak`), None if absent."""
     if not (os.path.exists(path) or os.path.exists(path + ".bak")):
         return None

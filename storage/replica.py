@@ -21,6 +21,7 @@ import structlog
 from codec.properties import index_keys
 from storage import _record as R
 from storage.consume_queue import UNIT
+from storage.store_state import StoreState
 
 log = structlog.get_logger(__name__)
 
@@ -31,7 +32,7 @@ class ReplicaError(ValueError):
     """Replicated bytes that do not continue the CommitLog (wrong offset)."""
 
 
-class ReplicaMixin:
+class ReplicaMixin(StoreState):
     read_only: bool = False
     reput_offset: int = -1  # -1: the CommitLog end at the first replica call (everything before is dispatched)
 

@@ -9,10 +9,12 @@ import time
 
 import structlog
 
+from storage.store_state import StoreState
+
 log = structlog.get_logger(__name__)
 
 
-class RetentionMixin:
+class RetentionMixin(StoreState):
     def clean_expired(self, now: float | None = None) -> list[str]:
         """Delete expired segments; `now` is epoch seconds (default: the current time). Returns the
         deleted CommitLog file paths."""

@@ -24,6 +24,7 @@ import operator
 import struct
 
 from storage.consume_queue import UNIT
+from storage.store_state import StoreState
 from storage.store_types import BatchPutResult, PutBatch, PutRequest, PutStatus
 
 _QUEUE_AND_PHYS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET (adjacent, at 20)
@@ -31,7 +32,7 @@ _I64 = struct.Struct(">q")
 _POS_QUEUE_OFFSET = 20
 
 
-class BatchPutMixin:
+class BatchPutMixin(StoreState):
     def put_batch(self, batch: PutBatch) -> BatchPutResult:
         """Append every record of `batch` (see the module docstring); results in one object."""
         dests = batch.dests

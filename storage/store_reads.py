@@ -6,6 +6,7 @@ from __future__ import annotations
 import structlog
 
 from storage.consume_queue import UNIT, UNIT_SIZE
+from storage.store_state import StoreState
 from storage.store_types import GetResult, GetStatus, QueryResult
 
 log = structlog.get_logger(__name__)
@@ -19,7 +20,7 @@ def _int32(v: int) -> int:
     return v - (1 << 32) if v & 0x80000000 else v
 
 
-class ReadMixin:
+class ReadMixin(StoreState):
     # ---- pull -----------------------------------------------------------------------------------
     def get_messages(self, topic: str, queue_id: int, offset: int, max_num: int,
                      tag_codes: set[int] | None = None) -> GetResult:
