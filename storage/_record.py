@@ -4,8 +4,10 @@ PHYSICALOFFSET and STORETIMESTAMP in place and reads TOTALSIZE/MAGIC."""
 
 from __future__ import annotations
 
+import mmap
 import struct
 
+from codec.buffers import BytesLike
 from codec.errors import CodecError
 from codec.properties import parse_properties
 from codec.record import (
@@ -33,16 +35,21 @@ _HEAD = struct.Struct(">ii")
 _I64 = struct.Struct(">q")
 
 
-def read_head(buf, pos: int) -> tuple[int, int]:
+def read_head(buf: BytesLike | mmap.mmap, pos: int) -> tuple[int, int]:
     """(TOTALSIZE, MAGICCODE) at pos."""
-    return _HEAD.unpack_from(buf, pos)
+    size: int
+    magic: int
+    size, magic = _HEAD.unpack_from(buf, pos)
+    return size, magic
 
 
-def read_queue_offset(buf, pos: int = 0) -> int:
-    return _I64.unpack_from(buf, pos + 20)[0]
+def read_queue_offset(buf: BytesLike | mmap.mmap, pos: int = 0) -> int:
+    v: int
+    (v,) = _I64.unpack_from(buf, pos + 20)
+    return v
 
 
-def valid_record_size(buf, pos: int, limit: int) -> int | None:
+def valid_record_size(buf: BytesLike, pos: int, limit: int) -> int | None:
     """Size of the well-formed record (magic, lengths, BODYCRC) at pos; 0 for an END-OF-FILE blank;
     None if neither (torn or garbage)."""
     try:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 
 import structlog
 
+from codec.buffers import BytesLike
 from storage import _record as R
 from storage.mapped_file import MappedFile, MappedFileQueue
 
@@ -40,7 +42,7 @@ class CommitLog:
         self.queue.load()
 
     # ---- append ---------------------------------------------------------------------------------
-    def append_batch(self, records: list, queue_offsets: list[int], store_ts: int) -> tuple[list[int], AppendError | None]:
+    def append_batch(self, records: list[bytearray], queue_offsets: list[int], store_ts: int) -> tuple[list[int], AppendError | None]:
         """Place, patch and copy `records` (bytearrays, encoded) in order.
 
         Each record gets QUEUEOFFSET/PHYSICALOFFSET/STORETIMESTAMP patched in place before its bytes are
@@ -51,7 +53,7 @@ class CommitLog:
         mf = self._active()
         if isinstance(mf, AppendError):
             return phys, mf
-        run: list = []
+        run: list[bytearray] = []
         run_start = mf.wrote_pos
         pos = run_start
         fsize = mf.file_size  # per segment: one made before a size change keeps its size
@@ -91,13 +93,13 @@ class CommitLog:
         return mf, pos
 
     @staticmethod
-    def commit(mf: MappedFile, pos: int, run) -> None:
+    def commit(mf: MappedFile, pos: int, run: BytesLike) -> None:
         """Copy a reserved run of records (already patched) with one write."""
         mf.write_at(pos, run)
         mf.wrote_pos = pos + len(run)
 
     @staticmethod
-    def _write_run(mf: MappedFile, start: int, run: list, end: int) -> None:
+    def _write_run(mf: MappedFile, start: int, run: list[bytearray], end: int) -> None:
         if not run:
             return
         mf.write_at(start, run[0] if len(run) == 1 else b"".join(run))
@@ -149,23 +151,24 @@ class CommitLog:
             return None
         return mf.slice(pos, total)
 
-    def read_records(self, spans) -> list:
+    def read_records(self, spans: Iterable[tuple[int, int]]) -> list[memoryview | None]:
         """`read_record(phys, size)` for each (phys, size), in one loop that keeps the current
         segment (a batch of ConsumeQueue units mostly points into one segment)."""
-        out = []
+        out: list[memoryview | None] = []
         append = out.append
         head = R.read_head
         magics = R.RECORD_MAGICS
         min_rec = R.MIN_RECORD
         lo = hi = 0
-        mf = None
+        mf: MappedFile  # set on the first span: lo == hi == 0 contains no offset
         for phys, size in spans:
             if not lo <= phys < hi:
-                mf = self.queue.find(phys)
-                if mf is None:
+                found = self.queue.find(phys)
+                if found is None:
                     append(None)
                     lo = hi = 0
                     continue
+                mf = found
                 lo = mf.file_from_offset
                 hi = lo + mf.file_size
             pos = phys - lo

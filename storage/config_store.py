@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import structlog
 
@@ -50,11 +51,11 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
     _fsync_dir(directory)
 
 
-def atomic_write_json(path: str, obj) -> None:
+def atomic_write_json(path: str, obj: object) -> None:
     atomic_write_bytes(path, json.dumps(obj, indent=2, sort_keys=False).encode("utf-8"))
 
 
-def read_json(path: str):
+def read_json(path: str) -> Any:
     """The parsed content of `path`, else of `path.bak`, else None."""
     for candidate in (path, f"{path}.bak"):
         try:

@@ -13,6 +13,7 @@ import struct
 
 import structlog
 
+from codec.buffers import BytesLike
 from storage.mapped_file import MappedFileQueue
 
 log = structlog.get_logger(__name__)
@@ -93,7 +94,7 @@ class ConsumeQueue:
         return self.min_logic_offset // UNIT_SIZE
 
     # ---- write ----------------------------------------------------------------------------------
-    def put_units(self, logic_offset: int, units, max_phys_end: int) -> None:
+    def put_units(self, logic_offset: int, units: BytesLike, max_phys_end: int) -> None:
         """Write `units` (bytes, a multiple of 20) starting at logical offset `logic_offset`.
 
         If the queue is empty and `logic_offset` > 0 the gap is filled with blank units in that file.
@@ -163,7 +164,7 @@ class ConsumeQueue:
         """Remove units whose record ends past `commitlog_max`; returns the number of units removed."""
         removed = 0
         while self.files.files:
-            last = self.files.last
+            last = self.files.files[-1]
             if last.wrote_pos == 0:
                 if len(self.files.files) == 1:
                     break

@@ -87,7 +87,7 @@ class ConsumerOffsetTable:
     def merge(self, offsets: dict[str, dict[int, int]]) -> int:
         """Take `{"topic@group": {queue: offset}}` over the stored ones (a slave adopting its master's
         offsets: the master wins per queue); only changed queues are staged. Returns how many changed."""
-        rows = []
+        rows: list[tuple[str, str, int, int]] = []
         for key, queues in offsets.items():
             topic, sep, group = key.partition("@")
             if not sep:

@@ -7,6 +7,10 @@ failure from `remaining` (or every request fails while `remaining` is None) and 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from storage.store_types import PutStatus
 
 
 class PutFaultInjector:
@@ -14,23 +18,23 @@ class PutFaultInjector:
 
     def __init__(self) -> None:
         self.enabled = False
-        self.status = None
+        self.status: PutStatus | None = None
         self.remaining: int | None = None
         self.predicate: Callable[[object], bool] | None = None
         self.injected = 0
 
-    def fail_next(self, n: int, status) -> None:
+    def fail_next(self, n: int, status: PutStatus) -> None:
         """The next `n` put requests (that match the predicate, if any) fail with `status`."""
         self.status, self.remaining, self.enabled = status, n, n > 0
 
-    def fail_while_enabled(self, status, predicate: Callable[[object], bool] | None = None) -> None:
+    def fail_while_enabled(self, status: PutStatus, predicate: Callable[[object], bool] | None = None) -> None:
         """Every put request (matching `predicate(request)`, if given) fails until `disable()`."""
         self.status, self.remaining, self.predicate, self.enabled = status, None, predicate, True
 
     def disable(self) -> None:
         self.enabled, self.remaining, self.predicate = False, None, None
 
-    def take(self, request):
+    def take(self, request: object) -> PutStatus | None:
         """The status to fail `request` with, or None to store it normally."""
         if not self.enabled:
             return None

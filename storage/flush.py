@@ -12,8 +12,15 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import structlog
+
+if TYPE_CHECKING:
+    from storage.commitlog import CommitLog
+    from storage.mapped_file import MappedFileQueue
+    from storage.supervisor import SupervisedTask, Supervisor
 
 log = structlog.get_logger(__name__)
 
@@ -23,7 +30,7 @@ def _fdatasync_all(fds: list[int]) -> None:
         os.fdatasync(fd)
 
 
-def flush_segments_blocking(mfq) -> None:
+def flush_segments_blocking(mfq: MappedFileQueue) -> None:
     """Flush a MappedFileQueue from any thread (positions are snapshotted first)."""
     plan = [(mf, mf.wrote_pos) for mf in mfq.files if mf.flushed_pos < mf.wrote_pos and mf.fd >= 0]
     for mf, target in plan:
@@ -33,18 +40,18 @@ def flush_segments_blocking(mfq) -> None:
 
 
 class GroupCommitService:
-    def __init__(self, commitlog) -> None:
+    def __init__(self, commitlog: CommitLog) -> None:
         self.commitlog = commitlog
         self.flush_count = 0
-        self._waiters: deque[tuple[int, asyncio.Future]] = deque()
-        self._wake: asyncio.Event | None = None
-        self._task = None  # storage.supervisor.SupervisedTask
+        self._waiters: deque[tuple[int, asyncio.Future[bool]]] = deque()
+        self._wake = asyncio.Event()  # replaced at start(); an Event binds no loop until awaited
+        self._task: SupervisedTask | None = None
 
-    def start(self, supervisor) -> None:
+    def start(self, supervisor: Supervisor) -> None:
         self._wake = asyncio.Event()
         self._task = supervisor.spawn("storage-group-commit", self._run)
 
-    def request(self, end_offset: int) -> asyncio.Future | None:
+    def request(self, end_offset: int) -> asyncio.Future[bool] | None:
         """A future resolved (True) once everything below `end_offset` is durable. Without a running
         flush task (no event loop), flushes inline and returns None."""
         if self._task is None:
@@ -52,7 +59,7 @@ class GroupCommitService:
             self.flush_count += 1
             return None
         loop = self._task.task.get_loop()
-        fut = loop.create_future()
+        fut: asyncio.Future[bool] = loop.create_future()
         if end_offset <= self.commitlog.flushed_offset:
             fut.set_result(True)
             return fut
@@ -101,17 +108,17 @@ class GroupCommitService:
 class PeriodicFlusher:
     """A timer task: every `interval_ms` run `job()` (blocking, in an executor thread)."""
 
-    def __init__(self, name: str, interval_ms: int, prepare, job) -> None:
+    def __init__(self, name: str, interval_ms: int, prepare: Callable[[], Any], job: Callable[[Any], None]) -> None:
         self.name = name
         self.interval = max(interval_ms, 1) / 1000.0
         self.prepare = prepare  # runs on the loop thread, returns the argument for job
         self.job = job
-        self._task = None  # storage.supervisor.SupervisedTask
-        self._job: asyncio.Future | None = None
+        self._task: SupervisedTask | None = None
+        self._job: asyncio.Future[None] | None = None
         self.failures = 0  # consecutive failed runs (a full disk)
         self._logged_at = -1e9
 
-    def start(self, supervisor) -> None:
+    def start(self, supervisor: Supervisor) -> None:
         self._task = supervisor.spawn(f"storage-{self.name}", self._run)
 
     async def _run(self) -> None:

@@ -24,6 +24,8 @@ import time
 
 import structlog
 
+from codec.buffers import BytesLike
+
 log = structlog.get_logger(__name__)
 
 NAME_DIGITS = 20
@@ -94,11 +96,11 @@ class MappedFile:
         return self.file_from_offset + self.wrote_pos
 
     # ---- writes ---------------------------------------------------------------------------------
-    def write_at(self, pos: int, data) -> None:
+    def write_at(self, pos: int, data: BytesLike) -> None:
         n = len(data)
         self.mm[pos:pos + n] = data
 
-    def append(self, data) -> int:
+    def append(self, data: BytesLike) -> int:
         """Copy `data` at the write position; returns the file position it was written at."""
         pos = self.wrote_pos
         n = len(data)
@@ -167,7 +169,7 @@ class MappedFile:
         unlink_quietly(self.path)
 
 
-def release_mapping(view: memoryview, mm, fd: int, path: str, busy_event: str) -> None:
+def release_mapping(view: memoryview, mm: mmap.mmap, fd: int, path: str, busy_event: str) -> None:
     """Release `view`, close `mm` and `fd`. If a caller still holds a slice (e.g. a pull response in
     flight) the mapping stays until that slice goes; that is logged at debug as `busy_event`."""
     view.release()

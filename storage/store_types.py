@@ -86,7 +86,7 @@ class PutResult:
     size: int = 0
     queue_offset: int = -1
     store_timestamp: int = 0
-    flushed: asyncio.Future | None = None
+    flushed: asyncio.Future[bool] | None = None
     remark: str | None = None
 
     @property
@@ -120,7 +120,7 @@ class BatchPutResult:
     count: int  # records stored
     phys: list[int]
     store_timestamp: int = 0
-    flushed: asyncio.Future | None = None
+    flushed: asyncio.Future[bool] | None = None
     statuses: list[PutStatus] | None = None
     remark: str | None = None
     queue_offsets: list[int] | None = None  # record j's ConsumeQueue offset (-1 if it was not stored)

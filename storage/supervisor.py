@@ -30,14 +30,14 @@ HEALTHY_AFTER_S = 30.0
 class SupervisedTask:
     """One supervised coroutine; `task` is the asyncio task running it (and its restarts)."""
 
-    def __init__(self, sup: Supervisor, name: str, factory: Callable[[], Awaitable[None]], context: dict) -> None:
+    def __init__(self, sup: Supervisor, name: str, factory: Callable[[], Awaitable[None]], context: dict[str, object]) -> None:
         self.sup = sup
         self.name = name
         self.factory = factory
         self.context = context
         self.restarts = 0
         self.last_error: BaseException | None = None
-        self.task: asyncio.Task = asyncio.get_running_loop().create_task(self._run(), name=name)
+        self.task: asyncio.Task[None] = asyncio.get_running_loop().create_task(self._run(), name=name)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -51,7 +51,8 @@ class SupervisedTask:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                if asyncio.current_task().cancelling():  # it failed while being stopped: no restart,
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():  # failed while being stopped: no restart,
                     raise  # the error ends the task and stop() / reap() logs it
                 self.restarts += 1
                 self.last_error = e
@@ -82,7 +83,7 @@ class Supervisor:
         self.restarts: dict[str, int] = {}  # task name -> failures (each followed by a restart)
         self.tasks: list[SupervisedTask] = []
 
-    def spawn(self, name: str, factory: Callable[[], Awaitable[None]], **context) -> SupervisedTask:
+    def spawn(self, name: str, factory: Callable[[], Awaitable[None]], **context: object) -> SupervisedTask:
         """Run `await factory()` under the failure policy (call on the running loop)."""
         self.tasks = [t for t in self.tasks if not t.done()]
         self.restarts.setdefault(name, 0)
@@ -90,7 +91,7 @@ class Supervisor:
         self.tasks.append(t)
         return t
 
-    def run_once(self, name: str, coro: Awaitable[None], **context) -> asyncio.Task:
+    def run_once(self, name: str, coro: Awaitable[None], **context: object) -> asyncio.Task[None]:
         """A one-shot job: an error is logged and counted (no restart: the caller decides)."""
 
         async def job() -> None:
@@ -103,7 +104,7 @@ class Supervisor:
 
         return asyncio.get_running_loop().create_task(job(), name=name)
 
-    def failed(self, name: str, exc: BaseException, **context) -> None:
+    def failed(self, name: str, exc: BaseException, **context: object) -> None:
         """Log (with traceback and context) and count one failure of background work `name`."""
         self.restarts[name] = self.restarts.get(name, 0) + 1
         log.error("task.failed", task=name, error=repr(exc), exc_info=exc, **context)

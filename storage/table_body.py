@@ -22,7 +22,7 @@ class CachedBody:
     def __init__(self) -> None:
         self.key: object = None
         self.body: bytes = b""
-        self._building: tuple[object, asyncio.Future] | None = None
+        self._building: tuple[object, asyncio.Future[bytes]] | None = None
         self.builds = 0
 
     def peek(self, key: object) -> bytes | None:
