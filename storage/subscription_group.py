@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -39,11 +40,11 @@ class SubscriptionGroupConfig:
     notify_consumer_ids_changed_enable: bool = True
     consume_message_orderly: bool = False  # RocketMQ 5: a FIFO group (5.x consumers get FIFO order)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {j: getattr(self, a) for a, j in _FIELDS}
 
     @classmethod
-    def from_json(cls, name: str, d: dict) -> SubscriptionGroupConfig:
+    def from_json(cls, name: str, d: dict[str, Any]) -> SubscriptionGroupConfig:
         cfg = cls(str(name or d.get("groupName")))
         for attr, key in _FIELDS[1:]:
             if key in d:

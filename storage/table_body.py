@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import TypeVar
+
+_Snap = TypeVar("_Snap")
 
 INLINE_MAX_ROWS = 2000  # below this a build is cheaper than a thread hop (< ~0.3 ms)
 
@@ -29,8 +32,8 @@ class CachedBody:
         """The remembered body if it is the body of `key`."""
         return self.body if self.key == key else None
 
-    async def get(self, key: object, rows: int, snapshot: Callable[[], object],
-                  build: Callable[[object], bytes]) -> bytes:
+    async def get(self, key: object, rows: int, snapshot: Callable[[], _Snap],
+                  build: Callable[[_Snap], bytes]) -> bytes:
         if self.key == key:
             return self.body
         building = self._building

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -26,7 +27,7 @@ from codec.codes import (
     TRANS_CHECK_MAX_TIME_TOPIC,
     PermName,
 )
-from storage.meta_store import DataVersion, MetaStore
+from storage.meta_store import DataVersion, MetaStore, TopicRow
 from storage.table_body import CachedBody
 
 log = structlog.get_logger(__name__)
@@ -63,23 +64,23 @@ class TopicConfig:
     def queue_nums(self) -> int:
         return max(self.read_queue_nums, self.write_queue_nums)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"topicName": self.topic_name, "readQueueNums": self.read_queue_nums,
                 "writeQueueNums": self.write_queue_nums, "perm": self.perm,
                 "topicFilterType": self.topic_filter_type, "topicSysFlag": self.topic_sys_flag,
                 "order": self.order}
 
-    def to_row(self) -> tuple:
+    def to_row(self) -> TopicRow:
         return (self.topic_name, self.read_queue_nums, self.write_queue_nums, self.perm, self.topic_filter_type,
                 self.topic_sys_flag, int(self.order))
 
     @classmethod
-    def from_row(cls, row) -> TopicConfig:
+    def from_row(cls, row: TopicRow) -> TopicConfig:
         name, rq, wq, perm, ftype, sysflag, order = row
         return cls(name, rq, wq, perm, ftype, sysflag, bool(order))
 
     @classmethod
-    def from_json(cls, name: str, d: dict) -> TopicConfig:
+    def from_json(cls, name: str, d: dict[str, Any]) -> TopicConfig:
         return cls(str(name or d.get("topicName")), int(d.get("readQueueNums", 16)),
                    int(d.get("writeQueueNums", 16)), int(d.get("perm", PERM_READ | PERM_WRITE)),
                    str(d.get("topicFilterType") or "SINGLE_TAG"),
@@ -111,7 +112,7 @@ class TopicConfigTable:
         self._compact: dict[str, bytes] = {}   # int32 length + TopicConfig.encode() (compressed registration)
         self._unsafe_names = 0                 # rendered names that need JSON escaping (none made by this broker)
         self._rendered = True                  # False after load until the first body renders the loaded rows
-        self._rendering: asyncio.Future | None = None
+        self._rendering: asyncio.Future[None] | None = None
         self._wrapper = CachedBody()
         self._list = CachedBody()
         self._register = CachedBody()
