@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import struct
 import time
+from collections.abc import Callable, Iterable
 from zlib import crc32
 
 import numpy as np
@@ -46,6 +47,10 @@ from codec.properties import index_keys
 from storage import _record as R
 from storage.index_file import ENTRY, IndexFile, file_name, is_index_file_name, name_ms
 from storage.index_migrate import OLD_NAME, migrate
+from storage.store_types import IndexKeys
+
+IndexEntry = tuple[str, IndexKeys, int, int]  # (topic, keys, phys, size)
+ReadRecord = Callable[[int, int], memoryview | None]
 
 log = structlog.get_logger(__name__)
 
@@ -66,7 +71,7 @@ class _NoRoom(Exception):
 
 
 class IndexService:
-    def __init__(self, store_path: str, read_record=None, max_hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
+    def __init__(self, store_path: str, read_record: ReadRecord | None = None, max_hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
                  max_index_num: int = DEFAULT_INDEX_NUM) -> None:
         self.directory = os.path.join(store_path, "index")
         self.read_record = read_record  # (phys, size) -> record buffer | None: verifies query hits
@@ -138,10 +143,10 @@ class IndexService:
         self.last_update_phys, self.last_update_ts = f.end_phys, f.end_ts
 
     # ---- add ------------------------------------------------------------------------------------
-    def add(self, topic: str, keys, phys: int, size: int, ts: int) -> None:
+    def add(self, topic: str, keys: IndexKeys, phys: int, size: int, ts: int) -> None:
         self.add_batch(((topic, keys, phys, size),), ts)
 
-    def add_batch(self, entries, ts: int) -> None:
+    def add_batch(self, entries: Iterable[IndexEntry], ts: int) -> None:
         """Entries (topic, keys, phys, size) stored at `ts` (ms); keys are non-empty str or UTF-8 bytes.
         Every key's hash first (the one per-key Python step); then a batch that fits the allocated
         entries of the current file is chained and packed with numpy (`_add_vector`), anything else
@@ -157,7 +162,7 @@ class IndexService:
             if c < 0:
                 continue
             for k in keys:
-                hashes.append(crc32(k.encode() if k.__class__ is str else k, c))
+                hashes.append(crc32(k.encode() if k.__class__ is str else k, c))  # type: ignore[arg-type]  # str is encoded; mypy does not narrow on `__class__ is` (kept: cheaper than isinstance per key)
                 physs.append(phys)
                 sizes.append(size)
         n = len(hashes)
@@ -169,9 +174,10 @@ class IndexService:
         else:
             self._add_loop(f, hashes, physs, sizes, ts)
 
-    def _add_loop(self, f: IndexFile | None, hashes, physs, sizes, ts: int) -> None:
+    def _add_loop(self, f: IndexFile | None, hashes: list[int], physs: list[int], sizes: list[int], ts: int) -> None:
+        slots: memoryview  # f is None: bound by the first `_room` (cnt == limit == 0)
         if f is None:
-            slots, nslots, cnt, limit, tdiff = None, 1, 0, 0, 0
+            nslots, cnt, limit, tdiff = 1, 0, 0, 0
         else:
             slots, nslots, cnt, limit = f.slots, f.slot_num, f.count, f.allocated
             tdiff = (ts - f.begin_ts) // 1000
@@ -191,7 +197,7 @@ class IndexService:
         if f is not None and cnt > f.count:
             self._commit(f, buf, cnt, ts)
 
-    def _add_vector(self, f: IndexFile, hashes, physs, sizes, ts: int) -> None:
+    def _add_vector(self, f: IndexFile, hashes: list[int], physs: list[int], sizes: list[int], ts: int) -> None:
         """What `_add_loop` writes, for a batch that fits the allocated entries: entry k (number
         f.count + 1 + k) chains to the newest earlier entry of its slot (in this batch, else the
         slot's current head) and each touched slot ends at its batch's newest entry."""
@@ -222,9 +228,10 @@ class IndexService:
         del heads
         self._commit(f, e.tobytes(), f.count + n, ts)
 
-    def _commit(self, f: IndexFile, buf: bytearray, cnt: int, ts: int) -> None:
+    def _commit(self, f: IndexFile, buf: bytes | bytearray, cnt: int, ts: int) -> None:
         """The batch's entries (buf, numbered f.count + 1 .. cnt) into `f`; its end phys is the last one's."""
-        last = _PHYS.unpack_from(buf, len(buf) - ENTRY.size + 4)[0]
+        last: int
+        (last,) = _PHYS.unpack_from(buf, len(buf) - ENTRY.size + 4)
         self.entries += cnt - f.count
         f.commit(buf, cnt, last, ts)
         self.last_update_ts, self.last_update_phys = ts, last
@@ -236,7 +243,7 @@ class IndexService:
         c = crcs[topic] = crc32(f"{topic}#".encode())
         return c
 
-    def _room(self, f: IndexFile | None, buf: bytearray, cnt: int, ts: int, phys: int):
+    def _room(self, f: IndexFile | None, buf: bytearray, cnt: int, ts: int, phys: int) -> tuple[IndexFile, int, int]:
         """Commit what the batch wrote so far, then allocate the next chunk of `f` or rotate to a new
         IndexFile. Returns (file, count, allocated)."""
         if f is not None and cnt > f.count:
@@ -314,7 +321,7 @@ class IndexService:
         active = files[-1] if files else None
         return [(f, f.count, f is not active) for f in files if f.count > f.flushed_count]
 
-    def write(self, plan) -> None:
+    def write(self, plan: list[tuple[IndexFile, int, bool]]) -> None:
         """fdatasync the planned files and drop their flushed entry pages from this process (rotated
         files entirely); every SWEEP_INTERVAL_S also pages that queries faulted back in."""
         now = time.monotonic()

@@ -36,10 +36,15 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import structlog
 
 from storage.mapped_file import release_mapping, unlink_quietly
+
+if TYPE_CHECKING:
+    import numpy as np
 
 log = structlog.get_logger(__name__)
 
@@ -157,7 +162,7 @@ class IndexFile:
         self.allocated = (end - self.entries_base) // ENTRY_SIZE
         return self.allocated
 
-    def commit(self, buf, count: int, end_phys: int, end_ts: int) -> None:
+    def commit(self, buf: bytes | bytearray, count: int, end_phys: int, end_ts: int) -> None:
         """Entries `buf` (packed, numbered from self.count + 1 to `count`) into the mapping, header after."""
         pos = self.entries_base + ENTRY_SIZE * self.count
         self.mm[pos:pos + len(buf)] = buf
@@ -171,7 +176,7 @@ class IndexFile:
         """(keyHash, phyOffset, timeDiff, prevIndex, size) of entry number n (1-based)."""
         return ENTRY.unpack_from(self.mm, self.entries_base + ENTRY_SIZE * (n - 1))
 
-    def chain(self, key_hash: int):
+    def chain(self, key_hash: int) -> Iterator[tuple[int, int, int]]:
         """(phyOffset, size, timeDiff) of the entries with `key_hash` in its slot's chain, newest first."""
         count = self.count
         n = self.slots[key_hash % self.slot_num]
@@ -275,10 +280,10 @@ class IndexFile:
         unlink_quietly(self.path)
 
 
-_DTYPE = None
+_DTYPE: np.dtype[np.void] | None = None
 
 
-def _entry_dtype():
+def _entry_dtype() -> np.dtype[np.void]:
     global _DTYPE
     if _DTYPE is None:
         import numpy as np

@@ -13,8 +13,13 @@ from __future__ import annotations
 import os
 import struct
 import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import structlog
+
+if TYPE_CHECKING:
+    from storage.index import IndexEntry, IndexService
 
 log = structlog.get_logger(__name__)
 
@@ -23,7 +28,7 @@ _HEAD = struct.Struct(">qiqh")
 _CHUNK = 16 << 20
 
 
-def _entries(path: str, commitlog_max: int, stats: dict):
+def _entries(path: str, commitlog_max: int, stats: dict[str, str]) -> Iterator[tuple[str, bytes, int, int, int]]:
     """(topic, key bytes, phys, size, ts) of the old file's sound entries, in order."""
     head, hsize = _HEAD.unpack_from, _HEAD.size
     with open(path, "rb") as fh:
@@ -52,13 +57,13 @@ def _entries(path: str, commitlog_max: int, stats: dict):
                 return
 
 
-def migrate(index, path: str, commitlog_max: int) -> int:
+def migrate(index: IndexService, path: str, commitlog_max: int) -> int:
     """Re-add the entries of the old keys.idx at `path` into `index`, flush, remove the file."""
     t0 = time.monotonic()
-    stats: dict = {}
+    stats: dict[str, str] = {}
     n = 0
-    batch: list = []
-    batch_ts = None
+    batch: list[IndexEntry] = []
+    batch_ts = 0  # the batch's store time (read only once the batch holds an entry)
     for topic, key, phys, size, ts in _entries(path, commitlog_max, stats):
         if ts != batch_ts and batch:
             index.add_batch(batch, batch_ts)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -16,6 +16,8 @@ from codec.tags import java_hash
 # replication write when they (re)build a unit. The composition root passes the scheduler's rule (a
 # schedule record's tagsCode is its deliver time); storage's own default is the TAGS hash.
 TagsCodeOf = Callable[[str, dict[str, str], int], int]
+# a record's index keys (KEYS split, UNIQ_KEY): str, or UTF-8 bytes from the byte-level paths
+IndexKeys = Sequence[str] | Sequence[bytes]
 
 
 def tags_hash_code(topic: str, props: dict[str, str], store_ts: int) -> int:
@@ -75,7 +77,7 @@ class PutRequest:
     topic: str
     queue_id: int
     tags_code: int = 0
-    keys: tuple[str, ...] | list[str] = ()
+    keys: IndexKeys = ()
     deliver_delay_ms: int = -1
 
 
