@@ -11,7 +11,8 @@ import errno
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Literal, overload
 
 import structlog
 
@@ -22,6 +23,7 @@ from storage.consume_queue import UNIT, ConsumeQueue
 from storage.faults import PutFaultInjector
 from storage.flush import GroupCommitService, PeriodicFlusher, flush_segments_blocking
 from storage.index import IndexService
+from storage.index_file import IndexFile
 from storage.recovery import iter_records, recover
 from storage.replica import ReplicaMixin
 from storage.retention import RetentionMixin
@@ -46,6 +48,10 @@ __all__ = ["MessageStore", "StoreConfig", "PutRequest", "PutResult", "PutStatus"
            "GetStatus", "QueryResult"]
 
 log = structlog.get_logger(__name__)
+
+# (CommitLog max offset, ConsumeQueues, IndexService flush plan): what one logics flush covers
+_LogicsSnapshot = tuple[int, list[ConsumeQueue], list[tuple[IndexFile, int, bool]]]
+
 
 def _space_error(cause: BaseException | None, what: str) -> tuple[PutStatus, str]:
     """The put status and remark for a file that could not be created: ENOSPC is SERVICE_NOT_AVAILABLE
@@ -78,6 +84,7 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
         self._flushers: list[PeriodicFlusher] = []
         self._loaded = False
         self._closed = False
+        self._clean_handle: asyncio.TimerHandle | None = None  # the retention timer (start())
         self._disk_checked_at = 0.0
         self._disk_ratio = 0.0
         self._space_logged_at = 0.0
@@ -128,12 +135,12 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
 
         self._clean_handle = loop.call_later(interval, tick)
 
-    def _prepare_logics_flush(self):
+    def _prepare_logics_flush(self) -> _LogicsSnapshot:
         """On the loop thread: snapshot what the flush will cover (for the checkpoint)."""
         pending_index = self.index.take_pending()
         return (self.commitlog.max_offset, list(self.consume_queues.values()), pending_index)
 
-    def _logics_flush(self, snapshot) -> None:
+    def _logics_flush(self, snapshot: _LogicsSnapshot) -> None:
         cl_max, cqs, pending_index = snapshot
         for cq in cqs:
             flush_segments_blocking(cq.files)
@@ -146,9 +153,8 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
         if self._closed:
             return
         self._closed = True
-        handle = getattr(self, "_clean_handle", None)
-        if handle is not None:
-            handle.cancel()
+        if self._clean_handle is not None:
+            self._clean_handle.cancel()
         for f in self._flushers:
             await f.stop()
         await self._group_commit.stop()
@@ -185,6 +191,12 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
             self._listeners.remove(fn)
 
     # ---- consume queues -------------------------------------------------------------------------
+    @overload
+    def consume_queue(self, topic: str, queue_id: int, create: Literal[True]) -> ConsumeQueue: ...
+
+    @overload
+    def consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None: ...
+
     def consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
         key = (topic, queue_id)
         cq = self.consume_queues.get(key)
@@ -246,7 +258,7 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
         accepted: list[PutRequest] = []
         positions: list[int] = []  # request index of each accepted one
         qoffs: list[int] = []
-        records: list = []
+        records: list[bytearray] = []
         for i, req in enumerate(requests):
             status = faults.take(req) if faults.enabled else None
             if status is not None:
@@ -280,8 +292,8 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
                 self.put_failed_total += len(positions)
                 return results  # type: ignore[return-value]
         store_ts = self.now_ms()
-        phys, err = self.commitlog.append_batch(records, qoffs, store_ts)
-        units: dict[tuple[str, int], list] = {}
+        phys, append_err = self.commitlog.append_batch(records, qoffs, store_ts)
+        units: dict[tuple[str, int], list[Any]] = {}  # queue -> [first queue offset, units bytearray, end]
         index_entries = []
         pack = UNIT.pack
         ok = PutStatus.PUT_OK
@@ -308,8 +320,8 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
             self.index.add_batch(index_entries, store_ts)
         self.put_bytes_total += nbytes
         self.put_ok_total += len(phys)
-        if err is not None:
-            status, remark = _space_error(err.cause, "CommitLog segment")
+        if append_err is not None:
+            status, remark = _space_error(append_err.cause, "CommitLog segment")
             for i in positions[len(phys):]:
                 results[i] = PutResult(status, remark=remark)
                 self.put_failed_total += 1
@@ -318,7 +330,7 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
         if phys and cfg.sync_flush:
             fut = self._group_commit.request(end)
             for j in range(len(phys)):
-                results[positions[j]].flushed = fut
+                results[positions[j]].flushed = fut  # type: ignore[union-attr]  # stored above (PUT_OK)
         if self._listeners:
             self._dispatch(units)
         return results  # type: ignore[return-value]
@@ -336,7 +348,8 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
             return e
         return None
 
-    def _write_units(self, key: tuple[str, int], first: int, buf, max_end: int) -> None:
+    def _write_units(self, key: tuple[str, int], first: int, buf: bytes | bytearray | memoryview,
+                     max_end: int) -> None:
         """ConsumeQueue units of one put for one queue (one write), then its offset counter."""
         cq = self.consume_queue(key[0], key[1], create=True)
         try:
@@ -345,7 +358,7 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
             log.error("store.consume_queue_write_failed", topic=key[0], queue_id=key[1], error=str(e))
         self.queue_offsets[key] = first + len(buf) // 20
 
-    def _dispatch(self, keys) -> None:
+    def _dispatch(self, keys: Iterable[tuple[str, int]]) -> None:
         """Dispatch listeners once per (topic, queue) a put wrote to."""
         counters = self.queue_offsets
         for key in keys:
@@ -356,11 +369,12 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
                 except Exception as e:
                     log.error("store.dispatch_listener_failed", listener=repr(fn), error=repr(e))
 
-    def _fail_all(self, requests, results, status: PutStatus, remark: str) -> list[PutResult]:
+    def _fail_all(self, requests: list[PutRequest], results: list[PutResult | None], status: PutStatus,
+                  remark: str) -> list[PutResult]:
         for i in range(len(requests)):
             results[i] = PutResult(status, remark=remark)
         self.put_failed_total += len(requests)
-        return results
+        return results  # type: ignore[return-value]  # every slot was filled just above
 
     async def put_async(self, requests: list[PutRequest]) -> list[PutResult]:
         """`put`, then (SYNC_FLUSH) wait for the group commit; a flush that does not finish within
@@ -387,7 +401,7 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
     def commitlog_max_offset(self) -> int:
         return self.commitlog.max_offset
 
-    def records_from(self, phys_offset: int):
+    def records_from(self, phys_offset: int) -> Iterator[tuple[int, memoryview]]:
         """(phys, record view) of every CommitLog record from `phys_offset` to the end (segment-end
         blanks skipped): the scheduler's check of a delivery put in flight when the process died."""
         for phys, _total, _topic, _props, view in iter_records(self.commitlog, phys_offset,

@@ -12,6 +12,8 @@ CommitLog. Nothing below the last fsync is ever cut: fsynced records are valid r
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -19,9 +21,13 @@ from codec.properties import index_keys
 from storage import _record as R
 from storage.consume_queue import UNIT, ConsumeQueue
 
+if TYPE_CHECKING:
+    from storage.commitlog import CommitLog
+    from storage.message_store import MessageStore
+
 log = structlog.get_logger(__name__)
 
-def recover(store) -> None:
+def recover(store: MessageStore) -> None:
     cl = store.commitlog
     cl.load()
     _load_consume_queues(store)
@@ -63,12 +69,12 @@ def recover(store) -> None:
     store.queue_offsets = {key: cq.max_offset for key, cq in store.consume_queues.items()}
 
 
-def _files_end(cl) -> int:
-    last = cl.queue.last
+def _files_end(cl: CommitLog) -> int:
+    last = cl.queue.files[-1]  # recover() calls this only when there are files
     return last.file_from_offset + last.file_size
 
 
-def _load_consume_queues(store) -> None:
+def _load_consume_queues(store: MessageStore) -> None:
     root = store.cq_root
     if not os.path.isdir(root):
         return
@@ -84,7 +90,7 @@ def _load_consume_queues(store) -> None:
             store.consume_queues[(topic, int(qid))] = cq
 
 
-def _set_end(cl, end: int) -> None:
+def _set_end(cl: CommitLog, end: int) -> None:
     """Positions from a trusted offset: earlier segments full, the one holding `end` up to it."""
     keep = []
     for mf in cl.queue.files:
@@ -101,7 +107,7 @@ def _set_end(cl, end: int) -> None:
     cl.queue.files = keep
 
 
-def _scan_valid_end(cl, first_index: int) -> int:
+def _scan_valid_end(cl: CommitLog, first_index: int) -> int:
     """The offset just past the last valid record, scanning from segment `first_index`."""
     files = cl.queue.files
     end = files[first_index].file_from_offset
@@ -110,7 +116,7 @@ def _scan_valid_end(cl, first_index: int) -> int:
         while True:
             if pos + R.BLANK_LEN > size:
                 return mf.file_from_offset + pos
-            total = R.valid_record_size(mm, pos, size)
+            total = R.valid_record_size(mm, pos, size)  # type: ignore[arg-type]  # an mmap is a buffer (codec's BytesLike omits it)
             if total == 0 and R.read_head(mm, pos)[0] == size - pos:
                 break  # END-OF-FILE blank: continue with the next segment
             if not total:
@@ -121,7 +127,7 @@ def _scan_valid_end(cl, first_index: int) -> int:
     return end
 
 
-def iter_records(cl, from_offset: int, end: int):
+def iter_records(cl: CommitLog, from_offset: int, end: int) -> Iterator[tuple[int, int, str, bytes, memoryview]]:
     """(phys, total, topic, properties bytes, view) of every record in [from_offset, end), no CRC check."""
     start = cl.queue.find(from_offset)
     if start is None:
@@ -140,7 +146,7 @@ def iter_records(cl, from_offset: int, end: int):
             pos += total
 
 
-def _redispatch(store, from_offset: int, end: int) -> None:
+def _redispatch(store: MessageStore, from_offset: int, end: int) -> None:
     """Write ConsumeQueue units and index keys that are missing for records in [from_offset, end)."""
     tags_code_of = store.tags_code_of
     index = store.index

@@ -16,8 +16,11 @@ replicated appends are not affected. Storage knows nothing of who sends the byte
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 
+from codec.buffers import BytesLike
 from codec.properties import index_keys
 from storage import _record as R
 from storage.consume_queue import UNIT
@@ -56,7 +59,7 @@ class ReplicaMixin(StoreState):
         self.read_only = False
         self.reput_offset = -1
 
-    def replica_data(self, offset: int, max_bytes: int):
+    def replica_data(self, offset: int, max_bytes: int) -> memoryview | None:
         """getCommitLogData: up to `max_bytes` written CommitLog bytes from `offset`, within the one
         segment holding it (a memoryview of the mapping), or None when there are none yet."""
         cl = self.commitlog
@@ -69,7 +72,7 @@ class ReplicaMixin(StoreState):
             return None
         return mf.slice(pos, n)
 
-    def append_replica(self, offset: int, data) -> int:
+    def append_replica(self, offset: int, data: BytesLike) -> int:
         """Append raw CommitLog bytes at `offset`; returns the new CommitLog end. Raises ReplicaError
         when `offset` is not the end (nothing written). Records are dispatched by `reput`."""
         cl = self.commitlog
@@ -116,7 +119,7 @@ class ReplicaMixin(StoreState):
         end = cl.max_offset
         off = self.reput_offset
         tags_code_of = self.tags_code_of
-        units: dict[tuple[str, int], list] = {}
+        units: dict[tuple[str, int], list[Any]] = {}  # queue -> [first queue offset, units bytearray, end]
         index_entries = []
         count = 0
         while off < end:

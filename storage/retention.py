@@ -18,7 +18,7 @@ class RetentionMixin(StoreState):
     def clean_expired(self, now: float | None = None) -> list[str]:
         """Delete expired segments; `now` is epoch seconds (default: the current time). Returns the
         deleted CommitLog file paths."""
-        if not getattr(self, "_loaded", False):
+        if not self._loaded:
             return []
         now = time.time() if now is None else now
         keep_s = self.config.file_reserved_time_hours * 3600.0

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import operator
 import struct
+from typing import Any
 
 from storage.consume_queue import UNIT
 from storage.store_state import StoreState
@@ -54,7 +55,7 @@ class BatchPutMixin(StoreState):
         store_ts = self.now_ms()
         base = mf.file_from_offset + pos
         counters = self.queue_offsets
-        state: dict[tuple[str, int], list] = {}  # queue -> [next queue offset, units, end of last record]
+        state: dict[tuple[str, int], list[Any]] = {}  # queue -> [next queue offset, units, end of last record]
         starts, tcodes, ts_pos, keys = batch.starts, batch.tags_codes, batch.ts_pos, batch.keys
         delays = batch.deliver_delays
         if delays:  # a scheduled record's tagsCode is its deliver time (as in `put`)

@@ -3,11 +3,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 import structlog
 
-from storage.consume_queue import UNIT, UNIT_SIZE
+from storage.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
 from storage.store_state import StoreState
 from storage.store_types import GetResult, GetStatus, QueryResult
+
+if TYPE_CHECKING:
+    from codec.record import MessageRecord
 
 log = structlog.get_logger(__name__)
 
@@ -53,7 +59,7 @@ class ReadMixin(StoreState):
         # `commitlog.read(phys, size)` with the segment kept across units (a pull's units mostly
         # point into one segment): one `find` per segment instead of one per message
         lo = hi = wrote = 0
-        view = None
+        view: memoryview  # bound with the first unit's segment (lo == hi == 0 contains no offset)
         scanned = 0
         for phys, size, tags in UNIT.iter_unpack(units):
             if buffers and (len(buffers) >= max_count or total_bytes + size > max_bytes):
@@ -102,11 +108,11 @@ class ReadMixin(StoreState):
     def read_record(self, phys_offset: int, size: int | None = None) -> memoryview | None:
         return self.commitlog.read_record(phys_offset, size)
 
-    def read_records(self, spans) -> list[memoryview | None]:
+    def read_records(self, spans: Iterable[tuple[int, int]]) -> list[memoryview | None]:
         """`read_record(phys, size)` for each (phys, size) of an iterable, in one call (batch reads)."""
         return self.commitlog.read_records(spans)
 
-    def lookup_message_by_offset(self, phys_offset: int):
+    def lookup_message_by_offset(self, phys_offset: int) -> MessageRecord | None:
         """The decoded `codec.record.MessageRecord` at `phys_offset`, or None."""
         raw = self.commitlog.read_record(phys_offset)
         if raw is None:
@@ -127,7 +133,7 @@ class ReadMixin(StoreState):
         return sorted(q for (t, q) in self.consume_queues if t == topic)
 
     # ---- time -----------------------------------------------------------------------------------
-    def _unit_store_ts(self, cq, logic_offset: int) -> int | None:
+    def _unit_store_ts(self, cq: ConsumeQueue, logic_offset: int) -> int | None:
         u = cq.unit(logic_offset)
         if u is None or u[1] == _BLANK_SIZE:
             return None
@@ -164,7 +170,7 @@ class ReadMixin(StoreState):
         if lo > last:
             return last
         right_ts = self._unit_store_ts(cq, lo)
-        if right_ts == timestamp or lo == first:
+        if right_ts is None or right_ts == timestamp or lo == first:
             return lo
         left = lo - 1
         left_ts = self._unit_store_ts(cq, left)
