@@ -18,6 +18,7 @@ from scheduler.delay_config import DelayConfig
 from scheduler.delay_deliver import LevelDeliverer
 from scheduler.delay_offsets import DelayOffsetBackend, DelayOffsetTable
 from scheduler.delay_recovery import resume_offset
+from scheduler.events import PutObserver, ignore_puts
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.loop_lag import LoopLagProbe
 from scheduler.progress_file import ProgressFile
@@ -30,8 +31,10 @@ SHUTDOWN_WAIT_S = 5.0  # WAIT_FOR_SHUTDOWN
 
 class DelayLevelService:
     def __init__(self, store, config, levels_ms: list[int] | None = None,
-                 offset_backend: DelayOffsetBackend | None = None) -> None:
+                 offset_backend: DelayOffsetBackend | None = None, on_put: PutObserver | None = None) -> None:
         self.store = store
+        # every put a level makes (deliveries, by real topic): RocketMQ counts them as puts of their topic
+        self.on_put: PutObserver = on_put if on_put is not None else ignore_puts
         self.config = DelayConfig.coerce(config, levels_ms)
         self.offsets = DelayOffsetTable(self.config.config_dir, offset_backend)
         self.cancels = DelayCancelTable(self.config.config_dir)

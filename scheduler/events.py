@@ -12,6 +12,8 @@ delivery.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import structlog
 
 log = structlog.get_logger(__name__)
@@ -84,3 +86,10 @@ def fire_columns(listeners, event: str, cols: EventColumns) -> None:
             fire_rows((fn,), event, rows)
         except Exception as e:  # a listener must never stop delivery
             log.warning("scheduler.listener_failed", listener=repr(fn), event=event, error=repr(e))
+
+
+PutObserver = Callable[[list[str], list[int]], None]  # (topics, record sizes) of records the scheduler stored
+
+
+def ignore_puts(topics: list[str], sizes: list[int]) -> None:
+    """The PutObserver of a service nobody counts for."""

@@ -56,6 +56,7 @@ class TimerMetrics:
         self.rolled = 0
         self.cancelled = 0
         self.markers = 0
+        self.cancel_unmatched = 0  # delete markers that found no live timer in their slot (count nothing)
         self.missing = 0  # record gone from the CommitLog
         self.put_failures = 0
         self.rejected = 0  # flow control at the hook

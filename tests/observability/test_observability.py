@@ -152,3 +152,23 @@ def test_a_column_batch_is_one_v3_record_that_reads_back_as_the_rows_it_stands_f
     assert rows == [("delivered", *r) for r in expected] + [("due", "level", 1, "T", prefix + "0000000000000007",
                                                               "U", 1, 2, 3, 4)]
     assert calls == [("delivered", dict(zip(EVENT_FIELDS, r, strict=True))) for r in expected]
+
+
+async def test_sliced_collection_render_and_export_equal_the_one_piece_ones(tmp_path):
+    from server.observability.registry import Sample, collect_sliced, render_prometheus_sliced
+
+    reg = Registry()
+    for i in range(1200):
+        reg.counter("delaymq_put_messages_total", {"topic": f"T{i}"}).inc(i)
+    h = reg.histogram("delaymq_schedule_lateness_ms", {"level": "1"}, bounds=(1, 10))
+    h.observe(5)
+    reg.add_collector(lambda: (Sample("delaymq_consumer_lag", "gauge", {"group": f"G{i}", "topic": "T"}, float(i))
+                               for i in range(1500)))
+    sliced = await collect_sliced(reg, slice_n=100)
+    assert sliced == list(reg.collect()) and len(sliced) == 2701
+    assert await render_prometheus_sliced(sliced, slice_n=100) == render_prometheus(reg.collect())
+    one, two = (RotatingMsgpackWriter(str(tmp_path / d), "metrics") for d in ("one", "two"))
+    MetricsExporter(reg, one, clock=lambda: 1.0).export_once()
+    assert await MetricsExporter(reg, two, clock=lambda: 1.0).export_sliced() == 2701
+    [f1], [f2] = os.listdir(tmp_path / "one"), os.listdir(tmp_path / "two")
+    assert (tmp_path / "one" / f1).read_bytes() == (tmp_path / "two" / f2).read_bytes()
