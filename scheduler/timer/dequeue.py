@@ -30,9 +30,10 @@ from codec.codes import SysFlag
 from codec.errors import CodecError
 from codec.properties import parse_properties
 from codec.record import POS_SYS_FLAG, read_properties_bytes, read_store_timestamp, store_timestamp_pos
-from codec.timer_rewrite import CANCELLED, MISSING, build_timer_deliveries
+from codec.timer_rewrite import CANCELLED, MISSING, SKIPPED, build_timer_deliveries
 from scheduler.progress_file import NO_PHYS
 from scheduler.quarantine import GIVE_UP, TIMER_DEQUEUE
+from scheduler.timer.hook import REAL_TOPIC as REAL_TOPIC_KEY
 from scheduler.timer.hook import TIMER_DEL_UNIQKEY
 from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL, UNIT_DTYPE
 from storage.message_store import PutStatus
@@ -97,6 +98,12 @@ class SlotChunk:
         return SlotChunk(self.slot, self.cancel, self.due[keep], self.exact[keep], self.offset[keep], self.size[keep],
                          self.magic[keep], self.write_ms[keep], self.base if base is None else base, self.pos[keep],
                          self.last_pos)
+
+
+def _no_real_topic(raw) -> bool:
+    """A timer record that is not a delete marker and has no REAL_TOPIC: nowhere to deliver it."""
+    props = parse_properties(read_properties_bytes(raw, 0))
+    return not props.get(REAL_TOPIC_KEY) and TIMER_DEL_UNIQKEY not in props
 
 
 def now_ms() -> int:
@@ -311,7 +318,9 @@ class DequeueMixin:
                     m.missing += 1
                 elif b == CANCELLED:
                     m.cancelled += 1
-                continue  # SKIPPED: a (rolled-then-final) marker or no REAL_TOPIC is never delivered
+                elif b == SKIPPED and not rolls[k] and _no_real_topic(raws[k]):
+                    self._set_aside(raws[k], "no REAL_TOPIC", offsets[k], slot=c.slot)
+                continue  # SKIPPED: a (rolled-then-final) marker is never delivered
             reqs.append(b)
             units_of.append(lo + k)
             origins.append((raws[k], offsets[k]))
