@@ -30,6 +30,7 @@ def store_config(cfg: BrokerConfig) -> StoreConfig:
     sc = StoreConfig(
         store_path=cfg.store_path_root_dir,
         mapped_file_size_commitlog=cfg.mapped_file_size_commit_log,
+        mapped_file_size_consume_queue=cfg.mapped_file_size_consume_queue,
         flush_disk_type=cfg.flush_disk_type,
         flush_interval_ms=cfg.flush_interval_commit_log,
         flush_consume_queue_interval_ms=cfg.flush_interval_consume_queue,

@@ -50,11 +50,12 @@ _TS_POS = (store_timestamp_pos(0), store_timestamp_pos(SysFlag.BORNHOST_V6))  # 
 
 class _PutRun:
     """Converted records (record, topic, queue id, tagsCode, keys) as MessageStore.put_batch takes
-    them (the attributes of codec.delivery_batch.DeliveryBatch): back to back in one buffer."""
+    them (a storage.store_types.PutBatch): back to back in one buffer."""
 
-    __slots__ = ("buf", "starts", "dests", "tags_codes", "keys", "ts_pos")
+    __slots__ = ("buf", "starts", "dests", "tags_codes", "keys", "ts_pos", "deliver_delays")
 
     def __init__(self, built: list[tuple]) -> None:
+        self.deliver_delays = None  # a roll goes back to the wheel's topic by its own TIMER_OUT_MS
         recs = [b[0] for b in built]
         self.buf = bytearray(b"".join(recs))
         self.starts = list(accumulate(map(len, recs), initial=0))

@@ -84,10 +84,23 @@ class EnqueueMixin:
 
     async def _enqueue_loop(self) -> None:
         """The enqueue task (run by the store's supervisor: an error is logged, counted, backed off and
-        the task restarted; the offset moves only after a batch, so nothing is skipped)."""
+        the task restarted; the offset moves only after a batch, so nothing is skipped). A full disk
+        (a timerlog file cannot be made) is not a failure: the task pauses, retries every precision
+        interval and says when it resumes."""
+        paused = False
         while self._running:
             self._enqueue_wake.clear()
-            n = self._enqueue_batch(ENQUEUE_BATCH)
+            try:
+                n = self._enqueue_batch(ENQUEUE_BATCH)
+            except OSError as e:
+                if not paused:
+                    log.error("timer.enqueue_paused", error=str(e), offset=self.curr_queue_offset)
+                    paused = True
+                await asyncio.sleep(self.config.precision_ms / 1000.0)
+                continue
+            if paused:
+                paused = False
+                log.info("timer.enqueue_resumed", offset=self.curr_queue_offset)
             if n == 0:
                 await self._enqueue_wake.wait()
             else:
@@ -127,6 +140,9 @@ class EnqueueMixin:
                 continue
             try:
                 where = self._enqueue_record(rec, phys, size, prec, emit)
+            except OSError:  # no room for a timerlog file: nothing of this unit was written; keep the
+                self._commit_enqueued(off + i, i, now, lowest)  # units before it (no re-enqueue later)
+                raise
             except (ValueError, OverflowError, struct.error) as e:  # a poison record: set aside, go on
                 where = None
                 if not self.quarantine.set_aside(rec, f"cannot enqueue: {e}", TIMER_ENQUEUE, phys,
