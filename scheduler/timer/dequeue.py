@@ -31,6 +31,7 @@ from codec.errors import CodecError
 from codec.properties import parse_properties
 from codec.record import POS_SYS_FLAG, read_properties_bytes, read_store_timestamp, store_timestamp_pos
 from codec.timer_rewrite import CANCELLED, MISSING, SKIPPED, build_timer_deliveries
+from scheduler.events import count_puts
 from scheduler.progress_file import NO_PHYS
 from scheduler.quarantine import GIVE_UP, TIMER_DEQUEUE
 from scheduler.timer.hook import REAL_TOPIC as REAL_TOPIC_KEY
@@ -427,7 +428,7 @@ class DequeueMixin:
             m.rolled += rolled
             put = reqs if stored is None else [reqs[k] for k in stored]
             if put:  # counted as puts of their topics (real topic, or rmq_sys_wheel_timer for a roll)
-                self.on_put([r[1] for r in put], [len(r[0]) for r in put])
+                count_puts(self.on_put, [r[1] for r in put], [len(r[0]) for r in put])
             if late:
                 m.delivered += len(late)
                 m.lateness.observe_many(late)
