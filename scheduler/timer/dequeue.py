@@ -164,7 +164,13 @@ class DequeueMixin:
                 self.wheel.release(s)
                 continue
             self.read_cursor_ms = s + prec
-            for chunk in await self._load_slot(s):
+            try:
+                chunks = await self._load_slot(s)
+            except Exception:  # nothing of the slot was queued: a restarted reader loads it again
+                self.wheel.reoccupy(s)
+                self.read_cursor_ms = s
+                raise
+            for chunk in chunks:
                 await self._put_queue.put(chunk)
             await self._put_queue.put(s + prec)
 
