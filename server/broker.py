@@ -115,8 +115,8 @@ class BrokerController:
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
         await self.replica.prepare(self.store)  # a SLAVE: read-only store, a former master's tail cut
         # scheduled deliveries count as puts on their real topic (per-topic throughput includes them)
-        self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta, self.on_put_sizes)
-        self.timer_service = make_timer_service(self.store, cfg, self.on_put_sizes)
+        self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta, self.on_put_topic)
+        self.timer_service = make_timer_service(self.store, cfg, self.on_put_topic)
         self.scheduled = ScheduledBrowser(self.store, self.delay_service, self.timer_service,
                                           self._put_timer_cancel_marker)
         # the timer hook's flow control reads the live wheel, so it gets the service itself
@@ -332,6 +332,18 @@ class BrokerController:
                     self.metrics.counter("delaymq_put_bytes_total", {"topic": topic}))
             c[0].inc(n)
             c[1].inc(nbytes)
+
+    def on_put_topic(self, topic: str, n: int, nbytes: int) -> None:
+        """`n` records of `nbytes` in all stored in `topic` by the broker itself (scheduled deliveries:
+        scheduler.events.PutObserver); they count as puts of that topic, as in RocketMQ."""
+        self.put_total += n
+        c = self._put_counters.get(topic)
+        if c is None:
+            c = self._put_counters[topic] = (
+                self.metrics.counter("delaymq_put_messages_total", {"topic": topic}),
+                self.metrics.counter("delaymq_put_bytes_total", {"topic": topic}))
+        c[0].inc(n)
+        c[1].inc(nbytes)
 
     def on_pull(self, topic: str, group: str, n: int) -> None:
         self.get_total += n

@@ -30,9 +30,11 @@ from codec.codes import SysFlag
 from codec.errors import CodecError
 from codec.properties import parse_properties
 from codec.record import POS_SYS_FLAG, read_properties_bytes, read_store_timestamp, store_timestamp_pos
-from codec.timer_rewrite import CANCELLED, MISSING, build_timer_deliveries
+from codec.timer_rewrite import CANCELLED, MISSING, SKIPPED, build_timer_deliveries
+from scheduler.events import count_puts
 from scheduler.progress_file import NO_PHYS
 from scheduler.quarantine import GIVE_UP, TIMER_DEQUEUE
+from scheduler.timer.hook import REAL_TOPIC as REAL_TOPIC_KEY
 from scheduler.timer.hook import TIMER_DEL_UNIQKEY
 from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL, UNIT_DTYPE
 from storage.message_store import PutStatus
@@ -100,6 +102,12 @@ class SlotChunk:
                          self.last_pos)
 
 
+def _no_real_topic(raw) -> bool:
+    """A timer record that is not a delete marker and has no REAL_TOPIC: nowhere to deliver it."""
+    props = parse_properties(read_properties_bytes(raw, 0))
+    return not props.get(REAL_TOPIC_KEY) and TIMER_DEL_UNIQKEY not in props
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -156,7 +164,13 @@ class DequeueMixin:
                 self.wheel.release(s)
                 continue
             self.read_cursor_ms = s + prec
-            for chunk in await self._load_slot(s):
+            try:
+                chunks = await self._load_slot(s)
+            except Exception:  # nothing of the slot was queued: a restarted reader loads it again
+                self.wheel.reoccupy(s)
+                self.read_cursor_ms = s
+                raise
+            for chunk in chunks:
                 await self._put_queue.put(chunk)
             await self._put_queue.put(s + prec)
 
@@ -312,7 +326,9 @@ class DequeueMixin:
                     m.missing += 1
                 elif b == CANCELLED:
                     m.cancelled += 1
-                continue  # SKIPPED: a (rolled-then-final) marker or no REAL_TOPIC is never delivered
+                elif b == SKIPPED and not rolls[k] and _no_real_topic(raws[k]):
+                    self._set_aside(raws[k], "no REAL_TOPIC", offsets[k], slot=c.slot)
+                continue  # SKIPPED: a (rolled-then-final) marker is never delivered
             reqs.append(b)
             units_of.append(lo + k)
             origins.append((raws[k], offsets[k]))
@@ -418,7 +434,7 @@ class DequeueMixin:
             m.rolled += rolled
             put = reqs if stored is None else [reqs[k] for k in stored]
             if put:  # counted as puts of their topics (real topic, or rmq_sys_wheel_timer for a roll)
-                self.on_put([r[1] for r in put], [len(r[0]) for r in put])
+                count_puts(self.on_put, [r[1] for r in put], [len(r[0]) for r in put])
             if late:
                 m.delivered += len(late)
                 m.lateness.observe_many(late)

@@ -97,6 +97,15 @@ class TimerWheel:
             self.pending -= num
         return num
 
+    def reoccupy(self, t: int) -> None:
+        """Undo `release(t)`: the reader failed while loading slot t and will load it again."""
+        i = self._index(t)
+        stime, first, _last, num, _magic = SLOT.unpack_from(self.mm, i * SLOT_SIZE)
+        if stime == t // self.precision and first != -1 and not self.occupancy[i]:
+            self.occupancy[i] = 1
+            self.occupied += 1
+            self.pending += num
+
     def next_nonempty(self, from_ms: int) -> int | None:
         """The earliest occupied slot time >= from_ms within one ring turn, or None."""
         if self.occupied <= 0:
