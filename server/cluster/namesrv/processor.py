@@ -52,9 +52,13 @@ class RouteSource(Protocol):
 
     def cluster_info(self) -> tuple[list[BrokerData], dict[str, list[str]]]: ...
 
-    def all_topics(self) -> list[str]: ...
+    async def all_topics_body(self) -> bytes:
+        """TopicList JSON of every topic (GET_ALL_TOPIC_LIST_FROM_NAMESERVER)."""
+        ...
 
-    def topics_by_cluster(self, cluster: str) -> list[str]: ...
+    async def topics_by_cluster_body(self, cluster: str) -> bytes:
+        """TopicList JSON of the cluster's topics (GET_TOPICS_BY_CLUSTER)."""
+        ...
 
     def system_topic_list(self) -> tuple[list[str], str | None]: ...
 
@@ -85,13 +89,13 @@ def register_route_queries(server, routes: RouteSource, kv: KVConfigManager) -> 
         return ok(cmd, body=encode_cluster_info(brokers, clusters, quoted_keys=quoted_ids(cmd)))
 
     @guarded
-    def get_all_topics(conn, cmd):
-        return ok(cmd, body=encode_topic_list(routes.all_topics()))
+    async def get_all_topics(conn, cmd):
+        return ok(cmd, body=await routes.all_topics_body())
 
     @guarded
-    def get_topics_by_cluster(conn, cmd):
+    async def get_topics_by_cluster(conn, cmd):
         h = H.TOPICS_BY_CLUSTER.parse(cmd.ext_fields)
-        return ok(cmd, body=encode_topic_list(routes.topics_by_cluster(h.cluster)))
+        return ok(cmd, body=await routes.topics_by_cluster_body(h.cluster))
 
     @guarded
     def get_system_topics(conn, cmd):
