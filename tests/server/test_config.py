@@ -59,3 +59,10 @@ def test_cli_overrides_the_file(tmp_path):
     assert cfg.default_topic_queue_nums == 3
     assert cfg.store_path_root_dir == str(tmp_path / "s")
     assert cfg.listen_host == "127.0.0.1"
+
+
+def test_set_keys_survive_the_flags_not_given(tmp_path):
+    args = build_parser().parse_args(["--store", str(tmp_path / "s"), "--set", "flushDiskType=SYNC_FLUSH",
+                                      "--set", "messageDelayLevel=1s 2s", "--set", "listenPort=2010"])
+    cfg = config_from_args(args)
+    assert (cfg.flush_disk_type, cfg.message_delay_level, cfg.listen_port) == ("SYNC_FLUSH", "1s 2s", 2010)
