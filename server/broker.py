@@ -40,6 +40,7 @@ from server.wiring import (
     make_timer_service,
     notify_consumer_ids_changed,
     put_request,
+    timer_config,
 )
 from storage.meta_store import MetaStore
 from storage.store_lock import StoreLock
@@ -120,7 +121,7 @@ class BrokerController:
         self.scheduled = ScheduledBrowser(self.store, self.delay_service, self.timer_service,
                                           self._put_timer_cancel_marker)
         # the timer hook's flow control reads the live wheel, so it gets the service itself
-        self.hooks = PutHooks(cfg, self.levels, timer_config=self.timer_service)
+        self.hooks = PutHooks(cfg, self.levels, self.timer_service or timer_config(cfg))
         self.transactions = TransactionService(self)
         if not self.replica.is_slave:  # a slave's check-backs start at promotion
             self.transactions.start()

@@ -29,7 +29,6 @@ from scheduler.timer.checkpoint import TimerCheckpoint
 from scheduler.timer.config import TIMER_TOPIC, TimerConfig
 from scheduler.timer.dequeue import DequeueMixin
 from scheduler.timer.enqueue import EnqueueMixin
-from scheduler.timer.hook import register_service
 from scheduler.timer.metrics import TimerMetrics
 from scheduler.timer.recovery import recover
 from scheduler.timer.timerlog import TimerLog
@@ -42,19 +41,15 @@ PUT_QUEUE_CAPACITY = 64  # chunks of up to 4096 units (stock DEFAULT_CAPACITY is
 
 
 class TimerMessageStore(EnqueueMixin, DequeueMixin):
-    def __init__(self, store, config=None, on_put: PutObserver | None = None) -> None:
+    def __init__(self, store, config: TimerConfig | None = None, on_put: PutObserver | None = None) -> None:
         import random
 
         self.store = store
         # every put the wheel makes (deliveries by real topic, rolls): counted as puts of their topic
         self.on_put: PutObserver = on_put if on_put is not None else ignore_puts
-        self.config = TimerConfig.coerce(config if config is not None else TimerConfig())
-        if not self.config.store_root:
-            sc = getattr(store, "config", None)
-            self.config.store_root = getattr(sc, "store_path", "") or getattr(sc, "store_path_root_dir", "")
-        if config is not None and not isinstance(config, TimerConfig):
-            register_service(config, self)
-        register_service(self.config, self)
+        self.config = config if config is not None else TimerConfig()
+        if not self.config.store_root:  # the wheel's files live beside the store's
+            self.config.store_root = store.config.store_path
         self.rng = random.Random()
         self.metrics = TimerMetrics()
         self.quarantine = Quarantine(store)  # poison timer records go to rmq_sys_SCHEDULE_QUARANTINE
