@@ -117,7 +117,7 @@ class DequeueMixin:
                 floor_now = now - now % prec
                 target = floor_now if s is None else min(s, floor_now)
                 if target > self.read_cursor_ms:  # empty slots passed: let the read clock follow time
-                    self.read_cursor_ms = target
+                    self._move_cursor(target)
                     await self._put_queue.put(target)
                 self._reader_target = s if s is not None else 1 << 62
                 # idle: wake at least every quarter ring so the cursor never falls a ring behind
@@ -127,7 +127,7 @@ class DequeueMixin:
             if self.wheel.get_slot(s)[1] < 0:  # stale occupancy mark (slot holds another time)
                 self.wheel.release(s)
                 continue
-            self.read_cursor_ms = s + prec
+            self._move_cursor(s + prec)
             for chunk in await self._load_slot(s):
                 await self._put_queue.put(chunk)
             await self._put_queue.put(s + prec)
@@ -197,6 +197,12 @@ class DequeueMixin:
                     self.checkpoint.set_read_time(item)
                     self.slot_progress = (item, 0, -1, -1)
                 continue
+            if item.slot > self.commit_read_ms:
+                # the reader hands slots over in order, so every slot below this one is put (a slot
+                # already due when the reader reached it comes without an advance marker before it)
+                self.commit_read_ms = item.slot
+                self.checkpoint.set_read_time(item.slot)
+                self.slot_progress = (item.slot, item.base, -1, -1)
             await self._deliver_chunk(item)
 
     async def _deliver_chunk(self, c: SlotChunk) -> None:

@@ -130,6 +130,12 @@ class EnqueueMixin:
             exact = exact_deliver_ms(props, slot, store_ts, prec)
             magic = MAGIC_DELETE if TIMER_DEL_UNIQKEY in props else MAGIC_DEFAULT
             real_topic = props.get(REAL_TOPIC)
+            if self._following:  # a slave links the unit where the master did (or drops it: already put)
+                followed = self._master_slot(slot, off + i)
+                if followed is None:
+                    self.follower_skipped += 1
+                    continue
+                slot = followed
             where = self._do_enqueue(slot, exact, magic, phys, size, java_hash(real_topic) if real_topic else 0)
             if lowest is None or where < lowest:
                 lowest = where
@@ -164,7 +170,7 @@ class EnqueueMixin:
                 delayed = w + (self.roll_window_slots // 2) * prec
             else:
                 delayed = w + window
-        if delayed < self.read_cursor_ms:
+        if delayed < self.read_cursor_ms and not self._following:  # a slave's slot came from the master
             delayed = self.read_cursor_ms
             self.metrics.late_bumped += 1
         wheel = self.wheel

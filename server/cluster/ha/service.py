@@ -196,13 +196,13 @@ class ReplicaRole:
         return (0, None) if ok else (FLUSH_SLAVE_TIMEOUT, "FLUSH_SLAVE_TIMEOUT")
 
     # ---- scheduler progress (master side) ---------------------------------------------------
-    def progress(self) -> SchedulerProgress:
+    def progress(self, timer_from_queue_offset: int = -1) -> SchedulerProgress:
         b = self.broker
         p = SchedulerProgress(int(time.time() * 1000), self.store.commitlog_max_offset())
         if b.delay_service is not None:
             p.delay_offsets = b.delay_service.progress()
         if b.timer_service is not None:
-            p.timer = b.timer_service.progress()
+            p.timer = b.timer_service.progress(timer_from_queue_offset)
         return p
 
     # ---- promotion ------------------------------------------------------------------------
@@ -228,7 +228,12 @@ class ReplicaRole:
             b.delay_service.resume_from(delay_offsets)
             b.delay_service.start()
         if b.timer_service is not None:
-            b.timer_service.promote(synced.timer if synced is not None else None)
+            timer_p = synced.timer if synced is not None else None
+            cp = self.sync.timer_checkpoint if self.sync is not None else None
+            if timer_p is None and cp is not None:  # an Apache master: its timer checkpoint (code 60)
+                from scheduler.progress import TimerProgress
+                timer_p = TimerProgress(read_ms=cp[0], queue_offset=cp[3], cursor_ms=cp[0], slot_ms=cp[0])
+            b.timer_service.promote(timer_p)
         for fn in self.role_listeners:
             try:
                 r = fn(cfg.broker_role, cfg.broker_id)
@@ -241,6 +246,8 @@ class ReplicaRole:
                 "syncedTakenMs": synced.taken_ms if synced else 0,
                 "delayOffsets": {str(k): v for k, v in delay_offsets.items()},
                 "timerReadMs": synced.timer.read_ms if synced and synced.timer else -1,
+                "timerSlotMs": synced.timer.slot_ms if synced and synced.timer else -1,
+                "timerPutInSlot": synced.timer.put_in_slot if synced and synced.timer else -1,
                 "tookMs": round((time.monotonic() - t0) * 1000, 2)}
         log.warning("ha.promoted", **info)
         return info

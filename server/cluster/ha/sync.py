@@ -107,8 +107,10 @@ class SlaveSynchronize:
         addr = self.master_addr()
         if not addr or not self.progress_supported:
             return
+        timer = self.broker.timer_service
+        ext = {"timerQueueOffset": str(timer.commit_queue_offset)} if timer is not None else {}
         try:
-            resp = await self.client.invoke(addr, RemotingCommand.request(int(RC.GET_SCHEDULER_PROGRESS), {}),
+            resp = await self.client.invoke(addr, RemotingCommand.request(int(RC.GET_SCHEDULER_PROGRESS), ext),
                                             TIMEOUT_S)
         except Exception as e:
             self.errors += 1
