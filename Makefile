@@ -8,10 +8,27 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
+# RocketMQ 5's official Python client (gRPC) lives in its own venv: it installs the top-level package
+# `rocketmq`, as does the C++ client wheel `rocketmq` in .venv, so the two cannot share one. Tests
+# drive it as a subprocess agent (tests/interop/rmq5_agent.py).
+RMQ5_VENV := .venv-rmq5
+RMQ5_STAMP := $(RMQ5_VENV)/.installed
+RMQ5_CLIENT := rocketmq-python-client==5.1.2
 
-.PHONY: setup run test bench fuzz lint clean
+.PHONY: setup run test bench fuzz lint clean protos
 
-setup: $(STAMP) $(NODE_STAMP)
+setup: $(STAMP) $(NODE_STAMP) $(RMQ5_STAMP)
+
+$(RMQ5_STAMP): Makefile
+	@test -n "$(PY)" || { echo "no python3 >= 3.11 with venv found; run make PY=/path/to/python3.11+"; exit 1; }
+	test -x $(RMQ5_VENV)/bin/python || $(PY) -m venv $(RMQ5_VENV)
+	$(RMQ5_VENV)/bin/python -m pip install -q '$(RMQ5_CLIENT)'
+	touch $(RMQ5_STAMP)
+
+# the Python code of the RocketMQ 5 protos (server/grpc/protos -> server/grpc/v2, committed;
+# tests/grpc/test_codegen.py checks that this reproduces them)
+protos: $(STAMP)
+	$(VPY) -m server.grpc.codegen
 
 $(STAMP): pyproject.toml
 	@test -n "$(PY)" || { echo "no python3 >= 3.11 with venv found; run make PY=/path/to/python3.11+"; exit 1; }
@@ -41,4 +58,4 @@ lint: setup
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) node_modules store bench/results
+	rm -rf $(VENV) $(RMQ5_VENV) node_modules store bench/results

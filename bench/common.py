@@ -202,7 +202,7 @@ class Broker:
     def __init__(self, config: dict | None = None, store_root: Path | None = None) -> None:
         self.work = Path(store_root or tempfile.mkdtemp(prefix="delaymq-bench-", dir=store_base()))
         self.store = self.work / "store"
-        self.config = dict(config or {})
+        self.config = {"grpcListenPort": 0, **dict(config or {})}  # gRPC off unless a benchmark asks for it
         self.port = pick_port()
         self.proc: subprocess.Popen | None = None
         self.ready_at = 0.0

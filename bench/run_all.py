@@ -13,9 +13,9 @@ from bench.common import RESULTS, write_result
 
 
 def registry() -> dict:
-    from bench import broker_core, delay, ha, timer
+    from bench import broker_core, delay, grpc, ha, timer
 
-    return {**broker_core.BENCHES, **delay.BENCHES, **timer.BENCHES, **ha.BENCHES}
+    return {**broker_core.BENCHES, **delay.BENCHES, **timer.BENCHES, **ha.BENCHES, **grpc.BENCHES}
 
 
 def _fmt(v) -> str:

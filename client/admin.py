@@ -13,8 +13,6 @@ from . import _wire as w
 from .instance import ClientInstance, TopicRoute
 from .message import MessageExt, MessageQueue, decode_messages
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-
 
 @dataclass(slots=True)
 class QueueStatus:

@@ -1,7 +1,10 @@
 """Remoting frames: `int32 totalLen | int32 (serType << 24 | headerLen) | header | body`.
 
 `FrameDecoder` is incremental: feed it any chunking of the byte stream. It refuses a frame whose
-length prefix is over the limit before buffering it, so a hostile peer cannot make it allocate.
+length prefix is over the limit before buffering it, so a hostile peer cannot make it allocate, and
+(with `max_header`) a frame whose header-length word is over the header limit as soon as that word
+arrives, before the header is buffered or parsed: headers are parsed before any ACL check, so
+their size is what an unauthenticated peer can make the broker work on.
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ from codec.command import (
 from codec.errors import CodecError
 
 MAX_FRAME = 16 * 1024 * 1024  # Java's LengthFieldBasedFrameDecoder maxFrameLength
+# the broker's default header limit (broker.conf maxHeaderSize): a send's properties are at most
+# 32,767 characters (RocketMQ's limit), JSON-escaped at most 6 bytes each, plus the other fields
+MAX_HEADER = 256 * 1024
+NO_HEADER_LIMIT = 0xFFFFFF  # what the 24-bit header-length field can say
 _PREFIX = struct.Struct(">ii")
 _I32 = struct.Struct(">i")
 
@@ -76,10 +83,11 @@ class FrameDecoder:
     frame are ever buffered. The buffer is one bytearray plus a read offset, compacted only when
     the consumed prefix dominates it (no re-copy of a growing buffer per chunk)."""
 
-    __slots__ = ("max_frame", "_buf", "_pos", "_failed")
+    __slots__ = ("max_frame", "max_header", "_buf", "_pos", "_failed")
 
-    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+    def __init__(self, max_frame: int = MAX_FRAME, max_header: int = NO_HEADER_LIMIT) -> None:
         self.max_frame = max_frame
+        self.max_header = max_header
         self._buf = bytearray()
         self._pos = 0
         self._failed: str | None = None
@@ -100,6 +108,10 @@ class FrameDecoder:
             (length,) = _I32.unpack_from(mv, pos)
             if length < 4 or length + 4 > self.max_frame:
                 raise self._fail(f"frame length {length} outside [4, {self.max_frame - 4}]")
+            if end - pos >= 8:
+                hlen = mv[pos + 5] << 16 | mv[pos + 6] << 8 | mv[pos + 7]
+                if hlen > self.max_header:
+                    raise self._fail(f"header length {hlen} over the limit {self.max_header}")
             if end - pos - 4 < length:
                 break
             start = pos + 4

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 
+from codec.buffers import BytesLike
 from codec.errors import CodecError
 
 REPORT = struct.Struct(">q")
@@ -33,13 +34,14 @@ class ReportDecoder:
     def __init__(self) -> None:
         self._buf = bytearray()
 
-    def feed(self, data) -> int | None:
+    def feed(self, data: BytesLike) -> int | None:
         buf = self._buf
         buf += data
         n = len(buf) - len(buf) % 8
         if n == 0:
             return None
-        value = REPORT.unpack_from(buf, n - 8)[0]
+        value: int
+        (value,) = REPORT.unpack_from(buf, n - 8)
         del buf[:n]
         if value < 0:
             raise CodecError(f"negative HA report offset {value}")
@@ -54,7 +56,7 @@ class TransferDecoder:
     def __init__(self) -> None:
         self._buf = bytearray()
 
-    def feed(self, data) -> list[tuple[int, bytes]]:
+    def feed(self, data: BytesLike) -> list[tuple[int, bytes]]:
         buf = self._buf
         buf += data
         out = []

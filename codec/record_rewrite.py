@@ -227,6 +227,6 @@ def build_deliveries(raws: Iterable[BytesLike | None]) -> list[Delivery | None]:
         rec += raw[ppos:pend]
         pack_i32(rec, POS_TOTAL, len(rec))
         pack_i32(rec, POS_QUEUE_ID, qid)
-        uniq = get(pb, K_UNIQ)
+        uniq = get(pb, K_UNIQ) or None  # an empty UNIQ_KEY is no UNIQ_KEY (as the batch path reads it)
         append((rec, topic, qid, tags_code(get(pb, K_TAGS)), index_keys(get(pb, K_KEYS), uniq), uniq))
     return out

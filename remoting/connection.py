@@ -28,7 +28,7 @@ import structlog
 from codec.codes import RPC_ONEWAY, RPC_TYPE_RESPONSE
 from codec.command import RemotingCommand
 from codec.errors import CodecError
-from codec.frame import MAX_FRAME, FrameDecoder, encode_frame
+from codec.frame import MAX_FRAME, NO_HEADER_LIMIT, FrameDecoder, encode_frame
 from remoting.errors import ConnectionClosedError, RemotingTimeoutError
 
 log = structlog.get_logger(__name__)
@@ -59,7 +59,8 @@ class Connection(asyncio.Protocol):
 
     def __init__(self, on_request: Callable[[Connection, RemotingCommand], None] | None = None,
                  on_close: Callable[[Connection], None] | None = None, max_frame: int = MAX_FRAME,
-                 max_inflight: int = 1024, on_made: Callable[[Connection], None] | None = None) -> None:
+                 max_inflight: int = 1024, on_made: Callable[[Connection], None] | None = None,
+                 max_header: int = NO_HEADER_LIMIT) -> None:
         self.on_request = on_request
         # code -> batch processor (a Dispatcher's `batch_processors`): runs of such requests in one
         # read are handed over together (`Dispatcher.dispatch_run`)
@@ -67,7 +68,7 @@ class Connection(asyncio.Protocol):
         self._batch_processors: dict = runs if runs is not None else {}
         self.on_close = on_close
         self.on_made = on_made
-        self.decoder = FrameDecoder(max_frame)
+        self.decoder = FrameDecoder(max_frame, max_header)
         self.max_inflight = max_inflight
         self.inflight = 0
         self.transport: asyncio.Transport | None = None

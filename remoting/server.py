@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 import structlog
 
 from codec.command import RemotingCommand
-from codec.frame import MAX_FRAME
+from codec.frame import MAX_FRAME, MAX_HEADER
 from remoting.connection import Connection
 from remoting.dispatch import BeforeRequest, Dispatcher, Processor
 
@@ -38,13 +38,15 @@ class RemotingServer:
     def __init__(self, host: str = "127.0.0.1", ports: Sequence[int] = (0,),
                  processors: Mapping[int, Processor] | None = None, *, idle_timeout: float = 120.0,
                  max_connections: int = 10_000, max_inflight_per_connection: int = 1024,
-                 max_frame: int = MAX_FRAME, ssl: _ssl.SSLContext | None = None, backlog: int = 1024) -> None:
+                 max_frame: int = MAX_FRAME, ssl: _ssl.SSLContext | None = None, backlog: int = 1024,
+                 max_header: int = MAX_HEADER) -> None:
         self.host = host
         self.listen_ports = list(ports)
         self.idle_timeout = idle_timeout
         self.max_connections = max_connections
         self.max_inflight = max_inflight_per_connection
         self.max_frame = max_frame
+        self.max_header = max_header  # a longer header closes the connection before it is parsed
         self.ssl = ssl
         self.backlog = backlog
         self.dispatcher = Dispatcher()
@@ -80,7 +82,7 @@ class RemotingServer:
     # ------------------------------------------------------------------ lifecycle
     def _factory(self) -> Connection:
         return Connection(self.dispatcher, self._connection_lost, self.max_frame, self.max_inflight,
-                          on_made=self._connection_made)
+                          on_made=self._connection_made, max_header=self.max_header)
 
     def _connection_made(self, conn: Connection) -> None:
         if len(self.connections) >= self.max_connections:

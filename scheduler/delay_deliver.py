@@ -2,8 +2,8 @@
 
 Within a level messages come due in store order, so the task reads ConsumeQueue units in bulk,
 delivers everything already due with one MessageStore.put_batch per batch (yielding one loop turn
-between batches of a backlog), then sleeps (loop.call_at) until exactly the head's deliver
-timestamp. An idle level sleeps on a future that the store's dispatch listener resolves when a
+between batches of a backlog), then sleeps (loop.call_at) until exactly the head's due ms (the first
+ms strictly after its tagsCode = storeTimestamp + delay: scheduler.due, never early). An idle level sleeps on a future that the store's dispatch listener resolves when a
 message enters SCHEDULE_TOPIC_XXXX queue level-1. No polling.
 
 Sync mode: a failed put is resent (only the failed messages, with backoff) before the offset moves
@@ -19,6 +19,7 @@ import time
 
 import structlog
 
+from codec.codes import RMQ_SYS_TRANS_HALF_TOPIC, SCHEDULE_TOPIC
 from codec.delivery_batch import build_delivery_batch
 from codec.record_rewrite import build_deliveries
 from scheduler.async_deliver import (
@@ -31,16 +32,16 @@ from scheduler.async_deliver import (
     flush_ok,
 )
 from scheduler.delay_events import EventInfos, event_infos
+from scheduler.due import AFTER_MS
 from scheduler.events import EventColumns, fire_columns
-from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.stats import LevelStats
 from storage.message_store import PutRequest, PutStatus
 
 log = structlog.get_logger(__name__)
 
-_UNIT = struct.Struct(">qiq")  # phys offset, size, tagsCode (= deliver timestamp)
+_UNIT = struct.Struct(">qiq")  # phys offset, size, tagsCode (= deliverTimestamp = storeTimestamp + delay)
 UNIT_SIZE = 20
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+HALF_TOPIC = RMQ_SYS_TRANS_HALF_TOPIC
 DELAY_FOR_A_WHILE_S = 0.1
 DELAY_FOR_A_PERIOD_S = 10.0
 PUT_OK = PutStatus.PUT_OK
@@ -133,8 +134,11 @@ class LevelDeliverer:
         spans, dues = [], []
         wait_due = 0
         scanned = limit
-        for i, (phys, size, due) in enumerate(_UNIT.iter_unpack(units[:limit * UNIT_SIZE])):
-            if due > late_bound:  # correctDeliverTimestamp
+        for i, (phys, size, tags_code) in enumerate(_UNIT.iter_unpack(units[:limit * UNIT_SIZE])):
+            # never early: due = scheduler.due.level_due_ms(tagsCode), inlined (the first ms strictly
+            # after storeTimestamp + delay); delivered once now >= due
+            due = tags_code + AFTER_MS
+            if tags_code > late_bound:  # correctDeliverTimestamp
                 due = now
             if due > now:
                 wait_due, scanned = due, i

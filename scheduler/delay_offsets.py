@@ -3,6 +3,10 @@
 Written in RocketMQ's fastjson shape with unquoted integer keys, `{"offsetTable":{1:12,2:0}}`,
 atomically through storage.config_store (tmp + fsync + .bak + rename). The reader accepts quoted
 keys too, and falls back to `.bak` like ConfigManager.
+
+Where the table is kept is a small seam, `DelayOffsetBackend` (`read()`, `write(table)`): the JSON file
+above by default (a DelayLevelService built alone, tests), the broker's MetaStore
+(`storage.meta_store.DelayOffsetStore`, one row per level in `meta.db`) when the broker wires it.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from typing import Protocol
 
 import structlog
 
@@ -36,17 +41,21 @@ def format_offset_table(table: dict[int, int]) -> bytes:
         b'{\n\t"offsetTable":{}\n}'
 
 
-class DelayOffsetTable:
-    """Level → next schedule-queue offset; persisted only when changed since the last persist."""
+class DelayOffsetBackend(Protocol):
+    def read(self) -> dict[int, int] | None:
+        """The stored table; None when nothing is stored yet."""
 
-    def __init__(self, config_dir: str | None) -> None:
-        self.path = os.path.join(config_dir, FILE_NAME) if config_dir else None
-        self.offsets: dict[int, int] = {}
-        self._persisted: dict[int, int] = {}
+    def write(self, table: dict[int, int]) -> None:
+        """Store the table durably (blocking: called from an executor thread or at shutdown)."""
 
-    def load(self) -> bool:
-        if self.path is None:
-            return True
+
+class JsonDelayOffsetFile:
+    """`<config>/delayOffset.json`, atomically written (tmp + fsync + .bak + rename), `.bak` fallback."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self) -> dict[int, int] | None:
         for candidate in (self.path, self.path + ".bak"):
             try:
                 with open(candidate, encoding="utf-8") as f:
@@ -54,13 +63,32 @@ class DelayOffsetTable:
             except FileNotFoundError:
                 continue
             try:
-                self.offsets = parse_offset_table(text)
+                return parse_offset_table(text)
             except (ValueError, TypeError, AttributeError) as e:
                 log.warning("delay_offsets.unreadable", path=candidate, error=str(e))
-                continue
-            self._persisted = dict(self.offsets)
-            log.info("delay_offsets.loaded", path=candidate, offsets=self.offsets)
+        return None
+
+    def write(self, table: dict[int, int]) -> None:
+        atomic_write_bytes(self.path, format_offset_table(table))
+
+
+class DelayOffsetTable:
+    """Level → next schedule-queue offset; persisted only when changed since the last persist."""
+
+    def __init__(self, config_dir: str | None, backend: DelayOffsetBackend | None = None) -> None:
+        self.path = os.path.join(config_dir, FILE_NAME) if config_dir else None
+        self.backend: DelayOffsetBackend | None = backend or (JsonDelayOffsetFile(self.path) if self.path else None)
+        self.offsets: dict[int, int] = {}
+        self._persisted: dict[int, int] = {}
+
+    def load(self) -> bool:
+        if self.backend is None:
             return True
+        stored = self.backend.read()
+        if stored is not None:
+            self.offsets = dict(stored)
+            self._persisted = dict(stored)
+            log.info("delay_offsets.loaded", backend=type(self.backend).__name__, offsets=self.offsets)
         return True
 
     def get(self, level: int) -> int:
@@ -85,18 +113,18 @@ class DelayOffsetTable:
         self.write(data)
         return True
 
-    def take_snapshot(self, force: bool = False) -> bytes | None:
-        """The file content to write now (None: unchanged since the last snapshot). Marks it persisted,
-        so call `write(data)` next (from any thread: it does the fsyncs and renames)."""
-        if self.path is None or (not force and self.offsets == self._persisted):
+    def take_snapshot(self, force: bool = False) -> dict[int, int] | None:
+        """The table to write now (None: unchanged since the last snapshot). Marks it persisted,
+        so call `write(snapshot)` next (from any thread)."""
+        if self.backend is None or (not force and self.offsets == self._persisted):
             return None
         snapshot = dict(self.offsets)
         self._persisted = snapshot
-        return format_offset_table(snapshot)
+        return snapshot
 
     def mark_unpersisted(self) -> None:
         """A `write` failed: the next snapshot writes again."""
         self._persisted = {}
 
-    def write(self, data: bytes) -> None:
-        atomic_write_bytes(self.path, data)
+    def write(self, snapshot: dict[int, int]) -> None:
+        self.backend.write(snapshot)

@@ -15,7 +15,7 @@ import structlog
 from codec.msgid import offset_msg_id
 from scheduler.delay_config import DelayConfig
 from scheduler.delay_deliver import LevelDeliverer
-from scheduler.delay_offsets import DelayOffsetTable
+from scheduler.delay_offsets import DelayOffsetBackend, DelayOffsetTable
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.loop_lag import LoopLagProbe
 
@@ -25,10 +25,11 @@ SHUTDOWN_WAIT_S = 5.0  # WAIT_FOR_SHUTDOWN
 
 
 class DelayLevelService:
-    def __init__(self, store, config, levels_ms: list[int] | None = None) -> None:
+    def __init__(self, store, config, levels_ms: list[int] | None = None,
+                 offset_backend: DelayOffsetBackend | None = None) -> None:
         self.store = store
         self.config = DelayConfig.coerce(config, levels_ms)
-        self.offsets = DelayOffsetTable(self.config.config_dir)
+        self.offsets = DelayOffsetTable(self.config.config_dir, offset_backend)
         self.levels = [LevelDeliverer(self, lv) for lv in range(1, len(self.config.levels_ms) + 1)]
         self.listeners: list = []
         self._tasks: list[asyncio.Task] = []
@@ -121,8 +122,9 @@ class DelayLevelService:
             return False
 
     def _schedule_persist(self, loop) -> None:
-        """Every flushDelayOffsetInterval: snapshot the offsets on the loop, write the file (two fsyncs
-        and two renames) in an executor thread so a slow disk never stalls deliveries."""
+        """Every flushDelayOffsetInterval: snapshot the offsets on the loop, write them through the
+        backend (the file's fsyncs and renames, or the MetaStore's commit) in an executor thread so a slow
+        disk never stalls deliveries."""
         interval = self.config.flush_offset_interval_ms / 1000
         if interval <= 0:
             return

@@ -6,7 +6,8 @@ Tokens are `<number><unit>` separated by spaces; units `s`, `m`, `h`, `d` as in 
 
 from __future__ import annotations
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+from codec.codes import SCHEDULE_TOPIC  # noqa: F401  (re-exported: scheduler.levels.SCHEDULE_TOPIC)
+
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

@@ -1,4 +1,7 @@
 """`delaymq-broker --store DIR --port N [--config FILE] [--host H] ...`: run the broker.
+`delaymq-broker --store DIR --export-config [OUT_DIR]`: write topics.json, subscriptionGroup.json,
+consumerOffset.json and delayOffset.json (RocketMQ's shapes) from the store's meta.db and exit; works
+while a broker runs on the store (a consistent read snapshot). OUT_DIR defaults to <store>/config.
 
 Prints `delaymq broker ready on <host>:<port>` to stdout once listening (tests wait on it).
 SIGTERM/SIGINT: stop accepting, drain in-flight requests, stop scheduler and timer, flush the
@@ -23,6 +26,7 @@ import structlog  # noqa: E402
 from remoting import loop as event_loop  # noqa: E402
 from server.config import load_config  # noqa: E402
 from server.logging import configure  # noqa: E402
+from storage.store_lock import StoreLockedError  # noqa: E402
 
 log = structlog.get_logger("server")
 
@@ -40,7 +44,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any broker.conf key (repeatable)")
+    p.add_argument("--export-config", nargs="?", const="", default=None, metavar="OUT_DIR",
+                   help="export the metadata tables as RocketMQ's JSON files (default <store>/config) and exit")
     return p
+
+
+def export_config(cfg, out_dir: str) -> int:
+    """The --export-config command: open meta.db (migrating JSON files first if it is new), export, close."""
+    from storage.meta_store import MetaStore
+
+    meta = MetaStore(os.path.join(cfg.store_path_root_dir, "config")).open()
+    try:
+        written = meta.export_json(out_dir or None)
+    finally:
+        meta.close()
+    for path in written:
+        sys.stdout.write(f"{path}\n")
+    log.info("meta.exported", files=len(written), out_dir=out_dir or meta.config_dir)
+    return 0
 
 
 def config_from_args(args):
@@ -86,16 +107,31 @@ async def run(cfg) -> int:
     return 0
 
 
+def check_config(cfg) -> None:
+    """Everything that can be checked before the store is opened: each key's value, the ACL and TLS
+    files. Raises ConfigError naming the key."""
+    from server.security import preflight
+
+    cfg.validate()
+    preflight(cfg)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure(args.log_level)
     try:
         cfg = config_from_args(args)
-    except ValueError as e:
-        log.error("broker.bad_config", error=str(e))
+        check_config(cfg)
+    except ValueError as e:  # ConfigError included: one line naming the key, nothing opened
+        log.error("broker.bad_config", key=getattr(e, "key", None), error=str(e))
         return 2
+    if args.export_config is not None:
+        return export_config(cfg, args.export_config)
     try:
         return event_loop.run(run(cfg))
+    except StoreLockedError as e:
+        log.error("broker.store_locked", error=str(e), holder=e.holder)
+        return 1
     except OSError as e:
         log.error("broker.start_failed", error=str(e))
         return 1

@@ -17,6 +17,8 @@ from codec.record import encode_record
 from scheduler.levels import parse_delay_levels
 from server.client_manager import ClientManager
 from server.cluster.ha.service import ReplicaRole
+from server.cluster.namesrv.kv_config import KVConfigManager
+from server.cluster.registration import BrokerRegistrar
 from server.config import BrokerConfig
 from server.observability.registry import Registry
 from server.offsets_table import ConsumerOffsetManager
@@ -29,11 +31,14 @@ from server.transactions import TransactionService
 from server.wiring import (
     make_delay_service,
     make_message_store,
+    make_registrar,
     make_remoting_server,
     make_timer_service,
     notify_consumer_ids_changed,
     put_request,
 )
+from storage.meta_store import MetaStore
+from storage.store_lock import StoreLock
 from storage.subscription_group import SubscriptionGroupTable
 from storage.topic_config import TopicConfigTable
 
@@ -48,17 +53,24 @@ class BrokerController:
         self.boot_ms = int(time.time() * 1000)
         root = config.store_path_root_dir
         os.makedirs(root, exist_ok=True)
+        # one broker per store: taken before anything of the store is read or written (a second broker
+        # on the same directory raises StoreLockedError here, its abort file and tables untouched)
+        self.store_lock = StoreLock(root)
+        self.store_lock.acquire()
         self.levels = parse_delay_levels(config.message_delay_level)
-        # persistent tables under <root>/config/ (storage); the broker's rules sit on top
-        self.topics = TopicManager(TopicConfigTable(root), config.auto_create_topic_enable,
+        # persistent tables in <root>/config/meta.db (storage.meta_store: one writer thread commits every
+        # change; SYNC_FLUSH also fsyncs each commit); the broker's rules sit on top
+        self.meta = MetaStore(os.path.join(root, "config"), sync=config.sync_flush)
+        self.topics = TopicManager(TopicConfigTable(root, self.meta), config.auto_create_topic_enable,
                                    config.default_topic_queue_nums)
-        self.groups = SubscriptionGroupTable(root, config.auto_create_subscription_group)
-        self.offsets = ConsumerOffsetManager(root)
+        self.groups = SubscriptionGroupTable(root, config.auto_create_subscription_group, self.meta)
+        self.offsets = ConsumerOffsetManager(root, self.meta)
         self.clients = ClientManager(notify_consumer_ids_changed,
                                      expired_timeout_s=config.client_channel_expired_timeout / 1000.0)
         self.locks = RebalanceLockManager(config.channel_lock_max_live_time_ms)
         self.pull_hold = PullHoldService()
-        self.kv_config: dict[str, dict[str, str]] = {}
+        self.kv_config = KVConfigManager()  # embedded mode's name-server KV config (in memory)
+        self.registrar: BrokerRegistrar | None = None  # [cluster] set when namesrvAddr is configured
         self.metrics = Registry()
         self.replica = ReplicaRole(self)  # brokerRole / brokerId, HA, promotion (server/cluster/ha)
         self.store = None
@@ -68,6 +80,7 @@ class BrokerController:
         self.timer_service = None
         self.remoting = None
         self.metrics_http = None
+        self.grpc = None  # server.grpc.endpoint.GrpcEndpoint when grpcListenPort > 0
         self.put_total = 0
         self.get_total = 0
         self._put_counters: dict[str, tuple] = {}
@@ -85,7 +98,7 @@ class BrokerController:
         self.store = make_message_store(cfg)
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
         await self.replica.prepare(self.store)  # a SLAVE: read-only store, a former master's tail cut
-        self.delay_service = make_delay_service(self.store, cfg, self.levels)
+        self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta)
         self.timer_service = make_timer_service(self.store, cfg)
         # the timer hook's flow control reads the live wheel, so it gets the service itself
         self.hooks = PutHooks(cfg, self.levels, timer_config=self.timer_service)
@@ -113,11 +126,17 @@ class BrokerController:
             send,
             transaction,
         )
-        for room in (namesrv, send, pull, offsets, clients, consumer_send_back, transaction, admin, admin_stats,
-                     ha_processors):
+        rooms = [send, pull, offsets, clients, consumer_send_back, transaction, admin, admin_stats, ha_processors]
+        if not cfg.namesrv_addr_list:
+            rooms.insert(0, namesrv)  # embedded mode: this process is its own name server
+        for room in rooms:
             room.register(self.remoting, self)
         await self.remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port])
         await self.replica.start()
+        if cfg.namesrv_addr_list:
+            self.registrar = make_registrar(self)
+            self.topics.add_change_listener(lambda _tc: self.registrar.topics_changed())
+            await self.registrar.start()
         if cfg.metrics_port:
             from server.observability.http import MetricsHttpServer
             self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port)
@@ -125,22 +144,34 @@ class BrokerController:
         from server.observability.telemetry import Telemetry
         self.telemetry = Telemetry(self)
         self.telemetry.start()
+        if cfg.grpc_listen_port > 0:  # RocketMQ 5 clients: gRPC MessagingService over the same store
+            from server.grpc.endpoint import GrpcEndpoint
+            self.grpc = GrpcEndpoint(self)
+            await self.grpc.start()
         self._started = True
         log.info("broker.ready", host=cfg.listen_host, port=cfg.listen_port, vip_port=cfg.vip_port,
                  broker_addr=cfg.broker_addr, store=cfg.store_path_root_dir,
                  metrics_port=self.metrics_http.port if self.metrics_http else None,
+                 namesrv=cfg.namesrv_addr or "embedded",
+                 grpc_port=self.grpc.port if self.grpc else None,
                  delay_levels=len(self.levels), delay_service=self.delay_service is not None,
                  timer_service=self.timer_service is not None)
 
     async def shutdown(self) -> None:
         """Stop accepting, drain in-flight requests, stop services, flush and checkpoint the store."""
         if not self._started:
+            self.meta.close()  # a start that failed half-way: keep what it staged
+            self.store_lock.release()
             return
         self._started = False
         log.info("broker.stopping")
+        if self.registrar is not None:  # out of the routes first, so clients stop sending here
+            await self.registrar.shutdown()
         self.pull_hold.shutdown()  # held pulls answer now (counted as in-flight by the server)
         if self.remoting is not None:
             await self.remoting.close(self.config.shutdown_drain_timeout_ms / 1000.0)
+        if self.grpc is not None:
+            await self.grpc.stop()
         self.clients.shutdown()
         self.transactions.stop()
         await self.replica.shutdown()
@@ -151,15 +182,14 @@ class BrokerController:
                     await svc.shutdown()
                 except Exception as e:
                     log.error("broker.service_shutdown_failed", service=type(svc).__name__, error=repr(e))
-        self.offsets.persist()
-        self.topics.persist()
-        self.groups.persist()
+        self.meta.close()  # commits what is staged (offsets, topics, groups, delay offsets), checkpoints
         if getattr(self, "telemetry", None) is not None:
             await self.telemetry.shutdown()
         if self.store is not None:
             await self.store.shutdown()
         if self.metrics_http is not None:
             await self.metrics_http.close()
+        self.store_lock.release()
         log.info("broker.stopped")
 
     # ---- helpers used by processors ------------------------------------------------------
@@ -248,7 +278,7 @@ class BrokerController:
             "pullHoldCount": self.pull_hold.held_count,
             "brokerRole": self.config.broker_role, "brokerId": self.config.broker_id,
         }
-        for svc in (self.delay_service, self.timer_service, self.transactions):
+        for svc in (self.delay_service, self.timer_service, self.transactions, self.registrar, self.grpc):
             if svc is None:
                 continue
             fn = getattr(svc, "runtime_info", None) or getattr(svc, "stats", None)

@@ -3,13 +3,17 @@
 `load_properties(path)` reads a Java properties file (javaproperties: escapes, continuations, comments);
 `BrokerConfig.from_mapping()` applies known keys (camelCase, as in RocketMQ) and logs unknown ones.
 CLI flags are applied after the file (see `server.__main__`).
+
+`BrokerConfig.validate()` checks every value against `VALIDATORS` (field name -> check, one row per
+key; a room that adds keys adds its rows) and raises `ConfigError` naming the first bad key: the
+broker refuses to start with that one line (exit 2) before it opens the store.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import javaproperties
@@ -23,6 +27,7 @@ DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 
 # Field names whose camelCase key is not the mechanical conversion of the snake_case name.
 _KEY_OVERRIDES = {
     "broker_ip1": "brokerIP1",
+    "broker_ip2": "brokerIP2",
     "tls_enable": "tlsEnable",
     "message_delay_level": "messageDelayLevel",
 }
@@ -32,6 +37,8 @@ _KEY_ALIASES = {
     "tls.server.certPath": "tls_server_cert_path",
     "tls.server.keyPath": "tls_server_key_path",
     "tls.server.mode": "tls_server_mode",
+    "tls.server.need.client.auth": "tls_server_need_client_auth",
+    "tls.server.trustCertPath": "tls_server_trust_cert_path",
     "rocketmq.acl.plain.file": "acl_file",
 }
 
@@ -45,8 +52,20 @@ class BrokerConfig:
     broker_cluster_name: str = "DefaultCluster"
     broker_ip1: str = "127.0.0.1"
     broker_id: int = 0
+    # [cluster] name servers to register with ("a:p;b:p"); empty = embedded mode (this process answers
+    # the name-server requests itself). server/cluster/registration.py
+    namesrv_addr: str = ""
+    register_name_server_period: int = 30000  # ms; RocketMQ clamps to [10 s, 60 s], ours to [1 s, 60 s]
+    register_name_server_initial_delay: int = 10000  # ours: ms before the first periodic round (RocketMQ's 10 s)
+    register_broker_timeout_mills: int = 6000
+    force_register: bool = False  # RocketMQ: true; ours: ask QUERY_DATA_VERSION, re-send the table only if changed
+    compressed_register: bool = False
+    broker_ip2: str = ""  # HA address host (empty = brokerIP1)
+    ha_listen_port: int = 0  # 0 = listenPort + 1 (RocketMQ 4.x forces listenPort + 1)
     broker_permission: int = 6
     flush_disk_type: str = "ASYNC_FLUSH"
+    flush_interval_commit_log: int = 500  # ms between CommitLog flushes with ASYNC_FLUSH (RocketMQ's key)
+    flush_interval_consume_queue: int = 1000  # ms between ConsumeQueue / index / checkpoint flushes
     disk_max_used_space_ratio: int = 0  # percent; puts are refused past it (0 = store default, 90)
     mapped_file_size_commit_log: int = 1073741824
     file_reserved_time: int = 72
@@ -85,10 +104,13 @@ class BrokerConfig:
     # [security] server/security: ACL file, TLS mode and resource limits (0 = remoting default / off)
     acl_file: str = ""
     tls_server_mode: str = ""
+    tls_server_need_client_auth: str = "none"  # none | optional | require (client certificates)
+    tls_server_trust_cert_path: str = ""  # CA bundle that verifies client certificates
     max_connections: int = 4096
     max_connections_per_ip: int = 1024
     max_inflight_per_connection: int = 1024
     max_frame_size: int = 16777216
+    max_header_size: int = 262144  # a frame whose header length word is over this closes the connection
     max_buffered_frame_bytes: int = 268435456
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
@@ -97,7 +119,6 @@ class BrokerConfig:
     shutdown_drain_timeout_ms: int = 5000
     # [cluster-ha] master/slave replication (server/cluster/ha; RocketMQ 4.x HA, cluster-ha.md §2)
     broker_role: str = "ASYNC_MASTER"  # ASYNC_MASTER | SYNC_MASTER | SLAVE
-    ha_listen_port: int = 0  # 0 = listenPort + 1
     ha_master_address: str = ""  # ip:haPort of the master (slaves; else the name server's answer)
     ha_send_heartbeat_interval: int = 5000  # ms of silence before an empty frame / a report
     ha_housekeeping_interval: int = 20000  # ms without bytes from the peer before it is dropped
@@ -106,12 +127,17 @@ class BrokerConfig:
     slave_timeout: int = 3000  # SYNC_MASTER: ms a send waits for the slave's ack (FLUSH_SLAVE_TIMEOUT)
     slave_synchronize_interval_ms: int = 10000  # slave: pull topics, offsets, groups, timer checkpoint
     scheduler_sync_interval_ms: int = 40  # ours: slave pulls the master's scheduler progress this often
+    grpc_listen_port: int = 8081  # RocketMQ 5 gRPC MessagingService (server/grpc); 0 = off
 
     # ---- derived -------------------------------------------------------------------------
     @property
     def broker_addr(self) -> str:
         """The advertised `ip:port` (route `brokerAddrs[0]`, STOREHOST of stored records)."""
         return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def namesrv_addr_list(self) -> list[str]:
+        return [a.strip() for a in self.namesrv_addr.replace(",", ";").split(";") if a.strip()]
 
     @property
     def vip_port(self) -> int:
@@ -123,28 +149,27 @@ class BrokerConfig:
 
     @property
     def ha_server_addr(self) -> str:
-        """`brokerIP2:haListenPort` as registered (haServerAddr); brokerIP1 here."""
-        return f"{self.broker_ip1}:{self.ha_port}"
+        """`brokerIP2:haListenPort`, the HA address a broker registers (slaves get their master's)."""
+        return f"{self.broker_ip2 or self.broker_ip1}:{self.ha_port}"
 
     @property
     def is_slave(self) -> bool:
         return self.broker_role == "SLAVE"
 
-    def validate(self) -> None:
-        """Cross-key checks; a ValueError names the key (the broker stops with that one line)."""
+    def _validate_roles(self) -> None:
+        """Cross-key checks of the HA role; ConfigError names the key."""
         role = self.broker_role.strip().upper()
         if role not in BROKER_ROLES:
-            raise ValueError(f"config key brokerRole: expected one of {', '.join(BROKER_ROLES)}, "
-                             f"got {self.broker_role!r}")
+            raise ConfigError("brokerRole", f"expected one of {', '.join(BROKER_ROLES)}, got {self.broker_role!r}")
         self.broker_role = role
         if role == "SLAVE" and self.broker_id <= 0:
-            raise ValueError("config key brokerId: a SLAVE needs brokerId >= 1")
+            raise ConfigError("brokerId", "a SLAVE needs brokerId >= 1")
         if role != "SLAVE":
             self.broker_id = 0  # RocketMQ forces a master's brokerId to 0
         if self.ha_master_address and ":" not in self.ha_master_address:
-            raise ValueError(f"config key haMasterAddress: expected ip:port, got {self.ha_master_address!r}")
+            raise ConfigError("haMasterAddress", f"expected ip:port, got {self.ha_master_address!r}")
         if self.scheduler_sync_interval_ms <= 0 or self.scheduler_sync_interval_ms > 50:
-            raise ValueError("config key schedulerSyncIntervalMs: expected 1..50 (ms)")
+            raise ConfigError("schedulerSyncIntervalMs", "expected 1..50 (ms)")
 
     @property
     def sync_flush(self) -> bool:
@@ -182,6 +207,22 @@ class BrokerConfig:
         cfg.apply(values, source)
         return cfg
 
+    def validate(self) -> None:
+        """Raise ConfigError for the first value `VALIDATORS` refuses, then for a bad HA role combination."""
+        for f in dataclasses.fields(self):
+            check = VALIDATORS.get(f.name)
+            if check is None:
+                continue
+            problem = check(getattr(self, f.name))
+            if problem:
+                raise ConfigError(self.key_for(f.name), problem)
+        self._validate_roles()
+
+    def public_properties(self) -> dict[str, str]:
+        """`to_properties` with the values of `PRIVATE_KEYS` (key and ACL file paths) left out: what
+        GET_BROKER_CONFIG answers."""
+        return {k: ("" if k in PRIVATE_KEYS and v else v) for k, v in self.to_properties().items()}
+
     def to_properties(self) -> dict[str, str]:
         out = {}
         for f in dataclasses.fields(self):
@@ -190,19 +231,115 @@ class BrokerConfig:
         return out
 
 
+# keys whose values GET_BROKER_CONFIG never shows (where the TLS private key and the ACL live)
+PRIVATE_KEYS = frozenset({"tlsServerKeyPath", "aclFile", "tlsServerTrustCertPath"})
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; `key` is its broker.conf name."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"config key {key}: {problem}")
+        self.key = key
+
+
+# ---- validation table: field name -> check(value) -> problem or None --------------------------
+Check = Callable[[object], "str | None"]
+
+
+def one_of(*choices: str) -> Check:
+    def check(v) -> str | None:
+        return None if v in choices else f"must be one of {', '.join(choices)}, got {v!r}"
+    return check
+
+
+def int_range(lo: int, hi: int | None = None) -> Check:
+    def check(v) -> str | None:
+        if v < lo or (hi is not None and v > hi):
+            want = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+            return f"must be {want}, got {v}"
+        return None
+    return check
+
+
+def _delay_levels(v) -> str | None:
+    from scheduler.levels import parse_delay_levels
+
+    try:
+        levels = parse_delay_levels(v)
+    except ValueError as e:
+        return str(e)
+    if any(ms <= 0 for ms in levels):
+        return f"every level must be longer than 0 ms, got {v!r}"
+    return None
+
+
+_PORT = int_range(0, 65535)
+_POSITIVE = int_range(1)
+_NON_NEGATIVE = int_range(0)
+VALIDATORS: dict[str, Check] = {
+    "listen_port": int_range(3, 65535),  # the VIP channel listens on listenPort - 2
+    "broker_id": _NON_NEGATIVE,
+    "broker_permission": int_range(0, 7),
+    "flush_disk_type": one_of("ASYNC_FLUSH", "SYNC_FLUSH"),
+    "flush_interval_commit_log": _POSITIVE,
+    "flush_interval_consume_queue": _POSITIVE,
+    "disk_max_used_space_ratio": int_range(0, 100),
+    "mapped_file_size_commit_log": int_range(4096, 2**31 - 1),
+    "file_reserved_time": _NON_NEGATIVE,
+    "max_hash_slot_num": _POSITIVE,
+    "max_index_num": _POSITIVE,
+    "default_topic_queue_nums": int_range(1, 1024),
+    "max_message_size": _POSITIVE,
+    "message_delay_level": _delay_levels,
+    "schedule_async_deliver_max_pending_limit": _POSITIVE,
+    "schedule_async_deliver_max_resend_num2_blocked": _NON_NEGATIVE,
+    "flush_delay_offset_interval": _POSITIVE,
+    "schedule_deliver_coalesce_ms": _NON_NEGATIVE,
+    "timer_precision_ms": _POSITIVE,
+    "timer_max_delay_sec": _POSITIVE,
+    "timer_roll_window_slot": _POSITIVE,
+    "timer_congest_num_each_slot": _POSITIVE,
+    "short_polling_time_mills": _NON_NEGATIVE,
+    "server_channel_max_idle_time_seconds": _NON_NEGATIVE,
+    "client_channel_expired_timeout": _POSITIVE,
+    "channel_lock_max_live_time_ms": _POSITIVE,
+    "default_query_max_num": _POSITIVE,
+    "max_reconsume_times_default": _NON_NEGATIVE,
+    "transaction_time_out": _POSITIVE,
+    "transaction_check_max": _NON_NEGATIVE,
+    "transaction_check_interval": _POSITIVE,
+    "tls_server_mode": lambda v: one_of("", "disabled", "permissive", "enforcing")(v.strip().lower()),
+    "tls_server_need_client_auth": lambda v: one_of("none", "optional", "require")(v.strip().lower()),
+    "max_connections": _NON_NEGATIVE,
+    "max_connections_per_ip": _NON_NEGATIVE,
+    "max_inflight_per_connection": _NON_NEGATIVE,
+    "max_frame_size": int_range(0, 2**31 - 1),
+    "max_header_size": int_range(1024, 0xFFFFFF),
+    "max_buffered_frame_bytes": _NON_NEGATIVE,
+    "metrics_port": _PORT,
+    "metrics_export_interval_ms": _POSITIVE,
+    "export_interval_ms": _POSITIVE,
+    "shutdown_drain_timeout_ms": _NON_NEGATIVE,
+}
+
+
 def _coerce(f: dataclasses.Field, raw: object, key: str):
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     if kind == "bool":
         if isinstance(raw, bool):
             return raw
-        return str(raw).strip().lower() == "true"
+        text = str(raw).strip().lower()
+        if text not in ("true", "false"):
+            raise ConfigError(key, f"expected true or false, got {raw!r}")
+        return text == "true"
     if kind == "int":
         if isinstance(raw, bool):
-            raise ValueError(f"config key {key}: expected an integer, got {raw!r}")
+            raise ConfigError(key, f"expected an integer, got {raw!r}")
         try:
             return int(str(raw).strip())
         except ValueError:
-            raise ValueError(f"config key {key}: expected an integer, got {raw!r}") from None
+            raise ConfigError(key, f"expected an integer, got {raw!r}") from None
     return str(raw).strip() if isinstance(raw, str) else str(raw)
 
 
@@ -219,6 +356,44 @@ def load_properties(path: str) -> dict[str, str]:
 
 def load_config(path: str | None = None, overrides: Mapping[str, object] | None = None) -> BrokerConfig:
     cfg = BrokerConfig()
+    if path:
+        try:
+            values = load_properties(path)
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError("--config", f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+        cfg.apply(values, source=path)
+    if overrides:
+        cfg.apply({k: v for k, v in overrides.items() if v is not None}, source="cli")
+    return cfg
+
+
+@dataclass(slots=True)
+class NamesrvConfig:
+    """`delaymq-namesrv` settings (RocketMQ NamesrvConfig / NettyServerConfig key names where they exist)."""
+    listen_port: int = 9876
+    listen_host: str = "127.0.0.1"
+    kv_config_path: str = ""  # kvConfig.json; empty = KV config in memory only
+    scan_not_active_broker_interval: int = 10000  # ms between expiry scans (4.9.8: 10 s)
+    broker_channel_expired_time: int = 120000  # ours: ms without registration before a broker expires
+    server_channel_max_idle_time_seconds: int = 120
+    max_frame_size: int = 16777216
+
+    def apply(self, values: Mapping[str, object], source: str = "config") -> list[str]:
+        by_key = {BrokerConfig.key_for(f.name): f for f in dataclasses.fields(self)}
+        by_name = {f.name: f for f in dataclasses.fields(self)}
+        unknown = []
+        for key, raw in values.items():
+            f = by_key.get(key) or by_name.get(key)
+            if f is None:
+                unknown.append(key)
+                log.warning("config.unknown_key", key=key, source=source)
+                continue
+            setattr(self, f.name, _coerce(f, raw, key))
+        return unknown
+
+
+def load_namesrv_config(path: str | None = None, overrides: Mapping[str, object] | None = None) -> NamesrvConfig:
+    cfg = NamesrvConfig()
     if path:
         cfg.apply(load_properties(path), source=path)
     if overrides:

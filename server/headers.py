@@ -220,3 +220,16 @@ CREATE_TOPIC = HeaderSpec(
     ("topicSysFlag", INT, False), ("order", BOOL, True))
 ROUTE = HeaderSpec(("topic", STR, True), ("acceptStandardJsonOnly", BOOL, False))
 KV_CONFIG = HeaderSpec(("namespace", STR, True), ("key", STR, True))
+
+# ---- name server (server/cluster/namesrv) ------------------------------------------------------
+REGISTER_BROKER = HeaderSpec(
+    ("brokerName", STR, True), ("brokerAddr", STR, True), ("clusterName", STR, True),
+    ("haServerAddr", STR, False), ("brokerId", LONG, True), ("compressed", BOOL, False),
+    ("bodyCrc32", INT, False))
+BROKER_IDENTITY = HeaderSpec(  # UNREGISTER_BROKER, QUERY_DATA_VERSION
+    ("brokerName", STR, True), ("brokerAddr", STR, True), ("clusterName", STR, True), ("brokerId", LONG, True))
+BROKER_NAME = HeaderSpec(("brokerName", STR, True))  # WIPE_/ADD_WRITE_PERM_OF_BROKER
+PUT_KV_CONFIG = HeaderSpec(("namespace", STR, True), ("key", STR, True), ("value", STR, False))
+KV_NAMESPACE = HeaderSpec(("namespace", STR, True))
+DELETE_TOPIC_IN_NAMESRV = HeaderSpec(("topic", STR, True), ("clusterName", STR, False))
+TOPICS_BY_CLUSTER = HeaderSpec(("cluster", STR, True))

@@ -7,6 +7,7 @@ system topics at start, auto-create from TBW102 on send, `%RETRY%`/`%DLQ%` creat
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import structlog
 
@@ -57,6 +58,12 @@ def topic_error(topic: str | None) -> str | None:
     return None
 
 
+def advertised_perm(topic_perm: int, broker_perm: int) -> int:
+    """A topic's perm as routes show it: READ/WRITE masked by the broker's brokerPermission, the
+    INHERIT bit kept (TBW102 must stay inheritable on a writable broker)."""
+    return topic_perm & broker_perm | (topic_perm & PERM_INHERIT)
+
+
 def is_system_topic(topic: str) -> bool:
     return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
@@ -69,6 +76,16 @@ class TopicManager:
         self.table = table
         self.auto_create = auto_create_topic_enable
         self.default_queue_nums = default_queue_nums
+        self._listeners: list[Callable[[TopicConfig], None]] = []
+
+    def add_change_listener(self, fn: Callable[[TopicConfig], None]) -> None:
+        """`fn(cfg)` after every created or updated topic (name-server registration)."""
+        self._listeners.append(fn)
+
+    def data_version(self) -> tuple[int, int]:
+        """The table's DataVersion (counter, timestamp): moves on every change, persisted with it."""
+        f = self.table.file
+        return f.counter, f.timestamp
 
     @property
     def topics(self) -> dict[str, TopicConfig]:
@@ -89,6 +106,11 @@ class TopicManager:
     def put(self, cfg: TopicConfig, persist: bool = True) -> TopicConfig:
         self.table.put(cfg, persist)
         log.info("topics.updated", topic=cfg.topic_name, queues=cfg.write_queue_nums, perm=cfg.perm)
+        for fn in self._listeners:
+            try:
+                fn(cfg)
+            except Exception:
+                log.exception("topics.listener_failed", topic=cfg.topic_name)
         return cfg
 
     def ensure_system_topics(self, delay_levels: int, timer_enabled: bool) -> None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from codec.codes import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
 from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.msgid import offset_msg_id
@@ -35,8 +36,7 @@ from codec.record import MessageRecord, decode_record, encode_record
 
 log = structlog.get_logger(__name__)
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+HALF_TOPIC, OP_TOPIC = RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
 MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 REMOVE_TAG = "d"
 TRANSACTION_ID = "__transactionId__"

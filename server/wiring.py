@@ -1,19 +1,21 @@
 """Adapters from the broker to the other packages' entry points (ARCHITECTURE.md contract).
 
 Everything that names another package's constructor lives here, so an interface change touches
-one file. Optional packages (scheduler services) are imported guardedly.
+one file. Construction is explicit: each config value is passed by name.
 """
 
 from __future__ import annotations
-
-import dataclasses
-import inspect
 
 import structlog
 
 from codec.properties import index_keys
 from codec.tags import java_hash
-from storage.store_types import PutRequest
+from scheduler.delay_levels import DelayLevelService
+from scheduler.timer import TimerMessageStore
+from server.config import BrokerConfig
+from storage.message_store import MessageStore
+from storage.meta_store import DelayOffsetStore
+from storage.store_types import PutRequest, StoreConfig
 
 log = structlog.get_logger(__name__)
 
@@ -21,52 +23,28 @@ NOTIFY_CONSUMER_IDS_CHANGED = 40
 
 
 # ---- storage ---------------------------------------------------------------------------------
-_STORE_FIELD_SOURCES = {
-    # StoreConfig field name candidates → BrokerConfig attribute
-    "store_path_root_dir": "store_path_root_dir", "store_path": "store_path_root_dir",
-    "root_dir": "store_path_root_dir", "store_dir": "store_path_root_dir", "path": "store_path_root_dir",
-    "mapped_file_size_commit_log": "mapped_file_size_commit_log",
-    "mapped_file_size_commitlog": "mapped_file_size_commit_log",
-    "file_reserved_time_hours": "file_reserved_time",
-    "commitlog_file_size": "mapped_file_size_commit_log",
-    "flush_disk_type": "flush_disk_type", "file_reserved_time": "file_reserved_time",
-    "max_message_size": "max_message_size", "message_delay_level": "message_delay_level",
-    "broker_addr": "broker_addr", "store_host": "broker_addr",
-}
+def store_config(cfg: BrokerConfig) -> StoreConfig:
+    """The store's configuration from the broker's, key by key (a renamed field is a type error here,
+    never a silent default)."""
+    sc = StoreConfig(
+        store_path=cfg.store_path_root_dir,
+        mapped_file_size_commitlog=cfg.mapped_file_size_commit_log,
+        flush_disk_type=cfg.flush_disk_type,
+        flush_interval_ms=cfg.flush_interval_commit_log,
+        flush_consume_queue_interval_ms=cfg.flush_interval_consume_queue,
+        file_reserved_time_hours=cfg.file_reserved_time,
+        max_message_size=cfg.max_message_size,
+        message_delay_level=cfg.message_delay_level,
+        max_hash_slot_num=cfg.max_hash_slot_num,
+        max_index_num=cfg.max_index_num,
+    )
+    if cfg.disk_max_used_space_ratio > 0:  # 0: the store's default (90 %, or DELAYMQ_DISK_MAX_USED_RATIO)
+        sc.disk_max_used_ratio = cfg.disk_max_used_space_ratio / 100.0
+    return sc
 
 
-def build_kwargs(cls, cfg, sources: dict[str, str]) -> dict:
-    """Constructor kwargs for a config class from BrokerConfig values, by matching field names."""
-    if dataclasses.is_dataclass(cls):
-        names = [f.name for f in dataclasses.fields(cls)]
-    else:
-        names = [p for p in inspect.signature(cls).parameters if p != "self"]
-    kwargs = {}
-    broker_fields = {f.name for f in dataclasses.fields(cfg)}
-    for name in names:
-        src = sources.get(name) or (name if name in broker_fields else None)
-        if src is not None:
-            kwargs[name] = getattr(cfg, src)
-    if "flush_disk_type" in kwargs:
-        ftype = getattr(dataclasses.fields(cls)[names.index("flush_disk_type")], "type", "str") \
-            if dataclasses.is_dataclass(cls) else "str"
-        if "bool" in str(ftype):
-            kwargs["flush_disk_type"] = cfg.sync_flush
-    if "sync_flush" in names:
-        kwargs["sync_flush"] = cfg.sync_flush
-    return kwargs
-
-
-def make_message_store(cfg):
-    from storage import message_store as ms
-
-    store_config_cls = getattr(ms, "StoreConfig", None)
-    if store_config_cls is None:
-        from storage.config import StoreConfig as store_config_cls  # type: ignore[no-redef]
-    kwargs = build_kwargs(store_config_cls, cfg, _STORE_FIELD_SOURCES)
-    if cfg.disk_max_used_space_ratio > 0:
-        kwargs["disk_max_used_ratio"] = cfg.disk_max_used_space_ratio / 100.0
-    store = ms.MessageStore(store_config_cls(**kwargs))
+def make_message_store(cfg: BrokerConfig) -> MessageStore:
+    store = MessageStore(store_config(cfg))
     store.load()
     store.start()
     return store
@@ -81,24 +59,36 @@ def put_request(raw, topic: str, queue_id: int, properties: dict, deliver_delay_
 
 
 # ---- scheduler -------------------------------------------------------------------------------
-def make_delay_service(store, cfg, levels):
-    try:
-        from scheduler.delay_levels import DelayLevelService
-    except ImportError:
-        log.warning("broker.delay_service_missing")
-        return None
-    return DelayLevelService(store, cfg)
+def make_delay_service(store, cfg, levels, meta=None):
+    """The delay levels, their progress kept in the broker's MetaStore when one is given."""
+    return DelayLevelService(store, cfg, offset_backend=DelayOffsetStore(meta) if meta is not None else None)
 
 
 def make_timer_service(store, cfg):
     if not cfg.timer_wheel_enable:
         return None
-    try:
-        from scheduler.timer import TimerMessageStore
-    except ImportError:
-        log.warning("broker.timer_service_missing")
-        return None
     return TimerMessageStore(store, cfg)
+
+
+# ---- cluster ---------------------------------------------------------------------------------
+def make_registrar(broker):
+    """The broker's name-server registration: its topic table as RocketMQ registers it (perms masked by
+    brokerPermission, DataVersion of the table)."""
+    from codec.namesrv_bodies import DataVersion, TopicConfigData
+    from server.cluster.registration import BrokerRegistrar
+    from server.topics import advertised_perm
+
+    cfg = broker.config
+
+    def snapshot():
+        counter, timestamp = broker.topics.data_version()
+        topics = [TopicConfigData(t.topic_name, t.read_queue_nums, t.write_queue_nums,
+                                  advertised_perm(t.perm, cfg.broker_permission), t.topic_filter_type,
+                                  t.topic_sys_flag, t.order)
+                  for t in broker.topics.topics.values()]
+        return DataVersion(counter, timestamp), topics
+
+    return BrokerRegistrar(cfg, snapshot)
 
 
 # ---- remoting --------------------------------------------------------------------------------
@@ -116,12 +106,9 @@ class RemotingAdapter:
 
         self.broker = broker
         self.server = RemotingServer()
-        for hook in ("on_connection_lost", "on_close", "on_disconnect"):
-            if hasattr(self.server, hook):
-                setattr(self.server, hook, self._connection_lost)
-                break
+        self.server.on_close = self._connection_lost
 
-    def _connection_lost(self, conn, *args) -> None:
+    def _connection_lost(self, conn) -> None:
         self.broker.clients.channel_closed(conn)
 
     def register(self, code: int, processor) -> None:

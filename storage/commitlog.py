@@ -52,7 +52,7 @@ class CommitLog:
         run: list = []
         run_start = mf.wrote_pos
         pos = run_start
-        fsize = self.file_size
+        fsize = mf.file_size  # per segment: one made before a size change keeps its size
         for rec, qoff in zip(records, queue_offsets, strict=True):
             n = len(rec)
             if n + R.BLANK_LEN > fsize - pos:
@@ -65,6 +65,7 @@ class CommitLog:
                 if isinstance(mf, AppendError):
                     return phys, mf
                 run_start = pos = mf.wrote_pos
+                fsize = mf.file_size
                 if n + R.BLANK_LEN > fsize - pos:  # cannot fit even an empty segment: caller checks sizes
                     return phys, AppendError(ValueError(f"record of {n} bytes exceeds the segment size"))
             p = mf.file_from_offset + pos
@@ -83,7 +84,7 @@ class CommitLog:
         if isinstance(mf, AppendError):
             return mf
         pos = mf.wrote_pos
-        if nbytes + R.BLANK_LEN > self.file_size - pos:
+        if nbytes + R.BLANK_LEN > mf.file_size - pos:
             return None
         return mf, pos
 

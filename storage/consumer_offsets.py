@@ -1,46 +1,103 @@
-"""ConsumerOffsetTable persisted as `<store>/config/consumerOffset.json`:
-`{"offsetTable": {"topic@group": {"0": 5, "1": 7}}, "dataVersion": {...}}` (remoting-protocol.md §8.3).
-Offsets are "next offset to consume". Commits mark the table dirty; `persist()` writes it (callers run
-it on a timer and at shutdown)."""
+"""ConsumerOffsetTable: "topic@group" -> {queueId: next offset to consume}, in memory and in the
+MetaStore (`<store>/config/meta.db`, one row per (topic@group, queue)). A commit is staged (O(1)) and
+committed by the MetaStore's writer thread with whatever else is staged (commits of one queue
+coalesce); `consumerOffset.json` (`{"offsetTable": {"topic@group": {"0": 5}}, "dataVersion": {...}}`,
+remoting-protocol.md §8.3) is exported on demand and migrated from at the first start.
+
+`groups_of(topic)` / `topics_of(group)` read two indexes kept beside the table (no walk of it).
+`wrapper_body()` (GET_ALL_CONSUMER_OFFSET) walks the table in slices of `BODY_SLICE` keys, yielding to the
+loop between slices (offsets move every second: there is nothing to remember between calls)."""
 
 from __future__ import annotations
 
-from storage._json_table import JsonTableFile
+import asyncio
+import os
+
+from codec import table_bodies as TB
+from storage.meta_store import DataVersion, MetaStore
+
+BODY_SLICE = 1000
 
 
 class ConsumerOffsetTable:
-    def __init__(self, store_path: str) -> None:
-        self.file = JsonTableFile(store_path, "consumerOffset.json", "offsetTable")
+    def __init__(self, store_path: str, meta: MetaStore | None = None) -> None:
+        self.meta = meta or MetaStore(os.path.join(store_path, "config"))
         self.table: dict[str, dict[int, int]] = {}
-        self.dirty = False
+        self._groups_of: dict[str, set[str]] = {}  # topic -> groups
+        self._topics_of: dict[str, set[str]] = {}  # group -> topics
+
+    @property
+    def data_version(self) -> DataVersion:
+        return self.meta.versions["consumer_offset"]
 
     def load(self) -> None:
+        self.meta.open()
         table: dict[str, dict[int, int]] = {}
-        for key, queues in self.file.read().items():
-            if isinstance(queues, dict):
-                table[key] = {int(q): int(o) for q, o in queues.items()}
+        for key, qid, off in self.meta.load_offsets():
+            table.setdefault(key, {})[int(qid)] = int(off)
         self.table = table
+        self._groups_of, self._topics_of = {}, {}
+        for key in table:
+            self._index(key)
+
+    def _index(self, key: str) -> None:
+        topic, _, group = key.partition("@")
+        self._groups_of.setdefault(topic, set()).add(group)
+        self._topics_of.setdefault(group, set()).add(topic)
+
+    def _unindex(self, key: str) -> None:
+        topic, _, group = key.partition("@")
+        for idx, a, b in ((self._groups_of, topic, group), (self._topics_of, group, topic)):
+            s = idx.get(a)
+            if s is not None:
+                s.discard(b)
+                if not s:
+                    del idx[a]
 
     def persist(self) -> None:
-        self.file.bump()
-        self.file.write({k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self.table.items())})
-        self.dirty = False
+        self.meta.flush()
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        self.table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
-        self.dirty = True
+        key = f"{topic}@{group}"
+        queues = self.table.get(key)
+        if queues is None:
+            queues = self.table[key] = {}
+            self._index(key)
+        queues[queue_id] = offset
+        self.meta.stage_offset(key, queue_id, offset)
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """The stored offset, or -1."""
         return self.table.get(f"{topic}@{group}", {}).get(queue_id, -1)
 
     def groups_of(self, topic: str) -> list[str]:
-        return sorted(k.split("@", 1)[1] for k in self.table if k.split("@", 1)[0] == topic)
+        return sorted(self._groups_of.get(topic, ()))
 
     def topics_of(self, group: str) -> list[str]:
-        return sorted(k.split("@", 1)[0] for k in self.table if k.split("@", 1)[1] == group)
+        return sorted(self._topics_of.get(group, ()))
 
     def remove_group(self, group: str, topic: str | None = None) -> None:
-        for key in [k for k in self.table if k.endswith(f"@{group}") and (topic is None or k == f"{topic}@{group}")]:
-            del self.table[key]
-            self.dirty = True
+        topics = [topic] if topic is not None else list(self._topics_of.get(group, ()))
+        for t in topics:
+            key = f"{t}@{group}"
+            queues = self.table.pop(key, None)
+            if queues is None:
+                continue
+            self._unindex(key)
+            self.meta.stage_offsets((key, q, None) for q in queues)
+
+    async def wrapper_body(self) -> bytes:
+        """ConsumerOffsetSerializeWrapper JSON of the whole table; each key's queues as they were when its
+        slice was read (like RocketMQ's unlocked walk of its concurrent map)."""
+        version = TB.version_json(*self.data_version.as_tuple())
+        keys = list(self.table)
+        parts: list[str] = []
+        table = self.table
+        for i in range(0, len(keys), BODY_SLICE):
+            if i:
+                await asyncio.sleep(0)
+            for key in keys[i:i + BODY_SLICE]:
+                queues = table.get(key)
+                if queues:
+                    parts.append(TB.offset_member(key, queues))
+        return TB.offset_wrapper(version, parts)

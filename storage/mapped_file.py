@@ -16,6 +16,7 @@ do not accumulate. RSS therefore stays bounded however many messages the store h
 
 from __future__ import annotations
 
+import bisect
 import errno
 import mmap
 import os
@@ -57,10 +58,13 @@ class MappedFile:
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         self.fd = os.open(path, flags, 0o644)
         try:
-            if create:
+            on_disk = 0 if create else os.fstat(self.fd).st_size
+            if on_disk:
+                # an existing segment keeps the size it has on disk, whatever the configured size now
+                # is: a smaller setting must never cut records off (the setting applies to new segments)
+                file_size = self.file_size = on_disk
+            else:  # new, or created by a run that died before reserving it
                 _reserve(self.fd, file_size)
-            elif os.fstat(self.fd).st_size != file_size:
-                os.ftruncate(self.fd, file_size)
             self.mm = mmap.mmap(self.fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(self.fd)
@@ -180,6 +184,10 @@ def unlink_quietly(path: str) -> None:
         pass
 
 
+def _start(mf: MappedFile) -> int:
+    return mf.file_from_offset
+
+
 class MappedFileQueue:
     """The ordered segments of one log directory; offsets are global (segment start + position)."""
 
@@ -196,11 +204,10 @@ class MappedFileQueue:
         names = sorted(n for n in os.listdir(self.directory) if len(n) == NAME_DIGITS and n.isdigit())
         for name in names:
             path = os.path.join(self.directory, name)
-            if os.path.getsize(path) != self.file_size:
-                log.warning("mapped_file.size_mismatch", path=path, size=os.path.getsize(path),
-                            expected=self.file_size)
             mf = MappedFile(path, int(name), self.file_size)
-            mf.wrote_pos = mf.flushed_pos = self.file_size
+            if mf.file_size != self.file_size:
+                log.info("mapped_file.size_kept", path=path, size=mf.file_size, configured=self.file_size)
+            mf.wrote_pos = mf.flushed_pos = mf.file_size
             self.files.append(mf)
 
     # ---- access ---------------------------------------------------------------------------------
@@ -221,7 +228,7 @@ class MappedFileQueue:
         if last is None:
             return self.create_file(start_if_empty - start_if_empty % self.file_size)
         if last.is_full:
-            return self.create_file(last.file_from_offset + self.file_size)
+            return self.create_file(last.file_from_offset + last.file_size)
         return last
 
     def find(self, offset: int) -> MappedFile | None:
@@ -232,10 +239,13 @@ class MappedFileQueue:
         idx = (offset - first) // self.file_size
         if 0 <= idx < len(files):
             mf = files[idx]
-            if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
+            if mf.file_from_offset <= offset < mf.file_from_offset + mf.file_size:
                 return mf
-        for mf in files:  # gaps are possible only after manual deletion
-            if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
+        # segments of another size (the setting changed between runs) or gaps (manual deletion)
+        i = bisect.bisect_right(files, offset, key=_start) - 1
+        if i >= 0:
+            mf = files[i]
+            if offset < mf.file_from_offset + mf.file_size:
                 return mf
         return None
 
@@ -280,7 +290,7 @@ class MappedFileQueue:
         keep: list[MappedFile] = []
         for mf in self.files:
             start = mf.file_from_offset
-            if start + self.file_size <= offset:
+            if start + mf.file_size <= offset:
                 keep.append(mf)
             elif start <= offset:
                 pos = offset - start

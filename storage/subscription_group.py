@@ -1,14 +1,18 @@
-"""SubscriptionGroupTable persisted as `<store>/config/subscriptionGroup.json`:
-`{"subscriptionGroupTable": {group: {...SubscriptionGroupConfig...}}, "dataVersion": {...}}`.
+"""SubscriptionGroupTable: the groups in memory and in the MetaStore (`<store>/config/meta.db`, one row
+per group); `subscriptionGroup.json` (`{"subscriptionGroupTable": {group: {...}}, "dataVersion": {...}}`)
+is exported on demand and migrated from at the first start.
 Defaults from scheduled-messages.md §3; groups are auto-created on first use by default."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import structlog
 
-from storage._json_table import JsonTableFile
+from codec import table_bodies as TB
+from storage.meta_store import DataVersion, MetaStore
+from storage.table_body import CachedBody
 
 log = structlog.get_logger(__name__)
 
@@ -17,7 +21,8 @@ _FIELDS = (("group_name", "groupName"), ("consume_enable", "consumeEnable"),
            ("consume_broadcast_enable", "consumeBroadcastEnable"), ("retry_queue_nums", "retryQueueNums"),
            ("retry_max_times", "retryMaxTimes"), ("broker_id", "brokerId"),
            ("which_broker_when_consume_slowly", "whichBrokerWhenConsumeSlowly"),
-           ("notify_consumer_ids_changed_enable", "notifyConsumerIdsChangedEnable"))
+           ("notify_consumer_ids_changed_enable", "notifyConsumerIdsChangedEnable"),
+           ("consume_message_orderly", "consumeMessageOrderly"))
 
 
 @dataclass(slots=True)
@@ -31,6 +36,7 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    consume_message_orderly: bool = False  # RocketMQ 5: a FIFO group (5.x consumers get FIFO order)
 
     def to_json(self) -> dict:
         return {j: getattr(self, a) for a, j in _FIELDS}
@@ -46,22 +52,30 @@ class SubscriptionGroupConfig:
 
 
 class SubscriptionGroupTable:
-    def __init__(self, store_path: str, auto_create: bool = True) -> None:
-        self.file = JsonTableFile(store_path, "subscriptionGroup.json", "subscriptionGroupTable")
+    def __init__(self, store_path: str, auto_create: bool = True, meta: MetaStore | None = None) -> None:
+        self.meta = meta or MetaStore(os.path.join(store_path, "config"))
         self.auto_create = auto_create
         self.table: dict[str, SubscriptionGroupConfig] = {}
+        self._members: dict[str, bytes] = {}  # "name":{SubscriptionGroupConfig JSON}, made when the row changes
+        self._wrapper = CachedBody()
+
+    @property
+    def data_version(self) -> DataVersion:
+        return self.meta.versions["subscription_group"]
 
     def load(self) -> None:
+        self.meta.open()
         table: dict[str, SubscriptionGroupConfig] = {}
-        for name, d in self.file.read().items():
+        for name, d in self.meta.load_groups():
             try:
                 table[name] = SubscriptionGroupConfig.from_json(name, d)
             except (AttributeError, TypeError, ValueError) as e:
                 log.warning("subscription_group.bad_entry", group=name, error=str(e))
         self.table = table
+        self._members = {name: TB.group_member(name, cfg.to_json()) for name, cfg in table.items()}
 
     def persist(self) -> None:
-        self.file.write({n: c.to_json() for n, c in sorted(self.table.items())})
+        self.meta.flush()
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config; auto-created (and persisted) when missing if auto_create is on
@@ -77,12 +91,20 @@ class SubscriptionGroupTable:
 
     def put(self, cfg: SubscriptionGroupConfig) -> None:
         self.table[cfg.group_name] = cfg
-        self.file.bump()
-        self.persist()
+        d = cfg.to_json()
+        self._members[cfg.group_name] = TB.group_member(cfg.group_name, d)
+        self.meta.stage_group(cfg.group_name, d)
 
     def delete(self, group: str) -> bool:
         if self.table.pop(group, None) is None:
             return False
-        self.file.bump()
-        self.persist()
+        self._members.pop(group, None)
+        self.meta.stage_group(group, None)
         return True
+
+    async def wrapper_body(self) -> bytes:
+        """SubscriptionGroupWrapper JSON (GET_ALL_SUBSCRIPTIONGROUP_CONFIG), remembered per data version."""
+        key = self.data_version.as_tuple()
+        version = TB.version_json(*key)
+        return await self._wrapper.get(key, len(self._members), lambda: list(self._members.values()),
+                                       lambda members: TB.group_wrapper(version, members))

@@ -1,13 +1,17 @@
-"""TopicConfigTable persisted as `<store>/config/topics.json`:
-`{"topicConfigTable": {name: {topicName, readQueueNums, writeQueueNums, perm, topicFilterType,
-topicSysFlag, order}}, "dataVersion": {...}}` (remoting-protocol.md §8.7)."""
+"""TopicConfigTable: the topic configs in memory (the read path) and in the MetaStore (`<store>/config/meta.db`,
+one row per topic, written by the MetaStore's writer thread). `topics.json` in RocketMQ's shape
+(`{"topicConfigTable": {name: {topicName, readQueueNums, writeQueueNums, perm, topicFilterType,
+topicSysFlag, order}}, "dataVersion": {...}}`, remoting-protocol.md §8.7) is exported on demand
+(MetaStore.export_json) and migrated from at the first start."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import structlog
 
+from codec import table_bodies as TB
 from codec.codes import (
     BENCHMARK_TOPIC,
     DEFAULT_TOPIC,
@@ -21,9 +25,12 @@ from codec.codes import (
     TRANS_CHECK_MAX_TIME_TOPIC,
     PermName,
 )
-from storage._json_table import JsonTableFile
+from storage.meta_store import DataVersion, MetaStore
+from storage.table_body import CachedBody
 
 log = structlog.get_logger(__name__)
+
+INLINE_ALWAYS_THREAD = 1 << 30  # added to a row count: always build in the executor (deflate is slow)
 
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = PermName.PRIORITY, PermName.READ, PermName.WRITE, PermName.INHERIT
 SYSTEM_TOPICS = frozenset({
@@ -60,6 +67,15 @@ class TopicConfig:
                 "topicFilterType": self.topic_filter_type, "topicSysFlag": self.topic_sys_flag,
                 "order": self.order}
 
+    def to_row(self) -> tuple:
+        return (self.topic_name, self.read_queue_nums, self.write_queue_nums, self.perm, self.topic_filter_type,
+                self.topic_sys_flag, int(self.order))
+
+    @classmethod
+    def from_row(cls, row) -> TopicConfig:
+        name, rq, wq, perm, ftype, sysflag, order = row
+        return cls(name, rq, wq, perm, ftype, sysflag, bool(order))
+
     @classmethod
     def from_json(cls, name: str, d: dict) -> TopicConfig:
         return cls(str(name or d.get("topicName")), int(d.get("readQueueNums", 16)),
@@ -82,47 +98,107 @@ def default_system_topics(delay_levels: int = 18, timer: bool = True) -> list[To
 
 
 class TopicConfigTable:
-    def __init__(self, store_path: str) -> None:
-        self.file = JsonTableFile(store_path, "topics.json", "topicConfigTable")
+    """name -> TopicConfig. Changes are staged in the MetaStore (O(1)); `meta.committed()` says when
+    they are durable; `persist()` blocks until they are (shutdown, tests)."""
+
+    def __init__(self, store_path: str, meta: MetaStore | None = None) -> None:
+        self.meta = meta or MetaStore(os.path.join(store_path, "config"))
         self.table: dict[str, TopicConfig] = {}
+        # per-topic serialised fragments (codec.table_bodies), kept with the row; bodies per data version
+        self._members: dict[str, bytes] = {}   # "name":{TopicConfig JSON}
+        self._compact: dict[str, bytes] = {}   # int32 length + TopicConfig.encode() (compressed registration)
+        self._unsafe_names = 0                 # names that need JSON escaping (none made by this broker)
+        self._wrapper = CachedBody()
+        self._list = CachedBody()
+        self._register = CachedBody()
+        self._register_z = CachedBody()
+
+    def _render(self, tc: TopicConfig) -> None:
+        name = tc.topic_name
+        self._members[name] = TB.topic_member(name, tc.read_queue_nums, tc.write_queue_nums, tc.perm,
+                                              tc.topic_filter_type, tc.topic_sys_flag, tc.order)
+        self._compact[name] = TB.topic_compact(name, tc.read_queue_nums, tc.write_queue_nums, tc.perm,
+                                               tc.topic_filter_type)
+
+    @property
+    def data_version(self) -> DataVersion:
+        return self.meta.versions["topic"]
 
     def load(self) -> None:
+        self.meta.open()
         table: dict[str, TopicConfig] = {}
-        for name, d in self.file.read().items():
-            try:
-                table[name] = TopicConfig.from_json(name, d)
-            except (AttributeError, TypeError, ValueError) as e:
-                log.warning("topic_config.bad_entry", topic=name, error=str(e))
+        for row in self.meta.load_topics():
+            table[row[0]] = TopicConfig.from_row(row)
         self.table = table
+        self._members.clear()
+        self._compact.clear()
+        self._unsafe_names = 0
+        for tc in table.values():
+            self._render(tc)
+            if not TB.is_plain_name(tc.topic_name):
+                self._unsafe_names += 1
 
     def persist(self) -> None:
-        self.file.write({name: tc.to_json() for name, tc in sorted(self.table.items())})
+        self.meta.flush()
 
     def get(self, name: str) -> TopicConfig | None:
         return self.table.get(name)
 
     def put(self, tc: TopicConfig, persist: bool = True) -> None:
-        self.table[tc.topic_name] = tc
-        self.file.bump()
-        if persist:
-            self.persist()
+        """Store `tc` (replacing the topic's config); staged for the writer thread either way (`persist`
+        is kept for callers of the old API)."""
+        name = tc.topic_name
+        if name not in self.table and not TB.is_plain_name(name):
+            self._unsafe_names += 1
+        self.table[name] = tc
+        self._render(tc)
+        self.meta.stage_topic(tc.to_row(), name)
 
     def delete(self, name: str) -> bool:
         if self.table.pop(name, None) is None:
             return False
-        self.file.bump()
-        self.persist()
+        self._members.pop(name, None)
+        self._compact.pop(name, None)
+        if not TB.is_plain_name(name):
+            self._unsafe_names -= 1
+        self.meta.stage_topic(None, name)
         return True
 
+    # ---- whole-table bodies (GET_ALL_TOPIC_CONFIG, topic lists, broker registration) ---------
+    def _key(self) -> tuple[int, int]:
+        return self.data_version.as_tuple()
+
+    async def wrapper_body(self) -> bytes:
+        """TopicConfigSerializeWrapper JSON of the current data version (remembered until it changes;
+        built off the loop when large)."""
+        key = self._key()
+        version = TB.version_json(*key)
+        return await self._wrapper.get(key, len(self._members), lambda: list(self._members.values()),
+                                       lambda members: TB.topic_wrapper(version, members))
+
+    async def topic_list_body(self) -> bytes:
+        """TopicList JSON `{"topicList":[...]}` of every topic (insertion order; Java reads it as a Set)."""
+        plain = self._unsafe_names == 0
+        return await self._list.get(self._key(), len(self.table), lambda: list(self.table),
+                                    lambda names: TB.topic_list(names, plain))
+
+    async def register_body(self, compressed: bool = False) -> bytes:
+        """RegisterBrokerBody of the whole table for REGISTER_BROKER: JSON, or RocketMQ's deflated form
+        (`compressed=true` header). Remembered per data version: re-sending an unchanged table costs nothing;
+        compare `data_version` to skip sending it at all."""
+        key = self._key()
+        if compressed:
+            version = TB.version_json(*key)
+            return await self._register_z.get(key, len(self._compact) + INLINE_ALWAYS_THREAD,
+                                              lambda: list(self._compact.values()),
+                                              lambda entries: TB.register_body_compressed(version, entries))
+        wrapper = await self.wrapper_body()
+        return await self._register.get(key, len(wrapper) // 100, lambda: wrapper, TB.register_body)
+
     def ensure_system_topics(self, delay_levels: int = 18, timer: bool = True) -> None:
-        added = False
         for tc in default_system_topics(delay_levels, timer):
             if tc.topic_name not in self.table:
-                self.table[tc.topic_name] = tc
-                added = True
-        if added:
-            self.file.bump()
-            self.persist()
+                self.put(tc)
 
     def __contains__(self, name: str) -> bool:
         return name in self.table

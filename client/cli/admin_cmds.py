@@ -6,9 +6,11 @@ import json
 import sys
 from datetime import datetime
 
+from codec.codes import RETRY_PREFIX, SCHEDULE_TOPIC
+
 from .. import _wire as w
 from .._wire import MQClientError
-from ..admin import SCHEDULE_TOPIC, Admin
+from ..admin import Admin
 from ..message import MessageQueue
 from ..producer import Producer
 from ..rebalance import query_offset
@@ -66,10 +68,10 @@ async def group(args) -> int:
     topics = list(args.topic or [])
     async with Admin(args.namesrv, args.timeout) as admin:
         if topics and not args.no_retry:
-            topics.append("%RETRY%" + args.group)
+            topics.append(RETRY_PREFIX + args.group)
         progress = await admin.group_progress(args.group, topics or None)
         if not topics and args.no_retry:
-            progress = [p for p in progress if not p.queue.topic.startswith("%RETRY%")]
+            progress = [p for p in progress if not p.queue.topic.startswith(RETRY_PREFIX)]
     total = sum(p.lag for p in progress)
     if args.output == "json":
         _out(json.dumps({"group": args.group, "totalLag": total, "queues": [

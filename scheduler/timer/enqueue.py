@@ -20,6 +20,7 @@ import structlog
 from codec.properties import parse_properties
 from codec.record import read_properties_bytes, read_store_timestamp
 from codec.tags import java_hash
+from scheduler.due import relative_due_ms
 from scheduler.timer.config import TIMER_TOPIC
 from scheduler.timer.hook import (
     REAL_TOPIC,
@@ -44,9 +45,11 @@ _BLANK_CQ_SIZE = 2147483647
 def exact_deliver_ms(props: dict[str, str], slot: int, store_ts: int, precision: int) -> int:
     """The exact deliver ms of a message in slot `slot` (always in (slot, slot + precision]).
 
-    First entry: relative delays count from the store timestamp (never earlier than the hook's
-    now); an absolute TIMER_DELIVER_MS is used as is. A rolled record carries TIMER_DELIVER_MS
-    stamped by the roll (see dequeue), so precedence is DELIVER_MS for rolled records.
+    First entry: relative delays count from the store timestamp, the first ms strictly after it
+    (scheduler.due.relative_due_ms), capped by the slot end: the hook chose the slot from its own
+    (earlier or equal) clock reading by the same rule, so the cap is never early either. An absolute
+    TIMER_DELIVER_MS is used as is. A rolled record carries TIMER_DELIVER_MS stamped by the roll (see
+    dequeue), so precedence is DELIVER_MS for rolled records.
     """
     hi = slot + precision
     if TIMER_ROLL_TIMES not in props:
@@ -54,7 +57,7 @@ def exact_deliver_ms(props: dict[str, str], slot: int, store_ts: int, precision:
             v = props.get(key)
             if v is not None:
                 try:
-                    return max(slot + 1, min(store_ts + int(v) * mult, hi))
+                    return max(slot + 1, min(relative_due_ms(store_ts, int(v) * mult), hi))
                 except ValueError:
                     return hi
     v = props.get(TIMER_DELIVER_MS)

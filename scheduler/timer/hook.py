@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 # property names come from codec (MessageConst); re-exported here for the timer's rooms
 from codec.properties import MessageConst as _K  # noqa: E402
+from scheduler.due import absolute_due_ms, relative_due_ms
 from scheduler.timer.config import TIMER_TOPIC, TimerConfig
 
 TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS = _K.TIMER_DELIVER_MS, _K.TIMER_DELAY_SEC, _K.TIMER_DELAY_MS
@@ -128,20 +129,19 @@ def transform_timer(record, now_ms: int, timer_service_or_config) -> TimerPutDec
         v = int(raw.strip())
     except (ValueError, AttributeError):
         return TimerPutDecision(TimerPutStatus.ILLEGAL, f"timer message property {key}={raw!r} is not a number")
-    if key == TIMER_DELAY_SEC:
-        deliver = now_ms + v * 1000
-    elif key == TIMER_DELAY_MS:
-        deliver = now_ms + v
+    if key == TIMER_DELIVER_MS:
+        asked = deliver = absolute_due_ms(v)
     else:
-        deliver = v
-    if deliver <= now_ms:
+        asked = now_ms + v * (1000 if key == TIMER_DELAY_SEC else 1)
+        deliver = relative_due_ms(now_ms, asked - now_ms)  # never early: strictly after now + delay
+    if asked <= now_ms:
         if TIMER_DEL_UNIQKEY in props:
             return TimerPutDecision(TimerPutStatus.ILLEGAL, "timer delete marker with a deliver time in the past")
-        return TimerPutDecision(TimerPutStatus.IMMEDIATE, deliver_ms=deliver)
-    if deliver - now_ms > cfg.max_delay_sec * 1000:
+        return TimerPutDecision(TimerPutStatus.IMMEDIATE, deliver_ms=asked)
+    if asked - now_ms > cfg.max_delay_sec * 1000:
         return TimerPutDecision(
             TimerPutStatus.ILLEGAL,
-            f"timer message delay {deliver - now_ms} ms exceeds timerMaxDelaySec={cfg.max_delay_sec}")
+            f"timer message delay {asked - now_ms} ms exceeds timerMaxDelaySec={cfg.max_delay_sec}")
     slot = slot_of(deliver, cfg.precision_ms)
     if svc is not None and cfg.congest_num_each_slot < 2147483647:
         num = svc.wheel.get_num(slot)

@@ -1,1 +1,2 @@
-"""The cluster rooms: name server and registration (namesrv/), master/slave replication (ha/)."""
+"""The cluster room: the standalone name server (`namesrv/`), the broker's registration with name
+servers (`registration`), and master/slave HA (`ha/`)."""

@@ -27,6 +27,15 @@ def ok(cmd, ext_fields: dict | None = None, body=b""):
     return cmd.response(code=SUCCESS, ext_fields=ext_fields, body=body)
 
 
+def committed(broker, cmd):
+    """The SUCCESS response once the broker's metadata changes staged so far are committed (a future the
+    dispatcher answers from; MetaStoreError -> SYSTEM_ERROR with its remark); None for oneway requests
+    (they are committed with the same batch, nobody waits)."""
+    if cmd.is_oneway:
+        return None
+    return broker.meta.committed(cmd.response(code=SUCCESS))
+
+
 def guarded(fn):
     if inspect.iscoroutinefunction(fn):
         @functools.wraps(fn)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import structlog
 
 from server import headers as H
-from server.processors import error, guarded, json_body, ok
+from server.processors import committed, error, guarded, json_body, ok
 from server.topics import TopicConfig, is_system_topic, topic_error
 
 log = structlog.get_logger(__name__)
@@ -34,7 +34,7 @@ def register(server, broker) -> None:
         filter_type = h.topicFilterType if h.topicFilterType in ("SINGLE_TAG", "MULTI_TAG") else "SINGLE_TAG"
         broker.topics.put(TopicConfig(h.topic, h.readQueueNums, h.writeQueueNums, h.perm, filter_type,
                                       h.topicSysFlag or 0, bool(h.order)))
-        return ok(cmd)
+        return committed(broker, cmd)
 
     @guarded
     def view_message(conn, cmd):

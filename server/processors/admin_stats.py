@@ -1,5 +1,5 @@
 """Operator requests (what mqadmin and the dashboard send; AdminBrokerProcessor in RocketMQ):
-GET_ALL_TOPIC_CONFIG (21), GET_BROKER_CONFIG (26), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200),
+GET_ALL_TOPIC_CONFIG (21), GET_BROKER_CONFIG (26), GET_ALL_CONSUMER_OFFSET (43), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200),
 GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), GET_TOPIC_STATS_INFO (202), GET_CONSUMER_CONNECTION_LIST
 (203), DELETE_SUBSCRIPTIONGROUP (207), GET_CONSUME_STATS (208), GET_TOPICS_BY_CLUSTER (224),
 QUERY_TOPIC_CONSUME_BY_WHO (300). Bodies: codec.admin_bodies.
@@ -19,7 +19,7 @@ from codec.errors import CodecError
 from codec.fastjson import loads_lenient
 from codec.record import read_store_timestamp
 from server.headers import BOOL, STR, HeaderSpec
-from server.processors import error, guarded, ok, peer_of, request_body
+from server.processors import committed, error, guarded, ok, peer_of, request_body
 from storage.subscription_group import SubscriptionGroupConfig
 
 log = structlog.get_logger(__name__)
@@ -109,19 +109,21 @@ def register(server, broker) -> None:
         return ok(cmd, body=AB.encode_group_list(groups))
 
     @guarded
-    def all_topic_config(conn, cmd):
-        table = {n: tc.to_json() for n, tc in broker.topics.topics.items()}
-        return ok(cmd, body=AB.encode_topic_config_wrapper(table, version()))
+    async def all_topic_config(conn, cmd):
+        return ok(cmd, body=await broker.topics.table.wrapper_body())  # remembered per data version
 
     @guarded
     def broker_config(conn, cmd):
-        body = "".join(f"{k}={v}\n" for k, v in sorted(cfg.to_properties().items())).encode()
+        body = "".join(f"{k}={v}\n" for k, v in sorted(cfg.public_properties().items())).encode()
         return ok(cmd, {"version": AB.dumps(version()).decode()}, body=body)
 
     @guarded
-    def all_subscription_groups(conn, cmd):
-        table = {g.group_name: g.to_json() for g in broker.groups.table.values()}
-        return ok(cmd, body=AB.encode_subscription_group_wrapper(table, version()))
+    async def all_subscription_groups(conn, cmd):
+        return ok(cmd, body=await broker.groups.wrapper_body())
+
+    @guarded
+    async def all_consumer_offsets(conn, cmd):
+        return ok(cmd, body=await broker.offsets.wrapper_body())
 
     @guarded
     def update_subscription_group(conn, cmd):
@@ -134,7 +136,7 @@ def register(server, broker) -> None:
             return error(cmd, RS.SYSTEM_ERROR, f"bad SubscriptionGroupConfig body: {e}")
         broker.groups.put(group)
         log.info("admin.subscription_group_updated", group=group.group_name)
-        return ok(cmd)
+        return committed(broker, cmd)
 
     @guarded
     def delete_subscription_group(conn, cmd):
@@ -143,17 +145,19 @@ def register(server, broker) -> None:
         if h.cleanOffset:
             broker.offsets.remove_group(h.groupName)
         log.info("admin.subscription_group_deleted", group=h.groupName, clean_offset=bool(h.cleanOffset))
-        return ok(cmd)
+        return committed(broker, cmd)
 
     @guarded
-    def topics_by_cluster(conn, cmd):
+    async def topics_by_cluster(conn, cmd):
         h = CLUSTER.parse(cmd.ext_fields)
-        topics = broker.topics.names() if h.cluster == cfg.broker_cluster_name else []
-        return ok(cmd, body=encode_topic_list(topics))
+        if h.cluster != cfg.broker_cluster_name:
+            return ok(cmd, body=encode_topic_list([]))
+        return ok(cmd, body=await broker.topics.table.topic_list_body())
 
     for code, fn in ((RC.GET_ALL_TOPIC_CONFIG, all_topic_config), (RC.GET_BROKER_CONFIG, broker_config),
                      (RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, update_subscription_group),
                      (RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, all_subscription_groups),
+                     (RC.GET_ALL_CONSUMER_OFFSET, all_consumer_offsets),
                      (RC.GET_TOPIC_STATS_INFO, topic_stats), (RC.GET_CONSUMER_CONNECTION_LIST, consumer_connections),
                      (RC.DELETE_SUBSCRIPTIONGROUP, delete_subscription_group), (RC.GET_CONSUME_STATS, consume_stats),
                      (RC.GET_TOPICS_BY_CLUSTER, topics_by_cluster),

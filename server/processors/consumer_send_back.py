@@ -15,6 +15,7 @@ import random
 
 import structlog
 
+from codec.codes import DLQ_PREFIX, RETRY_PREFIX
 from server.headers import BOOL, INT, LONG, STR, HeaderSpec
 from server.processors import error, guarded
 
@@ -22,7 +23,6 @@ log = structlog.get_logger(__name__)
 
 CONSUMER_SEND_MSG_BACK = 36
 SUCCESS, SYSTEM_ERROR, NO_PERMISSION, SUBSCRIPTION_GROUP_NOT_EXIST = 0, 1, 16, 26
-RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
 PERM_WRITE, PERM_READ = 0x2, 0x4
 TOPIC_UNIT_FLAG = 0x1
 V3_4_9 = 121

@@ -1,77 +1,53 @@
-"""Name-server requests answered by the broker itself: every route points at this process.
+"""Embedded single-process mode (no `namesrvAddr`): the broker answers the name-server requests
+itself and every route points at this process.
 
-GET_ROUTEINFO_BY_TOPIC (105): an existing topic → TopicRouteData with `brokerAddrs {0: ourselves}`;
-an unknown one → 17 TOPIC_NOT_EXIST without body (a Java producer then asks for TBW102, which
-exists with PERM_INHERIT while autoCreateTopicEnable, and the send auto-creates the topic).
-brokerAddrs keys are unquoted (fastjson's Long-key form) for request version < 401 without
-acceptStandardJsonOnly, quoted otherwise.
+`LocalRoutes` is this broker's view as a `RouteSource`; the handlers and the route encoding are the
+standalone name server's (server/cluster/namesrv/processor.py), so both modes answer alike:
+GET_ROUTEINFO_BY_TOPIC (105) for an existing topic is TopicRouteData with `brokerAddrs {brokerId:
+ourselves}`, an unknown one 17 TOPIC_NOT_EXIST (a Java producer then asks for TBW102, which exists
+with PERM_INHERIT while autoCreateTopicEnable, and the send auto-creates the topic).
 """
 
 from __future__ import annotations
 
-import json
-
-from server import headers as H
-from server.processors import error, guarded, json_body, ok
-
-GET_KV_CONFIG, GET_ROUTEINFO_BY_TOPIC, GET_BROKER_CLUSTER_INFO = 101, 105, 106
-GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
-TOPIC_NOT_EXIST, QUERY_NOT_FOUND = 17, 22
-V4_9_4 = 401
+from codec.bodies import BrokerData, QueueData, TopicRouteData
+from server.cluster.namesrv.processor import register_route_queries
+from server.topics import advertised_perm
 
 
-def _dumps(obj) -> str:
-    return json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+class LocalRoutes:
+    """The routes of a one-broker cluster made of this process (a RouteSource)."""
 
+    def __init__(self, broker) -> None:
+        self.broker = broker
 
-def broker_data_json(broker, quoted: bool) -> str:
-    cfg = broker.config
-    addrs = f'{{{"0" if not quoted else chr(34) + "0" + chr(34)}:{_dumps(cfg.broker_addr)}}}'
-    return (f'{{"brokerAddrs":{addrs},"brokerName":{_dumps(cfg.broker_name)},'
-            f'"cluster":{_dumps(cfg.broker_cluster_name)}}}')
+    def _broker_data(self) -> BrokerData:
+        cfg = self.broker.config
+        return BrokerData(cfg.broker_cluster_name, cfg.broker_name, {cfg.broker_id: cfg.broker_addr})
 
+    def pickup_topic_route(self, topic: str) -> TopicRouteData | None:
+        tc = self.broker.topics.get(topic)
+        if tc is None:
+            return None
+        cfg = self.broker.config
+        q = QueueData(cfg.broker_name, tc.read_queue_nums, tc.write_queue_nums,
+                      advertised_perm(tc.perm, cfg.broker_permission), tc.topic_sys_flag)
+        return TopicRouteData(queue_datas=[q], broker_datas=[self._broker_data()])
 
-def route_body(broker, topic_cfg, quoted: bool) -> bytes:
-    perm = topic_cfg.perm & broker.config.broker_permission | (topic_cfg.perm & 1)
-    queue = {"brokerName": broker.config.broker_name, "perm": perm,
-             "readQueueNums": topic_cfg.read_queue_nums, "topicSysFlag": topic_cfg.topic_sys_flag,
-             "writeQueueNums": topic_cfg.write_queue_nums}
-    return (f'{{"brokerDatas":[{broker_data_json(broker, quoted)}],"filterServerTable":{{}},'
-            f'"queueDatas":[{_dumps(queue)}]}}').encode()
+    def cluster_info(self) -> tuple[list[BrokerData], dict[str, list[str]]]:
+        cfg = self.broker.config
+        return [self._broker_data()], {cfg.broker_cluster_name: [cfg.broker_name]}
+
+    def all_topics(self) -> list[str]:
+        return self.broker.topics.names()
+
+    def topics_by_cluster(self, cluster: str) -> list[str]:
+        return self.broker.topics.names() if cluster == self.broker.config.broker_cluster_name else []
+
+    def system_topic_list(self) -> tuple[list[str], str | None]:
+        cfg = self.broker.config
+        return [cfg.broker_cluster_name, cfg.broker_name], cfg.broker_addr
 
 
 def register(server, broker) -> None:
-    @guarded
-    def get_route(conn, cmd):
-        h = H.ROUTE.parse(cmd.ext_fields)
-        cfg = broker.topics.get(h.topic)
-        if cfg is None:
-            return error(cmd, TOPIC_NOT_EXIST,
-                         f"No topic route info in name server for the topic: {h.topic}")
-        quoted = bool(h.acceptStandardJsonOnly) or (cmd.version or 0) >= V4_9_4
-        return ok(cmd, body=route_body(broker, cfg, quoted))
-
-    @guarded
-    def get_kv_config(conn, cmd):
-        h = H.KV_CONFIG.parse(cmd.ext_fields)
-        value = broker.kv_config.get(h.namespace, {}).get(h.key)
-        if value is None:
-            return error(cmd, QUERY_NOT_FOUND, f"No config item, Namespace: {h.namespace} Key: {h.key}")
-        return ok(cmd, ext_fields={"value": value})
-
-    @guarded
-    def get_all_topics(conn, cmd):
-        return ok(cmd, body=json_body({"topicList": broker.topics.names()}))
-
-    @guarded
-    def get_cluster_info(conn, cmd):
-        cfg = broker.config
-        quoted = (cmd.version or 0) >= V4_9_4
-        body = (f'{{"brokerAddrTable":{{{_dumps(cfg.broker_name)}:{broker_data_json(broker, quoted)}}},'
-                f'"clusterAddrTable":{{{_dumps(cfg.broker_cluster_name)}:[{_dumps(cfg.broker_name)}]}}}}')
-        return ok(cmd, body=body.encode())
-
-    server.register(GET_ROUTEINFO_BY_TOPIC, get_route)
-    server.register(GET_KV_CONFIG, get_kv_config)
-    server.register(GET_ALL_TOPIC_LIST_FROM_NAMESERVER, get_all_topics)
-    server.register(GET_BROKER_CLUSTER_INFO, get_cluster_info)
+    register_route_queries(server, LocalRoutes(broker), broker.kv_config)

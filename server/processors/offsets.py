@@ -13,7 +13,7 @@ import os
 import struct
 
 from server import headers as H
-from server.processors import error, guarded, ok
+from server.processors import committed, error, guarded, ok
 
 QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET = 14, 15
 SEARCH_OFFSET_BY_TIMESTAMP, GET_MAX_OFFSET, GET_MIN_OFFSET, GET_EARLIEST_MSG_STORETIME = 29, 30, 31, 32
@@ -56,7 +56,7 @@ def register(server, broker) -> None:
     def update_consumer_offset(conn, cmd):
         h = H.UPDATE_CONSUMER_OFFSET.parse(cmd.ext_fields)
         broker.offsets.commit(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
-        return ok(cmd)
+        return committed(broker, cmd)
 
     @guarded
     def get_max_offset(conn, cmd):

@@ -3,25 +3,31 @@
 `install(broker, server)` is the one entry point the broker calls (server/broker.py) after it
 built its RemotingServer and before it listens. Config keys (broker.conf):
   aclEnable, aclFile (alias rocketmq.acl.plain.file; default <storePathRootDir>/config/plain_acl.yml)
-  tlsEnable, tls.server.mode (disabled|permissive|enforcing), tls.server.certPath, tls.server.keyPath
-  maxConnections, maxConnectionsPerIp, maxInflightPerConnection, maxFrameSize, maxBufferedFrameBytes
+  tlsEnable, tls.server.mode (disabled|permissive|enforcing), tls.server.certPath, tls.server.keyPath,
+  tls.server.need.client.auth / tlsServerNeedClientAuth (none|optional|require) + tls.server.trustCertPath
+  maxConnections, maxConnectionsPerIp, maxInflightPerConnection, maxFrameSize, maxHeaderSize,
+  maxBufferedFrameBytes
 """
 
 from __future__ import annotations
 
 import os
+import ssl
 
 import structlog
 
 from codec.codes import ResponseCode
-from server.security.acl import AclDenied, PlainAclValidator
+from codec.errors import CodecError
+from codec.record import read_topic
+from server.config import ConfigError
+from server.security.acl import AclConfigError, AclDenied, PlainAclValidator, load_acl_file
 from server.security.guard import GuardState, RateLimitedLog
 from server.security.permission import NAMESRV_CODES
 from server.security.tls import server_context
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["install", "acl_file_path", "tls_mode", "make_acl_hook"]
+__all__ = ["install", "preflight", "acl_file_path", "tls_mode", "make_acl_hook"]
 
 
 def acl_file_path(cfg) -> str:
@@ -35,6 +41,46 @@ def tls_mode(cfg) -> str:
     if mode == "":
         return "permissive" if cfg.tls_enable else "disabled"
     return mode
+
+
+def preflight(cfg) -> None:
+    """Before the store is opened: the ACL file parses and the TLS files load, or ConfigError names
+    the key (the broker exits 2 with that one line)."""
+    if cfg.acl_enable:
+        try:
+            load_acl_file(acl_file_path(cfg))
+        except AclConfigError as e:
+            raise ConfigError("aclFile", str(e)) from None
+        except OSError as e:
+            raise ConfigError("aclFile", f"cannot read {acl_file_path(cfg)}: {e.strerror or e}") from None
+    mode = tls_mode(cfg)
+    if mode == "disabled":
+        return
+    for key, path in (("tls.server.certPath", cfg.tls_server_cert_path),
+                      ("tls.server.keyPath", cfg.tls_server_key_path)):
+        if not path:
+            raise ConfigError(key, f"tls.server.mode={mode} needs a file")
+        if not os.path.isfile(path):
+            raise ConfigError(key, f"{path} does not exist or is not a file")
+    if cfg.tls_server_trust_cert_path and not os.path.isfile(cfg.tls_server_trust_cert_path):
+        raise ConfigError("tls.server.trustCertPath", f"{cfg.tls_server_trust_cert_path} does not exist")
+    if client_auth(cfg) != ssl.CERT_NONE and not cfg.tls_server_trust_cert_path:
+        raise ConfigError("tls.server.need.client.auth",
+                          "verifying client certificates needs tls.server.trustCertPath (the CA bundle)")
+    try:
+        make_server_context(cfg)
+    except (ssl.SSLError, OSError, ValueError) as e:
+        raise ConfigError("tls.server.certPath", f"cannot load the TLS certificate/key/CA files: {e}") from None
+
+
+def client_auth(cfg) -> ssl.VerifyMode:
+    return {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL,
+            "require": ssl.CERT_REQUIRED}[cfg.tls_server_need_client_auth.strip().lower()]
+
+
+def make_server_context(cfg) -> ssl.SSLContext:
+    return server_context(cfg.tls_server_cert_path, cfg.tls_server_key_path,
+                          verify=client_auth(cfg), trust_path=cfg.tls_server_trust_cert_path or None)
 
 
 def make_acl_hook(validator: PlainAclValidator):
@@ -53,6 +99,16 @@ def make_acl_hook(validator: PlainAclValidator):
     return before_request
 
 
+def _record_topic(store):
+    def record_topic(offset: int) -> str | None:
+        try:
+            rec = store.read_record(offset) if offset >= 0 else None
+            return read_topic(rec) if rec is not None and len(rec) else None
+        except (ValueError, IndexError, OSError, CodecError):
+            return None
+    return record_topic
+
+
 def install(broker, server) -> GuardState:
     """Apply limits, TLS and ACL from broker.config to a RemotingServer that is not listening yet."""
     cfg = broker.config
@@ -62,23 +118,24 @@ def install(broker, server) -> GuardState:
         server.max_inflight = cfg.max_inflight_per_connection
     if cfg.max_frame_size > 0:
         server.max_frame = cfg.max_frame_size
+    server.max_header = cfg.max_header_size
     mode = tls_mode(cfg)
     ctx = None
     if mode != "disabled":
         if not (cfg.tls_server_cert_path and cfg.tls_server_key_path):
             raise ValueError(f"tls.server.mode={mode} needs tls.server.certPath and tls.server.keyPath")
-        ctx = server_context(cfg.tls_server_cert_path, cfg.tls_server_key_path)
+        ctx = make_server_context(cfg)
     state = GuardState(max_per_ip=max(0, cfg.max_connections_per_ip),
                        frame_budget=max(0, cfg.max_buffered_frame_bytes), tls_mode=mode, tls_context=ctx)
     server.protocol_factory_wrapper = state.wrap_factory
     validator = None
     if cfg.acl_enable:
-        validator = PlainAclValidator(acl_file_path(cfg))
+        validator = PlainAclValidator(acl_file_path(cfg), record_topic=_record_topic(broker.store))
         server.before_request = make_acl_hook(validator)
     broker.security = state
     broker.acl = validator
     log.info("security.installed", acl=cfg.acl_enable, acl_file=acl_file_path(cfg) if cfg.acl_enable else None,
              tls_mode=mode, max_connections=server.max_connections, max_connections_per_ip=state.max_per_ip,
-             max_inflight_per_connection=server.max_inflight, max_frame=server.max_frame,
+             max_inflight_per_connection=server.max_inflight, max_frame=server.max_frame, max_header=server.max_header,
              max_buffered_frame_bytes=state.frame_budget)
     return state

@@ -123,8 +123,9 @@ def load_acl_file(path: str) -> AclConfig:
 
 
 class PlainAclValidator:
-    def __init__(self, path: str, clock=time.monotonic) -> None:
+    def __init__(self, path: str, clock=time.monotonic, record_topic=None) -> None:
         self.path = path
+        self.record_topic = record_topic  # offset -> topic of the stored record (VIEW_MESSAGE_BY_ID)
         self._clock = clock
         self._stamp = self._file_stamp()
         self.config = load_acl_file(path)
@@ -174,16 +175,22 @@ class PlainAclValidator:
             return
         if not signature_matches(ext, body, acc.secret_key):
             raise AclDenied(f"Check signature failed for accessKey={ak}")
-        self.check_perm(acc, code, ext, body)
+        self.check_perm(acc, code, ext, body, self.record_topic)
 
     @staticmethod
-    def check_perm(acc: Account, code: int, ext: dict[str, str], body) -> None:
+    def check_perm(acc: Account, code: int, ext: dict[str, str], body, record_topic=None) -> None:
         if code in ADMIN_CODES and not acc.admin:
             raise AclDenied(f"Need admin permission for request code={code}, but accessKey={acc.access_key} is not")
         try:
-            needed = needed_resources(code, ext, body)
+            needed = needed_resources(code, ext, body, record_topic)
         except ValueError as e:
             raise AclDenied(f"cannot tell the resources of request code={code}: {e}") from None
+        PlainAclValidator.check_resources(acc, needed)
+
+    @staticmethod
+    def check_resources(acc: Account, needed: dict[str, int]) -> None:
+        """AclDenied unless the account owns each (resource -> PUB/SUB/ANY) permission; groups are
+        named by their retry topic (`%RETRY%<group>`). Remoting requests and gRPC RPCs both end here."""
         if not needed or needed.get(TRACE_TOPIC) == PUB:
             return
         for resource, perm in needed.items():

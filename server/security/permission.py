@@ -12,11 +12,12 @@ from codec.codes import RETRY_PREFIX, RequestCode
 DENY, ANY, PUB, SUB = 1, 2, 4, 8
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 
-# Codes that need admin=true (RocketMQ's Permission.ADMIN_CODE).
+# Codes that need admin=true (RocketMQ's Permission.ADMIN_CODE, plus GET_BROKER_CONFIG: the broker's
+# whole configuration, file paths included, is for administrators only).
 ADMIN_CODES = frozenset({
     int(RequestCode.UPDATE_AND_CREATE_TOPIC), int(RequestCode.UPDATE_BROKER_CONFIG),
     int(RequestCode.DELETE_TOPIC_IN_BROKER), int(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP),
-    int(RequestCode.DELETE_SUBSCRIPTIONGROUP), int(RequestCode.PROMOTE_BROKER),
+    int(RequestCode.DELETE_SUBSCRIPTIONGROUP), int(RequestCode.GET_BROKER_CONFIG), int(RequestCode.PROMOTE_BROKER),
 })
 
 # Name-server requests: RocketMQ 4.x's name server runs no ACL, so neither do we for these codes
@@ -82,8 +83,10 @@ def _heartbeat_resources(body, out: dict[str, int]) -> None:
                 out[sub.topic] = out.get(sub.topic, 0) | SUB
 
 
-def needed_resources(code: int, ext: dict[str, str], body) -> dict[str, int]:
-    """The resources (topic or %RETRY%group) and permission a request needs, as RocketMQ maps them."""
+def needed_resources(code: int, ext: dict[str, str], body, record_topic=None) -> dict[str, int]:
+    """The resources (topic or %RETRY%group) and permission a request needs, as RocketMQ maps them.
+    `record_topic(commitlog_offset) -> topic | None` names the topic of a stored record
+    (VIEW_MESSAGE_BY_ID reads one by offset: it needs SUB on that record's topic)."""
     out: dict[str, int] = {}
     if code == RequestCode.SEND_MESSAGE or code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
         v2 = code != RequestCode.SEND_MESSAGE
@@ -104,6 +107,14 @@ def needed_resources(code: int, ext: dict[str, str], body) -> dict[str, int]:
         _heartbeat_resources(body, out)
     elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
         out[retry_topic(ext.get("consumerGroup"))] = SUB
+    elif code == RequestCode.VIEW_MESSAGE_BY_ID:
+        try:
+            offset = int(ext.get("offset") or "")
+        except ValueError:
+            raise ValueError(f"bad offset {ext.get('offset')!r}") from None
+        topic = record_topic(offset) if record_topic is not None else None
+        if topic is not None:  # no record there: the processor answers "not found", nothing is shown
+            out[topic] = SUB
     elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
         out[retry_topic(ext.get("consumerGroup"))] = SUB
         out[ext.get("topic") or ""] = SUB

@@ -20,10 +20,23 @@ TLS_HANDSHAKE_RECORD = 0x16
 _READ_CHUNK = 256 * 1024
 
 
-def server_context(cert_path: str, key_path: str) -> ssl.SSLContext:
+# Forward secrecy only: TLS 1.3 suites are all ephemeral; for TLS 1.2 only ECDHE / DHE key exchange
+# with AEAD ciphers (no static-RSA key exchange, no CBC, no RC4/3DES/NULL/export).
+FORWARD_SECRET_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:DHE+AESGCM:DHE+CHACHA20:!aNULL:!eNULL:!MD5:!DSS"
+
+
+def server_context(cert_path: str, key_path: str, verify: ssl.VerifyMode = ssl.CERT_NONE,
+                   trust_path: str | None = None) -> ssl.SSLContext:
+    """TLS >= 1.2 with forward-secret AEAD suites; `verify` CERT_OPTIONAL / CERT_REQUIRED checks
+    client certificates against `trust_path` (RocketMQ's tls.server.need.client.auth)."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_ciphers(FORWARD_SECRET_CIPHERS)
+    ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE | ssl.OP_SINGLE_ECDH_USE
     ctx.load_cert_chain(cert_path, key_path)
+    if verify != ssl.CERT_NONE:
+        ctx.load_verify_locations(cafile=trust_path)
+        ctx.verify_mode = verify
     return ctx
 
 

@@ -13,7 +13,8 @@ import os
 import subprocess
 import sys
 
-TARGETS = ("frame", "json_header", "rocketmq_header", "record", "batch", "heartbeat", "route", "admin", "misc")
+TARGETS = ("frame", "json_header", "rocketmq_header", "record", "batch", "heartbeat", "route", "admin", "misc",
+           "delivery", "rewrite")
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 

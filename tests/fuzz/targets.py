@@ -8,6 +8,7 @@ from __future__ import annotations
 from codec import admin_bodies, bodies
 from codec.batch import BatchItem, decode_batch, encode_batch
 from codec.command import RemotingCommand, decode_json_header, decode_rocketmq_header, encode_rocketmq_header
+from codec.delivery_batch import build_delivery_batch
 from codec.errors import CodecError
 from codec.frame import FrameDecoder, encode_frame_bytes
 from codec.msgid import decode_offset_msg_id
@@ -19,7 +20,7 @@ from codec.record import (
     iter_records,
     verify_record,
 )
-from codec.record_rewrite import rewrite_for_delivery
+from codec.record_rewrite import build_deliveries, patch_append_fields, rewrite_for_delivery
 
 
 def _guard(fn, *args) -> None:
@@ -71,6 +72,58 @@ def record(data: bytes) -> None:
         _guard(rewrite_for_delivery, memoryview(data)[:size], "RT", 1, ("10.0.0.1", 10911), 3)
 
 
+def _records(data: bytes) -> list[bytes | None]:
+    """The input cut into records: each 2-byte big-endian length takes that many bytes (0 = None)."""
+    out: list[bytes | None] = []
+    pos = 0
+    while pos + 2 <= len(data):
+        n = int.from_bytes(data[pos:pos + 2], "big")
+        out.append(data[pos + 2:pos + 2 + n] if n else None)
+        pos += 2 + n
+    return out
+
+
+def delivery(data: bytes) -> None:
+    """Differential: the one-buffer delivery batch (the drain's fast path) and the per-record reference
+    (build_deliveries) agree on every input: the same records, or both refuse with CodecError."""
+    raws = _records(data)
+    try:
+        ref = build_deliveries(raws)
+    except CodecError:
+        ref = None
+    try:
+        fast = build_delivery_batch(raws)
+    except CodecError:
+        fast = None
+    assert (ref is None) == (fast is None), "one path refused what the other accepted"
+    if ref is None or fast is None:
+        return
+    kept = [i for i, d in enumerate(ref) if d is not None]
+    assert fast.source == kept
+    for j, i in enumerate(kept):
+        d = ref[i]
+        assert d is not None
+        record, topic, qid, tags_code, keys, uniq = d
+        assert fast.record(j) == record and fast.dests[j] == (topic, qid)
+        assert (fast.tags_codes[j], fast.keys[j], fast.uniqs[j]) == (tags_code, keys, uniq)
+
+
+def rewrite(data: bytes) -> None:
+    """A record that verifies can be rewritten for delivery and patched at append; the copy verifies too."""
+    try:
+        size = verify_record(data, 0)
+    except CodecError:
+        return
+    if not size:
+        return
+    try:
+        out = rewrite_for_delivery(memoryview(data)[:size], "RealTopic", 3, ("10.0.0.1", 10911), 2)
+    except CodecError:
+        return
+    patch_append_fields(out, 0, 7, 1 << 40, 1_700_000_000_000)
+    assert verify_record(out, 0) == len(out)
+
+
 def batch(data: bytes) -> None:
     _guard(decode_batch, data)
 
@@ -97,7 +150,8 @@ def misc(data: bytes) -> None:
 
 
 TARGETS = {"frame": frame, "json_header": json_header, "rocketmq_header": rocketmq_header, "record": record,
-           "batch": batch, "heartbeat": heartbeat, "route": route, "admin": admin, "misc": misc}
+           "batch": batch, "heartbeat": heartbeat, "route": route, "admin": admin, "misc": misc,
+           "delivery": delivery, "rewrite": rewrite}
 
 
 def seeds(name: str) -> list[bytes]:
@@ -112,8 +166,13 @@ def seeds(name: str) -> list[bytes]:
         return [encode_frame_bytes(cmd)[8:-3]]
     if name == "rocketmq_header":
         return [encode_rocketmq_header(cmd)]
-    if name == "record":
+    if name in ("record", "rewrite"):
         return [bytes(rec)]
+    if name == "delivery":
+        sched = encode_record(MessageRecord(topic="SCHEDULE_TOPIC_XXXX", body=b"due", properties={
+            "REAL_TOPIC": "Orders", "REAL_QID": "2", "TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "U" * 32,
+            "DELAY": "3"}))
+        return [b"".join(len(r).to_bytes(2, "big") + bytes(r) for r in (sched, rec)) + b"\x00\x00"]
     if name == "batch":
         return [encode_batch([BatchItem(0, b"a", "UNIQ_KEY\x01X"), BatchItem(1, b"", "")])]
     if name == "heartbeat":

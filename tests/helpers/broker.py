@@ -66,7 +66,8 @@ class BrokerProcess:
         self.entry = list(entry) if entry else [sys.executable, "-m", "server"]
         self.work_dir = Path(work_dir)
         self.store = self.work_dir / "store"
-        self.config = dict(config or {})
+        # the gRPC endpoint (default 8081) stays off unless a test asks for it: parallel brokers must not collide
+        self.config = {"grpcListenPort": 0, **dict(config or {})}
         self.port = port or pick_port_pair()
         self.ready_timeout = ready_timeout
         self.proc: subprocess.Popen | None = None

@@ -3,10 +3,10 @@
 The C++ library runs its own threads and may crash or hang on a protocol error, so tests run this
 file as a subprocess under a timeout. Output is JSON lines on stdout, one object per event:
   {"event": "started"}                      client started
-  {"event": "sent", "i", "msg_id", "offset", "status", "body", "keys", "tags", "shard", "t_ms"}
+  {"event": "sent", "i", "msg_id", "offset", "status", "body", "keys", "tags", "shard", "t_ms", "start_ms"}
   {"event": "send_error", "i", "error"}
   {"event": "received", "msg_id", "topic", "tags", "keys", "body", "queue_id", "queue_offset",
-   "reconsume_times", "props", "born_ts", "store_ts", "recv_ms", "ack"}
+   "reconsume_times", "props", "born_ts", "store_ts", "recv_ms", "recv_at", "ack"}
   {"event": "done", ...summary}             last line before exit
 
   produce --namesrv A --topic T [--mode sync|async|oneway|orderly|batch] [--count N] [--tag X]
@@ -64,7 +64,7 @@ def describe(msg: RecvMessage, want: list[str]) -> dict:
         "msg_id": _s(msg.id), "topic": _s(msg.topic), "tags": _s(msg.tags), "keys": _s(msg.keys),
         "body": _s(msg.body), "queue_id": msg.queue_id, "queue_offset": msg.queue_offset,
         "reconsume_times": msg.reconsume_times, "props": props, "born_ts": msg.born_timestamp,
-        "store_ts": msg.store_timestamp, "recv_ms": now_ms(),
+        "store_ts": msg.store_timestamp, "recv_ms": now_ms(), "recv_at": time.time() * 1000,
     }
 
 
@@ -97,8 +97,10 @@ def produce(a) -> int:
         for start in range(0, a.count, a.batch_size):
             built = [build_message(a, i, run) for i in range(start, min(a.count, start + a.batch_size))]
             try:
+                start_at = time.time() * 1000
                 res = producer.send_batch([m for m, _ in built])
                 for _, info in built:
+                    info["start_ms"] = start_at
                     emit("sent", msg_id=res.msg_id, offset=res.offset, status=res.status.name, t_ms=now_ms(), **info)
             except Exception as exc:  # the client raises its own exception types
                 errors += len(built)
@@ -120,6 +122,7 @@ def produce(a) -> int:
                 done.release()
 
             try:
+                info["start_ms"] = time.time() * 1000
                 producer.send_async(msg, ok, fail)
             except Exception as exc:
                 fail(exc)
@@ -133,6 +136,7 @@ def produce(a) -> int:
         for i in range(a.count):
             msg, info = build_message(a, i, run)
             try:
+                info["start_ms"] = time.time() * 1000  # the send call's start, on this (the producer's) clock
                 if a.mode == "sync":
                     res = producer.send_sync(msg)
                 elif a.mode == "orderly":

@@ -19,7 +19,7 @@ async def make_broker(tmp_path):
         cfg = BrokerConfig(store_path_root_dir=str(store or tmp_path / "store"),
                            listen_port=port or pick_port_pair(), listen_host="127.0.0.1",
                            **{"mapped_file_size_commit_log": 8 << 20, "max_hash_slot_num": 65536,
-                              "max_index_num": 400_000, **fields})
+                              "max_index_num": 400_000, "grpc_listen_port": 0, **fields})
         b = BrokerController(cfg)
         await b.start()
         made.append(b)

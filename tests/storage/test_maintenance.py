@@ -1,8 +1,7 @@
-"""Retention, disk-full refusal, the fault seam and the config tables."""
+"""Retention, disk-full refusal, the fault seam and atomic JSON files (the config tables: test_meta_store)."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -12,10 +11,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from storage.config_store import atomic_write_json, read_json
-from storage.consumer_offsets import ConsumerOffsetTable
 from storage.message_store import GetStatus, PutStatus
-from storage.subscription_group import SubscriptionGroupTable
-from storage.topic_config import TopicConfig, TopicConfigTable
 from tests.storage.conftest import open_store, request
 
 
@@ -123,45 +119,3 @@ def test_atomic_json_write_and_bak_fallback(tmp_path):
     os.unlink(p)
     assert read_json(p) == {"v": 1}
     assert read_json(str(tmp_path / "missing.json")) is None
-
-
-def test_topic_config_table_shape_and_defaults(tmp_path):
-    t = TopicConfigTable(str(tmp_path))
-    t.load()
-    t.ensure_system_topics()
-    t.put(TopicConfig("Orders", 4, 4))
-    doc = json.loads((tmp_path / "config" / "topics.json").read_text())
-    assert doc["topicConfigTable"]["TBW102"] == {
-        "topicName": "TBW102", "readQueueNums": 8, "writeQueueNums": 8, "perm": 7,
-        "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}
-    assert doc["topicConfigTable"]["SCHEDULE_TOPIC_XXXX"]["readQueueNums"] == 18
-    assert doc["dataVersion"]["counter"] >= 2
-    t2 = TopicConfigTable(str(tmp_path))
-    t2.load()
-    assert t2.get("Orders") == TopicConfig("Orders", 4, 4, 6)
-    assert TopicConfig("New").read_queue_nums == 16 and TopicConfig("New").perm == 6
-
-
-def test_consumer_offsets_and_subscription_groups(tmp_path):
-    o = ConsumerOffsetTable(str(tmp_path))
-    o.commit("G", "T", 0, 5)
-    o.commit("G", "T", 1, 7)
-    o.persist()
-    doc = json.loads((tmp_path / "config" / "consumerOffset.json").read_text())
-    assert doc["offsetTable"] == {"T@G": {"0": 5, "1": 7}}
-    o2 = ConsumerOffsetTable(str(tmp_path))
-    o2.load()
-    assert o2.query("G", "T", 1) == 7 and o2.query("G", "T", 2) == -1
-    g = SubscriptionGroupTable(str(tmp_path))
-    g.load()
-    cfg = g.get("CG")  # auto-created
-    assert (cfg.consume_enable, cfg.retry_queue_nums, cfg.retry_max_times, cfg.which_broker_when_consume_slowly) \
-        == (True, 1, 16, 1)
-    cfg.retry_max_times = 3
-    g.put(cfg)
-    doc = json.loads((tmp_path / "config" / "subscriptionGroup.json").read_text())
-    assert doc["subscriptionGroupTable"]["CG"]["retryMaxTimes"] == 3
-    assert doc["subscriptionGroupTable"]["CG"]["notifyConsumerIdsChangedEnable"] is True
-    g2 = SubscriptionGroupTable(str(tmp_path), auto_create=False)
-    g2.load()
-    assert g2.get("CG").retry_max_times == 3 and g2.get("nope") is None

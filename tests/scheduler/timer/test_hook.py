@@ -22,9 +22,9 @@ def rec(props, topic="T", qid=3, sys_flag=0):
 def test_precedence_sec_over_ms_over_deliver_ms():
     r = rec({"TIMER_DELAY_SEC": "2", "TIMER_DELAY_MS": "500", "TIMER_DELIVER_MS": str(NOW + 9000)})
     d = transform_timer(r, NOW, CFG)
-    assert d.status is TimerPutStatus.TRANSFORMED and d.deliver_ms == NOW + 2000
+    assert d.status is TimerPutStatus.TRANSFORMED and d.deliver_ms == NOW + 2000 + 1  # strictly after: never early
     r = rec({"TIMER_DELAY_MS": "500", "TIMER_DELIVER_MS": str(NOW + 9000)})
-    assert transform_timer(r, NOW, CFG).deliver_ms == NOW + 500
+    assert transform_timer(r, NOW, CFG).deliver_ms == NOW + 500 + 1
     r = rec({"TIMER_DELIVER_MS": str(NOW + 9000)})
     assert transform_timer(r, NOW, CFG).deliver_ms == NOW + 9000
 
@@ -34,7 +34,21 @@ def test_rewrite_to_timer_topic_with_real_topic_and_qid():
     d = transform_timer(r, NOW, CFG)
     assert r.topic == TIMER_TOPIC and r.queue_id == 0
     assert r.properties["REAL_TOPIC"] == "T" and r.properties["REAL_QID"] == "3"
-    assert int(r.properties["TIMER_OUT_MS"]) == d.slot_ms == slot_of(NOW + 1234, 100)
+    assert int(r.properties["TIMER_OUT_MS"]) == d.slot_ms == slot_of(NOW + 1234 + 1, 100)
+
+
+def test_a_relative_delay_ends_strictly_after_now_plus_delay():
+    """`now` is a truncated ms: the send may have started up to 1 ms after it, so a relative timer is
+    due in the first ms strictly after now + delay (on a slot boundary that is the next slot)."""
+    for now, delay in ((1000, 100), (1099, 1), (1050, 50)):
+        d = transform_timer(rec({"TIMER_DELAY_MS": str(delay)}), now, CFG)
+        assert d.deliver_ms == now + delay + 1 and d.slot_ms < d.deliver_ms <= d.slot_ms + 100
+    assert transform_timer(rec({"TIMER_DELAY_MS": "100"}), 1000, CFG).slot_ms == 1100
+    # an absolute deliver time is a wall-clock ms: delivery at that ms is not early
+    d = transform_timer(rec({"TIMER_DELIVER_MS": "1100"}), 1000, CFG)
+    assert d.deliver_ms == 1100 and d.slot_ms == 1000
+    # a zero delay is no timer at all
+    assert transform_timer(rec({"TIMER_DELAY_MS": "0"}), 1000, CFG).status is TimerPutStatus.IMMEDIATE
 
 
 @pytest.mark.parametrize("deliver,slot", [(1000, 900), (1001, 1000), (1099, 1000), (1100, 1000), (1101, 1100)])

@@ -1,0 +1,76 @@
+"""`delaymq-namesrv --port N [--config FILE] [--host H] [--kv-config PATH] [--set KEY=VALUE ...]`: a
+name server only (no store, no broker). Prints `delaymq namesrv ready on <host>:<port>` once
+listening; SIGTERM/SIGINT stop it (exit 0)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+import structlog
+
+from remoting import loop as event_loop
+from server.config import load_namesrv_config
+from server.logging import configure
+
+log = structlog.get_logger("namesrv")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="delaymq-namesrv", description="delaymq name server")
+    p.add_argument("--port", type=int, help="listen port (default 9876)")
+    p.add_argument("--host", help="listen host (default 127.0.0.1)")
+    p.add_argument("--config", help="properties file (listenPort, kvConfigPath, ...)")
+    p.add_argument("--kv-config", help="kvConfig.json path (default: KV config in memory)")
+    p.add_argument("--log-level", default="info")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any key (repeatable)")
+    return p
+
+
+async def run(cfg) -> int:
+    from server.cluster.namesrv.controller import NamesrvController
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    ns = NamesrvController(cfg)
+    try:
+        await ns.start()
+    except BaseException:
+        await ns.shutdown()
+        raise
+    sys.stdout.write(f"delaymq namesrv ready on {cfg.listen_host}:{ns.port}\n")
+    sys.stdout.flush()
+    await stop.wait()
+    log.info("namesrv.signal", action="shutdown")
+    await ns.shutdown()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure(args.log_level)
+    overrides: dict[str, object] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--set expects KEY=VALUE, got {item!r}")
+        overrides[key.strip()] = value.strip()
+    overrides.update({"listenPort": args.port, "listenHost": args.host, "kvConfigPath": args.kv_config})
+    try:
+        cfg = load_namesrv_config(args.config, overrides)
+    except ValueError as e:
+        log.error("namesrv.bad_config", error=str(e))
+        return 2
+    try:
+        return event_loop.run(run(cfg))
+    except OSError as e:
+        log.error("namesrv.start_failed", error=str(e))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""The broker's side of the name-server protocol (RocketMQ's BrokerOuterAPI + the registration
+schedule, cluster-ha.md §1.7): with `namesrvAddr=a:p;b:p` the broker
+
+- registers with every name server at start (REGISTER_BROKER 103, all topics, awaited up to
+  `registerBrokerTimeoutMills` so a started broker is routable),
+- then every `registerNameServerPeriod` after `registerNameServerInitialDelay`: unless `forceRegister`,
+  it first asks each name server QUERY_DATA_VERSION (322) and re-sends its topic table only if one of
+  them has a different DataVersion (or fails to answer); the query alone keeps it alive there,
+- registers at once (coalesced) when its topic table changes (`topics_changed()`),
+- unregisters (UNREGISTER_BROKER 104) from every name server on shutdown.
+
+Each registration carries brokerId and haServerAddr; a slave's answers (its master's address and HA
+address) go to the listeners added with `add_result_listener` (the HA room follows its master with it).
+One supervised task runs the schedule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from codec.bodies import decode_kv_table
+from codec.codes import RequestCode as RC
+from codec.command import RemotingCommand
+from codec.errors import CodecError
+from codec.namesrv_bodies import (
+    DataVersion,
+    RegisterBrokerBody,
+    TopicConfigData,
+    body_crc32,
+    encode_register_body,
+)
+from remoting.client import RemotingClient
+from server.cluster.tasks import Supervised
+from server.config import BrokerConfig
+
+log = structlog.get_logger(__name__)
+
+UNREGISTER_TIMEOUT_S = 3.0
+
+
+@dataclass(slots=True)
+class RegisterResult:
+    namesrv: str
+    master_addr: str | None = None
+    ha_server_addr: str | None = None
+    order_topic_config: dict[str, str] | None = None
+
+
+TopicSnapshot = Callable[[], tuple[DataVersion, list[TopicConfigData]]]
+ResultListener = Callable[[RegisterResult], None]
+
+
+class BrokerRegistrar:
+    def __init__(self, config: BrokerConfig, snapshot: TopicSnapshot, client: RemotingClient | None = None) -> None:
+        self.config = config
+        self.snapshot = snapshot
+        self.client = client or RemotingClient(connect_timeout=3.0)
+        self.namesrvs = config.namesrv_addr_list
+        self._listeners: list[ResultListener] = []
+        self._changed = asyncio.Event()
+        self._task: Supervised | None = None
+        self.registrations = 0  # REGISTER_BROKER requests answered SUCCESS
+        self.skipped = 0  # periodic rounds where every name server had our DataVersion
+        self.failures = 0
+        self.last_result: RegisterResult | None = None
+
+    @property
+    def period_s(self) -> float:
+        return max(1000, min(self.config.register_name_server_period, 60000)) / 1000.0
+
+    @property
+    def timeout_s(self) -> float:
+        return max(100, self.config.register_broker_timeout_mills) / 1000.0
+
+    def add_result_listener(self, fn: ResultListener) -> None:
+        self._listeners.append(fn)
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.register_all(force=True)
+        self._task = Supervised("broker.register_namesrv", self._schedule, namesrvs=self.namesrvs).start()
+
+    def topics_changed(self) -> None:
+        """The topic table changed: register with every name server now (coalesced with others)."""
+        self._changed.set()
+
+    async def shutdown(self) -> None:
+        if self._task is not None:
+            await self._task.stop()
+        await self.unregister_all()
+        self.client.close()
+
+    async def _schedule(self) -> None:
+        wait = self.config.register_name_server_initial_delay / 1000.0
+        next_round = time.monotonic() + wait
+        while True:
+            try:
+                await asyncio.wait_for(self._changed.wait(), max(0.0, next_round - time.monotonic()))
+            except TimeoutError:
+                pass
+            if self._changed.is_set():
+                self._changed.clear()
+                await self.register_all(force=True)
+                continue
+            next_round = time.monotonic() + self.period_s
+            await self.register_all(force=self.config.force_register)
+
+    # ---- requests --------------------------------------------------------------------------
+    def _identity(self) -> dict[str, str]:
+        cfg = self.config
+        return {"brokerName": cfg.broker_name, "brokerAddr": cfg.broker_addr,
+                "clusterName": cfg.broker_cluster_name, "brokerId": str(cfg.broker_id)}
+
+    async def register_all(self, force: bool) -> list[RegisterResult]:
+        """One round: REGISTER_BROKER to every name server in parallel (after QUERY_DATA_VERSION says
+        something changed, unless `force`). Failures are logged and counted, never raised."""
+        if not self.namesrvs:
+            return []
+        dv, topics = self.snapshot()
+        if not force and not await self._need_register(dv):
+            self.skipped += 1
+            return []
+        body = encode_register_body(RegisterBrokerBody(dv, {t.topic_name: t for t in topics}),
+                                    self.config.compressed_register)
+        ext = {**self._identity(), "haServerAddr": self.config.ha_server_addr,
+               "compressed": "true" if self.config.compressed_register else "false",
+               "bodyCrc32": str(body_crc32(body))}
+        outcomes = await asyncio.gather(*(self._register_one(ns, ext, body) for ns in self.namesrvs))
+        results = [r for r in outcomes if r is not None]
+        first = next((r for r in results if r.master_addr or r.ha_server_addr), results[0] if results else None)
+        if first is not None:
+            self.last_result = first
+            for fn in self._listeners:
+                try:
+                    fn(first)
+                except Exception:
+                    log.exception("broker.register_listener_failed", listener=repr(fn))
+        return results
+
+    async def _register_one(self, namesrv: str, ext: dict[str, str], body: bytes) -> RegisterResult | None:
+        cmd = RemotingCommand.request(int(RC.REGISTER_BROKER), dict(ext), body)
+        try:
+            resp = await self.client.invoke(namesrv, cmd, self.timeout_s)
+        except Exception as e:
+            self.failures += 1
+            log.warning("broker.register_failed", namesrv=namesrv, error=repr(e))
+            return None
+        if resp.code != 0:
+            self.failures += 1
+            log.warning("broker.register_refused", namesrv=namesrv, code=resp.code, remark=resp.remark)
+            return None
+        self.registrations += 1
+        fields = resp.ext_fields or {}
+        result = RegisterResult(namesrv, fields.get("masterAddr") or None, fields.get("haServerAddr") or None)
+        raw = bytes(resp.body) if not isinstance(resp.body, list) else b"".join(bytes(p) for p in resp.body)
+        if raw:
+            try:
+                result.order_topic_config = decode_kv_table(raw)
+            except CodecError as e:
+                log.warning("broker.register_bad_kv_body", namesrv=namesrv, error=str(e))
+        log.debug("broker.registered", namesrv=namesrv, master_addr=result.master_addr,
+                  ha_server_addr=result.ha_server_addr)
+        return result
+
+    async def _need_register(self, dv: DataVersion) -> bool:
+        answers = await asyncio.gather(*(self._query_one(ns, dv) for ns in self.namesrvs))
+        return any(answers)
+
+    async def _query_one(self, namesrv: str, dv: DataVersion) -> bool:
+        """True if this name server's DataVersion of us differs from `dv` (or it did not answer)."""
+        cmd = RemotingCommand.request(int(RC.QUERY_DATA_VERSION), self._identity(), dv.encode())
+        try:
+            resp = await self.client.invoke(namesrv, cmd, self.timeout_s)
+        except Exception as e:
+            log.warning("broker.query_data_version_failed", namesrv=namesrv, error=repr(e))
+            return True
+        if resp.code != 0:
+            return True
+        changed = (resp.ext_fields or {}).get("changed")
+        if changed is None or str(changed).lower() == "true":
+            return True
+        raw = bytes(resp.body) if not isinstance(resp.body, list) else b"".join(bytes(p) for p in resp.body)
+        try:
+            return not raw or DataVersion.decode(raw) != dv
+        except CodecError:
+            return True
+
+    async def unregister_all(self) -> None:
+        async def one(ns: str) -> None:
+            try:
+                resp = await self.client.invoke(ns, RemotingCommand.request(int(RC.UNREGISTER_BROKER),
+                                                                            self._identity()), UNREGISTER_TIMEOUT_S)
+                log.info("broker.unregistered", namesrv=ns, code=resp.code)
+            except Exception as e:
+                log.warning("broker.unregister_failed", namesrv=ns, error=repr(e))
+
+        await asyncio.gather(*(one(ns) for ns in self.namesrvs))
+
+    def stats(self) -> dict[str, object]:
+        return {"namesrvRegistrations": self.registrations, "namesrvRegisterSkipped": self.skipped,
+                "namesrvRegisterFailures": self.failures,
+                "registerTaskFailures": self._task.failures if self._task else 0}

@@ -1,0 +1,168 @@
+"""apache.rocketmq.v2.Message <-> RocketMQ message properties and stored records.
+
+A 5.x message becomes the same properties a 4.x producer would send (TAGS, KEYS, UNIQ_KEY, TRAN_MSG,
+__SHARDINGKEY for the message group, PGROUP = the topic as Apache's proxy does, TIMER_DELIVER_MS or
+DELAY for a delivery time), so everything after it (the send path, the put hooks, 4.x consumers)
+sees one kind of message. A stored record becomes a proto Message with the system properties a 5.x
+consumer reads (body digest CRC32, message type, timestamps, hosts, queue id/offset).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from codec.msgid import offset_msg_id
+from codec.properties import MessageConst as K
+from server.grpc.status import Code, GrpcError
+from server.grpc.v2 import definition_pb2 as pb
+
+SHARDING_KEY = K.SHARDING_KEY
+# every key the broker or a 4.x client gives a meaning to: a 5.x client may not set them as user properties
+SYSTEM_KEYS = frozenset(v for k, v in vars(K).items() if k.isupper() and isinstance(v, str) and k != "KEY_SEPARATOR")
+SYSTEM_KEYS |= {"BORN_HOST", "BORN_TIMESTAMP", "TRACE_CONTEXT", "__RECALL", "RECALL_HANDLE"}
+COMPRESSED_FLAG = 0x1
+TRANSACTION_PREPARED = 0x4
+MAX_USER_PROPERTIES = 128
+RECALL_TAG = "_RECALL_TAG_"
+
+
+def _has_control(s: str) -> bool:
+    return any(ord(c) < 32 and c not in "\t" for c in s)
+
+
+def delay_level_for(delay_ms: int, levels: list[int]) -> int:
+    """The delay level (1-based) whose delay is `delay_ms` rounded up to a whole second, else 0:
+    a 5.x client's delivery time that lands on a level goes through the level's queue (never early,
+    at most 1 s late, the same as a 4.x delay-level send)."""
+    for i, level_ms in enumerate(levels):
+        if 0 <= level_ms - delay_ms < 1000:
+            return i + 1
+    return 0
+
+
+def to_properties(msg: pb.Message, topic: str, now_ms: int, timer_wheel: bool,
+                  levels: list[int]) -> tuple[dict[str, str], int]:
+    """(properties, sysFlag) of a message a 5.x producer sent; GrpcError for what RocketMQ's proxy rejects."""
+    sp = msg.system_properties
+    if len(msg.user_properties) > MAX_USER_PROPERTIES:
+        raise GrpcError(Code.MESSAGE_PROPERTIES_TOO_LARGE, f"too many user properties, max is {MAX_USER_PROPERTIES}")
+    props: dict[str, str] = {}
+    for k, v in msg.user_properties.items():
+        if k in SYSTEM_KEYS:
+            raise GrpcError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property is used by system: {k}")
+        if not k or _has_control(k) or _has_control(v) or "\x01" in k or "\x02" in v:
+            raise GrpcError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {k!r} has an empty name or control characters")
+        props[k] = v
+    if sp.HasField("tag"):
+        tag = sp.tag
+        if not tag.strip() or "|" in tag or _has_control(tag):
+            raise GrpcError(Code.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is blank or holds '|' or control characters")
+        props[K.TAGS] = tag
+    keys = list(sp.keys)
+    for key in keys:
+        if not key.strip() or _has_control(key):
+            raise GrpcError(Code.ILLEGAL_MESSAGE_KEY, f"key {key!r} is blank or holds control characters")
+    if keys:
+        props[K.KEYS] = " ".join(keys)
+    if not sp.message_id.strip():
+        raise GrpcError(Code.ILLEGAL_MESSAGE_ID, "message id cannot be empty")
+    props[K.UNIQ_KEY] = sp.message_id
+    props[K.PGROUP] = topic  # Apache's proxy: the topic is the transactional checker's group
+    mtype = sp.message_type
+    sys_flag = COMPRESSED_FLAG if sp.body_encoding == pb.GZIP else 0
+    if sp.HasField("message_group"):
+        group = sp.message_group
+        if not group.strip() or _has_control(group) or len(group.encode()) >= 64:
+            raise GrpcError(Code.ILLEGAL_MESSAGE_GROUP, "message group is blank, holds control characters or "
+                                                         "is 64 bytes or longer")
+        props[SHARDING_KEY] = group
+    elif mtype == pb.FIFO:
+        raise GrpcError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a FIFO message needs a message group")
+    if mtype == pb.TRANSACTION:
+        props[K.TRAN_MSG] = "true"
+        sys_flag |= TRANSACTION_PREPARED
+        if sp.HasField("orphaned_transaction_recovery_duration"):
+            secs = sp.orphaned_transaction_recovery_duration.seconds
+            if secs > 0:
+                props[K.CHECK_IMMUNITY_TIME_IN_SECONDS] = str(secs)
+    if sp.HasField("delivery_timestamp"):
+        if mtype == pb.TRANSACTION:
+            raise GrpcError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a transactional message cannot have a "
+                                                                       "delivery timestamp")
+        ts = sp.delivery_timestamp
+        deliver_ms = ts.seconds * 1000 + ts.nanos // 1_000_000
+        if timer_wheel:  # the timer hook decides (a time already past is stored for delivery at once)
+            props[K.TIMER_DELIVER_MS] = str(deliver_ms)
+        elif deliver_ms > now_ms:
+            level = delay_level_for(deliver_ms - now_ms, levels)
+            if level:
+                props[K.DELAY] = str(level)
+            else:
+                raise GrpcError(Code.ILLEGAL_DELIVERY_TIME, "timerWheelEnable is false and the delay "
+                                f"{deliver_ms - now_ms} ms is no delay level (levels in ms: {levels})")
+    elif mtype == pb.DELAY:
+        raise GrpcError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a DELAY message needs a delivery timestamp")
+    if sp.trace_context:
+        props["TRACE_CONTEXT"] = sp.trace_context
+    return props, sys_flag
+
+
+def timestamp_ms(ms: int) -> Timestamp:
+    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def message_type_of(props: dict[str, str]) -> int:
+    if props.get(K.TRAN_MSG, "").lower() == "true":
+        return pb.TRANSACTION
+    if SHARDING_KEY in props:
+        return pb.FIFO
+    if K.TIMER_DELIVER_MS in props or K.DELAY in props or K.TIMER_OUT_MS in props:
+        return pb.DELAY
+    return pb.NORMAL
+
+
+def to_proto(rec, topic: str, store_host: tuple[str, int]) -> pb.Message:
+    """The proto Message of a stored record as consumers see it (receipt handle etc. set by the caller)."""
+    props = rec.properties
+    body = bytes(rec.body)
+    m = pb.Message()
+    m.topic.name = topic
+    for k, v in props.items():
+        if k not in SYSTEM_KEYS:
+            m.user_properties[k] = v
+    sp = m.system_properties
+    tag = props.get(K.TAGS)
+    if tag is not None:
+        sp.tag = tag
+    keys = props.get(K.KEYS)
+    if keys:
+        sp.keys.extend(k for k in keys.split(" ") if k)
+    sp.message_id = props.get(K.UNIQ_KEY) or offset_msg_id(*store_host, rec.commitlog_offset)
+    sp.body_digest.type = pb.CRC32
+    sp.body_digest.checksum = format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
+    sp.body_encoding = pb.GZIP if rec.sys_flag & COMPRESSED_FLAG else pb.IDENTITY
+    sp.message_type = message_type_of(props)
+    sp.born_timestamp.CopyFrom(timestamp_ms(rec.born_timestamp))
+    sp.born_host = f"{rec.born_host[0]}:{rec.born_host[1]}"
+    sp.store_timestamp.CopyFrom(timestamp_ms(rec.store_timestamp))
+    sp.store_host = f"{rec.store_host[0]}:{rec.store_host[1]}"
+    deliver = props.get(K.TIMER_DELIVER_MS)
+    if deliver and deliver.isdigit():
+        sp.delivery_timestamp.CopyFrom(timestamp_ms(int(deliver)))
+    sp.queue_id = rec.queue_id
+    sp.queue_offset = rec.queue_offset
+    group = props.get(SHARDING_KEY)
+    if group:
+        sp.message_group = group
+    trace = props.get("TRACE_CONTEXT")
+    if trace:
+        sp.trace_context = trace
+    m.body = body
+    return m
+
+
+def endpoints(host: str, port: int) -> pb.Endpoints:
+    scheme = pb.IPv6 if ":" in host else (pb.IPv4 if host.replace(".", "").isdigit() else pb.DOMAIN_NAME)
+    return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=port)])

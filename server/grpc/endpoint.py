@@ -1,0 +1,79 @@
+"""The gRPC endpoint: a grpc.aio server on the broker's own event loop (uvloop), port `grpcListenPort`.
+
+Built and started by the composition root (server/broker.py) after the remoting server, the ACL and
+the store are up; stopped before the store shuts down. Cleartext HTTP/2, or TLS with the remoting
+port's keys (tls.server.certPath / tls.server.keyPath) whenever tls.server.mode is not `disabled`: a
+gRPC port cannot sniff the first byte as the remoting port does, so `permissive` means TLS here.
+"""
+
+from __future__ import annotations
+
+import grpc
+import structlog
+
+from server.grpc.auth import Authenticator
+from server.grpc.pop import PopService
+from server.grpc.pop_store import PopStore
+from server.grpc.service import MessagingService
+from server.grpc.v2 import service_pb2_grpc as sgrpc
+from server.security import tls_mode
+
+log = structlog.get_logger(__name__)
+
+GRACE_S = 1.0
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+
+
+class GrpcEndpoint:
+    def __init__(self, broker) -> None:
+        self.broker = broker
+        self.port = 0
+        self.tls = False
+        self.server: grpc.aio.Server | None = None
+        self.pop: PopService | None = None
+        self.service: MessagingService | None = None
+
+    async def start(self) -> None:
+        broker, cfg = self.broker, self.broker.config
+        state = PopStore(cfg.store_path_root_dir, sync=cfg.sync_flush)
+        state.load()
+        self.pop = PopService(broker, state)
+        self.pop.start()
+        self.server = grpc.aio.server(options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),
+        ])
+        addr = f"{cfg.listen_host}:{cfg.grpc_listen_port}"
+        try:
+            if tls_mode(cfg) != "disabled":
+                with open(cfg.tls_server_key_path, "rb") as f:
+                    key = f.read()
+                with open(cfg.tls_server_cert_path, "rb") as f:
+                    cert = f.read()
+                self.port = self.server.add_secure_port(addr, grpc.ssl_server_credentials([(key, cert)]))
+                self.tls = True
+            else:
+                self.port = self.server.add_insecure_port(addr)
+        except RuntimeError as e:  # grpc: "Failed to bind to address"
+            raise ValueError(f"grpcListenPort: cannot listen on {addr}: {e}") from None
+        if not self.port:
+            raise ValueError(f"grpcListenPort: cannot listen on {addr}")
+        self.service = MessagingService(broker, self.pop, Authenticator(broker.acl), self.port)
+        sgrpc.add_MessagingServiceServicer_to_server(self.service, self.server)
+        await self.server.start()
+        log.info("grpc.listening", addr=f"{cfg.listen_host}:{self.port}", tls=self.tls)
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop(GRACE_S)
+            self.server = None
+        if self.pop is not None:
+            await self.pop.stop()
+
+    def stats(self) -> dict[str, int]:
+        out = dict(self.pop.stats()) if self.pop else {}
+        if self.service is not None:
+            out["grpcRpcErrors"] = self.service.rpc_errors
+            out["grpcTelemetrySessions"] = len(self.service.telemetry.sessions)
+        return out

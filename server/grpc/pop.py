@@ -1,0 +1,383 @@
+"""ReceiveMessage / AckMessage / ChangeInvisibleDuration / ForwardMessageToDeadLetterQueue: RocketMQ 5's
+pop consumption over the broker's own ConsumeQueues, with its state in `PopStore` (durable).
+
+A receive hands out a queue's in-flight deliveries whose invisible time is over (delivery_attempt + 1)
+before new messages; a delivery whose attempt reached the group's max attempts (`retryMaxTimes` + 1,
+RocketMQ 5's maxDeliveryAttempts) goes to `%DLQ%<group>` instead and is done. A group new to a queue
+starts at the group's committed offset (shared with 4.x consumers of the group), else at the queue's
+first offset. The committed consumer offset follows the lowest offset still in flight, so mqadmin and
+4.x tools see the group's progress. Long polling: a receive with nothing to hand out waits for a put
+to the topic (the store's dispatch listener), an in-flight message becoming visible, or its deadline.
+FIFO groups (`consumeMessageOrderly`) get nothing new from a queue while a delivery of it is in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+
+import structlog
+
+from codec.errors import CodecError
+from codec.msgid import offset_msg_id
+from codec.properties import MessageConst as K
+from codec.record import MessageRecord, decode_record
+from server.grpc.pop_store import Key, PopStore
+from server.grpc.status import Code, GrpcError
+from storage.store_types import GetStatus
+
+log = structlog.get_logger(__name__)
+
+DLQ_PREFIX = "%DLQ%"
+_UNIT = struct.Struct(">qi")
+SWEEP_INTERVAL_S = 1.0
+_ADVANCE = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_FOUND_NULL, GetStatus.OFFSET_OVERFLOW_BADLY,
+            GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING)
+
+
+def encode_handle(qid: int, offset: int, seq: int) -> str:
+    return f"{qid}:{offset}:{seq}"
+
+
+def decode_handle(handle: str) -> tuple[int, int, int]:
+    try:
+        qid, offset, seq = (int(x) for x in handle.split(":"))
+    except ValueError:
+        raise GrpcError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle {handle!r} is not one of this broker's") from None
+    return qid, offset, seq
+
+
+class TagFilter:
+    """A TAG filter expression: `*` / empty = everything, else tags joined by `||`."""
+
+    def __init__(self, expression: str) -> None:
+        tags = {t.strip() for t in (expression or "").split("||") if t.strip()}
+        self.tags = None if not tags or "*" in tags else tags
+
+    def accepts(self, rec: MessageRecord) -> bool:
+        return self.tags is None or rec.properties.get(K.TAGS) in self.tags
+
+
+class Delivery:
+    __slots__ = ("rec", "qid", "offset", "seq", "attempt", "invisible_ms")
+
+    def __init__(self, rec, qid, offset, seq, attempt, invisible_ms) -> None:
+        self.rec, self.qid, self.offset, self.seq = rec, qid, offset, seq
+        self.attempt, self.invisible_ms = attempt, invisible_ms
+
+    @property
+    def handle(self) -> str:
+        return encode_handle(self.qid, self.offset, self.seq)
+
+
+class PopService:
+    def __init__(self, broker, state: PopStore) -> None:
+        self.broker = broker
+        self.state = state
+        self._waiters: dict[str, set[asyncio.Future]] = {}
+        self._sweeper: asyncio.Task | None = None
+        self._rr = 0
+        self.dlq_total = 0
+        self.sweep_errors = 0
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        self.broker.store.add_dispatch_listener(self._on_dispatch)
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever(), name="grpc-pop-sweep")
+
+    async def stop(self) -> None:
+        self.broker.store.remove_dispatch_listener(self._on_dispatch)
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            try:
+                await self._sweeper
+            except asyncio.CancelledError:
+                pass
+        for futs in self._waiters.values():
+            for f in futs:
+                if not f.done():
+                    f.set_result(None)
+        self.state.close()
+
+    def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
+        self._wake(topic)
+
+    def _wake(self, topic: str) -> None:
+        futs = self._waiters.pop(topic, None)
+        if futs:
+            for f in futs:
+                if not f.done():
+                    f.set_result(None)
+
+    # ---- group facts ---------------------------------------------------------------------
+    def group_config(self, group: str):
+        gcfg = self.broker.groups.find(group)
+        if gcfg is None:
+            raise GrpcError(Code.CONSUMER_GROUP_NOT_FOUND, f"consumer group {group} does not exist")
+        if not gcfg.consume_enable:
+            raise GrpcError(Code.FORBIDDEN, f"consumer group {group} may not consume (consumeEnable=false)")
+        return gcfg
+
+    def max_attempts(self, group: str) -> int:
+        gcfg = self.broker.groups.find(group)
+        return (gcfg.retry_max_times if gcfg is not None else 16) + 1
+
+    def is_fifo(self, group: str) -> bool:
+        gcfg = self.broker.groups.find(group)
+        return bool(gcfg is not None and gcfg.consume_message_orderly)
+
+    def _queue(self, key: Key):
+        group, topic, qid = key
+
+        def initial() -> int:
+            committed = self.broker.offsets.query(group, topic, qid)
+            return committed if committed >= 0 else max(0, self.broker.store.min_offset(topic, qid))
+        return self.state.queue(key, initial)
+
+    def _commit(self, key: Key) -> None:
+        q = self.state.queues.get(key)
+        if q is not None:
+            group, topic, qid = key
+            self.broker.offsets.commit(group, topic, qid, q.commit_offset())
+
+    # ---- receive -------------------------------------------------------------------------
+    def read_queue_ids(self, topic: str) -> list[int]:
+        tcfg = self.broker.topics.get(topic)
+        if tcfg is None:
+            raise GrpcError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
+        if not tcfg.readable:
+            raise GrpcError(Code.FORBIDDEN, f"topic {topic} is not readable")
+        return list(range(tcfg.read_queue_nums))
+
+    async def receive(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
+                      accept: TagFilter, deadline: float) -> list[Delivery]:
+        """Up to `batch` deliveries; waits (long polling) until `deadline` (loop time) when there are none."""
+        self.group_config(group)
+        qids = self.read_queue_ids(topic)
+        if queue_id >= 0:
+            if queue_id not in qids:
+                raise GrpcError(Code.BAD_REQUEST, f"topic {topic} has no readable queue {queue_id}")
+            qids = [queue_id]
+        fifo = self.is_fifo(group)
+        loop = asyncio.get_running_loop()
+        while True:
+            out: list[Delivery] = []
+            self._rr += 1
+            start = self._rr % len(qids) if qids else 0
+            for qid in qids[start:] + qids[:start]:
+                if len(out) >= batch:
+                    break
+                out += await self._collect((group, topic, qid), batch - len(out), invisible_ms, accept, fifo)
+            now = loop.time()
+            if out or now >= deadline:
+                return out
+            wait_s = deadline - now
+            next_visible = self._next_visible_ms(group, topic, qids)
+            if next_visible is not None:
+                wait_s = min(wait_s, max(0.0, next_visible / 1000 - time.time()) + 0.001)
+            await self.wait_for_topic(topic, wait_s)
+
+    async def pull(self, topic: str, qid: int, offset: int, batch: int, accept: TagFilter,
+                   deadline: float) -> tuple[list[MessageRecord], int, GetStatus]:
+        """PullMessage (5.x pull consumers): messages from `offset`, waiting until `deadline` for a first one."""
+        loop = asyncio.get_running_loop()
+        while True:
+            res = self.broker.store.get_messages(topic, qid, offset, batch)
+            recs = []
+            if res.status is GetStatus.FOUND:
+                for buf in res.buffers:
+                    try:
+                        rec = decode_record(buf)[0]
+                    except CodecError:
+                        continue
+                    if accept.accepts(rec):
+                        recs.append(rec)
+            if recs or res.status not in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE,
+                                          GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.FOUND) \
+                    or loop.time() >= deadline:
+                return recs, res.next_begin_offset if res.status is not GetStatus.NO_MESSAGE_IN_QUEUE else offset, \
+                    res.status
+            if res.status is GetStatus.FOUND:  # everything filtered out: go on from there at once
+                offset = res.next_begin_offset
+                continue
+            await self.wait_for_topic(topic, deadline - loop.time())
+
+    async def wait_for_topic(self, topic: str, timeout_s: float) -> None:
+        """Until a put to `topic` is dispatched, a pop state change wakes it, or timeout_s passes."""
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(topic, set()).add(fut)
+        try:
+            await asyncio.wait_for(fut, max(0.0, timeout_s))
+        except TimeoutError:
+            pass
+        finally:
+            waiting = self._waiters.get(topic)
+            if waiting is not None:
+                waiting.discard(fut)
+
+    def _next_visible_ms(self, group: str, topic: str, qids: list[int]) -> int | None:
+        best = None
+        for qid in qids:
+            q = self.state.queues.get((group, topic, qid))
+            if q is None:
+                continue
+            for e in q.inflight.values():
+                if best is None or e.visible_ms < best:
+                    best = e.visible_ms
+        return best
+
+    async def _collect(self, key: Key, want: int, invisible_ms: int, accept: TagFilter, fifo: bool) -> list[Delivery]:
+        group, topic, qid = key
+        q = self._queue(key)
+        now_ms = int(time.time() * 1000)
+        out: list[Delivery] = []
+        entries: list[tuple[int, int, int]] = []
+        max_att = self.max_attempts(group)
+        for off in sorted(o for o, e in q.inflight.items() if e.visible_ms <= now_ms):
+            if len(out) >= want:
+                break
+            e = q.inflight.get(off)
+            if e is None or e.visible_ms > now_ms:
+                continue
+            rec = self._read(topic, qid, off)
+            if rec is None:  # the message is gone (retention): nothing left to deliver
+                self.state.ack(key, off, e.seq)
+                continue
+            if e.attempt >= max_att:
+                await self._to_dlq(key, off, e.seq, rec, e.attempt)
+                continue
+            if not accept.accepts(rec):
+                self.state.ack(key, off, e.seq)
+                continue
+            seq = self.state.next_seq()
+            entries.append((off, seq, e.attempt + 1))
+            out.append(Delivery(rec, qid, off, seq, e.attempt + 1, invisible_ms))
+        blocked = fifo and any(e.visible_ms > now_ms for e in q.inflight.values())
+        new_next = q.next_offset
+        if len(out) < want and not blocked and not (fifo and out):
+            res = self.broker.store.get_messages(topic, qid, q.next_offset, want - len(out))
+            if res.status is GetStatus.FOUND:
+                for buf, qoff in zip(res.buffers, res.queue_offsets, strict=True):
+                    try:
+                        rec = decode_record(buf)[0]
+                    except CodecError as e:
+                        log.error("pop.bad_record", topic=topic, queue_id=qid, offset=qoff, error=str(e))
+                        continue
+                    if not accept.accepts(rec):
+                        continue
+                    seq = self.state.next_seq()
+                    entries.append((qoff, seq, 1))
+                    out.append(Delivery(rec, qid, qoff, seq, 1, invisible_ms))
+                new_next = res.next_begin_offset
+            elif res.status in _ADVANCE and res.next_begin_offset != q.next_offset:
+                new_next = res.next_begin_offset
+        if entries or new_next != q.next_offset:
+            self.state.pop(key, new_next, now_ms + invisible_ms, entries)
+            self._commit(key)
+        return out
+
+    def _read(self, topic: str, qid: int, offset: int) -> MessageRecord | None:
+        store = self.broker.store
+        units = store.read_units(topic, qid, offset, 1)
+        if not units or len(units) < 20:
+            return None
+        phys, size = _UNIT.unpack_from(units, 0)
+        raw = store.read_record(phys, size)
+        if raw is None or len(raw) == 0:
+            return None
+        try:
+            return decode_record(raw)[0]
+        except CodecError:
+            return None
+
+    # ---- ack / change / DLQ --------------------------------------------------------------
+    def ack(self, group: str, topic: str, handle: str) -> None:
+        qid, offset, seq = decode_handle(handle)
+        key = (group, topic, qid)
+        if not self.state.ack(key, offset, seq):
+            raise GrpcError(Code.INVALID_RECEIPT_HANDLE,
+                            f"receipt handle {handle} is expired or was acked (topic {topic}, group {group})")
+        self._commit(key)
+        if self.is_fifo(group):
+            self._wake(topic)
+
+    def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+        qid, offset, seq = decode_handle(handle)
+        new = self.state.change((group, topic, qid), offset, seq, int(time.time() * 1000) + invisible_ms)
+        if new is None:
+            raise GrpcError(Code.INVALID_RECEIPT_HANDLE,
+                            f"receipt handle {handle} is expired or was acked (topic {topic}, group {group})")
+        if invisible_ms == 0:
+            self._wake(topic)
+        return encode_handle(qid, offset, new)
+
+    async def forward_to_dlq(self, group: str, topic: str, handle: str) -> None:
+        qid, offset, seq = decode_handle(handle)
+        key = (group, topic, qid)
+        q = self.state.queues.get(key)
+        e = q.inflight.get(offset) if q else None
+        if e is None or e.seq != seq:
+            raise GrpcError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle {handle} is expired or was acked")
+        rec = self._read(topic, qid, offset)
+        if rec is None:
+            self.state.ack(key, offset, seq)
+        else:
+            await self._to_dlq(key, offset, seq, rec, e.attempt)
+        self._commit(key)
+
+    async def _to_dlq(self, key: Key, offset: int, seq: int, rec: MessageRecord, attempts: int) -> None:
+        group, topic, qid = key
+        dlq = DLQ_PREFIX + group
+        self.broker.topics.create_in_send_back(dlq, 1, 6)
+        props = {k: v for k, v in rec.properties.items()
+                 if k not in (K.DELAY, K.TIMER_DELIVER_MS, K.TIMER_DELAY_MS, K.TIMER_DELAY_SEC, K.TIMER_OUT_MS)}
+        props[K.DLQ_ORIGIN_TOPIC] = topic
+        props[K.DLQ_ORIGIN_MESSAGE_ID] = rec.properties.get(K.UNIQ_KEY) or offset_msg_id(
+            *self.broker.store_host, rec.commitlog_offset)
+        props[K.RETRY_TOPIC] = topic
+        dead = MessageRecord(topic=dlq, body=rec.body, queue_id=0, flag=rec.flag, sys_flag=rec.sys_flag,
+                             born_timestamp=rec.born_timestamp, born_host=rec.born_host,
+                             store_host=self.broker.store_host, reconsume_times=attempts, properties=props)
+        code, remark = await self.broker.put_record(dead, hooks=False)
+        if code != 0:
+            raise GrpcError(Code.INTERNAL_SERVER_ERROR, f"could not store to {dlq}: {remark}")
+        # the entry may have been acked while the put waited: then there is nothing more to do
+        if self.state.ack(key, offset, seq):
+            self.dlq_total += 1
+            log.info("pop.to_dlq", group=group, topic=topic, queue_id=qid, offset=offset, attempts=attempts)
+
+    async def _sweep_forever(self) -> None:
+        """Supervised: moves deliveries past their max attempts to the DLQ when nobody receives."""
+        backoff = SWEEP_INTERVAL_S
+        while True:
+            await asyncio.sleep(backoff)
+            try:
+                await self._sweep()
+                backoff = SWEEP_INTERVAL_S
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                self.sweep_errors += 1
+                backoff = min(30.0, backoff * 2)
+                log.error("pop.sweep_failed", error=repr(e), errors=self.sweep_errors, retry_in_s=backoff)
+
+    async def _sweep(self) -> None:
+        now_ms = int(time.time() * 1000)
+        for key, q in list(self.state.queues.items()):
+            max_att = self.max_attempts(key[0])
+            due = [(off, e.seq, e.attempt) for off, e in q.inflight.items()
+                   if e.visible_ms <= now_ms and e.attempt >= max_att]
+            for off, seq, attempts in due:
+                rec = self._read(key[1], key[2], off)
+                if rec is None:
+                    self.state.ack(key, off, seq)
+                else:
+                    await self._to_dlq(key, off, seq, rec, attempts)
+            if due:
+                self._commit(key)
+
+    def stats(self) -> dict[str, int]:
+        return {"grpcPopQueues": len(self.state.queues),
+                "grpcPopInflight": sum(len(q.inflight) for q in self.state.queues.values()),
+                "grpcPopDlq": self.dlq_total}

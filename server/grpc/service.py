@@ -1,0 +1,496 @@
+"""apache.rocketmq.v2.MessagingService on the broker's store (RocketMQ 5 clients, no proxy).
+
+Every RPC: authentication (`auth.Authenticator`), then the work; a `GrpcError` anywhere below becomes
+the response's `Status` (the proto's codes with a message), anything unexpected INTERNAL_SERVER_ERROR
+(logged with the RPC's name). Sends go through the remoting send path itself
+(`server.processors.send.SendProcessor`): a 5.x message becomes the SEND_MESSAGE request a 4.x producer
+would make (`convert.to_properties`), so topic checks, auto-creation, size limits, transactions, delay
+levels and the timer wheel are the same code for both protocols.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+
+import structlog
+from google.protobuf.duration_pb2 import Duration
+
+from codec.command import RemotingCommand
+from codec.msgid import decode_offset_msg_id
+from codec.properties import MessageConst as K
+from codec.properties import properties_to_string
+from codec.tags import java_hash
+from server.grpc import convert
+from server.grpc.auth import Authenticator, needs
+from server.grpc.pop import PopService, TagFilter, decode_handle
+from server.grpc.status import OK, Code, GrpcError, from_remoting, status
+from server.grpc.telemetry import TelemetryService, transaction_id
+from server.grpc.v2 import definition_pb2 as pb
+from server.grpc.v2 import service_pb2 as spb
+from server.grpc.v2 import service_pb2_grpc as sgrpc
+from server.processors.send import SendProcessor
+from server.transactions import COMMIT, ROLLBACK
+from storage.store_types import GetStatus
+
+log = structlog.get_logger(__name__)
+
+SEND_MESSAGE = 10
+ALL_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+DEFAULT_INVISIBLE_MS = 30_000
+MIN_INVISIBLE_MS, MAX_INVISIBLE_MS = 1_000, 12 * 3600 * 1000
+DEFAULT_LONG_POLLING_S = 20.0
+DEADLINE_MARGIN_S = 0.3
+MAX_BATCH = 32
+
+
+def _ms(d: Duration) -> int:
+    return d.seconds * 1000 + d.nanos // 1_000_000
+
+
+def _peer(context) -> tuple[str, int]:
+    """'ipv4:127.0.0.1:5555' / 'ipv6:[::1]:5555' -> (host, port)."""
+    text = context.peer() or ""
+    kind, _, rest = text.partition(":")
+    host, _, port = rest.rpartition(":")
+    host = host.strip("[]")
+    if host.startswith("::ffff:"):
+        host = host[7:]
+    try:
+        return host or "127.0.0.1", int(port)
+    except ValueError:
+        return "127.0.0.1", 0
+
+
+class _Conn:
+    """What the remoting send path reads of a connection: the peer (born host) and per-connection attrs."""
+
+    __slots__ = ("peer", "attrs")
+
+    def __init__(self, peer: tuple[str, int]) -> None:
+        self.peer = peer
+        self.attrs: dict = {}
+
+
+class MessagingService(sgrpc.MessagingServiceServicer):
+    def __init__(self, broker, pop: PopService, auth: Authenticator, grpc_port: int) -> None:
+        self.broker = broker
+        self.pop = pop
+        self.auth = auth
+        self.grpc_port = grpc_port
+        self.sender = SendProcessor(broker)
+        self.telemetry = TelemetryService(broker, lambda: self.grpc_port)
+        self.rpc_errors = 0
+
+    # ---- plumbing ------------------------------------------------------------------------
+    def _check(self, context, needed: dict[str, int]) -> None:
+        md = {k: v for k, v in (context.invocation_metadata() or ())}
+        self.auth.check(md, _peer(context)[0], needed)
+
+    async def _unary(self, name: str, resp_cls, context, needed, work):
+        try:
+            self._check(context, needed)
+            return await work()
+        except GrpcError as e:
+            return resp_cls(status=status(e.code, e.message))
+        except Exception as e:
+            self.rpc_errors += 1
+            log.error("grpc.rpc_failed", rpc=name, error=repr(e), exc_info=e)
+            return resp_cls(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}"))
+
+    def _broker_entry(self, context_endpoints: pb.Endpoints | None) -> pb.Broker:
+        cfg = self.broker.config
+        if context_endpoints is not None and context_endpoints.addresses:
+            eps = context_endpoints
+        else:
+            eps = convert.endpoints(cfg.broker_ip1, self.grpc_port)
+        return pb.Broker(name=cfg.broker_name, id=0, endpoints=eps)
+
+    @staticmethod
+    def _topic_name(res: pb.Resource) -> str:
+        if not res.name:
+            raise GrpcError(Code.ILLEGAL_TOPIC, "topic name is empty")
+        return res.name
+
+    @staticmethod
+    def _group_name(res: pb.Resource) -> str:
+        if not res.name:
+            raise GrpcError(Code.ILLEGAL_CONSUMER_GROUP, "consumer group name is empty")
+        return res.name
+
+    def _topic_config(self, topic: str, create: bool = False):
+        topics = self.broker.topics
+        tcfg = topics.get(topic)
+        if tcfg is None and create:
+            tcfg = topics.create_in_send(topic, "TBW102", self.broker.config.default_topic_queue_nums)
+        if tcfg is None:
+            raise GrpcError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
+        return tcfg
+
+    # ---- route / heartbeat / telemetry ---------------------------------------------------
+    async def QueryRoute(self, request, context):
+        async def work():
+            topic = self._topic_name(request.topic)
+            tcfg = self._topic_config(topic, create=True)
+            broker = self._broker_entry(request.endpoints)
+            queues = []
+            for qid in range(max(tcfg.read_queue_nums, tcfg.write_queue_nums)):
+                r, w = qid < tcfg.read_queue_nums and tcfg.readable, qid < tcfg.write_queue_nums and tcfg.writeable
+                perm = pb.READ_WRITE if r and w else pb.READ if r else pb.WRITE if w else pb.NONE
+                queues.append(pb.MessageQueue(topic=request.topic, id=qid, permission=perm, broker=broker,
+                                              accept_message_types=ALL_TYPES))
+            return spb.QueryRouteResponse(status=OK, message_queues=queues)
+        return await self._unary("QueryRoute", spb.QueryRouteResponse, context, {}, work)
+
+    async def Heartbeat(self, request, context):
+        async def work():
+            md = dict(context.invocation_metadata() or ())
+            self.telemetry.refresh(md.get("x-mq-client-id", ""))
+            return spb.HeartbeatResponse(status=OK)
+        return await self._unary("Heartbeat", spb.HeartbeatResponse, context, {}, work)
+
+    async def Telemetry(self, request_iterator, context):
+        md = dict(context.invocation_metadata() or ())
+        try:
+            self._check(context, {})
+        except GrpcError as e:
+            yield spb.TelemetryCommand(status=status(e.code, e.message))
+            return
+        client_id = md.get("x-mq-client-id") or f"anonymous-{_peer(context)}"
+        async for cmd in self.telemetry.serve(request_iterator, client_id, _peer(context),
+                                              md.get("x-mq-language", "OTHER"), self.pop.is_fifo):
+            yield cmd
+
+    async def NotifyClientTermination(self, request, context):
+        async def work():
+            md = dict(context.invocation_metadata() or ())
+            chan = self.telemetry.sessions.get(md.get("x-mq-client-id", ""))
+            if chan is not None:
+                chan.close()
+            return spb.NotifyClientTerminationResponse(status=OK)
+        return await self._unary("NotifyClientTermination", spb.NotifyClientTerminationResponse, context, {}, work)
+
+    # ---- send ----------------------------------------------------------------------------
+    async def SendMessage(self, request, context):
+        if not request.messages:
+            return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no messages"))
+        topic = request.messages[0].topic.name
+        return await self._unary("SendMessage", spb.SendMessageResponse, context, needs(topic, pub=True),
+                                 lambda: self._send(request, context))
+
+    def _send_command(self, topic: str, qid: int, props: dict[str, str], sys_flag: int, body: bytes,
+                      born_ms: int) -> RemotingCommand:
+        ext = {"producerGroup": topic, "topic": topic, "defaultTopic": "TBW102",
+               "defaultTopicQueueNums": str(self.broker.config.default_topic_queue_nums), "queueId": str(qid),
+               "sysFlag": str(sys_flag), "bornTimestamp": str(born_ms), "flag": "0",
+               "properties": properties_to_string(props), "reconsumeTimes": "0", "unitMode": "false",
+               "batch": "false"}
+        return RemotingCommand.request(SEND_MESSAGE, ext, body)
+
+    async def _send(self, request, context):
+        topic = self._topic_name(request.messages[0].topic)
+        cfg = self.broker.config
+        now = int(time.time() * 1000)
+        timer = self.broker.timer_service is not None
+        cmds, errors = [], {}
+        tcfg = self.broker.topics.get(topic)
+        for i, msg in enumerate(request.messages):
+            try:
+                if msg.topic.name != topic:
+                    raise GrpcError(Code.MESSAGE_CORRUPTED, "the messages of one request must share a topic")
+                if not msg.body:
+                    raise GrpcError(Code.MESSAGE_BODY_EMPTY, "message body is empty")
+                if len(msg.body) > cfg.max_message_size:
+                    raise GrpcError(Code.MESSAGE_BODY_TOO_LARGE,
+                                    f"message body size {len(msg.body)} exceeds maxMessageSize {cfg.max_message_size}")
+                props, sys_flag = convert.to_properties(msg, topic, now, timer, self.broker.levels)
+                qid = -1
+                group = props.get(convert.SHARDING_KEY)
+                if group and tcfg is not None and tcfg.write_queue_nums > 0:  # FIFO: one queue per message group
+                    qid = abs(java_hash(group)) % tcfg.write_queue_nums
+                bt = msg.system_properties.born_timestamp
+                born = bt.seconds * 1000 + bt.nanos // 1_000_000 if msg.system_properties.HasField("born_timestamp") \
+                    else now
+                cmds.append((i, props, self._send_command(topic, qid, props, sys_flag, msg.body, born)))
+            except GrpcError as e:
+                errors[i] = status(e.code, e.message)
+        results = self.sender.batch(_Conn(_peer(context)), [c for _, _, c in cmds]) if cmds else []
+        entries: list[spb.SendResultEntry | None] = [None] * len(request.messages)
+        for i, st in errors.items():
+            entries[i] = spb.SendResultEntry(status=st)
+        for (i, props, _cmd), resp in zip(cmds, results, strict=True):
+            if resp is not None and not isinstance(resp, RemotingCommand):
+                resp = await resp  # SYNC_FLUSH: answered once the group commit covers it
+            if resp is None or resp.code != 0:
+                entries[i] = spb.SendResultEntry(status=from_remoting(resp.code if resp else 1,
+                                                                       resp.remark if resp else "no response"))
+                continue
+            ext = resp.ext_fields
+            uniq = props[K.UNIQ_KEY]
+            entry = spb.SendResultEntry(status=OK, message_id=uniq, offset=int(ext.get("queueOffset", 0)))
+            if props.get(K.TRAN_MSG) == "true":
+                entry.transaction_id = transaction_id(ext.get("msgId", ""), int(ext.get("queueOffset", 0)))
+            deliver = props.get(K.TIMER_DELIVER_MS)
+            if deliver:
+                raw = " ".join(("v1", topic, self.broker.config.broker_name, deliver, uniq))
+                entry.recall_handle = base64.urlsafe_b64encode(raw.encode()).decode()
+            entries[i] = entry
+        bad = [e.status for e in entries if e.status.code != Code.OK]
+        if not bad:
+            top = OK
+        elif len(entries) == 1:
+            top = bad[0]
+        else:
+            top = status(Code.MULTIPLE_RESULTS, f"{len(bad)} of {len(entries)} messages failed")
+        return spb.SendMessageResponse(status=top, entries=entries)
+
+    async def EndTransaction(self, request, context):
+        topic = request.topic.name
+
+        async def work():
+            tx = request.transaction_id
+            msg_id, _, table = tx.rpartition("-")
+            try:
+                _host, _port, phys = decode_offset_msg_id(msg_id)
+                table_offset = int(table)
+            except (ValueError, TypeError):
+                raise GrpcError(Code.INVALID_TRANSACTION_ID, f"transaction id {tx!r} is not one of this broker's") from None
+            kind = {pb.COMMIT: COMMIT, pb.ROLLBACK: ROLLBACK}.get(request.resolution)
+            if kind is None:
+                return spb.EndTransactionResponse(status=OK)  # unknown: wait for the check-back
+            code, remark = await self.broker.transactions.end(topic, table_offset, phys, kind)
+            if code != 0:
+                return spb.EndTransactionResponse(status=from_remoting(code, remark))
+            return spb.EndTransactionResponse(status=OK)
+        return await self._unary("EndTransaction", spb.EndTransactionResponse, context,
+                                 needs(topic, pub=True), work)
+
+    async def RecallMessage(self, request, context):
+        topic = request.topic.name
+
+        async def work():
+            try:
+                raw = base64.urlsafe_b64decode(request.recall_handle.encode() + b"==").decode()
+                version, h_topic, _broker, ts, uniq = raw.split(" ")[:5]
+                deliver = int(ts)
+            except (ValueError, UnicodeDecodeError):
+                raise GrpcError(Code.BAD_REQUEST, "recall handle is invalid") from None
+            if version != "v1" or h_topic != topic:
+                raise GrpcError(Code.BAD_REQUEST, "recall handle is invalid or for another topic")
+            if deliver <= int(time.time() * 1000):
+                raise GrpcError(Code.NOT_FOUND, f"message {uniq} was delivered at {deliver}: too late to recall")
+            props = {K.TIMER_DELIVER_MS: str(deliver), K.TIMER_DEL_UNIQKEY: f"{topic}+{uniq}", K.UNIQ_KEY: uniq,
+                     K.TAGS: convert.RECALL_TAG}
+            cmd = self._send_command(topic, 0, props, 0, b"0", int(time.time() * 1000))
+            [resp] = self.sender.batch(_Conn(_peer(context)), [cmd])
+            if resp is not None and not isinstance(resp, RemotingCommand):
+                resp = await resp
+            if resp is None or resp.code != 0:
+                return spb.RecallMessageResponse(status=from_remoting(resp.code if resp else 1,
+                                                                       resp.remark if resp else "no response"))
+            return spb.RecallMessageResponse(status=OK, message_id=uniq)
+        return await self._unary("RecallMessage", spb.RecallMessageResponse, context, needs(topic, pub=True), work)
+
+    # ---- consumption (pop) ---------------------------------------------------------------
+    async def QueryAssignment(self, request, context):
+        topic, group = request.topic.name, request.group.name
+
+        async def work():
+            self._topic_name(request.topic)
+            self.pop.group_config(self._group_name(request.group))
+            tcfg = self._topic_config(topic)
+            if not tcfg.readable:
+                raise GrpcError(Code.FORBIDDEN, f"topic {topic} is not readable")
+            mq = pb.MessageQueue(topic=request.topic, id=-1, permission=pb.READ_WRITE,
+                                 broker=self._broker_entry(request.endpoints), accept_message_types=ALL_TYPES)
+            return spb.QueryAssignmentResponse(status=OK, assignments=[pb.Assignment(message_queue=mq)])
+        return await self._unary("QueryAssignment", spb.QueryAssignmentResponse, context, needs(topic, group), work)
+
+    def _deadline(self, context, long_polling: Duration | None, has_lp: bool) -> float:
+        loop = asyncio.get_running_loop()
+        wait = _ms(long_polling) / 1000 if has_lp else DEFAULT_LONG_POLLING_S
+        remaining = context.time_remaining()
+        if remaining is not None:
+            wait = min(wait, max(0.0, remaining - DEADLINE_MARGIN_S))
+        return loop.time() + max(0.0, wait)
+
+    @staticmethod
+    def _filter(expr: pb.FilterExpression) -> TagFilter:
+        if expr.type == pb.SQL:
+            raise GrpcError(Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filtering is not supported; use a TAG expression")
+        return TagFilter(expr.expression)
+
+    async def ReceiveMessage(self, request, context):
+        topic, group = request.message_queue.topic.name, request.group.name
+        try:
+            self._check(context, needs(topic, group))
+            self._topic_name(request.message_queue.topic)
+            self._group_name(request.group)
+            invisible = _ms(request.invisible_duration) if request.HasField("invisible_duration") \
+                else DEFAULT_INVISIBLE_MS
+            if not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
+                raise GrpcError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible} ms is outside "
+                                                             f"[{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}]")
+            batch = request.batch_size
+            if batch <= 0:
+                raise GrpcError(Code.BAD_REQUEST, f"batch size {batch} must be positive")
+            deadline = self._deadline(context, request.long_polling_timeout, request.HasField("long_polling_timeout"))
+            # like Apache's proxy, a receive pops from all the broker's readable queues of the topic: the
+            # queue a simple consumer names is only its pick of a broker from the route
+            deliveries = await self.pop.receive(group, topic, -1, min(batch, MAX_BATCH),
+                                                invisible, self._filter(request.filter_expression), deadline)
+        except GrpcError as e:
+            yield spb.ReceiveMessageResponse(status=status(e.code, e.message))
+            return
+        except Exception as e:
+            self.rpc_errors += 1
+            log.error("grpc.rpc_failed", rpc="ReceiveMessage", error=repr(e), exc_info=e)
+            yield spb.ReceiveMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}"))
+            return
+        if not deliveries:
+            yield spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
+            return
+        yield spb.ReceiveMessageResponse(status=OK)
+        host = self.broker.store_host
+        for d in deliveries:
+            m = convert.to_proto(d.rec, topic, host)
+            sp = m.system_properties
+            sp.receipt_handle = d.handle
+            sp.delivery_attempt = d.attempt
+            sp.invisible_duration.CopyFrom(Duration(seconds=d.invisible_ms // 1000,
+                                                    nanos=(d.invisible_ms % 1000) * 10**6))
+            yield spb.ReceiveMessageResponse(message=m)
+        yield spb.ReceiveMessageResponse(delivery_timestamp=convert.timestamp_ms(int(time.time() * 1000)))
+
+    async def AckMessage(self, request, context):
+        topic, group = request.topic.name, request.group.name
+
+        async def work():
+            self.pop.group_config(self._group_name(request.group))
+            out, failed = [], 0
+            for e in request.entries:
+                try:
+                    self.pop.ack(group, topic, e.receipt_handle)
+                    st = OK
+                except GrpcError as err:
+                    st = status(err.code, err.message)
+                    failed += 1
+                out.append(spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle,
+                                                     status=st))
+            if not failed:
+                top = OK
+            elif len(out) == 1:
+                top = out[0].status
+            else:
+                top = status(Code.MULTIPLE_RESULTS, f"{failed} of {len(out)} acks failed")
+            return spb.AckMessageResponse(status=top, entries=out)
+        return await self._unary("AckMessage", spb.AckMessageResponse, context, needs(topic, group), work)
+
+    async def ChangeInvisibleDuration(self, request, context):
+        topic, group = request.topic.name, request.group.name
+
+        async def work():
+            self.pop.group_config(self._group_name(request.group))
+            ms = _ms(request.invisible_duration)
+            if not 0 <= ms <= MAX_INVISIBLE_MS:
+                raise GrpcError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {ms} ms is outside [0, {MAX_INVISIBLE_MS}]")
+            handle = self.pop.change_invisible(group, topic, request.receipt_handle, ms)
+            return spb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=handle)
+        return await self._unary("ChangeInvisibleDuration", spb.ChangeInvisibleDurationResponse, context,
+                                 needs(topic, group), work)
+
+    async def ForwardMessageToDeadLetterQueue(self, request, context):
+        topic, group = request.topic.name, request.group.name
+
+        async def work():
+            self.pop.group_config(self._group_name(request.group))
+            await self.pop.forward_to_dlq(group, topic, request.receipt_handle)
+            return spb.ForwardMessageToDeadLetterQueueResponse(status=OK)
+        return await self._unary("ForwardMessageToDeadLetterQueue", spb.ForwardMessageToDeadLetterQueueResponse,
+                                 context, needs(topic, group), work)
+
+    # ---- offsets / pull (5.x lite & pull consumers) --------------------------------------
+    def _queue_of(self, mq: pb.MessageQueue) -> tuple[str, int]:
+        topic = self._topic_name(mq.topic)
+        tcfg = self._topic_config(topic)
+        if not 0 <= mq.id < max(tcfg.read_queue_nums, tcfg.write_queue_nums):
+            raise GrpcError(Code.BAD_REQUEST, f"topic {topic} has no queue {mq.id}")
+        return topic, mq.id
+
+    async def UpdateOffset(self, request, context):
+        topic, group = request.message_queue.topic.name, request.group.name
+
+        async def work():
+            t, qid = self._queue_of(request.message_queue)
+            if request.offset < 0:
+                raise GrpcError(Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
+            self.broker.offsets.commit(self._group_name(request.group), t, qid, request.offset)
+            return spb.UpdateOffsetResponse(status=OK)
+        return await self._unary("UpdateOffset", spb.UpdateOffsetResponse, context, needs(topic, group), work)
+
+    async def GetOffset(self, request, context):
+        topic, group = request.message_queue.topic.name, request.group.name
+
+        async def work():
+            t, qid = self._queue_of(request.message_queue)
+            off = self.broker.offsets.query(self._group_name(request.group), t, qid)
+            if off < 0:
+                raise GrpcError(Code.OFFSET_NOT_FOUND, f"group {group} has no offset for {t}:{qid}")
+            return spb.GetOffsetResponse(status=OK, offset=off)
+        return await self._unary("GetOffset", spb.GetOffsetResponse, context, needs(topic, group), work)
+
+    async def QueryOffset(self, request, context):
+        topic = request.message_queue.topic.name
+
+        async def work():
+            t, qid = self._queue_of(request.message_queue)
+            store = self.broker.store
+            policy = request.query_offset_policy
+            if policy == pb.BEGINNING:
+                off = store.min_offset(t, qid)
+            elif policy == pb.END:
+                off = store.max_offset(t, qid)
+            else:
+                if not request.HasField("timestamp"):
+                    raise GrpcError(Code.BAD_REQUEST, "a TIMESTAMP query needs a timestamp")
+                ts = request.timestamp
+                off = store.search_offset_by_timestamp(t, qid, ts.seconds * 1000 + ts.nanos // 1_000_000)
+            return spb.QueryOffsetResponse(status=OK, offset=max(0, off))
+        return await self._unary("QueryOffset", spb.QueryOffsetResponse, context, needs(topic), work)
+
+    async def PullMessage(self, request, context):
+        topic, group = request.message_queue.topic.name, request.group.name
+        try:
+            self._check(context, needs(topic, group))
+            self.pop.group_config(self._group_name(request.group))
+            t, qid = self._queue_of(request.message_queue)
+            accept = self._filter(request.filter_expression)
+            if request.offset < 0:
+                raise GrpcError(Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
+            deadline = self._deadline(context, request.long_polling_timeout, request.HasField("long_polling_timeout"))
+            res = await self.pop.pull(t, qid, request.offset, max(1, min(request.batch_size or MAX_BATCH, MAX_BATCH)),
+                                      accept, deadline)
+        except GrpcError as e:
+            yield spb.PullMessageResponse(status=status(e.code, e.message))
+            return
+        except Exception as e:
+            self.rpc_errors += 1
+            log.error("grpc.rpc_failed", rpc="PullMessage", error=repr(e), exc_info=e)
+            yield spb.PullMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}"))
+            return
+        recs, next_offset, get_status = res
+        if recs:
+            yield spb.PullMessageResponse(status=OK)
+            host = self.broker.store_host
+            for rec in recs:
+                yield spb.PullMessageResponse(message=convert.to_proto(rec, t, host))
+        elif get_status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
+            yield spb.PullMessageResponse(status=status(Code.ILLEGAL_OFFSET, f"offset {request.offset} is out of "
+                                                                              f"range ({get_status.name})"))
+        else:
+            yield spb.PullMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
+        yield spb.PullMessageResponse(next_offset=next_offset)
+
+
+__all__ = ["MessagingService", "decode_handle"]

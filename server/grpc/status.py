@@ -1,0 +1,47 @@
+"""gRPC answers: the proto's status codes (apache.rocketmq.v2.Code) with a message.
+
+`GrpcError(code, message)` is raised anywhere below an RPC and becomes that RPC's `Status`;
+`from_remoting(code, remark)` maps a remoting response code (the send path's answers) to a Code.
+"""
+
+from __future__ import annotations
+
+from server.grpc.v2 import definition_pb2 as pb
+
+Code = pb.Code
+
+
+class GrpcError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def status(code: int = Code.OK, message: str = "OK") -> pb.Status:
+    return pb.Status(code=code, message=message)
+
+
+OK = status()
+
+# remoting ResponseCode -> Code (send path, END_TRANSACTION, put hooks)
+_REMOTING = {
+    0: Code.OK, 1: Code.INTERNAL_SERVER_ERROR, 10: Code.MASTER_PERSISTENCE_TIMEOUT,
+    11: Code.HA_NOT_AVAILABLE, 12: Code.SLAVE_PERSISTENCE_TIMEOUT, 13: Code.BAD_REQUEST,
+    14: Code.INTERNAL_SERVER_ERROR, 16: Code.FORBIDDEN, 17: Code.TOPIC_NOT_FOUND,
+    26: Code.CONSUMER_GROUP_NOT_FOUND,
+}
+
+
+def from_remoting(code: int, remark: str | None) -> pb.Status:
+    c = _REMOTING.get(code, Code.INTERNAL_SERVER_ERROR)
+    text = remark or f"remoting code {code}"
+    if code == 13 and "body size exceeded" in text:
+        c = Code.MESSAGE_BODY_TOO_LARGE
+    elif code == 13 and "properties size exceeded" in text:
+        c = Code.MESSAGE_PROPERTIES_TOO_LARGE
+    elif code == 13 and "timer" in text.lower():
+        c = Code.ILLEGAL_DELIVERY_TIME
+    elif code == 1 and "congested" in text:
+        c = Code.TOO_MANY_REQUESTS
+    return status(c, text)

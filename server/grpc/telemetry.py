@@ -1,0 +1,197 @@
+"""The Telemetry stream: one session per 5.x client (x-mq-client-id), both directions.
+
+In: the client's Settings (answered with the server's: backoff policy, publishing max body size,
+subscription long-polling timeout / FIFO / batch size, request timeout, metrics off), and its answers
+to our commands (ThreadStackTrace, VerifyMessageResult: logged, and handed to whoever asked).
+Out: RecoverOrphanedTransactionCommand for a half message nobody ended. A producer session is
+registered with the broker's ClientManager as a producer of each topic it publishes (Apache's proxy
+uses the topic as the transactional producer group), through `TelemetryChannel`, which speaks the
+one method TransactionService needs (`invoke_oneway(CHECK_TRANSACTION_STATE)`) by turning it into
+that command. 5.x consumers are not registered there: they pop, and a 4.x group's rebalance must not
+hand them queues they never pull.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+from google.protobuf.duration_pb2 import Duration
+
+from codec.errors import CodecError
+from codec.record import decode_record
+from server.grpc import convert
+from server.grpc.status import OK
+from server.grpc.v2 import definition_pb2 as pb
+from server.grpc.v2 import service_pb2 as spb
+
+log = structlog.get_logger(__name__)
+
+CHECK_TRANSACTION_STATE = 39
+REQUEST_TIMEOUT_S = 3
+DEFAULT_LONG_POLLING_S = 20
+RECEIVE_BATCH_SIZE = 32
+PRODUCER_MAX_ATTEMPTS = 3
+OUT_QUEUE_MAX = 1024
+
+
+def transaction_id(msg_id: str, table_offset: int) -> str:
+    """A 5.x transaction id: the half's offset msgId (its CommitLog offset) and its half-queue offset."""
+    return f"{msg_id}-{table_offset}"
+
+
+class TelemetryChannel:
+    """A 5.x client as the ClientManager and TransactionService see a connection."""
+
+    def __init__(self, client_id: str, peer: tuple[str, int], store_host: tuple[str, int]) -> None:
+        self.client_id = client_id
+        self.peer = peer
+        self.remote_addr = peer
+        self.attrs: dict = {}
+        self.store_host = store_host
+        self.out: asyncio.Queue = asyncio.Queue(OUT_QUEUE_MAX)
+        self.settings: pb.Settings | None = None
+        self.checks_sent = 0
+        self.closed = False
+
+    def invoke_oneway(self, cmd) -> None:
+        if cmd.code != CHECK_TRANSACTION_STATE or self.closed:
+            return  # e.g. NOTIFY_CONSUMER_IDS_CHANGED: nothing a 5.x client listens to
+        ext = cmd.ext_fields
+        try:
+            rec = decode_record(bytes(cmd.body))[0]
+        except CodecError as e:
+            log.error("grpc.check_bad_record", client_id=self.client_id, error=str(e))
+            return
+        msg = convert.to_proto(rec, rec.topic, self.store_host)
+        tx = transaction_id(str(ext.get("offsetMsgId", "")), int(ext.get("tranStateTableOffset", 0)))
+        command = spb.TelemetryCommand(recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
+            message=msg, transaction_id=tx))
+        try:
+            self.out.put_nowait(command)
+            self.checks_sent += 1
+        except asyncio.QueueFull:
+            log.warning("grpc.telemetry_queue_full", client_id=self.client_id)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            try:
+                self.out.put_nowait(None)
+            except asyncio.QueueFull:
+                pass
+
+
+class TelemetryService:
+    def __init__(self, broker, grpc_port_of) -> None:
+        self.broker = broker
+        self.sessions: dict[str, TelemetryChannel] = {}
+        self._grpc_port_of = grpc_port_of
+
+    def server_settings(self, client: pb.Settings, fifo_of) -> pb.Settings:
+        cfg = self.broker.config
+        out = pb.Settings()
+        if client.HasField("client_type"):
+            out.client_type = client.client_type
+        if client.HasField("access_point"):
+            out.access_point.CopyFrom(client.access_point)
+        out.request_timeout.CopyFrom(Duration(seconds=REQUEST_TIMEOUT_S))
+        out.metric.on = False
+        pubsub = client.WhichOneof("pub_sub")
+        if pubsub == "subscription":
+            sub = client.subscription
+            group = sub.group.name
+            gcfg = self.broker.groups.find(group) if group else None
+            retries = gcfg.retry_max_times if gcfg is not None else 16
+            out.backoff_policy.max_attempts = retries + 1
+            # RocketMQ's consumer retry schedule: the delay levels from the third (10 s) on
+            levels = self.broker.levels[2:] or [10_000]
+            for ms in (levels * (1 + retries // max(1, len(levels))))[:max(1, retries)]:
+                out.backoff_policy.customized_backoff.next.append(Duration(seconds=ms // 1000, nanos=(ms % 1000) * 10**6))
+            s = out.subscription
+            s.group.CopyFrom(sub.group)
+            s.subscriptions.extend(sub.subscriptions)
+            s.fifo = bool(fifo_of(group)) if group else False
+            s.receive_batch_size = RECEIVE_BATCH_SIZE
+            lp = sub.long_polling_timeout.seconds if sub.HasField("long_polling_timeout") else 0
+            s.long_polling_timeout.CopyFrom(Duration(seconds=lp or DEFAULT_LONG_POLLING_S))
+        else:
+            out.backoff_policy.max_attempts = PRODUCER_MAX_ATTEMPTS
+            eb = out.backoff_policy.exponential_backoff
+            eb.initial.CopyFrom(Duration(nanos=10 * 10**6))
+            eb.max.CopyFrom(Duration(seconds=1))
+            eb.multiplier = 2.0
+            p = out.publishing
+            if pubsub == "publishing":
+                p.topics.extend(client.publishing.topics)
+            p.max_body_size = cfg.max_message_size
+            p.validate_message_type = False
+        return out
+
+    async def serve(self, request_iterator, client_id: str, peer: tuple[str, int], language: str, fifo_of):
+        """The Telemetry RPC: an async iterator of the commands to write back."""
+        chan = TelemetryChannel(client_id, peer, self.broker.store_host)
+        old = self.sessions.get(client_id)
+        if old is not None:
+            self._forget(old)
+        self.sessions[client_id] = chan
+        reader = asyncio.get_running_loop().create_task(
+            self._read(request_iterator, chan, language, fifo_of), name=f"grpc-telemetry-{client_id}")
+        try:
+            while True:
+                item = await chan.out.get()
+                if item is None:
+                    return
+                yield item
+        finally:
+            reader.cancel()
+            self._forget(chan)
+
+    def _forget(self, chan: TelemetryChannel) -> None:
+        chan.close()
+        if self.sessions.get(chan.client_id) is chan:
+            del self.sessions[chan.client_id]
+        self.broker.clients.channel_closed(chan, reason="telemetry ended")
+
+    async def _read(self, request_iterator, chan: TelemetryChannel, language: str, fifo_of) -> None:
+        try:
+            async for cmd in request_iterator:
+                kind = cmd.WhichOneof("command")
+                if kind == "settings":
+                    chan.settings = cmd.settings
+                    self._register(chan, cmd.settings, language)
+                    reply = spb.TelemetryCommand(status=OK, settings=self.server_settings(cmd.settings, fifo_of))
+                    await chan.out.put(reply)
+                elif kind == "thread_stack_trace":
+                    log.info("grpc.client_thread_stack", client_id=chan.client_id, nonce=cmd.thread_stack_trace.nonce,
+                             chars=len(cmd.thread_stack_trace.thread_stack_trace))
+                elif kind == "verify_message_result":
+                    log.info("grpc.client_verify_result", client_id=chan.client_id,
+                             nonce=cmd.verify_message_result.nonce, status=cmd.status.code)
+                else:
+                    log.debug("grpc.telemetry_ignored", client_id=chan.client_id, command=kind)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # the client went away mid-stream
+            log.info("grpc.telemetry_read_ended", client_id=chan.client_id, error=repr(e))
+        finally:
+            chan.close()
+
+    def _register(self, chan: TelemetryChannel, settings: pb.Settings, language: str) -> None:
+        if settings.WhichOneof("pub_sub") == "publishing":
+            for topic in settings.publishing.topics:
+                self.broker.clients.register_producer(topic.name, chan, chan.client_id, language)
+
+    def refresh(self, client_id: str) -> None:
+        """A Heartbeat: keep the client's producer registrations alive."""
+        chan = self.sessions.get(client_id)
+        if chan is not None and chan.settings is not None:
+            self._register(chan, chan.settings, "")
+
+    def print_thread_stack(self, client_id: str, nonce: str) -> bool:
+        chan = self.sessions.get(client_id)
+        if chan is None:
+            return False
+        cmd = spb.TelemetryCommand(print_thread_stack_trace_command=spb.PrintThreadStackTraceCommand(nonce=nonce))
+        chan.out.put_nowait(cmd)
+        return True

@@ -1,0 +1,66 @@
+"""Apache RocketMQ 4.9.7 both ways: a delaymq broker registers with the Apache NameServer and the stock
+Java client sends (plain and delay-level) and consumes through it; an Apache broker (compressed
+registration) registers with delaymq-namesrv beside a delaymq broker, and mqadmin clusterList /
+topicRoute / updateTopic -c see both."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.broker import pick_port_pair
+from tests.helpers.cluster import cluster_brokers, route_brokers, wait_until
+from tests.helpers.java import JavaServer, mqadmin, requires_java
+
+pytestmark = [requires_java, pytest.mark.java]
+LEVELS = "200ms 1s 2s 3s 4s 5s 6s 7s 8s 9s 10s 11s 12s 13s 14s 15s 16s 17s"
+
+
+def test_delaymq_broker_registers_with_the_apache_namesrv_and_the_java_client_works_through_it(
+        tmp_path, cluster_broker, java_client):
+    port = pick_port_pair()
+    with JavaServer("mqnamesrv", tmp_path / "apache-ns", {"listenPort": port}, port) as ns:
+        ns.addr = f"127.0.0.1:{port}"
+        broker = cluster_broker("dmq-a", ns, messageDelayLevel=LEVELS)
+        assert cluster_brokers(ns.addr) == {"dmq-a": {"0": broker.addr}}
+        listed = mqadmin("clusterList", "-n", ns.addr)
+        assert "dmq-a" in listed.stdout and broker.addr in listed.stdout, listed.stdout + listed.stderr
+        # a topic nobody created: the Java producer takes TBW102's route from the Apache name server,
+        # our broker auto-creates it and registers it at once
+        sent = java_client("produce", ns.addr, "TjavaNs", "12", "0", "m")
+        assert len(sent) == 12 and {s[1] for s in sent} == {"dmq-a"} and all(s[4] == "SEND_OK" for s in sent)
+        wait_until(lambda: route_brokers(ns.addr, "TjavaNs") == {"dmq-a"}, 10, "TjavaNs in the Apache route",
+                   broker.diagnostics)
+        delayed = java_client("produce", ns.addr, "TjavaNs", "4", "2", "d")  # level 2 = 1 s
+        assert len(delayed) == 4
+        got = java_client("consume", ns.addr, "TjavaNs", "GID_javaNs", "16", "60")
+        assert {r[3] for r in got} == {f"m-{i}" for i in range(12)} | {f"d-{i}" for i in range(4)}
+        waited = {r[3]: int(r[5]) - int(r[4]) for r in got if r[3].startswith("d-")}
+        assert all(w >= 1000 for w in waited.values()), f"delay level 2 (1 s) delivered early: {waited}"
+
+
+def test_apache_broker_registers_with_delaymq_namesrv_and_mqadmin_sees_both_brokers(
+        tmp_path, namesrv_factory, cluster_broker):
+    ns = namesrv_factory()
+    dmq = cluster_broker("dmq-a", ns)
+    port = pick_port_pair()
+    store = tmp_path / "apache-broker-store"
+    conf = {"brokerClusterName": "DefaultCluster", "brokerName": "apache-b", "brokerId": 0,
+            "listenPort": port, "namesrvAddr": ns.addr, "brokerIP1": "127.0.0.1",
+            "storePathRootDir": store, "storePathCommitLog": store / "commitlog",
+            "mappedFileSizeCommitLog": 33554432, "mappedFileSizeConsumeQueue": 60000,
+            "compressedRegister": "true", "autoCreateTopicEnable": "true", "flushDiskType": "ASYNC_FLUSH"}
+    with JavaServer("mqbroker", tmp_path / "apache-broker", conf, port, ready_timeout=90):
+        wait_until(lambda: "apache-b" in cluster_brokers(ns.addr), 60, "the Apache broker registered",
+                   ns.diagnostics)
+        assert cluster_brokers(ns.addr) == {"dmq-a": {"0": dmq.addr}, "apache-b": {"0": f"127.0.0.1:{port}"}}
+        assert route_brokers(ns.addr, "TBW102") == {"dmq-a", "apache-b"}  # the compressed body decoded
+        listed = mqadmin("clusterList", "-n", ns.addr)
+        assert "dmq-a" in listed.stdout and "apache-b" in listed.stdout, listed.stdout + listed.stderr
+        made = mqadmin("updateTopic", "-n", ns.addr, "-c", "DefaultCluster", "-t", "Tboth", "-r", "2", "-w", "2")
+        assert made.stdout.count("create topic to") == 2, made.stdout + made.stderr
+        wait_until(lambda: route_brokers(ns.addr, "Tboth") == {"dmq-a", "apache-b"}, 30,
+                   "Tboth on both brokers in the route", ns.diagnostics)
+        shown = mqadmin("topicRoute", "-n", ns.addr, "-t", "Tboth")
+        assert '"apache-b"' in shown.stdout and '"dmq-a"' in shown.stdout, shown.stdout + shown.stderr
+    wait_until(lambda: "apache-b" not in cluster_brokers(ns.addr), 10, "the stopped Apache broker gone",
+               ns.diagnostics)

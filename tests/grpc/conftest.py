@@ -1,0 +1,63 @@
+"""Fixtures for the gRPC (RocketMQ 5) tests: a broker with its gRPC port on, the 5.x Python client agent."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import register_diagnostics
+from tests.helpers.agents import AgentProcess
+from tests.helpers.broker import REPO_ROOT, pick_port_pair
+from tests.interop.conftest import Agents, _argv_opts, uniq  # noqa: F401  (uniq re-exported)
+
+RMQ5_PYTHON = REPO_ROOT / ".venv-rmq5" / "bin" / "python"
+RMQ5_AGENT = REPO_ROOT / "tests" / "interop" / "rmq5_agent.py"
+
+
+def grpc_broker(broker_factory, config: dict | None = None):
+    """A broker whose gRPC endpoint listens on a free port (`b.grpc_addr`)."""
+    port = pick_port_pair()
+    b = broker_factory({"grpcListenPort": port, **(config or {})})
+    b.grpc_port = port
+    b.grpc_addr = f"127.0.0.1:{port}"
+    return b
+
+
+class Rmq5Agents(Agents):
+    def _start(self, name: str, argv: list[str], env: dict | None = None) -> AgentProcess:
+        work = self.tmp_path / "agents" / f"{next(self._n):02d}-{name}"
+        agent = AgentProcess(name, argv, work, env={"HOME": str(work), **(env or {})}, cond=self.cond)
+        register_diagnostics(self.request, f"agent {name}", agent.diagnostics)
+        self.started.append(agent)
+        return agent.start()
+
+    def rmq5(self, cmd: str, broker, name: str | None = None, env: dict | None = None, **opts) -> AgentProcess:
+        if not RMQ5_PYTHON.exists():
+            pytest.fail(".venv-rmq5 is missing: run `make setup` (it installs rocketmq-python-client 5.1.2 there)")
+        argv = [str(RMQ5_PYTHON), str(RMQ5_AGENT), cmd, "--endpoint", broker.grpc_addr, *_argv_opts(opts)]
+        return self._start(name or f"rmq5-{cmd}", argv, env)
+
+    def run_rmq5(self, cmd: str, broker, timeout: float = 60.0, expect_code: int = 0, **opts) -> AgentProcess:
+        agent = self.rmq5(cmd, broker, **opts)
+        code = agent.wait_exit(timeout)
+        assert code == expect_code, f"rmq5 {cmd} exited {code}, expected {expect_code}\n{agent.diagnostics()}"
+        return agent
+
+
+@pytest.fixture
+def agents(tmp_path, request):
+    a = Rmq5Agents(tmp_path, request)
+    yield a
+    a.close()
+
+
+@pytest.fixture
+def gbroker(broker_factory, request):
+    b = grpc_broker(broker_factory)
+    register_diagnostics(request, "grpc port", lambda: b.grpc_addr)
+    return b
+
+
+__all__ = ["grpc_broker", "uniq", "Path", "sys"]
