@@ -136,6 +136,7 @@ class BrokerController:
         if cfg.namesrv_addr_list:
             self.registrar = make_registrar(self)
             self.topics.add_change_listener(lambda _tc: self.registrar.topics_changed())
+            self.replica.attach_registrar(self.registrar)  # a slave follows the master it names
             await self.registrar.start()
         if cfg.metrics_port:
             from server.observability.http import MetricsHttpServer

@@ -84,8 +84,8 @@ class TopicManager:
 
     def data_version(self) -> tuple[int, int]:
         """The table's DataVersion (counter, timestamp): moves on every change, persisted with it."""
-        f = self.table.file
-        return f.counter, f.timestamp
+        v = self.table.data_version  # the MetaStore's version of the topic table
+        return v.counter, v.timestamp
 
     @property
     def topics(self) -> dict[str, TopicConfig]:

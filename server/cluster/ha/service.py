@@ -30,7 +30,7 @@ from scheduler.progress import SchedulerProgress
 from server.cluster.ha.master import HAService
 from server.cluster.ha.slave import HAClient
 from server.cluster.ha.sync import SlaveSynchronize
-from server.cluster.ha.tasks import supervise
+from server.cluster.tasks import Supervised
 from storage.config_store import atomic_write_json, read_json
 
 log = structlog.get_logger(__name__)
@@ -51,7 +51,7 @@ class ReplicaRole:
         self.master_addr_from_ns: str | None = None  # RegisterBrokerResult.masterAddr
         self.ha_addr_from_ns: str | None = None  # RegisterBrokerResult.haServerAddr
         self.role_listeners: list[Callable[[str, int], object]] = []  # fn(brokerRole, brokerId)
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[Supervised] = []
         self.epoch = 0
         self.epoch_start = 0
         self.promoted_at_ms = 0
@@ -76,6 +76,45 @@ class ReplicaRole:
     def is_slave(self) -> bool:
         return self.config.broker_role == "SLAVE"
 
+    # ---- name servers ([cluster] registration) ---------------------------------------------
+    def attach_registrar(self, registrar) -> None:
+        """A slave learns its master from REGISTER_BROKER's answer; a promoted broker re-registers as
+        brokerId 0 at once (the name server replaces the <1, addr> entry by <0, addr>)."""
+        self._registrar = registrar
+        registrar.add_result_listener(self.on_register_result)
+        self.role_listeners.append(lambda _role, _id: registrar.register_all(force=True))
+
+    def on_register_result(self, result) -> None:
+        if not self.is_slave:
+            return
+        if result.master_addr and result.master_addr != self.master_addr_from_ns:
+            log.info("ha.master_from_namesrv", master=result.master_addr, ha=result.ha_server_addr)
+            self.master_addr_from_ns = result.master_addr
+        if result.ha_server_addr:
+            self.ha_addr_from_ns = result.ha_server_addr
+
+    async def _master_from_namesrv(self) -> None:
+        """Before the first registration: the master of this brokerName from a name server's cluster
+        info (GET_BROKER_CLUSTER_INFO), so a former master can compare epochs before it follows."""
+        from codec.fastjson import loads_lenient
+
+        for ns in self.config.namesrv_addr_list:
+            try:
+                resp = await self.client.invoke(ns, RemotingCommand.request(int(RC.GET_BROKER_CLUSTER_INFO), {}), 3.0)
+                if resp.code != 0:
+                    continue
+                info = loads_lenient(bytes(resp.body) if not isinstance(resp.body, list) else b"".join(resp.body))
+                data = (info.get("brokerAddrTable") or {}).get(self.config.broker_name) or {}
+                addrs = {int(k): v for k, v in (data.get("brokerAddrs") or {}).items()}
+            except Exception as e:
+                log.info("ha.namesrv_unreachable", namesrv=ns, error=repr(e))
+                continue
+            if 0 in addrs and addrs[0] != self.config.broker_addr:
+                self.master_addr_from_ns = addrs[0]
+                host, _, port = addrs[0].rpartition(":")
+                self.ha_addr_from_ns = self.ha_addr_from_ns or f"{host}:{int(port) + 1}"
+                return
+
     # ---- lifecycle ----------------------------------------------------------------------
     def load_epoch(self) -> None:
         path = os.path.join(self.config.store_path_root_dir, "config", EPOCH_FILE)
@@ -97,6 +136,8 @@ class ReplicaRole:
         self.client = RemotingClient()
         self.load_epoch()
         if self.is_slave:
+            if not self.config.ha_master_address and self.config.namesrv_addr_list:
+                await self._master_from_namesrv()
             await self.rejoin()
             store.start_replica()
 
@@ -145,9 +186,9 @@ class ReplicaRole:
         self.ha_client.on_applied.append(self.sync.try_adopt)
         if b.timer_service is not None:
             b.timer_service.start_follower()
-        self._tasks = [supervise("ha-client", self.ha_client.run),
-                       supervise("slave-sync", self.sync.run_metadata),
-                       supervise("scheduler-sync", self.sync.run_progress)]
+        self._tasks = [Supervised("ha.client", self.ha_client.run, master=self.master_ha_addr()).start(),
+                       Supervised("ha.slave_sync", self.sync.run_metadata, min_backoff_s=1.0).start(),
+                       Supervised("ha.scheduler_sync", self.sync.run_progress, max_backoff_s=1.0).start()]
         log.info("ha.slave_started", master_ha=self.master_ha_addr(), master=self.master_broker_addr(),
                  offset=self.store.commitlog_max_offset())
 
@@ -155,8 +196,7 @@ class ReplicaRole:
         if self.ha_client is not None:
             self.ha_client.stop()
         for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+            await t.stop()
         self._tasks = []
 
     async def shutdown(self) -> None:

@@ -60,15 +60,21 @@ class SlaveSynchronize:
         body = await self._get(vip, RC.GET_ALL_TOPIC_CONFIG)
         if body is not None:
             table = decode_table(body, "topicConfigTable")
-            b.topics.table.table = {n: TopicConfig.from_json(n, d) for n, d in table.items()}
-            b.topics.table.file.bump()
-            b.topics.persist()
+            mine = b.topics.table
+            for name in [n for n in mine.table if n not in table]:
+                mine.delete(name)
+            for name, d in table.items():
+                tc = TopicConfig.from_json(name, d)
+                if mine.get(name) != tc:
+                    mine.put(tc)
         body = await self._get(addr, RC.GET_ALL_CONSUMER_OFFSET)
         if body is not None:
             doc = loads_lenient(body)
             for key, queues in (doc.get("offsetTable") or {}).items():
-                b.offsets.table.setdefault(str(key), {}).update({int(q): int(o) for q, o in queues.items()})
-            b.offsets.persist()
+                topic, _, group = str(key).partition("@")
+                for q, o in queues.items():
+                    if b.offsets.query(group, topic, int(q)) != int(o):
+                        b.offsets.commit(group, topic, int(q), int(o))
         body = await self._get(addr, RC.GET_ALL_DELAY_OFFSET)
         if body is not None:
             doc = loads_lenient(body)
@@ -81,9 +87,12 @@ class SlaveSynchronize:
         body = await self._get(addr, RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
         if body is not None:
             table = decode_table(body, "subscriptionGroupTable")
-            b.groups.table = {n: SubscriptionGroupConfig.from_json(n, d) for n, d in table.items()}
-            b.groups.file.bump()
-            b.groups.persist()
+            for name in [n for n in b.groups.table if n not in table]:
+                b.groups.delete(name)
+            for name, d in table.items():
+                g = SubscriptionGroupConfig.from_json(name, d)
+                if b.groups.table.get(name) != g:
+                    b.groups.put(g)
         body = await self._get(vip, RC.GET_TIMER_CHECK_POINT)
         if body is not None and len(body) >= TIMER_CHECK.size:
             self.timer_checkpoint = TIMER_CHECK.unpack_from(body, 0)
