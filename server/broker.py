@@ -220,6 +220,9 @@ class BrokerController:
             except Exception as e:
                 return 10, f"flush not confirmed: {e!r}"  # FLUSH_DISK_TIMEOUT
         self.on_put([rec.topic], [result])
+        if self.replica.sync_master:  # SYNC_MASTER: a slave has it before the answer (11 / 12 if not)
+            gate = self.replica.gate(result.phys_offset + result.size)
+            return gate if type(gate) is tuple else await gate
         return 0, None
 
     def commitlog_max_offset(self) -> int:

@@ -66,6 +66,12 @@ async def test_slave_commitlog_is_byte_identical_and_queues_rebuilt(pair):
     assert slave.store.query_by_key("HaT", "k7", 4, 0, 1 << 62)  # the index was built from the bytes
     refused = await send(s, "HaT", b"no", qid=0)
     assert refused.code == 14  # SERVICE_NOT_AVAILABLE: a slave takes no writes
+    # a slave never moves a consumer's offset (PULL_OFFSET_MOVED -> PULL_RETRY_IMMEDIATELY) nor stores one
+    ahead = await pull(s, "G", "HaT", 0, 5000, commit_offset=7)
+    assert ahead.code == 20 and ahead.ext["suggestWhichBrokerId"] == "0"
+    assert slave.offsets.query("G", "HaT", 0) == -1
+    master_pull = await pull(c, "G", "HaT", 0, 5000, commit_offset=7)
+    assert master_pull.code == 21 and master.offsets.query("G", "HaT", 0) == 7
     await c.close()
     await s.close()
 
