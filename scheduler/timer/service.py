@@ -16,6 +16,7 @@ import asyncio
 import bisect
 import collections
 import ipaddress
+import os
 import struct
 import time
 
@@ -38,6 +39,28 @@ log = structlog.get_logger(__name__)
 _I32 = struct.Struct(">i")
 CURSOR_HISTORY = 8192  # reader-cursor moves a master remembers for its slaves (about 2 h of busy slots)
 PUT_QUEUE_CAPACITY = 64  # chunks of up to 4096 units (stock DEFAULT_CAPACITY is 1024 requests)
+
+
+def discard_local_state(store_root: str) -> list[str]:
+    """Delete a (stopped) timer store's own files: timerlog, wheel and timercheck. The wheel is rebuilt
+    from the timer topic's ConsumeQueue at the next load (a former master whose CommitLog was cut when it
+    rejoined: its units may point at bytes it no longer has). Returns what was removed."""
+    import shutil
+
+    from scheduler.timer.checkpoint import checkpoint_path
+    from scheduler.timer.timerlog import DIR_NAME
+    from scheduler.timer.wheel import FILE_NAME
+
+    gone = []
+    tl = os.path.join(store_root, DIR_NAME)
+    if os.path.isdir(tl):
+        shutil.rmtree(tl)
+        gone.append(tl)
+    for path in (os.path.join(store_root, FILE_NAME), checkpoint_path(store_root)):
+        if os.path.exists(path):
+            os.unlink(path)
+            gone.append(path)
+    return gone
 
 
 class TimerMessageStore(EnqueueMixin, DequeueMixin):

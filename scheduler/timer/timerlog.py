@@ -42,6 +42,8 @@ def is_magic_ok(m: int) -> bool:
     return (m | 0xF) == 0xF
 
 
+DIR_NAME = "timerlog"  # <storeRoot>/timerlog/
+
 class _Segment:
     __slots__ = ("start", "path", "fd", "mm", "dropped")
 
@@ -65,7 +67,7 @@ class TimerLog:
     def __init__(self, root: str, file_size: int) -> None:
         if file_size < UNIT_SIZE + BLANK_SIZE:
             raise ValueError("timerlog file size too small")
-        self.dir = os.path.join(root, "timerlog")
+        self.dir = os.path.join(root, DIR_NAME)
         self.file_size = file_size
         self.segments: list[_Segment] = []
         self.write_pos = 0  # absolute position of the next unit

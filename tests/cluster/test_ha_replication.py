@@ -190,8 +190,10 @@ async def test_late_slave_promoted_redelivers_nothing_already_delivered(pair, ma
     timer = master.timer_service
     await until(lambda: slave.replica.sync.progress is not None and slave.replica.sync.progress.timer.queue_offset
                 == timer.commit_queue_offset == 80 and slave.timer_service.commit_queue_offset == 80, 10)
-    assert slave.timer_service.follower_skipped == 40  # already put by the master: never linked here
-    assert slave.timer_service.wheel.pending == 40
+    # the 40 already put by the master are never linked here (on a slow host some of the later 40 may be
+    # put by the master too before the slave catches up: then they are skipped as well)
+    assert slave.timer_service.follower_skipped >= 40
+    assert slave.timer_service.follower_skipped + slave.timer_service.wheel.pending == 80
     await until(lambda: slave.topics.get("Late") is not None, 5)
     await master.shutdown()
     s = await RawClient.connect(slave.config.broker_addr)

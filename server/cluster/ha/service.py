@@ -160,8 +160,13 @@ class ReplicaRole:
             return
         end = self.store.commitlog_max_offset()
         dropped = self.store.truncate_replica(m_start) if end > m_start else 0
+        timer_files = []
+        if dropped and self.config.timer_wheel_enable:  # units may point at the bytes just cut
+            from scheduler.timer import discard_local_state
+            timer_files = discard_local_state(self.config.store_path_root_dir)
         log.warning("ha.rejoin", master=addr, master_epoch=m_epoch, own_epoch=self.epoch,
-                    epoch_start_offset=m_start, old_end=end, dropped_bytes=dropped)
+                    epoch_start_offset=m_start, old_end=end, dropped_bytes=dropped,
+                    timer_wheel_rebuilt=bool(timer_files))
         self.epoch, self.epoch_start = m_epoch, m_start
         self.save_epoch()
 
