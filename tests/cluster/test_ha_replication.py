@@ -214,3 +214,34 @@ async def test_late_slave_promoted_redelivers_nothing_already_delivered(pair, ma
         got = await pull(s, "G", "Late", 0, off, max_nums=32)
     assert len(keys) == len(set(keys)) == 160
     await s.close()
+
+
+async def test_promote_is_an_admin_request_under_acl(pair, make_broker, tmp_path):
+    """PROMOTE_BROKER needs an admin account when aclEnable; `delaymq broker promote --access-key` signs it."""
+    import asyncio
+    import subprocess
+    import sys
+
+    from tests.helpers.broker import REPO_ROOT
+    from tests.security.conftest import ACL_YAML, ADMIN_AK, ADMIN_SK, SUBONLY_AK, SUBONLY_SK
+
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL_YAML)
+    mport = ha_port_pair()
+    await make_broker(store=tmp_path / "m", port=mport)
+    slave = await make_broker(store=tmp_path / "s", port=ha_port_pair(), broker_role="SLAVE", broker_id=1,
+                              ha_master_address=f"127.0.0.1:{mport + 1}", acl_enable=True, acl_file=str(acl))
+
+    def promote(*auth: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "client.cli", "broker", "promote", "-n", slave.config.broker_addr,
+                               "-b", slave.config.broker_addr, "--output", "json", *auth], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=60)
+
+    loop = asyncio.get_running_loop()
+    for auth in ((), ("--access-key", SUBONLY_AK, "--secret-key", SUBONLY_SK)):
+        refused = await loop.run_in_executor(None, promote, *auth)
+        assert refused.returncode != 0 and slave.config.broker_role == "SLAVE", refused.stdout
+        assert "16" in refused.stderr or "permission" in refused.stderr.lower(), refused.stderr
+    ok = await loop.run_in_executor(None, promote, "--access-key", ADMIN_AK, "--secret-key", ADMIN_SK)
+    assert ok.returncode == 0, ok.stderr
+    assert slave.config.broker_role == "ASYNC_MASTER" and slave.config.broker_id == 0
