@@ -282,7 +282,8 @@ class BrokerController:
             "pullHoldCount": self.pull_hold.held_count,
             "brokerRole": self.config.broker_role, "brokerId": self.config.broker_id,
         }
-        for svc in (self.delay_service, self.timer_service, self.transactions, self.registrar, self.grpc):
+        for svc in (self.delay_service, self.timer_service, self.transactions, self.registrar, self.grpc,
+                    self.replica):
             if svc is None:
                 continue
             fn = getattr(svc, "runtime_info", None) or getattr(svc, "stats", None)

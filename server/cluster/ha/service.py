@@ -297,6 +297,21 @@ class ReplicaRole:
         log.warning("ha.promoted", **info)
         return info
 
+    def runtime_info(self) -> dict[str, str]:
+        """Flat GET_BROKER_RUNTIME_INFO entries (ha*)."""
+        info = {"haEpoch": str(self.epoch), "haEpochStartOffset": str(self.epoch_start)}
+        if self.ha_service is not None:
+            info["haSlaveCount"] = str(len(self.ha_service.connections))
+            info["haPush2SlaveMaxOffset"] = str(self.ha_service.push2slave_max)
+        if self.ha_client is not None:
+            info["haMasterAddress"] = self.ha_client.connected_to or ""
+        if self.sync is not None:
+            p = self.sync.progress
+            info["haSchedulerProgressAgeMs"] = str(int(time.time() * 1000) - p.taken_ms if p else -1)
+            gaps = self.sync.adopt_gaps_ms
+            info["haSchedulerProgressMaxGapMs"] = str(max(gaps) if gaps else -1)
+        return info
+
     def stats(self) -> dict:
         out = {"brokerRole": self.config.broker_role, "brokerId": self.config.broker_id, "epoch": self.epoch,
                "epochStartOffset": self.epoch_start}
