@@ -15,9 +15,20 @@ RMQ5_VENV := .venv-rmq5
 RMQ5_STAMP := $(RMQ5_VENV)/.installed
 RMQ5_CLIENT := rocketmq-python-client==5.1.2
 
-.PHONY: setup run test bench fuzz lint clean protos
+.PHONY: setup run test bench fuzz lint clean protos tools
 
-setup: $(STAMP) $(NODE_STAMP) $(RMQ5_STAMP)
+setup: $(STAMP) $(NODE_STAMP) $(RMQ5_STAMP) tools
+
+# Debian tools the tests use: promtool (package prometheus) lints the /metrics page, chromium renders the
+# analytics report for its screenshot check. Installed only
+# if absent and only if apt-get can (root); otherwise the test that needs it is skipped with a reason.
+tools:
+	@command -v promtool >/dev/null 2>&1 || { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 \
+		&& echo "installed promtool (Debian package prometheus)" \
+		|| echo "promtool not installable here (apt-get install prometheus failed): tests/observability/test_promtool.py will skip"; }
+	@command -v chromium >/dev/null 2>&1 || { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 \
+		&& echo "installed chromium (the analytics report's screenshot test)" \
+		|| echo "chromium not installable here: the report screenshot check in tests/analytics will skip"; }
 
 $(RMQ5_STAMP): Makefile
 	@test -n "$(PY)" || { echo "no python3 >= 3.11 with venv found; run make PY=/path/to/python3.11+"; exit 1; }
@@ -42,10 +53,10 @@ $(NODE_STAMP): package.json package-lock.json
 	touch $(NODE_STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/delaymq-broker --store ./store --port 9876
+	$(VENV)/bin/delaymq-broker --store ./store --port 9876 --metrics-port 5557
 
 test: setup
-	$(VPY) -m pytest -q -rs -p no:cacheprovider $(PYTEST_ARGS)
+	$(VPY) -m pytest -q -rfEs -p no:cacheprovider $(PYTEST_ARGS)
 
 bench: setup
 	$(VPY) -m bench.run_all

@@ -139,27 +139,61 @@ def lateness(traces: DataFrame, bucket_ms: int) -> tuple[DataFrame, DataFrame]:
     return overall, over_time.orderBy("series", "bucket")
 
 
-def _counter_rates(metrics: DataFrame, name: str, key: str, bucket_ms: int) -> DataFrame:
-    """Per-second rate of a counter, per label value and time bucket (counter resets count as 0)."""
+SYSTEM_TOPICS = ("SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC")
+
+
+def _counter_deltas(metrics: DataFrame, name: str, key: str) -> DataFrame:
+    """(key, ts, delta) of a counter as Prometheus' `rate` counts it: the increase since the previous
+    sample; after a reset (a smaller value: the broker restarted) the whole new value; the first sample
+    of a series counts whole too (its counter started at 0 when that run of the broker began, or when
+    the series first appeared in it)."""
     w = Window.partitionBy(key).orderBy("ts")
-    df = (
-        metrics.where(F.col("name") == name)
-        .withColumn("prevValue", F.lag("value").over(w))
-        .withColumn("prevTs", F.lag("ts").over(w))
-        .where(F.col("prevTs").isNotNull() & (F.col("ts") > F.col("prevTs")))
-        .withColumn("delta", F.greatest(F.col("value") - F.col("prevValue"), F.lit(0.0)))
-        .withColumn("bucket", _bucket("ts", bucket_ms))
-    )
+    prev = F.lag("value").over(w)
     return (
-        df.groupBy(key, "bucket")
-        .agg(F.sum("delta").alias("messages"), (F.sum("delta") / (F.sum(F.col("ts") - F.col("prevTs")) / 1000.0)).alias("ratePerSec"))
-        .orderBy(key, "bucket")
+        metrics.where(F.col("name") == name)
+        .withColumn("prevValue", prev)
+        .withColumn("delta", F.when(F.col("prevValue").isNull() | (F.col("value") < F.col("prevValue")), F.col("value"))
+                    .otherwise(F.col("value") - F.col("prevValue")))
+        .select(key, "ts", "delta")
     )
 
 
 def throughput(inputs: Inputs, bucket_ms: int) -> DataFrame:
-    """Messages stored per topic over time (from the put counters)."""
-    return _counter_rates(inputs.metrics, "delaymq_put_messages_total", "topic", bucket_ms)
+    """Messages arriving in each real topic per time bucket: sends stored directly (put counters, the
+    scheduler's and transactions' system topics left out) plus scheduled messages delivered into it
+    (traces), so a delayed message counts once, on its real topic, when it arrives there."""
+    sent = (_counter_deltas(inputs.metrics, "delaymq_put_messages_total", "topic")
+            .where(~F.col("topic").isin(*SYSTEM_TOPICS))
+            .withColumn("bucket", _bucket("ts", bucket_ms)).groupBy("topic", "bucket")
+            .agg(F.sum("delta").alias("messages")))
+    delivered = (inputs.traces.where(F.col("event") == "delivered")
+                 .withColumn("bucket", _bucket("deliveredTs", bucket_ms)).groupBy("topic", "bucket")
+                 .agg(F.count("*").cast("double").alias("messages")))
+    return (sent.unionByName(delivered).groupBy("topic", "bucket").agg(F.sum("messages").alias("messages"))
+            .withColumn("ratePerSec", F.col("messages") / (bucket_ms / 1000.0)).orderBy("topic", "bucket"))
+
+
+def lateness_cdf(traces: DataFrame) -> DataFrame:
+    """Per delay level / timer: the lateness at each percentile 0..100 (the distribution's CDF)."""
+    qs = [i / 100 for i in range(101)]
+    delivered = traces.where(F.col("event") == "delivered").withColumn("series", _series()).withColumn(
+        "latenessMs", F.col("deliveredTs") - F.col("dueTs"))
+    agg = delivered.groupBy("series").agg(F.percentile_approx("latenessMs", qs, 10000).alias("values"))
+    return (agg.select("series", F.posexplode("values").alias("pct", "latenessMs"))
+            .orderBy("series", "pct"))
+
+
+def delay_table(inputs: Inputs) -> dict[int, int]:
+    """Level -> delay in ms, as the broker exported it last (delaymq_schedule_delay_seconds)."""
+    rows = (inputs.metrics.where(F.col("name") == "delaymq_schedule_delay_seconds")
+            .groupBy("level").agg(F.max_by("value", "ts").alias("delay")).collect())
+    out = {}
+    for r in rows:
+        try:
+            out[int(r["level"])] = int(round(float(r["delay"]) * 1000))
+        except (TypeError, ValueError):
+            continue
+    return out
 
 
 def deliveries(traces: DataFrame, bucket_ms: int) -> DataFrame:

@@ -172,7 +172,7 @@ def drain_inproc(n: int, levels: int = 1, async_deliver: bool = False, trace: bo
 
     from codec.record import MessageRecord, encode_record
     from scheduler.delay_levels import DelayConfig, DelayLevelService, transform_delay
-    from scheduler.levels import parse_delay_levels
+    from scheduler.levels import parse_delay_levels, schedule_tags_code
     from storage.message_store import MessageStore, PutRequest, StoreConfig
 
     spec = "1ms 1ms 1ms 1ms"
@@ -180,7 +180,8 @@ def drain_inproc(n: int, levels: int = 1, async_deliver: bool = False, trace: bo
     topic = "BenchDrain"
 
     async def go(root: str) -> dict:
-        store = MessageStore(StoreConfig(store_path=root, flush_disk_type="ASYNC_FLUSH", message_delay_level=spec))
+        store = MessageStore(StoreConfig(store_path=root, flush_disk_type="ASYNC_FLUSH"),
+                             tags_code_of=schedule_tags_code(levels_ms))
         store.load()
         store.start()
         reqs = []

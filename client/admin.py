@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass
 
 from codec import admin_bodies as AB
-from codec.codes import RequestCode, ResponseCode
-from codec.msgid import decode_offset_msg_id
+from codec.codes import SCHEDULE_TOPIC, TIMER_TOPIC, RequestCode, ResponseCode
+from codec.msgid import decode_offset_msg_id, is_offset_msg_id
 
 from . import _wire as w
 from .instance import ClientInstance, TopicRoute
@@ -149,13 +149,26 @@ class Admin:
         return out
 
     async def view_message(self, msg_id: str, topic: str | None = None) -> list[MessageExt]:
-        """By offset msgId; if that fails and a topic is given, as a UNIQ_KEY through QUERY_MESSAGE."""
-        try:
-            return [await self.view_by_offset_id(msg_id)]
-        except w.MQClientError:
-            if not topic:
-                raise
-        return await self.query_by_key(topic, msg_id, unique=True)
+        """By either id form: an offset msgId is read at its broker; a UNIQ_KEY is looked up in the key
+        index under `topic`, or (without one) among the pending scheduled messages."""
+        if is_offset_msg_id(msg_id):
+            try:
+                return [await self.view_by_offset_id(msg_id)]
+            except w.MQClientError:
+                if not topic:
+                    raise
+        if topic:
+            return await self.query_by_key(topic, msg_id, unique=True)
+        found: list[MessageExt] = []
+        for t in (SCHEDULE_TOPIC, TIMER_TOPIC):
+            try:
+                found += await self.query_by_key(t, msg_id, unique=True)
+            except w.MQClientError:
+                continue
+        if not found:
+            raise w.MQClientError(w.QUERY_NOT_FOUND, f"{msg_id} is a UNIQ_KEY (not an offset msgId) and no pending "
+                                                     "scheduled message has it: add -t TOPIC", "view")
+        return found
 
     async def runtime_info(self, broker_addr: str | None = None) -> dict[str, dict[str, str]]:
         out = {}
@@ -196,11 +209,44 @@ class Admin:
             try:
                 if name == "scheduleMessageOffset":
                     row["deliverOffset"], row["maxOffset"] = (int(x) for x in v.split(","))
-                elif name in ("scheduleMessagePending", "scheduleMessageNextDue", "scheduleMessageDelivered"):
-                    row[name[len("scheduleMessage"):].lower()] = int(v)
+                elif name in ("scheduleMessagePending", "scheduleMessageNextDue", "scheduleMessageDelivered",
+                              "scheduleMessageDelayMs", "scheduleMessageLatenessP50", "scheduleMessageLatenessP99"):
+                    row[name[len("scheduleMessage"):].lower()] = int(float(v))
             except ValueError:
                 continue
         for row in out.values():
             if "pending" not in row and "maxOffset" in row:
                 row["pending"] = row["maxOffset"] - row["deliverOffset"]
         return [out[lv] for lv in sorted(out)]
+
+    # ---- scheduled messages (delaymq's own codes) --------------------------------------------
+    async def list_scheduled(self, broker_addr: str | None = None, **fields) -> list[tuple[str, dict]]:
+        """One DELAYMQ_QUERY_SCHEDULED page per broker: [(addr, {"rows", "cursor", "scanned"})].
+        `fields`: topic, level, timers, levels, dueBefore, key, limit, cursor (None values dropped)."""
+        ext = {k: ("true" if v is True else str(v)) for k, v in fields.items() if v is not None and v is not False}
+        out = []
+        for addr in await self.broker_addrs(broker_addr):
+            resp = await self.instance.invoke_addr(addr, w.request(RequestCode.DELAYMQ_QUERY_SCHEDULED, ext))
+            w.check(resp, f"scheduled list on {addr}")
+            out.append((addr, w.loads_lenient(resp.body) or {}))
+        return out
+
+    async def cancel_scheduled(self, msg_id: str, broker_addr: str | None = None) -> dict:
+        """Cancel by UNIQ_KEY, or by the offset msgId of the scheduled record (its UNIQ_KEY is read
+        first). The first broker that knows the key answers; else status "unknown"."""
+        uniq = msg_id
+        if is_offset_msg_id(msg_id):
+            uniq = (await self.view_by_offset_id(msg_id)).uniq_key or ""
+            if not uniq:
+                raise w.MQClientError(-1, f"message {msg_id} has no UNIQ_KEY", "cancel")
+        answer: dict = {"status": "unknown", "detail": f"no broker knows UNIQ_KEY {uniq}"}
+        for addr in await self.broker_addrs(broker_addr):
+            resp = await self.instance.invoke_addr(addr, w.request(RequestCode.DELAYMQ_CANCEL_SCHEDULED,
+                                                                   {"uniqKey": uniq}))
+            if resp.code == ResponseCode.QUERY_NOT_FOUND:
+                answer = {**(w.loads_lenient(resp.body) or {}), "status": "unknown",
+                          "detail": resp.remark or answer["detail"]}
+                continue
+            w.check(resp, f"scheduled cancel on {addr}")
+            return {**(w.loads_lenient(resp.body) or {}), "uniqKey": uniq, "broker": addr}
+        return {**answer, "uniqKey": uniq}

@@ -7,12 +7,9 @@ import contextlib
 import inspect
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
-
-from codec.tags import java_hash
 
 from . import _wire as w
 from .instance import ClientInstance
@@ -20,6 +17,7 @@ from .message import ORIGIN_MESSAGE_ID, RETRY_TOPIC, Message, MessageExt, Messag
 from .offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from .process_queue import ConsumeStatus, ProcessQueue
 from .rebalance import allocate_averagely, consumer_ids, lock_batch, query_offset, unlock_batch
+from .subscription import Subscription
 
 log = structlog.get_logger(__name__)
 
@@ -28,25 +26,6 @@ _FROM = {"last": "CONSUME_FROM_LAST_OFFSET", "first": "CONSUME_FROM_FIRST_OFFSET
          "timestamp": "CONSUME_FROM_TIMESTAMP"}
 
 __all__ = ["PushConsumer", "ConsumeStatus", "Subscription", "CLUSTERING", "BROADCASTING"]
-
-
-@dataclass(slots=True)
-class Subscription:
-    topic: str
-    expr: str = "*"
-    tags: list[str] = field(default_factory=list)
-    version: int = 0
-
-    @classmethod
-    def parse(cls, topic: str, expr: str | None) -> Subscription:
-        expr = (expr or "*").strip() or "*"
-        tags = [] if expr == "*" else [t.strip() for t in expr.split("||") if t.strip()]
-        return cls(topic, expr, tags, int(time.time() * 1000))
-
-    def to_json(self) -> dict:
-        return {"classFilterMode": False, "codeSet": [java_hash(t) for t in self.tags], "expressionType": "TAG",
-                "subString": self.expr, "subVersion": self.version, "tagsSet": list(self.tags),
-                "topic": self.topic}
 
 
 Listener = Callable[[MessageExt], object]
@@ -90,7 +69,7 @@ class PushConsumer:
                                           else LocalOffsetStore(offset_store_path))
         self.subscriptions: dict[str, Subscription] = {}
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
-        self._consume_sem = asyncio.Semaphore(consume_concurrency)
+        self.consume_sem = asyncio.Semaphore(consume_concurrency)
         self._rebalance_event = asyncio.Event()
         self._lock_event = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
@@ -277,13 +256,13 @@ class PushConsumer:
                     self._lock_event.set()
 
     # -- consumption helpers -----------------------------------------------------------------
-    async def _invoke_listener(self, msg: MessageExt) -> object:
+    async def invoke_listener(self, msg: MessageExt) -> object:
         r = self.listener(msg)
         if inspect.isawaitable(r):
             r = await r
         return r
 
-    async def _send_back(self, msg: MessageExt) -> None:
+    async def send_back(self, msg: MessageExt) -> None:
         """CONSUMER_SEND_MSG_BACK (delayLevel 0: the broker picks 3 + reconsumeTimes); fallback: re-send."""
         if not self.clustering:
             log.warning("broadcast consume failed, dropping", msg_id=msg.msg_id)

@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 
 from . import _wire as w
+from .instance import ClientInstance
 from .message import MAX_OFFSET, MIN_OFFSET, MessageExt, MessageQueue, decode_messages
-
-if TYPE_CHECKING:
-    from .consumer import PushConsumer, Subscription
+from .offset_store import OffsetStore
+from .subscription import Subscription
 
 log = structlog.get_logger(__name__)
 
@@ -43,8 +43,28 @@ def filter_by_tags(msgs: list[MessageExt], sub: Subscription) -> list[MessageExt
     return [m for m in msgs if m.tags is not None and m.tags in sub.tags]
 
 
+class QueueOwner(Protocol):
+    """What a process queue needs from the push consumer that owns it (PushConsumer is one)."""
+
+    group: str
+    instance: ClientInstance
+    offset_store: OffsetStore
+    clustering: bool
+    orderly: bool
+    pull_batch_size: int
+    suspend_timeout: float
+    max_reconsume_times: int
+    consume_sem: asyncio.Semaphore
+
+    def request_lock(self) -> None: ...
+
+    async def invoke_listener(self, msg: MessageExt) -> object: ...
+
+    async def send_back(self, msg: MessageExt) -> None: ...
+
+
 class ProcessQueue:
-    def __init__(self, consumer: PushConsumer, mq: MessageQueue, sub: Subscription, offset: int) -> None:
+    def __init__(self, consumer: QueueOwner, mq: MessageQueue, sub: Subscription, offset: int) -> None:
         self.consumer = consumer
         self.mq = mq
         self.sub = sub
@@ -119,7 +139,7 @@ class ProcessQueue:
     # -- consumption -------------------------------------------------------------------------
     async def _call(self, msg: MessageExt) -> ConsumeStatus:
         try:
-            r = await self.consumer._invoke_listener(msg)
+            r = await self.consumer.invoke_listener(msg)
         except Exception as e:
             log.warning("listener raised", msg_id=msg.msg_id, error=repr(e))
             return ConsumeStatus.RETRY
@@ -131,15 +151,31 @@ class ProcessQueue:
         if self.consumer.orderly:
             await self._consume_orderly(msgs)
             return
-        sem = self.consumer._consume_sem
+        sem = self.consumer.consume_sem
+        c = self.consumer
+        finished = [False] * len(msgs)
+        head = [0]  # msgs[:head] are all finished: the offset may move past them
 
-        async def one(m: MessageExt) -> None:
+        def advance() -> None:
+            # like RocketMQ's ProcessQueue.removeMessage: the committed offset follows the oldest message
+            # still in flight, message by message (a consumer stopped mid-batch commits what it finished)
+            k = head[0]
+            while k < len(msgs) and finished[k]:
+                k += 1
+            if k > head[0]:
+                head[0] = k
+                if c.clustering and not self.dropped:
+                    c.offset_store.update(self.mq, msgs[k - 1].queue_offset + 1, increase_only=True)
+
+        async def one(i: int, m: MessageExt) -> None:
             async with sem:
                 status = await self._call(m)
             if status is ConsumeStatus.RETRY:
-                await self.consumer._send_back(m)
+                await c.send_back(m)
+            finished[i] = True
+            advance()
 
-        await asyncio.gather(*(one(m) for m in msgs))
+        await asyncio.gather(*(one(i, m) for i, m in enumerate(msgs)))
 
     async def _consume_orderly(self, msgs: list[MessageExt]) -> None:
         c = self.consumer
@@ -157,7 +193,7 @@ class ProcessQueue:
                 attempts += 1
                 m.reconsume_times += 1
                 if attempts > c.max_reconsume_times:
-                    await c._send_back(m)  # give up locally: the broker routes it to retry / DLQ
+                    await c.send_back(m)  # give up locally: the broker routes it to retry / DLQ
                     break
                 await asyncio.sleep(ORDERLY_SUSPEND)  # suspend the queue a moment, then the same message
             if self.dropped:

@@ -6,12 +6,13 @@ import enum
 from dataclasses import dataclass, field
 
 from . import _wire as w
-from .consumer import CLUSTERING, Subscription
+from .consumer import CLUSTERING
 from .instance import ClientInstance
 from .message import MAX_OFFSET, MIN_OFFSET, MessageExt, MessageQueue, decode_messages
 from .offset_store import RemoteOffsetStore
 from .process_queue import build_pull_request, filter_by_tags
 from .rebalance import query_offset
+from .subscription import Subscription
 
 
 class PullStatus(enum.Enum):

@@ -192,3 +192,85 @@ def decode_table(body: JsonBody, key: str) -> dict[str, dict[str, Any]]:
     """The name -> config map of a *Wrapper body (`topicConfigTable` or `subscriptionGroupTable`)."""
     t = as_obj(loads_lenient(body), "wrapper").get(key) or {}
     return {str(k): as_obj(v, key) for k, v in as_obj(t, key).items()}
+
+
+# ------------------------------------------------------------------------ operator tools (issue 15)
+
+def encode_producer_connection(connections: Iterable[Connection]) -> bytes:
+    """ProducerConnection (GET_PRODUCER_CONNECTION_LIST): {"connectionSet":[Connection...]}."""
+    return dumps({"connectionSet": [c.to_json() for c in connections]})
+
+
+def decode_producer_connection(body: JsonBody) -> list[Connection]:
+    d = as_obj(loads_lenient(body), "ProducerConnection")
+    return sorted((Connection(as_str(c.get("clientId"), "clientId"), as_str(c.get("clientAddr"), "clientAddr"),
+                              as_str(c.get("language"), "language"), as_int(c.get("version"), "version"))
+                   for c in (as_obj(x, "Connection") for x in as_list(d, "connectionSet"))),
+                  key=lambda c: c.client_id)
+
+
+def encode_consume_stats_list(broker_addr: str, groups: Iterable[tuple[str, list[bytes]]], total_diff: int) -> bytes:
+    """ConsumeStatsList (GET_BROKER_CONSUME_STATS): `consumeStatsList` is a list of one-entry maps
+    group -> [ConsumeStats], each ConsumeStats already encoded by `encode_consume_stats`."""
+    items = ",".join("{" + _q(g) + ":[" + ",".join(s.decode() for s in stats) + "]}" for g, stats in groups)
+    return (f'{{"brokerAddr":{_q(broker_addr)},"consumeStatsList":[{items}],"totalDiff":{int(total_diff)}}}'
+            ).encode()
+
+
+def decode_consume_stats_list(body: JsonBody) -> dict[str, list[tuple[list[OffsetWrapper], float]]]:
+    d = as_obj(loads_lenient(body), "ConsumeStatsList")
+    out: dict[str, list[tuple[list[OffsetWrapper], float]]] = {}
+    for one in as_list(d, "consumeStatsList"):
+        for group, stats in as_obj(one, "consumeStatsList entry").items():
+            out[str(group)] = [(_decode_mq_table(as_obj(s, "ConsumeStats"), OffsetWrapper, _OFFSET_WRAPPER),
+                                _float(as_obj(s, "ConsumeStats").get("consumeTps")))
+                               for s in (stats or [])]
+    return out
+
+
+def encode_reset_offset(offsets: Mapping[MessageQueue, int]) -> bytes:
+    """ResetOffsetBody: {"offsetTable":{MessageQueue:offset}} (fastjson object keys; Java clients, mqadmin)."""
+    rows = sorted(offsets.items(), key=lambda kv: (kv[0].topic, kv[0].broker_name, kv[0].queue_id))
+    table = ",".join(_mq_key(mq.topic, mq.broker_name, mq.queue_id) + f":{int(off)}" for mq, off in rows)
+    return ('{"offsetTable":{' + table + "}}").encode()
+
+
+def encode_reset_offset_for_c(offsets: Mapping[MessageQueue, int]) -> bytes:
+    """ResetOffsetBodyForC: {"offsetTable":[{brokerName, offset, queueId, topic}]} (the C++ client's form)."""
+    rows = sorted(offsets.items(), key=lambda kv: (kv[0].topic, kv[0].broker_name, kv[0].queue_id))
+    return dumps({"offsetTable": [{"brokerName": mq.broker_name, "offset": int(off), "queueId": mq.queue_id,
+                                   "topic": mq.topic} for mq, off in rows]})
+
+
+def decode_reset_offset(body: JsonBody) -> dict[MessageQueue, int]:
+    d = as_obj(loads_lenient(body), "ResetOffsetBody")
+    table = d.get("offsetTable") or {}
+    if isinstance(table, list):
+        return {MessageQueue(as_str(r.get("topic"), "topic"), as_str(r.get("brokerName"), "brokerName"),
+                             as_int(r.get("queueId"), "queueId")): as_int(r.get("offset"), "offset")
+                for r in (as_obj(x, "MessageQueueForC") for x in table)}
+    return {_parse_mq_key(k) if isinstance(k, str) else MessageQueue("", "", 0): as_int(v, "offset")
+            for k, v in as_obj(table, "offsetTable").items()}
+
+
+@dataclass(slots=True, frozen=True)
+class ConsumeQueueData:
+    physic_offset: int
+    physic_size: int
+    tags_code: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"eval": False, "physicOffset": self.physic_offset, "physicSize": self.physic_size,
+                "tagsCode": self.tags_code}
+
+
+def encode_query_consume_queue(min_index: int, max_index: int, units: Iterable[ConsumeQueueData],
+                               subscription: dict[str, Any] | None, filter_data: str | None) -> bytes:
+    """QueryConsumeQueueResponseBody (QUERY_CONSUME_QUEUE)."""
+    d: dict[str, Any] = {"maxQueueIndex": int(max_index), "minQueueIndex": int(min_index),
+                         "queueData": [u.to_json() for u in units]}
+    if subscription is not None:
+        d["subscriptionData"] = subscription
+    if filter_data is not None:
+        d["filterData"] = filter_data
+    return dumps(d)

@@ -99,6 +99,8 @@ class RequestCode(IntEnum):
     PROMOTE_BROKER = 3101  # admin: make this slave the master (no restart); JSON body, see server/cluster/ha
     GET_SCHEDULER_PROGRESS = 3102  # master -> slave: scheduler.progress.SchedulerProgress (msgpack body)
     GET_HA_EPOCH = 3103  # {"epoch", "startOffset", "maxOffset"}: where this master's CommitLog diverged
+    DELAYMQ_QUERY_SCHEDULED = 3111  # browse what is scheduled (server/processors/scheduled.py)
+    DELAYMQ_CANCEL_SCHEDULED = 3112  # cancel a scheduled message by UNIQ_KEY (admin)
 
 
 class ResponseCode(IntEnum):
@@ -238,6 +240,8 @@ TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
 BENCHMARK_TOPIC = "BenchmarkTest"
+# scheduled records that could not be converted or delivered are set aside here (delaymq's own; 1 queue)
+SCHEDULE_QUARANTINE_TOPIC = "rmq_sys_SCHEDULE_QUARANTINE"
 # topics a producer may not send to (remoting-protocol.md §8.1)
 NOT_ALLOWED_SEND_TOPICS = frozenset({
     SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from codec.buffers import Body
+from codec.cache import BoundedCache
 from codec.codes import (
     BROKER_VERSION,
     RPC_ONEWAY,
@@ -178,9 +179,8 @@ _I16 = struct.Struct(">h")
 _FIXED_RLEN = struct.Struct(">hBhiii")  # the fixed fields plus the remark length
 # ext-field keys repeat on every request/response (short V2 names, msgId, queueId...): the decoder
 # maps key bytes to interned str, the encoder maps str to its length-prefixed bytes (both bounded)
-_KEYS: dict[bytes, str] = {}
-_KEY_HEADS: dict[str, bytes] = {}
-_KEY_CACHE_MAX = 4096
+_KEYS: BoundedCache[bytes, str] = BoundedCache("rocketmq_header.key", 4096)
+_KEY_HEADS: BoundedCache[str, bytes] = BoundedCache("rocketmq_header.key_head", 4096)
 
 
 def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
@@ -199,8 +199,8 @@ def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
             if kh is None:
                 kb = str(k).encode("utf-8", "replace")
                 kh = _I16.pack(len(kb)) + kb
-                if type(k) is str and len(key_heads) < _KEY_CACHE_MAX:
-                    key_heads[k] = kh
+                if type(k) is str:
+                    key_heads.remember(k, kh)
             vb = (v if type(v) is str else _to_str(v)).encode("utf-8", "replace")
             parts += (kh, pack32(len(vb)), vb)
             elen += len(kh) + 4 + len(vb)
@@ -263,9 +263,7 @@ def _decode_ext(b: bytes, pos: int, end: int) -> dict[str, str]:
         kb = b[pos:pos + klen]
         k = keys.get(kb)
         if k is None:
-            k = kb.decode("utf-8")
-            if len(keys) < _KEY_CACHE_MAX:
-                keys[kb] = k
+            k = keys.remember(kb, kb.decode("utf-8"))
         pos += klen
         vlen = i32(b, pos)[0]
         pos += 4
@@ -295,8 +293,7 @@ class _ExtLayout:
         self.keys = tuple(_KEYS.get(kb) or kb.decode("utf-8") for _, kb, _ in fields)
 
 
-_LAYOUTS: dict[int, _ExtLayout] = {}
-_LAYOUTS_MAX = 256
+_LAYOUTS: BoundedCache[int, _ExtLayout] = BoundedCache("rocketmq_header.layout", 256)
 _LAYOUT_MAX_FIELDS = 64
 _LAYOUT_MAX_BYTES = 65536
 
@@ -314,9 +311,7 @@ def _learn_layout(b: bytes, pos: int, elen: int, nfields: int) -> None:
         pos += 6 + klen + vlen
     if len(fields) != nfields:
         return  # a repeated key: the dict kept one value, a shape would return both
-    if len(_LAYOUTS) >= _LAYOUTS_MAX:
-        _LAYOUTS.clear()
-    _LAYOUTS[elen] = _ExtLayout(fields)
+    _LAYOUTS.remember(elen, _ExtLayout(fields))
 
 
 def encode_header(cmd: RemotingCommand) -> bytes:

@@ -17,6 +17,7 @@ import struct
 from collections.abc import Sequence
 
 from codec.buffers import BytesLike
+from codec.cache import BoundedCache
 from codec.properties import index_keys
 from codec.record import POS_QUEUE_ID, POS_SYS_FLAG, store_timestamp_pos
 from codec.record_rewrite import _qid, _topic, tags_code, tail_span
@@ -29,8 +30,8 @@ _K_QID = b"\x02REAL_QID\x01"
 _K_TAGS = b"\x02TAGS\x01"
 _K_KEYS = b"\x02KEYS\x01"
 _K_UNIQ = b"\x02UNIQ_KEY\x01"
-_CACHE_MAX = 4096
-_dests: dict[bytes, tuple[tuple[str, int], bytes]] = {}  # properties tail from REAL_TOPIC -> ((topic, qid), topic field)
+# properties tail from REAL_TOPIC -> ((topic, qid), topic field)
+_dests: BoundedCache[bytes, tuple[tuple[str, int], bytes]] = BoundedCache("delivery.destination", 4096)
 
 
 class DeliveryBatch:
@@ -84,9 +85,7 @@ def _dest_of_tail(tail: bytes, pb: bytes) -> tuple[tuple[str, int], bytes] | Non
     topic, field = _topic(rt)
     d = ((topic, _qid(rq)), field)
     if qi >= len(pb) - len(tail):
-        if len(_dests) > _CACHE_MAX:
-            _dests.clear()
-        _dests[tail] = d
+        _dests.remember(tail, d)
     return d
 
 

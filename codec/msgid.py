@@ -52,6 +52,17 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     return str(ipaddress.ip_address(ip)), port, off
 
 
+def is_offset_msg_id(msg_id: str) -> bool:
+    """True if `msg_id` reads as an offset msgId with a real port (1..65535). A UNIQ_KEY has the same
+    length (32 hex chars) but its bytes 4..8 are the producer's pid and a hash, which as a port are far
+    above 65535 (pid > 0), so the two id forms tell themselves apart."""
+    try:
+        _ip, port, off = decode_offset_msg_id(msg_id)
+    except CodecError:
+        return False
+    return 0 < port <= 0xFFFF and off >= 0
+
+
 _month = [0.0, 0.0]  # [start of this month, start of next month] as epoch seconds (local time)
 _TAIL = struct.Struct(">iH")
 

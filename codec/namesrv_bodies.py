@@ -11,6 +11,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from codec import table_bodies as TB
 from codec.bodies import BrokerData
 from codec.errors import CodecError
 from codec.fastjson import as_bool, as_int, as_list, as_obj, as_str, dumps, loads_lenient
@@ -67,11 +68,6 @@ class TopicConfigData:
     topic_sys_flag: int = 0
     order: bool = False
 
-    def to_json(self) -> dict[str, Any]:
-        return {"order": self.order, "perm": self.perm, "readQueueNums": self.read_queue_nums,
-                "topicFilterType": self.topic_filter_type, "topicName": self.topic_name,
-                "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
-
     @classmethod
     def from_json(cls, name: str, d: Any) -> TopicConfigData:
         d = as_obj(d, "TopicConfig")
@@ -85,10 +81,6 @@ class TopicConfigData:
                    as_str(filter_type, "topicFilterType", "SINGLE_TAG") or "SINGLE_TAG",
                    as_int(d.get("topicSysFlag", d.get("topicSynFlag")), "topicSysFlag"),
                    as_bool(d.get("order")))
-
-    def encode_line(self) -> str:
-        """TopicConfig.encode (the compressed form's line): `name read write perm filterType`."""
-        return f"{self.topic_name} {self.read_queue_nums} {self.write_queue_nums} {self.perm} {self.topic_filter_type}"
 
     @classmethod
     def decode_line(cls, line: str) -> TopicConfigData:
@@ -111,28 +103,22 @@ class RegisterBrokerBody:
     topic_configs: dict[str, TopicConfigData] = field(default_factory=dict)
     filter_server_list: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"filterServerList": list(self.filter_server_list),
-                "topicConfigSerializeWrapper": {
-                    "dataVersion": self.data_version.to_json(),
-                    "topicConfigTable": {n: t.to_json() for n, t in self.topic_configs.items()}}}
-
 
 def encode_register_body(body: RegisterBrokerBody, compressed: bool = False) -> bytes:
     """The REGISTER_BROKER body: fastjson JSON, or RocketMQ's compressed form (a zlib stream, level 9,
     of length-prefixed DataVersion JSON, topic lines and the filter-server list; no 5.x mapping
-    section, so send it with a request version < 413)."""
-    if not compressed:
-        return dumps(body.to_json())
-    parts = []
-    dv = body.data_version.encode()
-    parts += [_I32.pack(len(dv)), dv, _I32.pack(len(body.topic_configs))]
-    for t in body.topic_configs.values():
-        line = t.encode_line().encode()
-        parts += [_I32.pack(len(line)), line]
-    fs = dumps(list(body.filter_server_list))
-    parts += [_I32.pack(len(fs)), fs]
-    return zlib.compress(b"".join(parts), 9)
+    section, so send it with a request version < 413). Laid out by codec.table_bodies, the encoder the
+    broker's cached table body uses too."""
+    dv = body.data_version
+    version = TB.version_json(dv.counter, dv.timestamp)
+    topics = body.topic_configs.values()
+    if compressed:
+        return TB.register_body_compressed(version, [TB.topic_compact(t.topic_name, t.read_queue_nums,
+                                                                      t.write_queue_nums, t.perm, t.topic_filter_type)
+                                                     for t in topics], body.filter_server_list)
+    members = [TB.topic_member(t.topic_name, t.read_queue_nums, t.write_queue_nums, t.perm, t.topic_filter_type,
+                               t.topic_sys_flag, t.order) for t in topics]
+    return TB.register_body(TB.topic_wrapper(version, members), body.filter_server_list)
 
 
 def decode_register_body(data: bytes | bytearray | memoryview | None, compressed: bool, max_inflated: int = 64 << 20) -> RegisterBrokerBody:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import AnyStr, cast
 
+from codec.cache import BoundedCache
+
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
@@ -50,6 +52,14 @@ class MessageConst:
     CORRELATION_ID = "CORRELATION_ID"
     REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
     TTL = "TTL"
+    # delaymq: a quarantined scheduled record (rmq_sys_SCHEDULE_QUARANTINE): why, where it came from
+    QUARANTINE_REASON = "QUARANTINE_REASON"
+    QUARANTINE_STAGE = "QUARANTINE_STAGE"
+    QUARANTINE_ORIGIN_OFFSET = "QUARANTINE_ORIGIN_OFFSET"
+    QUARANTINE_ORIGIN_MSG_ID = "QUARANTINE_ORIGIN_MSG_ID"
+    QUARANTINE_ORIGIN_TOPIC = "QUARANTINE_ORIGIN_TOPIC"
+    QUARANTINE_BODY_DROPPED = "QUARANTINE_BODY_DROPPED"
+    QUARANTINE_BODY = "QUARANTINE_BODY"  # "record": the body is the whole stored record
     ARRIVE_TIME = "ARRIVE_TIME"
     PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
     INSTANCE_ID = "INSTANCE_ID"
@@ -166,8 +176,7 @@ def rewrite_sent_properties(text: str, cluster: str, new_uniq_key: Callable[[], 
 # rewrite_sent_properties_cached: (text before the UNIQ_KEY value, text after it, cluster, marks) ->
 # the rewrite of that text with a placeholder value, split where the value goes
 _PLACEHOLDER = "\x00"
-_REWRITES: dict[_ShapeKey, _Template | object | None] = {}
-_REWRITES_MAX = 1024
+_REWRITES: BoundedCache[_ShapeKey, _Template | object | None] = BoundedCache("send.properties_shape", 1024)
 _UNSEEN, _SEEN_ONCE = object(), object()
 
 
@@ -203,7 +212,7 @@ def rewrite_sent_properties_cached(text: str, cluster: str, new_uniq_key: Callab
     except TypeError:  # unhashable marks
         return rewrite_sent_properties(text, cluster, new_uniq_key, full_path_marks)
     if tmpl is _UNSEEN:  # a shape seen once (KEYS unique per message...) costs one dict entry only
-        _remember(key, _SEEN_ONCE)
+        _REWRITES.remember(key, _SEEN_ONCE)
         return rewrite_sent_properties(text, cluster, new_uniq_key, full_path_marks)
     if tmpl is _SEEN_ONCE:
         tmpl = _template(key)
@@ -230,14 +239,8 @@ def _template(key: _ShapeKey) -> _Template | bool | None:
             stored, wait, tags, keys, delay = res
             parts = stored.split(_PLACEHOLDER)
             tmpl = (parts[0], parts[1], wait, tags, keys[:-1], delay) if len(parts) == 2 else False
-    _remember(key, tmpl)
+    _REWRITES.remember(key, tmpl)
     return tmpl
-
-
-def _remember(key: _ShapeKey, entry: _Template | object | None) -> None:
-    if len(_REWRITES) >= _REWRITES_MAX and key not in _REWRITES:
-        _REWRITES.clear()
-    _REWRITES[key] = entry
 
 
 def _no_new_key() -> str:

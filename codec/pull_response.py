@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 
 from codec.buffers import BytesLike
+from codec.cache import BoundedCache
 from codec.codes import BROKER_VERSION, RPC_TYPE_RESPONSE, SERIALIZE_JSON, SERIALIZE_ROCKETMQ
 from codec.command import _json_dumps
 
@@ -38,16 +39,13 @@ _JSON = ('{"code":%d,"extFields":{"suggestWhichBrokerId":"0","nextBeginOffset":"
          '"serializeTypeCurrentRPC":"JSON","version":' + str(BROKER_VERSION) + '}')
 
 # remark -> (JSON literal, UTF-8 bytes); the remarks are the store's few status names
-_REMARKS: dict[str, tuple[str, bytes]] = {}
-_REMARKS_MAX = 64
+_REMARKS: BoundedCache[str, tuple[str, bytes]] = BoundedCache("pull_response.remark", 64)
 
 
 def _remark(remark: str) -> tuple[str, bytes]:
     r = _REMARKS.get(remark)
     if r is None:
-        r = (_json_dumps(remark), remark.encode("utf-8", "replace"))
-        if len(_REMARKS) < _REMARKS_MAX:
-            _REMARKS[remark] = r
+        r = _REMARKS.remember(remark, (_json_dumps(remark), remark.encode("utf-8", "replace")))
     return r
 
 

@@ -14,6 +14,7 @@ import struct
 from collections.abc import Iterable
 
 from codec.buffers import BytesLike
+from codec.cache import BoundedCache
 from codec.codes import SysFlag
 from codec.errors import CodecError
 from codec.properties import index_keys
@@ -139,10 +140,9 @@ def tail_span(raw: BytesLike) -> tuple[int, int, int]:
     if blen < 0 or pend < ppos + 2 or pend > len(raw):
         raise CodecError("record length fields out of range")
     return tpos, ppos, pend
-_CACHE_MAX = 4096
-_topics: dict[bytes, tuple[str, bytes]] = {}  # REAL_TOPIC value -> (topic str, topic field)
-_tags: dict[bytes, int] = {}
-_qids: dict[bytes, int] = {}
+_topics: BoundedCache[bytes, tuple[str, bytes]] = BoundedCache("delivery.topic", 4096)  # REAL_TOPIC -> (str, field)
+_tags: BoundedCache[bytes, int] = BoundedCache("delivery.tags_code", 4096)  # TAGS -> tagsCode
+_qids: BoundedCache[bytes, int] = BoundedCache("delivery.queue_id", 4096)  # REAL_QID -> int
 
 
 def prop_value(pb: bytes, key: bytes) -> bytes | None:
@@ -160,10 +160,8 @@ def prop_value(pb: bytes, key: bytes) -> bytes | None:
 def _topic(b: bytes) -> tuple[str, bytes]:
     t = _topics.get(b)
     if t is None:
-        if len(_topics) > _CACHE_MAX:
-            _topics.clear()
         s = b.decode("utf-8", "replace")
-        t = _topics[b] = (s, topic_field(s))
+        t = _topics.remember(b, (s, topic_field(s)))
     return t
 
 
@@ -173,9 +171,7 @@ def tags_code(tags: bytes | None) -> int:
         return 0
     code = _tags.get(tags)
     if code is None:
-        if len(_tags) > _CACHE_MAX:
-            _tags.clear()
-        code = _tags[tags] = java_hash(tags.decode("utf-8", "replace"))
+        code = _tags.remember(tags, java_hash(tags.decode("utf-8", "replace")))
     return code
 
 
@@ -190,9 +186,7 @@ def _qid(b: bytes | None) -> int:
             q = int(b) if b.isascii() else int(b.decode("utf-8", "replace"))
         except ValueError:
             q = 0
-        if len(_qids) > _CACHE_MAX:
-            _qids.clear()
-        _qids[b] = q
+        _qids.remember(b, q)
     return q
 
 

@@ -68,6 +68,9 @@ class Connection(asyncio.Protocol):
         self._batch_processors: dict = runs if runs is not None else {}
         self.on_close = on_close
         self.on_made = on_made
+        # response_observer(conn, cmd): sees every non-SUCCESS command written (the broker logs the
+        # error codes clients get); None costs one attribute test per error response
+        self.response_observer: Callable[[Connection, RemotingCommand], None] | None = None
         self.decoder = FrameDecoder(max_frame, max_header)
         self.max_inflight = max_inflight
         self.inflight = 0
@@ -235,6 +238,8 @@ class Connection(asyncio.Protocol):
         closing (the command is dropped)."""
         if self.is_closing:
             return False
+        if cmd.code and self.response_observer is not None:
+            self.response_observer(self, cmd)
         return self.write_frame_pieces(encode_frame(cmd))
 
     def write_frames(self, data: bytes) -> bool:

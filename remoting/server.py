@@ -54,6 +54,7 @@ class RemotingServer:
             self.dispatcher.register(code, fn)
         self.connections: set[Connection] = set()
         self.on_connect: Callable[[Connection], None] | None = None
+        self.response_observer: Callable[[Connection, RemotingCommand], None] | None = None  # set on each connection
         self.on_close: Callable[[Connection], None] | None = None
         self.protocol_factory_wrapper: Callable | None = None
         self._servers: list[asyncio.Server] = []
@@ -90,6 +91,7 @@ class RemotingServer:
             conn.abort()
             return
         self.connections.add(conn)
+        conn.response_observer = self.response_observer
         self._arm_idle(conn, self.idle_timeout)
         if self.on_connect is not None:
             try:

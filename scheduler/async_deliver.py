@@ -19,6 +19,9 @@ from collections import deque
 
 import structlog
 
+from codec.errors import CodecError
+from scheduler.quarantine import GIVE_UP
+
 log = structlog.get_logger(__name__)
 
 RUNNING, SUCCESS, EXCEPTION, SKIP = "RUNNING", "SUCCESS", "EXCEPTION", "SKIP"
@@ -96,6 +99,7 @@ class AsyncLevelHandler:
         self.backoff_cap_ms = cfg.resend_backoff_cap_ms
         self.pending: deque[PendingEntry | PendingBatch] = deque()
         self.count = 0  # messages in `pending` (a PendingBatch holds several)
+        self.failed = 0  # EXCEPTION entries in `pending` (not in the CommitLog: the progress stops at the first)
         self._has_work: asyncio.Future | None = None
         self._space: asyncio.Future | None = None
         self.stopping = False
@@ -108,6 +112,10 @@ class AsyncLevelHandler:
     def room(self) -> int:
         """How many messages may still be enqueued (Java admits while size <= limit: up to limit+1)."""
         return self.max_pending + 1 - self.count
+
+    def first_failed(self) -> int:
+        """The schedule offset of the first EXCEPTION entry (call only while `failed` > 0)."""
+        return next(e.offset for e in self.pending if e.status == EXCEPTION)
 
     def extend(self, entries) -> None:
         self.pending.extend(entries)
@@ -155,6 +163,9 @@ class AsyncLevelHandler:
                     if not fl.done():
                         await asyncio.wait((fl,))
                     head.status = SUCCESS if flush_ok(fl) else EXCEPTION
+                    if head.status == EXCEPTION and type(head) is not PendingBatch:
+                        self.failed += 1
+                        d.commit_progress(d.put_offset())
                 else:
                     head.status = SUCCESS
             status = head.status
@@ -166,6 +177,8 @@ class AsyncLevelHandler:
                     self._signal_space()
                 else:  # not confirmed durable: resend message by message
                     pending.extendleft(reversed(head.split()))
+                    self.failed += head.count
+                    d.commit_progress(d.put_offset())
                 continue
             if status == SUCCESS or status == SKIP:
                 pending.popleft()
@@ -205,7 +218,8 @@ class AsyncLevelHandler:
         return len(done)
 
     async def _resend(self, head: PendingEntry) -> None:
-        """doResend: back off, re-read the schedule record, put it synchronously."""
+        """doResend: back off, re-read the schedule record, put it synchronously. `head` is EXCEPTION
+        (counted in `failed`) on entry; the progress file follows every change of that."""
         d = self.deliverer
         delay_ms = min(head.resend_count * 100, self.backoff_cap_ms)
         head.resend_count += 1
@@ -214,28 +228,54 @@ class AsyncLevelHandler:
             await asyncio.sleep(delay_ms / 1000)
         raw = d.store.read_record(head.phys, head.size)
         if raw is None:
-            head.status = SKIP if head.resend_count > 2 * self.max_resend_blocked else EXCEPTION
-            if head.status == SKIP:
+            if head.resend_count > 2 * self.max_resend_blocked:
                 log.error("delay.async_skip_unreadable", level=d.level, offset=head.offset, phys=head.phys)
+                self._settle(head, SKIP)
             return
         try:
-            req = d.make_request(raw)
-            if req is None:
-                head.status = SKIP
+            try:
+                req = d.make_request(raw)
+            except CodecError as e:  # a malformed record: set aside (scheduler.quarantine), not retried
+                if d.quarantine_refused(head.phys, head.size, f"cannot convert: {e}", head.offset):
+                    self._settle(head, SKIP)
                 return
+            if req is None:
+                self._settle(head, SKIP)
+                return
+            d._progress_begin(d.store.commitlog_max_offset())
             result = d.store.put([req])[0]
             if not result.ok:
                 d.stats.failed_puts += 1
-                head.status = EXCEPTION
+                d.commit_progress(d.put_offset())  # the in-flight mark goes before any quarantine put
+                if result.status in GIVE_UP and d.quarantine_refused(
+                        head.phys, head.size, f"delivery refused by the store: {result.status.name}", head.offset):
+                    self._settle(head, SKIP)
                 return
             head.flushed, head.store_ts, head.dphys = result.flushed, result.store_timestamp, result.phys_offset
+            self._settle(head, RUNNING)  # in the CommitLog: the progress moves past it now
             fl = result.flushed
             if fl is not None:
                 await asyncio.wait((fl,))
                 if not flush_ok(fl):
-                    head.status = EXCEPTION
+                    self._unsettle(head)
                     return
             head.status = SUCCESS
         except Exception as e:  # a broken record or store error: retried on the next pass
             log.error("delay.async_resend_failed", level=d.level, offset=head.offset, error=repr(e))
-            head.status = EXCEPTION
+            if head.status != EXCEPTION:
+                self._unsettle(head)
+            else:
+                d.commit_progress(d.put_offset())
+
+    def _settle(self, head: PendingEntry, status: str) -> None:
+        """A failed head is no longer failed (SKIP, or put again: RUNNING)."""
+        head.status = status
+        self.failed -= 1
+        d = self.deliverer
+        d.commit_progress(d.put_offset())
+
+    def _unsettle(self, head: PendingEntry) -> None:
+        head.status = EXCEPTION
+        self.failed += 1
+        d = self.deliverer
+        d.commit_progress(d.put_offset())

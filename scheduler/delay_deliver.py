@@ -21,6 +21,9 @@ import structlog
 
 from codec.codes import RMQ_SYS_TRANS_HALF_TOPIC, SCHEDULE_TOPIC
 from codec.delivery_batch import build_delivery_batch
+from codec.errors import CodecError
+from codec.properties import MessageConst, parse_properties
+from codec.record import read_properties_bytes
 from codec.record_rewrite import build_deliveries
 from scheduler.async_deliver import (
     EXCEPTION,
@@ -34,6 +37,7 @@ from scheduler.async_deliver import (
 from scheduler.delay_events import EventInfos, event_infos
 from scheduler.due import AFTER_MS
 from scheduler.events import EventColumns, fire_columns
+from scheduler.quarantine import GIVE_UP, LEVEL
 from scheduler.stats import LevelStats
 from storage.message_store import PutRequest, PutStatus
 
@@ -43,7 +47,6 @@ _UNIT = struct.Struct(">qiq")  # phys offset, size, tagsCode (= deliverTimestamp
 UNIT_SIZE = 20
 HALF_TOPIC = RMQ_SYS_TRANS_HALF_TOPIC
 DELAY_FOR_A_WHILE_S = 0.1
-DELAY_FOR_A_PERIOD_S = 10.0
 PUT_OK = PutStatus.PUT_OK
 _monotonic = time.monotonic  # the loop's clock (CLOCK_MONOTONIC)
 
@@ -60,12 +63,31 @@ class LevelDeliverer:
         self.queue_id = level - 1
         self.delay_ms = svc.config.levels_ms[level - 1]
         self.offset = 0        # delivered: next schedule-queue offset whose delivery is not confirmed
+        # scheduler.progress_file (scheduleProgress): begin(CommitLog end) just before a delivery put,
+        # commit(next offset not put, CommitLog end) right after it, in the same loop step
+        self._progress_begin = _no_begin
+        self._progress_commit = _no_commit
         self.scan_offset = 0   # next unit to look at (> offset while async deliveries are in flight)
+        self.claimed_offset = 0  # units below it were taken by the current pass (cancel: too late)
         self.stats = LevelStats(level)
         self.handler = AsyncLevelHandler(self) if svc.config.async_deliver else None
         self._wake: asyncio.Future | None = None
         self._idle = False
         self.stopping = False
+
+    def bind_progress(self, progress) -> None:
+        self._progress_begin, self._progress_commit = progress.level_writer(self.level)
+
+    def put_offset(self, end: int | None = None) -> int:
+        """The next schedule offset whose delivery is not in the CommitLog: the first failed put in
+        flight (async), else `end` (default: scan_offset)."""
+        h = self.handler
+        if h is not None and h.failed > 0:
+            return h.first_failed()
+        return self.scan_offset if end is None else end
+
+    def commit_progress(self, offset: int) -> None:
+        self._progress_commit(offset, self.store.commitlog_max_offset())
 
     # ---- wake-ups ------------------------------------------------------------------------
     def on_dispatch(self) -> None:
@@ -101,14 +123,10 @@ class LevelDeliverer:
 
     # ---- the task ------------------------------------------------------------------------
     async def run(self) -> None:
+        """The level's task (run by the store's supervisor: an error is logged, counted, backed off
+        and the task restarted from the current offsets)."""
         while not self.stopping:
-            try:
-                await self._pass()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.exception("delay.level_pass_failed", level=self.level, offset=self.scan_offset, error=repr(e))
-                await asyncio.sleep(DELAY_FOR_A_PERIOD_S)
+            await self._pass()
 
     async def _pass(self) -> None:
         store, qid = self.store, self.queue_id
@@ -145,20 +163,31 @@ class LevelDeliverer:
                 break
             spans.append((phys, size))
             dues.append(due)
+        cancelled = self.svc.cancels.of_level(self.level)
+        if cancelled:  # operator cancels (scheduled cancel --id): those units are never delivered
+            keep = [i for i in range(len(spans)) if base + i not in cancelled]
+            if len(keep) < len(spans):
+                self.svc.cancels.cancelled_total += len(spans) - len(keep)
+                log.info("delay.cancelled_skipped", delay_level=self.level, count=len(spans) - len(keep), offset=base)
+                spans, dues = [spans[i] for i in keep], [dues[i] for i in keep]
+            self.svc.cancels.passed(self.level, base + scanned)
+        self.claimed_offset = base + scanned  # past this, a cancel comes too late (being delivered)
         raws = store.read_records(spans)
-        batch = build_delivery_batch(raws, HALF_TOPIC)  # unreadable, no REAL_TOPIC, half message: dropped
+        try:
+            batch = build_delivery_batch(raws, HALF_TOPIC)  # unreadable, no REAL_TOPIC, half message: dropped
+        except CodecError:  # a malformed record: set it aside, the rest of the batch goes on
+            batch, raws = self._isolate(raws, spans, base)
         if batch.dropped:
-            self.stats.skipped += len(batch.dropped)
-            log.warning("delay.skip_unreadable", level=self.level, count=len(batch.dropped), offset=base)
+            self._drop(batch, raws, spans, base)
         infos = None
         if self.svc.listeners:
             infos = event_infos(raws, batch)
             self._fire_due(batch, spans, dues, infos)
         if handler is None:
-            await self._deliver_sync(batch, dues, infos)
+            await self._deliver_sync(batch, dues, infos, raws, spans, base, base + scanned)
             self.offset = self.scan_offset = base + scanned
         else:
-            self._deliver_async(batch, base, spans, dues, infos)
+            self._deliver_async(batch, base, spans, dues, infos, base + scanned)
             self.scan_offset = base + scanned
         self.stats.next_due_ms = wait_due
         if wait_due and not self.stopping:
@@ -186,6 +215,46 @@ class LevelDeliverer:
             self.scan_offset = new
             if self.handler is None or not self.handler.pending:
                 self.offset = new
+                self.commit_progress(new)
+
+    # ---- poison records (scheduler.quarantine) -------------------------------------------
+    def _isolate(self, raws, spans, base: int):
+        """build_delivery_batch failed on the batch: quarantine each record it fails on, build the rest."""
+        raws = list(raws)
+        for i, raw in enumerate(raws):
+            if raw is None:
+                continue
+            try:
+                build_delivery_batch((raw,))
+            except CodecError as e:
+                self._set_aside(raw, f"cannot convert: {e}", spans[i][0], base + i)
+                raws[i] = None
+                self.stats.quarantined += 1
+        return build_delivery_batch(raws, HALF_TOPIC), raws
+
+    def _drop(self, batch, raws, spans, base: int) -> None:
+        """Dropped records: a half message or an unreadable one is skipped (as RocketMQ does); a
+        readable record without REAL_TOPIC cannot be delivered anywhere and is quarantined."""
+        skipped = 0
+        for i in batch.dropped:
+            raw = raws[i]
+            if raw is None:
+                skipped += 1
+                continue
+            if parse_properties(read_properties_bytes(raw, 0)).get(MessageConst.REAL_TOPIC):
+                skipped += 1  # a transactional half message: never delivered from a delay level
+                continue
+            self._set_aside(raw, "no REAL_TOPIC", spans[i][0], base + i)
+            self.stats.quarantined += 1
+        if skipped:
+            self.stats.skipped += skipped
+            log.warning("delay.skip_unreadable", level=self.level, count=skipped, offset=base)
+
+    def _set_aside(self, raw, reason: str, phys: int, offset: int) -> None:
+        """Quarantine one schedule record; a quarantine put that may pass later (disk full) raises,
+        so the supervisor backs off and the pass is tried again (nothing was put for it yet)."""
+        if not self.svc.quarantine.set_aside(raw, reason, LEVEL, phys, level=self.level, offset=offset):
+            raise RuntimeError(f"quarantine put failed for schedule offset {offset}: try again")
 
     def make_request(self, raw) -> PutRequest | None:
         """messageTimeup: the delivery PutRequest, or None to drop (no REAL_TOPIC, half message)."""
@@ -195,14 +264,25 @@ class LevelDeliverer:
         return PutRequest(b[0], b[1], b[2], b[3], b[4], -1)
 
     # ---- sync ----------------------------------------------------------------------------
-    async def _deliver_sync(self, batch, dues, infos) -> None:
+    async def _deliver_sync(self, batch, dues, infos, raws, spans, base: int, end: int) -> None:
         """One put_batch for the whole batch; failed records (put status, or a flush that did not
-        confirm) are resent one PutRequest each, with backoff, until stored."""
+        confirm) are resent one PutRequest each, with backoff, until stored; a record the store
+        refuses for good (GIVE_UP: oversize with its real topic) is quarantined instead. The progress
+        (scheduleProgress) moves to `end` in the same step as the put (to the first failed record if a
+        put failed, and to `end` once the failed ones are stored or set aside)."""
         n = len(batch)
+        store = self.store
         if not n:
+            self._progress_commit(end, store.commitlog_max_offset())
             return
-        res = self.store.put_batch(batch)
+        self._progress_begin(store.commitlog_max_offset())
+        res = store.put_batch(batch)
         statuses = res.statuses
+        if statuses is None:
+            self._progress_commit(end, store.commitlog_max_offset())
+        else:
+            first = next((j for j, x in enumerate(statuses) if x is not PUT_OK), None)
+            self._progress_commit(end if first is None else base + batch.source[first], store.commitlog_max_offset())
         fl = res.flushed
         flushed_ok = True
         if fl is not None:
@@ -220,6 +300,11 @@ class LevelDeliverer:
             return
         failed = []
         for j, i in enumerate(src):
+            if statuses is not None and statuses[j] in GIVE_UP and self.svc.quarantine.set_aside(
+                    raws[i], f"delivery refused by the store: {statuses[j].name}", LEVEL, spans[i][0],
+                    level=self.level, topic=batch.dests[j][0]):
+                self.stats.quarantined += 1
+                continue
             if (statuses is not None and statuses[j] is not PUT_OK) or (not flushed_ok and res.phys[j] >= 0):
                 failed.append(j)
             elif infos is None:
@@ -227,12 +312,17 @@ class LevelDeliverer:
                 st.record_lateness(res.store_timestamp - dues[i])
             else:
                 self._delivered(dues[i], infos[j], res.store_timestamp, res.phys[j], batch.dests[j][0])
+        if not failed:  # every failure was set aside
+            self.commit_progress(end)
+            return
         st.failed_puts += len(failed)
         log.warning("delay.deliver_failed", level=self.level, failed=len(failed), attempt=1,
                     status=str(statuses[failed[0]] if statuses is not None else "FLUSH_FAILED"))
         reqs = [PutRequest(batch.record(j), *batch.dests[j], batch.tags_codes[j], batch.keys[j], -1) for j in failed]
-        metas = [(dues[src[j]], infos[j] if infos is not None else None) for j in failed]
+        metas = [(dues[src[j]], infos[j] if infos is not None else None, raws[src[j]], spans[src[j]][0])
+                 for j in failed]
         await self._resend_sync(reqs, metas)
+        self.commit_progress(end)
 
     async def _resend_sync(self, reqs, metas) -> None:
         attempt = 1
@@ -242,6 +332,11 @@ class LevelDeliverer:
             results = self.store.put([reqs[i] for i in todo])
             failed = []
             for i, r in zip(todo, results, strict=True):
+                if r.status in GIVE_UP and self.svc.quarantine.set_aside(
+                        metas[i][2], f"delivery refused by the store: {r.status.name}", LEVEL, metas[i][3],
+                        level=self.level, topic=reqs[i].topic):
+                    self.stats.quarantined += 1
+                    continue
                 if r.status is not PUT_OK:
                     failed.append((i, r))
                     continue
@@ -252,7 +347,7 @@ class LevelDeliverer:
                     if not flush_ok(fl):
                         failed.append((i, r))
                         continue
-                due, info = metas[i]
+                due, info = metas[i][:2]
                 if info is None:
                     self.stats.add_delivered(1)
                     self.stats.record_lateness(r.store_timestamp - due)
@@ -291,20 +386,25 @@ class LevelDeliverer:
             infos.born_ts, infos.store_ts, [dues[i] for i in src], 0))
 
     # ---- async ---------------------------------------------------------------------------
-    def _deliver_async(self, batch, base, spans, dues, infos) -> None:
+    def _deliver_async(self, batch, base, spans, dues, infos, end: int) -> None:
         if not spans:
             return
         n = len(batch)
+        store = self.store
+        if n:
+            self._progress_begin(store.commitlog_max_offset())
         if n and not batch.dropped:
-            res = self.store.put_batch(batch)
+            res = store.put_batch(batch)
             if res.statuses is None:  # the common case: one pending entry for the whole run
                 topics = infos.topics if infos is not None else None
                 self.handler.extend((PendingBatch(base, spans, dues, res.flushed, res.store_timestamp, res.phys,
                                                   topics, infos),))
+                self._progress_commit(self.put_offset(end), store.commitlog_max_offset())
                 return
             self._pending_entries(batch, base, spans, dues, infos, res)
-            return
-        self._pending_entries(batch, base, spans, dues, infos, self.store.put_batch(batch) if n else None)
+        else:
+            self._pending_entries(batch, base, spans, dues, infos, store.put_batch(batch) if n else None)
+        self._progress_commit(self.put_offset(end), store.commitlog_max_offset())
 
     def _pending_entries(self, batch, base, spans, dues, infos, res) -> None:
         """One PendingEntry per message: SKIP for dropped ones, RUNNING or EXCEPTION for the others."""
@@ -316,13 +416,31 @@ class LevelDeliverer:
             dests = batch.dests
             for j, i in enumerate(batch.source):
                 ok = statuses is None or statuses[j] is PUT_OK
-                e = entries[i] = PendingEntry(base + i, spans[i][0], spans[i][1], dues[i], RUNNING if ok else EXCEPTION,
+                status = RUNNING if ok else EXCEPTION
+                if not ok and statuses[j] in GIVE_UP and self.quarantine_refused(
+                        spans[i][0], spans[i][1], f"delivery refused by the store: {statuses[j].name}", base + i):
+                    status = SKIP
+                e = entries[i] = PendingEntry(base + i, spans[i][0], spans[i][1], dues[i], status,
                                               (dests[j][0], infos[j]) if infos is not None else None)
                 if ok:
                     e.flushed, e.store_ts, e.dphys = fl, ts, phys[j]
             if statuses is not None:
-                self.stats.failed_puts += sum(1 for x in statuses if x is not PUT_OK)
+                failed = sum(1 for x in statuses if x is not PUT_OK)
+                self.stats.failed_puts += failed
+                self.handler.failed += failed
         self.handler.extend(entries)
+
+    def quarantine_refused(self, phys: int, size: int, why: str, offset: int) -> bool:
+        """Quarantine the schedule record at `phys` that cannot be delivered (True when set aside;
+        False: keep resending, e.g. the quarantine put hit a full disk)."""
+        raw = self.store.read_record(phys, size)
+        if raw is None:
+            return False
+        if self.svc.quarantine.set_aside(raw, why, LEVEL, phys,
+                                         level=self.level, offset=offset):
+            self.stats.quarantined += 1
+            return True
+        return False
 
     def entry_done(self, e: PendingEntry) -> None:
         """Handler callback, in offset order: SUCCESS or SKIP of the head."""
@@ -376,9 +494,18 @@ class LevelDeliverer:
         return {"level": self.level, "delay_ms": self.delay_ms, "delivered_offset": self.offset,
                 "max_offset": mx, "pending": max(0, mx - self.offset), "next_due_ms": st.next_due_ms,
                 "delivered_total": st.delivered, "skipped_total": st.skipped, "failed_puts": st.failed_puts,
+                "quarantined_total": st.quarantined,
                 "resends": st.resends, "deliver_rate": st.rate(), "lateness_ms": st.histogram(),
                 "in_flight": self.handler.count if self.handler is not None else 0,
                 "blocked": self.handler.blocked() if self.handler is not None else False}
+
+
+def _no_begin(phys: int) -> None:
+    pass
+
+
+def _no_commit(offset: int, end: int) -> None:
+    pass
 
 
 def _set_done(fut: asyncio.Future) -> None:

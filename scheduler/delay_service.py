@@ -13,11 +13,15 @@ import asyncio
 import structlog
 
 from codec.msgid import offset_msg_id
+from scheduler.delay_cancel import DelayCancelTable
 from scheduler.delay_config import DelayConfig
 from scheduler.delay_deliver import LevelDeliverer
 from scheduler.delay_offsets import DelayOffsetBackend, DelayOffsetTable
+from scheduler.delay_recovery import resume_offset
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.loop_lag import LoopLagProbe
+from scheduler.progress_file import ProgressFile
+from scheduler.quarantine import Quarantine
 
 log = structlog.get_logger(__name__)
 
@@ -30,25 +34,40 @@ class DelayLevelService:
         self.store = store
         self.config = DelayConfig.coerce(config, levels_ms)
         self.offsets = DelayOffsetTable(self.config.config_dir, offset_backend)
+        self.cancels = DelayCancelTable(self.config.config_dir)
         self.levels = [LevelDeliverer(self, lv) for lv in range(1, len(self.config.levels_ms) + 1)]
         self.listeners: list = []
-        self._tasks: list[asyncio.Task] = []
+        self.quarantine = Quarantine(store)  # poison schedule records go to rmq_sys_SCHEDULE_QUARANTINE
+        self._tasks: list = []  # storage.supervisor.SupervisedTask
         self._loaded = False
         self._started = False
         self._msg_id_prefix: str | None = None
         self._persist_handle: asyncio.TimerHandle | None = None
         self._probe: LoopLagProbe | None = None
         self._persist_job: asyncio.Future | None = None
+        self.progress_file: ProgressFile | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
     def load(self) -> bool:
-        """Read delayOffset.json and clamp each level's offset into its schedule queue's [min, max]."""
+        """Each level's resume offset: its scheduleProgress record (exact after kill -9; see
+        scheduler.delay_recovery), else delayOffset.json; clamped into its schedule queue's [min, max]."""
         self.offsets.load()
+        self.cancels.load()
+        store = self.store
+        self.progress_file = ProgressFile(self.config.config_dir, len(self.levels))
+        sources = {}
         for d in self.levels:
-            lo = self.store.min_offset(SCHEDULE_TOPIC, d.queue_id)
-            hi = self.store.max_offset(SCHEDULE_TOPIC, d.queue_id)
+            start, sources[d.level] = resume_offset(store, d.level, self.progress_file, self.offsets.get(d.level),
+                                                    self.config.batch_size, self.cancels.of_level(d.level))
+            self.offsets.set(d.level, start)
+            lo = store.min_offset(SCHEDULE_TOPIC, d.queue_id)
+            hi = store.max_offset(SCHEDULE_TOPIC, d.queue_id)
             d.offset = d.scan_offset = self.offsets.correct(d.level, lo, hi)
+            self.progress_file.set_level(d.level, d.offset, store.commitlog_max_offset())
+            d.bind_progress(self.progress_file)
         self._loaded = True
+        log.info("delay.resumed", offsets={d.level: d.offset for d in self.levels if d.offset},
+                 sources=sorted(set(sources.values())))
         return True
 
     # ---- master / slave ([cluster-ha]) --------------------------------------------------------
@@ -67,6 +86,7 @@ class DelayLevelService:
                 lo = self.store.min_offset(SCHEDULE_TOPIC, d.queue_id)
                 hi = self.store.max_offset(SCHEDULE_TOPIC, d.queue_id)
                 d.offset = d.scan_offset = self.offsets.correct(d.level, lo, hi)
+                self.progress_file.set_level(d.level, d.offset, self.store.commitlog_max_offset())
         self.persist()
 
     def start(self) -> None:
@@ -76,10 +96,11 @@ class DelayLevelService:
             self.load()
         loop = asyncio.get_running_loop()
         self.store.add_dispatch_listener(self._on_dispatch)
+        sup = self.store.supervisor  # storage.supervisor: log with context, count, back off, restart
         for d in self.levels:
-            self._tasks.append(loop.create_task(d.run(), name=f"delay-level-{d.level}"))
+            self._tasks.append(sup.spawn(f"delay-level-{d.level}", d.run, level=d.level))
             if d.handler is not None:
-                self._tasks.append(loop.create_task(d.handler.run(), name=f"delay-handler-{d.level}"))
+                self._tasks.append(sup.spawn(f"delay-handler-{d.level}", d.handler.run, level=d.level))
         self._schedule_persist(loop)
         self._probe = LoopLagProbe.from_env()
         if self._probe is not None:
@@ -98,17 +119,21 @@ class DelayLevelService:
         for d in self.levels:
             d.stop()
         if self._tasks:
-            done, pending = await asyncio.wait(self._tasks, timeout=SHUTDOWN_WAIT_S)
+            _done, pending = await asyncio.wait([t.task for t in self._tasks], timeout=SHUTDOWN_WAIT_S)
             for t in pending:
                 t.cancel()
             if pending:
                 log.warning("delay.shutdown_cancelled", tasks=[t.get_name() for t in pending])
-                await asyncio.wait(pending)
+            await self.store.supervisor.reap(self._tasks)  # an error a task ended with is logged
             self._tasks.clear()
         self._started = False
         if self._persist_job is not None:  # let a periodic write finish before the final one
             await asyncio.wait((self._persist_job,))
         self.persist()
+        if self.progress_file is not None:
+            self.progress_file.close()
+            self.progress_file = None
+            self._loaded = False
         log.info("delay.stopped", offsets={d.level: d.offset for d in self.levels})
 
     # ---- offsets -------------------------------------------------------------------------
@@ -134,10 +159,7 @@ class DelayLevelService:
             for d in self.levels:
                 self.offsets.set(d.level, d.offset)
             data = self.offsets.take_snapshot()
-            if data is None:
-                self._persist_handle = loop.call_later(interval, tick)
-                return
-            self._persist_job = job = loop.run_in_executor(None, self.offsets.write, data)
+            self._persist_job = job = loop.run_in_executor(None, self._write_offsets, data)
             job.add_done_callback(written)
 
         def written(job) -> None:
@@ -150,6 +172,14 @@ class DelayLevelService:
                 self._persist_handle = loop.call_later(interval, tick)
 
         self._persist_handle = loop.call_later(interval, tick)
+
+    def _write_offsets(self, data: dict[int, int] | None) -> None:
+        """Executor thread: delayOffset.json when it changed, and an msync of scheduleProgress (which a
+        kill -9 does not need, a power loss does)."""
+        if data is not None:
+            self.offsets.write(data)
+        if self.progress_file is not None:
+            self.progress_file.flush()
 
     # ---- dispatch wake-up ----------------------------------------------------------------
     def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
@@ -200,10 +230,16 @@ class DelayLevelService:
             info[f"scheduleMessageNextDue_{lv}"] = str(snap["next_due_ms"])
             info[f"scheduleMessageDelivered_{lv}"] = str(snap["delivered_total"])
             info[f"scheduleMessageDeliverRate_{lv}"] = f"{snap['deliver_rate']:.1f}"
+            info[f"scheduleMessageDelayMs_{lv}"] = str(d.delay_ms)
+            info[f"scheduleMessageLatenessP50_{lv}"] = f"{d.stats.lateness.quantile(0.5):.0f}"
+            info[f"scheduleMessageLatenessP99_{lv}"] = f"{d.stats.lateness.quantile(0.99):.0f}"
+        info["scheduleMessageCancelPending"] = str(self.cancels.count())
+        info["scheduleMessageCancelled"] = str(self.cancels.cancelled_total)
         return info
 
     def stats(self) -> dict:
         levels = {d.level: d.snapshot() for d in self.levels}
         return {"async_deliver": self.config.async_deliver, "levels": levels,
                 "pending_total": sum(v["pending"] for v in levels.values()),
-                "delivered_total": sum(v["delivered_total"] for v in levels.values())}
+                "delivered_total": sum(v["delivered_total"] for v in levels.values()),
+                "quarantined": self.quarantine.stats()}

@@ -69,13 +69,14 @@ class LatenessHistogram:
 
 
 class LevelStats:
-    __slots__ = ("level", "delivered", "skipped", "failed_puts", "resends", "next_due_ms", "lateness",
+    __slots__ = ("level", "delivered", "skipped", "quarantined", "failed_puts", "resends", "next_due_ms", "lateness",
                  "_rate_marks")
 
     def __init__(self, level: int) -> None:
         self.level = level
         self.delivered = 0
         self.skipped = 0
+        self.quarantined = 0
         self.failed_puts = 0
         self.resends = 0
         self.next_due_ms = 0  # 0: no message waiting

@@ -13,13 +13,17 @@ import time
 
 import structlog
 
-from codec.record import encode_record
+from codec.record import MessageRecord, encode_record, read_store_timestamp
+from scheduler.browse import ScheduledBrowser
 from scheduler.levels import parse_delay_levels
 from server.client_manager import ClientManager
 from server.cluster.ha.service import ReplicaRole
 from server.cluster.namesrv.kv_config import KVConfigManager
 from server.cluster.registration import BrokerRegistrar
 from server.config import BrokerConfig
+from server.observability.broker_stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BrokerStats
+from server.observability.client_errors import ClientErrorLog
+from server.observability.prometheus import RpcLatency
 from server.observability.registry import Registry
 from server.offsets_table import ConsumerOffsetManager
 from server.processors.send_common import PUT_STATUS_CODES
@@ -78,6 +82,7 @@ class BrokerController:
         self.hooks: PutHooks | None = None
         self.delay_service = None
         self.timer_service = None
+        self.scheduled: ScheduledBrowser | None = None
         self.remoting = None
         self.metrics_http = None
         self.grpc = None  # server.grpc.endpoint.GrpcEndpoint when grpcListenPort > 0
@@ -85,21 +90,34 @@ class BrokerController:
         self.get_total = 0
         self._put_counters: dict[str, tuple] = {}
         self._pull_counters: dict[tuple[str, str], object] = {}  # (topic, group) -> Counter
+        self.stats = BrokerStats(lambda: (self.put_total, self.get_total), {
+            TOPIC_PUT_NUMS: lambda: {t: c[0].value for t, c in self._put_counters.items()},
+            TOPIC_PUT_SIZE: lambda: {t: c[1].value for t, c in self._put_counters.items()},
+            GROUP_GET_NUMS: lambda: {f"{t}@{g}": c.value for (t, g), c in self._pull_counters.items()},
+        }, self.boot_ms)
+        self._stats_task = None  # storage.supervisor.SupervisedTask
+        self.rpc_latency = RpcLatency()
+        self.client_errors = ClientErrorLog()
         self._started = False
 
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         cfg = self.config
+        # the effective configuration in one record (broker.conf keys, after the file and the flags)
+        log.info("broker.config", config=cfg.to_properties(),
+                 delay_table={f"L{i + 1}": ms for i, ms in enumerate(self.levels)})
         cfg.validate()
         self.topics.load()
         self.groups.load()
         self.offsets.load()
         self.topics.ensure_system_topics(len(self.levels), cfg.timer_wheel_enable)
-        self.store = make_message_store(cfg)
+        self.store = make_message_store(cfg, self.levels)
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
         await self.replica.prepare(self.store)  # a SLAVE: read-only store, a former master's tail cut
         self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta)
         self.timer_service = make_timer_service(self.store, cfg)
+        self.scheduled = ScheduledBrowser(self.store, self.delay_service, self.timer_service,
+                                          self._put_timer_cancel_marker)
         # the timer hook's flow control reads the live wheel, so it gets the service itself
         self.hooks = PutHooks(cfg, self.levels, timer_config=self.timer_service)
         self.transactions = TransactionService(self)
@@ -112,21 +130,26 @@ class BrokerController:
                 if asyncio.iscoroutine(r):
                     await r
         self.remoting = make_remoting_server(self)
+        self.remoting.server.dispatcher.on_timing = self.rpc_latency.observe
+        self.remoting.server.response_observer = self.client_errors
         from server.security import install as install_security  # [security] ACL, TLS, limits
         install_security(self, self.remoting.server)
         from server.cluster.ha import processors as ha_processors
         from server.processors import (
             admin,
+            admin_ops,
             admin_stats,
             clients,
             consumer_send_back,
             namesrv,
             offsets,
             pull,
+            scheduled,
             send,
             transaction,
         )
-        rooms = [send, pull, offsets, clients, consumer_send_back, transaction, admin, admin_stats, ha_processors]
+        rooms = [send, pull, offsets, clients, consumer_send_back, transaction, admin, admin_stats, ha_processors,
+                 admin_ops, scheduled]
         if not cfg.namesrv_addr_list:
             rooms.insert(0, namesrv)  # embedded mode: this process is its own name server
         for room in rooms:
@@ -139,12 +162,15 @@ class BrokerController:
             self.replica.attach_registrar(self.registrar)  # a slave follows the master it names
             await self.registrar.start()
         if cfg.metrics_port:
+            from server.observability import prometheus
             from server.observability.http import MetricsHttpServer
-            self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port)
+            self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port,
+                                                  render=lambda: prometheus.render(prometheus.collect(self)))
             await self.metrics_http.start()
         from server.observability.telemetry import Telemetry
         self.telemetry = Telemetry(self)
         self.telemetry.start()
+        self._stats_task = self.store.supervisor.spawn("broker-stats", self._sample_stats)
         if cfg.grpc_listen_port > 0:  # RocketMQ 5 clients: gRPC MessagingService over the same store
             from server.grpc.endpoint import GrpcEndpoint
             self.grpc = GrpcEndpoint(self)
@@ -166,6 +192,8 @@ class BrokerController:
             return
         self._started = False
         log.info("broker.stopping")
+        if self._stats_task is not None:
+            await self._stats_task.stop()
         if self.registrar is not None:  # out of the routes first, so clients stop sending here
             await self.registrar.shutdown()
         self.pull_hold.shutdown()  # held pulls answer now (counted as in-flight by the server)
@@ -192,6 +220,39 @@ class BrokerController:
             await self.metrics_http.close()
         self.store_lock.release()
         log.info("broker.stopped")
+
+    async def _sample_stats(self) -> None:
+        """Once a second: the rate windows of `self.stats` (putTps, VIEW_BROKER_STATS_DATA); supervised."""
+        while True:
+            await asyncio.sleep(1.0)
+            self.stats.sample(int(time.time() * 1000))
+
+    async def _put_timer_cancel_marker(self, topic: str, uniq_key: str, deliver_ms: int) -> str | None:
+        """The timer wheel's cancel marker (TIMER_DEL_UNIQKEY, as a 5.x producer sends it), stored by the
+        broker itself for `scheduled cancel`. None, or what went wrong."""
+        host = self.store_host
+        now = int(time.time() * 1000)
+        rec = MessageRecord(topic=topic, body=b"0", queue_id=0, born_timestamp=now, born_host=host, store_host=host,
+                            properties={"TAGS": "_RECALL_TAG_", "TIMER_DEL_UNIQKEY": f"{topic}+{uniq_key}",
+                                        "UNIQ_KEY": uniq_key, "TIMER_DELIVER_MS": str(int(deliver_ms)),
+                                        "CLUSTER": self.config.broker_cluster_name})
+        code, remark = await self.put_record(rec)
+        return None if code == 0 else f"code {code}: {remark}"
+
+    def delete_topic(self, topic: str) -> bool:
+        """DELETE_TOPIC_IN_BROKER: the topic's config, its consumer offsets, ConsumeQueues and stats."""
+        existed = self.topics.table.delete(topic)
+        for group in list(self.offsets.groups_of(topic)):
+            self.offsets.remove_group(group, topic)
+        self.offsets.persist()
+        self.store.delete_consume_queues(topic)
+        self._put_counters.pop(topic, None)
+        for key in [k for k in self._pull_counters if k[0] == topic]:
+            del self._pull_counters[key]
+        for name in (TOPIC_PUT_NUMS, TOPIC_PUT_SIZE):
+            self.stats.forget(name, lambda k: k == topic)
+        self.stats.forget(GROUP_GET_NUMS, lambda k: k.partition("@")[0] == topic)
+        return existed
 
     # ---- helpers used by processors ------------------------------------------------------
     def put_request(self, raw, topic: str, queue_id: int, properties: dict, deliver_delay_ms: int):
@@ -271,17 +332,46 @@ class BrokerController:
                 "delaymq_pull_messages_total", {"topic": topic, "group": group})
         c.inc(n)
 
+    def _earliest_store_time(self) -> int:
+        """STORETIMESTAMP of the oldest record still in the CommitLog (0: none, or not a record there)."""
+        try:
+            raw = self.store.read_record(self.commitlog_min_offset())
+        except (ValueError, IndexError, OSError):
+            return 0
+        return read_store_timestamp(raw) if raw is not None and len(raw) > 64 else 0
+
     def runtime_info(self) -> dict[str, object]:
+        """GET_BROKER_RUNTIME_INFO's table: RocketMQ's keys (mqadmin clusterList / brokerStatus and the
+        Dashboard read them; thread-pool figures are 0: requests run on the event loop, not in pools),
+        the store's and the scheduled services' own."""
+        now = int(time.time() * 1000)
+        puts, gets = self.stats.tps(now)
         info: dict[str, object] = {
             "brokerVersion": BROKER_VERSION, "brokerVersionDesc": "V4_9_8",
             "msgPutTotalTodayNow": self.put_total, "msgGetTotalTodayNow": self.get_total,
-            "msgPutTotalTodayMorning": 0, "msgGetTotalTodayMorning": 0,
+            "msgPutTotalTodayMorning": self.stats.today_morning[0],
+            "msgGetTotalTodayMorning": self.stats.today_morning[1],
+            "msgPutTotalYesterdayMorning": self.stats.yesterday_morning[0],
+            "msgGetTotalYesterdayMorning": self.stats.yesterday_morning[1],
+            "putTps": " ".join(f"{v:.2f}" for v in puts),
+            "getTransferedTps": " ".join(f"{v:.2f}" for v in gets),
             "commitLogMinOffset": self.commitlog_min_offset(), "commitLogMaxOffset": self.commitlog_max_offset(),
-            "bootTimestamp": self.boot_ms, "runtime": f"{(int(time.time() * 1000) - self.boot_ms) // 1000}s",
+            "bootTimestamp": self.boot_ms, "runtime": f"{(now - self.boot_ms) // 1000}s",
+            "startAcceptSendRequestTimeStamp": 0,
             "flushDiskType": self.config.flush_disk_type, "brokerName": self.config.broker_name,
             "pullHoldCount": self.pull_hold.held_count,
             "brokerRole": self.config.broker_role, "brokerId": self.config.broker_id,
+            "pageCacheLockTimeMills": 0, "dispatchBehindBytes": 0,
+            "remainHowManyDataToFlush": "0 B", "remainTransientStoreBufferNumbs": 0,
+            "EndTransactionQueueSize": 0, "EndTransactionThreadPoolQueueCapacity": 0,
         }
+        for pool in ("send", "pull", "query"):
+            info[f"{pool}ThreadPoolQueueSize"] = 0
+            info[f"{pool}ThreadPoolQueueCapacity"] = 0
+            info[f"{pool}ThreadPoolQueueHeadWaitTimeMills"] = 0
+        info.update(self.store.runtime_info())
+        info.update(_disk_info(self.config.store_path_root_dir))
+        info["earliestMessageTimeStamp"] = self._earliest_store_time() or self.boot_ms
         for svc in (self.delay_service, self.timer_service, self.transactions, self.registrar, self.grpc,
                     self.replica):
             if svc is None:
@@ -293,3 +383,14 @@ class BrokerController:
                 except Exception as e:
                     log.warning("broker.runtime_info_failed", service=type(svc).__name__, error=repr(e))
         return info
+
+
+def _disk_info(path: str) -> dict[str, str]:
+    """commitLogDirCapacity as RocketMQ words it."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return {}
+    gib = 1024 ** 3
+    return {"commitLogDirCapacity": f"Total : {st.f_blocks * st.f_frsize / gib:.1f} GiB, "
+                                    f"Free : {st.f_bavail * st.f_frsize / gib:.1f} GiB."}

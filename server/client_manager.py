@@ -58,6 +58,10 @@ class ConsumerGroupInfo:
         return [c.client_id for c in self.channels.values()]
 
 
+def _peer(conn) -> str:
+    return str(getattr(conn, "peer", None) or "?")
+
+
 class ClientManager:
     def __init__(self, notify: Callable[[object, str], None] | None = None,
                  expired_timeout_s: float = 120.0, clock: Callable[[], float] = time.monotonic) -> None:
@@ -68,6 +72,9 @@ class ClientManager:
         self.producers: dict[str, dict[object, ClientChannel]] = {}
         self._last_seen: dict[object, float] = {}      # conn -> last heartbeat (clock time)
         self._timers: dict[object, asyncio.TimerHandle] = {}
+        # conn -> (client id, {"producer:<group>", "consumer:<group>"}) while connected: the disconnect
+        # record names the client even after it unregistered its groups
+        self._identity: dict[object, tuple[str, set[str]]] = {}
 
     # ---- consumers -----------------------------------------------------------------------
     def register_consumer(self, group: str, conn, client_id: str, language: str = "JAVA", version: int = 0,
@@ -89,9 +96,10 @@ class ClientManager:
             ch.client_id, ch.language, ch.version, ch.last_update = client_id, language, version, now
         self._update_subscriptions(info, subscriptions)
         self._seen(conn, now)
+        self._identity.setdefault(conn, (client_id, set()))[1].add(f"consumer:{group}")
         if joined:
-            log.info("client.consumer_registered", group=group, client_id=client_id,
-                     consumers=len(info.channels))
+            log.info("client.connected", role="consumer", group=group, client_id=client_id, remote=_peer(conn),
+                     language=language, version=version, consumers=len(info.channels))
             self._notify_group(group)
         return joined
 
@@ -142,6 +150,9 @@ class ClientManager:
         ch = chans.get(conn)
         if ch is None:
             chans[conn] = ClientChannel(conn, client_id, language, version, now)
+            self._identity.setdefault(conn, (client_id, set()))[1].add(f"producer:{group}")
+            log.info("client.connected", role="producer", group=group, client_id=client_id, remote=_peer(conn),
+                     language=language, version=version)
         else:
             ch.last_update = now
         self._seen(conn, now)
@@ -162,18 +173,34 @@ class ClientManager:
         if t is not None:
             t.cancel()
         self._last_seen.pop(conn, None)
+        remote = _peer(conn)
+        logged: set[str] = set()
         for group in [g for g, info in self.consumers.items() if conn in info.channels]:
             info = self.consumers[group]
             ch = info.channels.pop(conn)
-            log.info("client.channel_removed", group=group, client_id=ch.client_id, reason=reason)
+            logged.add(f"consumer:{group}")
+            log.info("client.disconnected", role="consumer", group=group, client_id=ch.client_id, remote=remote,
+                     reason=reason, consumers=len(info.channels))
             if not info.channels:
                 del self.consumers[group]
             else:
                 self._notify_group(group)
         for group in [g for g, chans in self.producers.items() if conn in chans]:
-            del self.producers[group][conn]
+            ch = self.producers[group].pop(conn)
+            logged.add(f"producer:{group}")
+            log.info("client.disconnected", role="producer", group=group, client_id=ch.client_id, remote=remote,
+                     reason=reason)
             if not self.producers[group]:
                 del self.producers[group]
+        ident = self._identity.pop(conn, None)
+        if ident is not None:  # groups it unregistered before closing
+            client_id, roles = ident
+            for r in sorted(roles - logged):
+                role, _, group = r.partition(":")
+                log.info("client.disconnected", role=role, group=group, client_id=client_id, remote=remote,
+                         reason=reason)
+        elif not logged:  # never sent a heartbeat: an admin tool, a name-server lookup, a probe
+            log.info("client.disconnected", role="other", remote=remote, reason=reason)
 
     def _seen(self, conn, now: float) -> None:
         self._last_seen[conn] = now

@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 import javaproperties
 import structlog
 
+from codec.durations import DEFAULT_DELAY_LEVELS, parse_delay_levels
+
 log = structlog.get_logger(__name__)
 
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
-DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 # Field names whose camelCase key is not the mechanical conversion of the snake_case name.
 _KEY_OVERRIDES = {
@@ -263,8 +264,6 @@ def int_range(lo: int, hi: int | None = None) -> Check:
 
 
 def _delay_levels(v) -> str | None:
-    from scheduler.levels import parse_delay_levels
-
     try:
         levels = parse_delay_levels(v)
     except ValueError as e:
@@ -275,6 +274,17 @@ def _delay_levels(v) -> str | None:
 
 
 _PORT = int_range(0, 65535)
+
+
+def _namesrv_addrs(v) -> str | None:
+    """namesrvAddr: empty, or `host:port` entries separated by `;`."""
+    for addr in (a.strip() for a in str(v).replace(",", ";").split(";")):
+        host, sep, port = addr.rpartition(":")
+        if addr and (not sep or not host or not port.isdigit() or not 0 < int(port) < 65536):
+            return f"expected host:port[;host:port...], got {addr!r}"
+    return None
+
+
 _POSITIVE = int_range(1)
 _NON_NEGATIVE = int_range(0)
 VALIDATORS: dict[str, Check] = {
@@ -321,7 +331,12 @@ VALIDATORS: dict[str, Check] = {
     "metrics_export_interval_ms": _POSITIVE,
     "export_interval_ms": _POSITIVE,
     "shutdown_drain_timeout_ms": _NON_NEGATIVE,
+    "namesrv_addr": _namesrv_addrs,
+    "register_name_server_period": _POSITIVE,
+    "register_name_server_initial_delay": _NON_NEGATIVE,
+    "register_broker_timeout_mills": _POSITIVE,
 }
+
 
 
 def _coerce(f: dataclasses.Field, raw: object, key: str):
@@ -390,6 +405,15 @@ class NamesrvConfig:
                 continue
             setattr(self, f.name, _coerce(f, raw, key))
         return unknown
+
+    def validate(self) -> None:
+        """Raise ConfigError naming the first bad key (the name server stops with that one line)."""
+        if not 0 < self.listen_port < 65536:
+            raise ConfigError("listenPort", f"expected 1..65535, got {self.listen_port}")
+        for name in ("scan_not_active_broker_interval", "broker_channel_expired_time",
+                     "server_channel_max_idle_time_seconds", "max_frame_size"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(BrokerConfig.key_for(name), f"expected > 0, got {getattr(self, name)}")
 
 
 def load_namesrv_config(path: str | None = None, overrides: Mapping[str, object] | None = None) -> NamesrvConfig:

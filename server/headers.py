@@ -100,32 +100,39 @@ def parse_send(ext: Mapping[str, str] | None, v2: bool) -> Header:
     if not v2 or not ext:
         return SEND_MESSAGE.parse(ext, v2)
     get = ext.get
-    a, b, c, d, e, f, g, h = get("a"), get("b"), get("c"), get("d"), get("e"), get("f"), get("g"), get("h")
-    i, j, k, m, n = get("i"), get("j"), get("k"), get("l"), get("m")
+    # SendMessageRequestHeaderV2: a..n are the Java field names' short forms
+    group, topic, default_topic, default_qnums = get("a"), get("b"), get("c"), get("d")
+    queue_id, sys_flag, born_ts, flag = get("e"), get("f"), get("g"), get("h")
+    props, reconsume, unit_mode, max_reconsume, batch = get("i"), get("j"), get("k"), get("l"), get("m")
     try:
-        if (not (a and b and c and d and e and f and g and h)
-                or not type(a) is type(b) is type(c) is type(d) is type(e) is type(f) is type(g) is type(h) is str
-                or (i is not None and type(i) is not str) or (j is not None and type(j) is not str)
-                or (m is not None and type(m) is not str) or k not in _SEND_BOOLS or n not in _SEND_BOOLS):
+        if (not (group and topic and default_topic and default_qnums and queue_id and sys_flag and born_ts and flag)
+                or not type(group) is type(topic) is type(default_topic) is type(default_qnums) is type(queue_id)
+                is type(sys_flag) is type(born_ts) is type(flag) is str
+                or (props is not None and type(props) is not str)
+                or (reconsume is not None and type(reconsume) is not str)
+                or (max_reconsume is not None and type(max_reconsume) is not str)
+                or unit_mode not in _SEND_BOOLS or batch not in _SEND_BOOLS):
             return SEND_MESSAGE.parse(ext, v2)
         small = _SMALL_INTS  # the usual queue ids, flags, counts: a lookup instead of int()
-        d = small[d] if d in small else int(d)
-        e = small[e] if e in small else int(e)
-        f = small[f] if f in small else int(f)
-        h = small[h] if h in small else int(h)
-        g = int(g)
-        j = (small[j] if j in small else int(j)) if j else None
-        m = (small[m] if m in small else int(m)) if m else None
+        qnums = small[default_qnums] if default_qnums in small else int(default_qnums)
+        qid = small[queue_id] if queue_id in small else int(queue_id)
+        sflag = small[sys_flag] if sys_flag in small else int(sys_flag)
+        mflag = small[flag] if flag in small else int(flag)
+        born = int(born_ts)
+        times = (small[reconsume] if reconsume in small else int(reconsume)) if reconsume else None
+        max_times = (small[max_reconsume] if max_reconsume in small else int(max_reconsume)) if max_reconsume else None
     except (ValueError, TypeError):  # TypeError: an unhashable value in a hand-made ext
         return SEND_MESSAGE.parse(ext, v2)
-    if (not (_INT_MIN <= d <= _INT_MAX and _INT_MIN <= e <= _INT_MAX and _INT_MIN <= f <= _INT_MAX
-             and _INT_MIN <= h <= _INT_MAX and _LONG_MIN <= g <= _LONG_MAX)
-            or (j is not None and not _INT_MIN <= j <= _INT_MAX) or (m is not None and not _INT_MIN <= m <= _INT_MAX)):
+    if (not (_INT_MIN <= qnums <= _INT_MAX and _INT_MIN <= qid <= _INT_MAX and _INT_MIN <= sflag <= _INT_MAX
+             and _INT_MIN <= mflag <= _INT_MAX and _LONG_MIN <= born <= _LONG_MAX)
+            or (times is not None and not _INT_MIN <= times <= _INT_MAX)
+            or (max_times is not None and not _INT_MIN <= max_times <= _INT_MAX)):
         return SEND_MESSAGE.parse(ext, v2)
     hdr = Header()
-    hdr.__dict__ = {"producerGroup": a, "topic": b, "defaultTopic": c, "defaultTopicQueueNums": d, "queueId": e,
-                    "sysFlag": f, "bornTimestamp": g, "flag": h, "properties": i or None, "reconsumeTimes": j,
-                    "unitMode": _SEND_BOOLS[k], "maxReconsumeTimes": m, "batch": _SEND_BOOLS[n]}
+    hdr.__dict__ = {"producerGroup": group, "topic": topic, "defaultTopic": default_topic,
+                    "defaultTopicQueueNums": qnums, "queueId": qid, "sysFlag": sflag, "bornTimestamp": born,
+                    "flag": mflag, "properties": props or None, "reconsumeTimes": times,
+                    "unitMode": _SEND_BOOLS[unit_mode], "maxReconsumeTimes": max_times, "batch": _SEND_BOOLS[batch]}
     return hdr
 
 

@@ -16,6 +16,7 @@ from codec.codes import (
     NOT_ALLOWED_SEND_TOPICS,
     OFFSET_MOVED_EVENT,
     RETRY_PREFIX,
+    SCHEDULE_QUARANTINE_TOPIC,
     SELF_TEST_TOPIC,
     TRACE_TOPIC,
 )
@@ -43,8 +44,9 @@ TOPIC_MAX_LENGTH = 127
 
 _VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
-# Clients may not send to these (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET, plus the timer topic).
-NOT_ALLOWED_SEND = NOT_ALLOWED_SEND_TOPICS | {TIMER_TOPIC}
+# Clients may not send to these (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET, plus the timer topic and
+# the scheduler's quarantine).
+NOT_ALLOWED_SEND = NOT_ALLOWED_SEND_TOPICS | {TIMER_TOPIC, SCHEDULE_QUARANTINE_TOPIC}
 
 
 def topic_error(topic: str | None) -> str | None:
@@ -84,8 +86,11 @@ class TopicManager:
 
     def data_version(self) -> tuple[int, int]:
         """The table's DataVersion (counter, timestamp): moves on every change, persisted with it."""
-        v = self.table.data_version  # the MetaStore's version of the topic table
-        return v.counter, v.timestamp
+        return self.table.data_version.as_tuple()
+
+    async def register_body(self, compressed: bool = False) -> bytes:
+        """The whole table as a REGISTER_BROKER body, remembered per data version (storage)."""
+        return await self.table.register_body(compressed)
 
     @property
     def topics(self) -> dict[str, TopicConfig]:
@@ -118,7 +123,8 @@ class TopicManager:
         wanted = [TopicConfig(SCHEDULE_TOPIC, delay_levels, delay_levels, PERM_READ | PERM_WRITE),
                   TopicConfig(TRACE_TOPIC, 1, 1, PERM_READ | PERM_WRITE),
                   TopicConfig(SELF_TEST_TOPIC, 1, 1, PERM_READ | PERM_WRITE),
-                  TopicConfig(OFFSET_MOVED_EVENT, 1, 1, PERM_READ | PERM_WRITE)]
+                  TopicConfig(OFFSET_MOVED_EVENT, 1, 1, PERM_READ | PERM_WRITE),
+                  TopicConfig(SCHEDULE_QUARANTINE_TOPIC, 1, 1, PERM_READ | PERM_WRITE)]
         if self.auto_create:
             wanted.append(TopicConfig(DEFAULT_TOPIC, self.default_queue_nums, self.default_queue_nums,
                                       PERM_READ | PERM_WRITE | PERM_INHERIT))

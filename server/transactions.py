@@ -237,10 +237,13 @@ class TransactionService:
             if e is None or e.due_ms != due:
                 continue
             if e.checks >= self.check_max:
-                asyncio.get_running_loop().create_task(self._discard(e), name="tx-discard")
+                self.store.supervisor.run_once("tx-discard", self._discard(e), offset=offset)
                 continue
-            if self._check(e):
-                e.checks += 1
+            try:
+                if self._check(e):
+                    e.checks += 1
+            except Exception as exc:  # one broken half must not stop the check-back of the others
+                self.store.supervisor.failed("tx-check-back", exc, offset=offset, group=e.group)
             e.due_ms = now + self.interval_ms
             heapq.heappush(heap, (e.due_ms, offset))
         self._arm()

@@ -11,6 +11,7 @@ import structlog
 from codec.properties import index_keys
 from codec.tags import java_hash
 from scheduler.delay_levels import DelayLevelService
+from scheduler.levels import schedule_tags_code
 from scheduler.timer import TimerMessageStore
 from server.config import BrokerConfig
 from storage.message_store import MessageStore
@@ -34,7 +35,6 @@ def store_config(cfg: BrokerConfig) -> StoreConfig:
         flush_consume_queue_interval_ms=cfg.flush_interval_consume_queue,
         file_reserved_time_hours=cfg.file_reserved_time,
         max_message_size=cfg.max_message_size,
-        message_delay_level=cfg.message_delay_level,
         max_hash_slot_num=cfg.max_hash_slot_num,
         max_index_num=cfg.max_index_num,
     )
@@ -43,8 +43,9 @@ def store_config(cfg: BrokerConfig) -> StoreConfig:
     return sc
 
 
-def make_message_store(cfg: BrokerConfig) -> MessageStore:
-    store = MessageStore(store_config(cfg))
+def make_message_store(cfg: BrokerConfig, levels_ms: list[int]) -> MessageStore:
+    """The store, told the scheduler's tagsCode rule for the schedule units it rebuilds (recovery, HA)."""
+    store = MessageStore(store_config(cfg), tags_code_of=schedule_tags_code(levels_ms))
     store.load()
     store.start()
     return store
@@ -72,23 +73,27 @@ def make_timer_service(store, cfg):
 
 # ---- cluster ---------------------------------------------------------------------------------
 def make_registrar(broker):
-    """The broker's name-server registration: its topic table as RocketMQ registers it (perms masked by
-    brokerPermission, DataVersion of the table)."""
-    from codec.namesrv_bodies import DataVersion, TopicConfigData
+    """The broker's name-server registration. The body is the topic table's own, remembered per data
+    version (storage), unless brokerPermission is not read-write: then every perm is masked as routes
+    show it (RocketMQ rewrites the perms too) and the body is built for the round."""
+    from codec.namesrv_bodies import DataVersion, RegisterBrokerBody, TopicConfigData, encode_register_body
     from server.cluster.registration import BrokerRegistrar
-    from server.topics import advertised_perm
+    from server.topics import PERM_READ, PERM_WRITE, advertised_perm
 
     cfg = broker.config
+    rw = PERM_READ | PERM_WRITE
 
-    def snapshot():
-        counter, timestamp = broker.topics.data_version()
-        topics = [TopicConfigData(t.topic_name, t.read_queue_nums, t.write_queue_nums,
-                                  advertised_perm(t.perm, cfg.broker_permission), t.topic_filter_type,
-                                  t.topic_sys_flag, t.order)
-                  for t in broker.topics.topics.values()]
-        return DataVersion(counter, timestamp), topics
+    async def snapshot(compressed: bool) -> tuple[DataVersion, bytes]:
+        version = DataVersion(*broker.topics.data_version())
+        if cfg.broker_permission & rw == rw:
+            return version, await broker.topics.register_body(compressed)
+        topics = {t.topic_name: TopicConfigData(t.topic_name, t.read_queue_nums, t.write_queue_nums,
+                                                advertised_perm(t.perm, cfg.broker_permission),
+                                                t.topic_filter_type, t.topic_sys_flag, t.order)
+                  for t in broker.topics.topics.values()}
+        return version, encode_register_body(RegisterBrokerBody(version, topics), compressed)
 
-    return BrokerRegistrar(cfg, snapshot)
+    return BrokerRegistrar(cfg, snapshot, supervisor=broker.store.supervisor)
 
 
 # ---- remoting --------------------------------------------------------------------------------

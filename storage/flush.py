@@ -38,11 +38,11 @@ class GroupCommitService:
         self.flush_count = 0
         self._waiters: deque[tuple[int, asyncio.Future]] = deque()
         self._wake: asyncio.Event | None = None
-        self._task: asyncio.Task | None = None
+        self._task = None  # storage.supervisor.SupervisedTask
 
-    def start(self) -> None:
+    def start(self, supervisor) -> None:
         self._wake = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="storage-group-commit")
+        self._task = supervisor.spawn("storage-group-commit", self._run)
 
     def request(self, end_offset: int) -> asyncio.Future | None:
         """A future resolved (True) once everything below `end_offset` is durable. Without a running
@@ -51,7 +51,7 @@ class GroupCommitService:
             self.commitlog.flush()
             self.flush_count += 1
             return None
-        loop = self._task.get_loop()
+        loop = self._task.task.get_loop()
         fut = loop.create_future()
         if end_offset <= self.commitlog.flushed_offset:
             fut.set_result(True)
@@ -89,11 +89,7 @@ class GroupCommitService:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await self._task.stop()
             self._task = None
         self.commitlog.flush()
         while self._waiters:
@@ -110,11 +106,11 @@ class PeriodicFlusher:
         self.interval = max(interval_ms, 1) / 1000.0
         self.prepare = prepare  # runs on the loop thread, returns the argument for job
         self.job = job
-        self._task: asyncio.Task | None = None
+        self._task = None  # storage.supervisor.SupervisedTask
         self._job: asyncio.Future | None = None
 
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"storage-{self.name}")
+    def start(self, supervisor) -> None:
+        self._task = supervisor.spawn(f"storage-{self.name}", self._run)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -132,11 +128,7 @@ class PeriodicFlusher:
     async def stop(self) -> None:
         """Cancel the timer and wait for a job already running in its thread to finish."""
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await self._task.stop()
             self._task = None
         if self._job is not None:
             try:

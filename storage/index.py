@@ -26,9 +26,9 @@ lives in Python memory: a key costs one 24-byte entry in a mapped file.
 - Migration: an `index/keys.idx` of the previous format (an append-only list read into a dict) is
   re-added into IndexFiles at load and then removed (storage/index_migrate.py).
 
-Records parked in the scheduler's system topics (SCHEDULE_TOPIC_XXXX, rmq_sys_wheel_timer) get no
-entries: they are internal until due, and the copy delivered into the real topic is indexed when it is
-put.
+Records parked in the scheduler's system topics (SCHEDULE_TOPIC_XXXX, rmq_sys_wheel_timer) are indexed
+under those topics (`scheduled cancel --id UNIQ_KEY` finds a pending message by its key); the copy
+delivered into the real topic is indexed again under the real topic when it is put.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from zlib import crc32
 import numpy as np
 import structlog
 
-from codec.codes import SCHEDULE_TOPIC, TIMER_TOPIC
 from codec.errors import CodecError
 from codec.properties import index_keys
 from storage import _record as R
@@ -50,11 +49,9 @@ from storage.index_migrate import OLD_NAME, migrate
 
 log = structlog.get_logger(__name__)
 
-UNINDEXED_TOPICS = frozenset((SCHEDULE_TOPIC, TIMER_TOPIC))
 DEFAULT_HASH_SLOT_NUM = 5_000_000
 DEFAULT_INDEX_NUM = 20_000_000
 SWEEP_INTERVAL_S = 5.0
-_NO_INDEX = -1  # cached "topic# CRC" of a topic that gets no entries
 _PHYS = struct.Struct("<q")
 _MAX_NUM = (1 << 31) - 1  # slot values and prevIndex are u32 entry numbers; header counts are i32
 
@@ -236,7 +233,7 @@ class IndexService:
         crcs = self._crcs
         if len(crcs) > 4096:
             crcs.clear()
-        c = crcs[topic] = _NO_INDEX if topic in UNINDEXED_TOPICS else crc32(f"{topic}#".encode())
+        c = crcs[topic] = crc32(f"{topic}#".encode())
         return c
 
     def _room(self, f: IndexFile | None, buf: bytearray, cnt: int, ts: int, phys: int):

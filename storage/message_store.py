@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import shutil
 import time
 from collections.abc import Callable
 
@@ -21,7 +22,7 @@ from storage.consume_queue import UNIT, ConsumeQueue
 from storage.faults import PutFaultInjector
 from storage.flush import GroupCommitService, PeriodicFlusher, flush_segments_blocking
 from storage.index import IndexService
-from storage.recovery import recover
+from storage.recovery import iter_records, recover
 from storage.replica import ReplicaMixin
 from storage.retention import RetentionMixin
 from storage.store_append import BatchPutMixin
@@ -35,7 +36,10 @@ from storage.store_types import (
     PutStatus,
     QueryResult,
     StoreConfig,
+    TagsCodeOf,
+    tags_hash_code,
 )
+from storage.supervisor import Supervisor
 
 __all__ = ["MessageStore", "StoreConfig", "PutRequest", "PutResult", "PutStatus", "BatchPutResult", "GetResult",
            "GetStatus", "QueryResult"]
@@ -46,8 +50,15 @@ DispatchListener = Callable[[str, int, int], None]
 
 
 class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
-    def __init__(self, config: StoreConfig) -> None:
+    def __init__(self, config: StoreConfig, supervisor: Supervisor | None = None,
+                 tags_code_of: TagsCodeOf = tags_hash_code) -> None:
         self.config = config
+        # a rebuilt ConsumeQueue unit's tagsCode (recovery, replication): the composition root passes the
+        # scheduler's rule for schedule records; storage itself knows only the TAGS hash
+        self.tags_code_of = tags_code_of
+        # the process's one failure policy for background work (storage.supervisor); the scheduler and
+        # the server start their long-running tasks through it too
+        self.supervisor = supervisor if supervisor is not None else Supervisor()
         root = config.store_path
         self.commitlog = CommitLog(os.path.join(root, "commitlog"), config.mapped_file_size_commitlog)
         self.cq_root = os.path.join(root, "consumequeue")
@@ -84,7 +95,7 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
         """Start the flush tasks on the running loop."""
         cfg = self.config
         if cfg.sync_flush:
-            self._group_commit.start()
+            self._group_commit.start(self.supervisor)
         else:
             self._flushers.append(PeriodicFlusher(
                 "commitlog-flush", cfg.flush_interval_ms, lambda: None,
@@ -93,7 +104,7 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
             "logics-flush", cfg.flush_consume_queue_interval_ms, self._prepare_logics_flush, self._logics_flush))
         self._start_cleaner()
         for f in self._flushers:
-            f.start()
+            f.start(self.supervisor)
 
     def _start_cleaner(self) -> None:
         loop = asyncio.get_running_loop()
@@ -105,7 +116,7 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
             try:
                 self.clean_expired()
             except Exception as e:
-                log.error("retention.failed", error=repr(e))
+                self.supervisor.failed("storage-retention", e)
             self._clean_handle = loop.call_later(interval, tick)
 
         self._clean_handle = loop.call_later(interval, tick)
@@ -171,6 +182,22 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
             cq = ConsumeQueue(self.cq_root, topic, queue_id, self.config.mapped_file_size_consume_queue)
             self.consume_queues[key] = cq
         return cq
+
+    def delete_consume_queues(self, topic: str) -> int:
+        """Forget a deleted topic's ConsumeQueues and remove their files (RocketMQ's cleanUnusedTopic).
+        Its records stay in the CommitLog until retention. Returns the number of queues removed."""
+        keys = [k for k in self.consume_queues if k[0] == topic]
+        for key in keys:
+            cq = self.consume_queues.pop(key)
+            self.queue_offsets.pop(key, None)
+            try:
+                cq.close()
+            except BufferError:  # a reader still holds a view of its map: unmapped when that goes
+                pass
+        path = os.path.join(self.cq_root, topic)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        return len(keys)
 
     # ---- put ------------------------------------------------------------------------------------
     def disk_used_ratio(self) -> float:
@@ -329,6 +356,13 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
 
     def commitlog_max_offset(self) -> int:
         return self.commitlog.max_offset
+
+    def records_from(self, phys_offset: int):
+        """(phys, record view) of every CommitLog record from `phys_offset` to the end (segment-end
+        blanks skipped): the scheduler's check of a delivery put in flight when the process died."""
+        for phys, _total, _topic, _props, view in iter_records(self.commitlog, phys_offset,
+                                                               self.commitlog.max_offset):
+            yield phys, view
 
     def runtime_info(self) -> dict[str, str]:
         return {

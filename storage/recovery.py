@@ -12,31 +12,14 @@ CommitLog. Nothing below the last fsync is ever cut: fsynced records are valid r
 from __future__ import annotations
 
 import os
-import re
 
 import structlog
 
 from codec.properties import index_keys
-from codec.tags import java_hash
 from storage import _record as R
 from storage.consume_queue import UNIT, ConsumeQueue
 
 log = structlog.get_logger(__name__)
-
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-_LEVEL = re.compile(r"^(\d+)(ms|s|m|h|d)$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-
-def parse_levels(text: str) -> list[int]:
-    out = []
-    for tok in text.split():
-        m = _LEVEL.match(tok)
-        if m:
-            out.append(int(m.group(1)) * _UNIT_MS[m.group(2)])
-    return out
-
 
 def recover(store) -> None:
     cl = store.commitlog
@@ -159,7 +142,7 @@ def iter_records(cl, from_offset: int, end: int):
 
 def _redispatch(store, from_offset: int, end: int) -> None:
     """Write ConsumeQueue units and index keys that are missing for records in [from_offset, end)."""
-    levels = parse_levels(store.config.message_delay_level)
+    tags_code_of = store.tags_code_of
     index = store.index
     index_after = index.last_update_phys if index.entries else -1
     units = keys = 0
@@ -174,7 +157,7 @@ def _redispatch(store, from_offset: int, end: int) -> None:
         props = R.parse_properties(props_raw)
         store_ts = R.read_store_timestamp(view)
         if need_unit:
-            cq.put_units(qoff, UNIT.pack(phys, total, _tags_code(topic, props, store_ts, levels)), phys + total)
+            cq.put_units(qoff, UNIT.pack(phys, total, tags_code_of(topic, props, store_ts)), phys + total)
             units += 1
         if need_keys:
             ks = index_keys(props.get("KEYS"), props.get("UNIQ_KEY"))
@@ -185,13 +168,3 @@ def _redispatch(store, from_offset: int, end: int) -> None:
         log.warning("recovery.redispatched", from_offset=from_offset, end=end, units=units, index_keys=keys)
 
 
-def _tags_code(topic: str, props: dict[str, str], store_ts: int, levels: list[int]) -> int:
-    if topic == SCHEDULE_TOPIC and levels:
-        try:
-            level = int(props.get("DELAY", "0"))
-        except ValueError:
-            level = 0
-        if level > 0:
-            return store_ts + levels[min(level, len(levels)) - 1]
-    tags = props.get("TAGS")
-    return java_hash(tags) if tags else 0

@@ -21,7 +21,6 @@ import structlog
 from codec.properties import index_keys
 from storage import _record as R
 from storage.consume_queue import UNIT
-from storage.recovery import _tags_code, parse_levels
 
 log = structlog.get_logger(__name__)
 
@@ -113,9 +112,7 @@ class ReplicaMixin:
             return 0
         end = cl.max_offset
         off = self.reput_offset
-        levels = getattr(self, "_reput_levels", None)
-        if levels is None:
-            levels = self._reput_levels = parse_levels(self.config.message_delay_level)
+        tags_code_of = self.tags_code_of
         units: dict[tuple[str, int], list] = {}
         index_entries = []
         count = 0
@@ -144,7 +141,7 @@ class ReplicaMixin:
             qoff = R.read_queue_offset(view)
             props = R.parse_properties(R.read_properties_bytes(view))
             store_ts = R.read_store_timestamp(view)
-            unit = UNIT.pack(off, total, _tags_code(topic, props, store_ts, levels))
+            unit = UNIT.pack(off, total, tags_code_of(topic, props, store_ts))
             key = (topic, qid)
             entry = units.get(key)
             if entry is None:

@@ -6,9 +6,21 @@ from __future__ import annotations
 import asyncio
 import enum
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+from codec.tags import java_hash
+
+# The ConsumeQueue tagsCode of a record, given (topic, properties, store timestamp): what recovery and
+# replication write when they (re)build a unit. The composition root passes the scheduler's rule (a
+# schedule record's tagsCode is its deliver time); storage's own default is the TAGS hash.
+TagsCodeOf = Callable[[str, dict[str, str], int], int]
+
+
+def tags_hash_code(topic: str, props: dict[str, str], store_ts: int) -> int:
+    """RocketMQ's plain tagsCode: Java String.hashCode of TAGS, 0 without tags."""
+    tags = props.get("TAGS")
+    return java_hash(tags) if tags else 0
 
 
 @dataclass(slots=True)
@@ -33,8 +45,6 @@ class StoreConfig:
     # SERVICE_NOT_AVAILABLE; current writes into existing segments keep going
     max_get_bytes: int = 256 * 1024
     max_get_count: int = 32
-    # used by crash recovery to recompute SCHEDULE_TOPIC_XXXX tagsCode (deliver time) from DELAY
-    message_delay_level: str = DEFAULT_DELAY_LEVELS
     # key index (storage/index.py): hash slots and index entries per IndexFile (broker.conf
     # maxHashSlotNum / maxIndexNum, RocketMQ's defaults); a full file rotates to a new one
     max_hash_slot_num: int = 5_000_000

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import logging
+import os
 import sys
 
 import structlog
@@ -16,20 +18,68 @@ from .parse import delay_level, duration_ms, positive_int, time_ms
 EXIT_ERROR, EXIT_USAGE = 1, 2
 
 
+class _Help(argparse.HelpFormatter):
+    """Every option's help line ends with its default (when it has one worth showing)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        d = action.default
+        if action.option_strings and d is not None and d is not False and d != argparse.SUPPRESS \
+                and not isinstance(action, argparse._CountAction) and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # one clear line instead of usage + error
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(EXIT_USAGE)
 
 
+# help for the options declared without one (applied to every subcommand by _fill_help)
+_HELP = {
+    "--topic": "topic name", "--count": "number of messages to send", "--tags": "the messages' tag (TAGS)",
+    "--transaction": "send as transactional (half) messages, then commit or roll them back",
+    "--output": "output format", "--from-where": "where a group without committed offsets starts",
+    "--progress": "draw a progress bar even if stderr is no TTY", "--read-queues": "read queue count",
+    "--write-queues": "write queue count", "--perm": "permission: 2 read, 4 write, 6 read and write",
+    "--order": "an ordered topic", "--uniq-key": "UNIQ_KEY of a timer (with -t and --deliver-at, instead of --id)",
+    "--deliver-at": "the timer's deliver time (with -t and --uniq-key)", "--group": "group name",
+    "--role": "broker role",
+}
+
+
+def _fill_help(parser: argparse.ArgumentParser) -> None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _fill_help(sub)
+        elif action.help is None and action.option_strings:
+            long = next((o for o in action.option_strings if o.startswith("--")), action.option_strings[0])
+            action.help = _HELP.get(long, long.lstrip("-").replace("-", " "))
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("delaymq")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-n", "--namesrv", default="127.0.0.1:9876", help="name server address(es), ';' separated")
+    p.add_argument("-n", "--namesrv", default=os.environ.get("NAMESRV_ADDR") or "127.0.0.1:9876",
+                   help="name server address(es), ';' separated; $NAMESRV_ADDR if set")
     p.add_argument("--timeout", type=float, default=3.0, help="request timeout in seconds")
     p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="delaymq", description="delaymq / RocketMQ 4.x client tool")
+    ap.add_argument("--version", action="version", version=f"delaymq {_version()}")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("produce", help="send messages")
@@ -50,7 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transaction", choices=["commit", "rollback"],
                    help="send as transactional (half) messages, then commit or roll them back")
     p.add_argument("--inflight", type=positive_int, default=64, help="sends in flight at once")
-    p.add_argument("--output", choices=["summary", "lines", "json"], default="summary")
+    p.add_argument("--output", choices=["summary", "lines", "json"], default="summary",
+                   help="summary: one line at the end; lines: status, UNIQ_KEY, offset msgId per message; json")
+    p.add_argument("--print-ids", action="store_true",
+                   help="print 'UNIQ_KEY offsetMsgId' per message (the ids scheduled cancel / message view take)")
     p.add_argument("--progress", action="store_true", help="draw a progress bar even if stderr is no TTY")
     p.set_defaults(func=messaging.produce)
 
@@ -123,9 +176,22 @@ def build_parser() -> argparse.ArgumentParser:
         _common(c)
         c.add_argument("-b", "--broker", help="broker address (default: every master)")
         c.add_argument("--output", choices=["table", "json"], default="table")
-    c = ssub.add_parser("cancel", help="cancel a timer message (TIMER_DEL_UNIQKEY marker)")
+    c = ssub.add_parser("list", help="pending delay-level and timer messages, page by page (delaymq's own request)")
     _common(c)
-    c.add_argument("--id", "-i", help="offset msgId of the timer message")
+    c.add_argument("-b", "--broker", help="broker address (default: every master)")
+    c.add_argument("-t", "--topic", help="only messages for this (real) topic")
+    only = c.add_mutually_exclusive_group()
+    only.add_argument("--level", type=delay_level, help="only this delay level")
+    only.add_argument("--timers", action="store_true", help="only timer messages")
+    c.add_argument("--due-before", type=time_ms, help="only messages due before this time (epoch ms or ISO 8601)")
+    c.add_argument("--key", "-k", help="only messages with this KEYS entry or UNIQ_KEY")
+    c.add_argument("--limit", type=positive_int, default=100, help="print at most N messages (default: 100)")
+    c.add_argument("--output", choices=["table", "json"], default="table", help="(default: table)")
+    c = ssub.add_parser("cancel", help="cancel a scheduled message (delay level or timer) by its id")
+    _common(c)
+    c.add_argument("--id", "-i", help="UNIQ_KEY (the id produce prints) or offset msgId of the scheduled message")
+    c.add_argument("-b", "--broker", help="broker address (default: every master)")
+    c.add_argument("--output", choices=["lines", "json"], default="lines", help="(default: lines)")
     c.add_argument("-t", "--topic", help="topic (with --uniq-key and --deliver-at instead of --id)")
     c.add_argument("--uniq-key")
     c.add_argument("--deliver-at", type=time_ms)
@@ -150,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("analytics", help="Spark report over the broker's exports (lateness, throughput, backlog, lag)")
     add_analytics_arguments(p)
+    _fill_help(ap)
     return ap
 
 

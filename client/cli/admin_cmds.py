@@ -6,7 +6,7 @@ import json
 import sys
 from datetime import datetime
 
-from codec.codes import RETRY_PREFIX, SCHEDULE_TOPIC
+from codec.codes import RETRY_PREFIX, SCHEDULE_TOPIC, ResponseCode
 
 from .. import _wire as w
 from .._wire import MQClientError
@@ -69,9 +69,21 @@ async def group(args) -> int:
     async with Admin(args.namesrv, args.timeout) as admin:
         if topics and not args.no_retry:
             topics.append(RETRY_PREFIX + args.group)
+        for t in args.topic or []:
+            await admin.route(t)  # MQClientError "topic T does not exist"
         progress = await admin.group_progress(args.group, topics or None)
         if not topics and args.no_retry:
             progress = [p for p in progress if not p.queue.topic.startswith(RETRY_PREFIX)]
+        if not any(p.consumer_offset > 0 for p in progress):
+            try:
+                online = await admin.consumer_connections(args.group)
+            except MQClientError:
+                online = []
+            if not online:
+                where = f" on {', '.join(args.topic)}" if args.topic else ""
+                raise MQClientError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                    f"consumer group {args.group} has no committed offsets{where} and no online "
+                                    "consumer (unknown group?)", "group progress")
     total = sum(p.lag for p in progress)
     if args.output == "json":
         _out(json.dumps({"group": args.group, "totalLag": total, "queues": [
@@ -129,7 +141,64 @@ async def message(args) -> int:
     return 0
 
 
+async def _scheduled_list(args) -> int:
+    """Pages of DELAYMQ_QUERY_SCHEDULED until --limit rows or the end; rows are printed per page."""
+    left = args.limit
+    header = False
+    async with Admin(args.namesrv, args.timeout) as admin:
+        for addr in await admin.broker_addrs(args.broker):
+            cursor = None
+            while left > 0:
+                [(_a, page)] = await admin.list_scheduled(
+                    addr, topic=args.topic, level=args.level, timers=args.timers, dueBefore=args.due_before,
+                    key=args.key, limit=min(left, 1000), cursor=cursor)
+                rows = page.get("rows") or []
+                left -= len(rows)
+                for r in rows:
+                    r["broker"] = addr
+                    r["due"] = _when(int(r.get("dueMs") or 0))
+                    if args.output == "json":
+                        _out(json.dumps(r))
+                if args.output != "json" and rows:
+                    cols = [[r["due"], r["dueMs"], f"L{r['level']}" if r["kind"] == "level" else "timer", r["topic"],
+                             r["tags"] or "-", r["keys"] or "-", r["uniqKey"], r["msgId"]] for r in rows]
+                    if not header:
+                        _table(cols, ["#Due", "#Due (epoch ms)", "#Kind", "#Topic", "#Tags", "#Keys", "#UNIQ_KEY",
+                                      "#MsgId"])
+                        header = True
+                    else:
+                        for c in cols:
+                            _out("  ".join(str(x) for x in c))
+                cursor = page.get("cursor")
+                if not cursor:
+                    break
+    if args.output != "json" and not header:
+        _out("nothing scheduled matches")
+    return 0
+
+
+async def _scheduled_cancel(args) -> int:
+    async with Admin(args.namesrv, args.timeout) as admin:
+        r = await admin.cancel_scheduled(args.id, args.broker)
+    status = r.get("status")
+    if args.output == "json":
+        _out(json.dumps(r))
+    else:
+        what = (f"delay level {r.get('level')}" if r.get("kind") == "level" else r.get("kind") or "message")
+        due = _when(int(r.get("dueMs") or 0)) if r.get("dueMs") else "-"
+        _out({"cancelled": f"cancelled: {what} message {r.get('uniqKey')} for topic {r.get('topic')}, due {due} "
+                           f"({r.get('detail')})",
+              "already_cancelled": f"already cancelled: {r.get('uniqKey')} ({r.get('detail')})",
+              "delivered": f"not cancelled: {r.get('uniqKey')} was already delivered ({r.get('detail')})",
+              }.get(status, f"not cancelled: {r.get('detail') or status}"))
+    return 0 if status in ("cancelled", "already_cancelled") else 1
+
+
 async def scheduled(args) -> int:
+    if args.action == "list":
+        return await _scheduled_list(args)
+    if args.action == "cancel" and args.id and not args.uniq_key:
+        return await _scheduled_cancel(args)
     if args.action == "cancel":
         target = args.id if args.id else (args.topic, args.uniq_key, args.deliver_at)
         async with Producer(args.group, args.namesrv, send_timeout=args.timeout) as producer:
@@ -148,10 +217,10 @@ async def scheduled(args) -> int:
             if args.output == "json":
                 _out(json.dumps(rows))
             else:
-                cols = ["level", "pending", "deliverOffset", "maxOffset", "delivered", "nextdue"]
+                cols = ["level", "delayms", "pending", "nextdue", "delivered", "latenessp50", "latenessp99"]
                 _table([[r["broker"]] + [_fmt(c, r.get(c)) for c in cols] for r in rows],
-                       ["#Broker", "#Level", "#Pending", "#Delivered Offset", "#Max Offset", "#Delivered",
-                        "#Next Due"])
+                       ["#Broker", "#Level", "#Delay", "#Pending", "#Next Due", "#Delivered", "#Lateness p50 (ms)",
+                        "#Lateness p99 (ms)"])
         else:
             rows = [[addr, k, v] for addr, table in info.items() for k, v in sorted(table.items())
                     if k.lower().startswith("timer")]
@@ -171,7 +240,16 @@ def _fmt(col: str, v) -> str:
         if v <= 0:
             return "-"
         return datetime.fromtimestamp(v / 1000).isoformat(sep=" ", timespec="milliseconds")
+    if col == "delayms":
+        return _fmt_delay(int(v))
     return str(v)
+
+
+def _fmt_delay(ms: int) -> str:
+    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
 
 
 async def _levels_from_offsets(admin: Admin) -> list[dict]:

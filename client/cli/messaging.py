@@ -25,8 +25,12 @@ def _progress_enabled(args) -> bool:
 
 
 def _result_line(r: SendResult, fmt: str) -> str:
+    """msgId is the client's UNIQ_KEY (RocketMQ's SendResult.msgId), offsetMsgId the broker's id."""
+    if fmt == "ids":
+        return f"{r.msg_id} {r.offset_msg_id}"
     if fmt == "json":
-        return json.dumps({"status": r.status.name, "msgId": r.msg_id, "offsetMsgId": r.offset_msg_id,
+        return json.dumps({"status": r.status.name, "msgId": r.msg_id, "uniqKey": r.msg_id,
+                           "offsetMsgId": r.offset_msg_id,
                            "topic": r.queue.topic, "brokerName": r.queue.broker_name,
                            "queueId": r.queue.queue_id, "queueOffset": r.queue_offset})
     return f"{r.status.name} {r.msg_id} {r.offset_msg_id} {r.queue.queue_id} {r.queue_offset}"
@@ -42,7 +46,22 @@ def _build(args, i: int) -> Message:
                    deliver_at_ms=args.deliver_at, delay_ms=args.delay)
 
 
+def _warn_deliver_at(deliver_at: int | None) -> None:
+    if deliver_at is None:
+        return
+    now = int(time.time() * 1000)
+    if deliver_at < 100_000_000_000:  # before 1973 as ms, but 2001..5138 as seconds
+        sys.stderr.write(f"delaymq: warning: --deliver-at {deliver_at} looks like epoch seconds; it is read as "
+                         f"epoch milliseconds (did you mean {deliver_at * 1000}?)\n")
+    elif deliver_at <= now:
+        sys.stderr.write(f"delaymq: warning: --deliver-at is {(now - deliver_at) / 1000:.1f}s in the past: "
+                         "the messages are delivered at once\n")
+
+
 async def produce(args) -> int:
+    _warn_deliver_at(args.deliver_at)
+    if args.print_ids and args.output == "summary":
+        args.output = "ids"
     prog = Progress("produce", args.count, _progress_enabled(args))
     failures: list[str] = []
     async with _producer(args) as producer:
@@ -135,6 +154,9 @@ async def consume(args) -> int:
                             message_model=BROADCASTING if args.broadcast else CLUSTERING,
                             consume_from=args.from_where, consume_timestamp_ms=args.timestamp or 0,
                             orderly=args.orderly, pull_batch_size=min(32, args.max or 32),
+                            # --max N: one message at a time, in pull order, so the N consumed are a prefix
+                            # of every queue and exactly those N are committed (the rest stay for the next)
+                            consume_concurrency=1 if args.max else 20,
                             timeout=args.timeout, suspend_timeout=min(15.0, args.idle_timeout or 15.0))
     consumer.subscribe(args.topic, args.expr)
     await consumer.start()

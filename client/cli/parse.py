@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import re
 from datetime import datetime
 
-_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+from codec.durations import parse_duration_ms
 
 
 def duration_ms(text: str) -> int:
-    """``30s``, ``1500ms``, ``2h``, ``1.5m``; a bare number is seconds."""
-    m = _DURATION.match(text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"bad duration {text!r} (use e.g. 30s, 1500ms, 2h)")
-    return int(round(float(m.group(1)) * _UNITS[m.group(2) or "s"]))
+    """``30s``, ``1500ms``, ``2h``, ``1.5m``; a bare number is seconds (codec.durations, the CLI's forms)."""
+    try:
+        return parse_duration_ms(text, bare_unit="s", fractions=True)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def time_ms(text: str) -> int:

@@ -10,7 +10,9 @@ Two asyncio tasks joined by a bounded asyncio.Queue:
   TIMER_ROLL_TIMES + 1) and puts them in batches: per batch one MessageStore.read_records, one
   codec.timer_rewrite.build_timer_deliveries (bytes edits, no property dict), one put, and the
   due / delivered events handed to the listeners as one list each. A failed put is retried after 500 × precision / 1000
-  ms until it succeeds (illegal records are dropped and counted). `commit_read_ms` moves when the
+  ms until it succeeds; a record that cannot be converted (build_timer_deliveries raises for it)
+  or that the store refuses for good (too large once converted) is quarantined
+  (scheduler.quarantine) and the rest of its batch goes on. `commit_read_ms` moves when the
   putter reaches the slot's commit marker, i.e. after every message of the slot was put.
 """
 
@@ -25,18 +27,21 @@ import numpy as np
 import structlog
 
 from codec.codes import SysFlag
+from codec.errors import CodecError
 from codec.properties import parse_properties
 from codec.record import POS_SYS_FLAG, read_properties_bytes, read_store_timestamp, store_timestamp_pos
 from codec.timer_rewrite import CANCELLED, MISSING, build_timer_deliveries
+from scheduler.progress_file import NO_PHYS
+from scheduler.quarantine import GIVE_UP, TIMER_DEQUEUE
 from scheduler.timer.hook import TIMER_DEL_UNIQKEY
-from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL
+from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL, UNIT_DTYPE
 from storage.message_store import PutStatus
 
 log = structlog.get_logger(__name__)
 
 CHUNK = 4096
 WALK_STEP = 20000  # units per timerlog read between yields to the loop
-_GIVE_UP = {"MESSAGE_ILLEGAL", "PROPERTIES_SIZE_EXCEEDED"}
+QUARANTINED = -1  # a unit whose record was set aside (scheduler.quarantine)
 PUT_OK = PutStatus.PUT_OK
 _SYS_FLAG = struct.Struct(">i")
 _TS_POS = (store_timestamp_pos(0), store_timestamp_pos(SysFlag.BORNHOST_V6))  # STORETIMESTAMP by BORNHOST_V6
@@ -62,11 +67,14 @@ class _PutRun:
 
 
 class SlotChunk:
-    """Units of one slot in due order, as parallel int64 numpy arrays (no object per message)."""
+    """Units of one slot in delivery order (due ms, then timerlog position), as parallel int64 numpy
+    arrays (no object per message). `last_pos`: the slot's chain end when it was loaded."""
 
-    __slots__ = ("slot", "due", "exact", "offset", "size", "magic", "write_ms", "cancel", "base")
+    __slots__ = ("slot", "due", "exact", "offset", "size", "magic", "write_ms", "cancel", "base", "done", "pos",
+                 "last_pos")
 
-    def __init__(self, slot: int, cancel: set[str], due, exact, offset, size, magic, write_ms, base: int = 0) -> None:
+    def __init__(self, slot: int, cancel: set[str], due, exact, offset, size, magic, write_ms, base: int = 0,
+                 pos=None, last_pos: int = -1) -> None:
         self.slot = slot
         self.base = base  # index of the chunk's first unit in the slot's due order
         self.cancel = cancel
@@ -76,10 +84,29 @@ class SlotChunk:
         self.size = size
         self.magic = magic
         self.write_ms = write_ms
+        self.done = 0  # units already put (a restarted putter goes on from here)
+        self.pos = pos if pos is not None else np.full(len(due), -1, dtype=np.int64)
+        self.last_pos = last_pos
+
+    def __len__(self) -> int:
+        return len(self.due)
+
+    def take(self, keep, base: int | None = None) -> SlotChunk:
+        """The units selected by a boolean or index array, same slot (`base`: the first one's index in
+        the slot's due order, default unchanged)."""
+        return SlotChunk(self.slot, self.cancel, self.due[keep], self.exact[keep], self.offset[keep], self.size[keep],
+                         self.magic[keep], self.write_ms[keep], self.base if base is None else base, self.pos[keep],
+                         self.last_pos)
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def already_put(c: SlotChunk, done_due: int, done_pos: int, last_pos: int):
+    """Which units of a reloaded slot scheduleProgress says were put before: units the slot held when
+    it was loaded then (timerlog position <= last_pos) ordered at or before (done_due, done_pos)."""
+    return (c.pos <= last_pos) & ((c.due < done_due) | ((c.due == done_due) & (c.pos <= done_pos)))
 
 
 class DequeueMixin:
@@ -133,14 +160,14 @@ class DequeueMixin:
             await self._put_queue.put(s + prec)
 
     async def _load_slot(self, s: int) -> list[SlotChunk]:
-        """Walk the chain of slot s; delete markers first (their keys), then units in due order,
-        ties oldest first: the walk goes newest -> oldest (prevPos), so it is reversed before the
-        stable sort, as RocketMQ 5's dequeue puts each unit at the front of its normal-message list."""
+        """Walk the chain of slot s (yielding to the loop between steps of a long chain), then
+        `_order_slot`; split into chunks of CHUNK units."""
         wheel, tl = self.wheel, self.timerlog
-        _first, pos, _num = wheel.get_slot(s)
+        _first, last, _num = wheel.get_slot(s)
         wheel.release(s)
         min_pos = tl.min_pos
         parts = []
+        pos = last
         while pos >= min_pos and pos >= 0:
             units, pos, bad = tl.read_chain(pos, min_pos, WALK_STEP)
             parts.append(units)
@@ -150,63 +177,103 @@ class DequeueMixin:
             if pos >= min_pos and pos >= 0:
                 await asyncio.sleep(0)  # yield to the loop between steps of a long chain
         tl.forget_read_pages()
-        units = (parts[0] if len(parts) == 1 else np.concatenate(parts))[::-1]
+        c = self._order_slot(s, last, parts)
+        skipped = 0
+        after = self._resume_after
+        if after is not None and after[0] == s:
+            # a promoted slave: the old master had put this slot's units up to (due, phys) = after[1:]
+            self._resume_after = None
+            done = (c.due < after[1]) | ((c.due == after[1]) & (c.offset <= after[2]))
+            skipped = int(done.sum())
+            c = c.take(~done)
+            log.info("timer.resume_slot", slot=s, skipped=skipped, remaining=len(c))
+        resume = self._resume
+        if resume is not None and resume[0] == s:  # the slot a kill interrupted: what was put stays put
+            self._resume = None
+            done = already_put(c, *resume[1:])
+            skipped += int(done.sum())
+            c = c.take(~done)
+            log.info("timer.slot_resumed", slot=s, done_due=resume[1], done_pos=resume[2], left=len(c))
+        return [c.take(slice(i, i + CHUNK), skipped + i) for i in range(0, len(c), CHUNK)]
+
+    def _walk_slot(self, s: int) -> tuple[int, list]:
+        """(the slot's chain end, the chain's units) without yielding (recovery)."""
+        tl = self.timerlog
+        _first, last, _num = self.wheel.get_slot(s)
+        min_pos = tl.min_pos
+        parts = []
+        pos = last
+        while pos >= min_pos and pos >= 0:
+            units, pos, bad = tl.read_chain(pos, min_pos, WALK_STEP)
+            parts.append(units)
+            if bad is not None:
+                break
+        return last, parts
+
+    def _order_slot(self, s: int, last: int, parts: list, markers_upto: int | None = None) -> SlotChunk:
+        """The walked chain (newest first) of slot s as one SlotChunk: delete markers set aside (their
+        keys), units in due order, ties oldest first (lower timerlog position): the walk is reversed
+        before the stable sort, as RocketMQ 5's dequeue puts each unit at the front of its
+        normal-message list. So the order is by (due, timerlog position)."""
+        chain = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, dtype=UNIT_DTYPE)
+        # a unit's own position: the chain's start for the first, else the prevPos of the one before it
+        where = np.empty(len(chain), dtype=np.int64)
+        if len(chain):
+            where[0] = last
+            where[1:] = chain["prev"][:-1]
+        units, where = chain[::-1], where[::-1]
         magic = units["magic"].astype(np.int64)
         marker = ((magic & MAGIC_DELETE) != 0) & ((magic & MAGIC_ROLL) == 0)
         cancel: set[str] = set()
         if marker.any():
-            for off, sz in zip(units["offset"][marker].tolist(), units["size_py"][marker].tolist(), strict=True):
+            seen = marker if markers_upto is None else marker & (where <= markers_upto)
+            for off, sz in zip(units["offset"][seen].tolist(), units["size_py"][seen].tolist(), strict=True):
                 rec = self.store.read_record(off, sz)
                 if rec is not None:
                     key = parse_properties(read_properties_bytes(rec, 0)).get(TIMER_DEL_UNIQKEY)
                     if key:
                         cancel.add(key)
             keep = ~marker
-            units, magic = units[keep], magic[keep]
+            units, magic, where = units[keep], magic[keep], where[keep]
         exact = units["exact"].astype(np.int64)
         due = np.where((magic & MAGIC_ROLL) != 0, s, exact)
         order = np.argsort(due, kind="stable")
-        due, exact, magic = due[order], exact[order], magic[order]
-        offset = units["offset"].astype(np.int64)[order]
-        size = units["size_py"].astype(np.int64)[order]
-        write_ms = units["write_ms"].astype(np.int64)[order]
         self.metrics.markers_seen = len(cancel)
-        base = 0
-        resume = self._resume_after
-        if resume is not None and resume[0] == s:
-            # a promoted slave: the old master had put this slot's units up to (due, phys) = resume[1:]
-            self._resume_after = None
-            done = (due < resume[1]) | ((due == resume[1]) & (offset <= resume[2]))
-            base = int(done.sum())
-            keep = ~done
-            due, exact, magic, offset, size, write_ms = (a[keep] for a in (due, exact, magic, offset, size, write_ms))
-            log.info("timer.resume_slot", slot=s, skipped=base, remaining=len(due))
-        return [SlotChunk(s, cancel, due[i:i + CHUNK], exact[i:i + CHUNK], offset[i:i + CHUNK], size[i:i + CHUNK],
-                          magic[i:i + CHUNK], write_ms[i:i + CHUNK], base + i) for i in range(0, len(due), CHUNK)]
+        return SlotChunk(s, cancel, due[order], exact[order], units["offset"].astype(np.int64)[order],
+                         units["size_py"].astype(np.int64)[order], magic[order],
+                         units["write_ms"].astype(np.int64)[order], 0, where[order], last)
 
     # ---- putter ------------------------------------------------------------------------
     async def _putter_loop(self) -> None:
         q = self._put_queue
         while True:
-            item = await q.get()
+            item = self._put_current  # a chunk a failed run did not finish (the supervisor restarted us)
+            if item is None:
+                item = self._put_current = await q.get()
             if item is None:
                 return
             if isinstance(item, int):
                 if item > self.commit_read_ms:
                     self.commit_read_ms = item
                     self.checkpoint.set_read_time(item)
+                    self._done_key_slot, self._done_key = item, (-1, -1)
+                    self.progress_file.timer_commit(item, -1, -1, -1, self.store.commitlog_max_offset())
                     self.slot_progress = (item, 0, -1, -1)
-                continue
-            if item.slot > self.commit_read_ms:
-                # the reader hands slots over in order, so every slot below this one is put (a slot
-                # already due when the reader reached it comes without an advance marker before it)
-                self.commit_read_ms = item.slot
-                self.checkpoint.set_read_time(item.slot)
-                self.slot_progress = (item.slot, item.base, -1, -1)
-            await self._deliver_chunk(item)
+            else:
+                await self._deliver_chunk(item)
+            self._put_current = None
 
     async def _deliver_chunk(self, c: SlotChunk) -> None:
-        i, n = 0, len(c.due)
+        if c.slot > self.commit_read_ms:  # the reader went past empty slots to this one: the clock follows
+            self.commit_read_ms = c.slot
+            self.checkpoint.set_read_time(c.slot)
+        if c.slot != self.slot_progress[0]:  # [cluster-ha] the slot in progress, for the slaves
+            d = c.done
+            self.slot_progress = (c.slot, c.base + d, int(c.due[d - 1]) if d else -1, int(c.offset[d - 1]) if d else -1)
+        if c.slot != self._done_key_slot:
+            self._done_key_slot, self._done_key = c.slot, (-1, -1)
+            self.progress_file.timer_commit(c.slot, -1, -1, -1, self.store.commitlog_max_offset())
+        i, n = c.done, len(c.due)
         batch = self.config.put_batch
         while i < n:
             now = now_ms()
@@ -219,7 +286,7 @@ class DequeueMixin:
                 await self._put_units(c, i, k)
                 # seed 003's localIndex: units of the slot put so far, and the due order key of the last
                 self.slot_progress = (c.slot, c.base + k, int(c.due[k - 1]), int(c.offset[k - 1]))
-                i = k
+                i = c.done = k
 
     async def _put_units(self, c: SlotChunk, lo: int, hi: int) -> None:
         """convert + convertMessage for units lo..hi of a chunk, then one put_batch (retried as a batch)."""
@@ -230,9 +297,16 @@ class DequeueMixin:
         rolls = (c.magic[lo:hi] & MAGIC_ROLL).tolist()
         listening = bool(m.listeners)
         uniqs: list | None = [] if listening else None
-        built = build_timer_deliveries(raws, rolls, exact, c.write_ms[lo:hi].tolist(), now_ms(), c.cancel,
-                                       uniqs=uniqs)  # (record, topic, queue id, tagsCode, keys) tuples
+        write_ms = c.write_ms[lo:hi].tolist()
+        deq = now_ms()
+        try:
+            built = build_timer_deliveries(raws, rolls, exact, write_ms, deq, c.cancel,
+                                           uniqs=uniqs)  # (record, topic, queue id, tagsCode, keys) tuples
+        except (CodecError, ValueError):  # a poison record: set it aside, the rest of the batch goes on
+            built = self._isolate(raws, rolls, exact, write_ms, deq, c.cancel, uniqs, offsets, c.slot)
         reqs, dues = [], []  # dues: exact deliver ms of a final delivery, None for a roll
+        units_of = []  # chunk index of each request's unit
+        origins = []  # per request: (stored timer record, its CommitLog offset) for the quarantine
         events = [] if listening else None  # per request: (msgId prefix, topic, uniqKey, storeTs, offset) or None
         for k, b in enumerate(built):
             if type(b) is int:
@@ -242,6 +316,8 @@ class DequeueMixin:
                     m.cancelled += 1
                 continue  # SKIPPED: a (rolled-then-final) marker or no REAL_TOPIC is never delivered
             reqs.append(b)
+            units_of.append(lo + k)
+            origins.append((raws[k], offsets[k]))
             if rolls[k]:
                 dues.append(None)
                 if listening:
@@ -258,16 +334,65 @@ class DequeueMixin:
         if events:
             m.emit_many("due", [(e[1], e[2], e[0] + f"{e[4]:016X}", e[3], due, 0)
                                 for e, due in zip(events, dues, strict=True) if e is not None])
-        await self._put_with_retry(reqs, dues, events)
+        await self._put_with_retry(reqs, dues, events, origins, c, lo, hi, units_of)
 
-    async def _put_with_retry(self, reqs: list, dues: list, events: list | None) -> None:
+    def _commit_through(self, c: SlotChunk, i: int) -> None:
+        """scheduleProgress: units of the chunk up to index i (inclusive) are put; -1 = none of them
+        (the progress keeps the key it had)."""
+        if i < 0:
+            self.progress_file.timer_begin(NO_PHYS)  # nothing of this put stored: only the in-flight mark goes
+            return
+        self._done_key = (int(c.due[i]), int(c.pos[i]))
+        self.progress_file.timer_commit(c.slot, *self._done_key, c.last_pos, self.store.commitlog_max_offset())
+
+    def _isolate(self, raws, rolls, exact, write_ms, deq: int, cancel, uniqs, offsets, slot: int) -> list:
+        """build_timer_deliveries per record: one that raises is quarantined (QUARANTINED)."""
+        out = []
+        for k, raw in enumerate(raws):
+            one = [] if uniqs is not None else None
+            try:
+                b = build_timer_deliveries((raw,), rolls[k:k + 1], exact[k:k + 1], write_ms[k:k + 1], deq, cancel,
+                                           uniqs=one)[0]
+            except (CodecError, ValueError) as e:
+                self._set_aside(raw, f"cannot convert: {e}", offsets[k], slot=slot, roll=bool(rolls[k]))
+                b, one = QUARANTINED, [None] if one is not None else None
+            out.append(b)
+            if uniqs is not None:
+                uniqs.extend(one)
+        return out
+
+    def _set_aside(self, raw, reason: str, phys: int, **context) -> None:
+        """Quarantine one timer record; a quarantine put that may pass later (disk full) raises, so the
+        supervisor backs off and the putter goes on from the same units (nothing was put for them)."""
+        if not self.quarantine.set_aside(raw, reason, TIMER_DEQUEUE, phys, **context):
+            raise RuntimeError(f"quarantine put failed for the timer record at {phys}: try again")
+
+    async def _put_with_retry(self, reqs: list, dues: list, events: list | None, origins: list, c: SlotChunk,
+                              lo: int, hi: int, units_of: list[int]) -> None:
         """Put the converted records (tuples) with MessageStore.put_batch; records that failed with a
-        retryable status are put again after a back-off, illegal ones are dropped and counted."""
+        retryable status are put again after a back-off, ones the store refuses for good (too large
+        once converted) are quarantined. scheduleProgress moves in the same step as the first put:
+        through unit hi - 1, or up to the unit before the first failure (`units_of[k]`: chunk index of
+        record k), which also lifts the in-flight mark before any quarantine put; and through hi - 1
+        once every failed record is stored or set aside (retries carry no in-flight mark: a kill during
+        them may re-deliver, never lose)."""
         m = self.metrics
         backoff = 0.5 * self.config.precision_ms / 1000.0
+        first = True
+        if not reqs:
+            self._commit_through(c, hi - 1)
+            return
         while reqs:
+            if first:
+                self.progress_file.timer_begin(self.store.commitlog_max_offset())
             res = self.store.put_batch(_PutRun(reqs))
             statuses, phys = res.statuses, res.phys
+            if statuses is None:
+                self._commit_through(c, hi - 1)
+            elif first:
+                k = next(k for k, x in enumerate(statuses) if x is not PUT_OK)
+                self._commit_through(c, units_of[k] - 1 if units_of[k] > lo else -1)
+            first = False
             retry = []
             done = now_ms()
             late = []
@@ -282,9 +407,10 @@ class DequeueMixin:
                     if delivered is not None:
                         prefix, topic, uniq, store_ts, _off = events[k]
                         delivered.append((topic, uniq, prefix + f"{phys[k]:016X}", store_ts, due, done))
-                elif statuses[k].name in _GIVE_UP:
+                elif statuses[k] in GIVE_UP and self.quarantine.set_aside(
+                        origins[k][0], f"delivery refused by the store: {statuses[k].name}", TIMER_DEQUEUE,
+                        origins[k][1], topic=reqs[k][1], roll=due is None):
                     m.put_failures += 1
-                    log.error("timer.deliver_dropped", topic=reqs[k][1], status=statuses[k].name)
                 else:
                     m.put_failures += 1
                     retry.append(k)
@@ -296,8 +422,12 @@ class DequeueMixin:
             m.dequeue_rate.add(len(reqs) - len(retry))
             if delivered:
                 m.emit_many("delivered", delivered)
+            if statuses is not None and not retry:  # the failed ones are set aside: the whole run is handled
+                self._commit_through(c, hi - 1)
             if retry:
                 reqs, dues = [reqs[k] for k in retry], [dues[k] for k in retry]
+                units_of = [units_of[k] for k in retry]
+                origins = [origins[k] for k in retry]
                 events = [events[k] for k in retry] if events is not None else None
                 log.warning("timer.deliver_retry", count=len(reqs), backoff_s=backoff)
                 await asyncio.sleep(backoff)  # back-off before retrying failed puts

@@ -21,6 +21,7 @@ from codec.properties import parse_properties
 from codec.record import read_properties_bytes, read_store_timestamp
 from codec.tags import java_hash
 from scheduler.due import relative_due_ms
+from scheduler.quarantine import TIMER_ENQUEUE
 from scheduler.timer.config import TIMER_TOPIC
 from scheduler.timer.hook import (
     REAL_TOPIC,
@@ -40,6 +41,7 @@ CQ_UNIT = struct.Struct(">qiq")
 CQ_UNIT_SIZE = 20
 ENQUEUE_BATCH = 1024
 _BLANK_CQ_SIZE = 2147483647
+MAX_SLOT_MS = 1 << 53  # a TIMER_OUT_MS at or past this is absurd (year 285,000): quarantined
 
 
 def exact_deliver_ms(props: dict[str, str], slot: int, store_ts: int, precision: int) -> int:
@@ -77,15 +79,11 @@ class EnqueueMixin:
             self._enqueue_wake.set()
 
     async def _enqueue_loop(self) -> None:
+        """The enqueue task (run by the store's supervisor: an error is logged, counted, backed off and
+        the task restarted; the offset moves only after a batch, so nothing is skipped)."""
         while self._running:
             self._enqueue_wake.clear()
-            try:
-                n = self._enqueue_batch(ENQUEUE_BATCH)
-            except Exception as e:  # keep the wheel alive; the offset did not move
-                log.error("timer.enqueue_failed", error=repr(e), offset=self.curr_queue_offset)
-                n = 0
-                await asyncio.sleep(self.config.precision_ms / 1000.0)  # back-off after a failure
-                continue
+            n = self._enqueue_batch(ENQUEUE_BATCH)
             if n == 0:
                 await self._enqueue_wake.wait()
             else:
@@ -123,41 +121,63 @@ class EnqueueMixin:
             if rec is None:
                 m.missing += 1
                 continue
-            props = parse_properties(read_properties_bytes(rec, 0))
             try:
-                slot = int(props[TIMER_OUT_MS])
-            except (KeyError, ValueError):
-                log.warning("timer.enqueue_no_timer_out", phys_offset=phys)
-                continue
-            store_ts = read_store_timestamp(rec, 0)
-            exact = exact_deliver_ms(props, slot, store_ts, prec)
-            magic = MAGIC_DELETE if TIMER_DEL_UNIQKEY in props else MAGIC_DEFAULT
-            real_topic = props.get(REAL_TOPIC)
-            if self._following:  # a slave links the unit where the master did (or drops it: already put)
-                followed = self._master_slot(slot, off + i)
-                if followed is None:
-                    self.follower_skipped += 1
-                    continue
-                slot = followed
-            where = self._do_enqueue(slot, exact, magic, phys, size, java_hash(real_topic) if real_topic else 0)
-            if lowest is None or where < lowest:
+                where = self._enqueue_record(rec, phys, size, prec, emit, off + i)
+            except (ValueError, OverflowError, struct.error) as e:  # a poison record: set aside, go on
+                where = None
+                if not self.quarantine.set_aside(rec, f"cannot enqueue: {e}", TIMER_ENQUEUE, phys,
+                                                 queue_offset=off + i):
+                    # the quarantine put may pass later (disk full): keep what this batch enqueued,
+                    # let the supervisor back off and come back to this record
+                    self._commit_enqueued(off + i, i, now, lowest)
+                    raise RuntimeError(f"quarantine put failed for timer queue offset {off + i}") from e
+            if where is not None and (lowest is None or where < lowest):
                 lowest = where
-            if magic == MAGIC_DELETE:
-                m.markers += 1
-            elif TIMER_ROLL_TIMES not in props:
-                m.accepted += 1
-                if emit:
-                    m.emit("accepted", kind="timer", level=0, topic=real_topic, uniqKey=props.get(UNIQ_KEY),
-                           msgId=self.msg_id(rec, phys), bornTs=0, storeTs=store_ts, dueTs=exact,
-                           deliveredTs=0)
-        self.curr_queue_offset = self.commit_queue_offset = off + k
+        self._commit_enqueued(off + k, k, now, lowest)
+        return k
+
+    def _commit_enqueued(self, offset: int, k: int, started_ms: int, lowest: int | None) -> None:
+        m = self.metrics
+        self.curr_queue_offset = self.commit_queue_offset = offset
         m.enqueued += k
         m.enqueue_rate.add(k)
-        m.enqueue_latency_ms = max(0, int(time.time() * 1000) - now)
+        m.enqueue_latency_ms = max(0, int(time.time() * 1000) - started_ms)
         if lowest is not None:
             self._wake_reader(lowest)
         self._notify_enqueued()
-        return k
+
+    def _enqueue_record(self, rec, phys: int, size: int, prec: int, emit: bool, queue_offset: int = -1) -> int | None:
+        """One timer record into the timerlog and its slot; the slot used (None: a slave's unit the master
+        has already put). Raises ValueError (or OverflowError / struct.error) for a record whose timer
+        properties cannot be enqueued."""
+        m = self.metrics
+        props = parse_properties(read_properties_bytes(rec, 0))
+        v = props.get(TIMER_OUT_MS)
+        if v is None:
+            raise ValueError("no TIMER_OUT_MS")
+        slot = int(v)
+        if not 0 <= slot < MAX_SLOT_MS:
+            raise ValueError(f"TIMER_OUT_MS {v!r} out of range")
+        store_ts = read_store_timestamp(rec, 0)
+        exact = exact_deliver_ms(props, slot, store_ts, prec)
+        magic = MAGIC_DELETE if TIMER_DEL_UNIQKEY in props else MAGIC_DEFAULT
+        real_topic = props.get(REAL_TOPIC)
+        if self._following:  # [cluster-ha] a slave links the unit where the master did (or drops it: already put)
+            followed = self._master_slot(slot, queue_offset)
+            if followed is None:
+                self.follower_skipped += 1
+                return None
+            slot = followed
+        where = self._do_enqueue(slot, exact, magic, phys, size, java_hash(real_topic) if real_topic else 0)
+        if magic == MAGIC_DELETE:
+            m.markers += 1
+        elif TIMER_ROLL_TIMES not in props:
+            m.accepted += 1
+            if emit:
+                m.emit("accepted", kind="timer", level=0, topic=real_topic, uniqKey=props.get(UNIQ_KEY),
+                       msgId=self.msg_id(rec, phys), bornTs=0, storeTs=store_ts, dueTs=exact,
+                       deliveredTs=0)
+        return where
 
     def _do_enqueue(self, slot: int, exact: int, magic: int, phys: int, size: int, topic_hash: int) -> int:
         """§4.6: roll decision, append the unit, link it into its slot. Returns the slot used."""

@@ -6,10 +6,12 @@
 2. curr_queue_offset = QUEUEOFFSET of the record behind the last valid unit + 1 (the record carries
    its own timer-topic queue offset), at least the checkpoint's, clamped into the CQ's [min, max].
 3. The read clock resumes at the checkpoint's lastReadTimeMs, never earlier than the ring's lookback
-   (floor(now) - slotsTotal·precision + 60·precision). Slots read but not committed are read again
-   (their messages may repeat; nothing is lost).
+   (floor(now) - slotsTotal·precision + 60·precision). A slot read but not committed is read again
+   (step 5 skips what of it was already put).
 4. Slots whose lastPos points past the valid log are re-pointed by a second revise pass from the
    smallest firstPos among them (or dropped when all their units were cut).
+5. The slot at the read clock resumes where scheduleProgress says its delivery got (`_resume_slot`):
+   nothing put before a kill -9 is put again.
 """
 
 from __future__ import annotations
@@ -19,13 +21,17 @@ import time
 
 import structlog
 
+from codec.codes import SCHEDULE_QUARANTINE_TOPIC
+from codec.record import read_properties_bytes, read_topic
+from scheduler.progress_file import count_records_after
 from scheduler.timer.config import TIMER_BLANK_SLOTS, TIMER_TOPIC
-from scheduler.timer.timerlog import MAGIC_DELETE
+from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL
 from scheduler.timer.wheel import SLOT, SLOT_SIZE
 
 log = structlog.get_logger(__name__)
 
 _QOFF = struct.Struct(">q")
+TIMER_DEQUEUE_MS = b"TIMER_DEQUEUE_MS\x01"
 _POS_QUEUE_OFFSET = 20
 
 
@@ -70,9 +76,69 @@ def recover(svc) -> None:
     svc.curr_queue_offset = svc.commit_queue_offset = q
     svc.read_cursor_ms = svc.commit_read_ms = read_ms
     svc.curr_write_ms = floor_now
+    _resume_slot(svc, read_ms)
     log.info("timer.recovered", units_revised=revised, timerlog_bytes_cut=cut, timerlog_end=process_offset,
              queue_offset=q, read_ms=read_ms, pending=wheel.pending, slots=wheel.occupied,
              dangling_slots=repointed)
+
+
+def _is_timer_put(rec) -> bool:
+    return TIMER_DEQUEUE_MS in read_properties_bytes(rec) and read_topic(rec) != SCHEDULE_QUARANTINE_TOPIC
+
+
+def _resume_slot(svc, read_ms: int) -> None:
+    """Step 5 (scheduleProgress, scheduler.progress_file): the slot at the read clock was being delivered
+    when the process stopped; what of it was put stays put (`svc._resume`, applied when the reader
+    loads it). A put cut short by a kill: its records after the in-flight mark are matched, in order,
+    to the slot's units it was putting (those that produce a record), and the slot resumes after them."""
+    prog, store = svc.progress_file, svc.store
+    tp = prog.timer()
+    cl_end = store.commitlog_max_offset()
+    if tp.end < 0 or tp.read_ms != read_ms or (tp.last_pos < 0 and tp.phys < 0) or tp.end > cl_end:
+        if tp.end > cl_end:
+            log.warning("timer.progress_ahead_of_commitlog", progress_end=tp.end, commitlog_end=cl_end)
+        prog.timer_commit(read_ms, -1, -1, -1, cl_end)  # nothing of the slot at the read clock known put
+        return
+    done, last_pos = (tp.done_due, tp.done_pos), tp.last_pos
+    k = count_records_after(store, tp.phys, _is_timer_put) if tp.phys >= 0 else 0
+    if k:
+        done, last_pos = _skip_put(svc, read_ms, done, last_pos, k)
+    svc._resume = (read_ms, *done, last_pos)
+    svc._done_key_slot, svc._done_key = read_ms, done
+    prog.timer_commit(read_ms, *done, last_pos, cl_end)
+    log.info("timer.progress_resumed", slot=read_ms, done_due=done[0], done_pos=done[1], last_pos=last_pos,
+             inflight_put_found=k)
+
+
+def _skip_put(svc, s: int, done: tuple[int, int], last_pos: int, k: int) -> tuple[tuple[int, int], int]:
+    """The progress key after the first k records the in-flight put stored (see _resume_slot)."""
+    from codec.timer_rewrite import build_timer_deliveries
+    from scheduler.timer.dequeue import already_put
+
+    last, parts = svc._walk_slot(s)
+    if last_pos < 0:
+        last_pos = last  # the slot's first put was in flight: nothing was linked into it since its load
+    c = svc._order_slot(s, last, parts, markers_upto=last_pos)
+    c = c.take((c.pos <= last_pos) & ~already_put(c, *done, last_pos))
+    now = int(time.time() * 1000)
+    found = 0
+    for lo in range(0, len(c), 1024):
+        hi = min(len(c), lo + 1024)
+        raws = svc.store.read_records(zip(c.offset[lo:hi].tolist(), c.size[lo:hi].tolist(), strict=True))
+        try:
+            built = build_timer_deliveries(raws, (c.magic[lo:hi] & MAGIC_ROLL).tolist(), c.exact[lo:hi].tolist(),
+                                           c.write_ms[lo:hi].tolist(), now, c.cancel)
+        except Exception as e:  # cannot tell: re-deliver rather than lose
+            log.error("timer.progress_inflight_unresolved", slot=s, error=repr(e))
+            return done, last_pos
+        for j, b in enumerate(built):
+            if type(b) is not int:
+                found += 1
+                if found == k:
+                    i = lo + j
+                    return (int(c.due[i]), int(c.pos[i])), last_pos
+    log.error("timer.progress_inflight_mismatch", slot=s, found=k, units=len(c))
+    return done, last_pos
 
 
 def _repoint_dangling(svc, read_ms: int, end: int) -> int:

@@ -24,6 +24,8 @@ import structlog
 
 from codec.msgid import offset_msg_id
 from codec.record import store_host_pos
+from scheduler.progress_file import ProgressFile
+from scheduler.quarantine import Quarantine
 from scheduler.timer.checkpoint import TimerCheckpoint
 from scheduler.timer.config import TIMER_TOPIC, TimerConfig
 from scheduler.timer.dequeue import DequeueMixin
@@ -77,6 +79,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         register_service(self.config, self)
         self.rng = random.Random()
         self.metrics = TimerMetrics()
+        self.quarantine = Quarantine(store)  # poison timer records go to rmq_sys_SCHEDULE_QUARANTINE
         self.roll_window_slots = self.config.effective_roll_window_slots
         self.wheel: TimerWheel | None = None
         self.timerlog: TimerLog | None = None
@@ -85,15 +88,20 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self.curr_write_ms = self.read_cursor_ms = self.commit_read_ms = 0
         self._loaded = False
         self._running = False
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list = []  # storage.supervisor.SupervisedTask
         self._flush_handle: asyncio.TimerHandle | None = None
         self._clean_handle: asyncio.TimerHandle | None = None
         self._enqueue_wake: asyncio.Event | None = None
         self._reader_wake: asyncio.Future | None = None
         self._reader_target = 1 << 62
         self._put_queue: asyncio.Queue | None = None
+        self._put_current = None  # the putter's item in progress: a restarted putter finishes it first
         self._offset_waiters: list[tuple[int, asyncio.Future]] = []
         self._host_hex: dict[bytes, str] = {}
+        self.progress_file: ProgressFile | None = None
+        self._resume: tuple[int, int, int, int] | None = None  # (slot, done_due, done_pos, last_pos) after a kill
+        self._done_key = (-1, -1)  # (due, timerlog position) of the last unit put of the slot being delivered
+        self._done_key_slot = -1  # ... that slot
         # [cluster-ha] progress of the slot being put (slot ms, units put, due ms and phys of the last)
         self.slot_progress: tuple[int, int, int, int] = (0, 0, -1, -1)
         self._resume_after: tuple[int, int, int] | None = None  # promoted slave: skip these in that slot
@@ -111,6 +119,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self.wheel = TimerWheel(cfg.store_root, cfg.slots_total, cfg.precision_ms)
         self.timerlog = TimerLog(cfg.store_root, cfg.timerlog_file_size)
         self.checkpoint = TimerCheckpoint(cfg.store_root)
+        self.progress_file = ProgressFile(os.path.join(cfg.store_root, "config"), 0)
         recover(self)
         self._loaded = True
         return True
@@ -123,12 +132,14 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self._running = True
         self._enqueue_wake = asyncio.Event()
         self._put_queue = asyncio.Queue(PUT_QUEUE_CAPACITY)
+        self._put_current = None
         self.curr_write_ms = max(self.curr_write_ms, self._floor(int(time.time() * 1000)))
         self.cursor_history.append((self.commit_queue_offset, self.read_cursor_ms))
         self.store.add_dispatch_listener(self._on_dispatch)
-        self._tasks = [loop.create_task(self._enqueue_loop(), name="timer-enqueue"),
-                       loop.create_task(self._reader_loop(), name="timer-dequeue-get"),
-                       loop.create_task(self._putter_loop(), name="timer-dequeue-put")]
+        sup = self.store.supervisor  # storage.supervisor: log with context, count, back off, restart
+        self._tasks = [sup.spawn("timer-enqueue", self._enqueue_loop),
+                       sup.spawn("timer-dequeue-get", self._reader_loop),
+                       sup.spawn("timer-dequeue-put", self._putter_loop)]
         self._schedule_flush()
         self._clean_handle = loop.call_later(self.config.timerlog_clean_interval_ms / 1000.0, self._clean_tick)
         log.info("timer.started", precision_ms=self.config.precision_ms, pending=self.wheel.pending,
@@ -141,7 +152,6 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         if self._running:
             return
         self.load()
-        loop = asyncio.get_running_loop()
         self._following = True
         self._enqueue_limit = min(self.commit_queue_offset, self.store.max_offset(TIMER_TOPIC, 0))
         self.cursor_history.clear()  # filled from the master's records
@@ -149,7 +159,8 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self._enqueue_wake = asyncio.Event()
         self._put_queue = asyncio.Queue(PUT_QUEUE_CAPACITY)
         self.store.add_dispatch_listener(self._on_dispatch)
-        self._tasks = [loop.create_task(self._enqueue_loop(), name="timer-enqueue")]
+        self._put_current = None
+        self._tasks = [self.store.supervisor.spawn("timer-enqueue", self._enqueue_loop)]
         self._schedule_flush()
         log.info("timer.following", queue_offset=self.commit_queue_offset, read_ms=self.commit_read_ms)
 
@@ -239,8 +250,9 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self.cursor_history.append((self.commit_queue_offset, self.read_cursor_ms))
         self.wheel.rebuild_occupancy(self.read_cursor_ms)
         loop = asyncio.get_running_loop()
-        self._tasks += [loop.create_task(self._reader_loop(), name="timer-dequeue-get"),
-                        loop.create_task(self._putter_loop(), name="timer-dequeue-put")]
+        sup = self.store.supervisor
+        self._tasks += [sup.spawn("timer-dequeue-get", self._reader_loop),
+                        sup.spawn("timer-dequeue-put", self._putter_loop)]
         self._clean_handle = loop.call_later(self.config.timerlog_clean_interval_ms / 1000.0, self._clean_tick)
         log.info("timer.promoted", read_ms=self.commit_read_ms, resume_after=self._resume_after,
                  queue_offset=self.commit_queue_offset, pending=self.wheel.pending)
@@ -268,12 +280,13 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
                 self._clean_handle.cancel()
             for t in self._tasks:
                 t.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self.store.supervisor.reap(self._tasks)  # an error a task ended with is logged, not swallowed
             self._tasks = []
         self.flush()
         self.timerlog.close()
         self.wheel.close()
         self.checkpoint.close()
+        self.progress_file.close()
         self._loaded = False
         log.info("timer.stopped", read_ms=self.commit_read_ms, queue_offset=self.commit_queue_offset)
 
@@ -291,7 +304,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         try:
             self.flush()
         except Exception as e:
-            log.error("timer.flush_failed", error=repr(e))
+            self.store.supervisor.failed("timer-flush", e, read_ms=self.commit_read_ms)
         self._schedule_flush()
 
     def _clean_tick(self) -> None:
@@ -300,7 +313,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         try:
             self.clean_expired_timerlog()
         except Exception as e:
-            log.error("timer.timerlog_clean_failed", error=repr(e))
+            self.store.supervisor.failed("timer-timerlog-clean", e)
         loop = asyncio.get_running_loop()
         self._clean_handle = loop.call_later(self.config.timerlog_clean_interval_ms / 1000.0, self._clean_tick)
 
@@ -313,6 +326,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         read_ms, queue_offset = self.commit_read_ms, self.commit_queue_offset
         pos = self.timerlog.flush()
         self.wheel.flush()
+        self.progress_file.flush()
         self.checkpoint.write(read_ms, pos, queue_offset, int(time.time() * 1000))
 
     # ---- events / ids --------------------------------------------------------------------
@@ -387,6 +401,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
             "lateness_max_ms": m.lateness.max, "lateness_buckets": m.lateness.cumulative(),
             "read_ms": self.commit_read_ms, "write_ms": self.curr_write_ms,
             "queue_offset": self.commit_queue_offset, "timerlog_pos": self.timerlog.write_pos if self.timerlog else 0,
+            "quarantined": self.quarantine.stats(),
         }
 
     def runtime_info(self) -> dict[str, str]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import structlog
@@ -27,16 +27,11 @@ from codec.bodies import decode_kv_table
 from codec.codes import RequestCode as RC
 from codec.command import RemotingCommand
 from codec.errors import CodecError
-from codec.namesrv_bodies import (
-    DataVersion,
-    RegisterBrokerBody,
-    TopicConfigData,
-    body_crc32,
-    encode_register_body,
-)
+from codec.namesrv_bodies import DataVersion, body_crc32
 from remoting.client import RemotingClient
 from server.cluster.tasks import Supervised
 from server.config import BrokerConfig
+from storage.supervisor import Supervisor
 
 log = structlog.get_logger(__name__)
 
@@ -51,13 +46,16 @@ class RegisterResult:
     order_topic_config: dict[str, str] | None = None
 
 
-TopicSnapshot = Callable[[], tuple[DataVersion, list[TopicConfigData]]]
+# (compressed) -> (the topic table's DataVersion, its REGISTER_BROKER body in that form)
+TopicSnapshot = Callable[[bool], Awaitable[tuple[DataVersion, bytes]]]
 ResultListener = Callable[[RegisterResult], None]
 
 
 class BrokerRegistrar:
-    def __init__(self, config: BrokerConfig, snapshot: TopicSnapshot, client: RemotingClient | None = None) -> None:
+    def __init__(self, config: BrokerConfig, snapshot: TopicSnapshot, client: RemotingClient | None = None,
+                 supervisor: Supervisor | None = None) -> None:
         self.config = config
+        self.supervisor = supervisor  # storage.supervisor (the broker's); None: one of its own
         self.snapshot = snapshot
         self.client = client or RemotingClient(connect_timeout=3.0)
         self.namesrvs = config.namesrv_addr_list
@@ -83,7 +81,8 @@ class BrokerRegistrar:
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         await self.register_all(force=True)
-        self._task = Supervised("broker.register_namesrv", self._schedule, namesrvs=self.namesrvs).start()
+        self._task = Supervised("broker.register_namesrv", self._schedule, supervisor=self.supervisor,
+                                namesrvs=self.namesrvs).start()
 
     def topics_changed(self) -> None:
         """The topic table changed: register with every name server now (coalesced with others)."""
@@ -121,14 +120,13 @@ class BrokerRegistrar:
         something changed, unless `force`). Failures are logged and counted, never raised."""
         if not self.namesrvs:
             return []
-        dv, topics = self.snapshot()
+        compressed = self.config.compressed_register
+        dv, body = await self.snapshot(compressed)
         if not force and not await self._need_register(dv):
             self.skipped += 1
             return []
-        body = encode_register_body(RegisterBrokerBody(dv, {t.topic_name: t for t in topics}),
-                                    self.config.compressed_register)
         ext = {**self._identity(), "haServerAddr": self.config.ha_server_addr,
-               "compressed": "true" if self.config.compressed_register else "false",
+               "compressed": "true" if compressed else "false",
                "bodyCrc32": str(body_crc32(body))}
         outcomes = await asyncio.gather(*(self._register_one(ns, ext, body) for ns in self.namesrvs))
         results = [r for r in outcomes if r is not None]

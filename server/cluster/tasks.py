@@ -1,54 +1,36 @@
-"""Supervised background tasks of the cluster room: an exception is logged with the task's name and
-context, counted, and the body restarts after a backoff (doubling from `min_backoff_s` up to
-`max_backoff_s`, reset after a run that lasted longer than the backoff cap). Cancellation stops it."""
+"""A supervised background task of the cluster room, run by the project's one supervisor
+(storage.supervisor): an exception is logged with the task's name and context, counted
+(delaymq_task_restarts_total{task} when it is the broker's supervisor), and the body restarts after
+a back-off. `stop()` cancels it and reports an error it ended with. The name server process has no
+store: it passes no supervisor and gets one of its own."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable
 
-import structlog
-
-log = structlog.get_logger(__name__)
+from storage.supervisor import SupervisedTask, Supervisor
 
 
 class Supervised:
-    def __init__(self, name: str, body: Callable[[], Awaitable[None]], *, min_backoff_s: float = 0.2,
-                 max_backoff_s: float = 30.0, **context: object) -> None:
+    def __init__(self, name: str, body: Callable[[], Awaitable[None]], *, supervisor: Supervisor | None = None,
+                 **context: object) -> None:
         self.name, self.body, self.context = name, body, context
-        self.min_backoff_s, self.max_backoff_s = min_backoff_s, max_backoff_s
-        self.failures = 0
-        self.task: asyncio.Task | None = None
+        self.supervisor = supervisor if supervisor is not None else Supervisor()
+        self._run: SupervisedTask | None = None
+
+    @property
+    def failures(self) -> int:
+        return self._run.restarts if self._run is not None else 0
+
+    @property
+    def task(self):
+        return self._run.task if self._run is not None else None
 
     def start(self) -> Supervised:
-        self.task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
+        self._run = self.supervisor.spawn(self.name, self.body, **self.context)
         return self
 
-    async def _run(self) -> None:
-        backoff = self.min_backoff_s
-        while True:
-            started = time.monotonic()
-            try:
-                await self.body()
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                self.failures += 1
-                if time.monotonic() - started > self.max_backoff_s:
-                    backoff = self.min_backoff_s
-                log.exception("cluster.task_failed", task=self.name, failures=self.failures,
-                              retry_in_s=round(backoff, 3), error=repr(e), **self.context)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self.max_backoff_s)
-
     async def stop(self) -> None:
-        t, self.task = self.task, None
-        if t is None or t.done():
-            return
-        t.cancel()
-        try:
-            await t
-        except asyncio.CancelledError:
-            pass
+        run, self._run = self._run, None
+        if run is not None:
+            await run.stop()

@@ -4,12 +4,12 @@ A 5.x message becomes the same properties a 4.x producer would send (TAGS, KEYS,
 __SHARDINGKEY for the message group, PGROUP = the topic as Apache's proxy does, TIMER_DELIVER_MS or
 DELAY for a delivery time), so everything after it (the send path, the put hooks, 4.x consumers)
 sees one kind of message. A stored record becomes a proto Message with the system properties a 5.x
-consumer reads (body digest CRC32, message type, timestamps, hosts, queue id/offset).
+consumer reads (body digest MD5, message type, timestamps, hosts, queue id/offset).
 """
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -140,8 +140,10 @@ def to_proto(rec, topic: str, store_host: tuple[str, int]) -> pb.Message:
     if keys:
         sp.keys.extend(k for k in keys.split(" ") if k)
     sp.message_id = props.get(K.UNIQ_KEY) or offset_msg_id(*store_host, rec.commitlog_offset)
-    sp.body_digest.type = pb.CRC32
-    sp.body_digest.checksum = format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
+    # MD5 as Apache's proxy does: the clients disagree on how CRC32 is written (Python "%08X", Node
+    # decimal, Java hex unpadded), so a CRC32 digest marks every body corrupt in one of them
+    sp.body_digest.type = pb.MD5
+    sp.body_digest.checksum = hashlib.md5(body).hexdigest().upper()
     sp.body_encoding = pb.GZIP if rec.sys_flag & COMPRESSED_FLAG else pb.IDENTITY
     sp.message_type = message_type_of(props)
     sp.born_timestamp.CopyFrom(timestamp_ms(rec.born_timestamp))

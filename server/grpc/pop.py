@@ -76,7 +76,7 @@ class PopService:
         self.broker = broker
         self.state = state
         self._waiters: dict[str, set[asyncio.Future]] = {}
-        self._sweeper: asyncio.Task | None = None
+        self._sweeper = None  # storage.supervisor.SupervisedTask
         self._rr = 0
         self.dlq_total = 0
         self.sweep_errors = 0
@@ -84,16 +84,13 @@ class PopService:
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
         self.broker.store.add_dispatch_listener(self._on_dispatch)
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever(), name="grpc-pop-sweep")
+        self._sweeper = self.broker.store.supervisor.spawn("grpc-pop-sweep", self._sweep_forever)
 
     async def stop(self) -> None:
         self.broker.store.remove_dispatch_listener(self._on_dispatch)
         if self._sweeper is not None:
-            self._sweeper.cancel()
-            try:
-                await self._sweeper
-            except asyncio.CancelledError:
-                pass
+            await self._sweeper.stop()
+            self._sweeper = None
         for futs in self._waiters.values():
             for f in futs:
                 if not f.done():
@@ -348,19 +345,15 @@ class PopService:
             log.info("pop.to_dlq", group=group, topic=topic, queue_id=qid, offset=offset, attempts=attempts)
 
     async def _sweep_forever(self) -> None:
-        """Supervised: moves deliveries past their max attempts to the DLQ when nobody receives."""
-        backoff = SWEEP_INTERVAL_S
+        """Moves deliveries past their max attempts to the DLQ when nobody receives (run by the store's
+        supervisor: a failure is logged, counted, backed off and the sweep restarted)."""
         while True:
-            await asyncio.sleep(backoff)
+            await asyncio.sleep(SWEEP_INTERVAL_S)
             try:
                 await self._sweep()
-                backoff = SWEEP_INTERVAL_S
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
+            except Exception:
                 self.sweep_errors += 1
-                backoff = min(30.0, backoff * 2)
-                log.error("pop.sweep_failed", error=repr(e), errors=self.sweep_errors, retry_in_s=backoff)
+                raise
 
     async def _sweep(self) -> None:
         now_ms = int(time.time() * 1000)

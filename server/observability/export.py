@@ -111,7 +111,7 @@ class MetricsExporter:
         self.interval_s = interval_s
         self.also_flush = also_flush or []
         self.clock = clock
-        self._task: asyncio.Task | None = None
+        self._task = None  # storage.supervisor.SupervisedTask
 
     def export_once(self) -> int:
         ts = int(self.clock() * 1000)
@@ -132,21 +132,16 @@ class MetricsExporter:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
-            try:
-                self.export_once()
-            except OSError as e:
-                log.warning("export.failed", error=str(e))
+            self.export_once()  # an error: logged, counted, backed off and restarted by the supervisor
 
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="metrics-exporter")
+    def start(self, supervisor) -> None:
+        """Run the export loop under `supervisor` (storage.supervisor.Supervisor)."""
+        self._task = supervisor.spawn("metrics-exporter", self._run)
 
     async def shutdown(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await self._task.stop()
+            self._task = None
         try:
             self.export_once()
         finally:

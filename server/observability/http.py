@@ -7,6 +7,7 @@ request size, so it adds no dependency and cannot be used to hold broker memory.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import structlog
 
@@ -18,8 +19,11 @@ MAX_REQUEST_HEAD = 8192
 
 
 class MetricsHttpServer:
-    def __init__(self, registry: Registry, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, registry: Registry, host: str = "127.0.0.1", port: int = 0,
+                 render: Callable[[], str] | None = None) -> None:
+        """`render()` makes the page (the broker's RocketMQ-named families); default: the registry as is."""
         self.registry = registry
+        self.render = render or (lambda: render_prometheus(self.registry.collect()))
         self.host = host
         self.port = port
         self._server: asyncio.base_events.Server | None = None
@@ -36,7 +40,7 @@ class MetricsHttpServer:
             parts = head.split(b"\r\n", 1)[0].split()
             method, path = (parts[0], parts[1]) if len(parts) >= 2 else (b"", b"")
             if method == b"GET" and path.split(b"?")[0] in (b"/metrics", b"/"):
-                body = render_prometheus(self.registry.collect()).encode()
+                body = self.render().encode()
                 status, ctype = b"200 OK", b"text/plain; version=0.0.4; charset=utf-8"
             else:
                 body, status, ctype = b"not found\n", b"404 Not Found", b"text/plain"

@@ -119,6 +119,9 @@ class Registry:
                   bounds: Iterable[float] = DEFAULT_LATENCY_BUCKETS_MS) -> Histogram:
         return self._get("histogram", name, labels, lambda: Histogram(bounds), help)
 
+    def help_of(self, name: str) -> str:
+        return self._help.get(name, "")
+
     def add_collector(self, fn: Callable[[], Iterable[Sample]]) -> None:
         """A callback producing samples at collection time (for components that keep their own stats)."""
         self._collectors.append(fn)

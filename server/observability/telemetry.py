@@ -30,6 +30,8 @@ def _delay_samples(svc) -> list[Sample]:
         return out
     for level, s in (st.get("levels") or {}).items():
         lab = {"level": str(level)}
+        # the broker's delay table at export time: the report names level L by its delay ("L3 · 10s")
+        out.append(Sample("delaymq_schedule_delay_seconds", "gauge", lab, float(s.get("delay_ms", 0)) / 1000.0))
         out.append(Sample("delaymq_schedule_pending", "gauge", lab, float(s.get("pending", 0))))
         out.append(Sample("delaymq_schedule_delivered_total", "counter", lab, float(s.get("delivered_total", 0))))
         out.append(Sample("delaymq_schedule_next_due_ms", "gauge", lab, float(s.get("next_due_ms") or 0)))
@@ -63,6 +65,23 @@ def _timer_samples(svc) -> list[Sample]:
         out.append(Sample("delaymq_timer_lateness_ms", "histogram", {}, float(count),
                           [(float(b), int(c)) for b, c in buckets], 0.0, count))
     return out
+
+
+def _supervisor_samples(sup) -> list[Sample]:
+    """delaymq_task_restarts_total{task}: failures of background work (each logged, backed off, restarted)."""
+    return [Sample("delaymq_task_restarts_total", "counter", {"task": name}, float(n))
+            for name, n in sorted(sup.stats().items())]
+
+
+def _quarantine_samples(*services) -> list[Sample]:
+    """delaymq_schedule_quarantined_total{stage}: records set aside in rmq_sys_SCHEDULE_QUARANTINE."""
+    per: dict[str, int] = {}
+    for svc in services:
+        if svc is not None:
+            for stage, n in svc.quarantine.stats().items():
+                per[stage] = per.get(stage, 0) + n
+    return [Sample("delaymq_schedule_quarantined_total", "counter", {"stage": stage}, float(n))
+            for stage, n in sorted(per.items())]
 
 
 def _lag_samples(broker) -> list[Sample]:
@@ -127,8 +146,10 @@ class Telemetry:
             reg.add_collector(lambda: _timer_samples(b.timer_service))
             b.timer_service.add_listener(self.trace)
         reg.add_collector(lambda: _lag_samples(b))
+        reg.add_collector(lambda: _supervisor_samples(b.store.supervisor))
+        reg.add_collector(lambda: _quarantine_samples(b.delay_service, b.timer_service))
         b.store.add_dispatch_listener(TraceTopicExporter(b.store, self.rmq_trace_writer).on_dispatch)
-        self.exporter.start()
+        self.exporter.start(b.store.supervisor)
 
     async def shutdown(self) -> None:
         await self.exporter.shutdown()

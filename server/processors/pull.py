@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import structlog
 
+from codec.cache import BoundedCache
 from codec.pull_response import pull_response_frame
 from server import headers as H
 from server.client_manager import SubscriptionData
@@ -55,7 +56,8 @@ def status_to_code(status: str, request_offset: int) -> int:
     return SYSTEM_ERROR
 
 
-_STATUSES: dict = {}  # store status -> (name, code at request offset 0, code at any other offset)
+# store status -> (name, code at request offset 0, code at any other offset)
+_STATUSES: BoundedCache[object, tuple[str, int, int]] = BoundedCache("pull.status", 64)
 
 
 def _status(status, request_offset: int) -> tuple[str, int]:
@@ -64,8 +66,7 @@ def _status(status, request_offset: int) -> tuple[str, int]:
     if e is None:
         name = getattr(status, "name", None) or str(status)
         e = (name, status_to_code(name, 0), status_to_code(name, 1))
-        if len(_STATUSES) < 64:
-            _STATUSES[status] = e
+        _STATUSES.remember(status, e)
     return e[0], (e[1] if request_offset == 0 else e[2])
 
 

@@ -31,6 +31,7 @@ from server.processors.send_common import (
     SUCCESS,
     SYNC_FLUSH_TIMEOUT_S,
     SYSTEM_ERROR,
+    PreparedSend,
     fail,
     ok,
 )
@@ -47,7 +48,7 @@ class SendRun:
 
     __slots__ = ("buf", "starts", "dests", "tags_codes", "keys", "ts_pos", "deliver_delays")
 
-    def __init__(self, preps: list[tuple]) -> None:
+    def __init__(self, preps: list[PreparedSend]) -> None:
         recs, topics, qids, tcodes, keys, delays = list(zip(*preps, strict=True))[:6]
         self.buf = buf = bytearray().join(recs)
         self.starts = starts = list(accumulate(map(len, recs), initial=0))
@@ -78,6 +79,8 @@ class SendRunMixin:
             if type(r) is bytes:
                 pieces.append(r)
             elif isinstance(r, RemotingCommand):
+                if r.code and conn.response_observer is not None:
+                    conn.response_observer(conn, r)
                 pieces.append(encode_frame_bytes(r))
             else:
                 continue  # an awaitable: the dispatcher runs it as a task
@@ -91,7 +94,7 @@ class SendRunMixin:
     def _run(self, conn, cmds: list, framed: bool) -> list:
         out: list = [None] * len(cmds)
         idx: list[int] = []
-        preps: list[tuple] = []
+        preps: list[PreparedSend] = []
         parse = H.parse_send
         for i, cmd in enumerate(cmds):
             try:
@@ -116,7 +119,7 @@ class SendRunMixin:
         self._put_run(cmds, out, idx, preps, framed)
         return out
 
-    def _put_run(self, cmds: list, out: list, idx: list[int], preps: list[tuple], framed: bool) -> None:
+    def _put_run(self, cmds: list, out: list, idx: list[int], preps: list[PreparedSend], framed: bool) -> None:
         """Store the prepared sends `preps` (of requests `idx`) with one put_batch; answer each."""
         if not preps:
             return
@@ -129,22 +132,22 @@ class SendRunMixin:
             if self.broker.replica.sync_master and res.count else None
         frame = self._frames.frame
         for j, i in enumerate(idx):
-            prep = preps[j]
+            _raw, _topic, _qid, _tcode, _keys, _delay, reply_qid, wait = preps[j]  # a PreparedSend
             cmd = cmds[i]
             if statuses is not None and statuses[j] is not PUT_OK:
                 name = statuses[j].name
-                out[i] = fail(cmd, PUT_STATUS_CODES[statuses[j]], name, prep[6])
+                out[i] = fail(cmd, PUT_STATUS_CODES[statuses[j]], name, reply_qid)
             elif cmd.flag & RPC_ONEWAY:
                 continue
-            elif replica is not None and prep[7]:  # SYNC_MASTER: answer once a slave has the bytes
+            elif replica is not None and wait:  # SYNC_MASTER: answer once a slave has the bytes
                 out[i] = self._answer_when_replicated(cmd, flushed if sync else None, replica,
-                                                      self._ok_ext(phys[j], prep[6], qoffs[j]))
-            elif sync and prep[7]:
-                out[i] = self._answer_when_flushed(cmd, [flushed], self._ok_ext(phys[j], prep[6], qoffs[j]))
+                                                      self._ok_ext(phys[j], reply_qid, qoffs[j]))
+            elif sync and wait:
+                out[i] = self._answer_when_flushed(cmd, [flushed], self._ok_ext(phys[j], reply_qid, qoffs[j]))
             elif framed:
-                out[i] = frame(cmd.opaque, cmd.serialize_type, phys[j], prep[6], qoffs[j])
+                out[i] = frame(cmd.opaque, cmd.serialize_type, phys[j], reply_qid, qoffs[j])
             else:
-                out[i] = ok(cmd, SUCCESS, None, self._ok_ext(phys[j], prep[6], qoffs[j]))
+                out[i] = ok(cmd, SUCCESS, None, self._ok_ext(phys[j], reply_qid, qoffs[j]))
         if res.count:
             starts = run.starts
             sizes = list(map(int.__sub__, starts[1:], starts))

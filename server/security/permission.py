@@ -7,7 +7,7 @@ group's retry topic name (`%RETRY%<group>`), which is also how requests name the
 from __future__ import annotations
 
 from codec.bodies import parse_heartbeat
-from codec.codes import RETRY_PREFIX, RequestCode
+from codec.codes import RETRY_PREFIX, SCHEDULE_TOPIC, RequestCode
 
 DENY, ANY, PUB, SUB = 1, 2, 4, 8
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
@@ -18,6 +18,7 @@ ADMIN_CODES = frozenset({
     int(RequestCode.UPDATE_AND_CREATE_TOPIC), int(RequestCode.UPDATE_BROKER_CONFIG),
     int(RequestCode.DELETE_TOPIC_IN_BROKER), int(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP),
     int(RequestCode.DELETE_SUBSCRIPTIONGROUP), int(RequestCode.GET_BROKER_CONFIG), int(RequestCode.PROMOTE_BROKER),
+    int(RequestCode.DELAYMQ_CANCEL_SCHEDULED),  # ours: cancelling someone's scheduled message is an operator's act
 })
 
 # Name-server requests: RocketMQ 4.x's name server runs no ACL, so neither do we for these codes
@@ -103,6 +104,8 @@ def needed_resources(code: int, ext: dict[str, str], body, record_topic=None) ->
         out[retry_topic(ext.get("consumerGroup"))] = SUB
     elif code == RequestCode.QUERY_MESSAGE:
         out[ext.get("topic") or ""] = SUB
+    elif code == RequestCode.DELAYMQ_QUERY_SCHEDULED:  # ours: SUB on the topic listed, else on SCHEDULE_TOPIC_XXXX
+        out[ext.get("topic") or SCHEDULE_TOPIC] = SUB
     elif code == RequestCode.HEART_BEAT:
         _heartbeat_resources(body, out)
     elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.broker import pick_port_pair
-from tests.helpers.cluster import cluster_brokers, route_brokers, wait_until
+from tests.helpers.cluster import cluster_brokers, route, route_brokers, wait_until
 from tests.helpers.java import JavaServer, mqadmin, requires_java
 
 pytestmark = [requires_java, pytest.mark.java]
@@ -24,6 +24,7 @@ def test_delaymq_broker_registers_with_the_apache_namesrv_and_the_java_client_wo
         assert cluster_brokers(ns.addr) == {"dmq-a": {"0": broker.addr}}
         listed = mqadmin("clusterList", "-n", ns.addr)
         assert "dmq-a" in listed.stdout and broker.addr in listed.stdout, listed.stdout + listed.stderr
+        assert "Exception" not in listed.stdout, listed.stdout  # every runtime field clusterList reads is there
         # a topic nobody created: the Java producer takes TBW102's route from the Apache name server,
         # our broker auto-creates it and registers it at once
         sent = java_client("produce", ns.addr, "TjavaNs", "12", "0", "m")
@@ -56,11 +57,16 @@ def test_apache_broker_registers_with_delaymq_namesrv_and_mqadmin_sees_both_brok
         assert route_brokers(ns.addr, "TBW102") == {"dmq-a", "apache-b"}  # the compressed body decoded
         listed = mqadmin("clusterList", "-n", ns.addr)
         assert "dmq-a" in listed.stdout and "apache-b" in listed.stdout, listed.stdout + listed.stderr
+        assert "Exception" not in listed.stdout, listed.stdout
         made = mqadmin("updateTopic", "-n", ns.addr, "-c", "DefaultCluster", "-t", "Tboth", "-r", "2", "-w", "2")
         assert made.stdout.count("create topic to") == 2, made.stdout + made.stderr
         wait_until(lambda: route_brokers(ns.addr, "Tboth") == {"dmq-a", "apache-b"}, 30,
                    "Tboth on both brokers in the route", ns.diagnostics)
         shown = mqadmin("topicRoute", "-n", ns.addr, "-t", "Tboth")
         assert '"apache-b"' in shown.stdout and '"dmq-a"' in shown.stdout, shown.stdout + shown.stderr
+        wiped = mqadmin("wipeWritePerm", "-n", ns.addr, "-b", "dmq-a")  # e.g. before taking dmq-a down
+        assert f"wipe write perm of broker[dmq-a] in name server[{ns.addr}] OK" in wiped.stdout, wiped.stdout
+        perms = {q["brokerName"]: q["perm"] for q in route(ns.addr, "Tboth")["queueDatas"]}
+        assert perms == {"dmq-a": 4, "apache-b": 6}, perms
     wait_until(lambda: "apache-b" not in cluster_brokers(ns.addr), 10, "the stopped Apache broker gone",
                ns.diagnostics)

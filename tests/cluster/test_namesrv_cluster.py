@@ -23,7 +23,7 @@ def runtime(addr: str) -> dict[str, str]:
 def test_two_brokers_register_with_two_namesrvs_share_a_topic_and_leave_at_once(namesrv_factory, cluster_broker):
     ns1, ns2 = namesrv_factory(), namesrv_factory()
     a = cluster_broker("broker-a", ns1, ns2)
-    b = cluster_broker("broker-b", ns1, ns2)
+    b = cluster_broker("broker-b", ns1, ns2, compressedRegister="true")  # the zlib body form
     for ns in (ns1, ns2):  # the start-up registration is awaited before the broker says ready
         assert cluster_brokers(ns.addr) == {"broker-a": {"0": a.addr}, "broker-b": {"0": b.addr}}
         assert route_brokers(ns.addr, "TBW102") == {"broker-a", "broker-b"}
@@ -86,3 +86,27 @@ def test_a_silent_broker_expires_and_its_connection_is_closed(namesrv_factory):
         assert cluster_brokers(ns.addr) == {} and route(ns.addr, "Tfake") is None
     finally:
         s.close()
+
+
+def test_kv_config_is_served_persisted_and_order_topics_go_back_to_registering_brokers(namesrv_factory, tmp_path):
+    kv_path = tmp_path / "kv" / "kvConfig.json"
+    ns = namesrv_factory({"kvConfigPath": kv_path})
+    assert wire.invoke(ns.addr, 101, {"namespace": "ORDER_TOPIC_CONFIG", "key": "Tord"}).code == 22
+    assert wire.invoke(ns.addr, 219, {"namespace": "ORDER_TOPIC_CONFIG"}).code == 22
+    assert wire.invoke(ns.addr, 100, {"namespace": "ORDER_TOPIC_CONFIG", "key": "Tord", "value": "broker-a:4"}).code == 0
+    assert wire.invoke(ns.addr, 100, {"namespace": "ns2", "key": "k", "value": "v"}).code == 0
+    assert wire.invoke(ns.addr, 101, {"namespace": "ORDER_TOPIC_CONFIG", "key": "Tord"}).ext == {"value": "broker-a:4"}
+    s = Session(ns.addr)
+    try:  # REGISTER_BROKER answers the ORDER_TOPIC_CONFIG namespace as a KVTable body
+        reply = _register(s, "fake", "127.0.0.9:1", 1)
+        assert reply.code == 0 and json.loads(reply.body) == {"table": {"Tord": "broker-a:4"}}
+    finally:
+        s.close()
+    ns.stop()
+    again = NamesrvProcess(tmp_path / "ns-again", {"kvConfigPath": kv_path}, port=ns.port).start()
+    try:
+        assert json.loads(wire.invoke(again.addr, 219, {"namespace": "ns2"}).body) == {"table": {"k": "v"}}
+        assert wire.invoke(again.addr, 102, {"namespace": "ns2", "key": "k"}).code == 0
+        assert wire.invoke(again.addr, 101, {"namespace": "ns2", "key": "k"}).code == 22
+    finally:
+        again.stop()

@@ -65,3 +65,14 @@ def test_arbitrary_bytes_raise_only_codec_error(data):
             decode(data)
         except CodecError:
             pass
+
+
+def test_operator_bodies_round_trip():
+    offsets = {MessageQueue("T", "b", 1): 5, MessageQueue("T", "b", 0): 0}
+    assert AB.decode_reset_offset(AB.encode_reset_offset(offsets)) == offsets
+    assert AB.decode_reset_offset(AB.encode_reset_offset_for_c(offsets)) == offsets
+    row = AB.OffsetWrapper(MessageQueue("T", "b", 0), 10, 3, 3, 1234)
+    body = AB.encode_consume_stats_list("1.2.3.4:9876", [("G", [AB.encode_consume_stats([row], 1.5)]), ("H", [])], 7)
+    assert AB.decode_consume_stats_list(body) == {"G": [([row], 1.5)], "H": []}
+    conns = [AB.Connection("c1", "1.2.3.4:5", "JAVA", 409)]
+    assert AB.decode_producer_connection(AB.encode_producer_connection(conns)) == conns

@@ -121,6 +121,6 @@ def test_cached_takes_the_template_for_a_java_producer():
 
 def test_cached_bound():
     P._REWRITES.clear()
-    for n in range(P._REWRITES_MAX + 10):
+    for n in range(P._REWRITES.max_size + 10):
         _both(f"KEYS\x01k{n}\x02UNIQ_KEY\x01AB", "C", MARKS)
-    assert len(P._REWRITES) <= P._REWRITES_MAX
+    assert len(P._REWRITES) <= P._REWRITES.max_size

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from tests.interop.conftest import Agents, _argv_opts, uniq  # noqa: F401  (uniq
 
 RMQ5_PYTHON = REPO_ROOT / ".venv-rmq5" / "bin" / "python"
 RMQ5_AGENT = REPO_ROOT / "tests" / "interop" / "rmq5_agent.py"
+NODE5_AGENT = REPO_ROOT / "tests" / "interop" / "node" / "rmq5.js"
 
 
 def grpc_broker(broker_factory, config: dict | None = None):
@@ -43,6 +45,22 @@ class Rmq5Agents(Agents):
         agent = self.rmq5(cmd, broker, **opts)
         code = agent.wait_exit(timeout)
         assert code == expect_code, f"rmq5 {cmd} exited {code}, expected {expect_code}\n{agent.diagnostics()}"
+        return agent
+
+    def node5(self, cmd: str, broker, name: str | None = None, **opts) -> AgentProcess:
+        """Apache's RocketMQ 5 Node client (npm rocketmq-client-nodejs) via tests/interop/node/rmq5.js."""
+        node = shutil.which("node")
+        if node is None:
+            pytest.fail("`node` is not on PATH (the RocketMQ 5 Node client tests need Node.js >= 16.19)")
+        if not (REPO_ROOT / "node_modules" / "rocketmq-client-nodejs").is_dir():
+            pytest.fail("node_modules/rocketmq-client-nodejs is missing: run `make setup` (npm ci)")
+        argv = [node, str(NODE5_AGENT), cmd, "--endpoint", broker.grpc_addr, *_argv_opts(opts)]
+        return self._start(name or f"node5-{cmd}", argv)
+
+    def run_node5(self, cmd: str, broker, timeout: float = 60.0, expect_code: int = 0, **opts) -> AgentProcess:
+        agent = self.node5(cmd, broker, **opts)
+        code = agent.wait_exit(timeout)
+        assert code == expect_code, f"node5 {cmd} exited {code}, expected {expect_code}\n{agent.diagnostics()}"
         return agent
 
 

@@ -22,7 +22,8 @@ def test_metrics_endpoint_reports_sends_pending_levels_and_timers(broker_factory
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
         assert resp.status == 200
         text = resp.read().decode()
-    assert 'delaymq_put_messages_total{topic="SCHEDULE_TOPIC_XXXX"} 3' in text
-    assert 'delaymq_schedule_pending{level="2"} 3' in text
-    assert "delaymq_timer_pending 3" in text
-    assert "# TYPE delaymq_schedule_lateness_ms histogram" in text
+    node = 'cluster="DefaultCluster",node_type="broker",node_id="broker-a"'
+    assert f'rocketmq_messages_in_total{{{node},topic="SCHEDULE_TOPIC_XXXX"}} 3' in text
+    assert f'rocketmq_delay_messages{{{node},level="2"}} 3' in text
+    assert f"rocketmq_timing_messages{{{node}}} 3" in text
+    assert "# TYPE rocketmq_rpc_latency_seconds histogram" in text

@@ -9,7 +9,7 @@ import time
 from codec.record import MessageRecord, decode_record, encode_record
 from codec.tags import java_hash
 from scheduler.delay_levels import DelayConfig, DelayLevelService, transform_delay
-from scheduler.levels import SCHEDULE_TOPIC, parse_delay_levels
+from scheduler.levels import SCHEDULE_TOPIC, parse_delay_levels, schedule_tags_code
 from storage.message_store import MessageStore, PutRequest, StoreConfig
 
 FAST_LEVELS = "100ms 200ms 300ms 1s"
@@ -20,11 +20,12 @@ def store_config(path, sync_flush: bool = False, **kw) -> StoreConfig:
     return StoreConfig(store_path=str(path), mapped_file_size_commitlog=kw.pop("commitlog_size", 1 << 20),
                        mapped_file_size_consume_queue=20 * 4096,
                        flush_disk_type="SYNC_FLUSH" if sync_flush else "ASYNC_FLUSH",
-                       message_delay_level=FAST_LEVELS, **kw)
+                       **kw)
 
 
 def open_store(path, **kw) -> MessageStore:
-    store = MessageStore(store_config(path, **kw))
+    # recovery rebuilds schedule units with the FAST levels' deliver times, as the broker's wiring does
+    store = MessageStore(store_config(path, **kw), tags_code_of=schedule_tags_code(parse_delay_levels(FAST_LEVELS)))
     store.load()
     store.start()
     return store

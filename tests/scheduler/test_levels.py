@@ -109,3 +109,15 @@ def test_lateness_observe_many_equals_observe_each():
         one.observe(v)
     many.observe_many(values)
     assert (many.counts, many.sum, many.count, many.max) == (one.counts, one.sum, one.count, one.max)
+
+
+def test_schedule_tags_code_is_the_deliver_time_for_schedule_records_and_the_tags_hash_otherwise():
+    from codec.tags import java_hash
+    from scheduler.levels import SCHEDULE_TOPIC, schedule_tags_code
+
+    rule = schedule_tags_code([1000, 5000, 10_000])
+    assert rule(SCHEDULE_TOPIC, {"DELAY": "3", "TAGS": "T"}, 100) == 100 + 10_000
+    assert rule(SCHEDULE_TOPIC, {"DELAY": "99"}, 100) == 100 + 10_000  # past the table: the last level
+    assert rule(SCHEDULE_TOPIC, {"DELAY": "x", "TAGS": "T"}, 100) == java_hash("T")
+    assert rule("Orders", {"DELAY": "3", "TAGS": "T"}, 100) == java_hash("T")
+    assert rule("Orders", {}, 100) == 0

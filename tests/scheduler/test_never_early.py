@@ -73,7 +73,7 @@ async def test_delay_level_messages_are_never_early(tmp_path):
 
 async def test_timers_relative_and_absolute_are_never_early(tmp_path):
     store = open_store(tmp_path)
-    timer = TimerMessageStore(store, TimerConfig(store_root=str(tmp_path), precision_ms=10))
+    timer = TimerMessageStore(store, TimerConfig(store_root=str(tmp_path), precision_ms=100))
     arrivals = Arrivals(store, "NT")
     watch = QueueWatcher(store, "NT", 0)
     timer.start()

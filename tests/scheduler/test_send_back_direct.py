@@ -22,7 +22,7 @@ async def _broker(tmp_path):
     b.topics.load()
     b.groups.load()
     b.topics.ensure_system_topics(len(b.levels), False)
-    b.store = make_message_store(cfg)
+    b.store = make_message_store(cfg, b.levels)
     b.hooks = PutHooks(cfg, b.levels)
     b.delay_service = DelayLevelService(b.store, cfg)
     b.delay_service.start()

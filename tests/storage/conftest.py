@@ -8,6 +8,7 @@ from codec.properties import properties_to_string
 from codec.record import MessageRecord, encode_record
 from codec.tags import java_hash
 from storage.message_store import MessageStore, PutRequest, StoreConfig
+from storage.store_types import tags_hash_code
 
 SEG = 64 * 1024
 
@@ -42,8 +43,8 @@ def config(path, **kw) -> StoreConfig:
     return StoreConfig(**base)
 
 
-def open_store(path, **kw) -> MessageStore:
-    s = MessageStore(config(path, **kw))
+def open_store(path, tags_code_of=tags_hash_code, **kw) -> MessageStore:
+    s = MessageStore(config(path, **kw), tags_code_of=tags_code_of)
     s.load()
     return s
 

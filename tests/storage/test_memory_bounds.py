@@ -8,20 +8,24 @@ from storage.message_store import PutStatus
 from tests.storage.conftest import open_store, request
 
 
-def test_system_topic_records_get_no_index_entries_but_real_topics_do(tmp_path):
+def test_scheduled_records_are_indexed_under_their_system_topic_apart_from_the_real_topic(tmp_path):
+    """`scheduled cancel --id UNIQ_KEY` finds a pending record under SCHEDULE_TOPIC_XXXX / the timer topic;
+    the same key under the real topic finds only the real topic's record."""
     s = open_store(tmp_path / "s")
     res = s.put([request(topic=SCHEDULE_TOPIC, keys="k1", uniq="U1"),
                  request(topic=TIMER_TOPIC, keys="k2", uniq="U2"),
                  request(topic="Real", keys="k1", uniq="U1")])
     assert all(r.status is PutStatus.PUT_OK for r in res)
-    assert s.index.entries == 2
-    assert s.query_by_key(SCHEDULE_TOPIC, "k1", 10).buffers == []
-    assert s.query_by_key(TIMER_TOPIC, "U2", 10).buffers == []
-    q = s.query_by_key("Real", "U1", 10)
-    assert [decode_record(b, 0)[0].commitlog_offset for b in q.buffers] == [res[2].phys_offset]
+    assert s.index.entries == 6
+
+    def found(topic, key):
+        return [decode_record(b, 0)[0].commitlog_offset for b in s.query_by_key(topic, key, 10).buffers]
+
+    assert found(SCHEDULE_TOPIC, "U1") == [res[0].phys_offset] and found(TIMER_TOPIC, "U2") == [res[1].phys_offset]
+    assert found("Real", "U1") == [res[2].phys_offset] and found("Real", "k2") == []
     s.close()
-    s = open_store(tmp_path / "s")  # reload from the IndexFile: still only the real topic's keys
-    assert s.index.entries == 2 and len(s.query_by_key("Real", "k1", 10).buffers) == 1
+    s = open_store(tmp_path / "s")  # reload from the IndexFile
+    assert s.index.entries == 6 and found("Real", "k1") == [res[2].phys_offset]
     s.close()
 
 

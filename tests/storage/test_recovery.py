@@ -9,6 +9,7 @@ from structlog.testing import capture_logs
 
 from codec.record import decode_record
 from storage.message_store import MessageStore
+from storage.store_types import tags_hash_code
 from tests.storage.conftest import config, open_store, request
 
 
@@ -100,6 +101,11 @@ def test_truncated_segment_and_later_files_removed(tmp_path):
     s.close()
 
 
+def _schedule_rule(topic: str, props: dict[str, str], store_ts: int) -> int:
+    """A stand-in for the scheduler's tagsCode rule (storage only applies what it is given)."""
+    return store_ts + 10_000 if topic == "SCHEDULE_TOPIC_XXXX" else tags_hash_code(topic, props, store_ts)
+
+
 def test_lost_consume_queue_is_rebuilt_from_commitlog(tmp_path):
     s = open_store(tmp_path)
     res = s.put([request(queue_id=q, tags="TagA", keys=f"key{i}") for i in range(20) for q in (0, 1)])
@@ -108,14 +114,14 @@ def test_lost_consume_queue_is_rebuilt_from_commitlog(tmp_path):
     shutil.rmtree(tmp_path / "consumequeue")
     shutil.rmtree(tmp_path / "index")
     with capture_logs() as logs:
-        s = open_store(tmp_path)
+        s = open_store(tmp_path, tags_code_of=_schedule_rule)
     assert any(e["event"] == "recovery.redispatched" for e in logs)
     assert s.max_offset("T", 0) == 20 and s.max_offset("T", 1) == 20
     g = s.get_messages("T", 1, 0, 32, {2598919})  # "TagA".hashCode()
     assert len(g.buffers) == 20
     assert [decode_record(b, 0)[0].queue_offset for b in g.buffers] == list(range(20))
     assert len(s.query_by_key("T", "key7", 10).buffers) == 2
-    # schedule queue tagsCode recomputed as store time + level 3 (10s)
+    # the schedule unit's tagsCode is the injected rule's (the broker passes scheduler.levels.schedule_tags_code)
     u = s.consume_queue("SCHEDULE_TOPIC_XXXX", 2).unit(0)
     assert u[2] == res[-1].store_timestamp + 10_000
     s.close()

@@ -30,7 +30,6 @@ from scheduler.progress import SchedulerProgress
 from server.cluster.ha.master import HAService
 from server.cluster.ha.slave import HAClient
 from server.cluster.ha.sync import SlaveSynchronize
-from server.cluster.tasks import Supervised
 from storage.config_store import atomic_write_json, read_json
 
 log = structlog.get_logger(__name__)
@@ -51,7 +50,7 @@ class ReplicaRole:
         self.master_addr_from_ns: str | None = None  # RegisterBrokerResult.masterAddr
         self.ha_addr_from_ns: str | None = None  # RegisterBrokerResult.haServerAddr
         self.role_listeners: list[Callable[[str, int], object]] = []  # fn(brokerRole, brokerId)
-        self._tasks: list[Supervised] = []
+        self._tasks: list = []  # storage.supervisor.SupervisedTask
         self.epoch = 0
         self.epoch_start = 0
         self.promoted_at_ms = 0
@@ -191,9 +190,10 @@ class ReplicaRole:
         self.ha_client.on_applied.append(self.sync.try_adopt)
         if b.timer_service is not None:
             b.timer_service.start_follower()
-        self._tasks = [Supervised("ha.client", self.ha_client.run, master=self.master_ha_addr()).start(),
-                       Supervised("ha.slave_sync", self.sync.run_metadata, min_backoff_s=1.0).start(),
-                       Supervised("ha.scheduler_sync", self.sync.run_progress, max_backoff_s=1.0).start()]
+        sup = self.store.supervisor  # storage.supervisor: log with context, count, back off, restart
+        self._tasks = [sup.spawn("ha-client", self.ha_client.run),
+                       sup.spawn("slave-sync", self.sync.run_metadata),
+                       sup.spawn("scheduler-sync", self.sync.run_progress)]
         log.info("ha.slave_started", master_ha=self.master_ha_addr(), master=self.master_broker_addr(),
                  offset=self.store.commitlog_max_offset())
 
@@ -201,7 +201,9 @@ class ReplicaRole:
         if self.ha_client is not None:
             self.ha_client.stop()
         for t in self._tasks:
-            await t.stop()
+            t.cancel()
+        if self._tasks:
+            await self.store.supervisor.reap(self._tasks)  # an error a task ended with is logged
         self._tasks = []
 
     async def shutdown(self) -> None:

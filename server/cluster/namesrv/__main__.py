@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         if not sep:
             raise SystemExit(f"--set expects KEY=VALUE, got {item!r}")
         overrides[key.strip()] = value.strip()
-    overrides.update({"listenPort": args.port, "listenHost": args.host, "kvConfigPath": args.kv_config})
+    flags = {"listenPort": args.port, "listenHost": args.host, "kvConfigPath": args.kv_config}
+    overrides.update({k: v for k, v in flags.items() if v is not None})  # a flag not given leaves --set alone
     try:
         cfg = load_namesrv_config(args.config, overrides)
     except ValueError as e:

@@ -1,8 +1,9 @@
 // The stock Apache RocketMQ 4.9.7 Java client for the cluster tests; one line per event on stdout.
 //   produce NAMESRV TOPIC COUNT DELAY_LEVEL PREFIX [TIMER_DELAY_SEC]
 //                                       -> "SENT <brokerName> <queueId> <PREFIX-i> <status>" per message
-//   consume NAMESRV TOPIC GROUP COUNT TIMEOUT_S -> "RECV <brokerName> <queueId> <body> <bornTs> <storeTs> <recvMs>"
-//                                                until COUNT distinct bodies (exit 0) or the timeout (exit 2)
+//   consume NAMESRV TOPIC GROUP COUNT TIMEOUT_S [STOP_FILE]
+//            -> "RECV <brokerName> <queueId> <body> <bornTs> <storeTs> <recvMs>" per message, until COUNT distinct
+//               bodies or STOP_FILE exists (exit 0), or the timeout (exit 2)
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
@@ -70,7 +71,16 @@ public class ClusterClient {
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
         });
         c.start();
-        boolean ok = done.await(timeout, TimeUnit.SECONDS);
+        out("STARTED");
+        java.io.File stop = args.length > 6 ? new java.io.File(args[6]) : null;
+        long deadline = System.currentTimeMillis() + timeout * 1000L;
+        boolean ok = false;
+        while (System.currentTimeMillis() < deadline) {
+            if (done.await(100, TimeUnit.MILLISECONDS) || (stop != null && stop.exists())) {
+                ok = true;
+                break;
+            }
+        }
         c.shutdown();
         out(ok ? "DONE" : "TIMEOUT " + seen.size());
         System.exit(ok ? 0 : 2);

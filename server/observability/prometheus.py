@@ -1,0 +1,234 @@
+"""The Prometheus page (`GET /metrics`): RocketMQ 5 (RIP-46) metric names, base units, HELP and TYPE.
+
+Everything is read at scrape time from what the broker already keeps (counters on the registry, the
+scheduler services' `stats()`, the client manager, the offset table, /proc/self); nothing is pushed
+from the hot paths but the RPC latency histograms (two clock readings per request or run of requests).
+Every family carries `cluster`, `node_type="broker"`, `node_id` (the broker name). Counters end in
+`_total` and are never rates; latencies are in seconds, sizes in bytes. `promtool check metrics` is
+clean on this page (tests/observability/test_promtool.py). The msgpack exports keep their own names
+(ARCHITECTURE.md, "Exported files").
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from server.observability.registry import Histogram, Sample, _fmt_labels, _fmt_num
+
+# RPC latency buckets, seconds
+RPC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                 10.0, 30.0)
+# delaymq_* names the registry holds that this page re-expresses under RocketMQ's names (or leaves to the
+# msgpack export only: pre-computed rates and _ms histograms have no place on a Prometheus page)
+_TRANSLATED_PREFIXES = ("delaymq_put_", "delaymq_pull_", "delaymq_schedule_", "delaymq_timer_", "delaymq_consumer_lag")
+# ... except these, which have no RocketMQ counterpart and are published as they are
+_KEPT = frozenset({"delaymq_schedule_quarantined_total"})
+
+
+@dataclass(slots=True)
+class Family:
+    name: str
+    type: str  # counter | gauge | histogram
+    help: str
+    samples: list[Sample] = field(default_factory=list)
+
+
+class RpcLatency:
+    """Per request code: a seconds histogram (the Dispatcher's timing hook feeds it)."""
+
+    def __init__(self) -> None:
+        self.by_code: dict[int, Histogram] = {}
+
+    def observe(self, code: int, seconds: float, n: int = 1) -> None:
+        h = self.by_code.get(code)
+        if h is None:
+            h = self.by_code[code] = Histogram(RPC_BUCKETS_S)
+        if n == 1:
+            h.observe(seconds)
+        else:  # a run of n requests handled in one call: each took the run's time / n
+            each = seconds / n
+            for _ in range(n):
+                h.observe(each)
+
+
+def _hist_ms_to_s(name: str, labels: dict[str, str], h: dict) -> Sample | None:
+    buckets = h.get("buckets") or []
+    if not buckets:
+        return None
+    count = int(h.get("count", buckets[-1][1]))
+    out = [(float(le) / 1000.0 if le != math.inf else math.inf, int(c)) for le, c in buckets]
+    if out[-1][0] != math.inf:
+        out.append((math.inf, count))
+    return Sample(name, "histogram", labels, float(count), out, float(h.get("sum", 0.0)) / 1000.0, count)
+
+
+def _process_families() -> list[Family]:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    fams = [Family("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.",
+                   [Sample("process_cpu_seconds_total", "counter", {}, ru.ru_utime + ru.ru_stime)])]
+    try:
+        with open("/proc/self/statm") as f:
+            vm_pages, rss_pages = (int(x) for x in f.read().split()[:2])
+        page = os.sysconf("SC_PAGE_SIZE")
+        fams.append(Family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
+                           [Sample("process_resident_memory_bytes", "gauge", {}, float(rss_pages * page))]))
+        fams.append(Family("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.",
+                           [Sample("process_virtual_memory_bytes", "gauge", {}, float(vm_pages * page))]))
+        fams.append(Family("process_open_fds", "gauge", "Number of open file descriptors.",
+                           [Sample("process_open_fds", "gauge", {}, float(len(os.listdir("/proc/self/fd"))))]))
+    except OSError:
+        pass
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    fams.append(Family("process_max_fds", "gauge", "Maximum number of open file descriptors.",
+                       [Sample("process_max_fds", "gauge", {}, float(soft))]))
+    return fams
+
+
+def collect(broker) -> list[Family]:
+    cfg = broker.config
+    base = {"cluster": cfg.broker_cluster_name, "node_type": "broker", "node_id": cfg.broker_name}
+
+    def L(**kw: object) -> dict[str, str]:  # noqa: N802
+        return {**base, **{k: str(v) for k, v in kw.items()}}
+
+    fams: list[Family] = []
+
+    def fam(name: str, kind: str, help: str, samples: Iterable[tuple[dict[str, str], float]]) -> None:
+        fams.append(Family(name, kind, help, [Sample(name, kind, lab, float(v)) for lab, v in samples]))
+
+    puts = dict(broker._put_counters)
+    fam("rocketmq_messages_in_total", "counter", "Messages stored, by the topic they were stored in.",
+        ((L(topic=t), c[0].value) for t, c in sorted(puts.items())))
+    fam("rocketmq_throughput_in_total", "counter", "Bytes stored (whole records), by topic.",
+        ((L(topic=t), c[1].value) for t, c in sorted(puts.items())))
+    fam("rocketmq_messages_out_total", "counter", "Messages returned to consumers by PULL_MESSAGE.",
+        ((L(topic=t, consumer_group=g), c.value) for (t, g), c in sorted(broker._pull_counters.items())))
+    clients = broker.clients
+    fam("rocketmq_producer_connections", "gauge", "Producer connections (heartbeating producers).",
+        [(L(), sum(len(ch) for ch in clients.producers.values()))])
+    fam("rocketmq_consumer_connections", "gauge", "Consumer connections, by consumer group.",
+        ((L(consumer_group=g), len(info.channels)) for g, info in sorted(clients.consumers.items())))
+    lags = []
+    for key, queues in sorted(broker.offsets.table.items()):
+        topic, _, group = key.partition("@")
+        lag = sum(max(0, broker.store.max_offset(topic, int(q)) - int(o)) for q, o in queues.items())
+        lags.append((L(topic=topic, consumer_group=group), lag))
+    fam("rocketmq_consumer_lag_messages", "gauge", "Messages stored but not yet committed by the group.", lags)
+    fam("rocketmq_topic_number", "gauge", "Topics on this broker.", [(L(), len(broker.topics.topics))])
+    fam("rocketmq_consumer_group_number", "gauge", "Consumer groups with committed offsets or online consumers.",
+        [(L(), len({k.partition("@")[2] for k in broker.offsets.table} | set(clients.consumers)))])
+    fam("rocketmq_broker_permission", "gauge", "brokerPermission (6 = read and write).",
+        [(L(), cfg.broker_permission)])
+    store = broker.store
+    fam("rocketmq_storage_size", "gauge", "Bytes of CommitLog data held (max offset - min offset).",
+        [(L(), store.commitlog_max_offset() - store.commitlog_min_offset())])
+    fam("rocketmq_storage_disk_ratio", "gauge", "Used fraction (0..1) of the disk holding the store.",
+        [(L(), store.disk_used_ratio())])
+    fam("rocketmq_storage_message_reserve_time_seconds", "gauge", "Age of the oldest message in the CommitLog.",
+        [(L(), max(0.0, time.time() - (broker._earliest_store_time() or time.time() * 1000) / 1000.0))])
+
+    rpc = Family("rocketmq_rpc_latency_seconds", "histogram", "Time to handle a remoting request, by request code.")
+    for code, h in sorted(broker.rpc_latency.by_code.items()):
+        rpc.samples.append(Sample(rpc.name, "histogram", L(request_code=code), float(h.count), h.cumulative(),
+                                  h.sum, h.count))
+    fams.append(rpc)
+
+    delay = broker.delay_service
+    if delay is not None:
+        levels = (delay.stats().get("levels") or {})
+        rows = sorted(levels.items())
+        fam("rocketmq_delay_messages", "gauge", "Delay-level messages waiting in SCHEDULE_TOPIC_XXXX, by level.",
+            ((L(level=lv), s.get("pending", 0)) for lv, s in rows))
+        fam("rocketmq_delay_delivered_messages_total", "counter", "Delay-level messages delivered, by level.",
+            ((L(level=lv), s.get("delivered_total", 0)) for lv, s in rows))
+        fam("rocketmq_delay_next_due_timestamp_seconds", "gauge",
+            "Deliver time of the level's next message (0: none waiting), Unix seconds.",
+            ((L(level=lv), (s.get("next_due_ms") or 0) / 1000.0) for lv, s in rows))
+        lat = Family("rocketmq_delay_message_latency_seconds", "histogram",
+                     "How late delay-level messages were delivered (store time of the delivery - due time).")
+        for lv, s in rows:
+            smp = _hist_ms_to_s(lat.name, L(level=lv), s.get("lateness_ms") or {})
+            if smp is not None:
+                lat.samples.append(smp)
+        fams.append(lat)
+        fam("rocketmq_delay_cancelled_messages_total", "counter", "Delay-level messages skipped because cancelled.",
+            [(L(), delay.cancels.cancelled_total)])
+    timer = broker.timer_service
+    if timer is not None:
+        st = timer.stats()
+        fam("rocketmq_timing_messages", "gauge", "Timer messages waiting in the time wheel.", [(L(), st["pending"])])
+        fam("rocketmq_timer_enqueue_total", "counter", "Timer messages entered into the time wheel.",
+            [(L(), st["enqueued"])])
+        fam("rocketmq_timer_dequeue_total", "counter", "Timer messages delivered to their real topic.",
+            [(L(), st["delivered"])])
+        fam("rocketmq_timer_cancelled_total", "counter", "Timer messages cancelled before delivery.",
+            [(L(), st["cancelled"])])
+        fam("rocketmq_timer_enqueue_lag", "gauge", "rmq_sys_wheel_timer messages not yet in the wheel.",
+            [(L(), st["enqueue_lag"])])
+        fam("rocketmq_timer_dequeue_lag_seconds", "gauge", "How far the wheel's read clock is behind due slots.",
+            [(L(), st["dequeue_lag_ms"] / 1000.0)])
+        lat = Family("rocketmq_timer_message_latency_seconds", "histogram",
+                     "How late timer messages were delivered.")
+        buckets = st.get("lateness_buckets") or []
+        if buckets:
+            smp = _hist_ms_to_s(lat.name, L(), {"buckets": buckets, "count": buckets[-1][1],
+                                                "sum": timer.metrics.lateness.sum})
+            if smp is not None:
+                lat.samples.append(smp)
+        fams.append(lat)
+    tx = broker.transactions
+    if tx is not None:
+        info = tx.runtime_info()
+        fam("rocketmq_half_messages", "gauge", "Transactional half messages awaiting commit or rollback.",
+            [(L(), info["transactionHalfPending"])])
+        fam("rocketmq_commit_messages_total", "counter", "Transactional messages committed.",
+            [(L(), info["transactionCommitted"])])
+        fam("rocketmq_rollback_messages_total", "counter", "Transactional messages rolled back.",
+            [(L(), info["transactionRolledBack"])])
+        fam("rocketmq_transaction_checks_total", "counter", "CHECK_TRANSACTION_STATE requests sent to producers.",
+            [(L(), info["transactionChecksSent"])])
+    fams.extend(_registry_families(broker.metrics, base))
+    fams.extend(_process_families())
+    return fams
+
+
+def _registry_families(registry, base: dict[str, str]) -> list[Family]:
+    """The registry's other metrics (task failures, ...), with the node labels; names that are not
+    Prometheus-clean (a counter without _total) are left out rather than published wrong."""
+    by_name: dict[str, Family] = {}
+    for s in registry.collect():
+        if (s.name.startswith(_TRANSLATED_PREFIXES) and s.name not in _KEPT) \
+                or (s.type == "counter" and not s.name.endswith("_total")):
+            continue
+        f = by_name.get(s.name)
+        if f is None:
+            f = by_name[s.name] = Family(s.name, s.type, registry.help_of(s.name) or s.name.replace("_", " "))
+        f.samples.append(Sample(s.name, s.type, {**base, **s.labels}, s.value, s.buckets, s.sum, s.count))
+    return list(by_name.values())
+
+
+def _esc_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def render(families: Iterable[Family]) -> str:
+    lines: list[str] = []
+    for f in families:
+        if not f.samples:
+            continue
+        lines.append(f"# HELP {f.name} {_esc_help(f.help)}")
+        lines.append(f"# TYPE {f.name} {f.type}")
+        for s in f.samples:
+            if f.type == "histogram":
+                for bound, acc in s.buckets or []:
+                    lines.append(f"{f.name}_bucket{_fmt_labels(s.labels, ('le', _fmt_num(bound)))} {acc}")
+                lines.append(f"{f.name}_sum{_fmt_labels(s.labels)} {_fmt_num(s.sum)}")
+                lines.append(f"{f.name}_count{_fmt_labels(s.labels)} {s.count}")
+            else:
+                lines.append(f"{f.name}{_fmt_labels(s.labels)} {_fmt_num(s.value)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,244 @@
+"""The rest of what mqadmin 4.9.7 sends to one broker (AdminBrokerProcessor / the name server in RocketMQ):
+
+UPDATE_BROKER_CONFIG (25), GET_PRODUCER_CONNECTION_LIST (204), DELETE_TOPIC_IN_BROKER (215),
+DELETE_TOPIC_IN_NAMESRV (216), INVOKE_BROKER_TO_RESET_OFFSET (222, pushes RESET_CONSUMER_CLIENT_OFFSET
+220 to the group's online consumers), GET_CONSUMER_RUNNING_INFO (307, relayed to the client),
+VIEW_BROKER_STATS_DATA (315), GET_BROKER_CONSUME_STATS (317), GET_NAMESRV_CONFIG (319),
+QUERY_CONSUME_QUEUE (321). Bodies: codec.admin_bodies.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import structlog
+
+from codec import admin_bodies as AB
+from codec.bodies import MessageQueue
+from codec.codes import RequestCode as RC
+from codec.codes import ResponseCode as RS
+from codec.command import RemotingCommand
+from remoting.errors import RemotingError
+from server.config import parse_properties
+from server.headers import BOOL, INT, LONG, STR, HeaderSpec
+from server.observability.broker_stats import GROUP_GET_NUMS
+from server.processors import error, guarded, ok, peer_of
+from server.processors.admin_stats import _subscription_json, store_time_at
+from server.topics import is_system_topic, topic_error
+
+log = structlog.get_logger(__name__)
+
+PRODUCER_CONN = HeaderSpec(("producerGroup", STR, True), ("topic", STR, False))
+DELETE_TOPIC = HeaderSpec(("topic", STR, True), ("clusterName", STR, False))
+RESET_OFFSET = HeaderSpec(("topic", STR, True), ("group", STR, True), ("timestamp", LONG, True),
+                          ("isForce", BOOL, False))
+RUNNING_INFO = HeaderSpec(("consumerGroup", STR, True), ("clientId", STR, True), ("jstackEnable", BOOL, False))
+STATS_DATA = HeaderSpec(("statsName", STR, True), ("statsKey", STR, True))
+BROKER_CONSUME = HeaderSpec(("isOrder", BOOL, False))
+QUERY_CQ = HeaderSpec(("topic", STR, True), ("queueId", INT, True), ("index", LONG, True), ("count", INT, True),
+                      ("consumerGroup", STR, False))
+
+# broker.conf keys an operator may not change at run time: RocketMQ's black list (paths), plus what
+# only takes effect at start here (listeners, identity, file layout)
+RESTART_ONLY_KEYS = frozenset({
+    "storePathRootDir", "listenPort", "listenHost", "brokerName", "brokerClusterName", "brokerIP1", "brokerId",
+    "mappedFileSizeCommitLog", "maxHashSlotNum", "maxIndexNum", "messageDelayLevel", "aclFile", "tlsEnable",
+    "tlsServerCertPath", "tlsServerKeyPath", "tlsServerMode", "metricsPort", "metricsHost", "flushDiskType",
+    "timerWheelEnable", "timerPrecisionMs", "brokerConfigPath", "rocketmqHome", "kvConfigPath",
+})
+RELAY_TIMEOUT_S = 5.0
+_UNIT = struct.Struct(">qiq")  # ConsumeQueue unit: CommitLog offset, size, tagsCode
+
+
+def register(server, broker) -> None:
+    store, cfg = broker.store, broker.config
+
+    @guarded
+    def update_broker_config(conn, cmd):
+        body = bytes(b"".join(bytes(p) for p in cmd.body) if isinstance(cmd.body, list) else cmd.body or b"")
+        try:
+            props = parse_properties(body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            return error(cmd, RS.SYSTEM_ERROR, f"string2Properties error: {e}")
+        blocked = sorted(k for k in props if k in RESTART_ONLY_KEYS)
+        if blocked:
+            return error(cmd, RS.NO_PERMISSION, f"Can not update config in black list: {', '.join(blocked)} "
+                                                "(takes effect only at start; edit broker.conf and restart)")
+        known = type(cfg).key_map()
+        unknown = sorted(k for k in props if k not in known)
+        if unknown:
+            return error(cmd, RS.SYSTEM_ERROR, f"unknown broker config key: {', '.join(unknown)}")
+        try:
+            trial = type(cfg).from_mapping(cfg.to_properties(), source="updateBrokerConfig")
+            trial.apply(props, source="updateBrokerConfig")
+        except ValueError as e:
+            return error(cmd, RS.SYSTEM_ERROR, str(e))
+        cfg.apply(props, source="updateBrokerConfig")
+        ip, port = peer_of(conn)
+        log.info("admin.broker_config_updated", remote=f"{ip}:{port}", changed=props)
+        return ok(cmd)
+
+    @guarded
+    def namesrv_config(conn, cmd):
+        body = "".join(f"{k}={v}\n" for k, v in sorted(cfg.to_properties().items())).encode()
+        return ok(cmd, body=body)
+
+    @guarded
+    def producer_connections(conn, cmd):
+        h = PRODUCER_CONN.parse(cmd.ext_fields)
+        chans = broker.clients.producers.get(h.producerGroup)
+        if not chans:
+            return error(cmd, RS.SYSTEM_ERROR, f"the producer group[{h.producerGroup}] not exist")
+        conns = []
+        for ch in chans.values():
+            ip, port = peer_of(ch.conn)
+            conns.append(AB.Connection(ch.client_id, f"{ip}:{port}", str(ch.language), int(ch.version)))
+        return ok(cmd, body=AB.encode_producer_connection(conns))
+
+    @guarded
+    def delete_topic(conn, cmd):
+        h = DELETE_TOPIC.parse(cmd.ext_fields)
+        problem = topic_error(h.topic)
+        if problem:
+            return error(cmd, RS.SYSTEM_ERROR, problem)
+        if is_system_topic(h.topic):
+            return error(cmd, RS.SYSTEM_ERROR, f"The topic[{h.topic}] is conflict with system topic.")
+        existed = broker.delete_topic(h.topic)
+        ip, port = peer_of(conn)
+        log.info("admin.topic_deleted", topic=h.topic, existed=existed, remote=f"{ip}:{port}")
+        return ok(cmd)
+
+    @guarded
+    def delete_topic_in_namesrv(conn, cmd):
+        # routes come from this process's own topic table: DELETE_TOPIC_IN_BROKER already removed it
+        DELETE_TOPIC.parse(cmd.ext_fields)
+        return ok(cmd)
+
+    @guarded
+    def reset_offset(conn, cmd):
+        h = RESET_OFFSET.parse(cmd.ext_fields)
+        tc = broker.topics.get(h.topic)
+        if tc is None:
+            return error(cmd, RS.SYSTEM_ERROR,
+                         f"[reset-offset] reset offset failed, no topic in this broker. topic={h.topic}")
+        offsets: dict[MessageQueue, int] = {}
+        for qid in range(tc.write_queue_nums):
+            # a queue the group never committed counts as 0 (RocketMQ refuses the whole reset instead)
+            current = max(0, broker.offsets.query(h.group, h.topic, qid))
+            if h.timestamp == -1:
+                target = max(0, store.max_offset(h.topic, qid))
+            else:
+                target = max(0, store.search_offset_by_timestamp(h.topic, qid, h.timestamp))
+            offsets[MessageQueue(h.topic, cfg.broker_name, qid)] = \
+                target if (h.isForce or target < current) else current
+        info = broker.clients.consumer_group(h.group)
+        if info is None or not info.channels:
+            return error(cmd, RS.CONSUMER_NOT_ONLINE, f"Consumer not online, so can not reset offset, "
+                                                      f"Group: {h.group} Topic: {h.topic} Timestamp: {h.timestamp}")
+        fields = {"topic": h.topic, "group": h.group, "timestamp": str(h.timestamp),
+                  "isForce": "true" if h.isForce else "false"}
+        java_body = AB.encode_reset_offset(offsets)
+        c_body = None
+        for ch in list(info.channels.values()):
+            is_c = str(ch.language).upper() in ("CPP", "1")
+            if is_c and c_body is None:
+                c_body = AB.encode_reset_offset_for_c(offsets)
+            push = RemotingCommand.request(int(RC.RESET_CONSUMER_CLIENT_OFFSET), dict(fields),
+                                           c_body if is_c else java_body)
+            try:
+                ch.conn.invoke_oneway(push)
+            except Exception as e:  # a closing channel: the others still get it
+                log.info("admin.reset_offset_push_failed", group=h.group, client_id=ch.client_id, error=repr(e))
+        for mq, off in offsets.items():  # the broker's table too: a client that ignores 220 still moves
+            broker.offsets.commit(h.group, h.topic, mq.queue_id, off)
+        ip, port = peer_of(conn)
+        log.info("admin.offset_reset", group=h.group, topic=h.topic, timestamp=h.timestamp, force=bool(h.isForce),
+                 consumers=len(info.channels), remote=f"{ip}:{port}")
+        return ok(cmd, body=java_body)
+
+    @guarded
+    async def consumer_running_info(conn, cmd):
+        h = RUNNING_INFO.parse(cmd.ext_fields)
+        info = broker.clients.consumer_group(h.consumerGroup)
+        ch = next((c for c in (info.channels.values() if info else ()) if c.client_id == h.clientId), None)
+        if ch is None:
+            return error(cmd, RS.SYSTEM_ERROR, f"The Consumer <{h.consumerGroup}> <{h.clientId}> not online")
+        relay = RemotingCommand.request(int(RC.GET_CONSUMER_RUNNING_INFO), dict(cmd.ext_fields or {}),
+                                        cmd.body or b"")
+        try:
+            answer = await ch.conn.invoke(relay, RELAY_TIMEOUT_S)
+        except TimeoutError as e:
+            return error(cmd, RS.CONSUME_MSG_TIMEOUT, f"consumer <{h.consumerGroup}> <{h.clientId}> Timeout: {e}")
+        except (RemotingError, OSError) as e:
+            return error(cmd, RS.SYSTEM_ERROR,
+                         f"invoke consumer <{h.consumerGroup}> <{h.clientId}> Exception: {e!r}")
+        return cmd.response(code=answer.code, remark=answer.remark, ext_fields=dict(answer.ext_fields or {}),
+                            body=answer.body)
+
+    @guarded
+    def stats_data(conn, cmd):
+        h = STATS_DATA.parse(cmd.ext_fields)
+        d = broker.stats.stats_data(h.statsName, h.statsKey, int(time.time() * 1000))
+        if d is None:
+            return error(cmd, RS.SYSTEM_ERROR, f"The stats <{h.statsName}> <{h.statsKey}> not exist")
+        return ok(cmd, body=AB.dumps(d))
+
+    @guarded
+    def broker_consume_stats(conn, cmd):
+        h = BROKER_CONSUME.parse(cmd.ext_fields)
+        now = int(time.time() * 1000)
+        groups = sorted(set(broker.groups.table) | {k.partition("@")[2] for k in broker.offsets.table})
+        out, total = [], 0
+        for group in groups:
+            stats = []
+            for topic in sorted(broker.offsets.topics_of(group)):
+                tc = broker.topics.get(topic)
+                if tc is None or (h.isOrder and not tc.order):
+                    continue
+                info = broker.clients.consumer_group(group)
+                if info is not None and info.subscriptions and topic not in info.subscriptions:
+                    continue
+                rows = []
+                for qid in range(tc.write_queue_nums):
+                    hi = max(0, store.max_offset(topic, qid))
+                    consumed = max(0, broker.offsets.query(group, topic, qid))
+                    rows.append(AB.OffsetWrapper(MessageQueue(topic, cfg.broker_name, qid), hi, consumed, consumed,
+                                                 store_time_at(store, topic, qid, consumed - 1)))
+                    total += max(0, hi - consumed)
+                tps = broker.stats.minute_tps(GROUP_GET_NUMS, f"{topic}@{group}", now)
+                stats.append(AB.encode_consume_stats(rows, tps))
+            out.append((group, stats))
+        return ok(cmd, body=AB.encode_consume_stats_list(cfg.broker_addr, out, total))
+
+    @guarded
+    def query_consume_queue(conn, cmd):
+        h = QUERY_CQ.parse(cmd.ext_fields)
+        lo, hi = store.min_offset(h.topic, h.queueId), store.max_offset(h.topic, h.queueId)
+        if store.consume_queue(h.topic, h.queueId) is None:
+            return error(cmd, RS.SYSTEM_ERROR, f"{h.queueId}@{h.topic} is not exist!")
+        sub, filter_data = None, None
+        if h.consumerGroup:
+            s = broker.clients.find_subscription(h.consumerGroup, h.topic)
+            if s is None:
+                filter_data = f"{h.consumerGroup}@{h.topic} is not online!"
+            else:
+                sub = _subscription_json(s)
+        count = max(0, min(h.count, 1000))
+        raw = store.read_units(h.topic, h.queueId, h.index, count) if lo <= h.index < hi and count else None
+        if not raw:
+            resp = ok(cmd, body=AB.encode_query_consume_queue(lo, hi, [], sub, filter_data))
+            resp.remark = f"Index {h.index} of {h.queueId}@{h.topic} is not exist!"
+            return resp
+        units = [AB.ConsumeQueueData(*_UNIT.unpack_from(raw, i)) for i in range(0, len(raw) - 19, 20)]
+        return ok(cmd, body=AB.encode_query_consume_queue(lo, hi, units, sub, filter_data))
+
+    for code, fn in ((RC.UPDATE_BROKER_CONFIG, update_broker_config),
+                     (RC.GET_PRODUCER_CONNECTION_LIST, producer_connections),
+                     (RC.DELETE_TOPIC_IN_BROKER, delete_topic), (RC.DELETE_TOPIC_IN_NAMESRV, delete_topic_in_namesrv),
+                     (RC.INVOKE_BROKER_TO_RESET_OFFSET, reset_offset),
+                     (RC.GET_CONSUMER_RUNNING_INFO, consumer_running_info),
+                     (RC.VIEW_BROKER_STATS_DATA, stats_data), (RC.GET_BROKER_CONSUME_STATS, broker_consume_stats),
+                     (RC.GET_NAMESRV_CONFIG, namesrv_config), (RC.QUERY_CONSUME_QUEUE, query_consume_queue)):
+        server.register(int(code), fn)
+
