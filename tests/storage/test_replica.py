@@ -10,7 +10,13 @@ import pytest
 
 from storage.message_store import PutStatus
 from storage.replica import ReplicaError
+from storage.store_types import tags_hash_code
 from tests.storage.conftest import SEG, open_store, request
+
+
+def schedule_rule(topic: str, props: dict[str, str], store_ts: int) -> int:
+    """A stand-in for the scheduler's tagsCode rule (storage applies what the composition root gives)."""
+    return store_ts + 1000 if topic == "SCHEDULE_TOPIC_XXXX" else tags_hash_code(topic, props, store_ts)
 
 
 def fill(master, n: int) -> None:
@@ -32,7 +38,7 @@ def replicate(master, slave, rng: random.Random) -> None:
 
 
 def test_byte_identical_queues_rebuilt_any_chunking(tmp_path):
-    master, slave = open_store(tmp_path / "m"), open_store(tmp_path / "s")
+    master, slave = open_store(tmp_path / "m"), open_store(tmp_path / "s", tags_code_of=schedule_rule)
     slave.start_replica()
     fill(master, 900)  # > one 64 KiB segment: the END-OF-FILE blank is replicated as bytes
     assert master.commitlog_max_offset() > SEG
