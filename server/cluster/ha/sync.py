@@ -6,11 +6,13 @@ GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) and GET_TIMER_CHECK_POINT (60) and applie
 does: topics and groups replace the local tables, consumer offsets are merged (master wins per key),
 the delay offsets are written to delayOffset.json, the timer checkpoint is kept for a promotion.
 
-Every schedulerSyncIntervalMs (<= 50 ms) it asks a delaymq master for GET_SCHEDULER_PROGRESS (3102):
+Every schedulerSyncIntervalMs (20 ms; <= 50) it asks a delaymq master for GET_SCHEDULER_PROGRESS (3102):
 a `scheduler.progress.SchedulerProgress`. A record is adopted only once this slave's CommitLog holds
 everything below the record's `commitlog_offset` (the deliveries it claims are then here too); until
-then it waits in `pending_records` (the newest one the replica covers is adopted). An Apache master answers 3102 with "request code not supported": the
-slave then relies on 45 / 60 only (RocketMQ's own behaviour).
+then it waits in `pending_records` (the newest one the replica covers is adopted). A request goes
+out every interval without waiting for the previous answer (at most MAX_PROGRESS_IN_FLIGHT). An Apache
+master answers 3102 with "request code not supported": the slave then relies on 45 / 60 only
+(RocketMQ's own behaviour).
 """
 
 from __future__ import annotations
