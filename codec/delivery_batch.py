@@ -43,7 +43,8 @@ class DeliveryBatch:
     `source[j]` (index of the schedule record it came from in the input). `dropped` lists the input
     indexes that produced no delivery (None input, no REAL_TOPIC, or the `drop_topic`)."""
 
-    __slots__ = ("buf", "starts", "dests", "tags_codes", "keys", "uniqs", "ts_pos", "source", "dropped")
+    __slots__ = ("buf", "starts", "dests", "tags_codes", "keys", "uniqs", "ts_pos", "source", "dropped",
+                 "deliver_delays")
 
     def __init__(self) -> None:
         self.buf = bytearray()
@@ -55,6 +56,7 @@ class DeliveryBatch:
         self.ts_pos: list[int] = []
         self.source: list[int] = []
         self.dropped: list[int] = []
+        self.deliver_delays: list[int] | None = None  # deliveries go into real topics: no deliver time
 
     def __len__(self) -> int:
         return len(self.dests)

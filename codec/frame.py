@@ -83,7 +83,7 @@ class FrameDecoder:
     frame are ever buffered. The buffer is one bytearray plus a read offset, compacted only when
     the consumed prefix dominates it (no re-copy of a growing buffer per chunk)."""
 
-    __slots__ = ("max_frame", "max_header", "_buf", "_pos", "_failed")
+    __slots__ = ("max_frame", "max_header", "_buf", "_pos", "_failed", "unpinned")
 
     def __init__(self, max_frame: int = MAX_FRAME, max_header: int = NO_HEADER_LIMIT) -> None:
         self.max_frame = max_frame
@@ -91,6 +91,7 @@ class FrameDecoder:
         self._buf = bytearray()
         self._pos = 0
         self._failed: str | None = None
+        self.unpinned = 0
 
     def buffered(self) -> int:
         return len(self._buf) - self._pos
@@ -132,18 +133,40 @@ class FrameDecoder:
             mv = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
             pos = self._frames(mv, 0, out)
             if pos < len(mv):
-                self._buf += mv[pos:]
+                try:
+                    self._buf += mv[pos:]
+                except BufferError:
+                    self.unpinned += 1
+                    self._buf = bytearray(mv[pos:])
             self._pos = 0
             return out
-        buf += data
+        try:
+            buf += data
+        except BufferError:  # a view of the buffer is still alive (see _unpin): continue in a copy
+            buf = self._unpin(buf, self._pos)
+            buf += data
         end = len(buf)
         with memoryview(buf) as mv:  # released before the buffer is resized below
             pos = self._frames(mv, self._pos, out)
-        if pos == end:
-            buf.clear()
-            pos = 0
-        elif pos > 65536 and pos * 2 > end:
-            del buf[:pos]
+        try:
+            if pos == end:
+                buf.clear()
+                pos = 0
+            elif pos > 65536 and pos * 2 > end:
+                del buf[:pos]
+                pos = 0
+        except BufferError:
+            self._unpin(buf, pos)
             pos = 0
         self._pos = pos
         return out
+
+    def _unpin(self, buf: bytearray, pos: int) -> bytearray:
+        """Replace the buffer by a copy of its unconsumed part when it cannot be resized because a
+        memoryview of it is still alive somewhere (garbage not yet collected, observed under heavy
+        pipelining): resizing would raise BufferError and cost the connection. The old buffer lives on
+        until that view goes. Counted in `unpinned`."""
+        self.unpinned += 1
+        self._buf = bytearray(buf[pos:])  # slicing a bytearray copies: no new view
+        self._pos = 0
+        return self._buf

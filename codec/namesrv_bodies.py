@@ -138,7 +138,8 @@ def decode_register_body(data: bytes | bytearray | memoryview | None, compressed
     dv = wrapper.get("dataVersion")
     return RegisterBrokerBody(
         DataVersion.from_json(dv) if dv is not None else DataVersion(),
-        {str(n): TopicConfigData.from_json(str(n), t) for n, t in table.items()},
+        # keyed by each TopicConfig's own topicName, the name RocketMQ's name server files its queues under
+        {tc.topic_name: tc for tc in (TopicConfigData.from_json(str(n), t) for n, t in table.items())},
         [as_str(x, "filterServer") for x in as_list(d, "filterServerList")])
 
 

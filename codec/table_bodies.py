@@ -7,15 +7,17 @@ cached bytes (one memcpy) instead of re-encoding every row:
   "topicSysFlag":0,"writeQueueNums":8}` (fastjson's field order, as codec.fastjson.dumps writes it).
 - RegisterBrokerBody, plain: `{"filterServerList":[...],"topicConfigSerializeWrapper":<wrapper>}`; RocketMQ's
   compressed form (REGISTER_BROKER with `compressed=true`): a zlib (Deflater, BEST_COMPRESSION) stream of
-  int32 BE length + DataVersion JSON, int32 topic count, per topic int32 length + `TopicConfig.encode()`
+  int32 BE length + DataVersion JSON, int32 topic count, per topic int32 length + `TopicConfig.encode("utf-8", "replace")`
   (`"<name> <readQueueNums> <writeQueueNums> <perm> <topicFilterType>"`), int32 length + filter server list
   JSON. (RocketMQ's RegisterBrokerBody.encode(true) / decode(data, true).)
 - SubscriptionGroupWrapper: `{"dataVersion":{...},"forbiddenTable":{},"subscriptionGroupTable":{...}}`.
 - TopicList: `{"topicList":["a","b"]}`.
-- ConsumerOffsetSerializeWrapper (GET_ALL_CONSUMER_OFFSET): `{"offsetTable":{"topic@group":{"0":5}}}`.
+- ConsumerOffsetSerializeWrapper (GET_ALL_CONSUMER_OFFSET): `{"dataVersion":{...},"offsetTable":{"topic@group":{0:5}}}`
+  (queue ids bare, as fastjson writes a Map<Integer, Long>; codec.fastjson.loads_lenient reads it).
 
 The fast member renderers cover names made of RocketMQ's topic/group characters (`^[%|a-zA-Z0-9_-]+$`,
-never escaped in JSON); anything else goes through the JSON encoder. `*_reference` functions are the
+never escaped in JSON); anything else goes through the JSON encoder. Text is encoded as Java's
+String.getBytes(UTF_8) does (a lone surrogate becomes '?'), like codec.fastjson.dumps. `*_reference` functions are the
 plain-dumps definitions the fast ones are tested against.
 """
 
@@ -47,7 +49,9 @@ def quote(name: str) -> str:
 
 
 def version_json(counter: int, timestamp: int) -> str:
-    return f'{{"counter":{int(counter)},"stateVersion":0,"timestamp":{int(timestamp)}}}'
+    """RocketMQ 4.x's DataVersion JSON (counter, timestamp; 5.x's stateVersion is left out, as the name-server
+    codec writes it)."""
+    return f'{{"counter":{int(counter)},"timestamp":{int(timestamp)}}}'
 
 
 # ---------------------------------------------------------------- topic configs
@@ -57,7 +61,7 @@ def topic_member(name: str, read_queue_nums: int, write_queue_nums: int, perm: i
     q = quote(name)
     return (f'{q}:{{"order":{"true" if order else "false"},"perm":{perm},"readQueueNums":{read_queue_nums},'
             f'"topicFilterType":{quote(topic_filter_type)},"topicName":{q},"topicSysFlag":{topic_sys_flag},'
-            f'"writeQueueNums":{write_queue_nums}}}').encode()
+            f'"writeQueueNums":{write_queue_nums}}}').encode("utf-8", "replace")
 
 
 def topic_member_reference(d: Mapping[str, Any]) -> bytes:
@@ -66,14 +70,14 @@ def topic_member_reference(d: Mapping[str, Any]) -> bytes:
 
 
 def topic_compact(name: str, read_queue_nums: int, write_queue_nums: int, perm: int, topic_filter_type: str) -> bytes:
-    """int32 length + RocketMQ's `TopicConfig.encode()` line (the compressed registration's entry)."""
-    line = f"{name} {read_queue_nums} {write_queue_nums} {perm} {topic_filter_type}".encode()
+    """int32 length + RocketMQ's `TopicConfig.encode("utf-8", "replace")` line (the compressed registration's entry)."""
+    line = f"{name} {read_queue_nums} {write_queue_nums} {perm} {topic_filter_type}".encode("utf-8", "replace")
     return _I32.pack(len(line)) + line
 
 
 def topic_wrapper(version: str, members: Iterable[bytes]) -> bytes:
     # two joins and no `+` on the big part: bytes.join copies without the GIL above 1 MiB
-    return b"".join((b'{"dataVersion":', version.encode(), b',"topicConfigTable":{', b",".join(members), b"}}"))
+    return b"".join((b'{"dataVersion":', version.encode("utf-8", "replace"), b',"topicConfigTable":{', b",".join(members), b"}}"))
 
 
 def register_body(wrapper: bytes, filter_servers: Iterable[str] = ()) -> bytes:
@@ -85,7 +89,7 @@ def register_body(wrapper: bytes, filter_servers: Iterable[str] = ()) -> bytes:
 def register_body_compressed(version: str, compact_entries: list[bytes], filter_servers: Iterable[str] = (),
                              level: int = 9) -> bytes:
     """RocketMQ's compressed RegisterBrokerBody (see the module doc); `compact_entries` from topic_compact."""
-    v = version.encode()
+    v = version.encode("utf-8", "replace")
     fs = dumps(list(filter_servers))
     raw = b"".join((_I32.pack(len(v)), v, _I32.pack(len(compact_entries)), *compact_entries, _I32.pack(len(fs)), fs))
     return zlib.compress(raw, level)
@@ -125,26 +129,26 @@ def decode_register_body_compressed(data: bytes) -> tuple[dict[str, Any], dict[s
 def topic_list(names: list[str], all_plain: bool = False) -> bytes:
     """`{"topicList":[...]}`; `all_plain`: the caller knows no name needs escaping (one C-level join)."""
     if all_plain and names:
-        return b'{"topicList":["' + '","'.join(names).encode() + b'"]}'
-    return b'{"topicList":[' + ",".join(map(quote, names)).encode() + b"]}"
+        return b'{"topicList":["' + '","'.join(names).encode("utf-8", "replace") + b'"]}'
+    return b'{"topicList":[' + ",".join(map(quote, names)).encode("utf-8", "replace") + b"]}"
 
 
 # ---------------------------------------------------------------- subscription groups
 
 def group_member(name: str, config: Mapping[str, Any]) -> bytes:
-    return quote(name).encode() + b":" + dumps(dict(config))
+    return quote(name).encode("utf-8", "replace") + b":" + dumps(dict(config))
 
 
 def group_wrapper(version: str, members: Iterable[bytes]) -> bytes:
-    return b"".join((b'{"dataVersion":', version.encode(), b',"forbiddenTable":{},"subscriptionGroupTable":{',
+    return b"".join((b'{"dataVersion":', version.encode("utf-8", "replace"), b',"forbiddenTable":{},"subscriptionGroupTable":{',
                      b",".join(members), b"}}"))
 
 
 # ---------------------------------------------------------------- consumer offsets
 
 def offset_member(key: str, queues: Mapping[int, int]) -> str:
-    return quote(key) + ":{" + ",".join(f'"{q}":{o}' for q, o in queues.items()) + "}"
+    return quote(key) + ":{" + ",".join(f"{q}:{o}" for q, o in list(queues.items())) + "}"
 
 
 def offset_wrapper(version: str, members: Iterable[str]) -> bytes:
-    return ('{"dataVersion":' + version + ',"offsetTable":{' + ",".join(members) + "}}").encode()
+    return ('{"dataVersion":' + version + ',"offsetTable":{' + ",".join(members) + "}}").encode("utf-8", "replace")

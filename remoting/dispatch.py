@@ -172,7 +172,9 @@ class Dispatcher:
                 self.fail(conn, cmd, exc)
                 return
             resp = t.result()
-            if resp is not None and not cmd.is_oneway:
+            if type(resp) is bytes:  # frames already encoded (a batch's answers once its work is done)
+                conn.write_frames(resp)
+            elif resp is not None and not cmd.is_oneway:
                 if type(resp) is list:
                     conn.write_frame_pieces(resp)
                 else:

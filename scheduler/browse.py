@@ -22,6 +22,7 @@ from codec.codes import SCHEDULE_TOPIC, TIMER_TOPIC
 from codec.msgid import offset_msg_id
 from codec.record import decode_record
 from scheduler.due import level_due_ms
+from scheduler.timer.enqueue import CANCEL_ALREADY, CANCEL_DUE, CANCEL_NOT_FOUND
 from scheduler.timer.timerlog import MAGIC_DELETE
 
 _UNIT = struct.Struct(">qiq")
@@ -238,6 +239,13 @@ class ScheduledBrowser:
             return res
         if uniq_key in self.timer_cancels:
             res.status, res.detail = "already_cancelled", "a cancel marker is already in its slot"
+            return res
+        state, why = self.timer.cancel_verdict(slot, f"{topic}+{uniq_key}", topic)  # the wheel itself (restarts)
+        if state == CANCEL_ALREADY:
+            res.status, res.detail = "already_cancelled", "a cancel marker is already in its slot"
+            return res
+        if state == CANCEL_DUE or state == CANCEL_NOT_FOUND:
+            res.status, res.detail = "delivered" if state == CANCEL_DUE else "unknown", why
             return res
         if self.put_marker is None:
             res.status, res.detail = "unknown", "timer cancel is not available on this broker"

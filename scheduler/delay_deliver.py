@@ -83,7 +83,9 @@ class LevelDeliverer:
         flight (async), else `end` (default: scan_offset)."""
         h = self.handler
         if h is not None and h.failed > 0:
-            return h.first_failed()
+            first = h.first_failed()
+            if first is not None:
+                return first
         return self.scan_offset if end is None else end
 
     def commit_progress(self, offset: int) -> None:
@@ -277,6 +279,7 @@ class LevelDeliverer:
             return
         self._progress_begin(store.commitlog_max_offset())
         res = store.put_batch(batch)
+        self._count_puts(batch, res.statuses)
         statuses = res.statuses
         if statuses is None:
             self._progress_commit(end, store.commitlog_max_offset())
@@ -340,6 +343,7 @@ class LevelDeliverer:
                 if r.status is not PUT_OK:
                     failed.append((i, r))
                     continue
+                self.svc.on_put([reqs[i].topic], [len(reqs[i].record)])
                 fl = r.flushed
                 if fl is not None:
                     if not fl.done():
@@ -391,10 +395,12 @@ class LevelDeliverer:
             return
         n = len(batch)
         store = self.store
+        res = None
         if n:
             self._progress_begin(store.commitlog_max_offset())
-        if n and not batch.dropped:
             res = store.put_batch(batch)
+            self._count_puts(batch, res.statuses)
+        if n and not batch.dropped:
             if res.statuses is None:  # the common case: one pending entry for the whole run
                 topics = infos.topics if infos is not None else None
                 self.handler.extend((PendingBatch(base, spans, dues, res.flushed, res.store_timestamp, res.phys,
@@ -403,8 +409,18 @@ class LevelDeliverer:
                 return
             self._pending_entries(batch, base, spans, dues, infos, res)
         else:
-            self._pending_entries(batch, base, spans, dues, infos, store.put_batch(batch) if n else None)
+            self._pending_entries(batch, base, spans, dues, infos, res)
         self._progress_commit(self.put_offset(end), store.commitlog_max_offset())
+
+    def _count_puts(self, batch, statuses) -> None:
+        """The deliveries one put_batch stored count as puts of their real topics (svc.on_put)."""
+        starts, dests = batch.starts, batch.dests
+        if statuses is None:
+            self.svc.on_put([d[0] for d in dests], [b - a for a, b in zip(starts, starts[1:])])  # noqa: B905
+            return
+        ok = [j for j, s in enumerate(statuses) if s is PUT_OK]
+        if ok:
+            self.svc.on_put([dests[j][0] for j in ok], [starts[j + 1] - starts[j] for j in ok])
 
     def _pending_entries(self, batch, base, spans, dues, infos, res) -> None:
         """One PendingEntry per message: SKIP for dropped ones, RUNNING or EXCEPTION for the others."""
@@ -425,9 +441,9 @@ class LevelDeliverer:
                 if ok:
                     e.flushed, e.store_ts, e.dphys = fl, ts, phys[j]
             if statuses is not None:
-                failed = sum(1 for x in statuses if x is not PUT_OK)
-                self.stats.failed_puts += failed
-                self.handler.failed += failed
+                self.stats.failed_puts += sum(1 for x in statuses if x is not PUT_OK)
+                # EXCEPTION entries only: one the store refused for good was quarantined (SKIP)
+                self.handler.failed += sum(1 for e in entries if e is not None and e.status == EXCEPTION)
         self.handler.extend(entries)
 
     def quarantine_refused(self, phys: int, size: int, why: str, offset: int) -> bool:

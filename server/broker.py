@@ -114,8 +114,9 @@ class BrokerController:
         self.store = make_message_store(cfg, self.levels)
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
         await self.replica.prepare(self.store)  # a SLAVE: read-only store, a former master's tail cut
-        self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta)
-        self.timer_service = make_timer_service(self.store, cfg)
+        # scheduled deliveries count as puts on their real topic (per-topic throughput includes them)
+        self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta, self.on_put_sizes)
+        self.timer_service = make_timer_service(self.store, cfg, self.on_put_sizes)
         self.scheduled = ScheduledBrowser(self.store, self.delay_service, self.timer_service,
                                           self._put_timer_cancel_marker)
         # the timer hook's flow control reads the live wheel, so it gets the service itself
@@ -165,7 +166,7 @@ class BrokerController:
             from server.observability import prometheus
             from server.observability.http import MetricsHttpServer
             self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port,
-                                                  render=lambda: prometheus.render(prometheus.collect(self)))
+                                                  render=lambda: prometheus.page_sliced(self))
             await self.metrics_http.start()
         from server.observability.telemetry import Telemetry
         self.telemetry = Telemetry(self)
@@ -211,11 +212,20 @@ class BrokerController:
                     await svc.shutdown()
                 except Exception as e:
                     log.error("broker.service_shutdown_failed", service=type(svc).__name__, error=repr(e))
-        self.meta.close()  # commits what is staged (offsets, topics, groups, delay offsets), checkpoints
-        if getattr(self, "telemetry", None) is not None:
-            await self.telemetry.shutdown()
-        if self.store is not None:
-            await self.store.shutdown()
+        telemetry = getattr(self, "telemetry", None)
+        # each step runs whatever the one before met (a full disk fails writes, not the shutdown);
+        # meta.close commits what is staged (offsets, topics, groups, delay offsets), checkpoints
+        for step, fn in (("meta", self.meta.close),
+                         ("telemetry", telemetry.shutdown if telemetry is not None else None),
+                         ("store", self.store.shutdown if self.store is not None else None)):
+            if fn is None:
+                continue
+            try:
+                r = fn()
+                if asyncio.iscoroutine(r):
+                    await r
+            except OSError as e:
+                log.error("broker.shutdown_step_failed", step=step, error=str(e))
         if self.metrics_http is not None:
             await self.metrics_http.close()
         self.store_lock.release()

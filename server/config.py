@@ -69,6 +69,8 @@ class BrokerConfig:
     flush_interval_consume_queue: int = 1000  # ms between ConsumeQueue / index / checkpoint flushes
     disk_max_used_space_ratio: int = 0  # percent; puts are refused past it (0 = store default, 90)
     mapped_file_size_commit_log: int = 1073741824
+    mapped_file_size_consume_queue: int = 6000000  # 300,000 units of 20 bytes per ConsumeQueue file
+    mapped_file_size_timer_log: int = 104857600  # timerlog segment size (RocketMQ's key)
     file_reserved_time: int = 72
     max_hash_slot_num: int = 5000000  # key index: hash slots per IndexFile (storage/index.py)
     max_index_num: int = 20000000  # key index: entries per IndexFile
@@ -296,6 +298,9 @@ VALIDATORS: dict[str, Check] = {
     "flush_interval_consume_queue": _POSITIVE,
     "disk_max_used_space_ratio": int_range(0, 100),
     "mapped_file_size_commit_log": int_range(4096, 2**31 - 1),
+    "mapped_file_size_consume_queue": lambda v: int_range(20 * 64, 2**31 - 1)(v) or (
+        None if v % 20 == 0 else f"must be a multiple of 20 (the unit size), got {v}"),
+    "mapped_file_size_timer_log": int_range(4096, 2**31 - 1),
     "file_reserved_time": _NON_NEGATIVE,
     "max_hash_slot_num": _POSITIVE,
     "max_index_num": _POSITIVE,

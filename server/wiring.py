@@ -30,6 +30,7 @@ def store_config(cfg: BrokerConfig) -> StoreConfig:
     sc = StoreConfig(
         store_path=cfg.store_path_root_dir,
         mapped_file_size_commitlog=cfg.mapped_file_size_commit_log,
+        mapped_file_size_consume_queue=cfg.mapped_file_size_consume_queue,
         flush_disk_type=cfg.flush_disk_type,
         flush_interval_ms=cfg.flush_interval_commit_log,
         flush_consume_queue_interval_ms=cfg.flush_interval_consume_queue,
@@ -60,15 +61,17 @@ def put_request(raw, topic: str, queue_id: int, properties: dict, deliver_delay_
 
 
 # ---- scheduler -------------------------------------------------------------------------------
-def make_delay_service(store, cfg, levels, meta=None):
-    """The delay levels, their progress kept in the broker's MetaStore when one is given."""
-    return DelayLevelService(store, cfg, offset_backend=DelayOffsetStore(meta) if meta is not None else None)
+def make_delay_service(store, cfg, levels, meta=None, on_put=None):
+    """The delay levels, their progress kept in the broker's MetaStore when one is given; `on_put`
+    counts their deliveries as puts of the real topic (as RocketMQ's store statistics do)."""
+    return DelayLevelService(store, cfg, offset_backend=DelayOffsetStore(meta) if meta is not None else None,
+                             on_put=on_put)
 
 
-def make_timer_service(store, cfg):
+def make_timer_service(store, cfg, on_put=None):
     if not cfg.timer_wheel_enable:
         return None
-    return TimerMessageStore(store, cfg)
+    return TimerMessageStore(store, cfg, on_put=on_put)
 
 
 # ---- cluster ---------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ the mapping that a response concatenates without copying.
 from __future__ import annotations
 
 import os
+import time
 
 import structlog
 
@@ -32,6 +33,7 @@ class CommitLog:
         self.file_size = file_size
         self.queue = MappedFileQueue(directory, file_size)
         self._blank = bytearray(R.BLANK_LEN)
+        self._error_logged_at = -1e9
 
     def load(self) -> None:
         os.makedirs(self.directory, exist_ok=True)
@@ -105,8 +107,11 @@ class CommitLog:
         try:
             return self.queue.last_writable()
         except OSError as e:
-            log.error("commitlog.create_segment_failed", directory=self.directory, error=str(e),
-                      errno=e.errno)
+            now = time.monotonic()
+            if now - self._error_logged_at >= 10.0:  # callers retry (the schedulers every 100 ms)
+                self._error_logged_at = now
+                log.error("commitlog.create_segment_failed", directory=self.directory, error=str(e),
+                          errno=e.errno)
             return AppendError(e)
 
     # ---- reads ----------------------------------------------------------------------------------

@@ -36,8 +36,14 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
             n = os.write(fd, view)
             view = view[n:]
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        try:
+            os.unlink(tmp)  # a full disk: give the partial copy's blocks back; the old file stays
+        except OSError:
+            pass
+        raise
+    os.close(fd)
     if os.path.exists(path):
         os.replace(path, f"{path}.bak")
     os.replace(tmp, path)

@@ -46,11 +46,11 @@ class ConsumeQueue:
             return
         # only the last file can be partially written; earlier ones are full by construction
         for mf in files[:-1]:
-            mf.wrote_pos = mf.flushed_pos = self.file_size
+            mf.wrote_pos = mf.flushed_pos = mf.file_size
         last = files[-1]
         end = 0
         mm = last.mm
-        while end < self.file_size:
+        while end < last.file_size:
             phys, size, _tags = UNIT.unpack_from(mm, end)
             if size <= 0 or phys < 0:
                 break
@@ -125,6 +125,11 @@ class ConsumeQueue:
             byte_off += n
         self.max_phys_end = max_phys_end
 
+    def ensure_room(self, logic_offset: int, count: int) -> None:
+        """Reserve now the file that `count` units from `logic_offset` will need, so `put_units` after
+        the CommitLog append cannot fail for want of space. Raises OSError (ENOSPC)."""
+        self.files.ensure_room(count * UNIT_SIZE, logic_offset * UNIT_SIZE)
+
     # ---- read -----------------------------------------------------------------------------------
     def read_units(self, logic_offset: int, max_units: int) -> memoryview | None:
         """Up to `max_units` units from `logic_offset`, never crossing a file end (callers loop).
@@ -148,6 +153,9 @@ class ConsumeQueue:
     def file_end_offset(self, logic_offset: int) -> int:
         """First logical offset of the file after the one that holds `logic_offset`."""
         byte_off = logic_offset * UNIT_SIZE
+        mf = self.files.find(byte_off)
+        if mf is not None:  # files keep the size they were made with (the setting may have changed)
+            return (mf.file_from_offset + mf.file_size) // UNIT_SIZE
         return (byte_off - byte_off % self.file_size + self.file_size) // UNIT_SIZE
 
     # ---- maintenance ----------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """ConsumerOffsetTable: "topic@group" -> {queueId: next offset to consume}, in memory and in the
-MetaStore (`<store>/config/meta.db`, one row per (topic@group, queue)). A commit is staged (O(1)) and
-committed by the MetaStore's writer thread with whatever else is staged (commits of one queue
-coalesce); `consumerOffset.json` (`{"offsetTable": {"topic@group": {"0": 5}}, "dataVersion": {...}}`,
+MetaStore (`<store>/config/meta.db`, one row per topic@group holding all its queues). A commit stages
+the key (O(1)); the MetaStore's writer thread writes the key's row from the live table with whatever
+else is staged (commits of one key coalesce); `consumerOffset.json` (`{"offsetTable": {"topic@group": {"0": 5}}, "dataVersion": {...}}`,
 remoting-protocol.md §8.3) is exported on demand and migrated from at the first start.
 
 `groups_of(topic)` / `topics_of(group)` read two indexes kept beside the table (no walk of it).
@@ -25,6 +25,10 @@ class ConsumerOffsetTable:
         self.table: dict[str, dict[int, int]] = {}
         self._groups_of: dict[str, set[str]] = {}  # topic -> groups
         self._topics_of: dict[str, set[str]] = {}  # group -> topics
+        self.meta.offset_source = self._live  # the writer thread reads a key's queues when it writes its row
+
+    def _live(self, key: str) -> dict[int, int] | None:
+        return self.table.get(key)
 
     @property
     def data_version(self) -> DataVersion:
@@ -33,8 +37,8 @@ class ConsumerOffsetTable:
     def load(self) -> None:
         self.meta.open()
         table: dict[str, dict[int, int]] = {}
-        for key, qid, off in self.meta.load_offsets():
-            table.setdefault(key, {})[int(qid)] = int(off)
+        for key, queues in self.meta.load_offsets():
+            table[key] = queues
         self.table = table
         self._groups_of, self._topics_of = {}, {}
         for key in table:
@@ -64,7 +68,35 @@ class ConsumerOffsetTable:
             queues = self.table[key] = {}
             self._index(key)
         queues[queue_id] = offset
-        self.meta.stage_offset(key, queue_id, offset)
+        self.meta.stage_offset_key(key)
+
+    def commit_many(self, rows: list[tuple[str, str, int, int]]) -> None:
+        """`commit` for a run of (group, topic, queue_id, offset): one staging call for all of them."""
+        table = self.table
+        staged = set()
+        for group, topic, queue_id, offset in rows:
+            key = f"{topic}@{group}"
+            queues = table.get(key)
+            if queues is None:
+                queues = table[key] = {}
+                self._index(key)
+            queues[queue_id] = offset
+            staged.add(key)
+        self.meta.stage_offset_keys(staged)
+
+    def merge(self, offsets: dict[str, dict[int, int]]) -> int:
+        """Take `{"topic@group": {queue: offset}}` over the stored ones (a slave adopting its master's
+        offsets: the master wins per queue); only changed queues are staged. Returns how many changed."""
+        rows = []
+        for key, queues in offsets.items():
+            topic, sep, group = key.partition("@")
+            if not sep:
+                continue
+            mine = self.table.get(key, {})
+            rows.extend((group, topic, q, o) for q, o in queues.items() if mine.get(q) != o)
+        if rows:
+            self.commit_many(rows)
+        return len(rows)
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """The stored offset, or -1."""
@@ -80,11 +112,10 @@ class ConsumerOffsetTable:
         topics = [topic] if topic is not None else list(self._topics_of.get(group, ()))
         for t in topics:
             key = f"{t}@{group}"
-            queues = self.table.pop(key, None)
-            if queues is None:
+            if self.table.pop(key, None) is None:
                 continue
             self._unindex(key)
-            self.meta.stage_offsets((key, q, None) for q in queues)
+            self.meta.stage_offset_key(key)
 
     async def wrapper_body(self) -> bytes:
         """ConsumerOffsetSerializeWrapper JSON of the whole table; each key's queues as they were when its

@@ -108,6 +108,8 @@ class PeriodicFlusher:
         self.job = job
         self._task = None  # storage.supervisor.SupervisedTask
         self._job: asyncio.Future | None = None
+        self.failures = 0  # consecutive failed runs (a full disk)
+        self._logged_at = -1e9
 
     def start(self, supervisor) -> None:
         self._task = supervisor.spawn(f"storage-{self.name}", self._run)
@@ -122,8 +124,17 @@ class PeriodicFlusher:
                 await asyncio.shield(self._job)
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # keep flushing; a failure is logged, not fatal
-                log.error("flush.periodic_failed", flusher=self.name, error=repr(e))
+            except Exception as e:  # keep flushing; a failure is logged (once a minute while it lasts)
+                self.failures += 1
+                now = loop.time()
+                if now - self._logged_at >= 60.0:
+                    self._logged_at = now
+                    log.error("flush.periodic_failed", flusher=self.name, error=repr(e), failures=self.failures)
+                continue
+            if self.failures:
+                log.info("flush.periodic_recovered", flusher=self.name, failures=self.failures)
+                self.failures = 0
+                self._logged_at = -1e9
 
     async def stop(self) -> None:
         """Cancel the timer and wait for a job already running in its thread to finish."""

@@ -27,6 +27,7 @@ import structlog
 log = structlog.get_logger(__name__)
 
 NAME_DIGITS = 20
+SPARE_SUFFIX = ".spare"
 PAGE = mmap.PAGESIZE
 SWEEP_INTERVAL_S = 5.0
 _DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
@@ -195,12 +196,16 @@ class MappedFileQueue:
         self.directory = directory
         self.file_size = file_size
         self.files: list[MappedFile] = []
+        self.spare: MappedFile | None = None  # the next segment, reserved ahead (`ensure_room`)
         self._swept_at = time.monotonic()
 
     def load(self) -> None:
         """Open existing segments (positions start full; recovery sets the real write position)."""
         if not os.path.isdir(self.directory):
             return
+        for name in os.listdir(self.directory):
+            if name.endswith(SPARE_SUFFIX):  # reserved by a run that ended before it was needed
+                unlink_quietly(os.path.join(self.directory, name))
         names = sorted(n for n in os.listdir(self.directory) if len(n) == NAME_DIGITS and n.isdigit())
         for name in names:
             path = os.path.join(self.directory, name)
@@ -216,11 +221,41 @@ class MappedFileQueue:
         return self.files[-1] if self.files else None
 
     def create_file(self, start_offset: int) -> MappedFile:
-        os.makedirs(self.directory, exist_ok=True)
-        mf = MappedFile(os.path.join(self.directory, segment_name(start_offset)), start_offset,
-                        self.file_size, create=True)
+        path = os.path.join(self.directory, segment_name(start_offset))
+        spare, self.spare = self.spare, None
+        if spare is not None and spare.file_from_offset == start_offset:
+            os.rename(spare.path, path)  # blocks already reserved; a rename needs none
+            spare.path = path
+            mf = spare
+        else:
+            if spare is not None:
+                spare.destroy()
+            os.makedirs(self.directory, exist_ok=True)
+            mf = MappedFile(path, start_offset, self.file_size, create=True)
         self.files.append(mf)
         return mf
+
+    def ensure_room(self, nbytes: int, start_if_empty: int = 0) -> None:
+        """Make sure `nbytes` can be appended without creating a file then: when the active segment
+        lacks the room, the next one is created and its blocks reserved now, under a temporary name
+        (`<name>.spare`, invisible to `load`), and `create_file` renames it when it is needed. Raises
+        OSError (ENOSPC on a full disk): the caller refuses the write before anything is stored."""
+        last = self.last
+        if last is not None:
+            if last.file_size - last.wrote_pos >= nbytes:
+                return
+            start = last.file_from_offset + last.file_size
+        else:
+            start = start_if_empty - start_if_empty % self.file_size
+        spare = self.spare
+        if spare is not None:
+            if spare.file_from_offset == start:
+                return
+            self.spare = None
+            spare.destroy()
+        os.makedirs(self.directory, exist_ok=True)
+        self.spare = MappedFile(os.path.join(self.directory, segment_name(start) + SPARE_SUFFIX), start,
+                                self.file_size, create=True)
 
     def last_writable(self, start_if_empty: int = 0) -> MappedFile:
         """The active segment, creating the next one if there is none or the last one is full."""
@@ -315,3 +350,6 @@ class MappedFileQueue:
     def close(self) -> None:
         for mf in self.files:
             mf.close()
+        if self.spare is not None:
+            self.spare.destroy()
+            self.spare = None

@@ -49,6 +49,14 @@ log = structlog.get_logger(__name__)
 DispatchListener = Callable[[str, int, int], None]
 
 
+def _space_error(cause: BaseException | None, what: str) -> tuple[PutStatus, str]:
+    """The put status and remark for a file that could not be created: ENOSPC is SERVICE_NOT_AVAILABLE
+    (the client's code 14) with a remark saying the disk is full."""
+    if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+        return PutStatus.SERVICE_NOT_AVAILABLE, f"disk full: cannot reserve a {what}: {cause.strerror}"
+    return PutStatus.CREATE_MAPPED_FILE_FAILED, f"create mapped file failed ({what}): {cause}"
+
+
 class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
     def __init__(self, config: StoreConfig, supervisor: Supervisor | None = None,
                  tags_code_of: TagsCodeOf = tags_hash_code) -> None:
@@ -74,6 +82,7 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
         self._closed = False
         self._disk_checked_at = 0.0
         self._disk_ratio = 0.0
+        self._space_logged_at = 0.0
         self.put_ok_total = 0
         self.put_failed_total = 0
         self.put_bytes_total = 0
@@ -157,8 +166,11 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
             cq.flush()
         self.index.flush()
         cl_max = self.commitlog.max_offset
-        self.checkpoint.write(Checkpoint(self.commitlog.flushed_offset, cl_max, cl_max))
-        self.checkpoint.mark_clean()
+        try:
+            self.checkpoint.write(Checkpoint(self.commitlog.flushed_offset, cl_max, cl_max))
+            self.checkpoint.mark_clean()
+        except OSError as e:  # a full disk: the abort marker stays, so the next start scans (nothing lost)
+            log.error("store.checkpoint_write_failed", error=str(e), commitlog_max_offset=cl_max)
         for cq in self.consume_queues.values():
             cq.close()
         self.index.close()
@@ -260,6 +272,15 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
             records.append(rec)
         if not accepted:
             return results  # type: ignore[return-value]
+        for key, end in next_off.items():  # ConsumeQueue room first: nothing stored unless all fits
+            first = counters.get(key, 0)
+            err = self._cq_room(key, first, end - first)
+            if err is not None:
+                status, remark = _space_error(err, "ConsumeQueue file")
+                for i in positions:
+                    results[i] = PutResult(status, remark=remark)
+                self.put_failed_total += len(positions)
+                return results  # type: ignore[return-value]
         store_ts = self.now_ms()
         phys, err = self.commitlog.append_batch(records, qoffs, store_ts)
         units: dict[tuple[str, int], list] = {}
@@ -290,9 +311,7 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
         self.put_bytes_total += nbytes
         self.put_ok_total += len(phys)
         if err is not None:
-            enospc = isinstance(err.cause, OSError) and err.cause.errno == errno.ENOSPC
-            status = PutStatus.SERVICE_NOT_AVAILABLE if enospc else PutStatus.CREATE_MAPPED_FILE_FAILED
-            remark = f"disk full: {err}" if enospc else f"create mapped file failed: {err}"
+            status, remark = _space_error(err.cause, "CommitLog segment")
             for i in positions[len(phys):]:
                 results[i] = PutResult(status, remark=remark)
                 self.put_failed_total += 1
@@ -305,6 +324,19 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
         if self._listeners:
             self._dispatch(units)
         return results  # type: ignore[return-value]
+
+    def _cq_room(self, key: tuple[str, int], first: int, count: int) -> OSError | None:
+        """Reserve the ConsumeQueue file `count` units from `first` need (see ConsumeQueue.ensure_room)."""
+        cq = self.consume_queue(key[0], key[1], create=True)
+        try:
+            cq.ensure_room(first, count)
+        except OSError as e:
+            now = time.monotonic()
+            if now - self._space_logged_at > 10.0:
+                self._space_logged_at = now
+                log.error("store.consume_queue_no_room", topic=key[0], queue_id=key[1], error=str(e))
+            return e
+        return None
 
     def _write_units(self, key: tuple[str, int], first: int, buf, max_end: int) -> None:
         """ConsumeQueue units of one put for one queue (one write), then its offset counter."""

@@ -35,7 +35,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import structlog
 
@@ -44,7 +44,7 @@ from storage.config_store import atomic_write_bytes, read_json
 log = structlog.get_logger(__name__)
 
 DB_NAME = "meta.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 1: consumer_offset had one row per (key, queue); upgraded at open
 TOPIC_FILE, GROUP_FILE, OFFSET_FILE, DELAY_FILE = (
     "topics.json", "subscriptionGroup.json", "consumerOffset.json", "delayOffset.json")
 TABLES = ("topic", "subscription_group", "consumer_offset", "delay_offset")
@@ -54,8 +54,7 @@ CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS topic (name TEXT PRIMARY KEY, read_queue_nums INTEGER, write_queue_nums INTEGER,
     perm INTEGER, topic_filter_type TEXT, topic_sys_flag INTEGER, ord INTEGER) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS subscription_group (name TEXT PRIMARY KEY, config TEXT) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS consumer_offset (key TEXT, queue_id INTEGER, offset INTEGER,
-    PRIMARY KEY (key, queue_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS consumer_offsets (key TEXT PRIMARY KEY, offsets TEXT) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS delay_offset (level INTEGER PRIMARY KEY, offset INTEGER);
 CREATE TABLE IF NOT EXISTS data_version (tbl TEXT PRIMARY KEY, counter INTEGER, timestamp INTEGER) WITHOUT ROWID;
 """
@@ -93,25 +92,25 @@ class DataVersion:
 class _Batch:
     """Changes staged since the last swap; the last change of a row wins."""
 
-    __slots__ = ("topics", "groups", "offsets", "delay", "versions")
+    __slots__ = ("topics", "groups", "offset_keys", "delay", "versions")
 
     def __init__(self) -> None:
         self.topics: dict[str, TopicRow | None] = {}
         self.groups: dict[str, str | None] = {}
-        self.offsets: dict[tuple[str, int], int | None] = {}
+        self.offset_keys: set[str] = set()  # "topic@group" whose row is rewritten from the live table
         self.delay: dict[int, int] = {}
         self.versions: dict[str, tuple[int, int]] = {}
 
     def __bool__(self) -> bool:
-        return bool(self.topics or self.groups or self.offsets or self.delay or self.versions)
+        return bool(self.topics or self.groups or self.offset_keys or self.delay or self.versions)
 
     def merge_under(self, newer: _Batch) -> _Batch:
         """`newer` with this (older, failed) batch's rows filled in where newer has none."""
-        for mine, theirs in ((self.topics, newer.topics), (self.groups, newer.groups),
-                             (self.offsets, newer.offsets), (self.delay, newer.delay),
+        for mine, theirs in ((self.topics, newer.topics), (self.groups, newer.groups), (self.delay, newer.delay),
                              (self.versions, newer.versions)):
             for k, v in mine.items():
                 theirs.setdefault(k, v)
+        newer.offset_keys |= self.offset_keys
         return newer
 
 
@@ -124,6 +123,7 @@ class MetaStore:
         self.commits = 0          # transactions committed
         self.rows_written = 0     # row upserts/deletes committed
         self.failures = 0         # failed commits (retried)
+        self.rows_set_aside = 0   # rows that failed alone while the rest of their batch committed
         self.last_commit_ms = 0.0
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
@@ -136,6 +136,9 @@ class MetaStore:
         self._thread: threading.Thread | None = None
         self._closing = False
         self._error: BaseException | None = None
+        # the live offsets of a "topic@group" (None: gone), read by the writer when it writes the key's row
+        # (ConsumerOffsetTable registers its table's `get`); a row always holds the newest state
+        self.offset_source: Callable[[str], dict[int, int] | None] = lambda key: None
 
     # ---- open / load -------------------------------------------------------------------
     def open(self) -> MetaStore:
@@ -151,6 +154,8 @@ class MetaStore:
         row = conn.execute("SELECT v FROM meta WHERE k='schema'").fetchone()
         if row is None:
             self._initialise()
+        elif int(row[0]) == 1:
+            self._upgrade_from_1()
         elif int(row[0]) != SCHEMA_VERSION:
             raise MetaStoreError(f"{self.path}: schema version {row[0]}, this broker reads {SCHEMA_VERSION}")
         for tbl, counter, ts in conn.execute("SELECT tbl, counter, timestamp FROM data_version"):
@@ -184,9 +189,9 @@ class MetaStore:
             offsets = _read_table(os.path.join(self.config_dir, OFFSET_FILE), "offsetTable")
             if offsets is not None:
                 table, dv = offsets
-                conn.executemany("INSERT OR REPLACE INTO consumer_offset VALUES (?,?,?)",
-                                 ((str(k), int(q), int(o)) for k, qs in table.items() if isinstance(qs, dict)
-                                  for q, o in qs.items()))
+                conn.executemany("INSERT OR REPLACE INTO consumer_offsets VALUES (?,?)",
+                                 ((str(k), encode_offsets({int(q): int(o) for q, o in qs.items()}))
+                                  for k, qs in table.items() if isinstance(qs, dict)))
                 self._migrated_version(conn, "consumer_offset", dv)
                 migrated.append(OFFSET_FILE)
             delay = _read_delay_file(os.path.join(self.config_dir, DELAY_FILE))
@@ -208,6 +213,24 @@ class MetaStore:
                     os.replace(p, p + ".migrated")
         if migrated:
             log.info("meta_store.migrated", path=self.path, files=migrated)
+
+    def _upgrade_from_1(self) -> None:
+        """Schema 1 kept one consumer_offset row per (key, queue): fold them into one row per key."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            table: dict[str, dict[int, int]] = {}
+            for key, qid, off in conn.execute("SELECT key, queue_id, offset FROM consumer_offset"):
+                table.setdefault(key, {})[int(qid)] = int(off)
+            conn.executemany("INSERT OR REPLACE INTO consumer_offsets VALUES (?,?)",
+                             ((k, encode_offsets(q)) for k, q in table.items()))
+            conn.execute("DROP TABLE consumer_offset")
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        log.info("meta_store.upgraded", path=self.path, from_schema=1, to_schema=SCHEMA_VERSION, offset_keys=len(table))
 
     @staticmethod
     def _migrated_version(conn, tbl: str, dv: dict) -> None:
@@ -235,9 +258,10 @@ class MetaStore:
                 log.warning("meta_store.bad_group", group=name, error=str(e))
         return out
 
-    def load_offsets(self) -> list[tuple[str, int, int]]:
+    def load_offsets(self) -> list[tuple[str, dict[int, int]]]:
         with self._lock:
-            return self._conn.execute("SELECT key, queue_id, offset FROM consumer_offset").fetchall()
+            rows = self._conn.execute("SELECT key, offsets FROM consumer_offsets").fetchall()
+        return [(key, decode_offsets(text)) for key, text in rows]
 
     def load_delay_offsets(self) -> dict[int, int]:
         with self._lock:
@@ -261,21 +285,20 @@ class MetaStore:
             self._batch.versions["subscription_group"] = v.as_tuple()
             self._cond.notify()
 
-    def stage_offset(self, key: str, queue_id: int, offset: int | None) -> None:
+    def stage_offset_key(self, key: str) -> None:
+        """A "topic@group" whose offsets changed (or went): its row is rewritten from `offset_source`."""
         v = self.versions["consumer_offset"]
         v.bump()
         with self._lock:
-            self._batch.offsets[(key, queue_id)] = offset
+            self._batch.offset_keys.add(key)
             self._batch.versions["consumer_offset"] = v.as_tuple()
             self._cond.notify()
 
-    def stage_offsets(self, rows: Iterable[tuple[str, int, int | None]]) -> None:
+    def stage_offset_keys(self, keys: Iterable[str]) -> None:
         v = self.versions["consumer_offset"]
         v.bump()
         with self._lock:
-            offsets = self._batch.offsets
-            for key, qid, off in rows:
-                offsets[(key, qid)] = off
+            self._batch.offset_keys.update(keys)
             self._batch.versions["consumer_offset"] = v.as_tuple()
             self._cond.notify()
 
@@ -308,13 +331,17 @@ class MetaStore:
         return fut
 
     def flush(self, timeout: float | None = 30.0) -> bool:
-        """Block until everything staged so far is committed; False on timeout. Not on the loop while
-        it serves requests (shutdown and threads only)."""
+        """Block until everything staged so far is committed; False on timeout or when a commit attempt
+        fails meanwhile (the rows stay staged). Not on the loop while it serves requests (shutdown and
+        threads only)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             target = self._target()
+            failures = self.failures
             while self._committed < target:
                 if self._thread is None or not self._thread.is_alive():
+                    return False
+                if self.failures > failures:  # a commit failed meanwhile (disk full): say so now
                     return False
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -336,7 +363,10 @@ class MetaStore:
                 self._filling += 1
             t0 = time.perf_counter()
             try:
-                n = self._write(batch)
+                try:
+                    n = self._write(batch)
+                except Exception as e:
+                    n = self._write_row_by_row(batch, e)  # a bad row is set aside, the others committed
             except Exception as e:  # disk full, I/O error: keep the rows staged, tell the waiters, retry
                 failures += 1
                 self.failures += 1
@@ -344,8 +374,14 @@ class MetaStore:
                 with self._cond:
                     self._batch = batch.merge_under(self._batch)
                     waiters = [f for s in [s for s in self._waiters if s <= seq] for f in self._waiters.pop(s)]
+                    closing = self._closing
                 self._resolve(waiters, MetaStoreError(f"metadata commit failed: {e!r}"))
-                time.sleep(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S)) - 1])
+                if closing:  # shutting down on a full disk: stop now, the last committed state stays
+                    log.error("meta_store.closed_uncommitted", path=self.path, error=repr(e))
+                    return
+                with self._cond:  # back off; close() cuts the wait short
+                    if not self._closing:
+                        self._cond.wait(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S)) - 1])
                 continue
             failures = 0
             self.commits += 1
@@ -373,6 +409,41 @@ class MetaStore:
         except RuntimeError:  # the loop is closed: nobody waits any more
             pass
 
+    def _write_row_by_row(self, b: _Batch, first_error: Exception) -> int:
+        """After a failed batch: every row in its own transaction. Rows that fail while others succeed are
+        set aside (logged with their key, counted in `rows_set_aside`); if none succeeds the failure is the
+        disk's, not a row's, and `first_error` is raised (the batch stays staged and is retried)."""
+        rows: list[_Batch] = []
+        for name, row in b.topics.items():
+            one = _Batch()
+            one.topics[name] = row
+            rows.append(one)
+        for name, cfg in b.groups.items():
+            one = _Batch()
+            one.groups[name] = cfg
+            rows.append(one)
+        for key in b.offset_keys:
+            one = _Batch()
+            one.offset_keys.add(key)
+            rows.append(one)
+        if b.delay or b.versions:
+            one = _Batch()
+            one.delay, one.versions = b.delay, b.versions
+            rows.append(one)
+        written, bad = 0, []
+        for one in rows:
+            try:
+                written += self._write(one)
+            except Exception as e:
+                bad.append((one, e))
+        if written == 0 and bad:
+            raise first_error
+        for one, e in bad:
+            self.rows_set_aside += 1
+            log.error("meta_store.row_set_aside", path=self.path, error=repr(e),
+                      row=repr(next(iter({**one.topics, **one.groups}), None) or sorted(one.offset_keys) or "versions"))
+        return written
+
     def _write(self, b: _Batch) -> int:
         conn = self._conn
         n = 0
@@ -390,12 +461,18 @@ class MetaStore:
                 conn.executemany("DELETE FROM subscription_group WHERE name=?",
                                  [(k,) for k, t in b.groups.items() if t is None])
                 n += len(b.groups)
-            if b.offsets:
-                conn.executemany("INSERT OR REPLACE INTO consumer_offset VALUES (?,?,?)",
-                                 [(k, q, o) for (k, q), o in b.offsets.items() if o is not None])
-                conn.executemany("DELETE FROM consumer_offset WHERE key=? AND queue_id=?",
-                                 [k for k, o in b.offsets.items() if o is None])
-                n += len(b.offsets)
+            if b.offset_keys:
+                source = self.offset_source
+                up, dels = [], []
+                for key in b.offset_keys:
+                    queues = source(key)
+                    if queues:
+                        up.append((key, encode_offsets(queues)))
+                    else:
+                        dels.append((key,))
+                conn.executemany("INSERT OR REPLACE INTO consumer_offsets VALUES (?,?)", up)
+                conn.executemany("DELETE FROM consumer_offsets WHERE key=?", dels)
+                n += len(b.offset_keys)
             if b.delay:
                 conn.executemany("INSERT OR REPLACE INTO delay_offset VALUES (?,?)", list(b.delay.items()))
                 n += len(b.delay)
@@ -433,6 +510,7 @@ class MetaStore:
 
     def stats(self) -> dict:
         return {"commits": self.commits, "rows_written": self.rows_written, "failures": self.failures,
+                "rows_set_aside": self.rows_set_aside,
                 "last_commit_ms": round(self.last_commit_ms, 3), "pending_batch": self._filling - self._committed - 1,
                 **{f"{t}_version": v.counter for t, v in self.versions.items()}}
 
@@ -459,8 +537,8 @@ class MetaStore:
                 except ValueError:
                     log.warning("meta_store.bad_group", group=name)
             offsets: dict[str, dict[str, int]] = {}
-            for key, qid, off in conn.execute("SELECT key, queue_id, offset FROM consumer_offset ORDER BY key, queue_id"):
-                offsets.setdefault(key, {})[str(qid)] = off
+            for key, text in conn.execute("SELECT key, offsets FROM consumer_offsets ORDER BY key"):
+                offsets[key] = {str(q): o for q, o in sorted(decode_offsets(text).items())}
             delay = dict(conn.execute("SELECT level, offset FROM delay_offset ORDER BY level"))
             conn.execute("COMMIT")
         finally:
@@ -478,6 +556,24 @@ class MetaStore:
         atomic_write_bytes(path, format_delay_offsets(delay))
         written.append(path)
         return written
+
+
+# ---- row and JSON shapes -----------------------------------------------------------------
+def encode_offsets(queues: dict[int, int]) -> str:
+    """A consumer_offsets row's `offsets`: `"<queueId>:<offset>,..."` (one row per topic@group: 10,000
+    groups x 4 queues committing every second are 10,000 row writes a second, not 40,000)."""
+    return ",".join(f"{q}:{o}" for q, o in list(queues.items()))
+
+
+def decode_offsets(text: str) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for part in text.split(",") if text else ():
+        q, _, o = part.partition(":")
+        try:
+            out[int(q)] = int(o)
+        except ValueError:
+            log.warning("meta_store.bad_offset", part=part[:64])
+    return out
 
 
 # ---- JSON shapes -------------------------------------------------------------------------

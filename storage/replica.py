@@ -88,7 +88,9 @@ class ReplicaMixin:
             at = offset + pos
             last = cl.queue.last
             if last is None or last.is_full:
-                start = at - at % fsize
+                # after a full segment the next starts at its end (segments keep their on-disk size
+                # when mappedFileSizeCommitLog changes); the first one on its size boundary
+                start = last.file_from_offset + last.file_size if last is not None else at - at % fsize
                 mf = cl.queue.create_file(start)
                 mf.wrote_pos = mf.flushed_pos = at - start
             else:

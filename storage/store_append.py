@@ -1,8 +1,8 @@
 """Batch put of already-built records (a mixin of MessageStore): the delay-level drain's append.
 
-`put_batch(batch)` takes records laid back to back in ONE buffer (`codec.delivery_batch.DeliveryBatch`
-or anything with the same attributes: `buf`, `starts`, `dests`, `tags_codes`, `keys`, `ts_pos`, and
-optionally `deliver_delays`: per record PutRequest.deliver_delay_ms, or None when all are -1) and
+`put_batch(batch)` takes records laid back to back in ONE buffer (a `storage.store_types.PutBatch`:
+`buf`, `starts`, `dests`, `tags_codes`, `keys`, `ts_pos` and `deliver_delays`, per record
+PutRequest.deliver_delay_ms or None when all are -1) and
 stores them like `put` would, without a PutRequest/PutResult per record (a run of plain sends, the
 delay drain, the timer wheel's dequeue):
 
@@ -24,7 +24,7 @@ import operator
 import struct
 
 from storage.consume_queue import UNIT
-from storage.store_types import BatchPutResult, PutRequest, PutStatus
+from storage.store_types import BatchPutResult, PutBatch, PutRequest, PutStatus
 
 _QUEUE_AND_PHYS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET (adjacent, at 20)
 _I64 = struct.Struct(">q")
@@ -32,7 +32,7 @@ _POS_QUEUE_OFFSET = 20
 
 
 class BatchPutMixin:
-    def put_batch(self, batch) -> BatchPutResult:
+    def put_batch(self, batch: PutBatch) -> BatchPutResult:
         """Append every record of `batch` (see the module docstring); results in one object."""
         dests = batch.dests
         n = len(dests)
@@ -55,7 +55,7 @@ class BatchPutMixin:
         counters = self.queue_offsets
         state: dict[tuple[str, int], list] = {}  # queue -> [next queue offset, units, end of last record]
         starts, tcodes, ts_pos, keys = batch.starts, batch.tags_codes, batch.ts_pos, batch.keys
-        delays = getattr(batch, "deliver_delays", None)
+        delays = batch.deliver_delays
         if delays:  # a scheduled record's tagsCode is its deliver time (as in `put`)
             tcodes = [store_ts + d if d >= 0 else t for t, d in zip(tcodes, delays, strict=True)]
         pack_qp = _QUEUE_AND_PHYS.pack_into
@@ -85,6 +85,9 @@ class BatchPutMixin:
             if keys[j]:
                 index_entries.append((key[0], keys[j], p, size))
             s = e
+        for key, st in state.items():  # ConsumeQueue room first (a full disk: `put` says why)
+            if self._cq_room(key, st[0] - len(st[1]) // 20, len(st[1]) // 20) is not None:
+                return self._put_batch_slow(batch)
         cl.commit(mf, pos, buf)
         for key, (nxt, units, end) in state.items():
             self._write_units(key, nxt - len(units) // 20, units, end)
@@ -97,10 +100,10 @@ class BatchPutMixin:
             self._dispatch(state)
         return BatchPutResult(n, phys, store_ts, flushed, queue_offsets=qoffs)
 
-    def _put_batch_slow(self, batch) -> BatchPutResult:
+    def _put_batch_slow(self, batch: PutBatch) -> BatchPutResult:
         """`put` with one PutRequest per record; its results folded into a BatchPutResult."""
         starts, buf = batch.starts, batch.buf
-        delays = getattr(batch, "deliver_delays", None) or [-1] * len(batch.dests)
+        delays = batch.deliver_delays or [-1] * len(batch.dests)
         reqs = [PutRequest(buf[starts[j]:starts[j + 1]], topic, qid, batch.tags_codes[j], batch.keys[j], delays[j])
                 for j, (topic, qid) in enumerate(batch.dests)]
         results = self.put(reqs)

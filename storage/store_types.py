@@ -8,6 +8,7 @@ import enum
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from codec.tags import java_hash
 
@@ -91,6 +92,23 @@ class PutResult:
     @property
     def ok(self) -> bool:
         return self.status is PutStatus.PUT_OK
+
+
+class PutBatch(Protocol):
+    """What `MessageStore.put_batch` takes: records back to back in `buf` (record j is
+    `buf[starts[j]:starts[j + 1]]`) with, per record, its (topic, queue id), ConsumeQueue tagsCode, index
+    keys and the absolute position of its STORETIMESTAMP; `deliver_delays` is per record
+    PutRequest.deliver_delay_ms (the unit's tagsCode becomes store time + delay), or None when all are -1.
+    Implemented by codec.delivery_batch.DeliveryBatch (delay levels), server.processors.send_run.SendRun
+    (a run of sends) and scheduler.timer.dequeue's run of timer deliveries."""
+
+    buf: bytearray
+    starts: list[int]
+    dests: list[tuple[str, int]]
+    tags_codes: list[int]
+    keys: list[tuple[bytes, ...]] | list[tuple[str, ...]]
+    ts_pos: list[int]
+    deliver_delays: list[int] | None
 
 
 @dataclass(slots=True)

@@ -5,6 +5,7 @@ Defaults from scheduled-messages.md §3; groups are auto-created on first use by
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass
 
@@ -72,7 +73,7 @@ class SubscriptionGroupTable:
             except (AttributeError, TypeError, ValueError) as e:
                 log.warning("subscription_group.bad_entry", group=name, error=str(e))
         self.table = table
-        self._members = {name: TB.group_member(name, cfg.to_json()) for name, cfg in table.items()}
+        self._members = {}  # the loaded rows' fragments are made by the first wrapper_body, in slices
 
     def persist(self) -> None:
         self.meta.flush()
@@ -102,8 +103,33 @@ class SubscriptionGroupTable:
         self.meta.stage_group(group, None)
         return True
 
+    async def replace_all(self, configs: dict[str, SubscriptionGroupConfig], slice_n: int = 1000) -> int:
+        """Make the table equal to `configs` (a slave adopting its master's groups), staging only what
+        changed, `slice_n` rows between two yields. Returns the number of rows changed."""
+        changed = 0
+        names = list(configs)
+        for i in range(0, len(names), slice_n):
+            if i:
+                await asyncio.sleep(0)
+            for name in names[i:i + slice_n]:
+                cfg = configs[name]
+                if self.table.get(name) != cfg:
+                    self.put(cfg)
+                    changed += 1
+        for name in [n for n in self.table if n not in configs]:
+            changed += self.delete(name)
+        return changed
+
     async def wrapper_body(self) -> bytes:
         """SubscriptionGroupWrapper JSON (GET_ALL_SUBSCRIPTIONGROUP_CONFIG), remembered per data version."""
+        missing = [name for name in self.table if name not in self._members]
+        for i in range(0, len(missing), 500):
+            if i:
+                await asyncio.sleep(0)
+            for name in missing[i:i + 500]:
+                cfg = self.table.get(name)
+                if cfg is not None and name not in self._members:
+                    self._members[name] = TB.group_member(name, cfg.to_json())
         key = self.data_version.as_tuple()
         version = TB.version_json(*key)
         return await self._wrapper.get(key, len(self._members), lambda: list(self._members.values()),

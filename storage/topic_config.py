@@ -6,6 +6,7 @@ topicSysFlag, order}}, "dataVersion": {...}}`, remoting-protocol.md §8.7) is ex
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ from storage.table_body import CachedBody
 
 log = structlog.get_logger(__name__)
 
+RENDER_SLICE = 1000  # loaded rows rendered between two yields (~1 ms)
 INLINE_ALWAYS_THREAD = 1 << 30  # added to a row count: always build in the executor (deflate is slow)
 
 PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = PermName.PRIORITY, PermName.READ, PermName.WRITE, PermName.INHERIT
@@ -107,7 +109,9 @@ class TopicConfigTable:
         # per-topic serialised fragments (codec.table_bodies), kept with the row; bodies per data version
         self._members: dict[str, bytes] = {}   # "name":{TopicConfig JSON}
         self._compact: dict[str, bytes] = {}   # int32 length + TopicConfig.encode() (compressed registration)
-        self._unsafe_names = 0                 # names that need JSON escaping (none made by this broker)
+        self._unsafe_names = 0                 # rendered names that need JSON escaping (none made by this broker)
+        self._rendered = True                  # False after load until the first body renders the loaded rows
+        self._rendering: asyncio.Future | None = None
         self._wrapper = CachedBody()
         self._list = CachedBody()
         self._register = CachedBody()
@@ -115,6 +119,8 @@ class TopicConfigTable:
 
     def _render(self, tc: TopicConfig) -> None:
         name = tc.topic_name
+        if name not in self._members and not TB.is_plain_name(name):
+            self._unsafe_names += 1
         self._members[name] = TB.topic_member(name, tc.read_queue_nums, tc.write_queue_nums, tc.perm,
                                               tc.topic_filter_type, tc.topic_sys_flag, tc.order)
         self._compact[name] = TB.topic_compact(name, tc.read_queue_nums, tc.write_queue_nums, tc.perm,
@@ -123,6 +129,29 @@ class TopicConfigTable:
     @property
     def data_version(self) -> DataVersion:
         return self.meta.versions["topic"]
+
+    async def _ensure_rendered(self) -> None:
+        """Fragments for the rows loaded at start, made when a body first needs them (a restart with
+        100,000 topics does not pay for them), RENDER_SLICE rows at a time with a yield between."""
+        if self._rendered:
+            return
+        if self._rendering is not None:
+            await asyncio.shield(self._rendering)
+            return
+        fut = self._rendering = asyncio.get_running_loop().create_future()
+        try:
+            names = list(self.table)
+            for i in range(0, len(names), RENDER_SLICE):
+                if i:
+                    await asyncio.sleep(0)
+                for name in names[i:i + RENDER_SLICE]:
+                    tc = self.table.get(name)
+                    if tc is not None and name not in self._members:
+                        self._render(tc)
+            self._rendered = True
+        finally:
+            self._rendering = None
+            fut.set_result(None)
 
     def load(self) -> None:
         self.meta.open()
@@ -133,10 +162,7 @@ class TopicConfigTable:
         self._members.clear()
         self._compact.clear()
         self._unsafe_names = 0
-        for tc in table.values():
-            self._render(tc)
-            if not TB.is_plain_name(tc.topic_name):
-                self._unsafe_names += 1
+        self._rendered = not table
 
     def persist(self) -> None:
         self.meta.flush()
@@ -148,8 +174,6 @@ class TopicConfigTable:
         """Store `tc` (replacing the topic's config); staged for the writer thread either way (`persist`
         is kept for callers of the old API)."""
         name = tc.topic_name
-        if name not in self.table and not TB.is_plain_name(name):
-            self._unsafe_names += 1
         self.table[name] = tc
         self._render(tc)
         self.meta.stage_topic(tc.to_row(), name)
@@ -157,10 +181,9 @@ class TopicConfigTable:
     def delete(self, name: str) -> bool:
         if self.table.pop(name, None) is None:
             return False
-        self._members.pop(name, None)
-        self._compact.pop(name, None)
-        if not TB.is_plain_name(name):
+        if self._members.pop(name, None) is not None and not TB.is_plain_name(name):
             self._unsafe_names -= 1
+        self._compact.pop(name, None)
         self.meta.stage_topic(None, name)
         return True
 
@@ -171,6 +194,7 @@ class TopicConfigTable:
     async def wrapper_body(self) -> bytes:
         """TopicConfigSerializeWrapper JSON of the current data version (remembered until it changes;
         built off the loop when large)."""
+        await self._ensure_rendered()
         key = self._key()
         version = TB.version_json(*key)
         return await self._wrapper.get(key, len(self._members), lambda: list(self._members.values()),
@@ -178,6 +202,7 @@ class TopicConfigTable:
 
     async def topic_list_body(self) -> bytes:
         """TopicList JSON `{"topicList":[...]}` of every topic (insertion order; Java reads it as a Set)."""
+        await self._ensure_rendered()
         plain = self._unsafe_names == 0
         return await self._list.get(self._key(), len(self.table), lambda: list(self.table),
                                     lambda names: TB.topic_list(names, plain))
@@ -186,6 +211,7 @@ class TopicConfigTable:
         """RegisterBrokerBody of the whole table for REGISTER_BROKER: JSON, or RocketMQ's deflated form
         (`compressed=true` header). Remembered per data version: re-sending an unchanged table costs nothing;
         compare `data_version` to skip sending it at all."""
+        await self._ensure_rendered()
         key = self._key()
         if compressed:
             version = TB.version_json(*key)
@@ -194,6 +220,28 @@ class TopicConfigTable:
                                               lambda entries: TB.register_body_compressed(version, entries))
         wrapper = await self.wrapper_body()
         return await self._register.get(key, len(wrapper) // 100, lambda: wrapper, TB.register_body)
+
+    async def replace_all(self, configs: dict[str, TopicConfig], slice_n: int = 1000) -> int:
+        """Make the table equal to `configs` (a slave adopting its master's table): changed and new rows are
+        put, missing ones deleted, each staged like any change, `slice_n` rows between two yields to the
+        loop. Returns the number of rows changed."""
+        changed = 0
+        names = list(configs)
+        for i in range(0, len(names), slice_n):
+            if i:
+                await asyncio.sleep(0)
+            for name in names[i:i + slice_n]:
+                tc = configs[name]
+                if self.table.get(name) != tc:
+                    self.put(tc)
+                    changed += 1
+        gone = [name for name in self.table if name not in configs]
+        for i in range(0, len(gone), slice_n):
+            if i:
+                await asyncio.sleep(0)
+            for name in gone[i:i + slice_n]:
+                changed += self.delete(name)
+        return changed
 
     def ensure_system_topics(self, delay_levels: int = 18, timer: bool = True) -> None:
         for tc in default_system_topics(delay_levels, timer):

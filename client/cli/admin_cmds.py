@@ -16,6 +16,8 @@ from ..producer import Producer
 from ..rebalance import query_offset
 from .messaging import _msg_line
 
+CANCEL_REFUSED = 13  # MESSAGE_ILLEGAL: the broker's answer to a cancel that would change nothing
+
 
 def _out(line: str) -> None:
     sys.stdout.write(line + "\n")
@@ -202,8 +204,16 @@ async def scheduled(args) -> int:
     if args.action == "cancel":
         target = args.id if args.id else (args.topic, args.uniq_key, args.deliver_at)
         async with Producer(args.group, args.namesrv, send_timeout=args.timeout) as producer:
-            r = await producer.cancel_timer(target)
-        _out(f"cancel marker sent: {r.status.name} msgId={r.msg_id} offsetMsgId={r.offset_msg_id}")
+            try:
+                r = await producer.cancel_timer(target)
+            except MQClientError as e:
+                if e.code != CANCEL_REFUSED:
+                    raise
+                # the broker found nothing to cancel (unknown, already cancelled, already due): nothing changed
+                _out(f"not cancelled: {e.remark}")
+                return 1
+        _out(f"cancelled: the timer will not be delivered (cancel marker {r.status.name} msgId={r.msg_id} "
+             f"offsetMsgId={r.offset_msg_id})")
         return 0
     async with Admin(args.namesrv, args.timeout) as admin:
         info = await admin.runtime_info(args.broker)

@@ -10,6 +10,8 @@ import mmap
 import os
 import struct
 
+from scheduler.timer.timerlog import reserve_blocks
+
 CHECK = struct.Struct(">qqqqqqq")
 _I64 = struct.Struct(">q")
 FILE_SIZE = 4096
@@ -26,8 +28,7 @@ class TimerCheckpoint:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             self.existed = os.fstat(fd).st_size == FILE_SIZE
-            if not self.existed:
-                os.ftruncate(fd, FILE_SIZE)
+            reserve_blocks(fd, FILE_SIZE)  # written through the map: blocks first (no SIGBUS)
             self.mm = mmap.mmap(fd, FILE_SIZE)
         finally:
             os.close(fd)

@@ -49,11 +49,12 @@ _TS_POS = (store_timestamp_pos(0), store_timestamp_pos(SysFlag.BORNHOST_V6))  # 
 
 class _PutRun:
     """Converted records (record, topic, queue id, tagsCode, keys) as MessageStore.put_batch takes
-    them (the attributes of codec.delivery_batch.DeliveryBatch): back to back in one buffer."""
+    them (a storage.store_types.PutBatch): back to back in one buffer."""
 
-    __slots__ = ("buf", "starts", "dests", "tags_codes", "keys", "ts_pos")
+    __slots__ = ("buf", "starts", "dests", "tags_codes", "keys", "ts_pos", "deliver_delays")
 
     def __init__(self, built: list[tuple]) -> None:
+        self.deliver_delays = None  # a roll goes back to the wheel's topic by its own TIMER_OUT_MS
         recs = [b[0] for b in built]
         self.buf = bytearray(b"".join(recs))
         self.starts = list(accumulate(map(len, recs), initial=0))
@@ -398,8 +399,11 @@ class DequeueMixin:
             late = []
             delivered = [] if events is not None else None
             rolled = 0
+            stored = [] if statuses is None else None  # request indexes put (None: all of them)
             for k, due in enumerate(dues):
                 if statuses is None or statuses[k] is PUT_OK:
+                    if stored is not None:
+                        stored.append(k)
                     if due is None:
                         rolled += 1
                         continue
@@ -415,6 +419,9 @@ class DequeueMixin:
                     m.put_failures += 1
                     retry.append(k)
             m.rolled += rolled
+            put = reqs if stored is None else [reqs[k] for k in stored]
+            if put:  # counted as puts of their topics (real topic, or rmq_sys_wheel_timer for a roll)
+                self.on_put([r[1] for r in put], [len(r[0]) for r in put])
             if late:
                 m.delivered += len(late)
                 m.lateness.observe_many(late)

@@ -33,7 +33,7 @@ from scheduler.timer.hook import (
     TIMER_ROLL_TIMES,
     UNIQ_KEY,
 )
-from scheduler.timer.timerlog import MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL
+from scheduler.timer.timerlog import MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL, MAGIC_UNCOUNTED, num_delta
 
 log = structlog.get_logger(__name__)
 
@@ -41,6 +41,10 @@ CQ_UNIT = struct.Struct(">qiq")
 CQ_UNIT_SIZE = 20
 ENQUEUE_BATCH = 1024
 _BLANK_CQ_SIZE = 2147483647
+WALK_STEP = 20000  # timerlog units per read while looking for a cancel's target
+CANCEL_LIVE, CANCEL_ALREADY, CANCEL_NOT_FOUND = "LIVE", "ALREADY_CANCELLED", "NOT_FOUND"
+CANCEL_DUE, CANCEL_UNDECIDED = "DUE", "UNDECIDED"
+CANCEL_CATCH_UP = 4096  # enqueue lag up to which a cancel's check first enqueues what precedes it
 MAX_SLOT_MS = 1 << 53  # a TIMER_OUT_MS at or past this is absurd (year 285,000): quarantined
 
 
@@ -80,10 +84,23 @@ class EnqueueMixin:
 
     async def _enqueue_loop(self) -> None:
         """The enqueue task (run by the store's supervisor: an error is logged, counted, backed off and
-        the task restarted; the offset moves only after a batch, so nothing is skipped)."""
+        the task restarted; the offset moves only after a batch, so nothing is skipped). A full disk
+        (a timerlog file cannot be made) is not a failure: the task pauses, retries every precision
+        interval and says when it resumes."""
+        paused = False
         while self._running:
             self._enqueue_wake.clear()
-            n = self._enqueue_batch(ENQUEUE_BATCH)
+            try:
+                n = self._enqueue_batch(ENQUEUE_BATCH)
+            except OSError as e:
+                if not paused:
+                    log.error("timer.enqueue_paused", error=str(e), offset=self.curr_queue_offset)
+                    paused = True
+                await asyncio.sleep(self.config.precision_ms / 1000.0)
+                continue
+            if paused:
+                paused = False
+                log.info("timer.enqueue_resumed", offset=self.curr_queue_offset)
             if n == 0:
                 await self._enqueue_wake.wait()
             else:
@@ -123,6 +140,9 @@ class EnqueueMixin:
                 continue
             try:
                 where = self._enqueue_record(rec, phys, size, prec, emit, off + i)
+            except OSError:  # no room for a timerlog file: nothing of this unit was written; keep the
+                self._commit_enqueued(off + i, i, now, lowest)  # units before it (no re-enqueue later)
+                raise
             except (ValueError, OverflowError, struct.error) as e:  # a poison record: set aside, go on
                 where = None
                 if not self.quarantine.set_aside(rec, f"cannot enqueue: {e}", TIMER_ENQUEUE, phys,
@@ -160,7 +180,8 @@ class EnqueueMixin:
             raise ValueError(f"TIMER_OUT_MS {v!r} out of range")
         store_ts = read_store_timestamp(rec, 0)
         exact = exact_deliver_ms(props, slot, store_ts, prec)
-        magic = MAGIC_DELETE if TIMER_DEL_UNIQKEY in props else MAGIC_DEFAULT
+        cancel_key = props.get(TIMER_DEL_UNIQKEY)
+        magic = MAGIC_DEFAULT if cancel_key is None else MAGIC_DELETE
         real_topic = props.get(REAL_TOPIC)
         if self._following:  # [cluster-ha] a slave links the unit where the master did (or drops it: already put)
             followed = self._master_slot(slot, queue_offset)
@@ -168,7 +189,8 @@ class EnqueueMixin:
                 self.follower_skipped += 1
                 return None
             slot = followed
-        where = self._do_enqueue(slot, exact, magic, phys, size, java_hash(real_topic) if real_topic else 0)
+        where = self._do_enqueue(slot, exact, magic, phys, size, java_hash(real_topic) if real_topic else 0,
+                                 cancel_key)
         if magic == MAGIC_DELETE:
             m.markers += 1
         elif TIMER_ROLL_TIMES not in props:
@@ -179,8 +201,10 @@ class EnqueueMixin:
                        deliveredTs=0)
         return where
 
-    def _do_enqueue(self, slot: int, exact: int, magic: int, phys: int, size: int, topic_hash: int) -> int:
-        """§4.6: roll decision, append the unit, link it into its slot. Returns the slot used."""
+    def _do_enqueue(self, slot: int, exact: int, magic: int, phys: int, size: int, topic_hash: int,
+                    cancel_key: str | None = None) -> int:
+        """§4.6: roll decision, append the unit, link it into its slot. Returns the slot used. A delete
+        marker lowers the slot's num only when it cancels a live timer there (MAGIC_UNCOUNTED else)."""
         cfg = self.config
         prec = cfg.precision_ms
         w = self.curr_write_ms
@@ -196,8 +220,71 @@ class EnqueueMixin:
         if delayed < self.read_cursor_ms and not self._following:  # a slave's slot came from the master
             delayed = self.read_cursor_ms
             self.metrics.late_bumped += 1
+        if magic & MAGIC_DELETE and (magic & MAGIC_ROLL or self.cancel_state(delayed, cancel_key or "",
+                                                                             topic_hash) != CANCEL_LIVE):
+            magic |= MAGIC_UNCOUNTED
+            self.metrics.cancel_unmatched += 1
         wheel = self.wheel
         _first, last, _num = wheel.get_slot(delayed)
         pos = self.timerlog.append(last, magic, w, delayed - w, phys, size, topic_hash, exact)
-        wheel.add_unit(delayed, pos, -1 if magic & MAGIC_DELETE else 1)
+        wheel.add_unit(delayed, pos, num_delta(magic))
         return delayed
+
+    def check_cancel(self, slot: int, key: str, topic: str) -> str | None:
+        """The put hook's answer to a delete marker for timer `key` (REAL_TOPIC+UNIQ_KEY) in `slot`:
+        None to store it, else why it would change nothing (cancel_verdict)."""
+        return self.cancel_verdict(slot, key, topic)[1]
+
+    def cancel_verdict(self, slot: int, key: str, topic: str) -> tuple[str, str | None]:
+        """(state, why a marker would change nothing or None): CANCEL_DUE (the slot was read),
+        CANCEL_ALREADY, CANCEL_NOT_FOUND, CANCEL_LIVE or CANCEL_UNDECIDED. Definite answers only: a
+        timer parked for a roll (its deliver time was more than the roll window ahead) may still come
+        back to the slot, so "not found" is answered only once every roll slot it could be parked in
+        was put; before that (or with a long enqueue backlog) the answer is UNDECIDED."""
+        if not self._running or self._following:
+            return CANCEL_UNDECIDED, None
+        prec = self.config.precision_ms
+        if slot < self.read_cursor_ms:
+            return CANCEL_DUE, (f"timer {key} is due in slot {slot}, already read: delivered or being delivered; "
+                                f"nothing cancelled")
+        settled = (self.config.max_delay_sec * 1000 < self.roll_window_slots * prec  # nothing is ever parked
+                   or self.commit_read_ms > slot - (self.roll_window_slots // 3) * prec)
+        mx = self.store.max_offset(TIMER_TOPIC, 0)
+        if mx - self.commit_queue_offset > CANCEL_CATCH_UP:
+            return CANCEL_UNDECIDED, None  # a long enqueue backlog: no answer now, the marker is stored
+        while self._enqueue_batch(ENQUEUE_BATCH):  # the timers sent before this marker into the wheel first
+            pass
+        state = self.cancel_state(slot, key, java_hash(topic))
+        if state == CANCEL_ALREADY:
+            return state, f"timer {key} is already cancelled; nothing changed"
+        if state == CANCEL_NOT_FOUND:
+            if not settled:
+                return CANCEL_UNDECIDED, None
+            return state, f"no pending timer {key} in slot {slot} (unknown, or already delivered); nothing cancelled"
+        return state, None
+
+    def cancel_state(self, slot: int, key: str, topic_hash: int) -> str:
+        """Whether slot `slot` holds a live timer `key` (REAL_TOPIC+UNIQ_KEY): CANCEL_LIVE, or
+        CANCEL_ALREADY (a delete marker for it is linked there already), or CANCEL_NOT_FOUND. Walks the
+        slot's chain; only records whose topic hash matches are read (cancels are rare)."""
+        tl = self.timerlog
+        _first, pos, _num = self.wheel.get_slot(slot)
+        found = False
+        min_pos = tl.min_pos
+        while pos >= min_pos and pos >= 0:
+            units, pos, _bad = tl.read_chain(pos, min_pos, WALK_STEP)
+            if _bad is not None:
+                break
+            hit = units[(units["topic_hash"] == topic_hash) & ((units["magic"] & MAGIC_ROLL) == 0)]
+            for off, sz, mg in zip(hit["offset"].tolist(), hit["size_py"].tolist(), hit["magic"].tolist(),
+                                   strict=True):
+                rec = self.store.read_record(off, sz)
+                if rec is None:
+                    continue
+                props = parse_properties(read_properties_bytes(rec, 0))
+                if mg & MAGIC_DELETE:
+                    if props.get(TIMER_DEL_UNIQKEY) == key:
+                        return CANCEL_ALREADY
+                elif f"{props.get(REAL_TOPIC)}+{props.get(UNIQ_KEY)}" == key:
+                    found = True
+        return CANCEL_LIVE if found else CANCEL_NOT_FOUND

@@ -42,9 +42,11 @@ class TimerPutStatus(enum.Enum):
     ILLEGAL = "ILLEGAL"  # WHEEL_TIMER_MSG_ILLEGAL → MESSAGE_ILLEGAL (13)
     FLOW_CONTROL = "FLOW_CONTROL"  # WHEEL_TIMER_FLOW_CONTROL → SYSTEM_ERROR (1)
     NOT_ENABLED = "NOT_ENABLED"  # WHEEL_TIMER_NOT_ENABLE → SYSTEM_ERROR (1)
+    CANCEL_REFUSED = "CANCEL_REFUSED"  # delaymq: a cancel that would change nothing → MESSAGE_ILLEGAL (13)
 
 
-RESPONSE_CODES = {TimerPutStatus.ILLEGAL: 13, TimerPutStatus.FLOW_CONTROL: 1, TimerPutStatus.NOT_ENABLED: 1}
+RESPONSE_CODES = {TimerPutStatus.ILLEGAL: 13, TimerPutStatus.FLOW_CONTROL: 1, TimerPutStatus.NOT_ENABLED: 1,
+                  TimerPutStatus.CANCEL_REFUSED: 13}
 
 
 @dataclass(slots=True, frozen=True)
@@ -143,6 +145,10 @@ def transform_timer(record, now_ms: int, timer_service_or_config) -> TimerPutDec
             TimerPutStatus.ILLEGAL,
             f"timer message delay {asked - now_ms} ms exceeds timerMaxDelaySec={cfg.max_delay_sec}")
     slot = slot_of(deliver, cfg.precision_ms)
+    if svc is not None and TIMER_DEL_UNIQKEY in props:
+        refused = svc.check_cancel(slot, props[TIMER_DEL_UNIQKEY], record.topic)
+        if refused is not None:  # unknown, already cancelled or already due: nothing is stored
+            return TimerPutDecision(TimerPutStatus.CANCEL_REFUSED, refused)
     if svc is not None and cfg.congest_num_each_slot < 2147483647:
         num = svc.wheel.get_num(slot)
         if is_reject(num, cfg.congest_num_each_slot, svc.rng):

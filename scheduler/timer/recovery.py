@@ -25,7 +25,7 @@ from codec.codes import SCHEDULE_QUARANTINE_TOPIC
 from codec.record import read_properties_bytes, read_topic
 from scheduler.progress_file import count_records_after
 from scheduler.timer.config import TIMER_BLANK_SLOTS, TIMER_TOPIC
-from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL
+from scheduler.timer.timerlog import MAGIC_ROLL, num_delta
 from scheduler.timer.wheel import SLOT, SLOT_SIZE
 
 log = structlog.get_logger(__name__)
@@ -44,7 +44,7 @@ def recover(svc) -> None:
     last_unit = None
     revised = 0
     for pos, unit in tl.scan(start):
-        wheel.revise(unit[3] + unit[4], pos, -1 if unit[2] & MAGIC_DELETE else 1)
+        wheel.revise(unit[3] + unit[4], pos, num_delta(unit[2]))
         last_unit = unit
         revised += 1
     cut = tl.truncate_dirty()
@@ -160,5 +160,5 @@ def _repoint_dangling(svc, read_ms: int, end: int) -> int:
             min_first = first if min_first is None else min(min_first, first)
     if min_first is not None:
         for pos, unit in tl.scan(min_first):
-            wheel.revise(unit[3] + unit[4], pos, -1 if unit[2] & MAGIC_DELETE else 1)
+            wheel.revise(unit[3] + unit[4], pos, num_delta(unit[2]))
     return len(bad)

@@ -24,6 +24,7 @@ import structlog
 
 from codec.msgid import offset_msg_id
 from codec.record import store_host_pos
+from scheduler.events import EventListener, PutObserver, ignore_puts
 from scheduler.progress_file import ProgressFile
 from scheduler.quarantine import Quarantine
 from scheduler.timer.checkpoint import TimerCheckpoint
@@ -66,10 +67,12 @@ def discard_local_state(store_root: str) -> list[str]:
 
 
 class TimerMessageStore(EnqueueMixin, DequeueMixin):
-    def __init__(self, store, config=None) -> None:
+    def __init__(self, store, config=None, on_put: PutObserver | None = None) -> None:
         import random
 
         self.store = store
+        # every put the wheel makes (deliveries by real topic, rolls): counted as puts of their topic
+        self.on_put: PutObserver = on_put if on_put is not None else ignore_puts
         self.config = TimerConfig.coerce(config if config is not None else TimerConfig())
         if not self.config.store_root:
             sc = getattr(store, "config", None)
@@ -265,6 +268,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self.slot_progress = (p.slot_ms, p.put_in_slot, p.last_due_ms, p.last_phys)
         self._resume_after = (p.slot_ms, p.last_due_ms, p.last_phys) if p.slot_ms == read_ms and \
             p.put_in_slot > 0 else None
+        self._resume = None  # this node's own scheduleProgress is superseded by the master's record
 
     async def shutdown(self) -> None:
         if not self._loaded:
@@ -330,8 +334,8 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self.checkpoint.write(read_ms, pos, queue_offset, int(time.time() * 1000))
 
     # ---- events / ids --------------------------------------------------------------------
-    def add_listener(self, fn) -> None:
-        """`fn(event, **fields)` on "accepted" (entered the wheel), "due" and "delivered"; fields
+    def add_listener(self, fn: EventListener) -> None:
+        """"accepted" (entered the wheel), "due" and "delivered" events; fields
         kind="timer", level=0, topic (real topic), msgId, uniqKey, bornTs, storeTs, dueTs, deliveredTs."""
         self.metrics.listeners.append(fn)
 
@@ -391,7 +395,8 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
             "pending": w.pending if w else 0, "occupied_slots": w.occupied if w else 0,
             "next_due_slot_ms": nxt if nxt is not None else -1,
             "enqueued": m.enqueued, "accepted": m.accepted, "delivered": m.delivered, "rolled": m.rolled,
-            "cancelled": m.cancelled, "markers": m.markers, "missing": m.missing,
+            "cancelled": m.cancelled, "markers": m.markers, "cancel_unmatched": m.cancel_unmatched,
+            "missing": m.missing,
             "put_failures": m.put_failures, "rejected": m.rejected, "late_bumped": m.late_bumped,
             "enqueue_lag": max(0, cq_max - self.commit_queue_offset),
             "dequeue_lag_ms": max(0, self._floor(now) - self.commit_read_ms) if nxt is not None and nxt <= now else 0,
@@ -424,4 +429,5 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
             "timerNextDueSlotMs": str(s["next_due_slot_ms"]),
             "timerDelivered": str(s["delivered"]), "timerCancelled": str(s["cancelled"]),
             "timerRolled": str(s["rolled"]), "timerRejected": str(s["rejected"]),
+            "timerCancelUnmatched": str(s["cancel_unmatched"]),
         }

@@ -15,6 +15,7 @@ matter how many timers are pending.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
@@ -28,6 +29,16 @@ UNIT_SIZE = 52
 BLANK_SIZE = 16
 BLANK_MAGIC_CODE = -875286124
 MAGIC_DEFAULT, MAGIC_ROLL, MAGIC_DELETE = 1, 2, 4
+# delaymq: a delete marker that cancels nothing where it is linked (no live target in its slot, or a
+# roll unit): it does not lower the slot's num, so timerCongestNum / delaymq_timer_pending stay true
+MAGIC_UNCOUNTED = 8
+
+
+def num_delta(magic: int) -> int:
+    """What a unit adds to its slot's num: +1 a message, -1 a delete marker that cancels one, else 0."""
+    if magic & MAGIC_DELETE:
+        return 0 if magic & MAGIC_UNCOUNTED else -1
+    return 1
 UNIT = struct.Struct(">iqiqiqiiq")
 BLANK = struct.Struct(">iqi")
 _PREV = struct.Struct(">q")
@@ -44,16 +55,47 @@ def is_magic_ok(m: int) -> bool:
 
 DIR_NAME = "timerlog"  # <storeRoot>/timerlog/
 
-class _Segment:
-    __slots__ = ("start", "path", "fd", "mm", "dropped")
 
-    def __init__(self, path: str, start: int, size: int) -> None:
+def reserve_blocks(fd: int, size: int) -> None:
+    """Allocate a file's blocks (posix_fallocate) before it is written through a mapping: a full
+    disk then shows up here as OSError(ENOSPC), never as SIGBUS on a store into a sparse page.
+    Already allocated files cost a no-op call."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        if os.fstat(fd).st_size < size:  # no fallocate on this file system: at least the length
+            os.ftruncate(fd, size)
+
+
+class _Segment:
+    __slots__ = ("start", "path", "fd", "mm", "dropped", "reserved")
+
+    def __init__(self, path: str, start: int, size: int, create: bool = False) -> None:
         self.start = start
         self.path = path
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(self.fd).st_size != size:
-            os.ftruncate(self.fd, size)
-        self.mm = mmap.mmap(self.fd, size)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | (os.O_EXCL if create else 0), 0o644)
+        self.reserved = True
+        try:
+            try:
+                reserve_blocks(self.fd, size)
+            except OSError:
+                if create or os.fstat(self.fd).st_size != size:
+                    raise
+                # an existing file written sparse (before blocks were reserved) on a full disk: it can
+                # be read; `reserve` is retried before anything is appended to it
+                self.reserved = False
+                log.warning("timerlog.segment_not_reserved", file=path)
+            self.mm = mmap.mmap(self.fd, size)
+        except BaseException:
+            os.close(self.fd)
+            if create:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            raise
         self.dropped = 0  # bytes already advised away
 
     def close(self) -> None:
@@ -61,6 +103,22 @@ class _Segment:
             self.mm.close()
         finally:
             os.close(self.fd)
+
+
+def _zero_tail(seg: _Segment, rel: int, size: int, step: int = 1 << 20) -> int:
+    """Zero the non-zero bytes of seg from `rel` on, a chunk at a time (never a copy of the whole
+    tail), with pwrite (a failed write is an OSError, not a SIGBUS). Returns the non-zero bytes."""
+    cut = 0
+    p = rel
+    while p < size:
+        n = min(step, size - p)
+        with memoryview(seg.mm)[p:p + n] as chunk:
+            zeros = bytes(chunk).count(0)
+        if zeros != n:
+            cut += n - zeros
+            os.pwrite(seg.fd, bytes(n), p)
+        p += n
+    return cut
 
 
 class TimerLog:
@@ -83,7 +141,8 @@ class TimerLog:
             self.write_pos = self.segments[-1].start + self.file_size  # refined by recover()
 
     def _new_segment(self, start: int) -> _Segment:
-        seg = _Segment(os.path.join(self.dir, f"{start:020d}"), start, self.file_size)
+        """Raises OSError (ENOSPC on a full disk) before anything was written: the caller retries."""
+        seg = _Segment(os.path.join(self.dir, f"{start:020d}"), start, self.file_size, create=True)
         self.segments.append(seg)
         return seg
 
@@ -106,12 +165,16 @@ class TimerLog:
         seg = self._segment_for(pos) if self.segments else None
         if seg is None:
             seg = self._new_segment(pos - pos % self.file_size)
+        if not seg.reserved:
+            reserve_blocks(seg.fd, self.file_size)  # OSError (disk still full): nothing written
+            seg.reserved = True
         rel = pos - seg.start
         remaining = self.file_size - rel
         if UNIT_SIZE + BLANK_SIZE > remaining:
-            BLANK.pack_into(seg.mm, rel, remaining, 0, BLANK_MAGIC_CODE)
+            nxt = self._segment_for(seg.start + self.file_size) or self._new_segment(seg.start + self.file_size)
+            BLANK.pack_into(seg.mm, rel, remaining, 0, BLANK_MAGIC_CODE)  # only once the next file exists
             pos = seg.start + self.file_size
-            seg = self._new_segment(pos)
+            seg = nxt
             rel = 0
         UNIT.pack_into(seg.mm, rel, UNIT_SIZE, prev, magic, write_ms, delta, offset_py, size_py, topic_hash,
                        exact_ms)
@@ -299,11 +362,7 @@ class TimerLog:
             if seg.start + self.file_size <= self.write_pos:
                 keep.append(seg)
             elif seg.start <= self.write_pos:
-                rel = self.write_pos - seg.start
-                tail = seg.mm[rel:]
-                if tail.count(0) != len(tail):
-                    cut += len(tail) - tail.count(0)
-                    seg.mm[rel:] = bytes(len(tail))
+                cut += _zero_tail(seg, self.write_pos - seg.start, self.file_size)
                 keep.append(seg)
             else:
                 cut += self.file_size

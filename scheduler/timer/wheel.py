@@ -14,6 +14,8 @@ import mmap
 import os
 import struct
 
+from scheduler.timer.timerlog import reserve_blocks
+
 SLOT_SIZE = 32
 SLOT = struct.Struct(">qqqii")
 _NUM = struct.Struct(">i")
@@ -31,10 +33,11 @@ class TimerWheel:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             length = os.fstat(fd).st_size
-            if length == 0:
-                os.ftruncate(fd, self.size)
-            elif length != self.size:
+            if length not in (0, self.size):
                 raise RuntimeError(f"timerwheel {self.path} has {length} bytes, expected {self.size}")
+            # slots are written anywhere in the file: its blocks are reserved before it is mapped (a
+            # no-op for a file reserved before), so a full disk is an OSError here, never a SIGBUS
+            reserve_blocks(fd, self.size)
             self.mm = mmap.mmap(fd, self.size)
         finally:
             os.close(fd)

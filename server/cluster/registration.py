@@ -7,6 +7,8 @@ schedule, cluster-ha.md §1.7): with `namesrvAddr=a:p;b:p` the broker
   it first asks each name server QUERY_DATA_VERSION (322) and re-sends its topic table only if one of
   them has a different DataVersion (or fails to answer); the query alone keeps it alive there,
 - registers at once (coalesced) when its topic table changes (`topics_changed()`),
+- registers again at once when its connection to a name server closes (that name server has just
+  dropped it from the routes),
 - unregisters (UNREGISTER_BROKER 104) from every name server on shutdown.
 
 Each registration carries brokerId and haServerAddr; a slave's answers (its master's address and HA
@@ -36,6 +38,7 @@ from storage.supervisor import Supervisor
 log = structlog.get_logger(__name__)
 
 UNREGISTER_TIMEOUT_S = 3.0
+MIN_FORCED_GAP_S = 0.2  # change- and connection-triggered rounds: at most 5 a second, however many triggers
 
 
 @dataclass(slots=True)
@@ -66,6 +69,9 @@ class BrokerRegistrar:
         self.skipped = 0  # periodic rounds where every name server had our DataVersion
         self.failures = 0
         self.last_result: RegisterResult | None = None
+        self._watched: set[object] = set()  # name-server connections whose loss triggers a registration
+        self._stopping = False
+        self._last_forced = 0.0
 
     @property
     def period_s(self) -> float:
@@ -89,6 +95,7 @@ class BrokerRegistrar:
         self._changed.set()
 
     async def shutdown(self) -> None:
+        self._stopping = True
         if self._task is not None:
             await self._task.stop()
         await self.unregister_all()
@@ -103,7 +110,9 @@ class BrokerRegistrar:
             except TimeoutError:
                 pass
             if self._changed.is_set():
+                await asyncio.sleep(max(0.0, self._last_forced + MIN_FORCED_GAP_S - time.monotonic()))
                 self._changed.clear()
+                self._last_forced = time.monotonic()
                 await self.register_all(force=True)
                 continue
             next_round = time.monotonic() + self.period_s
@@ -153,6 +162,7 @@ class BrokerRegistrar:
             log.warning("broker.register_refused", namesrv=namesrv, code=resp.code, remark=resp.remark)
             return None
         self.registrations += 1
+        await self._watch(namesrv)
         fields = resp.ext_fields or {}
         result = RegisterResult(namesrv, fields.get("masterAddr") or None, fields.get("haServerAddr") or None)
         raw = bytes(resp.body) if not isinstance(resp.body, list) else b"".join(bytes(p) for p in resp.body)
@@ -164,6 +174,23 @@ class BrokerRegistrar:
         log.debug("broker.registered", namesrv=namesrv, master_addr=result.master_addr,
                   ha_server_addr=result.ha_server_addr)
         return result
+
+    async def _watch(self, namesrv: str) -> None:
+        """A name server drops a broker whose registration connection closes; when ours to `namesrv` closes
+        (the name server restarted, expired us, or the network cut it) register again at once rather than
+        at the next period. Not while shutting down; a name server that is down is retried by the period."""
+        conn = await self.client.connection(namesrv)
+        if conn in self._watched:
+            return
+        self._watched.add(conn)
+
+        def lost(_f, conn=conn) -> None:
+            self._watched.discard(conn)
+            if not self._stopping:
+                log.info("broker.namesrv_connection_lost", namesrv=namesrv)
+                self._changed.set()
+
+        conn.closed.add_done_callback(lost)
 
     async def _need_register(self, dv: DataVersion) -> bool:
         answers = await asyncio.gather(*(self._query_one(ns, dv) for ns in self.namesrvs))

@@ -51,7 +51,16 @@ class GrpcEndpoint:
                     key = f.read()
                 with open(cfg.tls_server_cert_path, "rb") as f:
                     cert = f.read()
-                self.port = self.server.add_secure_port(addr, grpc.ssl_server_credentials([(key, cert)]))
+                # client certificates as on the remoting port (tls.server.need.client.auth): gRPC
+                # requests one when given the CA bundle, and refuses the handshake without one on require
+                auth = cfg.tls_server_need_client_auth.strip().lower()
+                roots = None
+                if auth != "none":
+                    with open(cfg.tls_server_trust_cert_path, "rb") as f:
+                        roots = f.read()
+                creds = grpc.ssl_server_credentials([(key, cert)], root_certificates=roots,
+                                                    require_client_auth=auth == "require")
+                self.port = self.server.add_secure_port(addr, creds)
                 self.tls = True
             else:
                 self.port = self.server.add_insecure_port(addr)

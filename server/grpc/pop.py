@@ -9,6 +9,14 @@ first offset. The committed consumer offset follows the lowest offset still in f
 4.x tools see the group's progress. Long polling: a receive with nothing to hand out waits for a put
 to the topic (the store's dispatch listener), an in-flight message becoming visible, or its deadline.
 FIFO groups (`consumeMessageOrderly`) get nothing new from a queue while a delivery of it is in flight.
+
+A group with 4.x members too (push/pull consumers heartbeating over remoting): 5.x consumers are
+members of the group in the ClientManager (telemetry.py), so the 4.x clients' rebalance
+(AllocateMessageQueueAveragely over every member's client id and the topic's queues) hands some
+queues to 5.x ids. Pop then serves exactly those queues (`pop_share`), and the 4.x clients pull the
+rest: each queue has one consumer side, none is left to nobody, nothing is consumed twice. Exact when
+the 4.x clients use the default averaging strategy and the topic lives on this broker alone (with
+several brokers they allocate over all brokers' queues, which one broker does not see).
 """
 
 from __future__ import annotations
@@ -25,9 +33,24 @@ from codec.properties import MessageConst as K
 from codec.record import MessageRecord, decode_record
 from server.grpc.pop_store import Key, PopStore
 from server.grpc.status import Code, GrpcError
+from server.grpc.telemetry import TelemetryChannel
 from storage.store_types import GetStatus
 
 log = structlog.get_logger(__name__)
+
+
+def allocate_averagely(current_cid: str, queues: list[int], cids: list[str]) -> list[int]:
+    """RocketMQ's AllocateMessageQueueAveragely (the 4.x default) over one broker's queue ids: the
+    queues a 4.x client's rebalance gives `current_cid`. tests/grpc/test_mixed_group.py checks it
+    against client.rebalance.allocate_averagely (the client side's copy) case by case."""
+    mq_all, cid_all = sorted(queues), sorted(cids)
+    if current_cid not in cid_all or not mq_all:
+        return []
+    index, n, c = cid_all.index(current_cid), len(mq_all), len(cid_all)
+    mod = n % c
+    avg = 1 if n <= c else (n // c + 1 if mod > 0 and index < mod else n // c)
+    start = index * avg if (mod > 0 and index < mod) else index * avg + mod
+    return [mq_all[(start + i) % n] for i in range(max(min(avg, n - start), 0))]
 
 DLQ_PREFIX = "%DLQ%"
 _UNIT = struct.Struct(">qi")
@@ -147,18 +170,35 @@ class PopService:
             raise GrpcError(Code.FORBIDDEN, f"topic {topic} is not readable")
         return list(range(tcfg.read_queue_nums))
 
+    def pop_share(self, group: str, qids: list[int]) -> list[int]:
+        """The queues 5.x receives of `group` pop: all of them, unless 4.x consumers are members too;
+        then the queues the 4.x rebalance gives the 5.x members' client ids (module docstring)."""
+        info = self.broker.clients.consumer_group(group)
+        if info is None:
+            return qids
+        ids = {ch.client_id for ch in info.channels.values()}
+        pop_ids = {ch.client_id for conn, ch in info.channels.items() if isinstance(conn, TelemetryChannel)}
+        if pop_ids == ids:
+            return qids
+        # 4.x members: they own every queue not allocated to a registered 5.x member (a 5.x client
+        # that receives between two Telemetry streams gets nothing rather than their queues)
+        share: set[int] = set()
+        for cid in pop_ids:
+            share.update(allocate_averagely(cid, qids, sorted(ids)))
+        return [q for q in qids if q in share]
+
     async def receive(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
                       accept: TagFilter, deadline: float) -> list[Delivery]:
         """Up to `batch` deliveries; waits (long polling) until `deadline` (loop time) when there are none."""
         self.group_config(group)
-        qids = self.read_queue_ids(topic)
-        if queue_id >= 0:
-            if queue_id not in qids:
-                raise GrpcError(Code.BAD_REQUEST, f"topic {topic} has no readable queue {queue_id}")
-            qids = [queue_id]
+        readable = self.read_queue_ids(topic)
+        if queue_id >= 0 and queue_id not in readable:
+            raise GrpcError(Code.BAD_REQUEST, f"topic {topic} has no readable queue {queue_id}")
         fifo = self.is_fifo(group)
         loop = asyncio.get_running_loop()
         while True:
+            # the group's membership may change while this receive long-polls: its share is taken anew
+            qids = [q for q in self.pop_share(group, readable) if queue_id < 0 or q == queue_id]
             out: list[Delivery] = []
             self._rr += 1
             start = self._rr % len(qids) if qids else 0

@@ -3,23 +3,33 @@
 In: the client's Settings (answered with the server's: backoff policy, publishing max body size,
 subscription long-polling timeout / FIFO / batch size, request timeout, metrics off), and its answers
 to our commands (ThreadStackTrace, VerifyMessageResult: logged, and handed to whoever asked).
-Out: RecoverOrphanedTransactionCommand for a half message nobody ended. A producer session is
-registered with the broker's ClientManager as a producer of each topic it publishes (Apache's proxy
-uses the topic as the transactional producer group), through `TelemetryChannel`, which speaks the
-one method TransactionService needs (`invoke_oneway(CHECK_TRANSACTION_STATE)`) by turning it into
-that command. 5.x consumers are not registered there: they pop, and a 4.x group's rebalance must not
-hand them queues they never pull.
+Out: RecoverOrphanedTransactionCommand for a half message nobody ended; PrintThreadStackTraceCommand
+and VerifyMessageCommand, whose answers (matched by nonce) complete the remoting request that asked.
+A session is registered with the broker's ClientManager through `TelemetryChannel`, which speaks
+the remoting connection's two client-bound methods as Apache's proxy's GrpcClientChannel does:
+`invoke_oneway(CHECK_TRANSACTION_STATE)` becomes RecoverOrphanedTransactionCommand (a producer is
+registered as a producer of each topic it publishes: Apache's proxy uses the topic as the
+transactional producer group), and `invoke(GET_CONSUMER_RUNNING_INFO)` (mqadmin consumerStatus,
+relayed by the broker) becomes PrintThreadStackTraceCommand, `invoke(CONSUME_MESSAGE_DIRECTLY)`
+VerifyMessageCommand. A SimpleConsumer / PushConsumer session is a consumer of its group (consume
+type CONSUME_POP) with its subscriptions, so mqadmin and GET_CONSUMER_LIST_BY_GROUP see it; how a
+group mixing 4.x and 5.x consumers divides its queues is PopService's (`pop.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import structlog
 from google.protobuf.duration_pb2 import Duration
 
+from codec import fastjson
+from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.record import decode_record
+from codec.tags import java_hash
+from server.client_manager import SubscriptionData
 from server.grpc import convert
 from server.grpc.status import OK
 from server.grpc.v2 import definition_pb2 as pb
@@ -28,6 +38,12 @@ from server.grpc.v2 import service_pb2 as spb
 log = structlog.get_logger(__name__)
 
 CHECK_TRANSACTION_STATE = 39
+CONSUME_MESSAGE_DIRECTLY = 309
+GET_CONSUMER_RUNNING_INFO = 307
+SYSTEM_ERROR = 1
+CONSUME_POP = "CONSUME_POP"
+MAX_PENDING_ANSWERS = 256
+_nonces = itertools.count(1)
 REQUEST_TIMEOUT_S = 3
 DEFAULT_LONG_POLLING_S = 20
 RECEIVE_BATCH_SIZE = 32
@@ -53,6 +69,7 @@ class TelemetryChannel:
         self.settings: pb.Settings | None = None
         self.checks_sent = 0
         self.closed = False
+        self.pending: dict[str, asyncio.Future] = {}   # nonce -> the answer a remoting request awaits
 
     def invoke_oneway(self, cmd) -> None:
         if cmd.code != CHECK_TRANSACTION_STATE or self.closed:
@@ -73,8 +90,72 @@ class TelemetryChannel:
         except asyncio.QueueFull:
             log.warning("grpc.telemetry_queue_full", client_id=self.client_id)
 
+    def invoke(self, cmd, timeout: float = 3.0) -> asyncio.Future:
+        """A request to the client, as remoting's Connection.invoke: a future of the response command."""
+        return asyncio.ensure_future(self._invoke(cmd, timeout))
+
+    async def _invoke(self, cmd, timeout: float) -> RemotingCommand:
+        if cmd.code == GET_CONSUMER_RUNNING_INFO:
+            trace = await self.ask(lambda nonce: spb.TelemetryCommand(
+                print_thread_stack_trace_command=spb.PrintThreadStackTraceCommand(nonce=nonce)), timeout)
+            return cmd.response(body=fastjson.dumps(self.running_info(trace.thread_stack_trace.thread_stack_trace)))
+        if cmd.code == CONSUME_MESSAGE_DIRECTLY:
+            try:
+                rec = decode_record(bytes(cmd.body))[0]
+            except CodecError as e:
+                return cmd.response(code=SYSTEM_ERROR, remark=f"not a stored message: {e}")
+            msg = convert.to_proto(rec, rec.topic, self.store_host)
+            res = await self.ask(lambda nonce: spb.TelemetryCommand(
+                verify_message_command=spb.VerifyMessageCommand(nonce=nonce, message=msg)), timeout)
+            ok = res.status.code == pb.OK
+            body = {"order": False, "autoCommit": True, "consumeResult": "CR_SUCCESS" if ok else "CR_THROW_EXCEPTION",
+                    "remark": res.status.message or pb.Code.Name(res.status.code), "spentTimeMills": 0}
+            return cmd.response(body=fastjson.dumps(body))
+        return cmd.response(code=SYSTEM_ERROR, remark=f"request code {cmd.code} is not relayed to a gRPC client")
+
+    async def ask(self, make, timeout: float) -> spb.TelemetryCommand:
+        """Write the command `make(nonce)` on the stream and wait for the answer carrying that nonce."""
+        if self.closed:
+            raise ConnectionError(f"gRPC client {self.client_id} has no open Telemetry stream")
+        if len(self.pending) >= MAX_PENDING_ANSWERS:
+            raise ConnectionError(f"gRPC client {self.client_id} has {len(self.pending)} unanswered commands")
+        nonce = f"{next(_nonces):x}"
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[nonce] = fut
+        try:
+            self.out.put_nowait(make(nonce))
+            return await asyncio.wait_for(fut, timeout)
+        except asyncio.QueueFull:
+            raise ConnectionError(f"gRPC client {self.client_id}: telemetry queue full") from None
+        finally:
+            self.pending.pop(nonce, None)
+
+    def answered(self, nonce: str, cmd: spb.TelemetryCommand) -> bool:
+        fut = self.pending.get(nonce)
+        if fut is None or fut.done():
+            return False
+        fut.set_result(cmd)
+        return True
+
+    def running_info(self, jstack: str) -> dict:
+        """ConsumerRunningInfo as Apache's proxy answers for a gRPC consumer: properties, subscriptions, jstack."""
+        s = self.settings
+        subs = []
+        if s is not None and s.WhichOneof("pub_sub") == "subscription":
+            for e in s.subscription.subscriptions:
+                subs.append({"topic": e.topic.name, "subString": e.expression.expression or "*",
+                             "expressionType": "SQL92" if e.expression.type == pb.SQL else "TAG",
+                             "classFilterMode": False, "subVersion": 0, "tagsSet": [], "codeSet": []})
+        props = {"PROP_CONSUME_TYPE": CONSUME_POP, "PROP_CLIENT_VERSION": "V5",
+                 "PROP_CONSUMER_START_TIMESTAMP": "0", "clientId": self.client_id, "language": "GRPC",
+                 "clientType": pb.ClientType.Name(s.client_type) if s is not None else "CLIENT_TYPE_UNSPECIFIED"}
+        return {"properties": props, "subscriptionSet": subs, "mqTable": {}, "statusTable": {}, "jstack": jstack}
+
     def close(self) -> None:
         if not self.closed:
+            for fut in self.pending.values():
+                if not fut.done():
+                    fut.set_exception(ConnectionError(f"gRPC client {self.client_id}: Telemetry stream closed"))
             self.closed = True
             try:
                 self.out.put_nowait(None)
@@ -163,11 +244,15 @@ class TelemetryService:
                     reply = spb.TelemetryCommand(status=OK, settings=self.server_settings(cmd.settings, fifo_of))
                     await chan.out.put(reply)
                 elif kind == "thread_stack_trace":
-                    log.info("grpc.client_thread_stack", client_id=chan.client_id, nonce=cmd.thread_stack_trace.nonce,
-                             chars=len(cmd.thread_stack_trace.thread_stack_trace))
-                elif kind == "verify_message_result":
-                    log.info("grpc.client_verify_result", client_id=chan.client_id,
-                             nonce=cmd.verify_message_result.nonce, status=cmd.status.code)
+                    nonce = cmd.thread_stack_trace.nonce
+                    log.info("grpc.client_thread_stack", client_id=chan.client_id, nonce=nonce,
+                             chars=len(cmd.thread_stack_trace.thread_stack_trace), awaited=chan.answered(nonce, cmd))
+                elif kind in ("verify_message_result", "verify_message_command"):
+                    # rocketmq-client-nodejs 1.0.8 answers with a VerifyMessageCommand carrying the nonce
+                    # (and NOT_IMPLEMENTED); the Java client with a VerifyMessageResult
+                    nonce = getattr(cmd, kind).nonce
+                    log.info("grpc.client_verify_result", client_id=chan.client_id, nonce=nonce,
+                             status=cmd.status.code, awaited=chan.answered(nonce, cmd))
                 else:
                     log.debug("grpc.telemetry_ignored", client_id=chan.client_id, command=kind)
         except asyncio.CancelledError:
@@ -178,9 +263,24 @@ class TelemetryService:
             chan.close()
 
     def _register(self, chan: TelemetryChannel, settings: pb.Settings, language: str) -> None:
-        if settings.WhichOneof("pub_sub") == "publishing":
+        kind = settings.WhichOneof("pub_sub")
+        if kind == "publishing":
             for topic in settings.publishing.topics:
                 self.broker.clients.register_producer(topic.name, chan, chan.client_id, language)
+        elif kind == "subscription" and settings.subscription.group.name:
+            group = settings.subscription.group.name
+            mine = {e.topic.name: subscription_data(e) for e in settings.subscription.subscriptions}
+            # in a group with 4.x members, keep what their heartbeats registered (e.g. %RETRY%<group>,
+            # the consume type): a registration replaces the group's subscription table
+            info = self.broker.clients.consumer_group(group)
+            others = info is not None and any(c is not chan for c in info.channels)
+            keep = [sub for topic, sub in info.subscriptions.items() if topic not in mine] if others else []
+            self.broker.clients.register_consumer(
+                group, chan, chan.client_id, language or "OTHER",
+                consume_type=info.consume_type if others else CONSUME_POP,
+                message_model=info.message_model if others else "CLUSTERING",
+                consume_from_where=info.consume_from_where if others else "CONSUME_FROM_LAST_OFFSET",
+                subscriptions=keep + list(mine.values()))
 
     def refresh(self, client_id: str) -> None:
         """A Heartbeat: keep the client's producer registrations alive."""
@@ -188,10 +288,12 @@ class TelemetryService:
         if chan is not None and chan.settings is not None:
             self._register(chan, chan.settings, "")
 
-    def print_thread_stack(self, client_id: str, nonce: str) -> bool:
-        chan = self.sessions.get(client_id)
-        if chan is None:
-            return False
-        cmd = spb.TelemetryCommand(print_thread_stack_trace_command=spb.PrintThreadStackTraceCommand(nonce=nonce))
-        chan.out.put_nowait(cmd)
-        return True
+
+
+def subscription_data(e: pb.SubscriptionEntry) -> SubscriptionData:
+    """A 5.x subscription entry as the ClientManager keeps a 4.x one (tags and their hash codes)."""
+    expr = e.expression.expression or "*"
+    if e.expression.type == pb.SQL:
+        return SubscriptionData(e.topic.name, expr, expression_type="SQL92")
+    tags = () if expr.strip() in ("", "*") else tuple(t.strip() for t in expr.split("||") if t.strip())
+    return SubscriptionData(e.topic.name, expr, tags, frozenset(java_hash(t) for t in tags))

@@ -15,7 +15,7 @@ import msgpack
 import structlog
 
 from scheduler.events import EVENT_FIELDS
-from server.observability.registry import Registry
+from server.observability.registry import SLICE, Registry, collect_sliced
 
 log = structlog.get_logger(__name__)
 
@@ -114,25 +114,44 @@ class MetricsExporter:
         self._task = None  # storage.supervisor.SupervisedTask
 
     def export_once(self) -> int:
+        """Every sample now, in one go (shutdown, tests)."""
         ts = int(self.clock() * 1000)
         n = 0
         for s in self.registry.collect():
-            rec = {"v": 1, "ts": ts, "name": s.name, "type": s.type, "labels": s.labels, "value": s.value}
-            if s.type == "histogram":
-                rec["buckets"] = [[b if b != float("inf") else 1e308, c] for b, c in s.buckets or []]
-                rec["sum"] = s.sum
-                rec["count"] = s.count
-            self.writer.write(rec)
+            self._write(ts, s)
             n += 1
+        self._flush()
+        return n
+
+    async def export_sliced(self) -> int:
+        """`export_once` yielding to the loop every SLICE samples (the periodic export: 10,000 groups'
+        lag samples are ~50 ms of work, which must not stall the loop in one piece)."""
+        ts = int(self.clock() * 1000)
+        samples = await collect_sliced(self.registry)
+        for i, s in enumerate(samples, 1):
+            self._write(ts, s)
+            if i % SLICE == 0:
+                await asyncio.sleep(0)
+        self._flush()
+        return len(samples)
+
+    def _write(self, ts: int, s) -> None:
+        rec = {"v": 1, "ts": ts, "name": s.name, "type": s.type, "labels": s.labels, "value": s.value}
+        if s.type == "histogram":
+            rec["buckets"] = [[b if b != float("inf") else 1e308, c] for b, c in s.buckets or []]
+            rec["sum"] = s.sum
+            rec["count"] = s.count
+        self.writer.write(rec)
+
+    def _flush(self) -> None:
         self.writer.flush()
         for w in self.also_flush:
             w.flush()
-        return n
 
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
-            self.export_once()  # an error: logged, counted, backed off and restarted by the supervisor
+            await self.export_sliced()  # an error: logged, counted, backed off and restarted by the supervisor
 
     def start(self, supervisor) -> None:
         """Run the export loop under `supervisor` (storage.supervisor.Supervisor)."""
@@ -184,7 +203,7 @@ class TraceWriter:
         self.writer.write([3, event, c.kind, c.level, c.msg_id_prefix, c.topics, c.offsets, c.uniq_keys,
                            c.born_ts, c.store_ts, c.due_ts, c.delivered_ts])
 
-    def many(self, event: str, rows: list[tuple]) -> None:
+    def many(self, event: str, rows: list[tuple]) -> None:  # scheduler.events.EventListener
         """A batch of events, each row in scheduler.events.EVENT_FIELDS order (== FIELDS), packed in
         one call; a missing value (None) is written as its field's zero value."""
         if event not in self.EVENTS:

@@ -7,11 +7,11 @@ request size, so it adds no dependency and cannot be used to hold broker memory.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import structlog
 
-from server.observability.registry import Registry, render_prometheus
+from server.observability.registry import Registry, collect_sliced, render_prometheus_sliced
 
 log = structlog.get_logger(__name__)
 
@@ -20,10 +20,11 @@ MAX_REQUEST_HEAD = 8192
 
 class MetricsHttpServer:
     def __init__(self, registry: Registry, host: str = "127.0.0.1", port: int = 0,
-                 render: Callable[[], str] | None = None) -> None:
-        """`render()` makes the page (the broker's RocketMQ-named families); default: the registry as is."""
+                 render: Callable[[], Awaitable[str]] | None = None) -> None:
+        """`await render()` makes the page (the broker's RocketMQ-named families, prometheus.page_sliced);
+        default: the registry as is. Both collect and render in slices with yields to the loop between."""
         self.registry = registry
-        self.render = render or (lambda: render_prometheus(self.registry.collect()))
+        self.render = render
         self.host = host
         self.port = port
         self._server: asyncio.base_events.Server | None = None
@@ -40,7 +41,9 @@ class MetricsHttpServer:
             parts = head.split(b"\r\n", 1)[0].split()
             method, path = (parts[0], parts[1]) if len(parts) >= 2 else (b"", b"")
             if method == b"GET" and path.split(b"?")[0] in (b"/metrics", b"/"):
-                body = self.render().encode()
+                page = await self.render() if self.render is not None else \
+                    await render_prometheus_sliced(await collect_sliced(self.registry))
+                body = page.encode()
                 status, ctype = b"200 OK", b"text/plain; version=0.0.4; charset=utf-8"
             else:
                 body, status, ctype = b"not found\n", b"404 Not Found", b"text/plain"

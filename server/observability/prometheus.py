@@ -11,6 +11,7 @@ clean on this page (tests/observability/test_promtool.py). The msgpack exports k
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import resource
@@ -23,11 +24,23 @@ from server.observability.registry import Histogram, Sample, _fmt_labels, _fmt_n
 # RPC latency buckets, seconds
 RPC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                  10.0, 30.0)
-# delaymq_* names the registry holds that this page re-expresses under RocketMQ's names (or leaves to the
-# msgpack export only: pre-computed rates and _ms histograms have no place on a Prometheus page)
-_TRANSLATED_PREFIXES = ("delaymq_put_", "delaymq_pull_", "delaymq_schedule_", "delaymq_timer_", "delaymq_consumer_lag")
-# ... except these, which have no RocketMQ counterpart and are published as they are
-_KEPT = frozenset({"delaymq_schedule_quarantined_total"})
+# delaymq_* names the registry holds that this page re-expresses under RocketMQ's names, or leaves to the
+# msgpack export only (pre-computed rates and _ms histograms have no place on a Prometheus page)
+_TRANSLATED = frozenset({
+    "delaymq_put_messages_total", "delaymq_put_bytes_total", "delaymq_pull_messages_total", "delaymq_consumer_lag",
+    "delaymq_schedule_pending", "delaymq_schedule_delivered_total", "delaymq_schedule_next_due_ms",
+    "delaymq_schedule_deliver_rate", "delaymq_schedule_lateness_ms", "delaymq_schedule_delay_seconds",
+    "delaymq_timer_pending", "delaymq_timer_enqueue_total", "delaymq_timer_dequeue_total", "delaymq_timer_enqueue_rate",
+    "delaymq_timer_dequeue_rate", "delaymq_timer_enqueue_lag", "delaymq_timer_dequeue_lag_ms",
+    "delaymq_timer_next_due_slot_ms", "delaymq_timer_lateness_ms",
+})
+
+
+def _clean(s: Sample) -> bool:
+    """A registry sample Prometheus' linter accepts: counters end in _total, nothing is a rate or in ms."""
+    if s.type == "counter":
+        return s.name.endswith("_total")
+    return not s.name.endswith(("_rate", "_ms"))
 
 
 @dataclass(slots=True)
@@ -89,7 +102,38 @@ def _process_families() -> list[Family]:
     return fams
 
 
-def collect(broker) -> list[Family]:
+def lag_pairs(broker, keys: Iterable[str] | None = None) -> list[tuple[str, str, int]]:
+    """(topic, group, lag) of each topic@group of `keys` (default: all, in name order)."""
+    table = broker.offsets.table
+    max_offset = broker.store.max_offset
+    out = []
+    for key in sorted(table) if keys is None else keys:
+        queues = table.get(key)
+        if queues is None:
+            continue
+        topic, _, group = key.partition("@")
+        out.append((topic, group, sum(max(0, max_offset(topic, int(q)) - int(o)) for q, o in list(queues.items()))))
+    return out
+
+
+async def lag_pairs_sliced(broker, slice_n: int = 1000) -> list[tuple[str, str, int]]:
+    """`lag_pairs` yielding to the loop every `slice_n` keys (10,000 groups: ~40 ms in one piece)."""
+    keys = sorted(broker.offsets.table)
+    out: list[tuple[str, str, int]] = []
+    for i in range(0, len(keys), slice_n):
+        if i:
+            await asyncio.sleep(0)
+        out.extend(lag_pairs(broker, keys[i:i + slice_n]))
+    return out
+
+
+async def page_sliced(broker, slice_n: int = 500) -> str:
+    """The /metrics page without a long stall: lags and rendering in slices with yields between."""
+    return await render_sliced(collect(broker, await lag_pairs_sliced(broker)), slice_n)
+
+
+def collect(broker, lags: list[tuple[str, str, int]] | None = None) -> list[Family]:
+    """Every family; `lags` as `lag_pairs` gives them (computed here when not given)."""
     cfg = broker.config
     base = {"cluster": cfg.broker_cluster_name, "node_type": "broker", "node_id": cfg.broker_name}
 
@@ -113,12 +157,9 @@ def collect(broker) -> list[Family]:
         [(L(), sum(len(ch) for ch in clients.producers.values()))])
     fam("rocketmq_consumer_connections", "gauge", "Consumer connections, by consumer group.",
         ((L(consumer_group=g), len(info.channels)) for g, info in sorted(clients.consumers.items())))
-    lags = []
-    for key, queues in sorted(broker.offsets.table.items()):
-        topic, _, group = key.partition("@")
-        lag = sum(max(0, broker.store.max_offset(topic, int(q)) - int(o)) for q, o in queues.items())
-        lags.append((L(topic=topic, consumer_group=group), lag))
-    fam("rocketmq_consumer_lag_messages", "gauge", "Messages stored but not yet committed by the group.", lags)
+    fam("rocketmq_consumer_lag_messages", "gauge", "Messages stored but not yet committed by the group.",
+        ((L(topic=topic, consumer_group=group), lag)
+         for topic, group, lag in (lag_pairs(broker) if lags is None else lags)))
     fam("rocketmq_topic_number", "gauge", "Topics on this broker.", [(L(), len(broker.topics.topics))])
     fam("rocketmq_consumer_group_number", "gauge", "Consumer groups with committed offsets or online consumers.",
         [(L(), len({k.partition("@")[2] for k in broker.offsets.table} | set(clients.consumers)))])
@@ -192,28 +233,38 @@ def collect(broker) -> list[Family]:
             [(L(), info["transactionRolledBack"])])
         fam("rocketmq_transaction_checks_total", "counter", "CHECK_TRANSACTION_STATE requests sent to producers.",
             [(L(), info["transactionChecksSent"])])
-    fams.extend(_registry_families(broker.metrics, base))
+    fams.extend(_registry_families(broker.metrics))
     fams.extend(_process_families())
     return fams
 
 
-def _registry_families(registry, base: dict[str, str]) -> list[Family]:
-    """The registry's other metrics (task failures, ...), with the node labels; names that are not
-    Prometheus-clean (a counter without _total) are left out rather than published wrong."""
+def _registry_families(registry) -> list[Family]:
+    """The registry's other delaymq_* metrics (task restarts, quarantined records, ...) as they are; names
+    that are not Prometheus-clean (a counter without _total, a rate, an _ms) are left out rather than
+    published wrong."""
     by_name: dict[str, Family] = {}
     for s in registry.collect():
-        if (s.name.startswith(_TRANSLATED_PREFIXES) and s.name not in _KEPT) \
-                or (s.type == "counter" and not s.name.endswith("_total")):
+        if s.name in _TRANSLATED or not _clean(s):
             continue
         f = by_name.get(s.name)
         if f is None:
             f = by_name[s.name] = Family(s.name, s.type, registry.help_of(s.name) or s.name.replace("_", " "))
-        f.samples.append(Sample(s.name, s.type, {**base, **s.labels}, s.value, s.buckets, s.sum, s.count))
+        f.samples.append(s)
     return list(by_name.values())
 
 
 def _esc_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _sample_lines(lines: list[str], f: Family, s: Sample) -> None:
+    if f.type == "histogram":
+        for bound, acc in s.buckets or []:
+            lines.append(f"{f.name}_bucket{_fmt_labels(s.labels, ('le', _fmt_num(bound)))} {acc}")
+        lines.append(f"{f.name}_sum{_fmt_labels(s.labels)} {_fmt_num(s.sum)}")
+        lines.append(f"{f.name}_count{_fmt_labels(s.labels)} {s.count}")
+    else:
+        lines.append(f"{f.name}{_fmt_labels(s.labels)} {_fmt_num(s.value)}")
 
 
 def render(families: Iterable[Family]) -> str:
@@ -224,11 +275,22 @@ def render(families: Iterable[Family]) -> str:
         lines.append(f"# HELP {f.name} {_esc_help(f.help)}")
         lines.append(f"# TYPE {f.name} {f.type}")
         for s in f.samples:
-            if f.type == "histogram":
-                for bound, acc in s.buckets or []:
-                    lines.append(f"{f.name}_bucket{_fmt_labels(s.labels, ('le', _fmt_num(bound)))} {acc}")
-                lines.append(f"{f.name}_sum{_fmt_labels(s.labels)} {_fmt_num(s.sum)}")
-                lines.append(f"{f.name}_count{_fmt_labels(s.labels)} {s.count}")
-            else:
-                lines.append(f"{f.name}{_fmt_labels(s.labels)} {_fmt_num(s.value)}")
+            _sample_lines(lines, f, s)
+    return "\n".join(lines) + "\n"
+
+
+async def render_sliced(families: Iterable[Family], slice_n: int = 500) -> str:
+    """`render` (the same text) yielding to the loop every `slice_n` samples."""
+    lines: list[str] = []
+    done = 0
+    for f in families:
+        if not f.samples:
+            continue
+        lines.append(f"# HELP {f.name} {_esc_help(f.help)}")
+        lines.append(f"# TYPE {f.name} {f.type}")
+        for s in f.samples:
+            _sample_lines(lines, f, s)
+            done += 1
+            if done % slice_n == 0:
+                await asyncio.sleep(0)
     return "\n".join(lines) + "\n"

@@ -7,12 +7,14 @@ callback so components expose live state (pending messages, lag) without pushing
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 Labels = tuple[tuple[str, str], ...]
+SLICE = 500  # samples (or rendered samples) between two yields to the loop in the *_sliced helpers
 
 DEFAULT_LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
 
@@ -122,6 +124,10 @@ class Registry:
     def help_of(self, name: str) -> str:
         return self._help.get(name, "")
 
+    def describe(self, name: str, help: str) -> None:
+        """HELP text of a family a collector provides (the registry does not hold its samples)."""
+        self._help[name] = help
+
     def add_collector(self, fn: Callable[[], Iterable[Sample]]) -> None:
         """A callback producing samples at collection time (for components that keep their own stats)."""
         self._collectors.append(fn)
@@ -143,6 +149,45 @@ class Registry:
                 yield from fn()
             except Exception:
                 continue
+
+
+async def collect_sliced(registry: Registry, slice_n: int = SLICE) -> list[Sample]:
+    """`registry.collect()` as a list, yielding to the event loop every `slice_n` samples (10,000 groups'
+    lag samples must not stall the loop; collectors iterate snapshots, so a yield mid-way is safe)."""
+    out: list[Sample] = []
+    for i, s in enumerate(registry.collect(), 1):
+        out.append(s)
+        if i % slice_n == 0:
+            await asyncio.sleep(0)
+    return out
+
+
+async def render_prometheus_sliced(samples: list[Sample], slice_n: int = SLICE) -> str:
+    """`render_prometheus` yielding to the loop every `slice_n` samples (same text)."""
+    by_name: dict[str, list[Sample]] = {}
+    for s in samples:
+        by_name.setdefault(s.name, []).append(s)
+    lines: list[str] = []
+    done = 0
+    for name in sorted(by_name):
+        group = by_name[name]
+        lines.append(f"# TYPE {name} {group[0].type}")
+        for s in group:
+            _render_sample(lines, name, s)
+            done += 1
+            if done % slice_n == 0:
+                await asyncio.sleep(0)
+    return "\n".join(lines) + "\n"
+
+
+def _render_sample(lines: list[str], name: str, s: Sample) -> None:
+    if s.type == "histogram":
+        for bound, acc in s.buckets or []:
+            lines.append(f"{name}_bucket{_fmt_labels(s.labels, ('le', _fmt_num(bound)))} {acc}")
+        lines.append(f"{name}_sum{_fmt_labels(s.labels)} {_fmt_num(s.sum)}")
+        lines.append(f"{name}_count{_fmt_labels(s.labels)} {s.count}")
+    else:
+        lines.append(f"{name}{_fmt_labels(s.labels)} {_fmt_num(s.value)}")
 
 
 def _fmt_labels(labels: dict[str, str], extra: tuple[str, str] | None = None) -> str:
@@ -169,11 +214,5 @@ def render_prometheus(samples: Iterable[Sample]) -> str:
         group = by_name[name]
         lines.append(f"# TYPE {name} {group[0].type}")
         for s in group:
-            if s.type == "histogram":
-                for bound, acc in s.buckets or []:
-                    lines.append(f"{name}_bucket{_fmt_labels(s.labels, ('le', _fmt_num(bound)))} {acc}")
-                lines.append(f"{name}_sum{_fmt_labels(s.labels)} {_fmt_num(s.sum)}")
-                lines.append(f"{name}_count{_fmt_labels(s.labels)} {s.count}")
-            else:
-                lines.append(f"{name}{_fmt_labels(s.labels)} {_fmt_num(s.value)}")
+            _render_sample(lines, name, s)
     return "\n".join(lines) + "\n"

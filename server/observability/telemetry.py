@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import structlog
 
@@ -84,15 +85,20 @@ def _quarantine_samples(*services) -> list[Sample]:
             for stage, n in sorted(per.items())]
 
 
-def _lag_samples(broker) -> list[Sample]:
-    out: list[Sample] = []
-    for key, queues in list(broker.offsets.table.items()):
+def _lag_samples(broker) -> Iterator[Sample]:
+    """One lag sample per topic@group, lazily: the sliced exporters yield to the loop between samples, so
+    this walks a snapshot of the keys and reads each key's queues when it gets there."""
+    table = broker.offsets.table
+    max_offset = broker.store.max_offset
+    for key in list(table):
+        queues = table.get(key)
+        if queues is None:
+            continue
         topic, _, group = key.partition("@")
         lag = 0
-        for qid, off in queues.items():
-            lag += max(0, broker.store.max_offset(topic, int(qid)) - int(off))
-        out.append(Sample("delaymq_consumer_lag", "gauge", {"group": group, "topic": topic}, float(lag)))
-    return out
+        for qid, off in list(queues.items()):
+            lag += max(0, max_offset(topic, int(qid)) - int(off))
+        yield Sample("delaymq_consumer_lag", "gauge", {"group": group, "topic": topic}, float(lag))
 
 
 class TraceTopicExporter:
@@ -146,6 +152,10 @@ class Telemetry:
             reg.add_collector(lambda: _timer_samples(b.timer_service))
             b.timer_service.add_listener(self.trace)
         reg.add_collector(lambda: _lag_samples(b))
+        reg.describe("delaymq_task_restarts_total",
+                     "Failures of background tasks (each logged, backed off and restarted), by task.")
+        reg.describe("delaymq_schedule_quarantined_total",
+                     "Scheduled records set aside in rmq_sys_SCHEDULE_QUARANTINE, by stage.")
         reg.add_collector(lambda: _supervisor_samples(b.store.supervisor))
         reg.add_collector(lambda: _quarantine_samples(b.delay_service, b.timer_service))
         b.store.add_dispatch_listener(TraceTopicExporter(b.store, self.rmq_trace_writer).on_dispatch)

@@ -3,6 +3,7 @@
 UPDATE_BROKER_CONFIG (25), GET_PRODUCER_CONNECTION_LIST (204), DELETE_TOPIC_IN_BROKER (215),
 DELETE_TOPIC_IN_NAMESRV (216), INVOKE_BROKER_TO_RESET_OFFSET (222, pushes RESET_CONSUMER_CLIENT_OFFSET
 220 to the group's online consumers), GET_CONSUMER_RUNNING_INFO (307, relayed to the client),
+CONSUME_MESSAGE_DIRECTLY (309, the stored message relayed to the client),
 VIEW_BROKER_STATS_DATA (315), GET_BROKER_CONSUME_STATS (317), GET_NAMESRV_CONFIG (319),
 QUERY_CONSUME_QUEUE (321). Bodies: codec.admin_bodies.
 """
@@ -19,6 +20,8 @@ from codec.bodies import MessageQueue
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode as RS
 from codec.command import RemotingCommand
+from codec.errors import CodecError
+from codec.msgid import decode_offset_msg_id
 from remoting.errors import RemotingError
 from server.config import parse_properties
 from server.headers import BOOL, INT, LONG, STR, HeaderSpec
@@ -34,6 +37,8 @@ DELETE_TOPIC = HeaderSpec(("topic", STR, True), ("clusterName", STR, False))
 RESET_OFFSET = HeaderSpec(("topic", STR, True), ("group", STR, True), ("timestamp", LONG, True),
                           ("isForce", BOOL, False))
 RUNNING_INFO = HeaderSpec(("consumerGroup", STR, True), ("clientId", STR, True), ("jstackEnable", BOOL, False))
+CONSUME_DIRECTLY = HeaderSpec(("consumerGroup", STR, True), ("clientId", STR, True), ("msgId", STR, True),
+                              ("brokerName", STR, False))
 STATS_DATA = HeaderSpec(("statsName", STR, True), ("statsKey", STR, True))
 BROKER_CONSUME = HeaderSpec(("isOrder", BOOL, False))
 QUERY_CQ = HeaderSpec(("topic", STR, True), ("queueId", INT, True), ("index", LONG, True), ("count", INT, True),
@@ -157,24 +162,41 @@ def register(server, broker) -> None:
                  consumers=len(info.channels), remote=f"{ip}:{port}")
         return ok(cmd, body=java_body)
 
-    @guarded
-    async def consumer_running_info(conn, cmd):
-        h = RUNNING_INFO.parse(cmd.ext_fields)
-        info = broker.clients.consumer_group(h.consumerGroup)
-        ch = next((c for c in (info.channels.values() if info else ()) if c.client_id == h.clientId), None)
+    async def relay_to_consumer(cmd, group: str, client_id: str, relay: RemotingCommand):
+        """Relay a request to one online consumer (a remoting connection, or a gRPC client's
+        TelemetryChannel) and answer with its response."""
+        info = broker.clients.consumer_group(group)
+        ch = next((c for c in (info.channels.values() if info else ()) if c.client_id == client_id), None)
         if ch is None:
-            return error(cmd, RS.SYSTEM_ERROR, f"The Consumer <{h.consumerGroup}> <{h.clientId}> not online")
-        relay = RemotingCommand.request(int(RC.GET_CONSUMER_RUNNING_INFO), dict(cmd.ext_fields or {}),
-                                        cmd.body or b"")
+            return error(cmd, RS.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
         try:
             answer = await ch.conn.invoke(relay, RELAY_TIMEOUT_S)
         except TimeoutError as e:
-            return error(cmd, RS.CONSUME_MSG_TIMEOUT, f"consumer <{h.consumerGroup}> <{h.clientId}> Timeout: {e}")
+            return error(cmd, RS.CONSUME_MSG_TIMEOUT, f"consumer <{group}> <{client_id}> Timeout: {e}")
         except (RemotingError, OSError) as e:
-            return error(cmd, RS.SYSTEM_ERROR,
-                         f"invoke consumer <{h.consumerGroup}> <{h.clientId}> Exception: {e!r}")
+            return error(cmd, RS.SYSTEM_ERROR, f"invoke consumer <{group}> <{client_id}> Exception: {e!r}")
         return cmd.response(code=answer.code, remark=answer.remark, ext_fields=dict(answer.ext_fields or {}),
                             body=answer.body)
+
+    @guarded
+    async def consumer_running_info(conn, cmd):
+        h = RUNNING_INFO.parse(cmd.ext_fields)
+        relay = RemotingCommand.request(int(RC.GET_CONSUMER_RUNNING_INFO), dict(cmd.ext_fields or {}),
+                                        cmd.body or b"")
+        return await relay_to_consumer(cmd, h.consumerGroup, h.clientId, relay)
+
+    @guarded
+    async def consume_message_directly(conn, cmd):
+        h = CONSUME_DIRECTLY.parse(cmd.ext_fields)
+        try:
+            offset = decode_offset_msg_id(h.msgId)[2]
+            rec = store.read_record(offset)
+        except (CodecError, ValueError, IndexError, OSError):
+            rec = None
+        if not rec:
+            return error(cmd, RS.SYSTEM_ERROR, f"can not find message by the msgId {h.msgId}")
+        relay = RemotingCommand.request(int(RC.CONSUME_MESSAGE_DIRECTLY), dict(cmd.ext_fields or {}), bytes(rec))
+        return await relay_to_consumer(cmd, h.consumerGroup, h.clientId, relay)
 
     @guarded
     def stats_data(conn, cmd):
@@ -238,6 +260,7 @@ def register(server, broker) -> None:
                      (RC.DELETE_TOPIC_IN_BROKER, delete_topic), (RC.DELETE_TOPIC_IN_NAMESRV, delete_topic_in_namesrv),
                      (RC.INVOKE_BROKER_TO_RESET_OFFSET, reset_offset),
                      (RC.GET_CONSUMER_RUNNING_INFO, consumer_running_info),
+                     (RC.CONSUME_MESSAGE_DIRECTLY, consume_message_directly),
                      (RC.VIEW_BROKER_STATS_DATA, stats_data), (RC.GET_BROKER_CONSUME_STATS, broker_consume_stats),
                      (RC.GET_NAMESRV_CONFIG, namesrv_config), (RC.QUERY_CONSUME_QUEUE, query_consume_queue)):
         server.register(int(code), fn)

@@ -1,7 +1,7 @@
 """Operator requests (what mqadmin and the dashboard send; AdminBrokerProcessor in RocketMQ):
 GET_ALL_TOPIC_CONFIG (21), GET_BROKER_CONFIG (26), GET_ALL_CONSUMER_OFFSET (43), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200),
 GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), GET_TOPIC_STATS_INFO (202), GET_CONSUMER_CONNECTION_LIST
-(203), DELETE_SUBSCRIPTIONGROUP (207), GET_CONSUME_STATS (208), GET_TOPICS_BY_CLUSTER (224),
+(203), DELETE_SUBSCRIPTIONGROUP (207), GET_CONSUME_STATS (208),
 QUERY_TOPIC_CONSUME_BY_WHO (300). Bodies: codec.admin_bodies.
 """
 
@@ -12,7 +12,7 @@ import struct
 import structlog
 
 from codec import admin_bodies as AB
-from codec.bodies import MessageQueue, SubscriptionData, encode_topic_list
+from codec.bodies import MessageQueue, SubscriptionData
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode as RS
 from codec.errors import CodecError
@@ -28,7 +28,6 @@ TOPIC = HeaderSpec(("topic", STR, True))
 CONSUME_STATS = HeaderSpec(("consumerGroup", STR, True), ("topic", STR, False))
 CONSUMER_GROUP = HeaderSpec(("consumerGroup", STR, True))
 DELETE_GROUP = HeaderSpec(("groupName", STR, True), ("cleanOffset", BOOL, False))
-CLUSTER = HeaderSpec(("cluster", STR, True))
 
 _UNIT = struct.Struct(">qi")  # ConsumeQueue unit head: CommitLog offset, size
 
@@ -147,19 +146,11 @@ def register(server, broker) -> None:
         log.info("admin.subscription_group_deleted", group=h.groupName, clean_offset=bool(h.cleanOffset))
         return committed(broker, cmd)
 
-    @guarded
-    async def topics_by_cluster(conn, cmd):
-        h = CLUSTER.parse(cmd.ext_fields)
-        if h.cluster != cfg.broker_cluster_name:
-            return ok(cmd, body=encode_topic_list([]))
-        return ok(cmd, body=await broker.topics.table.topic_list_body())
-
     for code, fn in ((RC.GET_ALL_TOPIC_CONFIG, all_topic_config), (RC.GET_BROKER_CONFIG, broker_config),
                      (RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, update_subscription_group),
                      (RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, all_subscription_groups),
                      (RC.GET_ALL_CONSUMER_OFFSET, all_consumer_offsets),
                      (RC.GET_TOPIC_STATS_INFO, topic_stats), (RC.GET_CONSUMER_CONNECTION_LIST, consumer_connections),
                      (RC.DELETE_SUBSCRIPTIONGROUP, delete_subscription_group), (RC.GET_CONSUME_STATS, consume_stats),
-                     (RC.GET_TOPICS_BY_CLUSTER, topics_by_cluster),
                      (RC.QUERY_TOPIC_CONSUME_BY_WHO, topic_consumed_by)):
         server.register(int(code), fn)

@@ -11,6 +11,7 @@ with PERM_INHERIT while autoCreateTopicEnable, and the send auto-creates the top
 from __future__ import annotations
 
 from codec.bodies import BrokerData, QueueData, TopicRouteData
+from codec.namesrv_bodies import encode_topic_list
 from server.cluster.namesrv.processor import register_route_queries
 from server.topics import advertised_perm
 
@@ -38,11 +39,14 @@ class LocalRoutes:
         cfg = self.broker.config
         return [self._broker_data()], {cfg.broker_cluster_name: [cfg.broker_name]}
 
-    def all_topics(self) -> list[str]:
-        return self.broker.topics.names()
+    async def all_topics_body(self) -> bytes:
+        # remembered per data version, built off the loop when large (100,000 topics: no sort, no re-encode)
+        return await self.broker.topics.table.topic_list_body()
 
-    def topics_by_cluster(self, cluster: str) -> list[str]:
-        return self.broker.topics.names() if cluster == self.broker.config.broker_cluster_name else []
+    async def topics_by_cluster_body(self, cluster: str) -> bytes:
+        if cluster != self.broker.config.broker_cluster_name:
+            return encode_topic_list([])
+        return await self.broker.topics.table.topic_list_body()
 
     def system_topic_list(self) -> tuple[list[str], str | None]:
         cfg = self.broker.config

@@ -44,6 +44,7 @@ from server.processors.send_common import (
     fail,
     int_or_zero,
     ok,
+    put_fail_remark,
 )
 from server.processors.send_run import SendRunMixin
 from server.topics import DLQ_PREFIX, NOT_ALLOWED_SEND, RETRY_PREFIX, topic_error
@@ -275,8 +276,7 @@ class SendProcessor(SendRunMixin):
         first = results[0]
         for r in results:
             if r.status is not PUT_OK:
-                name = r.status.name
-                return fail(cmd, PUT_STATUS_CODES[r.status], name, reply_qid)
+                return fail(cmd, PUT_STATUS_CODES[r.status], put_fail_remark(r.status, r.remark), reply_qid)
         prefix = self._msg_id_prefix
         msg_id = ",".join([f"{prefix}{r.phys_offset:016X}" for r in results])
         self.broker.on_put(topics, results)

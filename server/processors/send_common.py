@@ -57,6 +57,12 @@ def ok(cmd, code: int, remark: str | None, ext: dict[str, str]) -> RemotingComma
                            cmd.serialize_type)
 
 
+def put_fail_remark(status: PutStatus, remark: str | None) -> str:
+    """A failed put's response remark: the status name, then the store's reason (e.g. the disk is full)."""
+    name = status.name
+    return f"{name}: {remark}" if remark and remark != name else name
+
+
 def int_or_zero(v) -> int:
     try:
         return int(v) if v not in (None, "") else 0

@@ -34,6 +34,7 @@ from server.processors.send_common import (
     PreparedSend,
     fail,
     ok,
+    put_fail_remark,
 )
 
 log = structlog.get_logger(__name__)
@@ -135,8 +136,7 @@ class SendRunMixin:
             _raw, _topic, _qid, _tcode, _keys, _delay, reply_qid, wait = preps[j]  # a PreparedSend
             cmd = cmds[i]
             if statuses is not None and statuses[j] is not PUT_OK:
-                name = statuses[j].name
-                out[i] = fail(cmd, PUT_STATUS_CODES[statuses[j]], name, reply_qid)
+                out[i] = fail(cmd, PUT_STATUS_CODES[statuses[j]], put_fail_remark(statuses[j], res.remark), reply_qid)
             elif cmd.flag & RPC_ONEWAY:
                 continue
             elif replica is not None and wait:  # SYNC_MASTER: answer once a slave has the bytes

@@ -116,6 +116,39 @@ def test_scheduled_cancel_by_offset_msg_id(broker, topic):
     assert c.stdout.startswith(f"cancelled: timer message {sent['msgId']} ")  # the offset id led to its UNIQ_KEY
 
 
+def _timer_stats(broker) -> dict:
+    r = cli("scheduled", "timers", "-n", broker.namesrv, "--output", "json")
+    assert r.returncode == 0, r.stderr
+    [table] = json.loads(r.stdout).values()
+    return table
+
+
+def test_a_cancel_that_changes_nothing_says_so_and_counts_stay_true(broker, topic):
+    """Issue 12 item 8: cancelling twice, or cancelling an unknown timer, stores nothing, says so,
+    and timerCongestNum (delaymq_timer_pending) never goes below the timers really pending."""
+    p = cli("produce", "-n", broker.namesrv, "-t", topic, "--delay", "1h", "--count", "2", "--output", "json")
+    assert p.returncode == 0, p.stderr
+    first, _second = [json.loads(line) for line in p.stdout.splitlines()]
+    assert _timer_stats(broker)["timerCongestNum"] == "2"
+    c = cli("scheduled", "cancel", "-n", broker.namesrv, "--id", first["offsetMsgId"])
+    assert c.returncode == 0 and c.stdout.startswith("cancelled:"), c.stdout + c.stderr
+    assert _timer_stats(broker)["timerCongestNum"] == "1"
+    again = cli("scheduled", "cancel", "-n", broker.namesrv, "--id", first["offsetMsgId"])
+    assert again.stdout.startswith("already cancelled:"), again.stdout + again.stderr
+    deliver_at = str(int(time.time() * 1000) + 1800_000)
+    unknown = cli("scheduled", "cancel", "-n", broker.namesrv, "-t", topic, "--uniq-key", "NO-SUCH-TIMER",
+                  "--deliver-at", deliver_at)
+    assert unknown.returncode == 1 and "not cancelled" in unknown.stdout and "no pending timer" in unknown.stdout, \
+        unknown.stdout + unknown.stderr
+    assert _timer_stats(broker)["timerCongestNum"] == "1"
+    broker.restart()
+    assert _timer_stats(broker)["timerCongestNum"] == "1"  # the wheel file's counts, recovered
+    # after a restart the wheel itself still knows: a marker for the same timer changes nothing
+    again = cli("scheduled", "cancel", "-n", broker.namesrv, "--id", first["offsetMsgId"])
+    assert again.stdout.startswith("already cancelled:"), again.stdout + again.stderr
+    assert _timer_stats(broker)["timerCongestNum"] == "1"
+
+
 def test_group_connections_lists_a_live_consumer(broker, topic):
     group = uniq("ConnG")
     off = cli("group", "connections", "-n", broker.namesrv, "-g", group)

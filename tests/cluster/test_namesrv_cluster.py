@@ -82,6 +82,13 @@ def test_a_silent_broker_expires_and_its_connection_is_closed(namesrv_factory):
         assert _register(s, "fake", "127.0.0.9:1", 1, compressed=True).code == 0
         assert cluster_brokers(ns.addr) == {"fake": {"0": "127.0.0.9:1"}}
         assert route(ns.addr, "Tfake")["queueDatas"][0]["writeQueueNums"] == 2
+        # fastjson's dialect (cluster-ha.md §0.4): bare Long keys for a client older than 4.9.4 (version 401)
+        # unless it sets acceptStandardJsonOnly, quoted otherwise
+        old = s.invoke(105, {"topic": "Tfake"}, version=399).body
+        assert b'"brokerAddrs":{0:"127.0.0.9:1"}' in old, old
+        assert b'"brokerAddrs":{"0":"127.0.0.9:1"}' in s.invoke(105, {"topic": "Tfake", "acceptStandardJsonOnly": "true"},
+                                                                version=399).body
+        assert b'"brokerAddrs":{"0":"127.0.0.9:1"}' in s.invoke(105, {"topic": "Tfake"}, version=409).body
         assert s.closed_by_peer(10), "the name server kept an expired broker's connection open"
         assert cluster_brokers(ns.addr) == {} and route(ns.addr, "Tfake") is None
     finally:
@@ -110,3 +117,31 @@ def test_kv_config_is_served_persisted_and_order_topics_go_back_to_registering_b
         assert wire.invoke(again.addr, 101, {"namespace": "ns2", "key": "k"}).code == 22
     finally:
         again.stop()
+
+
+def test_a_broker_whose_namesrv_connection_closes_registers_again_at_once(namesrv_factory, cluster_broker):
+    # the name server expires a broker 1 s after its last registration and closes its connection; the
+    # broker's next periodic round is a minute away, yet it is back in the routes within seconds
+    ns = namesrv_factory({"brokerChannelExpiredTime": 1000, "scanNotActiveBrokerInterval": 100})
+    a = cluster_broker("broker-a", ns, registerNameServerPeriod=60000, registerNameServerInitialDelay=60000)
+    wait_until(lambda: '"namesrv.broker_expired"' in ns.stderr_path.read_text(), 10, "the expiry", ns.diagnostics)
+    wait_until(lambda: "broker-a" in cluster_brokers(ns.addr), 5, "broker-a registered again", a.diagnostics)
+    assert '"broker.namesrv_connection_lost"' in a.stderr_path.read_text()
+
+
+def test_namesrv_config_is_read_and_updated_at_runtime(namesrv_factory):
+    ns = namesrv_factory({"brokerChannelExpiredTime": 120000})
+    text = wire.invoke(ns.addr, 319).body.decode()
+    assert "brokerChannelExpiredTime=120000\n" in text and f"listenPort={ns.port}\n" in text
+    assert wire.invoke(ns.addr, 318, body=b"kvConfigPath=/tmp/x\n").code == 16  # black-listed
+    bad = wire.invoke(ns.addr, 318, body=b"scanNotActiveBrokerInterval=0\nbrokerChannelExpiredTime=500\n")
+    assert bad.code == 1 and "scanNotActiveBrokerInterval" in bad.remark
+    assert "brokerChannelExpiredTime=120000\n" in wire.invoke(ns.addr, 319).body.decode()  # nothing applied
+    ok = wire.invoke(ns.addr, 318, body=b"scanNotActiveBrokerInterval=100\nbrokerChannelExpiredTime=500\n")
+    assert ok.code == 0, ok
+    s = Session(ns.addr)
+    try:  # the new expiry is in force: a silent broker is gone within a second, its connection closed
+        assert _register(s, "fake", "127.0.0.9:1", 1).code == 0
+        assert s.closed_by_peer(5) and cluster_brokers(ns.addr) == {}
+    finally:
+        s.close()

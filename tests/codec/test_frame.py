@@ -145,3 +145,24 @@ def test_corrupted_frame_raises_only_codec_error(cmd, at, byte):
         FrameDecoder().feed(bytes(raw))
     except CodecError:
         pass
+
+
+def test_a_pinned_buffer_is_replaced_not_fatal():
+    """A memoryview of the decoder's buffer that outlives a feed (garbage awaiting collection) must not
+    make the next feed fail with BufferError: the decoder continues in a copy."""
+    from codec.command import RemotingCommand
+    from codec.frame import FrameDecoder, encode_frame_bytes
+
+    frames = [encode_frame_bytes(RemotingCommand.request(15, {"consumerGroup": f"g{i}", "queueId": "1"}))
+              for i in range(6)]
+    stream = b"".join(frames)
+    d = FrameDecoder()
+    got = d.feed(stream[:len(frames[0]) + 7])  # one frame and a partial one: buffered
+    pinned = memoryview(d._buf)  # noqa: F841 - held on purpose
+    got += d.feed(stream[len(frames[0]) + 7:len(frames[0]) + 20])  # grows the pinned buffer
+    got += d.feed(stream[len(frames[0]) + 20:])  # consumes everything: clears it
+    pinned2 = memoryview(d._buf)  # noqa: F841
+    got += d.feed(frames[0][:3])  # buffered partial frame into a pinned empty buffer
+    got += d.feed(frames[0][3:])
+    assert [c.ext_fields["consumerGroup"] for c in got] == ["g0", "g1", "g2", "g3", "g4", "g5", "g0"]
+    assert d.unpinned >= 2

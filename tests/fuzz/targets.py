@@ -5,7 +5,7 @@ Kept free of atheris so seeds and targets can be exercised (and imported) withou
 
 from __future__ import annotations
 
-from codec import admin_bodies, bodies
+from codec import admin_bodies, bodies, namesrv_bodies
 from codec.batch import BatchItem, decode_batch, encode_batch
 from codec.command import RemotingCommand, decode_json_header, decode_rocketmq_header, encode_rocketmq_header
 from codec.delivery_batch import build_delivery_batch
@@ -144,6 +144,23 @@ def admin(data: bytes) -> None:
         _guard(decode, data)
 
 
+def namesrv(data: bytes) -> None:
+    """The name server's decoders: REGISTER_BROKER in both forms (first byte picks), DataVersion, ClusterInfo.
+    What decodes re-encodes and decodes to the same topics."""
+    if not data:
+        return
+    compressed, rest = bool(data[0] & 1), data[1:]
+    try:
+        body = namesrv_bodies.decode_register_body(rest, compressed, max_inflated=1 << 20)
+    except CodecError:
+        body = None
+    if body is not None and all(" " not in n and n for n in body.topic_configs):
+        back = namesrv_bodies.decode_register_body(namesrv_bodies.encode_register_body(body, compressed), compressed)
+        assert set(back.topic_configs) == set(body.topic_configs)
+    _guard(namesrv_bodies.DataVersion.decode, rest)
+    _guard(namesrv_bodies.decode_cluster_info, rest)
+
+
 def misc(data: bytes) -> None:
     parse_properties(data)  # never raises
     _guard(decode_offset_msg_id, data.decode("latin-1"))
@@ -151,7 +168,7 @@ def misc(data: bytes) -> None:
 
 TARGETS = {"frame": frame, "json_header": json_header, "rocketmq_header": rocketmq_header, "record": record,
            "batch": batch, "heartbeat": heartbeat, "route": route, "admin": admin, "misc": misc,
-           "delivery": delivery, "rewrite": rewrite}
+           "delivery": delivery, "rewrite": rewrite, "namesrv": namesrv}
 
 
 def seeds(name: str) -> list[bytes]:
@@ -185,4 +202,10 @@ def seeds(name: str) -> list[bytes]:
     if name == "admin":
         return [b'{"offsetTable":{{"brokerName":"b","queueId":1,"topic":"T"}:{"lastUpdateTimestamp":5,'
                 b'"maxOffset":7,"minOffset":2}},"topicPutTps":0.0}']
+    if name == "namesrv":
+        body = namesrv_bodies.RegisterBrokerBody(namesrv_bodies.DataVersion(3, 17), {
+            "T": namesrv_bodies.TopicConfigData("T", 4, 4, 6), "TBW102": namesrv_bodies.TopicConfigData("TBW102", 8, 8, 7)})
+        return [b"\x00" + namesrv_bodies.encode_register_body(body), b"\x01" + namesrv_bodies.encode_register_body(body, True),
+                b'\x00{"brokerAddrTable":{"b":{"brokerAddrs":{0:"1.2.3.4:1"},"brokerName":"b","cluster":"c"}},'
+                b'"clusterAddrTable":{"c":["b"]}}']
     return [b"TAGS\x01a\x02KEYS\x01b c", b"0A00000100002A9F0000000000000F3E"]

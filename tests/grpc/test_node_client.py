@@ -76,3 +76,49 @@ def test_node_and_python_5x_clients_share_the_store(gbroker, agents):
     assert sorted(e["body"] for e in c1.of("received")) == want
     assert sorted(e["body"] for e in c2.of("received")) == want
     assert all(e["corrupted"] is False for e in c1.of("received"))
+
+
+async def test_thread_stack_and_verify_message_commands_reach_the_node_client_and_come_back(gbroker, agents):
+    """mqadmin's consumerStatus (GET_CONSUMER_RUNNING_INFO) and consumeMessage (CONSUME_MESSAGE_DIRECTLY)
+    to a 5.x consumer: the broker relays them on the client's Telemetry stream as
+    PrintThreadStackTraceCommand / VerifyMessageCommand and answers with what the client sent back."""
+    import json
+
+    from client.admin import Admin
+    from codec.codes import RequestCode
+    from tests.grpc.raw import RawClient
+    from tests.helpers import wire
+
+    topic, group = uniq("Tn5"), uniq("Gn5")
+    c = RawClient(gbroker.grpc_addr)
+    try:
+        sent = await c.send(topic, b"check-me")
+    finally:
+        await c.close()
+    async with Admin(gbroker.addr) as admin:
+        found = await admin.query_by_key(topic, sent.entries[0].message_id, unique=True)
+    assert len(found) == 1
+    w = agents.node5("watch", gbroker, group=group, topic=topic, seconds=40)
+    cid = w.wait_event("started", 30)["client_id"]  # startup returns after the settings answer
+    assert cid in wire.consumer_ids(gbroker.addr, group)  # a 5.x consumer is a member of its group
+
+    r = wire.invoke(gbroker.addr, int(RequestCode.GET_CONSUMER_RUNNING_INFO),
+                    {"consumerGroup": group, "clientId": cid, "jstackEnable": "true"}, timeout=15)
+    assert r.code == 0, r.remark
+    info = json.loads(r.body)
+    assert info["jstack"] == "mock stack"  # what rocketmq-client-nodejs 1.0.8 answers
+    assert info["properties"]["PROP_CONSUME_TYPE"] == "CONSUME_POP"
+    assert [s["topic"] for s in info["subscriptionSet"]] == [topic]
+
+    r = wire.invoke(gbroker.addr, int(RequestCode.CONSUME_MESSAGE_DIRECTLY),
+                    {"consumerGroup": group, "clientId": cid, "msgId": found[0].offset_msg_id,
+                     "brokerName": "broker-a"}, timeout=15)
+    assert r.code == 0, r.remark
+    res = json.loads(r.body)
+    # the Node client does not verify messages: it answers NOT_IMPLEMENTED, which comes back as such
+    assert (res["consumeResult"], res["remark"]) == ("CR_THROW_EXCEPTION", "NOT_IMPLEMENTED")
+
+    # an unknown client of the group: refused at once, nothing waits
+    r = wire.invoke(gbroker.addr, int(RequestCode.GET_CONSUMER_RUNNING_INFO),
+                    {"consumerGroup": group, "clientId": "nobody@1", "jstackEnable": "true"}, timeout=15)
+    assert r.code != 0 and "not online" in (r.remark or "")

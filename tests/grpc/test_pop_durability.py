@@ -31,9 +31,14 @@ async def test_ack_and_inflight_survive_kill_9(broker_factory):
     b.start()
     c = RawClient(b.grpc_addr)
     try:
-        code, again = await c.receive(group, topic, invisible_s=30, poll_s=8)
+        # the two come back when their own invisible times pass (popped from two queues, those may
+        # differ by a millisecond), so one receive may hand out only the first
+        again: list = []
+        deadline = time.monotonic() + 10
+        while len(again) < 2 and time.monotonic() < deadline:
+            code, got = await c.receive(group, topic, invisible_s=30, poll_s=8)
+            again += got
         now = time.time()
-        assert code == pb.OK
         assert sorted(m.body for m in again) == [b"m0", b"m2"]  # the acked one never comes back
         assert {m.system_properties.delivery_attempt for m in again} == {2}
         assert now - t_pop >= 3  # not before the invisible time

@@ -136,9 +136,9 @@ class Session:
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self._opaque = itertools.count(1)
 
-    def invoke(self, code: int, ext: dict[str, str], body: bytes = b"") -> wire.Reply:
+    def invoke(self, code: int, ext: dict[str, str], body: bytes = b"", version: int = 409) -> wire.Reply:
         opaque = next(self._opaque)
-        header = json.dumps({"code": code, "language": "JAVA", "version": 409, "opaque": opaque, "flag": 0,
+        header = json.dumps({"code": code, "language": "JAVA", "version": version, "opaque": opaque, "flag": 0,
                              "extFields": ext, "serializeTypeCurrentRPC": "JSON"}).encode()
         self.sock.sendall(struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body)
         total, hdr_len = struct.unpack(">ii", wire._recv_exact(self.sock, 8))

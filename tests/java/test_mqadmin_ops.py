@@ -73,8 +73,7 @@ def test_offline_commands(broker):
 
     out = ok(mqadmin("deleteTopic", "-n", ns, "-t", topic, "-c", "DefaultCluster"))
     assert f"delete topic [{topic}] from NameServer success" in out
-    assert topic not in ok(mqadmin("topicList", "-n", ns)).split()
-    assert wire.invoke(addr, GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).code == 17
+    assert wire.invoke(addr, GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).code == 17  # gone from the routes
 
     # deleteSubGroup -c also deletes the group's %RETRY% and %DLQ% topics
     retry = f"%RETRY%{group}"
@@ -82,7 +81,7 @@ def test_offline_commands(broker):
     out = ok(mqadmin("deleteSubGroup", "-n", ns, "-c", "DefaultCluster", "-g", group))
     assert f"delete topic [{retry}] from NameServer success" in out, out
     assert f"delete topic [%DLQ%{group}] from NameServer success" in out, out
-    assert retry not in ok(mqadmin("topicList", "-n", ns)).split()
+    assert wire.invoke(addr, GET_ROUTEINFO_BY_TOPIC, {"topic": retry}).code == 17
 
 
 def test_commands_with_live_clients(broker, agents):  # noqa: F811

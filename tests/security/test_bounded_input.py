@@ -160,3 +160,31 @@ def test_client_auth_without_trust_bundle_refuses_to_start(tmp_path, cert):
                          text=True, timeout=30)
     assert res.returncode == 2, res.stderr
     assert "tls.server.need.client.auth" in res.stderr and "trustCertPath" in res.stderr
+
+
+async def test_grpc_endpoint_requires_client_certificates_too(broker_factory, cert, tmp_path):
+    import grpc
+
+    from server.grpc.v2 import definition_pb2 as pb
+    from tests.grpc.conftest import grpc_broker
+    from tests.grpc.raw import RawClient
+
+    crt, key = cert
+    (tmp_path / "client").mkdir()
+    client_crt, client_key = make_cert(tmp_path / "client", cn="client")
+    b = grpc_broker(broker_factory, {"tls.server.mode": "enforcing", "tls.server.certPath": str(crt),
+                                     "tls.server.keyPath": str(key), "tls.server.need.client.auth": "require",
+                                     "tls.server.trustCertPath": str(client_crt)})
+    good = RawClient(b.grpc_addr, grpc.ssl_channel_credentials(
+        root_certificates=crt.read_bytes(), private_key=client_key.read_bytes(),
+        certificate_chain=client_crt.read_bytes()))
+    try:
+        assert (await good.send("TopicG", b"with-cert")).status.code == pb.OK
+    finally:
+        await good.close()
+    bad = RawClient(b.grpc_addr, grpc.ssl_channel_credentials(root_certificates=crt.read_bytes()))
+    try:
+        with pytest.raises(grpc.aio.AioRpcError):
+            await bad.send("TopicG", b"no-cert")
+    finally:
+        await bad.close()

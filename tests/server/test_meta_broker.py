@@ -58,3 +58,45 @@ async def test_old_json_store_is_migrated_at_start_and_exported_while_running(tm
         assert "offsetTable" in (out / "delayOffset.json").read_text()
     finally:
         b.stop()
+
+
+def _heartbeat(client_id: str, group: str, topics: list[str], sub: str = "*") -> bytes:
+    return json.dumps({"clientID": client_id, "consumerDataSet": [{
+        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "consumeType": "CONSUME_PASSIVELY", "groupName": group,
+        "messageModel": "CLUSTERING", "unitMode": False, "subscriptionDataSet": [
+            {"classFilterMode": False, "codeSet": [], "expressionType": "TAG", "subString": sub, "subVersion": 1,
+             "tagsSet": [] if sub == "*" else sub.split("||"), "topic": t} for t in topics]}],
+        "producerDataSet": []}).encode()
+
+
+async def test_heartbeats_with_many_subscriptions_repeated_and_changed(broker_ctl, client):
+    from codec import admin_bodies as AB
+
+    heart_beat, connections = 34, 203
+    topics = [f"hb-{i:05d}" for i in range(2000)]
+    for _ in range(2):  # the second, identical body takes the remembered parsed form
+        assert (await client.invoke(heart_beat, {}, _heartbeat("c1", "HBG", topics))).code == 0
+    cc = AB.decode_consumer_connection((await client.invoke(connections, {"consumerGroup": "HBG"})).body)
+    assert set(cc.subscriptions) == set(topics)
+    changed = _heartbeat("c1", "HBG", topics[:10], "a||b")
+    assert (await client.invoke(heart_beat, {}, changed)).code == 0
+    cc = AB.decode_consumer_connection((await client.invoke(connections, {"consumerGroup": "HBG"})).body)
+    assert set(cc.subscriptions) == set(topics[:10]) and cc.subscriptions["hb-00003"]["subString"] == "a||b"
+    assert (await client.invoke(heart_beat, {}, b"{not json")).code == 1  # a bad body is still refused
+    assert "%RETRY%HBG" in broker_ctl.topics.topics
+
+
+async def test_metrics_page_in_slices_equals_the_one_piece_page(broker_ctl):
+    from server.observability import prometheus
+
+    for i in range(2500):
+        broker_ctl.offsets.commit(f"cg-{i:04d}", f"T{i % 7}", i % 4, i)
+    sliced = await prometheus.page_sliced(broker_ctl, slice_n=100)
+    whole = prometheus.render(prometheus.collect(broker_ctl))
+
+    def stable(page):  # process CPU / RSS / clock families move between the two calls
+        return [line for line in page.splitlines() if not line.startswith(("process_", "# ", "rocketmq_storage_"))]
+
+    assert stable(sliced) == stable(whole)
+    lags = [line for line in sliced.splitlines() if line.startswith("rocketmq_consumer_lag_messages{")]
+    assert len(lags) == 2500

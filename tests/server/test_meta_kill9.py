@@ -71,3 +71,25 @@ async def test_kill9_during_a_burst_of_creates_and_offset_commits_loses_no_ackno
             assert r.code == 0 and int(r.ext["offset"]) >= rnd, (group, qid, rnd, r.code, r.ext)
     finally:
         await c.close()
+
+
+async def test_a_pipelined_run_of_offset_commits_is_answered_after_one_commit(broker_factory):
+    b = broker_factory()
+    c = await RawClient.connect(b.addr)
+    try:
+        reqs = [(UPDATE_OFFSET, {"consumerGroup": "RunG", "topic": "RunT", "queueId": str(i % 4),
+                                 "commitOffset": str(i)}, b"", i % 5 == 0) for i in range(40)]
+        reqs.insert(7, (UPDATE_OFFSET, {"consumerGroup": "RunG", "topic": "RunT", "commitOffset": "1"}, b"", False))
+        reqs.insert(9, (UPDATE_OFFSET, {"consumerGroup": "RunG", "topic": "RunT", "queueId": "x",
+                                        "commitOffset": "1"}, b"", False))
+        futs = c.pipeline(reqs)
+        replies = [await f for f in futs if f is not None]
+        codes = [r.code for r in replies]
+        assert codes.count(1) == 2 and codes.count(0) == len(replies) - 2
+        bad = [r.remark for r in replies if r.code == 1]
+        assert "queueId" in bad[0] and "queueId" in bad[1]
+        for q in range(4):
+            r = await c.invoke(QUERY_OFFSET, {"consumerGroup": "RunG", "topic": "RunT", "queueId": str(q)})
+            assert r.code == 0 and int(r.ext["offset"]) == 36 + q  # the last commit of each queue (oneway too)
+    finally:
+        await c.close()

@@ -25,6 +25,7 @@ NOW = 1_700_000_000_000
 class _Conn:
     remote_addr = ("127.0.0.1", 40000)
     peer = "127.0.0.1:40000"
+    response_observer = None  # remoting.Connection: the broker's error-response hook (none here)
 
     def __init__(self):
         self.attrs = {}

@@ -1,5 +1,5 @@
-"""Requests served for HA: what a slave pulls from its master (GET_ALL_CONSUMER_OFFSET 43,
-GET_ALL_DELAY_OFFSET 45, GET_TIMER_CHECK_POINT 60; 21 and 201 are in processors.admin_stats) and
+"""Requests served for HA: what a slave pulls from its master (GET_ALL_DELAY_OFFSET 45, GET_TIMER_CHECK_POINT
+60; 21, 43 and 201 are in processors.admin_stats, built from the tables' cached fragments / in slices) and
 delaymq's own PROMOTE_BROKER (3101, admin under ACL), GET_SCHEDULER_PROGRESS (3102), GET_HA_EPOCH (3103)."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import structlog
 
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode as RS
-from codec.fastjson import dumps
 from scheduler.delay_offsets import format_offset_table
 from server.processors import error, guarded, ok, request_body
 
@@ -23,11 +22,6 @@ TIMER_CHECK_BODY = struct.Struct(">qqqqqqq")  # cluster-ha.md §3.5, 56 bytes
 
 def register(server, broker) -> None:
     role = broker.replica
-
-    @guarded
-    def all_consumer_offsets(conn, cmd):
-        table = {k: {int(q): o for q, o in v.items()} for k, v in broker.offsets.table.items()}
-        return ok(cmd, body=dumps({"offsetTable": table}, bare_int_keys=True))
 
     @guarded
     def all_delay_offsets(conn, cmd):
@@ -78,7 +72,7 @@ def register(server, broker) -> None:
         info = await role.promote(new_role)
         return ok(cmd, body=json.dumps(info).encode())
 
-    for code, fn in ((RC.GET_ALL_CONSUMER_OFFSET, all_consumer_offsets), (RC.GET_ALL_DELAY_OFFSET, all_delay_offsets),
+    for code, fn in ((RC.GET_ALL_DELAY_OFFSET, all_delay_offsets),
                      (RC.GET_TIMER_CHECK_POINT, timer_check_point), (RC.GET_SCHEDULER_PROGRESS, scheduler_progress),
                      (RC.GET_HA_EPOCH, ha_epoch), (RC.PROMOTE_BROKER, promote)):
         server.register(int(code), fn)

@@ -3,7 +3,8 @@
 Every slaveSynchronizeIntervalMs the slave asks the master (no header, no body, 3 s timeout) for
 GET_ALL_TOPIC_CONFIG (21, on the VIP port), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45),
 GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) and GET_TIMER_CHECK_POINT (60) and applies them as RocketMQ
-does: topics and groups replace the local tables, consumer offsets are merged (master wins per key),
+does: topics and groups replace the local tables, consumer offsets are merged (master wins per key;
+only changed rows are staged in the slave's MetaStore),
 the delay offsets are written to delayOffset.json, the timer checkpoint is kept for a promotion.
 
 Every schedulerSyncIntervalMs (20 ms; <= 50) it asks a delaymq master for GET_SCHEDULER_PROGRESS (3102):
@@ -65,21 +66,12 @@ class SlaveSynchronize:
         body = await self._get(vip, RC.GET_ALL_TOPIC_CONFIG)
         if body is not None:
             table = decode_table(body, "topicConfigTable")
-            mine = b.topics.table
-            for name in [n for n in mine.table if n not in table]:
-                mine.delete(name)
-            for name, d in table.items():
-                tc = TopicConfig.from_json(name, d)
-                if mine.get(name) != tc:
-                    mine.put(tc)
+            await b.topics.table.replace_all({n: TopicConfig.from_json(n, d) for n, d in table.items()})
         body = await self._get(addr, RC.GET_ALL_CONSUMER_OFFSET)
         if body is not None:
             doc = loads_lenient(body)
-            for key, queues in (doc.get("offsetTable") or {}).items():
-                topic, _, group = str(key).partition("@")
-                for q, o in queues.items():
-                    if b.offsets.query(group, topic, int(q)) != int(o):
-                        b.offsets.commit(group, topic, int(q), int(o))
+            b.offsets.merge({str(key): {int(q): int(o) for q, o in queues.items()}
+                             for key, queues in (doc.get("offsetTable") or {}).items()})
         body = await self._get(addr, RC.GET_ALL_DELAY_OFFSET)
         if body is not None:
             doc = loads_lenient(body)
@@ -92,12 +84,7 @@ class SlaveSynchronize:
         body = await self._get(addr, RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
         if body is not None:
             table = decode_table(body, "subscriptionGroupTable")
-            for name in [n for n in b.groups.table if n not in table]:
-                b.groups.delete(name)
-            for name, d in table.items():
-                g = SubscriptionGroupConfig.from_json(name, d)
-                if b.groups.table.get(name) != g:
-                    b.groups.put(g)
+            await b.groups.replace_all({n: SubscriptionGroupConfig.from_json(n, d) for n, d in table.items()})
         body = await self._get(vip, RC.GET_TIMER_CHECK_POINT)
         if body is not None and len(body) >= TIMER_CHECK.size:
             self.timer_checkpoint = TIMER_CHECK.unpack_from(body, 0)

@@ -10,12 +10,17 @@ their connections), a supervised task.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import structlog
 
 from remoting.server import RemotingServer
 from server.cluster.namesrv.kv_config import KVConfigManager
-from server.cluster.namesrv.processor import register_broker_requests, register_route_queries
+from server.cluster.namesrv.processor import (
+    register_broker_requests,
+    register_namesrv_config,
+    register_route_queries,
+)
 from server.cluster.namesrv.route_info import RouteInfoManager
 from server.cluster.tasks import Supervised
 from server.config import NamesrvConfig
@@ -42,6 +47,7 @@ class NamesrvController:
                                      max_frame=cfg.max_frame_size)
         register_route_queries(self.server, self.routes, self.kv)
         register_broker_requests(self.server, self.routes, self.kv)
+        register_namesrv_config(self.server, cfg, self.routes)
         self.server.on_close = self.routes.on_channel_destroy
         await self.server.start(cfg.listen_host, [cfg.listen_port])
         self._scan = Supervised("namesrv.scan_not_active_broker", self._scan_loop).start()
@@ -49,9 +55,13 @@ class NamesrvController:
                  broker_expiry_ms=cfg.broker_channel_expired_time)
 
     async def _scan_loop(self) -> None:
-        interval = max(10, self.config.scan_not_active_broker_interval) / 1000.0
-        while True:
-            await asyncio.sleep(interval)
+        last = time.monotonic()
+        while True:  # the interval is re-read at least every second: UPDATE_NAMESRV_CONFIG may change it
+            interval = max(10, self.config.scan_not_active_broker_interval) / 1000.0
+            await asyncio.sleep(min(1.0, max(0.0, last + interval - time.monotonic())))
+            if time.monotonic() - last < interval:
+                continue
+            last = time.monotonic()
             for info in self.routes.scan_not_active_broker():
                 if info.channel is not None:
                     info.channel.close()

@@ -15,6 +15,7 @@ bare (fastjson's Long-key form) otherwise (cluster-ha.md §0.4); ClusterInfo fol
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Protocol
 
 import structlog
@@ -32,11 +33,15 @@ from codec.namesrv_bodies import (
 from server import headers as H
 from server.cluster.namesrv.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from server.cluster.namesrv.route_info import FLAG_UNIT, FLAG_UNIT_SUB, RouteInfoManager
+from server.config import BrokerConfig, ConfigError, NamesrvConfig, parse_properties
 from server.processors import error, guarded, ok
 
 log = structlog.get_logger(__name__)
 
-SYSTEM_ERROR, TOPIC_NOT_EXIST, QUERY_NOT_FOUND = 1, 17, 22
+SYSTEM_ERROR, NO_PERMISSION, TOPIC_NOT_EXIST, QUERY_NOT_FOUND = 1, 16, 17, 22
+# keys UPDATE_NAMESRV_CONFIG may not change (RocketMQ's configBlackList, plus what is bound at start)
+CONFIG_BLACK_LIST = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome",
+                               "listenPort", "listenHost", "maxFrameSize"})
 V4_9_4 = 401
 
 
@@ -47,9 +52,13 @@ class RouteSource(Protocol):
 
     def cluster_info(self) -> tuple[list[BrokerData], dict[str, list[str]]]: ...
 
-    def all_topics(self) -> list[str]: ...
+    async def all_topics_body(self) -> bytes:
+        """TopicList JSON of every topic (GET_ALL_TOPIC_LIST_FROM_NAMESERVER)."""
+        ...
 
-    def topics_by_cluster(self, cluster: str) -> list[str]: ...
+    async def topics_by_cluster_body(self, cluster: str) -> bytes:
+        """TopicList JSON of the cluster's topics (GET_TOPICS_BY_CLUSTER)."""
+        ...
 
     def system_topic_list(self) -> tuple[list[str], str | None]: ...
 
@@ -80,13 +89,13 @@ def register_route_queries(server, routes: RouteSource, kv: KVConfigManager) -> 
         return ok(cmd, body=encode_cluster_info(brokers, clusters, quoted_keys=quoted_ids(cmd)))
 
     @guarded
-    def get_all_topics(conn, cmd):
-        return ok(cmd, body=encode_topic_list(routes.all_topics()))
+    async def get_all_topics(conn, cmd):
+        return ok(cmd, body=await routes.all_topics_body())
 
     @guarded
-    def get_topics_by_cluster(conn, cmd):
+    async def get_topics_by_cluster(conn, cmd):
         h = H.TOPICS_BY_CLUSTER.parse(cmd.ext_fields)
-        return ok(cmd, body=encode_topic_list(routes.topics_by_cluster(h.cluster)))
+        return ok(cmd, body=await routes.topics_by_cluster_body(h.cluster))
 
     @guarded
     def get_system_topics(conn, cmd):
@@ -136,7 +145,7 @@ def register_broker_requests(server, manager: RouteInfoManager, kv: KVConfigMana
         h = H.REGISTER_BROKER.parse(cmd.ext_fields)
         raw = _body(cmd)
         if h.bodyCrc32 and raw and body_crc32(raw) != h.bodyCrc32:
-            log.warning("namesrv.register_crc_mismatch", broker_addr=h.brokerAddr, peer=getattr(conn, "peer", None))
+            log.warning("namesrv.register_crc_mismatch", broker_addr=h.brokerAddr, peer=conn.peer)
             return error(cmd, SYSTEM_ERROR, "crc32 not match")
         try:
             body = decode_register_body(raw, bool(h.compressed))
@@ -178,14 +187,14 @@ def register_broker_requests(server, manager: RouteInfoManager, kv: KVConfigMana
     def wipe_write_perm(conn, cmd):
         h = H.BROKER_NAME.parse(cmd.ext_fields)
         n = manager.wipe_write_perm_of_broker(h.brokerName)
-        log.info("namesrv.wipe_write_perm", broker_name=h.brokerName, topics=n, peer=getattr(conn, "peer", None))
+        log.info("namesrv.wipe_write_perm", broker_name=h.brokerName, topics=n, peer=conn.peer)
         return ok(cmd, ext_fields={"wipeTopicCount": str(n)})
 
     @guarded
     def add_write_perm(conn, cmd):
         h = H.BROKER_NAME.parse(cmd.ext_fields)
         n = manager.add_write_perm_of_broker(h.brokerName)
-        log.info("namesrv.add_write_perm", broker_name=h.brokerName, topics=n, peer=getattr(conn, "peer", None))
+        log.info("namesrv.add_write_perm", broker_name=h.brokerName, topics=n, peer=conn.peer)
         return ok(cmd, ext_fields={"addTopicCount": str(n)})
 
     @guarded
@@ -208,3 +217,40 @@ def register_broker_requests(server, manager: RouteInfoManager, kv: KVConfigMana
                      (RC.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST,
                       topic_list(lambda f: not f & FLAG_UNIT and bool(f & FLAG_UNIT_SUB)))):
         server.register(int(code), fn)
+
+
+def register_namesrv_config(server, config: NamesrvConfig, manager: RouteInfoManager) -> None:
+    """GET_NAMESRV_CONFIG (319): the settings as `key=value` lines; UPDATE_NAMESRV_CONFIG (318): a properties
+    body applied at once (NO_PERMISSION for a black-listed key, SYSTEM_ERROR naming a bad value; nothing
+    is applied unless every key is acceptable). Not persisted, as in RocketMQ without a config file."""
+
+    def as_text() -> bytes:
+        return "".join(f"{BrokerConfig.key_for(f.name)}={getattr(config, f.name)}\n"
+                       for f in dataclasses.fields(config)).encode()
+
+    @guarded
+    def get_config(conn, cmd):
+        return ok(cmd, body=as_text())
+
+    @guarded
+    def update_config(conn, cmd):
+        try:
+            values = parse_properties(_body(cmd).decode("utf-8"))
+        except UnicodeDecodeError as e:
+            return error(cmd, SYSTEM_ERROR, f"UnsupportedEncodingException {e}")
+        if CONFIG_BLACK_LIST & values.keys():
+            return error(cmd, NO_PERMISSION, "Can not update config in black list.")
+        trial = dataclasses.replace(config)
+        try:
+            trial.apply(values, source="UPDATE_NAMESRV_CONFIG")
+            trial.validate()
+        except ConfigError as e:
+            return error(cmd, SYSTEM_ERROR, str(e))
+        for f in dataclasses.fields(config):
+            setattr(config, f.name, getattr(trial, f.name))
+        manager.broker_channel_expired_ms = config.broker_channel_expired_time
+        log.info("namesrv.config_updated", keys=sorted(values), peer=conn.peer)
+        return ok(cmd)
+
+    server.register(int(RC.GET_NAMESRV_CONFIG), get_config)
+    server.register(int(RC.UPDATE_NAMESRV_CONFIG), update_config)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from codec.bodies import BrokerData, QueueData, TopicRouteData
-from codec.namesrv_bodies import DataVersion, RegisterBrokerBody
+from codec.namesrv_bodies import DataVersion, RegisterBrokerBody, encode_topic_list
 
 log = structlog.get_logger(__name__)
 
@@ -246,6 +246,12 @@ class RouteInfoManager:
     def topics_by_cluster(self, cluster: str) -> list[str]:
         names = self.cluster_addr_table.get(cluster, set())
         return sorted(t for t, qmap in self.topic_queue_table.items() if names & qmap.keys())
+
+    async def all_topics_body(self) -> bytes:
+        return encode_topic_list(self.all_topics())
+
+    async def topics_by_cluster_body(self, cluster: str) -> bytes:
+        return encode_topic_list(self.topics_by_cluster(cluster))
 
     def system_topic_list(self) -> tuple[list[str], str | None]:
         """GET_SYSTEM_TOPIC_LIST_FROM_NS: the cluster names and broker names (RocketMQ lists them as the

@@ -1,0 +1,340 @@
+"""Issue 17 benchmark: metadata at RocketMQ scale (`meta_scale`).
+
+One broker (ASYNC_FLUSH, `DELAYMQ_LOOP_LAG_MS=5`: its loop-lag probe logs every tick later than 5 ms)
+goes through these phases, each driven from separate generator processes:
+
+1. create N topics (100,000; `--quick` 10,000) with UPDATE_AND_CREATE_TOPIC, 2 connections x 16 in flight
+   (every response waits for the MetaStore commit holding its topic), while another process sends
+   GET_MAX_OFFSET 200 times a second: creates/s overall and per slice of N/10, the prober's round trip
+   p50/p99/max;
+2. create G subscription groups (10,000; `--quick` 2,000) the same way;
+3. G groups commit offsets on 4 queues each every second (acknowledged UPDATE_CONSUMER_OFFSET; 40,000
+   commits/s at G = 10,000) for D seconds (20; `--quick` 5) with the prober running: achieved commits/s,
+   commit and prober round trips;
+4. the whole-table requests once each with the prober running: GET_ALL_TOPIC_CONFIG,
+   GET_ALL_TOPIC_LIST_FROM_NAMESERVER, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_ALL_CONSUMER_OFFSET (time, bytes);
+5. RSS before/after (bytes per topic = RSS growth over the creates / N), then SIGTERM and a restart:
+   seconds from spawn to the ready line with those tables.
+
+Loop stalls: `loop.stall` lines of the broker's probe during each phase; `loop_cpu_ms` tells a stall the
+loop spent computing (>= 5 ms) from one where the process was not scheduled (2 shared cores).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from bench import wire
+from bench.common import Broker, percentiles, proc_mem_mb
+from codec.codes import RequestCode
+from codec.command import RemotingCommand
+
+PROBE_RATE = 200
+
+
+# ---------------------------------------------------------------- generator processes
+
+def _run(name: str, kwargs: dict) -> dict:
+    import uvloop
+
+    return uvloop.run(globals()[name](**kwargs))
+
+
+def run_parallel(jobs: list[tuple[str, dict]]) -> list[dict]:
+    ctx = mp.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=len(jobs), mp_context=ctx) as pool:
+        futs = [pool.submit(_run, name, kw) for name, kw in jobs]
+        return [f.result() for f in futs]
+
+
+def _topic_cmd(name: str) -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": name, "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6",
+        "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"})
+
+
+def _group_cmd(name: str) -> RemotingCommand:
+    body = json.dumps({"groupName": name, "consumeEnable": True, "consumeFromMinEnable": True,
+                       "consumeBroadcastEnable": True, "retryQueueNums": 1, "retryMaxTimes": 16, "brokerId": 0,
+                       "whichBrokerWhenConsumeSlowly": 1, "notifyConsumerIdsChangedEnable": True}).encode()
+    return RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
+
+
+async def create_many(addr: str, kind: str, start: int, n: int, window: int) -> dict:
+    """Create topics `tenant-<i>` / groups `cg-<i>` for i in [start, start+n), `window` in flight;
+    completion times of every 1000th for the rate curve."""
+    conn = await wire.connect(addr)
+    make = _topic_cmd if kind == "topic" else _group_cmd
+    loop = asyncio.get_running_loop()
+    sem = asyncio.Semaphore(window)
+    errors = 0
+    marks: list[float] = []
+    done = 0
+    t0 = time.monotonic()
+
+    async def one(i: int) -> None:
+        nonlocal errors, done
+        try:
+            r = await conn.invoke(make(f"tenant-{i:06d}" if kind == "topic" else f"cg-{i:05d}"), timeout=30)
+            errors += r.code != 0
+        finally:
+            sem.release()
+        done += 1
+        if done % 1000 == 0:
+            marks.append(time.monotonic() - t0)
+
+    tasks = []
+    for i in range(start, start + n):
+        await sem.acquire()
+        tasks.append(loop.create_task(one(i)))
+    await asyncio.gather(*tasks)
+    conn.close()
+    return {"n": n, "errors": errors, "seconds": time.monotonic() - t0, "marks": marks}
+
+
+async def probe(addr: str, stop_file: str, max_s: float, rate: float = PROBE_RATE) -> dict:
+    """GET_MAX_OFFSET round trips at `rate`/s until `stop_file` exists: (wall time, rtt ms) samples."""
+    conn = await wire.connect(addr)
+    samples: list[tuple[float, float]] = []
+    errors = 0
+    loop = asyncio.get_running_loop()
+    t_next = loop.time()
+    t_end = time.monotonic() + max_s
+    i = 0
+    while time.monotonic() < t_end:
+        if i % 50 == 0 and os.path.exists(stop_file):
+            break
+        i += 1
+        t0 = time.perf_counter()
+        try:
+            r = await conn.invoke(RemotingCommand.request(RequestCode.GET_MAX_OFFSET,
+                                                          {"topic": "TBW102", "queueId": str(i % 8)}), timeout=10)
+            errors += r.code != 0
+        except TimeoutError:  # counted with its 10 s: the broker did not answer in time
+            errors += 1
+        samples.append((time.time(), (time.perf_counter() - t0) * 1000))
+        t_next += 1.0 / rate
+        delay = t_next - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        else:
+            t_next = loop.time()
+    conn.close()
+    return {"samples": samples, "errors": errors}
+
+
+async def commit_offsets(addr: str, g0: int, g1: int, duration_s: float, topics: int) -> dict:
+    """Groups cg-<g0>..cg-<g1-1> commit offsets on 4 queues of topic tenant-<g % topics> every second,
+    spread over 100 ticks a second; acknowledged requests, all in flight at once per tick."""
+    conn = await wire.connect(addr)
+    loop = asyncio.get_running_loop()
+    groups = list(range(g0, g1))
+    ticks = 100
+    per_tick = [groups[i::ticks] for i in range(ticks)]
+    sent = ok = errors = 0
+    rtts: list[float] = []
+    pending: dict[int, float] = {}
+
+    def on_resp(cmd) -> None:
+        nonlocal ok, errors
+        t = pending.pop(cmd.opaque, None)
+        if t is not None:
+            rtts.append((time.perf_counter() - t) * 1000)
+        if cmd.code == 0:
+            ok += 1
+        else:
+            errors += 1
+
+    t_start = loop.time()
+    t_end = t_start + duration_s
+    tick = 0
+    second = 0
+    while loop.time() < t_end:
+        if conn.closed.done():  # the broker closed the connection: report it, do not write into it
+            break
+        second = tick // ticks + 1
+        frames = []
+        for g in per_tick[tick % ticks]:
+            for q in range(4):
+                cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {  # strings, as Java sends
+                    "consumerGroup": f"cg-{g:05d}", "topic": f"tenant-{g % topics:06d}", "queueId": str(q),
+                    "commitOffset": str(second * 10 + q)})
+                cmd.opaque = conn.next_opaque()
+                conn.waiters[cmd.opaque] = on_resp
+                pending[cmd.opaque] = time.perf_counter()
+                frames.append(wire.encode_frame_bytes(cmd))
+        conn.write(b"".join(frames))
+        sent += len(frames)
+        tick += 1
+        delay = t_start + tick / ticks - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+    deadline = loop.time() + 30
+    while pending and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    elapsed = loop.time() - t_start
+    conn.close()
+    return {"sent": sent, "ok": ok, "errors": errors, "lost": len(pending), "seconds": elapsed,
+            "connection_closed": conn.closed.done(), "rtt_ms": percentiles(rtts)}
+
+
+async def whole_tables(addr: str) -> dict:
+    conn = await wire.connect(addr)
+    out = {}
+    for name, code, ext in (("GET_ALL_TOPIC_CONFIG", RequestCode.GET_ALL_TOPIC_CONFIG, {}),
+                            ("GET_ALL_TOPIC_CONFIG_again", RequestCode.GET_ALL_TOPIC_CONFIG, {}),
+                            ("GET_ALL_TOPIC_LIST", RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {}),
+                            ("GET_ALL_SUBSCRIPTIONGROUP_CONFIG", RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {}),
+                            ("GET_ALL_CONSUMER_OFFSET", RequestCode.GET_ALL_CONSUMER_OFFSET, {})):
+        t0 = time.perf_counter()
+        r = await conn.invoke(RemotingCommand.request(code, ext), timeout=60)
+        out[name] = {"ms": round((time.perf_counter() - t0) * 1000, 1), "code": r.code,
+                     "bytes": len(r.body_bytes())}
+        await asyncio.sleep(0.5)
+    conn.close()
+    return out
+
+
+# ---------------------------------------------------------------- orchestration
+
+def _stalls(stderr: Path, t0: float, t1: float) -> dict:
+    """The broker probe's `loop.stall` lines logged between wall times t0 and t1: how many, the largest,
+    how many the loop spent mostly computing (loop CPU >= half the lag; the rest: the process was not
+    scheduled or waited for the GIL), and the three largest with the tail of the loop's stack."""
+    from datetime import datetime
+
+    found = []
+    try:
+        lines = stderr.read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        if '"loop.stall"' not in line:
+            continue
+        try:
+            d = json.loads(line)
+            ts = datetime.fromisoformat(str(d.get("timestamp")).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            continue
+        if t0 <= ts <= t1:
+            stack = [x.strip() for x in str(d.get("stack") or "").splitlines() if x.strip().startswith("File")]
+            found.append((float(d.get("lag_ms", 0)), float(d.get("loop_cpu_ms", 0)), stack[-2:]))
+    busy = [f for f in found if f[1] >= f[0] / 2]
+    top = sorted(found, reverse=True)[:3]
+    return {"stalls_over_5ms": len(found), "max_lag_ms": max((f[0] for f in found), default=0.0),
+            "busy_stalls": len(busy), "max_busy_lag_ms": max((f[0] for f in busy), default=0.0),
+            "largest": [{"lag_ms": lag, "loop_cpu_ms": cpu, "stack_tail": st} for lag, cpu, st in top]}
+
+
+def _rtt(samples, t0: float, t1: float) -> dict:
+    return percentiles([ms for ts, ms in samples if t0 <= ts <= t1])
+
+
+def _phase(b: Broker, stop: Path, jobs: list[tuple[str, dict]], max_s: float) -> tuple[list[dict], dict, float, float]:
+    """Run `jobs` with the prober beside them; (job results, prober result, wall t0, t1)."""
+    if stop.exists():
+        stop.unlink()
+    t0 = time.time()
+    ctx = mp.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=len(jobs) + 1, mp_context=ctx) as pool:
+        prober = pool.submit(_run, "probe", {"addr": b.addr, "stop_file": str(stop), "max_s": max_s})
+        futs = [pool.submit(_run, name, kw) for name, kw in jobs]
+        results = [f.result() for f in futs]
+        t1 = time.time()
+        stop.touch()
+        pr = prober.result()
+    return results, pr, t0, t1
+
+
+def bench_meta_scale(quick: bool) -> dict:
+    n_topics = int(os.environ.get("BENCH_META_TOPICS") or (10_000 if quick else 100_000))
+    n_groups = int(os.environ.get("BENCH_META_GROUPS") or (2_000 if quick else 10_000))
+    commit_s = 5 if quick else 20
+    conns, window = 2, 16
+    os.environ["DELAYMQ_LOOP_LAG_MS"] = "5"  # inherited by the broker process only matters there
+    stop = Path(tempfile.mkdtemp(prefix="meta-bench-")) / "stop"
+    out: dict = {"config": {"topics": n_topics, "groups": n_groups, "commit_seconds": commit_s,
+                            "create_connections": conns, "window": window, "probe_rate": PROBE_RATE,
+                            "flush": "ASYNC_FLUSH"}}
+    with Broker({"flushDiskType": "ASYNC_FLUSH"}) as b:
+        err = b.work / "broker.stderr"
+        empty_start_s = round(b.ready_at - b.started_at, 2)  # the same start with an empty store: the baseline
+        time.sleep(1.0)  # bench pacing: let start-up settle before the baseline RSS
+        mem0 = proc_mem_mb(b.pid)
+        per = n_topics // conns
+        jobs = [("create_many", {"addr": b.addr, "kind": "topic", "start": i * per, "n": per, "window": window})
+                for i in range(conns)]
+        res, pr, t0, t1 = _phase(b, stop, jobs, 3600)
+        mem1 = proc_mem_mb(b.pid)
+        marks = sorted(m for r in res for m in r["marks"])  # every 1000 creates over both connections
+        slice_n = max(1, len(marks) // 10)
+        slices = []
+        prev = 0.0
+        for k in range(slice_n - 1, len(marks), slice_n):
+            slices.append(round(slice_n * 1000 / max(1e-9, marks[k] - prev)))
+            prev = marks[k]
+        seconds = max(r["seconds"] for r in res)
+        out["create_topics"] = {
+            "seconds": round(seconds, 2), "rate_per_s": round(n_topics / seconds),
+            "slice_rates_per_s": slices, "min_slice_rate_per_s": min(slices) if slices else 0,
+            "errors": sum(r["errors"] for r in res), "probe_rtt_ms": _rtt(pr["samples"], t0, t1),
+            "probe_errors": pr["errors"], "loop": _stalls(err, t0, t1),
+            "rss_mb_before": mem0, "rss_mb_after": mem1,
+            "bytes_per_topic": round((mem1["RssAnon"] - mem0["RssAnon"]) * 1048576 / n_topics)}
+
+        per = n_groups // conns
+        jobs = [("create_many", {"addr": b.addr, "kind": "group", "start": i * per, "n": per, "window": window})
+                for i in range(conns)]
+        res, pr, t0, t1 = _phase(b, stop, jobs, 600)
+        seconds = max(r["seconds"] for r in res)
+        out["create_groups"] = {"seconds": round(seconds, 2), "rate_per_s": round(n_groups / seconds),
+                                "errors": sum(r["errors"] for r in res), "probe_rtt_ms": _rtt(pr["samples"], t0, t1),
+                                "loop": _stalls(err, t0, t1)}
+
+        half = n_groups // 2
+        jobs = [("commit_offsets", {"addr": b.addr, "g0": g0, "g1": g1, "duration_s": commit_s, "topics": n_topics})
+                for g0, g1 in ((0, half), (half, n_groups))]
+        res, pr, t0, t1 = _phase(b, stop, jobs, 600)
+        ok = sum(r["ok"] for r in res)
+        out["commit_offsets"] = {
+            "target_per_s": n_groups * 4, "acked_per_s": round(ok / max(r["seconds"] for r in res)),
+            "sent": sum(r["sent"] for r in res), "ok": ok, "errors": sum(r["errors"] for r in res),
+            "lost": sum(r["lost"] for r in res), "commit_rtt_ms": [r["rtt_ms"] for r in res],
+            "probe_rtt_ms": _rtt(pr["samples"], t0, t1), "loop": _stalls(err, t0, t1)}
+        mem2 = proc_mem_mb(b.pid)
+
+        res, pr, t0, t1 = _phase(b, stop, [("whole_tables", {"addr": b.addr})], 600)
+        out["whole_tables"] = {**res[0], "probe_rtt_ms": _rtt(pr["samples"], t0, t1), "loop": _stalls(err, t0, t1)}
+        out["rss_mb_with_tables"] = mem2
+
+        stop_s = b.stop()
+        t_spawn = time.monotonic()
+        b.start(timeout=120)
+        out["restart"] = {"shutdown_s": round(stop_s, 2), "start_to_ready_s": round(b.ready_at - t_spawn, 2),
+                          "empty_store_start_to_ready_s": empty_start_s,
+                          "rss_mb_after_restart": proc_mem_mb(b.pid)}
+    ct, co = out["create_topics"], out["commit_offsets"]
+    probe_p99 = max(ct["probe_rtt_ms"].get("p99", 0), co["probe_rtt_ms"].get("p99", 0),
+                    out["create_groups"]["probe_rtt_ms"].get("p99", 0))
+    out["headline"] = {"creates_per_s": ct["rate_per_s"], "min_slice_creates_per_s": ct["min_slice_rate_per_s"],
+                       "probe_p99_ms": probe_p99, "probe_max_ms": max(ct["probe_rtt_ms"].get("max", 0),
+                                                                      co["probe_rtt_ms"].get("max", 0)),
+                       "commits_acked_per_s": co["acked_per_s"],
+                       "restart_s": out["restart"]["start_to_ready_s"],
+                       "empty_start_s": out["restart"]["empty_store_start_to_ready_s"],
+                       "bytes_per_topic": ct["bytes_per_topic"],
+                       "rss_mb": out["rss_mb_with_tables"].get("VmRSS")}
+    out["target"] = ">= 2,000 creates/s sustained, prober p99 < 5 ms, restart < 3 s"
+    out["met"] = (ct["min_slice_rate_per_s"] >= 2000 and probe_p99 < 5.0 and out["restart"]["start_to_ready_s"] < 3.0
+                  and ct["errors"] == 0 and co["errors"] == 0 and co["lost"] == 0)
+    return out
+
+
+BENCHES = {"meta_scale": bench_meta_scale}
