@@ -161,9 +161,7 @@ class BrokerController:
         if cfg.namesrv_addr_list:
             self.registrar = make_registrar(self)
             self.topics.add_change_listener(lambda _tc: self.registrar.topics_changed())
-            # a slave follows the master the name servers name; a promotion re-registers at once as id 0
-            self.registrar.add_result_listener(self._on_register_result)
-            self.replica.role_listeners.append(lambda _role, _id: self.registrar.topics_changed())
+            self.replica.attach_registrar(self.registrar)  # a slave follows the master it names
             await self.registrar.start()
         if cfg.metrics_port:
             from server.observability import prometheus
@@ -294,6 +292,9 @@ class BrokerController:
             except Exception as e:
                 return 10, f"flush not confirmed: {e!r}"  # FLUSH_DISK_TIMEOUT
         self.on_put([rec.topic], [result])
+        if self.replica.sync_master:  # SYNC_MASTER: a slave has it before the answer (11 / 12 if not)
+            gate = self.replica.gate(result.phys_offset + result.size)
+            return gate if type(gate) is tuple else await gate
         return 0, None
 
     def commitlog_max_offset(self) -> int:
@@ -354,14 +355,6 @@ class BrokerController:
                 "delaymq_pull_messages_total", {"topic": topic, "group": group})
         c.inc(n)
 
-    def _on_register_result(self, result) -> None:
-        """REGISTER_BROKER's answer (server.cluster.registration.RegisterResult): a slave's master and its
-        HA address, used by the HA room unless haMasterAddress is configured."""
-        if result.master_addr:
-            self.replica.master_addr_from_ns = result.master_addr
-        if result.ha_server_addr:
-            self.replica.ha_addr_from_ns = result.ha_server_addr
-
     def _earliest_store_time(self) -> int:
         """STORETIMESTAMP of the oldest record still in the CommitLog (0: none, or not a record there)."""
         try:
@@ -402,7 +395,8 @@ class BrokerController:
         info.update(self.store.runtime_info())
         info.update(_disk_info(self.config.store_path_root_dir))
         info["earliestMessageTimeStamp"] = self._earliest_store_time() or self.boot_ms
-        for svc in (self.delay_service, self.timer_service, self.transactions, self.registrar, self.grpc):
+        for svc in (self.delay_service, self.timer_service, self.transactions, self.registrar, self.grpc,
+                    self.replica):
             if svc is None:
                 continue
             fn = getattr(svc, "runtime_info", None) or getattr(svc, "stats", None)

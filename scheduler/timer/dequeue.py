@@ -153,7 +153,7 @@ class DequeueMixin:
                 floor_now = now - now % prec
                 target = floor_now if s is None else min(s, floor_now)
                 if target > self.read_cursor_ms:  # empty slots passed: let the read clock follow time
-                    self.read_cursor_ms = target
+                    self._move_cursor(target)
                     await self._put_queue.put(target)
                 self._reader_target = s if s is not None else 1 << 62
                 # idle: wake at least every quarter ring so the cursor never falls a ring behind
@@ -163,12 +163,12 @@ class DequeueMixin:
             if self.wheel.get_slot(s)[1] < 0:  # stale occupancy mark (slot holds another time)
                 self.wheel.release(s)
                 continue
-            self.read_cursor_ms = s + prec
+            self._move_cursor(s + prec)
             try:
                 chunks = await self._load_slot(s)
             except Exception:  # nothing of the slot was queued: a restarted reader loads it again
                 self.wheel.reoccupy(s)
-                self.read_cursor_ms = s
+                self._move_cursor(s)
                 raise
             for chunk in chunks:
                 await self._put_queue.put(chunk)
@@ -282,6 +282,9 @@ class DequeueMixin:
         if c.slot > self.commit_read_ms:  # the reader went past empty slots to this one: the clock follows
             self.commit_read_ms = c.slot
             self.checkpoint.set_read_time(c.slot)
+        if c.slot != self.slot_progress[0]:  # [cluster-ha] the slot in progress, for the slaves
+            d = c.done
+            self.slot_progress = (c.slot, c.base + d, int(c.due[d - 1]) if d else -1, int(c.offset[d - 1]) if d else -1)
         if c.slot != self._done_key_slot:
             self._done_key_slot, self._done_key = c.slot, (-1, -1)
             self.progress_file.timer_commit(c.slot, -1, -1, -1, self.store.commitlog_max_offset())

@@ -21,9 +21,11 @@ SLOT = struct.Struct(">qqqii")
 _NUM = struct.Struct(">i")
 
 
+FILE_NAME = "timerwheel"  # <storeRoot>/timerwheel
+
 class TimerWheel:
     def __init__(self, root: str, slots_total: int, precision_ms: int) -> None:
-        self.path = os.path.join(root, "timerwheel")
+        self.path = os.path.join(root, FILE_NAME)
         self.ring = 2 * slots_total
         self.precision = precision_ms
         self.size = self.ring * SLOT_SIZE
