@@ -427,4 +427,5 @@ def load_namesrv_config(path: str | None = None, overrides: Mapping[str, object]
         cfg.apply(load_properties(path), source=path)
     if overrides:
         cfg.apply({k: v for k, v in overrides.items() if v is not None}, source="cli")
+    cfg.validate()  # a bad value: ConfigError naming the key (delaymq-namesrv exits 2 with that line)
     return cfg
