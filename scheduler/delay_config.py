@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from scheduler.levels import DEFAULT_DELAY_LEVELS, parse_delay_levels
 
@@ -23,20 +22,9 @@ class DelayConfig:
     coalesce_min_batch: int = 4          # ... "busy": the last pass delivered at least this many
 
     @classmethod
-    def coerce(cls, cfg, levels_ms: list[int] | None = None) -> DelayConfig:
-        """A DelayConfig as is, or one built from a broker config's RocketMQ-named attributes."""
-        if isinstance(cfg, cls):
-            return cfg
+    def coerce(cls, cfg: DelayConfig, levels_ms: list[int] | None = None) -> DelayConfig:
+        """`cfg`, with `levels_ms` as its level table when given. A broker's settings become a DelayConfig
+        in the composition root (server.wiring.delay_config), field by field."""
         if levels_ms is None:
-            levels_ms = parse_delay_levels(getattr(cfg, "message_delay_level", DEFAULT_DELAY_LEVELS))
-        root = getattr(cfg, "store_path_root_dir", None)
-        return cls(
-            levels_ms=list(levels_ms),
-            async_deliver=bool(getattr(cfg, "enable_schedule_async_deliver", False)),
-            max_pending=int(getattr(cfg, "schedule_async_deliver_max_pending_limit", 2000)),
-            max_resend_blocked=int(getattr(cfg, "schedule_async_deliver_max_resend_num2_blocked", 3)),
-            flush_offset_interval_ms=int(getattr(cfg, "flush_delay_offset_interval", 10_000)),
-            config_dir=os.path.join(root, "config") if root else None,
-            broker_addr=str(getattr(cfg, "broker_addr", None) or "127.0.0.1:10911"),
-            coalesce_ms=int(getattr(cfg, "schedule_deliver_coalesce_ms", 5)),
-        )
+            return cfg
+        return replace(cfg, levels_ms=list(levels_ms))

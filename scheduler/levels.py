@@ -5,8 +5,9 @@ lives in SCHEDULE_TOPIC_XXXX queue L-1.
 
 from __future__ import annotations
 
-from codec.codes import SCHEDULE_TOPIC
-from codec.durations import DEFAULT_DELAY_LEVELS, parse_delay_levels  # noqa: F401  (the scheduler's names)
+from codec.codes import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # the scheduler's names (explicit re-exports)
+from codec.durations import DEFAULT_DELAY_LEVELS as DEFAULT_DELAY_LEVELS
+from codec.durations import parse_delay_levels as parse_delay_levels
 from storage.store_types import TagsCodeOf, tags_hash_code
 
 

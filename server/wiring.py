@@ -6,10 +6,13 @@ one file. Construction is explicit: each config value is passed by name.
 
 from __future__ import annotations
 
+import os
+
 import structlog
 
 from codec.properties import index_keys
 from codec.tags import java_hash
+from scheduler.delay_config import DelayConfig
 from scheduler.delay_levels import DelayLevelService
 from scheduler.levels import schedule_tags_code
 from scheduler.timer import TimerMessageStore
@@ -62,10 +65,26 @@ def put_request(raw, topic: str, queue_id: int, properties: dict, deliver_delay_
 
 
 # ---- scheduler -------------------------------------------------------------------------------
+def delay_config(cfg: BrokerConfig, levels: list[int]) -> DelayConfig:
+    """The delay-level service's settings from broker.conf, key by key (`levels`: the parsed
+    messageDelayLevel table)."""
+    root = cfg.store_path_root_dir
+    return DelayConfig(
+        levels_ms=list(levels),
+        async_deliver=cfg.enable_schedule_async_deliver,
+        max_pending=cfg.schedule_async_deliver_max_pending_limit,
+        max_resend_blocked=cfg.schedule_async_deliver_max_resend_num2_blocked,
+        flush_offset_interval_ms=cfg.flush_delay_offset_interval,
+        config_dir=os.path.join(root, "config") if root else None,
+        broker_addr=cfg.broker_addr,
+        coalesce_ms=cfg.schedule_deliver_coalesce_ms,
+    )
+
+
 def make_delay_service(store, cfg, levels, meta=None, on_put=None):
     """The delay levels, their progress kept in the broker's MetaStore when one is given; `on_put`
     counts their deliveries as puts of the real topic (as RocketMQ's store statistics do)."""
-    return DelayLevelService(store, cfg, offset_backend=DelayOffsetStore(meta) if meta is not None else None,
+    return DelayLevelService(store, delay_config(cfg, levels), offset_backend=DelayOffsetStore(meta) if meta is not None else None,
                              on_put=on_put)
 
 
