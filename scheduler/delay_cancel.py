@@ -51,7 +51,7 @@ class DelayCancelTable:
 
     def is_cancelled(self, level: int, offset: int) -> bool:
         offs = self.by_level.get(level)
-        return bool(offs) and offset in offs
+        return offs is not None and offset in offs
 
     def of_level(self, level: int) -> dict[int, str] | None:
         """The level's cancelled offsets, None when it has none (the delivery pass's fast check)."""

@@ -127,4 +127,5 @@ class DelayOffsetTable:
         self._persisted = {}
 
     def write(self, snapshot: dict[int, int]) -> None:
-        self.backend.write(snapshot)
+        if self.backend is not None:  # snapshot() is None without one: nothing to write
+            self.backend.write(snapshot)

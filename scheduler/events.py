@@ -77,7 +77,7 @@ def fire_rows(listeners: list[EventListener], event: str, rows: list[EventRow]) 
             log.warning("scheduler.listener_failed", listener=repr(fn), scheduled_event=event, error=repr(e))
 
 
-def _text(u) -> str:
+def _text(u: bytes | bytearray | str | None) -> str:
     if u is None:
         return ""
     return u.decode("utf-8", "replace") if isinstance(u, bytes | bytearray) else u
@@ -94,7 +94,7 @@ class EventColumns:
                  "due_ts", "delivered_ts")
 
     def __init__(self, kind: str, level: int, msg_id_prefix: str, topics: list[str], offsets: list[int],
-                 uniq_keys: list, born_ts: list[int], store_ts: list[int], due_ts: list[int],
+                 uniq_keys: list[bytes | str | None], born_ts: list[int], store_ts: list[int], due_ts: list[int],
                  delivered_ts: int | list[int]) -> None:
         self.kind, self.level, self.msg_id_prefix = kind, level, msg_id_prefix
         self.topics, self.offsets, self.uniq_keys = topics, offsets, uniq_keys
@@ -103,7 +103,7 @@ class EventColumns:
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def rows(self) -> list[tuple]:
+    def rows(self) -> list[EventRow]:
         """The run as rows in EVENT_FIELDS order (msgIds formatted, uniq keys as str)."""
         kind, level, p, dts = self.kind, self.level, self.msg_id_prefix, self.delivered_ts
         per = dts if isinstance(dts, list) else [dts] * len(self.offsets)

@@ -79,7 +79,9 @@ class LoopLagProbe:
             # loop_cpu_ms ~ lag: the loop thread was busy; ~0: it was descheduled or waiting (GIL, I/O)
             log.warning("loop.stall", lag_ms=round(lag * 1000, 1), loop_cpu_ms=round((cpu[0] - t0) * 1000, 1),
                         process_cpu_ms=round((cpu[1] - p0) * 1000, 1), stack="".join(stack or ()))
-        self._handle = self._loop.call_later(TICK_S, self._tick, now + TICK_S)
+        loop = self._loop
+        assert loop is not None  # start() binds it before the first tick
+        self._handle = loop.call_later(TICK_S, self._tick, now + TICK_S)
 
     def _watch(self) -> None:
         seen = 0.0
@@ -91,7 +93,7 @@ class LoopLagProbe:
                 if frame is not None:
                     self._stack = traceback.format_stack(frame)[-12:]
 
-    def _gc(self, phase: str, info: dict) -> None:
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._gc_t0 = time.perf_counter()
         elif self._gc_t0:

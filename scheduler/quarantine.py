@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import structlog
 
+from codec.buffers import BytesLike
 from codec.codes import SCHEDULE_QUARANTINE_TOPIC
 from codec.quarantine import build_quarantine_record
-from storage.message_store import PutRequest, PutStatus
+from storage.message_store import MessageStore, PutRequest, PutStatus
 
 log = structlog.get_logger(__name__)
 
@@ -26,12 +27,12 @@ GIVE_UP = frozenset({PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEED
 
 
 class Quarantine:
-    def __init__(self, store) -> None:
+    def __init__(self, store: MessageStore) -> None:
         self.store = store
         self.counts: dict[str, int] = {LEVEL: 0, TIMER_ENQUEUE: 0, TIMER_DEQUEUE: 0}
         self.lost = 0  # records even the quarantine copy could not be stored for (logged)
 
-    def set_aside(self, raw, reason: str, stage: str, origin_offset: int, **context) -> bool:
+    def set_aside(self, raw: BytesLike, reason: str, stage: str, origin_offset: int, **context: object) -> bool:
         """Put the quarantine copy of `raw` (True when stored, or when it never can be: logged and
         counted as lost); False when the put failed for a reason that may pass: try again later."""
         rec, keys = build_quarantine_record(raw, reason, stage, origin_offset, self.store.config.max_message_size)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
+from collections.abc import Collection
+from typing import Any
 
 LATENESS_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 60_000)
 _RATE_WINDOW_S = 10.0
@@ -34,7 +36,7 @@ class LatenessHistogram:
         if ms > self.max:
             self.max = ms
 
-    def observe_many(self, values) -> None:
+    def observe_many(self, values: Collection[int]) -> None:
         """`observe` for each value (one call per delivered batch)."""
         counts, bounds = self.counts, self.bounds
         total = 0
@@ -104,6 +106,6 @@ class LevelStats:
                 return (self.delivered - total) / span if span > 0.05 else 0.0
         return 0.0
 
-    def histogram(self) -> dict:
+    def histogram(self) -> dict[str, Any]:
         h = self.lateness
         return {"buckets": h.cumulative(), "sum": h.sum, "count": h.count, "max": h.max}
