@@ -16,8 +16,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import structlog
+
+if TYPE_CHECKING:
+    from scheduler.delay_deliver import LevelDeliverer
+    from scheduler.delay_events import EventInfos
 
 from codec.errors import CodecError
 from scheduler.quarantine import GIVE_UP
@@ -27,6 +33,9 @@ log = structlog.get_logger(__name__)
 RUNNING, SUCCESS, EXCEPTION, SKIP = "RUNNING", "SUCCESS", "EXCEPTION", "SKIP"
 
 
+EventInfo = tuple[str, tuple[int, str, int]]  # (real topic, (schedule store ts, uniqKey, bornTs))
+
+
 class PendingEntry:
     """PutResultProcess: one delivered message in flight. Until its put succeeded `dphys` is -1;
     then `dphys` / `store_ts` are the delivered record's CommitLog offset and store time and `flushed`
@@ -34,7 +43,7 @@ class PendingEntry:
 
     __slots__ = ("offset", "phys", "size", "due", "status", "resend_count", "info", "flushed", "store_ts", "dphys")
 
-    def __init__(self, offset: int, phys: int, size: int, due: int, status: str, info=None) -> None:
+    def __init__(self, offset: int, phys: int, size: int, due: int, status: str, info: EventInfo | None = None) -> None:
         self.offset = offset
         self.phys = phys
         self.size = size
@@ -42,7 +51,7 @@ class PendingEntry:
         self.status = status
         self.resend_count = 0
         self.info = info  # (topic, (schedule store ts, uniqKey, bornTs)) for event listeners, else None
-        self.flushed = None
+        self.flushed: asyncio.Future[bool] | None = None
         self.store_ts = 0
         self.dphys = -1
 
@@ -58,7 +67,8 @@ class PendingBatch:
     __slots__ = ("offset", "count", "spans", "dues", "status", "flushed", "store_ts", "dphys", "infos", "topics")
     resend_count = 0
 
-    def __init__(self, offset: int, spans, dues, flushed, store_ts: int, dphys, topics, infos) -> None:
+    def __init__(self, offset: int, spans: list[tuple[int, int]], dues: list[int], flushed: asyncio.Future[bool] | None,
+                 store_ts: int, dphys: list[int], topics: list[str] | None, infos: EventInfos | None) -> None:
         self.offset = offset
         self.count = len(dues)
         self.spans = spans  # (schedule phys, size) per message
@@ -74,24 +84,23 @@ class PendingBatch:
         """One EXCEPTION entry per message (the flush did not confirm the batch)."""
         out = []
         for k, ((phys, size), due) in enumerate(zip(self.spans, self.dues, strict=True)):
-            info = (self.topics[k], self.infos[k]) if self.infos is not None else None
+            info = (self.topics[k], self.infos[k]) if self.infos is not None and self.topics is not None else None
             out.append(PendingEntry(self.offset + k, phys, size, due, EXCEPTION, info))
         return out
 
 
-def flush_ok(fut) -> bool:
-    """A completed flush future counts as success unless it failed or reports a non-PUT_OK status."""
+def flush_ok(fut: asyncio.Future[bool]) -> bool:
+    """A completed flush future (the store's group commit) counts as success unless it failed or
+    resolved False."""
     if fut.cancelled() or fut.exception() is not None:
         return False
-    res = fut.result()
-    name = getattr(res, "name", None)
-    return res is not False and (name is None or name == "PUT_OK")
+    return fut.result() is not False
 
 
 class AsyncLevelHandler:
     """HandlePutResultTask for one level, as an asyncio task that sleeps on futures."""
 
-    def __init__(self, deliverer) -> None:
+    def __init__(self, deliverer: LevelDeliverer) -> None:
         self.deliverer = deliverer
         cfg = deliverer.svc.config
         self.max_pending = cfg.max_pending
@@ -100,8 +109,8 @@ class AsyncLevelHandler:
         self.pending: deque[PendingEntry | PendingBatch] = deque()
         self.count = 0  # messages in `pending` (a PendingBatch holds several)
         self.failed = 0  # EXCEPTION entries in `pending` (not in the CommitLog: the progress stops at the first)
-        self._has_work: asyncio.Future | None = None
-        self._space: asyncio.Future | None = None
+        self._has_work: asyncio.Future[None] | None = None
+        self._space: asyncio.Future[None] | None = None
         self.stopping = False
 
     # ---- used by the level task ----------------------------------------------------------
@@ -122,7 +131,7 @@ class AsyncLevelHandler:
             self.failed = 0
         return first
 
-    def extend(self, entries) -> None:
+    def extend(self, entries: Sequence[PendingEntry | PendingBatch]) -> None:
         self.pending.extend(entries)
         self.count += sum(e.count for e in entries)
         w = self._has_work
@@ -174,7 +183,7 @@ class AsyncLevelHandler:
                 else:
                     head.status = SUCCESS
             status = head.status
-            if type(head) is PendingBatch:
+            if isinstance(head, PendingBatch):  # (no subclasses: as cheap as `type(head) is`)
                 pending.popleft()
                 if status == SUCCESS:
                     self.count -= head.count

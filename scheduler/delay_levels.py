@@ -8,9 +8,15 @@ ConsumeQueue tagsCode offset (tagsCode = storeTimestamp + delay = the deliver ti
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from scheduler.delay_config import DelayConfig
 from scheduler.delay_service import DelayLevelService
 from scheduler.levels import SCHEDULE_TOPIC, parse_delay_levels
+
+if TYPE_CHECKING:
+    from codec.record import MessageRecord
 
 __all__ = ["DelayConfig", "DelayLevelService", "SCHEDULE_TOPIC", "level_of", "parse_delay_levels", "schedules",
            "transform_delay"]
@@ -19,7 +25,7 @@ _TRANSACTION_MASK, _TRANSACTION_COMMIT = 0xC, 0x8
 _TIMER_KEYS = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 
 
-def delay_level_of(props: dict) -> int:
+def delay_level_of(props: dict[str, str]) -> int:
     """The DELAY property as an int; absent or unparsable counts as 0 (an ordinary message)."""
     return level_of(props.get("DELAY"))
 
@@ -39,7 +45,7 @@ def schedules(sys_flag: int) -> bool:
     return sys_flag & _TRANSACTION_MASK in (0, _TRANSACTION_COMMIT)
 
 
-def transform_delay(record, levels_ms) -> int | None:
+def transform_delay(record: MessageRecord, levels_ms: Sequence[int]) -> int | None:
     """Rewrite `record` (codec.record.MessageRecord) in place; the deliver delay in ms, or None."""
     if not schedules(record.sys_flag):
         return None
@@ -47,8 +53,6 @@ def transform_delay(record, levels_ms) -> int | None:
     level = delay_level_of(props)
     if level <= 0:
         return None
-    if not isinstance(levels_ms, list | tuple):
-        levels_ms = getattr(levels_ms, "levels_ms", levels_ms)
     max_level = len(levels_ms)
     if level > max_level:
         level = max_level

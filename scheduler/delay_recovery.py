@@ -9,6 +9,8 @@ and the level resumes just past the last one found. So a kill -9 at any point re
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
+
 import structlog
 
 from codec.codes import SCHEDULE_QUARANTINE_TOPIC
@@ -16,7 +18,8 @@ from codec.delivery_batch import build_delivery_batch
 from codec.properties import parse_properties
 from codec.record import read_properties_bytes, read_topic
 from scheduler.levels import SCHEDULE_TOPIC
-from scheduler.progress_file import count_records_after
+from scheduler.progress_file import ProgressFile, count_records_after
+from storage.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 
@@ -25,16 +28,16 @@ _NOT_DELIVERIES = (SCHEDULE_TOPIC, SCHEDULE_QUARANTINE_TOPIC)
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 
 
-def _is_delivery_of(level: int):
+def _is_delivery_of(level: int) -> Callable[[memoryview], bool]:
     want = str(level)
 
-    def match(rec) -> bool:
+    def match(rec: memoryview) -> bool:
         return read_topic(rec) not in _NOT_DELIVERIES and parse_properties(read_properties_bytes(rec)).get("DELAY") == want
     return match
 
 
-def resume_offset(store, level: int, progress, fallback: int, batch_size: int,
-                  cancelled=None) -> tuple[int, str]:
+def resume_offset(store: MessageStore, level: int, progress: ProgressFile, fallback: int, batch_size: int,
+                  cancelled: Collection[int] | None = None) -> tuple[int, str]:
     """(schedule offset to resume level `level` from, where it came from). `cancelled`: the level's
     operator-cancelled offsets (scheduler.delay_cancel), which the drain skips without a delivery."""
     rec = progress.level(level)
@@ -50,8 +53,8 @@ def resume_offset(store, level: int, progress, fallback: int, batch_size: int,
     k = count_records_after(store, rec.phys, _is_delivery_of(level))
     if k == 0:
         return rec.offset, "scheduleProgress"
-    units = store.read_units(SCHEDULE_TOPIC, level - 1, rec.offset, batch_size)
-    n = len(units) // UNIT_SIZE if units else 0
+    units = store.read_units(SCHEDULE_TOPIC, level - 1, rec.offset, batch_size) or memoryview(b"")
+    n = len(units) // UNIT_SIZE
     offsets = [rec.offset + i for i in range(n) if not cancelled or rec.offset + i not in cancelled]
     spans = [(int.from_bytes(units[i:i + 8], "big"), int.from_bytes(units[i + 8:i + 12], "big"))
              for i in ((o - rec.offset) * UNIT_SIZE for o in offsets)]

@@ -9,6 +9,7 @@ drains confirmed async deliveries and persists the offsets.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import structlog
 
@@ -24,6 +25,7 @@ from scheduler.loop_lag import LoopLagProbe
 from scheduler.progress_file import ProgressFile
 from scheduler.quarantine import Quarantine
 from storage.message_store import MessageStore
+from storage.supervisor import SupervisedTask
 
 log = structlog.get_logger(__name__)
 
@@ -42,13 +44,13 @@ class DelayLevelService:
         self.levels = [LevelDeliverer(self, lv) for lv in range(1, len(self.config.levels_ms) + 1)]
         self.listeners: list[EventListener] = []
         self.quarantine = Quarantine(store)  # poison schedule records go to rmq_sys_SCHEDULE_QUARANTINE
-        self._tasks: list = []  # storage.supervisor.SupervisedTask
+        self._tasks: list[SupervisedTask] = []
         self._loaded = False
         self._started = False
         self._msg_id_prefix: str | None = None
         self._persist_handle: asyncio.TimerHandle | None = None
         self._probe: LoopLagProbe | None = None
-        self._persist_job: asyncio.Future | None = None
+        self._persist_job: asyncio.Future[None] | None = None
         self.progress_file: ProgressFile | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -90,7 +92,8 @@ class DelayLevelService:
                 lo = self.store.min_offset(SCHEDULE_TOPIC, d.queue_id)
                 hi = self.store.max_offset(SCHEDULE_TOPIC, d.queue_id)
                 d.offset = d.scan_offset = self.offsets.correct(d.level, lo, hi)
-                self.progress_file.set_level(d.level, d.offset, self.store.commitlog_max_offset())
+                if self.progress_file is not None:  # load() above made it
+                    self.progress_file.set_level(d.level, d.offset, self.store.commitlog_max_offset())
         self.persist()
 
     def start(self) -> None:
@@ -150,7 +153,7 @@ class DelayLevelService:
             log.error("delay.persist_failed", error=repr(e))
             return False
 
-    def _schedule_persist(self, loop) -> None:
+    def _schedule_persist(self, loop: asyncio.AbstractEventLoop) -> None:
         """Every flushDelayOffsetInterval: snapshot the offsets on the loop, write them through the
         backend (the file's fsyncs and renames, or the MetaStore's commit) in an executor thread so a slow
         disk never stalls deliveries."""
@@ -166,7 +169,7 @@ class DelayLevelService:
             self._persist_job = job = loop.run_in_executor(None, self._write_offsets, data)
             job.add_done_callback(written)
 
-        def written(job) -> None:
+        def written(job: asyncio.Future[None]) -> None:
             self._persist_job = None
             exc = None if job.cancelled() else job.exception()
             if exc is not None:
@@ -197,10 +200,10 @@ class DelayLevelService:
         resendCount, status, blocked) events. Costs nothing while the list is empty."""
         self.listeners.append(fn)
 
-    def remove_listener(self, fn) -> None:
+    def remove_listener(self, fn: EventListener) -> None:
         self.listeners.remove(fn)
 
-    def fire(self, event: str, **fields) -> None:
+    def fire(self, event: str, **fields: Any) -> None:
         for fn in self.listeners:
             try:
                 fn(event, **fields)
@@ -241,7 +244,7 @@ class DelayLevelService:
         info["scheduleMessageCancelled"] = str(self.cancels.cancelled_total)
         return info
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         levels = {d.level: d.snapshot() for d in self.levels}
         return {"async_deliver": self.config.async_deliver, "levels": levels,
                 "pending_total": sum(v["pending"] for v in levels.values()),

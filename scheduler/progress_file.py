@@ -31,7 +31,10 @@ import mmap
 import os
 import struct
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from storage.message_store import MessageStore
 
 FILE_NAME = "scheduleProgress"
 MAGIC = b"DMQP"
@@ -72,12 +75,13 @@ class ProgressFile:
         self.path = os.path.join(config_dir, FILE_NAME) if config_dir else None
         self.existed = False
         size = _size(levels)
-        if self.path is None:
+        self.mm: bytearray | mmap.mmap  # a file mapping; in memory only without a config dir
+        if not config_dir:
             self.mm = bytearray(size)
             self._init()
             return
         os.makedirs(config_dir, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(os.path.join(config_dir, FILE_NAME), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             have = os.fstat(fd).st_size
             if have < size:
@@ -145,15 +149,15 @@ class ProgressFile:
         self.mm[TIMER_POS:k] = data[TIMER_POS:k]
 
     def flush(self) -> None:
-        if self.path is not None:
+        if isinstance(self.mm, mmap.mmap):
             self.mm.flush()
 
     def close(self) -> None:
-        if self.path is not None and not self.mm.closed:
+        if isinstance(self.mm, mmap.mmap) and not self.mm.closed:
             self.mm.flush()
             self.mm.close()
 
 
-def count_records_after(store, phys: int, match: Callable[[memoryview], bool]) -> int:
+def count_records_after(store: MessageStore, phys: int, match: Callable[[memoryview], bool]) -> int:
     """How many CommitLog records from `phys` to its end satisfy `match`."""
     return sum(1 for _p, rec in store.records_from(phys) if match(rec)) if phys >= 0 else 0
