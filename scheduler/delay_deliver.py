@@ -16,9 +16,12 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from codec.buffers import BytesLike
 from codec.codes import RMQ_SYS_TRANS_HALF_TOPIC, SCHEDULE_TOPIC
 from codec.delivery_batch import build_delivery_batch
 from codec.errors import CodecError
@@ -39,7 +42,17 @@ from scheduler.due import AFTER_MS
 from scheduler.events import EventColumns, count_puts, fire_columns
 from scheduler.quarantine import GIVE_UP, LEVEL
 from scheduler.stats import LevelStats
-from storage.message_store import PutRequest, PutStatus
+from storage.message_store import BatchPutResult, PutRequest, PutResult, PutStatus
+
+if TYPE_CHECKING:
+    from codec.delivery_batch import DeliveryBatch
+    from scheduler.delay_service import DelayLevelService
+    from scheduler.progress_file import ProgressFile
+
+Raws = list[memoryview | None]  # schedule records read for a pass (None: gone or set aside)
+Spans = list[tuple[int, int]]  # (schedule record phys, size) per unit
+# a message resent one by one: (due, event info or None, schedule record, schedule phys)
+ResendMeta = tuple[int, tuple[int, str, int] | None, memoryview | None, int]
 
 log = structlog.get_logger(__name__)
 
@@ -56,7 +69,7 @@ def now_ms() -> int:
 
 
 class LevelDeliverer:
-    def __init__(self, svc, level: int) -> None:
+    def __init__(self, svc: DelayLevelService, level: int) -> None:
         self.svc = svc
         self.store = svc.store
         self.level = level
@@ -65,17 +78,17 @@ class LevelDeliverer:
         self.offset = 0        # delivered: next schedule-queue offset whose delivery is not confirmed
         # scheduler.progress_file (scheduleProgress): begin(CommitLog end) just before a delivery put,
         # commit(next offset not put, CommitLog end) right after it, in the same loop step
-        self._progress_begin = _no_begin
-        self._progress_commit = _no_commit
+        self._progress_begin: Callable[[int], None] = _no_begin
+        self._progress_commit: Callable[[int, int], None] = _no_commit
         self.scan_offset = 0   # next unit to look at (> offset while async deliveries are in flight)
         self.claimed_offset = 0  # units below it were taken by the current pass (cancel: too late)
         self.stats = LevelStats(level)
         self.handler = AsyncLevelHandler(self) if svc.config.async_deliver else None
-        self._wake: asyncio.Future | None = None
+        self._wake: asyncio.Future[None] | None = None
         self._idle = False
         self.stopping = False
 
-    def bind_progress(self, progress) -> None:
+    def bind_progress(self, progress: ProgressFile) -> None:
         self._progress_begin, self._progress_commit = progress.level_writer(self.level)
 
     def put_offset(self, end: int | None = None) -> int:
@@ -220,7 +233,7 @@ class LevelDeliverer:
                 self.commit_progress(new)
 
     # ---- poison records (scheduler.quarantine) -------------------------------------------
-    def _isolate(self, raws, spans, base: int):
+    def _isolate(self, raws: Raws, spans: Spans, base: int) -> tuple[DeliveryBatch, Raws]:
         """build_delivery_batch failed on the batch: quarantine each record it fails on, build the rest."""
         raws = list(raws)
         for i, raw in enumerate(raws):
@@ -234,7 +247,7 @@ class LevelDeliverer:
                 self.stats.quarantined += 1
         return build_delivery_batch(raws, HALF_TOPIC), raws
 
-    def _drop(self, batch, raws, spans, base: int) -> None:
+    def _drop(self, batch: DeliveryBatch, raws: Raws, spans: Spans, base: int) -> None:
         """Dropped records: a half message or an unreadable one is skipped (as RocketMQ does); a
         readable record without REAL_TOPIC cannot be delivered anywhere and is quarantined."""
         skipped = 0
@@ -252,13 +265,13 @@ class LevelDeliverer:
             self.stats.skipped += skipped
             log.warning("delay.skip_unreadable", level=self.level, count=skipped, offset=base)
 
-    def _set_aside(self, raw, reason: str, phys: int, offset: int) -> None:
+    def _set_aside(self, raw: memoryview, reason: str, phys: int, offset: int) -> None:
         """Quarantine one schedule record; a quarantine put that may pass later (disk full) raises,
         so the supervisor backs off and the pass is tried again (nothing was put for it yet)."""
         if not self.svc.quarantine.set_aside(raw, reason, LEVEL, phys, level=self.level, offset=offset):
             raise RuntimeError(f"quarantine put failed for schedule offset {offset}: try again")
 
-    def make_request(self, raw) -> PutRequest | None:
+    def make_request(self, raw: BytesLike) -> PutRequest | None:
         """messageTimeup: the delivery PutRequest, or None to drop (no REAL_TOPIC, half message)."""
         b = build_deliveries((raw,))[0]
         if b is None or b[1] == HALF_TOPIC:
@@ -266,7 +279,8 @@ class LevelDeliverer:
         return PutRequest(b[0], b[1], b[2], b[3], b[4], -1)
 
     # ---- sync ----------------------------------------------------------------------------
-    async def _deliver_sync(self, batch, dues, infos, raws, spans, base: int, end: int) -> None:
+    async def _deliver_sync(self, batch: DeliveryBatch, dues: list[int], infos: EventInfos | None, raws: Raws,
+                            spans: Spans, base: int, end: int) -> None:
         """One put_batch for the whole batch; failed records (put status, or a flush that did not
         confirm) are resent one PutRequest each, with backoff, until stored; a record the store
         refuses for good (GIVE_UP: oversize with its real topic) is quarantined instead. The progress
@@ -301,10 +315,10 @@ class LevelDeliverer:
             if infos is not None:
                 self._fire_delivered(infos.topics, res.phys, infos, [dues[i] for i in src], ts)
             return
-        failed = []
+        failed: list[int] = []
         for j, i in enumerate(src):
             if statuses is not None and statuses[j] in GIVE_UP and self.svc.quarantine.set_aside(
-                    raws[i], f"delivery refused by the store: {statuses[j].name}", LEVEL, spans[i][0],
+                    raws[i], f"delivery refused by the store: {statuses[j].name}", LEVEL, spans[i][0],  # type: ignore[arg-type]  # source: built, never None
                     level=self.level, topic=batch.dests[j][0]):
                 self.stats.quarantined += 1
                 continue
@@ -327,16 +341,16 @@ class LevelDeliverer:
         await self._resend_sync(reqs, metas)
         self.commit_progress(end)
 
-    async def _resend_sync(self, reqs, metas) -> None:
+    async def _resend_sync(self, reqs: list[PutRequest], metas: list[ResendMeta]) -> None:
         attempt = 1
         todo = list(range(len(reqs)))
         while todo:
             await asyncio.sleep(DELAY_FOR_A_WHILE_S)
             results = self.store.put([reqs[i] for i in todo])
-            failed = []
+            failed: list[tuple[int, PutResult]] = []
             for i, r in zip(todo, results, strict=True):
                 if r.status in GIVE_UP and self.svc.quarantine.set_aside(
-                        metas[i][2], f"delivery refused by the store: {r.status.name}", LEVEL, metas[i][3],
+                        metas[i][2], f"delivery refused by the store: {r.status.name}", LEVEL, metas[i][3],  # type: ignore[arg-type]  # from raws[source[j]]: never None
                         level=self.level, topic=reqs[i].topic):
                     self.stats.quarantined += 1
                     continue
@@ -365,45 +379,49 @@ class LevelDeliverer:
                                 status=str(failed[0][1].status))
             todo = sorted(i for i, _ in failed)
 
-    def _delivered(self, due: int, info, store_ts: int, phys: int, topic: str) -> None:
+    def _delivered(self, due: int, info: tuple[int, str, int], store_ts: int, phys: int, topic: str) -> None:
         """One delivered message with event listeners; `info` = (schedule store ts, uniqKey, bornTs)."""
         st = self.stats
         st.add_delivered(1)
         st.record_lateness(store_ts - due)
         self._fire_one(due, info, store_ts, phys, topic)
 
-    def _fire_one(self, due: int, info, store_ts: int, phys: int, topic: str) -> None:
+    def _fire_one(self, due: int, info: tuple[int, str, int], store_ts: int, phys: int, topic: str) -> None:
         stored, uniq, born = info
         fire_columns(self.svc.listeners, "delivered", EventColumns(
             "level", self.level, self.svc.msg_id_prefix(), [topic], [phys], [uniq], [born], [stored], [due], store_ts))
 
-    def _fire_delivered(self, topics, phys, infos: EventInfos, dues, store_ts: int) -> None:
+    def _fire_delivered(self, topics: list[str], phys: list[int], infos: EventInfos, dues: list[int],
+                        store_ts: int) -> None:
         """One "delivered" event per message of a run stored at `store_ts`, handed over as columns."""
         fire_columns(self.svc.listeners, "delivered", EventColumns(
             "level", self.level, self.svc.msg_id_prefix(), topics, phys, infos.uniqs, infos.born_ts,
             infos.store_ts, dues, store_ts))
 
-    def _fire_due(self, batch, spans, dues, infos: EventInfos) -> None:
+    def _fire_due(self, batch: DeliveryBatch, spans: Spans, dues: list[int], infos: EventInfos) -> None:
         src = batch.source
         fire_columns(self.svc.listeners, "due", EventColumns(
             "level", self.level, self.svc.msg_id_prefix(), infos.topics, [spans[i][0] for i in src], infos.uniqs,
             infos.born_ts, infos.store_ts, [dues[i] for i in src], 0))
 
     # ---- async ---------------------------------------------------------------------------
-    def _deliver_async(self, batch, base, spans, dues, infos, end: int) -> None:
+    def _deliver_async(self, batch: DeliveryBatch, base: int, spans: Spans, dues: list[int], infos: EventInfos | None,
+                       end: int) -> None:
         if not spans:
             return
         n = len(batch)
         store = self.store
-        res = None
+        handler = self.handler
+        assert handler is not None  # async mode
+        res: BatchPutResult | None = None
         if n:
             self._progress_begin(store.commitlog_max_offset())
             res = store.put_batch(batch)
             self._count_puts(batch, res.statuses)
-        if n and not batch.dropped:
+        if res is not None and not batch.dropped:
             if res.statuses is None:  # the common case: one pending entry for the whole run
                 topics = infos.topics if infos is not None else None
-                self.handler.extend((PendingBatch(base, spans, dues, res.flushed, res.store_timestamp, res.phys,
+                handler.extend((PendingBatch(base, spans, dues, res.flushed, res.store_timestamp, res.phys,
                                                   topics, infos),))
                 self._progress_commit(self.put_offset(end), store.commitlog_max_offset())
                 return
@@ -412,9 +430,10 @@ class LevelDeliverer:
             self._pending_entries(batch, base, spans, dues, infos, res)
         self._progress_commit(self.put_offset(end), store.commitlog_max_offset())
 
-    def _count_puts(self, batch, statuses) -> None:
+    def _count_puts(self, batch: DeliveryBatch, statuses: list[PutStatus] | None) -> None:
         """The deliveries one put_batch stored count as puts of their real topics (svc.on_put)."""
         starts, dests = batch.starts, batch.dests
+        ok: Sequence[int]
         if statuses is None:
             first = dests[0]
             if dests.count(first) == len(dests):  # one destination (the usual run): one call, no per-record work
@@ -425,9 +444,12 @@ class LevelDeliverer:
             ok = [j for j, s in enumerate(statuses) if s is PUT_OK]
         count_puts(self.svc.on_put, [dests[j][0] for j in ok], [starts[j + 1] - starts[j] for j in ok])
 
-    def _pending_entries(self, batch, base, spans, dues, infos, res) -> None:
+    def _pending_entries(self, batch: DeliveryBatch, base: int, spans: Spans, dues: list[int],
+                         infos: EventInfos | None, res: BatchPutResult | None) -> None:
         """One PendingEntry per message: SKIP for dropped ones, RUNNING or EXCEPTION for the others."""
-        entries = [None] * len(spans)
+        handler = self.handler
+        assert handler is not None  # async mode
+        entries: list[PendingEntry | None] = [None] * len(spans)
         for i in batch.dropped:
             entries[i] = PendingEntry(base + i, spans[i][0], spans[i][1], dues[i], SKIP)
         if res is not None:
@@ -436,7 +458,7 @@ class LevelDeliverer:
             for j, i in enumerate(batch.source):
                 ok = statuses is None or statuses[j] is PUT_OK
                 status = RUNNING if ok else EXCEPTION
-                if not ok and statuses[j] in GIVE_UP and self.quarantine_refused(
+                if not ok and statuses is not None and statuses[j] in GIVE_UP and self.quarantine_refused(
                         spans[i][0], spans[i][1], f"delivery refused by the store: {statuses[j].name}", base + i):
                     status = SKIP
                 e = entries[i] = PendingEntry(base + i, spans[i][0], spans[i][1], dues[i], status,
@@ -446,8 +468,8 @@ class LevelDeliverer:
             if statuses is not None:
                 self.stats.failed_puts += sum(1 for x in statuses if x is not PUT_OK)
                 # EXCEPTION entries only: one the store refused for good was quarantined (SKIP)
-                self.handler.failed += sum(1 for e in entries if e is not None and e.status == EXCEPTION)
-        self.handler.extend(entries)
+                handler.failed += sum(1 for e in entries if e is not None and e.status == EXCEPTION)
+        handler.extend(entries)  # type: ignore[arg-type]  # every span is dropped or in batch.source: no None left
 
     def quarantine_refused(self, phys: int, size: int, why: str, offset: int) -> bool:
         """Quarantine the schedule record at `phys` that cannot be delivered (True when set aside;
@@ -475,7 +497,7 @@ class LevelDeliverer:
             st.add_delivered(1)
             st.record_lateness(e.store_ts - e.due)
 
-    def entries_done(self, entries) -> None:
+    def entries_done(self, entries: Sequence[PendingEntry | PendingBatch]) -> None:
         """`entry_done` for a run of SUCCESS entries (PendingEntry or PendingBatch) in offset order,
         with one stats update."""
         last = entries[-1]
@@ -484,7 +506,7 @@ class LevelDeliverer:
             self.offset = end
         lateness = []
         for e in entries:
-            if type(e) is PendingBatch:
+            if isinstance(e, PendingBatch):  # (no subclasses: as cheap as `type(e) is`)
                 ts = e.store_ts
                 lateness += [ts - due for due in e.dues]
             elif e.dphys >= 0:
@@ -496,8 +518,8 @@ class LevelDeliverer:
         st.lateness.observe_many(lateness)
         if self.svc.listeners:
             for e in entries:
-                if type(e) is PendingBatch:
-                    if e.infos is not None:
+                if isinstance(e, PendingBatch):
+                    if e.infos is not None and e.topics is not None:
                         self._fire_delivered(e.topics, e.dphys, e.infos, e.dues, e.store_ts)
                 elif e.info is not None and e.dphys >= 0:
                     topic, info = e.info
@@ -507,7 +529,7 @@ class LevelDeliverer:
     def max_offset(self) -> int:
         return self.store.max_offset(SCHEDULE_TOPIC, self.queue_id)
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         mx = self.max_offset()
         st = self.stats
         return {"level": self.level, "delay_ms": self.delay_ms, "delivered_offset": self.offset,
@@ -527,6 +549,6 @@ def _no_commit(offset: int, end: int) -> None:
     pass
 
 
-def _set_done(fut: asyncio.Future) -> None:
+def _set_done(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)

@@ -12,7 +12,7 @@ listener; a failing listener is logged and never stops delivery.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import structlog
@@ -94,7 +94,7 @@ class EventColumns:
                  "due_ts", "delivered_ts")
 
     def __init__(self, kind: str, level: int, msg_id_prefix: str, topics: list[str], offsets: list[int],
-                 uniq_keys: list[bytes | str | None], born_ts: list[int], store_ts: list[int], due_ts: list[int],
+                 uniq_keys: Sequence[bytes | str | None], born_ts: list[int], store_ts: list[int], due_ts: list[int],
                  delivered_ts: int | list[int]) -> None:
         self.kind, self.level, self.msg_id_prefix = kind, level, msg_id_prefix
         self.topics, self.offsets, self.uniq_keys = topics, offsets, uniq_keys

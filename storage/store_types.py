@@ -108,9 +108,11 @@ class PutBatch(Protocol):
     starts: list[int]
     dests: list[tuple[str, int]]
     tags_codes: list[int]
-    keys: list[tuple[bytes, ...]] | list[tuple[str, ...]]
     ts_pos: list[int]
     deliver_delays: list[int] | None
+
+    @property
+    def keys(self) -> Sequence[IndexKeys]: ...  # read-only: per record, str or UTF-8 bytes keys
 
 
 @dataclass(slots=True)
