@@ -14,9 +14,11 @@ TIMER_DEL_UNIQKEY marker for its slot through `put_marker` (the timer wheel's ow
 
 from __future__ import annotations
 
+import builtins
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from codec.codes import SCHEDULE_TOPIC, TIMER_TOPIC
 from codec.msgid import offset_msg_id
@@ -24,6 +26,16 @@ from codec.record import decode_record
 from scheduler.due import level_due_ms
 from scheduler.timer.enqueue import CANCEL_ALREADY, CANCEL_DUE, CANCEL_NOT_FOUND
 from scheduler.timer.timerlog import MAGIC_DELETE
+
+if TYPE_CHECKING:
+    from codec.record import MessageRecord
+    from scheduler.delay_deliver import LevelDeliverer
+    from scheduler.delay_service import DelayLevelService
+    from scheduler.timer import TimerMessageStore
+    from storage.message_store import MessageStore
+
+Row = dict[str, Any]  # one listed message (JSON object)
+PutMarker = Callable[[str, str, int], Awaitable[str | None]]
 
 _UNIT = struct.Struct(">qiq")
 MAX_LIMIT = 1000
@@ -52,12 +64,12 @@ class CancelResult:
     msg_id: str = ""
     detail: str = ""
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"status": self.status, "kind": self.kind, "level": self.level, "topic": self.topic,
                 "dueMs": self.due_ms, "msgId": self.msg_id, "detail": self.detail}
 
 
-def _row(rec, props: dict, kind: str, level: int, due_ms: int) -> dict:
+def _row(rec: MessageRecord, props: dict[str, str], kind: str, level: int, due_ms: int) -> Row:
     host, port = rec.store_host
     return {"msgId": offset_msg_id(host, port, rec.commitlog_offset), "uniqKey": props.get("UNIQ_KEY") or "",
             "topic": props.get("REAL_TOPIC") or rec.topic, "tags": props.get("TAGS") or "",
@@ -65,7 +77,7 @@ def _row(rec, props: dict, kind: str, level: int, due_ms: int) -> dict:
             "storeMs": rec.store_timestamp, "bornMs": rec.born_timestamp}
 
 
-def _matches(q: Query, props: dict, due_ms: int) -> bool:
+def _matches(q: Query, props: dict[str, str], due_ms: int) -> bool:
     if q.topic and (props.get("REAL_TOPIC") or "") != q.topic:
         return False
     if q.key and q.key != props.get("UNIQ_KEY") and q.key not in (props.get("KEYS") or "").split():
@@ -74,7 +86,8 @@ def _matches(q: Query, props: dict, due_ms: int) -> bool:
 
 
 class ScheduledBrowser:
-    def __init__(self, store, delay_service, timer_service, put_marker: Callable | None = None) -> None:
+    def __init__(self, store: MessageStore, delay_service: DelayLevelService | None,
+                 timer_service: TimerMessageStore | None, put_marker: PutMarker | None = None) -> None:
         """`await put_marker(topic, uniq_key, deliver_ms)` stores a timer cancel marker (the broker's put
         path) and returns None, or a problem text."""
         self.store = store
@@ -84,17 +97,17 @@ class ScheduledBrowser:
         self.timer_cancels: dict[str, int] = {}  # uniq key -> due ms, cancels placed since start
 
     # ---- listing -------------------------------------------------------------------------
-    def list(self, q: Query, scan_budget: int = DEFAULT_SCAN_BUDGET) -> tuple[list[dict], str | None, int]:
+    def list(self, q: Query, scan_budget: int = DEFAULT_SCAN_BUDGET) -> tuple[builtins.list[Row], str | None, int]:
         """(rows, next cursor or None when everything was looked at, units scanned)."""
         limit = max(1, min(q.limit, MAX_LIMIT))
-        rows: list[dict] = []
+        rows: builtins.list[Row] = []
         budget = [scan_budget]
         cur = q.cursor or ""
         if not q.timers_only and self.delay is not None and not cur.startswith("T"):
             start_level, start_off = 1, -1
             if cur.startswith("L"):
-                lv, _, off = cur[1:].partition(":")
-                start_level, start_off = int(lv), int(off)
+                lv, _, off_text = cur[1:].partition(":")
+                start_level, start_off = int(lv), int(off_text)
             for d in self.delay.levels:
                 if d.level < start_level or (q.level is not None and d.level != q.level):
                     continue
@@ -108,11 +121,13 @@ class ScheduledBrowser:
         if cur.startswith("T"):
             s, _, p = cur[1:].partition(":")
             slot, pos = int(s), int(p)
-        nxt = self._scan_timers(slot, pos, q, rows, limit, budget)
-        return rows, nxt, scan_budget - budget[0]
+        cursor = self._scan_timers(slot, pos, q, rows, limit, budget)
+        return rows, cursor, scan_budget - budget[0]
 
-    def _scan_level(self, d, off: int, q: Query, rows: list, limit: int, budget: list[int]) -> int | None:
+    def _scan_level(self, d: LevelDeliverer, off: int, q: Query, rows: builtins.list[Row], limit: int,
+                    budget: builtins.list[int]) -> int | None:
         """Rows of one level from `off`; the offset to resume at, or None when the level is done."""
+        assert self.delay is not None  # list() scans levels only with a delay service
         store, cancels = self.store, self.delay.cancels
         hi = store.max_offset(SCHEDULE_TOPIC, d.queue_id)
         while off < hi:
@@ -141,17 +156,20 @@ class ScheduledBrowser:
             off += cnt
         return None
 
-    def _scan_timers(self, slot: int | None, pos: int | None, q: Query, rows: list, limit: int,
-                     budget: list[int]) -> str | None:
+    def _scan_timers(self, slot: int | None, pos: int | None, q: Query, rows: builtins.list[Row], limit: int,
+                     budget: builtins.list[int]) -> str | None:
         t = self.timer
+        assert t is not None  # list() scans timers only with a timer service
         wheel, tl, prec = t.wheel, t.timerlog, t.config.precision_ms
+        assert wheel is not None and tl is not None  # a timer service is loaded before it is browsed
         start = max(t.read_cursor_ms, t.commit_read_ms)
         end = start + wheel.ring * prec  # one turn of the wheel: later slot times are its first turn again
         s = slot if slot is not None else start
         while True:
-            s = wheel.next_nonempty(s)
-            if s is None or s >= end or (q.due_before is not None and s >= q.due_before):
+            found = wheel.next_nonempty(s)
+            if found is None or found >= end or (q.due_before is not None and found >= q.due_before):
                 return None
+            s = found
             if pos is not None and s != slot:  # the cursor's slot was delivered meanwhile
                 pos = None
             if pos is None:
@@ -189,7 +207,7 @@ class ScheduledBrowser:
         return None
 
     # ---- cancel --------------------------------------------------------------------------
-    def _find(self, topic: str, uniq_key: str):
+    def _find(self, topic: str, uniq_key: str) -> MessageRecord | None:
         res = self.store.query_by_key(topic, uniq_key, 8)
         best = None
         for buf in res.buffers:
@@ -211,7 +229,8 @@ class ScheduledBrowser:
         return CancelResult("unknown", detail=f"no scheduled message with UNIQ_KEY {uniq_key} (never scheduled, "
                                               "or its record left the CommitLog)")
 
-    def _cancel_level(self, rec, uniq_key: str) -> CancelResult:
+    def _cancel_level(self, rec: MessageRecord, uniq_key: str) -> CancelResult:
+        assert self.delay is not None  # cancel() calls it only with a delay service
         level = rec.queue_id + 1
         d = self.delay.levels[rec.queue_id] if rec.queue_id < len(self.delay.levels) else None
         topic = rec.properties.get("REAL_TOPIC") or ""
@@ -227,7 +246,8 @@ class ScheduledBrowser:
         res.detail = f"delay level {level} will skip it"
         return res
 
-    async def _cancel_timer(self, rec, uniq_key: str, now_ms: int) -> CancelResult:
+    async def _cancel_timer(self, rec: MessageRecord, uniq_key: str, now_ms: int) -> CancelResult:
+        assert self.timer is not None  # cancel() calls it only with a timer service
         p = rec.properties
         topic = p.get("REAL_TOPIC") or ""
         slot = int(p.get("TIMER_OUT_MS") or 0)
@@ -245,7 +265,7 @@ class ScheduledBrowser:
             res.status, res.detail = "already_cancelled", "a cancel marker is already in its slot"
             return res
         if state == CANCEL_DUE or state == CANCEL_NOT_FOUND:
-            res.status, res.detail = "delivered" if state == CANCEL_DUE else "unknown", why
+            res.status, res.detail = "delivered" if state == CANCEL_DUE else "unknown", why or ""
             return res
         if self.put_marker is None:
             res.status, res.detail = "unknown", "timer cancel is not available on this broker"
