@@ -389,6 +389,12 @@ class BrokerController:
         info.update(self.store.runtime_info())
         info.update(_disk_info(self.config.store_path_root_dir))
         info["earliestMessageTimeStamp"] = self._earliest_store_time() or self.boot_ms
+        info["consumeQueueDiskRatio"] = info.get("commitLogDiskRatio", "0")  # one disk holds the whole store
+        sends = [h for code, h in self.rpc_latency.by_code.items() if code in (10, 310, 320)]
+        n = sum(h.count for h in sends)
+        if n:  # upper bounds of the buckets holding the quantiles, in ms (RocketMQ's putLatency99/999)
+            for key, q in (("putLatency99", 0.99), ("putLatency999", 0.999)):
+                info[key] = f"{max(h.quantile(q) for h in sends if h.count) * 1000:.2f}"
         for svc in (self.delay_service, self.timer_service, self.transactions, self.registrar, self.grpc):
             if svc is None:
                 continue
