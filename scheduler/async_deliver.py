@@ -113,9 +113,14 @@ class AsyncLevelHandler:
         """How many messages may still be enqueued (Java admits while size <= limit: up to limit+1)."""
         return self.max_pending + 1 - self.count
 
-    def first_failed(self) -> int:
-        """The schedule offset of the first EXCEPTION entry (call only while `failed` > 0)."""
-        return next(e.offset for e in self.pending if e.status == EXCEPTION)
+    def first_failed(self) -> int | None:
+        """The schedule offset of the first EXCEPTION entry (None, and the count corrected, if there is
+        none: the count is only a shortcut for the common case of no failures)."""
+        first = next((e.offset for e in self.pending if e.status == EXCEPTION), None)
+        if first is None:
+            log.warning("delay.failed_count_corrected", level=self.deliverer.level, was=self.failed)
+            self.failed = 0
+        return first
 
     def extend(self, entries) -> None:
         self.pending.extend(entries)

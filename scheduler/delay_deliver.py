@@ -83,7 +83,9 @@ class LevelDeliverer:
         flight (async), else `end` (default: scan_offset)."""
         h = self.handler
         if h is not None and h.failed > 0:
-            return h.first_failed()
+            first = h.first_failed()
+            if first is not None:
+                return first
         return self.scan_offset if end is None else end
 
     def commit_progress(self, offset: int) -> None:

@@ -18,7 +18,7 @@ from scheduler.delay_config import DelayConfig
 from scheduler.delay_deliver import LevelDeliverer
 from scheduler.delay_offsets import DelayOffsetBackend, DelayOffsetTable
 from scheduler.delay_recovery import resume_offset
-from scheduler.events import PutObserver, ignore_puts
+from scheduler.events import EventListener, PutObserver, ignore_puts
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.loop_lag import LoopLagProbe
 from scheduler.progress_file import ProgressFile
@@ -39,7 +39,7 @@ class DelayLevelService:
         self.offsets = DelayOffsetTable(self.config.config_dir, offset_backend)
         self.cancels = DelayCancelTable(self.config.config_dir)
         self.levels = [LevelDeliverer(self, lv) for lv in range(1, len(self.config.levels_ms) + 1)]
-        self.listeners: list = []
+        self.listeners: list[EventListener] = []
         self.quarantine = Quarantine(store)  # poison schedule records go to rmq_sys_SCHEDULE_QUARANTINE
         self._tasks: list = []  # storage.supervisor.SupervisedTask
         self._loaded = False
@@ -190,10 +190,10 @@ class DelayLevelService:
             self.levels[queue_id].on_dispatch()
 
     # ---- events --------------------------------------------------------------------------
-    def add_listener(self, fn) -> None:
-        """`fn(event, **fields)` on "due" and "delivered" (topic, msgId, uniqKey, level, bornTs,
-        storeTs, dueTs, deliveredTs); also "idle" (level, offset) and, in async mode, "resend" (level,
-        offset, resendCount, status, blocked). Costs nothing while the list is empty."""
+    def add_listener(self, fn: EventListener) -> None:
+        """Batches of "due" and "delivered" (topic, msgId, uniqKey, level, bornTs, storeTs, dueTs,
+        deliveredTs); single "idle" (level, offset) and, in async mode, "resend" (level, offset,
+        resendCount, status, blocked) events. Costs nothing while the list is empty."""
         self.listeners.append(fn)
 
     def remove_listener(self, fn) -> None:

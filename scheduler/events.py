@@ -1,18 +1,18 @@
 """Scheduled-message events (accepted / due / delivered) handed to listeners a batch at a time.
 
-Two batch shapes, one meaning. A row is a tuple in `EVENT_FIELDS` order; `fire_rows(listeners, event,
-rows)` gives a listener that has a `many(event, rows)` method the whole list in one call, and calls
-any other listener as `fn(event, **fields)` once per row, in order. `EventColumns` is the same batch
-column by column, as the delay-level drain has it (offsets, uniq keys and timestamps in lists, one
-kind / level / msgId prefix for the run); `fire_columns` hands it whole to a listener with a
-`columns(event, cols)` method (the trace writer: one record per batch, no per-message tuples or
-msgId strings) and turns it into rows for the others. A failing listener is logged and never stops
-delivery.
+A listener is an `EventListener` (declared below): it takes one event as `listener(event, **fields)`,
+a batch as rows (`many(event, rows)`, each row a tuple in `EVENT_FIELDS` order) and a batch column by
+column (`columns(event, cols)`: an `EventColumns`, as the delay-level drain has it: offsets, uniq keys
+and timestamps in lists, one kind / level / msgId prefix for the run; the trace writer writes it as one
+record). `EventCallback` is the base of a per-event listener: its `many` and `columns` call it once per
+row; `on_event(fn)` makes one of a plain function. `fire_rows` / `fire_columns` hand a batch to every
+listener; a failing listener is logged and never stops delivery.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Protocol
 
 import structlog
 
@@ -21,19 +21,59 @@ log = structlog.get_logger(__name__)
 EVENT_FIELDS = ("kind", "level", "topic", "msgId", "uniqKey", "bornTs", "storeTs", "dueTs", "deliveredTs")
 
 
-def fire_rows(listeners, event: str, rows: list[tuple]) -> None:
+EventRow = tuple[Any, ...]  # values in EVENT_FIELDS order
+
+
+class EventListener(Protocol):
+    """What the delay levels and the timer wheel tell about scheduled messages."""
+
+    def __call__(self, event: str, **fields: Any) -> None: ...
+
+    def many(self, event: str, rows: list[EventRow]) -> None: ...
+
+    def columns(self, event: str, cols: EventColumns) -> None: ...
+
+
+class EventCallback:
+    """A per-event listener: subclasses implement `__call__`; a batch reaches it one row at a time."""
+
+    def __call__(self, event: str, **fields: Any) -> None:
+        raise NotImplementedError
+
+    def many(self, event: str, rows: list[EventRow]) -> None:
+        for row in rows:
+            self(event, **dict(zip(EVENT_FIELDS, row, strict=True)))
+
+    def columns(self, event: str, cols: EventColumns) -> None:
+        self.many(event, cols.rows())
+
+
+class _Function(EventCallback):
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., None]) -> None:
+        self.fn = fn
+
+    def __call__(self, event: str, **fields: Any) -> None:
+        self.fn(event, **fields)
+
+    def __repr__(self) -> str:
+        return f"on_event({self.fn!r})"
+
+
+def on_event(fn: Callable[..., None]) -> EventListener:
+    """A plain `fn(event, **fields)` as an EventListener."""
+    return _Function(fn)
+
+
+def fire_rows(listeners: list[EventListener], event: str, rows: list[EventRow]) -> None:
     if not rows:
         return
     for fn in listeners:
         try:
-            many = getattr(fn, "many", None)
-            if many is not None:
-                many(event, rows)
-            else:
-                for row in rows:
-                    fn(event, **dict(zip(EVENT_FIELDS, row, strict=True)))
+            fn.many(event, rows)
         except Exception as e:  # a listener must never stop delivery
-            log.warning("scheduler.listener_failed", listener=repr(fn), event=event, error=repr(e))
+            log.warning("scheduler.listener_failed", listener=repr(fn), scheduled_event=event, error=repr(e))
 
 
 def _text(u) -> str:
@@ -71,21 +111,14 @@ class EventColumns:
                                                self.store_ts, self.due_ts, per, strict=True)]
 
 
-def fire_columns(listeners, event: str, cols: EventColumns) -> None:
+def fire_columns(listeners: list[EventListener], event: str, cols: EventColumns) -> None:
     if not len(cols):
         return
-    rows = None
     for fn in listeners:
         try:
-            columns = getattr(fn, "columns", None)
-            if columns is not None:
-                columns(event, cols)
-                continue
-            if rows is None:
-                rows = cols.rows()
-            fire_rows((fn,), event, rows)
+            fn.columns(event, cols)
         except Exception as e:  # a listener must never stop delivery
-            log.warning("scheduler.listener_failed", listener=repr(fn), event=event, error=repr(e))
+            log.warning("scheduler.listener_failed", listener=repr(fn), scheduled_event=event, error=repr(e))
 
 
 PutObserver = Callable[[list[str], list[int]], None]  # (topics, record sizes) of records the scheduler stored

@@ -9,11 +9,10 @@ rocketmq_timer_message_snapshot, rocketmq_delay_message_latency.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import structlog
 
-from scheduler.events import fire_rows
+from scheduler.events import EventListener, fire_rows
 from scheduler.stats import LatenessHistogram
 
 log = structlog.get_logger(__name__)
@@ -66,7 +65,7 @@ class TimerMetrics:
         self.lateness = LatenessHistogram(LATENESS_BUCKETS_MS)
         self.enqueue_rate = _Rate()
         self.dequeue_rate = _Rate()
-        self.listeners: list[Callable[..., None]] = []
+        self.listeners: list[EventListener] = []
 
     def emit(self, event: str, **fields) -> None:
         for fn in self.listeners:

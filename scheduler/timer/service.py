@@ -22,7 +22,7 @@ import structlog
 
 from codec.msgid import offset_msg_id
 from codec.record import store_host_pos
-from scheduler.events import PutObserver, ignore_puts
+from scheduler.events import EventListener, PutObserver, ignore_puts
 from scheduler.progress_file import ProgressFile
 from scheduler.quarantine import Quarantine
 from scheduler.timer.checkpoint import TimerCheckpoint
@@ -187,6 +187,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self.slot_progress = (p.slot_ms, p.put_in_slot, p.last_due_ms, p.last_phys)
         self._resume_after = (p.slot_ms, p.last_due_ms, p.last_phys) if p.slot_ms == read_ms and \
             p.put_in_slot > 0 else None
+        self._resume = None  # this node's own scheduleProgress is superseded by the master's record
 
     async def shutdown(self) -> None:
         if not self._loaded:
@@ -252,8 +253,8 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self.checkpoint.write(read_ms, pos, queue_offset, int(time.time() * 1000))
 
     # ---- events / ids --------------------------------------------------------------------
-    def add_listener(self, fn) -> None:
-        """`fn(event, **fields)` on "accepted" (entered the wheel), "due" and "delivered"; fields
+    def add_listener(self, fn: EventListener) -> None:
+        """"accepted" (entered the wheel), "due" and "delivered" events; fields
         kind="timer", level=0, topic (real topic), msgId, uniqKey, bornTs, storeTs, dueTs, deliveredTs."""
         self.metrics.listeners.append(fn)
 

@@ -14,7 +14,8 @@ A group with 4.x members too (push/pull consumers heartbeating over remoting): 5
 members of the group in the ClientManager (telemetry.py), so the 4.x clients' rebalance
 (AllocateMessageQueueAveragely over every member's client id and the topic's queues) hands some
 queues to 5.x ids. Pop then serves exactly those queues (`pop_share`), and the 4.x clients pull the
-rest: each queue has one consumer side, none is left to nobody, nothing is consumed twice. Exact when
+rest: each queue has one consumer side, none is left to nobody, nothing is consumed twice while the
+membership holds (a leaver's queues are taken over from the committed offsets). Exact when
 the 4.x clients use the default averaging strategy and the topic lives on this broker alone (with
 several brokers they allocate over all brokers' queues, which one broker does not see).
 """

@@ -203,7 +203,7 @@ class TraceWriter:
         self.writer.write([3, event, c.kind, c.level, c.msg_id_prefix, c.topics, c.offsets, c.uniq_keys,
                            c.born_ts, c.store_ts, c.due_ts, c.delivered_ts])
 
-    def many(self, event: str, rows: list[tuple]) -> None:
+    def many(self, event: str, rows: list[tuple]) -> None:  # scheduler.events.EventListener
         """A batch of events, each row in scheduler.events.EVENT_FIELDS order (== FIELDS), packed in
         one call; a missing value (None) is written as its field's zero value."""
         if event not in self.EVENTS:

@@ -17,6 +17,8 @@ key_text = st.text(alphabet="abcxyz0123456789-", min_size=1, max_size=12)
 @st.composite
 def schedule_records(draw):
     props = dict(draw(properties))
+    props.pop("REAL_TOPIC", None)  # the destination is drawn below, both keys or neither
+    props.pop("REAL_QID", None)
     real = draw(st.none() | real_topics)
     if real is not None:
         props["REAL_TOPIC"] = real

@@ -114,3 +114,26 @@ def test_push_consumer_consumes_and_retries_a_failure(gbroker, agents):
     c = agents.run_rmq5("push", gbroker, group=group, topic=topic, until_count=5, fail_first=True, max_seconds=40)
     assert sorted(bodies(c)) == [f"m{i}" for i in range(5)]
     assert {e["attempt"] for e in c.of("received")} == {2}
+
+
+def test_thread_stack_command_the_python_client_ignores_times_out_and_the_session_goes_on(gbroker, agents):
+    """rocketmq-python-client 5.1.2 does not answer PrintThreadStackTraceCommand (the Node client does:
+    test_node_client.py). mqadmin consumerStatus then gets CONSUME_MSG_TIMEOUT after the broker's relay
+    timeout, not a hang, and the consumer keeps receiving on the same session."""
+    from codec.codes import RequestCode, ResponseCode
+    from server.processors.admin_ops import RELAY_TIMEOUT_S
+    from tests.helpers import wire
+
+    topic, group = uniq("T5"), uniq("G5")
+    agents.run_rmq5("produce", gbroker, topic=topic, count=1, body_prefix="a")
+    c = agents.rmq5("simple", gbroker, group=group, topic=topic, until_count=2, max_seconds=40)
+    cid = c.wait_event("started", 30)["client_id"]
+    c.wait_for(lambda a: len(a.of("acked")) == 1, 20, "the first message received and acked")
+    t0 = time.monotonic()
+    r = wire.invoke(gbroker.addr, int(RequestCode.GET_CONSUMER_RUNNING_INFO),
+                    {"consumerGroup": group, "clientId": cid, "jstackEnable": "true"}, timeout=RELAY_TIMEOUT_S + 10)
+    assert r.code == ResponseCode.CONSUME_MSG_TIMEOUT, (r.code, r.remark)
+    assert time.monotonic() - t0 >= RELAY_TIMEOUT_S - 0.5
+    agents.run_rmq5("produce", gbroker, topic=topic, count=1, body_prefix="b")
+    assert c.wait_exit(30) == 0, c.diagnostics()
+    assert bodies(c) == ["a0", "b0"]

@@ -56,6 +56,7 @@ def mqadmin(*args: str, timeout: float = 60.0, user_home: Path | None = None) ->
         return subprocess.run(
             [str(ROCKETMQ_JAVA / "bin" / "mqadmin"), *args],
             env=_env(home), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+            cwd=home,  # commands that write files (consumerStatus) write them here, never in the repository
         )
     finally:
         if user_home is None:

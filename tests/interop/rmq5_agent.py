@@ -8,7 +8,7 @@ client wheel in .venv). Prints one JSON object per line with an "event" key, lik
   recall    --endpoint H:P --topic T --handle H          -> {"event":"recalled","id"} or {"event":"error"}
   transaction --endpoint H:P --topic T --count N --end commit|rollback|none --check commit|rollback
             [--linger S]            -> {"event":"sent"} per half, {"event":"checked","id"} per check-back
-  simple    --endpoint H:P --group G --topic T --until-count N [--tag X] [--invisible S] [--no-ack]
+  simple    --endpoint H:P --group G --topic T --until-count N [--tag X] [--invisible S] [--no-ack]  (first {"event":"started","client_id"})
             [--change-invisible S] [--max-seconds S]   -> {"event":"received","id","body","attempt",...}
   push      --endpoint H:P --group G --topic T --until-count N [--fail-first]  -> {"event":"received",...}
 
@@ -124,6 +124,7 @@ def simple(a) -> int:
     c = SimpleConsumer(config(a), a.group, {a.topic: FilterExpression(a.tag or "*")}, await_duration=a.await_s,
                        tls_enable=a.tls)
     c.startup()
+    emit(event="started", client_id=c.client_id)
     got = 0
     deadline = time.time() + a.max_seconds
     try:

@@ -71,7 +71,7 @@ def test_batched_trace_rows_write_what_one_call_per_event_writes(tmp_path):
     that one keyword call per event writes, missing values included; plain listeners still get calls."""
     import msgpack
 
-    from scheduler.events import EVENT_FIELDS, fire_rows
+    from scheduler.events import EVENT_FIELDS, fire_rows, on_event
 
     rows = [("level", 3, "T", "ID1", "U1", 1, 2, 10, 12), ("timer", 0, "T2", "ID2", None, 0, 5, 20, 0)]
     one_dir, many_dir = tmp_path / "one", tmp_path / "many"
@@ -83,8 +83,8 @@ def test_batched_trace_rows_write_what_one_call_per_event_writes(tmp_path):
         calls.append((event, fields))
         one(event, **fields)
 
-    fire_rows([plain, many], "due", rows)
-    fire_rows([plain, many], "idle", rows)  # not a trace event: written by neither
+    fire_rows([on_event(plain), many], "due", rows)
+    fire_rows([on_event(plain), many], "idle", rows)  # not a trace event: written by neither
     one_w.close()
     many_w.close()
 
@@ -127,7 +127,7 @@ def test_a_column_batch_is_one_v3_record_that_reads_back_as_the_rows_it_stands_f
     and a torn one, are skipped without losing the records before them."""
     import msgpack
 
-    from scheduler.events import EVENT_FIELDS, EventColumns, fire_columns
+    from scheduler.events import EVENT_FIELDS, EventColumns, fire_columns, on_event
 
     prefix = "7F00000100002A9F"
     cols = EventColumns("level", 2, prefix, ["T1", "T2", "T1"], [0, 4096, 0xABCDEF012], [b"U1", None, "U3"],
@@ -138,7 +138,7 @@ def test_a_column_batch_is_one_v3_record_that_reads_back_as_the_rows_it_stands_f
     assert cols.rows() == expected
     w = RotatingMsgpackWriter(str(tmp_path), "t")
     trace, calls = TraceWriter(w), []
-    fire_columns([trace, lambda event, **f: calls.append((event, f))], "delivered", cols)
+    fire_columns([trace, on_event(lambda event, **f: calls.append((event, f)))], "delivered", cols)
     fire_columns([trace], "idle", cols)  # not a trace event
     per = EventColumns("level", 1, prefix, ["T"], [7], [b"U"], [1], [2], [3], [4])  # deliveredTs per message
     fire_columns([trace], "due", per)

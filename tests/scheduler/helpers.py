@@ -9,6 +9,7 @@ import time
 from codec.record import MessageRecord, decode_record, encode_record
 from codec.tags import java_hash
 from scheduler.delay_levels import DelayConfig, DelayLevelService, transform_delay
+from scheduler.events import EventCallback
 from scheduler.levels import SCHEDULE_TOPIC, parse_delay_levels, schedule_tags_code
 from storage.message_store import MessageStore, PutRequest, StoreConfig
 
@@ -105,7 +106,7 @@ class QueueWatcher:
         return self.store.max_offset(self.topic, self.queue_id)
 
 
-class EventRecorder:
+class EventRecorder(EventCallback):
     """A DelayLevelService listener that records events and wakes waiters on a predicate."""
 
     def __init__(self) -> None:

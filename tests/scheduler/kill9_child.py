@@ -10,6 +10,7 @@ import sys
 import structlog
 
 from scheduler.delay_levels import DelayLevelService
+from scheduler.events import on_event as event_listener
 from tests.scheduler.helpers import delay_config, open_store, put_delayed
 
 
@@ -29,7 +30,7 @@ async def main(path: str, total: int, per_tick: int) -> None:
                 sys.stdout.write(f"delivered {delivered}\n")
                 sys.stdout.flush()
 
-    svc.add_listener(on_event)
+    svc.add_listener(event_listener(on_event))
     svc.start()
     sent = 0
     while sent < total:

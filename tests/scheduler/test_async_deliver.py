@@ -93,9 +93,12 @@ async def test_blocks_after_three_resends_and_resumes_when_fault_clears(tmp_path
         await ev.wait(lambda r: len(r.named("resend")) >= 5, timeout=5)
         assert lvl.scan_offset == 4 and store.faults.injected == injected + 1  # only the head's resend
         assert store.max_offset("B", 0) == 0 and lvl.offset == 0
+        # scheduleProgress stays at the first failed put (a kill now resumes there: nothing lost)
+        assert svc.progress_file.level(1).offset == 0 and svc.progress_file.level(1).phys == -1
         store.faults.disable()
         await watch.wait_for(10, timeout=5)
         await ev.wait(lambda r: lvl.offset == 10, timeout=5)
+        assert svc.progress_file.level(1).offset == 10 and lvl.handler.failed == 0
         got = [r.properties["UNIQ_KEY"] for _, r in read_queue(store, "B")]
         assert got[0] == first[0] and sorted(got) == sorted(first + later) and len(got) == 10
         assert not lvl.handler.blocked()

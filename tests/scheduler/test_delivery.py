@@ -167,3 +167,20 @@ async def test_a_busy_level_coalesces_its_passes_and_never_delivers_early(tmp_pa
     finally:
         await svc.shutdown()
         await store.shutdown()
+
+
+def test_a_failing_listener_is_logged_and_the_others_still_hear_the_batch():
+    """A listener that raises must not stop delivery nor the listeners after it (its log line included)."""
+    from scheduler.events import EVENT_FIELDS, EventColumns, fire_columns, fire_rows, on_event
+
+    heard = []
+
+    def broken(event, **fields):
+        raise RuntimeError("listener bug")
+
+    row = ("level", 1, "T", "ID1", "U1", 1, 2, 3, 4)
+    fire_rows([on_event(broken), on_event(lambda e, **f: heard.append((e, f["msgId"])))], "due", [row])
+    cols = EventColumns("level", 1, "AB", ["T"], [16], [b"U1"], [1], [2], [3], 4)
+    fire_columns([on_event(broken), on_event(lambda e, **f: heard.append((e, f["msgId"])))], "delivered", cols)
+    assert heard == [("due", "ID1"), ("delivered", "AB" + "0" * 14 + "10")]
+    assert len(EVENT_FIELDS) == len(row)

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from codec.record import MessageRecord, decode_record, encode_record
+from scheduler.events import on_event
 from scheduler.timer import TimerConfig, TimerMessageStore, transform_timer
 from storage.message_store import MessageStore, PutRequest, StoreConfig
 
@@ -34,7 +35,7 @@ class Harness:
         self.store.add_dispatch_listener(lambda t, q, m: self.arrived.set())
         kw = {"precision_ms": PRECISION, "store_root": self.root, **self.timer_kw}
         self.timer = TimerMessageStore(self.store, TimerConfig(**kw))
-        self.timer.add_listener(lambda event, **f: self.arrived.set())
+        self.timer.add_listener(on_event(lambda event, **f: self.arrived.set()))
         self.timer.start()
 
     async def close(self) -> None:

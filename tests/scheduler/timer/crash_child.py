@@ -13,6 +13,7 @@ import sys
 import time
 
 from codec.record import MessageRecord, encode_record
+from scheduler.events import on_event as event_listener
 from scheduler.timer import TimerConfig, TimerMessageStore, transform_timer
 from storage.message_store import MessageStore, PutRequest, StoreConfig
 
@@ -51,7 +52,7 @@ async def main(root: str, first: int, count: int) -> None:
                 keys.add(f.get("uniqKey"))
                 if len(keys) >= first:
                     done.set()
-        timer.add_listener(on_event)
+        timer.add_listener(event_listener(on_event))
         if len(keys) >= first:
             done.set()
     await done.wait()

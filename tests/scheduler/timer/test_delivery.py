@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from scheduler.events import on_event
 from scheduler.timer import TIMER_TOPIC, TimerPutStatus
 from tests.scheduler.timer.conftest import now_ms
 
@@ -85,7 +86,7 @@ async def test_cancel_marker_drops_target_and_is_never_delivered(harness):
 
 async def test_events_and_runtime_info(harness):
     events = []
-    harness.timer.add_listener(lambda ev, **f: events.append((ev, f)))
+    harness.timer.add_listener(on_event(lambda ev, **f: events.append((ev, f))))
     harness.send("E", {"TIMER_DELAY_MS": "200", "UNIQ_KEY": "EV"})
     await harness.wait_until(lambda: any(e == "delivered" for e, _ in events), 10)
     kinds = [e for e, _ in events]
