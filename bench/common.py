@@ -186,12 +186,12 @@ def _port_free(port: int) -> bool:
 
 
 def pick_port() -> int:
-    """A port P with P-2 (the VIP channel) also free."""
+    """A port P with P-2 (the VIP channel) and P+1 (haListenPort) also free."""
     for _ in range(200):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((HOST, 0))
             port = s.getsockname()[1]
-        if port > 1026 and _port_free(port) and _port_free(port - 2):
+        if 1026 < port < 65535 and _port_free(port) and _port_free(port - 2) and _port_free(port + 1):
             return port
     raise RuntimeError("no free port pair on 127.0.0.1")
 

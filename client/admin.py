@@ -178,10 +178,17 @@ class Admin:
             out[addr] = dict((w.loads_lenient(resp.body) or {}).get("table") or {}) if resp.body else {}
         return out
 
-    async def promote(self, broker_addr: str, role: str = "ASYNC_MASTER", timeout: float = 30.0) -> dict:
-        """PROMOTE_BROKER (delaymq's 3101): make the slave at `broker_addr` the master, live."""
+    async def promote(self, broker_addr: str, role: str = "ASYNC_MASTER", timeout: float = 30.0,
+                      access_key: str | None = None, secret_key: str | None = None) -> dict:
+        """PROMOTE_BROKER (delaymq's 3101): make the slave at `broker_addr` the master, live. An admin
+        request under ACL: signed when an access key is given."""
+        from codec.acl import sign_request
+
         body = w.dumps({"brokerRole": role})
-        resp = await self.instance.invoke_addr(broker_addr, w.request(w.PROMOTE_BROKER, {}, body), timeout)
+        cmd = w.request(w.PROMOTE_BROKER, {}, body)
+        if access_key:
+            sign_request(cmd.ext_fields, body, access_key, secret_key or "")
+        resp = await self.instance.invoke_addr(broker_addr, cmd, timeout)
         w.check(resp, f"promote {broker_addr}")
         return dict(w.loads_lenient(resp.body) or {})
 

@@ -21,7 +21,10 @@ the record, bytes.find on the properties).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Container, Iterable, Sequence
+from typing import Any
 
+from codec.buffers import BytesLike
 from codec.codes import TIMER_TOPIC
 from codec.errors import CodecError
 from codec.properties import index_keys, parse_properties, properties_to_string
@@ -64,7 +67,10 @@ def canonical_map(pb: bytes) -> dict[bytes, bytes] | None:
     return d if len(d) << 1 == len(parts) else None
 
 
-def _edit_canonical(pb: bytes, edits) -> bytes:
+Edits = Iterable[tuple[bytes, bytes]]
+
+
+def _edit_canonical(pb: bytes, edits: Edits) -> bytes:
     for name, value in edits:
         key = name + b"\x01"
         if pb.startswith(key):
@@ -80,14 +86,14 @@ def _edit_canonical(pb: bytes, edits) -> bytes:
     return pb
 
 
-def _edit_dict(pb: bytes, edits) -> bytes:
+def _edit_dict(pb: bytes, edits: Edits) -> bytes:
     props = parse_properties(pb)
     for name, value in edits:
         props[name.decode()] = value.decode()
     return properties_to_string(props).encode()
 
 
-def edit_properties(pb: bytes, edits) -> bytes:
+def edit_properties(pb: bytes, edits: Edits) -> bytes:
     """`edits`: (name bytes, value bytes) pairs applied in order (a missing name is appended).
     Byte-identical to `properties_to_string(parse_properties(pb) | edits).encode()`."""
     if canonical_map(pb) is not None:
@@ -105,19 +111,21 @@ def _dict_map(pb: bytes) -> dict[bytes, bytes]:
     return {k.encode(): v.encode() for k, v in parse_properties(pb).items()}
 
 
-def _as_tuple(*fields):
+def _as_tuple(*fields: Any) -> tuple[Any, ...]:
     return fields
 
 
-def build_timer_deliveries(raws, rolls, exact_ms, enqueue_ms, dequeue_ms: int, cancel, make=_as_tuple,
-                           uniqs: list | None = None) -> list:
+def build_timer_deliveries(raws: Sequence[BytesLike | None], rolls: Sequence[int], exact_ms: Sequence[int],
+                           enqueue_ms: Sequence[int], dequeue_ms: int, cancel: Container[str] | None,
+                           make: Callable[..., Any] = _as_tuple,
+                           uniqs: list[bytes | None] | None = None) -> list[Any]:
     """Per record: MISSING / SKIPPED / CANCELLED, or `make(record bytearray, topic, queue id, tagsCode,
     index keys)` (a tuple by default; the dequeue passes PutRequest). Rolls go to rmq_sys_wheel_timer
     / 0 with tagsCode 0 and no keys. `uniqs`, when given, gets each record's UNIQ_KEY bytes (None
     for a roll or a record that is not delivered). `cancel`: set of `REAL_TOPIC+UNIQ_KEY` str (the
     slot's delete marker keys). Raises CodecError on a malformed record or properties over 32767
     bytes, ValueError on a non-numeric TIMER_ROLL_TIMES."""
-    out = []
+    out: list[Any] = []
     append = out.append
     keep_uniq = uniqs.append if uniqs is not None else None
     pack_i32 = _I32.pack_into
@@ -134,10 +142,9 @@ def build_timer_deliveries(raws, rolls, exact_ms, enqueue_ms, dequeue_ms: int, c
             continue
         tpos, ppos, pend = tail_span(raw)
         pb = bytes(raw[ppos + 2:pend])
-        d = canonical_map(pb)
-        canonical = d is not None
-        if not canonical:
-            d = _dict_map(pb)
+        cm = canonical_map(pb)
+        canonical = cm is not None
+        d = cm if cm is not None else _dict_map(pb)
         get = d.get
         w = enqueue_ms[n]
         if w != last_w:  # units of one burst share their enqueue write clock
@@ -148,7 +155,8 @@ def build_timer_deliveries(raws, rolls, exact_ms, enqueue_ms, dequeue_ms: int, c
             edits = ((TIMER_ROLL_TIMES, times), (TIMER_DELIVER_MS, str(exact_ms[n]).encode()),
                      (TIMER_ENQUEUE_MS, enq), (TIMER_DEQUEUE_MS, deq))
             props = _edit_canonical(pb, edits) if canonical else _edit_dict(pb, edits)
-            field, topic, qid, tcode, keys = _ROLL_TOPIC_FIELD, TIMER_TOPIC, 0, 0, ()
+            keys: tuple[bytes, ...] = ()
+            field, topic, qid, tcode = _ROLL_TOPIC_FIELD, TIMER_TOPIC, 0, 0
         else:
             rt = get(REAL_TOPIC)
             uniq = get(UNIQ_KEY)

@@ -256,7 +256,7 @@ class AsyncLevelHandler:
                         head.phys, head.size, f"delivery refused by the store: {result.status.name}", head.offset):
                     self._settle(head, SKIP)
                 return
-            d.svc.on_put([req.topic], [len(req.record)])
+            d.svc.on_put(req.topic, 1, len(req.record))
             head.flushed, head.store_ts, head.dphys = result.flushed, result.store_timestamp, result.phys_offset
             self._settle(head, RUNNING)  # in the CommitLog: the progress moves past it now
             fl = result.flushed

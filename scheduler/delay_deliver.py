@@ -36,7 +36,7 @@ from scheduler.async_deliver import (
 )
 from scheduler.delay_events import EventInfos, event_infos
 from scheduler.due import AFTER_MS
-from scheduler.events import EventColumns, fire_columns
+from scheduler.events import EventColumns, count_puts, fire_columns
 from scheduler.quarantine import GIVE_UP, LEVEL
 from scheduler.stats import LevelStats
 from storage.message_store import PutRequest, PutStatus
@@ -343,7 +343,7 @@ class LevelDeliverer:
                 if r.status is not PUT_OK:
                     failed.append((i, r))
                     continue
-                self.svc.on_put([reqs[i].topic], [len(reqs[i].record)])
+                self.svc.on_put(reqs[i].topic, 1, len(reqs[i].record))
                 fl = r.flushed
                 if fl is not None:
                     if not fl.done():
@@ -416,11 +416,14 @@ class LevelDeliverer:
         """The deliveries one put_batch stored count as puts of their real topics (svc.on_put)."""
         starts, dests = batch.starts, batch.dests
         if statuses is None:
-            self.svc.on_put([d[0] for d in dests], [b - a for a, b in zip(starts, starts[1:])])  # noqa: B905
-            return
-        ok = [j for j, s in enumerate(statuses) if s is PUT_OK]
-        if ok:
-            self.svc.on_put([dests[j][0] for j in ok], [starts[j + 1] - starts[j] for j in ok])
+            first = dests[0]
+            if dests.count(first) == len(dests):  # one destination (the usual run): one call, no per-record work
+                self.svc.on_put(first[0], len(dests), starts[-1] - starts[0])
+                return
+            ok = range(len(dests))
+        else:
+            ok = [j for j, s in enumerate(statuses) if s is PUT_OK]
+        count_puts(self.svc.on_put, [dests[j][0] for j in ok], [starts[j + 1] - starts[j] for j in ok])
 
     def _pending_entries(self, batch, base, spans, dues, infos, res) -> None:
         """One PendingEntry per message: SKIP for dropped ones, RUNNING or EXCEPTION for the others."""

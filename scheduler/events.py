@@ -11,6 +11,7 @@ listener; a failing listener is logged and never stops delivery.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -121,8 +122,25 @@ def fire_columns(listeners: list[EventListener], event: str, cols: EventColumns)
             log.warning("scheduler.listener_failed", listener=repr(fn), scheduled_event=event, error=repr(e))
 
 
-PutObserver = Callable[[list[str], list[int]], None]  # (topics, record sizes) of records the scheduler stored
+PutObserver = Callable[[str, int, int], None]  # (topic, records, bytes) the scheduler stored in that topic
 
 
-def ignore_puts(topics: list[str], sizes: list[int]) -> None:
+def ignore_puts(topic: str, n: int, nbytes: int) -> None:
     """The PutObserver of a service nobody counts for."""
+
+
+def count_puts(observer: PutObserver, topics: list[str], sizes: list[int]) -> None:
+    """Hand a run of stored records (their topics and sizes) to `observer`, one call per topic: a run
+    to one topic (the usual case) costs one call and no per-record work."""
+    if not topics:
+        return
+    first = topics[0]
+    if topics.count(first) == len(topics):
+        observer(first, len(topics), sum(sizes))
+        return
+    nbytes: dict[str, int] = {}
+    get = nbytes.get
+    for topic, size in zip(topics, sizes, strict=True):
+        nbytes[topic] = get(topic, 0) + size
+    for topic, n in Counter(topics).items():
+        observer(topic, n, nbytes[topic])

@@ -32,6 +32,10 @@ class TimerProgress:
     put_in_slot: int = 0
     last_due_ms: int = -1
     last_phys: int = -1
+    # (enqueued timer-queue offset, reader cursor) each time the master's reader cursor moved: a unit at
+    # timer-queue offset x was linked no earlier than the cursor of the last entry with offset <= x,
+    # so a slave links every unit into exactly the master's slot
+    cursor_history: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -46,7 +50,7 @@ class SchedulerProgress:
         return msgpack.packb([
             VERSION, self.taken_ms, self.commitlog_offset, sorted(self.delay_offsets.items()),
             None if t is None else [t.read_ms, t.queue_offset, t.cursor_ms, t.slot_ms, t.put_in_slot,
-                                    t.last_due_ms, t.last_phys]])
+                                    t.last_due_ms, t.last_phys, [list(h) for h in t.cursor_history]]])
 
     @classmethod
     def from_bytes(cls, data) -> SchedulerProgress:
@@ -55,7 +59,11 @@ class SchedulerProgress:
             if not isinstance(v, list) or not v or v[0] != VERSION:
                 raise ValueError(f"unknown scheduler progress record {v[:1] if isinstance(v, list) else v!r}")
             _ver, taken, cl_off, delay, timer = v[:5]
-            return cls(int(taken), int(cl_off), {int(lv): int(off) for lv, off in delay},
-                       None if timer is None else TimerProgress(*(int(x) for x in timer[:7])))
+            tp = None
+            if timer is not None:
+                tp = TimerProgress(*(int(x) for x in timer[:7]))
+                if len(timer) > 7:
+                    tp.cursor_history = [(int(q), int(c)) for q, c in timer[7]]
+            return cls(int(taken), int(cl_off), {int(lv): int(off) for lv, off in delay}, tp)
         except (msgpack.UnpackException, TypeError, ValueError) as e:
             raise ValueError(f"bad scheduler progress record: {e}") from None

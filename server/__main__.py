@@ -71,11 +71,12 @@ def config_from_args(args):
         if not sep:
             raise SystemExit(f"--set expects KEY=VALUE, got {item!r}")
         overrides[key.strip()] = value.strip()
-    overrides.update({
+    flags = {
         "storePathRootDir": args.store, "listenPort": args.port, "brokerIP1": args.broker_ip,
         "flushDiskType": args.flush_disk_type, "messageDelayLevel": args.delay_levels,
         "metricsPort": args.metrics_port,
-    })
+    }
+    overrides.update({k: v for k, v in flags.items() if v is not None})  # a flag not given leaves --set alone
     cfg = load_config(args.config, overrides)
     cfg.listen_host = args.host or (cfg.listen_host if cfg.listen_host != "0.0.0.0" else "127.0.0.1")
     return cfg

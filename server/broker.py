@@ -40,6 +40,7 @@ from server.wiring import (
     make_timer_service,
     notify_consumer_ids_changed,
     put_request,
+    timer_config,
 )
 from storage.meta_store import MetaStore
 from storage.store_lock import StoreLock
@@ -115,12 +116,12 @@ class BrokerController:
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
         await self.replica.prepare(self.store)  # a SLAVE: read-only store, a former master's tail cut
         # scheduled deliveries count as puts on their real topic (per-topic throughput includes them)
-        self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta, self.on_put_sizes)
-        self.timer_service = make_timer_service(self.store, cfg, self.on_put_sizes)
+        self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta, self.on_put_topic)
+        self.timer_service = make_timer_service(self.store, cfg, self.on_put_topic)
         self.scheduled = ScheduledBrowser(self.store, self.delay_service, self.timer_service,
                                           self._put_timer_cancel_marker)
         # the timer hook's flow control reads the live wheel, so it gets the service itself
-        self.hooks = PutHooks(cfg, self.levels, timer_config=self.timer_service)
+        self.hooks = PutHooks(cfg, self.levels, self.timer_service or timer_config(cfg))
         self.transactions = TransactionService(self)
         if not self.replica.is_slave:  # a slave's check-backs start at promotion
             self.transactions.start()
@@ -160,9 +161,7 @@ class BrokerController:
         if cfg.namesrv_addr_list:
             self.registrar = make_registrar(self)
             self.topics.add_change_listener(lambda _tc: self.registrar.topics_changed())
-            # a slave follows the master the name servers name; a promotion re-registers at once as id 0
-            self.registrar.add_result_listener(self._on_register_result)
-            self.replica.role_listeners.append(lambda _role, _id: self.registrar.topics_changed())
+            self.replica.attach_registrar(self.registrar)  # a slave follows the master it names
             await self.registrar.start()
         if cfg.metrics_port:
             from server.observability import prometheus
@@ -293,6 +292,9 @@ class BrokerController:
             except Exception as e:
                 return 10, f"flush not confirmed: {e!r}"  # FLUSH_DISK_TIMEOUT
         self.on_put([rec.topic], [result])
+        if self.replica.sync_master:  # SYNC_MASTER: a slave has it before the answer (11 / 12 if not)
+            gate = self.replica.gate(result.phys_offset + result.size)
+            return gate if type(gate) is tuple else await gate
         return 0, None
 
     def commitlog_max_offset(self) -> int:
@@ -333,6 +335,18 @@ class BrokerController:
             c[0].inc(n)
             c[1].inc(nbytes)
 
+    def on_put_topic(self, topic: str, n: int, nbytes: int) -> None:
+        """`n` records of `nbytes` in all stored in `topic` by the broker itself (scheduled deliveries:
+        scheduler.events.PutObserver); they count as puts of that topic, as in RocketMQ."""
+        self.put_total += n
+        c = self._put_counters.get(topic)
+        if c is None:
+            c = self._put_counters[topic] = (
+                self.metrics.counter("delaymq_put_messages_total", {"topic": topic}),
+                self.metrics.counter("delaymq_put_bytes_total", {"topic": topic}))
+        c[0].inc(n)
+        c[1].inc(nbytes)
+
     def on_pull(self, topic: str, group: str, n: int) -> None:
         self.get_total += n
         c = self._pull_counters.get((topic, group))
@@ -340,14 +354,6 @@ class BrokerController:
             c = self._pull_counters[(topic, group)] = self.metrics.counter(
                 "delaymq_pull_messages_total", {"topic": topic, "group": group})
         c.inc(n)
-
-    def _on_register_result(self, result) -> None:
-        """REGISTER_BROKER's answer (server.cluster.registration.RegisterResult): a slave's master and its
-        HA address, used by the HA room unless haMasterAddress is configured."""
-        if result.master_addr:
-            self.replica.master_addr_from_ns = result.master_addr
-        if result.ha_server_addr:
-            self.replica.ha_addr_from_ns = result.ha_server_addr
 
     def _earliest_store_time(self) -> int:
         """STORETIMESTAMP of the oldest record still in the CommitLog (0: none, or not a record there)."""
@@ -395,7 +401,8 @@ class BrokerController:
         if n:  # upper bounds of the buckets holding the quantiles, in ms (RocketMQ's putLatency99/999)
             for key, q in (("putLatency99", 0.99), ("putLatency999", 0.999)):
                 info[key] = f"{max(h.quantile(q) for h in sends if h.count) * 1000:.2f}"
-        for svc in (self.delay_service, self.timer_service, self.transactions, self.registrar, self.grpc):
+        for svc in (self.delay_service, self.timer_service, self.transactions, self.registrar, self.grpc,
+                    self.replica):
             if svc is None:
                 continue
             fn = getattr(svc, "runtime_info", None) or getattr(svc, "stats", None)

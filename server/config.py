@@ -129,7 +129,7 @@ class BrokerConfig:
     ha_slave_fallbehind_max: int = 268435456  # SYNC_MASTER: a slave further behind is not available
     slave_timeout: int = 3000  # SYNC_MASTER: ms a send waits for the slave's ack (FLUSH_SLAVE_TIMEOUT)
     slave_synchronize_interval_ms: int = 10000  # slave: pull topics, offsets, groups, timer checkpoint
-    scheduler_sync_interval_ms: int = 40  # ours: slave pulls the master's scheduler progress this often
+    scheduler_sync_interval_ms: int = 20  # ours: slave pulls the master's scheduler progress this often
     grpc_listen_port: int = 8081  # RocketMQ 5 gRPC MessagingService (server/grpc); 0 = off
 
     # ---- derived -------------------------------------------------------------------------
@@ -427,5 +427,5 @@ def load_namesrv_config(path: str | None = None, overrides: Mapping[str, object]
         cfg.apply(load_properties(path), source=path)
     if overrides:
         cfg.apply({k: v for k, v in overrides.items() if v is not None}, source="cli")
-    cfg.validate()
+    cfg.validate()  # a bad value: ConfigError naming the key (delaymq-namesrv exits 2 with that line)
     return cfg

@@ -13,7 +13,9 @@ import time
 import structlog
 
 from scheduler.delay_levels import transform_delay
-from scheduler.timer import transform_timer
+from scheduler.timer import TimerMessageStore, transform_timer
+from scheduler.timer.config import TimerConfig
+from server.config import BrokerConfig
 
 log = structlog.get_logger(__name__)
 
@@ -21,10 +23,12 @@ SYSTEM_ERROR = 1
 
 
 class PutHooks:
-    def __init__(self, config, levels: list[int], timer_config=None) -> None:
+    def __init__(self, config: BrokerConfig, levels: list[int], timer: TimerMessageStore | TimerConfig) -> None:
+        """`timer`: the running wheel (its flow control and cancel checks read it), or only its settings
+        when no wheel runs."""
         self.config = config
         self.levels = levels
-        self.timer_config = timer_config if timer_config is not None else config
+        self.timer_config = timer
         self.transform_timer = transform_timer if config.timer_wheel_enable else None
         self.timer_disabled_check = not config.timer_wheel_enable
 

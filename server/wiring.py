@@ -13,6 +13,7 @@ from codec.tags import java_hash
 from scheduler.delay_levels import DelayLevelService
 from scheduler.levels import schedule_tags_code
 from scheduler.timer import TimerMessageStore
+from scheduler.timer.config import TimerConfig, snap_precision
 from server.config import BrokerConfig
 from storage.message_store import MessageStore
 from storage.meta_store import DelayOffsetStore
@@ -68,10 +69,23 @@ def make_delay_service(store, cfg, levels, meta=None, on_put=None):
                              on_put=on_put)
 
 
-def make_timer_service(store, cfg, on_put=None):
+def timer_config(cfg: BrokerConfig) -> TimerConfig:
+    """The timer wheel's settings from broker.conf, key by key."""
+    return TimerConfig(
+        timer_wheel_enable=cfg.timer_wheel_enable,
+        precision_ms=snap_precision(cfg.timer_precision_ms),
+        max_delay_sec=cfg.timer_max_delay_sec,
+        roll_window_slots=cfg.timer_roll_window_slot,
+        congest_num_each_slot=cfg.timer_congest_num_each_slot,
+        store_root=cfg.store_path_root_dir,
+        timerlog_file_size=cfg.mapped_file_size_timer_log,
+    )
+
+
+def make_timer_service(store, cfg: BrokerConfig, on_put=None) -> TimerMessageStore | None:
     if not cfg.timer_wheel_enable:
         return None
-    return TimerMessageStore(store, cfg, on_put=on_put)
+    return TimerMessageStore(store, timer_config(cfg), on_put=on_put)
 
 
 # ---- cluster ---------------------------------------------------------------------------------

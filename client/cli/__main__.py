@@ -206,6 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-b", "--broker", required=True, help="the slave's broker address ip:port")
     c.add_argument("--role", choices=["ASYNC_MASTER", "SYNC_MASTER"], default="ASYNC_MASTER",
                    help="brokerRole it takes (default ASYNC_MASTER: it has no slave yet)")
+    c.add_argument("--access-key", help="ACL: an admin account's accessKey (signs the request)")
+    c.add_argument("--secret-key", help="ACL: its secretKey")
     c.add_argument("--output", choices=["lines", "json"], default="lines")
     c.set_defaults(func=admin_cmds.broker)
 

@@ -54,7 +54,7 @@ async def topic(args) -> int:
 
 async def broker(args) -> int:
     async with Admin(args.namesrv, args.timeout) as admin:
-        info = await admin.promote(args.broker, args.role, max(args.timeout, 30.0))
+        info = await admin.promote(args.broker, args.role, max(args.timeout, 30.0), args.access_key, args.secret_key)
     if args.output == "json":
         _out(json.dumps(info))
     else:

@@ -6,7 +6,7 @@ Public API: `TimerMessageStore(store, config)`, `TimerConfig`, and the put hook
 
 from scheduler.timer.config import TIMER_TOPIC, TimerConfig
 from scheduler.timer.hook import TimerPutDecision, TimerPutStatus, transform_timer
-from scheduler.timer.service import TimerMessageStore
+from scheduler.timer.service import TimerMessageStore, discard_local_state
 
 __all__ = ["TIMER_TOPIC", "TimerConfig", "TimerMessageStore", "TimerPutDecision", "TimerPutStatus",
-           "transform_timer"]
+           "discard_local_state", "transform_timer"]

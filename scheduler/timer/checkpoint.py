@@ -17,11 +17,14 @@ _I64 = struct.Struct(">q")
 FILE_SIZE = 4096
 
 
+
+def checkpoint_path(root: str) -> str:
+    return os.path.join(root, "config", "timercheck")
+
 class TimerCheckpoint:
     def __init__(self, root: str) -> None:
-        d = os.path.join(root, "config")
-        os.makedirs(d, exist_ok=True)
-        self.path = os.path.join(d, "timercheck")
+        self.path = checkpoint_path(root)
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             self.existed = os.fstat(fd).st_size == FILE_SIZE

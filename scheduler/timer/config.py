@@ -1,9 +1,6 @@
 """TimerConfig: the timer wheel's settings (scheduled-messages.md §4.1), and constants of §4.1/§4.4.
 
-`TimerConfig.coerce(obj)` accepts a TimerConfig, a TimerMessageStore, or any config object with the
-broker's attribute names (`timer_precision_ms`, `timer_max_delay_sec`, `timer_roll_window_slot`,
-`timer_congest_num_each_slot`, `timer_wheel_enable`, `store_path_root_dir`), so the server can pass its
-BrokerConfig unchanged.
+The server builds it from its broker.conf keys field by field (server.wiring.timer_config).
 """
 
 from __future__ import annotations
@@ -51,31 +48,3 @@ class TimerConfig:
         w = int(self.roll_window_slots)
         hi = self.slots_total - TIMER_BLANK_SLOTS
         return w if 2 <= w <= hi else hi
-
-    @classmethod
-    def coerce(cls, obj) -> TimerConfig:
-        if isinstance(obj, TimerConfig):
-            return obj
-        inner = getattr(obj, "timer_config", None)
-        if isinstance(inner, TimerConfig):
-            return inner
-        cfg = cls()
-        mapping = {
-            "timer_wheel_enable": ("timer_wheel_enable",),
-            "precision_ms": ("precision_ms", "timer_precision_ms"),
-            "max_delay_sec": ("max_delay_sec", "timer_max_delay_sec"),
-            "roll_window_slots": ("roll_window_slots", "timer_roll_window_slot", "timer_roll_window_slots"),
-            "congest_num_each_slot": ("congest_num_each_slot", "timer_congest_num_each_slot"),
-            "flush_interval_ms": ("flush_interval_ms", "timer_flush_interval_ms"),
-            "store_root": ("store_root", "store_path_root_dir"),
-            "timerlog_file_size": ("timerlog_file_size", "mapped_file_size_timer_log"),
-            "timerlog_clean_interval_ms": ("timerlog_clean_interval_ms", "timer_log_clean_interval_ms"),
-        }
-        for name, sources in mapping.items():
-            for src in sources:
-                v = getattr(obj, src, None)
-                if v is not None:
-                    setattr(cfg, name, v)
-                    break
-        cfg.precision_ms = snap_precision(cfg.precision_ms)
-        return cfg

@@ -30,9 +30,11 @@ from codec.codes import SysFlag
 from codec.errors import CodecError
 from codec.properties import parse_properties
 from codec.record import POS_SYS_FLAG, read_properties_bytes, read_store_timestamp, store_timestamp_pos
-from codec.timer_rewrite import CANCELLED, MISSING, build_timer_deliveries
+from codec.timer_rewrite import CANCELLED, MISSING, SKIPPED, build_timer_deliveries
+from scheduler.events import count_puts
 from scheduler.progress_file import NO_PHYS
 from scheduler.quarantine import GIVE_UP, TIMER_DEQUEUE
+from scheduler.timer.hook import REAL_TOPIC as REAL_TOPIC_KEY
 from scheduler.timer.hook import TIMER_DEL_UNIQKEY
 from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL, UNIT_DTYPE
 from storage.message_store import PutStatus
@@ -100,6 +102,12 @@ class SlotChunk:
                          self.last_pos)
 
 
+def _no_real_topic(raw) -> bool:
+    """A timer record that is not a delete marker and has no REAL_TOPIC: nowhere to deliver it."""
+    props = parse_properties(read_properties_bytes(raw, 0))
+    return not props.get(REAL_TOPIC_KEY) and TIMER_DEL_UNIQKEY not in props
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -145,7 +153,7 @@ class DequeueMixin:
                 floor_now = now - now % prec
                 target = floor_now if s is None else min(s, floor_now)
                 if target > self.read_cursor_ms:  # empty slots passed: let the read clock follow time
-                    self.read_cursor_ms = target
+                    self._move_cursor(target)
                     await self._put_queue.put(target)
                 self._reader_target = s if s is not None else 1 << 62
                 # idle: wake at least every quarter ring so the cursor never falls a ring behind
@@ -155,8 +163,14 @@ class DequeueMixin:
             if self.wheel.get_slot(s)[1] < 0:  # stale occupancy mark (slot holds another time)
                 self.wheel.release(s)
                 continue
-            self.read_cursor_ms = s + prec
-            for chunk in await self._load_slot(s):
+            self._move_cursor(s + prec)
+            try:
+                chunks = await self._load_slot(s)
+            except Exception:  # nothing of the slot was queued: a restarted reader loads it again
+                self.wheel.reoccupy(s)
+                self._move_cursor(s)
+                raise
+            for chunk in chunks:
                 await self._put_queue.put(chunk)
             await self._put_queue.put(s + prec)
 
@@ -268,6 +282,9 @@ class DequeueMixin:
         if c.slot > self.commit_read_ms:  # the reader went past empty slots to this one: the clock follows
             self.commit_read_ms = c.slot
             self.checkpoint.set_read_time(c.slot)
+        if c.slot != self.slot_progress[0]:  # [cluster-ha] the slot in progress, for the slaves
+            d = c.done
+            self.slot_progress = (c.slot, c.base + d, int(c.due[d - 1]) if d else -1, int(c.offset[d - 1]) if d else -1)
         if c.slot != self._done_key_slot:
             self._done_key_slot, self._done_key = c.slot, (-1, -1)
             self.progress_file.timer_commit(c.slot, -1, -1, -1, self.store.commitlog_max_offset())
@@ -312,7 +329,9 @@ class DequeueMixin:
                     m.missing += 1
                 elif b == CANCELLED:
                     m.cancelled += 1
-                continue  # SKIPPED: a (rolled-then-final) marker or no REAL_TOPIC is never delivered
+                elif b == SKIPPED and not rolls[k] and _no_real_topic(raws[k]):
+                    self._set_aside(raws[k], "no REAL_TOPIC", offsets[k], slot=c.slot)
+                continue  # SKIPPED: a (rolled-then-final) marker is never delivered
             reqs.append(b)
             units_of.append(lo + k)
             origins.append((raws[k], offsets[k]))
@@ -418,7 +437,7 @@ class DequeueMixin:
             m.rolled += rolled
             put = reqs if stored is None else [reqs[k] for k in stored]
             if put:  # counted as puts of their topics (real topic, or rmq_sys_wheel_timer for a roll)
-                self.on_put([r[1] for r in put], [len(r[0]) for r in put])
+                count_puts(self.on_put, [r[1] for r in put], [len(r[0]) for r in put])
             if late:
                 m.delivered += len(late)
                 m.lateness.observe_many(late)

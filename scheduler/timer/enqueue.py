@@ -139,7 +139,7 @@ class EnqueueMixin:
                 m.missing += 1
                 continue
             try:
-                where = self._enqueue_record(rec, phys, size, prec, emit)
+                where = self._enqueue_record(rec, phys, size, prec, emit, off + i)
             except OSError:  # no room for a timerlog file: nothing of this unit was written; keep the
                 self._commit_enqueued(off + i, i, now, lowest)  # units before it (no re-enqueue later)
                 raise
@@ -166,9 +166,10 @@ class EnqueueMixin:
             self._wake_reader(lowest)
         self._notify_enqueued()
 
-    def _enqueue_record(self, rec, phys: int, size: int, prec: int, emit: bool) -> int:
-        """One timer record into the timerlog and its slot; the slot used. Raises ValueError (or
-        OverflowError / struct.error) for a record whose timer properties cannot be enqueued."""
+    def _enqueue_record(self, rec, phys: int, size: int, prec: int, emit: bool, queue_offset: int = -1) -> int | None:
+        """One timer record into the timerlog and its slot; the slot used (None: a slave's unit the master
+        has already put). Raises ValueError (or OverflowError / struct.error) for a record whose timer
+        properties cannot be enqueued."""
         m = self.metrics
         props = parse_properties(read_properties_bytes(rec, 0))
         v = props.get(TIMER_OUT_MS)
@@ -182,6 +183,12 @@ class EnqueueMixin:
         cancel_key = props.get(TIMER_DEL_UNIQKEY)
         magic = MAGIC_DEFAULT if cancel_key is None else MAGIC_DELETE
         real_topic = props.get(REAL_TOPIC)
+        if self._following:  # [cluster-ha] a slave links the unit where the master did (or drops it: already put)
+            followed = self._master_slot(slot, queue_offset)
+            if followed is None:
+                self.follower_skipped += 1
+                return None
+            slot = followed
         where = self._do_enqueue(slot, exact, magic, phys, size, java_hash(real_topic) if real_topic else 0,
                                  cancel_key)
         if magic == MAGIC_DELETE:
@@ -193,6 +200,7 @@ class EnqueueMixin:
                        msgId=self.msg_id(rec, phys), bornTs=0, storeTs=store_ts, dueTs=exact,
                        deliveredTs=0)
         return where
+
     def _do_enqueue(self, slot: int, exact: int, magic: int, phys: int, size: int, topic_hash: int,
                     cancel_key: str | None = None) -> int:
         """§4.6: roll decision, append the unit, link it into its slot. Returns the slot used. A delete
@@ -209,7 +217,7 @@ class EnqueueMixin:
                 delayed = w + (self.roll_window_slots // 2) * prec
             else:
                 delayed = w + window
-        if delayed < self.read_cursor_ms:
+        if delayed < self.read_cursor_ms and not self._following:  # a slave's slot came from the master
             delayed = self.read_cursor_ms
             self.metrics.late_bumped += 1
         if magic & MAGIC_DELETE and (magic & MAGIC_ROLL or self.cancel_state(delayed, cancel_key or "",

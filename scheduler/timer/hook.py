@@ -1,11 +1,12 @@
 """The timer put hook (scheduled-messages.md §4.2, HookUtils.handleScheduleMessage).
 
-`transform_timer(record, now_ms, timer_service_or_config) -> TimerPutDecision` runs on every
+`transform_timer(record, now_ms, timer) -> TimerPutDecision` (timer: the TimerMessageStore or a TimerConfig) runs on every
 single-message send after the delay-level hook. It rewrites a timer message into
 `rmq_sys_wheel_timer` / queue 0 with TIMER_OUT_MS (the slot), REAL_TOPIC and REAL_QID.
 
-Flow control (§4.8) needs the wheel's slot count, so it applies only when the third argument is a
-TimerMessageStore, or a config object some running TimerMessageStore was built with.
+Flow control (§4.8) and cancel checks need the live wheel, so they apply only when the third argument
+is the running TimerMessageStore (a `TimerWheel`); given a bare TimerConfig the hook only validates and
+rewrites.
 
 Flow control formula (deliberately NOT stock): with num = units already in the slot and C =
 timerCongestNumEachSlot, accept when num <= C, reject when num >= 2C, and in between reject with
@@ -17,13 +18,16 @@ from __future__ import annotations
 
 import enum
 import random
-import weakref
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 # property names come from codec (MessageConst); re-exported here for the timer's rooms
 from codec.properties import MessageConst as _K  # noqa: E402
 from scheduler.due import absolute_due_ms, relative_due_ms
 from scheduler.timer.config import TIMER_TOPIC, TimerConfig
+
+if TYPE_CHECKING:  # the service imports this module; the hook only reads its wheel
+    from scheduler.timer.service import TimerMessageStore
 
 TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS = _K.TIMER_DELIVER_MS, _K.TIMER_DELAY_SEC, _K.TIMER_DELAY_MS
 TIMER_OUT_MS, TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS = _K.TIMER_OUT_MS, _K.TIMER_ENQUEUE_MS, _K.TIMER_DEQUEUE_MS
@@ -31,8 +35,6 @@ TIMER_ROLL_TIMES, TIMER_DEL_UNIQKEY = _K.TIMER_ROLL_TIMES, _K.TIMER_DEL_UNIQKEY
 REAL_TOPIC, REAL_QID, DELAY, UNIQ_KEY = _K.REAL_TOPIC, _K.REAL_QID, _K.DELAY, _K.UNIQ_KEY
 _TIMER_KEYS = (TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS)  # precedence order
 
-# TimerMessageStore instances by id() of the config object they were built from (see module doc).
-_SERVICES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 class TimerPutStatus(enum.Enum):
@@ -73,10 +75,6 @@ class TimerPutDecision:
 _NOT_TIMER = TimerPutDecision(TimerPutStatus.NOT_TIMER)
 
 
-def register_service(config_obj, service) -> None:
-    _SERVICES[id(config_obj)] = service
-
-
 def slot_of(deliver_ms: int, precision: int) -> int:
     """§4.2 rounding: the last slot boundary strictly before deliver_ms."""
     if deliver_ms % precision == 0:
@@ -92,17 +90,7 @@ def is_reject(num: int, congest: int, rng: random.Random | None = None) -> bool:
     return (rng or random).random() < (num - congest) / congest
 
 
-def _resolve(arg):
-    """(TimerConfig, service or None) from whatever the caller passed."""
-    if hasattr(arg, "wheel") and hasattr(arg, "config") and isinstance(arg.config, TimerConfig):
-        return arg.config, arg
-    svc = _SERVICES.get(id(arg))
-    if svc is not None:
-        return svc.config, svc
-    return TimerConfig.coerce(arg), None
-
-
-def transform_timer(record, now_ms: int, timer_service_or_config) -> TimerPutDecision:
+def transform_timer(record, now_ms: int, timer: TimerMessageStore | TimerConfig) -> TimerPutDecision:
     props = record.properties
     sys_flag = getattr(record, "sys_flag", 0) or 0
     if sys_flag & 0xC not in (0, 8):  # only TRANSACTION_NOT / COMMIT
@@ -122,7 +110,7 @@ def transform_timer(record, now_ms: int, timer_service_or_config) -> TimerPutDec
     key = next((k for k in _TIMER_KEYS if k in props), None)
     if key is None:
         return _NOT_TIMER
-    cfg, svc = _resolve(timer_service_or_config)
+    cfg, svc = (timer, None) if isinstance(timer, TimerConfig) else (timer.config, timer)
     if not cfg.timer_wheel_enable:
         return TimerPutDecision(TimerPutStatus.NOT_ENABLED,
                                 "accurate timer message is not enabled, timerWheelEnable is false")

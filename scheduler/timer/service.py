@@ -13,6 +13,8 @@ occupancy map; per-message data exists only for the slot being delivered.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import collections
 import ipaddress
 import os
 import struct
@@ -29,7 +31,6 @@ from scheduler.timer.checkpoint import TimerCheckpoint
 from scheduler.timer.config import TIMER_TOPIC, TimerConfig
 from scheduler.timer.dequeue import DequeueMixin
 from scheduler.timer.enqueue import EnqueueMixin
-from scheduler.timer.hook import register_service
 from scheduler.timer.metrics import TimerMetrics
 from scheduler.timer.recovery import recover
 from scheduler.timer.timerlog import TimerLog
@@ -38,23 +39,42 @@ from scheduler.timer.wheel import TimerWheel
 log = structlog.get_logger(__name__)
 
 _I32 = struct.Struct(">i")
+CURSOR_HISTORY = 8192  # reader-cursor moves a master remembers for its slaves (about 2 h of busy slots)
 PUT_QUEUE_CAPACITY = 64  # chunks of up to 4096 units (stock DEFAULT_CAPACITY is 1024 requests)
 
 
+def discard_local_state(store_root: str) -> list[str]:
+    """Delete a (stopped) timer store's own files: timerlog, wheel and timercheck. The wheel is rebuilt
+    from the timer topic's ConsumeQueue at the next load (a former master whose CommitLog was cut when it
+    rejoined: its units may point at bytes it no longer has). Returns what was removed."""
+    import shutil
+
+    from scheduler.timer.checkpoint import checkpoint_path
+    from scheduler.timer.timerlog import DIR_NAME
+    from scheduler.timer.wheel import FILE_NAME
+
+    gone = []
+    tl = os.path.join(store_root, DIR_NAME)
+    if os.path.isdir(tl):
+        shutil.rmtree(tl)
+        gone.append(tl)
+    for path in (os.path.join(store_root, FILE_NAME), checkpoint_path(store_root)):
+        if os.path.exists(path):
+            os.unlink(path)
+            gone.append(path)
+    return gone
+
+
 class TimerMessageStore(EnqueueMixin, DequeueMixin):
-    def __init__(self, store, config=None, on_put: PutObserver | None = None) -> None:
+    def __init__(self, store, config: TimerConfig | None = None, on_put: PutObserver | None = None) -> None:
         import random
 
         self.store = store
         # every put the wheel makes (deliveries by real topic, rolls): counted as puts of their topic
         self.on_put: PutObserver = on_put if on_put is not None else ignore_puts
-        self.config = TimerConfig.coerce(config if config is not None else TimerConfig())
-        if not self.config.store_root:
-            sc = getattr(store, "config", None)
-            self.config.store_root = getattr(sc, "store_path", "") or getattr(sc, "store_path_root_dir", "")
-        if config is not None and not isinstance(config, TimerConfig):
-            register_service(config, self)
-        register_service(self.config, self)
+        self.config = config if config is not None else TimerConfig()
+        if not self.config.store_root:  # the wheel's files live beside the store's
+            self.config.store_root = store.config.store_path
         self.rng = random.Random()
         self.metrics = TimerMetrics()
         self.quarantine = Quarantine(store)  # poison timer records go to rmq_sys_SCHEDULE_QUARANTINE
@@ -85,6 +105,9 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self._resume_after: tuple[int, int, int] | None = None  # promoted slave: skip these in that slot
         self._following = False  # a slave: enqueue only, never past what the master enqueued
         self._enqueue_limit = 0
+        self.cursor_history: collections.deque = collections.deque(maxlen=CURSOR_HISTORY)  # (queue off, cursor)
+        self._master_read_ms = 0  # a slave: the master's read position (slots below it were put)
+        self.follower_skipped = 0  # a slave: units the master had already put, not linked
 
     # ---- lifecycle -----------------------------------------------------------------------
     def load(self) -> bool:
@@ -109,6 +132,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self._put_queue = asyncio.Queue(PUT_QUEUE_CAPACITY)
         self._put_current = None
         self.curr_write_ms = max(self.curr_write_ms, self._floor(int(time.time() * 1000)))
+        self.cursor_history.append((self.commit_queue_offset, self.read_cursor_ms))
         self.store.add_dispatch_listener(self._on_dispatch)
         sup = self.store.supervisor  # storage.supervisor: log with context, count, back off, restart
         self._tasks = [sup.spawn("timer-enqueue", self._enqueue_loop),
@@ -128,6 +152,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self.load()
         self._following = True
         self._enqueue_limit = min(self.commit_queue_offset, self.store.max_offset(TIMER_TOPIC, 0))
+        self.cursor_history.clear()  # filled from the master's records
         self._running = True
         self._enqueue_wake = asyncio.Event()
         self._put_queue = asyncio.Queue(PUT_QUEUE_CAPACITY)
@@ -137,14 +162,45 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self._schedule_flush()
         log.info("timer.following", queue_offset=self.commit_queue_offset, read_ms=self.commit_read_ms)
 
-    def progress(self):
-        """The wheel's part of scheduler.progress.SchedulerProgress."""
+    def _move_cursor(self, ms: int) -> None:
+        """The reader's cursor moves: units enqueued from now on are linked no earlier than `ms`."""
+        self.read_cursor_ms = ms
+        h = self.cursor_history
+        if h and h[-1][0] == self.commit_queue_offset:
+            h[-1] = (self.commit_queue_offset, ms)
+        else:
+            h.append((self.commit_queue_offset, ms))
+
+    def progress(self, from_queue_offset: int = -1):
+        """The wheel's part of scheduler.progress.SchedulerProgress; the cursor history from the entry
+        in effect at `from_queue_offset` (the slave's enqueue position) on."""
         from scheduler.progress import TimerProgress
 
         slot, n, due, phys = self.slot_progress
         if slot != self.commit_read_ms:
             slot, n, due, phys = self.commit_read_ms, 0, -1, -1
-        return TimerProgress(self.commit_read_ms, self.commit_queue_offset, self.read_cursor_ms, slot, n, due, phys)
+        hist = list(self.cursor_history)
+        if from_queue_offset >= 0 and hist:
+            i = bisect.bisect_right([q for q, _ in hist], from_queue_offset) - 1
+            hist = hist[max(i, 0):]
+        return TimerProgress(self.commit_read_ms, self.commit_queue_offset, self.read_cursor_ms, slot, n, due, phys,
+                             hist)
+
+    def _master_slot(self, slot: int, queue_offset: int) -> int | None:
+        """A slave: the slot the master linked the unit at timer-queue offset `queue_offset` into (or a
+        later one when the history no longer reaches back that far); None when the master has already
+        put that slot (below its read position), so the unit is not linked here."""
+        h = self.cursor_history
+        if h:
+            qs = [q for q, _ in h] if len(h) < 64 else None
+            i = (bisect.bisect_right(qs, queue_offset) if qs is not None else
+                 bisect.bisect_right(h, (queue_offset, 1 << 62))) - 1
+            cursor = h[max(i, 0)][1]
+            if slot < cursor:
+                slot = cursor
+        if slot < self._master_read_ms:
+            return None
+        return slot
 
     def follow(self, p) -> None:
         """Adopt a master's TimerProgress on a slave: enqueue up to its queue offset; a unit already
@@ -152,8 +208,16 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         than on the master, and a new master skipping the slots below read_ms drops nothing)."""
         if not self._following:
             return
-        self.read_cursor_ms = max(self.read_cursor_ms, p.cursor_ms)
         self.commit_read_ms = max(self.commit_read_ms, p.read_ms)
+        self._master_read_ms = max(self._master_read_ms, p.read_ms)
+        h = self.cursor_history
+        for q, c in p.cursor_history:
+            if h and q < h[-1][0]:
+                continue
+            if h and q == h[-1][0]:
+                h[-1] = (q, max(c, h[-1][1]))
+            else:
+                h.append((q, c))
         self.slot_progress = (p.slot_ms, p.put_in_slot, p.last_due_ms, p.last_phys)
         if p.queue_offset > self._enqueue_limit:
             self._enqueue_limit = p.queue_offset
@@ -165,12 +229,23 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         else from this node's own checkpoint. The slot in progress skips the units already put."""
         if not self._following:
             return
-        self._following = False
         if p is not None:
             self.follow_final(p)
-        # every replicated timer message into the wheel before the reader looks at a slot
+        # every replicated timer message into the wheel before the reader looks at a slot: the ones the
+        # old master had enqueued at its last record where it linked them, later ones no earlier than
+        # read_ms (never skipped: the old master may not have linked them)
+        q_sync = p.queue_offset if p is not None else self.commit_queue_offset
+        h = self.cursor_history
+        while h and h[-1][0] >= q_sync:
+            h.pop()
+        h.append((q_sync, self.read_cursor_ms))
+        self._master_read_ms = self.commit_read_ms
+        self._enqueue_limit = 1 << 62
         while self._enqueue_batch(1 << 16):
             pass
+        self._following = False
+        self.cursor_history.clear()
+        self.cursor_history.append((self.commit_queue_offset, self.read_cursor_ms))
         self.wheel.rebuild_occupancy(self.read_cursor_ms)
         loop = asyncio.get_running_loop()
         sup = self.store.supervisor
@@ -181,6 +256,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
                  queue_offset=self.commit_queue_offset, pending=self.wheel.pending)
 
     def follow_final(self, p) -> None:
+        self.follow(p)
         prec = self.config.precision_ms
         read_ms = p.read_ms - p.read_ms % prec
         self.read_cursor_ms = self.commit_read_ms = read_ms

@@ -53,6 +53,9 @@ def is_magic_ok(m: int) -> bool:
     return (m | 0xF) == 0xF
 
 
+DIR_NAME = "timerlog"  # <storeRoot>/timerlog/
+
+
 def reserve_blocks(fd: int, size: int) -> None:
     """Allocate a file's blocks (posix_fallocate) before it is written through a mapping: a full
     disk then shows up here as OSError(ENOSPC), never as SIGBUS on a store into a sparse page.
@@ -122,7 +125,7 @@ class TimerLog:
     def __init__(self, root: str, file_size: int) -> None:
         if file_size < UNIT_SIZE + BLANK_SIZE:
             raise ValueError("timerlog file size too small")
-        self.dir = os.path.join(root, "timerlog")
+        self.dir = os.path.join(root, DIR_NAME)
         self.file_size = file_size
         self.segments: list[_Segment] = []
         self.write_pos = 0  # absolute position of the next unit

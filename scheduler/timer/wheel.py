@@ -21,9 +21,11 @@ SLOT = struct.Struct(">qqqii")
 _NUM = struct.Struct(">i")
 
 
+FILE_NAME = "timerwheel"  # <storeRoot>/timerwheel
+
 class TimerWheel:
     def __init__(self, root: str, slots_total: int, precision_ms: int) -> None:
-        self.path = os.path.join(root, "timerwheel")
+        self.path = os.path.join(root, FILE_NAME)
         self.ring = 2 * slots_total
         self.precision = precision_ms
         self.size = self.ring * SLOT_SIZE
@@ -96,6 +98,15 @@ class TimerWheel:
             self.occupied -= 1
             self.pending -= num
         return num
+
+    def reoccupy(self, t: int) -> None:
+        """Undo `release(t)`: the reader failed while loading slot t and will load it again."""
+        i = self._index(t)
+        stime, first, _last, num, _magic = SLOT.unpack_from(self.mm, i * SLOT_SIZE)
+        if stime == t // self.precision and first != -1 and not self.occupancy[i]:
+            self.occupancy[i] = 1
+            self.occupied += 1
+            self.pending += num
 
     def next_nonempty(self, from_ms: int) -> int | None:
         """The earliest occupied slot time >= from_ms within one ring turn, or None."""

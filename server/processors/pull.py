@@ -164,7 +164,10 @@ class PullProcessor:
         codes = None if sub.match_all else set(sub.code_set)
         res = b.store.get_messages(h.topic, h.queueId, h.queueOffset, max(1, h.maxMsgNums), codes)
         status, code = _status(res.status, h.queueOffset)
-        if first and sys_flag & FLAG_COMMIT_OFFSET:
+        slave = b.replica.is_slave
+        if slave and code == PULL_OFFSET_MOVED:  # a slave never moves a consumer (offsetCheckInSlave=false)
+            code = PULL_RETRY_IMMEDIATELY
+        if first and sys_flag & FLAG_COMMIT_OFFSET and not slave:  # a slave stores no offset from a pull
             b.offsets.commit(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
         if code == PULL_NOT_FOUND and first and sys_flag & FLAG_SUSPEND:
             return None, code

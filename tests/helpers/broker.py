@@ -36,14 +36,15 @@ def _port_free(port: int) -> bool:
 
 
 def pick_port_pair(attempts: int = 200) -> int:
-    """An ephemeral port P on 127.0.0.1 with P and P-2 (the VIP channel) both free right now."""
+    """An ephemeral port P on 127.0.0.1 with P, P-2 (the VIP channel) and P+1 (haListenPort, which
+    every broker listens on) all free right now."""
     for _ in range(attempts):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((HOST, 0))
             port = s.getsockname()[1]
-        if port > 1026 and _port_free(port) and _port_free(port - 2):
+        if 1026 < port < 65535 and _port_free(port) and _port_free(port - 2) and _port_free(port + 1):
             return port
-    raise RuntimeError("no free (P, P-2) port pair found on 127.0.0.1")
+    raise RuntimeError("no free (P-2, P, P+1) ports found on 127.0.0.1")
 
 
 def tail(path: Path, max_bytes: int = 8000) -> str:

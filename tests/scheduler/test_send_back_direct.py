@@ -11,7 +11,7 @@ from server.broker import BrokerController
 from server.config import BrokerConfig
 from server.processors.consumer_send_back import ConsumerSendBackProcessor
 from server.put_hooks import PutHooks
-from server.wiring import make_message_store
+from server.wiring import make_message_store, timer_config
 from tests.scheduler.helpers import QueueWatcher, make_record, read_queue
 
 
@@ -23,7 +23,7 @@ async def _broker(tmp_path):
     b.groups.load()
     b.topics.ensure_system_topics(len(b.levels), False)
     b.store = make_message_store(cfg, b.levels)
-    b.hooks = PutHooks(cfg, b.levels)
+    b.hooks = PutHooks(cfg, b.levels, timer_config(cfg))
     b.delay_service = DelayLevelService(b.store, cfg)
     b.delay_service.start()
     rec = make_record("SB", 0, body=b"payload")

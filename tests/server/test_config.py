@@ -59,3 +59,26 @@ def test_cli_overrides_the_file(tmp_path):
     assert cfg.default_topic_queue_nums == 3
     assert cfg.store_path_root_dir == str(tmp_path / "s")
     assert cfg.listen_host == "127.0.0.1"
+
+
+def test_set_keys_survive_the_flags_not_given(tmp_path):
+    args = build_parser().parse_args(["--store", str(tmp_path / "s"), "--set", "flushDiskType=SYNC_FLUSH",
+                                      "--set", "messageDelayLevel=1s 2s", "--set", "listenPort=2010"])
+    cfg = config_from_args(args)
+    assert (cfg.flush_disk_type, cfg.message_delay_level, cfg.listen_port) == ("SYNC_FLUSH", "1s 2s", 2010)
+
+
+def test_every_properties_block_in_the_readme_is_a_valid_broker_conf():
+    """What a reader copies from README.md into broker.conf starts a broker: it parses as Java reads a
+    .properties file, every key is known, and every value passes validation."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    blocks = re.findall(r"```properties\n(.*?)```", readme, re.S)
+    assert blocks
+    for text in blocks:
+        cfg = BrokerConfig()
+        unknown = cfg.apply(parse_properties(text), source="README")
+        assert unknown == [], (unknown, text[:200])
+        cfg.validate()

@@ -227,19 +227,22 @@ async def test_timer_records_that_cannot_be_enqueued_are_quarantined_and_enqueue
         r = await send(c, "ET", b"g1", qid=0, UNIQ_KEY="GOOD1", TIMER_DELIVER_MS=str(due))
         assert r.code == 0
         host = b.store_host
-        for key, out_ms in (("ABSURD", "99999999999999999999"), ("NAN", "soon")):
+        slot = str(due - due % 100)
+        for key, props in (("ABSURD", {"TIMER_OUT_MS": "99999999999999999999", "REAL_TOPIC": "ET"}),
+                           ("NAN", {"TIMER_OUT_MS": "soon", "REAL_TOPIC": "ET"}),
+                           ("NOTOPIC", {"TIMER_OUT_MS": slot, "TIMER_DELIVER_MS": str(due)})):
             rec = MessageRecord(topic=TIMER_TOPIC, body=key.encode(), born_timestamp=now_ms(), born_host=host,
-                                store_host=host, properties={"TIMER_OUT_MS": out_ms, "REAL_TOPIC": "ET",
-                                                             "REAL_QID": "0", "UNIQ_KEY": key})
+                                store_host=host, properties={**props, "REAL_QID": "0", "UNIQ_KEY": key})
             [res] = b.store.put([PutRequest(encode_record(rec), TIMER_TOPIC, 0)])
             assert res.ok
         r = await send(c, "ET", b"g2", qid=0, UNIQ_KEY="GOOD2", TIMER_DELIVER_MS=str(due))
         assert r.code == 0
         got = by_key(await wait_for(c, "ET", 2))
         assert set(got) == {"GOOD1", "GOOD2"} and all(m["store_ts"] >= due for m in got.values())
-        q = await wait_for(c, SCHEDULE_QUARANTINE_TOPIC, 2)
+        q = await wait_for(c, SCHEDULE_QUARANTINE_TOPIC, 3)
         assert_quarantined(q, "ABSURD", "timer_enqueue", "out of range")
         assert_quarantined(q, "NAN", "timer_enqueue", "soon")
+        assert_quarantined(q, "NOTOPIC", "timer_dequeue", "no REAL_TOPIC")  # enqueued, nowhere to deliver
         assert b.timer_service.stats()["quarantined"]["timer_enqueue"] == 2
     finally:
         await c.close()

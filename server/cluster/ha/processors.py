@@ -45,7 +45,11 @@ def register(server, broker) -> None:
     def scheduler_progress(conn, cmd):
         if role.is_slave:
             return error(cmd, RS.SYSTEM_ERROR, "this broker is a SLAVE: it delivers no scheduled messages")
-        return ok(cmd, body=role.progress().to_bytes())
+        try:
+            from_q = int(cmd.ext_fields.get("timerQueueOffset", "-1"))
+        except ValueError:
+            return error(cmd, RS.SYSTEM_ERROR, "timerQueueOffset must be an integer")
+        return ok(cmd, body=role.progress(from_q).to_bytes())
 
     @guarded
     def ha_epoch(conn, cmd):

@@ -75,6 +75,45 @@ class ReplicaRole:
     def is_slave(self) -> bool:
         return self.config.broker_role == "SLAVE"
 
+    # ---- name servers ([cluster] registration) ---------------------------------------------
+    def attach_registrar(self, registrar) -> None:
+        """A slave learns its master from REGISTER_BROKER's answer; a promoted broker re-registers as
+        brokerId 0 at once (the name server replaces the <1, addr> entry by <0, addr>)."""
+        self._registrar = registrar
+        registrar.add_result_listener(self.on_register_result)
+        self.role_listeners.append(lambda _role, _id: registrar.register_all(force=True))
+
+    def on_register_result(self, result) -> None:
+        if not self.is_slave:
+            return
+        if result.master_addr and result.master_addr != self.master_addr_from_ns:
+            log.info("ha.master_from_namesrv", master=result.master_addr, ha=result.ha_server_addr)
+            self.master_addr_from_ns = result.master_addr
+        if result.ha_server_addr:
+            self.ha_addr_from_ns = result.ha_server_addr
+
+    async def _master_from_namesrv(self) -> None:
+        """Before the first registration: the master of this brokerName from a name server's cluster
+        info (GET_BROKER_CLUSTER_INFO), so a former master can compare epochs before it follows."""
+        from codec.fastjson import loads_lenient
+
+        for ns in self.config.namesrv_addr_list:
+            try:
+                resp = await self.client.invoke(ns, RemotingCommand.request(int(RC.GET_BROKER_CLUSTER_INFO), {}), 3.0)
+                if resp.code != 0:
+                    continue
+                info = loads_lenient(bytes(resp.body) if not isinstance(resp.body, list) else b"".join(resp.body))
+                data = (info.get("brokerAddrTable") or {}).get(self.config.broker_name) or {}
+                addrs = {int(k): v for k, v in (data.get("brokerAddrs") or {}).items()}
+            except Exception as e:
+                log.info("ha.namesrv_unreachable", namesrv=ns, error=repr(e))
+                continue
+            if 0 in addrs and addrs[0] != self.config.broker_addr:
+                self.master_addr_from_ns = addrs[0]
+                host, _, port = addrs[0].rpartition(":")
+                self.ha_addr_from_ns = self.ha_addr_from_ns or f"{host}:{int(port) + 1}"
+                return
+
     # ---- lifecycle ----------------------------------------------------------------------
     def load_epoch(self) -> None:
         path = os.path.join(self.config.store_path_root_dir, "config", EPOCH_FILE)
@@ -96,6 +135,8 @@ class ReplicaRole:
         self.client = RemotingClient()
         self.load_epoch()
         if self.is_slave:
+            if not self.config.ha_master_address and self.config.namesrv_addr_list:
+                await self._master_from_namesrv()
             await self.rejoin()
             store.start_replica()
 
@@ -118,8 +159,13 @@ class ReplicaRole:
             return
         end = self.store.commitlog_max_offset()
         dropped = self.store.truncate_replica(m_start) if end > m_start else 0
+        timer_files = []
+        if dropped and self.config.timer_wheel_enable:  # units may point at the bytes just cut
+            from scheduler.timer import discard_local_state
+            timer_files = discard_local_state(self.config.store_path_root_dir)
         log.warning("ha.rejoin", master=addr, master_epoch=m_epoch, own_epoch=self.epoch,
-                    epoch_start_offset=m_start, old_end=end, dropped_bytes=dropped)
+                    epoch_start_offset=m_start, old_end=end, dropped_bytes=dropped,
+                    timer_wheel_rebuilt=bool(timer_files))
         self.epoch, self.epoch_start = m_epoch, m_start
         self.save_epoch()
 
@@ -197,13 +243,13 @@ class ReplicaRole:
         return (0, None) if ok else (FLUSH_SLAVE_TIMEOUT, "FLUSH_SLAVE_TIMEOUT")
 
     # ---- scheduler progress (master side) ---------------------------------------------------
-    def progress(self) -> SchedulerProgress:
+    def progress(self, timer_from_queue_offset: int = -1) -> SchedulerProgress:
         b = self.broker
         p = SchedulerProgress(int(time.time() * 1000), self.store.commitlog_max_offset())
         if b.delay_service is not None:
             p.delay_offsets = b.delay_service.progress()
         if b.timer_service is not None:
-            p.timer = b.timer_service.progress()
+            p.timer = b.timer_service.progress(timer_from_queue_offset)
         return p
 
     # ---- promotion ------------------------------------------------------------------------
@@ -229,7 +275,12 @@ class ReplicaRole:
             b.delay_service.resume_from(delay_offsets)
             b.delay_service.start()
         if b.timer_service is not None:
-            b.timer_service.promote(synced.timer if synced is not None else None)
+            timer_p = synced.timer if synced is not None else None
+            cp = self.sync.timer_checkpoint if self.sync is not None else None
+            if timer_p is None and cp is not None:  # an Apache master: its timer checkpoint (code 60)
+                from scheduler.progress import TimerProgress
+                timer_p = TimerProgress(read_ms=cp[0], queue_offset=cp[3], cursor_ms=cp[0], slot_ms=cp[0])
+            b.timer_service.promote(timer_p)
         for fn in self.role_listeners:
             try:
                 r = fn(cfg.broker_role, cfg.broker_id)
@@ -242,8 +293,25 @@ class ReplicaRole:
                 "syncedTakenMs": synced.taken_ms if synced else 0,
                 "delayOffsets": {str(k): v for k, v in delay_offsets.items()},
                 "timerReadMs": synced.timer.read_ms if synced and synced.timer else -1,
+                "timerSlotMs": synced.timer.slot_ms if synced and synced.timer else -1,
+                "timerPutInSlot": synced.timer.put_in_slot if synced and synced.timer else -1,
                 "tookMs": round((time.monotonic() - t0) * 1000, 2)}
         log.warning("ha.promoted", **info)
+        return info
+
+    def runtime_info(self) -> dict[str, str]:
+        """Flat GET_BROKER_RUNTIME_INFO entries (ha*)."""
+        info = {"haEpoch": str(self.epoch), "haEpochStartOffset": str(self.epoch_start)}
+        if self.ha_service is not None:
+            info["haSlaveCount"] = str(len(self.ha_service.connections))
+            info["haPush2SlaveMaxOffset"] = str(self.ha_service.push2slave_max)
+        if self.ha_client is not None:
+            info["haMasterAddress"] = self.ha_client.connected_to or ""
+        if self.sync is not None:
+            p = self.sync.progress
+            info["haSchedulerProgressAgeMs"] = str(int(time.time() * 1000) - p.taken_ms if p else -1)
+            gaps = self.sync.adopt_gaps_ms
+            info["haSchedulerProgressMaxGapMs"] = str(max(gaps) if gaps else -1)
         return info
 
     def stats(self) -> dict:

@@ -7,16 +7,19 @@ does: topics and groups replace the local tables, consumer offsets are merged (m
 only changed rows are staged in the slave's MetaStore),
 the delay offsets are written to delayOffset.json, the timer checkpoint is kept for a promotion.
 
-Every schedulerSyncIntervalMs (<= 50 ms) it asks a delaymq master for GET_SCHEDULER_PROGRESS (3102):
+Every schedulerSyncIntervalMs (20 ms; <= 50) it asks a delaymq master for GET_SCHEDULER_PROGRESS (3102):
 a `scheduler.progress.SchedulerProgress`. A record is adopted only once this slave's CommitLog holds
 everything below the record's `commitlog_offset` (the deliveries it claims are then here too); until
-then it waits as `pending`. An Apache master answers 3102 with "request code not supported": the
-slave then relies on 45 / 60 only (RocketMQ's own behaviour).
+then it waits in `pending_records` (the newest one the replica covers is adopted). A request goes
+out every interval without waiting for the previous answer (at most MAX_PROGRESS_IN_FLIGHT). An Apache
+master answers 3102 with "request code not supported": the slave then relies on 45 / 60 only
+(RocketMQ's own behaviour).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import struct
 import time
 
@@ -33,6 +36,7 @@ from storage.topic_config import TopicConfig
 log = structlog.get_logger(__name__)
 
 TIMEOUT_S = 3.0
+MAX_PROGRESS_IN_FLIGHT = 3
 TIMER_CHECK = struct.Struct(">qqqq")  # lastReadTimeMs, lastTimerLogFlushPos, lastTimerQueueOffset, masterTimerQueueOffset
 
 
@@ -42,12 +46,13 @@ class SlaveSynchronize:
         self.client = client
         self.master_addr = master_addr  # fn() -> the master's broker address or None
         self.progress: SchedulerProgress | None = None  # the last record adopted
-        self.pending: SchedulerProgress | None = None
+        self.pending_records: collections.deque[SchedulerProgress] = collections.deque(maxlen=256)
         self.progress_supported = True
         self.timer_checkpoint: tuple[int, int, int, int] | None = None
         self.delay_offsets: dict[int, int] = {}
         self.synced_at = 0.0
         self.progress_at = 0.0
+        self.adopt_gaps_ms: collections.deque[int] = collections.deque(maxlen=1000)  # the last 1000 gaps
         self.errors = 0
 
     # ---- metadata (RocketMQ) --------------------------------------------------------------
@@ -103,8 +108,10 @@ class SlaveSynchronize:
         addr = self.master_addr()
         if not addr or not self.progress_supported:
             return
+        timer = self.broker.timer_service
+        ext = {"timerQueueOffset": str(timer.commit_queue_offset)} if timer is not None else {}
         try:
-            resp = await self.client.invoke(addr, RemotingCommand.request(int(RC.GET_SCHEDULER_PROGRESS), {}),
+            resp = await self.client.invoke(addr, RemotingCommand.request(int(RC.GET_SCHEDULER_PROGRESS), ext),
                                             TIMEOUT_S)
         except Exception as e:
             self.errors += 1
@@ -117,19 +124,38 @@ class SlaveSynchronize:
         if resp.code != 0:
             return
         body = resp.body
-        p = SchedulerProgress.from_bytes(b"".join(bytes(x) for x in body) if isinstance(body, list) else body)
-        self.pending = p
+        try:
+            p = SchedulerProgress.from_bytes(b"".join(bytes(x) for x in body) if isinstance(body, list) else body)
+        except ValueError as e:
+            self.errors += 1
+            log.warning("scheduler_sync.bad_record", master=addr, error=str(e))
+            return
+        q = self.pending_records
+        if q and p.taken_ms <= q[-1].taken_ms:
+            return  # an older answer overtaken by a newer one
+        q.append(p)
         self.try_adopt(self.broker.store.commitlog_max_offset())
 
+    @property
+    def pending(self) -> SchedulerProgress | None:
+        """The newest record received and not adopted yet."""
+        return self.pending_records[-1] if self.pending_records else None
+
     def try_adopt(self, replicated_end: int) -> None:
-        """Adopt the pending record if the replica holds everything it claims (HA calls this after
-        every applied frame too)."""
-        p = self.pending
-        if p is None or p.commitlog_offset > replicated_end:
+        """Adopt the newest received record whose claims the replica already holds (its CommitLog end
+        reached the record's); older ones are dropped, newer ones wait. HA calls this after every
+        applied frame too. (Keeping only the newest would starve under load: each new record is a
+        little ahead of the replica again.)"""
+        q = self.pending_records
+        p = None
+        while q and q[0].commitlog_offset <= replicated_end:
+            p = q.popleft()
+        if p is None:
             return
-        self.pending = None
         if self.progress is not None and p.taken_ms < self.progress.taken_ms:
             return
+        if self.progress is not None:  # master-clock gap between consecutive adopted records
+            self.adopt_gaps_ms.append(p.taken_ms - self.progress.taken_ms)
         self.progress = p
         self.progress_at = time.time()
         timer = self.broker.timer_service
@@ -137,11 +163,24 @@ class SlaveSynchronize:
             timer.follow(p.timer)
 
     async def run_progress(self) -> None:
+        """A request every schedulerSyncIntervalMs, without waiting for the previous answer (at most
+        MAX_PROGRESS_IN_FLIGHT outstanding), so a slow answer does not stretch the interval."""
         interval = self.broker.config.scheduler_sync_interval_ms / 1000.0
-        while True:
-            started = time.monotonic()
-            await self.sync_progress()
-            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+        loop = asyncio.get_running_loop()
+        in_flight: set[asyncio.Task] = set()
+        try:
+            next_at = loop.time()
+            while True:
+                if len(in_flight) < MAX_PROGRESS_IN_FLIGHT:
+                    t = loop.create_task(self.sync_progress())
+                    in_flight.add(t)
+                    t.add_done_callback(in_flight.discard)
+                next_at += interval
+                await asyncio.sleep(max(0.0, next_at - loop.time()))
+                next_at = max(next_at, loop.time() - interval)
+        finally:
+            for t in in_flight:
+                t.cancel()
 
     async def run_metadata(self) -> None:
         interval = self.broker.config.slave_synchronize_interval_ms / 1000.0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 
 import pytest
 
@@ -105,17 +104,15 @@ def test_not_timer_cases():
     assert transform_timer(r, NOW, CFG).status is TimerPutStatus.NOT_TIMER
 
 
-def test_disabled_wheel_and_broker_config_object():
-    @dataclass
-    class BrokerLike:
-        timer_wheel_enable: bool = False
-        timer_precision_ms: int = 250
-        timer_max_delay_sec: int = 10
+def test_disabled_wheel_and_the_broker_config_keys():
+    from server.config import BrokerConfig
+    from server.wiring import timer_config
 
-    d = transform_timer(rec({"TIMER_DELAY_SEC": "5"}), NOW, BrokerLike())
+    off = timer_config(BrokerConfig(timer_wheel_enable=False, timer_precision_ms=250, timer_max_delay_sec=10))
+    d = transform_timer(rec({"TIMER_DELAY_SEC": "5"}), NOW, off)
     assert d.status is TimerPutStatus.NOT_ENABLED and d.response_code == 1
-    on = BrokerLike(timer_wheel_enable=True)
-    assert TimerConfig.coerce(on).precision_ms == 200  # snapped down to {100,200,500,1000}
+    on = timer_config(BrokerConfig(timer_wheel_enable=True, timer_precision_ms=250, timer_max_delay_sec=10))
+    assert on.precision_ms == 200  # snapped down to {100,200,500,1000}
     assert transform_timer(rec({"TIMER_DELAY_SEC": "11"}), NOW, on).status is TimerPutStatus.ILLEGAL
 
 

@@ -1,0 +1,105 @@
+"""The three-process cluster of the README (delaymq-namesrv, master, slave) with no haMasterAddress:
+the slave follows the master the name server names; when the master dies the route keeps the slave
+(consumers read there); `delaymq broker promote` re-registers it as brokerId 0; the old master comes
+back as its slave (found through the name server) and cuts its unreplicated tail."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import wire
+from tests.helpers.broker import REPO_ROOT, BrokerProcess
+from tests.helpers.cluster import cluster_brokers, route, wait_until
+
+from .test_ha_replication import ha_port_pair
+
+SEND_V2 = 310
+
+
+def send(addr: str, topic: str, body: bytes, qid: int = 0) -> wire.Reply:
+    ext = {"a": "PG", "b": topic, "c": "TBW102", "d": "4", "e": str(qid), "f": "0", "g": "0", "h": "0",
+           "i": "WAIT\x01true\x02", "j": "0", "k": "false"}
+    return wire.invoke(addr, SEND_V2, ext, body)
+
+
+def test_three_process_cluster_failover_through_the_name_server(namesrv_factory, tmp_path):
+    ns = namesrv_factory()
+    common = {"namesrvAddr": ns.addr, "brokerName": "broker-a", "mappedFileSizeCommitLog": 8 << 20,
+              "slaveSynchronizeIntervalMs": 300}
+    mport, sport = ha_port_pair(), ha_port_pair()
+    master = BrokerProcess(tmp_path / "m", {**common, "brokerRole": "SYNC_MASTER"}, port=mport).start()
+    slave = BrokerProcess(tmp_path / "s", {**common, "brokerRole": "SLAVE", "brokerId": 1}, port=sport).start()
+    back = None
+    try:
+        wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"0": master.addr, "1": slave.addr}, 15,
+                   "master and slave registered", ns.diagnostics)
+        master.create_topic("Nt", 4)
+        # SEND_OK from a SYNC_MASTER: the slave found the master's HA address through the name server
+        wait_until(lambda: send(master.addr, "Nt", b"first").code == 0, 15, "a slave acking", slave.diagnostics)
+        for i in range(10):
+            assert send(master.addr, "Nt", b"m%d" % i).code == 0
+        master.kill()
+        wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"1": slave.addr}, 10,
+                   "the dead master out of the route", ns.diagnostics)
+        assert route(ns.addr, "Nt")["queueDatas"]  # the slave keeps the topic routable for consumers
+        assert wire.max_offset(slave.addr, "Nt", 0) == 11
+        assert send(slave.addr, "Nt", b"refused").code == 14
+
+        p = subprocess.run([sys.executable, "-m", "client.cli", "broker", "promote", "-n", ns.addr,
+                            "-b", slave.addr], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert cluster_brokers(ns.addr).get("broker-a") == {"0": slave.addr}  # re-registered before answering
+        assert route(ns.addr, "Nt")["brokerDatas"][0]["brokerAddrs"] == {"0": slave.addr}
+        assert send(slave.addr, "Nt", b"new").code == 0
+
+        back = BrokerProcess(tmp_path / "m", {**common, "brokerRole": "SLAVE", "brokerId": 1}, port=mport).start()
+        wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"0": slave.addr, "1": back.addr}, 15,
+                   "the old master back as a slave", ns.diagnostics)
+        wait_until(lambda: wire.max_offset(back.addr, "Nt", 0) == 12, 15, "the old master replicating",
+                   back.diagnostics)
+    finally:
+        for b in (back, slave):
+            if b is not None and b.running:
+                b.stop()
+        master.kill()
+
+
+@pytest.mark.java
+def test_java_client_reads_from_the_slave_then_uses_the_promoted_master(namesrv_factory, java_client, tmp_path):
+    """The stock Java 4.9.7 client through delaymq-namesrv: SEND_OK from a SYNC_MASTER; with the master
+    killed, a push consumer gets every message from the slave; after promote, producers and consumers
+    use the new master (delay level 1 delivered by it)."""
+    ns = namesrv_factory()
+    common = {"namesrvAddr": ns.addr, "brokerName": "broker-a", "mappedFileSizeCommitLog": 8 << 20,
+              "slaveSynchronizeIntervalMs": 300}
+    mport, sport = ha_port_pair(), ha_port_pair()
+    master = BrokerProcess(tmp_path / "m", {**common, "brokerRole": "SYNC_MASTER"}, port=mport).start()
+    slave = BrokerProcess(tmp_path / "s", {**common, "brokerRole": "SLAVE", "brokerId": 1}, port=sport).start()
+    try:
+        wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"0": master.addr, "1": slave.addr}, 15,
+                   "master and slave registered", ns.diagnostics)
+        master.create_topic("Jt", 4)
+        wait_until(lambda: send(master.addr, "Jt", b"warm").code == 0, 15, "a slave acking", slave.diagnostics)
+        sent = java_client("produce", ns.addr, "Jt", "20", "0", "before")
+        assert len(sent) == 20 and all(line[-1] == "SEND_OK" for line in sent), sent
+        master.kill()
+        wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"1": slave.addr}, 10, "master gone")
+        got = java_client("consume", ns.addr, "Jt", "JG", "21", "40")
+        assert {line[3] for line in got} >= {f"before-{i}" for i in range(20)}
+        p = subprocess.run([sys.executable, "-m", "client.cli", "broker", "promote", "-n", ns.addr,
+                            "-b", slave.addr], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        after = java_client("produce", ns.addr, "Jt", "10", "1", "after")
+        assert len(after) == 10 and all(line[-1] == "SEND_OK" for line in after), after
+        got = java_client("consume", ns.addr, "Jt", "JG2", "31", "40")
+        bodies = {line[3] for line in got}
+        assert {f"after-{i}" for i in range(10)} <= bodies
+        for line in got:
+            if line[3].startswith("after-"):
+                assert int(line[5]) - int(line[4]) >= 1000  # a delay-level-1 delivery, never early
+    finally:
+        slave.stop()
+        master.kill()

@@ -1,0 +1,82 @@
+"""storage.replica: a slave's CommitLog fed with the master's raw bytes in arbitrary pieces is
+byte-identical, its ConsumeQueues (tagsCode included) and keys are rebuilt, a torn record waits for its
+rest, a wrong offset is refused, and truncation cuts CommitLog and ConsumeQueues together."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from storage.message_store import PutStatus
+from storage.replica import ReplicaError
+from storage.store_types import tags_hash_code
+from tests.storage.conftest import SEG, open_store, request
+
+
+def schedule_rule(topic: str, props: dict[str, str], store_ts: int) -> int:
+    """A stand-in for the scheduler's tagsCode rule (storage applies what the composition root gives)."""
+    return store_ts + 1000 if topic == "SCHEDULE_TOPIC_XXXX" else tags_hash_code(topic, props, store_ts)
+
+
+def fill(master, n: int) -> None:
+    for i in range(n):
+        [r] = master.put([request("T", i % 3, b"m%04d" % i + b"x" * (i % 50), tags=f"t{i % 4}", keys=f"k{i}")])
+        assert r.status is PutStatus.PUT_OK
+    [d] = master.put([request("SCHEDULE_TOPIC_XXXX", 0, b"d", props={"DELAY": "1", "REAL_TOPIC": "T"},
+                              deliver_delay_ms=1000)])
+    assert d.status is PutStatus.PUT_OK
+
+
+def replicate(master, slave, rng: random.Random) -> None:
+    off = slave.commitlog_max_offset() or 0
+    end = master.commitlog_max_offset()
+    while off < end:
+        data = bytes(master.replica_data(off, rng.randint(1, 3000)))
+        off = slave.append_replica(off, data)
+        slave.reput()
+
+
+def test_byte_identical_queues_rebuilt_any_chunking(tmp_path):
+    master, slave = open_store(tmp_path / "m"), open_store(tmp_path / "s", tags_code_of=schedule_rule)
+    slave.start_replica()
+    fill(master, 900)  # > one 64 KiB segment: the END-OF-FILE blank is replicated as bytes
+    assert master.commitlog_max_offset() > SEG
+    replicate(master, slave, random.Random(3))
+    assert slave.commitlog_max_offset() == master.commitlog_max_offset()
+    for mf_m, mf_s in zip(master.commitlog.queue.files, slave.commitlog.queue.files, strict=True):
+        assert bytes(mf_m.mm) == bytes(mf_s.mm)
+    for key in list(master.consume_queues):
+        assert bytes(master.read_units(*key, 0, 10_000)) == bytes(slave.read_units(*key, 0, 10_000)), key
+    assert len(slave.query_by_key("T", "k17", 4, 0, 1 << 62).buffers) == 1
+    assert slave.query_by_key("T", "nope", 4, 0, 1 << 62).buffers == []
+    assert slave.put([request("T")])[0].status is PutStatus.SERVICE_NOT_AVAILABLE  # read-only
+    master.close()
+    slave.close()
+
+
+def test_torn_record_waits_wrong_offset_refused_truncate(tmp_path):
+    master, slave = open_store(tmp_path / "m"), open_store(tmp_path / "s")
+    slave.start_replica()
+    fill(master, 10)
+    end = master.commitlog_max_offset()
+    data = bytes(master.replica_data(0, end))
+    slave.append_replica(0, data[:-10])  # the last record is torn
+    slave.reput()
+    assert slave.max_offset("SCHEDULE_TOPIC_XXXX", 0) == 0 and slave.max_offset("T", 0) == 4
+    with pytest.raises(ReplicaError):
+        slave.append_replica(end, b"zz")  # not the CommitLog end
+    slave.append_replica(end - 10, data[-10:])
+    slave.reput()
+    assert slave.max_offset("SCHEDULE_TOPIC_XXXX", 0) == 1
+    cut_at = master.read_units("T", 0, 2, 1)
+    import struct
+    phys = struct.unpack_from(">q", cut_at, 0)[0]
+    assert slave.truncate_replica(phys) == end - phys
+    assert slave.commitlog_max_offset() == phys and slave.max_offset("T", 0) == 2
+    assert slave.max_offset("SCHEDULE_TOPIC_XXXX", 0) == 0
+    slave.stop_replica()  # promotion: writable again, appends continue at the cut
+    [r] = slave.put([request("T", 0, b"new")])
+    assert r.status is PutStatus.PUT_OK and r.phys_offset == phys and r.queue_offset == 2
+    master.close()
+    slave.close()
