@@ -13,6 +13,7 @@ import time
 
 import structlog
 
+from codec.codes import ResponseCode
 from codec.record import MessageRecord, encode_record, read_store_timestamp
 from scheduler.browse import ScheduledBrowser
 from scheduler.levels import parse_delay_levels
@@ -290,12 +291,12 @@ class BrokerController:
             try:
                 await asyncio.wait_for(asyncio.shield(result.flushed), 5.0)
             except Exception as e:
-                return 10, f"flush not confirmed: {e!r}"  # FLUSH_DISK_TIMEOUT
+                return ResponseCode.FLUSH_DISK_TIMEOUT, f"flush not confirmed: {e!r}"
         self.on_put([rec.topic], [result])
         if self.replica.sync_master:  # SYNC_MASTER: a slave has it before the answer (11 / 12 if not)
             gate = self.replica.gate(result.phys_offset + result.size)
             return gate if type(gate) is tuple else await gate
-        return 0, None
+        return ResponseCode.SUCCESS, None
 
     def commitlog_max_offset(self) -> int:
         return self.store.commitlog_max_offset()
