@@ -22,11 +22,15 @@ setup: $(STAMP) $(NODE_STAMP) $(RMQ5_STAMP) tools
 # Debian tools the tests use: promtool (package prometheus) lints the /metrics page, chromium renders the
 # analytics report for its screenshot check. Installed only
 # if absent and only if apt-get can (root); otherwise the test that needs it is skipped with a reason.
+# apt-get install, with one apt-get update first if the package lists are missing or stale
+APT_INSTALL = apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$$1" >/dev/null 2>&1 \
+	|| { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$$1" >/dev/null 2>&1; }; }; apt_install
+
 tools:
-	@command -v promtool >/dev/null 2>&1 || { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 \
+	@command -v promtool >/dev/null 2>&1 || { $(APT_INSTALL) prometheus \
 		&& echo "installed promtool (Debian package prometheus)" \
 		|| echo "promtool not installable here (apt-get install prometheus failed): tests/observability/test_promtool.py will skip"; }
-	@command -v chromium >/dev/null 2>&1 || { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 \
+	@command -v chromium >/dev/null 2>&1 || { $(APT_INSTALL) chromium \
 		&& echo "installed chromium (the analytics report's screenshot test)" \
 		|| echo "chromium not installable here: the report screenshot check in tests/analytics will skip"; }
 

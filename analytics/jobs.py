@@ -159,17 +159,13 @@ def _counter_deltas(metrics: DataFrame, name: str, key: str) -> DataFrame:
 
 
 def throughput(inputs: Inputs, bucket_ms: int) -> DataFrame:
-    """Messages arriving in each real topic per time bucket: sends stored directly (put counters, the
-    scheduler's and transactions' system topics left out) plus scheduled messages delivered into it
-    (traces), so a delayed message counts once, on its real topic, when it arrives there."""
-    sent = (_counter_deltas(inputs.metrics, "delaymq_put_messages_total", "topic")
+    """Messages arriving in each real topic per time bucket, from the put counters: the broker counts a
+    scheduled message when it is delivered into its real topic, so the scheduler's and transactions'
+    system topics (where it waited) are left out and each message counts once, where it arrived."""
+    return (_counter_deltas(inputs.metrics, "delaymq_put_messages_total", "topic")
             .where(~F.col("topic").isin(*SYSTEM_TOPICS))
             .withColumn("bucket", _bucket("ts", bucket_ms)).groupBy("topic", "bucket")
-            .agg(F.sum("delta").alias("messages")))
-    delivered = (inputs.traces.where(F.col("event") == "delivered")
-                 .withColumn("bucket", _bucket("deliveredTs", bucket_ms)).groupBy("topic", "bucket")
-                 .agg(F.count("*").cast("double").alias("messages")))
-    return (sent.unionByName(delivered).groupBy("topic", "bucket").agg(F.sum("messages").alias("messages"))
+            .agg(F.sum("delta").alias("messages"))
             .withColumn("ratePerSec", F.col("messages") / (bucket_ms / 1000.0)).orderBy("topic", "bucket"))
 
 

@@ -11,10 +11,8 @@ store, write the checkpoint, exit 0.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import os
-import signal
 import sys
 
 # numpy (timer wheel, key index) is used for array arithmetic only, never BLAS: without this its
@@ -26,6 +24,7 @@ import structlog  # noqa: E402
 from remoting import loop as event_loop  # noqa: E402
 from server.config import load_config  # noqa: E402
 from server.logging import configure  # noqa: E402
+from server.process import overrides_from, serve_until_signal  # noqa: E402
 from storage.store_lock import StoreLockedError  # noqa: E402
 
 log = structlog.get_logger("server")
@@ -65,19 +64,12 @@ def export_config(cfg, out_dir: str) -> int:
 
 
 def config_from_args(args):
-    overrides: dict[str, object] = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--set expects KEY=VALUE, got {item!r}")
-        overrides[key.strip()] = value.strip()
     flags = {
         "storePathRootDir": args.store, "listenPort": args.port, "brokerIP1": args.broker_ip,
         "flushDiskType": args.flush_disk_type, "messageDelayLevel": args.delay_levels,
         "metricsPort": args.metrics_port,
     }
-    overrides.update({k: v for k, v in flags.items() if v is not None})  # a flag not given leaves --set alone
-    cfg = load_config(args.config, overrides)
+    cfg = load_config(args.config, overrides_from(args.set, flags))
     cfg.listen_host = args.host or (cfg.listen_host if cfg.listen_host != "0.0.0.0" else "127.0.0.1")
     return cfg
 
@@ -85,27 +77,15 @@ def config_from_args(args):
 async def run(cfg) -> int:
     from server.broker import BrokerController
 
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    broker = BrokerController(cfg)
-    try:
-        await broker.start()
-    except BaseException:
-        await broker.shutdown()
-        raise
-    # Everything built at start-up (tables, codecs, the wheel index) lives for the process: move it out
-    # of the collector's reach, and collect the young generation less often, so a full collection
-    # never walks the long-lived heap in the middle of a delivery.
-    gc.freeze()
-    gc.set_threshold(50_000, 50, 1000)
-    sys.stdout.write(f"delaymq broker ready on {cfg.listen_host}:{cfg.listen_port}\n")
-    sys.stdout.flush()
-    await stop.wait()
-    log.info("broker.signal", action="shutdown")
-    await broker.shutdown()
-    return 0
+    def settle_heap() -> None:
+        # Everything built at start-up (tables, codecs, the wheel index) lives for the process: move it out
+        # of the collector's reach, and collect the young generation less often, so a full collection
+        # never walks the long-lived heap in the middle of a delivery.
+        gc.freeze()
+        gc.set_threshold(50_000, 50, 1000)
+
+    return await serve_until_signal(BrokerController(cfg), lambda: f"delaymq broker ready on {cfg.listen_host}:{cfg.listen_port}",
+                                    "broker", after_start=settle_heap)
 
 
 def check_config(cfg) -> None:

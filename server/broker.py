@@ -13,6 +13,7 @@ import time
 
 import structlog
 
+from codec.codes import ResponseCode
 from codec.record import MessageRecord, encode_record, read_store_timestamp
 from scheduler.browse import ScheduledBrowser
 from scheduler.levels import parse_delay_levels
@@ -290,12 +291,12 @@ class BrokerController:
             try:
                 await asyncio.wait_for(asyncio.shield(result.flushed), 5.0)
             except Exception as e:
-                return 10, f"flush not confirmed: {e!r}"  # FLUSH_DISK_TIMEOUT
+                return ResponseCode.FLUSH_DISK_TIMEOUT, f"flush not confirmed: {e!r}"
         self.on_put([rec.topic], [result])
         if self.replica.sync_master:  # SYNC_MASTER: a slave has it before the answer (11 / 12 if not)
             gate = self.replica.gate(result.phys_offset + result.size)
             return gate if type(gate) is tuple else await gate
-        return 0, None
+        return ResponseCode.SUCCESS, None
 
     def commitlog_max_offset(self) -> int:
         return self.store.commitlog_max_offset()
@@ -395,6 +396,12 @@ class BrokerController:
         info.update(self.store.runtime_info())
         info.update(_disk_info(self.config.store_path_root_dir))
         info["earliestMessageTimeStamp"] = self._earliest_store_time() or self.boot_ms
+        info["consumeQueueDiskRatio"] = info.get("commitLogDiskRatio", "0")  # one disk holds the whole store
+        sends = [h for code, h in self.rpc_latency.by_code.items() if code in (10, 310, 320)]
+        n = sum(h.count for h in sends)
+        if n:  # upper bounds of the buckets holding the quantiles, in ms (RocketMQ's putLatency99/999)
+            for key, q in (("putLatency99", 0.99), ("putLatency999", 0.999)):
+                info[key] = f"{max(h.quantile(q) for h in sends if h.count) * 1000:.2f}"
         for svc in (self.delay_service, self.timer_service, self.transactions, self.registrar, self.grpc,
                     self.replica):
             if svc is None:

@@ -12,6 +12,7 @@ import time
 
 import structlog
 
+from codec.codes import ResponseCode
 from scheduler.delay_levels import transform_delay
 from scheduler.timer import TimerMessageStore, transform_timer
 from scheduler.timer.config import TimerConfig
@@ -19,7 +20,6 @@ from server.config import BrokerConfig
 
 log = structlog.get_logger(__name__)
 
-SYSTEM_ERROR = 1
 
 
 class PutHooks:
@@ -39,7 +39,7 @@ class PutHooks:
         props = record.properties
         if self.timer_disabled_check and "TIMER_OUT_MS" not in props and (
                 "TIMER_DELIVER_MS" in props or "TIMER_DELAY_MS" in props or "TIMER_DELAY_SEC" in props):
-            return (SYSTEM_ERROR, "accurate timer message is not enabled, timerWheelEnable is false")
+            return (ResponseCode.SYSTEM_ERROR, "accurate timer message is not enabled, timerWheelEnable is false")
         if self.transform_timer is not None:
             decision = self.transform_timer(record, int(time.time() * 1000), self.timer_config)
             if decision.ok:

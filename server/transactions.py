@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from codec.codes import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
+from codec.codes import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.msgid import offset_msg_id
@@ -41,9 +41,7 @@ MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 REMOVE_TAG = "d"
 TRANSACTION_ID = "__transactionId__"
 IMMUNITY_KEY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
-CHECK_TRANSACTION_STATE = 39
 NOT_TYPE, PREPARED, COMMIT, ROLLBACK, TX_MASK = 0x0, 0x4, 0x8, 0xC, 0xC
-SUCCESS, SYSTEM_ERROR = 0, 1
 _UNIT = struct.Struct(">qi")
 _SCAN_BATCH = 256
 
@@ -178,31 +176,31 @@ class TransactionService:
         """Commit or roll back; (code, remark) for the response. Checks as EndTransactionProcessor does."""
         rec = self._record(phys)
         if rec is None or rec.topic != HALF_TOPIC:
-            return SYSTEM_ERROR, "Find prepared transaction message failed"
+            return ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed"
         if rec.properties.get("PGROUP", "") != group:
-            return SYSTEM_ERROR, "The producer group wrong"
+            return ResponseCode.SYSTEM_ERROR, "The producer group wrong"
         if rec.queue_offset != table_offset:
-            return SYSTEM_ERROR, "The transaction state table offset wrong"
+            return ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong"
         if rec.commitlog_offset != phys:
-            return SYSTEM_ERROR, "The commit log offset wrong"
+            return ResponseCode.SYSTEM_ERROR, "The commit log offset wrong"
         if table_offset not in self.pending:
             log.info("transactions.already_ended", offset=table_offset, kind=kind)
-            return SUCCESS, None
+            return ResponseCode.SUCCESS, None
         if kind == COMMIT:
             final = _end_message(rec)
             code, remark = await self.broker.put_record(final)
-            if code != SUCCESS:
+            if code != ResponseCode.SUCCESS:
                 return code, remark
             self.committed += 1
         else:
             self.rolled_back += 1
         await self._remove(table_offset)
-        return SUCCESS, None
+        return ResponseCode.SUCCESS, None
 
     async def _remove(self, offset: int) -> None:
         self.pending.pop(offset, None)
         code, remark = await self.broker.put_record(self._op_record(offset), hooks=False)
-        if code != SUCCESS:  # the half is finished in memory; a restart may check it back once more
+        if code != ResponseCode.SUCCESS:  # the half is finished in memory; a restart may check it back once more
             log.error("transactions.op_write_failed", offset=offset, code=code, remark=remark)
 
     def _op_record(self, offset: int) -> MessageRecord:
@@ -265,7 +263,7 @@ class TransactionService:
                "brokerName": self.broker.config.broker_name}
         rec.topic = rec.properties.get("REAL_TOPIC", rec.topic)
         rec.queue_id = _int(rec.properties.get("REAL_QID"))
-        conn.invoke_oneway(RemotingCommand.request(CHECK_TRANSACTION_STATE, ext, bytes(encode_record(rec)),
+        conn.invoke_oneway(RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, ext, bytes(encode_record(rec)),
                                                    oneway=True))
         self.checks_sent += 1
         log.info("transactions.check_sent", group=e.group, offset=e.offset, checks=e.checks + 1)

@@ -10,6 +10,7 @@ import os
 
 import structlog
 
+from codec.codes import RequestCode
 from codec.properties import index_keys
 from codec.tags import java_hash
 from scheduler.delay_config import DelayConfig
@@ -24,7 +25,6 @@ from storage.store_types import PutRequest, StoreConfig
 
 log = structlog.get_logger(__name__)
 
-NOTIFY_CONSUMER_IDS_CHANGED = 40
 
 
 # ---- storage ---------------------------------------------------------------------------------
@@ -136,7 +136,7 @@ def make_registrar(broker):
 def notify_consumer_ids_changed(conn, group: str) -> None:
     from codec.command import RemotingCommand
 
-    conn.invoke_oneway(RemotingCommand.request(NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}))
+    conn.invoke_oneway(RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}))
 
 
 class RemotingAdapter:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 # property names come from codec (MessageConst); re-exported here for the timer's rooms
+from codec.codes import ResponseCode
 from codec.properties import MessageConst as _K  # noqa: E402
 from scheduler.due import absolute_due_ms, relative_due_ms
 from scheduler.timer.config import TIMER_TOPIC, TimerConfig
@@ -47,8 +48,8 @@ class TimerPutStatus(enum.Enum):
     CANCEL_REFUSED = "CANCEL_REFUSED"  # delaymq: a cancel that would change nothing → MESSAGE_ILLEGAL (13)
 
 
-RESPONSE_CODES = {TimerPutStatus.ILLEGAL: 13, TimerPutStatus.FLOW_CONTROL: 1, TimerPutStatus.NOT_ENABLED: 1,
-                  TimerPutStatus.CANCEL_REFUSED: 13}
+RESPONSE_CODES = {TimerPutStatus.ILLEGAL: ResponseCode.MESSAGE_ILLEGAL, TimerPutStatus.FLOW_CONTROL: ResponseCode.SYSTEM_ERROR,
+                  TimerPutStatus.NOT_ENABLED: ResponseCode.SYSTEM_ERROR, TimerPutStatus.CANCEL_REFUSED: ResponseCode.MESSAGE_ILLEGAL}
 
 
 @dataclass(slots=True, frozen=True)

@@ -17,6 +17,7 @@ import time
 import structlog
 from google.protobuf.duration_pb2 import Duration
 
+from codec.codes import RequestCode
 from codec.command import RemotingCommand
 from codec.msgid import decode_offset_msg_id
 from codec.properties import MessageConst as K
@@ -36,7 +37,6 @@ from storage.store_types import GetStatus
 
 log = structlog.get_logger(__name__)
 
-SEND_MESSAGE = 10
 ALL_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 DEFAULT_INVISIBLE_MS = 30_000
 MIN_INVISIBLE_MS, MAX_INVISIBLE_MS = 1_000, 12 * 3600 * 1000
@@ -186,7 +186,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
                "sysFlag": str(sys_flag), "bornTimestamp": str(born_ms), "flag": "0",
                "properties": properties_to_string(props), "reconsumeTimes": "0", "unitMode": "false",
                "batch": "false"}
-        return RemotingCommand.request(SEND_MESSAGE, ext, body)
+        return RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, body)
 
     async def _send(self, request, context):
         topic = self._topic_name(request.messages[0].topic)

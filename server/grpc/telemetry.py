@@ -25,6 +25,7 @@ import structlog
 from google.protobuf.duration_pb2 import Duration
 
 from codec import fastjson
+from codec.codes import RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.record import decode_record
@@ -37,10 +38,6 @@ from server.grpc.v2 import service_pb2 as spb
 
 log = structlog.get_logger(__name__)
 
-CHECK_TRANSACTION_STATE = 39
-CONSUME_MESSAGE_DIRECTLY = 309
-GET_CONSUMER_RUNNING_INFO = 307
-SYSTEM_ERROR = 1
 CONSUME_POP = "CONSUME_POP"
 MAX_PENDING_ANSWERS = 256
 _nonces = itertools.count(1)
@@ -72,7 +69,7 @@ class TelemetryChannel:
         self.pending: dict[str, asyncio.Future] = {}   # nonce -> the answer a remoting request awaits
 
     def invoke_oneway(self, cmd) -> None:
-        if cmd.code != CHECK_TRANSACTION_STATE or self.closed:
+        if cmd.code != RequestCode.CHECK_TRANSACTION_STATE or self.closed:
             return  # e.g. NOTIFY_CONSUMER_IDS_CHANGED: nothing a 5.x client listens to
         ext = cmd.ext_fields
         try:
@@ -95,15 +92,15 @@ class TelemetryChannel:
         return asyncio.ensure_future(self._invoke(cmd, timeout))
 
     async def _invoke(self, cmd, timeout: float) -> RemotingCommand:
-        if cmd.code == GET_CONSUMER_RUNNING_INFO:
+        if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
             trace = await self.ask(lambda nonce: spb.TelemetryCommand(
                 print_thread_stack_trace_command=spb.PrintThreadStackTraceCommand(nonce=nonce)), timeout)
             return cmd.response(body=fastjson.dumps(self.running_info(trace.thread_stack_trace.thread_stack_trace)))
-        if cmd.code == CONSUME_MESSAGE_DIRECTLY:
+        if cmd.code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
             try:
                 rec = decode_record(bytes(cmd.body))[0]
             except CodecError as e:
-                return cmd.response(code=SYSTEM_ERROR, remark=f"not a stored message: {e}")
+                return cmd.response(code=ResponseCode.SYSTEM_ERROR, remark=f"not a stored message: {e}")
             msg = convert.to_proto(rec, rec.topic, self.store_host)
             res = await self.ask(lambda nonce: spb.TelemetryCommand(
                 verify_message_command=spb.VerifyMessageCommand(nonce=nonce, message=msg)), timeout)
@@ -111,7 +108,7 @@ class TelemetryChannel:
             body = {"order": False, "autoCommit": True, "consumeResult": "CR_SUCCESS" if ok else "CR_THROW_EXCEPTION",
                     "remark": res.status.message or pb.Code.Name(res.status.code), "spentTimeMills": 0}
             return cmd.response(body=fastjson.dumps(body))
-        return cmd.response(code=SYSTEM_ERROR, remark=f"request code {cmd.code} is not relayed to a gRPC client")
+        return cmd.response(code=ResponseCode.SYSTEM_ERROR, remark=f"request code {cmd.code} is not relayed to a gRPC client")
 
     async def ask(self, make, timeout: float) -> spb.TelemetryCommand:
         """Write the command `make(nonce)` on the stream and wait for the answer carrying that nonce."""

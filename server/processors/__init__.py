@@ -10,9 +10,8 @@ import functools
 import inspect
 import json
 
+from codec.codes import ResponseCode
 from server.headers import HeaderError
-
-SUCCESS, SYSTEM_ERROR = 0, 1
 
 
 def error(cmd, code: int, remark: str, ext_fields: dict | None = None):
@@ -24,7 +23,7 @@ def error(cmd, code: int, remark: str, ext_fields: dict | None = None):
 def ok(cmd, ext_fields: dict | None = None, body=b""):
     if cmd.is_oneway:
         return None
-    return cmd.response(code=SUCCESS, ext_fields=ext_fields, body=body)
+    return cmd.response(code=ResponseCode.SUCCESS, ext_fields=ext_fields, body=body)
 
 
 def committed(broker, cmd):
@@ -33,7 +32,7 @@ def committed(broker, cmd):
     (they are committed with the same batch, nobody waits)."""
     if cmd.is_oneway:
         return None
-    return broker.meta.committed(cmd.response(code=SUCCESS))
+    return broker.meta.committed(cmd.response(code=ResponseCode.SUCCESS))
 
 
 def guarded(fn):
@@ -43,7 +42,7 @@ def guarded(fn):
             try:
                 resp = await fn(conn, cmd)
             except HeaderError as e:
-                return error(cmd, SYSTEM_ERROR, str(e))
+                return error(cmd, ResponseCode.SYSTEM_ERROR, str(e))
             return None if cmd.is_oneway else resp
         return run_async
 
@@ -52,7 +51,7 @@ def guarded(fn):
         try:
             resp = fn(conn, cmd)
         except HeaderError as e:
-            return error(cmd, SYSTEM_ERROR, str(e))
+            return error(cmd, ResponseCode.SYSTEM_ERROR, str(e))
         return None if cmd.is_oneway else resp
     return run
 

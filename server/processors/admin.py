@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import structlog
 
+from codec.codes import RequestCode, ResponseCode
 from server import headers as H
 from server.processors import committed, error, guarded, json_body, ok
 from server.topics import TopicConfig, is_system_topic, topic_error
 
 log = structlog.get_logger(__name__)
 
-QUERY_MESSAGE, UPDATE_AND_CREATE_TOPIC, GET_BROKER_RUNTIME_INFO = 12, 17, 28
-VIEW_MESSAGE_BY_ID, CHECK_CLIENT_CONFIG = 33, 46
-SYSTEM_ERROR, QUERY_NOT_FOUND = 1, 22
 
 
 def register(server, broker) -> None:
@@ -24,13 +22,13 @@ def register(server, broker) -> None:
         h = H.CREATE_TOPIC.parse(cmd.ext_fields)
         problem = topic_error(h.topic)
         if problem:
-            return error(cmd, SYSTEM_ERROR, problem)
+            return error(cmd, ResponseCode.SYSTEM_ERROR, problem)
         if is_system_topic(h.topic):
-            return error(cmd, SYSTEM_ERROR, f"The topic[{h.topic}] is conflict with system topic.")
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"The topic[{h.topic}] is conflict with system topic.")
         if h.topic == broker.config.broker_cluster_name:
-            return error(cmd, SYSTEM_ERROR, f"the topic[{h.topic}] is conflict with system reserved words.")
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"the topic[{h.topic}] is conflict with system reserved words.")
         if h.readQueueNums <= 0 or h.writeQueueNums <= 0:
-            return error(cmd, SYSTEM_ERROR, "queue nums must be positive")
+            return error(cmd, ResponseCode.SYSTEM_ERROR, "queue nums must be positive")
         filter_type = h.topicFilterType if h.topicFilterType in ("SINGLE_TAG", "MULTI_TAG") else "SINGLE_TAG"
         broker.topics.put(TopicConfig(h.topic, h.readQueueNums, h.writeQueueNums, h.perm, filter_type,
                                       h.topicSysFlag or 0, bool(h.order)))
@@ -44,7 +42,7 @@ def register(server, broker) -> None:
         except (ValueError, IndexError, OSError):  # offset outside every CommitLog file, or not a record
             rec = None
         if rec is None or len(rec) == 0:
-            return error(cmd, SYSTEM_ERROR, f"can not find message by the offset, {h.offset}")
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {h.offset}")
         return ok(cmd, body=rec)
 
     @guarded
@@ -56,7 +54,7 @@ def register(server, broker) -> None:
         res = store.query_by_key(h.topic, h.key, max(1, max_num), h.beginTimestamp, h.endTimestamp)
         buffers, last_ts, last_phy = _query_parts(res)
         if not buffers:
-            return error(cmd, QUERY_NOT_FOUND, "can not find message, maybe time range not correct")
+            return error(cmd, ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct")
         return ok(cmd, {"indexLastUpdateTimestamp": str(last_ts), "indexLastUpdatePhyoffset": str(last_phy)},
                   body=buffers)
 
@@ -69,11 +67,11 @@ def register(server, broker) -> None:
     def check_client_config(conn, cmd):
         return ok(cmd)
 
-    server.register(UPDATE_AND_CREATE_TOPIC, create_topic)
-    server.register(VIEW_MESSAGE_BY_ID, view_message)
-    server.register(QUERY_MESSAGE, query_message)
-    server.register(GET_BROKER_RUNTIME_INFO, runtime_info)
-    server.register(CHECK_CLIENT_CONFIG, check_client_config)
+    server.register(RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic)
+    server.register(RequestCode.VIEW_MESSAGE_BY_ID, view_message)
+    server.register(RequestCode.QUERY_MESSAGE, query_message)
+    server.register(RequestCode.GET_BROKER_RUNTIME_INFO, runtime_info)
+    server.register(RequestCode.CHECK_CLIENT_CONFIG, check_client_config)
 
 
 def _query_parts(res):

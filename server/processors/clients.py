@@ -19,6 +19,7 @@ from codec.bodies import (
     parse_heartbeat,
 )
 from codec.bodies import SubscriptionData as BodySubscription
+from codec.codes import RequestCode, ResponseCode
 from codec.errors import CodecError
 from server import headers as H
 from server.client_manager import SubscriptionData
@@ -28,9 +29,6 @@ from server.topics import RETRY_PREFIX
 
 log = structlog.get_logger(__name__)
 
-HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP = 34, 35, 38
-LOCK_BATCH_MQ, UNLOCK_BATCH_MQ = 41, 42
-SYSTEM_ERROR = 1
 
 
 def _as_int(v, default: int = 0) -> int:
@@ -95,7 +93,7 @@ def register(server, broker) -> None:
             try:
                 plan = heartbeat_plan(body)
             except CodecError as e:
-                return error(cmd, SYSTEM_ERROR, f"bad heartbeat body: {e}")
+                return error(cmd, ResponseCode.SYSTEM_ERROR, f"bad heartbeat body: {e}")
             last_heartbeat[conn] = (body, plan)
         client_id, consumers, producers = plan
         language = str(cmd.language or "JAVA")
@@ -125,7 +123,7 @@ def register(server, broker) -> None:
         h = H.CONSUMER_GROUP.parse(cmd.ext_fields)
         ids = clients.consumer_ids(h.consumerGroup)
         if not ids:
-            return error(cmd, SYSTEM_ERROR, f"no consumer for this group, {h.consumerGroup}")
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {h.consumerGroup}")
         return ok(cmd, body=encode_consumer_list(ids))
 
     @guarded
@@ -140,8 +138,8 @@ def register(server, broker) -> None:
         broker.locks.unlock_batch(group, mqs, client_id)
         return ok(cmd)
 
-    server.register(HEART_BEAT, heart_beat)
-    server.register(UNREGISTER_CLIENT, unregister_client)
-    server.register(GET_CONSUMER_LIST_BY_GROUP, consumer_list)
-    server.register(LOCK_BATCH_MQ, lock_batch)
-    server.register(UNLOCK_BATCH_MQ, unlock_batch)
+    server.register(RequestCode.HEART_BEAT, heart_beat)
+    server.register(RequestCode.UNREGISTER_CLIENT, unregister_client)
+    server.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, consumer_list)
+    server.register(RequestCode.LOCK_BATCH_MQ, lock_batch)
+    server.register(RequestCode.UNLOCK_BATCH_MQ, unlock_batch)

@@ -15,14 +15,12 @@ import random
 
 import structlog
 
-from codec.codes import DLQ_PREFIX, RETRY_PREFIX
+from codec.codes import DLQ_PREFIX, RETRY_PREFIX, RequestCode, ResponseCode
 from server.headers import BOOL, INT, LONG, STR, HeaderSpec
 from server.processors import error, guarded
 
 log = structlog.get_logger(__name__)
 
-CONSUMER_SEND_MSG_BACK = 36
-SUCCESS, SYSTEM_ERROR, NO_PERMISSION, SUBSCRIPTION_GROUP_NOT_EXIST = 0, 1, 16, 26
 PERM_WRITE, PERM_READ = 0x2, 0x4
 TOPIC_UNIT_FLAG = 0x1
 V3_4_9 = 121
@@ -62,22 +60,22 @@ class ConsumerSendBackProcessor:
         b = self.broker
         gcfg = b.groups.find(h.group)
         if gcfg is None:
-            return error(cmd, SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {h.group}")
+            return error(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {h.group}")
         if not b.config.broker_permission & PERM_WRITE:
-            return error(cmd, NO_PERMISSION, f"the broker[{b.config.broker_addr}] sending message is forbidden")
+            return error(cmd, ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_addr}] sending message is forbidden")
         if gcfg.retry_queue_nums <= 0:
-            return cmd.response(code=SUCCESS)  # RocketMQ answers success and drops the message
+            return cmd.response(code=ResponseCode.SUCCESS)  # RocketMQ answers success and drops the message
         new_topic = RETRY_PREFIX + h.group
         queue_id = random.randrange(1 << 30) % gcfg.retry_queue_nums
         sys_flag = TOPIC_UNIT_FLAG if h.unitMode else 0
         tcfg = b.topics.create_in_send_back(new_topic, gcfg.retry_queue_nums, PERM_READ | PERM_WRITE, sys_flag)
         if tcfg is None:
-            return error(cmd, SYSTEM_ERROR, f"topic[{new_topic}] not exist")
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"topic[{new_topic}] not exist")
         if not tcfg.writeable:
-            return error(cmd, NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden")
+            return error(cmd, ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden")
         msg = b.store.lookup_message_by_offset(h.offset) if h.offset >= 0 else None
         if msg is None:
-            return error(cmd, SYSTEM_ERROR, f"look message by offset failed, {h.offset}")
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}")
         props = dict(msg.properties)
         if not props.get("RETRY_TOPIC"):
             props["RETRY_TOPIC"] = msg.topic
@@ -90,7 +88,7 @@ class ConsumerSendBackProcessor:
             queue_id = 0
             dlq = b.topics.create_in_send_back(new_topic, 1, PERM_READ | PERM_WRITE, 0)
             if dlq is None:
-                return error(cmd, SYSTEM_ERROR, f"topic[{new_topic}] not exist")
+                return error(cmd, ResponseCode.SYSTEM_ERROR, f"topic[{new_topic}] not exist")
             props["DELAY"] = "0"
             log.info("send_back.to_dlq", group=h.group, reconsume_times=msg.reconsume_times, max=max_times)
         else:
@@ -115,10 +113,10 @@ class ConsumerSendBackProcessor:
             except TimeoutError:
                 status = "FLUSH_DISK_TIMEOUT"
         if status != "PUT_OK":
-            return error(cmd, SYSTEM_ERROR, status)
+            return error(cmd, ResponseCode.SYSTEM_ERROR, status)
         b.on_put([rec.topic], [result])
-        return cmd.response(code=SUCCESS)
+        return cmd.response(code=ResponseCode.SUCCESS)
 
 
 def register(server, broker) -> None:
-    server.register(CONSUMER_SEND_MSG_BACK, guarded(ConsumerSendBackProcessor(broker).__call__))
+    server.register(RequestCode.CONSUMER_SEND_MSG_BACK, guarded(ConsumerSendBackProcessor(broker).__call__))

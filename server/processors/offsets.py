@@ -13,12 +13,10 @@ import os
 import struct
 
 from codec.ack_response import ok_frame
+from codec.codes import RequestCode, ResponseCode
 from server import headers as H
 from server.processors import committed, error, guarded, ok
 
-QUERY_CONSUMER_OFFSET, UPDATE_CONSUMER_OFFSET = 14, 15
-SEARCH_OFFSET_BY_TIMESTAMP, GET_MAX_OFFSET, GET_MIN_OFFSET, GET_EARLIEST_MSG_STORETIME = 29, 30, 31, 32
-QUERY_NOT_FOUND = 22
 IN_MEMORY_RATIO = 0.40
 _UNIT = struct.Struct(">qiq")
 _INT_MAX, _LONG_MIN, _LONG_MAX = (1 << 31) - 1, -(1 << 63), (1 << 63) - 1
@@ -52,7 +50,7 @@ def register(server, broker) -> None:
             return ok(cmd, {"offset": str(offset)})
         if store.min_offset(h.topic, h.queueId) <= 0 and first_message_in_memory(broker, h.topic, h.queueId):
             return ok(cmd, {"offset": "0"})
-        return error(cmd, QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+        return error(cmd, ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
     @guarded
     def update_consumer_offset(conn, cmd):
@@ -111,9 +109,9 @@ def register(server, broker) -> None:
         ts = store.earliest_store_time(h.topic, h.queueId)
         return ok(cmd, {"timestamp": str(-1 if ts is None else ts)})
 
-    server.register(QUERY_CONSUMER_OFFSET, query_consumer_offset)
-    server.register(UPDATE_CONSUMER_OFFSET, update_consumer_offset)
-    server.register(GET_MAX_OFFSET, get_max_offset)
-    server.register(GET_MIN_OFFSET, get_min_offset)
-    server.register(SEARCH_OFFSET_BY_TIMESTAMP, search_offset)
-    server.register(GET_EARLIEST_MSG_STORETIME, earliest_store_time)
+    server.register(RequestCode.QUERY_CONSUMER_OFFSET, query_consumer_offset)
+    server.register(RequestCode.UPDATE_CONSUMER_OFFSET, update_consumer_offset)
+    server.register(RequestCode.GET_MAX_OFFSET, get_max_offset)
+    server.register(RequestCode.GET_MIN_OFFSET, get_min_offset)
+    server.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, search_offset)
+    server.register(RequestCode.GET_EARLIEST_MSG_STORETIME, earliest_store_time)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import structlog
 
 from codec.cache import BoundedCache
+from codec.codes import RequestCode, ResponseCode
 from codec.pull_response import pull_response_frame
 from server import headers as H
 from server.client_manager import SubscriptionData
@@ -20,11 +21,6 @@ from server.processors import guarded
 
 log = structlog.get_logger(__name__)
 
-PULL_MESSAGE = 11
-SUCCESS, SYSTEM_ERROR, NO_PERMISSION, TOPIC_NOT_EXIST = 0, 1, 16, 17
-PULL_NOT_FOUND, PULL_RETRY_IMMEDIATELY, PULL_OFFSET_MOVED = 19, 20, 21
-SUBSCRIPTION_PARSE_FAILED, SUBSCRIPTION_NOT_EXIST, SUBSCRIPTION_NOT_LATEST = 23, 24, 25
-SUBSCRIPTION_GROUP_NOT_EXIST = 26
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4
 
 
@@ -44,16 +40,16 @@ def parse_subscription(topic: str, sub_string: str | None, expression_type: str 
 
 def status_to_code(status: str, request_offset: int) -> int:
     if status == "FOUND":
-        return SUCCESS
+        return ResponseCode.SUCCESS
     if status in ("NO_MATCHED_MESSAGE", "MESSAGE_WAS_REMOVING"):
-        return PULL_RETRY_IMMEDIATELY
+        return ResponseCode.PULL_RETRY_IMMEDIATELY
     if status in ("NO_MATCHED_LOGIC_QUEUE", "NO_MESSAGE_IN_QUEUE"):
-        return PULL_OFFSET_MOVED if request_offset != 0 else PULL_NOT_FOUND
+        return ResponseCode.PULL_OFFSET_MOVED if request_offset != 0 else ResponseCode.PULL_NOT_FOUND
     if status in ("OFFSET_FOUND_NULL", "OFFSET_OVERFLOW_ONE"):
-        return PULL_NOT_FOUND
+        return ResponseCode.PULL_NOT_FOUND
     if status in ("OFFSET_OVERFLOW_BADLY", "OFFSET_TOO_SMALL"):
-        return PULL_OFFSET_MOVED
-    return SYSTEM_ERROR
+        return ResponseCode.PULL_OFFSET_MOVED
+    return ResponseCode.SYSTEM_ERROR
 
 
 # store status -> (name, code at request offset 0, code at any other offset)
@@ -112,20 +108,20 @@ class PullProcessor:
         """(response, code); response None means: hold this request (first run only)."""
         b = self.broker
         if not b.config.broker_permission & 4:
-            return self._err(cmd, NO_PERMISSION, f"the broker[{b.config.broker_ip1}] pulling message is forbidden")
+            return self._err(cmd, ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_ip1}] pulling message is forbidden")
         gcfg = b.groups.find(h.consumerGroup)
         if gcfg is None:
-            return self._err(cmd, SUBSCRIPTION_GROUP_NOT_EXIST,
+            return self._err(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                              f"subscription group [{h.consumerGroup}] does not exist")
         if not gcfg.consume_enable:
-            return self._err(cmd, NO_PERMISSION, f"subscription group no permission, {h.consumerGroup}")
+            return self._err(cmd, ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumerGroup}")
         tcfg = b.topics.get(h.topic)
         if tcfg is None:
-            return self._err(cmd, TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
+            return self._err(cmd, ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
         if not tcfg.readable:
-            return self._err(cmd, NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
+            return self._err(cmd, ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
         if h.queueId < 0 or h.queueId >= tcfg.read_queue_nums:
-            return self._err(cmd, SYSTEM_ERROR, f"queueId[{h.queueId}] is illegal, topic:[{h.topic}] "
+            return self._err(cmd, ResponseCode.SYSTEM_ERROR, f"queueId[{h.queueId}] is illegal, topic:[{h.topic}] "
                                                 f"topicConfig.readQueueNums:[{tcfg.read_queue_nums}] "
                                                 f"consumer:[{h.consumerGroup}]")
         sys_flag = h.sysFlag
@@ -142,36 +138,36 @@ class PullProcessor:
                     self._subs.clear()
                 self._subs[key] = sub
             if type(sub) is str:
-                return self._err(cmd, SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {sub}")
+                return self._err(cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {sub}")
         else:
             info = b.clients.consumer_group(h.consumerGroup)
             if info is None:
-                return self._err(cmd, SUBSCRIPTION_NOT_EXIST,
+                return self._err(cmd, ResponseCode.SUBSCRIPTION_NOT_EXIST,
                                  f"the consumer's group info not exist, group: {h.consumerGroup}")
             if info.message_model == "BROADCASTING" and not gcfg.consume_broadcast_enable:
-                return self._err(cmd, NO_PERMISSION,
+                return self._err(cmd, ResponseCode.NO_PERMISSION,
                                  f"the consumer group[{h.consumerGroup}] can not consume by broadcast way")
             sub = info.subscriptions.get(h.topic)
             if sub is None:
-                return self._err(cmd, SUBSCRIPTION_NOT_EXIST,
+                return self._err(cmd, ResponseCode.SUBSCRIPTION_NOT_EXIST,
                                  f"the consumer's subscription not exist, group: {h.consumerGroup}")
             if sub.sub_version < h.subVersion:
-                return self._err(cmd, SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+                return self._err(cmd, ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
             if sub.expression_type not in ("", "TAG"):
-                return self._err(cmd, SYSTEM_ERROR,
+                return self._err(cmd, ResponseCode.SYSTEM_ERROR,
                                  "The broker does not support consumer to filter message by "
                                  + sub.expression_type)
         codes = None if sub.match_all else set(sub.code_set)
         res = b.store.get_messages(h.topic, h.queueId, h.queueOffset, max(1, h.maxMsgNums), codes)
         status, code = _status(res.status, h.queueOffset)
         slave = b.replica.is_slave
-        if slave and code == PULL_OFFSET_MOVED:  # a slave never moves a consumer (offsetCheckInSlave=false)
-            code = PULL_RETRY_IMMEDIATELY
+        if slave and code == ResponseCode.PULL_OFFSET_MOVED:  # a slave never moves a consumer (offsetCheckInSlave=false)
+            code = ResponseCode.PULL_RETRY_IMMEDIATELY
         if first and sys_flag & FLAG_COMMIT_OFFSET and not slave:  # a slave stores no offset from a pull
             b.offsets.commit(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
-        if code == PULL_NOT_FOUND and first and sys_flag & FLAG_SUSPEND:
+        if code == ResponseCode.PULL_NOT_FOUND and first and sys_flag & FLAG_SUSPEND:
             return None, code
-        if code == SUCCESS:
+        if code == ResponseCode.SUCCESS:
             body, body_len = res.buffers, res.buffer_total_size
             b.on_pull(h.topic, h.consumerGroup, len(body))
         else:
@@ -181,4 +177,4 @@ class PullProcessor:
 
 
 def register(server, broker) -> None:
-    server.register(PULL_MESSAGE, guarded(PullProcessor(broker).__call__))
+    server.register(RequestCode.PULL_MESSAGE, guarded(PullProcessor(broker).__call__))

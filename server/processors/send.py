@@ -14,6 +14,7 @@ import random
 
 import structlog
 
+from codec.codes import RequestCode, ResponseCode
 from codec.msgid import UniqIdGenerator
 from codec.properties import rewrite_sent_properties_cached
 from codec.record import encode_message_bytes
@@ -22,21 +23,11 @@ from codec.tags import java_hash
 from scheduler.delay_levels import SCHEDULE_TOPIC, level_of, schedules
 from server.processors import guarded, peer_of
 from server.processors.send_common import (
-    FLUSH_DISK_TIMEOUT,
-    MESSAGE_ILLEGAL,
     MULTI_TAGS_FLAG,
-    NO_PERMISSION,
     PROPS_MAX,
     PUT_OK,
     PUT_STATUS_CODES,
-    SEND_BATCH_MESSAGE,
-    SEND_MESSAGE,
-    SEND_MESSAGE_V2,
-    SUBSCRIPTION_GROUP_NOT_EXIST,
-    SUCCESS,
     SYNC_FLUSH_TIMEOUT_S,
-    SYSTEM_ERROR,
-    TOPIC_NOT_EXIST,
     TRANSACTION_COMMIT,
     TRANSACTION_MASK,
     V3_4_9,
@@ -81,12 +72,12 @@ class SendProcessor(SendRunMixin):
         """(topic_config, queue_id) or a ready error response."""
         topic = h.topic
         if batch and len(topic) > 127:
-            return fail(cmd, MESSAGE_ILLEGAL, f"message topic length too long {len(topic)}")
+            return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, f"message topic length too long {len(topic)}")
         problem = self._topic_error(topic)
         if problem:
-            return fail(cmd, SYSTEM_ERROR, problem)
+            return fail(cmd, ResponseCode.SYSTEM_ERROR, problem)
         if topic in NOT_ALLOWED_SEND:
-            return fail(cmd, NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+            return fail(cmd, ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
         topics = self.broker.topics
         tcfg = topics.get(topic)
         if tcfg is None:
@@ -95,12 +86,12 @@ class SendProcessor(SendRunMixin):
             if tcfg is None and topic.startswith(RETRY_PREFIX):
                 tcfg = topics.create_in_send_back(topic, 1, 6, sys_flag)
             if tcfg is None:
-                return fail(cmd, TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+                return fail(cmd, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         if not tcfg.writeable:
-            return fail(cmd, NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+            return fail(cmd, ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         qid = h.queueId
         if qid >= tcfg.queue_nums:
-            return fail(cmd, SYSTEM_ERROR, f"request queueId[{qid}] is illegal, topic:[{topic}] "
+            return fail(cmd, ResponseCode.SYSTEM_ERROR, f"request queueId[{qid}] is illegal, topic:[{topic}] "
                                             f"queueNums:[{tcfg.queue_nums}] Producer:[{h.producerGroup}]")
         if qid < 0:
             qid = random.randrange(max(1, tcfg.write_queue_nums))
@@ -139,7 +130,7 @@ class SendProcessor(SendRunMixin):
         tcfg, qid = checked
         body = body_bytes(cmd.body)
         if len(body) > self.cfg.max_message_size:
-            return fail(cmd, MESSAGE_ILLEGAL, f"message body size exceeded, {len(body)} > "
+            return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, f"message body size exceeded, {len(body)} > "
                                                f"{self.cfg.max_message_size}", qid)
         reconsume = h.reconsumeTimes or 0
         if not h.topic.startswith(RETRY_PREFIX):
@@ -164,7 +155,7 @@ class SendProcessor(SendRunMixin):
             topic, store_qid, deliver_delay = SCHEDULE_TOPIC, level - 1, levels[level - 1]
         props_bytes = stored.encode("utf-8", "replace")
         if len(props_bytes) > PROPS_MAX:
-            return fail(cmd, MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", qid)
+            return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", qid)
         sys_flag = h.sysFlag | MULTI_TAGS_FLAG if tcfg.topic_filter_type == "MULTI_TAG" else h.sysFlag
         raw = encode_message_bytes(topic, body, store_qid, h.flag, sys_flag, h.bornTimestamp, self._born_host(conn),
                                    self.store_host, reconsume, props_bytes)
@@ -202,7 +193,7 @@ class SendProcessor(SendRunMixin):
             deliver_delay = hooked
         props_bytes = self._props.properties_to_string(rec.properties).encode("utf-8", "replace")
         if len(props_bytes) > PROPS_MAX:
-            return fail(cmd, MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", reply_qid)
+            return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", reply_qid)
         raw = self._record.encode_record(rec, properties_bytes=props_bytes)
         req = self.broker.put_request(raw, rec.topic, rec.queue_id, rec.properties, deliver_delay)
         return raw, req.topic, req.queue_id, req.tags_code, req.keys, deliver_delay, reply_qid, wait
@@ -211,7 +202,7 @@ class SendProcessor(SendRunMixin):
         group = h.topic[len(RETRY_PREFIX):]
         gcfg = self.broker.groups.find(group)
         if gcfg is None:
-            return fail(cmd, SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
+            return fail(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
         max_times = gcfg.retry_max_times
         if (cmd.version or 0) >= V3_4_9 and h.maxReconsumeTimes is not None:
             max_times = h.maxReconsumeTimes
@@ -230,22 +221,22 @@ class SendProcessor(SendRunMixin):
             return checked
         tcfg, qid = checked
         if h.topic.startswith(RETRY_PREFIX):
-            return fail(cmd, MESSAGE_ILLEGAL, "batch request does not support retry group " + h.topic, qid)
+            return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group " + h.topic, qid)
         batch_props = self._props.parse_properties(h.properties or "")
         if (h.sysFlag & TRANSACTION_MASK) != 0 or batch_props.get("TRAN_MSG", "").lower() == "true":
-            return fail(cmd, MESSAGE_ILLEGAL, "batch message does not support transaction", qid)
+            return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, "batch message does not support transaction", qid)
         if int_or_zero(batch_props.get("DELAY")) > 0:
-            return fail(cmd, MESSAGE_ILLEGAL, "batch message does not support delay message", qid)
+            return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, "batch message does not support delay message", qid)
         body = body_bytes(cmd.body)
         if len(body) > self.cfg.max_message_size:
-            return fail(cmd, MESSAGE_ILLEGAL, f"message body size exceeded, {len(body)} > "
+            return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, f"message body size exceeded, {len(body)} > "
                                                f"{self.cfg.max_message_size}", qid)
         try:
             items = self._batch.decode_batch(body)
         except ValueError as e:
-            return fail(cmd, MESSAGE_ILLEGAL, f"bad batch body: {e}", qid)
+            return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}", qid)
         if not items:
-            return fail(cmd, MESSAGE_ILLEGAL, "empty batch", qid)
+            return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, "empty batch", qid)
         wait = batch_props.get("WAIT", "true").lower() != "false"
         batch_props["CLUSTER"] = self.cfg.broker_cluster_name
         tail = self._props.properties_to_string(batch_props)
@@ -295,15 +286,15 @@ class SendProcessor(SendRunMixin):
             pending = [r.flushed for r in results if getattr(r, "flushed", None) is not None]
             if pending:
                 return self._answer_when_flushed(cmd, pending, ext)
-        return ok(cmd, SUCCESS, None, ext)
+        return ok(cmd, ResponseCode.SUCCESS, None, ext)
 
     @staticmethod
     async def _answer_when_flushed(cmd, pending: list, ext: dict[str, str]):
-        code, remark = SUCCESS, None
+        code, remark = ResponseCode.SUCCESS, None
         try:
             await asyncio.wait_for(asyncio.shield(asyncio.gather(*pending)), SYNC_FLUSH_TIMEOUT_S)
         except TimeoutError:
-            code, remark = FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT"
+            code, remark = ResponseCode.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT"
         return ok(cmd, code, remark, ext)
 
 
@@ -311,5 +302,5 @@ def register(server, broker) -> None:
     sp = SendProcessor(broker)
     proc = guarded(sp.__call__)
     proc.batch = sp.batch_framed  # runs of sends from one read share one store put (remoting.dispatch)
-    for code in (SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE):
+    for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
         server.register(code, proc)

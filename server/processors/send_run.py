@@ -17,20 +17,16 @@ from itertools import accumulate
 
 import structlog
 
-from codec.codes import RPC_ONEWAY
+from codec.codes import RPC_ONEWAY, RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.frame import encode_frame_bytes
 from codec.record import POS_SYS_FLAG, store_timestamp_pos
 from server import headers as H
 from server.headers import HeaderError
 from server.processors.send_common import (
-    FLUSH_DISK_TIMEOUT,
     PUT_OK,
     PUT_STATUS_CODES,
-    SEND_MESSAGE,
-    SUCCESS,
     SYNC_FLUSH_TIMEOUT_S,
-    SYSTEM_ERROR,
     PreparedSend,
     fail,
     ok,
@@ -99,18 +95,18 @@ class SendRunMixin:
         parse = H.parse_send
         for i, cmd in enumerate(cmds):
             try:
-                h = parse(cmd.ext_fields, cmd.code != SEND_MESSAGE)
+                h = parse(cmd.ext_fields, cmd.code != RequestCode.SEND_MESSAGE)
                 if h.batch:
                     self._put_run(cmds, out, idx, preps, framed)
                     out[i] = self.send_batch(conn, cmd, h)
                     continue
                 prep = self._prepare_single(conn, cmd, h)
             except HeaderError as e:
-                out[i] = fail(cmd, SYSTEM_ERROR, str(e))
+                out[i] = fail(cmd, ResponseCode.SYSTEM_ERROR, str(e))
                 continue
             except Exception as e:  # one bad request must not cost the others of the run
                 log.warning("send.failed", peer=getattr(conn, "peer", None), error=repr(e), exc_info=e)
-                out[i] = fail(cmd, SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+                out[i] = fail(cmd, ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
                 continue
             if type(prep) is tuple:
                 idx.append(i)
@@ -147,7 +143,7 @@ class SendRunMixin:
             elif framed:
                 out[i] = frame(cmd.opaque, cmd.serialize_type, phys[j], reply_qid, qoffs[j])
             else:
-                out[i] = ok(cmd, SUCCESS, None, self._ok_ext(phys[j], reply_qid, qoffs[j]))
+                out[i] = ok(cmd, ResponseCode.SUCCESS, None, self._ok_ext(phys[j], reply_qid, qoffs[j]))
         if res.count:
             starts = run.starts
             sizes = list(map(int.__sub__, starts[1:], starts))
@@ -163,14 +159,14 @@ class SendRunMixin:
     async def _answer_when_replicated(cmd, flushed, replica, ext: dict[str, str]):
         """SYNC_MASTER: flush (if SYNC_FLUSH) and the slave's ack; a replica status that is not OK
         overrides (FLUSH_SLAVE_TIMEOUT 12, SLAVE_NOT_AVAILABLE 11), the message is stored either way."""
-        code, remark = SUCCESS, None
+        code, remark = ResponseCode.SUCCESS, None
         if flushed is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(flushed), SYNC_FLUSH_TIMEOUT_S)
             except TimeoutError:
-                code, remark = FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT"
+                code, remark = ResponseCode.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT"
         rcode, rremark = replica if type(replica) is tuple else await asyncio.shield(replica)
-        if rcode != SUCCESS:
+        if rcode != ResponseCode.SUCCESS:
             code, remark = rcode, rremark
         return ok(cmd, code, remark, ext)
 

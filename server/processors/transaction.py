@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import structlog
 
+from codec.codes import RequestCode
 from server.headers import BOOL, INT, LONG, STR, HeaderSpec
 from server.processors import error, guarded, ok
 from server.transactions import COMMIT, ROLLBACK
 
 log = structlog.get_logger(__name__)
 
-END_TRANSACTION = 37
 END_TRANSACTION_HEADER = HeaderSpec(
     ("producerGroup", STR, True), ("tranStateTableOffset", LONG, True), ("commitLogOffset", LONG, True),
     ("commitOrRollback", INT, True), ("fromTransactionCheck", BOOL, False), ("msgId", STR, False),
@@ -37,4 +37,4 @@ def register(server, broker) -> None:
             return error(cmd, code, remark or "end transaction failed")
         return ok(cmd)
 
-    server.register(END_TRANSACTION, end_transaction)
+    server.register(RequestCode.END_TRANSACTION, end_transaction)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 import structlog
 
 from codec.codes import RequestCode as RC
+from codec.codes import ResponseCode
 from codec.command import RemotingCommand
 from scheduler.progress import SchedulerProgress
 from server.cluster.ha.master import HAService
@@ -35,7 +36,6 @@ from storage.config_store import atomic_write_json, read_json
 log = structlog.get_logger(__name__)
 
 EPOCH_FILE = "haEpoch.json"
-FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE = 12, 11
 
 
 class ReplicaRole:
@@ -223,7 +223,7 @@ class ReplicaRole:
         returned; (code, remark) when no slave can take it, else an awaitable of (code, remark)."""
         svc = self.ha_service
         if not svc.slave_ok(end_offset):
-            return SLAVE_NOT_AVAILABLE, "SLAVE_NOT_AVAILABLE"
+            return ResponseCode.SLAVE_NOT_AVAILABLE, "SLAVE_NOT_AVAILABLE"
         return self._wait(end_offset)
 
     def gate_for_run(self, starts, phys, statuses):
@@ -240,7 +240,7 @@ class ReplicaRole:
 
     async def _wait(self, end_offset: int):
         ok = await self.ha_service.wait_replicated(end_offset, self.config.slave_timeout / 1000.0)
-        return (0, None) if ok else (FLUSH_SLAVE_TIMEOUT, "FLUSH_SLAVE_TIMEOUT")
+        return (0, None) if ok else (ResponseCode.FLUSH_SLAVE_TIMEOUT, "FLUSH_SLAVE_TIMEOUT")
 
     # ---- scheduler progress (master side) ---------------------------------------------------
     def progress(self, timer_from_queue_offset: int = -1) -> SchedulerProgress:

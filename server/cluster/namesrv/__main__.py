@@ -5,8 +5,6 @@ listening; SIGTERM/SIGINT stop it (exit 0)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 import sys
 
 import structlog
@@ -14,6 +12,7 @@ import structlog
 from remoting import loop as event_loop
 from server.config import load_namesrv_config
 from server.logging import configure
+from server.process import overrides_from, serve_until_signal
 
 log = structlog.get_logger("namesrv")
 
@@ -32,35 +31,15 @@ def build_parser() -> argparse.ArgumentParser:
 async def run(cfg) -> int:
     from server.cluster.namesrv.controller import NamesrvController
 
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     ns = NamesrvController(cfg)
-    try:
-        await ns.start()
-    except BaseException:
-        await ns.shutdown()
-        raise
-    sys.stdout.write(f"delaymq namesrv ready on {cfg.listen_host}:{ns.port}\n")
-    sys.stdout.flush()
-    await stop.wait()
-    log.info("namesrv.signal", action="shutdown")
-    await ns.shutdown()
-    return 0
+    return await serve_until_signal(ns, lambda: f"delaymq namesrv ready on {cfg.listen_host}:{ns.port}", "namesrv")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure(args.log_level)
-    overrides: dict[str, object] = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--set expects KEY=VALUE, got {item!r}")
-        overrides[key.strip()] = value.strip()
-    flags = {"listenPort": args.port, "listenHost": args.host, "kvConfigPath": args.kv_config}
-    overrides.update({k: v for k, v in flags.items() if v is not None})  # a flag not given leaves --set alone
+    overrides = overrides_from(args.set, {"listenPort": args.port, "listenHost": args.host,
+                                          "kvConfigPath": args.kv_config})
     try:
         cfg = load_namesrv_config(args.config, overrides)
     except ValueError as e:

@@ -22,6 +22,7 @@ import structlog
 
 from codec.bodies import BrokerData, TopicRouteData, encode_kv_table, encode_topic_route
 from codec.codes import RequestCode as RC
+from codec.codes import ResponseCode
 from codec.errors import CodecError
 from codec.namesrv_bodies import (
     DataVersion,
@@ -38,7 +39,6 @@ from server.processors import error, guarded, ok
 
 log = structlog.get_logger(__name__)
 
-SYSTEM_ERROR, NO_PERMISSION, TOPIC_NOT_EXIST, QUERY_NOT_FOUND = 1, 16, 17, 22
 # keys UPDATE_NAMESRV_CONFIG may not change (RocketMQ's configBlackList, plus what is bound at start)
 CONFIG_BLACK_LIST = frozenset({"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome",
                                "listenPort", "listenHost", "maxFrameSize"})
@@ -80,7 +80,7 @@ def register_route_queries(server, routes: RouteSource, kv: KVConfigManager) -> 
         h = H.ROUTE.parse(cmd.ext_fields)
         route = routes.pickup_topic_route(h.topic)
         if route is None:
-            return error(cmd, TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {h.topic}")
+            return error(cmd, ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {h.topic}")
         return ok(cmd, body=encode_topic_route(route, quoted_keys=quoted_ids(cmd, h.acceptStandardJsonOnly)))
 
     @guarded
@@ -113,7 +113,7 @@ def register_route_queries(server, routes: RouteSource, kv: KVConfigManager) -> 
         h = H.KV_CONFIG.parse(cmd.ext_fields)
         value = kv.get(h.namespace, h.key)
         if value is None:
-            return error(cmd, QUERY_NOT_FOUND, f"No config item, Namespace: {h.namespace} Key: {h.key}")
+            return error(cmd, ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {h.namespace} Key: {h.key}")
         return ok(cmd, ext_fields={"value": value})
 
     @guarded
@@ -127,7 +127,7 @@ def register_route_queries(server, routes: RouteSource, kv: KVConfigManager) -> 
         h = H.KV_NAMESPACE.parse(cmd.ext_fields)
         table = kv.namespace(h.namespace)
         if table is None:
-            return error(cmd, QUERY_NOT_FOUND, f"No config item, Namespace: {h.namespace}")
+            return error(cmd, ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {h.namespace}")
         return ok(cmd, body=encode_kv_table(table))
 
     for code, fn in ((RC.GET_ROUTEINFO_BY_TOPIC, get_route), (RC.GET_BROKER_CLUSTER_INFO, get_cluster_info),
@@ -146,13 +146,13 @@ def register_broker_requests(server, manager: RouteInfoManager, kv: KVConfigMana
         raw = _body(cmd)
         if h.bodyCrc32 and raw and body_crc32(raw) != h.bodyCrc32:
             log.warning("namesrv.register_crc_mismatch", broker_addr=h.brokerAddr, peer=conn.peer)
-            return error(cmd, SYSTEM_ERROR, "crc32 not match")
+            return error(cmd, ResponseCode.SYSTEM_ERROR, "crc32 not match")
         try:
             body = decode_register_body(raw, bool(h.compressed))
         except CodecError as e:
             log.warning("namesrv.register_bad_body", broker_addr=h.brokerAddr, compressed=bool(h.compressed),
                         error=str(e))
-            return error(cmd, SYSTEM_ERROR, f"Failed to decode RegisterBrokerBody: {e}")
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"Failed to decode RegisterBrokerBody: {e}")
         result = manager.register_broker(h.clusterName, h.brokerAddr, h.brokerName, h.brokerId,
                                          h.haServerAddr, body, conn)
         ext = {}
@@ -175,7 +175,7 @@ def register_broker_requests(server, manager: RouteInfoManager, kv: KVConfigMana
         try:
             dv = DataVersion.decode(_body(cmd))
         except CodecError as e:
-            return error(cmd, SYSTEM_ERROR, f"bad DataVersion body: {e}")
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"bad DataVersion body: {e}")
         changed = manager.is_broker_topic_config_changed(h.brokerAddr, dv)
         if not changed:  # 4.9.8: an unchanged broker is kept alive by the query
             manager.update_broker_info_update_timestamp(h.brokerAddr)
@@ -237,15 +237,15 @@ def register_namesrv_config(server, config: NamesrvConfig, manager: RouteInfoMan
         try:
             values = parse_properties(_body(cmd).decode("utf-8"))
         except UnicodeDecodeError as e:
-            return error(cmd, SYSTEM_ERROR, f"UnsupportedEncodingException {e}")
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"UnsupportedEncodingException {e}")
         if CONFIG_BLACK_LIST & values.keys():
-            return error(cmd, NO_PERMISSION, "Can not update config in black list.")
+            return error(cmd, ResponseCode.NO_PERMISSION, "Can not update config in black list.")
         trial = dataclasses.replace(config)
         try:
             trial.apply(values, source="UPDATE_NAMESRV_CONFIG")
             trial.validate()
         except ConfigError as e:
-            return error(cmd, SYSTEM_ERROR, str(e))
+            return error(cmd, ResponseCode.SYSTEM_ERROR, str(e))
         for f in dataclasses.fields(config):
             setattr(config, f.name, getattr(trial, f.name))
         manager.broker_channel_expired_ms = config.broker_channel_expired_time
