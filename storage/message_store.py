@@ -281,7 +281,7 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
             positions.append(i)
             records.append(rec)
         if not accepted:
-            return results  # type: ignore[return-value]
+            return results  # type: ignore[return-value]  # no request accepted: every slot was filled above
         for key, end in next_off.items():  # ConsumeQueue room first: nothing stored unless all fits
             first = counters.get(key, 0)
             err = self._cq_room(key, first, end - first)
@@ -290,7 +290,7 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
                 for i in positions:
                     results[i] = PutResult(status, remark=remark)
                 self.put_failed_total += len(positions)
-                return results  # type: ignore[return-value]
+                return results  # type: ignore[return-value]  # every slot was filled just above
         store_ts = self.now_ms()
         phys, append_err = self.commitlog.append_batch(records, qoffs, store_ts)
         units: dict[tuple[str, int], list[Any]] = {}  # queue -> [first queue offset, units bytearray, end]
@@ -333,7 +333,7 @@ class MessageStore(ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
                 results[positions[j]].flushed = fut  # type: ignore[union-attr]  # stored above (PUT_OK)
         if self._listeners:
             self._dispatch(units)
-        return results  # type: ignore[return-value]
+        return results  # type: ignore[return-value]  # every slot holds a result: rejected, stored or failed above
 
     def _cq_room(self, key: tuple[str, int], first: int, count: int) -> OSError | None:
         """Reserve the ConsumeQueue file `count` units from `first` need (see ConsumeQueue.ensure_room)."""
