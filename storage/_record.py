@@ -37,10 +37,7 @@ _I64 = struct.Struct(">q")
 
 def read_head(buf: BytesLike | mmap.mmap, pos: int) -> tuple[int, int]:
     """(TOTALSIZE, MAGICCODE) at pos."""
-    size: int
-    magic: int
-    size, magic = _HEAD.unpack_from(buf, pos)
-    return size, magic
+    return _HEAD.unpack_from(buf, pos)
 
 
 def read_queue_offset(buf: BytesLike | mmap.mmap, pos: int = 0) -> int:
