@@ -176,8 +176,9 @@ def tags_code(tags: bytes | None) -> int:
 
 
 def _qid(b: bytes | None) -> int:
-    """REAL_QID as int (0 when absent or not a number), as int() of the decoded str would read it;
-    cached: deliveries repeat a few values."""
+    """REAL_QID as int, as int() of the decoded str would read it; 0 when absent, not a number, or not a
+    queue id (negative, or past a QUEUEID field's int32: a client can write any REAL_QID, and a record must
+    never fail its whole batch by it). Cached: deliveries repeat a few values."""
     if not b:
         return 0
     q = _qids.get(b)
@@ -186,8 +187,13 @@ def _qid(b: bytes | None) -> int:
             q = int(b) if b.isascii() else int(b.decode("utf-8", "replace"))
         except ValueError:
             q = 0
+        if not 0 <= q <= _INT32_MAX:
+            q = 0
         _qids.remember(b, q)
     return q
+
+
+_INT32_MAX = 2**31 - 1
 
 
 # messageTimeup of one schedule record: (delivery record, real topic, real queue id, tagsCode,

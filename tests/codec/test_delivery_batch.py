@@ -64,3 +64,15 @@ def test_any_key_may_come_first_whatever_the_properties_length():
         _, ppos, _ = tail_span(raws[j])
         low_is_separator += raws[j][ppos + 1] == 2
     assert low_is_separator  # the case where the length's low byte is \x02 was met
+
+
+def test_a_real_qid_that_is_no_queue_id_is_read_as_queue_0_by_both_paths():
+    """Found by the 'delivery' fuzz target: REAL_QID past int32 made both paths raise struct.error for
+    the whole batch. A client can write any REAL_QID; it must not fail the batch."""
+    recs = [encode_record(MessageRecord(topic="SCHEDULE_TOPIC_XXXX", body=b"b",
+                                        properties={"REAL_TOPIC": "Real", "REAL_QID": q}))
+            for q in ("99999999999", "-3", "5")]
+    one = build_deliveries(recs)
+    batch = build_delivery_batch(recs)
+    assert [d[2] for d in one if d is not None] == [0, 0, 5]
+    assert [qid for _, qid in batch.dests] == [0, 0, 5]
