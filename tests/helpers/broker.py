@@ -35,14 +35,20 @@ def _port_free(port: int) -> bool:
     return True
 
 
+_handed_out: set[int] = set()  # every port of every triple this process handed out (none is handed out twice)
+
+
 def pick_port_pair(attempts: int = 200) -> int:
     """An ephemeral port P on 127.0.0.1 with P, P-2 (the VIP channel) and P+1 (haListenPort, which
-    every broker listens on) all free right now."""
+    every broker listens on) all free right now and none of them handed out by an earlier call (a test
+    that picks a broker's port and, separately, its gRPC port must not get the broker's VIP port)."""
     for _ in range(attempts):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind((HOST, 0))
             port = s.getsockname()[1]
-        if 1026 < port < 65535 and _port_free(port) and _port_free(port - 2) and _port_free(port + 1):
+        triple = {port - 2, port, port + 1}
+        if 1026 < port < 65535 and not triple & _handed_out and all(map(_port_free, triple)):
+            _handed_out.update(triple)
             return port
     raise RuntimeError("no free (P-2, P, P+1) ports found on 127.0.0.1")
 
