@@ -11,34 +11,20 @@ above by default (a DelayLevelService built alone, tests), the broker's MetaStor
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from typing import Protocol
 
 import structlog
 
 from storage.config_store import atomic_write_bytes
+from storage.meta_store import format_delay_offsets, parse_delay_offsets
 
 log = structlog.get_logger(__name__)
 
 FILE_NAME = "delayOffset.json"
-_UNQUOTED_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
-
-
-def parse_offset_table(text: str) -> dict[int, int]:
-    """{level: offset} from fastjson (unquoted int keys) or plain JSON (quoted keys)."""
-    obj = json.loads(_UNQUOTED_KEY.sub(r'\1"\2"\3', text))
-    table = obj.get("offsetTable") if isinstance(obj, dict) else None
-    if not isinstance(table, dict):
-        raise ValueError("no offsetTable object")
-    return {int(k): int(v) for k, v in table.items()}
-
-
-def format_offset_table(table: dict[int, int]) -> bytes:
-    body = ",\n\t\t".join(f"{level}:{offset}" for level, offset in sorted(table.items()))
-    return ('{\n\t"offsetTable":{\n\t\t' + body + "\n\t}\n}").encode() if table else \
-        b'{\n\t"offsetTable":{}\n}'
+# delayOffset.json's fastjson shape is storage's (the MetaStore exports and imports the same file)
+parse_offset_table = parse_delay_offsets
+format_offset_table = format_delay_offsets
 
 
 class DelayOffsetBackend(Protocol):
