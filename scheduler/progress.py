@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import msgpack
 
+from codec.buffers import BytesLike
+
 VERSION = 1
 
 
@@ -47,13 +49,14 @@ class SchedulerProgress:
 
     def to_bytes(self) -> bytes:
         t = self.timer
-        return msgpack.packb([
+        data: bytes = msgpack.packb([
             VERSION, self.taken_ms, self.commitlog_offset, sorted(self.delay_offsets.items()),
             None if t is None else [t.read_ms, t.queue_offset, t.cursor_ms, t.slot_ms, t.put_in_slot,
                                     t.last_due_ms, t.last_phys, [list(h) for h in t.cursor_history]]])
+        return data
 
     @classmethod
-    def from_bytes(cls, data) -> SchedulerProgress:
+    def from_bytes(cls, data: BytesLike) -> SchedulerProgress:
         try:
             v = msgpack.unpackb(bytes(data), strict_map_key=False)
             if not isinstance(v, list) or not v or v[0] != VERSION:
@@ -61,7 +64,8 @@ class SchedulerProgress:
             _ver, taken, cl_off, delay, timer = v[:5]
             tp = None
             if timer is not None:
-                tp = TimerProgress(*(int(x) for x in timer[:7]))
+                read_ms, queue_offset, cursor_ms, slot_ms, put_in_slot, last_due_ms, last_phys = map(int, timer[:7])
+                tp = TimerProgress(read_ms, queue_offset, cursor_ms, slot_ms, put_in_slot, last_due_ms, last_phys)
                 if len(timer) > 7:
                     tp.cursor_history = [(int(q), int(c)) for q, c in timer[7]]
             return cls(int(taken), int(cl_off), {int(lv): int(off) for lv, off in delay}, tp)

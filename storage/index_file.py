@@ -29,7 +29,6 @@ entry pages written since the last flush.
 from __future__ import annotations
 
 import calendar
-import errno
 import mmap
 import os
 import struct
@@ -41,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from storage.mapped_file import release_mapping, unlink_quietly
+from storage.mapped_file import DONTNEED, allocate_blocks, release_mapping, unlink_quietly
 
 if TYPE_CHECKING:
     import numpy as np
@@ -55,7 +54,6 @@ ENTRY_SIZE = 24
 ALLOC_CHUNK = 1 << 20
 NAME_DIGITS = 17  # yyyyMMddHHmmssSSS (UTC)
 PAGE = mmap.PAGESIZE
-_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
 
 if sys.byteorder != "little":  # slots are a memoryview cast('I') (host order) of a little-endian file
     raise ImportError("storage.index_file needs a little-endian host")
@@ -72,14 +70,6 @@ def name_ms(name: str) -> int:
 
 def is_index_file_name(name: str) -> bool:
     return len(name) == NAME_DIGITS and name.isdigit()
-
-
-def _allocate(fd: int, offset: int, length: int) -> None:
-    try:
-        os.posix_fallocate(fd, offset, length)
-    except OSError as e:
-        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-            raise
 
 
 class IndexFile:
@@ -109,7 +99,7 @@ class IndexFile:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.ftruncate(fd, size)
-            _allocate(fd, 0, HEADER_SIZE + 4 * slot_num)
+            allocate_blocks(fd, 0, HEADER_SIZE + 4 * slot_num)
             mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)
@@ -158,7 +148,7 @@ class IndexFile:
         Raises OSError (ENOSPC) when the disk is full."""
         start = self.entries_base + ENTRY_SIZE * self.allocated
         end = min(start + ALLOC_CHUNK, self.entries_base + ENTRY_SIZE * self.capacity)
-        _allocate(self.fd, start, end - start)
+        allocate_blocks(self.fd, start, end - start)
         self.allocated = (end - self.entries_base) // ENTRY_SIZE
         return self.allocated
 
@@ -198,7 +188,7 @@ class IndexFile:
                 return
             os.fdatasync(self.fd)
             self.flushed_count = max(self.flushed_count, count)
-            if _DONTNEED is None:
+            if DONTNEED is None:
                 return
             if drop_all:
                 lo, hi = 0, len(self.mm)
@@ -208,7 +198,7 @@ class IndexFile:
                 lo = self._first_entry_page() if sweep else self.dropped_pos
             if hi > lo:
                 try:
-                    self.mm.madvise(_DONTNEED, lo, hi - lo)
+                    self.mm.madvise(DONTNEED, lo, hi - lo)
                 except (ValueError, OSError):
                     return
                 self.dropped_pos = max(self.dropped_pos, hi)

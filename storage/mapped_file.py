@@ -32,22 +32,36 @@ NAME_DIGITS = 20
 SPARE_SUFFIX = ".spare"
 PAGE = mmap.PAGESIZE
 SWEEP_INTERVAL_S = 5.0
-_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
+# madvise(MADV_DONTNEED) where the platform has it, else None: the one place that asks (the CommitLog and
+# ConsumeQueue segments, the IndexFiles and the timer wheel's files all drop pages with it)
+DONTNEED: int | None = getattr(mmap, "MADV_DONTNEED", None)
 
 
 def segment_name(start_offset: int) -> str:
     return f"{start_offset:0{NAME_DIGITS}d}"
 
 
-def _reserve(fd: int, size: int) -> None:
-    """Allocate the file's blocks now so a full disk shows up here (ENOSPC), not as SIGBUS on a write."""
+_NO_FALLOCATE = (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS)
+
+
+def allocate_blocks(fd: int, offset: int, length: int) -> bool:
+    """posix_fallocate of [offset, offset + length): a full disk is OSError(ENOSPC) here, never a SIGBUS
+    on a later store through a mapping. False when the file system cannot allocate (nothing done)."""
     try:
-        os.posix_fallocate(fd, 0, size)
+        os.posix_fallocate(fd, offset, length)
     except OSError as e:
-        if e.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-            os.ftruncate(fd, size)
-        else:
+        if e.errno not in _NO_FALLOCATE:
             raise
+        return False
+    return True
+
+
+def reserve_blocks(fd: int, size: int) -> None:
+    """Allocate a file's first `size` bytes before it is written through a mapping (allocate_blocks);
+    without fallocate on this file system, at least the length (never shortened). Already allocated
+    files cost a no-op call."""
+    if not allocate_blocks(fd, 0, size) and os.fstat(fd).st_size < size:
+        os.ftruncate(fd, size)
 
 
 class MappedFile:
@@ -67,7 +81,7 @@ class MappedFile:
                 # is: a smaller setting must never cut records off (the setting applies to new segments)
                 file_size = self.file_size = on_disk
             else:  # new, or created by a run that died before reserving it
-                _reserve(self.fd, file_size)
+                reserve_blocks(self.fd, file_size)
             self.mm = mmap.mmap(self.fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(self.fd)
@@ -121,10 +135,10 @@ class MappedFile:
         instead of `dropped_pos`. Call only for bytes already flushed. Safe from a flush thread."""
         hi = upto - upto % PAGE
         lo = 0 if full else self.dropped_pos
-        if hi <= lo or _DONTNEED is None:
+        if hi <= lo or DONTNEED is None:
             return
         try:
-            self.mm.madvise(_DONTNEED, lo, hi - lo)
+            self.mm.madvise(DONTNEED, lo, hi - lo)
         except (ValueError, OSError):  # closed meanwhile (retention, shutdown)
             return
         if hi > self.dropped_pos:

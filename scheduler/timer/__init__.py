@@ -4,7 +4,8 @@ Public API: `TimerMessageStore(store, config)`, `TimerConfig`, and the put hook
 `transform_timer(record, now_ms, timer_service_or_config) -> TimerPutDecision`.
 """
 
-from scheduler.timer.config import TIMER_TOPIC, TimerConfig
+from codec.codes import TIMER_TOPIC
+from scheduler.timer.config import TimerConfig
 from scheduler.timer.hook import TimerPutDecision, TimerPutStatus, transform_timer
 from scheduler.timer.service import TimerMessageStore, discard_local_state
 

@@ -10,7 +10,7 @@ import mmap
 import os
 import struct
 
-from scheduler.timer.timerlog import reserve_blocks
+from storage.mapped_file import reserve_blocks
 
 CHECK = struct.Struct(">qqqqqqq")
 _I64 = struct.Struct(">q")

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codec.codes import TIMER_TOPIC  # noqa: F401  (re-exported for the timer package)
-
 SLOTS_TOTAL = 7 * 86400  # TIMER_WHEEL_TTL_DAY * DAY_SECS = 604800
 TIMER_BLANK_SLOTS = 60
 PRECISIONS = (100, 200, 500, 1000)

@@ -17,12 +17,12 @@ import time
 
 import structlog
 
+from codec.codes import TIMER_TOPIC
 from codec.properties import parse_properties
 from codec.record import read_properties_bytes, read_store_timestamp
 from codec.tags import java_hash
 from scheduler.due import relative_due_ms
 from scheduler.quarantine import TIMER_ENQUEUE
-from scheduler.timer.config import TIMER_TOPIC
 from scheduler.timer.hook import (
     REAL_TOPIC,
     TIMER_DEL_UNIQKEY,
@@ -33,6 +33,7 @@ from scheduler.timer.hook import (
     TIMER_ROLL_TIMES,
     UNIQ_KEY,
 )
+from scheduler.timer.state import TimerState
 from scheduler.timer.timerlog import MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL, MAGIC_UNCOUNTED, num_delta
 
 log = structlog.get_logger(__name__)
@@ -77,9 +78,10 @@ def exact_deliver_ms(props: dict[str, str], slot: int, store_ts: int, precision:
     return hi
 
 
-class EnqueueMixin:
+class EnqueueMixin(TimerState):
     def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
-        if topic == TIMER_TOPIC and queue_id == 0:
+        """The store's dispatch listener (storage.store_state.DispatchListener)."""
+        if topic == TIMER_TOPIC and queue_id == 0 and self._enqueue_wake is not None:
             self._enqueue_wake.set()
 
     async def _enqueue_loop(self) -> None:
@@ -88,8 +90,10 @@ class EnqueueMixin:
         (a timerlog file cannot be made) is not a failure: the task pauses, retries every precision
         interval and says when it resumes."""
         paused = False
+        wake = self._enqueue_wake
+        assert wake is not None  # made by start / start_follower before the task
         while self._running:
-            self._enqueue_wake.clear()
+            wake.clear()
             try:
                 n = self._enqueue_batch(ENQUEUE_BATCH)
             except OSError as e:
@@ -102,7 +106,7 @@ class EnqueueMixin:
                 paused = False
                 log.info("timer.enqueue_resumed", offset=self.curr_queue_offset)
             if n == 0:
-                await self._enqueue_wake.wait()
+                await wake.wait()
             else:
                 await asyncio.sleep(0)  # yield to the network between batches
 
@@ -121,15 +125,15 @@ class EnqueueMixin:
             self._notify_enqueued()
             return 0
         units = store.read_units(TIMER_TOPIC, 0, off, min(max_units, mx - off))
-        k = len(units) // CQ_UNIT_SIZE if units is not None else 0
-        if k == 0:
+        if units is None or len(units) < CQ_UNIT_SIZE:
             return 0
+        k = len(units) // CQ_UNIT_SIZE
         prec = self.config.precision_ms
         now = int(time.time() * 1000)
         self.curr_write_ms = max(self.curr_write_ms, now - now % prec)
         m = self.metrics
         emit = bool(m.listeners)
-        lowest = None
+        lowest: int | None = None
         for i in range(k):
             phys, size, _tags = CQ_UNIT.unpack_from(units, i * CQ_UNIT_SIZE)
             if size == _BLANK_CQ_SIZE:
@@ -166,7 +170,8 @@ class EnqueueMixin:
             self._wake_reader(lowest)
         self._notify_enqueued()
 
-    def _enqueue_record(self, rec, phys: int, size: int, prec: int, emit: bool, queue_offset: int = -1) -> int | None:
+    def _enqueue_record(self, rec: memoryview, phys: int, size: int, prec: int, emit: bool,
+                        queue_offset: int = -1) -> int | None:
         """One timer record into the timerlog and its slot; the slot used (None: a slave's unit the master
         has already put). Raises ValueError (or OverflowError / struct.error) for a record whose timer
         properties cannot be enqueued."""
@@ -224,9 +229,10 @@ class EnqueueMixin:
                                                                              topic_hash) != CANCEL_LIVE):
             magic |= MAGIC_UNCOUNTED
             self.metrics.cancel_unmatched += 1
-        wheel = self.wheel
+        files = self.files()
+        wheel, timerlog = files.wheel, files.timerlog
         _first, last, _num = wheel.get_slot(delayed)
-        pos = self.timerlog.append(last, magic, w, delayed - w, phys, size, topic_hash, exact)
+        pos = timerlog.append(last, magic, w, delayed - w, phys, size, topic_hash, exact)
         wheel.add_unit(delayed, pos, num_delta(magic))
         return delayed
 
@@ -267,8 +273,9 @@ class EnqueueMixin:
         """Whether slot `slot` holds a live timer `key` (REAL_TOPIC+UNIQ_KEY): CANCEL_LIVE, or
         CANCEL_ALREADY (a delete marker for it is linked there already), or CANCEL_NOT_FOUND. Walks the
         slot's chain; only records whose topic hash matches are read (cancels are rare)."""
-        tl = self.timerlog
-        _first, pos, _num = self.wheel.get_slot(slot)
+        files = self.files()
+        tl = files.timerlog
+        _first, pos, _num = files.wheel.get_slot(slot)
         found = False
         min_pos = tl.min_pos
         while pos >= min_pos and pos >= 0:

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 # property names come from codec (MessageConst); re-exported here for the timer's rooms
-from codec.codes import ResponseCode
+from codec.codes import TIMER_TOPIC, ResponseCode
 from codec.properties import MessageConst as _K  # noqa: E402
+from codec.record import MessageRecord
 from scheduler.due import absolute_due_ms, relative_due_ms
-from scheduler.timer.config import TIMER_TOPIC, TimerConfig
+from scheduler.timer.config import TimerConfig
 
 if TYPE_CHECKING:  # the service imports this module; the hook only reads its wheel
     from scheduler.timer.service import TimerMessageStore
@@ -91,9 +92,9 @@ def is_reject(num: int, congest: int, rng: random.Random | None = None) -> bool:
     return (rng or random).random() < (num - congest) / congest
 
 
-def transform_timer(record, now_ms: int, timer: TimerMessageStore | TimerConfig) -> TimerPutDecision:
+def transform_timer(record: MessageRecord, now_ms: int, timer: TimerMessageStore | TimerConfig) -> TimerPutDecision:
     props = record.properties
-    sys_flag = getattr(record, "sys_flag", 0) or 0
+    sys_flag = record.sys_flag
     if sys_flag & 0xC not in (0, 8):  # only TRANSACTION_NOT / COMMIT
         return _NOT_TIMER
     delay = props.get(DELAY)
@@ -139,7 +140,7 @@ def transform_timer(record, now_ms: int, timer: TimerMessageStore | TimerConfig)
         if refused is not None:  # unknown, already cancelled or already due: nothing is stored
             return TimerPutDecision(TimerPutStatus.CANCEL_REFUSED, refused)
     if svc is not None and cfg.congest_num_each_slot < 2147483647:
-        num = svc.wheel.get_num(slot)
+        num = svc.files().wheel.get_num(slot)
         if is_reject(num, cfg.congest_num_each_slot, svc.rng):
             svc.metrics.rejected += 1
             return TimerPutDecision(

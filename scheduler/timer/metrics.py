@@ -9,6 +9,7 @@ rocketmq_timer_message_snapshot, rocketmq_delay_message_latency.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import structlog
 
@@ -16,6 +17,9 @@ from scheduler.events import EventListener, fire_rows
 from scheduler.stats import LatenessHistogram
 
 log = structlog.get_logger(__name__)
+
+# one message of a "due" / "delivered" batch: (topic, uniqKey, msgId, storeTs, dueTs, deliveredTs)
+DeliveryRow = tuple[str, str | None, str, int, int, int]
 
 LATENESS_BUCKETS_MS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
 
@@ -67,14 +71,14 @@ class TimerMetrics:
         self.dequeue_rate = _Rate()
         self.listeners: list[EventListener] = []
 
-    def emit(self, event: str, **fields) -> None:
+    def emit(self, event: str, **fields: Any) -> None:
         for fn in self.listeners:
             try:
                 fn(event, **fields)
             except Exception as e:  # a listener must never stop the wheel
                 log.warning("timer.listener_failed", listener=repr(fn), error=repr(e))
 
-    def emit_many(self, event: str, rows: list[tuple]) -> None:
+    def emit_many(self, event: str, rows: list[DeliveryRow]) -> None:
         """One `event` per row (topic, uniqKey, msgId, storeTs, dueTs, deliveredTs) of a delivery batch,
         kind="timer", level=0, bornTs=0 (scheduler.events: a listener with `many` gets one call)."""
         if self.listeners:

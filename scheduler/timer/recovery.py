@@ -18,15 +18,23 @@ from __future__ import annotations
 
 import struct
 import time
+from typing import TYPE_CHECKING
 
+import numpy as np
 import structlog
 
-from codec.codes import SCHEDULE_QUARANTINE_TOPIC
+from codec.codes import SCHEDULE_QUARANTINE_TOPIC, TIMER_TOPIC
 from codec.record import read_properties_bytes, read_topic
+from codec.timer_rewrite import build_timer_deliveries
 from scheduler.progress_file import count_records_after
-from scheduler.timer.config import TIMER_BLANK_SLOTS, TIMER_TOPIC
+from scheduler.timer.config import TIMER_BLANK_SLOTS
+from scheduler.timer.reader import already_put
+from scheduler.timer.state import ResumePoint
 from scheduler.timer.timerlog import MAGIC_ROLL, num_delta
 from scheduler.timer.wheel import SLOT, SLOT_SIZE
+
+if TYPE_CHECKING:  # the service runs recovery from its load()
+    from scheduler.timer.service import TimerMessageStore
 
 log = structlog.get_logger(__name__)
 
@@ -35,25 +43,26 @@ TIMER_DEQUEUE_MS = b"TIMER_DEQUEUE_MS\x01"
 _POS_QUEUE_OFFSET = 20
 
 
-def recover(svc) -> None:
-    cfg, tl, wheel, cp, store = svc.config, svc.timerlog, svc.wheel, svc.checkpoint, svc.store
+def recover(svc: TimerMessageStore) -> None:
+    files = svc.files()
+    cfg, tl, wheel, cp, store = svc.config, files.timerlog, files.wheel, files.checkpoint, svc.store
     prec = cfg.precision_ms
     tl.load()
     start = max(tl.min_pos, cp.last_timerlog_flush_pos - tl.file_size) if cp.existed else tl.min_pos
     start = max(start, 0)
-    last_unit = None
+    last_record: tuple[int, int] | None = None  # (offsetPy, sizePy) of the last valid unit
     revised = 0
-    for pos, unit in tl.scan(start):
-        wheel.revise(unit[3] + unit[4], pos, num_delta(unit[2]))
-        last_unit = unit
+    for pos, (_size, _prev, magic, write_ms, delta, offset_py, size_py, _hash, _exact) in tl.scan(start):
+        wheel.revise(write_ms + delta, pos, num_delta(magic))
+        last_record = offset_py, size_py
         revised += 1
     cut = tl.truncate_dirty()
     process_offset = tl.write_pos
 
     # step 2: the timer CQ offset to resume enqueueing from
     q = cp.last_timer_queue_offset if cp.existed else 0
-    if last_unit is not None:
-        rec = store.read_record(last_unit[5], last_unit[6])
+    if last_record is not None:
+        rec = store.read_record(*last_record)
         if rec is not None:
             q = max(q, _QOFF.unpack_from(rec, _POS_QUEUE_OFFSET)[0] + 1)
     mn, mx = store.min_offset(TIMER_TOPIC, 0), store.max_offset(TIMER_TOPIC, 0)
@@ -82,16 +91,16 @@ def recover(svc) -> None:
              dangling_slots=repointed)
 
 
-def _is_timer_put(rec) -> bool:
+def _is_timer_put(rec: memoryview) -> bool:
     return TIMER_DEQUEUE_MS in read_properties_bytes(rec) and read_topic(rec) != SCHEDULE_QUARANTINE_TOPIC
 
 
-def _resume_slot(svc, read_ms: int) -> None:
+def _resume_slot(svc: TimerMessageStore, read_ms: int) -> None:
     """Step 5 (scheduleProgress, scheduler.progress_file): the slot at the read clock was being delivered
     when the process stopped; what of it was put stays put (`svc._resume`, applied when the reader
     loads it). A put cut short by a kill: its records after the in-flight mark are matched, in order,
     to the slot's units it was putting (those that produce a record), and the slot resumes after them."""
-    prog, store = svc.progress_file, svc.store
+    prog, store = svc.files().progress_file, svc.store
     tp = prog.timer()
     cl_end = store.commitlog_max_offset()
     if tp.end < 0 or tp.read_ms != read_ms or (tp.last_pos < 0 and tp.phys < 0) or tp.end > cl_end:
@@ -103,18 +112,16 @@ def _resume_slot(svc, read_ms: int) -> None:
     k = count_records_after(store, tp.phys, _is_timer_put) if tp.phys >= 0 else 0
     if k:
         done, last_pos = _skip_put(svc, read_ms, done, last_pos, k)
-    svc._resume = (read_ms, *done, last_pos)
+    svc._resume = ResumePoint(read_ms, done[0], done[1], last_pos)
     svc._done_key_slot, svc._done_key = read_ms, done
     prog.timer_commit(read_ms, *done, last_pos, cl_end)
     log.info("timer.progress_resumed", slot=read_ms, done_due=done[0], done_pos=done[1], last_pos=last_pos,
              inflight_put_found=k)
 
 
-def _skip_put(svc, s: int, done: tuple[int, int], last_pos: int, k: int) -> tuple[tuple[int, int], int]:
+def _skip_put(svc: TimerMessageStore, s: int, done: tuple[int, int], last_pos: int,
+              k: int) -> tuple[tuple[int, int], int]:
     """The progress key after the first k records the in-flight put stored (see _resume_slot)."""
-    from codec.timer_rewrite import build_timer_deliveries
-    from scheduler.timer.dequeue import already_put
-
     last, parts = svc._walk_slot(s)
     if last_pos < 0:
         last_pos = last  # the slot's first put was in flight: nothing was linked into it since its load
@@ -141,10 +148,9 @@ def _skip_put(svc, s: int, done: tuple[int, int], last_pos: int, k: int) -> tupl
     return done, last_pos
 
 
-def _repoint_dangling(svc, read_ms: int, end: int) -> int:
-    import numpy as np
-
-    wheel, tl = svc.wheel, svc.timerlog
+def _repoint_dangling(svc: TimerMessageStore, read_ms: int, end: int) -> int:
+    files = svc.files()
+    wheel, tl = files.wheel, files.timerlog
     slots = np.frombuffer(wheel.mm, dtype=">i8").reshape(wheel.ring, 4)
     bad = np.nonzero((slots[:, 2] >= end) & (slots[:, 0] != 0))[0].tolist()  # vectorised: 1.2M slots
     del slots
@@ -159,6 +165,6 @@ def _repoint_dangling(svc, read_ms: int, end: int) -> int:
             SLOT.pack_into(wheel.mm, i * SLOT_SIZE, stime, first, first, num, magic)
             min_first = first if min_first is None else min(min_first, first)
     if min_first is not None:
-        for pos, unit in tl.scan(min_first):
-            wheel.revise(unit[3] + unit[4], pos, num_delta(unit[2]))
+        for pos, (_size, _prev, magic, write_ms, delta, _off, _sz, _hash, _exact) in tl.scan(min_first):
+            wheel.revise(write_ms + delta, pos, num_delta(magic))
     return len(bad)

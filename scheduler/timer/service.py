@@ -13,28 +13,37 @@ occupancy map; per-message data exists only for the slot being delivered.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import collections
 import ipaddress
 import os
+import random
+import shutil
 import struct
 import time
+from typing import Any
 
 import structlog
 
+from codec.buffers import BytesLike
+from codec.codes import TIMER_TOPIC
 from codec.msgid import offset_msg_id
 from codec.record import store_host_pos
 from scheduler.events import EventListener, PutObserver, ignore_puts
+from scheduler.progress import TimerProgress
 from scheduler.progress_file import ProgressFile
 from scheduler.quarantine import Quarantine
-from scheduler.timer.checkpoint import TimerCheckpoint
-from scheduler.timer.config import TIMER_TOPIC, TimerConfig
+from scheduler.timer.checkpoint import TimerCheckpoint, checkpoint_path
+from scheduler.timer.config import TimerConfig
 from scheduler.timer.dequeue import DequeueMixin
 from scheduler.timer.enqueue import EnqueueMixin
+from scheduler.timer.follow import FollowMixin
 from scheduler.timer.metrics import TimerMetrics
+from scheduler.timer.reader import ReaderMixin
 from scheduler.timer.recovery import recover
-from scheduler.timer.timerlog import TimerLog
-from scheduler.timer.wheel import TimerWheel
+from scheduler.timer.state import SlotProgress, TimerFiles
+from scheduler.timer.timerlog import DIR_NAME, TimerLog
+from scheduler.timer.wheel import FILE_NAME, TimerWheel
+from storage.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 
@@ -47,12 +56,6 @@ def discard_local_state(store_root: str) -> list[str]:
     """Delete a (stopped) timer store's own files: timerlog, wheel and timercheck. The wheel is rebuilt
     from the timer topic's ConsumeQueue at the next load (a former master whose CommitLog was cut when it
     rejoined: its units may point at bytes it no longer has). Returns what was removed."""
-    import shutil
-
-    from scheduler.timer.checkpoint import checkpoint_path
-    from scheduler.timer.timerlog import DIR_NAME
-    from scheduler.timer.wheel import FILE_NAME
-
     gone = []
     tl = os.path.join(store_root, DIR_NAME)
     if os.path.isdir(tl):
@@ -65,13 +68,17 @@ def discard_local_state(store_root: str) -> list[str]:
     return gone
 
 
-class TimerMessageStore(EnqueueMixin, DequeueMixin):
-    def __init__(self, store, config: TimerConfig | None = None, on_put: PutObserver | None = None) -> None:
-        import random
+class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
+    """The wheel's stages are mixins over one declared state (scheduler.timer.state.TimerState):
+    enqueue (timer topic → timerlog + wheel), reader (due slot → ordered chunks), dequeue (chunks → real
+    topics), follow (a slave's wheel and a failover); this class owns the files, the tasks and the
+    flush / checkpoint ticks."""
 
+    def __init__(self, store: MessageStore, config: TimerConfig | None = None,
+                 on_put: PutObserver | None = None) -> None:
         self.store = store
         # every put the wheel makes (deliveries by real topic, rolls): counted as puts of their topic
-        self.on_put: PutObserver = on_put if on_put is not None else ignore_puts
+        self.on_put = on_put if on_put is not None else ignore_puts
         self.config = config if config is not None else TimerConfig()
         if not self.config.store_root:  # the wheel's files live beside the store's
             self.config.store_root = store.config.store_path
@@ -79,33 +86,33 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self.metrics = TimerMetrics()
         self.quarantine = Quarantine(store)  # poison timer records go to rmq_sys_SCHEDULE_QUARANTINE
         self.roll_window_slots = self.config.effective_roll_window_slots
-        self.wheel: TimerWheel | None = None
-        self.timerlog: TimerLog | None = None
-        self.checkpoint: TimerCheckpoint | None = None
+        self.wheel = None
+        self.timerlog = None
+        self.checkpoint = None
+        self.progress_file = None
+        self._files = None
         self.curr_queue_offset = self.commit_queue_offset = 0
         self.curr_write_ms = self.read_cursor_ms = self.commit_read_ms = 0
         self._loaded = False
         self._running = False
-        self._tasks: list = []  # storage.supervisor.SupervisedTask
-        self._flush_handle: asyncio.TimerHandle | None = None
-        self._clean_handle: asyncio.TimerHandle | None = None
-        self._enqueue_wake: asyncio.Event | None = None
-        self._reader_wake: asyncio.Future | None = None
+        self._tasks = []
+        self._flush_handle = None
+        self._clean_handle = None
+        self._enqueue_wake = None
+        self._reader_wake = None
         self._reader_target = 1 << 62
-        self._put_queue: asyncio.Queue | None = None
+        self._put_queue = None
         self._put_current = None  # the putter's item in progress: a restarted putter finishes it first
-        self._offset_waiters: list[tuple[int, asyncio.Future]] = []
-        self._host_hex: dict[bytes, str] = {}
-        self.progress_file: ProgressFile | None = None
-        self._resume: tuple[int, int, int, int] | None = None  # (slot, done_due, done_pos, last_pos) after a kill
+        self._offset_waiters = []
+        self._host_hex = {}
+        self._resume = None  # the slot a kill interrupted (recovery from scheduleProgress)
         self._done_key = (-1, -1)  # (due, timerlog position) of the last unit put of the slot being delivered
         self._done_key_slot = -1  # ... that slot
-        # [cluster-ha] progress of the slot being put (slot ms, units put, due ms and phys of the last)
-        self.slot_progress: tuple[int, int, int, int] = (0, 0, -1, -1)
-        self._resume_after: tuple[int, int, int] | None = None  # promoted slave: skip these in that slot
+        self.slot_progress = SlotProgress(0, 0, -1, -1)  # [cluster-ha] the slot being put
+        self._resume_after = None  # promoted slave: skip these in that slot
         self._following = False  # a slave: enqueue only, never past what the master enqueued
         self._enqueue_limit = 0
-        self.cursor_history: collections.deque = collections.deque(maxlen=CURSOR_HISTORY)  # (queue off, cursor)
+        self.cursor_history = collections.deque(maxlen=CURSOR_HISTORY)
         self._master_read_ms = 0  # a slave: the master's read position (slots below it were put)
         self.follower_skipped = 0  # a slave: units the master had already put, not linked
 
@@ -114,10 +121,11 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         if self._loaded:
             return True
         cfg = self.config
-        self.wheel = TimerWheel(cfg.store_root, cfg.slots_total, cfg.precision_ms)
-        self.timerlog = TimerLog(cfg.store_root, cfg.timerlog_file_size)
-        self.checkpoint = TimerCheckpoint(cfg.store_root)
-        self.progress_file = ProgressFile(os.path.join(cfg.store_root, "config"), 0)
+        files = TimerFiles(TimerWheel(cfg.store_root, cfg.slots_total, cfg.precision_ms),
+                           TimerLog(cfg.store_root, cfg.timerlog_file_size), TimerCheckpoint(cfg.store_root),
+                           ProgressFile(os.path.join(cfg.store_root, "config"), 0))
+        self._files = files
+        self.wheel, self.timerlog, self.checkpoint, self.progress_file = files
         recover(self)
         self._loaded = True
         return True
@@ -140,7 +148,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
                        sup.spawn("timer-dequeue-put", self._putter_loop)]
         self._schedule_flush()
         self._clean_handle = loop.call_later(self.config.timerlog_clean_interval_ms / 1000.0, self._clean_tick)
-        log.info("timer.started", precision_ms=self.config.precision_ms, pending=self.wheel.pending,
+        log.info("timer.started", precision_ms=self.config.precision_ms, pending=self.files().wheel.pending,
                  roll_window_slots=self.roll_window_slots, max_delay_sec=self.config.max_delay_sec)
 
     # ---- master / slave ([cluster-ha]) --------------------------------------------------------
@@ -162,117 +170,27 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         self._schedule_flush()
         log.info("timer.following", queue_offset=self.commit_queue_offset, read_ms=self.commit_read_ms)
 
-    def _move_cursor(self, ms: int) -> None:
-        """The reader's cursor moves: units enqueued from now on are linked no earlier than `ms`."""
-        self.read_cursor_ms = ms
-        h = self.cursor_history
-        if h and h[-1][0] == self.commit_queue_offset:
-            h[-1] = (self.commit_queue_offset, ms)
-        else:
-            h.append((self.commit_queue_offset, ms))
-
-    def progress(self, from_queue_offset: int = -1):
-        """The wheel's part of scheduler.progress.SchedulerProgress; the cursor history from the entry
-        in effect at `from_queue_offset` (the slave's enqueue position) on."""
-        from scheduler.progress import TimerProgress
-
-        slot, n, due, phys = self.slot_progress
-        if slot != self.commit_read_ms:
-            slot, n, due, phys = self.commit_read_ms, 0, -1, -1
-        hist = list(self.cursor_history)
-        if from_queue_offset >= 0 and hist:
-            i = bisect.bisect_right([q for q, _ in hist], from_queue_offset) - 1
-            hist = hist[max(i, 0):]
-        return TimerProgress(self.commit_read_ms, self.commit_queue_offset, self.read_cursor_ms, slot, n, due, phys,
-                             hist)
-
-    def _master_slot(self, slot: int, queue_offset: int) -> int | None:
-        """A slave: the slot the master linked the unit at timer-queue offset `queue_offset` into (or a
-        later one when the history no longer reaches back that far); None when the master has already
-        put that slot (below its read position), so the unit is not linked here."""
-        h = self.cursor_history
-        if h:
-            qs = [q for q, _ in h] if len(h) < 64 else None
-            i = (bisect.bisect_right(qs, queue_offset) if qs is not None else
-                 bisect.bisect_right(h, (queue_offset, 1 << 62))) - 1
-            cursor = h[max(i, 0)][1]
-            if slot < cursor:
-                slot = cursor
-        if slot < self._master_read_ms:
-            return None
-        return slot
-
-    def follow(self, p) -> None:
-        """Adopt a master's TimerProgress on a slave: enqueue up to its queue offset; a unit already
-        due is linked no earlier than the master's reader cursor (so its slot here is never earlier
-        than on the master, and a new master skipping the slots below read_ms drops nothing)."""
-        if not self._following:
-            return
-        self.commit_read_ms = max(self.commit_read_ms, p.read_ms)
-        self._master_read_ms = max(self._master_read_ms, p.read_ms)
-        h = self.cursor_history
-        for q, c in p.cursor_history:
-            if h and q < h[-1][0]:
-                continue
-            if h and q == h[-1][0]:
-                h[-1] = (q, max(c, h[-1][1]))
-            else:
-                h.append((q, c))
-        self.slot_progress = (p.slot_ms, p.put_in_slot, p.last_due_ms, p.last_phys)
-        if p.queue_offset > self._enqueue_limit:
-            self._enqueue_limit = p.queue_offset
-            if self._enqueue_wake is not None:
-                self._enqueue_wake.set()
-
-    def promote(self, p=None) -> None:
+    def promote(self, p: TimerProgress | None = None) -> None:
         """Start delivering (a slave became the master): from `p` (the last TimerProgress synced),
-        else from this node's own checkpoint. The slot in progress skips the units already put."""
+        else from this node's own checkpoint (scheduler.timer.follow). The slot in progress skips the
+        units already put."""
         if not self._following:
             return
-        if p is not None:
-            self.follow_final(p)
-        # every replicated timer message into the wheel before the reader looks at a slot: the ones the
-        # old master had enqueued at its last record where it linked them, later ones no earlier than
-        # read_ms (never skipped: the old master may not have linked them)
-        q_sync = p.queue_offset if p is not None else self.commit_queue_offset
-        h = self.cursor_history
-        while h and h[-1][0] >= q_sync:
-            h.pop()
-        h.append((q_sync, self.read_cursor_ms))
-        self._master_read_ms = self.commit_read_ms
-        self._enqueue_limit = 1 << 62
-        while self._enqueue_batch(1 << 16):
-            pass
-        self._following = False
-        self.cursor_history.clear()
-        self.cursor_history.append((self.commit_queue_offset, self.read_cursor_ms))
-        self.wheel.rebuild_occupancy(self.read_cursor_ms)
+        self._take_over(p)
         loop = asyncio.get_running_loop()
         sup = self.store.supervisor
         self._tasks += [sup.spawn("timer-dequeue-get", self._reader_loop),
                         sup.spawn("timer-dequeue-put", self._putter_loop)]
         self._clean_handle = loop.call_later(self.config.timerlog_clean_interval_ms / 1000.0, self._clean_tick)
         log.info("timer.promoted", read_ms=self.commit_read_ms, resume_after=self._resume_after,
-                 queue_offset=self.commit_queue_offset, pending=self.wheel.pending)
-
-    def follow_final(self, p) -> None:
-        self.follow(p)
-        prec = self.config.precision_ms
-        read_ms = p.read_ms - p.read_ms % prec
-        self.read_cursor_ms = self.commit_read_ms = read_ms
-        self.slot_progress = (p.slot_ms, p.put_in_slot, p.last_due_ms, p.last_phys)
-        self._resume_after = (p.slot_ms, p.last_due_ms, p.last_phys) if p.slot_ms == read_ms and \
-            p.put_in_slot > 0 else None
-        self._resume = None  # this node's own scheduleProgress is superseded by the master's record
+                 queue_offset=self.commit_queue_offset, pending=self.files().wheel.pending)
 
     async def shutdown(self) -> None:
         if not self._loaded:
             return
         if self._running:
             self._running = False
-            remove = getattr(self.store, "remove_dispatch_listener", None)
-            if remove is not None:
-                remove(self._on_dispatch)
+            self.store.remove_dispatch_listener(self._on_dispatch)
             if self._flush_handle is not None:
                 self._flush_handle.cancel()
             if self._clean_handle is not None:
@@ -282,10 +200,12 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
             await self.store.supervisor.reap(self._tasks)  # an error a task ended with is logged, not swallowed
             self._tasks = []
         self.flush()
-        self.timerlog.close()
-        self.wheel.close()
-        self.checkpoint.close()
-        self.progress_file.close()
+        files = self.files()
+        files.timerlog.close()
+        files.wheel.close()
+        files.checkpoint.close()
+        files.progress_file.close()
+        self._files = None
         self._loaded = False
         log.info("timer.stopped", read_ms=self.commit_read_ms, queue_offset=self.commit_queue_offset)
 
@@ -318,15 +238,16 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
 
     def clean_expired_timerlog(self) -> list[str]:
         """Delete timerlog files whose messages the CommitLog no longer has (TimerLog.delete_expired)."""
-        return self.timerlog.delete_expired(self.store.commitlog_min_offset())
+        return self.files().timerlog.delete_expired(self.store.commitlog_min_offset())
 
     def flush(self) -> None:
         """Snapshot the clocks first, then make the timerlog and wheel durable, then the checkpoint."""
         read_ms, queue_offset = self.commit_read_ms, self.commit_queue_offset
-        pos = self.timerlog.flush()
-        self.wheel.flush()
-        self.progress_file.flush()
-        self.checkpoint.write(read_ms, pos, queue_offset, int(time.time() * 1000))
+        files = self.files()
+        pos = files.timerlog.flush()
+        files.wheel.flush()
+        files.progress_file.flush()
+        files.checkpoint.write(read_ms, pos, queue_offset, int(time.time() * 1000))
 
     # ---- events / ids --------------------------------------------------------------------
     def add_listener(self, fn: EventListener) -> None:
@@ -334,14 +255,14 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         kind="timer", level=0, topic (real topic), msgId, uniqKey, bornTs, storeTs, dueTs, deliveredTs."""
         self.metrics.listeners.append(fn)
 
-    def remove_listener(self, fn) -> None:
+    def remove_listener(self, fn: EventListener) -> None:
         self.metrics.listeners.remove(fn)
 
-    def msg_id(self, rec, phys_offset: int) -> str:
+    def msg_id(self, rec: BytesLike, phys_offset: int) -> str:
         """Offset msgId of a record (store host bytes of the record itself; host text cached)."""
         return self.msg_id_prefix(rec) + f"{phys_offset:016X}"
 
-    def msg_id_prefix(self, rec) -> str:
+    def msg_id_prefix(self, rec: BytesLike) -> str:
         """The store-host part of a record's offset msgId (all but the 16 hex digits of the offset)."""
         sf = _I32.unpack_from(rec, 36)[0]
         p = store_host_pos(sf)
@@ -357,7 +278,7 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
         """Resolve once every timer-topic message below `queue_offset` is in the wheel."""
         if self.commit_queue_offset >= queue_offset:
             return
-        fut = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._offset_waiters.append((queue_offset, fut))
         await asyncio.wait_for(fut, timeout)
 
@@ -379,9 +300,10 @@ class TimerMessageStore(EnqueueMixin, DequeueMixin):
 
     # ---- visibility ----------------------------------------------------------------------
     def next_due_slot(self) -> int | None:
-        return self.wheel.next_nonempty(self.read_cursor_ms) if self._loaded else None
+        w = self.wheel
+        return w.next_nonempty(self.read_cursor_ms) if self._loaded and w is not None else None
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         m, w = self.metrics, self.wheel
         now = int(time.time() * 1000)
         cq_max = self.store.max_offset(TIMER_TOPIC, 0) if self._loaded else 0

@@ -15,13 +15,16 @@ matter how many timers are pending.
 
 from __future__ import annotations
 
-import errno
 import mmap
 import os
 import struct
+from collections.abc import Iterator
 
 import numpy as np
+import numpy.typing as npt
 import structlog
+
+from storage.mapped_file import DONTNEED, reserve_blocks
 
 log = structlog.get_logger(__name__)
 
@@ -46,6 +49,11 @@ _PAGE = mmap.PAGESIZE
 # the same 52-byte layout as a numpy record (packed, big-endian), for reading runs of units at once
 UNIT_DTYPE = np.dtype([("size", ">i4"), ("prev", ">i8"), ("magic", ">i4"), ("write_ms", ">i8"), ("delta", ">i4"),
                        ("offset", ">i8"), ("size_py", ">i4"), ("topic_hash", ">i4"), ("exact", ">i8")])
+# units as numpy records of UNIT_DTYPE (a run read at once, or a slot's chain)
+UnitArray = npt.NDArray[np.void]
+# one unit as UNIT.unpack_from gives it: (size, prevPos, magic, writeMs, delta, offsetPy, sizePy, topicHash,
+# exactMs); read by unpacking into those names
+UnitTuple = tuple[int, int, int, int, int, int, int, int, int]
 _RUN_MIN, _RUN_MAX = 64, 65536  # units per block read while following a contiguous chain
 
 
@@ -54,19 +62,6 @@ def is_magic_ok(m: int) -> bool:
 
 
 DIR_NAME = "timerlog"  # <storeRoot>/timerlog/
-
-
-def reserve_blocks(fd: int, size: int) -> None:
-    """Allocate a file's blocks (posix_fallocate) before it is written through a mapping: a full
-    disk then shows up here as OSError(ENOSPC), never as SIGBUS on a store into a sparse page.
-    Already allocated files cost a no-op call."""
-    try:
-        os.posix_fallocate(fd, 0, size)
-    except OSError as e:
-        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-            raise
-        if os.fstat(fd).st_size < size:  # no fallocate on this file system: at least the length
-            os.ftruncate(fd, size)
 
 
 class _Segment:
@@ -181,14 +176,15 @@ class TimerLog:
         self.write_pos = pos + UNIT_SIZE
         return pos
 
-    def read(self, pos: int) -> tuple:
+    def read(self, pos: int) -> UnitTuple:
         """(size, prevPos, magic, writeMs, delta, offsetPy, sizePy, topicHash, exactMs)."""
         seg = self._segment_for(pos)
         if seg is None:
             raise IndexError(f"timerlog position {pos} is not mapped")
-        return UNIT.unpack_from(seg.mm, pos - seg.start)
+        unit: UnitTuple = UNIT.unpack_from(seg.mm, pos - seg.start)
+        return unit
 
-    def read_chain(self, pos: int, min_pos: int, limit: int) -> tuple[np.ndarray, int, int | None]:
+    def read_chain(self, pos: int, min_pos: int, limit: int) -> tuple[UnitArray, int, int | None]:
         """Follow a slot chain (prevPos links, newest first) from pos for about `limit` units.
 
         Returns (units as a UNIT_DTYPE array in chain order, the next position to follow (below
@@ -197,8 +193,8 @@ class TimerLog:
         before it (units appended back to back, e.g. a burst into one slot) starts a block read: a
         run of units is checked link by link with numpy and taken at once; other units are read
         one by one."""
-        pieces: list[np.ndarray] = []
-        single: list[tuple] = []
+        pieces: list[UnitArray] = []
+        single: list[UnitTuple] = []
         block = _RUN_MIN
         n = 0
         while pos >= min_pos and pos >= 0 and n < limit:
@@ -206,7 +202,7 @@ class TimerLog:
             if seg is None:
                 raise IndexError(f"timerlog position {pos} is not mapped")
             rel = pos - seg.start
-            unit = UNIT.unpack_from(seg.mm, rel)
+            unit: UnitTuple = UNIT.unpack_from(seg.mm, rel)
             if unit[0] != UNIT_SIZE:
                 return self._chain(pieces, single), pos, pos
             prev = unit[1]
@@ -238,7 +234,7 @@ class TimerLog:
         return self._chain(pieces, single), pos, None
 
     @staticmethod
-    def _chain(pieces: list[np.ndarray], single: list[tuple]) -> np.ndarray:
+    def _chain(pieces: list[UnitArray], single: list[UnitTuple]) -> UnitArray:
         if single:
             pieces.append(np.array(single, dtype=UNIT_DTYPE))
         if not pieces:
@@ -295,27 +291,27 @@ class TimerLog:
         return target
 
     def _drop_pages(self) -> None:
-        if not hasattr(mmap, "MADV_DONTNEED"):
+        if DONTNEED is None:
             return
         for seg in self.segments:
             hi = min(self.flushed_pos, seg.start + self.file_size) - seg.start
             hi -= hi % _PAGE
             if hi > seg.dropped:
-                seg.mm.madvise(mmap.MADV_DONTNEED, 0, hi)
+                seg.mm.madvise(DONTNEED, 0, hi)
                 seg.dropped = hi
 
     def forget_read_pages(self) -> None:
         """After a slot was read, pages faulted in by the chain walk may be dropped again."""
-        if not hasattr(mmap, "MADV_DONTNEED"):
+        if DONTNEED is None:
             return
         for seg in self.segments:
             hi = min(self.flushed_pos, seg.start + self.file_size) - seg.start
             hi -= hi % _PAGE
             if hi > 0:
-                seg.mm.madvise(mmap.MADV_DONTNEED, 0, hi)
+                seg.mm.madvise(DONTNEED, 0, hi)
 
     # ---- recovery (§4.7 step 2) --------------------------------------------------------
-    def scan(self, from_pos: int):
+    def scan(self, from_pos: int) -> Iterator[tuple[int, UnitTuple]]:
         """Yield (pos, unit) for valid units from the file containing from_pos (scanned from its start).
 
         Stops at the first unit with a wrong size or magic; `self.write_pos` is left at the end of
@@ -344,7 +340,8 @@ class TimerLog:
                 if not is_magic_ok(magic) or magic == 0:
                     self.write_pos = end
                     return
-                yield seg.start + rel, UNIT.unpack_from(seg.mm, rel)
+                unit: UnitTuple = UNIT.unpack_from(seg.mm, rel)
+                yield seg.start + rel, unit
                 rel += UNIT_SIZE
                 end = seg.start + rel
             if not blank:

@@ -14,7 +14,7 @@ import mmap
 import os
 import struct
 
-from scheduler.timer.timerlog import reserve_blocks
+from storage.mapped_file import DONTNEED, reserve_blocks
 
 SLOT_SIZE = 32
 SLOT = struct.Struct(">qqqii")
@@ -69,6 +69,7 @@ class TimerWheel:
         """Link a freshly appended unit into slot t; returns the previous lastPos (the unit's prevPos)."""
         i = self._index(t)
         off = i * SLOT_SIZE
+        last: int
         stime, first, last, num, magic = SLOT.unpack_from(self.mm, off)
         if stime != t // self.precision:
             first, last, num, magic = -1, -1, 0, 0
@@ -138,8 +139,8 @@ class TimerWheel:
         self.occupied = int(occ.sum())
         self.pending = int(nums[occ].sum())
         del slots, times, nums, idx, expected, occ
-        if hasattr(mmap, "MADV_DONTNEED"):
-            self.mm.madvise(mmap.MADV_DONTNEED)
+        if DONTNEED is not None:
+            self.mm.madvise(DONTNEED)
 
     def flush(self) -> None:
         self.mm.flush()

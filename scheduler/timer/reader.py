@@ -1,0 +1,224 @@
+"""Dequeue stage, reader task (scheduled-messages.md §4.5 step 3): due slot → ordered chunks of units.
+
+The reader finds the next non-empty slot (wheel occupancy search), sleeps until its time with
+loop.call_at (woken early when the enqueue stage links an earlier slot), walks the slot's unit chain
+(lastPos → prevPos), collects cancel keys from the delete markers, orders the units by their exact
+deliver ms (timerlog reserved field) and hands chunks to the putter (scheduler.timer.dequeue) through
+a bounded asyncio.Queue, then the slot's end (the read clock may move there once it is put).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+from codec.properties import parse_properties
+from codec.record import read_properties_bytes
+from scheduler.timer.hook import TIMER_DEL_UNIQKEY
+from scheduler.timer.state import TimerState
+from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL, UNIT_DTYPE, UnitArray
+
+log = structlog.get_logger(__name__)
+
+CHUNK = 4096
+WALK_STEP = 20000  # units per timerlog read between yields to the loop
+
+
+I64 = npt.NDArray[np.int64]
+# which units of a chunk to keep: a boolean mask, an index array or a slice
+Selector = npt.NDArray[np.bool_] | npt.NDArray[np.intp] | slice
+
+
+class SlotChunk:
+    """Units of one slot in delivery order (due ms, then timerlog position), as parallel int64 numpy
+    arrays (no object per message). `last_pos`: the slot's chain end when it was loaded."""
+
+    __slots__ = ("slot", "due", "exact", "offset", "size", "magic", "write_ms", "cancel", "base", "done", "pos",
+                 "last_pos")
+
+    def __init__(self, slot: int, cancel: set[str], due: I64, exact: I64, offset: I64, size: I64, magic: I64,
+                 write_ms: I64, base: int = 0, pos: I64 | None = None, last_pos: int = -1) -> None:
+        self.slot = slot
+        self.base = base  # index of the chunk's first unit in the slot's due order
+        self.cancel = cancel
+        self.due = due  # the exact deliver ms (a roll unit: its slot)
+        self.exact = exact
+        self.offset = offset  # the timer record's CommitLog offset and size
+        self.size = size
+        self.magic = magic
+        self.write_ms = write_ms
+        self.done = 0  # units already put (a restarted putter goes on from here)
+        self.pos: I64 = pos if pos is not None else np.full(len(due), -1, dtype=np.int64)  # timerlog positions
+        self.last_pos = last_pos
+
+    def __len__(self) -> int:
+        return len(self.due)
+
+    def take(self, keep: Selector, base: int | None = None) -> SlotChunk:
+        """The units selected by a boolean or index array, same slot (`base`: the first one's index in
+        the slot's due order, default unchanged)."""
+        return SlotChunk(self.slot, self.cancel, self.due[keep], self.exact[keep], self.offset[keep], self.size[keep],
+                         self.magic[keep], self.write_ms[keep], self.base if base is None else base, self.pos[keep],
+                         self.last_pos)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def already_put(c: SlotChunk, done_due: int, done_pos: int, last_pos: int) -> npt.NDArray[np.bool_]:
+    """Which units of a reloaded slot scheduleProgress says were put before: units the slot held when
+    it was loaded then (timerlog position <= last_pos) ordered at or before (done_due, done_pos)."""
+    put: npt.NDArray[np.bool_] = (c.pos <= last_pos) & ((c.due < done_due) | ((c.due == done_due) & (c.pos <= done_pos)))
+    return put
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class ReaderMixin(TimerState):
+    # ---- wake-ups ----------------------------------------------------------------------
+    def _wake_reader(self, slot: int) -> None:
+        if slot < self._reader_target:
+            fut = self._reader_wake
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+
+    async def _sleep_until(self, target_ms: int, wakeable: bool) -> None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        if wakeable:
+            self._reader_wake = fut
+        delay = max(0.0, (target_ms - now_ms()) / 1000.0)
+        handle = loop.call_at(loop.time() + delay, _set_done, fut)
+        try:
+            await fut
+        finally:
+            handle.cancel()
+            if wakeable:
+                self._reader_wake = None
+
+    # ---- reader ------------------------------------------------------------------------
+    async def _reader_loop(self) -> None:
+        prec = self.config.precision_ms
+        wheel = self.files().wheel
+        put_queue = self._put_queue
+        assert put_queue is not None  # started with the service (start / promote)
+        while self._running:
+            s = wheel.next_nonempty(self.read_cursor_ms)
+            now = now_ms()
+            if s is None or s > now:
+                floor_now = now - now % prec
+                target = floor_now if s is None else min(s, floor_now)
+                if target > self.read_cursor_ms:  # empty slots passed: let the read clock follow time
+                    self._move_cursor(target)
+                    await put_queue.put(target)
+                self._reader_target = s if s is not None else 1 << 62
+                # idle: wake at least every quarter ring so the cursor never falls a ring behind
+                await self._sleep_until(s if s is not None else now + wheel.ring // 8 * prec, wakeable=True)
+                self._reader_target = 1 << 62
+                continue
+            if wheel.get_slot(s)[1] < 0:  # stale occupancy mark (slot holds another time)
+                wheel.release(s)
+                continue
+            self._move_cursor(s + prec)
+            try:
+                chunks = await self._load_slot(s)
+            except Exception:  # nothing of the slot was queued: a restarted reader loads it again
+                wheel.reoccupy(s)
+                self._move_cursor(s)
+                raise
+            for chunk in chunks:
+                await put_queue.put(chunk)
+            await put_queue.put(s + prec)
+
+    async def _load_slot(self, s: int) -> list[SlotChunk]:
+        """Walk the chain of slot s (yielding to the loop between steps of a long chain), then
+        `_order_slot`; split into chunks of CHUNK units."""
+        files = self.files()
+        wheel, tl = files.wheel, files.timerlog
+        _first, last, _num = wheel.get_slot(s)
+        wheel.release(s)
+        min_pos = tl.min_pos
+        parts = []
+        pos = last
+        while pos >= min_pos and pos >= 0:
+            units, pos, bad = tl.read_chain(pos, min_pos, WALK_STEP)
+            parts.append(units)
+            if bad is not None:
+                log.error("timer.bad_unit", pos=bad, slot=s)
+                break
+            if pos >= min_pos and pos >= 0:
+                await asyncio.sleep(0)  # yield to the loop between steps of a long chain
+        tl.forget_read_pages()
+        c = self._order_slot(s, last, parts)
+        skipped = 0
+        after = self._resume_after
+        if after is not None and after.slot_ms == s:
+            # a promoted slave: the old master had put this slot's units up to (due, phys)
+            self._resume_after = None
+            done = (c.due < after.due_ms) | ((c.due == after.due_ms) & (c.offset <= after.phys))
+            skipped = int(done.sum())
+            c = c.take(~done)
+            log.info("timer.resume_slot", slot=s, skipped=skipped, remaining=len(c))
+        resume = self._resume
+        if resume is not None and resume.slot_ms == s:  # the slot a kill interrupted: what was put stays put
+            self._resume = None
+            done = already_put(c, resume.done_due, resume.done_pos, resume.last_pos)
+            skipped += int(done.sum())
+            c = c.take(~done)
+            log.info("timer.slot_resumed", slot=s, done_due=resume.done_due, done_pos=resume.done_pos, left=len(c))
+        return [c.take(slice(i, i + CHUNK), skipped + i) for i in range(0, len(c), CHUNK)]
+
+    def _walk_slot(self, s: int) -> tuple[int, list[UnitArray]]:
+        """(the slot's chain end, the chain's units) without yielding (recovery)."""
+        files = self.files()
+        tl = files.timerlog
+        _first, last, _num = files.wheel.get_slot(s)
+        min_pos = tl.min_pos
+        parts = []
+        pos = last
+        while pos >= min_pos and pos >= 0:
+            units, pos, bad = tl.read_chain(pos, min_pos, WALK_STEP)
+            parts.append(units)
+            if bad is not None:
+                break
+        return last, parts
+
+    def _order_slot(self, s: int, last: int, parts: list[UnitArray], markers_upto: int | None = None) -> SlotChunk:
+        """The walked chain (newest first) of slot s as one SlotChunk: delete markers set aside (their
+        keys), units in due order, ties oldest first (lower timerlog position): the walk is reversed
+        before the stable sort, as RocketMQ 5's dequeue puts each unit at the front of its
+        normal-message list. So the order is by (due, timerlog position)."""
+        chain = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, dtype=UNIT_DTYPE)
+        # a unit's own position: the chain's start for the first, else the prevPos of the one before it
+        where: I64 = np.empty(len(chain), dtype=np.int64)
+        if len(chain):
+            where[0] = last
+            where[1:] = chain["prev"][:-1]
+        units, where = chain[::-1], where[::-1]
+        magic: I64 = units["magic"].astype(np.int64)
+        marker = ((magic & MAGIC_DELETE) != 0) & ((magic & MAGIC_ROLL) == 0)
+        cancel: set[str] = set()
+        if marker.any():
+            seen = marker if markers_upto is None else marker & (where <= markers_upto)
+            for off, sz in zip(units["offset"][seen].tolist(), units["size_py"][seen].tolist(), strict=True):
+                rec = self.store.read_record(off, sz)
+                if rec is not None:
+                    key = parse_properties(read_properties_bytes(rec, 0)).get(TIMER_DEL_UNIQKEY)
+                    if key:
+                        cancel.add(key)
+            keep = ~marker
+            units, magic, where = units[keep], magic[keep], where[keep]
+        exact: I64 = units["exact"].astype(np.int64)
+        due: I64 = np.where((magic & MAGIC_ROLL) != 0, s, exact)
+        order = np.argsort(due, kind="stable")
+        return SlotChunk(s, cancel, due[order], exact[order], units["offset"].astype(np.int64)[order],
+                         units["size_py"].astype(np.int64)[order], magic[order],
+                         units["write_ms"].astype(np.int64)[order], 0, where[order], last)
