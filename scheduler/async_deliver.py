@@ -23,7 +23,7 @@ import structlog
 
 if TYPE_CHECKING:
     from scheduler.delay_deliver import LevelDeliverer
-    from scheduler.delay_events import EventInfos
+    from scheduler.delay_events import DeliveryInfo, EventInfos
 
 from codec.errors import CodecError
 from scheduler.quarantine import GIVE_UP
@@ -33,7 +33,7 @@ log = structlog.get_logger(__name__)
 RUNNING, SUCCESS, EXCEPTION, SKIP = "RUNNING", "SUCCESS", "EXCEPTION", "SKIP"
 
 
-EventInfo = tuple[str, tuple[int, str, int]]  # (real topic, (schedule store ts, uniqKey, bornTs))
+EventInfo = tuple[str, "DeliveryInfo"]  # (real topic, what the events carry from the schedule record)
 
 
 class PendingEntry:
@@ -50,7 +50,7 @@ class PendingEntry:
         self.due = due
         self.status = status
         self.resend_count = 0
-        self.info = info  # (topic, (schedule store ts, uniqKey, bornTs)) for event listeners, else None
+        self.info = info  # (topic, DeliveryInfo) for event listeners, else None
         self.flushed: asyncio.Future[bool] | None = None
         self.store_ts = 0
         self.dphys = -1

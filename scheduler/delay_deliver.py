@@ -6,9 +6,11 @@ between batches of a backlog), then sleeps (loop.call_at) until exactly the head
 ms strictly after its tagsCode = storeTimestamp + delay: scheduler.due, never early). An idle level sleeps on a future that the store's dispatch listener resolves when a
 message enters SCHEDULE_TOPIC_XXXX queue level-1. No polling.
 
-Sync mode: a failed put is resent (only the failed messages, with backoff) before the offset moves
-past the batch, so nothing is lost or duplicated; under faults the resent messages land after the
-rest of their batch. Async mode: see scheduler.async_deliver.
+This module is the per-level loop (which units are due, cancels, poison records set aside, waits);
+the delivery of a pass's batch is its mixins': scheduler.delay_sync (put, wait, resend the failed ones
+before the offset moves), scheduler.delay_async (put, hand the outcome to the pending deque of
+scheduler.async_deliver) and scheduler.delay_events (events, stats, put counts), over the state
+declared in scheduler.delay_state.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -28,39 +29,26 @@ from codec.errors import CodecError
 from codec.properties import MessageConst, parse_properties
 from codec.record import read_properties_bytes
 from codec.record_rewrite import build_deliveries
-from scheduler.async_deliver import (
-    EXCEPTION,
-    RUNNING,
-    SKIP,
-    AsyncLevelHandler,
-    PendingBatch,
-    PendingEntry,
-    flush_ok,
-)
-from scheduler.delay_events import EventInfos, event_infos
+from scheduler.async_deliver import AsyncLevelHandler
+from scheduler.delay_async import AsyncDeliverMixin
+from scheduler.delay_events import LevelEventsMixin, event_infos
+from scheduler.delay_state import Raws, Spans
+from scheduler.delay_sync import SyncDeliverMixin
 from scheduler.due import AFTER_MS
-from scheduler.events import EventColumns, count_puts, fire_columns
-from scheduler.quarantine import GIVE_UP, LEVEL
+from scheduler.quarantine import LEVEL
 from scheduler.stats import LevelStats
-from storage.message_store import BatchPutResult, PutRequest, PutResult, PutStatus
+from storage.message_store import PutRequest
 
 if TYPE_CHECKING:
     from codec.delivery_batch import DeliveryBatch
     from scheduler.delay_service import DelayLevelService
     from scheduler.progress_file import ProgressFile
 
-Raws = list[memoryview | None]  # schedule records read for a pass (None: gone or set aside)
-Spans = list[tuple[int, int]]  # (schedule record phys, size) per unit
-# a message resent one by one: (due, event info or None, schedule record, schedule phys)
-ResendMeta = tuple[int, tuple[int, str, int] | None, memoryview | None, int]
-
 log = structlog.get_logger(__name__)
 
 _UNIT = struct.Struct(">qiq")  # phys offset, size, tagsCode (= deliverTimestamp = storeTimestamp + delay)
 UNIT_SIZE = 20
 HALF_TOPIC = RMQ_SYS_TRANS_HALF_TOPIC
-DELAY_FOR_A_WHILE_S = 0.1
-PUT_OK = PutStatus.PUT_OK
 _monotonic = time.monotonic  # the loop's clock (CLOCK_MONOTONIC)
 
 
@@ -68,7 +56,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class LevelDeliverer:
+class LevelDeliverer(SyncDeliverMixin, AsyncDeliverMixin, LevelEventsMixin):
     def __init__(self, svc: DelayLevelService, level: int) -> None:
         self.svc = svc
         self.store = svc.store
@@ -78,8 +66,8 @@ class LevelDeliverer:
         self.offset = 0        # delivered: next schedule-queue offset whose delivery is not confirmed
         # scheduler.progress_file (scheduleProgress): begin(CommitLog end) just before a delivery put,
         # commit(next offset not put, CommitLog end) right after it, in the same loop step
-        self._progress_begin: Callable[[int], None] = _no_begin
-        self._progress_commit: Callable[[int, int], None] = _no_commit
+        self._progress_begin = _no_begin
+        self._progress_commit = _no_commit
         self.scan_offset = 0   # next unit to look at (> offset while async deliveries are in flight)
         self.claimed_offset = 0  # units below it were taken by the current pass (cancel: too late)
         self.stats = LevelStats(level)
@@ -271,206 +259,6 @@ class LevelDeliverer:
         if not self.svc.quarantine.set_aside(raw, reason, LEVEL, phys, level=self.level, offset=offset):
             raise RuntimeError(f"quarantine put failed for schedule offset {offset}: try again")
 
-    def make_request(self, raw: BytesLike) -> PutRequest | None:
-        """messageTimeup: the delivery PutRequest, or None to drop (no REAL_TOPIC, half message)."""
-        b = build_deliveries((raw,))[0]
-        if b is None or b[1] == HALF_TOPIC:
-            return None
-        return PutRequest(b[0], b[1], b[2], b[3], b[4], -1)
-
-    # ---- sync ----------------------------------------------------------------------------
-    async def _deliver_sync(self, batch: DeliveryBatch, dues: list[int], infos: EventInfos | None, raws: Raws,
-                            spans: Spans, base: int, end: int) -> None:
-        """One put_batch for the whole batch; failed records (put status, or a flush that did not
-        confirm) are resent one PutRequest each, with backoff, until stored; a record the store
-        refuses for good (GIVE_UP: oversize with its real topic) is quarantined instead. The progress
-        (scheduleProgress) moves to `end` in the same step as the put (to the first failed record if a
-        put failed, and to `end` once the failed ones are stored or set aside)."""
-        n = len(batch)
-        store = self.store
-        if not n:
-            self._progress_commit(end, store.commitlog_max_offset())
-            return
-        self._progress_begin(store.commitlog_max_offset())
-        res = store.put_batch(batch)
-        self._count_puts(batch, res.statuses)
-        statuses = res.statuses
-        if statuses is None:
-            self._progress_commit(end, store.commitlog_max_offset())
-        else:
-            first = next((j for j, x in enumerate(statuses) if x is not PUT_OK), None)
-            self._progress_commit(end if first is None else base + batch.source[first], store.commitlog_max_offset())
-        fl = res.flushed
-        flushed_ok = True
-        if fl is not None:
-            if not fl.done():
-                await asyncio.wait((fl,))
-            flushed_ok = flush_ok(fl)  # not confirmed durable: resend (Java does the same)
-        src = batch.source
-        st = self.stats
-        if statuses is None and flushed_ok:
-            ts = res.store_timestamp
-            st.add_delivered(n)
-            st.lateness.observe_many([ts - dues[i] for i in src])
-            if infos is not None:
-                self._fire_delivered(infos.topics, res.phys, infos, [dues[i] for i in src], ts)
-            return
-        failed: list[int] = []
-        for j, i in enumerate(src):
-            if statuses is not None and statuses[j] in GIVE_UP and self.svc.quarantine.set_aside(
-                    raws[i], f"delivery refused by the store: {statuses[j].name}", LEVEL, spans[i][0],  # type: ignore[arg-type]  # source: built, never None
-                    level=self.level, topic=batch.dests[j][0]):
-                self.stats.quarantined += 1
-                continue
-            if (statuses is not None and statuses[j] is not PUT_OK) or (not flushed_ok and res.phys[j] >= 0):
-                failed.append(j)
-            elif infos is None:
-                st.add_delivered(1)
-                st.record_lateness(res.store_timestamp - dues[i])
-            else:
-                self._delivered(dues[i], infos[j], res.store_timestamp, res.phys[j], batch.dests[j][0])
-        if not failed:  # every failure was set aside
-            self.commit_progress(end)
-            return
-        st.failed_puts += len(failed)
-        log.warning("delay.deliver_failed", level=self.level, failed=len(failed), attempt=1,
-                    status=str(statuses[failed[0]] if statuses is not None else "FLUSH_FAILED"))
-        reqs = [PutRequest(batch.record(j), *batch.dests[j], batch.tags_codes[j], batch.keys[j], -1) for j in failed]
-        metas = [(dues[src[j]], infos[j] if infos is not None else None, raws[src[j]], spans[src[j]][0])
-                 for j in failed]
-        await self._resend_sync(reqs, metas)
-        self.commit_progress(end)
-
-    async def _resend_sync(self, reqs: list[PutRequest], metas: list[ResendMeta]) -> None:
-        attempt = 1
-        todo = list(range(len(reqs)))
-        while todo:
-            await asyncio.sleep(DELAY_FOR_A_WHILE_S)
-            results = self.store.put([reqs[i] for i in todo])
-            failed: list[tuple[int, PutResult]] = []
-            for i, r in zip(todo, results, strict=True):
-                if r.status in GIVE_UP and self.svc.quarantine.set_aside(
-                        metas[i][2], f"delivery refused by the store: {r.status.name}", LEVEL, metas[i][3],  # type: ignore[arg-type]  # from raws[source[j]]: never None
-                        level=self.level, topic=reqs[i].topic):
-                    self.stats.quarantined += 1
-                    continue
-                if r.status is not PUT_OK:
-                    failed.append((i, r))
-                    continue
-                self.svc.on_put(reqs[i].topic, 1, len(reqs[i].record))
-                fl = r.flushed
-                if fl is not None:
-                    if not fl.done():
-                        await asyncio.wait((fl,))
-                    if not flush_ok(fl):
-                        failed.append((i, r))
-                        continue
-                due, info = metas[i][:2]
-                if info is None:
-                    self.stats.add_delivered(1)
-                    self.stats.record_lateness(r.store_timestamp - due)
-                else:
-                    self._delivered(due, info, r.store_timestamp, r.phys_offset, reqs[i].topic)
-            attempt += 1
-            if failed:
-                self.stats.failed_puts += len(failed)
-                if attempt % 100 == 0:
-                    log.warning("delay.deliver_failed", level=self.level, failed=len(failed), attempt=attempt,
-                                status=str(failed[0][1].status))
-            todo = sorted(i for i, _ in failed)
-
-    def _delivered(self, due: int, info: tuple[int, str, int], store_ts: int, phys: int, topic: str) -> None:
-        """One delivered message with event listeners; `info` = (schedule store ts, uniqKey, bornTs)."""
-        st = self.stats
-        st.add_delivered(1)
-        st.record_lateness(store_ts - due)
-        self._fire_one(due, info, store_ts, phys, topic)
-
-    def _fire_one(self, due: int, info: tuple[int, str, int], store_ts: int, phys: int, topic: str) -> None:
-        stored, uniq, born = info
-        fire_columns(self.svc.listeners, "delivered", EventColumns(
-            "level", self.level, self.svc.msg_id_prefix(), [topic], [phys], [uniq], [born], [stored], [due], store_ts))
-
-    def _fire_delivered(self, topics: list[str], phys: list[int], infos: EventInfos, dues: list[int],
-                        store_ts: int) -> None:
-        """One "delivered" event per message of a run stored at `store_ts`, handed over as columns."""
-        fire_columns(self.svc.listeners, "delivered", EventColumns(
-            "level", self.level, self.svc.msg_id_prefix(), topics, phys, infos.uniqs, infos.born_ts,
-            infos.store_ts, dues, store_ts))
-
-    def _fire_due(self, batch: DeliveryBatch, spans: Spans, dues: list[int], infos: EventInfos) -> None:
-        src = batch.source
-        fire_columns(self.svc.listeners, "due", EventColumns(
-            "level", self.level, self.svc.msg_id_prefix(), infos.topics, [spans[i][0] for i in src], infos.uniqs,
-            infos.born_ts, infos.store_ts, [dues[i] for i in src], 0))
-
-    # ---- async ---------------------------------------------------------------------------
-    def _deliver_async(self, batch: DeliveryBatch, base: int, spans: Spans, dues: list[int], infos: EventInfos | None,
-                       end: int) -> None:
-        if not spans:
-            return
-        n = len(batch)
-        store = self.store
-        handler = self.handler
-        assert handler is not None  # async mode
-        res: BatchPutResult | None = None
-        if n:
-            self._progress_begin(store.commitlog_max_offset())
-            res = store.put_batch(batch)
-            self._count_puts(batch, res.statuses)
-        if res is not None and not batch.dropped:
-            if res.statuses is None:  # the common case: one pending entry for the whole run
-                topics = infos.topics if infos is not None else None
-                handler.extend((PendingBatch(base, spans, dues, res.flushed, res.store_timestamp, res.phys,
-                                                  topics, infos),))
-                self._progress_commit(self.put_offset(end), store.commitlog_max_offset())
-                return
-            self._pending_entries(batch, base, spans, dues, infos, res)
-        else:
-            self._pending_entries(batch, base, spans, dues, infos, res)
-        self._progress_commit(self.put_offset(end), store.commitlog_max_offset())
-
-    def _count_puts(self, batch: DeliveryBatch, statuses: list[PutStatus] | None) -> None:
-        """The deliveries one put_batch stored count as puts of their real topics (svc.on_put)."""
-        starts, dests = batch.starts, batch.dests
-        ok: Sequence[int]
-        if statuses is None:
-            first = dests[0]
-            if dests.count(first) == len(dests):  # one destination (the usual run): one call, no per-record work
-                self.svc.on_put(first[0], len(dests), starts[-1] - starts[0])
-                return
-            ok = range(len(dests))
-        else:
-            ok = [j for j, s in enumerate(statuses) if s is PUT_OK]
-        count_puts(self.svc.on_put, [dests[j][0] for j in ok], [starts[j + 1] - starts[j] for j in ok])
-
-    def _pending_entries(self, batch: DeliveryBatch, base: int, spans: Spans, dues: list[int],
-                         infos: EventInfos | None, res: BatchPutResult | None) -> None:
-        """One PendingEntry per message: SKIP for dropped ones, RUNNING or EXCEPTION for the others."""
-        handler = self.handler
-        assert handler is not None  # async mode
-        entries: list[PendingEntry | None] = [None] * len(spans)
-        for i in batch.dropped:
-            entries[i] = PendingEntry(base + i, spans[i][0], spans[i][1], dues[i], SKIP)
-        if res is not None:
-            statuses, phys, ts, fl = res.statuses, res.phys, res.store_timestamp, res.flushed
-            dests = batch.dests
-            for j, i in enumerate(batch.source):
-                ok = statuses is None or statuses[j] is PUT_OK
-                status = RUNNING if ok else EXCEPTION
-                if not ok and statuses is not None and statuses[j] in GIVE_UP and self.quarantine_refused(
-                        spans[i][0], spans[i][1], f"delivery refused by the store: {statuses[j].name}", base + i):
-                    status = SKIP
-                e = entries[i] = PendingEntry(base + i, spans[i][0], spans[i][1], dues[i], status,
-                                              (dests[j][0], infos[j]) if infos is not None else None)
-                if ok:
-                    e.flushed, e.store_ts, e.dphys = fl, ts, phys[j]
-            if statuses is not None:
-                self.stats.failed_puts += sum(1 for x in statuses if x is not PUT_OK)
-                # EXCEPTION entries only: one the store refused for good was quarantined (SKIP)
-                handler.failed += sum(1 for e in entries if e is not None and e.status == EXCEPTION)
-        handler.extend(entries)  # type: ignore[arg-type]  # every span is dropped or in batch.source: no None left
-
     def quarantine_refused(self, phys: int, size: int, why: str, offset: int) -> bool:
         """Quarantine the schedule record at `phys` that cannot be delivered (True when set aside;
         False: keep resending, e.g. the quarantine put hit a full disk)."""
@@ -483,47 +271,12 @@ class LevelDeliverer:
             return True
         return False
 
-    def entry_done(self, e: PendingEntry) -> None:
-        """Handler callback, in offset order: SUCCESS or SKIP of the head."""
-        if e.offset + 1 > self.offset:
-            self.offset = e.offset + 1
-        if e.status == SKIP or e.dphys < 0:
-            return
-        if e.info is not None:
-            topic, info = e.info
-            self._delivered(e.due, info, e.store_ts, e.dphys, topic)
-        else:
-            st = self.stats
-            st.add_delivered(1)
-            st.record_lateness(e.store_ts - e.due)
-
-    def entries_done(self, entries: Sequence[PendingEntry | PendingBatch]) -> None:
-        """`entry_done` for a run of SUCCESS entries (PendingEntry or PendingBatch) in offset order,
-        with one stats update."""
-        last = entries[-1]
-        end = last.offset + last.count
-        if end > self.offset:
-            self.offset = end
-        lateness = []
-        for e in entries:
-            if isinstance(e, PendingBatch):  # (no subclasses: as cheap as `type(e) is`)
-                ts = e.store_ts
-                lateness += [ts - due for due in e.dues]
-            elif e.dphys >= 0:
-                lateness.append(e.store_ts - e.due)
-        if not lateness:
-            return
-        st = self.stats
-        st.add_delivered(len(lateness))
-        st.lateness.observe_many(lateness)
-        if self.svc.listeners:
-            for e in entries:
-                if isinstance(e, PendingBatch):
-                    if e.infos is not None and e.topics is not None:
-                        self._fire_delivered(e.topics, e.dphys, e.infos, e.dues, e.store_ts)
-                elif e.info is not None and e.dphys >= 0:
-                    topic, info = e.info
-                    self._fire_one(e.due, info, e.store_ts, e.dphys, topic)
+    def make_request(self, raw: BytesLike) -> PutRequest | None:
+        """messageTimeup: the delivery PutRequest, or None to drop (no REAL_TOPIC, half message)."""
+        b = build_deliveries((raw,))[0]
+        if b is None or b[1] == HALF_TOPIC:
+            return None
+        return PutRequest(b[0], b[1], b[2], b[3], b[4], -1)
 
     # ---- visibility ----------------------------------------------------------------------
     def max_offset(self) -> int:

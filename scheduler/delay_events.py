@@ -1,31 +1,46 @@
-"""What a delay level's due / delivered events carry from each schedule record of a delivery batch,
-column by column (handed to listeners as scheduler.events.EventColumns)."""
+"""What a delay level reports of its deliveries: the due / delivered events (what they carry from each
+schedule record of a delivery batch, column by column, handed to listeners as
+scheduler.events.EventColumns), the level's delivered count and lateness, and the puts counted per real
+topic (`LevelEventsMixin`, a part of scheduler.delay_deliver.LevelDeliverer)."""
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from codec.buffers import BytesLike
 from codec.delivery_batch import DeliveryBatch
 from codec.record import POS_SYS_FLAG
+from scheduler.delay_state import LevelState, Spans
+from scheduler.events import EventColumns, count_puts, fire_columns
+from storage.message_store import PutStatus
 
+PUT_OK = PutStatus.PUT_OK
 _BORN_STORE_TS = (struct.Struct(">q8xq"), struct.Struct(">q20xq"))  # from 40, by the BORNHOST_V6 bit
+
+
+class DeliveryInfo(NamedTuple):
+    """What one message's events carry from its schedule record."""
+
+    store_ts: int  # the schedule record's store timestamp
+    uniq_key: str
+    born_ts: int
 
 
 class EventInfos:
     """What the due / delivered events need from each delivery j of a batch (in `batch.source` order),
     column by column: real topic, schedule record store timestamp, UNIQ_KEY (bytes or None), born
-    timestamp. `infos[j]` is one message's (store ts, uniqKey, bornTs), for the per-message paths."""
+    timestamp. `infos[j]` is one message's DeliveryInfo, for the per-message paths."""
 
     __slots__ = ("topics", "store_ts", "uniqs", "born_ts")
 
     def __init__(self, topics: list[str], store_ts: list[int], uniqs: list[bytes | None], born_ts: list[int]) -> None:
         self.topics, self.store_ts, self.uniqs, self.born_ts = topics, store_ts, uniqs, born_ts
 
-    def __getitem__(self, j: int) -> tuple[int, str, int]:
+    def __getitem__(self, j: int) -> DeliveryInfo:
         u = self.uniqs[j]
-        return (self.store_ts[j], u.decode("utf-8", "replace") if u else "", self.born_ts[j])
+        return DeliveryInfo(self.store_ts[j], u.decode("utf-8", "replace") if u else "", self.born_ts[j])
 
 
 def event_infos(raws: Sequence[BytesLike | None], batch: DeliveryBatch) -> EventInfos:
@@ -35,3 +50,44 @@ def event_infos(raws: Sequence[BytesLike | None], batch: DeliveryBatch) -> Event
     pairs = [ts[(raw[POS_SYS_FLAG + 3] & 0x10) >> 4].unpack_from(raw, 40)  # type: ignore[index, arg-type]  # batch.source names only records that were built (never None)
              for raw in map(raws.__getitem__, batch.source)]
     return EventInfos([d[0] for d in batch.dests], [p[1] for p in pairs], batch.uniqs, [p[0] for p in pairs])
+
+
+class LevelEventsMixin(LevelState):
+    def _delivered(self, due: int, info: DeliveryInfo, store_ts: int, phys: int, topic: str) -> None:
+        """One delivered message with event listeners; `info` = (schedule store ts, uniqKey, bornTs)."""
+        st = self.stats
+        st.add_delivered(1)
+        st.record_lateness(store_ts - due)
+        self._fire_one(due, info, store_ts, phys, topic)
+
+    def _fire_one(self, due: int, info: DeliveryInfo, store_ts: int, phys: int, topic: str) -> None:
+        stored, uniq, born = info
+        fire_columns(self.svc.listeners, "delivered", EventColumns(
+            "level", self.level, self.svc.msg_id_prefix(), [topic], [phys], [uniq], [born], [stored], [due], store_ts))
+
+    def _fire_delivered(self, topics: list[str], phys: list[int], infos: EventInfos, dues: list[int],
+                        store_ts: int) -> None:
+        """One "delivered" event per message of a run stored at `store_ts`, handed over as columns."""
+        fire_columns(self.svc.listeners, "delivered", EventColumns(
+            "level", self.level, self.svc.msg_id_prefix(), topics, phys, infos.uniqs, infos.born_ts,
+            infos.store_ts, dues, store_ts))
+
+    def _fire_due(self, batch: DeliveryBatch, spans: Spans, dues: list[int], infos: EventInfos) -> None:
+        src = batch.source
+        fire_columns(self.svc.listeners, "due", EventColumns(
+            "level", self.level, self.svc.msg_id_prefix(), infos.topics, [spans[i][0] for i in src], infos.uniqs,
+            infos.born_ts, infos.store_ts, [dues[i] for i in src], 0))
+
+    def _count_puts(self, batch: DeliveryBatch, statuses: list[PutStatus] | None) -> None:
+        """The deliveries one put_batch stored count as puts of their real topics (svc.on_put)."""
+        starts, dests = batch.starts, batch.dests
+        ok: Sequence[int]
+        if statuses is None:
+            first = dests[0]
+            if dests.count(first) == len(dests):  # one destination (the usual run): one call, no per-record work
+                self.svc.on_put(first[0], len(dests), starts[-1] - starts[0])
+                return
+            ok = range(len(dests))
+        else:
+            ok = [j for j, s in enumerate(statuses) if s is PUT_OK]
+        count_puts(self.svc.on_put, [dests[j][0] for j in ok], [starts[j + 1] - starts[j] for j in ok])
