@@ -1,4 +1,4 @@
-"""What the MessageStore's mixins (store_reads, store_append, retention, replica) share: the facade's
+"""What the MessageStore's mixins (store_put, store_reads, store_append, retention, replica) share: the facade's
 state and the few methods one mixin calls on another, declared once so each mixin is type-checked
 against the real attribute types. Annotations only: nothing here exists at runtime; `MessageStore.__init__`
 assigns every attribute."""
@@ -6,7 +6,7 @@ assigns every attribute."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from storage.commitlog import CommitLog
@@ -37,8 +37,13 @@ class StoreState:
     _group_commit: GroupCommitService
     _loaded: bool
     _closed: bool
+    _disk_checked_at: float  # disk_used_ratio's cache: when statvfs was last asked, and its answer
+    _disk_ratio: float
+    _space_logged_at: float  # the last "no room for a ConsumeQueue file" log (rate limit)
 
-    if TYPE_CHECKING:  # defined by MessageStore; declared here for the mixins that call them
+    if TYPE_CHECKING:  # defined by MessageStore or one mixin; declared here for the mixins that call them
+        def consume_queue(self, topic: str, queue_id: int, create: Literal[True]) -> ConsumeQueue: ...
+
         def put(self, requests: list[PutRequest]) -> list[PutResult]: ...
 
         def disk_used_ratio(self) -> float: ...

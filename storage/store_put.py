@@ -1,0 +1,215 @@
+"""The single-record put path (a mixin of MessageStore): `put(requests)` / `put_async(requests)`, the
+checks before anything is stored (store running and writable, disk space, record shape, ConsumeQueue
+room) and the steps after the CommitLog append that `put_batch` (storage.store_append) shares: the
+ConsumeQueue units of one put per queue and the dispatch listeners once per (topic, queue).
+
+One pass checks the requests and assigns queue offsets, the CommitLog copies runs of records with one
+write each, one pass builds the ConsumeQueue units (one write per queue) and the index entries (one
+call), then the dispatch listeners run once per (topic, queue). Results are in request order; a
+file that cannot be created (a full disk) is a status with a remark, never an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import time
+from collections.abc import Iterable
+
+import structlog
+
+from storage import _record as R
+from storage.consume_queue import UNIT
+from storage.store_state import StoreState
+from storage.store_types import PutRequest, PutResult, PutStatus
+
+log = structlog.get_logger(__name__)
+
+
+def _space_error(cause: BaseException | None, what: str) -> tuple[PutStatus, str]:
+    """The put status and remark for a file that could not be created: ENOSPC is SERVICE_NOT_AVAILABLE
+    (the client's code 14) with a remark saying the disk is full."""
+    if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+        return PutStatus.SERVICE_NOT_AVAILABLE, f"disk full: cannot reserve a {what}: {cause.strerror}"
+    return PutStatus.CREATE_MAPPED_FILE_FAILED, f"create mapped file failed ({what}): {cause}"
+
+
+class _QueueUnits:
+    """One queue's ConsumeQueue units of a put: its first queue offset, the units, and the CommitLog end
+    of its last record."""
+
+    __slots__ = ("first", "units", "end")
+
+    def __init__(self, first: int, units: bytearray, end: int) -> None:
+        self.first, self.units, self.end = first, units, end
+
+
+class PutMixin(StoreState):
+    def disk_used_ratio(self) -> float:
+        now = time.monotonic()
+        if now - self._disk_checked_at >= self.config.disk_check_interval_ms / 1000.0 or self._disk_checked_at == 0:
+            try:
+                st = os.statvfs(self.config.store_path)
+                self._disk_ratio = 1.0 - st.f_bavail / st.f_blocks if st.f_blocks else 0.0
+            except OSError:
+                self._disk_ratio = 0.0
+            self._disk_checked_at = now
+        return self._disk_ratio
+
+    def put(self, requests: list[PutRequest]) -> list[PutResult]:
+        """Append a batch synchronously; see ARCHITECTURE.md. Results are in request order.
+
+        One pass checks the requests and assigns queue offsets, the CommitLog copies runs of records
+        with one write each, one pass builds the ConsumeQueue units (one write per queue) and the index
+        entries (one call), then the dispatch listeners run once per (topic, queue)."""
+        results: list[PutResult | None] = [None] * len(requests)
+        if self._closed or not self._loaded:
+            return self._fail_all(requests, results, PutStatus.SERVICE_NOT_AVAILABLE, "store is not running")
+        if self.read_only:
+            return self._fail_all(requests, results, PutStatus.SERVICE_NOT_AVAILABLE,
+                                  "store is read-only (brokerRole SLAVE): send to the master")
+        if self.disk_used_ratio() > self.config.disk_max_used_ratio:
+            log.warning("store.disk_full", ratio=round(self._disk_ratio, 4), limit=self.config.disk_max_used_ratio)
+            return self._fail_all(requests, results, PutStatus.SERVICE_NOT_AVAILABLE,
+                                  f"disk full: used ratio {self._disk_ratio:.3f} > {self.config.disk_max_used_ratio}")
+        faults = self.faults
+        cfg = self.config
+        max_size = min(cfg.max_message_size, cfg.mapped_file_size_commitlog - R.BLANK_LEN)
+        min_size, read_head, magics = R.MIN_RECORD, R.read_head, R.RECORD_MAGICS
+        counters = self.queue_offsets
+        next_off: dict[tuple[str, int], int] = {}
+        accepted: list[PutRequest] = []
+        positions: list[int] = []  # request index of each accepted one
+        qoffs: list[int] = []
+        records: list[bytearray] = []
+        for i, req in enumerate(requests):
+            status = faults.take(req) if faults.enabled else None
+            if status is not None:
+                results[i] = PutResult(status, remark="injected fault")
+                self.put_failed_total += 1
+                continue
+            rec = req.record
+            n = len(rec)
+            if n > max_size or n < min_size or (h := read_head(rec, 0))[0] != n or h[1] not in magics:
+                results[i] = PutResult(PutStatus.MESSAGE_ILLEGAL, remark="message illegal")
+                self.put_failed_total += 1
+                continue
+            key = (req.topic, req.queue_id)
+            off = next_off.get(key)
+            if off is None:
+                off = counters.get(key, 0)
+            next_off[key] = off + 1
+            qoffs.append(off)
+            accepted.append(req)
+            positions.append(i)
+            records.append(rec)
+        if not accepted:
+            return results  # type: ignore[return-value]  # no request accepted: every slot was filled above
+        for key, end in next_off.items():  # ConsumeQueue room first: nothing stored unless all fits
+            first = counters.get(key, 0)
+            err = self._cq_room(key, first, end - first)
+            if err is not None:
+                status, remark = _space_error(err, "ConsumeQueue file")
+                for i in positions:
+                    results[i] = PutResult(status, remark=remark)
+                self.put_failed_total += len(positions)
+                return results  # type: ignore[return-value]  # every slot was filled just above
+        store_ts = self.now_ms()
+        phys, append_err = self.commitlog.append_batch(records, qoffs, store_ts)
+        units: dict[tuple[str, int], _QueueUnits] = {}
+        index_entries = []
+        pack = UNIT.pack
+        ok = PutStatus.PUT_OK
+        end = 0
+        nbytes = 0
+        for j, p in enumerate(phys):
+            req = accepted[j]
+            size = len(records[j])
+            key = (req.topic, req.queue_id)
+            delay = req.deliver_delay_ms
+            unit = pack(p, size, store_ts + delay if delay >= 0 else req.tags_code)
+            entry = units.get(key)
+            if entry is None:
+                units[key] = _QueueUnits(qoffs[j], bytearray(unit), p + size)
+            else:
+                entry.units += unit
+                entry.end = p + size
+            if req.keys:
+                index_entries.append((req.topic, req.keys, p, size))
+            results[positions[j]] = PutResult(ok, p, size, qoffs[j], store_ts)
+            end = p + size
+            nbytes += size
+        if index_entries:
+            self.index.add_batch(index_entries, store_ts)
+        self.put_bytes_total += nbytes
+        self.put_ok_total += len(phys)
+        if append_err is not None:
+            status, remark = _space_error(append_err.cause, "CommitLog segment")
+            for i in positions[len(phys):]:
+                results[i] = PutResult(status, remark=remark)
+                self.put_failed_total += 1
+        for key, entry in units.items():
+            self._write_units(key, entry.first, entry.units, entry.end)
+        if phys and cfg.sync_flush:
+            fut = self._group_commit.request(end)
+            for j in range(len(phys)):
+                results[positions[j]].flushed = fut  # type: ignore[union-attr]  # stored above (PUT_OK)
+        if self._listeners:
+            self._dispatch(units)
+        return results  # type: ignore[return-value]  # every slot holds a result: rejected, stored or failed above
+
+    def _cq_room(self, key: tuple[str, int], first: int, count: int) -> OSError | None:
+        """Reserve the ConsumeQueue file `count` units from `first` need (see ConsumeQueue.ensure_room)."""
+        cq = self.consume_queue(key[0], key[1], create=True)
+        try:
+            cq.ensure_room(first, count)
+        except OSError as e:
+            now = time.monotonic()
+            if now - self._space_logged_at > 10.0:
+                self._space_logged_at = now
+                log.error("store.consume_queue_no_room", topic=key[0], queue_id=key[1], error=str(e))
+            return e
+        return None
+
+    def _write_units(self, key: tuple[str, int], first: int, buf: bytes | bytearray | memoryview,
+                     max_end: int) -> None:
+        """ConsumeQueue units of one put for one queue (one write), then its offset counter."""
+        cq = self.consume_queue(key[0], key[1], create=True)
+        try:
+            cq.put_units(first, buf, max_end)
+        except OSError as e:  # the CommitLog has it; recovery rebuilds the units
+            log.error("store.consume_queue_write_failed", topic=key[0], queue_id=key[1], error=str(e))
+        self.queue_offsets[key] = first + len(buf) // 20
+
+    def _dispatch(self, keys: Iterable[tuple[str, int]]) -> None:
+        """Dispatch listeners once per (topic, queue) a put wrote to."""
+        counters = self.queue_offsets
+        for key in keys:
+            max_offset = counters[key]
+            for fn in self._listeners:
+                try:
+                    fn(key[0], key[1], max_offset)
+                except Exception as e:
+                    log.error("store.dispatch_listener_failed", listener=repr(fn), error=repr(e))
+
+    def _fail_all(self, requests: list[PutRequest], results: list[PutResult | None], status: PutStatus,
+                  remark: str) -> list[PutResult]:
+        for i in range(len(requests)):
+            results[i] = PutResult(status, remark=remark)
+        self.put_failed_total += len(requests)
+        return results  # type: ignore[return-value]  # every slot was filled just above
+
+    async def put_async(self, requests: list[PutRequest]) -> list[PutResult]:
+        """`put`, then (SYNC_FLUSH) wait for the group commit; a flush that does not finish within
+        sync_flush_timeout_ms turns PUT_OK into FLUSH_DISK_TIMEOUT (the record is stored)."""
+        results = self.put(requests)
+        fut = next((r.flushed for r in results if r.flushed is not None), None)
+        if fut is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(fut), self.config.sync_flush_timeout_ms / 1000.0)
+            except TimeoutError:
+                for r in results:
+                    if r.status is PutStatus.PUT_OK:
+                        r.status = PutStatus.FLUSH_DISK_TIMEOUT
+        return results
