@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from codec.buffers import BytesLike
 from codec.cache import BoundedCache
@@ -184,9 +185,15 @@ def _qid(b: bytes | None) -> int:
 _INT32_MAX = 2**31 - 1
 
 
-# messageTimeup of one schedule record: (delivery record, real topic, real queue id, tagsCode,
-# index keys: KEYS split on spaces then UNIQ_KEY, UNIQ_KEY or None)
-Delivery = tuple[bytearray, str, int, int, tuple[bytes, ...], bytes | None]
+class Delivery(NamedTuple):
+    """messageTimeup of one schedule record (the reference path's result)."""
+
+    record: bytearray
+    topic: str  # the real topic (REAL_TOPIC)
+    queue_id: int  # REAL_QID
+    tags_code: int
+    keys: tuple[bytes, ...]  # index keys: KEYS split on spaces, then UNIQ_KEY
+    uniq_key: bytes | None
 
 
 def build_deliveries(raws: Iterable[BytesLike | None]) -> list[Delivery | None]:
@@ -216,5 +223,5 @@ def build_deliveries(raws: Iterable[BytesLike | None]) -> list[Delivery | None]:
         pack_i32(rec, POS_TOTAL, len(rec))
         pack_i32(rec, POS_QUEUE_ID, qid)
         uniq = get(pb, K_UNIQ) or None  # an empty UNIQ_KEY is no UNIQ_KEY (as the batch path reads it)
-        append((rec, topic, qid, tags_code(get(pb, K_TAGS)), index_keys(get(pb, K_KEYS), uniq), uniq))
+        append(Delivery(rec, topic, qid, tags_code(get(pb, K_TAGS)), index_keys(get(pb, K_KEYS), uniq), uniq))
     return out
