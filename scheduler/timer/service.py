@@ -25,6 +25,7 @@ from typing import Any
 import structlog
 
 from codec.buffers import BytesLike
+from codec.cache import BoundedCache
 from codec.codes import TIMER_TOPIC
 from codec.msgid import offset_msg_id
 from codec.record import store_host_pos
@@ -49,6 +50,8 @@ log = structlog.get_logger(__name__)
 
 _I32 = struct.Struct(">i")
 CURSOR_HISTORY = 8192  # reader-cursor moves a master remembers for its slaves (about 2 h of busy slots)
+# store host bytes (ip + port) -> the offset msgId's text before the 16 hex digits of the offset
+_MSG_ID_PREFIXES: BoundedCache[bytes, str] = BoundedCache("timer.msg_id_prefix", 1024)
 PUT_QUEUE_CAPACITY = 64  # chunks of up to 4096 units (stock DEFAULT_CAPACITY is 1024 requests)
 
 
@@ -104,7 +107,6 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
         self._put_queue = None
         self._put_current = None  # the putter's item in progress: a restarted putter finishes it first
         self._offset_waiters = []
-        self._host_hex = {}
         self._resume = None  # the slot a kill interrupted (recovery from scheduleProgress)
         self._done_key = (-1, -1)  # (due, timerlog position) of the last unit put of the slot being delivered
         self._done_key_slot = -1  # ... that slot
@@ -268,10 +270,10 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
         p = store_host_pos(sf)
         n = 20 if sf & 0x20 else 8
         host = bytes(rec[p:p + n])
-        prefix = self._host_hex.get(host)
+        prefix = _MSG_ID_PREFIXES.get(host)
         if prefix is None:
             ip = str(ipaddress.ip_address(host[:n - 4]))
-            prefix = self._host_hex[host] = offset_msg_id(ip, _I32.unpack_from(host, n - 4)[0], 0)[:-16]
+            prefix = _MSG_ID_PREFIXES.remember(host, offset_msg_id(ip, _I32.unpack_from(host, n - 4)[0], 0)[:-16])
         return prefix
 
     async def wait_enqueued(self, queue_offset: int, timeout: float | None = None) -> None:

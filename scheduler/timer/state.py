@@ -99,7 +99,6 @@ class TimerState:
     _put_queue: asyncio.Queue[SlotChunk | int] | None
     _put_current: SlotChunk | int | None
     _offset_waiters: list[tuple[int, asyncio.Future[None]]]
-    _host_hex: dict[bytes, str]
     _resume: ResumePoint | None
     _done_key: tuple[int, int]
     _done_key_slot: int
