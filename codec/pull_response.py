@@ -16,10 +16,9 @@ import struct
 from codec.buffers import BytesLike
 from codec.cache import BoundedCache
 from codec.codes import BROKER_VERSION, RPC_TYPE_RESPONSE, SERIALIZE_JSON, SERIALIZE_ROCKETMQ
-from codec.command import _json_dumps
+from codec.command import _json_dumps, java_int, rocketmq_head
 
-# length prefix, (serType << 24 | headerLen), code, language (JAVA = 0), version, opaque, flag, remark length
-_RMQ_HEAD = struct.Struct(">iihBhIii")
+_RMQ_HEAD = rocketmq_head(ext_length=False)
 _RMQ_FIXED = _RMQ_HEAD.size - 8  # the header's part of _RMQ_HEAD (without the frame's two words)
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
@@ -70,7 +69,7 @@ def pull_response_frame(opaque: int, serialize_type: int, code: int, remark: str
     hlen = _RMQ_FIXED + rlen + 4 + elen
     head = b"".join((
         _RMQ_HEAD.pack(4 + hlen + body_len, (SERIALIZE_ROCKETMQ << 24) | hlen, code, 0, BROKER_VERSION,
-                       opaque & 0xFFFFFFFF, RPC_TYPE_RESPONSE, rlen),
+                       java_int(opaque), RPC_TYPE_RESPONSE, rlen),
         rbytes, _I32.pack(elen), _SUGGEST, _NEXT, _I32.pack(len(n)), n, _MIN, _I32.pack(len(lo)), lo,
         _MAX, _I32.pack(len(hi)), hi))
     return [head, *parts]

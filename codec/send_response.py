@@ -12,13 +12,11 @@ from __future__ import annotations
 import struct
 
 from codec.codes import BROKER_VERSION, RPC_TYPE_RESPONSE, SERIALIZE_JSON, SERIALIZE_ROCKETMQ
-from codec.command import _json_dumps
+from codec.command import FRAME_PREFIX_FIELDS, _json_dumps, java_int, rocketmq_head
 
-# length prefix, (serType << 24 | headerLen), code, language (JAVA = 0), version, opaque, flag, remark length,
-# extFields length
-_RMQ_HEAD = struct.Struct(">iihBhIiii")
+_RMQ_HEAD = rocketmq_head(ext_length=True)
 _RMQ_FIXED = _RMQ_HEAD.size - 8  # the header's part of _RMQ_HEAD (without the frame's two words)
-_PREFIX = struct.Struct(">ii")
+_PREFIX = struct.Struct(">" + FRAME_PREFIX_FIELDS)
 _LEN32 = tuple(struct.pack(">i", n) for n in range(256))  # an ext value's length word (values are short)
 _I32 = struct.Struct(">i")
 
@@ -64,6 +62,6 @@ class SendResponseFrames:
         hlen = _RMQ_FIXED + elen
         return b"".join((
             _RMQ_HEAD.pack(4 + hlen, (SERIALIZE_ROCKETMQ << 24) | hlen, 0, 0, BROKER_VERSION,
-                           opaque & 0xFFFFFFFF, RPC_TYPE_RESPONSE, 0, elen),
+                           java_int(opaque), RPC_TYPE_RESPONSE, 0, elen),
             self._mid_head, _LEN32[len(mid)], mid, self._qid_key, _LEN32[len(q)], q,
             self._qoff_key, _LEN32[len(o)], o, self._tail))

@@ -27,7 +27,7 @@ from typing import Any
 from codec.buffers import BytesLike
 from codec.codes import TIMER_TOPIC
 from codec.errors import CodecError
-from codec.properties import index_keys, parse_properties, properties_to_string
+from codec.properties import index_keys, parse_properties, properties_to_string, property_token, value_span
 from codec.record import MAX_PROPERTIES_BYTES, POS_QUEUE_ID, POS_TOTAL, topic_field
 from codec.record_rewrite import _qid, _topic, tags_code, tail_span
 
@@ -71,19 +71,14 @@ Edits = Iterable[tuple[bytes, bytes]]
 
 
 def _edit_canonical(pb: bytes, edits: Edits) -> bytes:
+    text = b"\x02" + pb  # a leading separator: tokens match at key boundaries only
     for name, value in edits:
-        key = name + b"\x01"
-        if pb.startswith(key):
-            start = len(key)
+        span = value_span(text, property_token(name))
+        if span is None:
+            text = text + b"\x02" + name + b"\x01" + value
         else:
-            i = pb.find(b"\x02" + key)
-            start = -1 if i < 0 else i + 1 + len(key)
-        if start < 0:
-            pb = pb + b"\x02" + key + value
-            continue
-        end = pb.find(b"\x02", start)
-        pb = pb[:start] + value + (b"" if end < 0 else pb[end:])
-    return pb
+            text = text[:span[0]] + value + text[span[1]:]
+    return text[1:]
 
 
 def _edit_dict(pb: bytes, edits: Edits) -> bytes:
