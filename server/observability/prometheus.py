@@ -19,8 +19,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from codec.histogram import Histogram
-from server.observability.registry import Sample, _fmt_labels, _fmt_num
+from server.observability.registry import Histogram, Sample, _fmt_labels, _fmt_num
 
 # RPC latency buckets, seconds
 RPC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
