@@ -202,6 +202,7 @@ def timer_delivery_reference(raw: BytesLike | None, roll: bool, exact_ms: int, e
     MISSING / CANCELLED / SKIPPED, or (record, topic, queue id, tagsCode, index keys as str)."""
     if raw is None:
         return MISSING
+    tail_span(raw)  # the same well-formedness check as the fast path (magic, every length): CodecError
     props = parse_properties(read_properties_bytes(raw))
     if roll:
         props["TIMER_ROLL_TIMES"] = str(int(props.get("TIMER_ROLL_TIMES", "0") or 0) + 1)
