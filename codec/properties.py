@@ -205,6 +205,20 @@ def rewrite_sent_properties(text: str, cluster: str, new_uniq_key: Callable[[], 
     return stored, wait, tags, index_keys(keys, uniq), delay
 
 
+def rewrite_sent_properties_reference(text: str, cluster: str, new_uniq_key: Callable[[], str]) -> SentRewrite:
+    """The slow reference of `rewrite_sent_properties` (nothing hot calls it): the dict path the send
+    processor's full path takes, parse -> drop WAIT, set CLUSTER, UNIQ_KEY when none -> serialise. Where
+    the fast path does not decline, both give the same map (and the same string unless a key repeats);
+    tests/codec/test_sent_properties.py checks it."""
+    props = parse_properties(text)
+    wait = props.pop("WAIT", "true").lower() != "false"
+    props["CLUSTER"] = cluster
+    if not props.get("UNIQ_KEY"):
+        props["UNIQ_KEY"] = new_uniq_key()
+    keys = [k for k in (props.get("KEYS") or "").split(" ") if k] + [props["UNIQ_KEY"]]
+    return properties_to_string(props), wait, props.get("TAGS"), tuple(keys), props.get("DELAY")
+
+
 # rewrite_sent_properties_cached: (text before the UNIQ_KEY value, text after it, cluster, marks) ->
 # the rewrite of that text with a placeholder value, split where the value goes
 _PLACEHOLDER = "\x00"
