@@ -1,11 +1,12 @@
 """What the TimerMessageStore's stages (enqueue, reader, putter, follow) share: the service's state and
 the few methods one stage calls on another, declared once so each mixin is type-checked against the
 real attribute types (as storage.store_state does for the MessageStore). Annotations only, apart from
-the small named records below: `TimerMessageStore.__init__` assigns every attribute.
+the small named records below and `files()`: `TimerMessageStore.__init__` assigns every attribute
+(tests/scheduler/test_declared_state.py checks it).
 
-The files (`wheel`, `timerlog`, `checkpoint`, `progress_file`) are None until `load()` and after
-`shutdown()`; the stages run only in between and read them through `files()` (one named record,
-assigned by `load()`), which says so once.
+The files (`wheel`, `timerlog`, `checkpoint`, `progress_file`) are None until `load()`. The stages run
+only between `load()` and `shutdown()` and read them through `files()`: one named record, set by
+`load()` and cleared by `shutdown()`, so a stage that runs outside that window fails with one clear error.
 """
 
 from __future__ import annotations
