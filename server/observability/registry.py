@@ -72,6 +72,12 @@ class Histogram:
         self.sum += v
         self.count += 1
 
+    def observe_many(self, v: float, n: int) -> None:
+        """`observe(v)` n times (a run of n requests that each took v)."""
+        self.counts[bisect.bisect_left(self.bounds, v)] += n
+        self.sum += v * n
+        self.count += n
+
     def cumulative(self) -> list[tuple[float, int]]:
         out, acc = [], 0
         for bound, c in zip((*self.bounds, math.inf), self.counts, strict=True):
