@@ -64,7 +64,7 @@ class RpcLatency:
         if n == 1:
             h.observe(seconds)
         else:  # a run of n requests handled in one call: each took the run's time / n
-            h.observe_many(seconds / n, n)
+            h.observe_repeated(seconds / n, n)
 
 
 def _hist_ms_to_s(name: str, labels: dict[str, str], h: dict) -> Sample | None:

@@ -173,13 +173,3 @@ async def test_sliced_collection_render_and_export_equal_the_one_piece_ones(tmp_
     [f1], [f2] = os.listdir(tmp_path / "one"), os.listdir(tmp_path / "two")
     assert (tmp_path / "one" / f1).read_bytes() == (tmp_path / "two" / f2).read_bytes()
 
-
-def test_histogram_observe_many_is_n_observes():
-    from server.observability.registry import Histogram
-
-    many, one = Histogram(), Histogram()
-    for v, n in ((0.4, 3), (7.0, 1), (1e9, 2), (0.0, 5)):
-        many.observe_many(v, n)
-        for _ in range(n):
-            one.observe(v)
-    assert (many.counts, many.sum, many.count) == (one.counts, one.sum, one.count)
