@@ -28,6 +28,7 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
+import struct
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -35,7 +36,7 @@ from pathlib import Path
 
 from bench import wire
 from bench.common import Broker, percentiles, proc_mem_mb
-from codec.codes import RequestCode
+from codec.codes import BROKER_VERSION, RequestCode
 from codec.command import RemotingCommand
 
 PROBE_RATE = 200
@@ -132,9 +133,31 @@ async def probe(addr: str, stop_file: str, max_s: float, rate: float = PROBE_RAT
     return {"samples": samples, "errors": errors}
 
 
+_PREFIX = struct.Struct(">ii")
+_COMMIT_TAIL = f',"flag":0,"language":"JAVA","opaque":%d,"serializeTypeCurrentRPC":"JSON","version":{BROKER_VERSION}}}'
+
+
+def _commit_frame_reference(group: str, topic: str, queue_id: int, offset: int, opaque: int) -> bytes:
+    cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {  # strings, as Java sends
+        "consumerGroup": group, "topic": topic, "queueId": str(queue_id), "commitOffset": str(offset)})
+    cmd.opaque = opaque
+    return wire.encode_frame_bytes(cmd)
+
+
+def _commit_frame(group: str, topic: str, queue_id: int, offset: int, opaque: int) -> bytes:
+    """`_commit_frame_reference` in one format (the generator's CPU is the host's too: 40,000 encodes a
+    second through RemotingCommand cost more than the broker's decode). Checked equal at every run's start."""
+    header = (f'{{"code":{int(RequestCode.UPDATE_CONSUMER_OFFSET)},"extFields":{{"consumerGroup":"{group}",'
+              f'"topic":"{topic}","queueId":"{queue_id}","commitOffset":"{offset}"}}'
+              + _COMMIT_TAIL % opaque).encode()
+    return _PREFIX.pack(4 + len(header), len(header)) + header
+
+
 async def commit_offsets(addr: str, g0: int, g1: int, duration_s: float, topics: int) -> dict:
     """Groups cg-<g0>..cg-<g1-1> commit offsets on 4 queues of topic tenant-<g % topics> every second,
     spread over 100 ticks a second; acknowledged requests, all in flight at once per tick."""
+    sample = ("cg-00001", "tenant-000001", 3, 123, 1 << 30)
+    assert _commit_frame(*sample) == _commit_frame_reference(*sample), "the commit frame format drifted"
     conn = await wire.connect(addr)
     loop = asyncio.get_running_loop()
     groups = list(range(g0, g1))
@@ -165,13 +188,10 @@ async def commit_offsets(addr: str, g0: int, g1: int, duration_s: float, topics:
         frames = []
         for g in per_tick[tick % ticks]:
             for q in range(4):
-                cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {  # strings, as Java sends
-                    "consumerGroup": f"cg-{g:05d}", "topic": f"tenant-{g % topics:06d}", "queueId": str(q),
-                    "commitOffset": str(second * 10 + q)})
-                cmd.opaque = conn.next_opaque()
-                conn.waiters[cmd.opaque] = on_resp
-                pending[cmd.opaque] = time.perf_counter()
-                frames.append(wire.encode_frame_bytes(cmd))
+                opaque = conn.next_opaque()
+                conn.waiters[opaque] = on_resp
+                pending[opaque] = time.perf_counter()
+                frames.append(_commit_frame(f"cg-{g:05d}", f"tenant-{g % topics:06d}", q, second * 10 + q, opaque))
         conn.write(b"".join(frames))
         sent += len(frames)
         tick += 1
