@@ -10,7 +10,7 @@ goes through these phases, each driven from separate generator processes:
 2. create G subscription groups (10,000; `--quick` 2,000) the same way;
 3. G groups commit offsets on 4 queues each every second (acknowledged UPDATE_CONSUMER_OFFSET; 40,000
    commits/s at G = 10,000) for D seconds (20; `--quick` 5) with the prober running: achieved commits/s,
-   commit and prober round trips;
+   commit and prober round trips, the broker's CPU time per commit (event-loop thread, whole process);
 4. the whole-table requests once each with the prober running: GET_ALL_TOPIC_CONFIG,
    GET_ALL_TOPIC_LIST_FROM_NAMESERVER, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_ALL_CONSUMER_OFFSET (time, bytes);
 5. the stock mqadmin (4.9.7, from ../shared; skipped, and said so, without it) against those tables:
@@ -35,7 +35,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from bench import wire
-from bench.common import Broker, percentiles, proc_mem_mb
+from bench.common import CLK_TCK, Broker, percentiles, proc_cpu_s, proc_mem_mb
 from codec.codes import BROKER_VERSION, RequestCode
 from codec.command import RemotingCommand
 
@@ -296,6 +296,13 @@ def _stalls(stderr: Path, t0: float, t1: float) -> dict:
             "largest": [{"lag_ms": lag, "loop_cpu_ms": cpu, "stack_tail": st} for lag, cpu, st in top]}
 
 
+def _loop_thread_cpu_s(pid: int) -> float:
+    """utime + stime of the broker's main thread (its event loop: the thread whose id is the pid)."""
+    data = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
+    fields = data[data.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
 def _rtt(samples, t0: float, t1: float) -> dict:
     return percentiles([ms for ts, ms in samples if t0 <= ts <= t1])
 
@@ -364,9 +371,15 @@ def bench_meta_scale(quick: bool) -> dict:
         half = n_groups // 2
         jobs = [("commit_offsets", {"addr": b.addr, "g0": g0, "g1": g1, "duration_s": commit_s, "topics": n_topics})
                 for g0, g1 in ((0, half), (half, n_groups))]
+        cpu0, loop0 = proc_cpu_s(b.pid), _loop_thread_cpu_s(b.pid)
         res, pr, t0, t1 = _phase(b, stop, jobs, 600)
+        cpu1, loop1 = proc_cpu_s(b.pid), _loop_thread_cpu_s(b.pid)
         ok = sum(r["ok"] for r in res)
         out["commit_offsets"] = {
+            # CPU time, not wall clock (the host is shared): the broker's main (event loop) thread and the
+            # whole process (with the meta writer thread), over the phase, per acknowledged commit
+            "broker_cpu_us_per_commit": {"loop_thread": round((loop1 - loop0) * 1e6 / max(1, ok), 2),
+                                         "process": round((cpu1 - cpu0) * 1e6 / max(1, ok), 2)},
             "target_per_s": n_groups * 4, "acked_per_s": round(ok / max(r["seconds"] for r in res)),
             "sent": sum(r["sent"] for r in res), "ok": ok, "errors": sum(r["errors"] for r in res),
             "lost": sum(r["lost"] for r in res), "commit_rtt_ms": [r["rtt_ms"] for r in res],
@@ -396,6 +409,7 @@ def bench_meta_scale(quick: bool) -> dict:
                        "probe_p99_ms": probe_p99, "probe_max_ms": max(ct["probe_rtt_ms"].get("max", 0),
                                                                       co["probe_rtt_ms"].get("max", 0)),
                        "commits_acked_per_s": co["acked_per_s"],
+                       "commit_loop_cpu_us": co["broker_cpu_us_per_commit"]["loop_thread"],
                        "restart_s": out["restart"]["start_to_ready_s"],
                        "empty_start_s": out["restart"]["empty_store_start_to_ready_s"],
                        "bytes_per_topic": ct["bytes_per_topic"],
