@@ -172,4 +172,3 @@ async def test_sliced_collection_render_and_export_equal_the_one_piece_ones(tmp_
     assert await MetricsExporter(reg, two, clock=lambda: 1.0).export_sliced() == 2701
     [f1], [f2] = os.listdir(tmp_path / "one"), os.listdir(tmp_path / "two")
     assert (tmp_path / "one" / f1).read_bytes() == (tmp_path / "two" / f2).read_bytes()
-
