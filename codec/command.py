@@ -12,6 +12,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from codec.buffers import Body
 from codec.cache import BoundedCache
 from codec.codes import (
@@ -26,6 +28,8 @@ from codec.errors import CodecError
 
 _LANG_BY_ORDINAL = {m.value: m.name for m in LanguageCode}
 _LANG_BY_NAME = {m.name: m.value for m in LanguageCode}
+_orjson_loads = orjson.loads
+_OrjsonError = orjson.JSONDecodeError
 _json_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=False).encode
 
 
@@ -134,24 +138,66 @@ def _int_field(d: dict[str, Any], key: str, default: int = 0) -> int:
         raise CodecError(f"header field {key} is not an integer: {v!r}") from e
 
 
-def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
+def parse_json_reference(data: bytes | memoryview) -> object:
+    """The maintained reference parser of a JSON header: the stdlib's, lenient as fastjson-era clients
+    need (NaN, lone-surrogate escapes, integers of any size are accepted here)."""
     try:
-        d = json.loads(bytes(data).decode("utf-8"))
+        return json.loads(bytes(data).decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise CodecError(f"bad JSON header: {e}") from None
-    if not isinstance(d, dict):
+
+
+def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
+    """The fast path: orjson parses the header (an offset commit's in ~0.8 us against ~2.6 us), and a
+    header it parses to plain values (the four numbers ints, language/remark a str, int or null, every
+    extFields value a str: what Java clients send) is decoded from that. Anything else is decided by the
+    reference, `decode_json_header_reference`: what orjson refuses (it is stricter than the stdlib:
+    NaN/Infinity, lone-surrogate escapes, nesting past 1024, invalid UTF-8) and any float, since orjson
+    reads an integer past 64 bits as a float. Both agree on every input
+    (tests/codec/test_json_header_parsers.py)."""
+    try:
+        d = _orjson_loads(data)
+    except _OrjsonError:
+        return decode_json_header_reference(data)
+    if type(d) is dict:
+        get = d.get
+        code, opaque, flag, version = get("code"), get("opaque"), get("flag"), get("version")
+        lang, remark, ext = get("language", "JAVA"), get("remark"), get("extFields")
+        if type(code) is int and type(opaque) is int and type(flag) is int and type(version) is int \
+                and type(lang) is str and (remark is None or type(remark) is str) \
+                and (ext is None or (type(ext) is dict and _all_str(ext))) \
+                and -(1 << 31) <= code < (1 << 31) and -(1 << 31) <= opaque < (1 << 32):
+            return RemotingCommand(code, opaque, flag, lang, version, remark, ext or {}, b"", SERIALIZE_JSON)
+        if (ext is None or (type(ext) is dict and _all_str(ext))) and _PLAIN.issuperset(
+                (type(code), type(opaque), type(flag), type(version), type(lang), type(remark))):
+            return command_from_json(d)  # plain values of unusual types (a language ordinal, numbers as strings)
+    return decode_json_header_reference(data)
+
+
+_PLAIN = frozenset({int, str, bool, type(None)})
+
+
+def decode_json_header_reference(data: bytes | memoryview) -> RemotingCommand:
+    """`decode_json_header` through the reference parser (what the differential test compares against)."""
+    return command_from_json(parse_json_reference(data))
+
+
+def command_from_json(d: object) -> RemotingCommand:
+    """A RemotingCommand from a parsed JSON header, leniently (see the module docstring)."""
+    if type(d) is not dict:
         raise CodecError("JSON header is not an object")
-    lang = d.get("language", "JAVA")
-    if isinstance(lang, int) and not isinstance(lang, bool):
-        lang = _LANG_BY_ORDINAL.get(lang, "OTHER")
-    elif not isinstance(lang, str):
-        lang = "OTHER"
-    ext = d.get("extFields") or {}
-    if not isinstance(ext, dict):
-        raise CodecError("extFields is not an object")
-    remark = d.get("remark")
-    # the four numbers are plain ints in every client's header: _int_field only for anything else
     get = d.get
+    lang = get("language", "JAVA")
+    if type(lang) is not str:
+        if isinstance(lang, int) and not isinstance(lang, bool):
+            lang = _LANG_BY_ORDINAL.get(lang, "OTHER")
+        elif not isinstance(lang, str):
+            lang = "OTHER"
+    ext = get("extFields") or {}
+    if type(ext) is not dict:
+        raise CodecError("extFields is not an object")
+    remark = get("remark")
+    # the four numbers are plain ints in every client's header: _int_field only for anything else
     code, opaque, flag, version = get("code"), get("opaque"), get("flag"), get("version")
     if type(code) is not int:
         code = _int_field(d, "code")
@@ -165,7 +211,7 @@ def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
         raise CodecError("code or opaque out of range")
     return RemotingCommand(
         code, opaque, flag, lang, version,
-        remark if isinstance(remark, str) else (None if remark is None else str(remark)),
+        remark if remark is None or type(remark) is str else str(remark),
         ext if _all_str(ext) else {str(k): _to_str(v) for k, v in ext.items() if v is not None},
         b"", SERIALIZE_JSON,
     )

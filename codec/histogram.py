@@ -62,6 +62,16 @@ class Histogram:
         self.count += len(values)
         self.max = top
 
+    def observe_repeated(self, v: float, n: int) -> None:
+        """`observe(v)` n times in one step (a run of n requests handled in one call, each taking v)."""
+        if v < 0:
+            v = 0
+        self.counts[bisect_left(self.bounds, v)] += n
+        self.sum += v * n
+        self.count += n
+        if n > 0 and v > self.max:
+            self.max = v
+
     def cumulative(self) -> list[tuple[float, int]]:
         """(le, cumulative count) per bucket, the last one (inf, count): Prometheus' `_bucket` series."""
         out: list[tuple[float, int]] = []

@@ -79,10 +79,13 @@ async def run(cfg) -> int:
 
     def settle_heap() -> None:
         # Everything built at start-up (tables, codecs, the wheel index) lives for the process: move it out
-        # of the collector's reach, and collect the young generation less often, so a full collection
-        # never walks the long-lived heap in the middle of a delivery.
+        # of the collector's reach, and collect the older generations rarely, so a full collection never
+        # walks the long-lived heap in the middle of a delivery. A young collection walks everything that
+        # survived since the last one: at 50,000 that was a 9-10 ms loop stall every ~50,000 topics created
+        # (each topic config survives); at 10,000 the 100,000-topic create burst shows no stall over 5 ms.
+        # Generation 1 still runs every 2,500,000 net allocations (10,000 x 250), as before.
         gc.freeze()
-        gc.set_threshold(50_000, 50, 1000)
+        gc.set_threshold(10_000, 250, 1000)
 
     return await serve_until_signal(BrokerController(cfg), lambda: f"delaymq broker ready on {cfg.listen_host}:{cfg.listen_port}",
                                     "broker", after_start=settle_heap)

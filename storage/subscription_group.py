@@ -14,7 +14,7 @@ import structlog
 
 from codec import table_bodies as TB
 from storage.meta_store import DataVersion, MetaStore
-from storage.table_body import CachedBody
+from storage.table_body import CachedBody, Fragments
 
 log = structlog.get_logger(__name__)
 
@@ -58,7 +58,8 @@ class SubscriptionGroupTable:
         self.meta = meta or MetaStore(os.path.join(store_path, "config"))
         self.auto_create = auto_create
         self.table: dict[str, SubscriptionGroupConfig] = {}
-        self._members: dict[str, bytes] = {}  # "name":{SubscriptionGroupConfig JSON}, made when the row changes
+        self._members = Fragments()  # "name":{SubscriptionGroupConfig JSON}, made when the row changes
+        self._rendered = True  # False after load until a body has made the loaded rows' fragments
         self._wrapper = CachedBody()
 
     @property
@@ -74,7 +75,8 @@ class SubscriptionGroupTable:
             except (AttributeError, TypeError, ValueError) as e:
                 log.warning("subscription_group.bad_entry", group=name, error=str(e))
         self.table = table
-        self._members = {}  # the loaded rows' fragments are made by the first wrapper_body, in slices
+        self._members = Fragments()  # the loaded rows' fragments are made by the first wrapper_body, in slices
+        self._rendered = not table
 
     def persist(self) -> None:
         self.meta.flush()
@@ -100,7 +102,7 @@ class SubscriptionGroupTable:
     def delete(self, group: str) -> bool:
         if self.table.pop(group, None) is None:
             return False
-        self._members.pop(group, None)
+        self._members.pop(group)
         self.meta.stage_group(group, None)
         return True
 
@@ -123,15 +125,17 @@ class SubscriptionGroupTable:
 
     async def wrapper_body(self) -> bytes:
         """SubscriptionGroupWrapper JSON (GET_ALL_SUBSCRIPTIONGROUP_CONFIG), remembered per data version."""
-        missing = [name for name in self.table if name not in self._members]
-        for i in range(0, len(missing), 500):
-            if i:
-                await asyncio.sleep(0)
-            for name in missing[i:i + 500]:
-                cfg = self.table.get(name)
-                if cfg is not None and name not in self._members:
-                    self._members[name] = TB.group_member(name, cfg.to_json())
+        if not self._rendered:  # once after load: every later put renders its own row
+            names = list(self.table)
+            for i in range(0, len(names), 500):
+                if i:
+                    await asyncio.sleep(0)
+                for name in names[i:i + 500]:
+                    cfg = self.table.get(name)
+                    if cfg is not None and name not in self._members:
+                        self._members[name] = TB.group_member(name, cfg.to_json())
+            self._rendered = True
         key = self.data_version.as_tuple()
         version = TB.version_json(*key)
-        return await self._wrapper.get(key, len(self._members), lambda: list(self._members.values()),
+        return await self._wrapper.get(key, len(self._members), self._members.values,
                                        lambda members: TB.group_wrapper(version, members))

@@ -28,7 +28,7 @@ from codec.codes import (
     PermName,
 )
 from storage.meta_store import DataVersion, MetaStore, TopicRow
-from storage.table_body import CachedBody
+from storage.table_body import CachedBody, Fragments
 
 log = structlog.get_logger(__name__)
 
@@ -108,8 +108,8 @@ class TopicConfigTable:
         self.meta = meta or MetaStore(os.path.join(store_path, "config"))
         self.table: dict[str, TopicConfig] = {}
         # per-topic serialised fragments (codec.table_bodies), kept with the row; bodies per data version
-        self._members: dict[str, bytes] = {}   # "name":{TopicConfig JSON}
-        self._compact: dict[str, bytes] = {}   # int32 length + TopicConfig.encode() (compressed registration)
+        self._members = Fragments()   # "name":{TopicConfig JSON}
+        self._compact = Fragments()   # int32 length + TopicConfig.encode() (compressed registration)
         self._unsafe_names = 0                 # rendered names that need JSON escaping (none made by this broker)
         self._rendered = True                  # False after load until the first body renders the loaded rows
         self._rendering: asyncio.Future[None] | None = None
@@ -182,9 +182,9 @@ class TopicConfigTable:
     def delete(self, name: str) -> bool:
         if self.table.pop(name, None) is None:
             return False
-        if self._members.pop(name, None) is not None and not TB.is_plain_name(name):
+        if self._members.pop(name) is not None and not TB.is_plain_name(name):
             self._unsafe_names -= 1
-        self._compact.pop(name, None)
+        self._compact.pop(name)
         self.meta.stage_topic(None, name)
         return True
 
@@ -198,7 +198,7 @@ class TopicConfigTable:
         await self._ensure_rendered()
         key = self._key()
         version = TB.version_json(*key)
-        return await self._wrapper.get(key, len(self._members), lambda: list(self._members.values()),
+        return await self._wrapper.get(key, len(self._members), self._members.values,
                                        lambda members: TB.topic_wrapper(version, members))
 
     async def topic_list_body(self) -> bytes:
@@ -217,7 +217,7 @@ class TopicConfigTable:
         if compressed:
             version = TB.version_json(*key)
             return await self._register_z.get(key, len(self._compact) + INLINE_ALWAYS_THREAD,
-                                              lambda: list(self._compact.values()),
+                                              self._compact.values,
                                               lambda entries: TB.register_body_compressed(version, entries))
         wrapper = await self.wrapper_body()
         return await self._register.get(key, len(wrapper) // 100, lambda: wrapper, TB.register_body)

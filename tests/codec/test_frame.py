@@ -166,3 +166,18 @@ def test_a_pinned_buffer_is_replaced_not_fatal():
     got += d.feed(frames[0][3:])
     assert [c.ext_fields["consumerGroup"] for c in got] == ["g0", "g1", "g2", "g3", "g4", "g5", "g0"]
     assert d.unpinned >= 2
+
+
+@BOUNDED
+@given(st.lists(commands(), min_size=1, max_size=6), st.integers(1, 64))
+def test_feed_decodes_as_decode_frame_the_reference(cmds, step):
+    """FrameDecoder decodes JSON frames inline: the same commands as decode_frame, whatever the chunking."""
+    frames = [encode_frame_bytes(c) for c in cmds]
+    want = [decode_frame(f[4:]) for f in frames]
+    stream = b"".join(frames)
+    dec = FrameDecoder()
+    got = []
+    for i in range(0, len(stream), step):
+        got += dec.feed(stream[i:i + step])
+    assert got == want
+    assert FrameDecoder().feed(stream) == want

@@ -37,3 +37,12 @@ def test_quantile_is_the_bucket_bound_or_the_max_in_the_inf_bucket():
 def test_bad_bounds_are_refused(bounds):
     with pytest.raises(ValueError):
         Histogram(bounds)
+
+
+def test_observe_repeated_is_n_observes():
+    many, one = Histogram([1, 5, 10]), Histogram([1, 5, 10])
+    for v, n in ((0.4, 3), (7.0, 1), (1e9, 2), (0.0, 5), (-2.0, 2), (3.0, 0)):
+        many.observe_repeated(v, n)
+        for _ in range(n):
+            one.observe(v)
+    assert (many.counts, many.sum, many.count, many.max) == (one.counts, one.sum, one.count, one.max)

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from codec import admin_bodies, bodies, namesrv_bodies
 from codec.batch import BatchItem, decode_batch, encode_batch
-from codec.command import RemotingCommand, decode_json_header, decode_rocketmq_header, encode_rocketmq_header
+from codec.command import (
+    RemotingCommand,
+    decode_json_header,
+    decode_json_header_reference,
+    decode_rocketmq_header,
+    encode_rocketmq_header,
+)
 from codec.delivery_batch import build_delivery_batch
 from codec.errors import CodecError
 from codec.frame import FrameDecoder, encode_frame_bytes
@@ -48,7 +54,16 @@ def frame(data: bytes) -> None:
 
 
 def json_header(data: bytes) -> None:
-    _guard(decode_json_header, data)
+    """The fast decoder (orjson) and the reference (stdlib json) give the same command or both CodecError."""
+    try:
+        fast = decode_json_header(data)
+    except CodecError:
+        fast = None
+    try:
+        ref = decode_json_header_reference(data)
+    except CodecError:
+        ref = None
+    assert fast == ref, (fast, ref)
 
 
 def rocketmq_header(data: bytes) -> None:
