@@ -22,6 +22,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -30,6 +31,9 @@ from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.frame import MAX_FRAME, NO_HEADER_LIMIT, FrameDecoder, encode_frame
 from remoting.errors import ConnectionClosedError, RemotingTimeoutError
+
+if TYPE_CHECKING:
+    from remoting.dispatch import BatchProcessor, Dispatcher
 
 log = structlog.get_logger(__name__)
 
@@ -57,15 +61,15 @@ def fold_addr(peer) -> tuple[str, int]:
 class Connection(asyncio.Protocol):
     """`on_made(conn)` runs once the transport is attached; `on_close(conn)` once it is lost."""
 
-    def __init__(self, on_request: Callable[[Connection, RemotingCommand], None] | None = None,
+    def __init__(self, on_request: Dispatcher | None = None,
                  on_close: Callable[[Connection], None] | None = None, max_frame: int = MAX_FRAME,
                  max_inflight: int = 1024, on_made: Callable[[Connection], None] | None = None,
                  max_header: int = NO_HEADER_LIMIT) -> None:
         self.on_request = on_request
         # code -> batch processor (a Dispatcher's `batch_processors`): runs of such requests in one
         # read are handed over together (`Dispatcher.dispatch_run`)
-        runs = getattr(on_request, "batch_processors", None)
-        self._batch_processors: dict = runs if runs is not None else {}
+        self._batch_processors: dict[int, BatchProcessor] = \
+            on_request.batch_processors if on_request is not None else {}
         self.on_close = on_close
         self.on_made = on_made
         # response_observer(conn, cmd): sees every non-SUCCESS command written (the broker logs the

@@ -7,8 +7,8 @@ A processor is called as `processor(conn, cmd)` and is either
   processor that waits (a held pull) never blocks the connection it came from. While the task runs
   it counts as an in-flight request of that connection (see `Connection.max_inflight`).
 
-A processor may also carry a `batch` attribute, `batch(conn, cmds) -> list[RemotingCommand | None |
-awaitable]` (one result per command, in order): a connection hands it each run of consecutive
+A processor may also be registered with a batch processor (`register(code, processor, batch=...)`),
+`batch(conn, cmds) -> list[RemotingCommand | None | awaitable]` (one result per command, in order): a connection hands it each run of consecutive
 requests of one read that share the processor (`dispatch_run`), so per-request work that can be
 shared (one store put for a run of sends) is done once. Results follow the same rules as above,
 plus: an entry may be `bytes`, response frames already encoded (for any of the run's requests, oneway
@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 Processor = Callable[["Connection", RemotingCommand], object]
+# batch(conn, cmds) -> one result per command, in order (a response, None, bytes, frame pieces, an awaitable)
+BatchProcessor = Callable[["Connection", list[RemotingCommand]], list[object]]
 # before_request(conn, cmd) -> RemotingCommand | None: a returned command is sent instead of
 # running the processor (ACL denial, server busy, ...).
 BeforeRequest = Callable[["Connection", RemotingCommand], "RemotingCommand | None"]
@@ -63,17 +65,18 @@ class Dispatcher:
 
     def __init__(self) -> None:
         self.processors: dict[int, tuple[Processor, bool]] = {}
-        self.batch_processors: dict[int, Callable] = {}  # code -> processor.batch
+        self.batch_processors: dict[int, BatchProcessor] = {}  # code -> its batch processor
         self.before_request: BeforeRequest | None = None
         # on_timing(code, seconds, n): how long a request (or a run of n) took to handle, answer
         # written or handed to the connection; None (the default) costs nothing
         self.on_timing: Callable[[int, float, int], None] | None = None
         self.tasks: set[asyncio.Task] = set()
 
-    def register(self, code: int, processor: Processor) -> None:
+    def register(self, code: int, processor: Processor, batch: BatchProcessor | None = None) -> None:
+        """`processor` answers one request; `batch`, if given, each run of consecutive requests of this
+        code in one read (`dispatch_run`)."""
         self.processors[int(code)] = (processor, _is_async(processor))
-        batch = getattr(processor, "batch", None)
-        if callable(batch):
+        if batch is not None:
             self.batch_processors[int(code)] = batch
         else:
             self.batch_processors.pop(int(code), None)
@@ -115,7 +118,7 @@ class Dispatcher:
         if timing is not None:
             timing(cmd.code, perf_counter() - t0, 1)
 
-    def dispatch_run(self, conn: Connection, batch: Callable, cmds: list[RemotingCommand]) -> None:
+    def dispatch_run(self, conn: Connection, batch: BatchProcessor, cmds: list[RemotingCommand]) -> None:
         """Requests `cmds` (consecutive, all for processor batch `batch`) in one call; `before_request`
         still runs per request, and a request it answers is left out of the run."""
         if self.before_request is not None:

@@ -29,7 +29,7 @@ import structlog
 from codec.command import RemotingCommand
 from codec.frame import MAX_FRAME, MAX_HEADER
 from remoting.connection import Connection
-from remoting.dispatch import BeforeRequest, Dispatcher, Processor
+from remoting.dispatch import BatchProcessor, BeforeRequest, Dispatcher, Processor
 
 log = structlog.get_logger(__name__)
 
@@ -61,8 +61,8 @@ class RemotingServer:
         self.ports: list[int] = []  # bound ports, in the order given (ephemeral 0 resolved)
 
     # ------------------------------------------------------------------ registry
-    def register(self, code: int, processor: Processor) -> None:
-        self.dispatcher.register(code, processor)
+    def register(self, code: int, processor: Processor, batch: BatchProcessor | None = None) -> None:
+        self.dispatcher.register(code, processor, batch)
 
     @property
     def processors(self) -> dict:
