@@ -380,7 +380,7 @@ def load_config(path: str | None = None, overrides: Mapping[str, object] | None 
         try:
             values = load_properties(path)
         except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError("--config", f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+            raise ConfigError("--config", f"cannot read {path}: {e.strerror if isinstance(e, OSError) and e.strerror else e}") from None
         cfg.apply(values, source=path)
     if overrides:
         cfg.apply({k: v for k, v in overrides.items() if v is not None}, source="cli")
@@ -415,10 +415,12 @@ class NamesrvConfig:
         """Raise ConfigError naming the first bad key (the name server stops with that one line)."""
         if not 0 < self.listen_port < 65536:
             raise ConfigError("listenPort", f"expected 1..65535, got {self.listen_port}")
-        for name in ("scan_not_active_broker_interval", "broker_channel_expired_time",
-                     "server_channel_max_idle_time_seconds", "max_frame_size"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(BrokerConfig.key_for(name), f"expected > 0, got {getattr(self, name)}")
+        for name, value in (("scan_not_active_broker_interval", self.scan_not_active_broker_interval),
+                            ("broker_channel_expired_time", self.broker_channel_expired_time),
+                            ("server_channel_max_idle_time_seconds", self.server_channel_max_idle_time_seconds),
+                            ("max_frame_size", self.max_frame_size)):
+            if value <= 0:
+                raise ConfigError(BrokerConfig.key_for(name), f"expected > 0, got {value}")
 
 
 def load_namesrv_config(path: str | None = None, overrides: Mapping[str, object] | None = None) -> NamesrvConfig:
