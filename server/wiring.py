@@ -7,12 +7,17 @@ one file. Construction is explicit: each config value is passed by name.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
 from codec.codes import RequestCode
 from codec.properties import index_keys
 from codec.tags import java_hash
+from remoting.connection import Connection
+from remoting.dispatch import BatchProcessor, Processor
+from remoting.server import RemotingServer
 from scheduler.delay_config import DelayConfig
 from scheduler.delay_levels import DelayLevelService
 from scheduler.levels import schedule_tags_code
@@ -22,6 +27,9 @@ from server.config import BrokerConfig
 from storage.message_store import MessageStore
 from storage.meta_store import DelayOffsetStore
 from storage.store_types import PutRequest, StoreConfig
+
+if TYPE_CHECKING:
+    from server.client_manager import ClientManager
 
 log = structlog.get_logger(__name__)
 
@@ -142,18 +150,12 @@ def notify_consumer_ids_changed(conn, group: str) -> None:
 class RemotingAdapter:
     """One dispatch table served on several ports (listenPort and the VIP channel listenPort-2)."""
 
-    def __init__(self, broker) -> None:
-        from remoting.server import RemotingServer
-
-        self.broker = broker
+    def __init__(self, on_connection_lost: Callable[[Connection], None]) -> None:
         self.server = RemotingServer()
-        self.server.on_close = self._connection_lost
+        self.server.on_close = on_connection_lost
 
-    def _connection_lost(self, conn) -> None:
-        self.broker.clients.channel_closed(conn)
-
-    def register(self, code: int, processor) -> None:
-        self.server.register(code, processor)
+    def register(self, code: int, processor: Processor, batch: BatchProcessor | None = None) -> None:
+        self.server.register(code, processor, batch)
 
     async def listen(self, host: str, ports: list[int]) -> None:
         await self.server.start(host, ports)
@@ -162,5 +164,6 @@ class RemotingAdapter:
         await self.server.close(drain_timeout_s)
 
 
-def make_remoting_server(broker) -> RemotingAdapter:
-    return RemotingAdapter(broker)
+def make_remoting_server(clients: ClientManager) -> RemotingAdapter:
+    """The broker's remoting server; a closed connection leaves the client tables."""
+    return RemotingAdapter(clients.channel_closed)

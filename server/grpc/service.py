@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
+from typing import Any
 
 import structlog
 from google.protobuf.duration_pb2 import Duration
@@ -25,6 +26,7 @@ from codec.properties import properties_to_string
 from codec.tags import java_hash
 from server.grpc import convert
 from server.grpc.auth import Authenticator, needs
+from server.grpc.deps import GrpcDeps
 from server.grpc.pop import PopService, TagFilter, decode_handle
 from server.grpc.status import OK, Code, GrpcError, from_remoting, status
 from server.grpc.telemetry import TelemetryService, transaction_id
@@ -64,23 +66,24 @@ def _peer(context) -> tuple[str, int]:
 
 
 class _Conn:
-    """What the remoting send path reads of a connection: the peer (born host) and per-connection attrs."""
+    """What the remoting send path reads of a connection (server.processors.send.SendConn): the peer
+    (born host) and per-connection attrs."""
 
-    __slots__ = ("peer", "attrs")
+    __slots__ = ("remote_addr", "attrs")
 
     def __init__(self, peer: tuple[str, int]) -> None:
-        self.peer = peer
-        self.attrs: dict = {}
+        self.remote_addr = peer
+        self.attrs: dict[str, Any] = {}
 
 
 class MessagingService(sgrpc.MessagingServiceServicer):
-    def __init__(self, broker, pop: PopService, auth: Authenticator, grpc_port: int) -> None:
-        self.broker = broker
+    def __init__(self, deps: GrpcDeps, pop: PopService, auth: Authenticator, grpc_port: int) -> None:
+        self.deps = deps
         self.pop = pop
         self.auth = auth
         self.grpc_port = grpc_port
-        self.sender = SendProcessor(broker)
-        self.telemetry = TelemetryService(broker, lambda: self.grpc_port)
+        self.sender = SendProcessor(deps.send)
+        self.telemetry = TelemetryService(deps, lambda: self.grpc_port)
         self.rpc_errors = 0
 
     # ---- plumbing ------------------------------------------------------------------------
@@ -100,7 +103,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             return resp_cls(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}"))
 
     def _broker_entry(self, context_endpoints: pb.Endpoints | None) -> pb.Broker:
-        cfg = self.broker.config
+        cfg = self.deps.config
         if context_endpoints is not None and context_endpoints.addresses:
             eps = context_endpoints
         else:
@@ -120,10 +123,10 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         return res.name
 
     def _topic_config(self, topic: str, create: bool = False):
-        topics = self.broker.topics
+        topics = self.deps.topics
         tcfg = topics.get(topic)
         if tcfg is None and create:
-            tcfg = topics.create_in_send(topic, "TBW102", self.broker.config.default_topic_queue_nums)
+            tcfg = topics.create_in_send(topic, "TBW102", self.deps.config.default_topic_queue_nums)
         if tcfg is None:
             raise GrpcError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
         return tcfg
@@ -182,7 +185,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
     def _send_command(self, topic: str, qid: int, props: dict[str, str], sys_flag: int, body: bytes,
                       born_ms: int) -> RemotingCommand:
         ext = {"producerGroup": topic, "topic": topic, "defaultTopic": "TBW102",
-               "defaultTopicQueueNums": str(self.broker.config.default_topic_queue_nums), "queueId": str(qid),
+               "defaultTopicQueueNums": str(self.deps.config.default_topic_queue_nums), "queueId": str(qid),
                "sysFlag": str(sys_flag), "bornTimestamp": str(born_ms), "flag": "0",
                "properties": properties_to_string(props), "reconsumeTimes": "0", "unitMode": "false",
                "batch": "false"}
@@ -190,11 +193,11 @@ class MessagingService(sgrpc.MessagingServiceServicer):
 
     async def _send(self, request, context):
         topic = self._topic_name(request.messages[0].topic)
-        cfg = self.broker.config
+        cfg = self.deps.config
         now = int(time.time() * 1000)
-        timer = self.broker.timer_service is not None
+        timer = self.deps.timer_enabled
         cmds, errors = [], {}
-        tcfg = self.broker.topics.get(topic)
+        tcfg = self.deps.topics.get(topic)
         for i, msg in enumerate(request.messages):
             try:
                 if msg.topic.name != topic:
@@ -204,7 +207,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
                 if len(msg.body) > cfg.max_message_size:
                     raise GrpcError(Code.MESSAGE_BODY_TOO_LARGE,
                                     f"message body size {len(msg.body)} exceeds maxMessageSize {cfg.max_message_size}")
-                props, sys_flag = convert.to_properties(msg, topic, now, timer, self.broker.levels)
+                props, sys_flag = convert.to_properties(msg, topic, now, timer, self.deps.levels)
                 qid = -1
                 group = props.get(convert.SHARDING_KEY)
                 if group and tcfg is not None and tcfg.write_queue_nums > 0:  # FIFO: one queue per message group
@@ -233,7 +236,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
                 entry.transaction_id = transaction_id(ext.get("msgId", ""), int(ext.get("queueOffset", 0)))
             deliver = props.get(K.TIMER_DELIVER_MS)
             if deliver:
-                raw = " ".join(("v1", topic, self.broker.config.broker_name, deliver, uniq))
+                raw = " ".join(("v1", topic, self.deps.config.broker_name, deliver, uniq))
                 entry.recall_handle = base64.urlsafe_b64encode(raw.encode()).decode()
             entries[i] = entry
         bad = [e.status for e in entries if e.status.code != Code.OK]
@@ -259,7 +262,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             kind = {pb.COMMIT: COMMIT, pb.ROLLBACK: ROLLBACK}.get(request.resolution)
             if kind is None:
                 return spb.EndTransactionResponse(status=OK)  # unknown: wait for the check-back
-            code, remark = await self.broker.transactions.end(topic, table_offset, phys, kind)
+            code, remark = await self.deps.transactions.end(topic, table_offset, phys, kind)
             if code != 0:
                 return spb.EndTransactionResponse(status=from_remoting(code, remark))
             return spb.EndTransactionResponse(status=OK)
@@ -352,7 +355,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             yield spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
             return
         yield spb.ReceiveMessageResponse(status=OK)
-        host = self.broker.store_host
+        host = self.deps.store_host
         for d in deliveries:
             m = convert.to_proto(d.rec, topic, host)
             sp = m.system_properties
@@ -425,7 +428,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             t, qid = self._queue_of(request.message_queue)
             if request.offset < 0:
                 raise GrpcError(Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
-            self.broker.offsets.commit(self._group_name(request.group), t, qid, request.offset)
+            self.deps.offsets.commit(self._group_name(request.group), t, qid, request.offset)
             return spb.UpdateOffsetResponse(status=OK)
         return await self._unary("UpdateOffset", spb.UpdateOffsetResponse, context, needs(topic, group), work)
 
@@ -434,7 +437,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
 
         async def work():
             t, qid = self._queue_of(request.message_queue)
-            off = self.broker.offsets.query(self._group_name(request.group), t, qid)
+            off = self.deps.offsets.query(self._group_name(request.group), t, qid)
             if off < 0:
                 raise GrpcError(Code.OFFSET_NOT_FOUND, f"group {group} has no offset for {t}:{qid}")
             return spb.GetOffsetResponse(status=OK, offset=off)
@@ -445,7 +448,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
 
         async def work():
             t, qid = self._queue_of(request.message_queue)
-            store = self.broker.store
+            store = self.deps.store
             policy = request.query_offset_policy
             if policy == pb.BEGINNING:
                 off = store.min_offset(t, qid)
@@ -482,7 +485,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         recs, next_offset, get_status = res
         if recs:
             yield spb.PullMessageResponse(status=OK)
-            host = self.broker.store_host
+            host = self.deps.store_host
             for rec in recs:
                 yield spb.PullMessageResponse(message=convert.to_proto(rec, t, host))
         elif get_status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):

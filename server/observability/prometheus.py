@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from server.observability.registry import Histogram, Sample, _fmt_labels, _fmt_num
+from server.runtime_info import earliest_store_time
 
 # RPC latency buckets, seconds
 RPC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -145,13 +146,13 @@ def collect(broker, lags: list[tuple[str, str, int]] | None = None) -> list[Fami
     def fam(name: str, kind: str, help: str, samples: Iterable[tuple[dict[str, str], float]]) -> None:
         fams.append(Family(name, kind, help, [Sample(name, kind, lab, float(v)) for lab, v in samples]))
 
-    puts = dict(broker._put_counters)
+    puts = dict(broker.counters.put_counters)
     fam("rocketmq_messages_in_total", "counter", "Messages stored, by the topic they were stored in.",
         ((L(topic=t), c[0].value) for t, c in sorted(puts.items())))
     fam("rocketmq_throughput_in_total", "counter", "Bytes stored (whole records), by topic.",
         ((L(topic=t), c[1].value) for t, c in sorted(puts.items())))
     fam("rocketmq_messages_out_total", "counter", "Messages returned to consumers by PULL_MESSAGE.",
-        ((L(topic=t, consumer_group=g), c.value) for (t, g), c in sorted(broker._pull_counters.items())))
+        ((L(topic=t, consumer_group=g), c.value) for (t, g), c in sorted(broker.counters.pull_counters.items())))
     clients = broker.clients
     fam("rocketmq_producer_connections", "gauge", "Producer connections (heartbeating producers).",
         [(L(), sum(len(ch) for ch in clients.producers.values()))])
@@ -171,7 +172,7 @@ def collect(broker, lags: list[tuple[str, str, int]] | None = None) -> list[Fami
     fam("rocketmq_storage_disk_ratio", "gauge", "Used fraction (0..1) of the disk holding the store.",
         [(L(), store.disk_used_ratio())])
     fam("rocketmq_storage_message_reserve_time_seconds", "gauge", "Age of the oldest message in the CommitLog.",
-        [(L(), max(0.0, time.time() - (broker._earliest_store_time() or time.time() * 1000) / 1000.0))])
+        [(L(), max(0.0, time.time() - (earliest_store_time(broker) or time.time() * 1000) / 1000.0))])
 
     rpc = Family("rocketmq_rpc_latency_seconds", "histogram", "Time to handle a remoting request, by request code.")
     for code, h in sorted(broker.rpc_latency.by_code.items()):

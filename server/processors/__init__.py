@@ -1,4 +1,6 @@
-"""Request processors, one room per concern. Each module exposes `register(server, broker)`.
+"""Request processors, one room per concern. Each module declares the few collaborators it uses (a frozen
+dataclass, e.g. `send.SendDeps`) and exposes `register(server, deps)`; `server.processor_wiring` builds
+every one of them from the broker (the composition root): no processor sees the BrokerController.
 
 `guarded(fn)` wraps a processor so that a bad header (`HeaderError`) is answered with
 code 1 SYSTEM_ERROR and RocketMQ's remark, and oneway requests never get a response.
@@ -9,9 +11,31 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from codec.codes import ResponseCode
+from codec.command import RemotingCommand
 from server.headers import HeaderError
+
+if TYPE_CHECKING:
+    from storage.meta_store import MetaStore
+
+
+class Registrar(Protocol):
+    """Where a processor room registers its handlers (server.wiring.RemotingAdapter, RemotingServer);
+    `batch`: the handler of a run of consecutive requests of one read (remoting.dispatch)."""
+
+    def register(self, code: int, processor: Callable[..., Any],
+                 batch: Callable[..., list[Any]] | None = None) -> None: ...
+
+
+class Peer(Protocol):
+    """What processors read of a connection: its remote (ip, port) (a remoting Connection, or a
+    gRPC client's TelemetryChannel held by the ClientManager)."""
+
+    @property
+    def remote_addr(self) -> tuple[str, int]: ...
 
 
 def error(cmd, code: int, remark: str, ext_fields: dict | None = None):
@@ -26,13 +50,13 @@ def ok(cmd, ext_fields: dict | None = None, body=b""):
     return cmd.response(code=ResponseCode.SUCCESS, ext_fields=ext_fields, body=body)
 
 
-def committed(broker, cmd):
+def committed(meta: MetaStore, cmd: RemotingCommand) -> Awaitable[object] | None:
     """The SUCCESS response once the broker's metadata changes staged so far are committed (a future the
     dispatcher answers from; MetaStoreError -> SYSTEM_ERROR with its remark); None for oneway requests
     (they are committed with the same batch, nobody waits)."""
     if cmd.is_oneway:
         return None
-    return broker.meta.committed(cmd.response(code=ResponseCode.SUCCESS))
+    return meta.committed(cmd.response(code=ResponseCode.SUCCESS))
 
 
 def guarded(fn):
@@ -79,25 +103,13 @@ def parse_json_body(cmd):
         raise HeaderError(f"request body is not valid JSON: {e}") from None
 
 
-def peer_of(conn) -> tuple[str, int]:
-    """The remote (ip, port) of a connection, IPv4-mapped IPv6 folded back to IPv4."""
-    addr = None
-    for attr in ("peer", "remote_addr", "peername"):
-        addr = getattr(conn, attr, None)
-        if addr:
-            break
-    if addr is None:
-        transport = getattr(conn, "transport", None)
-        if transport is not None:
-            addr = transport.get_extra_info("peername")
-    if isinstance(addr, str):
-        host, _, port = addr.rpartition(":")
-        addr = (host, int(port or 0))
-    if not addr:
-        return ("127.0.0.1", 0)
-    host, port = str(addr[0]), int(addr[1])
+def peer_of(conn: Peer) -> tuple[str, int]:
+    """The remote (ip, port) of a connection, IPv4-mapped IPv6 folded back to IPv4; a real IPv6 peer
+    becomes 127.0.0.1 (::1) or 0.0.0.0: stored records carry IPv4 for C++/ali-ons readers."""
+    host, port = conn.remote_addr
+    host = str(host)
     if host.startswith("::ffff:"):
         host = host[7:]
-    if ":" in host:  # a real IPv6 peer: stored records must carry IPv4 for C++/ali-ons readers
+    if ":" in host:
         host = "127.0.0.1" if host == "::1" else "0.0.0.0"
-    return host, port
+    return host, int(port)

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -21,14 +24,24 @@ from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode as RS
 from codec.command import RemotingCommand
 from codec.errors import CodecError
+from codec.fastjson import dumps
 from codec.msgid import decode_offset_msg_id
 from remoting.errors import RemotingError
 from server.config import parse_properties
 from server.headers import BOOL, INT, LONG, STR, HeaderSpec
 from server.observability.broker_stats import GROUP_GET_NUMS
-from server.processors import error, guarded, ok, peer_of
+from server.processors import Registrar, error, guarded, ok, peer_of
 from server.processors.admin_stats import _subscription_json, store_time_at
 from server.topics import is_system_topic, topic_error
+
+if TYPE_CHECKING:
+    from server.client_manager import ClientManager
+    from server.config import BrokerConfig
+    from server.observability.broker_stats import BrokerStats
+    from server.offsets_table import ConsumerOffsetManager
+    from server.topics import TopicManager
+    from storage.message_store import MessageStore
+    from storage.subscription_group import SubscriptionGroupTable
 
 log = structlog.get_logger(__name__)
 
@@ -56,8 +69,22 @@ RELAY_TIMEOUT_S = 5.0
 _UNIT = struct.Struct(">qiq")  # ConsumeQueue unit: CommitLog offset, size, tagsCode
 
 
-def register(server, broker) -> None:
-    store, cfg = broker.store, broker.config
+@dataclass(frozen=True, slots=True)
+class AdminOpsDeps:
+    """What the rest of mqadmin's requests use (built by server.processor_wiring)."""
+
+    config: BrokerConfig  # UPDATE_BROKER_CONFIG changes it in place
+    store: MessageStore
+    topics: TopicManager
+    groups: SubscriptionGroupTable
+    offsets: ConsumerOffsetManager
+    clients: ClientManager
+    stats: BrokerStats  # VIEW_BROKER_STATS_DATA, consume TPS
+    delete_topic: Callable[[str], bool]  # DELETE_TOPIC_IN_BROKER: config, offsets, queues, stats
+
+
+def register(server: Registrar, deps: AdminOpsDeps) -> None:
+    store, cfg = deps.store, deps.config
 
     @guarded
     def update_broker_config(conn, cmd):
@@ -92,7 +119,7 @@ def register(server, broker) -> None:
     @guarded
     def producer_connections(conn, cmd):
         h = PRODUCER_CONN.parse(cmd.ext_fields)
-        chans = broker.clients.producers.get(h.producerGroup)
+        chans = deps.clients.producers.get(h.producerGroup)
         if not chans:
             return error(cmd, RS.SYSTEM_ERROR, f"the producer group[{h.producerGroup}] not exist")
         conns = []
@@ -109,7 +136,7 @@ def register(server, broker) -> None:
             return error(cmd, RS.SYSTEM_ERROR, problem)
         if is_system_topic(h.topic):
             return error(cmd, RS.SYSTEM_ERROR, f"The topic[{h.topic}] is conflict with system topic.")
-        existed = broker.delete_topic(h.topic)
+        existed = deps.delete_topic(h.topic)
         ip, port = peer_of(conn)
         log.info("admin.topic_deleted", topic=h.topic, existed=existed, remote=f"{ip}:{port}")
         return ok(cmd)
@@ -123,21 +150,21 @@ def register(server, broker) -> None:
     @guarded
     def reset_offset(conn, cmd):
         h = RESET_OFFSET.parse(cmd.ext_fields)
-        tc = broker.topics.get(h.topic)
+        tc = deps.topics.get(h.topic)
         if tc is None:
             return error(cmd, RS.SYSTEM_ERROR,
                          f"[reset-offset] reset offset failed, no topic in this broker. topic={h.topic}")
         offsets: dict[MessageQueue, int] = {}
         for qid in range(tc.write_queue_nums):
             # a queue the group never committed counts as 0 (RocketMQ refuses the whole reset instead)
-            current = max(0, broker.offsets.query(h.group, h.topic, qid))
+            current = max(0, deps.offsets.query(h.group, h.topic, qid))
             if h.timestamp == -1:
                 target = max(0, store.max_offset(h.topic, qid))
             else:
                 target = max(0, store.search_offset_by_timestamp(h.topic, qid, h.timestamp))
             offsets[MessageQueue(h.topic, cfg.broker_name, qid)] = \
                 target if (h.isForce or target < current) else current
-        info = broker.clients.consumer_group(h.group)
+        info = deps.clients.consumer_group(h.group)
         if info is None or not info.channels:
             return error(cmd, RS.CONSUMER_NOT_ONLINE, f"Consumer not online, so can not reset offset, "
                                                       f"Group: {h.group} Topic: {h.topic} Timestamp: {h.timestamp}")
@@ -146,17 +173,18 @@ def register(server, broker) -> None:
         java_body = AB.encode_reset_offset(offsets)
         c_body = None
         for ch in list(info.channels.values()):
-            is_c = str(ch.language).upper() in ("CPP", "1")
-            if is_c and c_body is None:
-                c_body = AB.encode_reset_offset_for_c(offsets)
-            push = RemotingCommand.request(int(RC.RESET_CONSUMER_CLIENT_OFFSET), dict(fields),
-                                           c_body if is_c else java_body)
+            body = java_body
+            if str(ch.language).upper() in ("CPP", "1"):
+                if c_body is None:
+                    c_body = AB.encode_reset_offset_for_c(offsets)
+                body = c_body
+            push = RemotingCommand.request(int(RC.RESET_CONSUMER_CLIENT_OFFSET), dict(fields), body)
             try:
                 ch.conn.invoke_oneway(push)
             except Exception as e:  # a closing channel: the others still get it
                 log.info("admin.reset_offset_push_failed", group=h.group, client_id=ch.client_id, error=repr(e))
         for mq, off in offsets.items():  # the broker's table too: a client that ignores 220 still moves
-            broker.offsets.commit(h.group, h.topic, mq.queue_id, off)
+            deps.offsets.commit(h.group, h.topic, mq.queue_id, off)
         ip, port = peer_of(conn)
         log.info("admin.offset_reset", group=h.group, topic=h.topic, timestamp=h.timestamp, force=bool(h.isForce),
                  consumers=len(info.channels), remote=f"{ip}:{port}")
@@ -165,7 +193,7 @@ def register(server, broker) -> None:
     async def relay_to_consumer(cmd, group: str, client_id: str, relay: RemotingCommand):
         """Relay a request to one online consumer (a remoting connection, or a gRPC client's
         TelemetryChannel) and answer with its response."""
-        info = broker.clients.consumer_group(group)
+        info = deps.clients.consumer_group(group)
         ch = next((c for c in (info.channels.values() if info else ()) if c.client_id == client_id), None)
         if ch is None:
             return error(cmd, RS.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
@@ -201,34 +229,34 @@ def register(server, broker) -> None:
     @guarded
     def stats_data(conn, cmd):
         h = STATS_DATA.parse(cmd.ext_fields)
-        d = broker.stats.stats_data(h.statsName, h.statsKey, int(time.time() * 1000))
+        d = deps.stats.stats_data(h.statsName, h.statsKey, int(time.time() * 1000))
         if d is None:
             return error(cmd, RS.SYSTEM_ERROR, f"The stats <{h.statsName}> <{h.statsKey}> not exist")
-        return ok(cmd, body=AB.dumps(d))
+        return ok(cmd, body=dumps(d))
 
     @guarded
     def broker_consume_stats(conn, cmd):
         h = BROKER_CONSUME.parse(cmd.ext_fields)
         now = int(time.time() * 1000)
-        groups = sorted(set(broker.groups.table) | {k.partition("@")[2] for k in broker.offsets.table})
+        groups = sorted(set(deps.groups.table) | {k.partition("@")[2] for k in deps.offsets.table})
         out, total = [], 0
         for group in groups:
             stats = []
-            for topic in sorted(broker.offsets.topics_of(group)):
-                tc = broker.topics.get(topic)
+            for topic in sorted(deps.offsets.topics_of(group)):
+                tc = deps.topics.get(topic)
                 if tc is None or (h.isOrder and not tc.order):
                     continue
-                info = broker.clients.consumer_group(group)
+                info = deps.clients.consumer_group(group)
                 if info is not None and info.subscriptions and topic not in info.subscriptions:
                     continue
                 rows = []
                 for qid in range(tc.write_queue_nums):
                     hi = max(0, store.max_offset(topic, qid))
-                    consumed = max(0, broker.offsets.query(group, topic, qid))
+                    consumed = max(0, deps.offsets.query(group, topic, qid))
                     rows.append(AB.OffsetWrapper(MessageQueue(topic, cfg.broker_name, qid), hi, consumed, consumed,
                                                  store_time_at(store, topic, qid, consumed - 1)))
                     total += max(0, hi - consumed)
-                tps = broker.stats.minute_tps(GROUP_GET_NUMS, f"{topic}@{group}", now)
+                tps = deps.stats.minute_tps(GROUP_GET_NUMS, f"{topic}@{group}", now)
                 stats.append(AB.encode_consume_stats(rows, tps))
             out.append((group, stats))
         return ok(cmd, body=AB.encode_consume_stats_list(cfg.broker_addr, out, total))
@@ -241,7 +269,7 @@ def register(server, broker) -> None:
             return error(cmd, RS.SYSTEM_ERROR, f"{h.queueId}@{h.topic} is not exist!")
         sub, filter_data = None, None
         if h.consumerGroup:
-            s = broker.clients.find_subscription(h.consumerGroup, h.topic)
+            s = deps.clients.find_subscription(h.consumerGroup, h.topic)
             if s is None:
                 filter_data = f"{h.consumerGroup}@{h.topic} is not online!"
             else:

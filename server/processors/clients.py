@@ -8,6 +8,8 @@ subVersions, ali-ons numbers; absent arrays are empty; a malformed body gets SYS
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -24,11 +26,26 @@ from codec.errors import CodecError
 from server import headers as H
 from server.client_manager import SubscriptionData
 from server.headers import HeaderError
-from server.processors import error, guarded, ok, request_body
+from server.processors import Registrar, error, guarded, ok, request_body
 from server.topics import RETRY_PREFIX
+
+if TYPE_CHECKING:
+    from server.client_manager import ClientManager
+    from server.rebalance_lock import RebalanceLockManager
+    from server.topics import TopicManager
+    from storage.subscription_group import SubscriptionGroupTable
 
 log = structlog.get_logger(__name__)
 
+
+@dataclass(frozen=True, slots=True)
+class ClientsDeps:
+    """What the client requests use (built by server.processor_wiring)."""
+
+    clients: ClientManager
+    groups: SubscriptionGroupTable
+    topics: TopicManager  # a consumer group's %RETRY% topic on first sight
+    locks: RebalanceLockManager  # orderly consumers' queue locks
 
 
 def _as_int(v, default: int = 0) -> int:
@@ -67,10 +84,10 @@ def _lock_request(cmd) -> tuple[str, str, list[tuple[str, str, int]]]:
     return req.consumer_group, req.client_id, [(m.topic, m.broker_name, m.queue_id) for m in req.mq_set]
 
 
-def register(server, broker) -> None:
+def register(server: Registrar, deps: ClientsDeps) -> None:
     from codec.tags import java_hash
 
-    clients = broker.clients
+    clients = deps.clients
 
     # the last heartbeat of each live connection, parsed: clients repeat the same body every 30 s, and
     # parsing one with 10,000 subscriptions costs ~100 ms of loop time (one entry per connection)
@@ -99,9 +116,9 @@ def register(server, broker) -> None:
         language = str(cmd.language or "JAVA")
         version = _as_int(cmd.version)
         for group, consume_type, message_model, consume_from_where, subscriptions in consumers:
-            gcfg = broker.groups.find(group)
+            gcfg = deps.groups.find(group)
             if gcfg is not None:
-                broker.topics.create_in_send_back(RETRY_PREFIX + group, gcfg.retry_queue_nums, 6)
+                deps.topics.create_in_send_back(RETRY_PREFIX + group, gcfg.retry_queue_nums, 6)
             clients.register_consumer(
                 group, conn, client_id, language, version, consume_type=consume_type,
                 message_model=message_model, consume_from_where=consume_from_where, subscriptions=subscriptions)
@@ -129,13 +146,13 @@ def register(server, broker) -> None:
     @guarded
     def lock_batch(conn, cmd):
         group, client_id, mqs = _lock_request(cmd)
-        locked = broker.locks.try_lock_batch(group, mqs, client_id)
+        locked = deps.locks.try_lock_batch(group, mqs, client_id)
         return ok(cmd, body=encode_lock_batch_response([MessageQueue(*m) for m in locked]))
 
     @guarded
     def unlock_batch(conn, cmd):
         group, client_id, mqs = _lock_request(cmd)
-        broker.locks.unlock_batch(group, mqs, client_id)
+        deps.locks.unlock_batch(group, mqs, client_id)
         return ok(cmd)
 
     server.register(RequestCode.HEART_BEAT, heart_beat)

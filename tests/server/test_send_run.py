@@ -32,8 +32,7 @@ class _Conn:
 
 
 def _processor(broker):
-    proc, _ = broker.remoting.server.processors[SEND_MESSAGE_V2]
-    return proc.batch.__self__
+    return broker.remoting.server.dispatcher.batch_processors[SEND_MESSAGE_V2].__self__
 
 
 def generic(sp, conn, cmd):
@@ -48,7 +47,7 @@ def generic(sp, conn, cmd):
     if type(prep) is not tuple:
         return prep
     raw, topic, qid, tcode, keys, delay, reply_qid, _wait = prep
-    [r] = sp.broker.store.put([PutRequest(bytearray(raw), topic, qid, tcode, keys, delay)])
+    [r] = sp.deps.store.put([PutRequest(bytearray(raw), topic, qid, tcode, keys, delay)])
     if r.status is not PUT_OK:
         return fail(cmd, PUT_STATUS_CODES[r.status], r.status.name, reply_qid)
     if cmd.is_oneway:
@@ -141,7 +140,7 @@ async def test_a_run_equals_the_generic_path(make_broker, tmp_path, flush):
         assert ra == rb and len(ra) == b.store.commitlog_max_offset()
         for key in b.store.consume_queues:
             assert bytes(a.store.read_units(*key, 0, 64)) == bytes(b.store.read_units(*key, 0, 64)), key
-        assert a.put_total == a.store.put_ok_total == b.store.put_ok_total  # on_put counted every stored record
+        assert a.counters.put_total == a.store.put_ok_total == b.store.put_ok_total  # on_put counted every stored record
         got = await _by_opaque(out)
         want = await _by_opaque(refs)
         assert got == want
