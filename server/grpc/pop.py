@@ -28,72 +28,26 @@ import time
 
 import structlog
 
+from codec.codes import DLQ_PREFIX
 from codec.errors import CodecError
 from codec.msgid import offset_msg_id
 from codec.properties import MessageConst as K
 from codec.record import MessageRecord, decode_record
 from server.grpc.deps import GrpcDeps
+from server.grpc.pop_model import Delivery, TagFilter, allocate_averagely, decode_handle, encode_handle
 from server.grpc.pop_store import Key, PopStore
 from server.grpc.status import Code, GrpcError
 from server.grpc.telemetry import TelemetryChannel
 from storage.store_types import GetStatus
+from storage.supervisor import SupervisedTask
 
 log = structlog.get_logger(__name__)
 
 
-def allocate_averagely(current_cid: str, queues: list[int], cids: list[str]) -> list[int]:
-    """RocketMQ's AllocateMessageQueueAveragely (the 4.x default) over one broker's queue ids: the
-    queues a 4.x client's rebalance gives `current_cid`. tests/grpc/test_mixed_group.py checks it
-    against client.rebalance.allocate_averagely (the client side's copy) case by case."""
-    mq_all, cid_all = sorted(queues), sorted(cids)
-    if current_cid not in cid_all or not mq_all:
-        return []
-    index, n, c = cid_all.index(current_cid), len(mq_all), len(cid_all)
-    mod = n % c
-    avg = 1 if n <= c else (n // c + 1 if mod > 0 and index < mod else n // c)
-    start = index * avg if (mod > 0 and index < mod) else index * avg + mod
-    return [mq_all[(start + i) % n] for i in range(max(min(avg, n - start), 0))]
-
-DLQ_PREFIX = "%DLQ%"
 _UNIT = struct.Struct(">qi")
 SWEEP_INTERVAL_S = 1.0
 _ADVANCE = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_FOUND_NULL, GetStatus.OFFSET_OVERFLOW_BADLY,
             GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING)
-
-
-def encode_handle(qid: int, offset: int, seq: int) -> str:
-    return f"{qid}:{offset}:{seq}"
-
-
-def decode_handle(handle: str) -> tuple[int, int, int]:
-    try:
-        qid, offset, seq = (int(x) for x in handle.split(":"))
-    except ValueError:
-        raise GrpcError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle {handle!r} is not one of this broker's") from None
-    return qid, offset, seq
-
-
-class TagFilter:
-    """A TAG filter expression: `*` / empty = everything, else tags joined by `||`."""
-
-    def __init__(self, expression: str) -> None:
-        tags = {t.strip() for t in (expression or "").split("||") if t.strip()}
-        self.tags = None if not tags or "*" in tags else tags
-
-    def accepts(self, rec: MessageRecord) -> bool:
-        return self.tags is None or rec.properties.get(K.TAGS) in self.tags
-
-
-class Delivery:
-    __slots__ = ("rec", "qid", "offset", "seq", "attempt", "invisible_ms")
-
-    def __init__(self, rec, qid, offset, seq, attempt, invisible_ms) -> None:
-        self.rec, self.qid, self.offset, self.seq = rec, qid, offset, seq
-        self.attempt, self.invisible_ms = attempt, invisible_ms
-
-    @property
-    def handle(self) -> str:
-        return encode_handle(self.qid, self.offset, self.seq)
 
 
 class PopService:
@@ -101,7 +55,7 @@ class PopService:
         self.deps = deps
         self.state = state
         self._waiters: dict[str, set[asyncio.Future]] = {}
-        self._sweeper = None  # storage.supervisor.SupervisedTask
+        self._sweeper: SupervisedTask | None = None
         self._rr = 0
         self.dlq_total = 0
         self.sweep_errors = 0

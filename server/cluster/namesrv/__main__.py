@@ -10,7 +10,7 @@ import sys
 import structlog
 
 from remoting import loop as event_loop
-from server.config import load_namesrv_config
+from server.cluster.namesrv.config import load_namesrv_config
 from server.logging import configure
 from server.process import overrides_from, serve_until_signal
 
