@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from time import perf_counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
@@ -44,15 +44,18 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-Processor = Callable[["Connection", RemotingCommand], object]
-# batch(conn, cmds) -> one result per command, in order (a response, None, bytes, frame pieces, an awaitable)
-BatchProcessor = Callable[["Connection", list[RemotingCommand]], list[object]]
+# what a processor answers: a response, ONE frame already encoded as pieces, an awaitable of either
+# (run as a task), or None (no response now)
+Response = RemotingCommand | list[Any] | Awaitable[Any] | None
+Processor = Callable[["Connection", RemotingCommand], Response]
+# batch(conn, cmds) -> one result per command, in order: a Response, or bytes (whole frames, written as they are)
+BatchProcessor = Callable[["Connection", list[RemotingCommand]], list[Response | bytes]]
 # before_request(conn, cmd) -> RemotingCommand | None: a returned command is sent instead of
 # running the processor (ACL denial, server busy, ...).
 BeforeRequest = Callable[["Connection", RemotingCommand], "RemotingCommand | None"]
 
 
-def _is_async(fn) -> bool:
+def _is_async(fn: Callable[..., object]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
@@ -70,7 +73,7 @@ class Dispatcher:
         # on_timing(code, seconds, n): how long a request (or a run of n) took to handle, answer
         # written or handed to the connection; None (the default) costs nothing
         self.on_timing: Callable[[int, float, int], None] | None = None
-        self.tasks: set[asyncio.Task] = set()
+        self.tasks: set[asyncio.Task[Any]] = set()
 
     def register(self, code: int, processor: Processor, batch: BatchProcessor | None = None) -> None:
         """`processor` answers one request; `batch`, if given, each run of consecutive requests of this
@@ -108,10 +111,10 @@ class Dispatcher:
             self.fail(conn, cmd, e)
             return
         if is_async or inspect.isawaitable(resp):
-            self.spawn(conn, cmd, resp, t0)
+            self.spawn(conn, cmd, cast(Awaitable[Any], resp), t0)
             return
         if resp is not None and not cmd.is_oneway:
-            if type(resp) is list:
+            if isinstance(resp, list):
                 conn.write_frame_pieces(resp)
             else:
                 conn.send_response(resp)
@@ -148,24 +151,25 @@ class Dispatcher:
         for cmd, resp in zip(cmds, results, strict=True):
             if resp is None:
                 continue
-            if type(resp) is bytes:
+            if isinstance(resp, bytes):
                 conn.write_frames(resp)
             elif inspect.isawaitable(resp):
                 self.spawn(conn, cmd, resp)
             elif not cmd.is_oneway:
-                if type(resp) is list:
+                if isinstance(resp, list):
                     conn.write_frame_pieces(resp)
                 else:
                     send(resp)
         if timing is not None:
             timing(cmds[0].code, perf_counter() - t0, len(cmds))
 
-    def spawn(self, conn: Connection, cmd: RemotingCommand, awaitable, t0: float = 0.0) -> asyncio.Task:
+    def spawn(self, conn: Connection, cmd: RemotingCommand, awaitable: Awaitable[Any],
+              t0: float = 0.0) -> asyncio.Task[Any]:
         conn.request_started()
         task = asyncio.ensure_future(awaitable)
         self.tasks.add(task)
 
-        def done(t: asyncio.Task) -> None:
+        def done(t: asyncio.Task[Any]) -> None:
             self.tasks.discard(t)
             conn.request_finished()
             if t.cancelled():

@@ -33,7 +33,7 @@ from server.observability.registry import Registry
 from server.observability.telemetry import Telemetry
 from server.observability.traffic import TrafficCounters
 from server.offsets_table import ConsumerOffsetManager
-from server.processor_wiring import grpc_deps, register_processors
+from server.processor_wiring import built, grpc_deps, register_processors
 from server.processors.send_common import PUT_STATUS_CODES
 from server.pull_hold import PullHoldService
 from server.put_hooks import PutHooks
@@ -58,6 +58,7 @@ from storage.message_store import MessageStore
 from storage.meta_store import MetaStore
 from storage.store_lock import StoreLock
 from storage.subscription_group import SubscriptionGroupTable
+from storage.supervisor import SupervisedTask
 from storage.topic_config import TopicConfigTable
 
 if TYPE_CHECKING:
@@ -111,7 +112,7 @@ class BrokerController:
             TOPIC_PUT_SIZE: lambda: {t: v[1].value for t, v in c.put_counters.items()},
             GROUP_GET_NUMS: lambda: {f"{t}@{g}": v.value for (t, g), v in c.pull_counters.items()},
         }, self.boot_ms)
-        self._stats_task = None  # storage.supervisor.SupervisedTask
+        self._stats_task: SupervisedTask | None = None
         self.rpc_latency = RpcLatency()
         self.client_errors = ClientErrorLog()
         self._started = False
@@ -142,11 +143,10 @@ class BrokerController:
         if not self.replica.is_slave:  # a slave's check-backs start at promotion
             self.transactions.start()
         # a SLAVE delivers nothing: its delay levels start at promotion, its wheel only follows
-        for svc in () if self.replica.is_slave else (self.delay_service, self.timer_service):
-            if svc is not None:
-                r = svc.start()
-                if asyncio.iscoroutine(r):
-                    await r
+        if not self.replica.is_slave:
+            self.delay_service.start()
+            if self.timer_service is not None:
+                self.timer_service.start()
         self.remoting = make_remoting_server(self.clients)
         self.remoting.server.dispatcher.on_timing = self.rpc_latency.observe
         self.remoting.server.response_observer = self.client_errors
@@ -155,10 +155,10 @@ class BrokerController:
         await self.remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port])
         await self.replica.start()
         if cfg.namesrv_addr_list:
-            self.registrar = make_registrar(self)
-            self.topics.add_change_listener(lambda _tc: self.registrar.topics_changed())
-            self.replica.attach_registrar(self.registrar)  # a slave follows the master it names
-            await self.registrar.start()
+            registrar = self.registrar = make_registrar(self)
+            self.topics.add_change_listener(lambda _tc: registrar.topics_changed())
+            self.replica.attach_registrar(registrar)  # a slave follows the master it names
+            await registrar.start()
         if cfg.metrics_port:
             from server.observability import prometheus
             self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port,
@@ -198,7 +198,8 @@ class BrokerController:
         if self.grpc is not None:
             await self.grpc.stop()
         self.clients.shutdown()
-        self.transactions.stop()
+        if self.transactions is not None:
+            self.transactions.stop()
         await self.replica.shutdown()
         # a slave's delay levels never ran: their (zero) offsets must not overwrite the synced file
         for svc in (self.timer_service,) if self.replica.is_slave else (self.timer_service, self.delay_service):
@@ -207,18 +208,18 @@ class BrokerController:
                     await svc.shutdown()
                 except Exception as e:
                     log.error("broker.service_shutdown_failed", service=type(svc).__name__, error=repr(e))
-        telemetry = self.telemetry
         # each step runs whatever the one before met (a full disk fails writes, not the shutdown);
         # meta.close commits what is staged (offsets, topics, groups, delay offsets), checkpoints
-        for step, fn in (("meta", self.meta.close),
-                         ("telemetry", telemetry.shutdown if telemetry is not None else None),
-                         ("store", self.store.shutdown if self.store is not None else None)):
-            if fn is None:
+        try:
+            self.meta.close()
+        except OSError as e:
+            log.error("broker.shutdown_step_failed", step="meta", error=str(e))
+        for step, close in (("telemetry", self.telemetry.shutdown if self.telemetry is not None else None),
+                            ("store", self.store.shutdown if self.store is not None else None)):
+            if close is None:
                 continue
             try:
-                r = fn()
-                if asyncio.iscoroutine(r):
-                    await r
+                await close()
             except OSError as e:
                 log.error("broker.shutdown_step_failed", step=step, error=str(e))
         if self.metrics_http is not None:
@@ -250,7 +251,7 @@ class BrokerController:
         for group in list(self.offsets.groups_of(topic)):
             self.offsets.remove_group(group, topic)
         self.offsets.persist()
-        self.store.delete_consume_queues(topic)
+        self.started_store.delete_consume_queues(topic)
         self.counters.forget_topic(topic)
         for name in (TOPIC_PUT_NUMS, TOPIC_PUT_SIZE):
             self.stats.forget(name, lambda k: k == topic)
@@ -263,16 +264,16 @@ class BrokerController:
         host, _, port = self.config.broker_addr.rpartition(":")
         return host, int(port)
 
-    async def put_record(self, rec, hooks: bool = True) -> tuple[int, str | None]:
+    async def put_record(self, rec: MessageRecord, hooks: bool = True) -> tuple[int, str | None]:
         """Store one broker-made record (transaction commit, op record) as a send would: put hooks
         (delay level, timer) unless `hooks=False`, encode, put, wait for SYNC_FLUSH. (code, remark)."""
         delay = -1
         if hooks:
-            hooked = self.hooks.apply(rec)
+            hooked = built(self.hooks, "hooks").apply(rec)
             if isinstance(hooked, tuple):
                 return hooked
             delay = hooked
-        [result] = self.store.put([put_request(encode_record(rec), rec.topic, rec.queue_id, rec.properties, delay)])
+        [result] = self.started_store.put([put_request(encode_record(rec), rec.topic, rec.queue_id, rec.properties, delay)])
         if not result.ok:
             return PUT_STATUS_CODES[result.status], result.remark or result.status.name
         if result.flushed is not None:

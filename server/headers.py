@@ -8,7 +8,8 @@ number raises `HeaderError` naming the field. Processors answer both with code 1
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 STR, INT, LONG, BOOL = "str", "int", "long", "bool"
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
@@ -24,6 +25,11 @@ class Header:
 
     def __repr__(self) -> str:
         return f"Header({self.__dict__!r})"
+
+    if TYPE_CHECKING:
+        # the fields are the HeaderSpec's names, set by `parse`; to the type checker they are Any (a
+        # typed record per spec is the next step)
+        def __getattr__(self, name: str) -> Any: ...
 
 
 class HeaderSpec:
@@ -146,7 +152,8 @@ def parse_pull(ext: Mapping[str, str] | None) -> Header:
     absent. Anything else is left to the generic parse, which names the offending field."""
     if not ext:
         return PULL_MESSAGE.parse(ext)
-    get = ext.get
+    # Any: a hand-made ext may hold anything (checked below); numbers replace their strings in place
+    get: Callable[[str], Any] = ext.get
     g, t, q, o, n = get("consumerGroup"), get("topic"), get("queueId"), get("queueOffset"), get("maxMsgNums")
     f, c, s, v = get("sysFlag"), get("commitOffset"), get("suspendTimeoutMillis"), get("subVersion")
     sub, e = get("subscription"), get("expressionType")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 import structlog
 
@@ -23,7 +23,7 @@ def configure(level: str = "info", json_logs: bool | None = None, stream: TextIO
         raise ValueError(f"unknown log level {level!r} (one of {', '.join(_LEVELS)})")
     if json_logs is None:
         json_logs = not stream.isatty()
-    processors = [
+    processors: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),

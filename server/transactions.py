@@ -257,9 +257,10 @@ class TransactionService:
             log.warning("transactions.no_producer_to_check", group=e.group, offset=e.offset)
             return False
         uniq = rec.properties.get("UNIQ_KEY", "")
+        host, port = self.broker.store_host
         ext = {"topic": rec.properties.get("REAL_TOPIC", ""), "tranStateTableOffset": e.offset,
                "commitLogOffset": e.phys, "msgId": uniq, "transactionId": uniq,
-               "offsetMsgId": offset_msg_id(*self.broker.store_host, e.phys),
+               "offsetMsgId": offset_msg_id(host, port, e.phys),
                "brokerName": self.broker.config.broker_name}
         rec.topic = rec.properties.get("REAL_TOPIC", rec.topic)
         rec.queue_id = _int(rec.properties.get("REAL_QID"))

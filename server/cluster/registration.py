@@ -165,7 +165,7 @@ class BrokerRegistrar:
         await self._watch(namesrv)
         fields = resp.ext_fields or {}
         result = RegisterResult(namesrv, fields.get("masterAddr") or None, fields.get("haServerAddr") or None)
-        raw = bytes(resp.body) if not isinstance(resp.body, list) else b"".join(bytes(p) for p in resp.body)
+        raw = resp.body_bytes()
         if raw:
             try:
                 result.order_topic_config = decode_kv_table(raw)
@@ -209,7 +209,7 @@ class BrokerRegistrar:
         changed = (resp.ext_fields or {}).get("changed")
         if changed is None or str(changed).lower() == "true":
             return True
-        raw = bytes(resp.body) if not isinstance(resp.body, list) else b"".join(bytes(p) for p in resp.body)
+        raw = resp.body_bytes()
         try:
             return not raw or DataVersion.decode(raw) != dv
         except CodecError:

@@ -185,7 +185,7 @@ class TelemetryService:
             retries = gcfg.retry_max_times if gcfg is not None else 16
             out.backoff_policy.max_attempts = retries + 1
             # RocketMQ's consumer retry schedule: the delay levels from the third (10 s) on
-            levels = self.deps.levels[2:] or [10_000]
+            levels = list(self.deps.levels[2:]) or [10_000]
             for ms in (levels * (1 + retries // max(1, len(levels))))[:max(1, retries)]:
                 out.backoff_policy.customized_backoff.next.append(Duration(seconds=ms // 1000, nanos=(ms % 1000) * 10**6))
             s = out.subscription
@@ -273,14 +273,14 @@ class TelemetryService:
             # in a group with 4.x members, keep what their heartbeats registered (e.g. %RETRY%<group>,
             # the consume type): a registration replaces the group's subscription table
             info = self.deps.clients.consumer_group(group)
-            others = info is not None and any(c is not chan for c in info.channels)
-            keep = [sub for topic, sub in info.subscriptions.items() if topic not in mine] if others else []
+            if info is not None and any(c is not chan for c in info.channels):
+                keep = [sub for topic, sub in info.subscriptions.items() if topic not in mine]
+                consume_type, model, where = info.consume_type, info.message_model, info.consume_from_where
+            else:
+                keep, consume_type, model, where = [], CONSUME_POP, "CLUSTERING", "CONSUME_FROM_LAST_OFFSET"
             self.deps.clients.register_consumer(
-                group, chan, chan.client_id, language or "OTHER",
-                consume_type=info.consume_type if others else CONSUME_POP,
-                message_model=info.message_model if others else "CLUSTERING",
-                consume_from_where=info.consume_from_where if others else "CONSUME_FROM_LAST_OFFSET",
-                subscriptions=keep + list(mine.values()))
+                group, chan, chan.client_id, language or "OTHER", consume_type=consume_type,
+                message_model=model, consume_from_where=where, subscriptions=keep + list(mine.values()))
 
     def refresh(self, client_id: str) -> None:
         """A Heartbeat: keep the client's producer registrations alive."""

@@ -40,7 +40,7 @@ class Counter:
     def __init__(self) -> None:
         self.value = 0
 
-    def inc(self, n: int | float = 1) -> None:
+    def inc(self, n: int = 1) -> None:
         self.value += n
 
 

@@ -88,7 +88,7 @@ def register(server: Registrar, deps: AdminOpsDeps) -> None:
 
     @guarded
     def update_broker_config(conn, cmd):
-        body = bytes(b"".join(bytes(p) for p in cmd.body) if isinstance(cmd.body, list) else cmd.body or b"")
+        body = cmd.body_bytes()
         try:
             props = parse_properties(body.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as e:
