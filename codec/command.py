@@ -173,10 +173,30 @@ def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
 
 # ---------------------------------------------------------- ROCKETMQ header
 
-_FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
+# The ROCKETMQ binary header, declared once (the fast encoders in codec.ack_response, send_response and
+# pull_response build their frame heads from it with `rocketmq_head`): code, language ordinal, version,
+# opaque, flag, remark length; then the remark, the extFields length and the extFields (key: short
+# length + UTF-8, value: int length + UTF-8). opaque and flag are Java ints: written through java_int.
+ROCKETMQ_FIXED_FIELDS = "hBhiii"
+FRAME_PREFIX_FIELDS = "ii"  # the frame's total length, serialize type << 24 | header length
+_FIXED_RLEN = struct.Struct(">" + ROCKETMQ_FIXED_FIELDS)
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
-_FIXED_RLEN = struct.Struct(">hBhiii")  # the fixed fields plus the remark length
+
+
+def rocketmq_head(ext_length: bool) -> struct.Struct:
+    """The frame prefix and the header's fixed fields (and the extFields length word when the remark
+    is empty, `ext_length`) as one Struct: a fast encoder's frame head."""
+    return struct.Struct(">" + FRAME_PREFIX_FIELDS + ROCKETMQ_FIXED_FIELDS + ("i" if ext_length else ""))
+
+
+def java_int(v: int) -> int:
+    """`v` as the Java int with the same low 32 bits (an opaque or flag from a JSON header may be
+    written unsigned)."""
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
 # ext-field keys repeat on every request/response (short V2 names, msgId, queueId...): the decoder
 # maps key bytes to interned str, the encoder maps str to its length-prefixed bytes (both bounded)
 _KEYS: BoundedCache[bytes, str] = BoundedCache("rocketmq_header.key", 4096)
@@ -187,8 +207,8 @@ def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
     lang = _LANG_BY_NAME.get(cmd.language, 0) if isinstance(cmd.language, str) else int(cmd.language)
     try:
         remark = (cmd.remark or "").encode("utf-8", "replace")
-        parts = [_FIXED.pack(cmd.code, lang, cmd.version, _wrap32(cmd.opaque), _wrap32(cmd.flag)),
-                 _I32.pack(len(remark)), remark, b""]
+        parts = [_FIXED_RLEN.pack(cmd.code, lang, cmd.version, java_int(cmd.opaque), java_int(cmd.flag),
+                                  len(remark)), remark, b""]
         elen = 0
         key_heads = _KEY_HEADS
         pack32 = _I32.pack
@@ -206,19 +226,14 @@ def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
             elen += len(kh) + 4 + len(vb)
     except struct.error as e:
         raise CodecError(f"field out of range for the ROCKETMQ header: {e}") from None
-    parts[3] = _I32.pack(elen)
+    parts[2] = _I32.pack(elen)
     return b"".join(parts)
-
-
-def _wrap32(v: int) -> int:
-    v &= 0xFFFFFFFF
-    return v - (1 << 32) if v & 0x80000000 else v
 
 
 def decode_rocketmq_header(data: bytes | memoryview) -> RemotingCommand:
     b = data if type(data) is bytes else bytes(data)  # one copy; slices of bytes decode fastest
     n = len(b)
-    if n < _FIXED.size + 8:
+    if n < _FIXED_RLEN.size + 4:
         raise CodecError("ROCKETMQ header too short")
     code, lang, version, opaque, flag, rlen = _FIXED_RLEN.unpack_from(b, 0)
     pos = _FIXED_RLEN.size

@@ -7,8 +7,8 @@ the delivery records are laid back to back in one bytearray and described by par
 store can append the run with one copy and no per-message request/result objects
 (`storage.MessageStore.put_batch`).
 
-Property lookups: the properties string is searched with a leading separator prepended
-(`\\x02KEY\\x01`), which can only match at a key boundary (values never contain `\\x02`).
+Property lookups: `codec.properties.token_value` on the properties string with a leading separator
+prepended (`\\x02KEY\\x01` can only match at a key boundary), as the reference path does.
 """
 
 from __future__ import annotations
@@ -18,18 +18,24 @@ from collections.abc import Sequence
 
 from codec.buffers import BytesLike
 from codec.cache import BoundedCache
-from codec.properties import index_keys
+from codec.properties import index_keys, token_value
 from codec.record import POS_QUEUE_ID, POS_SYS_FLAG, store_timestamp_pos
-from codec.record_rewrite import _qid, _topic, tags_code, tail_span
+from codec.record_rewrite import (
+    K_KEYS,
+    K_REAL_QID,
+    K_REAL_TOPIC,
+    K_TAGS,
+    K_UNIQ,
+    _qid,
+    _topic,
+    tags_code,
+    tail_span,
+)
 
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _TS_POS = (store_timestamp_pos(0), store_timestamp_pos(0x10))  # by the BORNHOST_V6 bit (0x10 >> 4)
-_K_TOPIC = b"\x02REAL_TOPIC\x01"
-_K_QID = b"\x02REAL_QID\x01"
-_K_TAGS = b"\x02TAGS\x01"
-_K_KEYS = b"\x02KEYS\x01"
-_K_UNIQ = b"\x02UNIQ_KEY\x01"
+_K_TOPIC, _K_QID, _K_TAGS, _K_KEYS, _K_UNIQ = K_REAL_TOPIC, K_REAL_QID, K_TAGS, K_KEYS, K_UNIQ
 # properties tail from REAL_TOPIC -> ((topic, qid), topic field)
 _dests: BoundedCache[bytes, tuple[tuple[str, int], bytes]] = BoundedCache("delivery.destination", 4096)
 
@@ -66,24 +72,15 @@ class DeliveryBatch:
         return self.buf[self.starts[j]:self.starts[j + 1]]
 
 
-def _value(pb: bytes, key: bytes) -> bytes | None:
-    i = pb.find(key)
-    if i < 0:
-        return None
-    i += len(key)
-    end = pb.find(b"\x02", i)
-    return pb[i:] if end < 0 else pb[i:end]
-
-
 def _dest_of_tail(tail: bytes, pb: bytes) -> tuple[tuple[str, int], bytes] | None:
     """((real topic, real queue id), topic field), or None without a REAL_TOPIC value. `tail` is `pb`
     from the first REAL_TOPIC on; it is the cache key when it also holds the first REAL_QID (the put
     hook appends REAL_TOPIC then REAL_QID, so the tail repeats for every message to one queue)."""
-    rt = _value(tail, _K_TOPIC)
+    rt = token_value(tail, _K_TOPIC)
     if not rt:
         return None
     qi = pb.find(_K_QID)
-    rq = _value(pb, _K_QID)
+    rq = token_value(pb, _K_QID)
     topic, field = _topic(rt)
     d = ((topic, _qid(rq)), field)
     if qi >= len(pb) - len(tail):
@@ -103,6 +100,7 @@ def build_delivery_batch(raws: Sequence[BytesLike | None], drop_topic: str | Non
     k_topic, k_tags, k_keys, k_uniq = _K_TOPIC, _K_TAGS, _K_KEYS, _K_UNIQ
     cached = _dests.get
     tcode = tags_code
+    value = token_value
     pos = 0
     for idx, raw in enumerate(raws):
         if raw is None:
@@ -136,25 +134,10 @@ def build_delivery_batch(raws: Sequence[BytesLike | None], drop_topic: str | Non
         starts.append(end)
         dests.append(dest)
         source.append(idx)
-        i = pb.find(k_tags)
-        if i < 0:
-            tcodes.append(0)
-        else:
-            e = pb.find(b"\x02", i + 6)
-            tcodes.append(tcode(pb[i + 6:] if e < 0 else pb[i + 6:e]))
-        i = pb.find(k_uniq)
-        if i < 0:
-            uniq = None
-        else:
-            e = pb.find(b"\x02", i + 10)
-            uniq = (pb[i + 10:] if e < 0 else pb[i + 10:e]) or None
+        tcodes.append(tcode(value(pb, k_tags)))
+        uniq = value(pb, k_uniq) or None  # an empty UNIQ_KEY is no UNIQ_KEY
         uniqs.append(uniq)
-        i = pb.find(k_keys)
-        if i < 0:
-            keys_out.append((uniq,) if uniq else ())
-        else:
-            e = pb.find(b"\x02", i + 6)
-            keys_out.append(index_keys(pb[i + 6:] if e < 0 else pb[i + 6:e], uniq))
+        keys_out.append(index_keys(value(pb, k_keys), uniq))
     return out
 
 

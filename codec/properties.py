@@ -110,6 +110,39 @@ def properties_to_string(props: dict[str, str] | None) -> str:
     )
 
 
+def property_token(name: AnyStr) -> AnyStr:
+    """The search token of property `name`: `\\x02name\\x01`. Searched in properties text that
+    starts with a separator (see `value_span`), it can only match at a key boundary, since no key or
+    value contains \\x01 or \\x02."""
+    if isinstance(name, bytes):
+        return b"\x02" + name + b"\x01"
+    return "\x02" + name + "\x01"
+
+
+def value_span(text: AnyStr, token: AnyStr, start: int = 0) -> tuple[int, int] | None:
+    """(start, end) of the value of the first segment `token` (`property_token(name)`) at or after
+    `start` in `text`, properties WITH A LEADING SEPARATOR (`b"\\x02" + stored properties`); None when
+    absent. The one way every rewriter finds a property value (bytes or str): the value is
+    `text[s:e]`; the next segment, if any, starts at e."""
+    i = text.find(token, start)
+    if i < 0:
+        return None
+    s = i + len(token)
+    e = text.find(token[:1], s)  # the token starts with the segment separator
+    return s, (len(text) if e < 0 else e)
+
+
+def token_value(text: bytes, token: bytes) -> bytes | None:
+    """`text[s:e]` of `value_span(text, token)`, or None: the same two searches without the tuple, for
+    bytes (the delivery hot path's lookup; tests/codec/test_properties.py checks they agree)."""
+    i = text.find(token)
+    if i < 0:
+        return None
+    i += len(token)
+    e = text.find(2, i)  # PROPERTY_SEPARATOR's byte
+    return text[i:] if e < 0 else text[i:e]
+
+
 class _FullPath(Exception):
     """The properties string needs the dict path (a key repeats, or a value is empty)."""
 
@@ -117,11 +150,10 @@ class _FullPath(Exception):
 def _one_value(text: str, token: str) -> str | None:
     """Value of the segment starting with `token` ("\\x02KEY\\x01") in `text` (which starts and ends with
     \\x02); None if absent. A repeated key or an empty value raises _FullPath."""
-    i = text.find(token)
-    if i < 0:
+    span = value_span(text, token)
+    if span is None:
         return None
-    start = i + len(token)
-    end = text.find(PROPERTY_SEPARATOR, start)
+    start, end = span
     if end == start or text.find(token, end) >= 0:
         raise _FullPath
     return text[start:end]
@@ -171,6 +203,20 @@ def rewrite_sent_properties(text: str, cluster: str, new_uniq_key: Callable[[], 
         uniq = new_uniq_key()
         stored = f"{stored}\x02UNIQ_KEY\x01{uniq}"
     return stored, wait, tags, index_keys(keys, uniq), delay
+
+
+def rewrite_sent_properties_reference(text: str, cluster: str, new_uniq_key: Callable[[], str]) -> SentRewrite:
+    """The slow reference of `rewrite_sent_properties` (nothing hot calls it): the dict path the send
+    processor's full path takes, parse -> drop WAIT, set CLUSTER, UNIQ_KEY when none -> serialise. Where
+    the fast path does not decline, both give the same map (and the same string unless a key repeats);
+    tests/codec/test_sent_properties.py checks it."""
+    props = parse_properties(text)
+    wait = props.pop("WAIT", "true").lower() != "false"
+    props["CLUSTER"] = cluster
+    if not props.get("UNIQ_KEY"):
+        props["UNIQ_KEY"] = new_uniq_key()
+    keys = [k for k in (props.get("KEYS") or "").split(" ") if k] + [props["UNIQ_KEY"]]
+    return properties_to_string(props), wait, props.get("TAGS"), tuple(keys), props.get("DELAY")
 
 
 # rewrite_sent_properties_cached: (text before the UNIQ_KEY value, text after it, cluster, marks) ->

@@ -6,7 +6,8 @@ body. `pull_response_frame` writes that frame without a RemotingCommand or an ex
 `b"".join` of its pieces is exactly `encode_frame_bytes` of `request.response(code, remark,
 {"suggestWhichBrokerId": "0", "nextBeginOffset", "minOffset", "maxOffset"}, body)`
 (tests/codec/test_pull_response.py), in the ROCKETMQ binary form or the JSON form the request came
-in. Body slices are passed through uncopied, as `encode_frame` does.
+in. Body slices are passed through uncopied, as `encode_frame` does. `pull_response_frame_reference` is that
+generic path, the maintained slow reference the test compares with (nothing hot calls it).
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import struct
 
 from codec.buffers import BytesLike
 from codec.cache import BoundedCache
-from codec.codes import BROKER_VERSION, RPC_TYPE_RESPONSE, SERIALIZE_JSON, SERIALIZE_ROCKETMQ
-from codec.command import _json_dumps
+from codec.codes import BROKER_VERSION, RPC_TYPE_RESPONSE, SERIALIZE_JSON, SERIALIZE_ROCKETMQ, RequestCode
+from codec.command import RemotingCommand, _json_dumps, java_int, rocketmq_head
+from codec.frame import encode_frame_bytes
 
-# length prefix, (serType << 24 | headerLen), code, language (JAVA = 0), version, opaque, flag, remark length
-_RMQ_HEAD = struct.Struct(">iihBhIii")
+_RMQ_HEAD = rocketmq_head(ext_length=False)
 _RMQ_FIXED = _RMQ_HEAD.size - 8  # the header's part of _RMQ_HEAD (without the frame's two words)
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
@@ -70,7 +71,16 @@ def pull_response_frame(opaque: int, serialize_type: int, code: int, remark: str
     hlen = _RMQ_FIXED + rlen + 4 + elen
     head = b"".join((
         _RMQ_HEAD.pack(4 + hlen + body_len, (SERIALIZE_ROCKETMQ << 24) | hlen, code, 0, BROKER_VERSION,
-                       opaque & 0xFFFFFFFF, RPC_TYPE_RESPONSE, rlen),
+                       java_int(opaque), RPC_TYPE_RESPONSE, rlen),
         rbytes, _I32.pack(elen), _SUGGEST, _NEXT, _I32.pack(len(n)), n, _MIN, _I32.pack(len(lo)), lo,
         _MAX, _I32.pack(len(hi)), hi))
     return [head, *parts]
+
+
+def pull_response_frame_reference(opaque: int, serialize_type: int, code: int, remark: str, next_begin_offset: int,
+                                  min_offset: int, max_offset: int, body: list[BytesLike]) -> bytes:
+    """`b"".join(pull_response_frame(...))` the generic way: a RemotingCommand response and `encode_frame_bytes`."""
+    req = RemotingCommand(RequestCode.PULL_MESSAGE, opaque=opaque, serialize_type=serialize_type)
+    ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(next_begin_offset), "minOffset": str(min_offset),
+           "maxOffset": str(max_offset)}
+    return encode_frame_bytes(req.response(code=code, remark=remark, ext_fields=ext, body=body))

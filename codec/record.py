@@ -330,12 +330,18 @@ def read_born_timestamp(buf: BytesLike, pos: int = 0) -> int:
 
 
 def _tail_positions(buf: BytesLike, pos: int) -> tuple[int, int, int, int]:
-    """(body_pos, body_len, topic_len_pos, props_len_pos) of the record at pos."""
-    sf = read_sys_flag(buf, pos)
-    bl = pos + body_len_pos(sf)
-    (blen,) = _I32.unpack_from(buf, bl)
-    tpos = bl + 4 + blen
-    tlen = buf[tpos]
+    """(body_pos, body_len, topic_len_pos, props_len_pos) of the record at pos; CodecError when a
+    length field points outside `buf` (a truncated or damaged record)."""
+    try:
+        sf = read_sys_flag(buf, pos)
+        bl = pos + body_len_pos(sf)
+        (blen,) = _I32.unpack_from(buf, bl)
+        tpos = bl + 4 + blen
+        if blen < 0:
+            raise IndexError
+        tlen = buf[tpos]
+    except (struct.error, IndexError):
+        raise CodecError("truncated record: a length field points outside it") from None
     return bl + 4, blen, tpos, tpos + 1 + tlen
 
 
@@ -351,7 +357,12 @@ def read_body(buf: BytesLike, pos: int = 0) -> bytes:
 
 def read_properties_bytes(buf: BytesLike, pos: int = 0) -> bytes:
     _, _, _, ppos = _tail_positions(buf, pos)
-    (plen,) = _I16.unpack_from(buf, ppos)
+    try:
+        (plen,) = _I16.unpack_from(buf, ppos)
+    except struct.error:
+        raise CodecError("truncated record: no properties length") from None
+    if plen < 0 or ppos + 2 + plen > len(buf):
+        raise CodecError("truncated record: properties length out of range")
     return bytes(buf[ppos + 2:ppos + 2 + plen])
 
 

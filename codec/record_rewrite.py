@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from codec.buffers import BytesLike
 from codec.cache import BoundedCache
 from codec.codes import SysFlag
 from codec.errors import CodecError
-from codec.properties import index_keys
+from codec.properties import index_keys, property_token, token_value
 from codec.record import (
     MAGIC_CODE,
     MAX_PROPERTIES_BYTES,
@@ -113,11 +114,11 @@ def rewrite_for_delivery(raw: BytesLike, topic: str, queue_id: int, store_host: 
 
 
 # ---- batch messageTimeup ------------------------------------------------------------------------
-K_REAL_TOPIC = b"REAL_TOPIC\x01"
-K_REAL_QID = b"REAL_QID\x01"
-K_TAGS = b"TAGS\x01"
-K_KEYS = b"KEYS\x01"
-K_UNIQ = b"UNIQ_KEY\x01"
+K_REAL_TOPIC = property_token(b"REAL_TOPIC")
+K_REAL_QID = property_token(b"REAL_QID")
+K_TAGS = property_token(b"TAGS")
+K_KEYS = property_token(b"KEYS")
+K_UNIQ = property_token(b"UNIQ_KEY")
 _BODY_LEN_POS = tuple(body_len_pos(sf) for sf in (0, 0x10, 0x20, 0x30))  # by sysFlag bits 0x30 >> 4
 _MAGIC_SYS_FLAG = struct.Struct(f">i{POS_SYS_FLAG - POS_MAGIC - 4}xi")  # MAGICCODE .. SYSFLAG
 
@@ -143,18 +144,6 @@ def tail_span(raw: BytesLike) -> tuple[int, int, int]:
 _topics: BoundedCache[bytes, tuple[str, bytes]] = BoundedCache("delivery.topic", 4096)  # REAL_TOPIC -> (str, field)
 _tags: BoundedCache[bytes, int] = BoundedCache("delivery.tags_code", 4096)  # TAGS -> tagsCode
 _qids: BoundedCache[bytes, int] = BoundedCache("delivery.queue_id", 4096)  # REAL_QID -> int
-
-
-def prop_value(pb: bytes, key: bytes) -> bytes | None:
-    """Value of `key` (given with its trailing \\x01) in a properties string, or None."""
-    i = pb.find(key)
-    while i > 0 and pb[i - 1] != 2:  # inside another key or value: look further
-        i = pb.find(key, i + 1)
-    if i < 0:
-        return None
-    start = i + len(key)
-    end = pb.find(b"\x02", start)
-    return pb[start:] if end < 0 else pb[start:end]
 
 
 def _topic(b: bytes) -> tuple[str, bytes]:
@@ -196,9 +185,15 @@ def _qid(b: bytes | None) -> int:
 _INT32_MAX = 2**31 - 1
 
 
-# messageTimeup of one schedule record: (delivery record, real topic, real queue id, tagsCode,
-# index keys: KEYS split on spaces then UNIQ_KEY, UNIQ_KEY or None)
-Delivery = tuple[bytearray, str, int, int, tuple[bytes, ...], bytes | None]
+class Delivery(NamedTuple):
+    """messageTimeup of one schedule record (the reference path's result)."""
+
+    record: bytearray
+    topic: str  # the real topic (REAL_TOPIC)
+    queue_id: int  # REAL_QID
+    tags_code: int
+    keys: tuple[bytes, ...]  # index keys: KEYS split on spaces, then UNIQ_KEY
+    uniq_key: bytes | None
 
 
 def build_deliveries(raws: Iterable[BytesLike | None]) -> list[Delivery | None]:
@@ -209,13 +204,13 @@ def build_deliveries(raws: Iterable[BytesLike | None]) -> list[Delivery | None]:
     out: list[Delivery | None] = []
     append = out.append
     pack_i32 = _I32.pack_into
-    get = prop_value
+    get = token_value
     for raw in raws:
         if raw is None:
             append(None)
             continue
         tpos, ppos, pend = tail_span(raw)
-        pb = bytes(raw[ppos + 2:pend])
+        pb = b"\x02" + raw[ppos + 2:pend]  # a leading separator: tokens match at key boundaries only
         rt = get(pb, K_REAL_TOPIC)
         if not rt:
             append(None)
@@ -228,5 +223,5 @@ def build_deliveries(raws: Iterable[BytesLike | None]) -> list[Delivery | None]:
         pack_i32(rec, POS_TOTAL, len(rec))
         pack_i32(rec, POS_QUEUE_ID, qid)
         uniq = get(pb, K_UNIQ) or None  # an empty UNIQ_KEY is no UNIQ_KEY (as the batch path reads it)
-        append((rec, topic, qid, tags_code(get(pb, K_TAGS)), index_keys(get(pb, K_KEYS), uniq), uniq))
+        append(Delivery(rec, topic, qid, tags_code(get(pb, K_TAGS)), index_keys(get(pb, K_KEYS), uniq), uniq))
     return out

@@ -4,21 +4,28 @@ A pipelined run of sends is answered with frames that differ only in opaque, msg
 queueOffset and the serialize type (the request's). `SendResponseFrames.frame` writes one such frame
 without a RemotingCommand or an extFields dict: the bytes are exactly `encode_frame_bytes` of
 `cmd.response(SUCCESS, None, {"msgId", "queueId", "queueOffset", *extra})` (tests/codec/test_send_response.py),
-in the ROCKETMQ binary form or the JSON form the request came in.
+in the ROCKETMQ binary form or the JSON form the request came in. `frame_reference` is that generic path,
+the maintained slow reference the test compares with (nothing hot calls it).
 """
 
 from __future__ import annotations
 
 import struct
 
-from codec.codes import BROKER_VERSION, RPC_TYPE_RESPONSE, SERIALIZE_JSON, SERIALIZE_ROCKETMQ
-from codec.command import _json_dumps
+from codec.codes import (
+    BROKER_VERSION,
+    RPC_TYPE_RESPONSE,
+    SERIALIZE_JSON,
+    SERIALIZE_ROCKETMQ,
+    RequestCode,
+    ResponseCode,
+)
+from codec.command import FRAME_PREFIX_FIELDS, RemotingCommand, _json_dumps, java_int, rocketmq_head
+from codec.frame import encode_frame_bytes
 
-# length prefix, (serType << 24 | headerLen), code, language (JAVA = 0), version, opaque, flag, remark length,
-# extFields length
-_RMQ_HEAD = struct.Struct(">iihBhIiii")
+_RMQ_HEAD = rocketmq_head(ext_length=True)
 _RMQ_FIXED = _RMQ_HEAD.size - 8  # the header's part of _RMQ_HEAD (without the frame's two words)
-_PREFIX = struct.Struct(">ii")
+_PREFIX = struct.Struct(">" + FRAME_PREFIX_FIELDS)
 _LEN32 = tuple(struct.pack(">i", n) for n in range(256))  # an ext value's length word (values are short)
 _I32 = struct.Struct(">i")
 
@@ -33,10 +40,11 @@ class SendResponseFrames:
     part (hex of store host and port), `extra` the ext fields every response carries after
     queueOffset (MSG_REGION, TRACE_ON)."""
 
-    __slots__ = ("_prefix", "_mid_head", "_qid_key", "_qoff_key", "_tail", "_ext_fixed", "_json")
+    __slots__ = ("_prefix", "_extra", "_mid_head", "_qid_key", "_qoff_key", "_tail", "_ext_fixed", "_json")
 
     def __init__(self, msg_id_prefix: str, extra: dict[str, str]) -> None:
         self._prefix = msg_id_prefix
+        self._extra = dict(extra)
         self._mid_head = _key_head("msgId")
         self._qid_key = _key_head("queueId")
         self._qoff_key = _key_head("queueOffset")
@@ -64,6 +72,14 @@ class SendResponseFrames:
         hlen = _RMQ_FIXED + elen
         return b"".join((
             _RMQ_HEAD.pack(4 + hlen, (SERIALIZE_ROCKETMQ << 24) | hlen, 0, 0, BROKER_VERSION,
-                           opaque & 0xFFFFFFFF, RPC_TYPE_RESPONSE, 0, elen),
+                           java_int(opaque), RPC_TYPE_RESPONSE, 0, elen),
             self._mid_head, _LEN32[len(mid)], mid, self._qid_key, _LEN32[len(q)], q,
             self._qoff_key, _LEN32[len(o)], o, self._tail))
+
+    def frame_reference(self, opaque: int, serialize_type: int, phys_offset: int, queue_id: int,
+                        queue_offset: int) -> bytes:
+        """`frame` the generic way: a RemotingCommand response encoded by `encode_frame_bytes`."""
+        req = RemotingCommand(RequestCode.SEND_MESSAGE_V2, opaque=opaque, serialize_type=serialize_type)
+        ext = {"msgId": self.msg_id(phys_offset), "queueId": str(queue_id), "queueOffset": str(queue_offset),
+               **self._extra}
+        return encode_frame_bytes(req.response(ResponseCode.SUCCESS, None, ext))

@@ -16,6 +16,10 @@ rmq_sys_wheel_timer record the record to put and where:
   marker or no REAL_TOPIC: never delivered).
 Head and body are copied as stored; only the topic field and the properties change (no decode of
 the record, bytes.find on the properties).
+
+`timer_delivery_reference`: the slow reference of one record's conversion (parse the properties into a
+dict, edit, serialise, `rewrite_for_delivery`), as the dequeue did it per message before the batch
+builder. Nothing hot calls it; tests/scheduler/timer/test_timer_rewrite.py checks the two agree.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from typing import Any
 from codec.buffers import BytesLike
 from codec.codes import TIMER_TOPIC
 from codec.errors import CodecError
-from codec.properties import index_keys, parse_properties, properties_to_string
-from codec.record import MAX_PROPERTIES_BYTES, POS_QUEUE_ID, POS_TOTAL, topic_field
-from codec.record_rewrite import _qid, _topic, tags_code, tail_span
+from codec.properties import index_keys, parse_properties, properties_to_string, property_token, value_span
+from codec.record import MAX_PROPERTIES_BYTES, POS_QUEUE_ID, POS_TOTAL, read_properties_bytes, topic_field
+from codec.record_rewrite import _qid, _topic, rewrite_for_delivery, tags_code, tail_span
+from codec.tags import java_hash
 
 MISSING, SKIPPED, CANCELLED = 0, 1, 2
 
@@ -71,19 +76,14 @@ Edits = Iterable[tuple[bytes, bytes]]
 
 
 def _edit_canonical(pb: bytes, edits: Edits) -> bytes:
+    text = b"\x02" + pb  # a leading separator: tokens match at key boundaries only
     for name, value in edits:
-        key = name + b"\x01"
-        if pb.startswith(key):
-            start = len(key)
+        span = value_span(text, property_token(name))
+        if span is None:
+            text = text + b"\x02" + name + b"\x01" + value
         else:
-            i = pb.find(b"\x02" + key)
-            start = -1 if i < 0 else i + 1 + len(key)
-        if start < 0:
-            pb = pb + b"\x02" + key + value
-            continue
-        end = pb.find(b"\x02", start)
-        pb = pb[:start] + value + (b"" if end < 0 else pb[end:])
-    return pb
+            text = text[:span[0]] + value + text[span[1]:]
+    return text[1:]
 
 
 def _edit_dict(pb: bytes, edits: Edits) -> bytes:
@@ -194,3 +194,38 @@ def build_timer_deliveries(raws: Sequence[BytesLike | None], rolls: Sequence[int
         if keep_uniq:
             keep_uniq(uniq)
     return out
+
+
+def timer_delivery_reference(raw: BytesLike | None, roll: bool, exact_ms: int, enqueue_ms: int, dequeue_ms: int,
+                             cancel: Container[str] | None) -> Any:
+    """`build_timer_deliveries([raw], [roll], [exact_ms], [enqueue_ms], dequeue_ms, cancel)[0]` the slow way:
+    MISSING / CANCELLED / SKIPPED, or (record, topic, queue id, tagsCode, index keys as str)."""
+    if raw is None:
+        return MISSING
+    tail_span(raw)  # the same well-formedness check as the fast path (magic, every length): CodecError
+    props = parse_properties(read_properties_bytes(raw))
+    if roll:
+        props["TIMER_ROLL_TIMES"] = str(int(props.get("TIMER_ROLL_TIMES", "0") or 0) + 1)
+        props["TIMER_DELIVER_MS"] = str(exact_ms)
+        props["TIMER_ENQUEUE_MS"] = str(enqueue_ms)
+        props["TIMER_DEQUEUE_MS"] = str(dequeue_ms)
+        rec = rewrite_for_delivery(raw, TIMER_TOPIC, 0, properties_bytes=properties_to_string(props).encode())
+        return rec, TIMER_TOPIC, 0, 0, ()
+    topic = props.get("REAL_TOPIC")
+    uniq = props.get("UNIQ_KEY")
+    if cancel and uniq and f"{topic}+{uniq}" in cancel:
+        return CANCELLED
+    if "TIMER_DEL_UNIQKEY" in props or not topic:
+        return SKIPPED
+    try:
+        qid = int(props.get("REAL_QID", "0"))
+    except ValueError:
+        qid = 0
+    props["TIMER_ENQUEUE_MS"] = str(enqueue_ms)
+    props["TIMER_DEQUEUE_MS"] = str(dequeue_ms)
+    rec = rewrite_for_delivery(raw, topic, qid, properties_bytes=properties_to_string(props).encode())
+    keys = [k for k in (props.get("KEYS") or "").split(" ") if k]
+    if uniq:
+        keys.append(uniq)
+    tags = props.get("TAGS")
+    return rec, topic, qid, java_hash(tags) if tags else 0, tuple(keys)

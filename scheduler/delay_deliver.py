@@ -273,10 +273,10 @@ class LevelDeliverer:
 
     def make_request(self, raw: BytesLike) -> PutRequest | None:
         """messageTimeup: the delivery PutRequest, or None to drop (no REAL_TOPIC, half message)."""
-        b = build_deliveries((raw,))[0]
-        if b is None or b[1] == HALF_TOPIC:
+        d = build_deliveries((raw,))[0]
+        if d is None or d.topic == HALF_TOPIC:
             return None
-        return PutRequest(b[0], b[1], b[2], b[3], b[4], -1)
+        return PutRequest(d.record, d.topic, d.queue_id, d.tags_code, d.keys, -1)
 
     # ---- sync ----------------------------------------------------------------------------
     async def _deliver_sync(self, batch: DeliveryBatch, dues: list[int], infos: EventInfos | None, raws: Raws,

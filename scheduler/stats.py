@@ -1,73 +1,18 @@
 """Per-level delivery statistics: counters, next due time, deliver rate, lateness histogram.
 
-Lateness = delivered record's store timestamp - deliver timestamp (ms). Recorded per batch with
-one bisect per message; no allocation per message. `LatenessHistogram` is also the timer wheel's.
+Lateness = delivered record's store timestamp - deliver timestamp (ms), in a `codec.histogram.Histogram`
+with `LATENESS_BUCKETS_MS`. Recorded per batch with one bisect per message; no allocation per message.
 """
 
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
-from collections.abc import Collection
 from typing import Any
+
+from codec.histogram import Histogram
 
 LATENESS_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 60_000)
 _RATE_WINDOW_S = 10.0
-
-
-class LatenessHistogram:
-    """Fixed-bucket histogram of lateness in ms (negative values count as 0), with sum, count and max."""
-
-    __slots__ = ("bounds", "counts", "sum", "count", "max")
-
-    def __init__(self, bounds: tuple[int, ...] = LATENESS_BUCKETS_MS) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)  # last: +Inf
-        self.sum = 0
-        self.count = 0
-        self.max = 0
-
-    def observe(self, ms: int) -> None:
-        if ms < 0:
-            ms = 0
-        self.counts[bisect_left(self.bounds, ms)] += 1
-        self.sum += ms
-        self.count += 1
-        if ms > self.max:
-            self.max = ms
-
-    def observe_many(self, values: Collection[int]) -> None:
-        """`observe` for each value (one call per delivered batch)."""
-        counts, bounds = self.counts, self.bounds
-        total = 0
-        top = self.max
-        for ms in values:
-            if ms < 0:
-                ms = 0
-            counts[bisect_left(bounds, ms)] += 1
-            total += ms
-            if ms > top:
-                top = ms
-        self.sum += total
-        self.count += len(values)
-        self.max = top
-
-    def cumulative(self) -> list[tuple[float, int]]:
-        out, acc = [], 0
-        for le, c in zip((*self.bounds, float("inf")), self.counts, strict=True):
-            acc += c
-            out.append((le, acc))
-        return out
-
-    def quantile(self, q: float) -> float:
-        """Upper bound of the bucket holding quantile q (the max seen for the +Inf bucket; 0 when empty)."""
-        if not self.count:
-            return 0.0
-        target = q * self.count
-        for le, acc in self.cumulative():
-            if acc >= target:
-                return float(self.max if le == float("inf") else le)
-        return float(self.max)
 
 
 class LevelStats:
@@ -82,7 +27,7 @@ class LevelStats:
         self.failed_puts = 0
         self.resends = 0
         self.next_due_ms = 0  # 0: no message waiting
-        self.lateness = LatenessHistogram()
+        self.lateness = Histogram(LATENESS_BUCKETS_MS)
         self._rate_marks: list[tuple[float, int]] = []  # (monotonic s, delivered) ≤ 1 per second
 
     def record_lateness(self, lateness_ms: int) -> None:

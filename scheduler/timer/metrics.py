@@ -12,8 +12,8 @@ import time
 
 import structlog
 
+from codec.histogram import Histogram
 from scheduler.events import EventListener, fire_rows
-from scheduler.stats import LatenessHistogram
 
 log = structlog.get_logger(__name__)
 
@@ -62,7 +62,7 @@ class TimerMetrics:
         self.late_bumped = 0  # enqueued after its slot was read: moved to the next slot
         self.enqueue_latency_ms = 0  # store → enqueue of the last batch
         self.dequeue_latency_ms = 0  # due → delivered of the last put
-        self.lateness = LatenessHistogram(LATENESS_BUCKETS_MS)
+        self.lateness = Histogram(LATENESS_BUCKETS_MS)
         self.enqueue_rate = _Rate()
         self.dequeue_rate = _Rate()
         self.listeners: list[EventListener] = []

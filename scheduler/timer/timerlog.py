@@ -249,6 +249,19 @@ class TimerLog:
         seg = self._segment_for(pos)
         return None if seg is None else (seg.mm, pos - seg.start)
 
+    def read_chain_reference(self, pos: int, min_pos: int) -> tuple[list[tuple[int, ...]], int | None]:
+        """The slow reference of `read_chain` (nothing hot calls it): one `read` per unit down the whole chain.
+        Returns (the units in chain order, the position of a unit whose size is not 52, where it stopped, or
+        None); tests/scheduler/timer/test_chain.py checks `read_chain` gives the same units and stop."""
+        out: list[tuple[int, ...]] = []
+        while pos >= min_pos and pos >= 0:
+            unit = tuple(self.read(pos))
+            if unit[0] != UNIT_SIZE:
+                return out, pos
+            out.append(unit)
+            pos = unit[1]
+        return out, None
+
     # ---- retention ---------------------------------------------------------------------
     def last_unit_rel(self) -> int:
         """Position inside a full file of its last unit (units fill a file until 52 + 16 no longer fit)."""

@@ -1,4 +1,4 @@
-"""A small metrics registry: counters, gauges and fixed-bucket histograms.
+"""A small metrics registry: counters, gauges and fixed-bucket histograms (`codec.histogram.Histogram`).
 
 Hot paths touch only plain attributes (`counter.inc()` is an integer add); rendering to
 Prometheus text and to export samples happens off the hot path. Gauges may be backed by a
@@ -8,10 +8,11 @@ callback so components expose live state (pending messages, lag) without pushing
 from __future__ import annotations
 
 import asyncio
-import bisect
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+
+from codec.histogram import Histogram as Histogram  # the registry's histogram type (prometheus reads it here)
 
 Labels = tuple[tuple[str, str], ...]
 SLICE = 500  # samples (or rendered samples) between two yields to the loop in the *_sliced helpers
@@ -56,38 +57,6 @@ class Gauge:
 
     def get(self) -> float:
         return float(self.fn()) if self.fn is not None else float(self.value)
-
-
-class Histogram:
-    __slots__ = ("bounds", "counts", "sum", "count")
-
-    def __init__(self, bounds: Iterable[float] = DEFAULT_LATENCY_BUCKETS_MS) -> None:
-        self.bounds = tuple(sorted(bounds))
-        self.counts = [0] * (len(self.bounds) + 1)
-        self.sum = 0.0
-        self.count = 0
-
-    def observe(self, v: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, v)] += 1
-        self.sum += v
-        self.count += 1
-
-    def cumulative(self) -> list[tuple[float, int]]:
-        out, acc = [], 0
-        for bound, c in zip((*self.bounds, math.inf), self.counts, strict=True):
-            acc += c
-            out.append((bound, acc))
-        return out
-
-    def quantile(self, q: float) -> float:
-        """Upper bound of the bucket holding quantile q (0 when empty)."""
-        if self.count == 0:
-            return 0.0
-        target = q * self.count
-        for bound, acc in self.cumulative():
-            if acc >= target:
-                return bound
-        return math.inf
 
 
 class Registry:

@@ -1,21 +1,20 @@
 """Fixtures: delaymq name servers (`namesrv_factory`), brokers registered with them (`cluster_broker`), the
-stock Java client (`java_client`), and the in-process broker fixtures of tests/server (HA tests)."""
+client agents (`agents`: C++, and the stock Java client, also as `java_client`), and the in-process broker
+fixtures of tests/server (HA tests)."""
 
 from __future__ import annotations
 
 import itertools
-import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import register_diagnostics
 from tests.helpers.cluster import NamesrvProcess
-from tests.helpers.java import compile_java, java_available, java_command
+from tests.helpers.java import java_available
 from tests.interop.conftest import Agents
 from tests.server.conftest import broker_ctl, client, make_broker  # noqa: F401
-
-CLUSTER_CLIENT = Path(__file__).resolve().parents[1] / "java" / "programs" / "ClusterClient.java"
 
 
 @pytest.fixture
@@ -46,68 +45,47 @@ def cluster_broker(broker_factory):
     return make
 
 
-@pytest.fixture(scope="session")
-def java_classes(tmp_path_factory):
-    if not java_available():
-        pytest.skip("no Apache RocketMQ 4.9.7 jars (../shared absent) or no java")
-    return compile_java([CLUSTER_CLIENT], tmp_path_factory.mktemp("cluster-java"))
+class JavaClient:
+    """The stock Java 4.9.7 client for the cluster tests: tests/java/agent/JavaAgent.java, the program
+    tests/interop drives, started through `agents` (pass a NamesrvProcess, or anything with `.namesrv`, where
+    it takes a broker). A producer retries a failed send twice with a 10 s timeout (the client's defaults
+    but the timeout): the cluster tests send through brokers that come and go."""
 
+    def __init__(self, agents: Agents) -> None:
+        self.agents = agents
 
-@pytest.fixture(scope="session")
-def java_client(java_classes):
-    """`run(*args, timeout=60) -> [[word, ...], ...]`: tests/java/programs/ClusterClient.java (the stock Java
-    client) run to completion; its SENT / RECV lines split into words. Exit code 0 required."""
+    def produce(self, ns, topic: str, count: int, prefix: str, delay_level: int = 0,
+                timer_delay_sec: int | None = None, timeout: float = 90.0) -> list[dict]:
+        """Send `count` messages (bodies `<prefix>-<run>-<i>`); their "sent" events, every one SEND_OK."""
+        agent = self.agents.run_java(
+            "produce", ns, timeout=timeout, topic=topic, count=count, body_prefix=f"{prefix}-", tag="TagA",
+            group=f"PID_cluster_{uuid.uuid4().hex[:10]}", retries=2, send_timeout_ms=10000,
+            delay_level=delay_level or None,
+            property=[f"TIMER_DELAY_SEC={timer_delay_sec}"] if timer_delay_sec is not None else None)
+        sent = agent.of("sent")
+        assert len(sent) == count and all(e["status"] == "SEND_OK" for e in sent), agent.diagnostics()
+        return sent
 
-    def run(*args: str, timeout: float = 60.0) -> list[list[str]]:
-        p = subprocess.run(java_command("ClusterClient", java_classes, *args), capture_output=True, text=True,
-                           timeout=timeout, stdin=subprocess.DEVNULL)
-        assert p.returncode == 0, (f"ClusterClient {args} exited {p.returncode}\n{p.stdout[-3000:]}\n"
-                                   f"{p.stderr[-3000:]}")
-        return [line.split() for line in p.stdout.splitlines() if line.startswith(("SENT", "RECV"))]
+    def consumer(self, ns, topic: str, group: str, count: int, timeout: int, stop_file: Path | None = None):
+        """A push consumer (from the first offset) running until `count` distinct bodies were acknowledged,
+        `stop_file` exists (exit 0) or `timeout` seconds passed (exit 2): its AgentProcess."""
+        return self.agents.java("consume", ns, topic=topic, group=group, until_count=count, timeout=timeout,
+                                stop_file=stop_file)
 
-    return run
-
-
-class JavaConsumer:
-    """A ClusterClient consumer running in the background; its stdout goes to a file read on demand."""
-
-    def __init__(self, classes: Path, work: Path, *args: str) -> None:
-        work.mkdir(parents=True, exist_ok=True)
-        self.out, self.stop_file = work / "stdout", work / "stop"
-        with open(self.out, "wb") as f:
-            self.proc = subprocess.Popen(java_command("ClusterClient", classes, *args, str(self.stop_file)),
-                                         stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    def lines(self, prefix: str) -> list[list[str]]:
-        text = self.out.read_text(errors="replace") if self.out.exists() else ""
-        return [line.split() for line in text.splitlines() if line.startswith(prefix)]
-
-    def stop(self, timeout: float = 30.0) -> int:
-        self.stop_file.touch()
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-            raise AssertionError(f"java consumer ignored its stop file\n{self.out.read_text()[-3000:]}") from None
+    def consume(self, ns, topic: str, group: str, count: int, timeout: int) -> list[dict]:
+        """`consumer` run to completion (exit 0 required): its "received" events."""
+        agent = self.consumer(ns, topic, group, count, timeout)
+        code = agent.wait_exit(timeout + 60)
+        assert code == 0, f"java consume exited {code}\n{agent.diagnostics()}"
+        return agent.of("received")
 
 
 @pytest.fixture
-def java_consumers(java_classes, tmp_path):
-    """`start(*consume_args) -> JavaConsumer` (ClusterClient consume ... with a stop file); killed at teardown."""
-    made: list[JavaConsumer] = []
-    counter = itertools.count()
-
-    def start(*args: str) -> JavaConsumer:
-        c = JavaConsumer(java_classes, tmp_path / f"java-consumer{next(counter)}", *args)
-        made.append(c)
-        return c
-
-    yield start
-    for c in made:
-        if c.proc.poll() is None:
-            c.proc.kill()
-            c.proc.wait(10)
+def java_client(agents):
+    """`JavaClient`: the stock Java client (tests/java/agent/JavaAgent.java) with produce / consume / consumer."""
+    if not java_available():
+        pytest.skip("no Apache RocketMQ 4.9.7 jars (../shared absent) or no java")
+    return JavaClient(agents)
 
 
 @pytest.fixture

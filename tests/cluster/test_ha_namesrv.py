@@ -83,23 +83,20 @@ def test_java_client_reads_from_the_slave_then_uses_the_promoted_master(namesrv_
                    "master and slave registered", ns.diagnostics)
         master.create_topic("Jt", 4)
         wait_until(lambda: send(master.addr, "Jt", b"warm").code == 0, 15, "a slave acking", slave.diagnostics)
-        sent = java_client("produce", ns.addr, "Jt", "20", "0", "before")
-        assert len(sent) == 20 and all(line[-1] == "SEND_OK" for line in sent), sent
+        sent = java_client.produce(ns, "Jt", 20, "before")
         master.kill()
         wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"1": slave.addr}, 10, "master gone")
-        got = java_client("consume", ns.addr, "Jt", "JG", "21", "40")
-        assert {line[3] for line in got} >= {f"before-{i}" for i in range(20)}
+        got = java_client.consume(ns, "Jt", "JG", 21, 40)
+        assert {r["body"] for r in got} >= {s["body"] for s in sent}
         p = subprocess.run([sys.executable, "-m", "client.cli", "broker", "promote", "-n", ns.addr,
                             "-b", slave.addr], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
         assert p.returncode == 0, p.stderr
-        after = java_client("produce", ns.addr, "Jt", "10", "1", "after")
-        assert len(after) == 10 and all(line[-1] == "SEND_OK" for line in after), after
-        got = java_client("consume", ns.addr, "Jt", "JG2", "31", "40")
-        bodies = {line[3] for line in got}
-        assert {f"after-{i}" for i in range(10)} <= bodies
-        for line in got:
-            if line[3].startswith("after-"):
-                assert int(line[5]) - int(line[4]) >= 1000  # a delay-level-1 delivery, never early
+        after = java_client.produce(ns, "Jt", 10, "after", delay_level=1)
+        got = java_client.consume(ns, "Jt", "JG2", 31, 40)
+        assert {s["body"] for s in after} <= {r["body"] for r in got}
+        for r in got:
+            if r["body"].startswith("after-"):
+                assert r["store_ts"] - r["born_ts"] >= 1000  # a delay-level-1 delivery, never early
     finally:
         slave.stop()
         master.kill()

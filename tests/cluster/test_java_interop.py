@@ -18,7 +18,7 @@ def test_delaymq_broker_registers_with_the_apache_namesrv_and_the_java_client_wo
         tmp_path, cluster_broker, java_client):
     port = pick_port_pair()
     with JavaServer("mqnamesrv", tmp_path / "apache-ns", {"listenPort": port}, port) as ns:
-        ns.addr = f"127.0.0.1:{port}"
+        ns.addr = ns.namesrv = f"127.0.0.1:{port}"
         broker = cluster_broker("dmq-a", ns, messageDelayLevel=LEVELS)
         assert cluster_brokers(ns.addr) == {"dmq-a": {"0": broker.addr}}
         listed = mqadmin("clusterList", "-n", ns.addr)
@@ -26,13 +26,13 @@ def test_delaymq_broker_registers_with_the_apache_namesrv_and_the_java_client_wo
         assert "Exception" not in listed.stdout, listed.stdout  # every runtime field clusterList reads is there
         # a topic nobody created: the Java producer takes TBW102's route from the Apache name server,
         # our broker auto-creates it and registers it at once
-        sent = java_client("produce", ns.addr, "TjavaNs", "12", "0", "m")
-        assert len(sent) == 12 and {s[1] for s in sent} == {"dmq-a"} and all(s[4] == "SEND_OK" for s in sent)
+        sent = java_client.produce(ns, "TjavaNs", 12, "m")
+        assert {s["broker"] for s in sent} == {"dmq-a"}
         wait_until(lambda: route_brokers(ns.addr, "TjavaNs") == {"dmq-a"}, 10, "TjavaNs in the Apache route",
                    broker.diagnostics)
-        delayed = java_client("produce", ns.addr, "TjavaNs", "4", "2", "d")  # level 2 = 1 s
-        assert len(delayed) == 4
-        got = java_client("consume", ns.addr, "TjavaNs", "GID_javaNs", "16", "60")
-        assert {r[3] for r in got} == {f"m-{i}" for i in range(12)} | {f"d-{i}" for i in range(4)}
-        waited = {r[3]: int(r[5]) - int(r[4]) for r in got if r[3].startswith("d-")}
-        assert all(w >= 1000 for w in waited.values()), f"delay level 2 (1 s) delivered early: {waited}"
+        delayed = java_client.produce(ns, "TjavaNs", 4, "d", delay_level=2)  # level 2 = 1 s
+        got = java_client.consume(ns, "TjavaNs", "GID_javaNs", 16, 60)
+        assert {r["body"] for r in got} == {s["body"] for s in sent + delayed}
+        waited = {r["body"]: r["store_ts"] - r["born_ts"] for r in got if r["body"].startswith("d-")}
+        assert len(waited) == 4 and all(w >= 1000 for w in waited.values()), \
+            f"delay level 2 (1 s) delivered early: {waited}"

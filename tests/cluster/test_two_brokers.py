@@ -25,25 +25,24 @@ def test_two_brokers_share_an_auto_created_topic_and_each_delivers_its_own_sched
     conf = {"messageDelayLevel": LEVELS, "timerPrecisionMs": 100}
     a, b = cluster_broker("broker-a", ns, **conf), cluster_broker("broker-b", ns, **conf)
     topic = "Ttwo"
-    sent = java_client("produce", ns.addr, topic, "40", "0", "m")
-    per_broker = Counter(s[1] for s in sent)
+    sent = java_client.produce(ns, topic, 40, "m")
+    per_broker = Counter(s["broker"] for s in sent)
     assert set(per_broker) == {"broker-a", "broker-b"} and min(per_broker.values()) >= 10, per_broker
     # each broker auto-created the topic on its first message and registered it at once
     wait_until(lambda: route_brokers(ns.addr, topic) == {"broker-a", "broker-b"}, 10,
                "both brokers' queues of the auto-created topic", lambda: a.diagnostics() + b.diagnostics())
     queues = {(q["brokerName"], q["writeQueueNums"]) for q in route(ns.addr, topic)["queueDatas"]}
     assert queues == {("broker-a", 4), ("broker-b", 4)}  # min(producer's 4, TBW102's 8) on each
-    delayed = java_client("produce", ns.addr, topic, "10", "2", "d")  # level 2 = 1 s
-    timed = java_client("produce", ns.addr, topic, "10", "0", "t", "2")  # TIMER_DELAY_SEC=2
+    delayed = java_client.produce(ns, topic, 10, "d", delay_level=2)  # level 2 = 1 s
+    timed = java_client.produce(ns, topic, 10, "t", timer_delay_sec=2)
     for batch in (delayed, timed):
-        assert {s[1] for s in batch} == {"broker-a", "broker-b"}, batch
-    got = java_client("consume", ns.addr, topic, "GID_two", "60", "60")
-    want = {f"{p}-{i}" for p, n in (("m", 40), ("d", 10), ("t", 10)) for i in range(n)}
-    assert {r[3] for r in got} == want
-    assert {(r[1], r[2]) for r in got} == {(n, str(q)) for n in ("broker-a", "broker-b") for q in range(4)}
-    where = {s[3]: s[1] for s in sent + delayed + timed}
+        assert {s["broker"] for s in batch} == {"broker-a", "broker-b"}, batch
+    got = java_client.consume(ns, topic, "GID_two", 60, 60)
+    assert {r["body"] for r in got} == {s["body"] for s in sent + delayed + timed}
+    assert {(r["broker"], r["queue_id"]) for r in got} == {(n, q) for n in ("broker-a", "broker-b") for q in range(4)}
+    where = {s["body"]: s["broker"] for s in sent + delayed + timed}
     for r in got:
-        body, broker, waited = r[3], r[1], int(r[5]) - int(r[4])
+        body, broker, waited = r["body"], r["broker"], r["store_ts"] - r["born_ts"]
         assert broker == where[body], f"{body} sent to {where[body]} but delivered by {broker}"
         if body.startswith("d-"):
             assert waited >= 1000, f"{body}: delay level 2 (1 s) delivered {1000 - waited} ms early"
@@ -95,27 +94,29 @@ def test_cpp_client_spreads_over_two_brokers_and_each_delivers_its_own_scheduled
 @requires_java
 @pytest.mark.java
 def test_two_java_consumers_of_a_group_split_the_queues_of_both_brokers(
-        namesrv_factory, cluster_broker, java_client, java_consumers):
+        namesrv_factory, cluster_broker, java_client, tmp_path):
     ns = namesrv_factory()
     a, b = cluster_broker("broker-a", ns), cluster_broker("broker-b", ns)
     topic, group = "Trebalance", "GID_rebalance"
     a.create_topic(topic, 4)
     b.create_topic(topic, 4)
     wait_until(lambda: route_brokers(ns.addr, topic) == {"broker-a", "broker-b"}, 10, "the topic on both")
-    all_queues = {(n, str(q)) for n in ("broker-a", "broker-b") for q in range(4)}
-    c1 = java_consumers("consume", ns.addr, topic, group, "1000000", "120")
-    c2 = java_consumers("consume", ns.addr, topic, group, "1000000", "120")
+    all_queues = {(n, q) for n in ("broker-a", "broker-b") for q in range(4)}
+    stop = tmp_path / "stop-consumers"
+    c1 = java_client.consumer(ns, topic, group, 1_000_000, 120, stop_file=stop)
+    c2 = java_client.consumer(ns, topic, group, 1_000_000, 120, stop_file=stop)
     wait_until(lambda: all(len(x.consumer_ids(group)) == 2 for x in (a, b)), 60,
                "both consumers in the group on both brokers")
 
     def round_(prefix: str, count: int) -> tuple[set, set]:
-        sent = {s[3] for s in java_client("produce", ns.addr, topic, str(count), "0", prefix)}
-        wait_until(lambda: sent <= {r[3] for c in (c1, c2) for r in c.lines("RECV")}, 60, f"round {prefix}")
-        got1 = [r for r in c1.lines("RECV") if r[3].startswith(prefix + "-")]
-        got2 = [r for r in c2.lines("RECV") if r[3].startswith(prefix + "-")]
-        bodies = [r[3] for r in got1 + got2]
+        sent = {s["body"] for s in java_client.produce(ns, topic, count, prefix)}
+        wait_until(lambda: sent <= {r["body"] for c in (c1, c2) for r in c.of("received")}, 60, f"round {prefix}")
+        got1 = [r for r in c1.of("received") if r["body"] in sent]
+        got2 = [r for r in c2.of("received") if r["body"] in sent]
+        bodies = [r["body"] for r in got1 + got2]
         settled = len(bodies) == len(set(bodies)) == count and got1 and got2
-        return ({(r[1], r[2]) for r in got1}, {(r[1], r[2]) for r in got2}) if settled else (set(), set())
+        return ({(r["broker"], r["queue_id"]) for r in got1},
+                {(r["broker"], r["queue_id"]) for r in got2}) if settled else (set(), set())
 
     # the group settles after both joined (a rebalance moves queues, which may redeliver): warm up first
     for r in range(8):
@@ -126,4 +127,5 @@ def test_two_java_consumers_of_a_group_split_the_queues_of_both_brokers(
         pytest.fail("the two consumers never split the queues")
     q1, q2 = round_("p", 40)
     assert q1 and q2 and not q1 & q2 and q1 | q2 == all_queues, (q1, q2)
-    assert c1.stop() == 0 and c2.stop() == 0
+    stop.touch()
+    assert c1.wait_exit(30) == 0 and c2.wait_exit(30) == 0

@@ -233,3 +233,19 @@ def test_corrupted_records_raise_only_codec_error(rec, data):
                 fn()
             except CodecError:
                 pass
+
+
+def test_no_decode_accessors_refuse_a_truncated_record():
+    """Found by the 'timer' fuzz target: a length field pointing past the buffer raised IndexError
+    from the no-decode accessors; it is a CodecError like every other malformed record."""
+    from codec.record import read_body, read_properties_bytes, read_topic
+
+    raw = bytes(encode_record(MessageRecord(topic="T", body=b"hello", properties={"TAGS": "a"})))
+    props_at = len(raw) - 8  # 2 length bytes + "TAGS\x01a"
+    for cut in (30, props_at - 4):  # inside the head; inside the body
+        for read in (read_properties_bytes, read_topic, read_body):
+            with pytest.raises(CodecError):
+                read(raw[:cut])
+    with pytest.raises(CodecError):  # inside the properties
+        read_properties_bytes(raw[:len(raw) - 3])
+    assert read_properties_bytes(raw) == b"TAGS\x01a"

@@ -1,11 +1,12 @@
-"""codec.properties.rewrite_sent_properties (the plain-send fast path) against the dict path."""
+"""codec.properties.rewrite_sent_properties (the plain-send fast path) against its maintained reference, the
+dict path (codec.properties.rewrite_sent_properties_reference)."""
 
 import itertools
 
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from codec.properties import parse_properties, properties_to_string, rewrite_sent_properties
+from codec.properties import parse_properties, rewrite_sent_properties, rewrite_sent_properties_reference
 
 MARKS = ("TIMER_", "TRAN_MSG")
 _ids = itertools.count()
@@ -13,17 +14,6 @@ _ids = itertools.count()
 
 def new_uniq() -> str:
     return f"U{next(_ids):031d}"
-
-
-def dict_path(text: str, cluster: str, uniq_factory):
-    """What the send processor's full path makes of the same string."""
-    props = parse_properties(text)
-    wait = props.pop("WAIT", "true").lower() != "false"
-    props["CLUSTER"] = cluster
-    if not props.get("UNIQ_KEY"):
-        props["UNIQ_KEY"] = uniq_factory()
-    keys = [k for k in (props.get("KEYS") or "").split(" ") if k] + [props["UNIQ_KEY"]]
-    return properties_to_string(props), wait, props.get("TAGS"), tuple(keys), props.get("DELAY")
 
 
 key = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "a", "DELAY", "TRAN_MSG", "TIMER_DELAY_MS",
@@ -42,7 +32,7 @@ def test_fast_path_equals_the_dict_path_or_declines(pairs, extra, trailing):
     if fast is None:
         return
     assert not any(m in text for m in MARKS)
-    slow = dict_path(text, "DefaultCluster", lambda: fixed)
+    slow = rewrite_sent_properties_reference(text, "DefaultCluster", lambda: fixed)
     assert fast[1:] == slow[1:]
     assert parse_properties(fast[0]) == parse_properties(slow[0])
     if len({k for k, _ in pairs}) == len(pairs):  # no repeated key: the very same bytes

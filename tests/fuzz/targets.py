@@ -21,6 +21,7 @@ from codec.record import (
     verify_record,
 )
 from codec.record_rewrite import build_deliveries, patch_append_fields, rewrite_for_delivery
+from codec.timer_rewrite import build_timer_deliveries, timer_delivery_reference
 
 
 def _guard(fn, *args) -> None:
@@ -108,6 +109,39 @@ def delivery(data: bytes) -> None:
         assert (fast.tags_codes[j], fast.keys[j], fast.uniqs[j]) == (tags_code, keys, uniq)
 
 
+def _timer_one(raw, roll, cancel):
+    return build_timer_deliveries([raw], [roll], [1795474679500], [1795474670000], 1795474679512, cancel)[0]
+
+
+def _timer_outcome(fn, *args):
+    try:
+        return fn(*args)
+    except (CodecError, ValueError):  # malformed record; a non-numeric TIMER_ROLL_TIMES
+        return "refused"
+
+
+def _timer_norm(got):
+    if isinstance(got, tuple):
+        rec, topic, qid, tcode, keys = got
+        return bytes(rec), topic, qid, tcode, tuple(k.decode() if isinstance(k, bytes) else k for k in keys)
+    return got
+
+
+def timer(data: bytes) -> None:
+    """Differential: the timer wheel's dequeue conversion (build_timer_deliveries, byte-level edits)
+    and its dict-based reference (timer_delivery_reference) agree record by record: the same delivery
+    or roll record, MISSING / SKIPPED / CANCELLED, or both refuse. A record's first byte says roll
+    (odd) and whether its REAL_TOPIC+UNIQ_KEY is cancelled (& 2)."""
+    for raw in _records(data):
+        roll = bool(raw and raw[0] & 1)
+        body = memoryview(raw[1:]) if raw else None
+        cancel = {"Orders+" + "U" * 32} if raw and raw[0] & 2 else None
+        fast = _timer_outcome(_timer_one, body, roll, cancel)
+        ref = _timer_outcome(timer_delivery_reference, body, roll, 1795474679500, 1795474670000, 1795474679512,
+                             cancel)
+        assert _timer_norm(fast) == _timer_norm(ref), (fast, ref)
+
+
 def rewrite(data: bytes) -> None:
     """A record that verifies can be rewritten for delivery and patched at append; the copy verifies too."""
     try:
@@ -168,7 +202,7 @@ def misc(data: bytes) -> None:
 
 TARGETS = {"frame": frame, "json_header": json_header, "rocketmq_header": rocketmq_header, "record": record,
            "batch": batch, "heartbeat": heartbeat, "route": route, "admin": admin, "misc": misc,
-           "delivery": delivery, "rewrite": rewrite, "namesrv": namesrv}
+           "delivery": delivery, "rewrite": rewrite, "namesrv": namesrv, "timer": timer}
 
 
 def seeds(name: str) -> list[bytes]:
@@ -190,6 +224,12 @@ def seeds(name: str) -> list[bytes]:
             "REAL_TOPIC": "Orders", "REAL_QID": "2", "TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "U" * 32,
             "DELAY": "3"}))
         return [b"".join(len(r).to_bytes(2, "big") + bytes(r) for r in (sched, rec)) + b"\x00\x00"]
+    if name == "timer":
+        unit = encode_record(MessageRecord(topic="rmq_sys_wheel_timer", body=b"due", properties={
+            "REAL_TOPIC": "Orders", "REAL_QID": "2", "TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "U" * 32,
+            "TIMER_DELIVER_MS": "1795474679500", "TIMER_ROLL_TIMES": "1"}))
+        return [b"".join((len(unit) + 1).to_bytes(2, "big") + bytes([flag]) + bytes(unit) for flag in (0, 1, 2))
+                + b"\x00\x00"]
     if name == "batch":
         return [encode_batch([BatchItem(0, b"a", "UNIQ_KEY\x01X"), BatchItem(1, b"", "")])]
     if name == "heartbeat":

@@ -100,17 +100,6 @@ async def test_consume_queue_tags_code_is_deliver_timestamp(tmp_path):
         await store.shutdown()
 
 
-def test_lateness_observe_many_equals_observe_each():
-    from scheduler.stats import LatenessHistogram
-
-    values = [-5, 0, 1, 3, 7, 49, 50, 51, 999, 70_000, 12]
-    one, many = LatenessHistogram(), LatenessHistogram()
-    for v in values:
-        one.observe(v)
-    many.observe_many(values)
-    assert (many.counts, many.sum, many.count, many.max) == (one.counts, one.sum, one.count, one.max)
-
-
 def test_schedule_tags_code_is_the_deliver_time_for_schedule_records_and_the_tags_hash_otherwise():
     from codec.tags import java_hash
     from scheduler.levels import SCHEDULE_TOPIC, schedule_tags_code

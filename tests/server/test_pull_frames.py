@@ -1,5 +1,5 @@
-"""The pull processor's encoded answers are the very bytes the generic path (cmd.response + encode_frame)
-wrote for the same store lookup: JSON and ROCKETMQ requests, every status, tag filters, held pulls."""
+"""The pull processor's encoded answers are the very bytes its maintained reference
+(server.processors.pull_reference: cmd.response + encode_frame) writes for the same store lookup: JSON and ROCKETMQ requests, every status, tag filters, held pulls."""
 
 import asyncio
 
@@ -7,19 +7,9 @@ from codec.codes import SERIALIZE_JSON, SERIALIZE_ROCKETMQ
 from codec.command import RemotingCommand
 from codec.frame import decode_frame, encode_frame_bytes
 from server.processor_wiring import pull_deps
-from server.processors.pull import PullProcessor, status_to_code
+from server.processors.pull import PullProcessor
+from server.processors.pull_reference import pull_answer
 from tests.server.helpers import pull_ext, send
-
-
-def generic(broker, cmd, topic, qid, offset, max_nums, codes) -> bytes:
-    """What the processor answered before it encoded frames itself (a lookup is read-only)."""
-    res = broker.store.get_messages(topic, qid, offset, max(1, max_nums), codes)
-    status = res.status.name
-    code = status_to_code(status, offset)
-    ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(res.next_begin_offset),
-           "minOffset": str(res.min_offset), "maxOffset": str(res.max_offset)}
-    body = res.buffers if code == 0 and res.buffers else b""
-    return encode_frame_bytes(cmd.response(code=code, remark=status, ext_fields=ext, body=body))
 
 
 def request(ser, opaque, **kw) -> RemotingCommand:
@@ -28,7 +18,7 @@ def request(ser, opaque, **kw) -> RemotingCommand:
     return decode_frame(encode_frame_bytes(cmd)[4:])  # as the connection hands it over
 
 
-async def test_answers_equal_the_generic_path(broker_ctl, client):
+async def test_answers_equal_the_reference(broker_ctl, client):
     for i in range(6):
         r = await send(client, "Frames", f"m{i}".encode() * (i + 1), tags="TagA" if i % 2 else "TagB", qid=1)
         assert r.code == 0
@@ -48,10 +38,11 @@ async def test_answers_equal_the_generic_path(broker_ctl, client):
                     assert isinstance(got, RemotingCommand) and got.code == 17
                     continue
                 assert type(got) is list
-                assert b"".join(got) == generic(broker_ctl, cmd, topic, qid, offset, max_nums, codes), (ser, n, qid)
+                want = pull_answer(broker_ctl.store, cmd, topic, qid, offset, max_nums, codes)
+                assert b"".join(got) == want, (ser, n, qid)
 
 
-async def test_held_pull_answer_equals_the_generic_path(broker_ctl, client):
+async def test_held_pull_answer_equals_the_reference(broker_ctl, client):
     await send(client, "HeldFrames", b"seed", qid=0)
     pp = PullProcessor(pull_deps(broker_ctl))
     for ser in (SERIALIZE_JSON, SERIALIZE_ROCKETMQ):
@@ -64,5 +55,5 @@ async def test_held_pull_answer_equals_the_generic_path(broker_ctl, client):
         assert broker_ctl.pull_hold.held_count == 1
         assert (await send(client, "HeldFrames", b"wake", qid=0)).code == 0
         got = await asyncio.wait_for(task, 10)
-        assert b"".join(got) == generic(broker_ctl, cmd, "HeldFrames", 0, offset, 32, None)
+        assert b"".join(got) == pull_answer(broker_ctl.store, cmd, "HeldFrames", 0, offset, 32, None)
         assert decode_frame(b"".join(got)[4:]).remark == "FOUND"

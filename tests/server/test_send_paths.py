@@ -1,14 +1,15 @@
 """The plain-send string path and the dict path store the same record (server.processors.send).
 
 Each case goes over the wire to a real broker; the stored record is read back and compared with what
-the dict path (parse_properties -> edits -> put hooks -> properties_to_string) makes of the same send.
+the dict path (codec.properties.rewrite_sent_properties_reference -> the delay-level put hook ->
+properties_to_string) makes of the same send.
 """
 
 import pytest
 
 from codec.codes import SCHEDULE_TOPIC
 from codec.msgid import decode_offset_msg_id
-from codec.properties import parse_properties, properties_to_string
+from codec.properties import parse_properties, properties_to_string, rewrite_sent_properties_reference
 from codec.record import MessageRecord
 from scheduler.delay_levels import transform_delay
 from tests.server.helpers import SEND_MESSAGE_V2, send_ext
@@ -19,10 +20,8 @@ LEVELS = "1s 2s 3s"
 
 
 def expected(topic: str, qid: int, text: str, levels: list[int]):
-    props = parse_properties(text)
-    props.pop("WAIT", None)
-    props["CLUSTER"] = "DefaultCluster"
-    rec = MessageRecord(topic=topic, queue_id=qid, properties=props)
+    stored, *_ = rewrite_sent_properties_reference(text, "DefaultCluster", lambda: pytest.fail("no UNIQ_KEY sent"))
+    rec = MessageRecord(topic=topic, queue_id=qid, properties=parse_properties(stored))
     delay = transform_delay(rec, levels)
     return rec.topic, rec.queue_id, properties_to_string(rec.properties), delay
 

@@ -1,6 +1,7 @@
 """The send fast lane (a run of sends: parse_send, put_batch, responses encoded in one blob) gives the
-same response bytes and the same stored records as the generic path (HeaderSpec parse, one
-MessageStore.put per request, cmd.response + encode_frame)."""
+same response bytes and the same stored records as its maintained reference,
+server.processors.send_reference.send_one (HeaderSpec parse, one MessageStore.put per request,
+cmd.response + encode_frame)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,8 @@ import pytest
 from codec.codes import RPC_ONEWAY, SERIALIZE_JSON, SERIALIZE_ROCKETMQ
 from codec.command import RemotingCommand
 from codec.frame import FrameDecoder, encode_frame_bytes
-from codec.msgid import offset_msg_id
-from server import headers as H
-from server.processors.send_common import PUT_OK, PUT_STATUS_CODES, fail
-from storage.store_types import PutRequest
+from server.processors.send_common import PUT_STATUS_CODES
+from server.processors.send_reference import send_one
 from tests.server.helpers import SEND_MESSAGE, SEND_MESSAGE_V2, send_ext
 from tests.server.raw import encode_batch, props
 
@@ -33,28 +32,6 @@ class _Conn:
 
 def _processor(broker):
     return broker.remoting.server.dispatcher.batch_processors[SEND_MESSAGE_V2].__self__
-
-
-def generic(sp, conn, cmd):
-    """The per-request reference: generic header spec, one put, a RemotingCommand response."""
-    try:
-        h = H.SEND_MESSAGE.parse(cmd.ext_fields, cmd.code != SEND_MESSAGE)
-        if h.batch:
-            return sp.send_batch(conn, cmd, h)
-        prep = sp._prepare_single(conn, cmd, h)
-    except H.HeaderError as e:
-        return fail(cmd, 1, str(e))
-    if type(prep) is not tuple:
-        return prep
-    raw, topic, qid, tcode, keys, delay, reply_qid, _wait = prep
-    [r] = sp.deps.store.put([PutRequest(bytearray(raw), topic, qid, tcode, keys, delay)])
-    if r.status is not PUT_OK:
-        return fail(cmd, PUT_STATUS_CODES[r.status], r.status.name, reply_qid)
-    if cmd.is_oneway:
-        return None
-    return cmd.response(0, None, {"msgId": offset_msg_id(*sp.store_host, r.phys_offset), "queueId": str(reply_qid),
-                                  "queueOffset": str(r.queue_offset), "MSG_REGION": "DefaultRegion",
-                                  "TRACE_ON": "true"})
 
 
 def _frames(blob: bytes) -> list[bytes]:
@@ -120,7 +97,7 @@ async def _by_opaque(results) -> dict[int, bytes]:
 
 
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
-async def test_a_run_equals_the_generic_path(make_broker, tmp_path, flush):
+async def test_a_run_equals_the_reference(make_broker, tmp_path, flush):
     rnd = random.Random(7)
     for n in range(8):
         a, b = await _brokers(make_broker, tmp_path, f"r{n}", flush)
@@ -133,7 +110,7 @@ async def test_a_run_equals_the_generic_path(make_broker, tmp_path, flush):
         assert all(r is None or type(r) is bytes or inspect.isawaitable(r) for r in out)
         if flush == "ASYNC_FLUSH":
             assert all(r is None or type(r) is bytes for r in out)
-        refs = [generic(sb, cb, c) for c in cmds]
+        refs = [send_one(sb, b.store, cb, c) for c in cmds]
         # what the sends stored, before anything awaits (the delay service may deliver meanwhile)
         ra = bytes(a.store.commitlog.queue.files[0].slice(0, a.store.commitlog_max_offset()))
         rb = bytes(b.store.commitlog.queue.files[0].slice(0, b.store.commitlog_max_offset()))

@@ -1,11 +1,13 @@
-// Drives the stock Apache RocketMQ 4.9.7 Java client (../shared/rocketmq-java/lib) for interop tests.
+// Drives the stock Apache RocketMQ 4.9.7 Java client (../shared/rocketmq-java/lib): the one Java client program
+// of the tests (tests/interop through Agents.java()/run_java(), tests/cluster through its java_client fixture).
 // The same command line and JSON-lines events as tests/interop/cpp_agent.py, so the same checks apply:
-//   {"event":"started"} / {"event":"sent","i","msg_id","offset_msg_id","status","queue_id","queue_offset",
-//    "body","keys","tags","t_ms"} / {"event":"send_error","i","error"} / {"event":"received","msg_id","topic",
-//    "tags","keys","body","queue_id","queue_offset","reconsume_times","props","born_ts","store_ts","recv_ms","ack"}
-//   / {"event":"check","body","answer"} / {"event":"done",...}
-// Commands: produce | consume | litepull | transaction (see parse()). A consumer stops at --until-count
-// distinct acknowledged bodies (exit 0), or at --timeout (exit 2); it always shuts the client down.
+//   {"event":"started"} / {"event":"sent","i","msg_id","offset_msg_id","status","broker","queue_id",
+//    "queue_offset","body","keys","tags","t_ms"} / {"event":"send_error","i","error"} / {"event":"received",
+//    "msg_id","topic","tags","keys","body","broker","queue_id","queue_offset","reconsume_times","props","born_ts",
+//    "store_ts","recv_ms","ack"} / {"event":"check","body","answer"} / {"event":"done",...}
+// Commands: produce | consume | litepull | transaction (see parse()). A producer sends with --retries (0) and
+// --send-timeout-ms (5000). A consumer stops at --until-count distinct acknowledged bodies or when --stop-file
+// exists (exit 0), or at --timeout (exit 2); it always shuts the client down.
 
 import com.alibaba.fastjson.JSON;
 import java.util.*;
@@ -67,7 +69,7 @@ public class JavaAgent {
             if (m.getProperty(k) != null) props.put(k, m.getProperty(k));
         return kv("msg_id", m.getMsgId(), "topic", m.getTopic(), "tags", m.getTags(), "keys", m.getKeys(),
                 "body", new String(m.getBody(), java.nio.charset.StandardCharsets.UTF_8),
-                "queue_id", m.getQueueId(), "queue_offset", m.getQueueOffset(),
+                "broker", m.getBrokerName(), "queue_id", m.getQueueId(), "queue_offset", m.getQueueOffset(),
                 "reconsume_times", m.getReconsumeTimes(), "props", props, "born_ts", m.getBornTimestamp(),
                 "store_ts", m.getStoreTimestamp(), "recv_ms", System.currentTimeMillis(), "ack", ack);
     }
@@ -91,7 +93,8 @@ public class JavaAgent {
     static Map<String, Object> sentFields(SendResult r, Map<String, Object> info, long t0) {
         Map<String, Object> m = new LinkedHashMap<>(info);
         m.putAll(kv("msg_id", r.getMsgId(), "offset_msg_id", r.getOffsetMsgId(), "status", r.getSendStatus().name(),
-                "queue_id", r.getMessageQueue().getQueueId(), "queue_offset", r.getQueueOffset(), "t_ms", t0));
+                "broker", r.getMessageQueue().getBrokerName(), "queue_id", r.getMessageQueue().getQueueId(),
+                "queue_offset", r.getQueueOffset(), "t_ms", t0));
         return m;
     }
 
@@ -99,7 +102,7 @@ public class JavaAgent {
         DefaultMQProducer p = new DefaultMQProducer(opt("group", "GID_java_produce"));
         p.setNamesrvAddr(opts.get("namesrv"));
         p.setSendMsgTimeout(intOpt("send-timeout-ms", 5000));
-        p.setRetryTimesWhenSendFailed(0);
+        p.setRetryTimesWhenSendFailed(intOpt("retries", 0));
         p.start();
         emit("started", kv());
         String run = opt("run-id", UUID.randomUUID().toString().substring(0, 8));
@@ -236,12 +239,23 @@ public class JavaAgent {
         }
         c.start();
         emit("started", kv("pid", ProcessHandle.current().pid()));
-        boolean byCount = t.finished.await(intOpt("timeout", 60), TimeUnit.SECONDS);
-        String reason = byCount ? "count" : "timeout";
+        java.io.File stop = opts.containsKey("stop-file") ? new java.io.File(opts.get("stop-file")) : null;
+        long deadline = System.currentTimeMillis() + intOpt("timeout", 60) * 1000L;
+        String reason = "timeout";
+        while (System.currentTimeMillis() < deadline) {
+            if (t.finished.await(Math.min(100, Math.max(1, deadline - System.currentTimeMillis())), TimeUnit.MILLISECONDS)) {
+                reason = "count";
+                break;
+            }
+            if (stop != null && stop.exists()) {
+                reason = "stop-file";
+                break;
+            }
+        }
         emit("stopping", kv("reason", reason, "acked", t.ackedCount()));
         c.shutdown();
         emit("done", kv("reason", reason, "acked", t.ackedCount()));
-        return byCount || failForever ? 0 : 2;
+        return !reason.equals("timeout") || failForever ? 0 : 2;
     }
 
     static int litepull() throws Exception {

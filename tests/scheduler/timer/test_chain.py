@@ -1,23 +1,12 @@
-"""TimerLog.read_chain (numpy block reads of back-to-back units) against a unit-by-unit walk:
-interleaved slots, runs across file ends, a unit with a bad size, the step limit."""
+"""TimerLog.read_chain (numpy block reads of back-to-back units) against its maintained reference, the
+unit-by-unit walk TimerLog.read_chain_reference: interleaved slots, runs across file ends, a unit with
+a bad size, the step limit."""
 
 from __future__ import annotations
 
 import random
 
 from scheduler.timer.timerlog import UNIT, UNIT_SIZE, TimerLog
-
-
-def _walk(tl: TimerLog, pos: int, min_pos: int):
-    """The reference: one tl.read per unit, stop at a bad size (as the reader did before)."""
-    out = []
-    while pos >= min_pos and pos >= 0:
-        u = tl.read(pos)
-        if u[0] != UNIT_SIZE:
-            return out, pos
-        out.append(u)
-        pos = u[1]
-    return out, None
 
 
 def _chain(tl: TimerLog, pos: int, min_pos: int, limit: int = 1 << 30):
@@ -48,7 +37,7 @@ def test_chain_matches_unit_walk(tmp_path):
     last = _fill(tl, rng, 20000, 5, burst=0.97)
     for s, pos in last.items():
         for limit in (1 << 30, 7, 100):
-            want, bad = _walk(tl, pos, tl.min_pos)
+            want, bad = tl.read_chain_reference(pos, tl.min_pos)
             got, gbad = _chain(tl, pos, tl.min_pos, limit)
             assert got == [tuple(u) for u in want] and gbad == bad, (s, limit)
     tl.close()
@@ -65,10 +54,10 @@ def test_chain_stops_at_a_bad_unit_and_at_min_pos(tmp_path):
     u = list(UNIT.unpack_from(seg.mm, broken))
     u[0] = 51
     UNIT.pack_into(seg.mm, broken, *u)
-    want, bad = _walk(tl, pos, 0)
+    want, bad = tl.read_chain_reference(pos, 0)
     got, gbad = _chain(tl, pos, 0)
     assert bad == gbad == broken and got == [tuple(x) for x in want] and len(got) == 1000
-    want, _ = _walk(tl, pos, pos - 10 * UNIT_SIZE)
+    want, _ = tl.read_chain_reference(pos, pos - 10 * UNIT_SIZE)
     got, _ = _chain(tl, pos, pos - 10 * UNIT_SIZE)
     assert got == [tuple(x) for x in want] and len(got) == 11
     tl.close()

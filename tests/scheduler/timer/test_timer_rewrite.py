@@ -1,6 +1,6 @@
-"""codec.timer_rewrite against the dict-based conversion it replaces (parse → edit → serialise →
-rewrite_for_delivery), on canonical and on odd property strings (duplicates, empty segments, a
-trailing separator, invalid UTF-8, non-ASCII, an existing TIMER_ENQUEUE_MS, rolled records)."""
+"""codec.timer_rewrite against its maintained reference, the dict-based conversion it replaced
+(codec.timer_rewrite.timer_delivery_reference: parse → edit → serialise → rewrite_for_delivery), on
+canonical and on odd property strings (duplicates, empty segments, a trailing separator, invalid UTF-8, non-ASCII, an existing TIMER_ENQUEUE_MS, rolled records)."""
 
 from __future__ import annotations
 
@@ -10,56 +10,16 @@ import pytest
 
 from codec.errors import CodecError
 from codec.properties import parse_properties, properties_to_string
-from codec.record import MessageRecord, _tail_positions, encode_record
-from codec.record_rewrite import rewrite_for_delivery
-from codec.tags import java_hash
+from codec.record import MessageRecord, encode_record
 from codec.timer_rewrite import (
-    CANCELLED,
     MISSING,
-    SKIPPED,
     build_timer_deliveries,
     canonical_map,
     edit_properties,
+    timer_delivery_reference,
 )
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
-
-
-def reference(raw, roll: bool, exact: int, enq: int, now: int, cancel: set[str]):
-    """The dequeue conversion as scheduler.timer.dequeue did it per message before the batch builder."""
-    if raw is None:
-        return MISSING
-    props = parse_properties(bytes(raw[_props_pos(raw):]))
-    if roll:
-        props["TIMER_ROLL_TIMES"] = str(int(props.get("TIMER_ROLL_TIMES", "0") or 0) + 1)
-        props["TIMER_DELIVER_MS"] = str(exact)
-        props["TIMER_ENQUEUE_MS"] = str(enq)
-        props["TIMER_DEQUEUE_MS"] = str(now)
-        rec = rewrite_for_delivery(raw, TIMER_TOPIC, 0, properties_bytes=properties_to_string(props).encode())
-        return rec, TIMER_TOPIC, 0, 0, ()
-    topic = props.get("REAL_TOPIC")
-    uniq = props.get("UNIQ_KEY")
-    if cancel and uniq and f"{topic}+{uniq}" in cancel:
-        return CANCELLED
-    if "TIMER_DEL_UNIQKEY" in props or not topic:
-        return SKIPPED
-    try:
-        qid = int(props.get("REAL_QID", "0"))
-    except ValueError:
-        qid = 0
-    props["TIMER_ENQUEUE_MS"] = str(enq)
-    props["TIMER_DEQUEUE_MS"] = str(now)
-    rec = rewrite_for_delivery(raw, topic, qid, properties_bytes=properties_to_string(props).encode())
-    keys = [k for k in (props.get("KEYS") or "").split(" ") if k]
-    if uniq:
-        keys.append(uniq)
-    tags = props.get("TAGS")
-    return rec, topic, qid, java_hash(tags) if tags else 0, tuple(keys)
-
-
-def _props_pos(raw) -> int:
-    _b, _bl, _t, ppos = _tail_positions(memoryview(raw), 0)
-    return ppos + 2
 
 
 def _record(pb: bytes) -> bytearray:
@@ -112,7 +72,7 @@ def _odd_strings() -> list[bytes]:
 def test_build_matches_the_dict_conversion(pb, roll, cancel):
     raw = memoryview(bytes(_record(pb)))
     [got] = build_timer_deliveries([raw], [roll], [1795474679500], [1795474670000], 1795474679512, cancel)
-    assert _normalise(got) == _normalise(reference(raw, roll, 1795474679500, 1795474670000, 1795474679512, cancel))
+    assert _normalise(got) == _normalise(timer_delivery_reference(raw, roll, 1795474679500, 1795474670000, 1795474679512, cancel))
 
 
 def test_missing_batch_order_and_uniq_keys():
@@ -120,7 +80,7 @@ def test_missing_batch_order_and_uniq_keys():
     uniqs: list = []
     got = build_timer_deliveries(raws, [False] * 4, [1] * 4, [2, 2, 3, 3], 3, set(), uniqs=uniqs)
     assert got[0] == MISSING
-    want = [_normalise(reference(r, False, 1, e, 3, set())) for r, e in zip(raws[1:], (2, 3, 3), strict=True)]
+    want = [_normalise(timer_delivery_reference(r, False, 1, e, 3, set())) for r, e in zip(raws[1:], (2, 3, 3), strict=True)]
     assert [_normalise(g) for g in got[1:]] == want
     assert uniqs == [None] + [BASE["UNIQ_KEY"].encode()] * 3
 
@@ -143,7 +103,7 @@ def test_random_property_strings_match():
         raw = memoryview(bytes(_record(pb)))
         roll = rng.random() < 0.3
         try:
-            want = _normalise(reference(raw, roll, 9, 8, 7, {"T+12"}))
+            want = _normalise(timer_delivery_reference(raw, roll, 9, 8, 7, {"T+12"}))
         except ValueError as e:  # a non-numeric TIMER_ROLL_TIMES fails the same way
             with pytest.raises(type(e)):
                 build_timer_deliveries([raw], [roll], [9], [8], 7, {"T+12"})

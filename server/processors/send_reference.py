@@ -1,0 +1,45 @@
+"""The slow reference of the send fast lane (`send_run.SendRunMixin`): one request at a time.
+
+The generic header spec (`server.headers.SEND_MESSAGE`, not the straight-line `parse_send`), one
+`MessageStore.put` per request and a `RemotingCommand` response (not `codec.send_response` frames). Nothing
+on a hot path calls it; it is kept here, next to the fast lane and maintained with it, so that
+tests/server/test_send_run.py can check a run answers and stores exactly what this does, request by request.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from codec.codes import RequestCode, ResponseCode
+from codec.command import RemotingCommand
+from codec.msgid import offset_msg_id
+from server import headers as H
+from server.processors.send_common import PUT_OK, PUT_STATUS_CODES, fail, put_fail_remark
+from storage.store_types import PutRequest
+
+if TYPE_CHECKING:
+    from server.processors.send import SendProcessor
+    from storage.message_store import MessageStore
+
+
+def send_one(sp: SendProcessor, store: MessageStore, conn: Any, cmd: RemotingCommand) -> Any:
+    """What `sp.batch_framed(conn, [..., cmd, ...])` answers for `cmd` (a RemotingCommand, None for a oneway
+    send, or the batch-message path's answer), storing the message with `store.put`."""
+    try:
+        h = H.SEND_MESSAGE.parse(cmd.ext_fields, cmd.code != RequestCode.SEND_MESSAGE)
+        if h.batch:
+            return sp.send_batch(conn, cmd, h)
+        prep = sp._prepare_single(conn, cmd, h)
+    except H.HeaderError as e:
+        return fail(cmd, ResponseCode.SYSTEM_ERROR, str(e))
+    if type(prep) is not tuple:  # an error response
+        return prep
+    raw, topic, qid, tags_code, keys, delay, reply_qid, _wait = prep
+    [r] = store.put([PutRequest(bytearray(raw), topic, qid, tags_code, keys, delay)])
+    if r.status is not PUT_OK:
+        return fail(cmd, PUT_STATUS_CODES[r.status], put_fail_remark(r.status, r.remark), reply_qid)
+    if cmd.is_oneway:
+        return None
+    return cmd.response(ResponseCode.SUCCESS, None, {
+        "msgId": offset_msg_id(*sp.store_host, r.phys_offset), "queueId": str(reply_qid),
+        "queueOffset": str(r.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
