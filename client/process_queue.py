@@ -75,7 +75,7 @@ class ProcessQueue:
         self.locked = False
         self.last_lock = 0.0
         self.lock_event = asyncio.Event()
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"pull-{self.mq}")

@@ -35,7 +35,7 @@ class Header:
 class HeaderSpec:
     __slots__ = ("fields", "_plan", "_plan_v2")
 
-    def __init__(self, *fields: tuple) -> None:
+    def __init__(self, *fields: tuple[Any, ...]) -> None:
         # (name, kind, required[, short])
         kinds = {STR: STR, INT: INT, LONG: LONG, BOOL: BOOL}  # canonical objects: parse compares with `is`
         self.fields = tuple((f[0], kinds.get(f[1], f[1]), f[2], f[3] if len(f) > 3 else None) for f in fields)
@@ -70,7 +70,7 @@ class HeaderSpec:
         return h
 
 
-def _convert(name: str, kind: str, raw) -> object:
+def _convert(name: str, kind: str, raw: object) -> object:
     if kind == STR:
         return raw if isinstance(raw, str) else str(raw)
     if kind == BOOL:

@@ -31,6 +31,7 @@ from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.namesrv_bodies import DataVersion, body_crc32
 from remoting.client import RemotingClient
+from remoting.connection import Connection
 from server.cluster.tasks import Supervised
 from server.config import BrokerConfig
 from storage.supervisor import Supervisor
@@ -184,7 +185,7 @@ class BrokerRegistrar:
             return
         self._watched.add(conn)
 
-        def lost(_f, conn=conn) -> None:
+        def lost(_f: object, conn: Connection = conn) -> None:
             self._watched.discard(conn)
             if not self._stopping:
                 log.info("broker.namesrv_connection_lost", namesrv=namesrv)

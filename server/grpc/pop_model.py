@@ -49,7 +49,8 @@ class TagFilter:
 class Delivery:
     __slots__ = ("rec", "qid", "offset", "seq", "attempt", "invisible_ms")
 
-    def __init__(self, rec, qid, offset, seq, attempt, invisible_ms) -> None:
+    def __init__(self, rec: MessageRecord, qid: int, offset: int, seq: int, attempt: int,
+                 invisible_ms: int) -> None:
         self.rec, self.qid, self.offset, self.seq = rec, qid, offset, seq
         self.attempt, self.invisible_ms = attempt, invisible_ms
 
