@@ -139,7 +139,7 @@ class BrokerController:
                                           self._put_timer_cancel_marker)
         # the timer hook's flow control reads the live wheel, so it gets the service itself
         self.hooks = PutHooks(cfg, self.levels, self.timer_service or timer_config(cfg))
-        self.transactions = TransactionService(self)
+        self.transactions = TransactionService(cfg, self.store, self.clients, self.put_record, self.store_host)
         if not self.replica.is_slave:  # a slave's check-backs start at promotion
             self.transactions.start()
         # a SLAVE delivers nothing: its delay levels start at promotion, its wheel only follows
@@ -164,7 +164,7 @@ class BrokerController:
             self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port,
                                                   render=lambda: prometheus.page_sliced(self))
             await self.metrics_http.start()
-        self.telemetry = Telemetry(self)
+        self.telemetry = Telemetry(cfg, self.metrics, self.store, self.offsets, self.delay_service, self.timer_service)
         self.telemetry.start()
         self._stats_task = self.store.supervisor.spawn("broker-stats", self._sample_stats)
         if cfg.grpc_listen_port > 0:  # RocketMQ 5 clients: gRPC MessagingService over the same store

@@ -89,12 +89,12 @@ class ClientManager:
         self.expired_timeout_s = expired_timeout_s
         self.clock = clock
         self.consumers: dict[str, ConsumerGroupInfo] = {}
-        self.producers: dict[str, dict[object, ClientChannel]] = {}
-        self._last_seen: dict[object, float] = {}      # conn -> last heartbeat (clock time)
-        self._timers: dict[object, asyncio.TimerHandle] = {}
+        self.producers: dict[str, dict[ClientConn, ClientChannel]] = {}
+        self._last_seen: dict[ClientConn, float] = {}      # conn -> last heartbeat (clock time)
+        self._timers: dict[ClientConn, asyncio.TimerHandle] = {}
         # conn -> (client id, {"producer:<group>", "consumer:<group>"}) while connected: the disconnect
         # record names the client even after it unregistered its groups
-        self._identity: dict[object, tuple[str, set[str]]] = {}
+        self._identity: dict[ClientConn, tuple[str, set[str]]] = {}
 
     # ---- consumers -----------------------------------------------------------------------
     def register_consumer(self, group: str, conn, client_id: str, language: str = "JAVA", version: int = 0,

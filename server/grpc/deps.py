@@ -3,25 +3,20 @@ endpoint, its MessagingService, PopService and TelemetryService get this, never 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from codec.record import MessageRecord
     from server.client_manager import ClientManager
     from server.config import BrokerConfig
     from server.offsets_table import ConsumerOffsetManager
     from server.processors.send import SendDeps
     from server.security.acl import PlainAclValidator
     from server.topics import TopicManager
-    from server.transactions import TransactionService
+    from server.transactions import PutRecord, TransactionService
     from storage.message_store import MessageStore
     from storage.subscription_group import SubscriptionGroupTable
-
-# put_record(record, hooks) -> (response code, remark): a broker-made record stored as a send would be
-PutRecord = Callable[["MessageRecord", bool], Awaitable[tuple[int, str | None]]]
-
 
 @dataclass(frozen=True, slots=True)
 class GrpcDeps:
