@@ -12,14 +12,17 @@ import functools
 import inspect
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
+from codec.buffers import Body
 from codec.codes import ResponseCode
 from codec.command import RemotingCommand
 from server.headers import HeaderError
 
 if TYPE_CHECKING:
     from storage.meta_store import MetaStore
+
+F = TypeVar("F", bound=Callable[..., Any])  # a processor: guarded keeps its signature
 
 
 class Registrar(Protocol):
@@ -38,13 +41,14 @@ class Peer(Protocol):
     def remote_addr(self) -> tuple[str, int]: ...
 
 
-def error(cmd, code: int, remark: str, ext_fields: dict | None = None):
+def error(cmd: RemotingCommand, code: int, remark: str,
+          ext_fields: dict[str, Any] | None = None) -> RemotingCommand | None:
     if cmd.is_oneway:
         return None
     return cmd.response(code=code, remark=remark, ext_fields=ext_fields)
 
 
-def ok(cmd, ext_fields: dict | None = None, body=b""):
+def ok(cmd: RemotingCommand, ext_fields: dict[str, Any] | None = None, body: Body = b"") -> RemotingCommand | None:
     if cmd.is_oneway:
         return None
     return cmd.response(code=ResponseCode.SUCCESS, ext_fields=ext_fields, body=body)
@@ -59,43 +63,43 @@ def committed(meta: MetaStore, cmd: RemotingCommand) -> Awaitable[object] | None
     return meta.committed(cmd.response(code=ResponseCode.SUCCESS))
 
 
-def guarded(fn):
+def guarded(fn: F) -> F:
+    """`fn` (a processor, plain or async) answering a bad header with SYSTEM_ERROR and a oneway request
+    with nothing."""
     if inspect.iscoroutinefunction(fn):
         @functools.wraps(fn)
-        async def run_async(conn, cmd):
+        async def run_async(conn: Any, cmd: RemotingCommand) -> Any:
             try:
                 resp = await fn(conn, cmd)
             except HeaderError as e:
                 return error(cmd, ResponseCode.SYSTEM_ERROR, str(e))
             return None if cmd.is_oneway else resp
-        return run_async
+        return cast(F, run_async)
 
     @functools.wraps(fn)
-    def run(conn, cmd):
+    def run(conn: Any, cmd: RemotingCommand) -> Any:
         try:
             resp = fn(conn, cmd)
         except HeaderError as e:
             return error(cmd, ResponseCode.SYSTEM_ERROR, str(e))
         return None if cmd.is_oneway else resp
-    return run
+    return cast(F, run)
 
 
-def json_body(obj) -> bytes:
+def json_body(obj: object) -> bytes:
     """Compact JSON with sorted keys (fastjson's default field order)."""
     return json.dumps(obj, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
 
 
-def request_body(cmd) -> bytes:
+def request_body(cmd: RemotingCommand) -> bytes:
     """The request body as bytes; HeaderError (-> SYSTEM_ERROR "request body is empty") if none."""
-    body = cmd.body
-    if isinstance(body, list):
-        body = b"".join(bytes(p) for p in body)
+    body = cmd.body_bytes()
     if not body:
         raise HeaderError("request body is empty")
-    return bytes(body)
+    return body
 
 
-def parse_json_body(cmd):
+def parse_json_body(cmd: RemotingCommand) -> Any:
     body = request_body(cmd)
     try:
         return json.loads(body)

@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING
 import structlog
 
 from codec.codes import RequestCode, ResponseCode
+from codec.command import RemotingCommand
+from remoting.dispatch import Response
 from server import headers as H
-from server.processors import Registrar, committed, error, guarded, json_body, ok
+from server.processors import Peer, Registrar, committed, error, guarded, json_body, ok
 from server.topics import TopicConfig, is_system_topic, topic_error
 
 if TYPE_CHECKING:
@@ -38,7 +40,7 @@ def register(server: Registrar, deps: AdminDeps) -> None:
     store = deps.store
 
     @guarded
-    def create_topic(conn, cmd):
+    def create_topic(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.CREATE_TOPIC.parse(cmd.ext_fields)
         problem = topic_error(h.topic)
         if problem:
@@ -55,7 +57,7 @@ def register(server: Registrar, deps: AdminDeps) -> None:
         return committed(deps.meta, cmd)
 
     @guarded
-    def view_message(conn, cmd):
+    def view_message(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.VIEW_MESSAGE.parse(cmd.ext_fields)
         try:
             rec = store.read_record(h.offset) if h.offset >= 0 else None
@@ -66,7 +68,7 @@ def register(server: Registrar, deps: AdminDeps) -> None:
         return ok(cmd, body=rec)
 
     @guarded
-    def query_message(conn, cmd):
+    def query_message(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.QUERY_MESSAGE.parse(cmd.ext_fields)
         max_num = h.maxNum
         if str((cmd.ext_fields or {}).get("_UNIQUE_KEY_QUERY", "")).lower() == "true":
@@ -75,15 +77,15 @@ def register(server: Registrar, deps: AdminDeps) -> None:
         if not res.buffers:
             return error(cmd, ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct")
         return ok(cmd, {"indexLastUpdateTimestamp": str(res.index_last_update_timestamp),
-                        "indexLastUpdatePhyoffset": str(res.index_last_update_phy_offset)}, body=res.buffers)
+                        "indexLastUpdatePhyoffset": str(res.index_last_update_phy_offset)}, body=[*res.buffers])
 
     @guarded
-    def runtime_info(conn, cmd):
+    def runtime_info(conn: Peer, cmd: RemotingCommand) -> Response:
         table = {k: str(v) for k, v in deps.runtime_info().items()}
         return ok(cmd, body=json_body({"table": table}))
 
     @guarded
-    def check_client_config(conn, cmd):
+    def check_client_config(conn: Peer, cmd: RemotingCommand) -> Response:
         return ok(cmd)
 
     server.register(RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic)

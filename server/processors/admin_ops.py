@@ -26,11 +26,12 @@ from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.fastjson import dumps
 from codec.msgid import decode_offset_msg_id
+from remoting.dispatch import Response
 from remoting.errors import RemotingError
 from server.config import parse_properties
 from server.headers import BOOL, INT, LONG, STR, HeaderSpec
 from server.observability.broker_stats import GROUP_GET_NUMS
-from server.processors import Registrar, error, guarded, ok, peer_of
+from server.processors import Peer, Registrar, error, guarded, ok, peer_of
 from server.processors.admin_stats import _subscription_json, store_time_at
 from server.topics import is_system_topic, topic_error
 
@@ -87,7 +88,7 @@ def register(server: Registrar, deps: AdminOpsDeps) -> None:
     store, cfg = deps.store, deps.config
 
     @guarded
-    def update_broker_config(conn, cmd):
+    def update_broker_config(conn: Peer, cmd: RemotingCommand) -> Response:
         body = cmd.body_bytes()
         try:
             props = parse_properties(body.decode("utf-8"))
@@ -112,12 +113,12 @@ def register(server: Registrar, deps: AdminOpsDeps) -> None:
         return ok(cmd)
 
     @guarded
-    def namesrv_config(conn, cmd):
+    def namesrv_config(conn: Peer, cmd: RemotingCommand) -> Response:
         body = "".join(f"{k}={v}\n" for k, v in sorted(cfg.to_properties().items())).encode()
         return ok(cmd, body=body)
 
     @guarded
-    def producer_connections(conn, cmd):
+    def producer_connections(conn: Peer, cmd: RemotingCommand) -> Response:
         h = PRODUCER_CONN.parse(cmd.ext_fields)
         chans = deps.clients.producers.get(h.producerGroup)
         if not chans:
@@ -129,7 +130,7 @@ def register(server: Registrar, deps: AdminOpsDeps) -> None:
         return ok(cmd, body=AB.encode_producer_connection(conns))
 
     @guarded
-    def delete_topic(conn, cmd):
+    def delete_topic(conn: Peer, cmd: RemotingCommand) -> Response:
         h = DELETE_TOPIC.parse(cmd.ext_fields)
         problem = topic_error(h.topic)
         if problem:
@@ -142,13 +143,13 @@ def register(server: Registrar, deps: AdminOpsDeps) -> None:
         return ok(cmd)
 
     @guarded
-    def delete_topic_in_namesrv(conn, cmd):
+    def delete_topic_in_namesrv(conn: Peer, cmd: RemotingCommand) -> Response:
         # routes come from this process's own topic table: DELETE_TOPIC_IN_BROKER already removed it
         DELETE_TOPIC.parse(cmd.ext_fields)
         return ok(cmd)
 
     @guarded
-    def reset_offset(conn, cmd):
+    def reset_offset(conn: Peer, cmd: RemotingCommand) -> Response:
         h = RESET_OFFSET.parse(cmd.ext_fields)
         tc = deps.topics.get(h.topic)
         if tc is None:
@@ -190,7 +191,8 @@ def register(server: Registrar, deps: AdminOpsDeps) -> None:
                  consumers=len(info.channels), remote=f"{ip}:{port}")
         return ok(cmd, body=java_body)
 
-    async def relay_to_consumer(cmd, group: str, client_id: str, relay: RemotingCommand):
+    async def relay_to_consumer(cmd: RemotingCommand, group: str, client_id: str,
+                                relay: RemotingCommand) -> RemotingCommand | None:
         """Relay a request to one online consumer (a remoting connection, or a gRPC client's
         TelemetryChannel) and answer with its response."""
         info = deps.clients.consumer_group(group)
@@ -207,14 +209,14 @@ def register(server: Registrar, deps: AdminOpsDeps) -> None:
                             body=answer.body)
 
     @guarded
-    async def consumer_running_info(conn, cmd):
+    async def consumer_running_info(conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
         h = RUNNING_INFO.parse(cmd.ext_fields)
         relay = RemotingCommand.request(int(RC.GET_CONSUMER_RUNNING_INFO), dict(cmd.ext_fields or {}),
                                         cmd.body or b"")
         return await relay_to_consumer(cmd, h.consumerGroup, h.clientId, relay)
 
     @guarded
-    async def consume_message_directly(conn, cmd):
+    async def consume_message_directly(conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
         h = CONSUME_DIRECTLY.parse(cmd.ext_fields)
         try:
             offset = decode_offset_msg_id(h.msgId)[2]
@@ -227,7 +229,7 @@ def register(server: Registrar, deps: AdminOpsDeps) -> None:
         return await relay_to_consumer(cmd, h.consumerGroup, h.clientId, relay)
 
     @guarded
-    def stats_data(conn, cmd):
+    def stats_data(conn: Peer, cmd: RemotingCommand) -> Response:
         h = STATS_DATA.parse(cmd.ext_fields)
         d = deps.stats.stats_data(h.statsName, h.statsKey, int(time.time() * 1000))
         if d is None:
@@ -235,7 +237,7 @@ def register(server: Registrar, deps: AdminOpsDeps) -> None:
         return ok(cmd, body=dumps(d))
 
     @guarded
-    def broker_consume_stats(conn, cmd):
+    def broker_consume_stats(conn: Peer, cmd: RemotingCommand) -> Response:
         h = BROKER_CONSUME.parse(cmd.ext_fields)
         now = int(time.time() * 1000)
         groups = sorted(set(deps.groups.table) | {k.partition("@")[2] for k in deps.offsets.table})
@@ -262,7 +264,7 @@ def register(server: Registrar, deps: AdminOpsDeps) -> None:
         return ok(cmd, body=AB.encode_consume_stats_list(cfg.broker_addr, out, total))
 
     @guarded
-    def query_consume_queue(conn, cmd):
+    def query_consume_queue(conn: Peer, cmd: RemotingCommand) -> Response:
         h = QUERY_CQ.parse(cmd.ext_fields)
         lo, hi = store.min_offset(h.topic, h.queueId), store.max_offset(h.topic, h.queueId)
         if store.consume_queue(h.topic, h.queueId) is None:
@@ -278,7 +280,8 @@ def register(server: Registrar, deps: AdminOpsDeps) -> None:
         raw = store.read_units(h.topic, h.queueId, h.index, count) if lo <= h.index < hi and count else None
         if not raw:
             resp = ok(cmd, body=AB.encode_query_consume_queue(lo, hi, [], sub, filter_data))
-            resp.remark = f"Index {h.index} of {h.queueId}@{h.topic} is not exist!"
+            if resp is not None:  # None: a oneway request
+                resp.remark = f"Index {h.index} of {h.queueId}@{h.topic} is not exist!"
             return resp
         units = [AB.ConsumeQueueData(*_UNIT.unpack_from(raw, i)) for i in range(0, len(raw) - 19, 20)]
         return ok(cmd, body=AB.encode_query_consume_queue(lo, hi, units, sub, filter_data))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -17,15 +17,18 @@ from codec import admin_bodies as AB
 from codec.bodies import MessageQueue, SubscriptionData
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode as RS
+from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.fastjson import dumps, loads_lenient
 from codec.record import read_store_timestamp
+from remoting.dispatch import Response
 from server.headers import BOOL, STR, HeaderSpec
-from server.processors import Registrar, committed, error, guarded, ok, peer_of, request_body
+from server.processors import Peer, Registrar, committed, error, guarded, ok, peer_of, request_body
 from storage.subscription_group import SubscriptionGroupConfig
 
 if TYPE_CHECKING:
     from server.client_manager import ClientManager
+    from server.client_manager import SubscriptionData as RuntimeSubscription
     from server.config import BrokerConfig
     from server.offsets_table import ConsumerOffsetManager
     from server.topics import TopicManager
@@ -57,7 +60,7 @@ class AdminStatsDeps:
     boot_ms: int  # the data version's timestamp
 
 
-def store_time_at(store, topic: str, queue_id: int, offset: int) -> int:
+def store_time_at(store: MessageStore, topic: str, queue_id: int, offset: int) -> int:
     """STORETIMESTAMP of the message at a ConsumeQueue offset, 0 if it is gone or never existed."""
     if offset < 0:
         return 0
@@ -69,7 +72,7 @@ def store_time_at(store, topic: str, queue_id: int, offset: int) -> int:
     return read_store_timestamp(raw) if raw is not None and len(raw) >= size else 0
 
 
-def _subscription_json(sub) -> dict:
+def _subscription_json(sub: RuntimeSubscription) -> dict[str, Any]:
     return SubscriptionData(topic=sub.topic, sub_string=sub.sub_string, tags_set=list(sub.tags),
                             code_set=sorted(sub.code_set), sub_version=sub.sub_version,
                             expression_type=sub.expression_type).to_json()
@@ -79,11 +82,11 @@ def register(server: Registrar, deps: AdminStatsDeps) -> None:
     store, cfg = deps.store, deps.config
     name = cfg.broker_name
 
-    def version() -> dict:
+    def version() -> dict[str, Any]:
         return AB.data_version(0, deps.boot_ms)
 
     @guarded
-    def topic_stats(conn, cmd):
+    def topic_stats(conn: Peer, cmd: RemotingCommand) -> Response:
         h = TOPIC.parse(cmd.ext_fields)
         tc = deps.topics.get(h.topic)
         if tc is None:
@@ -96,7 +99,7 @@ def register(server: Registrar, deps: AdminStatsDeps) -> None:
         return ok(cmd, body=AB.encode_topic_stats(rows))
 
     @guarded
-    def consume_stats(conn, cmd):
+    def consume_stats(conn: Peer, cmd: RemotingCommand) -> Response:
         h = CONSUME_STATS.parse(cmd.ext_fields)
         topics = [h.topic] if h.topic else sorted(deps.offsets.topics_of(h.consumerGroup))
         rows = []
@@ -112,7 +115,7 @@ def register(server: Registrar, deps: AdminStatsDeps) -> None:
         return ok(cmd, body=AB.encode_consume_stats(rows))
 
     @guarded
-    def consumer_connections(conn, cmd):
+    def consumer_connections(conn: Peer, cmd: RemotingCommand) -> Response:
         h = CONSUMER_GROUP.parse(cmd.ext_fields)
         info = deps.clients.consumer_group(h.consumerGroup)
         if info is None or not info.channels:
@@ -126,31 +129,31 @@ def register(server: Registrar, deps: AdminStatsDeps) -> None:
             conns, subs, info.consume_type, info.message_model, info.consume_from_where)))
 
     @guarded
-    def topic_consumed_by(conn, cmd):
+    def topic_consumed_by(conn: Peer, cmd: RemotingCommand) -> Response:
         h = TOPIC.parse(cmd.ext_fields)
         groups = set(deps.offsets.groups_of(h.topic))
         groups.update(g for g in list(deps.clients.consumers) if deps.clients.find_subscription(g, h.topic))
         return ok(cmd, body=AB.encode_group_list(groups))
 
     @guarded
-    async def all_topic_config(conn, cmd):
+    async def all_topic_config(conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
         return ok(cmd, body=await deps.topics.table.wrapper_body())  # remembered per data version
 
     @guarded
-    def broker_config(conn, cmd):
+    def broker_config(conn: Peer, cmd: RemotingCommand) -> Response:
         body = "".join(f"{k}={v}\n" for k, v in sorted(cfg.public_properties().items())).encode()
         return ok(cmd, {"version": dumps(version()).decode()}, body=body)
 
     @guarded
-    async def all_subscription_groups(conn, cmd):
+    async def all_subscription_groups(conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
         return ok(cmd, body=await deps.groups.wrapper_body())
 
     @guarded
-    async def all_consumer_offsets(conn, cmd):
+    async def all_consumer_offsets(conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
         return ok(cmd, body=await deps.offsets.wrapper_body())
 
     @guarded
-    def update_subscription_group(conn, cmd):
+    def update_subscription_group(conn: Peer, cmd: RemotingCommand) -> Response:
         try:
             d = loads_lenient(request_body(cmd))
             if not isinstance(d, dict) or not d.get("groupName"):
@@ -163,7 +166,7 @@ def register(server: Registrar, deps: AdminStatsDeps) -> None:
         return committed(deps.meta, cmd)
 
     @guarded
-    def delete_subscription_group(conn, cmd):
+    def delete_subscription_group(conn: Peer, cmd: RemotingCommand) -> Response:
         h = DELETE_GROUP.parse(cmd.ext_fields)
         deps.groups.delete(h.groupName)
         if h.cleanOffset:

@@ -8,8 +8,9 @@ subVersions, ali-ons numbers; absent arrays are empty; a malformed body gets SYS
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -22,11 +23,13 @@ from codec.bodies import (
 )
 from codec.bodies import SubscriptionData as BodySubscription
 from codec.codes import RequestCode, ResponseCode
+from codec.command import RemotingCommand
 from codec.errors import CodecError
+from remoting.dispatch import Response
 from server import headers as H
 from server.client_manager import SubscriptionData
 from server.headers import HeaderError
-from server.processors import Registrar, error, guarded, ok, request_body
+from server.processors import Peer, Registrar, error, guarded, ok, request_body
 from server.topics import RETRY_PREFIX
 
 if TYPE_CHECKING:
@@ -48,7 +51,12 @@ class ClientsDeps:
     locks: RebalanceLockManager  # orderly consumers' queue locks
 
 
-def _as_int(v, default: int = 0) -> int:
+# a parsed heartbeat: (client id, [(group, consumeType, messageModel, consumeFromWhere, subscriptions)],
+# producer groups)
+HeartbeatPlan = tuple[str, list[tuple[str, str, str, str, list[SubscriptionData]]], list[str]]
+
+
+def _as_int(v: Any, default: int = 0) -> int:
     if v is None or v == "" or isinstance(v, bool):
         return default
     try:
@@ -60,7 +68,7 @@ def _as_int(v, default: int = 0) -> int:
             return default
 
 
-def runtime_subscription(sd: BodySubscription, java_hash) -> SubscriptionData | None:
+def runtime_subscription(sd: BodySubscription, java_hash: Callable[[str], int]) -> SubscriptionData | None:
     """The broker's matching form of a heartbeat subscription: trimmed tags (tagsSet, else the
     `||`-split expression) and their hash codes computed here rather than trusted from the client."""
     if not sd.topic:
@@ -76,7 +84,7 @@ def runtime_subscription(sd: BodySubscription, java_hash) -> SubscriptionData | 
                             expr)
 
 
-def _lock_request(cmd) -> tuple[str, str, list[tuple[str, str, int]]]:
+def _lock_request(cmd: RemotingCommand) -> tuple[str, str, list[tuple[str, str, int]]]:
     try:
         req = decode_lock_batch_request(request_body(cmd))
     except CodecError as e:
@@ -91,9 +99,9 @@ def register(server: Registrar, deps: ClientsDeps) -> None:
 
     # the last heartbeat of each live connection, parsed: clients repeat the same body every 30 s, and
     # parsing one with 10,000 subscriptions costs ~100 ms of loop time (one entry per connection)
-    last_heartbeat: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    last_heartbeat: weakref.WeakKeyDictionary[Peer, tuple[bytes, HeartbeatPlan]] = weakref.WeakKeyDictionary()
 
-    def heartbeat_plan(body: bytes) -> tuple:
+    def heartbeat_plan(body: bytes) -> HeartbeatPlan:
         hb = parse_heartbeat(body)
         consumers = [(cd.group_name, cd.consume_type, cd.message_model, cd.consume_from_where,
                       [s for s in (runtime_subscription(sd, java_hash) for sd in cd.subscriptions) if s])
@@ -101,7 +109,7 @@ def register(server: Registrar, deps: ClientsDeps) -> None:
         return hb.client_id, consumers, [pd.group_name for pd in hb.producers if pd.group_name]
 
     @guarded
-    def heart_beat(conn, cmd):
+    def heart_beat(conn: Peer, cmd: RemotingCommand) -> Response:
         body = request_body(cmd)
         cached = last_heartbeat.get(conn)
         if cached is not None and cached[0] == body:
@@ -127,7 +135,7 @@ def register(server: Registrar, deps: ClientsDeps) -> None:
         return ok(cmd)
 
     @guarded
-    def unregister_client(conn, cmd):
+    def unregister_client(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.UNREGISTER_CLIENT.parse(cmd.ext_fields)
         if h.producerGroup:
             clients.unregister_producer(h.producerGroup, conn, h.clientID)
@@ -136,7 +144,7 @@ def register(server: Registrar, deps: ClientsDeps) -> None:
         return ok(cmd)
 
     @guarded
-    def consumer_list(conn, cmd):
+    def consumer_list(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.CONSUMER_GROUP.parse(cmd.ext_fields)
         ids = clients.consumer_ids(h.consumerGroup)
         if not ids:
@@ -144,13 +152,13 @@ def register(server: Registrar, deps: ClientsDeps) -> None:
         return ok(cmd, body=encode_consumer_list(ids))
 
     @guarded
-    def lock_batch(conn, cmd):
+    def lock_batch(conn: Peer, cmd: RemotingCommand) -> Response:
         group, client_id, mqs = _lock_request(cmd)
         locked = deps.locks.try_lock_batch(group, mqs, client_id)
         return ok(cmd, body=encode_lock_batch_response([MessageQueue(*m) for m in locked]))
 
     @guarded
-    def unlock_batch(conn, cmd):
+    def unlock_batch(conn: Peer, cmd: RemotingCommand) -> Response:
         group, client_id, mqs = _lock_request(cmd)
         deps.locks.unlock_batch(group, mqs, client_id)
         return ok(cmd)

@@ -25,10 +25,11 @@ import structlog
 
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode as RS
+from codec.command import RemotingCommand
 from codec.fastjson import dumps
 from scheduler.browse import MAX_LIMIT, Query
 from server.headers import BOOL, INT, LONG, STR, HeaderSpec
-from server.processors import Registrar, error, guarded, ok, peer_of
+from server.processors import Peer, Registrar, error, guarded, ok, peer_of
 
 if TYPE_CHECKING:
     from scheduler.browse import ScheduledBrowser
@@ -50,7 +51,7 @@ class ScheduledDeps:
 
 def register(server: Registrar, deps: ScheduledDeps) -> None:
     @guarded
-    def query(conn, cmd):
+    def query(conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
         h = QUERY.parse(cmd.ext_fields)
         if h.timers and (h.levels or h.level is not None):
             return error(cmd, RS.SYSTEM_ERROR, "timers and level(s) exclude each other")
@@ -70,7 +71,7 @@ def register(server: Registrar, deps: ScheduledDeps) -> None:
         return ok(cmd, body=dumps({"cursor": nxt, "rows": rows, "scanned": scanned}))
 
     @guarded
-    async def cancel(conn, cmd):
+    async def cancel(conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
         h = CANCEL.parse(cmd.ext_fields)
         res = await deps.scheduled.cancel(h.uniqKey, int(time.time() * 1000))
         ip, port = peer_of(conn)

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 import structlog
 
 from codec.codes import RequestCode
+from codec.command import RemotingCommand
 from server.headers import BOOL, INT, LONG, STR, HeaderSpec
-from server.processors import Registrar, error, guarded, ok
+from server.processors import Peer, Registrar, error, guarded, ok
 from server.transactions import COMMIT, ROLLBACK
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ def register(server: Registrar, transactions: TransactionService) -> None:
     """END_TRANSACTION needs the transaction service alone."""
 
     @guarded
-    async def end_transaction(conn, cmd):
+    async def end_transaction(conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
         h = END_TRANSACTION_HEADER.parse(cmd.ext_fields)
         if h.commitOrRollback not in (COMMIT, ROLLBACK):
             log.info("transactions.end_pending_state", group=h.producerGroup, offset=h.tranStateTableOffset,
