@@ -21,7 +21,7 @@ from scheduler.delay_service import DelayLevelService
 from scheduler.levels import parse_delay_levels
 from scheduler.timer import TimerMessageStore
 from server.client_manager import ClientManager
-from server.cluster.ha.service import ReplicaRole
+from server.cluster.ha.service import ReplicaRole, ReplicaServices
 from server.cluster.namesrv.kv_config import KVConfigManager
 from server.cluster.registration import BrokerRegistrar
 from server.config import BrokerConfig
@@ -92,7 +92,7 @@ class BrokerController:
         self.kv_config = KVConfigManager()  # embedded mode's name-server KV config (in memory)
         self.registrar: BrokerRegistrar | None = None  # [cluster] set when namesrvAddr is configured
         self.metrics = Registry()
-        self.replica = ReplicaRole(self)  # brokerRole / brokerId, HA, promotion (server/cluster/ha)
+        self.replica = ReplicaRole(config)  # brokerRole / brokerId, HA, promotion (server/cluster/ha)
         # built in start(), in this order
         self.store: MessageStore | None = None
         self.delay_service: DelayLevelService | None = None
@@ -140,6 +140,9 @@ class BrokerController:
         # the timer hook's flow control reads the live wheel, so it gets the service itself
         self.hooks = PutHooks(cfg, self.levels, self.timer_service or timer_config(cfg))
         self.transactions = TransactionService(cfg, self.store, self.clients, self.put_record, self.store_host)
+        self.replica.attach(ReplicaServices(topics=self.topics, groups=self.groups, offsets=self.offsets,
+                                            delay_service=self.delay_service, timer_service=self.timer_service,
+                                            transactions=self.transactions))
         if not self.replica.is_slave:  # a slave's check-backs start at promotion
             self.transactions.start()
         # a SLAVE delivers nothing: its delay levels start at promotion, its wheel only follows

@@ -21,6 +21,8 @@ import json
 import os
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -36,15 +38,38 @@ from storage.config_store import atomic_write_json, read_json
 from storage.message_store import MessageStore
 from storage.supervisor import SupervisedTask
 
+if TYPE_CHECKING:
+    from scheduler.delay_service import DelayLevelService
+    from scheduler.timer import TimerMessageStore
+    from server.config import BrokerConfig
+    from server.offsets_table import ConsumerOffsetManager
+    from server.topics import TopicManager
+    from server.transactions import TransactionService
+    from storage.subscription_group import SubscriptionGroupTable
+
 log = structlog.get_logger(__name__)
 
 EPOCH_FILE = "haEpoch.json"
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaServices:
+    """What a replica role drives besides the store: the tables a slave adopts from its master, the
+    scheduled services it follows and starts at promotion, the transaction check-backs (attached by
+    BrokerController.start once they exist, before the broker listens)."""
+
+    topics: TopicManager
+    groups: SubscriptionGroupTable
+    offsets: ConsumerOffsetManager
+    delay_service: DelayLevelService
+    timer_service: TimerMessageStore | None
+    transactions: TransactionService
+
+
 class ReplicaRole:
-    def __init__(self, broker) -> None:
-        self.broker = broker
-        self.config = broker.config
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self._services: ReplicaServices | None = None  # attach()
         self._store: MessageStore | None = None  # prepare()
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
@@ -58,6 +83,15 @@ class ReplicaRole:
         self.epoch = 0
         self.epoch_start = 0
         self.promoted_at_ms = 0
+
+    def attach(self, services: ReplicaServices) -> None:
+        self._services = services
+
+    @property
+    def services(self) -> ReplicaServices:
+        if self._services is None:
+            raise RuntimeError("ReplicaRole.attach(services) comes before start()")
+        return self._services
 
     @property
     def store(self) -> MessageStore:
@@ -198,9 +232,9 @@ class ReplicaRole:
             self._start_slave()
 
     def _start_slave(self) -> None:
-        b, cfg = self.broker, self.config
+        b, cfg = self.services, self.config
         self.ha_client = HAClient(self.store, cfg, self.master_ha_addr)
-        self.sync = SlaveSynchronize(b, self.client, self.master_broker_addr)
+        self.sync = SlaveSynchronize(cfg, self.store, b, self.client, self.master_broker_addr)
         self.ha_client.on_applied.append(self.sync.try_adopt)
         if b.timer_service is not None:
             b.timer_service.start_follower()
@@ -258,7 +292,7 @@ class ReplicaRole:
 
     # ---- scheduler progress (master side) ---------------------------------------------------
     def progress(self, timer_from_queue_offset: int = -1) -> SchedulerProgress:
-        b = self.broker
+        b = self.services
         p = SchedulerProgress(int(time.time() * 1000), self.store.commitlog_max_offset())
         if b.delay_service is not None:
             p.delay_offsets = b.delay_service.progress()
@@ -271,7 +305,7 @@ class ReplicaRole:
         if not self.is_slave:
             raise ValueError(f"this broker is already a master ({self.config.broker_role})")
         t0 = time.monotonic()
-        b, cfg = self.broker, self.config
+        b, cfg = self.services, self.config
         await self._stop_slave()
         if self.sync is not None and self.sync.pending is not None:
             self.sync.try_adopt(self.store.commitlog_max_offset())
