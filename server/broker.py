@@ -158,7 +158,7 @@ class BrokerController:
         await self.remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port])
         await self.replica.start()
         if cfg.namesrv_addr_list:
-            registrar = self.registrar = make_registrar(self)
+            registrar = self.registrar = make_registrar(cfg, self.topics, self.started_store.supervisor)
             self.topics.add_change_listener(lambda _tc: registrar.topics_changed())
             self.replica.attach_registrar(registrar)  # a slave follows the master it names
             await registrar.start()

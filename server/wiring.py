@@ -30,6 +30,9 @@ from storage.store_types import PutRequest, StoreConfig
 
 if TYPE_CHECKING:
     from server.client_manager import ClientManager
+    from server.cluster.registration import BrokerRegistrar
+    from server.topics import TopicManager
+    from storage.supervisor import Supervisor
 
 log = structlog.get_logger(__name__)
 
@@ -116,7 +119,7 @@ def make_timer_service(store, cfg: BrokerConfig, on_put=None) -> TimerMessageSto
 
 
 # ---- cluster ---------------------------------------------------------------------------------
-def make_registrar(broker):
+def make_registrar(cfg: BrokerConfig, topics: TopicManager, supervisor: Supervisor) -> BrokerRegistrar:
     """The broker's name-server registration. The body is the topic table's own, remembered per data
     version (storage), unless brokerPermission is not read-write: then every perm is masked as routes
     show it (RocketMQ rewrites the perms too) and the body is built for the round."""
@@ -124,20 +127,19 @@ def make_registrar(broker):
     from server.cluster.registration import BrokerRegistrar
     from server.topics import PERM_READ, PERM_WRITE, advertised_perm
 
-    cfg = broker.config
     rw = PERM_READ | PERM_WRITE
 
     async def snapshot(compressed: bool) -> tuple[DataVersion, bytes]:
-        version = DataVersion(*broker.topics.data_version())
+        version = DataVersion(*topics.data_version())
         if cfg.broker_permission & rw == rw:
-            return version, await broker.topics.register_body(compressed)
-        topics = {t.topic_name: TopicConfigData(t.topic_name, t.read_queue_nums, t.write_queue_nums,
+            return version, await topics.register_body(compressed)
+        masked = {t.topic_name: TopicConfigData(t.topic_name, t.read_queue_nums, t.write_queue_nums,
                                                 advertised_perm(t.perm, cfg.broker_permission),
                                                 t.topic_filter_type, t.topic_sys_flag, t.order)
-                  for t in broker.topics.topics.values()}
-        return version, encode_register_body(RegisterBrokerBody(version, topics), compressed)
+                  for t in topics.topics.values()}
+        return version, encode_register_body(RegisterBrokerBody(version, masked), compressed)
 
-    return BrokerRegistrar(cfg, snapshot, supervisor=broker.store.supervisor)
+    return BrokerRegistrar(cfg, snapshot, supervisor=supervisor)
 
 
 # ---- remoting --------------------------------------------------------------------------------
