@@ -18,9 +18,13 @@ import resource
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from server.observability.registry import Histogram, Sample, _fmt_labels, _fmt_num
 from server.runtime_info import earliest_store_time
+
+if TYPE_CHECKING:
+    from server.broker import BrokerController  # the /metrics page is a view of the whole broker
 
 # RPC latency buckets, seconds
 RPC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -103,10 +107,10 @@ def _process_families() -> list[Family]:
     return fams
 
 
-def lag_pairs(broker, keys: Iterable[str] | None = None) -> list[tuple[str, str, int]]:
+def lag_pairs(broker: BrokerController, keys: Iterable[str] | None = None) -> list[tuple[str, str, int]]:
     """(topic, group, lag) of each topic@group of `keys` (default: all, in name order)."""
     table = broker.offsets.table
-    max_offset = broker.store.max_offset
+    max_offset = broker.started_store.max_offset
     out = []
     for key in sorted(table) if keys is None else keys:
         queues = table.get(key)
@@ -117,7 +121,7 @@ def lag_pairs(broker, keys: Iterable[str] | None = None) -> list[tuple[str, str,
     return out
 
 
-async def lag_pairs_sliced(broker, slice_n: int = 1000) -> list[tuple[str, str, int]]:
+async def lag_pairs_sliced(broker: BrokerController, slice_n: int = 1000) -> list[tuple[str, str, int]]:
     """`lag_pairs` yielding to the loop every `slice_n` keys (10,000 groups: ~40 ms in one piece)."""
     keys = sorted(broker.offsets.table)
     out: list[tuple[str, str, int]] = []
@@ -128,12 +132,12 @@ async def lag_pairs_sliced(broker, slice_n: int = 1000) -> list[tuple[str, str, 
     return out
 
 
-async def page_sliced(broker, slice_n: int = 500) -> str:
+async def page_sliced(broker: BrokerController, slice_n: int = 500) -> str:
     """The /metrics page without a long stall: lags and rendering in slices with yields between."""
     return await render_sliced(collect(broker, await lag_pairs_sliced(broker)), slice_n)
 
 
-def collect(broker, lags: list[tuple[str, str, int]] | None = None) -> list[Family]:
+def collect(broker: BrokerController, lags: list[tuple[str, str, int]] | None = None) -> list[Family]:
     """Every family; `lags` as `lag_pairs` gives them (computed here when not given)."""
     cfg = broker.config
     base = {"cluster": cfg.broker_cluster_name, "node_type": "broker", "node_id": cfg.broker_name}
@@ -166,7 +170,7 @@ def collect(broker, lags: list[tuple[str, str, int]] | None = None) -> list[Fami
         [(L(), len({k.partition("@")[2] for k in broker.offsets.table} | set(clients.consumers)))])
     fam("rocketmq_broker_permission", "gauge", "brokerPermission (6 = read and write).",
         [(L(), cfg.broker_permission)])
-    store = broker.store
+    store = broker.started_store
     fam("rocketmq_storage_size", "gauge", "Bytes of CommitLog data held (max offset - min offset).",
         [(L(), store.commitlog_max_offset() - store.commitlog_min_offset())])
     fam("rocketmq_storage_disk_ratio", "gauge", "Used fraction (0..1) of the disk holding the store.",
