@@ -6,6 +6,8 @@ Codes, flags and fixed names come from `codec.codes` and JSON bodies go through 
 
 from __future__ import annotations
 
+from typing import Any
+
 from codec.codes import CLIENT_INNER_PRODUCER_GROUP as CLIENT_INNER_PRODUCER
 from codec.codes import (
     DEFAULT_TOPIC,
@@ -84,7 +86,7 @@ class MQClientError(Exception):
         super().__init__(f"{what}: {text}" if what else text)
 
 
-def request(code: int, ext_fields: dict | None = None, body: bytes = b"") -> RemotingCommand:
+def request(code: int, ext_fields: dict[str, Any] | None = None, body: bytes = b"") -> RemotingCommand:
     cmd = RemotingCommand.request(code, {k: str(v) for k, v in (ext_fields or {}).items()}, body)
     cmd.version = CLIENT_VERSION
     cmd.language = CLIENT_LANGUAGE

@@ -79,14 +79,14 @@ class Admin:
     async def topic_status(self, topic: str) -> list[QueueStatus]:
         """GET_TOPIC_STATS_INFO on every master serving the topic (mqadmin topicStatus)."""
         route = await self.route(topic)
-        out = []
+        out: list[QueueStatus] = []
         for name in sorted(route.brokers):
             addr = route.master(name)
             if addr is None:
                 continue
             resp = w.check(await self.instance.invoke_addr(
                 addr, w.request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})), f"topic status on {addr}")
-            rows, _ = AB.decode_topic_stats(resp.body)
+            rows, _ = AB.decode_topic_stats(resp.body_bytes())
             out.extend(QueueStatus(MessageQueue(r.mq.topic, r.mq.broker_name, r.mq.queue_id), r.min_offset,
                                    r.max_offset, r.last_update_timestamp) for r in rows)
         return out
@@ -95,13 +95,13 @@ class Admin:
                              broker_addr: str | None = None) -> list[QueueProgress]:
         """GET_CONSUME_STATS on every master (mqadmin consumerProgress); without topics the broker
         reports every topic the group has committed offsets for."""
-        out = []
+        out: list[QueueProgress] = []
         for addr in await self.broker_addrs(broker_addr):
-            for topic in topics or [None]:
+            for topic in topics or [""]:
                 fields = {"consumerGroup": group} | ({"topic": topic} if topic else {})
                 resp = w.check(await self.instance.invoke_addr(
                     addr, w.request(RequestCode.GET_CONSUME_STATS, fields)), f"consume stats on {addr}")
-                rows, _ = AB.decode_consume_stats(resp.body)
+                rows, _ = AB.decode_consume_stats(resp.body_bytes())
                 out.extend(QueueProgress(MessageQueue(r.mq.topic, r.mq.broker_name, r.mq.queue_id),
                                          r.broker_offset, r.consumer_offset, r.last_timestamp) for r in rows)
         return out
@@ -115,7 +115,7 @@ class Admin:
                 addr, w.request(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group}))
             if resp.code == ResponseCode.CONSUMER_NOT_ONLINE:
                 continue
-            out.append(AB.decode_consumer_connection(w.check(resp, f"consumer connections on {addr}").body))
+            out.append(AB.decode_consumer_connection(w.check(resp, f"consumer connections on {addr}").body_bytes()))
         return out
 
     async def view_by_offset_id(self, msg_id: str) -> MessageExt:

@@ -8,6 +8,7 @@ import inspect
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -18,6 +19,9 @@ from .offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from .process_queue import ConsumeStatus, ProcessQueue
 from .rebalance import allocate_averagely, consumer_ids, lock_batch, query_offset, unlock_batch
 from .subscription import Subscription
+
+if TYPE_CHECKING:
+    from .producer import Producer
 
 log = structlog.get_logger(__name__)
 
@@ -74,7 +78,7 @@ class PushConsumer:
         self._lock_event = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task] = []
-        self._fallback = None
+        self._fallback: Producer | None = None
         self._started = False
         self.rebalanced = asyncio.Event()  # set after every completed rebalance
 
@@ -257,6 +261,8 @@ class PushConsumer:
 
     # -- consumption helpers -----------------------------------------------------------------
     async def invoke_listener(self, msg: MessageExt) -> object:
+        if self.listener is None:
+            raise RuntimeError(f"consumer {self.group}: no listener registered")
         r = self.listener(msg)
         if inspect.isawaitable(r):
             r = await r
@@ -283,9 +289,10 @@ class PushConsumer:
     async def _resend_to_retry(self, msg: MessageExt) -> None:
         from .producer import Producer
 
-        if self._fallback is None:
-            self._fallback = Producer(w.CLIENT_INNER_PRODUCER, ";".join(self.instance.namesrv_addrs))
-            await self._fallback.start()
+        fallback = self._fallback
+        if fallback is None:
+            fallback = self._fallback = Producer(w.CLIENT_INNER_PRODUCER, ";".join(self.instance.namesrv_addrs))
+            await fallback.start()
         props = dict(msg.properties)
         props.setdefault(RETRY_TOPIC, msg.topic)
         props.setdefault(ORIGIN_MESSAGE_ID, msg.msg_id)
@@ -294,4 +301,4 @@ class PushConsumer:
             props.pop(k, None)
         retry = Message(self.retry_topic, msg.body, properties=props,
                         delay_level=min(3 + msg.reconsume_times, 18))
-        await self._fallback.send(retry)
+        await fallback.send(retry)

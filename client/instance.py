@@ -13,6 +13,7 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import structlog
 
@@ -20,6 +21,14 @@ from remoting.client import RemotingClient
 
 from . import _wire as w
 from .message import MessageQueue
+
+
+class GroupMember(Protocol):
+    """A consumer as the client instance sees it (client.consumer.PushConsumer, client.pull_consumer.PullConsumer)."""
+
+    def heartbeat_data(self) -> dict[str, Any]: ...
+
+    def rebalance_now(self) -> None: ...
 
 log = structlog.get_logger(__name__)
 
@@ -53,7 +62,7 @@ class TopicRoute:
         return self.brokers.get(broker_name, {}).get(0)
 
     def publish_queues(self, topic: str | None = None, limit: int | None = None) -> list[MessageQueue]:
-        out = []
+        out: list[MessageQueue] = []
         for qd in sorted(self.queue_datas, key=lambda q: q["brokerName"]):
             if not int(qd.get("perm", 6)) & w.PERM_WRITE or self.master(qd["brokerName"]) is None:
                 continue
@@ -64,7 +73,7 @@ class TopicRoute:
         return out
 
     def subscribe_queues(self) -> list[MessageQueue]:
-        out = []
+        out: list[MessageQueue] = []
         for qd in sorted(self.queue_datas, key=lambda q: q["brokerName"]):
             if int(qd.get("perm", 6)) & w.PERM_READ:
                 out.extend(MessageQueue(self.topic, qd["brokerName"], i)
@@ -83,7 +92,7 @@ class ClientInstance:
         self.routes: dict[str, TopicRoute] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.producer_groups: set[str] = set()
-        self.consumers: dict[str, object] = {}  # group -> consumer (has heartbeat_data(), rebalance_now())
+        self.consumers: dict[str, GroupMember] = {}  # group -> its consumer
         self._tasks: list[asyncio.Task] = []
         self._ns_index = 0
         self.remoting.register(w.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
@@ -102,6 +111,10 @@ class ClientInstance:
 
         self._tasks.append(asyncio.get_running_loop().create_task(run(), name=name))
 
+    def _forget_task(self, t: asyncio.Task) -> None:
+        if t in self._tasks:
+            self._tasks.remove(t)
+
     async def close(self) -> None:
         tasks = list(self._tasks)
         for t in tasks:
@@ -109,9 +122,7 @@ class ClientInstance:
         if tasks:
             await asyncio.wait(tasks, timeout=5.0)
         self._tasks.clear()
-        res = self.remoting.close()
-        if asyncio.iscoroutine(res):
-            await res
+        self.remoting.close()
 
     # -- name server -------------------------------------------------------------------------
     async def invoke_namesrv(self, cmd, timeout: float | None = None):
@@ -144,7 +155,7 @@ class ClientInstance:
             # tell a newly learned broker who we are now rather than at the next 30 s tick
             task = asyncio.get_running_loop().create_task(self.send_heartbeat(), name="heartbeat-new-broker")
             self._tasks.append(task)
-            task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
+            task.add_done_callback(self._forget_task)
         return route
 
     async def route(self, topic: str) -> TopicRoute | None:
@@ -175,9 +186,7 @@ class ClientInstance:
         return await self.invoke_addr(self.master_addr(broker_name), cmd, timeout)
 
     async def oneway_broker(self, broker_name: str, cmd) -> None:
-        res = self.remoting.invoke_oneway(self.master_addr(broker_name), cmd)
-        if asyncio.iscoroutine(res):
-            await res
+        await self.remoting.invoke_oneway(self.master_addr(broker_name), cmd)
 
     # -- heartbeat ---------------------------------------------------------------------------
     def heartbeat_body(self) -> bytes:
@@ -214,7 +223,7 @@ class ClientInstance:
     # -- server-initiated requests -----------------------------------------------------------
     def _on_ids_changed(self, conn, cmd):
         group = (cmd.ext_fields or {}).get("consumerGroup")
-        consumer = self.consumers.get(group)
+        consumer = self.consumers.get(group) if group else None
         log.info("consumer ids changed", group=group)
         if consumer is not None:
             consumer.rebalance_now()

@@ -9,6 +9,8 @@ from typing import Protocol
 
 import structlog
 
+from codec.command import RemotingCommand
+
 from . import _wire as w
 from .instance import ClientInstance
 from .message import MAX_OFFSET, MIN_OFFSET, MessageExt, MessageQueue, decode_messages
@@ -28,7 +30,7 @@ class ConsumeStatus(enum.Enum):
 
 
 def build_pull_request(group: str, mq: MessageQueue, sub: Subscription, offset: int, max_nums: int,
-                       commit_offset: int, suspend_ms: int) -> object:
+                       commit_offset: int, suspend_ms: int) -> RemotingCommand:
     sys_flag = w.PULL_SUSPEND | w.PULL_SUBSCRIPTION | (w.PULL_COMMIT_OFFSET if commit_offset > 0 else 0)
     return w.request(w.PULL_MESSAGE, {
         "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
@@ -73,7 +75,7 @@ class ProcessQueue:
         self.locked = False
         self.last_lock = 0.0
         self.lock_event = asyncio.Event()
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"pull-{self.mq}")

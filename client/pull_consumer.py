@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import _wire as w
 from .consumer import CLUSTERING
@@ -44,10 +45,10 @@ class PullConsumer:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
 
-    def heartbeat_data(self) -> dict:
+    def heartbeat_data(self) -> dict[str, Any]:
         return {"consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "consumeType": "CONSUME_ACTIVELY",
                 "groupName": self.group, "messageModel": CLUSTERING, "unitMode": False,
                 "subscriptionDataSet": [s.to_json() for s in self.subscriptions.values()]}

@@ -59,7 +59,7 @@ async def unlock_batch(instance: ClientInstance, group: str, broker_name: str,
     w.check(resp, "unlock batch mq")
 
 
-async def query_offset(instance: ClientInstance, code: int, mq: MessageQueue, **extra) -> int:
+async def query_offset(instance: ClientInstance, code: int, mq: MessageQueue, **extra: object) -> int:
     """GET_MAX_OFFSET / GET_MIN_OFFSET / SEARCH_OFFSET_BY_TIMESTAMP → ``offset``."""
     fields = {"topic": mq.topic, "queueId": mq.queue_id, **extra}
     resp = await instance.invoke_broker(mq.broker_name, w.request(code, fields))

@@ -15,7 +15,7 @@ import structlog
 from codec.command import RemotingCommand
 from codec.frame import MAX_FRAME
 from remoting.connection import Connection
-from remoting.dispatch import Dispatcher, Processor
+from remoting.dispatch import BatchProcessor, Dispatcher, Processor
 from remoting.errors import ConnectionClosedError
 
 log = structlog.get_logger(__name__)
@@ -37,14 +37,14 @@ class RemotingClient:
         self.max_frame = max_frame
         self.dispatcher = Dispatcher()
         self._conns: dict[str, Connection] = {}
-        self._dialing: dict[str, asyncio.Future] = {}
+        self._dialing: dict[str, asyncio.Future[Connection]] = {}
         self._closed = False
 
-    def register(self, code: int, processor: Processor) -> None:
-        self.dispatcher.register(code, processor)
+    def register(self, code: int, processor: Processor, batch: BatchProcessor | None = None) -> None:
+        self.dispatcher.register(code, processor, batch)
 
     @property
-    def processors(self) -> dict:
+    def processors(self) -> dict[int, tuple[Processor, bool]]:
         return self.dispatcher.processors
 
     async def connection(self, addr: str) -> Connection:

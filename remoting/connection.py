@@ -22,6 +22,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
@@ -30,6 +31,9 @@ from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.frame import MAX_FRAME, NO_HEADER_LIMIT, FrameDecoder, encode_frame
 from remoting.errors import ConnectionClosedError, RemotingTimeoutError
+
+if TYPE_CHECKING:
+    from remoting.dispatch import BatchProcessor, Dispatcher
 
 log = structlog.get_logger(__name__)
 
@@ -44,11 +48,11 @@ def next_opaque() -> int:
     return next(_opaque) & 0x7FFFFFFF
 
 
-def fold_addr(peer) -> tuple[str, int]:
+def fold_addr(peer: tuple[Any, ...] | None) -> tuple[str, int]:
     """(ip, port) of a socket address; IPv4-mapped IPv6 (::ffff:a.b.c.d) becomes plain IPv4."""
     if not peer:
         return ("0.0.0.0", 0)
-    host, port = peer[0], peer[1]
+    host, port = str(peer[0]), int(peer[1])
     if host.lower().startswith("::ffff:") and "." in host:
         host = host[7:]
     return (host, port)
@@ -57,15 +61,15 @@ def fold_addr(peer) -> tuple[str, int]:
 class Connection(asyncio.Protocol):
     """`on_made(conn)` runs once the transport is attached; `on_close(conn)` once it is lost."""
 
-    def __init__(self, on_request: Callable[[Connection, RemotingCommand], None] | None = None,
+    def __init__(self, on_request: Dispatcher | None = None,
                  on_close: Callable[[Connection], None] | None = None, max_frame: int = MAX_FRAME,
                  max_inflight: int = 1024, on_made: Callable[[Connection], None] | None = None,
                  max_header: int = NO_HEADER_LIMIT) -> None:
         self.on_request = on_request
         # code -> batch processor (a Dispatcher's `batch_processors`): runs of such requests in one
         # read are handed over together (`Dispatcher.dispatch_run`)
-        runs = getattr(on_request, "batch_processors", None)
-        self._batch_processors: dict = runs if runs is not None else {}
+        self._batch_processors: dict[int, BatchProcessor] = \
+            on_request.batch_processors if on_request is not None else {}
         self.on_close = on_close
         self.on_made = on_made
         # response_observer(conn, cmd): sees every non-SUCCESS command written (the broker logs the
@@ -77,22 +81,23 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.remote_addr: tuple[str, int] = ("0.0.0.0", 0)
         self.local_addr: tuple[str, int] = ("0.0.0.0", 0)
-        self.pending: dict[int, asyncio.Future] = {}
-        self.attrs: dict = {}  # for the server layer: client id, ACL state, idle timer handle, ...
+        self.pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self.attrs: dict[str, Any] = {}  # for the server layer: client id, ACL state, idle timer handle, ...
         self.last_activity = _monotonic()
         self.loop = asyncio.get_running_loop()
-        self.closed: asyncio.Future = self.loop.create_future()  # result None once the connection is lost
+        self.closed: asyncio.Future[None] = self.loop.create_future()  # result None once the connection is lost
         self._write_paused = False
         self._read_paused = False
         self._is_closing = False
         self._backlog: deque[RemotingCommand] = deque()  # decoded, not yet handled (flow control)
         self._drain_scheduled = False
-        self._out: list | None = None  # frame pieces written this loop tick, flushed by one writelines
+        self._out: list[Any] | None = None  # frame pieces written this loop tick, flushed by one writelines
         self._out_bytes = 0
 
     # ------------------------------------------------------------------ asyncio.Protocol
-    def connection_made(self, transport) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # a stream transport (uvloop TCP, TLS, or server.security's sniffing wrapper)
+        self.transport = cast(asyncio.Transport, transport)
         self.remote_addr = fold_addr(transport.get_extra_info("peername"))
         self.local_addr = fold_addr(transport.get_extra_info("sockname"))
         if self.on_made is not None:
@@ -133,7 +138,7 @@ class Connection(asyncio.Protocol):
                 j = i + 1
                 while j < n and runs.get(cmds[j].code) is batch and not cmds[j].flag & RPC_TYPE_RESPONSE:
                     j += 1
-                if j - i > 1:
+                if j - i > 1 and self.on_request is not None:
                     self.on_request.dispatch_run(self, batch, cmds[i:j])
                     i = j
                     continue
@@ -167,7 +172,7 @@ class Connection(asyncio.Protocol):
     def eof_received(self) -> bool:
         return False  # close our side too
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self._is_closing = True
         self._backlog.clear()
         if self.pending:
@@ -246,12 +251,12 @@ class Connection(asyncio.Protocol):
         """`write_command` for frames already encoded (one or several, length prefixes included)."""
         return self._queue_out([data], len(data))
 
-    def write_frame_pieces(self, parts: list) -> bool:
+    def write_frame_pieces(self, parts: list[Any]) -> bool:
         """`write_command` for one frame already encoded as pieces (`encode_frame`'s shape: the first
         starts with the length prefix; body slices uncopied). The list may be extended in place."""
         return self._queue_out(parts, _FRAME_LEN.unpack_from(parts[0])[0])
 
-    def _queue_out(self, parts: list, nbytes: int) -> bool:
+    def _queue_out(self, parts: list[Any], nbytes: int) -> bool:
         if self.is_closing:
             return False
         self.last_activity = _monotonic()
@@ -278,10 +283,10 @@ class Connection(asyncio.Protocol):
     def send_response(self, cmd: RemotingCommand) -> bool:
         return self.write_command(cmd)
 
-    def invoke(self, cmd: RemotingCommand, timeout: float = 3.0) -> asyncio.Future:
+    def invoke(self, cmd: RemotingCommand, timeout: float = 3.0) -> asyncio.Future[RemotingCommand]:
         """Send `cmd` as a request; the returned future resolves to the response. Awaiting it raises
         RemotingTimeoutError after `timeout` s, ConnectionClosedError if the connection goes first."""
-        fut = self.loop.create_future()
+        fut: asyncio.Future[RemotingCommand] = self.loop.create_future()
         if self.is_closing:
             fut.set_exception(ConnectionClosedError(f"connection to {self.peer} is closed"))
             return fut
@@ -289,7 +294,11 @@ class Connection(asyncio.Protocol):
         cmd.flag &= ~(RPC_TYPE_RESPONSE | RPC_ONEWAY)
         self.pending[opaque] = fut
         timer = self.loop.call_later(timeout, self._expire, opaque, cmd.code, timeout)
-        fut.add_done_callback(lambda _f: (timer.cancel(), self.pending.pop(opaque, None)))
+        def settled(_f: asyncio.Future[RemotingCommand]) -> None:
+            timer.cancel()
+            self.pending.pop(opaque, None)
+
+        fut.add_done_callback(settled)
         self.write_command(cmd)
         return fut
 

@@ -7,8 +7,8 @@ A processor is called as `processor(conn, cmd)` and is either
   processor that waits (a held pull) never blocks the connection it came from. While the task runs
   it counts as an in-flight request of that connection (see `Connection.max_inflight`).
 
-A processor may also carry a `batch` attribute, `batch(conn, cmds) -> list[RemotingCommand | None |
-awaitable]` (one result per command, in order): a connection hands it each run of consecutive
+A processor may also be registered with a batch processor (`register(code, processor, batch=...)`),
+`batch(conn, cmds) -> list[RemotingCommand | None | awaitable]` (one result per command, in order): a connection hands it each run of consecutive
 requests of one read that share the processor (`dispatch_run`), so per-request work that can be
 shared (one store put for a run of sends) is done once. Results follow the same rules as above,
 plus: an entry may be `bytes`, response frames already encoded (for any of the run's requests, oneway
@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from time import perf_counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
@@ -44,13 +44,18 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-Processor = Callable[["Connection", RemotingCommand], object]
+# what a processor answers: a response, ONE frame already encoded as pieces, an awaitable of either
+# (run as a task), or None (no response now)
+Response = RemotingCommand | list[Any] | Awaitable[Any] | None
+Processor = Callable[["Connection", RemotingCommand], Response]
+# batch(conn, cmds) -> one result per command, in order: a Response, or bytes (whole frames, written as they are)
+BatchProcessor = Callable[["Connection", list[RemotingCommand]], list[Response | bytes]]
 # before_request(conn, cmd) -> RemotingCommand | None: a returned command is sent instead of
 # running the processor (ACL denial, server busy, ...).
 BeforeRequest = Callable[["Connection", RemotingCommand], "RemotingCommand | None"]
 
 
-def _is_async(fn) -> bool:
+def _is_async(fn: Callable[..., object]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
@@ -63,17 +68,18 @@ class Dispatcher:
 
     def __init__(self) -> None:
         self.processors: dict[int, tuple[Processor, bool]] = {}
-        self.batch_processors: dict[int, Callable] = {}  # code -> processor.batch
+        self.batch_processors: dict[int, BatchProcessor] = {}  # code -> its batch processor
         self.before_request: BeforeRequest | None = None
         # on_timing(code, seconds, n): how long a request (or a run of n) took to handle, answer
         # written or handed to the connection; None (the default) costs nothing
         self.on_timing: Callable[[int, float, int], None] | None = None
-        self.tasks: set[asyncio.Task] = set()
+        self.tasks: set[asyncio.Task[Any]] = set()
 
-    def register(self, code: int, processor: Processor) -> None:
+    def register(self, code: int, processor: Processor, batch: BatchProcessor | None = None) -> None:
+        """`processor` answers one request; `batch`, if given, each run of consecutive requests of this
+        code in one read (`dispatch_run`)."""
         self.processors[int(code)] = (processor, _is_async(processor))
-        batch = getattr(processor, "batch", None)
-        if callable(batch):
+        if batch is not None:
             self.batch_processors[int(code)] = batch
         else:
             self.batch_processors.pop(int(code), None)
@@ -105,17 +111,17 @@ class Dispatcher:
             self.fail(conn, cmd, e)
             return
         if is_async or inspect.isawaitable(resp):
-            self.spawn(conn, cmd, resp, t0)
+            self.spawn(conn, cmd, cast(Awaitable[Any], resp), t0)
             return
         if resp is not None and not cmd.is_oneway:
-            if type(resp) is list:
+            if isinstance(resp, list):
                 conn.write_frame_pieces(resp)
             else:
                 conn.send_response(resp)
         if timing is not None:
             timing(cmd.code, perf_counter() - t0, 1)
 
-    def dispatch_run(self, conn: Connection, batch: Callable, cmds: list[RemotingCommand]) -> None:
+    def dispatch_run(self, conn: Connection, batch: BatchProcessor, cmds: list[RemotingCommand]) -> None:
         """Requests `cmds` (consecutive, all for processor batch `batch`) in one call; `before_request`
         still runs per request, and a request it answers is left out of the run."""
         if self.before_request is not None:
@@ -145,24 +151,25 @@ class Dispatcher:
         for cmd, resp in zip(cmds, results, strict=True):
             if resp is None:
                 continue
-            if type(resp) is bytes:
+            if isinstance(resp, bytes):
                 conn.write_frames(resp)
             elif inspect.isawaitable(resp):
                 self.spawn(conn, cmd, resp)
             elif not cmd.is_oneway:
-                if type(resp) is list:
+                if isinstance(resp, list):
                     conn.write_frame_pieces(resp)
                 else:
                     send(resp)
         if timing is not None:
             timing(cmds[0].code, perf_counter() - t0, len(cmds))
 
-    def spawn(self, conn: Connection, cmd: RemotingCommand, awaitable, t0: float = 0.0) -> asyncio.Task:
+    def spawn(self, conn: Connection, cmd: RemotingCommand, awaitable: Awaitable[Any],
+              t0: float = 0.0) -> asyncio.Task[Any]:
         conn.request_started()
         task = asyncio.ensure_future(awaitable)
         self.tasks.add(task)
 
-        def done(t: asyncio.Task) -> None:
+        def done(t: asyncio.Task[Any]) -> None:
             self.tasks.discard(t)
             conn.request_finished()
             if t.cancelled():

@@ -29,7 +29,7 @@ import structlog
 from codec.command import RemotingCommand
 from codec.frame import MAX_FRAME, MAX_HEADER
 from remoting.connection import Connection
-from remoting.dispatch import BeforeRequest, Dispatcher, Processor
+from remoting.dispatch import BatchProcessor, BeforeRequest, Dispatcher, Processor
 
 log = structlog.get_logger(__name__)
 
@@ -55,17 +55,19 @@ class RemotingServer:
         self.connections: set[Connection] = set()
         self.on_connect: Callable[[Connection], None] | None = None
         self.response_observer: Callable[[Connection, RemotingCommand], None] | None = None  # set on each connection
-        self.on_close: Callable[[Connection], None] | None = None
-        self.protocol_factory_wrapper: Callable | None = None
+        self.on_close: Callable[[Connection], object] | None = None
+        # wraps each connection's protocol factory (server.security: TLS sniffing, per-IP limits)
+        self.protocol_factory_wrapper: Callable[[Callable[[], asyncio.BaseProtocol]],
+                                                Callable[[], asyncio.BaseProtocol]] | None = None
         self._servers: list[asyncio.Server] = []
         self.ports: list[int] = []  # bound ports, in the order given (ephemeral 0 resolved)
 
     # ------------------------------------------------------------------ registry
-    def register(self, code: int, processor: Processor) -> None:
-        self.dispatcher.register(code, processor)
+    def register(self, code: int, processor: Processor, batch: BatchProcessor | None = None) -> None:
+        self.dispatcher.register(code, processor, batch)
 
     @property
-    def processors(self) -> dict:
+    def processors(self) -> dict[int, tuple[Processor, bool]]:
         return self.dispatcher.processors
 
     @property
@@ -167,7 +169,7 @@ class RemotingServer:
             self._arm_idle(conn, self.idle_timeout)
         else:
             log.info("remoting.idle_close", peer=conn.peer, idle_s=round(idle, 3))
-            if conn.transport.get_write_buffer_size():
+            if conn.transport is not None and conn.transport.get_write_buffer_size():
                 conn.abort()  # a peer that stopped reading would keep a graceful close pending forever
             else:
                 conn.close()

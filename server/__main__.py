@@ -22,7 +22,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import structlog  # noqa: E402
 
 from remoting import loop as event_loop  # noqa: E402
-from server.config import load_config  # noqa: E402
+from server.config import ConfigError, load_config  # noqa: E402
 from server.logging import configure  # noqa: E402
 from server.process import overrides_from, serve_until_signal  # noqa: E402
 from storage.store_lock import StoreLockedError  # noqa: E402
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config_from_args(args)
         check_config(cfg)
     except ValueError as e:  # ConfigError included: one line naming the key, nothing opened
-        log.error("broker.bad_config", key=getattr(e, "key", None), error=str(e))
+        log.error("broker.bad_config", key=e.key if isinstance(e, ConfigError) else None, error=str(e))
         return 2
     if args.export_config is not None:
         return export_config(cfg, args.export_config)

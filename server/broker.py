@@ -10,30 +10,41 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from typing import TYPE_CHECKING
 
 import structlog
 
 from codec.codes import ResponseCode
-from codec.record import MessageRecord, encode_record, read_store_timestamp
+from codec.record import MessageRecord, encode_record
 from scheduler.browse import ScheduledBrowser
+from scheduler.delay_service import DelayLevelService
 from scheduler.levels import parse_delay_levels
+from scheduler.timer import TimerMessageStore
 from server.client_manager import ClientManager
-from server.cluster.ha.service import ReplicaRole
+from server.cluster.ha.service import ReplicaRole, ReplicaServices
 from server.cluster.namesrv.kv_config import KVConfigManager
 from server.cluster.registration import BrokerRegistrar
 from server.config import BrokerConfig
 from server.observability.broker_stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BrokerStats
 from server.observability.client_errors import ClientErrorLog
+from server.observability.http import MetricsHttpServer
 from server.observability.prometheus import RpcLatency
 from server.observability.registry import Registry
+from server.observability.telemetry import Telemetry
+from server.observability.traffic import TrafficCounters
 from server.offsets_table import ConsumerOffsetManager
+from server.processor_wiring import built, grpc_deps, register_processors
 from server.processors.send_common import PUT_STATUS_CODES
 from server.pull_hold import PullHoldService
 from server.put_hooks import PutHooks
 from server.rebalance_lock import RebalanceLockManager
+from server.runtime_info import broker_runtime_info
+from server.security import Security
+from server.security import install as install_security
 from server.topics import TopicManager
 from server.transactions import TransactionService
 from server.wiring import (
+    RemotingAdapter,
     make_delay_service,
     make_message_store,
     make_registrar,
@@ -43,14 +54,17 @@ from server.wiring import (
     put_request,
     timer_config,
 )
+from storage.message_store import MessageStore
 from storage.meta_store import MetaStore
 from storage.store_lock import StoreLock
 from storage.subscription_group import SubscriptionGroupTable
+from storage.supervisor import SupervisedTask
 from storage.topic_config import TopicConfigTable
 
-log = structlog.get_logger(__name__)
+if TYPE_CHECKING:
+    from server.grpc.endpoint import GrpcEndpoint  # imported in start() only when grpcListenPort > 0
 
-BROKER_VERSION = 409
+log = structlog.get_logger(__name__)
 
 
 class BrokerController:
@@ -78,26 +92,27 @@ class BrokerController:
         self.kv_config = KVConfigManager()  # embedded mode's name-server KV config (in memory)
         self.registrar: BrokerRegistrar | None = None  # [cluster] set when namesrvAddr is configured
         self.metrics = Registry()
-        self.replica = ReplicaRole(self)  # brokerRole / brokerId, HA, promotion (server/cluster/ha)
-        self.store = None
-        self.transactions = None
-        self.hooks: PutHooks | None = None
-        self.delay_service = None
-        self.timer_service = None
+        self.replica = ReplicaRole(config)  # brokerRole / brokerId, HA, promotion (server/cluster/ha)
+        # built in start(), in this order
+        self.store: MessageStore | None = None
+        self.delay_service: DelayLevelService | None = None
+        self.timer_service: TimerMessageStore | None = None  # None: timerWheelEnable=false
         self.scheduled: ScheduledBrowser | None = None
-        self.remoting = None
-        self.metrics_http = None
-        self.grpc = None  # server.grpc.endpoint.GrpcEndpoint when grpcListenPort > 0
-        self.put_total = 0
-        self.get_total = 0
-        self._put_counters: dict[str, tuple] = {}
-        self._pull_counters: dict[tuple[str, str], object] = {}  # (topic, group) -> Counter
-        self.stats = BrokerStats(lambda: (self.put_total, self.get_total), {
-            TOPIC_PUT_NUMS: lambda: {t: c[0].value for t, c in self._put_counters.items()},
-            TOPIC_PUT_SIZE: lambda: {t: c[1].value for t, c in self._put_counters.items()},
-            GROUP_GET_NUMS: lambda: {f"{t}@{g}": c.value for (t, g), c in self._pull_counters.items()},
+        self.hooks: PutHooks | None = None
+        self.transactions: TransactionService | None = None
+        self.remoting: RemotingAdapter | None = None
+        self.security: Security | None = None  # the connection guard and the ACL validator
+        self.metrics_http: MetricsHttpServer | None = None  # when metricsPort > 0
+        self.telemetry: Telemetry | None = None
+        self.grpc: GrpcEndpoint | None = None  # when grpcListenPort > 0
+        self.counters = TrafficCounters(self.metrics)
+        c = self.counters
+        self.stats = BrokerStats(lambda: (c.put_total, c.get_total), {
+            TOPIC_PUT_NUMS: lambda: {t: v[0].value for t, v in c.put_counters.items()},
+            TOPIC_PUT_SIZE: lambda: {t: v[1].value for t, v in c.put_counters.items()},
+            GROUP_GET_NUMS: lambda: {f"{t}@{g}": v.value for (t, g), v in c.pull_counters.items()},
         }, self.boot_ms)
-        self._stats_task = None  # storage.supervisor.SupervisedTask
+        self._stats_task: SupervisedTask | None = None
         self.rpc_latency = RpcLatency()
         self.client_errors = ClientErrorLog()
         self._started = False
@@ -117,66 +132,47 @@ class BrokerController:
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
         await self.replica.prepare(self.store)  # a SLAVE: read-only store, a former master's tail cut
         # scheduled deliveries count as puts on their real topic (per-topic throughput includes them)
-        self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta, self.on_put_topic)
-        self.timer_service = make_timer_service(self.store, cfg, self.on_put_topic)
+        self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta,
+                                                self.counters.on_put_topic)
+        self.timer_service = make_timer_service(self.store, cfg, self.counters.on_put_topic)
         self.scheduled = ScheduledBrowser(self.store, self.delay_service, self.timer_service,
                                           self._put_timer_cancel_marker)
         # the timer hook's flow control reads the live wheel, so it gets the service itself
         self.hooks = PutHooks(cfg, self.levels, self.timer_service or timer_config(cfg))
-        self.transactions = TransactionService(self)
+        self.transactions = TransactionService(cfg, self.store, self.clients, self.put_record, self.store_host)
+        self.replica.attach(ReplicaServices(topics=self.topics, groups=self.groups, offsets=self.offsets,
+                                            delay_service=self.delay_service, timer_service=self.timer_service,
+                                            transactions=self.transactions))
         if not self.replica.is_slave:  # a slave's check-backs start at promotion
             self.transactions.start()
         # a SLAVE delivers nothing: its delay levels start at promotion, its wheel only follows
-        for svc in () if self.replica.is_slave else (self.delay_service, self.timer_service):
-            if svc is not None:
-                r = svc.start()
-                if asyncio.iscoroutine(r):
-                    await r
-        self.remoting = make_remoting_server(self)
+        if not self.replica.is_slave:
+            self.delay_service.start()
+            if self.timer_service is not None:
+                self.timer_service.start()
+        self.remoting = make_remoting_server(self.clients)
         self.remoting.server.dispatcher.on_timing = self.rpc_latency.observe
         self.remoting.server.response_observer = self.client_errors
-        from server.security import install as install_security  # [security] ACL, TLS, limits
-        install_security(self, self.remoting.server)
-        from server.cluster.ha import processors as ha_processors
-        from server.processors import (
-            admin,
-            admin_ops,
-            admin_stats,
-            clients,
-            consumer_send_back,
-            namesrv,
-            offsets,
-            pull,
-            scheduled,
-            send,
-            transaction,
-        )
-        rooms = [send, pull, offsets, clients, consumer_send_back, transaction, admin, admin_stats, ha_processors,
-                 admin_ops, scheduled]
-        if not cfg.namesrv_addr_list:
-            rooms.insert(0, namesrv)  # embedded mode: this process is its own name server
-        for room in rooms:
-            room.register(self.remoting, self)
+        self.security = install_security(cfg, self.store, self.remoting.server)  # ACL, TLS, limits
+        register_processors(self.remoting, self)
         await self.remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port])
         await self.replica.start()
         if cfg.namesrv_addr_list:
-            self.registrar = make_registrar(self)
-            self.topics.add_change_listener(lambda _tc: self.registrar.topics_changed())
-            self.replica.attach_registrar(self.registrar)  # a slave follows the master it names
-            await self.registrar.start()
+            registrar = self.registrar = make_registrar(cfg, self.topics, self.started_store.supervisor)
+            self.topics.add_change_listener(lambda _tc: registrar.topics_changed())
+            self.replica.attach_registrar(registrar)  # a slave follows the master it names
+            await registrar.start()
         if cfg.metrics_port:
             from server.observability import prometheus
-            from server.observability.http import MetricsHttpServer
             self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port,
                                                   render=lambda: prometheus.page_sliced(self))
             await self.metrics_http.start()
-        from server.observability.telemetry import Telemetry
-        self.telemetry = Telemetry(self)
+        self.telemetry = Telemetry(cfg, self.metrics, self.store, self.offsets, self.delay_service, self.timer_service)
         self.telemetry.start()
         self._stats_task = self.store.supervisor.spawn("broker-stats", self._sample_stats)
         if cfg.grpc_listen_port > 0:  # RocketMQ 5 clients: gRPC MessagingService over the same store
             from server.grpc.endpoint import GrpcEndpoint
-            self.grpc = GrpcEndpoint(self)
+            self.grpc = GrpcEndpoint(grpc_deps(self))
             await self.grpc.start()
         self._started = True
         log.info("broker.ready", host=cfg.listen_host, port=cfg.listen_port, vip_port=cfg.vip_port,
@@ -205,7 +201,8 @@ class BrokerController:
         if self.grpc is not None:
             await self.grpc.stop()
         self.clients.shutdown()
-        self.transactions.stop()
+        if self.transactions is not None:
+            self.transactions.stop()
         await self.replica.shutdown()
         # a slave's delay levels never ran: their (zero) offsets must not overwrite the synced file
         for svc in (self.timer_service,) if self.replica.is_slave else (self.timer_service, self.delay_service):
@@ -214,18 +211,18 @@ class BrokerController:
                     await svc.shutdown()
                 except Exception as e:
                     log.error("broker.service_shutdown_failed", service=type(svc).__name__, error=repr(e))
-        telemetry = getattr(self, "telemetry", None)
         # each step runs whatever the one before met (a full disk fails writes, not the shutdown);
         # meta.close commits what is staged (offsets, topics, groups, delay offsets), checkpoints
-        for step, fn in (("meta", self.meta.close),
-                         ("telemetry", telemetry.shutdown if telemetry is not None else None),
-                         ("store", self.store.shutdown if self.store is not None else None)):
-            if fn is None:
+        try:
+            self.meta.close()
+        except OSError as e:
+            log.error("broker.shutdown_step_failed", step="meta", error=str(e))
+        for step, close in (("telemetry", self.telemetry.shutdown if self.telemetry is not None else None),
+                            ("store", self.store.shutdown if self.store is not None else None)):
+            if close is None:
                 continue
             try:
-                r = fn()
-                if asyncio.iscoroutine(r):
-                    await r
+                await close()
             except OSError as e:
                 log.error("broker.shutdown_step_failed", step=step, error=str(e))
         if self.metrics_http is not None:
@@ -257,34 +254,29 @@ class BrokerController:
         for group in list(self.offsets.groups_of(topic)):
             self.offsets.remove_group(group, topic)
         self.offsets.persist()
-        self.store.delete_consume_queues(topic)
-        self._put_counters.pop(topic, None)
-        for key in [k for k in self._pull_counters if k[0] == topic]:
-            del self._pull_counters[key]
+        self.started_store.delete_consume_queues(topic)
+        self.counters.forget_topic(topic)
         for name in (TOPIC_PUT_NUMS, TOPIC_PUT_SIZE):
             self.stats.forget(name, lambda k: k == topic)
         self.stats.forget(GROUP_GET_NUMS, lambda k: k.partition("@")[0] == topic)
         return existed
 
-    # ---- helpers used by processors ------------------------------------------------------
-    def put_request(self, raw, topic: str, queue_id: int, properties: dict, deliver_delay_ms: int):
-        return put_request(raw, topic, queue_id, properties, deliver_delay_ms)
-
+    # ---- what the broker's own parts use (transactions, pop, telemetry) ---------------------
     @property
     def store_host(self) -> tuple[str, int]:
         host, _, port = self.config.broker_addr.rpartition(":")
         return host, int(port)
 
-    async def put_record(self, rec, hooks: bool = True) -> tuple[int, str | None]:
+    async def put_record(self, rec: MessageRecord, hooks: bool = True) -> tuple[int, str | None]:
         """Store one broker-made record (transaction commit, op record) as a send would: put hooks
         (delay level, timer) unless `hooks=False`, encode, put, wait for SYNC_FLUSH. (code, remark)."""
         delay = -1
         if hooks:
-            hooked = self.hooks.apply(rec)
+            hooked = built(self.hooks, "hooks").apply(rec)
             if isinstance(hooked, tuple):
                 return hooked
             delay = hooked
-        [result] = self.store.put([put_request(encode_record(rec), rec.topic, rec.queue_id, rec.properties, delay)])
+        [result] = self.started_store.put([put_request(encode_record(rec), rec.topic, rec.queue_id, rec.properties, delay)])
         if not result.ok:
             return PUT_STATUS_CODES[result.status], result.remark or result.status.name
         if result.flushed is not None:
@@ -292,135 +284,24 @@ class BrokerController:
                 await asyncio.wait_for(asyncio.shield(result.flushed), 5.0)
             except Exception as e:
                 return ResponseCode.FLUSH_DISK_TIMEOUT, f"flush not confirmed: {e!r}"
-        self.on_put([rec.topic], [result])
+        self.counters.on_put([rec.topic], [result])
         if self.replica.sync_master:  # SYNC_MASTER: a slave has it before the answer (11 / 12 if not)
             gate = self.replica.gate(result.phys_offset + result.size)
             return gate if type(gate) is tuple else await gate
         return ResponseCode.SUCCESS, None
 
     def commitlog_max_offset(self) -> int:
-        return self.store.commitlog_max_offset()
+        return self.started_store.commitlog_max_offset()
 
     def commitlog_min_offset(self) -> int:
-        return self.store.commitlog_min_offset()
+        return self.started_store.commitlog_min_offset()
 
-    def on_put(self, topics: list[str], results) -> None:
-        self.put_total += len(results)
-        for topic, r in zip(topics, results, strict=False):
-            c = self._put_counters.get(topic)
-            if c is None:
-                c = self._put_counters[topic] = (
-                    self.metrics.counter("delaymq_put_messages_total", {"topic": topic}),
-                    self.metrics.counter("delaymq_put_bytes_total", {"topic": topic}))
-            c[0].inc()
-            c[1].inc(getattr(r, "size", 0) or 0)
-
-    def on_put_sizes(self, topics: list[str], sizes: list[int]) -> None:
-        """`on_put` for a run of stored sends given their topics and record sizes (one counter
-        update per topic of the run)."""
-        self.put_total += len(sizes)
-        per: dict[str, list[int]] = {}
-        for topic, size in zip(topics, sizes, strict=True):
-            e = per.get(topic)
-            if e is None:
-                per[topic] = [1, size]
-            else:
-                e[0] += 1
-                e[1] += size
-        for topic, (n, nbytes) in per.items():
-            c = self._put_counters.get(topic)
-            if c is None:
-                c = self._put_counters[topic] = (
-                    self.metrics.counter("delaymq_put_messages_total", {"topic": topic}),
-                    self.metrics.counter("delaymq_put_bytes_total", {"topic": topic}))
-            c[0].inc(n)
-            c[1].inc(nbytes)
-
-    def on_put_topic(self, topic: str, n: int, nbytes: int) -> None:
-        """`n` records of `nbytes` in all stored in `topic` by the broker itself (scheduled deliveries:
-        scheduler.events.PutObserver); they count as puts of that topic, as in RocketMQ."""
-        self.put_total += n
-        c = self._put_counters.get(topic)
-        if c is None:
-            c = self._put_counters[topic] = (
-                self.metrics.counter("delaymq_put_messages_total", {"topic": topic}),
-                self.metrics.counter("delaymq_put_bytes_total", {"topic": topic}))
-        c[0].inc(n)
-        c[1].inc(nbytes)
-
-    def on_pull(self, topic: str, group: str, n: int) -> None:
-        self.get_total += n
-        c = self._pull_counters.get((topic, group))
-        if c is None:
-            c = self._pull_counters[(topic, group)] = self.metrics.counter(
-                "delaymq_pull_messages_total", {"topic": topic, "group": group})
-        c.inc(n)
-
-    def _earliest_store_time(self) -> int:
-        """STORETIMESTAMP of the oldest record still in the CommitLog (0: none, or not a record there)."""
-        try:
-            raw = self.store.read_record(self.commitlog_min_offset())
-        except (ValueError, IndexError, OSError):
-            return 0
-        return read_store_timestamp(raw) if raw is not None and len(raw) > 64 else 0
+    @property
+    def started_store(self) -> MessageStore:
+        if self.store is None:
+            raise RuntimeError("the store is built in BrokerController.start()")
+        return self.store
 
     def runtime_info(self) -> dict[str, object]:
-        """GET_BROKER_RUNTIME_INFO's table: RocketMQ's keys (mqadmin clusterList / brokerStatus and the
-        Dashboard read them; thread-pool figures are 0: requests run on the event loop, not in pools),
-        the store's and the scheduled services' own."""
-        now = int(time.time() * 1000)
-        puts, gets = self.stats.tps(now)
-        info: dict[str, object] = {
-            "brokerVersion": BROKER_VERSION, "brokerVersionDesc": "V4_9_8",
-            "msgPutTotalTodayNow": self.put_total, "msgGetTotalTodayNow": self.get_total,
-            "msgPutTotalTodayMorning": self.stats.today_morning[0],
-            "msgGetTotalTodayMorning": self.stats.today_morning[1],
-            "msgPutTotalYesterdayMorning": self.stats.yesterday_morning[0],
-            "msgGetTotalYesterdayMorning": self.stats.yesterday_morning[1],
-            "putTps": " ".join(f"{v:.2f}" for v in puts),
-            "getTransferedTps": " ".join(f"{v:.2f}" for v in gets),
-            "commitLogMinOffset": self.commitlog_min_offset(), "commitLogMaxOffset": self.commitlog_max_offset(),
-            "bootTimestamp": self.boot_ms, "runtime": f"{(now - self.boot_ms) // 1000}s",
-            "startAcceptSendRequestTimeStamp": 0,
-            "flushDiskType": self.config.flush_disk_type, "brokerName": self.config.broker_name,
-            "pullHoldCount": self.pull_hold.held_count,
-            "brokerRole": self.config.broker_role, "brokerId": self.config.broker_id,
-            "pageCacheLockTimeMills": 0, "dispatchBehindBytes": 0,
-            "remainHowManyDataToFlush": "0 B", "remainTransientStoreBufferNumbs": 0,
-            "EndTransactionQueueSize": 0, "EndTransactionThreadPoolQueueCapacity": 0,
-        }
-        for pool in ("send", "pull", "query"):
-            info[f"{pool}ThreadPoolQueueSize"] = 0
-            info[f"{pool}ThreadPoolQueueCapacity"] = 0
-            info[f"{pool}ThreadPoolQueueHeadWaitTimeMills"] = 0
-        info.update(self.store.runtime_info())
-        info.update(_disk_info(self.config.store_path_root_dir))
-        info["earliestMessageTimeStamp"] = self._earliest_store_time() or self.boot_ms
-        info["consumeQueueDiskRatio"] = info.get("commitLogDiskRatio", "0")  # one disk holds the whole store
-        sends = [h for code, h in self.rpc_latency.by_code.items() if code in (10, 310, 320)]
-        n = sum(h.count for h in sends)
-        if n:  # upper bounds of the buckets holding the quantiles, in ms (RocketMQ's putLatency99/999)
-            for key, q in (("putLatency99", 0.99), ("putLatency999", 0.999)):
-                info[key] = f"{max(h.quantile(q) for h in sends if h.count) * 1000:.2f}"
-        for svc in (self.delay_service, self.timer_service, self.transactions, self.registrar, self.grpc,
-                    self.replica):
-            if svc is None:
-                continue
-            fn = getattr(svc, "runtime_info", None) or getattr(svc, "stats", None)
-            if callable(fn):
-                try:
-                    info.update({str(k): v for k, v in (fn() or {}).items()})
-                except Exception as e:
-                    log.warning("broker.runtime_info_failed", service=type(svc).__name__, error=repr(e))
-        return info
-
-
-def _disk_info(path: str) -> dict[str, str]:
-    """commitLogDirCapacity as RocketMQ words it."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return {}
-    gib = 1024 ** 3
-    return {"commitLogDirCapacity": f"Total : {st.f_blocks * st.f_frsize / gib:.1f} GiB, "
-                                    f"Free : {st.f_bavail * st.f_frsize / gib:.1f} GiB."}
+        """GET_BROKER_RUNTIME_INFO's table (server.runtime_info)."""
+        return broker_runtime_info(self)

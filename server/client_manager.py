@@ -15,12 +15,31 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
+if TYPE_CHECKING:
+    from codec.command import RemotingCommand
+
 log = structlog.get_logger(__name__)
+
+
+class ClientConn(Protocol):
+    """A client's connection as the ClientManager keeps it and the broker talks through it: a remoting
+    Connection, or a gRPC client's TelemetryChannel (server.grpc.telemetry)."""
+
+    @property
+    def remote_addr(self) -> tuple[str, int]: ...
+
+    def invoke(self, cmd: RemotingCommand, timeout: float = ...) -> Awaitable[RemotingCommand]: ...
+
+    def invoke_oneway(self, cmd: RemotingCommand) -> object: ...
+
+    def close(self) -> None: ...
+
 
 @dataclass(slots=True)
 class SubscriptionData:
@@ -38,7 +57,7 @@ class SubscriptionData:
 
 @dataclass(slots=True)
 class ClientChannel:
-    conn: object
+    conn: ClientConn
     client_id: str
     language: str = "JAVA"
     version: int = 0
@@ -58,8 +77,9 @@ class ConsumerGroupInfo:
         return [c.client_id for c in self.channels.values()]
 
 
-def _peer(conn) -> str:
-    return str(getattr(conn, "peer", None) or "?")
+def _peer(conn: ClientConn) -> str:
+    ip, port = conn.remote_addr
+    return f"{ip}:{port}"
 
 
 class ClientManager:
@@ -69,12 +89,12 @@ class ClientManager:
         self.expired_timeout_s = expired_timeout_s
         self.clock = clock
         self.consumers: dict[str, ConsumerGroupInfo] = {}
-        self.producers: dict[str, dict[object, ClientChannel]] = {}
-        self._last_seen: dict[object, float] = {}      # conn -> last heartbeat (clock time)
-        self._timers: dict[object, asyncio.TimerHandle] = {}
+        self.producers: dict[str, dict[ClientConn, ClientChannel]] = {}
+        self._last_seen: dict[ClientConn, float] = {}      # conn -> last heartbeat (clock time)
+        self._timers: dict[ClientConn, asyncio.TimerHandle] = {}
         # conn -> (client id, {"producer:<group>", "consumer:<group>"}) while connected: the disconnect
         # record names the client even after it unregistered its groups
-        self._identity: dict[object, tuple[str, set[str]]] = {}
+        self._identity: dict[ClientConn, tuple[str, set[str]]] = {}
 
     # ---- consumers -----------------------------------------------------------------------
     def register_consumer(self, group: str, conn, client_id: str, language: str = "JAVA", version: int = 0,
@@ -224,12 +244,10 @@ class ClientManager:
         if self.clock() >= deadline:
             log.warning("client.channel_expired", silent_s=round(self.clock() - last, 1))
             self.channel_closed(conn, reason="expired")
-            close = getattr(conn, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:  # closing an already broken transport
-                    pass
+            try:
+                conn.close()
+            except Exception:  # closing an already broken transport
+                pass
         else:
             self._arm(conn, deadline)
 

@@ -15,6 +15,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import javaproperties
 import structlog
@@ -201,7 +202,7 @@ class BrokerConfig:
                 unknown.append(key)
                 log.warning("config.unknown_key", key=key, source=source)
                 continue
-            setattr(self, f.name, _coerce(f, raw, key))
+            setattr(self, f.name, coerce_value(f, raw, key))
         return unknown
 
     @classmethod
@@ -247,7 +248,7 @@ class ConfigError(ValueError):
 
 
 # ---- validation table: field name -> check(value) -> problem or None --------------------------
-Check = Callable[[object], "str | None"]
+Check = Callable[[Any], "str | None"]  # a field's value (of the field's type) -> the problem, or None
 
 
 def one_of(*choices: str) -> Check:
@@ -344,7 +345,7 @@ VALIDATORS: dict[str, Check] = {
 
 
 
-def _coerce(f: dataclasses.Field, raw: object, key: str):
+def coerce_value(f: dataclasses.Field, raw: object, key: str):
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     if kind == "bool":
         if isinstance(raw, bool):
@@ -380,52 +381,8 @@ def load_config(path: str | None = None, overrides: Mapping[str, object] | None 
         try:
             values = load_properties(path)
         except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError("--config", f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+            raise ConfigError("--config", f"cannot read {path}: {e.strerror if isinstance(e, OSError) and e.strerror else e}") from None
         cfg.apply(values, source=path)
     if overrides:
         cfg.apply({k: v for k, v in overrides.items() if v is not None}, source="cli")
-    return cfg
-
-
-@dataclass(slots=True)
-class NamesrvConfig:
-    """`delaymq-namesrv` settings (RocketMQ NamesrvConfig / NettyServerConfig key names where they exist)."""
-    listen_port: int = 9876
-    listen_host: str = "127.0.0.1"
-    kv_config_path: str = ""  # kvConfig.json; empty = KV config in memory only
-    scan_not_active_broker_interval: int = 10000  # ms between expiry scans (4.9.8: 10 s)
-    broker_channel_expired_time: int = 120000  # ours: ms without registration before a broker expires
-    server_channel_max_idle_time_seconds: int = 120
-    max_frame_size: int = 16777216
-
-    def apply(self, values: Mapping[str, object], source: str = "config") -> list[str]:
-        by_key = {BrokerConfig.key_for(f.name): f for f in dataclasses.fields(self)}
-        by_name = {f.name: f for f in dataclasses.fields(self)}
-        unknown = []
-        for key, raw in values.items():
-            f = by_key.get(key) or by_name.get(key)
-            if f is None:
-                unknown.append(key)
-                log.warning("config.unknown_key", key=key, source=source)
-                continue
-            setattr(self, f.name, _coerce(f, raw, key))
-        return unknown
-
-    def validate(self) -> None:
-        """Raise ConfigError naming the first bad key (the name server stops with that one line)."""
-        if not 0 < self.listen_port < 65536:
-            raise ConfigError("listenPort", f"expected 1..65535, got {self.listen_port}")
-        for name in ("scan_not_active_broker_interval", "broker_channel_expired_time",
-                     "server_channel_max_idle_time_seconds", "max_frame_size"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(BrokerConfig.key_for(name), f"expected > 0, got {getattr(self, name)}")
-
-
-def load_namesrv_config(path: str | None = None, overrides: Mapping[str, object] | None = None) -> NamesrvConfig:
-    cfg = NamesrvConfig()
-    if path:
-        cfg.apply(load_properties(path), source=path)
-    if overrides:
-        cfg.apply({k: v for k, v in overrides.items() if v is not None}, source="cli")
-    cfg.validate()  # a bad value: ConfigError naming the key (delaymq-namesrv exits 2 with that line)
     return cfg

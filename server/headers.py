@@ -8,7 +8,8 @@ number raises `HeaderError` naming the field. Processors answer both with code 1
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 STR, INT, LONG, BOOL = "str", "int", "long", "bool"
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
@@ -25,11 +26,16 @@ class Header:
     def __repr__(self) -> str:
         return f"Header({self.__dict__!r})"
 
+    if TYPE_CHECKING:
+        # the fields are the HeaderSpec's names, set by `parse`; to the type checker they are Any (a
+        # typed record per spec is the next step)
+        def __getattr__(self, name: str) -> Any: ...
+
 
 class HeaderSpec:
     __slots__ = ("fields", "_plan", "_plan_v2")
 
-    def __init__(self, *fields: tuple) -> None:
+    def __init__(self, *fields: tuple[Any, ...]) -> None:
         # (name, kind, required[, short])
         kinds = {STR: STR, INT: INT, LONG: LONG, BOOL: BOOL}  # canonical objects: parse compares with `is`
         self.fields = tuple((f[0], kinds.get(f[1], f[1]), f[2], f[3] if len(f) > 3 else None) for f in fields)
@@ -64,7 +70,7 @@ class HeaderSpec:
         return h
 
 
-def _convert(name: str, kind: str, raw) -> object:
+def _convert(name: str, kind: str, raw: object) -> object:
     if kind == STR:
         return raw if isinstance(raw, str) else str(raw)
     if kind == BOOL:
@@ -146,7 +152,8 @@ def parse_pull(ext: Mapping[str, str] | None) -> Header:
     absent. Anything else is left to the generic parse, which names the offending field."""
     if not ext:
         return PULL_MESSAGE.parse(ext)
-    get = ext.get
+    # Any: a hand-made ext may hold anything (checked below); numbers replace their strings in place
+    get: Callable[[str], Any] = ext.get
     g, t, q, o, n = get("consumerGroup"), get("topic"), get("queueId"), get("queueOffset"), get("maxMsgNums")
     f, c, s, v = get("sysFlag"), get("commitOffset"), get("suspendTimeoutMillis"), get("subVersion")
     sub, e = get("subscription"), get("expressionType")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any, TextIO
 
 import structlog
 
@@ -15,14 +16,14 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
            "warn": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL}
 
 
-def configure(level: str = "info", json_logs: bool | None = None, stream=None) -> None:
+def configure(level: str = "info", json_logs: bool | None = None, stream: TextIO | None = None) -> None:
     stream = stream if stream is not None else sys.stderr
     lvl = _LEVELS.get(str(level).lower())
     if lvl is None:
         raise ValueError(f"unknown log level {level!r} (one of {', '.join(_LEVELS)})")
     if json_logs is None:
-        json_logs = not (hasattr(stream, "isatty") and stream.isatty())
-    processors = [
+        json_logs = not stream.isatty()
+    processors: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),

@@ -19,7 +19,7 @@ log = structlog.get_logger(__name__)
 class _Waiter:
     __slots__ = ("offset", "future", "timer")
 
-    def __init__(self, offset: int, future: asyncio.Future) -> None:
+    def __init__(self, offset: int, future: asyncio.Future[bool]) -> None:
         self.offset = offset
         self.future = future
         self.timer: asyncio.TimerHandle | None = None
@@ -46,7 +46,7 @@ class PullHoldService:
         self._held.setdefault(key, []).append(w)
         w.timer = loop.call_at(loop.time() + max(0.0, timeout_s), self._expire, key, w)
         try:
-            return await w.future
+            return bool(await w.future)
         finally:
             w.timer.cancel()
             lst = self._held.get(key)
@@ -58,7 +58,7 @@ class PullHoldService:
                 if not lst:
                     self._held.pop(key, None)
 
-    def _expire(self, key, w: _Waiter) -> None:
+    def _expire(self, key: tuple[str, int], w: _Waiter) -> None:
         if not w.future.done():
             self.woken_by_timeout += 1
             w.future.set_result(False)

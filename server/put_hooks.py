@@ -13,6 +13,7 @@ import time
 import structlog
 
 from codec.codes import ResponseCode
+from codec.record import MessageRecord
 from scheduler.delay_levels import transform_delay
 from scheduler.timer import TimerMessageStore, transform_timer
 from scheduler.timer.config import TimerConfig
@@ -32,7 +33,9 @@ class PutHooks:
         self.transform_timer = transform_timer if config.timer_wheel_enable else None
         self.timer_disabled_check = not config.timer_wheel_enable
 
-    def apply(self, record):
+    def apply(self, record: MessageRecord) -> int | tuple[int, str]:
+        """The deliver delay in ms (-1: none) for the record as rewritten by the hooks, or the
+        (response code, remark) refusing it."""
         delay = transform_delay(record, self.levels)
         if delay is not None:
             return int(delay)

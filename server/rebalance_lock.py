@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 MessageQueue = tuple[str, str, int]  # (topic, brokerName, queueId)
 
@@ -17,10 +18,10 @@ class RebalanceLockManager:
     def __init__(self, max_live_ms: int = 60000, clock: Callable[[], float] = time.monotonic) -> None:
         self.max_live_s = max_live_ms / 1000.0
         self.clock = clock
-        self._locks: dict[str, dict[MessageQueue, list]] = {}  # group -> mq -> [clientId, lastUpdate]
+        self._locks: dict[str, dict[MessageQueue, list[Any]]] = {}  # group -> mq -> [clientId, lastUpdate]
 
-    def _live(self, entry, now: float) -> bool:
-        return now - entry[1] <= self.max_live_s
+    def _live(self, entry: list[Any], now: float) -> bool:
+        return bool(now - entry[1] <= self.max_live_s)
 
     def is_locked(self, group: str, mq: MessageQueue, client_id: str) -> bool:
         entry = self._locks.get(group, {}).get(mq)

@@ -12,23 +12,23 @@ from collections.abc import Callable
 import structlog
 
 from codec.codes import (
+    DEFAULT_TOPIC,
     DLQ_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
     OFFSET_MOVED_EVENT,
     RETRY_PREFIX,
     SCHEDULE_QUARANTINE_TOPIC,
+    SCHEDULE_TOPIC,
     SELF_TEST_TOPIC,
+    TIMER_TOPIC,
     TRACE_TOPIC,
 )
 from storage.topic_config import (
-    DEFAULT_TOPIC,
     PERM_INHERIT,
     PERM_PRIORITY,
     PERM_READ,
     PERM_WRITE,
-    SCHEDULE_TOPIC,
     SYSTEM_TOPICS,
-    TIMER_TOPIC,
     TopicConfig,
     TopicConfigTable,
 )

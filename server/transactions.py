@@ -24,7 +24,9 @@ import asyncio
 import heapq
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -33,6 +35,15 @@ from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.msgid import offset_msg_id
 from codec.record import MessageRecord, decode_record, encode_record
+
+if TYPE_CHECKING:
+    from server.client_manager import ClientManager
+    from server.config import BrokerConfig
+    from storage.message_store import MessageStore
+
+# put_record(record, hooks) -> (response code, remark): a broker-made record stored as a send would be
+# (BrokerController.put_record: put hooks when `hooks`, SYNC_FLUSH / SYNC_MASTER waits)
+PutRecord = Callable[[MessageRecord, bool], Awaitable[tuple[int, str | None]]]
 
 log = structlog.get_logger(__name__)
 
@@ -80,10 +91,17 @@ class HalfEntry:
 
 
 class TransactionService:
-    def __init__(self, broker) -> None:
-        self.broker = broker
-        self.store = broker.store
-        cfg = broker.config
+    def __init__(self, config: BrokerConfig, store: MessageStore, clients: ClientManager, put_record: PutRecord,
+                 store_host: tuple[str, int]) -> None:
+        """`put_record(record, hooks)`: store a broker-made record as a send would (the commit's real
+        message with the put hooks; op records and check-back copies without); `clients`: the producers
+        a check-back goes to."""
+        self.config = config
+        self.store = store
+        self.clients = clients
+        self.put_record = put_record
+        self.store_host = store_host
+        cfg = config
         self.timeout_ms = cfg.transaction_time_out
         self.check_max = cfg.transaction_check_max
         self.interval_ms = cfg.transaction_check_interval
@@ -188,7 +206,7 @@ class TransactionService:
             return ResponseCode.SUCCESS, None
         if kind == COMMIT:
             final = _end_message(rec)
-            code, remark = await self.broker.put_record(final)
+            code, remark = await self.put_record(final, True)
             if code != ResponseCode.SUCCESS:
                 return code, remark
             self.committed += 1
@@ -199,12 +217,12 @@ class TransactionService:
 
     async def _remove(self, offset: int) -> None:
         self.pending.pop(offset, None)
-        code, remark = await self.broker.put_record(self._op_record(offset), hooks=False)
+        code, remark = await self.put_record(self._op_record(offset), False)
         if code != ResponseCode.SUCCESS:  # the half is finished in memory; a restart may check it back once more
             log.error("transactions.op_write_failed", offset=offset, code=code, remark=remark)
 
     def _op_record(self, offset: int) -> MessageRecord:
-        host = self.broker.store_host
+        host = self.store_host
         now = int(time.time() * 1000)
         return MessageRecord(topic=OP_TOPIC, body=str(offset).encode(), queue_id=0, born_timestamp=now,
                              born_host=host, store_host=host, properties={"TAGS": REMOVE_TAG})
@@ -251,16 +269,17 @@ class TransactionService:
         rec = self._record(e.phys, e.size)
         if rec is None:
             return False
-        channels = self.broker.clients.producers.get(e.group) or {}
+        channels = self.clients.producers.get(e.group) or {}
         conn = next(iter(channels), None)
         if conn is None:
             log.warning("transactions.no_producer_to_check", group=e.group, offset=e.offset)
             return False
         uniq = rec.properties.get("UNIQ_KEY", "")
+        host, port = self.store_host
         ext = {"topic": rec.properties.get("REAL_TOPIC", ""), "tranStateTableOffset": e.offset,
                "commitLogOffset": e.phys, "msgId": uniq, "transactionId": uniq,
-               "offsetMsgId": offset_msg_id(*self.broker.store_host, e.phys),
-               "brokerName": self.broker.config.broker_name}
+               "offsetMsgId": offset_msg_id(host, port, e.phys),
+               "brokerName": self.config.broker_name}
         rec.topic = rec.properties.get("REAL_TOPIC", rec.topic)
         rec.queue_id = _int(rec.properties.get("REAL_QID"))
         conn.invoke_oneway(RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, ext, bytes(encode_record(rec)),
@@ -273,7 +292,7 @@ class TransactionService:
         rec = self._record(e.phys, e.size)
         if rec is not None:
             rec.topic, rec.queue_id = MAX_TIME_TOPIC, 0
-            await self.broker.put_record(rec, hooks=False)
+            await self.put_record(rec, False)
         self.discarded += 1
         log.warning("transactions.discarded_after_max_checks", group=e.group, offset=e.offset, checks=e.checks)
         await self._remove(e.offset)

@@ -7,12 +7,17 @@ one file. Construction is explicit: each config value is passed by name.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
 from codec.codes import RequestCode
 from codec.properties import index_keys
 from codec.tags import java_hash
+from remoting.connection import Connection
+from remoting.dispatch import BatchProcessor, Processor
+from remoting.server import RemotingServer
 from scheduler.delay_config import DelayConfig
 from scheduler.delay_levels import DelayLevelService
 from scheduler.levels import schedule_tags_code
@@ -22,6 +27,12 @@ from server.config import BrokerConfig
 from storage.message_store import MessageStore
 from storage.meta_store import DelayOffsetStore
 from storage.store_types import PutRequest, StoreConfig
+
+if TYPE_CHECKING:
+    from server.client_manager import ClientManager
+    from server.cluster.registration import BrokerRegistrar
+    from server.topics import TopicManager
+    from storage.supervisor import Supervisor
 
 log = structlog.get_logger(__name__)
 
@@ -108,7 +119,7 @@ def make_timer_service(store, cfg: BrokerConfig, on_put=None) -> TimerMessageSto
 
 
 # ---- cluster ---------------------------------------------------------------------------------
-def make_registrar(broker):
+def make_registrar(cfg: BrokerConfig, topics: TopicManager, supervisor: Supervisor) -> BrokerRegistrar:
     """The broker's name-server registration. The body is the topic table's own, remembered per data
     version (storage), unless brokerPermission is not read-write: then every perm is masked as routes
     show it (RocketMQ rewrites the perms too) and the body is built for the round."""
@@ -116,20 +127,19 @@ def make_registrar(broker):
     from server.cluster.registration import BrokerRegistrar
     from server.topics import PERM_READ, PERM_WRITE, advertised_perm
 
-    cfg = broker.config
     rw = PERM_READ | PERM_WRITE
 
     async def snapshot(compressed: bool) -> tuple[DataVersion, bytes]:
-        version = DataVersion(*broker.topics.data_version())
+        version = DataVersion(*topics.data_version())
         if cfg.broker_permission & rw == rw:
-            return version, await broker.topics.register_body(compressed)
-        topics = {t.topic_name: TopicConfigData(t.topic_name, t.read_queue_nums, t.write_queue_nums,
+            return version, await topics.register_body(compressed)
+        masked = {t.topic_name: TopicConfigData(t.topic_name, t.read_queue_nums, t.write_queue_nums,
                                                 advertised_perm(t.perm, cfg.broker_permission),
                                                 t.topic_filter_type, t.topic_sys_flag, t.order)
-                  for t in broker.topics.topics.values()}
-        return version, encode_register_body(RegisterBrokerBody(version, topics), compressed)
+                  for t in topics.topics.values()}
+        return version, encode_register_body(RegisterBrokerBody(version, masked), compressed)
 
-    return BrokerRegistrar(cfg, snapshot, supervisor=broker.store.supervisor)
+    return BrokerRegistrar(cfg, snapshot, supervisor=supervisor)
 
 
 # ---- remoting --------------------------------------------------------------------------------
@@ -142,18 +152,12 @@ def notify_consumer_ids_changed(conn, group: str) -> None:
 class RemotingAdapter:
     """One dispatch table served on several ports (listenPort and the VIP channel listenPort-2)."""
 
-    def __init__(self, broker) -> None:
-        from remoting.server import RemotingServer
-
-        self.broker = broker
+    def __init__(self, on_connection_lost: Callable[[Connection], None]) -> None:
         self.server = RemotingServer()
-        self.server.on_close = self._connection_lost
+        self.server.on_close = on_connection_lost
 
-    def _connection_lost(self, conn) -> None:
-        self.broker.clients.channel_closed(conn)
-
-    def register(self, code: int, processor) -> None:
-        self.server.register(code, processor)
+    def register(self, code: int, processor: Processor, batch: BatchProcessor | None = None) -> None:
+        self.server.register(code, processor, batch)
 
     async def listen(self, host: str, ports: list[int]) -> None:
         await self.server.start(host, ports)
@@ -162,5 +166,6 @@ class RemotingAdapter:
         await self.server.close(drain_timeout_s)
 
 
-def make_remoting_server(broker) -> RemotingAdapter:
-    return RemotingAdapter(broker)
+def make_remoting_server(clients: ClientManager) -> RemotingAdapter:
+    """The broker's remoting server; a closed connection leaves the client tables."""
+    return RemotingAdapter(clients.channel_closed)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.metadata
 import logging
 import os
 import sys
 
 import structlog
+
+from remoting import loop as event_loop
 
 from .._wire import MQClientError
 from . import admin_cmds, messaging
@@ -250,12 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_analytics(args)
     _configure_logging(args.verbose)
     try:
-        try:
-            import uvloop
-            runner = uvloop.run
-        except ImportError:  # pragma: no cover - uvloop is a declared dependency
-            runner = asyncio.run
-        return runner(args.func(args))
+        return event_loop.run(args.func(args))
     except KeyboardInterrupt:
         return 130
     except MQClientError as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from datetime import datetime
 
 from codec.codes import RETRY_PREFIX, SCHEDULE_TOPIC, ResponseCode
@@ -23,7 +24,7 @@ def _out(line: str) -> None:
     sys.stdout.write(line + "\n")
 
 
-def _table(rows: list[list[object]], header: list[str]) -> None:
+def _table(rows: Sequence[Sequence[object]], header: list[str]) -> None:
     cells = [header] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     for r in cells:
@@ -192,7 +193,7 @@ async def _scheduled_cancel(args) -> int:
                            f"({r.get('detail')})",
               "already_cancelled": f"already cancelled: {r.get('uniqKey')} ({r.get('detail')})",
               "delivered": f"not cancelled: {r.get('uniqKey')} was already delivered ({r.get('detail')})",
-              }.get(status, f"not cancelled: {r.get('detail') or status}"))
+              }.get(str(status), f"not cancelled: {r.get('detail') or status}"))
     return 0 if status in ("cancelled", "already_cancelled") else 1
 
 
@@ -232,12 +233,12 @@ async def scheduled(args) -> int:
                        ["#Broker", "#Level", "#Delay", "#Pending", "#Next Due", "#Delivered", "#Lateness p50 (ms)",
                         "#Lateness p99 (ms)"])
         else:
-            rows = [[addr, k, v] for addr, table in info.items() for k, v in sorted(table.items())
-                    if k.lower().startswith("timer")]
+            timer_rows = [[addr, k, v] for addr, table in info.items() for k, v in sorted(table.items())
+                          if k.lower().startswith("timer")]
             if args.output == "json":
-                _out(json.dumps({addr: {k: v for a, k, v in rows if a == addr} for addr in info}))
-            elif rows:
-                _table(rows, ["#Broker", "#Key", "#Value"])
+                _out(json.dumps({addr: {k: v for a, k, v in timer_rows if a == addr} for addr in info}))
+            elif timer_rows:
+                _table(timer_rows, ["#Broker", "#Key", "#Value"])
             else:
                 _out("no timer statistics reported by the broker")
     return 0

@@ -31,6 +31,7 @@ from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.namesrv_bodies import DataVersion, body_crc32
 from remoting.client import RemotingClient
+from remoting.connection import Connection
 from server.cluster.tasks import Supervised
 from server.config import BrokerConfig
 from storage.supervisor import Supervisor
@@ -165,7 +166,7 @@ class BrokerRegistrar:
         await self._watch(namesrv)
         fields = resp.ext_fields or {}
         result = RegisterResult(namesrv, fields.get("masterAddr") or None, fields.get("haServerAddr") or None)
-        raw = bytes(resp.body) if not isinstance(resp.body, list) else b"".join(bytes(p) for p in resp.body)
+        raw = resp.body_bytes()
         if raw:
             try:
                 result.order_topic_config = decode_kv_table(raw)
@@ -184,7 +185,7 @@ class BrokerRegistrar:
             return
         self._watched.add(conn)
 
-        def lost(_f, conn=conn) -> None:
+        def lost(_f: object, conn: Connection = conn) -> None:
             self._watched.discard(conn)
             if not self._stopping:
                 log.info("broker.namesrv_connection_lost", namesrv=namesrv)
@@ -209,7 +210,7 @@ class BrokerRegistrar:
         changed = (resp.ext_fields or {}).get("changed")
         if changed is None or str(changed).lower() == "true":
             return True
-        raw = bytes(resp.body) if not isinstance(resp.body, list) else b"".join(bytes(p) for p in resp.body)
+        raw = resp.body_bytes()
         try:
             return not raw or DataVersion.decode(raw) != dv
         except CodecError:

@@ -6,6 +6,7 @@ store: it passes no supervisor and gets one of its own."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from storage.supervisor import SupervisedTask, Supervisor
@@ -23,7 +24,7 @@ class Supervised:
         return self._run.restarts if self._run is not None else 0
 
     @property
-    def task(self):
+    def task(self) -> asyncio.Task[None] | None:
         return self._run.task if self._run is not None else None
 
     def start(self) -> Supervised:

@@ -10,6 +10,7 @@ consumer reads (body digest MD5, message type, timestamps, hosts, queue id/offse
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -43,7 +44,7 @@ def delay_level_for(delay_ms: int, levels: list[int]) -> int:
 
 
 def to_properties(msg: pb.Message, topic: str, now_ms: int, timer_wheel: bool,
-                  levels: list[int]) -> tuple[dict[str, str], int]:
+                  levels: Sequence[int]) -> tuple[dict[str, str], int]:
     """(properties, sysFlag) of a message a 5.x producer sent; GrpcError for what RocketMQ's proxy rejects."""
     sp = msg.system_properties
     if len(msg.user_properties) > MAX_USER_PROPERTIES:
@@ -96,7 +97,7 @@ def to_properties(msg: pb.Message, topic: str, now_ms: int, timer_wheel: bool,
         if timer_wheel:  # the timer hook decides (a time already past is stored for delivery at once)
             props[K.TIMER_DELIVER_MS] = str(deliver_ms)
         elif deliver_ms > now_ms:
-            level = delay_level_for(deliver_ms - now_ms, levels)
+            level = delay_level_for(deliver_ms - now_ms, list(levels))
             if level:
                 props[K.DELAY] = str(level)
             else:

@@ -12,6 +12,7 @@ import grpc
 import structlog
 
 from server.grpc.auth import Authenticator
+from server.grpc.deps import GrpcDeps
 from server.grpc.pop import PopService
 from server.grpc.pop_store import PopStore
 from server.grpc.service import MessagingService
@@ -25,8 +26,8 @@ MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 
 
 class GrpcEndpoint:
-    def __init__(self, broker) -> None:
-        self.broker = broker
+    def __init__(self, deps: GrpcDeps) -> None:
+        self.deps = deps
         self.port = 0
         self.tls = False
         self.server: grpc.aio.Server | None = None
@@ -34,10 +35,10 @@ class GrpcEndpoint:
         self.service: MessagingService | None = None
 
     async def start(self) -> None:
-        broker, cfg = self.broker, self.broker.config
+        deps, cfg = self.deps, self.deps.config
         state = PopStore(cfg.store_path_root_dir, sync=cfg.sync_flush)
         state.load()
-        self.pop = PopService(broker, state)
+        self.pop = PopService(deps, state)
         self.pop.start()
         self.server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -68,7 +69,7 @@ class GrpcEndpoint:
             raise ValueError(f"grpcListenPort: cannot listen on {addr}: {e}") from None
         if not self.port:
             raise ValueError(f"grpcListenPort: cannot listen on {addr}")
-        self.service = MessagingService(broker, self.pop, Authenticator(broker.acl), self.port)
+        self.service = MessagingService(deps, self.pop, Authenticator(deps.acl), self.port)
         sgrpc.add_MessagingServiceServicer_to_server(self.service, self.server)
         await self.server.start()
         log.info("grpc.listening", addr=f"{cfg.listen_host}:{self.port}", tls=self.tls)

@@ -28,90 +28,45 @@ import time
 
 import structlog
 
+from codec.codes import DLQ_PREFIX
 from codec.errors import CodecError
 from codec.msgid import offset_msg_id
 from codec.properties import MessageConst as K
 from codec.record import MessageRecord, decode_record
+from server.grpc.deps import GrpcDeps
+from server.grpc.pop_model import Delivery, TagFilter, allocate_averagely, decode_handle, encode_handle
 from server.grpc.pop_store import Key, PopStore
 from server.grpc.status import Code, GrpcError
 from server.grpc.telemetry import TelemetryChannel
 from storage.store_types import GetStatus
+from storage.supervisor import SupervisedTask
 
 log = structlog.get_logger(__name__)
 
 
-def allocate_averagely(current_cid: str, queues: list[int], cids: list[str]) -> list[int]:
-    """RocketMQ's AllocateMessageQueueAveragely (the 4.x default) over one broker's queue ids: the
-    queues a 4.x client's rebalance gives `current_cid`. tests/grpc/test_mixed_group.py checks it
-    against client.rebalance.allocate_averagely (the client side's copy) case by case."""
-    mq_all, cid_all = sorted(queues), sorted(cids)
-    if current_cid not in cid_all or not mq_all:
-        return []
-    index, n, c = cid_all.index(current_cid), len(mq_all), len(cid_all)
-    mod = n % c
-    avg = 1 if n <= c else (n // c + 1 if mod > 0 and index < mod else n // c)
-    start = index * avg if (mod > 0 and index < mod) else index * avg + mod
-    return [mq_all[(start + i) % n] for i in range(max(min(avg, n - start), 0))]
-
-DLQ_PREFIX = "%DLQ%"
 _UNIT = struct.Struct(">qi")
 SWEEP_INTERVAL_S = 1.0
 _ADVANCE = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_FOUND_NULL, GetStatus.OFFSET_OVERFLOW_BADLY,
             GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING)
 
 
-def encode_handle(qid: int, offset: int, seq: int) -> str:
-    return f"{qid}:{offset}:{seq}"
-
-
-def decode_handle(handle: str) -> tuple[int, int, int]:
-    try:
-        qid, offset, seq = (int(x) for x in handle.split(":"))
-    except ValueError:
-        raise GrpcError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle {handle!r} is not one of this broker's") from None
-    return qid, offset, seq
-
-
-class TagFilter:
-    """A TAG filter expression: `*` / empty = everything, else tags joined by `||`."""
-
-    def __init__(self, expression: str) -> None:
-        tags = {t.strip() for t in (expression or "").split("||") if t.strip()}
-        self.tags = None if not tags or "*" in tags else tags
-
-    def accepts(self, rec: MessageRecord) -> bool:
-        return self.tags is None or rec.properties.get(K.TAGS) in self.tags
-
-
-class Delivery:
-    __slots__ = ("rec", "qid", "offset", "seq", "attempt", "invisible_ms")
-
-    def __init__(self, rec, qid, offset, seq, attempt, invisible_ms) -> None:
-        self.rec, self.qid, self.offset, self.seq = rec, qid, offset, seq
-        self.attempt, self.invisible_ms = attempt, invisible_ms
-
-    @property
-    def handle(self) -> str:
-        return encode_handle(self.qid, self.offset, self.seq)
-
-
 class PopService:
-    def __init__(self, broker, state: PopStore) -> None:
-        self.broker = broker
+    def __init__(self, deps: GrpcDeps, state: PopStore) -> None:
+        self.deps = deps
         self.state = state
         self._waiters: dict[str, set[asyncio.Future]] = {}
-        self._sweeper = None  # storage.supervisor.SupervisedTask
+        self._sweeper: SupervisedTask | None = None
         self._rr = 0
         self.dlq_total = 0
         self.sweep_errors = 0
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
-        self.broker.store.add_dispatch_listener(self._on_dispatch)
-        self._sweeper = self.broker.store.supervisor.spawn("grpc-pop-sweep", self._sweep_forever)
+        self.deps.store.add_dispatch_listener(self._on_dispatch)
+        self._sweeper = self.deps.store.supervisor.spawn("grpc-pop-sweep", self._sweep_forever)
 
     async def stop(self) -> None:
-        self.broker.store.remove_dispatch_listener(self._on_dispatch)
+        self.deps.store.remove_dispatch_listener(self._on_dispatch)
         if self._sweeper is not None:
             await self._sweeper.stop()
             self._sweeper = None
@@ -133,7 +88,7 @@ class PopService:
 
     # ---- group facts ---------------------------------------------------------------------
     def group_config(self, group: str):
-        gcfg = self.broker.groups.find(group)
+        gcfg = self.deps.groups.find(group)
         if gcfg is None:
             raise GrpcError(Code.CONSUMER_GROUP_NOT_FOUND, f"consumer group {group} does not exist")
         if not gcfg.consume_enable:
@@ -141,30 +96,30 @@ class PopService:
         return gcfg
 
     def max_attempts(self, group: str) -> int:
-        gcfg = self.broker.groups.find(group)
+        gcfg = self.deps.groups.find(group)
         return (gcfg.retry_max_times if gcfg is not None else 16) + 1
 
     def is_fifo(self, group: str) -> bool:
-        gcfg = self.broker.groups.find(group)
+        gcfg = self.deps.groups.find(group)
         return bool(gcfg is not None and gcfg.consume_message_orderly)
 
     def _queue(self, key: Key):
         group, topic, qid = key
 
         def initial() -> int:
-            committed = self.broker.offsets.query(group, topic, qid)
-            return committed if committed >= 0 else max(0, self.broker.store.min_offset(topic, qid))
+            committed = self.deps.offsets.query(group, topic, qid)
+            return committed if committed >= 0 else max(0, self.deps.store.min_offset(topic, qid))
         return self.state.queue(key, initial)
 
     def _commit(self, key: Key) -> None:
         q = self.state.queues.get(key)
         if q is not None:
             group, topic, qid = key
-            self.broker.offsets.commit(group, topic, qid, q.commit_offset())
+            self.deps.offsets.commit(group, topic, qid, q.commit_offset())
 
     # ---- receive -------------------------------------------------------------------------
     def read_queue_ids(self, topic: str) -> list[int]:
-        tcfg = self.broker.topics.get(topic)
+        tcfg = self.deps.topics.get(topic)
         if tcfg is None:
             raise GrpcError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
         if not tcfg.readable:
@@ -174,7 +129,7 @@ class PopService:
     def pop_share(self, group: str, qids: list[int]) -> list[int]:
         """The queues 5.x receives of `group` pop: all of them, unless 4.x consumers are members too;
         then the queues the 4.x rebalance gives the 5.x members' client ids (module docstring)."""
-        info = self.broker.clients.consumer_group(group)
+        info = self.deps.clients.consumer_group(group)
         if info is None:
             return qids
         ids = {ch.client_id for ch in info.channels.values()}
@@ -221,7 +176,7 @@ class PopService:
         """PullMessage (5.x pull consumers): messages from `offset`, waiting until `deadline` for a first one."""
         loop = asyncio.get_running_loop()
         while True:
-            res = self.broker.store.get_messages(topic, qid, offset, batch)
+            res = self.deps.store.get_messages(topic, qid, offset, batch)
             recs = []
             if res.status is GetStatus.FOUND:
                 for buf in res.buffers:
@@ -294,7 +249,7 @@ class PopService:
         blocked = fifo and any(e.visible_ms > now_ms for e in q.inflight.values())
         new_next = q.next_offset
         if len(out) < want and not blocked and not (fifo and out):
-            res = self.broker.store.get_messages(topic, qid, q.next_offset, want - len(out))
+            res = self.deps.store.get_messages(topic, qid, q.next_offset, want - len(out))
             if res.status is GetStatus.FOUND:
                 for buf, qoff in zip(res.buffers, res.queue_offsets, strict=True):
                     try:
@@ -316,7 +271,7 @@ class PopService:
         return out
 
     def _read(self, topic: str, qid: int, offset: int) -> MessageRecord | None:
-        store = self.broker.store
+        store = self.deps.store
         units = store.read_units(topic, qid, offset, 1)
         if not units or len(units) < 20:
             return None
@@ -367,17 +322,17 @@ class PopService:
     async def _to_dlq(self, key: Key, offset: int, seq: int, rec: MessageRecord, attempts: int) -> None:
         group, topic, qid = key
         dlq = DLQ_PREFIX + group
-        self.broker.topics.create_in_send_back(dlq, 1, 6)
+        self.deps.topics.create_in_send_back(dlq, 1, 6)
         props = {k: v for k, v in rec.properties.items()
                  if k not in (K.DELAY, K.TIMER_DELIVER_MS, K.TIMER_DELAY_MS, K.TIMER_DELAY_SEC, K.TIMER_OUT_MS)}
         props[K.DLQ_ORIGIN_TOPIC] = topic
         props[K.DLQ_ORIGIN_MESSAGE_ID] = rec.properties.get(K.UNIQ_KEY) or offset_msg_id(
-            *self.broker.store_host, rec.commitlog_offset)
+            *self.deps.store_host, rec.commitlog_offset)
         props[K.RETRY_TOPIC] = topic
         dead = MessageRecord(topic=dlq, body=rec.body, queue_id=0, flag=rec.flag, sys_flag=rec.sys_flag,
                              born_timestamp=rec.born_timestamp, born_host=rec.born_host,
-                             store_host=self.broker.store_host, reconsume_times=attempts, properties=props)
-        code, remark = await self.broker.put_record(dead, hooks=False)
+                             store_host=self.deps.store_host, reconsume_times=attempts, properties=props)
+        code, remark = await self.deps.put_record(dead, False)
         if code != 0:
             raise GrpcError(Code.INTERNAL_SERVER_ERROR, f"could not store to {dlq}: {remark}")
         # the entry may have been acked while the put waited: then there is nothing more to do

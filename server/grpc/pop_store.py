@@ -128,7 +128,7 @@ class PopStore:
         elif kind == "A":
             q = self.queues.get(key)
             e = q.inflight.get(r[4]) if q else None
-            if e is not None and e.seq == r[5]:
+            if q is not None and e is not None and e.seq == r[5]:
                 del q.inflight[r[4]]
         elif kind == "C":
             q = self.queues.get(key)
@@ -194,7 +194,7 @@ class PopStore:
         """True when (offset, seq) was in flight and is now done; False for a stale or unknown handle."""
         q = self.queues.get(key)
         e = q.inflight.get(offset) if q else None
-        if e is None or e.seq != seq:
+        if q is None or e is None or e.seq != seq:
             return False
         self._write([["A", *key, offset, seq]])
         del q.inflight[offset]

@@ -2,37 +2,30 @@
 
 Every RPC: authentication (`auth.Authenticator`), then the work; a `GrpcError` anywhere below becomes
 the response's `Status` (the proto's codes with a message), anything unexpected INTERNAL_SERVER_ERROR
-(logged with the RPC's name). Sends go through the remoting send path itself
-(`server.processors.send.SendProcessor`): a 5.x message becomes the SEND_MESSAGE request a 4.x producer
-would make (`convert.to_properties`), so topic checks, auto-creation, size limits, transactions, delay
-levels and the timer wheel are the same code for both protocols.
+(logged with the RPC's name). Route, heartbeat, telemetry, pop consumption, offsets and pull are here; the
+producer's RPCs (SendMessage, EndTransaction, RecallMessage) are `service_send.SendRpcs`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 
 import structlog
 from google.protobuf.duration_pb2 import Duration
 
-from codec.codes import RequestCode
-from codec.command import RemotingCommand
-from codec.msgid import decode_offset_msg_id
-from codec.properties import MessageConst as K
-from codec.properties import properties_to_string
-from codec.tags import java_hash
 from server.grpc import convert
 from server.grpc.auth import Authenticator, needs
-from server.grpc.pop import PopService, TagFilter, decode_handle
-from server.grpc.status import OK, Code, GrpcError, from_remoting, status
-from server.grpc.telemetry import TelemetryService, transaction_id
+from server.grpc.deps import GrpcDeps
+from server.grpc.pop import PopService
+from server.grpc.pop_model import TagFilter, decode_handle
+from server.grpc.service_send import SendRpcs, grpc_peer
+from server.grpc.status import OK, Code, GrpcError, status
+from server.grpc.telemetry import TelemetryService
 from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2 as spb
 from server.grpc.v2 import service_pb2_grpc as sgrpc
 from server.processors.send import SendProcessor
-from server.transactions import COMMIT, ROLLBACK
 from storage.store_types import GetStatus
 
 log = structlog.get_logger(__name__)
@@ -49,44 +42,20 @@ def _ms(d: Duration) -> int:
     return d.seconds * 1000 + d.nanos // 1_000_000
 
 
-def _peer(context) -> tuple[str, int]:
-    """'ipv4:127.0.0.1:5555' / 'ipv6:[::1]:5555' -> (host, port)."""
-    text = context.peer() or ""
-    kind, _, rest = text.partition(":")
-    host, _, port = rest.rpartition(":")
-    host = host.strip("[]")
-    if host.startswith("::ffff:"):
-        host = host[7:]
-    try:
-        return host or "127.0.0.1", int(port)
-    except ValueError:
-        return "127.0.0.1", 0
-
-
-class _Conn:
-    """What the remoting send path reads of a connection: the peer (born host) and per-connection attrs."""
-
-    __slots__ = ("peer", "attrs")
-
-    def __init__(self, peer: tuple[str, int]) -> None:
-        self.peer = peer
-        self.attrs: dict = {}
-
-
-class MessagingService(sgrpc.MessagingServiceServicer):
-    def __init__(self, broker, pop: PopService, auth: Authenticator, grpc_port: int) -> None:
-        self.broker = broker
+class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
+    def __init__(self, deps: GrpcDeps, pop: PopService, auth: Authenticator, grpc_port: int) -> None:
+        self.deps = deps
         self.pop = pop
         self.auth = auth
         self.grpc_port = grpc_port
-        self.sender = SendProcessor(broker)
-        self.telemetry = TelemetryService(broker, lambda: self.grpc_port)
+        self.sender = SendProcessor(deps.send)
+        self.telemetry = TelemetryService(deps, lambda: self.grpc_port)
         self.rpc_errors = 0
 
     # ---- plumbing ------------------------------------------------------------------------
     def _check(self, context, needed: dict[str, int]) -> None:
         md = {k: v for k, v in (context.invocation_metadata() or ())}
-        self.auth.check(md, _peer(context)[0], needed)
+        self.auth.check(md, grpc_peer(context)[0], needed)
 
     async def _unary(self, name: str, resp_cls, context, needed, work):
         try:
@@ -100,7 +69,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             return resp_cls(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}"))
 
     def _broker_entry(self, context_endpoints: pb.Endpoints | None) -> pb.Broker:
-        cfg = self.broker.config
+        cfg = self.deps.config
         if context_endpoints is not None and context_endpoints.addresses:
             eps = context_endpoints
         else:
@@ -120,10 +89,10 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         return res.name
 
     def _topic_config(self, topic: str, create: bool = False):
-        topics = self.broker.topics
+        topics = self.deps.topics
         tcfg = topics.get(topic)
         if tcfg is None and create:
-            tcfg = topics.create_in_send(topic, "TBW102", self.broker.config.default_topic_queue_nums)
+            tcfg = topics.create_in_send(topic, "TBW102", self.deps.config.default_topic_queue_nums)
         if tcfg is None:
             raise GrpcError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
         return tcfg
@@ -157,8 +126,8 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         except GrpcError as e:
             yield spb.TelemetryCommand(status=status(e.code, e.message))
             return
-        client_id = md.get("x-mq-client-id") or f"anonymous-{_peer(context)}"
-        async for cmd in self.telemetry.serve(request_iterator, client_id, _peer(context),
+        client_id = md.get("x-mq-client-id") or f"anonymous-{grpc_peer(context)}"
+        async for cmd in self.telemetry.serve(request_iterator, client_id, grpc_peer(context),
                                               md.get("x-mq-language", "OTHER"), self.pop.is_fifo):
             yield cmd
 
@@ -170,127 +139,6 @@ class MessagingService(sgrpc.MessagingServiceServicer):
                 chan.close()
             return spb.NotifyClientTerminationResponse(status=OK)
         return await self._unary("NotifyClientTermination", spb.NotifyClientTerminationResponse, context, {}, work)
-
-    # ---- send ----------------------------------------------------------------------------
-    async def SendMessage(self, request, context):
-        if not request.messages:
-            return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no messages"))
-        topic = request.messages[0].topic.name
-        return await self._unary("SendMessage", spb.SendMessageResponse, context, needs(topic, pub=True),
-                                 lambda: self._send(request, context))
-
-    def _send_command(self, topic: str, qid: int, props: dict[str, str], sys_flag: int, body: bytes,
-                      born_ms: int) -> RemotingCommand:
-        ext = {"producerGroup": topic, "topic": topic, "defaultTopic": "TBW102",
-               "defaultTopicQueueNums": str(self.broker.config.default_topic_queue_nums), "queueId": str(qid),
-               "sysFlag": str(sys_flag), "bornTimestamp": str(born_ms), "flag": "0",
-               "properties": properties_to_string(props), "reconsumeTimes": "0", "unitMode": "false",
-               "batch": "false"}
-        return RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, body)
-
-    async def _send(self, request, context):
-        topic = self._topic_name(request.messages[0].topic)
-        cfg = self.broker.config
-        now = int(time.time() * 1000)
-        timer = self.broker.timer_service is not None
-        cmds, errors = [], {}
-        tcfg = self.broker.topics.get(topic)
-        for i, msg in enumerate(request.messages):
-            try:
-                if msg.topic.name != topic:
-                    raise GrpcError(Code.MESSAGE_CORRUPTED, "the messages of one request must share a topic")
-                if not msg.body:
-                    raise GrpcError(Code.MESSAGE_BODY_EMPTY, "message body is empty")
-                if len(msg.body) > cfg.max_message_size:
-                    raise GrpcError(Code.MESSAGE_BODY_TOO_LARGE,
-                                    f"message body size {len(msg.body)} exceeds maxMessageSize {cfg.max_message_size}")
-                props, sys_flag = convert.to_properties(msg, topic, now, timer, self.broker.levels)
-                qid = -1
-                group = props.get(convert.SHARDING_KEY)
-                if group and tcfg is not None and tcfg.write_queue_nums > 0:  # FIFO: one queue per message group
-                    qid = abs(java_hash(group)) % tcfg.write_queue_nums
-                bt = msg.system_properties.born_timestamp
-                born = bt.seconds * 1000 + bt.nanos // 1_000_000 if msg.system_properties.HasField("born_timestamp") \
-                    else now
-                cmds.append((i, props, self._send_command(topic, qid, props, sys_flag, msg.body, born)))
-            except GrpcError as e:
-                errors[i] = status(e.code, e.message)
-        results = self.sender.batch(_Conn(_peer(context)), [c for _, _, c in cmds]) if cmds else []
-        entries: list[spb.SendResultEntry | None] = [None] * len(request.messages)
-        for i, st in errors.items():
-            entries[i] = spb.SendResultEntry(status=st)
-        for (i, props, _cmd), resp in zip(cmds, results, strict=True):
-            if resp is not None and not isinstance(resp, RemotingCommand):
-                resp = await resp  # SYNC_FLUSH: answered once the group commit covers it
-            if resp is None or resp.code != 0:
-                entries[i] = spb.SendResultEntry(status=from_remoting(resp.code if resp else 1,
-                                                                       resp.remark if resp else "no response"))
-                continue
-            ext = resp.ext_fields
-            uniq = props[K.UNIQ_KEY]
-            entry = spb.SendResultEntry(status=OK, message_id=uniq, offset=int(ext.get("queueOffset", 0)))
-            if props.get(K.TRAN_MSG) == "true":
-                entry.transaction_id = transaction_id(ext.get("msgId", ""), int(ext.get("queueOffset", 0)))
-            deliver = props.get(K.TIMER_DELIVER_MS)
-            if deliver:
-                raw = " ".join(("v1", topic, self.broker.config.broker_name, deliver, uniq))
-                entry.recall_handle = base64.urlsafe_b64encode(raw.encode()).decode()
-            entries[i] = entry
-        bad = [e.status for e in entries if e.status.code != Code.OK]
-        if not bad:
-            top = OK
-        elif len(entries) == 1:
-            top = bad[0]
-        else:
-            top = status(Code.MULTIPLE_RESULTS, f"{len(bad)} of {len(entries)} messages failed")
-        return spb.SendMessageResponse(status=top, entries=entries)
-
-    async def EndTransaction(self, request, context):
-        topic = request.topic.name
-
-        async def work():
-            tx = request.transaction_id
-            msg_id, _, table = tx.rpartition("-")
-            try:
-                _host, _port, phys = decode_offset_msg_id(msg_id)
-                table_offset = int(table)
-            except (ValueError, TypeError):
-                raise GrpcError(Code.INVALID_TRANSACTION_ID, f"transaction id {tx!r} is not one of this broker's") from None
-            kind = {pb.COMMIT: COMMIT, pb.ROLLBACK: ROLLBACK}.get(request.resolution)
-            if kind is None:
-                return spb.EndTransactionResponse(status=OK)  # unknown: wait for the check-back
-            code, remark = await self.broker.transactions.end(topic, table_offset, phys, kind)
-            if code != 0:
-                return spb.EndTransactionResponse(status=from_remoting(code, remark))
-            return spb.EndTransactionResponse(status=OK)
-        return await self._unary("EndTransaction", spb.EndTransactionResponse, context,
-                                 needs(topic, pub=True), work)
-
-    async def RecallMessage(self, request, context):
-        topic = request.topic.name
-
-        async def work():
-            try:
-                raw = base64.urlsafe_b64decode(request.recall_handle.encode() + b"==").decode()
-                version, h_topic, _broker, ts, uniq = raw.split(" ")[:5]
-                deliver = int(ts)
-            except (ValueError, UnicodeDecodeError):
-                raise GrpcError(Code.BAD_REQUEST, "recall handle is invalid") from None
-            if version != "v1" or h_topic != topic:
-                raise GrpcError(Code.BAD_REQUEST, "recall handle is invalid or for another topic")
-            if deliver <= int(time.time() * 1000):
-                raise GrpcError(Code.NOT_FOUND, f"message {uniq} was delivered at {deliver}: too late to recall")
-            props = {K.TIMER_DELIVER_MS: str(deliver), K.TIMER_DEL_UNIQKEY: f"{topic}+{uniq}", K.UNIQ_KEY: uniq,
-                     K.TAGS: convert.RECALL_TAG}
-            cmd = self._send_command(topic, 0, props, 0, b"0", int(time.time() * 1000))
-            [resp] = self.sender.batch(_Conn(_peer(context)), [cmd])
-            if resp is not None and not isinstance(resp, RemotingCommand):
-                resp = await resp
-            if resp is None or resp.code != 0:
-                return spb.RecallMessageResponse(status=from_remoting(resp.code if resp else 1,
-                                                                       resp.remark if resp else "no response"))
-            return spb.RecallMessageResponse(status=OK, message_id=uniq)
-        return await self._unary("RecallMessage", spb.RecallMessageResponse, context, needs(topic, pub=True), work)
 
     # ---- consumption (pop) ---------------------------------------------------------------
     async def QueryAssignment(self, request, context):
@@ -352,7 +200,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             yield spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
             return
         yield spb.ReceiveMessageResponse(status=OK)
-        host = self.broker.store_host
+        host = self.deps.store_host
         for d in deliveries:
             m = convert.to_proto(d.rec, topic, host)
             sp = m.system_properties
@@ -425,7 +273,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             t, qid = self._queue_of(request.message_queue)
             if request.offset < 0:
                 raise GrpcError(Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
-            self.broker.offsets.commit(self._group_name(request.group), t, qid, request.offset)
+            self.deps.offsets.commit(self._group_name(request.group), t, qid, request.offset)
             return spb.UpdateOffsetResponse(status=OK)
         return await self._unary("UpdateOffset", spb.UpdateOffsetResponse, context, needs(topic, group), work)
 
@@ -434,7 +282,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
 
         async def work():
             t, qid = self._queue_of(request.message_queue)
-            off = self.broker.offsets.query(self._group_name(request.group), t, qid)
+            off = self.deps.offsets.query(self._group_name(request.group), t, qid)
             if off < 0:
                 raise GrpcError(Code.OFFSET_NOT_FOUND, f"group {group} has no offset for {t}:{qid}")
             return spb.GetOffsetResponse(status=OK, offset=off)
@@ -445,7 +293,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
 
         async def work():
             t, qid = self._queue_of(request.message_queue)
-            store = self.broker.store
+            store = self.deps.store
             policy = request.query_offset_policy
             if policy == pb.BEGINNING:
                 off = store.min_offset(t, qid)
@@ -482,7 +330,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         recs, next_offset, get_status = res
         if recs:
             yield spb.PullMessageResponse(status=OK)
-            host = self.broker.store_host
+            host = self.deps.store_host
             for rec in recs:
                 yield spb.PullMessageResponse(message=convert.to_proto(rec, t, host))
         elif get_status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 
 import structlog
 from google.protobuf.duration_pb2 import Duration
@@ -32,6 +33,7 @@ from codec.record import decode_record
 from codec.tags import java_hash
 from server.client_manager import SubscriptionData
 from server.grpc import convert
+from server.grpc.deps import GrpcDeps
 from server.grpc.status import OK
 from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2 as spb
@@ -161,13 +163,13 @@ class TelemetryChannel:
 
 
 class TelemetryService:
-    def __init__(self, broker, grpc_port_of) -> None:
-        self.broker = broker
+    def __init__(self, deps: GrpcDeps, grpc_port_of: Callable[[], int]) -> None:
+        self.deps = deps
         self.sessions: dict[str, TelemetryChannel] = {}
         self._grpc_port_of = grpc_port_of
 
     def server_settings(self, client: pb.Settings, fifo_of) -> pb.Settings:
-        cfg = self.broker.config
+        cfg = self.deps.config
         out = pb.Settings()
         if client.HasField("client_type"):
             out.client_type = client.client_type
@@ -179,11 +181,11 @@ class TelemetryService:
         if pubsub == "subscription":
             sub = client.subscription
             group = sub.group.name
-            gcfg = self.broker.groups.find(group) if group else None
+            gcfg = self.deps.groups.find(group) if group else None
             retries = gcfg.retry_max_times if gcfg is not None else 16
             out.backoff_policy.max_attempts = retries + 1
             # RocketMQ's consumer retry schedule: the delay levels from the third (10 s) on
-            levels = self.broker.levels[2:] or [10_000]
+            levels = list(self.deps.levels[2:]) or [10_000]
             for ms in (levels * (1 + retries // max(1, len(levels))))[:max(1, retries)]:
                 out.backoff_policy.customized_backoff.next.append(Duration(seconds=ms // 1000, nanos=(ms % 1000) * 10**6))
             s = out.subscription
@@ -208,7 +210,7 @@ class TelemetryService:
 
     async def serve(self, request_iterator, client_id: str, peer: tuple[str, int], language: str, fifo_of):
         """The Telemetry RPC: an async iterator of the commands to write back."""
-        chan = TelemetryChannel(client_id, peer, self.broker.store_host)
+        chan = TelemetryChannel(client_id, peer, self.deps.store_host)
         old = self.sessions.get(client_id)
         if old is not None:
             self._forget(old)
@@ -229,7 +231,7 @@ class TelemetryService:
         chan.close()
         if self.sessions.get(chan.client_id) is chan:
             del self.sessions[chan.client_id]
-        self.broker.clients.channel_closed(chan, reason="telemetry ended")
+        self.deps.clients.channel_closed(chan, reason="telemetry ended")
 
     async def _read(self, request_iterator, chan: TelemetryChannel, language: str, fifo_of) -> None:
         try:
@@ -247,7 +249,8 @@ class TelemetryService:
                 elif kind in ("verify_message_result", "verify_message_command"):
                     # rocketmq-client-nodejs 1.0.8 answers with a VerifyMessageCommand carrying the nonce
                     # (and NOT_IMPLEMENTED); the Java client with a VerifyMessageResult
-                    nonce = getattr(cmd, kind).nonce
+                    nonce = cmd.verify_message_result.nonce if kind == "verify_message_result" else \
+                        cmd.verify_message_command.nonce
                     log.info("grpc.client_verify_result", client_id=chan.client_id, nonce=nonce,
                              status=cmd.status.code, awaited=chan.answered(nonce, cmd))
                 else:
@@ -263,21 +266,21 @@ class TelemetryService:
         kind = settings.WhichOneof("pub_sub")
         if kind == "publishing":
             for topic in settings.publishing.topics:
-                self.broker.clients.register_producer(topic.name, chan, chan.client_id, language)
+                self.deps.clients.register_producer(topic.name, chan, chan.client_id, language)
         elif kind == "subscription" and settings.subscription.group.name:
             group = settings.subscription.group.name
             mine = {e.topic.name: subscription_data(e) for e in settings.subscription.subscriptions}
             # in a group with 4.x members, keep what their heartbeats registered (e.g. %RETRY%<group>,
             # the consume type): a registration replaces the group's subscription table
-            info = self.broker.clients.consumer_group(group)
-            others = info is not None and any(c is not chan for c in info.channels)
-            keep = [sub for topic, sub in info.subscriptions.items() if topic not in mine] if others else []
-            self.broker.clients.register_consumer(
-                group, chan, chan.client_id, language or "OTHER",
-                consume_type=info.consume_type if others else CONSUME_POP,
-                message_model=info.message_model if others else "CLUSTERING",
-                consume_from_where=info.consume_from_where if others else "CONSUME_FROM_LAST_OFFSET",
-                subscriptions=keep + list(mine.values()))
+            info = self.deps.clients.consumer_group(group)
+            if info is not None and any(c is not chan for c in info.channels):
+                keep = [sub for topic, sub in info.subscriptions.items() if topic not in mine]
+                consume_type, model, where = info.consume_type, info.message_model, info.consume_from_where
+            else:
+                keep, consume_type, model, where = [], CONSUME_POP, "CLUSTERING", "CONSUME_FROM_LAST_OFFSET"
+            self.deps.clients.register_consumer(
+                group, chan, chan.client_id, language or "OTHER", consume_type=consume_type,
+                message_model=model, consume_from_where=where, subscriptions=keep + list(mine.values()))
 
     def refresh(self, client_id: str) -> None:
         """A Heartbeat: keep the client's producer registrations alive."""

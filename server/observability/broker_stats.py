@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, GROUP_GET_NUMS = "TOPIC_PUT_NUMS", "TOPIC_PUT_SIZE", "GROUP_GET_NUMS"
 DAY_MS = 86_400_000
@@ -27,7 +28,7 @@ class WindowStats:
     tps: float
     avgpt: float = 0.0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"avgpt": self.avgpt, "sum": self.sum, "tps": self.tps}
 
 
@@ -102,7 +103,7 @@ class BrokerStats:
             gets.append(max(0, get - base[2]) / elapsed)
         return puts, gets
 
-    def stats_data(self, name: str, key: str, now_ms: int) -> dict | None:
+    def stats_data(self, name: str, key: str, now_ms: int) -> dict[str, Any] | None:
         """BrokerStatsData JSON ({statsMinute, statsHour, statsDay}), None for an unknown item."""
         fn = self.keyed.get(name)
         if fn is None:

@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
 from codec.codes import ResponseCode as RS
+
+if TYPE_CHECKING:
+    from codec.command import RemotingCommand
+    from remoting.connection import Connection
 
 log = structlog.get_logger(__name__)
 
@@ -26,7 +31,7 @@ class ClientErrorLog:
         self.suppressed: dict[int, int] = {}
         self.total: dict[int, int] = {}
 
-    def __call__(self, conn, cmd) -> None:
+    def __call__(self, conn: Connection, cmd: RemotingCommand) -> None:
         code = cmd.code
         kind = WATCHED.get(code)
         if kind is None or not cmd.is_response:
@@ -38,5 +43,5 @@ class ClientErrorLog:
             self.suppressed[code] = self.suppressed.get(code, 0) + 1
             return
         self.last[code] = now
-        log.info("client.error_returned", code=code, kind=kind, remote=str(getattr(conn, "peer", "?")),
+        log.info("client.error_returned", code=code, kind=kind, remote=conn.peer,
                  remark=(cmd.remark or "")[:300], suppressed_since_last=self.suppressed.pop(code, 0))

@@ -10,6 +10,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
+from typing import BinaryIO
 
 import msgpack
 import structlog
@@ -33,12 +34,12 @@ class RotatingMsgpackWriter:
         self.flush_bytes = flush_bytes
         self._packer = msgpack.Packer()
         self._buf = bytearray()
-        self._file = None
+        self._file: BinaryIO | None = None
         self._file_size = 0
         self.records = 0
         os.makedirs(directory, exist_ok=True)
 
-    def write(self, record: dict) -> None:
+    def write(self, record: dict | list) -> None:
         self._buf += self._packer.pack(record)
         self.records += 1
         if len(self._buf) >= self.flush_bytes:
@@ -56,16 +57,17 @@ class RotatingMsgpackWriter:
         if len(self._buf) >= self.flush_bytes:
             self.flush()
 
-    def _open_new(self) -> None:
+    def _open_new(self) -> BinaryIO:
         if self._file is not None:
             self._file.close()
         name = f"{self.prefix}-{int(time.time() * 1000):013d}.msgpack"
         path = os.path.join(self.directory, name)
         if os.path.exists(path):  # two rotations in one millisecond
             path = path.replace(".msgpack", f"-{self.records}.msgpack")
-        self._file = open(path, "ab")  # noqa: SIM115 - kept open across writes
+        f = self._file = open(path, "ab")  # noqa: SIM115 - kept open across writes
         self._file_size = 0
         self._enforce_total()
+        return f
 
     def _enforce_total(self) -> None:
         files = sorted(
@@ -86,10 +88,11 @@ class RotatingMsgpackWriter:
     def flush(self) -> None:
         if not self._buf:
             return
-        if self._file is None or self._file_size >= self.max_file_bytes:
-            self._open_new()
-        self._file.write(self._buf)
-        self._file.flush()
+        f = self._file
+        if f is None or self._file_size >= self.max_file_bytes:
+            f = self._open_new()
+        f.write(self._buf)
+        f.flush()
         self._file_size += len(self._buf)
         self._buf.clear()
 

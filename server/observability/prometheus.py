@@ -18,8 +18,13 @@ import resource
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from server.observability.registry import Histogram, Sample, _fmt_labels, _fmt_num
+from server.runtime_info import earliest_store_time
+
+if TYPE_CHECKING:
+    from server.broker import BrokerController  # the /metrics page is a view of the whole broker
 
 # RPC latency buckets, seconds
 RPC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -100,10 +105,10 @@ def _process_families() -> list[Family]:
     return fams
 
 
-def lag_pairs(broker, keys: Iterable[str] | None = None) -> list[tuple[str, str, int]]:
+def lag_pairs(broker: BrokerController, keys: Iterable[str] | None = None) -> list[tuple[str, str, int]]:
     """(topic, group, lag) of each topic@group of `keys` (default: all, in name order)."""
     table = broker.offsets.table
-    max_offset = broker.store.max_offset
+    max_offset = broker.started_store.max_offset
     out = []
     for key in sorted(table) if keys is None else keys:
         queues = table.get(key)
@@ -114,7 +119,7 @@ def lag_pairs(broker, keys: Iterable[str] | None = None) -> list[tuple[str, str,
     return out
 
 
-async def lag_pairs_sliced(broker, slice_n: int = 1000) -> list[tuple[str, str, int]]:
+async def lag_pairs_sliced(broker: BrokerController, slice_n: int = 1000) -> list[tuple[str, str, int]]:
     """`lag_pairs` yielding to the loop every `slice_n` keys (10,000 groups: ~40 ms in one piece)."""
     keys = sorted(broker.offsets.table)
     out: list[tuple[str, str, int]] = []
@@ -125,12 +130,12 @@ async def lag_pairs_sliced(broker, slice_n: int = 1000) -> list[tuple[str, str, 
     return out
 
 
-async def page_sliced(broker, slice_n: int = 500) -> str:
+async def page_sliced(broker: BrokerController, slice_n: int = 500) -> str:
     """The /metrics page without a long stall: lags and rendering in slices with yields between."""
     return await render_sliced(collect(broker, await lag_pairs_sliced(broker)), slice_n)
 
 
-def collect(broker, lags: list[tuple[str, str, int]] | None = None) -> list[Family]:
+def collect(broker: BrokerController, lags: list[tuple[str, str, int]] | None = None) -> list[Family]:
     """Every family; `lags` as `lag_pairs` gives them (computed here when not given)."""
     cfg = broker.config
     base = {"cluster": cfg.broker_cluster_name, "node_type": "broker", "node_id": cfg.broker_name}
@@ -143,13 +148,13 @@ def collect(broker, lags: list[tuple[str, str, int]] | None = None) -> list[Fami
     def fam(name: str, kind: str, help: str, samples: Iterable[tuple[dict[str, str], float]]) -> None:
         fams.append(Family(name, kind, help, [Sample(name, kind, lab, float(v)) for lab, v in samples]))
 
-    puts = dict(broker._put_counters)
+    puts = dict(broker.counters.put_counters)
     fam("rocketmq_messages_in_total", "counter", "Messages stored, by the topic they were stored in.",
         ((L(topic=t), c[0].value) for t, c in sorted(puts.items())))
     fam("rocketmq_throughput_in_total", "counter", "Bytes stored (whole records), by topic.",
         ((L(topic=t), c[1].value) for t, c in sorted(puts.items())))
     fam("rocketmq_messages_out_total", "counter", "Messages returned to consumers by PULL_MESSAGE.",
-        ((L(topic=t, consumer_group=g), c.value) for (t, g), c in sorted(broker._pull_counters.items())))
+        ((L(topic=t, consumer_group=g), c.value) for (t, g), c in sorted(broker.counters.pull_counters.items())))
     clients = broker.clients
     fam("rocketmq_producer_connections", "gauge", "Producer connections (heartbeating producers).",
         [(L(), sum(len(ch) for ch in clients.producers.values()))])
@@ -163,13 +168,13 @@ def collect(broker, lags: list[tuple[str, str, int]] | None = None) -> list[Fami
         [(L(), len({k.partition("@")[2] for k in broker.offsets.table} | set(clients.consumers)))])
     fam("rocketmq_broker_permission", "gauge", "brokerPermission (6 = read and write).",
         [(L(), cfg.broker_permission)])
-    store = broker.store
+    store = broker.started_store
     fam("rocketmq_storage_size", "gauge", "Bytes of CommitLog data held (max offset - min offset).",
         [(L(), store.commitlog_max_offset() - store.commitlog_min_offset())])
     fam("rocketmq_storage_disk_ratio", "gauge", "Used fraction (0..1) of the disk holding the store.",
         [(L(), store.disk_used_ratio())])
     fam("rocketmq_storage_message_reserve_time_seconds", "gauge", "Age of the oldest message in the CommitLog.",
-        [(L(), max(0.0, time.time() - (broker._earliest_store_time() or time.time() * 1000) / 1000.0))])
+        [(L(), max(0.0, time.time() - (earliest_store_time(broker) or time.time() * 1000) / 1000.0))])
 
     rpc = Family("rocketmq_rpc_latency_seconds", "histogram", "Time to handle a remoting request, by request code.")
     for code, h in sorted(broker.rpc_latency.by_code.items()):

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from codec.histogram import Histogram
+from codec.histogram import Histogram as Histogram  # the registry's histogram type (prometheus reads it here)
 
 Labels = tuple[tuple[str, str], ...]
 SLICE = 500  # samples (or rendered samples) between two yields to the loop in the *_sliced helpers
@@ -41,7 +41,7 @@ class Counter:
     def __init__(self) -> None:
         self.value = 0
 
-    def inc(self, n: int | float = 1) -> None:
+    def inc(self, n: int = 1) -> None:
         self.value += n
 
 

@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import structlog
 
 from codec.codes import TRACE_TOPIC
 from codec.record import read_body, read_store_timestamp
 from server.observability.export import MetricsExporter, RotatingMsgpackWriter, TraceWriter
-from server.observability.registry import Sample
+from server.observability.registry import Registry, Sample
+
+if TYPE_CHECKING:
+    from scheduler.delay_service import DelayLevelService
+    from scheduler.timer import TimerMessageStore
+    from server.config import BrokerConfig
+    from server.offsets_table import ConsumerOffsetManager
+    from storage.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 _UNIT = 20
@@ -85,11 +93,11 @@ def _quarantine_samples(*services) -> list[Sample]:
             for stage, n in sorted(per.items())]
 
 
-def _lag_samples(broker) -> Iterator[Sample]:
+def _lag_samples(offsets: ConsumerOffsetManager, store: MessageStore) -> Iterator[Sample]:
     """One lag sample per topic@group, lazily: the sliced exporters yield to the loop between samples, so
     this walks a snapshot of the keys and reads each key's queues when it gets there."""
-    table = broker.offsets.table
-    max_offset = broker.store.max_offset
+    table = offsets.table
+    max_offset = store.max_offset
     for key in list(table):
         queues = table.get(key)
         if queues is None:
@@ -131,35 +139,43 @@ class TraceTopicExporter:
 
 
 class Telemetry:
-    def __init__(self, broker, export_interval_s: float | None = None) -> None:
-        self.broker = broker
-        root = os.path.join(broker.config.store_path_root_dir, "export")
+    """The exported files (metrics, delivery traces, the RocketMQ trace topic) and the collectors of the
+    scheduled services' figures."""
+
+    def __init__(self, config: BrokerConfig, metrics: Registry, store: MessageStore, offsets: ConsumerOffsetManager,
+                 delay_service: DelayLevelService | None, timer_service: TimerMessageStore | None,
+                 export_interval_s: float | None = None) -> None:
+        self.metrics = metrics
+        self.store = store
+        self.offsets = offsets
+        self.delay_service = delay_service
+        self.timer_service = timer_service
+        root = os.path.join(config.store_path_root_dir, "export")
         self.metrics_writer = RotatingMsgpackWriter(os.path.join(root, "metrics"), "metrics")
         self.trace_writer = RotatingMsgpackWriter(os.path.join(root, "traces"), "traces")
         self.rmq_trace_writer = RotatingMsgpackWriter(os.path.join(root, "rmq_trace"), "rmq_trace")
-        interval = export_interval_s or broker.config.metrics_export_interval_ms / 1000.0
-        self.exporter = MetricsExporter(broker.metrics, self.metrics_writer, interval,
+        interval = export_interval_s or config.metrics_export_interval_ms / 1000.0
+        self.exporter = MetricsExporter(metrics, self.metrics_writer, interval,
                                         also_flush=[self.trace_writer, self.rmq_trace_writer])
         self.trace = TraceWriter(self.trace_writer)
 
     def start(self) -> None:
-        b = self.broker
-        reg = b.metrics
-        if b.delay_service is not None:
-            reg.add_collector(lambda: _delay_samples(b.delay_service))
-            b.delay_service.add_listener(self.trace)
-        if b.timer_service is not None:
-            reg.add_collector(lambda: _timer_samples(b.timer_service))
-            b.timer_service.add_listener(self.trace)
-        reg.add_collector(lambda: _lag_samples(b))
+        reg, store, delay, timer = self.metrics, self.store, self.delay_service, self.timer_service
+        if delay is not None:
+            reg.add_collector(lambda: _delay_samples(delay))
+            delay.add_listener(self.trace)
+        if timer is not None:
+            reg.add_collector(lambda: _timer_samples(timer))
+            timer.add_listener(self.trace)
+        reg.add_collector(lambda: _lag_samples(self.offsets, store))
         reg.describe("delaymq_task_restarts_total",
                      "Failures of background tasks (each logged, backed off and restarted), by task.")
         reg.describe("delaymq_schedule_quarantined_total",
                      "Scheduled records set aside in rmq_sys_SCHEDULE_QUARANTINE, by stage.")
-        reg.add_collector(lambda: _supervisor_samples(b.store.supervisor))
-        reg.add_collector(lambda: _quarantine_samples(b.delay_service, b.timer_service))
-        b.store.add_dispatch_listener(TraceTopicExporter(b.store, self.rmq_trace_writer).on_dispatch)
-        self.exporter.start(b.store.supervisor)
+        reg.add_collector(lambda: _supervisor_samples(store.supervisor))
+        reg.add_collector(lambda: _quarantine_samples(delay, timer))
+        store.add_dispatch_listener(TraceTopicExporter(store, self.rmq_trace_writer).on_dispatch)
+        self.exporter.start(store.supervisor)
 
     async def shutdown(self) -> None:
         await self.exporter.shutdown()

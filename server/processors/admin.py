@@ -3,39 +3,61 @@ QUERY_MESSAGE (12), GET_BROKER_RUNTIME_INFO (28), CHECK_CLIENT_CONFIG (46)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import structlog
 
 from codec.codes import RequestCode, ResponseCode
+from codec.command import RemotingCommand
+from remoting.dispatch import Response
 from server import headers as H
-from server.processors import committed, error, guarded, json_body, ok
+from server.processors import Peer, Registrar, committed, error, guarded, json_body, ok
 from server.topics import TopicConfig, is_system_topic, topic_error
+
+if TYPE_CHECKING:
+    from server.config import BrokerConfig
+    from server.topics import TopicManager
+    from storage.message_store import MessageStore
+    from storage.meta_store import MetaStore
 
 log = structlog.get_logger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class AdminDeps:
+    """What the admin and lookup requests use (built by server.processor_wiring)."""
 
-def register(server, broker) -> None:
-    store = broker.store
+    config: BrokerConfig
+    store: MessageStore
+    topics: TopicManager
+    meta: MetaStore  # UPDATE_AND_CREATE_TOPIC answers once committed
+    runtime_info: Callable[[], dict[str, object]]  # GET_BROKER_RUNTIME_INFO's table
+
+
+def register(server: Registrar, deps: AdminDeps) -> None:
+    store = deps.store
 
     @guarded
-    def create_topic(conn, cmd):
+    def create_topic(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.CREATE_TOPIC.parse(cmd.ext_fields)
         problem = topic_error(h.topic)
         if problem:
             return error(cmd, ResponseCode.SYSTEM_ERROR, problem)
         if is_system_topic(h.topic):
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"The topic[{h.topic}] is conflict with system topic.")
-        if h.topic == broker.config.broker_cluster_name:
+        if h.topic == deps.config.broker_cluster_name:
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"the topic[{h.topic}] is conflict with system reserved words.")
         if h.readQueueNums <= 0 or h.writeQueueNums <= 0:
             return error(cmd, ResponseCode.SYSTEM_ERROR, "queue nums must be positive")
         filter_type = h.topicFilterType if h.topicFilterType in ("SINGLE_TAG", "MULTI_TAG") else "SINGLE_TAG"
-        broker.topics.put(TopicConfig(h.topic, h.readQueueNums, h.writeQueueNums, h.perm, filter_type,
+        deps.topics.put(TopicConfig(h.topic, h.readQueueNums, h.writeQueueNums, h.perm, filter_type,
                                       h.topicSysFlag or 0, bool(h.order)))
-        return committed(broker, cmd)
+        return committed(deps.meta, cmd)
 
     @guarded
-    def view_message(conn, cmd):
+    def view_message(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.VIEW_MESSAGE.parse(cmd.ext_fields)
         try:
             rec = store.read_record(h.offset) if h.offset >= 0 else None
@@ -46,25 +68,24 @@ def register(server, broker) -> None:
         return ok(cmd, body=rec)
 
     @guarded
-    def query_message(conn, cmd):
+    def query_message(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.QUERY_MESSAGE.parse(cmd.ext_fields)
         max_num = h.maxNum
         if str((cmd.ext_fields or {}).get("_UNIQUE_KEY_QUERY", "")).lower() == "true":
-            max_num = broker.config.default_query_max_num
+            max_num = deps.config.default_query_max_num
         res = store.query_by_key(h.topic, h.key, max(1, max_num), h.beginTimestamp, h.endTimestamp)
-        buffers, last_ts, last_phy = _query_parts(res)
-        if not buffers:
+        if not res.buffers:
             return error(cmd, ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct")
-        return ok(cmd, {"indexLastUpdateTimestamp": str(last_ts), "indexLastUpdatePhyoffset": str(last_phy)},
-                  body=buffers)
+        return ok(cmd, {"indexLastUpdateTimestamp": str(res.index_last_update_timestamp),
+                        "indexLastUpdatePhyoffset": str(res.index_last_update_phy_offset)}, body=[*res.buffers])
 
     @guarded
-    def runtime_info(conn, cmd):
-        table = {k: str(v) for k, v in broker.runtime_info().items()}
+    def runtime_info(conn: Peer, cmd: RemotingCommand) -> Response:
+        table = {k: str(v) for k, v in deps.runtime_info().items()}
         return ok(cmd, body=json_body({"table": table}))
 
     @guarded
-    def check_client_config(conn, cmd):
+    def check_client_config(conn: Peer, cmd: RemotingCommand) -> Response:
         return ok(cmd)
 
     server.register(RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic)
@@ -73,15 +94,3 @@ def register(server, broker) -> None:
     server.register(RequestCode.GET_BROKER_RUNTIME_INFO, runtime_info)
     server.register(RequestCode.CHECK_CLIENT_CONFIG, check_client_config)
 
-
-def _query_parts(res):
-    """Accept a QueryResult-like object, a (buffers, ts, phy) tuple or a bare list of buffers."""
-    if res is None:
-        return [], 0, 0
-    if isinstance(res, list):
-        return res, 0, 0
-    if isinstance(res, tuple):
-        return list(res[0]), (res[1] if len(res) > 1 else 0), (res[2] if len(res) > 2 else 0)
-    buffers = getattr(res, "buffers", None) or getattr(res, "records", None) or []
-    return (list(buffers), getattr(res, "index_last_update_timestamp", 0) or 0,
-            getattr(res, "index_last_update_phy_offset", 0) or 0)

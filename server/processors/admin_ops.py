@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -21,14 +24,25 @@ from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode as RS
 from codec.command import RemotingCommand
 from codec.errors import CodecError
+from codec.fastjson import dumps
 from codec.msgid import decode_offset_msg_id
+from remoting.dispatch import Response
 from remoting.errors import RemotingError
 from server.config import parse_properties
 from server.headers import BOOL, INT, LONG, STR, HeaderSpec
 from server.observability.broker_stats import GROUP_GET_NUMS
-from server.processors import error, guarded, ok, peer_of
+from server.processors import Peer, Registrar, error, guarded, ok, peer_of
 from server.processors.admin_stats import _subscription_json, store_time_at
 from server.topics import is_system_topic, topic_error
+
+if TYPE_CHECKING:
+    from server.client_manager import ClientManager
+    from server.config import BrokerConfig
+    from server.observability.broker_stats import BrokerStats
+    from server.offsets_table import ConsumerOffsetManager
+    from server.topics import TopicManager
+    from storage.message_store import MessageStore
+    from storage.subscription_group import SubscriptionGroupTable
 
 log = structlog.get_logger(__name__)
 
@@ -56,12 +70,26 @@ RELAY_TIMEOUT_S = 5.0
 _UNIT = struct.Struct(">qiq")  # ConsumeQueue unit: CommitLog offset, size, tagsCode
 
 
-def register(server, broker) -> None:
-    store, cfg = broker.store, broker.config
+@dataclass(frozen=True, slots=True)
+class AdminOpsDeps:
+    """What the rest of mqadmin's requests use (built by server.processor_wiring)."""
+
+    config: BrokerConfig  # UPDATE_BROKER_CONFIG changes it in place
+    store: MessageStore
+    topics: TopicManager
+    groups: SubscriptionGroupTable
+    offsets: ConsumerOffsetManager
+    clients: ClientManager
+    stats: BrokerStats  # VIEW_BROKER_STATS_DATA, consume TPS
+    delete_topic: Callable[[str], bool]  # DELETE_TOPIC_IN_BROKER: config, offsets, queues, stats
+
+
+def register(server: Registrar, deps: AdminOpsDeps) -> None:
+    store, cfg = deps.store, deps.config
 
     @guarded
-    def update_broker_config(conn, cmd):
-        body = bytes(b"".join(bytes(p) for p in cmd.body) if isinstance(cmd.body, list) else cmd.body or b"")
+    def update_broker_config(conn: Peer, cmd: RemotingCommand) -> Response:
+        body = cmd.body_bytes()
         try:
             props = parse_properties(body.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as e:
@@ -85,14 +113,14 @@ def register(server, broker) -> None:
         return ok(cmd)
 
     @guarded
-    def namesrv_config(conn, cmd):
+    def namesrv_config(conn: Peer, cmd: RemotingCommand) -> Response:
         body = "".join(f"{k}={v}\n" for k, v in sorted(cfg.to_properties().items())).encode()
         return ok(cmd, body=body)
 
     @guarded
-    def producer_connections(conn, cmd):
+    def producer_connections(conn: Peer, cmd: RemotingCommand) -> Response:
         h = PRODUCER_CONN.parse(cmd.ext_fields)
-        chans = broker.clients.producers.get(h.producerGroup)
+        chans = deps.clients.producers.get(h.producerGroup)
         if not chans:
             return error(cmd, RS.SYSTEM_ERROR, f"the producer group[{h.producerGroup}] not exist")
         conns = []
@@ -102,42 +130,42 @@ def register(server, broker) -> None:
         return ok(cmd, body=AB.encode_producer_connection(conns))
 
     @guarded
-    def delete_topic(conn, cmd):
+    def delete_topic(conn: Peer, cmd: RemotingCommand) -> Response:
         h = DELETE_TOPIC.parse(cmd.ext_fields)
         problem = topic_error(h.topic)
         if problem:
             return error(cmd, RS.SYSTEM_ERROR, problem)
         if is_system_topic(h.topic):
             return error(cmd, RS.SYSTEM_ERROR, f"The topic[{h.topic}] is conflict with system topic.")
-        existed = broker.delete_topic(h.topic)
+        existed = deps.delete_topic(h.topic)
         ip, port = peer_of(conn)
         log.info("admin.topic_deleted", topic=h.topic, existed=existed, remote=f"{ip}:{port}")
         return ok(cmd)
 
     @guarded
-    def delete_topic_in_namesrv(conn, cmd):
+    def delete_topic_in_namesrv(conn: Peer, cmd: RemotingCommand) -> Response:
         # routes come from this process's own topic table: DELETE_TOPIC_IN_BROKER already removed it
         DELETE_TOPIC.parse(cmd.ext_fields)
         return ok(cmd)
 
     @guarded
-    def reset_offset(conn, cmd):
+    def reset_offset(conn: Peer, cmd: RemotingCommand) -> Response:
         h = RESET_OFFSET.parse(cmd.ext_fields)
-        tc = broker.topics.get(h.topic)
+        tc = deps.topics.get(h.topic)
         if tc is None:
             return error(cmd, RS.SYSTEM_ERROR,
                          f"[reset-offset] reset offset failed, no topic in this broker. topic={h.topic}")
         offsets: dict[MessageQueue, int] = {}
         for qid in range(tc.write_queue_nums):
             # a queue the group never committed counts as 0 (RocketMQ refuses the whole reset instead)
-            current = max(0, broker.offsets.query(h.group, h.topic, qid))
+            current = max(0, deps.offsets.query(h.group, h.topic, qid))
             if h.timestamp == -1:
                 target = max(0, store.max_offset(h.topic, qid))
             else:
                 target = max(0, store.search_offset_by_timestamp(h.topic, qid, h.timestamp))
             offsets[MessageQueue(h.topic, cfg.broker_name, qid)] = \
                 target if (h.isForce or target < current) else current
-        info = broker.clients.consumer_group(h.group)
+        info = deps.clients.consumer_group(h.group)
         if info is None or not info.channels:
             return error(cmd, RS.CONSUMER_NOT_ONLINE, f"Consumer not online, so can not reset offset, "
                                                       f"Group: {h.group} Topic: {h.topic} Timestamp: {h.timestamp}")
@@ -146,26 +174,28 @@ def register(server, broker) -> None:
         java_body = AB.encode_reset_offset(offsets)
         c_body = None
         for ch in list(info.channels.values()):
-            is_c = str(ch.language).upper() in ("CPP", "1")
-            if is_c and c_body is None:
-                c_body = AB.encode_reset_offset_for_c(offsets)
-            push = RemotingCommand.request(int(RC.RESET_CONSUMER_CLIENT_OFFSET), dict(fields),
-                                           c_body if is_c else java_body)
+            body = java_body
+            if str(ch.language).upper() in ("CPP", "1"):
+                if c_body is None:
+                    c_body = AB.encode_reset_offset_for_c(offsets)
+                body = c_body
+            push = RemotingCommand.request(int(RC.RESET_CONSUMER_CLIENT_OFFSET), dict(fields), body)
             try:
                 ch.conn.invoke_oneway(push)
             except Exception as e:  # a closing channel: the others still get it
                 log.info("admin.reset_offset_push_failed", group=h.group, client_id=ch.client_id, error=repr(e))
         for mq, off in offsets.items():  # the broker's table too: a client that ignores 220 still moves
-            broker.offsets.commit(h.group, h.topic, mq.queue_id, off)
+            deps.offsets.commit(h.group, h.topic, mq.queue_id, off)
         ip, port = peer_of(conn)
         log.info("admin.offset_reset", group=h.group, topic=h.topic, timestamp=h.timestamp, force=bool(h.isForce),
                  consumers=len(info.channels), remote=f"{ip}:{port}")
         return ok(cmd, body=java_body)
 
-    async def relay_to_consumer(cmd, group: str, client_id: str, relay: RemotingCommand):
+    async def relay_to_consumer(cmd: RemotingCommand, group: str, client_id: str,
+                                relay: RemotingCommand) -> RemotingCommand | None:
         """Relay a request to one online consumer (a remoting connection, or a gRPC client's
         TelemetryChannel) and answer with its response."""
-        info = broker.clients.consumer_group(group)
+        info = deps.clients.consumer_group(group)
         ch = next((c for c in (info.channels.values() if info else ()) if c.client_id == client_id), None)
         if ch is None:
             return error(cmd, RS.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
@@ -179,14 +209,14 @@ def register(server, broker) -> None:
                             body=answer.body)
 
     @guarded
-    async def consumer_running_info(conn, cmd):
+    async def consumer_running_info(conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
         h = RUNNING_INFO.parse(cmd.ext_fields)
         relay = RemotingCommand.request(int(RC.GET_CONSUMER_RUNNING_INFO), dict(cmd.ext_fields or {}),
                                         cmd.body or b"")
         return await relay_to_consumer(cmd, h.consumerGroup, h.clientId, relay)
 
     @guarded
-    async def consume_message_directly(conn, cmd):
+    async def consume_message_directly(conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
         h = CONSUME_DIRECTLY.parse(cmd.ext_fields)
         try:
             offset = decode_offset_msg_id(h.msgId)[2]
@@ -199,49 +229,49 @@ def register(server, broker) -> None:
         return await relay_to_consumer(cmd, h.consumerGroup, h.clientId, relay)
 
     @guarded
-    def stats_data(conn, cmd):
+    def stats_data(conn: Peer, cmd: RemotingCommand) -> Response:
         h = STATS_DATA.parse(cmd.ext_fields)
-        d = broker.stats.stats_data(h.statsName, h.statsKey, int(time.time() * 1000))
+        d = deps.stats.stats_data(h.statsName, h.statsKey, int(time.time() * 1000))
         if d is None:
             return error(cmd, RS.SYSTEM_ERROR, f"The stats <{h.statsName}> <{h.statsKey}> not exist")
-        return ok(cmd, body=AB.dumps(d))
+        return ok(cmd, body=dumps(d))
 
     @guarded
-    def broker_consume_stats(conn, cmd):
+    def broker_consume_stats(conn: Peer, cmd: RemotingCommand) -> Response:
         h = BROKER_CONSUME.parse(cmd.ext_fields)
         now = int(time.time() * 1000)
-        groups = sorted(set(broker.groups.table) | {k.partition("@")[2] for k in broker.offsets.table})
+        groups = sorted(set(deps.groups.table) | {k.partition("@")[2] for k in deps.offsets.table})
         out, total = [], 0
         for group in groups:
             stats = []
-            for topic in sorted(broker.offsets.topics_of(group)):
-                tc = broker.topics.get(topic)
+            for topic in sorted(deps.offsets.topics_of(group)):
+                tc = deps.topics.get(topic)
                 if tc is None or (h.isOrder and not tc.order):
                     continue
-                info = broker.clients.consumer_group(group)
+                info = deps.clients.consumer_group(group)
                 if info is not None and info.subscriptions and topic not in info.subscriptions:
                     continue
                 rows = []
                 for qid in range(tc.write_queue_nums):
                     hi = max(0, store.max_offset(topic, qid))
-                    consumed = max(0, broker.offsets.query(group, topic, qid))
+                    consumed = max(0, deps.offsets.query(group, topic, qid))
                     rows.append(AB.OffsetWrapper(MessageQueue(topic, cfg.broker_name, qid), hi, consumed, consumed,
                                                  store_time_at(store, topic, qid, consumed - 1)))
                     total += max(0, hi - consumed)
-                tps = broker.stats.minute_tps(GROUP_GET_NUMS, f"{topic}@{group}", now)
+                tps = deps.stats.minute_tps(GROUP_GET_NUMS, f"{topic}@{group}", now)
                 stats.append(AB.encode_consume_stats(rows, tps))
             out.append((group, stats))
         return ok(cmd, body=AB.encode_consume_stats_list(cfg.broker_addr, out, total))
 
     @guarded
-    def query_consume_queue(conn, cmd):
+    def query_consume_queue(conn: Peer, cmd: RemotingCommand) -> Response:
         h = QUERY_CQ.parse(cmd.ext_fields)
         lo, hi = store.min_offset(h.topic, h.queueId), store.max_offset(h.topic, h.queueId)
         if store.consume_queue(h.topic, h.queueId) is None:
             return error(cmd, RS.SYSTEM_ERROR, f"{h.queueId}@{h.topic} is not exist!")
         sub, filter_data = None, None
         if h.consumerGroup:
-            s = broker.clients.find_subscription(h.consumerGroup, h.topic)
+            s = deps.clients.find_subscription(h.consumerGroup, h.topic)
             if s is None:
                 filter_data = f"{h.consumerGroup}@{h.topic} is not online!"
             else:
@@ -250,7 +280,8 @@ def register(server, broker) -> None:
         raw = store.read_units(h.topic, h.queueId, h.index, count) if lo <= h.index < hi and count else None
         if not raw:
             resp = ok(cmd, body=AB.encode_query_consume_queue(lo, hi, [], sub, filter_data))
-            resp.remark = f"Index {h.index} of {h.queueId}@{h.topic} is not exist!"
+            if resp is not None:  # None: a oneway request
+                resp.remark = f"Index {h.index} of {h.queueId}@{h.topic} is not exist!"
             return resp
         units = [AB.ConsumeQueueData(*_UNIT.unpack_from(raw, i)) for i in range(0, len(raw) - 19, 20)]
         return ok(cmd, body=AB.encode_query_consume_queue(lo, hi, units, sub, filter_data))

@@ -8,6 +8,8 @@ QUERY_TOPIC_CONSUME_BY_WHO (300). Bodies: codec.admin_bodies.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -15,12 +17,24 @@ from codec import admin_bodies as AB
 from codec.bodies import MessageQueue, SubscriptionData
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode as RS
+from codec.command import RemotingCommand
 from codec.errors import CodecError
-from codec.fastjson import loads_lenient
+from codec.fastjson import dumps, loads_lenient
 from codec.record import read_store_timestamp
+from remoting.dispatch import Response
 from server.headers import BOOL, STR, HeaderSpec
-from server.processors import committed, error, guarded, ok, peer_of, request_body
+from server.processors import Peer, Registrar, committed, error, guarded, ok, peer_of, request_body
 from storage.subscription_group import SubscriptionGroupConfig
+
+if TYPE_CHECKING:
+    from server.client_manager import ClientManager
+    from server.client_manager import SubscriptionData as RuntimeSubscription
+    from server.config import BrokerConfig
+    from server.offsets_table import ConsumerOffsetManager
+    from server.topics import TopicManager
+    from storage.message_store import MessageStore
+    from storage.meta_store import MetaStore
+    from storage.subscription_group import SubscriptionGroupTable
 
 log = structlog.get_logger(__name__)
 
@@ -32,7 +46,21 @@ DELETE_GROUP = HeaderSpec(("groupName", STR, True), ("cleanOffset", BOOL, False)
 _UNIT = struct.Struct(">qi")  # ConsumeQueue unit head: CommitLog offset, size
 
 
-def store_time_at(store, topic: str, queue_id: int, offset: int) -> int:
+@dataclass(frozen=True, slots=True)
+class AdminStatsDeps:
+    """What the mqadmin / dashboard table requests use (built by server.processor_wiring)."""
+
+    config: BrokerConfig
+    store: MessageStore
+    topics: TopicManager
+    groups: SubscriptionGroupTable
+    offsets: ConsumerOffsetManager
+    clients: ClientManager
+    meta: MetaStore  # changes answer once committed
+    boot_ms: int  # the data version's timestamp
+
+
+def store_time_at(store: MessageStore, topic: str, queue_id: int, offset: int) -> int:
     """STORETIMESTAMP of the message at a ConsumeQueue offset, 0 if it is gone or never existed."""
     if offset < 0:
         return 0
@@ -44,23 +72,23 @@ def store_time_at(store, topic: str, queue_id: int, offset: int) -> int:
     return read_store_timestamp(raw) if raw is not None and len(raw) >= size else 0
 
 
-def _subscription_json(sub) -> dict:
+def _subscription_json(sub: RuntimeSubscription) -> dict[str, Any]:
     return SubscriptionData(topic=sub.topic, sub_string=sub.sub_string, tags_set=list(sub.tags),
                             code_set=sorted(sub.code_set), sub_version=sub.sub_version,
                             expression_type=sub.expression_type).to_json()
 
 
-def register(server, broker) -> None:
-    store, cfg = broker.store, broker.config
+def register(server: Registrar, deps: AdminStatsDeps) -> None:
+    store, cfg = deps.store, deps.config
     name = cfg.broker_name
 
-    def version() -> dict:
-        return AB.data_version(0, broker.boot_ms)
+    def version() -> dict[str, Any]:
+        return AB.data_version(0, deps.boot_ms)
 
     @guarded
-    def topic_stats(conn, cmd):
+    def topic_stats(conn: Peer, cmd: RemotingCommand) -> Response:
         h = TOPIC.parse(cmd.ext_fields)
-        tc = broker.topics.get(h.topic)
+        tc = deps.topics.get(h.topic)
         if tc is None:
             return error(cmd, RS.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist")
         rows = []
@@ -71,25 +99,25 @@ def register(server, broker) -> None:
         return ok(cmd, body=AB.encode_topic_stats(rows))
 
     @guarded
-    def consume_stats(conn, cmd):
+    def consume_stats(conn: Peer, cmd: RemotingCommand) -> Response:
         h = CONSUME_STATS.parse(cmd.ext_fields)
-        topics = [h.topic] if h.topic else sorted(broker.offsets.topics_of(h.consumerGroup))
+        topics = [h.topic] if h.topic else sorted(deps.offsets.topics_of(h.consumerGroup))
         rows = []
         for topic in topics:
-            tc = broker.topics.get(topic)
+            tc = deps.topics.get(topic)
             if tc is None:
                 continue
             for qid in range(tc.read_queue_nums):
                 hi = max(0, store.max_offset(topic, qid))
-                consumed = max(0, broker.offsets.query(h.consumerGroup, topic, qid))
+                consumed = max(0, deps.offsets.query(h.consumerGroup, topic, qid))
                 rows.append(AB.OffsetWrapper(MessageQueue(topic, name, qid), hi, consumed, consumed,
                                              store_time_at(store, topic, qid, consumed - 1)))
         return ok(cmd, body=AB.encode_consume_stats(rows))
 
     @guarded
-    def consumer_connections(conn, cmd):
+    def consumer_connections(conn: Peer, cmd: RemotingCommand) -> Response:
         h = CONSUMER_GROUP.parse(cmd.ext_fields)
-        info = broker.clients.consumer_group(h.consumerGroup)
+        info = deps.clients.consumer_group(h.consumerGroup)
         if info is None or not info.channels:
             return error(cmd, RS.CONSUMER_NOT_ONLINE, f"the consumer group[{h.consumerGroup}] not online")
         conns = []
@@ -101,31 +129,31 @@ def register(server, broker) -> None:
             conns, subs, info.consume_type, info.message_model, info.consume_from_where)))
 
     @guarded
-    def topic_consumed_by(conn, cmd):
+    def topic_consumed_by(conn: Peer, cmd: RemotingCommand) -> Response:
         h = TOPIC.parse(cmd.ext_fields)
-        groups = set(broker.offsets.groups_of(h.topic))
-        groups.update(g for g in list(broker.clients.consumers) if broker.clients.find_subscription(g, h.topic))
+        groups = set(deps.offsets.groups_of(h.topic))
+        groups.update(g for g in list(deps.clients.consumers) if deps.clients.find_subscription(g, h.topic))
         return ok(cmd, body=AB.encode_group_list(groups))
 
     @guarded
-    async def all_topic_config(conn, cmd):
-        return ok(cmd, body=await broker.topics.table.wrapper_body())  # remembered per data version
+    async def all_topic_config(conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
+        return ok(cmd, body=await deps.topics.table.wrapper_body())  # remembered per data version
 
     @guarded
-    def broker_config(conn, cmd):
+    def broker_config(conn: Peer, cmd: RemotingCommand) -> Response:
         body = "".join(f"{k}={v}\n" for k, v in sorted(cfg.public_properties().items())).encode()
-        return ok(cmd, {"version": AB.dumps(version()).decode()}, body=body)
+        return ok(cmd, {"version": dumps(version()).decode()}, body=body)
 
     @guarded
-    async def all_subscription_groups(conn, cmd):
-        return ok(cmd, body=await broker.groups.wrapper_body())
+    async def all_subscription_groups(conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
+        return ok(cmd, body=await deps.groups.wrapper_body())
 
     @guarded
-    async def all_consumer_offsets(conn, cmd):
-        return ok(cmd, body=await broker.offsets.wrapper_body())
+    async def all_consumer_offsets(conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
+        return ok(cmd, body=await deps.offsets.wrapper_body())
 
     @guarded
-    def update_subscription_group(conn, cmd):
+    def update_subscription_group(conn: Peer, cmd: RemotingCommand) -> Response:
         try:
             d = loads_lenient(request_body(cmd))
             if not isinstance(d, dict) or not d.get("groupName"):
@@ -133,18 +161,18 @@ def register(server, broker) -> None:
             group = SubscriptionGroupConfig.from_json(str(d["groupName"]), d)
         except (CodecError, TypeError, ValueError) as e:  # HeaderError is a ValueError
             return error(cmd, RS.SYSTEM_ERROR, f"bad SubscriptionGroupConfig body: {e}")
-        broker.groups.put(group)
+        deps.groups.put(group)
         log.info("admin.subscription_group_updated", group=group.group_name)
-        return committed(broker, cmd)
+        return committed(deps.meta, cmd)
 
     @guarded
-    def delete_subscription_group(conn, cmd):
+    def delete_subscription_group(conn: Peer, cmd: RemotingCommand) -> Response:
         h = DELETE_GROUP.parse(cmd.ext_fields)
-        broker.groups.delete(h.groupName)
+        deps.groups.delete(h.groupName)
         if h.cleanOffset:
-            broker.offsets.remove_group(h.groupName)
+            deps.offsets.remove_group(h.groupName)
         log.info("admin.subscription_group_deleted", group=h.groupName, clean_offset=bool(h.cleanOffset))
-        return committed(broker, cmd)
+        return committed(deps.meta, cmd)
 
     for code, fn in ((RC.GET_ALL_TOPIC_CONFIG, all_topic_config), (RC.GET_BROKER_CONFIG, broker_config),
                      (RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, update_subscription_group),

@@ -8,6 +8,9 @@ subVersions, ali-ons numbers; absent arrays are empty; a malformed body gets SYS
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -20,18 +23,40 @@ from codec.bodies import (
 )
 from codec.bodies import SubscriptionData as BodySubscription
 from codec.codes import RequestCode, ResponseCode
+from codec.command import RemotingCommand
 from codec.errors import CodecError
+from remoting.dispatch import Response
 from server import headers as H
 from server.client_manager import SubscriptionData
 from server.headers import HeaderError
-from server.processors import error, guarded, ok, request_body
+from server.processors import Peer, Registrar, error, guarded, ok, request_body
 from server.topics import RETRY_PREFIX
+
+if TYPE_CHECKING:
+    from server.client_manager import ClientManager
+    from server.rebalance_lock import RebalanceLockManager
+    from server.topics import TopicManager
+    from storage.subscription_group import SubscriptionGroupTable
 
 log = structlog.get_logger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class ClientsDeps:
+    """What the client requests use (built by server.processor_wiring)."""
 
-def _as_int(v, default: int = 0) -> int:
+    clients: ClientManager
+    groups: SubscriptionGroupTable
+    topics: TopicManager  # a consumer group's %RETRY% topic on first sight
+    locks: RebalanceLockManager  # orderly consumers' queue locks
+
+
+# a parsed heartbeat: (client id, [(group, consumeType, messageModel, consumeFromWhere, subscriptions)],
+# producer groups)
+HeartbeatPlan = tuple[str, list[tuple[str, str, str, str, list[SubscriptionData]]], list[str]]
+
+
+def _as_int(v: Any, default: int = 0) -> int:
     if v is None or v == "" or isinstance(v, bool):
         return default
     try:
@@ -43,7 +68,7 @@ def _as_int(v, default: int = 0) -> int:
             return default
 
 
-def runtime_subscription(sd: BodySubscription, java_hash) -> SubscriptionData | None:
+def runtime_subscription(sd: BodySubscription, java_hash: Callable[[str], int]) -> SubscriptionData | None:
     """The broker's matching form of a heartbeat subscription: trimmed tags (tagsSet, else the
     `||`-split expression) and their hash codes computed here rather than trusted from the client."""
     if not sd.topic:
@@ -59,7 +84,7 @@ def runtime_subscription(sd: BodySubscription, java_hash) -> SubscriptionData | 
                             expr)
 
 
-def _lock_request(cmd) -> tuple[str, str, list[tuple[str, str, int]]]:
+def _lock_request(cmd: RemotingCommand) -> tuple[str, str, list[tuple[str, str, int]]]:
     try:
         req = decode_lock_batch_request(request_body(cmd))
     except CodecError as e:
@@ -67,16 +92,16 @@ def _lock_request(cmd) -> tuple[str, str, list[tuple[str, str, int]]]:
     return req.consumer_group, req.client_id, [(m.topic, m.broker_name, m.queue_id) for m in req.mq_set]
 
 
-def register(server, broker) -> None:
+def register(server: Registrar, deps: ClientsDeps) -> None:
     from codec.tags import java_hash
 
-    clients = broker.clients
+    clients = deps.clients
 
     # the last heartbeat of each live connection, parsed: clients repeat the same body every 30 s, and
     # parsing one with 10,000 subscriptions costs ~100 ms of loop time (one entry per connection)
-    last_heartbeat: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    last_heartbeat: weakref.WeakKeyDictionary[Peer, tuple[bytes, HeartbeatPlan]] = weakref.WeakKeyDictionary()
 
-    def heartbeat_plan(body: bytes) -> tuple:
+    def heartbeat_plan(body: bytes) -> HeartbeatPlan:
         hb = parse_heartbeat(body)
         consumers = [(cd.group_name, cd.consume_type, cd.message_model, cd.consume_from_where,
                       [s for s in (runtime_subscription(sd, java_hash) for sd in cd.subscriptions) if s])
@@ -84,7 +109,7 @@ def register(server, broker) -> None:
         return hb.client_id, consumers, [pd.group_name for pd in hb.producers if pd.group_name]
 
     @guarded
-    def heart_beat(conn, cmd):
+    def heart_beat(conn: Peer, cmd: RemotingCommand) -> Response:
         body = request_body(cmd)
         cached = last_heartbeat.get(conn)
         if cached is not None and cached[0] == body:
@@ -99,9 +124,9 @@ def register(server, broker) -> None:
         language = str(cmd.language or "JAVA")
         version = _as_int(cmd.version)
         for group, consume_type, message_model, consume_from_where, subscriptions in consumers:
-            gcfg = broker.groups.find(group)
+            gcfg = deps.groups.find(group)
             if gcfg is not None:
-                broker.topics.create_in_send_back(RETRY_PREFIX + group, gcfg.retry_queue_nums, 6)
+                deps.topics.create_in_send_back(RETRY_PREFIX + group, gcfg.retry_queue_nums, 6)
             clients.register_consumer(
                 group, conn, client_id, language, version, consume_type=consume_type,
                 message_model=message_model, consume_from_where=consume_from_where, subscriptions=subscriptions)
@@ -110,7 +135,7 @@ def register(server, broker) -> None:
         return ok(cmd)
 
     @guarded
-    def unregister_client(conn, cmd):
+    def unregister_client(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.UNREGISTER_CLIENT.parse(cmd.ext_fields)
         if h.producerGroup:
             clients.unregister_producer(h.producerGroup, conn, h.clientID)
@@ -119,7 +144,7 @@ def register(server, broker) -> None:
         return ok(cmd)
 
     @guarded
-    def consumer_list(conn, cmd):
+    def consumer_list(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.CONSUMER_GROUP.parse(cmd.ext_fields)
         ids = clients.consumer_ids(h.consumerGroup)
         if not ids:
@@ -127,15 +152,15 @@ def register(server, broker) -> None:
         return ok(cmd, body=encode_consumer_list(ids))
 
     @guarded
-    def lock_batch(conn, cmd):
+    def lock_batch(conn: Peer, cmd: RemotingCommand) -> Response:
         group, client_id, mqs = _lock_request(cmd)
-        locked = broker.locks.try_lock_batch(group, mqs, client_id)
+        locked = deps.locks.try_lock_batch(group, mqs, client_id)
         return ok(cmd, body=encode_lock_batch_response([MessageQueue(*m) for m in locked]))
 
     @guarded
-    def unlock_batch(conn, cmd):
+    def unlock_batch(conn: Peer, cmd: RemotingCommand) -> Response:
         group, client_id, mqs = _lock_request(cmd)
-        broker.locks.unlock_batch(group, mqs, client_id)
+        deps.locks.unlock_batch(group, mqs, client_id)
         return ok(cmd)
 
     server.register(RequestCode.HEART_BEAT, heart_beat)

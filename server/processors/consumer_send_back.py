@@ -12,14 +12,39 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
 from codec.codes import DLQ_PREFIX, RETRY_PREFIX, RequestCode, ResponseCode
 from server.headers import BOOL, INT, LONG, STR, HeaderSpec
-from server.processors import error, guarded
+from server.processors import Registrar, error, guarded
+from server.wiring import put_request
+from storage.store_types import PutStatus
+
+if TYPE_CHECKING:
+    from server.config import BrokerConfig
+    from server.put_hooks import PutHooks
+    from server.topics import TopicManager
+    from storage.message_store import MessageStore
+    from storage.store_types import PutResult
+    from storage.subscription_group import SubscriptionGroupTable
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SendBackDeps:
+    """What CONSUMER_SEND_MSG_BACK uses (built by server.processor_wiring)."""
+
+    config: BrokerConfig
+    store: MessageStore
+    topics: TopicManager
+    groups: SubscriptionGroupTable
+    hooks: PutHooks  # the retry copy's DELAY level
+    on_put: Callable[[list[str], list[PutResult]], None]  # stored-message counters
 
 PERM_WRITE, PERM_READ = 0x2, 0x4
 TOPIC_UNIT_FLAG = 0x1
@@ -47,17 +72,17 @@ def goes_to_dlq(reconsume_times: int, max_reconsume_times: int, delay_level: int
 
 
 class ConsumerSendBackProcessor:
-    def __init__(self, broker) -> None:
+    def __init__(self, deps: SendBackDeps) -> None:
         from codec import msgid, properties, record
 
-        self.broker = broker
+        self.deps = deps
         self._record = record
         self._props = properties
         self._msgid = msgid
 
     async def __call__(self, conn, cmd):
         h = HEADER.parse(cmd.ext_fields)
-        b = self.broker
+        b = self.deps
         gcfg = b.groups.find(h.group)
         if gcfg is None:
             return error(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {h.group}")
@@ -104,19 +129,19 @@ class ConsumerSendBackProcessor:
         if isinstance(hooked, tuple):
             return error(cmd, hooked[0], hooked[1])
         raw = self._record.encode_record(rec)
-        req = b.put_request(raw, rec.topic, rec.queue_id, rec.properties, hooked)
+        req = put_request(raw, rec.topic, rec.queue_id, rec.properties, hooked)
         [result] = b.store.put([req])
-        status = getattr(result.status, "name", str(result.status))
-        if status == "PUT_OK" and result.flushed is not None:
+        status = result.status.name
+        if result.status is PutStatus.PUT_OK and result.flushed is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(result.flushed), SYNC_FLUSH_TIMEOUT_S)
             except TimeoutError:
-                status = "FLUSH_DISK_TIMEOUT"
-        if status != "PUT_OK":
+                status = PutStatus.FLUSH_DISK_TIMEOUT.name
+        if status != PutStatus.PUT_OK.name:
             return error(cmd, ResponseCode.SYSTEM_ERROR, status)
         b.on_put([rec.topic], [result])
         return cmd.response(code=ResponseCode.SUCCESS)
 
 
-def register(server, broker) -> None:
-    server.register(RequestCode.CONSUMER_SEND_MSG_BACK, guarded(ConsumerSendBackProcessor(broker).__call__))
+def register(server: Registrar, deps: SendBackDeps) -> None:
+    server.register(RequestCode.CONSUMER_SEND_MSG_BACK, guarded(ConsumerSendBackProcessor(deps).__call__))

@@ -11,15 +11,31 @@ from __future__ import annotations
 
 import os
 import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from codec.ack_response import ok_frame
 from codec.codes import RequestCode, ResponseCode
 from server import headers as H
-from server.processors import committed, error, guarded, ok
+from server.processors import Registrar, committed, error, guarded, ok
+
+if TYPE_CHECKING:
+    from server.offsets_table import ConsumerOffsetManager
+    from storage.message_store import MessageStore
+    from storage.meta_store import MetaStore
 
 IN_MEMORY_RATIO = 0.40
 _UNIT = struct.Struct(">qiq")
 _INT_MAX, _LONG_MIN, _LONG_MAX = (1 << 31) - 1, -(1 << 63), (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsDeps:
+    """What the offset requests use (built by server.processor_wiring)."""
+
+    store: MessageStore
+    offsets: ConsumerOffsetManager
+    meta: MetaStore  # UPDATE_CONSUMER_OFFSET answers once committed
 
 
 def physical_memory() -> int:
@@ -29,34 +45,33 @@ def physical_memory() -> int:
         return 8 << 30
 
 
-def first_message_in_memory(broker, topic: str, queue_id: int) -> bool:
+def first_message_in_memory(store: MessageStore, topic: str, queue_id: int) -> bool:
     """True when offset 0 of the queue is absent or its data is in the hot part of the CommitLog."""
-    store = broker.store
     units = store.read_units(topic, queue_id, 0, 1)
     if units is None or len(units) < _UNIT.size:
         return True
     phys, _size, _tags = _UNIT.unpack_from(units, 0)
-    return broker.commitlog_max_offset() - phys <= IN_MEMORY_RATIO * physical_memory()
+    return store.commitlog_max_offset() - phys <= IN_MEMORY_RATIO * physical_memory()
 
 
-def register(server, broker) -> None:
-    store = broker.store
+def register(server: Registrar, deps: OffsetsDeps) -> None:
+    store = deps.store
 
     @guarded
     def query_consumer_offset(conn, cmd):
         h = H.GROUP_TOPIC_QUEUE.parse(cmd.ext_fields)
-        offset = broker.offsets.query(h.consumerGroup, h.topic, h.queueId)
+        offset = deps.offsets.query(h.consumerGroup, h.topic, h.queueId)
         if offset is not None and offset >= 0:
             return ok(cmd, {"offset": str(offset)})
-        if store.min_offset(h.topic, h.queueId) <= 0 and first_message_in_memory(broker, h.topic, h.queueId):
+        if store.min_offset(h.topic, h.queueId) <= 0 and first_message_in_memory(store, h.topic, h.queueId):
             return ok(cmd, {"offset": "0"})
         return error(cmd, ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
     @guarded
     def update_consumer_offset(conn, cmd):
         h = H.UPDATE_CONSUMER_OFFSET.parse(cmd.ext_fields)
-        broker.offsets.commit(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
-        return committed(broker, cmd)
+        deps.offsets.commit(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
+        return committed(deps.meta, cmd)
 
     def update_consumer_offset_run(conn, cmds):
         """A pipelined run of UPDATE_CONSUMER_OFFSET (10,000 groups x 4 queues a second): the usual Java
@@ -81,12 +96,10 @@ def register(server, broker) -> None:
                 if len(acks) == 1:
                     first = i
         if rows:
-            broker.offsets.commit_many(rows)
+            deps.offsets.commit_many(rows)
         if acks:
-            results[first] = broker.meta.committed(b"".join(acks))
+            results[first] = deps.meta.committed(b"".join(acks))
         return results
-
-    update_consumer_offset.batch = update_consumer_offset_run
 
     @guarded
     def get_max_offset(conn, cmd):
@@ -110,7 +123,7 @@ def register(server, broker) -> None:
         return ok(cmd, {"timestamp": str(-1 if ts is None else ts)})
 
     server.register(RequestCode.QUERY_CONSUMER_OFFSET, query_consumer_offset)
-    server.register(RequestCode.UPDATE_CONSUMER_OFFSET, update_consumer_offset)
+    server.register(RequestCode.UPDATE_CONSUMER_OFFSET, update_consumer_offset, batch=update_consumer_offset_run)
     server.register(RequestCode.GET_MAX_OFFSET, get_max_offset)
     server.register(RequestCode.GET_MIN_OFFSET, get_min_offset)
     server.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, search_offset)

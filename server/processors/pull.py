@@ -10,6 +10,10 @@ The usual answer (a store lookup's status) is encoded straight to frame pieces
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
+
 import structlog
 
 from codec.cache import BoundedCache
@@ -17,9 +21,36 @@ from codec.codes import RequestCode, ResponseCode
 from codec.pull_response import pull_response_frame
 from server import headers as H
 from server.client_manager import SubscriptionData
-from server.processors import guarded
+from server.processors import Registrar, guarded
+from storage.store_types import GetStatus
+
+if TYPE_CHECKING:
+    from codec.buffers import BytesLike
+    from server.client_manager import ClientManager
+    from server.cluster.ha.service import ReplicaRole
+    from server.config import BrokerConfig
+    from server.offsets_table import ConsumerOffsetManager
+    from server.pull_hold import PullHoldService
+    from server.topics import TopicManager
+    from storage.message_store import MessageStore
+    from storage.subscription_group import SubscriptionGroupTable
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PullDeps:
+    """What PULL_MESSAGE uses (built by server.processor_wiring)."""
+
+    config: BrokerConfig
+    store: MessageStore
+    topics: TopicManager
+    groups: SubscriptionGroupTable
+    clients: ClientManager  # the group's subscription when the pull carries none
+    offsets: ConsumerOffsetManager  # FLAG_COMMIT_OFFSET
+    replica: ReplicaRole  # a slave never moves a consumer
+    pull_hold: PullHoldService  # long polling
+    on_pull: Callable[[str, str, int], None]  # (topic, group, n) pulled-message counters
 
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4
 
@@ -53,14 +84,14 @@ def status_to_code(status: str, request_offset: int) -> int:
 
 
 # store status -> (name, code at request offset 0, code at any other offset)
-_STATUSES: BoundedCache[object, tuple[str, int, int]] = BoundedCache("pull.status", 64)
+_STATUSES: BoundedCache[GetStatus, tuple[str, int, int]] = BoundedCache("pull.status", 64)
 
 
-def _status(status, request_offset: int) -> tuple[str, int]:
+def _status(status: GetStatus, request_offset: int) -> tuple[str, int]:
     """(status name, response code): `status_to_code` remembered per status."""
     e = _STATUSES.get(status)
     if e is None:
-        name = getattr(status, "name", None) or str(status)
+        name = status.name
         e = (name, status_to_code(name, 0), status_to_code(name, 1))
         _STATUSES.remember(status, e)
     return e[0], (e[1] if request_offset == 0 else e[2])
@@ -70,10 +101,10 @@ _SUBS_MAX = 4096
 
 
 class PullProcessor:
-    def __init__(self, broker) -> None:
+    def __init__(self, deps: PullDeps) -> None:
         from codec.tags import java_hash
 
-        self.broker = broker
+        self.deps = deps
         self.java_hash = java_hash
         # (topic, subscription, expressionType, subVersion) -> SubscriptionData or the parse error:
         # a consumer that posts its subscription sends the same one with every pull (held pulls parse twice)
@@ -91,12 +122,12 @@ class PullProcessor:
 
     async def _hold(self, cmd, h):
         """Hold, then answer by re-running without suspend."""
-        cfg = self.broker.config
+        cfg = self.deps.config
         if cfg.long_polling_enable:
             timeout_ms = h.suspendTimeoutMillis
         else:
             timeout_ms = cfg.short_polling_time_mills
-        await self.broker.pull_hold.wait(h.topic, h.queueId, h.queueOffset, max(0, timeout_ms) / 1000.0)
+        await self.deps.pull_hold.wait(h.topic, h.queueId, h.queueOffset, max(0, timeout_ms) / 1000.0)
         resp, _ = self.process(cmd, h, first=False)
         return resp
 
@@ -106,7 +137,7 @@ class PullProcessor:
 
     def process(self, cmd, h, first: bool):
         """(response, code); response None means: hold this request (first run only)."""
-        b = self.broker
+        b = self.deps
         if not b.config.broker_permission & 4:
             return self._err(cmd, ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_ip1}] pulling message is forbidden")
         gcfg = b.groups.find(h.consumerGroup)
@@ -137,7 +168,7 @@ class PullProcessor:
                 if len(self._subs) >= _SUBS_MAX:
                     self._subs.clear()
                 self._subs[key] = sub
-            if type(sub) is str:
+            if isinstance(sub, str):
                 return self._err(cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {sub}")
         else:
             info = b.clients.consumer_group(h.consumerGroup)
@@ -167,14 +198,15 @@ class PullProcessor:
             b.offsets.commit(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
         if code == ResponseCode.PULL_NOT_FOUND and first and sys_flag & FLAG_SUSPEND:
             return None, code
+        body: list[BytesLike]
         if code == ResponseCode.SUCCESS:
-            body, body_len = res.buffers, res.buffer_total_size
+            body, body_len = cast("list[BytesLike]", res.buffers), res.buffer_total_size
             b.on_pull(h.topic, h.consumerGroup, len(body))
         else:
-            body, body_len = (), 0
+            body, body_len = [], 0
         return pull_response_frame(cmd.opaque, cmd.serialize_type, code, status, res.next_begin_offset,
                                    res.min_offset, res.max_offset, body, body_len), code
 
 
-def register(server, broker) -> None:
-    server.register(RequestCode.PULL_MESSAGE, guarded(PullProcessor(broker).__call__))
+def register(server: Registrar, deps: PullDeps) -> None:
+    server.register(RequestCode.PULL_MESSAGE, guarded(PullProcessor(deps).__call__))

@@ -17,15 +17,22 @@ detail}`; 22 QUERY_NOT_FOUND with status "unknown" when no scheduled message has
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode as RS
+from codec.command import RemotingCommand
 from codec.fastjson import dumps
 from scheduler.browse import MAX_LIMIT, Query
 from server.headers import BOOL, INT, LONG, STR, HeaderSpec
-from server.processors import error, guarded, ok, peer_of
+from server.processors import Peer, Registrar, error, guarded, ok, peer_of
+
+if TYPE_CHECKING:
+    from scheduler.browse import ScheduledBrowser
 
 log = structlog.get_logger(__name__)
 
@@ -34,13 +41,21 @@ QUERY = HeaderSpec(("topic", STR, False), ("level", INT, False), ("timers", BOOL
 CANCEL = HeaderSpec(("uniqKey", STR, True))
 
 
-def register(server, broker) -> None:
+@dataclass(frozen=True, slots=True)
+class ScheduledDeps:
+    """What DELAYMQ_QUERY_SCHEDULED / DELAYMQ_CANCEL_SCHEDULED use (built by server.processor_wiring)."""
+
+    scheduled: ScheduledBrowser
+    levels: Sequence[int]  # messageDelayLevel, ms
+
+
+def register(server: Registrar, deps: ScheduledDeps) -> None:
     @guarded
-    def query(conn, cmd):
+    def query(conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
         h = QUERY.parse(cmd.ext_fields)
         if h.timers and (h.levels or h.level is not None):
             return error(cmd, RS.SYSTEM_ERROR, "timers and level(s) exclude each other")
-        n_levels = len(broker.levels)
+        n_levels = len(deps.levels)
         if h.level is not None and not 1 <= h.level <= n_levels:
             return error(cmd, RS.SYSTEM_ERROR, f"level must be 1..{n_levels}, got {h.level}")
         limit = h.limit if h.limit is not None else 100
@@ -52,13 +67,13 @@ def register(server, broker) -> None:
             return error(cmd, RS.SYSTEM_ERROR, f"bad cursor {cursor!r}")
         q = Query(topic=h.topic, level=h.level, timers_only=bool(h.timers), levels_only=bool(h.levels),
                   due_before=h.dueBefore, key=h.key, limit=limit, cursor=cursor)
-        rows, nxt, scanned = broker.scheduled.list(q)
+        rows, nxt, scanned = deps.scheduled.list(q)
         return ok(cmd, body=dumps({"cursor": nxt, "rows": rows, "scanned": scanned}))
 
     @guarded
-    async def cancel(conn, cmd):
+    async def cancel(conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
         h = CANCEL.parse(cmd.ext_fields)
-        res = await broker.scheduled.cancel(h.uniqKey, int(time.time() * 1000))
+        res = await deps.scheduled.cancel(h.uniqKey, int(time.time() * 1000))
         ip, port = peer_of(conn)
         log.info("scheduled.cancel", uniq_key=h.uniqKey, status=res.status, kind=res.kind, delay_level=res.level,
                  topic=res.topic, remote=f"{ip}:{port}")

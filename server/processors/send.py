@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -21,7 +24,7 @@ from codec.record import encode_message_bytes
 from codec.send_response import SendResponseFrames
 from codec.tags import java_hash
 from scheduler.delay_levels import SCHEDULE_TOPIC, level_of, schedules
-from server.processors import guarded, peer_of
+from server.processors import Registrar, guarded, peer_of
 from server.processors.send_common import (
     MULTI_TAGS_FLAG,
     PROPS_MAX,
@@ -40,30 +43,65 @@ from server.processors.send_common import (
 from server.processors.send_run import SendRunMixin
 from server.topics import DLQ_PREFIX, NOT_ALLOWED_SEND, RETRY_PREFIX, topic_error
 from server.transactions import is_half, to_half
+from server.wiring import put_request
+
+if TYPE_CHECKING:
+    from server.cluster.ha.service import ReplicaRole
+    from server.config import BrokerConfig
+    from server.put_hooks import PutHooks
+    from server.topics import TopicManager
+    from storage.message_store import MessageStore
+    from storage.store_types import PutResult
+    from storage.subscription_group import SubscriptionGroupTable
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SendDeps:
+    """What the send path uses (built by server.processor_wiring)."""
+
+    config: BrokerConfig
+    store: MessageStore
+    topics: TopicManager
+    groups: SubscriptionGroupTable  # retry topics: the group's retryMaxTimes
+    hooks: PutHooks  # delay level, timer
+    replica: ReplicaRole  # SYNC_MASTER: answer once a slave has the bytes
+    levels: Sequence[int]  # messageDelayLevel, ms
+    on_put: Callable[[list[str], list[PutResult]], None]  # stored-message counters
+    on_put_sizes: Callable[[list[str], list[int]], None]
+
+
+class SendConn(Protocol):
+    """What the send path reads of a connection (remoting's Connection, the gRPC endpoint's stand-in):
+    the peer (born host) and per-connection attributes."""
+
+    attrs: dict[str, Any]
+
+    @property
+    def remote_addr(self) -> tuple[str, int]: ...
 
 # these need the dict path (DELAY is read by the plain path itself; REAL_* would be overwritten in place)
 PLAIN_SEND_EXCLUDES = ("TIMER_", "TRAN_MSG", "REAL_TOPIC", "REAL_QID")
 
 
 class SendProcessor(SendRunMixin):
-    def __init__(self, broker) -> None:
+    def __init__(self, deps: SendDeps) -> None:
         from codec import batch, msgid, properties, record, tags  # noqa: F401  (import check)
 
-        self.broker = broker
-        self.cfg = broker.config
+        self.deps = deps
+        self.cfg = deps.config
         self._record = record
         self._props = properties
         self._batch = batch
         self._msgid = msgid
         self._hash = tags.java_hash
-        host, _, port = broker.config.broker_addr.rpartition(":")
+        host, _, port = deps.config.broker_addr.rpartition(":")
         self.store_host = (host, int(port))
         # an offset msgId is hex(store host ‖ port ‖ offset): the host part is the same for every message
         self._msg_id_prefix = msgid.offset_msg_id(host, int(port), 0)[:-16]
         # UNIQ_KEYs the broker assigns (a producer that sent none) carry brokerIP1, as a Java broker's do
-        self._new_uniq_id = UniqIdGenerator(broker.config.broker_ip1).new
+        self._new_uniq_id = UniqIdGenerator(deps.config.broker_ip1).new
         self._frames = SendResponseFrames(self._msg_id_prefix, {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
         self._valid_topics: set[str] = set()
 
@@ -78,7 +116,7 @@ class SendProcessor(SendRunMixin):
             return fail(cmd, ResponseCode.SYSTEM_ERROR, problem)
         if topic in NOT_ALLOWED_SEND:
             return fail(cmd, ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
-        topics = self.broker.topics
+        topics = self.deps.topics
         tcfg = topics.get(topic)
         if tcfg is None:
             sys_flag = 1 if h.unitMode else 0
@@ -103,10 +141,8 @@ class SendProcessor(SendRunMixin):
         A lone request is a run of one (`batch`)."""
         return self.batch(conn, [cmd])[0]
 
-    def _born_host(self, conn) -> tuple[str, int]:
-        attrs = getattr(conn, "attrs", None)
-        if attrs is None:
-            return peer_of(conn)
+    def _born_host(self, conn: SendConn) -> tuple[str, int]:
+        attrs = conn.attrs
         host = attrs.get("_send_born_host")
         if host is None:
             host = attrs["_send_born_host"] = peer_of(conn)
@@ -148,7 +184,7 @@ class SendProcessor(SendRunMixin):
         stored, wait, tags, keys, delay = plain
         topic, store_qid, deliver_delay = h.topic, qid, -1
         if delay is not None and (level := level_of(delay)) > 0 and schedules(h.sysFlag):
-            levels = self.broker.levels
+            levels = self.deps.levels
             if level > len(levels):
                 return self._prepare_full(conn, cmd, h, tcfg, qid, body, reconsume)
             stored = f"{stored}\x02REAL_TOPIC\x01{topic}\x02REAL_QID\x01{qid}"
@@ -187,7 +223,7 @@ class SendProcessor(SendRunMixin):
         if is_half(props, reconsume):  # transactional: parked in the half topic until END_TRANSACTION
             to_half(rec)
         elif sys_flag & TRANSACTION_MASK in (0, TRANSACTION_COMMIT):
-            hooked = self.broker.hooks.apply(rec)
+            hooked = self.deps.hooks.apply(rec)
             if isinstance(hooked, tuple):  # (code, remark): a put hook rejected the message
                 return fail(cmd, hooked[0], hooked[1], reply_qid)
             deliver_delay = hooked
@@ -195,12 +231,12 @@ class SendProcessor(SendRunMixin):
         if len(props_bytes) > PROPS_MAX:
             return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", reply_qid)
         raw = self._record.encode_record(rec, properties_bytes=props_bytes)
-        req = self.broker.put_request(raw, rec.topic, rec.queue_id, rec.properties, deliver_delay)
+        req = put_request(raw, rec.topic, rec.queue_id, rec.properties, deliver_delay)
         return raw, req.topic, req.queue_id, req.tags_code, req.keys, deliver_delay, reply_qid, wait
 
     def _retry_or_dlq(self, cmd, h, props: dict, reconsume: int):
         group = h.topic[len(RETRY_PREFIX):]
-        gcfg = self.broker.groups.find(group)
+        gcfg = self.deps.groups.find(group)
         if gcfg is None:
             return fail(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
         max_times = gcfg.retry_max_times
@@ -209,7 +245,7 @@ class SendProcessor(SendRunMixin):
         if reconsume < max_times:
             return h.topic, h.queueId if h.queueId >= 0 else 0
         dlq = DLQ_PREFIX + group
-        self.broker.topics.create_in_send_back(dlq, 1, 6)
+        self.deps.topics.create_in_send_back(dlq, 1, 6)
         props["DELAY"] = "0"
         log.info("send.to_dlq", group=group, reconsume_times=reconsume, max=max_times)
         return dlq, 0
@@ -246,7 +282,7 @@ class SendProcessor(SendRunMixin):
         for item in items:
             item_props = item.properties
             item_str = item_props if isinstance(item_props, str) else \
-                (item_props.decode() if isinstance(item_props, bytes | bytearray | memoryview) else
+                (bytes(item_props).decode() if isinstance(item_props, bytes | bytearray | memoryview) else
                  self._props.properties_to_string(item_props))
             if item_str and not item_str.endswith("\x02"):
                 item_str += "\x02"
@@ -257,8 +293,8 @@ class SendProcessor(SendRunMixin):
                 born_timestamp=h.bornTimestamp, born_host=born_host, store_host=self.store_host,
                 reconsume_times=h.reconsumeTimes or 0, properties=props)
             raw = self._record.encode_record(rec, properties_bytes=props_str.encode())
-            reqs.append(self.broker.put_request(raw, h.topic, qid, props, -1))
-        results = self.broker.store.put(reqs)
+            reqs.append(put_request(raw, h.topic, qid, props, -1))
+        results = self.deps.store.put(reqs)
         return self._respond(cmd, results, qid, wait, [h.topic] * len(reqs))
 
     # ---- response -------------------------------------------------------------------------
@@ -270,12 +306,12 @@ class SendProcessor(SendRunMixin):
                 return fail(cmd, PUT_STATUS_CODES[r.status], put_fail_remark(r.status, r.remark), reply_qid)
         prefix = self._msg_id_prefix
         msg_id = ",".join([f"{prefix}{r.phys_offset:016X}" for r in results])
-        self.broker.on_put(topics, results)
+        self.deps.on_put(topics, results)
         if cmd.is_oneway:
             return None
         ext = {"msgId": msg_id, "queueId": str(reply_qid), "queueOffset": str(first.queue_offset),
                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-        replica = self.broker.replica
+        replica = self.deps.replica
         if replica.sync_master and wait:
             end = max(r.phys_offset + r.size for r in results)
             flushed = next((r.flushed for r in results if r.flushed is not None), None)
@@ -283,7 +319,7 @@ class SendProcessor(SendRunMixin):
             return self._answer_when_replicated(cmd, flushed if self.cfg.sync_flush else None,
                                                 gate if type(gate) is tuple else asyncio.ensure_future(gate), ext)
         if self.cfg.sync_flush and wait:
-            pending = [r.flushed for r in results if getattr(r, "flushed", None) is not None]
+            pending = [r.flushed for r in results if r.flushed is not None]
             if pending:
                 return self._answer_when_flushed(cmd, pending, ext)
         return ok(cmd, ResponseCode.SUCCESS, None, ext)
@@ -298,9 +334,9 @@ class SendProcessor(SendRunMixin):
         return ok(cmd, code, remark, ext)
 
 
-def register(server, broker) -> None:
-    sp = SendProcessor(broker)
+def register(server: Registrar, deps: SendDeps) -> None:
+    sp = SendProcessor(deps)
     proc = guarded(sp.__call__)
-    proc.batch = sp.batch_framed  # runs of sends from one read share one store put (remoting.dispatch)
     for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-        server.register(code, proc)
+        # runs of sends from one read share one store put (remoting.dispatch)
+        server.register(code, proc, batch=sp.batch_framed)

@@ -6,6 +6,7 @@ client reads the send response header without a null check).
 
 from __future__ import annotations
 
+from codec.buffers import Body
 from codec.codes import BROKER_VERSION, RPC_TYPE_RESPONSE, ResponseCode
 from codec.command import RemotingCommand
 from storage.store_types import PutStatus
@@ -42,13 +43,13 @@ def ext_fields(msg_id: str = "", queue_id: int = 0, queue_offset: int = 0) -> di
             "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
 
 
-def fail(cmd, code: int, remark: str, queue_id: int = 0):
+def fail(cmd: RemotingCommand, code: int, remark: str, queue_id: int = 0) -> RemotingCommand | None:
     if cmd.is_oneway:
         return None
     return cmd.response(code=code, remark=remark, ext_fields=ext_fields("", queue_id, 0))
 
 
-def ok(cmd, code: int, remark: str | None, ext: dict[str, str]) -> RemotingCommand:
+def ok(cmd: RemotingCommand, code: int, remark: str | None, ext: dict[str, str]) -> RemotingCommand:
     """`cmd.response(code, remark, ext)` for an ext dict that is already all strings."""
     return RemotingCommand(code, cmd.opaque, RPC_TYPE_RESPONSE, "JAVA", BROKER_VERSION, remark, ext, b"",
                            cmd.serialize_type)
@@ -60,14 +61,14 @@ def put_fail_remark(status: PutStatus, remark: str | None) -> str:
     return f"{name}: {remark}" if remark and remark != name else name
 
 
-def int_or_zero(v) -> int:
+def int_or_zero(v: str | None) -> int:
     try:
         return int(v) if v not in (None, "") else 0
     except ValueError:
         return 0
 
 
-def body_bytes(body) -> bytes:
-    if isinstance(body, list):
+def body_bytes(body: Body) -> bytes:
+    if isinstance(body, list | tuple):
         return b"".join(bytes(p) for p in body)
     return bytes(body or b"")

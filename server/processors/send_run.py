@@ -13,7 +13,9 @@ encoded in one pass into one bytes object (`codec.send_response` for the SUCCESS
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from itertools import accumulate
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -23,6 +25,7 @@ from codec.frame import encode_frame_bytes
 from codec.record import POS_SYS_FLAG, store_timestamp_pos
 from server import headers as H
 from server.headers import HeaderError
+from server.processors import peer_of
 from server.processors.send_common import (
     PUT_OK,
     PUT_STATUS_CODES,
@@ -32,6 +35,13 @@ from server.processors.send_common import (
     ok,
     put_fail_remark,
 )
+
+if TYPE_CHECKING:
+    from codec.send_response import SendResponseFrames
+    from server.config import BrokerConfig
+    from server.headers import Header
+    from server.processors.send import SendDeps
+    from storage.store_types import IndexKeys
 
 log = structlog.get_logger(__name__)
 
@@ -45,19 +55,43 @@ class SendRun:
 
     __slots__ = ("buf", "starts", "dests", "tags_codes", "keys", "ts_pos", "deliver_delays")
 
+    buf: bytearray
+    starts: list[int]
+    dests: list[tuple[str, int]]
+    tags_codes: list[int]
+    keys: Sequence[IndexKeys]
+    ts_pos: list[int]
+    deliver_delays: list[int] | None
+
     def __init__(self, preps: list[PreparedSend]) -> None:
         recs, topics, qids, tcodes, keys, delays = list(zip(*preps, strict=True))[:6]
         self.buf = buf = bytearray().join(recs)
         self.starts = starts = list(accumulate(map(len, recs), initial=0))
         self.dests = list(zip(topics, qids, strict=True))
-        self.tags_codes = tcodes
+        self.tags_codes = list(tcodes)
         self.keys = keys
-        self.deliver_delays = delays if max(delays) >= 0 else None
+        self.deliver_delays = list(delays) if max(delays) >= 0 else None
         tsp = _TS_POS
         self.ts_pos = [s + tsp[(buf[s + _SYS_FLAG_LOW] & 0x10) >> 4] for s in starts[:-1]]
 
 
 class SendRunMixin:
+    """The run half of SendProcessor; what it uses of the other half is declared here."""
+
+    deps: SendDeps
+    cfg: BrokerConfig
+    _frames: SendResponseFrames
+    _msg_id_prefix: str
+
+    if TYPE_CHECKING:
+        def send_batch(self, conn: Any, cmd: RemotingCommand, h: Header) -> Any: ...
+
+        def _prepare_single(self, conn: Any, cmd: RemotingCommand, h: Header) -> Any: ...
+
+        @staticmethod
+        async def _answer_when_flushed(cmd: RemotingCommand, pending: list[Any],
+                                       ext: dict[str, str]) -> RemotingCommand: ...
+
     def batch(self, conn, cmds: list) -> list:
         """A run of send requests: one response (None for oneway, an awaitable for a SYNC_FLUSH wait)
         per request, in order."""
@@ -105,7 +139,8 @@ class SendRunMixin:
                 out[i] = fail(cmd, ResponseCode.SYSTEM_ERROR, str(e))
                 continue
             except Exception as e:  # one bad request must not cost the others of the run
-                log.warning("send.failed", peer=getattr(conn, "peer", None), error=repr(e), exc_info=e)
+                ip, port = peer_of(conn)
+                log.warning("send.failed", peer=f"{ip}:{port}", error=repr(e), exc_info=e)
                 out[i] = fail(cmd, ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
                 continue
             if type(prep) is tuple:
@@ -121,12 +156,13 @@ class SendRunMixin:
         if not preps:
             return
         run = SendRun(preps)
-        res = self.broker.store.put_batch(run)
-        phys, qoffs, statuses, flushed = res.phys, res.queue_offsets, res.statuses, res.flushed
+        res = self.deps.store.put_batch(run)
+        phys, statuses, flushed = res.phys, res.statuses, res.flushed
+        qoffs = res.queue_offsets or [-1] * len(preps)
         # no response waits for a flush unless SYNC_FLUSH (then only those with WAIT)
         sync = self.cfg.sync_flush and flushed is not None
-        replica = self.broker.replica.gate_for_run(run.starts, phys, statuses) \
-            if self.broker.replica.sync_master and res.count else None
+        replica = self.deps.replica.gate_for_run(run.starts, phys, statuses) \
+            if self.deps.replica.sync_master and res.count else None
         frame = self._frames.frame
         for j, i in enumerate(idx):
             _raw, _topic, _qid, _tcode, _keys, _delay, reply_qid, wait = preps[j]  # a PreparedSend
@@ -151,7 +187,7 @@ class SendRunMixin:
             if statuses is not None:
                 kept = [j for j, s in enumerate(statuses) if s is PUT_OK]
                 topics, sizes = [topics[j] for j in kept], [sizes[j] for j in kept]
-            self.broker.on_put_sizes(topics, sizes)
+            self.deps.on_put_sizes(topics, sizes)
         idx.clear()
         preps.clear()
 

@@ -6,12 +6,18 @@ at all, as in RocketMQ's EndTransactionProcessor, and the half waits for its che
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import structlog
 
 from codec.codes import RequestCode
+from codec.command import RemotingCommand
 from server.headers import BOOL, INT, LONG, STR, HeaderSpec
-from server.processors import error, guarded, ok
+from server.processors import Peer, Registrar, error, guarded, ok
 from server.transactions import COMMIT, ROLLBACK
+
+if TYPE_CHECKING:
+    from server.transactions import TransactionService
 
 log = structlog.get_logger(__name__)
 
@@ -21,16 +27,18 @@ END_TRANSACTION_HEADER = HeaderSpec(
     ("transactionId", STR, False))
 
 
-def register(server, broker) -> None:
+def register(server: Registrar, transactions: TransactionService) -> None:
+    """END_TRANSACTION needs the transaction service alone."""
+
     @guarded
-    async def end_transaction(conn, cmd):
+    async def end_transaction(conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
         h = END_TRANSACTION_HEADER.parse(cmd.ext_fields)
         if h.commitOrRollback not in (COMMIT, ROLLBACK):
             log.info("transactions.end_pending_state", group=h.producerGroup, offset=h.tranStateTableOffset,
                      state=h.commitOrRollback, from_check=bool(h.fromTransactionCheck), remark=cmd.remark)
             return None
-        code, remark = await broker.transactions.end(h.producerGroup, h.tranStateTableOffset, h.commitLogOffset,
-                                                     h.commitOrRollback)
+        code, remark = await transactions.end(h.producerGroup, h.tranStateTableOffset, h.commitLogOffset,
+                                              h.commitOrRollback)
         if code != 0:
             log.warning("transactions.end_refused", group=h.producerGroup, offset=h.tranStateTableOffset,
                         code=code, remark=remark)

@@ -1,7 +1,7 @@
 """Broker hardening: plain ACL, TLS on the broker port, connection and memory limits.
 
-`install(broker, server)` is the one entry point the broker calls (server/broker.py) after it
-built its RemotingServer and before it listens. Config keys (broker.conf):
+`install(config, store, server) -> Security` is the one entry point the broker calls (server/broker.py)
+after it built its RemotingServer and before it listens. Config keys (broker.conf):
   aclEnable, aclFile (alias rocketmq.acl.plain.file; default <storePathRootDir>/config/plain_acl.yml)
   tlsEnable, tls.server.mode (disabled|permissive|enforcing), tls.server.certPath, tls.server.keyPath,
   tls.server.need.client.auth / tlsServerNeedClientAuth (none|optional|require) + tls.server.trustCertPath
@@ -13,21 +13,27 @@ from __future__ import annotations
 
 import os
 import ssl
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
 from codec.codes import ResponseCode
 from codec.errors import CodecError
 from codec.record import read_topic
-from server.config import ConfigError
+from server.config import BrokerConfig, ConfigError
 from server.security.acl import AclConfigError, AclDenied, PlainAclValidator, load_acl_file
 from server.security.guard import GuardState, RateLimitedLog
 from server.security.permission import NAMESRV_CODES
 from server.security.tls import server_context
 
+if TYPE_CHECKING:
+    from remoting.server import RemotingServer
+    from storage.message_store import MessageStore
+
 log = structlog.get_logger(__name__)
 
-__all__ = ["install", "preflight", "acl_file_path", "tls_mode", "make_acl_hook"]
+__all__ = ["Security", "install", "preflight", "acl_file_path", "tls_mode", "make_acl_hook"]
 
 
 def acl_file_path(cfg) -> str:
@@ -109,9 +115,17 @@ def _record_topic(store):
     return record_topic
 
 
-def install(broker, server) -> GuardState:
-    """Apply limits, TLS and ACL from broker.config to a RemotingServer that is not listening yet."""
-    cfg = broker.config
+@dataclass(frozen=True, slots=True)
+class Security:
+    """What `install` set up: the connection guard and the ACL validator (None: aclEnable=false), which
+    the gRPC endpoint checks its calls against too."""
+
+    guard: GuardState
+    acl: PlainAclValidator | None
+
+
+def install(cfg: BrokerConfig, store: MessageStore, server: RemotingServer) -> Security:
+    """Apply limits, TLS and ACL from broker.conf to a RemotingServer that is not listening yet."""
     if cfg.max_connections > 0:
         server.max_connections = cfg.max_connections
     if cfg.max_inflight_per_connection > 0:
@@ -130,12 +144,10 @@ def install(broker, server) -> GuardState:
     server.protocol_factory_wrapper = state.wrap_factory
     validator = None
     if cfg.acl_enable:
-        validator = PlainAclValidator(acl_file_path(cfg), record_topic=_record_topic(broker.store))
+        validator = PlainAclValidator(acl_file_path(cfg), record_topic=_record_topic(store))
         server.before_request = make_acl_hook(validator)
-    broker.security = state
-    broker.acl = validator
     log.info("security.installed", acl=cfg.acl_enable, acl_file=acl_file_path(cfg) if cfg.acl_enable else None,
              tls_mode=mode, max_connections=server.max_connections, max_connections_per_ip=state.max_per_ip,
              max_inflight_per_connection=server.max_inflight, max_frame=server.max_frame, max_header=server.max_header,
              max_buffered_frame_bytes=state.frame_budget)
-    return state
+    return Security(state, validator)

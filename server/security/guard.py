@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
+from typing import cast
 
 import structlog
 
@@ -84,22 +85,22 @@ class GuardProtocol(asyncio.Protocol):
     def __init__(self, inner, state: GuardState) -> None:
         self.inner = inner
         self.state = state
-        self.raw = None
+        self.raw: asyncio.Transport  # connection_made
         self.host = "0.0.0.0"
         self.mode = _SNIFF if state.tls_mode != "disabled" else _PLAIN
         self.tls: TlsTransport | None = None
         self._buffered = 0
         self._made = False
 
-    def connection_made(self, transport) -> None:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         st = self.state
-        self.raw = transport
+        self.raw = cast(asyncio.Transport, transport)
         self.host = _host(transport.get_extra_info("peername"))
         if st.max_per_ip and st.per_ip.get(self.host, 0) >= st.max_per_ip:
             st.refused_per_ip += 1
             st.log.warning("guard.too_many_connections_from_ip", host=self.host, limit=st.max_per_ip)
             self.mode = _REFUSED
-            transport.abort()
+            self.raw.abort()
             return
         st.per_ip[self.host] = st.per_ip.get(self.host, 0) + 1
         self._made = True
@@ -109,16 +110,17 @@ class GuardProtocol(asyncio.Protocol):
         mode = self.mode
         if mode == _PLAIN:
             self.inner.data_received(data)
-        elif mode == _TLS:
+        elif mode == _TLS and self.tls is not None:
             self.tls.feed(data)
         elif mode == _SNIFF:
             if not data:
                 return
-            if data[0] == TLS_HANDSHAKE_RECORD:
+            ctx = self.state.tls_context
+            if data[0] == TLS_HANDSHAKE_RECORD and ctx is not None:  # sniffing runs only with a context
                 self.mode = _TLS
-                self.tls = TlsTransport(self.raw, self.state.tls_context, self.inner, self.inner.peer)
-                self.inner.transport = self.tls
-                self.tls.feed(data)
+                tls = self.tls = TlsTransport(self.raw, ctx, self.inner, self.inner.peer)
+                self.inner.transport = tls
+                tls.feed(data)
             elif self.state.tls_mode == "enforcing":
                 self.state.refused_plain += 1
                 self.state.log.warning("tls.plain_connection_refused", peer=self.inner.peer, mode="enforcing")

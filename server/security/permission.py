@@ -115,9 +115,9 @@ def needed_resources(code: int, ext: dict[str, str], body, record_topic=None) ->
             offset = int(ext.get("offset") or "")
         except ValueError:
             raise ValueError(f"bad offset {ext.get('offset')!r}") from None
-        topic = record_topic(offset) if record_topic is not None else None
-        if topic is not None:  # no record there: the processor answers "not found", nothing is shown
-            out[topic] = SUB
+        found = record_topic(offset) if record_topic is not None else None
+        if found is not None:  # no record there: the processor answers "not found", nothing is shown
+            out[found] = SUB
     elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
         out[retry_topic(ext.get("consumerGroup"))] = SUB
         out[ext.get("topic") or ""] = SUB

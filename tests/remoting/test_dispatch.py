@@ -241,8 +241,8 @@ async def test_batch_entries_may_be_encoded_frames(make_server):
         out[-1] = proc(conn, cmds[-1])
         return out
 
-    proc.batch = batch
-    s = await make_server({ECHO: proc})
+    s = await make_server()
+    s.server.register(ECHO, proc, batch=batch)
     s.server.before_request = lambda conn, cmd: cmd.response(16, "no") if cmd.ext_fields.get("n") == "2" else None
     peer = await RawPeer.connect(s.port)
     peer.send(b"".join(rocketmq_frame(ECHO, i, 0, {"n": str(i)}) for i in range(1, 6)))

@@ -9,9 +9,10 @@ from codec.record import encode_record
 from scheduler.delay_levels import DelayLevelService
 from server.broker import BrokerController
 from server.config import BrokerConfig
+from server.processor_wiring import send_back_deps
 from server.processors.consumer_send_back import ConsumerSendBackProcessor
 from server.put_hooks import PutHooks
-from server.wiring import delay_config, make_message_store, timer_config
+from server.wiring import delay_config, make_message_store, put_request, timer_config
 from tests.scheduler.helpers import QueueWatcher, make_record, read_queue
 
 
@@ -27,7 +28,7 @@ async def _broker(tmp_path):
     b.delay_service = DelayLevelService(b.store, delay_config(cfg, b.levels))
     b.delay_service.start()
     rec = make_record("SB", 0, body=b"payload")
-    [res] = b.store.put([b.put_request(encode_record(rec), "SB", 0, rec.properties, -1)])
+    [res] = b.store.put([put_request(encode_record(rec), "SB", 0, rec.properties, -1)])
     return b, res
 
 
@@ -43,7 +44,7 @@ def _cmd(phys, group="G", level=0, **extra):
 
 async def test_retry_then_dlq(tmp_path):
     b, orig = await _broker(tmp_path)
-    proc = ConsumerSendBackProcessor(b)
+    proc = ConsumerSendBackProcessor(send_back_deps(b))
     try:
         watch = QueueWatcher(b.store, "%RETRY%G", 0)
         r = await proc(None, _cmd(orig.phys_offset))

@@ -6,6 +6,7 @@ import asyncio
 from codec.codes import SERIALIZE_JSON, SERIALIZE_ROCKETMQ
 from codec.command import RemotingCommand
 from codec.frame import decode_frame, encode_frame_bytes
+from server.processor_wiring import pull_deps
 from server.processors.pull import PullProcessor
 from server.processors.pull_reference import pull_answer
 from tests.server.helpers import pull_ext, send
@@ -23,7 +24,7 @@ async def test_answers_equal_the_reference(broker_ctl, client):
         assert r.code == 0
     from codec.tags import java_hash
 
-    pp = PullProcessor(broker_ctl)
+    pp = PullProcessor(pull_deps(broker_ctl))
     cases = [(0, 32, "*", None), (2, 3, "*", None), (5, 1, "*", None), (6, 4, "*", None), (9, 4, "*", None),
              (0, 32, "TagA", {java_hash("TagA")}), (4, 1, "TagB || TagZ", {java_hash("TagB"), java_hash("TagZ")}),
              (0, 4, "TagZ", {java_hash("TagZ")})]
@@ -43,7 +44,7 @@ async def test_answers_equal_the_reference(broker_ctl, client):
 
 async def test_held_pull_answer_equals_the_reference(broker_ctl, client):
     await send(client, "HeldFrames", b"seed", qid=0)
-    pp = PullProcessor(broker_ctl)
+    pp = PullProcessor(pull_deps(broker_ctl))
     for ser in (SERIALIZE_JSON, SERIALIZE_ROCKETMQ):
         offset = broker_ctl.store.max_offset("HeldFrames", 0)
         cmd = request(ser, 77, group="GH", topic="HeldFrames", qid=0, offset=offset, suspend_ms=20000)

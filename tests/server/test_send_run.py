@@ -31,8 +31,7 @@ class _Conn:
 
 
 def _processor(broker):
-    proc, _ = broker.remoting.server.processors[SEND_MESSAGE_V2]
-    return proc.batch.__self__
+    return broker.remoting.server.dispatcher.batch_processors[SEND_MESSAGE_V2].__self__
 
 
 def _frames(blob: bytes) -> list[bytes]:
@@ -118,7 +117,7 @@ async def test_a_run_equals_the_reference(make_broker, tmp_path, flush):
         assert ra == rb and len(ra) == b.store.commitlog_max_offset()
         for key in b.store.consume_queues:
             assert bytes(a.store.read_units(*key, 0, 64)) == bytes(b.store.read_units(*key, 0, 64)), key
-        assert a.put_total == a.store.put_ok_total == b.store.put_ok_total  # on_put counted every stored record
+        assert a.counters.put_total == a.store.put_ok_total == b.store.put_ok_total  # on_put counted every stored record
         got = await _by_opaque(out)
         want = await _by_opaque(refs)
         assert got == want

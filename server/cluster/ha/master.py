@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
+from typing import cast
 
 import structlog
 
@@ -28,7 +29,7 @@ WAIT_DATA_S = 0.1  # a connection with nothing to send sleeps at most this long 
 class HAConnection(asyncio.Protocol):
     def __init__(self, service: HAService) -> None:
         self.svc = service
-        self.transport: asyncio.Transport | None = None
+        self.transport: asyncio.Transport  # connection_made
         self.peer = None
         self.decoder = ReportDecoder()
         self.request_offset = -1  # the first report
@@ -42,8 +43,8 @@ class HAConnection(asyncio.Protocol):
         self.task: asyncio.Task | None = None
 
     # ---- protocol -----------------------------------------------------------------------
-    def connection_made(self, transport) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
         self.peer = transport.get_extra_info("peername")
         self.svc.connections.add(self)
         self.task = asyncio.get_running_loop().create_task(self._write_loop(), name=f"ha-write-{self.peer}")

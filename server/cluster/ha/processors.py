@@ -7,32 +7,51 @@ from __future__ import annotations
 import json
 import struct
 import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode as RS
 from scheduler.delay_offsets import format_offset_table
-from server.processors import error, guarded, ok, request_body
+from server.processors import Registrar, error, guarded, ok, request_body
+
+if TYPE_CHECKING:
+    from scheduler.delay_service import DelayLevelService
+    from scheduler.timer import TimerMessageStore
+    from server.cluster.ha.service import ReplicaRole
+    from server.config import BrokerConfig
+    from storage.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 
 TIMER_CHECK_BODY = struct.Struct(">qqqqqqq")  # cluster-ha.md §3.5, 56 bytes
 
 
-def register(server, broker) -> None:
-    role = broker.replica
+@dataclass(frozen=True, slots=True)
+class HaDeps:
+    """What the HA requests use (built by server.processor_wiring)."""
+
+    config: BrokerConfig
+    store: MessageStore
+    replica: ReplicaRole
+    delay_service: DelayLevelService
+    timer_service: TimerMessageStore | None  # None: timerWheelEnable=false
+
+
+def register(server: Registrar, deps: HaDeps) -> None:
+    role = deps.replica
 
     @guarded
     def all_delay_offsets(conn, cmd):
-        svc = broker.delay_service
-        table = svc.progress() if svc is not None and not role.is_slave else \
-            (dict(svc.offsets.offsets) if svc is not None else {})
+        svc = deps.delay_service
+        table = svc.progress() if not role.is_slave else dict(svc.offsets.offsets)
         return ok(cmd, body=format_offset_table(table))
 
     @guarded
     def timer_check_point(conn, cmd):
-        t = broker.timer_service
+        t = deps.timer_service
         if t is None or t.checkpoint is None:
             return error(cmd, RS.SYSTEM_ERROR, "timer wheel is disabled (timerWheelEnable=false)")
         cp = t.checkpoint
@@ -54,7 +73,7 @@ def register(server, broker) -> None:
     @guarded
     def ha_epoch(conn, cmd):
         doc = {"epoch": role.epoch, "startOffset": role.epoch_start,
-               "maxOffset": broker.store.commitlog_max_offset(), "brokerRole": broker.config.broker_role}
+               "maxOffset": deps.store.commitlog_max_offset(), "brokerRole": deps.config.broker_role}
         return ok(cmd, body=json.dumps(doc).encode())
 
     @guarded
@@ -68,7 +87,7 @@ def register(server, broker) -> None:
         if new_role not in ("ASYNC_MASTER", "SYNC_MASTER"):
             return error(cmd, RS.SYSTEM_ERROR, f"brokerRole must be ASYNC_MASTER or SYNC_MASTER, got {new_role}")
         if not role.is_slave:
-            return error(cmd, RS.SYSTEM_ERROR, f"this broker is already a master ({broker.config.broker_role})")
+            return error(cmd, RS.SYSTEM_ERROR, f"this broker is already a master ({deps.config.broker_role})")
         info = await role.promote(new_role)
         return ok(cmd, body=json.dumps(info).encode())
 

@@ -20,40 +20,90 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode
 from codec.command import RemotingCommand
+from remoting.client import RemotingClient
 from scheduler.progress import SchedulerProgress
 from server.cluster.ha.master import HAService
 from server.cluster.ha.slave import HAClient
 from server.cluster.ha.sync import SlaveSynchronize
 from storage.config_store import atomic_write_json, read_json
+from storage.message_store import MessageStore
+from storage.supervisor import SupervisedTask
+
+if TYPE_CHECKING:
+    from scheduler.delay_service import DelayLevelService
+    from scheduler.timer import TimerMessageStore
+    from server.config import BrokerConfig
+    from server.offsets_table import ConsumerOffsetManager
+    from server.topics import TopicManager
+    from server.transactions import TransactionService
+    from storage.subscription_group import SubscriptionGroupTable
 
 log = structlog.get_logger(__name__)
 
 EPOCH_FILE = "haEpoch.json"
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaServices:
+    """What a replica role drives besides the store: the tables a slave adopts from its master, the
+    scheduled services it follows and starts at promotion, the transaction check-backs (attached by
+    BrokerController.start once they exist, before the broker listens)."""
+
+    topics: TopicManager
+    groups: SubscriptionGroupTable
+    offsets: ConsumerOffsetManager
+    delay_service: DelayLevelService
+    timer_service: TimerMessageStore | None
+    transactions: TransactionService
+
+
 class ReplicaRole:
-    def __init__(self, broker) -> None:
-        self.broker = broker
-        self.config = broker.config
-        self.store = None
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self._services: ReplicaServices | None = None  # attach()
+        self._store: MessageStore | None = None  # prepare()
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
         self.sync: SlaveSynchronize | None = None
-        self.client = None
+        self._client: RemotingClient | None = None  # prepare()
         self.master_addr_from_ns: str | None = None  # RegisterBrokerResult.masterAddr
         self.ha_addr_from_ns: str | None = None  # RegisterBrokerResult.haServerAddr
-        self.role_listeners: list[Callable[[str, int], object]] = []  # fn(brokerRole, brokerId)
-        self._tasks: list = []  # storage.supervisor.SupervisedTask
+        # async fn(brokerRole, brokerId), awaited after a promotion
+        self.role_listeners: list[Callable[[str, int], Awaitable[object]]] = []
+        self._tasks: list[SupervisedTask] = []
         self.epoch = 0
         self.epoch_start = 0
         self.promoted_at_ms = 0
+
+    def attach(self, services: ReplicaServices) -> None:
+        self._services = services
+
+    @property
+    def services(self) -> ReplicaServices:
+        if self._services is None:
+            raise RuntimeError("ReplicaRole.attach(services) comes before start()")
+        return self._services
+
+    @property
+    def store(self) -> MessageStore:
+        if self._store is None:
+            raise RuntimeError("ReplicaRole.prepare(store) comes first")
+        return self._store
+
+    @property
+    def client(self) -> RemotingClient:
+        if self._client is None:
+            raise RuntimeError("ReplicaRole.prepare(store) comes first")
+        return self._client
 
     # ---- addresses ----------------------------------------------------------------------
     def master_ha_addr(self) -> str | None:
@@ -102,7 +152,7 @@ class ReplicaRole:
                 resp = await self.client.invoke(ns, RemotingCommand.request(int(RC.GET_BROKER_CLUSTER_INFO), {}), 3.0)
                 if resp.code != 0:
                     continue
-                info = loads_lenient(bytes(resp.body) if not isinstance(resp.body, list) else b"".join(resp.body))
+                info = loads_lenient(resp.body_bytes())
                 data = (info.get("brokerAddrTable") or {}).get(self.config.broker_name) or {}
                 addrs = {int(k): v for k, v in (data.get("brokerAddrs") or {}).items()}
             except Exception as e:
@@ -127,12 +177,10 @@ class ReplicaRole:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         atomic_write_json(path, {"epoch": self.epoch, "startOffset": self.epoch_start})
 
-    async def prepare(self, store) -> None:
+    async def prepare(self, store: MessageStore) -> None:
         """After the store loaded, before the scheduler services start."""
-        from remoting.client import RemotingClient
-
-        self.store = store
-        self.client = RemotingClient()
+        self._store = store
+        self._client = RemotingClient()
         self.load_epoch()
         if self.is_slave:
             if not self.config.ha_master_address and self.config.namesrv_addr_list:
@@ -153,7 +201,7 @@ class ReplicaRole:
             return
         if resp.code != 0:
             return  # an Apache master: no epochs
-        doc = json.loads(bytes(resp.body) if not isinstance(resp.body, list) else b"".join(resp.body))
+        doc = json.loads(resp.body_bytes())
         m_epoch, m_start = int(doc["epoch"]), int(doc["startOffset"])
         if m_epoch <= self.epoch:
             return
@@ -184,9 +232,9 @@ class ReplicaRole:
             self._start_slave()
 
     def _start_slave(self) -> None:
-        b, cfg = self.broker, self.config
+        b, cfg = self.services, self.config
         self.ha_client = HAClient(self.store, cfg, self.master_ha_addr)
-        self.sync = SlaveSynchronize(b, self.client, self.master_broker_addr)
+        self.sync = SlaveSynchronize(cfg, self.store, b, self.client, self.master_broker_addr)
         self.ha_client.on_applied.append(self.sync.try_adopt)
         if b.timer_service is not None:
             b.timer_service.start_follower()
@@ -210,8 +258,8 @@ class ReplicaRole:
         await self._stop_slave()
         if self.ha_service is not None:
             await self.ha_service.close()
-        if self.client is not None:
-            self.client.close()
+        if self._client is not None:
+            self._client.close()
 
     # ---- SYNC_MASTER ----------------------------------------------------------------------
     @property
@@ -222,9 +270,9 @@ class ReplicaRole:
         """For a SYNC_MASTER send whose records end at `end_offset`: None (answer now) is never
         returned; (code, remark) when no slave can take it, else an awaitable of (code, remark)."""
         svc = self.ha_service
-        if not svc.slave_ok(end_offset):
+        if svc is None or not svc.slave_ok(end_offset):
             return ResponseCode.SLAVE_NOT_AVAILABLE, "SLAVE_NOT_AVAILABLE"
-        return self._wait(end_offset)
+        return self._wait(svc, end_offset)
 
     def gate_for_run(self, starts, phys, statuses):
         """`gate` for a run of sends stored by one put_batch: one wait, shared by its requests,
@@ -238,13 +286,13 @@ class ReplicaRole:
         g = self.gate(end)
         return g if type(g) is tuple else asyncio.ensure_future(g)
 
-    async def _wait(self, end_offset: int):
-        ok = await self.ha_service.wait_replicated(end_offset, self.config.slave_timeout / 1000.0)
+    async def _wait(self, svc: HAService, end_offset: int):
+        ok = await svc.wait_replicated(end_offset, self.config.slave_timeout / 1000.0)
         return (0, None) if ok else (ResponseCode.FLUSH_SLAVE_TIMEOUT, "FLUSH_SLAVE_TIMEOUT")
 
     # ---- scheduler progress (master side) ---------------------------------------------------
     def progress(self, timer_from_queue_offset: int = -1) -> SchedulerProgress:
-        b = self.broker
+        b = self.services
         p = SchedulerProgress(int(time.time() * 1000), self.store.commitlog_max_offset())
         if b.delay_service is not None:
             p.delay_offsets = b.delay_service.progress()
@@ -257,7 +305,7 @@ class ReplicaRole:
         if not self.is_slave:
             raise ValueError(f"this broker is already a master ({self.config.broker_role})")
         t0 = time.monotonic()
-        b, cfg = self.broker, self.config
+        b, cfg = self.services, self.config
         await self._stop_slave()
         if self.sync is not None and self.sync.pending is not None:
             self.sync.try_adopt(self.store.commitlog_max_offset())
@@ -283,9 +331,7 @@ class ReplicaRole:
             b.timer_service.promote(timer_p)
         for fn in self.role_listeners:
             try:
-                r = fn(cfg.broker_role, cfg.broker_id)
-                if asyncio.iscoroutine(r):
-                    await r
+                await fn(cfg.broker_role, cfg.broker_id)
             except Exception as e:
                 log.error("ha.role_listener_failed", listener=repr(fn), error=repr(e))
         info = {"brokerRole": role, "brokerId": 0, "epoch": self.epoch, "epochStartOffset": self.epoch_start,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import cast
 
 import structlog
 
@@ -83,13 +84,16 @@ class HAClient(asyncio.Protocol):
         heartbeat = self.config.ha_send_heartbeat_interval / 1000.0
         housekeeping = self.config.ha_housekeeping_interval / 1000.0
         tick = min(heartbeat, 1.0)
-        while self._running and not self._lost.done():
+        lost = self._lost
+        if lost is None:
+            return
+        while self._running and not lost.done():
             try:
-                await asyncio.wait_for(asyncio.shield(self._lost), tick)
+                await asyncio.wait_for(asyncio.shield(lost), tick)
             except TimeoutError:
                 pass
             now = time.monotonic()
-            if self._lost.done():
+            if lost.done():
                 return
             if now - self.last_read > housekeeping:
                 log.warning("ha.master_silent", master=self.connected_to, seconds=housekeeping)
@@ -98,12 +102,16 @@ class HAClient(asyncio.Protocol):
                 self._report()
 
     # ---- protocol -----------------------------------------------------------------------
-    def connection_made(self, transport) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
         self.last_read = time.monotonic()
         self._report()
 
-    def connection_lost(self, exc) -> None:
+    def _drop(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         if self._lost is not None and not self._lost.done():
             self._lost.set_result(exc)
@@ -114,7 +122,7 @@ class HAClient(asyncio.Protocol):
             frames = self.decoder.feed(data)
         except CodecError as e:
             log.error("ha.bad_frame", master=self.connected_to, error=str(e))
-            self.transport.close()
+            self._drop()
             return
         store = self.store
         applied = False
@@ -125,14 +133,14 @@ class HAClient(asyncio.Protocol):
             if end != 0 and offset != end:
                 self.mismatches += 1
                 log.error("ha.offset_mismatch", master=self.connected_to, pushed=offset, local_end=end)
-                self.transport.close()
+                self._drop()
                 return
             try:
                 store.append_replica(offset, body)
             except ReplicaError as e:
                 self.mismatches += 1
                 log.error("ha.append_failed", master=self.connected_to, error=str(e))
-                self.transport.close()
+                self._drop()
                 return
             self.frames += 1
             self.bytes += len(body)

@@ -22,6 +22,8 @@ import asyncio
 import collections
 import struct
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -33,6 +35,12 @@ from scheduler.progress import SchedulerProgress
 from storage.subscription_group import SubscriptionGroupConfig
 from storage.topic_config import TopicConfig
 
+if TYPE_CHECKING:
+    from remoting.client import RemotingClient
+    from server.cluster.ha.service import ReplicaServices
+    from server.config import BrokerConfig
+    from storage.message_store import MessageStore
+
 log = structlog.get_logger(__name__)
 
 TIMEOUT_S = 3.0
@@ -41,8 +49,11 @@ TIMER_CHECK = struct.Struct(">qqqq")  # lastReadTimeMs, lastTimerLogFlushPos, la
 
 
 class SlaveSynchronize:
-    def __init__(self, broker, client, master_addr) -> None:
-        self.broker = broker
+    def __init__(self, config: BrokerConfig, store: MessageStore, services: ReplicaServices, client: RemotingClient,
+                 master_addr: Callable[[], str | None]) -> None:
+        self.config = config
+        self.store = store
+        self.services = services
         self.client = client
         self.master_addr = master_addr  # fn() -> the master's broker address or None
         self.progress: SchedulerProgress | None = None  # the last record adopted
@@ -58,11 +69,11 @@ class SlaveSynchronize:
     # ---- metadata (RocketMQ) --------------------------------------------------------------
     async def sync_all(self) -> None:
         addr = self.master_addr()
-        if not addr or addr == self.broker.config.broker_addr:
+        if not addr or addr == self.config.broker_addr:
             return
         host, _, port = addr.rpartition(":")
         vip = f"{host}:{int(port) - 2}"
-        b = self.broker
+        b = self.services
         body = await self._get(vip, RC.GET_ALL_TOPIC_CONFIG)
         if body is not None:
             table = decode_table(body, "topicConfigTable")
@@ -100,15 +111,14 @@ class SlaveSynchronize:
         if resp.code != 0:
             log.info("slave_sync.refused", master=addr, code=int(code), response=resp.code, remark=resp.remark)
             return None
-        body = resp.body
-        return b"".join(bytes(x) for x in body) if isinstance(body, list) else bytes(body)
+        return resp.body_bytes()
 
     # ---- scheduler progress (delaymq) -----------------------------------------------------
     async def sync_progress(self) -> None:
         addr = self.master_addr()
         if not addr or not self.progress_supported:
             return
-        timer = self.broker.timer_service
+        timer = self.services.timer_service
         ext = {"timerQueueOffset": str(timer.commit_queue_offset)} if timer is not None else {}
         try:
             resp = await self.client.invoke(addr, RemotingCommand.request(int(RC.GET_SCHEDULER_PROGRESS), ext),
@@ -123,9 +133,8 @@ class SlaveSynchronize:
             return
         if resp.code != 0:
             return
-        body = resp.body
         try:
-            p = SchedulerProgress.from_bytes(b"".join(bytes(x) for x in body) if isinstance(body, list) else body)
+            p = SchedulerProgress.from_bytes(resp.body_bytes())
         except ValueError as e:
             self.errors += 1
             log.warning("scheduler_sync.bad_record", master=addr, error=str(e))
@@ -134,7 +143,7 @@ class SlaveSynchronize:
         if q and p.taken_ms <= q[-1].taken_ms:
             return  # an older answer overtaken by a newer one
         q.append(p)
-        self.try_adopt(self.broker.store.commitlog_max_offset())
+        self.try_adopt(self.store.commitlog_max_offset())
 
     @property
     def pending(self) -> SchedulerProgress | None:
@@ -158,14 +167,14 @@ class SlaveSynchronize:
             self.adopt_gaps_ms.append(p.taken_ms - self.progress.taken_ms)
         self.progress = p
         self.progress_at = time.time()
-        timer = self.broker.timer_service
+        timer = self.services.timer_service
         if timer is not None and p.timer is not None:
             timer.follow(p.timer)
 
     async def run_progress(self) -> None:
         """A request every schedulerSyncIntervalMs, without waiting for the previous answer (at most
         MAX_PROGRESS_IN_FLIGHT outstanding), so a slow answer does not stretch the interval."""
-        interval = self.broker.config.scheduler_sync_interval_ms / 1000.0
+        interval = self.config.scheduler_sync_interval_ms / 1000.0
         loop = asyncio.get_running_loop()
         in_flight: set[asyncio.Task] = set()
         try:
@@ -183,7 +192,7 @@ class SlaveSynchronize:
                 t.cancel()
 
     async def run_metadata(self) -> None:
-        interval = self.broker.config.slave_synchronize_interval_ms / 1000.0
+        interval = self.config.slave_synchronize_interval_ms / 1000.0
         await asyncio.sleep(min(3.0, interval))
         while True:
             await self.sync_all()

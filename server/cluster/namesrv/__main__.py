@@ -10,7 +10,7 @@ import sys
 import structlog
 
 from remoting import loop as event_loop
-from server.config import load_namesrv_config
+from server.cluster.namesrv.config import NamesrvConfig, load_namesrv_config
 from server.logging import configure
 from server.process import overrides_from, serve_until_signal
 
@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-async def run(cfg) -> int:
+async def run(cfg: NamesrvConfig) -> int:
     from server.cluster.namesrv.controller import NamesrvController
 
     ns = NamesrvController(cfg)

@@ -15,6 +15,7 @@ import time
 import structlog
 
 from remoting.server import RemotingServer
+from server.cluster.namesrv.config import NamesrvConfig
 from server.cluster.namesrv.kv_config import KVConfigManager
 from server.cluster.namesrv.processor import (
     register_broker_requests,
@@ -23,7 +24,6 @@ from server.cluster.namesrv.processor import (
 )
 from server.cluster.namesrv.route_info import RouteInfoManager
 from server.cluster.tasks import Supervised
-from server.config import NamesrvConfig
 
 log = structlog.get_logger(__name__)
 

@@ -32,9 +32,10 @@ from codec.namesrv_bodies import (
     encode_topic_list,
 )
 from server import headers as H
+from server.cluster.namesrv.config import NamesrvConfig
 from server.cluster.namesrv.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from server.cluster.namesrv.route_info import FLAG_UNIT, FLAG_UNIT_SUB, RouteInfoManager
-from server.config import BrokerConfig, ConfigError, NamesrvConfig, parse_properties
+from server.config import BrokerConfig, ConfigError, parse_properties
 from server.processors import error, guarded, ok
 
 log = structlog.get_logger(__name__)

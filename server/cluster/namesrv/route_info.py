@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import structlog
 
@@ -37,11 +38,17 @@ def _monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+class BrokerChannel(Protocol):
+    """The connection a broker registered on (a remoting Connection): closed when the broker expires."""
+
+    def close(self) -> None: ...
+
+
 @dataclass(slots=True)
 class BrokerLiveInfo:
     last_update_ms: int
     data_version: DataVersion
-    channel: object
+    channel: BrokerChannel | None
     ha_server_addr: str | None
     cluster: str = ""
     broker_name: str = ""
@@ -69,7 +76,7 @@ class RouteInfoManager:
     # ---- registration --------------------------------------------------------------------
     def register_broker(self, cluster: str, broker_addr: str, broker_name: str, broker_id: int,
                         ha_server_addr: str | None, body: RegisterBrokerBody,
-                        channel: object = None) -> RegisterBrokerResult:
+                        channel: BrokerChannel | None = None) -> RegisterBrokerResult:
         self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
         bd = self.broker_addr_table.get(broker_name)
         register_first = bd is None

@@ -1,0 +1,192 @@
+"""The producer's RPCs of apache.rocketmq.v2.MessagingService: SendMessage, EndTransaction, RecallMessage
+(a mixin of `service.MessagingService`).
+
+Sends go through the remoting send path itself (`server.processors.send.SendProcessor`): a 5.x message becomes
+the SEND_MESSAGE request a 4.x producer would make (`convert.to_properties`), so topic checks, auto-creation,
+size limits, transactions, delay levels and the timer wheel are the same code for both protocols.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from codec.codes import RequestCode
+from codec.command import RemotingCommand
+from codec.msgid import decode_offset_msg_id
+from codec.properties import MessageConst as K
+from codec.properties import properties_to_string
+from codec.tags import java_hash
+from server.grpc import convert
+from server.grpc.auth import needs
+from server.grpc.status import OK, Code, GrpcError, from_remoting, status
+from server.grpc.telemetry import transaction_id
+from server.grpc.v2 import definition_pb2 as pb
+from server.grpc.v2 import service_pb2 as spb
+from server.transactions import COMMIT, ROLLBACK
+
+if TYPE_CHECKING:
+    from server.grpc.deps import GrpcDeps
+    from server.processors.send import SendProcessor
+
+
+def grpc_peer(context: Any) -> tuple[str, int]:
+    """'ipv4:127.0.0.1:5555' / 'ipv6:[::1]:5555' -> (host, port)."""
+    text = context.peer() or ""
+    kind, _, rest = text.partition(":")
+    host, _, port = rest.rpartition(":")
+    host = host.strip("[]")
+    if host.startswith("::ffff:"):
+        host = host[7:]
+    try:
+        return host or "127.0.0.1", int(port)
+    except ValueError:
+        return "127.0.0.1", 0
+
+
+class SendConnection:
+    """What the remoting send path reads of a connection (server.processors.send.SendConn): the peer
+    (born host) and per-connection attrs."""
+
+    __slots__ = ("remote_addr", "attrs")
+
+    def __init__(self, peer: tuple[str, int]) -> None:
+        self.remote_addr = peer
+        self.attrs: dict[str, Any] = {}
+
+
+class SendRpcs:
+    """SendMessage, EndTransaction, RecallMessage; what they use of MessagingService is declared here."""
+
+    deps: GrpcDeps
+    sender: SendProcessor
+
+    if TYPE_CHECKING:
+        async def _unary(self, name: str, resp_cls: Any, context: Any, needed: dict[str, int],
+                         work: Callable[[], Awaitable[Any]]) -> Any: ...
+
+        @staticmethod
+        def _topic_name(res: pb.Resource) -> str: ...
+
+    async def SendMessage(self, request, context):
+        if not request.messages:
+            return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no messages"))
+        topic = request.messages[0].topic.name
+        return await self._unary("SendMessage", spb.SendMessageResponse, context, needs(topic, pub=True),
+                                 lambda: self._send(request, context))
+
+    def _send_command(self, topic: str, qid: int, props: dict[str, str], sys_flag: int, body: bytes,
+                      born_ms: int) -> RemotingCommand:
+        ext = {"producerGroup": topic, "topic": topic, "defaultTopic": "TBW102",
+               "defaultTopicQueueNums": str(self.deps.config.default_topic_queue_nums), "queueId": str(qid),
+               "sysFlag": str(sys_flag), "bornTimestamp": str(born_ms), "flag": "0",
+               "properties": properties_to_string(props), "reconsumeTimes": "0", "unitMode": "false",
+               "batch": "false"}
+        return RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, body)
+
+    async def _send(self, request, context):
+        topic = self._topic_name(request.messages[0].topic)
+        cfg = self.deps.config
+        now = int(time.time() * 1000)
+        timer = self.deps.timer_enabled
+        cmds, errors = [], {}
+        tcfg = self.deps.topics.get(topic)
+        for i, msg in enumerate(request.messages):
+            try:
+                if msg.topic.name != topic:
+                    raise GrpcError(Code.MESSAGE_CORRUPTED, "the messages of one request must share a topic")
+                if not msg.body:
+                    raise GrpcError(Code.MESSAGE_BODY_EMPTY, "message body is empty")
+                if len(msg.body) > cfg.max_message_size:
+                    raise GrpcError(Code.MESSAGE_BODY_TOO_LARGE,
+                                    f"message body size {len(msg.body)} exceeds maxMessageSize {cfg.max_message_size}")
+                props, sys_flag = convert.to_properties(msg, topic, now, timer, self.deps.levels)
+                qid = -1
+                group = props.get(convert.SHARDING_KEY)
+                if group and tcfg is not None and tcfg.write_queue_nums > 0:  # FIFO: one queue per message group
+                    qid = abs(java_hash(group)) % tcfg.write_queue_nums
+                bt = msg.system_properties.born_timestamp
+                born = bt.seconds * 1000 + bt.nanos // 1_000_000 if msg.system_properties.HasField("born_timestamp") \
+                    else now
+                cmds.append((i, props, self._send_command(topic, qid, props, sys_flag, msg.body, born)))
+            except GrpcError as e:
+                errors[i] = status(e.code, e.message)
+        results = self.sender.batch(SendConnection(grpc_peer(context)), [c for _, _, c in cmds]) if cmds else []
+        entries: list[spb.SendResultEntry | None] = [None] * len(request.messages)
+        for i, st in errors.items():
+            entries[i] = spb.SendResultEntry(status=st)
+        for (i, props, _cmd), resp in zip(cmds, results, strict=True):
+            if resp is not None and not isinstance(resp, RemotingCommand):
+                resp = await resp  # SYNC_FLUSH: answered once the group commit covers it
+            if resp is None or resp.code != 0:
+                entries[i] = spb.SendResultEntry(status=from_remoting(resp.code if resp else 1,
+                                                                       resp.remark if resp else "no response"))
+                continue
+            ext = resp.ext_fields
+            uniq = props[K.UNIQ_KEY]
+            entry = spb.SendResultEntry(status=OK, message_id=uniq, offset=int(ext.get("queueOffset", 0)))
+            if props.get(K.TRAN_MSG) == "true":
+                entry.transaction_id = transaction_id(ext.get("msgId", ""), int(ext.get("queueOffset", 0)))
+            deliver = props.get(K.TIMER_DELIVER_MS)
+            if deliver:
+                raw = " ".join(("v1", topic, self.deps.config.broker_name, deliver, uniq))
+                entry.recall_handle = base64.urlsafe_b64encode(raw.encode()).decode()
+            entries[i] = entry
+        done = [e for e in entries if e is not None]  # every message got its entry above
+        bad = [e.status for e in done if e.status.code != Code.OK]
+        if not bad:
+            top = OK
+        elif len(entries) == 1:
+            top = bad[0]
+        else:
+            top = status(Code.MULTIPLE_RESULTS, f"{len(bad)} of {len(entries)} messages failed")
+        return spb.SendMessageResponse(status=top, entries=entries)
+
+    async def EndTransaction(self, request, context):
+        topic = request.topic.name
+
+        async def work():
+            tx = request.transaction_id
+            msg_id, _, table = tx.rpartition("-")
+            try:
+                _host, _port, phys = decode_offset_msg_id(msg_id)
+                table_offset = int(table)
+            except (ValueError, TypeError):
+                raise GrpcError(Code.INVALID_TRANSACTION_ID, f"transaction id {tx!r} is not one of this broker's") from None
+            kind = {pb.COMMIT: COMMIT, pb.ROLLBACK: ROLLBACK}.get(request.resolution)
+            if kind is None:
+                return spb.EndTransactionResponse(status=OK)  # unknown: wait for the check-back
+            code, remark = await self.deps.transactions.end(topic, table_offset, phys, kind)
+            if code != 0:
+                return spb.EndTransactionResponse(status=from_remoting(code, remark))
+            return spb.EndTransactionResponse(status=OK)
+        return await self._unary("EndTransaction", spb.EndTransactionResponse, context,
+                                 needs(topic, pub=True), work)
+
+    async def RecallMessage(self, request, context):
+        topic = request.topic.name
+
+        async def work():
+            try:
+                raw = base64.urlsafe_b64decode(request.recall_handle.encode() + b"==").decode()
+                version, h_topic, _broker, ts, uniq = raw.split(" ")[:5]
+                deliver = int(ts)
+            except (ValueError, UnicodeDecodeError):
+                raise GrpcError(Code.BAD_REQUEST, "recall handle is invalid") from None
+            if version != "v1" or h_topic != topic:
+                raise GrpcError(Code.BAD_REQUEST, "recall handle is invalid or for another topic")
+            if deliver <= int(time.time() * 1000):
+                raise GrpcError(Code.NOT_FOUND, f"message {uniq} was delivered at {deliver}: too late to recall")
+            props = {K.TIMER_DELIVER_MS: str(deliver), K.TIMER_DEL_UNIQKEY: f"{topic}+{uniq}", K.UNIQ_KEY: uniq,
+                     K.TAGS: convert.RECALL_TAG}
+            cmd = self._send_command(topic, 0, props, 0, b"0", int(time.time() * 1000))
+            [resp] = self.sender.batch(SendConnection(grpc_peer(context)), [cmd])
+            if resp is not None and not isinstance(resp, RemotingCommand):
+                resp = await resp
+            if resp is None or resp.code != 0:
+                return spb.RecallMessageResponse(status=from_remoting(resp.code if resp else 1,
+                                                                       resp.remark if resp else "no response"))
+            return spb.RecallMessageResponse(status=OK, message_id=uniq)
+        return await self._unary("RecallMessage", spb.RecallMessageResponse, context, needs(topic, pub=True), work)

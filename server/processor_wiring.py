@@ -1,0 +1,103 @@
+"""The request processors' collaborators, each room's built here from the broker (the composition root).
+
+Every room in server/processors/ (and server/cluster/ha/processors.py) declares what it uses as a frozen
+dataclass (`SendDeps`, `PullDeps`, ...) and registers its handlers with `register(server, deps)`; no
+processor sees the BrokerController. This module is the one place that knows which broker part goes where.
+`register_processors` runs in `BrokerController.start()` once the store and the services exist.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypeVar
+
+from server.cluster.ha import processors as ha_processors
+from server.cluster.ha.processors import HaDeps
+from server.grpc.deps import GrpcDeps
+from server.processors import (
+    Registrar,
+    admin,
+    admin_ops,
+    admin_stats,
+    clients,
+    consumer_send_back,
+    namesrv,
+    offsets,
+    pull,
+    scheduled,
+    send,
+    transaction,
+)
+from server.processors.admin import AdminDeps
+from server.processors.admin_ops import AdminOpsDeps
+from server.processors.admin_stats import AdminStatsDeps
+from server.processors.clients import ClientsDeps
+from server.processors.consumer_send_back import SendBackDeps
+from server.processors.namesrv import NamesrvDeps
+from server.processors.offsets import OffsetsDeps
+from server.processors.pull import PullDeps
+from server.processors.scheduled import ScheduledDeps
+from server.processors.send import SendDeps
+
+if TYPE_CHECKING:
+    from server.broker import BrokerController
+
+T = TypeVar("T")
+
+
+def built(value: T | None, name: str) -> T:
+    """A broker part made in `start()`; processors are wired only after it exists."""
+    if value is None:
+        raise RuntimeError(f"broker.{name} is not built yet: processors are registered in BrokerController.start()")
+    return value
+
+
+def send_deps(b: BrokerController) -> SendDeps:
+    return SendDeps(config=b.config, store=built(b.store, "store"), topics=b.topics, groups=b.groups,
+                    hooks=built(b.hooks, "hooks"), replica=b.replica, levels=b.levels,
+                    on_put=b.counters.on_put, on_put_sizes=b.counters.on_put_sizes)
+
+
+def pull_deps(b: BrokerController) -> PullDeps:
+    return PullDeps(config=b.config, store=built(b.store, "store"), topics=b.topics, groups=b.groups,
+                    clients=b.clients, offsets=b.offsets, replica=b.replica, pull_hold=b.pull_hold,
+                    on_pull=b.counters.on_pull)
+
+
+def send_back_deps(b: BrokerController) -> SendBackDeps:
+    return SendBackDeps(config=b.config, store=built(b.store, "store"), topics=b.topics, groups=b.groups,
+                        hooks=built(b.hooks, "hooks"), on_put=b.counters.on_put)
+
+
+def grpc_deps(b: BrokerController) -> GrpcDeps:
+    """The RocketMQ 5 endpoint's view of the broker (server/grpc)."""
+    return GrpcDeps(config=b.config, store=built(b.store, "store"), topics=b.topics, groups=b.groups,
+                    offsets=b.offsets, clients=b.clients, transactions=built(b.transactions, "transactions"),
+                    send=send_deps(b), put_record=b.put_record, levels=b.levels,
+                    timer_enabled=b.timer_service is not None, acl=b.security.acl if b.security else None,
+                    store_host=b.store_host)
+
+
+def register_processors(server: Registrar, b: BrokerController) -> None:
+    """Every processor room on `server`, each with its own collaborators."""
+    store = built(b.store, "store")
+    cfg = b.config
+    if not cfg.namesrv_addr_list:  # embedded mode: this process is its own name server
+        namesrv.register(server, NamesrvDeps(config=cfg, topics=b.topics, kv_config=b.kv_config))
+    send.register(server, send_deps(b))
+    pull.register(server, pull_deps(b))
+    offsets.register(server, OffsetsDeps(store=store, offsets=b.offsets, meta=b.meta))
+    clients.register(server, ClientsDeps(clients=b.clients, groups=b.groups, topics=b.topics, locks=b.locks))
+    consumer_send_back.register(server, send_back_deps(b))
+    transaction.register(server, built(b.transactions, "transactions"))
+    admin.register(server, AdminDeps(config=cfg, store=store, topics=b.topics, meta=b.meta,
+                                     runtime_info=b.runtime_info))
+    admin_stats.register(server, AdminStatsDeps(config=cfg, store=store, topics=b.topics, groups=b.groups,
+                                                offsets=b.offsets, clients=b.clients, meta=b.meta,
+                                                boot_ms=b.boot_ms))
+    ha_processors.register(server, HaDeps(config=cfg, store=store, replica=b.replica,
+                                          delay_service=built(b.delay_service, "delay_service"),
+                                          timer_service=b.timer_service))
+    admin_ops.register(server, AdminOpsDeps(config=cfg, store=store, topics=b.topics, groups=b.groups,
+                                            offsets=b.offsets, clients=b.clients, stats=b.stats,
+                                            delete_topic=b.delete_topic))
+    scheduled.register(server, ScheduledDeps(scheduled=built(b.scheduled, "scheduled"), levels=b.levels))

@@ -1,0 +1,107 @@
+"""GET_BROKER_RUNTIME_INFO's table: RocketMQ's keys (mqadmin clusterList / brokerStatus and the Dashboard read
+them; thread-pool figures are 0: requests run on the event loop, not in pools), the store's and each
+service's own (`RuntimeInfoSource`s named one by one in `broker_runtime_info`)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+import structlog
+
+from codec.codes import BROKER_VERSION, RequestCode
+from codec.record import read_store_timestamp
+
+if TYPE_CHECKING:
+    from server.broker import BrokerController
+
+log = structlog.get_logger(__name__)
+
+# a service's own runtime figures (DelayLevelService.runtime_info, GrpcEndpoint.stats, ...)
+RuntimeInfoSource = Callable[[], Mapping[str, object]]
+_SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+
+
+def earliest_store_time(b: BrokerController) -> int:
+    """STORETIMESTAMP of the oldest record still in the CommitLog (0: none, or not a record there)."""
+    store = b.started_store
+    try:
+        raw = store.read_record(store.commitlog_min_offset())
+    except (ValueError, IndexError, OSError):
+        return 0
+    return read_store_timestamp(raw) if raw is not None and len(raw) > 64 else 0
+
+
+def service_sources(b: BrokerController) -> list[tuple[str, RuntimeInfoSource]]:
+    """Each running service's figures, by name (a service not built is not asked)."""
+    out: list[tuple[str, RuntimeInfoSource]] = []
+    if b.delay_service is not None:
+        out.append(("delay_service", b.delay_service.runtime_info))
+    if b.timer_service is not None:
+        out.append(("timer_service", b.timer_service.runtime_info))
+    if b.transactions is not None:
+        out.append(("transactions", b.transactions.runtime_info))
+    if b.registrar is not None:
+        out.append(("registrar", b.registrar.stats))
+    if b.grpc is not None:
+        out.append(("grpc", b.grpc.stats))
+    out.append(("replica", b.replica.runtime_info))
+    return out
+
+
+def broker_runtime_info(b: BrokerController) -> dict[str, object]:
+    cfg, stats, counters = b.config, b.stats, b.counters
+    store = b.started_store
+    now = int(time.time() * 1000)
+    puts, gets = stats.tps(now)
+    info: dict[str, object] = {
+        "brokerVersion": BROKER_VERSION, "brokerVersionDesc": "V4_9_8",
+        "msgPutTotalTodayNow": counters.put_total, "msgGetTotalTodayNow": counters.get_total,
+        "msgPutTotalTodayMorning": stats.today_morning[0],
+        "msgGetTotalTodayMorning": stats.today_morning[1],
+        "msgPutTotalYesterdayMorning": stats.yesterday_morning[0],
+        "msgGetTotalYesterdayMorning": stats.yesterday_morning[1],
+        "putTps": " ".join(f"{v:.2f}" for v in puts),
+        "getTransferedTps": " ".join(f"{v:.2f}" for v in gets),
+        "commitLogMinOffset": store.commitlog_min_offset(), "commitLogMaxOffset": store.commitlog_max_offset(),
+        "bootTimestamp": b.boot_ms, "runtime": f"{(now - b.boot_ms) // 1000}s",
+        "startAcceptSendRequestTimeStamp": 0,
+        "flushDiskType": cfg.flush_disk_type, "brokerName": cfg.broker_name,
+        "pullHoldCount": b.pull_hold.held_count,
+        "brokerRole": cfg.broker_role, "brokerId": cfg.broker_id,
+        "pageCacheLockTimeMills": 0, "dispatchBehindBytes": 0,
+        "remainHowManyDataToFlush": "0 B", "remainTransientStoreBufferNumbs": 0,
+        "EndTransactionQueueSize": 0, "EndTransactionThreadPoolQueueCapacity": 0,
+    }
+    for pool in ("send", "pull", "query"):
+        info[f"{pool}ThreadPoolQueueSize"] = 0
+        info[f"{pool}ThreadPoolQueueCapacity"] = 0
+        info[f"{pool}ThreadPoolQueueHeadWaitTimeMills"] = 0
+    info.update(store.runtime_info())
+    info.update(disk_info(cfg.store_path_root_dir))
+    info["earliestMessageTimeStamp"] = earliest_store_time(b) or b.boot_ms
+    info["consumeQueueDiskRatio"] = info.get("commitLogDiskRatio", "0")  # one disk holds the whole store
+    sends = [h for code, h in b.rpc_latency.by_code.items() if code in _SEND_CODES]
+    n = sum(h.count for h in sends)
+    if n:  # upper bounds of the buckets holding the quantiles, in ms (RocketMQ's putLatency99/999)
+        for key, q in (("putLatency99", 0.99), ("putLatency999", 0.999)):
+            info[key] = f"{max(h.quantile(q) for h in sends if h.count) * 1000:.2f}"
+    for name, source in service_sources(b):
+        try:
+            info.update({str(k): v for k, v in source().items()})
+        except Exception as e:
+            log.warning("broker.runtime_info_failed", service=name, error=repr(e))
+    return info
+
+
+def disk_info(path: str) -> dict[str, str]:
+    """commitLogDirCapacity as RocketMQ words it."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return {}
+    gib = 1024 ** 3
+    return {"commitLogDirCapacity": f"Total : {st.f_blocks * st.f_frsize / gib:.1f} GiB, "
+                                    f"Free : {st.f_bavail * st.f_frsize / gib:.1f} GiB."}
