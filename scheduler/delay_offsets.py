@@ -17,6 +17,7 @@ from typing import Protocol
 import structlog
 
 from storage.config_store import atomic_write_bytes
+from storage.meta_schema import read_delay_file
 from storage.meta_store import format_delay_offsets, parse_delay_offsets
 
 log = structlog.get_logger(__name__)
@@ -42,17 +43,7 @@ class JsonDelayOffsetFile:
         self.path = path
 
     def read(self) -> dict[int, int] | None:
-        for candidate in (self.path, self.path + ".bak"):
-            try:
-                with open(candidate, encoding="utf-8") as f:
-                    text = f.read()
-            except FileNotFoundError:
-                continue
-            try:
-                return parse_offset_table(text)
-            except (ValueError, TypeError, AttributeError) as e:
-                log.warning("delay_offsets.unreadable", path=candidate, error=str(e))
-        return None
+        return read_delay_file(self.path)
 
     def write(self, table: dict[int, int]) -> None:
         atomic_write_bytes(self.path, format_offset_table(table))

@@ -127,7 +127,7 @@ def initialise(conn: sqlite3.Connection, path: str, config_dir: str) -> None:
                               for k, qs in table.items() if isinstance(qs, dict)))
             _migrated_version(conn, "consumer_offset", dv)
             migrated.append(OFFSET_FILE)
-        delay = _read_delay_file(os.path.join(config_dir, DELAY_FILE))
+        delay = read_delay_file(os.path.join(config_dir, DELAY_FILE))
         if delay is not None:
             conn.executemany("INSERT OR REPLACE INTO delay_offset VALUES (?,?)", delay.items())
             migrated.append(DELAY_FILE)
@@ -234,7 +234,8 @@ def format_delay_offsets(table: dict[int, int]) -> bytes:
     return ('{\n\t"offsetTable":{\n\t\t' + body + "\n\t}\n}").encode() if table else b'{\n\t"offsetTable":{}\n}'
 
 
-def _read_delay_file(path: str) -> dict[int, int] | None:
+def read_delay_file(path: str) -> dict[int, int] | None:
+    """delayOffset.json at `path` (or its `.bak` when the file is missing or unreadable); None if neither reads."""
     for candidate in (path, path + ".bak"):
         try:
             with open(candidate, encoding="utf-8") as f:
