@@ -193,17 +193,7 @@ class BrokerConfig:
 
     def apply(self, values: Mapping[str, object], source: str = "config") -> list[str]:
         """Set fields from camelCase keys (or snake_case names); returns the unknown keys (logged)."""
-        by_key = self.key_map()
-        by_name = {f.name: f for f in dataclasses.fields(self)}
-        unknown = []
-        for key, raw in values.items():
-            f = by_key.get(key) or by_name.get(key) or by_name.get(_KEY_ALIASES.get(key, ""))
-            if f is None:
-                unknown.append(key)
-                log.warning("config.unknown_key", key=key, source=source)
-                continue
-            setattr(self, f.name, coerce_value(f, raw, key))
-        return unknown
+        return apply_keys(self, values, source, _KEY_ALIASES)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, object], source: str = "config") -> BrokerConfig:
@@ -386,3 +376,22 @@ def load_config(path: str | None = None, overrides: Mapping[str, object] | None 
     if overrides:
         cfg.apply({k: v for k, v in overrides.items() if v is not None}, source="cli")
     return cfg
+
+
+def apply_keys(cfg: Any, values: Mapping[str, object], source: str,
+               aliases: Mapping[str, str] | None = None) -> list[str]:
+    """Set the dataclass `cfg`'s fields from camelCase keys (BrokerConfig.key_for), snake_case names or
+    `aliases` (key -> field name), each value coerced to its field's type; returns the unknown keys
+    (each logged). The broker's and the name server's configs both read keys this way."""
+    fields = dataclasses.fields(cfg)
+    by_key = {BrokerConfig.key_for(f.name): f for f in fields}
+    by_name = {f.name: f for f in fields}
+    unknown = []
+    for key, raw in values.items():
+        f = by_key.get(key) or by_name.get(key) or by_name.get((aliases or {}).get(key, ""))
+        if f is None:
+            unknown.append(key)
+            log.warning("config.unknown_key", key=key, source=source)
+            continue
+        setattr(cfg, f.name, coerce_value(f, raw, key))
+    return unknown

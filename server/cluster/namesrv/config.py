@@ -3,13 +3,12 @@ exist), read from a properties file and the command line the way broker.conf is 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import structlog
 
-from server.config import BrokerConfig, ConfigError, coerce_value, load_properties
+from server.config import BrokerConfig, ConfigError, apply_keys, load_properties
 
 log = structlog.get_logger(__name__)
 
@@ -26,17 +25,7 @@ class NamesrvConfig:
     max_frame_size: int = 16777216
 
     def apply(self, values: Mapping[str, object], source: str = "config") -> list[str]:
-        by_key = {BrokerConfig.key_for(f.name): f for f in dataclasses.fields(self)}
-        by_name = {f.name: f for f in dataclasses.fields(self)}
-        unknown = []
-        for key, raw in values.items():
-            f = by_key.get(key) or by_name.get(key)
-            if f is None:
-                unknown.append(key)
-                log.warning("config.unknown_key", key=key, source=source)
-                continue
-            setattr(self, f.name, coerce_value(f, raw, key))
-        return unknown
+        return apply_keys(self, values, source)
 
     def validate(self) -> None:
         """Raise ConfigError naming the first bad key (the name server stops with that one line)."""
