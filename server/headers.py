@@ -1,19 +1,27 @@
 """Typed extraction of request custom headers (extFields) with RocketMQ's error texts.
 
-A `HeaderSpec` lists fields as (name, kind, required, v2_short_name). `spec.parse(ext, v2)` returns
-a `Header` whose attributes are the typed values (None when absent). Empty strings count as absent.
-A missing required field raises `HeaderError("the custom field <name> is null")`; an unparsable
-number raises `HeaderError` naming the field. Processors answer both with code 1 SYSTEM_ERROR.
+Each request header is a record class (a `Header` subclass) whose annotations ARE its layout: the field
+names are Java's, `str` / `int` (a Java int, 32-bit) / `Long` (a Java long, 64-bit) / `bool` the kind, and
+`X | None` an optional field (None when absent); a required field is never None. `HeaderSpec(Record)`
+derives the parse plan from those annotations once, at import; `spec.parse(ext, v2)` returns a `Record`,
+so processors see `h.queueId: int`, `h.topic: str`. Empty strings count as absent. A missing required
+field raises `HeaderError("the custom field <name> is null")`; an unparsable or out-of-range number raises
+`HeaderError` naming the field. Processors answer both with code 1 SYSTEM_ERROR.
 """
 
 from __future__ import annotations
 
+import types
+import typing
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, NewType, TypeVar
 
 STR, INT, LONG, BOOL = "str", "int", "long", "bool"
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+
+Long = NewType("Long", int)
+"""A header field that is a Java long (64-bit range); a plain `int` field is a Java int (32-bit)."""
 
 
 class HeaderError(ValueError):
@@ -21,31 +29,57 @@ class HeaderError(ValueError):
 
 
 class Header:
-    """Attribute bag for parsed fields (one per request; attributes are the spec's field names)."""
+    """A parsed request header; subclasses declare the fields (see the module docstring). The values live
+    in the instance `__dict__`, filled by `HeaderSpec.parse` (or the straight-line `parse_send` /
+    `parse_pull`) in declaration order."""
 
     def __repr__(self) -> str:
-        return f"Header({self.__dict__!r})"
-
-    if TYPE_CHECKING:
-        # the fields are the HeaderSpec's names, set by `parse`; to the type checker they are Any (a
-        # typed record per spec is the next step)
-        def __getattr__(self, name: str) -> Any: ...
+        return f"{type(self).__name__}({self.__dict__!r})"
 
 
-class HeaderSpec:
-    __slots__ = ("fields", "_plan", "_plan_v2")
+H = TypeVar("H", bound=Header)
 
-    def __init__(self, *fields: tuple[Any, ...]) -> None:
-        # (name, kind, required[, short])
-        kinds = {STR: STR, INT: INT, LONG: LONG, BOOL: BOOL}  # canonical objects: parse compares with `is`
-        self.fields = tuple((f[0], kinds.get(f[1], f[1]), f[2], f[3] if len(f) > 3 else None) for f in fields)
+_KINDS: dict[object, str] = {str: STR, int: INT, Long: LONG, bool: BOOL}
+
+
+def _layout(record: type[Header]) -> list[tuple[str, str, bool]]:
+    """(name, kind, required) per annotated field of `record`, in declaration order."""
+    out = []
+    for name, tp in typing.get_type_hints(record).items():
+        args = typing.get_args(tp)
+        optional = (typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 2
+                    and type(None) in args)
+        base = next(a for a in args if a is not type(None)) if optional else tp
+        kind = _KINDS.get(base)
+        if kind is None:
+            raise TypeError(f"{record.__name__}.{name}: a header field is str, int, Long or bool "
+                            f"(or X | None), not {tp!r}")
+        out.append((name, kind, not optional))
+    return out
+
+
+class HeaderSpec(Generic[H]):
+    """The parser of one request header layout (`record`, a `Header` subclass). `v2_names`: the V2 short
+    names in field order (SEND_MESSAGE_V2's a..m)."""
+
+    __slots__ = ("record", "fields", "_plan", "_plan_v2")
+
+    def __init__(self, record: type[H], v2_names: str | None = None) -> None:
+        layout = _layout(record)
+        if v2_names is not None and len(v2_names) != len(layout):
+            raise TypeError(f"{record.__name__}: {len(v2_names)} V2 names for {len(layout)} fields")
+        self.record = record
+        # (name, kind, required, V2 short name or None); kind is one of the STR/INT/LONG/BOOL objects
+        # (parse compares with `is`)
+        self.fields = tuple((name, kind, req, v2_names[i] if v2_names else None)
+                            for i, (name, kind, req) in enumerate(layout))
         # (ext key to read, name, kind, required) for the long and the V2 short names
         self._plan = tuple((name, name, kind, req) for name, kind, req, _ in self.fields)
         self._plan_v2 = tuple((short or name, name, kind, req) for name, kind, req, short in self.fields)
 
-    def parse(self, ext: Mapping[str, str] | None, v2: bool = False) -> Header:
+    def parse(self, ext: Mapping[str, str] | None, v2: bool = False) -> H:
         get = (ext or {}).get
-        h = Header()
+        h = self.record()
         d = h.__dict__
         for key, name, kind, required in (self._plan_v2 if v2 else self._plan):
             raw = get(key)
@@ -98,8 +132,8 @@ def get_int(ext: Mapping[str, str] | None, name: str, default: int) -> int:
     return _convert(name, LONG, raw)  # type: ignore[return-value]
 
 
-def parse_send(ext: Mapping[str, str] | None, v2: bool) -> Header:
-    """`SEND_MESSAGE.parse(ext, v2)` (the same Header, or the same HeaderError), straight-line for the
+def parse_send(ext: Mapping[str, str] | None, v2: bool) -> SendMessageHeader:
+    """`SEND_MESSAGE.parse(ext, v2)` (the same record, or the same HeaderError), straight-line for the
     usual send: V2 short names, the required fields non-empty strings, numbers in range, booleans
     "true"/"false" (RocketMQ's FastCodesHeader does the same for SEND_MESSAGE_V2). Anything else is
     left to the generic parse, which names the offending field."""
@@ -134,7 +168,7 @@ def parse_send(ext: Mapping[str, str] | None, v2: bool) -> Header:
             or (times is not None and not _INT_MIN <= times <= _INT_MAX)
             or (max_times is not None and not _INT_MIN <= max_times <= _INT_MAX)):
         return SEND_MESSAGE.parse(ext, v2)
-    hdr = Header()
+    hdr = SendMessageHeader()
     hdr.__dict__ = {"producerGroup": group, "topic": topic, "defaultTopic": default_topic,
                     "defaultTopicQueueNums": qnums, "queueId": qid, "sysFlag": sflag, "bornTimestamp": born,
                     "flag": mflag, "properties": props or None, "reconsumeTimes": times,
@@ -146,8 +180,8 @@ _SEND_BOOLS = {None: None, "": None, "false": False, "true": True}
 _SMALL_INTS = {str(v): v for v in range(-1, 1025)}
 
 
-def parse_pull(ext: Mapping[str, str] | None) -> Header:
-    """`PULL_MESSAGE.parse(ext)` (the same Header, or the same HeaderError), straight-line for the
+def parse_pull(ext: Mapping[str, str] | None) -> PullMessageHeader:
+    """`PULL_MESSAGE.parse(ext)` (the same record, or the same HeaderError), straight-line for the
     usual pull: the required fields non-empty strings, numbers in range, the optional ones strings or
     absent. Anything else is left to the generic parse, which names the offending field."""
     if not ext:
@@ -177,73 +211,219 @@ def parse_pull(ext: Mapping[str, str] | None) -> Header:
             and _LONG_MIN <= o <= _LONG_MAX and _LONG_MIN <= c <= _LONG_MAX and _LONG_MIN <= s <= _LONG_MAX
             and _LONG_MIN <= v <= _LONG_MAX):
         return PULL_MESSAGE.parse(ext)
-    hdr = Header()
+    hdr = PullMessageHeader()
     hdr.__dict__ = {"consumerGroup": g, "topic": t, "queueId": q, "queueOffset": o, "maxMsgNums": n, "sysFlag": f,
                     "commitOffset": c, "suspendTimeoutMillis": s, "subscription": sub or None, "subVersion": v,
                     "expressionType": e or None}
     return hdr
 
 
-# ---- the specs used by the processors ---------------------------------------------------------
+# ---- the headers the processors read (Java's XxxRequestHeader field names) -----------------------
 
-SEND_MESSAGE = HeaderSpec(
-    ("producerGroup", STR, True, "a"),
-    ("topic", STR, True, "b"),
-    ("defaultTopic", STR, True, "c"),
-    ("defaultTopicQueueNums", INT, True, "d"),
-    ("queueId", INT, True, "e"),
-    ("sysFlag", INT, True, "f"),
-    ("bornTimestamp", LONG, True, "g"),
-    ("flag", INT, True, "h"),
-    ("properties", STR, False, "i"),
-    ("reconsumeTimes", INT, False, "j"),
-    ("unitMode", BOOL, False, "k"),
-    ("maxReconsumeTimes", INT, False, "l"),
-    ("batch", BOOL, False, "m"),
-)
+class SendMessageHeader(Header):
+    """SendMessageRequestHeader; V2 (SEND_MESSAGE_V2, batches) names the fields a..m in this order."""
 
-PULL_MESSAGE = HeaderSpec(
-    ("consumerGroup", STR, True),
-    ("topic", STR, True),
-    ("queueId", INT, True),
-    ("queueOffset", LONG, True),
-    ("maxMsgNums", INT, True),
-    ("sysFlag", INT, True),
-    ("commitOffset", LONG, True),
-    ("suspendTimeoutMillis", LONG, True),
-    ("subscription", STR, False),
-    ("subVersion", LONG, True),
-    ("expressionType", STR, False),
-)
+    producerGroup: str
+    topic: str
+    defaultTopic: str
+    defaultTopicQueueNums: int
+    queueId: int
+    sysFlag: int
+    bornTimestamp: Long
+    flag: int
+    properties: str | None
+    reconsumeTimes: int | None
+    unitMode: bool | None
+    maxReconsumeTimes: int | None
+    batch: bool | None
 
-GROUP_TOPIC_QUEUE = HeaderSpec(("consumerGroup", STR, True), ("topic", STR, True), ("queueId", INT, True))
-UPDATE_CONSUMER_OFFSET = HeaderSpec(
-    ("consumerGroup", STR, True), ("topic", STR, True), ("queueId", INT, True), ("commitOffset", LONG, True))
-TOPIC_QUEUE = HeaderSpec(("topic", STR, True), ("queueId", INT, True))
-SEARCH_OFFSET = HeaderSpec(("topic", STR, True), ("queueId", INT, True), ("timestamp", LONG, True))
-UNREGISTER_CLIENT = HeaderSpec(
-    ("clientID", STR, True), ("producerGroup", STR, False), ("consumerGroup", STR, False))
-CONSUMER_GROUP = HeaderSpec(("consumerGroup", STR, True))
-VIEW_MESSAGE = HeaderSpec(("offset", LONG, True))
-QUERY_MESSAGE = HeaderSpec(
-    ("topic", STR, True), ("key", STR, True), ("maxNum", INT, True),
-    ("beginTimestamp", LONG, True), ("endTimestamp", LONG, True))
-CREATE_TOPIC = HeaderSpec(
-    ("topic", STR, True), ("defaultTopic", STR, True), ("readQueueNums", INT, True),
-    ("writeQueueNums", INT, True), ("perm", INT, True), ("topicFilterType", STR, True),
-    ("topicSysFlag", INT, False), ("order", BOOL, True))
-ROUTE = HeaderSpec(("topic", STR, True), ("acceptStandardJsonOnly", BOOL, False))
-KV_CONFIG = HeaderSpec(("namespace", STR, True), ("key", STR, True))
+
+SEND_MESSAGE = HeaderSpec(SendMessageHeader, v2_names="abcdefghijklm")
+
+
+class PullMessageHeader(Header):
+    consumerGroup: str
+    topic: str
+    queueId: int
+    queueOffset: Long
+    maxMsgNums: int
+    sysFlag: int
+    commitOffset: Long
+    suspendTimeoutMillis: Long
+    subscription: str | None
+    subVersion: Long
+    expressionType: str | None
+
+
+PULL_MESSAGE = HeaderSpec(PullMessageHeader)
+
+
+class GroupTopicQueueHeader(Header):
+    """QueryConsumerOffsetRequestHeader."""
+
+    consumerGroup: str
+    topic: str
+    queueId: int
+
+
+GROUP_TOPIC_QUEUE = HeaderSpec(GroupTopicQueueHeader)
+
+
+class UpdateConsumerOffsetHeader(Header):
+    consumerGroup: str
+    topic: str
+    queueId: int
+    commitOffset: Long
+
+
+UPDATE_CONSUMER_OFFSET = HeaderSpec(UpdateConsumerOffsetHeader)
+
+
+class TopicQueueHeader(Header):
+    """GET_MAX_OFFSET, GET_MIN_OFFSET, GET_EARLIEST_MSG_STORETIME."""
+
+    topic: str
+    queueId: int
+
+
+TOPIC_QUEUE = HeaderSpec(TopicQueueHeader)
+
+
+class SearchOffsetHeader(Header):
+    topic: str
+    queueId: int
+    timestamp: Long
+
+
+SEARCH_OFFSET = HeaderSpec(SearchOffsetHeader)
+
+
+class UnregisterClientHeader(Header):
+    clientID: str
+    producerGroup: str | None
+    consumerGroup: str | None
+
+
+UNREGISTER_CLIENT = HeaderSpec(UnregisterClientHeader)
+
+
+class ConsumerGroupHeader(Header):
+    consumerGroup: str
+
+
+CONSUMER_GROUP = HeaderSpec(ConsumerGroupHeader)
+
+
+class ViewMessageHeader(Header):
+    offset: Long
+
+
+VIEW_MESSAGE = HeaderSpec(ViewMessageHeader)
+
+
+class QueryMessageHeader(Header):
+    topic: str
+    key: str
+    maxNum: int
+    beginTimestamp: Long
+    endTimestamp: Long
+
+
+QUERY_MESSAGE = HeaderSpec(QueryMessageHeader)
+
+
+class CreateTopicHeader(Header):
+    topic: str
+    defaultTopic: str
+    readQueueNums: int
+    writeQueueNums: int
+    perm: int
+    topicFilterType: str
+    topicSysFlag: int | None
+    order: bool
+
+
+CREATE_TOPIC = HeaderSpec(CreateTopicHeader)
+
+
+class RouteHeader(Header):
+    topic: str
+    acceptStandardJsonOnly: bool | None
+
+
+ROUTE = HeaderSpec(RouteHeader)
+
+
+class KvConfigHeader(Header):
+    namespace: str
+    key: str
+
+
+KV_CONFIG = HeaderSpec(KvConfigHeader)
 
 # ---- name server (server/cluster/namesrv) ------------------------------------------------------
-REGISTER_BROKER = HeaderSpec(
-    ("brokerName", STR, True), ("brokerAddr", STR, True), ("clusterName", STR, True),
-    ("haServerAddr", STR, False), ("brokerId", LONG, True), ("compressed", BOOL, False),
-    ("bodyCrc32", INT, False))
-BROKER_IDENTITY = HeaderSpec(  # UNREGISTER_BROKER, QUERY_DATA_VERSION
-    ("brokerName", STR, True), ("brokerAddr", STR, True), ("clusterName", STR, True), ("brokerId", LONG, True))
-BROKER_NAME = HeaderSpec(("brokerName", STR, True))  # WIPE_/ADD_WRITE_PERM_OF_BROKER
-PUT_KV_CONFIG = HeaderSpec(("namespace", STR, True), ("key", STR, True), ("value", STR, False))
-KV_NAMESPACE = HeaderSpec(("namespace", STR, True))
-DELETE_TOPIC_IN_NAMESRV = HeaderSpec(("topic", STR, True), ("clusterName", STR, False))
-TOPICS_BY_CLUSTER = HeaderSpec(("cluster", STR, True))
+
+
+class RegisterBrokerHeader(Header):
+    brokerName: str
+    brokerAddr: str
+    clusterName: str
+    haServerAddr: str | None
+    brokerId: Long
+    compressed: bool | None
+    bodyCrc32: int | None
+
+
+REGISTER_BROKER = HeaderSpec(RegisterBrokerHeader)
+
+
+class BrokerIdentityHeader(Header):
+    """UNREGISTER_BROKER, QUERY_DATA_VERSION."""
+
+    brokerName: str
+    brokerAddr: str
+    clusterName: str
+    brokerId: Long
+
+
+BROKER_IDENTITY = HeaderSpec(BrokerIdentityHeader)
+
+
+class BrokerNameHeader(Header):
+    """WIPE_/ADD_WRITE_PERM_OF_BROKER."""
+
+    brokerName: str
+
+
+BROKER_NAME = HeaderSpec(BrokerNameHeader)
+
+
+class PutKvConfigHeader(Header):
+    namespace: str
+    key: str
+    value: str | None
+
+
+PUT_KV_CONFIG = HeaderSpec(PutKvConfigHeader)
+
+
+class KvNamespaceHeader(Header):
+    namespace: str
+
+
+KV_NAMESPACE = HeaderSpec(KvNamespaceHeader)
+
+
+class DeleteTopicInNamesrvHeader(Header):
+    topic: str
+    clusterName: str | None
+
+
+DELETE_TOPIC_IN_NAMESRV = HeaderSpec(DeleteTopicInNamesrvHeader)
+
+
+class TopicsByClusterHeader(Header):
+    cluster: str
+
+
+TOPICS_BY_CLUSTER = HeaderSpec(TopicsByClusterHeader)

@@ -28,8 +28,9 @@ from codec.fastjson import dumps
 from codec.msgid import decode_offset_msg_id
 from remoting.dispatch import Response
 from remoting.errors import RemotingError
+from server import headers as H
 from server.config import parse_properties
-from server.headers import BOOL, INT, LONG, STR, HeaderSpec
+from server.headers import Header, HeaderSpec, Long
 from server.observability.broker_stats import GROUP_GET_NUMS
 from server.processors import Peer, Registrar, error, guarded, ok, peer_of
 from server.processors.admin_stats import _subscription_json, store_time_at
@@ -46,17 +47,56 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-PRODUCER_CONN = HeaderSpec(("producerGroup", STR, True), ("topic", STR, False))
-DELETE_TOPIC = HeaderSpec(("topic", STR, True), ("clusterName", STR, False))
-RESET_OFFSET = HeaderSpec(("topic", STR, True), ("group", STR, True), ("timestamp", LONG, True),
-                          ("isForce", BOOL, False))
-RUNNING_INFO = HeaderSpec(("consumerGroup", STR, True), ("clientId", STR, True), ("jstackEnable", BOOL, False))
-CONSUME_DIRECTLY = HeaderSpec(("consumerGroup", STR, True), ("clientId", STR, True), ("msgId", STR, True),
-                              ("brokerName", STR, False))
-STATS_DATA = HeaderSpec(("statsName", STR, True), ("statsKey", STR, True))
-BROKER_CONSUME = HeaderSpec(("isOrder", BOOL, False))
-QUERY_CQ = HeaderSpec(("topic", STR, True), ("queueId", INT, True), ("index", LONG, True), ("count", INT, True),
-                      ("consumerGroup", STR, False))
+class ProducerConnectionHeader(Header):
+    producerGroup: str
+    topic: str | None
+
+
+class ResetOffsetHeader(Header):
+    topic: str
+    group: str
+    timestamp: Long
+    isForce: bool | None
+
+
+class RunningInfoHeader(Header):
+    consumerGroup: str
+    clientId: str
+    jstackEnable: bool | None
+
+
+class ConsumeDirectlyHeader(Header):
+    consumerGroup: str
+    clientId: str
+    msgId: str
+    brokerName: str | None
+
+
+class StatsDataHeader(Header):
+    statsName: str
+    statsKey: str
+
+
+class BrokerConsumeStatsHeader(Header):
+    isOrder: bool | None
+
+
+class QueryConsumeQueueHeader(Header):
+    topic: str
+    queueId: int
+    index: Long
+    count: int
+    consumerGroup: str | None
+
+
+PRODUCER_CONN = HeaderSpec(ProducerConnectionHeader)
+DELETE_TOPIC = H.DELETE_TOPIC_IN_NAMESRV  # DeleteTopicRequestHeader: the same two fields
+RESET_OFFSET = HeaderSpec(ResetOffsetHeader)
+RUNNING_INFO = HeaderSpec(RunningInfoHeader)
+CONSUME_DIRECTLY = HeaderSpec(ConsumeDirectlyHeader)
+STATS_DATA = HeaderSpec(StatsDataHeader)
+BROKER_CONSUME = HeaderSpec(BrokerConsumeStatsHeader)
+QUERY_CQ = HeaderSpec(QueryConsumeQueueHeader)
 
 # broker.conf keys an operator may not change at run time: RocketMQ's black list (paths), plus what
 # only takes effect at start here (listeners, identity, file layout)

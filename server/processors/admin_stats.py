@@ -22,7 +22,8 @@ from codec.errors import CodecError
 from codec.fastjson import dumps, loads_lenient
 from codec.record import read_store_timestamp
 from remoting.dispatch import Response
-from server.headers import BOOL, STR, HeaderSpec
+from server import headers as H
+from server.headers import Header, HeaderSpec
 from server.processors import Peer, Registrar, committed, error, guarded, ok, peer_of, request_body
 from storage.subscription_group import SubscriptionGroupConfig
 
@@ -38,10 +39,24 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-TOPIC = HeaderSpec(("topic", STR, True))
-CONSUME_STATS = HeaderSpec(("consumerGroup", STR, True), ("topic", STR, False))
-CONSUMER_GROUP = HeaderSpec(("consumerGroup", STR, True))
-DELETE_GROUP = HeaderSpec(("groupName", STR, True), ("cleanOffset", BOOL, False))
+class TopicHeader(Header):
+    topic: str
+
+
+class ConsumeStatsHeader(Header):
+    consumerGroup: str
+    topic: str | None
+
+
+class DeleteGroupHeader(Header):
+    groupName: str
+    cleanOffset: bool | None
+
+
+TOPIC = HeaderSpec(TopicHeader)
+CONSUME_STATS = HeaderSpec(ConsumeStatsHeader)
+CONSUMER_GROUP = H.CONSUMER_GROUP
+DELETE_GROUP = HeaderSpec(DeleteGroupHeader)
 
 _UNIT = struct.Struct(">qi")  # ConsumeQueue unit head: CommitLog offset, size
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from codec.codes import DLQ_PREFIX, RETRY_PREFIX, RequestCode, ResponseCode
-from server.headers import BOOL, INT, LONG, STR, HeaderSpec
+from server.headers import Header, HeaderSpec, Long
 from server.processors import Registrar, error, guarded
 from server.wiring import put_request
 from storage.store_types import PutStatus
@@ -51,15 +51,17 @@ TOPIC_UNIT_FLAG = 0x1
 V3_4_9 = 121
 SYNC_FLUSH_TIMEOUT_S = 5.0
 
-HEADER = HeaderSpec(
-    ("offset", LONG, True),
-    ("group", STR, True),
-    ("delayLevel", INT, True),
-    ("originMsgId", STR, False),
-    ("originTopic", STR, False),
-    ("unitMode", BOOL, False),
-    ("maxReconsumeTimes", INT, False),
-)
+class ConsumerSendMsgBackHeader(Header):
+    offset: Long
+    group: str
+    delayLevel: int
+    originMsgId: str | None
+    originTopic: str | None
+    unitMode: bool | None
+    maxReconsumeTimes: int | None
+
+
+HEADER = HeaderSpec(ConsumerSendMsgBackHeader)
 
 
 def retry_level(delay_level: int, reconsume_times: int) -> int:

@@ -28,7 +28,7 @@ from codec.codes import ResponseCode as RS
 from codec.command import RemotingCommand
 from codec.fastjson import dumps
 from scheduler.browse import MAX_LIMIT, Query
-from server.headers import BOOL, INT, LONG, STR, HeaderSpec
+from server.headers import Header, HeaderSpec, Long
 from server.processors import Peer, Registrar, error, guarded, ok, peer_of
 
 if TYPE_CHECKING:
@@ -36,9 +36,25 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-QUERY = HeaderSpec(("topic", STR, False), ("level", INT, False), ("timers", BOOL, False), ("levels", BOOL, False),
-                   ("dueBefore", LONG, False), ("key", STR, False), ("limit", INT, False), ("cursor", STR, False))
-CANCEL = HeaderSpec(("uniqKey", STR, True))
+class QueryScheduledHeader(Header):
+    """DELAYMQ_QUERY_SCHEDULED (delaymq's own request)."""
+
+    topic: str | None
+    level: int | None
+    timers: bool | None
+    levels: bool | None
+    dueBefore: Long | None
+    key: str | None
+    limit: int | None
+    cursor: str | None
+
+
+class CancelScheduledHeader(Header):
+    uniqKey: str
+
+
+QUERY = HeaderSpec(QueryScheduledHeader)
+CANCEL = HeaderSpec(CancelScheduledHeader)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import structlog
 
 from codec.codes import RequestCode
 from codec.command import RemotingCommand
-from server.headers import BOOL, INT, LONG, STR, HeaderSpec
+from server.headers import Header, HeaderSpec, Long
 from server.processors import Peer, Registrar, error, guarded, ok
 from server.transactions import COMMIT, ROLLBACK
 
@@ -21,10 +21,17 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-END_TRANSACTION_HEADER = HeaderSpec(
-    ("producerGroup", STR, True), ("tranStateTableOffset", LONG, True), ("commitLogOffset", LONG, True),
-    ("commitOrRollback", INT, True), ("fromTransactionCheck", BOOL, False), ("msgId", STR, False),
-    ("transactionId", STR, False))
+class EndTransactionHeader(Header):
+    producerGroup: str
+    tranStateTableOffset: Long
+    commitLogOffset: Long
+    commitOrRollback: int
+    fromTransactionCheck: bool | None
+    msgId: str | None
+    transactionId: str | None
+
+
+END_TRANSACTION_HEADER = HeaderSpec(EndTransactionHeader)
 
 
 def register(server: Registrar, transactions: TransactionService) -> None:
