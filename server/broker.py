@@ -287,7 +287,7 @@ class BrokerController:
         self.counters.on_put([rec.topic], [result])
         if self.replica.sync_master:  # SYNC_MASTER: a slave has it before the answer (11 / 12 if not)
             gate = self.replica.gate(result.phys_offset + result.size)
-            return gate if type(gate) is tuple else await gate
+            return gate if isinstance(gate, tuple) else await gate
         return ResponseCode.SUCCESS, None
 
     def commitlog_max_offset(self) -> int:

@@ -71,7 +71,7 @@ class ConsumerGroupInfo:
     message_model: str = "CLUSTERING"
     consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
     channels: dict = field(default_factory=dict)          # conn -> ClientChannel
-    subscriptions: dict = field(default_factory=dict)     # topic -> SubscriptionData
+    subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
 
     def client_ids(self) -> list[str]:
         return [c.client_id for c in self.channels.values()]

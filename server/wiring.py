@@ -7,7 +7,7 @@ one file. Construction is explicit: each config value is passed by name.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import structlog
@@ -67,7 +67,8 @@ def make_message_store(cfg: BrokerConfig, levels_ms: list[int]) -> MessageStore:
     return store
 
 
-def put_request(raw, topic: str, queue_id: int, properties: dict, deliver_delay_ms: int):
+def put_request(raw: bytearray, topic: str, queue_id: int, properties: Mapping[str, str],
+                deliver_delay_ms: int) -> PutRequest:
     """The store request of an encoded record: tagsCode of TAGS, index keys KEYS (space separated)
     and UNIQ_KEY (called once per sent message: keep it lean)."""
     tags = properties.get("TAGS")

@@ -19,8 +19,11 @@ from typing import TYPE_CHECKING
 import structlog
 
 from codec.codes import DLQ_PREFIX, RETRY_PREFIX, RequestCode, ResponseCode
+from codec.command import RemotingCommand
+from codec.msgid import offset_msg_id
+from codec.record import MessageRecord, encode_record
 from server.headers import Header, HeaderSpec, Long
-from server.processors import Registrar, error, guarded
+from server.processors import Peer, Registrar, error, guarded
 from server.wiring import put_request
 from storage.store_types import PutStatus
 
@@ -75,14 +78,9 @@ def goes_to_dlq(reconsume_times: int, max_reconsume_times: int, delay_level: int
 
 class ConsumerSendBackProcessor:
     def __init__(self, deps: SendBackDeps) -> None:
-        from codec import msgid, properties, record
-
         self.deps = deps
-        self._record = record
-        self._props = properties
-        self._msgid = msgid
 
-    async def __call__(self, conn, cmd):
+    async def __call__(self, conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
         h = HEADER.parse(cmd.ext_fields)
         b = self.deps
         gcfg = b.groups.find(h.group)
@@ -122,15 +120,15 @@ class ConsumerSendBackProcessor:
             props["DELAY"] = str(retry_level(delay_level, msg.reconsume_times))
         if not props.get("ORIGIN_MESSAGE_ID"):
             host, port = msg.store_host
-            props["ORIGIN_MESSAGE_ID"] = self._msgid.offset_msg_id(host, port, msg.commitlog_offset)
-        rec = self._record.MessageRecord(
+            props["ORIGIN_MESSAGE_ID"] = offset_msg_id(host, port, msg.commitlog_offset)
+        rec = MessageRecord(
             topic=new_topic, body=msg.body, queue_id=queue_id, flag=msg.flag, sys_flag=msg.sys_flag,
             born_timestamp=msg.born_timestamp, born_host=msg.born_host, store_host=msg.store_host,
             reconsume_times=msg.reconsume_times + 1, properties=props)
         hooked = b.hooks.apply(rec)
         if isinstance(hooked, tuple):
             return error(cmd, hooked[0], hooked[1])
-        raw = self._record.encode_record(rec)
+        raw = encode_record(rec)
         req = put_request(raw, rec.topic, rec.queue_id, rec.properties, hooked)
         [result] = b.store.put([req])
         status = result.status.name

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING
 
 from codec.ack_response import ok_frame
 from codec.codes import RequestCode, ResponseCode
+from codec.command import RemotingCommand
+from remoting.dispatch import Response
 from server import headers as H
-from server.processors import Registrar, committed, error, guarded, ok
+from server.processors import Peer, Registrar, committed, error, guarded, ok
 
 if TYPE_CHECKING:
     from server.offsets_table import ConsumerOffsetManager
@@ -50,7 +52,7 @@ def first_message_in_memory(store: MessageStore, topic: str, queue_id: int) -> b
     units = store.read_units(topic, queue_id, 0, 1)
     if units is None or len(units) < _UNIT.size:
         return True
-    phys, _size, _tags = _UNIT.unpack_from(units, 0)
+    phys: int = _UNIT.unpack_from(units, 0)[0]
     return store.commitlog_max_offset() - phys <= IN_MEMORY_RATIO * physical_memory()
 
 
@@ -58,7 +60,7 @@ def register(server: Registrar, deps: OffsetsDeps) -> None:
     store = deps.store
 
     @guarded
-    def query_consumer_offset(conn, cmd):
+    def query_consumer_offset(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.GROUP_TOPIC_QUEUE.parse(cmd.ext_fields)
         offset = deps.offsets.query(h.consumerGroup, h.topic, h.queueId)
         if offset is not None and offset >= 0:
@@ -68,20 +70,23 @@ def register(server: Registrar, deps: OffsetsDeps) -> None:
         return error(cmd, ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
     @guarded
-    def update_consumer_offset(conn, cmd):
+    def update_consumer_offset(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.UPDATE_CONSUMER_OFFSET.parse(cmd.ext_fields)
         deps.offsets.commit(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
         return committed(deps.meta, cmd)
 
-    def update_consumer_offset_run(conn, cmds):
+    def update_consumer_offset_run(conn: Peer, cmds: list[RemotingCommand]) -> list[Response | bytes]:
         """A pipelined run of UPDATE_CONSUMER_OFFSET (10,000 groups x 4 queues a second): the usual Java
         header (four string fields) read straight from extFields, one staging call, ONE commit future
         whose result is every acknowledgement's frame (codec.ack_response); anything unusual goes through
         the generic processor above (same checks and remarks)."""
-        results: list = [None] * len(cmds)
-        rows, acks = [], []
+        results: list[Response | bytes] = [None] * len(cmds)
+        rows: list[tuple[str, str, int, int]] = []
+        acks: list[bytes] = []
+        first = -1
         for i, cmd in enumerate(cmds):
             ext = cmd.ext_fields
+            row: tuple[str, str, int, int] | None
             try:
                 row = (ext["consumerGroup"], ext["topic"], int(ext["queueId"]), int(ext["commitOffset"]))
             except (KeyError, TypeError, ValueError):
@@ -102,22 +107,22 @@ def register(server: Registrar, deps: OffsetsDeps) -> None:
         return results
 
     @guarded
-    def get_max_offset(conn, cmd):
+    def get_max_offset(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.TOPIC_QUEUE.parse(cmd.ext_fields)
         return ok(cmd, {"offset": str(store.max_offset(h.topic, h.queueId))})
 
     @guarded
-    def get_min_offset(conn, cmd):
+    def get_min_offset(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.TOPIC_QUEUE.parse(cmd.ext_fields)
         return ok(cmd, {"offset": str(store.min_offset(h.topic, h.queueId))})
 
     @guarded
-    def search_offset(conn, cmd):
+    def search_offset(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.SEARCH_OFFSET.parse(cmd.ext_fields)
         return ok(cmd, {"offset": str(store.search_offset_by_timestamp(h.topic, h.queueId, h.timestamp))})
 
     @guarded
-    def earliest_store_time(conn, cmd):
+    def earliest_store_time(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.TOPIC_QUEUE.parse(cmd.ext_fields)
         ts = store.earliest_store_time(h.topic, h.queueId)
         return ok(cmd, {"timestamp": str(-1 if ts is None else ts)})

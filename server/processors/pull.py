@@ -12,16 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 import structlog
 
 from codec.cache import BoundedCache
 from codec.codes import RequestCode, ResponseCode
+from codec.command import RemotingCommand
 from codec.pull_response import pull_response_frame
+from codec.tags import java_hash
+from remoting.dispatch import Response
 from server import headers as H
 from server.client_manager import SubscriptionData
-from server.processors import Registrar, guarded
+from server.processors import Peer, Registrar, guarded
 from storage.store_types import GetStatus
 
 if TYPE_CHECKING:
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
     from server.client_manager import ClientManager
     from server.cluster.ha.service import ReplicaRole
     from server.config import BrokerConfig
+    from server.headers import PullMessageHeader
     from server.offsets_table import ConsumerOffsetManager
     from server.pull_hold import PullHoldService
     from server.topics import TopicManager
@@ -56,7 +60,7 @@ FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4
 
 
 def parse_subscription(topic: str, sub_string: str | None, expression_type: str | None = None,
-                       sub_version: int = 0, java_hash=None) -> SubscriptionData:
+                       sub_version: int = 0) -> SubscriptionData:
     """TAG expression → SubscriptionData (split on `||`, trim, hash each tag; `*`/empty = all)."""
     if expression_type not in (None, "", "TAG"):
         raise ValueError(f"expression type {expression_type} is not supported")
@@ -99,18 +103,18 @@ def _status(status: GetStatus, request_offset: int) -> tuple[str, int]:
 
 _SUBS_MAX = 4096
 
+# the pull's answer: frame pieces (codec.pull_response) or an error RemotingCommand; None for a oneway request
+PullAnswer: TypeAlias = "list[BytesLike] | RemotingCommand | None"
+
 
 class PullProcessor:
     def __init__(self, deps: PullDeps) -> None:
-        from codec.tags import java_hash
-
         self.deps = deps
-        self.java_hash = java_hash
         # (topic, subscription, expressionType, subVersion) -> SubscriptionData or the parse error:
         # a consumer that posts its subscription sends the same one with every pull (held pulls parse twice)
-        self._subs: dict[tuple, SubscriptionData | str] = {}
+        self._subs: dict[tuple[str, str | None, str | None, int], SubscriptionData | str] = {}
 
-    def __call__(self, conn, cmd):
+    def __call__(self, conn: Peer, cmd: RemotingCommand) -> Response:
         """The response when it can be given now (messages found, or an error): inline, no task.
         A PULL_NOT_FOUND with SUSPEND returns the coroutine that holds it (the dispatcher runs it
         as a task)."""
@@ -120,9 +124,10 @@ class PullProcessor:
             return resp
         return self._hold(cmd, h)
 
-    async def _hold(self, cmd, h):
+    async def _hold(self, cmd: RemotingCommand, h: PullMessageHeader) -> PullAnswer:
         """Hold, then answer by re-running without suspend."""
         cfg = self.deps.config
+        timeout_ms: int
         if cfg.long_polling_enable:
             timeout_ms = h.suspendTimeoutMillis
         else:
@@ -131,11 +136,11 @@ class PullProcessor:
         resp, _ = self.process(cmd, h, first=False)
         return resp
 
-    def _err(self, cmd, code: int, remark: str):
+    def _err(self, cmd: RemotingCommand, code: int, remark: str) -> tuple[RemotingCommand, int]:
         return cmd.response(code=code, remark=remark, ext_fields={
             "suggestWhichBrokerId": "0", "nextBeginOffset": "0", "minOffset": "0", "maxOffset": "0"}), code
 
-    def process(self, cmd, h, first: bool):
+    def process(self, cmd: RemotingCommand, h: PullMessageHeader, first: bool) -> tuple[PullAnswer, int]:
         """(response, code); response None means: hold this request (first run only)."""
         b = self.deps
         if not b.config.broker_permission & 4:
@@ -156,13 +161,13 @@ class PullProcessor:
                                                 f"topicConfig.readQueueNums:[{tcfg.read_queue_nums}] "
                                                 f"consumer:[{h.consumerGroup}]")
         sys_flag = h.sysFlag
+        sub: SubscriptionData | str | None
         if sys_flag & FLAG_SUBSCRIPTION:
             key = (h.topic, h.subscription, h.expressionType, h.subVersion)
             sub = self._subs.get(key)
             if sub is None:
                 try:
-                    sub = parse_subscription(h.topic, h.subscription, h.expressionType, h.subVersion,
-                                             self.java_hash)
+                    sub = parse_subscription(h.topic, h.subscription, h.expressionType, h.subVersion)
                 except ValueError as e:
                     sub = str(e)
                 if len(self._subs) >= _SUBS_MAX:

@@ -11,16 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
+from codec import msgid
+from codec.batch import decode_batch
 from codec.codes import RequestCode, ResponseCode
+from codec.command import RemotingCommand
 from codec.msgid import UniqIdGenerator
-from codec.properties import rewrite_sent_properties_cached
-from codec.record import encode_message_bytes
+from codec.properties import (
+    SentRewrite,
+    parse_properties,
+    properties_to_string,
+    rewrite_sent_properties_cached,
+)
+from codec.record import MessageRecord, encode_message_bytes, encode_record
 from codec.send_response import SendResponseFrames
 from codec.tags import java_hash
 from scheduler.delay_levels import SCHEDULE_TOPIC, level_of, schedules
@@ -40,18 +48,20 @@ from server.processors.send_common import (
     ok,
     put_fail_remark,
 )
-from server.processors.send_run import SendRunMixin
+from server.processors.send_run import SendAnswer, SendRunMixin
 from server.topics import DLQ_PREFIX, NOT_ALLOWED_SEND, RETRY_PREFIX, topic_error
 from server.transactions import is_half, to_half
 from server.wiring import put_request
 
 if TYPE_CHECKING:
-    from server.cluster.ha.service import ReplicaRole
+    from server.cluster.ha.service import ReplicaAck, ReplicaRole
     from server.config import BrokerConfig
+    from server.headers import SendMessageHeader
+    from server.processors.send_common import PreparedSend
     from server.put_hooks import PutHooks
-    from server.topics import TopicManager
+    from server.topics import TopicConfig, TopicManager
     from storage.message_store import MessageStore
-    from storage.store_types import PutResult
+    from storage.store_types import PutRequest, PutResult
     from storage.subscription_group import SubscriptionGroupTable
 
 log = structlog.get_logger(__name__)
@@ -87,15 +97,8 @@ PLAIN_SEND_EXCLUDES = ("TIMER_", "TRAN_MSG", "REAL_TOPIC", "REAL_QID")
 
 class SendProcessor(SendRunMixin):
     def __init__(self, deps: SendDeps) -> None:
-        from codec import batch, msgid, properties, record, tags  # noqa: F401  (import check)
-
         self.deps = deps
         self.cfg = deps.config
-        self._record = record
-        self._props = properties
-        self._batch = batch
-        self._msgid = msgid
-        self._hash = tags.java_hash
         host, _, port = deps.config.broker_addr.rpartition(":")
         self.store_host = (host, int(port))
         # an offset msgId is hex(store host ‖ port ‖ offset): the host part is the same for every message
@@ -106,8 +109,9 @@ class SendProcessor(SendRunMixin):
         self._valid_topics: set[str] = set()
 
     # ---- checks shared by single and batch ------------------------------------------------
-    def _check(self, cmd, h, batch: bool):
-        """(topic_config, queue_id) or a ready error response."""
+    def _check(self, cmd: RemotingCommand, h: SendMessageHeader,
+               batch: bool) -> tuple[TopicConfig, int] | RemotingCommand | None:
+        """(topic_config, queue_id) or a ready error response (None for a oneway request)."""
         topic = h.topic
         if batch and len(topic) > 127:
             return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, f"message topic length too long {len(topic)}")
@@ -135,7 +139,7 @@ class SendProcessor(SendRunMixin):
             qid = random.randrange(max(1, tcfg.write_queue_nums))
         return tcfg, qid
 
-    def __call__(self, conn, cmd):
+    def __call__(self, conn: SendConn, cmd: RemotingCommand) -> SendAnswer:
         """The response, or (SYNC_FLUSH with WAIT) a coroutine that answers once the group commit
         covers the records: the dispatcher runs a task only for those, the usual send needs none.
         A lone request is a run of one (`batch`)."""
@@ -157,7 +161,8 @@ class SendProcessor(SendRunMixin):
         return problem
 
     # ---- single messages (a run of them: send_run.SendRunMixin) ---------------------------
-    def _prepare_single(self, conn, cmd, h):
+    def _prepare_single(self, conn: SendConn, cmd: RemotingCommand,
+                        h: SendMessageHeader) -> PreparedSend | RemotingCommand | None:
         """The prepared send (send_run: record, store topic, store queue id, tagsCode, keys, deliver delay,
         reply queue id, wait) ready for the store, or the (error) response."""
         checked = self._check(cmd, h, batch=False)
@@ -176,7 +181,9 @@ class SendProcessor(SendRunMixin):
                 return self._prepare_plain(conn, cmd, h, tcfg, qid, body, reconsume, plain)
         return self._prepare_full(conn, cmd, h, tcfg, qid, body, reconsume)
 
-    def _prepare_plain(self, conn, cmd, h, tcfg, qid: int, body: bytes, reconsume: int, plain: tuple):
+    def _prepare_plain(self, conn: SendConn, cmd: RemotingCommand, h: SendMessageHeader, tcfg: TopicConfig,
+                       qid: int, body: bytes, reconsume: int,
+                       plain: SentRewrite) -> PreparedSend | RemotingCommand | None:
         """A send without timer or transaction keys, on the properties string. A DELAY level > 0 is
         scheduled as transform_delay does (SCHEDULE_TOPIC_XXXX queue L-1, REAL_TOPIC and REAL_QID
         appended, tagsCode = deliver time); a level above the highest (clamped, which edits DELAY)
@@ -197,9 +204,10 @@ class SendProcessor(SendRunMixin):
                                    self.store_host, reconsume, props_bytes)
         return raw, topic, store_qid, java_hash(tags) if tags else 0, keys, deliver_delay, qid, wait
 
-    def _prepare_full(self, conn, cmd, h, tcfg, qid: int, body: bytes, reconsume: int):
+    def _prepare_full(self, conn: SendConn, cmd: RemotingCommand, h: SendMessageHeader, tcfg: TopicConfig,
+                      qid: int, body: bytes, reconsume: int) -> PreparedSend | RemotingCommand | None:
         """Properties as a dict: retry/DLQ routing, transactions (half), the put hooks (delay, timer)."""
-        props = self._props.parse_properties(h.properties or "")
+        props = parse_properties(h.properties or "")
         wait = props.pop("WAIT", "true").lower() != "false"
         props["CLUSTER"] = self.cfg.broker_cluster_name
         if not props.get("UNIQ_KEY"):
@@ -215,7 +223,7 @@ class SendProcessor(SendRunMixin):
         sys_flag = h.sysFlag
         if tcfg.topic_filter_type == "MULTI_TAG":
             sys_flag |= MULTI_TAGS_FLAG
-        rec = self._record.MessageRecord(
+        rec = MessageRecord(
             topic=topic, body=body, queue_id=qid, flag=h.flag, sys_flag=sys_flag,
             born_timestamp=h.bornTimestamp, born_host=self._born_host(conn), store_host=self.store_host,
             reconsume_times=reconsume, properties=props)
@@ -227,14 +235,17 @@ class SendProcessor(SendRunMixin):
             if isinstance(hooked, tuple):  # (code, remark): a put hook rejected the message
                 return fail(cmd, hooked[0], hooked[1], reply_qid)
             deliver_delay = hooked
-        props_bytes = self._props.properties_to_string(rec.properties).encode("utf-8", "replace")
+        props_bytes = properties_to_string(rec.properties).encode("utf-8", "replace")
         if len(props_bytes) > PROPS_MAX:
             return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", reply_qid)
-        raw = self._record.encode_record(rec, properties_bytes=props_bytes)
+        raw = encode_record(rec, properties_bytes=props_bytes)
         req = put_request(raw, rec.topic, rec.queue_id, rec.properties, deliver_delay)
         return raw, req.topic, req.queue_id, req.tags_code, req.keys, deliver_delay, reply_qid, wait
 
-    def _retry_or_dlq(self, cmd, h, props: dict, reconsume: int):
+    def _retry_or_dlq(self, cmd: RemotingCommand, h: SendMessageHeader, props: dict[str, str],
+                      reconsume: int) -> tuple[str, int] | RemotingCommand | None:
+        """(store topic, queue id) of a send to a retry topic: the retry queue, or the group's DLQ once
+        reconsumed maxReconsumeTimes times; an error response when the group does not exist."""
         group = h.topic[len(RETRY_PREFIX):]
         gcfg = self.deps.groups.find(group)
         if gcfg is None:
@@ -251,14 +262,14 @@ class SendProcessor(SendRunMixin):
         return dlq, 0
 
     # ---- batch ----------------------------------------------------------------------------
-    def send_batch(self, conn, cmd, h):
+    def send_batch(self, conn: SendConn, cmd: RemotingCommand, h: SendMessageHeader) -> SendAnswer:
         checked = self._check(cmd, h, batch=True)
         if not isinstance(checked, tuple):
             return checked
         tcfg, qid = checked
         if h.topic.startswith(RETRY_PREFIX):
             return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group " + h.topic, qid)
-        batch_props = self._props.parse_properties(h.properties or "")
+        batch_props = parse_properties(h.properties or "")
         if (h.sysFlag & TRANSACTION_MASK) != 0 or batch_props.get("TRAN_MSG", "").lower() == "true":
             return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, "batch message does not support transaction", qid)
         if int_or_zero(batch_props.get("DELAY")) > 0:
@@ -268,37 +279,35 @@ class SendProcessor(SendRunMixin):
             return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, f"message body size exceeded, {len(body)} > "
                                                f"{self.cfg.max_message_size}", qid)
         try:
-            items = self._batch.decode_batch(body)
+            items = decode_batch(body)
         except ValueError as e:
             return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}", qid)
         if not items:
             return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, "empty batch", qid)
         wait = batch_props.get("WAIT", "true").lower() != "false"
         batch_props["CLUSTER"] = self.cfg.broker_cluster_name
-        tail = self._props.properties_to_string(batch_props)
+        tail = properties_to_string(batch_props)
         sys_flag = h.sysFlag | (MULTI_TAGS_FLAG if tcfg.topic_filter_type == "MULTI_TAG" else 0)
         born_host = self._born_host(conn)
-        reqs = []
+        reqs: list[PutRequest] = []
         for item in items:
-            item_props = item.properties
-            item_str = item_props if isinstance(item_props, str) else \
-                (bytes(item_props).decode() if isinstance(item_props, bytes | bytearray | memoryview) else
-                 self._props.properties_to_string(item_props))
+            item_str = item.properties
             if item_str and not item_str.endswith("\x02"):
                 item_str += "\x02"
             props_str = item_str + tail
-            props = self._props.parse_properties(props_str)
-            rec = self._record.MessageRecord(
+            props = parse_properties(props_str)
+            rec = MessageRecord(
                 topic=h.topic, body=bytes(item.body), queue_id=qid, flag=item.flag, sys_flag=sys_flag,
                 born_timestamp=h.bornTimestamp, born_host=born_host, store_host=self.store_host,
                 reconsume_times=h.reconsumeTimes or 0, properties=props)
-            raw = self._record.encode_record(rec, properties_bytes=props_str.encode())
+            raw = encode_record(rec, properties_bytes=props_str.encode())
             reqs.append(put_request(raw, h.topic, qid, props, -1))
         results = self.deps.store.put(reqs)
         return self._respond(cmd, results, qid, wait, [h.topic] * len(reqs))
 
     # ---- response -------------------------------------------------------------------------
-    def _respond(self, cmd, results, reply_qid: int, wait: bool, topics: list[str]):
+    def _respond(self, cmd: RemotingCommand, results: list[PutResult], reply_qid: int, wait: bool,
+                 topics: list[str]) -> SendAnswer:
         """The response to a batch-message send: every record stored, or the first failure."""
         first = results[0]
         for r in results:
@@ -316,8 +325,8 @@ class SendProcessor(SendRunMixin):
             end = max(r.phys_offset + r.size for r in results)
             flushed = next((r.flushed for r in results if r.flushed is not None), None)
             gate = replica.gate(end)
-            return self._answer_when_replicated(cmd, flushed if self.cfg.sync_flush else None,
-                                                gate if type(gate) is tuple else asyncio.ensure_future(gate), ext)
+            ack: ReplicaAck | Awaitable[ReplicaAck] = gate if isinstance(gate, tuple) else asyncio.ensure_future(gate)
+            return self._answer_when_replicated(cmd, flushed if self.cfg.sync_flush else None, ack, ext)
         if self.cfg.sync_flush and wait:
             pending = [r.flushed for r in results if r.flushed is not None]
             if pending:
@@ -325,7 +334,8 @@ class SendProcessor(SendRunMixin):
         return ok(cmd, ResponseCode.SUCCESS, None, ext)
 
     @staticmethod
-    async def _answer_when_flushed(cmd, pending: list, ext: dict[str, str]):
+    async def _answer_when_flushed(cmd: RemotingCommand, pending: list[asyncio.Future[bool]],
+                                   ext: dict[str, str]) -> RemotingCommand:
         code, remark = ResponseCode.SUCCESS, None
         try:
             await asyncio.wait_for(asyncio.shield(asyncio.gather(*pending)), SYNC_FLUSH_TIMEOUT_S)

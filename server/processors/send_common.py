@@ -9,7 +9,7 @@ from __future__ import annotations
 from codec.buffers import Body
 from codec.codes import BROKER_VERSION, RPC_TYPE_RESPONSE, ResponseCode
 from codec.command import RemotingCommand
-from storage.store_types import PutStatus
+from storage.store_types import IndexKeys, PutStatus
 
 MULTI_TAGS_FLAG, TRANSACTION_MASK, TRANSACTION_PREPARED, TRANSACTION_COMMIT = 0x2, 0xC, 0x4, 0x8
 V3_4_9 = 121
@@ -34,7 +34,7 @@ PROPS_MAX = 32767
 # this hot path (a NamedTuple costs ~10x a tuple to build), unpacked by name where it is read:
 # (record bytes, store topic, store queue id, tagsCode, index keys, deliver delay ms or -1,
 #  queue id to answer with, wait for flush / slave)
-PreparedSend = tuple[bytes, str, int, int, tuple[str, ...], int, int, bool]
+PreparedSend = tuple[bytes | bytearray, str, int, int, IndexKeys, int, int, bool]
 PUT_OK = PutStatus.PUT_OK
 
 

@@ -32,7 +32,7 @@ def send_one(sp: SendProcessor, store: MessageStore, conn: Any, cmd: RemotingCom
         prep = sp._prepare_single(conn, cmd, h)
     except H.HeaderError as e:
         return fail(cmd, ResponseCode.SYSTEM_ERROR, str(e))
-    if type(prep) is not tuple:  # an error response
+    if not isinstance(prep, tuple):  # an error response
         return prep
     raw, topic, qid, tags_code, keys, delay, reply_qid, _wait = prep
     [r] = store.put([PutRequest(bytearray(raw), topic, qid, tags_code, keys, delay)])

@@ -13,9 +13,9 @@ encoded in one pass into one bytes object (`codec.send_response` for the SUCCESS
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 import structlog
 
@@ -38,12 +38,18 @@ from server.processors.send_common import (
 
 if TYPE_CHECKING:
     from codec.send_response import SendResponseFrames
+    from remoting.connection import Connection
+    from server.cluster.ha.service import ReplicaAck
     from server.config import BrokerConfig
-    from server.headers import Header
-    from server.processors.send import SendDeps
+    from server.headers import SendMessageHeader
+    from server.processors.send import SendConn, SendDeps
     from storage.store_types import IndexKeys
 
 log = structlog.get_logger(__name__)
+
+# What a send request is answered with: the response, None (a oneway request), or (SYNC_FLUSH / SYNC_MASTER
+# with WAIT) an awaitable of the response that the dispatcher runs as a task
+SendAnswer: TypeAlias = RemotingCommand | Awaitable[RemotingCommand] | None
 
 _TS_POS = (store_timestamp_pos(0), store_timestamp_pos(0x10))  # STORETIMESTAMP by the BORNHOST_V6 bit
 _SYS_FLAG_LOW = POS_SYS_FLAG + 3  # SYSFLAG's low byte (BORNHOST_V6 = 0x10)
@@ -84,25 +90,26 @@ class SendRunMixin:
     _msg_id_prefix: str
 
     if TYPE_CHECKING:
-        def send_batch(self, conn: Any, cmd: RemotingCommand, h: Header) -> Any: ...
+        def send_batch(self, conn: SendConn, cmd: RemotingCommand, h: SendMessageHeader) -> SendAnswer: ...
 
-        def _prepare_single(self, conn: Any, cmd: RemotingCommand, h: Header) -> Any: ...
+        def _prepare_single(self, conn: SendConn, cmd: RemotingCommand,
+                            h: SendMessageHeader) -> PreparedSend | RemotingCommand | None: ...
 
         @staticmethod
-        async def _answer_when_flushed(cmd: RemotingCommand, pending: list[Any],
+        async def _answer_when_flushed(cmd: RemotingCommand, pending: list[asyncio.Future[bool]],
                                        ext: dict[str, str]) -> RemotingCommand: ...
 
-    def batch(self, conn, cmds: list) -> list:
+    def batch(self, conn: SendConn, cmds: list[RemotingCommand]) -> list[SendAnswer]:
         """A run of send requests: one response (None for oneway, an awaitable for a SYNC_FLUSH wait)
         per request, in order."""
-        return self._run(conn, cmds, False)
+        return cast("list[SendAnswer]", self._run(conn, cmds, False))  # not framed: no bytes
 
-    def batch_framed(self, conn, cmds: list) -> list:
+    def batch_framed(self, conn: Connection, cmds: list[RemotingCommand]) -> list[SendAnswer | bytes]:
         """`batch` for the dispatcher (`remoting.dispatch`): the run's ready responses are encoded in
         request order into ONE bytes object (at the first answered request's entry; every other entry
         None or an awaitable)."""
         out = self._run(conn, cmds, True)
-        pieces = []
+        pieces: list[bytes] = []
         first = -1
         for i, r in enumerate(out):
             if r is None:
@@ -122,8 +129,8 @@ class SendRunMixin:
             out[first] = b"".join(pieces)
         return out
 
-    def _run(self, conn, cmds: list, framed: bool) -> list:
-        out: list = [None] * len(cmds)
+    def _run(self, conn: SendConn, cmds: list[RemotingCommand], framed: bool) -> list[SendAnswer | bytes]:
+        out: list[SendAnswer | bytes] = [None] * len(cmds)
         idx: list[int] = []
         preps: list[PreparedSend] = []
         parse = H.parse_send
@@ -143,7 +150,7 @@ class SendRunMixin:
                 log.warning("send.failed", peer=f"{ip}:{port}", error=repr(e), exc_info=e)
                 out[i] = fail(cmd, ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
                 continue
-            if type(prep) is tuple:
+            if isinstance(prep, tuple):
                 idx.append(i)
                 preps.append(prep)
             else:
@@ -151,7 +158,8 @@ class SendRunMixin:
         self._put_run(cmds, out, idx, preps, framed)
         return out
 
-    def _put_run(self, cmds: list, out: list, idx: list[int], preps: list[PreparedSend], framed: bool) -> None:
+    def _put_run(self, cmds: list[RemotingCommand], out: list[SendAnswer | bytes], idx: list[int],
+                 preps: list[PreparedSend], framed: bool) -> None:
         """Store the prepared sends `preps` (of requests `idx`) with one put_batch; answer each."""
         if not preps:
             return
@@ -174,7 +182,7 @@ class SendRunMixin:
             elif replica is not None and wait:  # SYNC_MASTER: answer once a slave has the bytes
                 out[i] = self._answer_when_replicated(cmd, flushed if sync else None, replica,
                                                       self._ok_ext(phys[j], reply_qid, qoffs[j]))
-            elif sync and wait:
+            elif sync and wait and flushed is not None:
                 out[i] = self._answer_when_flushed(cmd, [flushed], self._ok_ext(phys[j], reply_qid, qoffs[j]))
             elif framed:
                 out[i] = frame(cmd.opaque, cmd.serialize_type, phys[j], reply_qid, qoffs[j])
@@ -192,16 +200,19 @@ class SendRunMixin:
         preps.clear()
 
     @staticmethod
-    async def _answer_when_replicated(cmd, flushed, replica, ext: dict[str, str]):
+    async def _answer_when_replicated(cmd: RemotingCommand, flushed: asyncio.Future[bool] | None,
+                                      replica: ReplicaAck | Awaitable[ReplicaAck],
+                                      ext: dict[str, str]) -> RemotingCommand:
         """SYNC_MASTER: flush (if SYNC_FLUSH) and the slave's ack; a replica status that is not OK
         overrides (FLUSH_SLAVE_TIMEOUT 12, SLAVE_NOT_AVAILABLE 11), the message is stored either way."""
-        code, remark = ResponseCode.SUCCESS, None
+        code: int = ResponseCode.SUCCESS
+        remark: str | None = None
         if flushed is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(flushed), SYNC_FLUSH_TIMEOUT_S)
             except TimeoutError:
                 code, remark = ResponseCode.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT"
-        rcode, rremark = replica if type(replica) is tuple else await asyncio.shield(replica)
+        rcode, rremark = replica if isinstance(replica, tuple) else await asyncio.shield(replica)
         if rcode != ResponseCode.SUCCESS:
             code, remark = rcode, rremark
         return ok(cmd, code, remark, ext)

@@ -20,9 +20,9 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -45,9 +45,13 @@ if TYPE_CHECKING:
     from server.offsets_table import ConsumerOffsetManager
     from server.topics import TopicManager
     from server.transactions import TransactionService
+    from storage.store_types import PutStatus
     from storage.subscription_group import SubscriptionGroupTable
 
 log = structlog.get_logger(__name__)
+
+# a SYNC_MASTER send's replication outcome: (response code, remark), (0, None) once a slave has the bytes
+ReplicaAck = tuple[int, str | None]
 
 EPOCH_FILE = "haEpoch.json"
 
@@ -266,7 +270,7 @@ class ReplicaRole:
     def sync_master(self) -> bool:
         return self.config.broker_role == "SYNC_MASTER"
 
-    def gate(self, end_offset: int):
+    def gate(self, end_offset: int) -> ReplicaAck | Coroutine[Any, Any, ReplicaAck]:
         """For a SYNC_MASTER send whose records end at `end_offset`: None (answer now) is never
         returned; (code, remark) when no slave can take it, else an awaitable of (code, remark)."""
         svc = self.ha_service
@@ -274,7 +278,8 @@ class ReplicaRole:
             return ResponseCode.SLAVE_NOT_AVAILABLE, "SLAVE_NOT_AVAILABLE"
         return self._wait(svc, end_offset)
 
-    def gate_for_run(self, starts, phys, statuses):
+    def gate_for_run(self, starts: Sequence[int], phys: Sequence[int],
+                     statuses: Sequence[PutStatus] | None) -> ReplicaAck | asyncio.Future[ReplicaAck] | None:
         """`gate` for a run of sends stored by one put_batch: one wait, shared by its requests,
         for the end of the last stored record (a task, or a (code, remark) tuple)."""
         end = -1
@@ -284,9 +289,9 @@ class ReplicaRole:
         if end < 0:
             return None
         g = self.gate(end)
-        return g if type(g) is tuple else asyncio.ensure_future(g)
+        return g if isinstance(g, tuple) else asyncio.ensure_future(g)
 
-    async def _wait(self, svc: HAService, end_offset: int):
+    async def _wait(self, svc: HAService, end_offset: int) -> ReplicaAck:
         ok = await svc.wait_replicated(end_offset, self.config.slave_timeout / 1000.0)
         return (0, None) if ok else (ResponseCode.FLUSH_SLAVE_TIMEOUT, "FLUSH_SLAVE_TIMEOUT")
 
