@@ -24,6 +24,21 @@ UNITS_PER_FILE = 300000
 BLANK_UNIT = UNIT.pack(0, 0x7FFFFFFF, 0)
 
 
+class QueueRun:
+    """The ConsumeQueue units one put (or one reput pass) gathers for one queue before its one write:
+    `first` the queue offset of the first unit, `next_offset` the one the next unit gets, `units` the
+    units back to back (UNIT_SIZE bytes each), `end` the CommitLog end of the last record. A slotted
+    record on the send append's and the replica apply's per-message path."""
+
+    __slots__ = ("first", "next_offset", "units", "end")
+
+    def __init__(self, first: int, units: bytearray, end: int) -> None:
+        self.first = first
+        self.next_offset = first + len(units) // UNIT_SIZE
+        self.units = units
+        self.end = end
+
+
 class ConsumeQueue:
     __slots__ = ("topic", "queue_id", "directory", "file_size", "files", "min_logic_offset", "max_phys_end")
 

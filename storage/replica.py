@@ -16,14 +16,12 @@ replicated appends are not affected. Storage knows nothing of who sends the byte
 
 from __future__ import annotations
 
-from typing import Any
-
 import structlog
 
 from codec.buffers import BytesLike
 from codec.properties import index_keys
 from storage import _record as R
-from storage.consume_queue import UNIT
+from storage.consume_queue import UNIT, QueueRun
 from storage.store_state import StoreState
 
 log = structlog.get_logger(__name__)
@@ -119,7 +117,7 @@ class ReplicaMixin(StoreState):
         end = cl.max_offset
         off = self.reput_offset
         tags_code_of = self.tags_code_of
-        units: dict[tuple[str, int], list[Any]] = {}  # queue -> [first queue offset, units bytearray, end]
+        units: dict[tuple[str, int], QueueRun] = {}  # the units this pass adds, per queue
         index_entries = []
         count = 0
         while off < end:
@@ -149,12 +147,13 @@ class ReplicaMixin(StoreState):
             store_ts = R.read_store_timestamp(view)
             unit = UNIT.pack(off, total, tags_code_of(topic, props, store_ts))
             key = (topic, qid)
-            entry = units.get(key)
-            if entry is None:
-                units[key] = [qoff, bytearray(unit), off + total]
+            run = units.get(key)
+            if run is None:
+                units[key] = QueueRun(qoff, bytearray(unit), off + total)
             else:
-                entry[1] += unit
-                entry[2] = off + total
+                run.units += unit
+                run.next_offset += 1
+                run.end = off + total
             if topic not in NOT_INDEXED:
                 ks = index_keys(props.get("KEYS"), props.get("UNIQ_KEY"))
                 if ks:
@@ -164,8 +163,8 @@ class ReplicaMixin(StoreState):
         self.reput_offset = off
         for e in index_entries:
             self.index.add(*e)
-        for key, entry in units.items():
-            self._write_units(key, *entry)
+        for key, run in units.items():
+            self._write_units(key, run.first, run.units, run.end)
         if units and self._listeners:
             self._dispatch(units)
         if count:

@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import operator
 import struct
-from typing import Any
 
-from storage.consume_queue import UNIT
+from storage.consume_queue import UNIT, UNIT_SIZE, QueueRun
 from storage.store_state import StoreState
 from storage.store_types import BatchPutResult, PutBatch, PutRequest, PutStatus
 
@@ -55,7 +54,7 @@ class BatchPutMixin(StoreState):
         store_ts = self.now_ms()
         base = mf.file_from_offset + pos
         counters = self.queue_offsets
-        state: dict[tuple[str, int], list[Any]] = {}  # queue -> [next queue offset, units, end of last record]
+        state: dict[tuple[str, int], QueueRun] = {}  # the units this run adds, per queue
         starts, tcodes, ts_pos, keys = batch.starts, batch.tags_codes, batch.ts_pos, batch.keys
         delays = batch.deliver_delays
         if delays:  # a scheduled record's tagsCode is its deliver time (as in `put`)
@@ -74,25 +73,25 @@ class BatchPutMixin(StoreState):
             p = base + s
             st = state.get(key)
             if st is None:
-                st = state[key] = [counters.get(key, 0), bytearray(), 0]
-            q = st[0]
-            st[0] = q + 1
+                st = state[key] = QueueRun(counters.get(key, 0), bytearray(), 0)
+            q = st.next_offset
+            st.next_offset = q + 1
             append_qoff(q)
             pack_qp(buf, s + _POS_QUEUE_OFFSET, q, p)
             pack_ts(buf, ts_pos[j], store_ts)
             size = e - s
-            st[1] += pack_unit(p, size, tcodes[j])
-            st[2] = p + size
+            st.units += pack_unit(p, size, tcodes[j])
+            st.end = p + size
             append_phys(p)
             if keys[j]:
                 index_entries.append((key[0], keys[j], p, size))
             s = e
         for key, st in state.items():  # ConsumeQueue room first (a full disk: `put` says why)
-            if self._cq_room(key, st[0] - len(st[1]) // 20, len(st[1]) // 20) is not None:
+            if self._cq_room(key, st.first, len(st.units) // UNIT_SIZE) is not None:
                 return self._put_batch_slow(batch)
         cl.commit(mf, pos, buf)
-        for key, (nxt, units, end) in state.items():
-            self._write_units(key, nxt - len(units) // 20, units, end)
+        for key, st in state.items():
+            self._write_units(key, st.first, st.units, st.end)
         if index_entries:
             self.index.add_batch(index_entries, store_ts)
         self.put_bytes_total += len(buf)
