@@ -9,10 +9,16 @@ made here is listed in `CACHES` by name.
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import Generic, TypedDict, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
+
+
+class CacheStats(TypedDict):
+    size: int
+    misses: int
+    resets: int  # times it was full and cleared
 
 
 class BoundedCache(dict[K, V], Generic[K, V]):
@@ -35,7 +41,7 @@ class BoundedCache(dict[K, V], Generic[K, V]):
         self[key] = value
         return value
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> CacheStats:
         return {"size": len(self), "misses": self.misses, "resets": self.resets}
 
 

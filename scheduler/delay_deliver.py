@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 import structlog
 
@@ -36,7 +36,7 @@ from scheduler.delay_state import Raws, Spans
 from scheduler.delay_sync import SyncDeliverMixin
 from scheduler.due import AFTER_MS
 from scheduler.quarantine import LEVEL
-from scheduler.stats import LevelStats
+from scheduler.stats import LatenessHistogram, LevelStats
 from storage.message_store import PutRequest
 
 if TYPE_CHECKING:
@@ -55,6 +55,25 @@ _monotonic = time.monotonic  # the loop's clock (CLOCK_MONOTONIC)
 def now_ms() -> int:
     return int(time.time() * 1000)
 
+
+class LevelSnapshot(TypedDict):
+    """One delay level's figures (`LevelDeliverer.snapshot`; runtime info, /metrics, telemetry export)."""
+
+    level: int
+    delay_ms: int
+    delivered_offset: int  # next schedule-queue offset whose delivery is not confirmed
+    max_offset: int
+    pending: int
+    next_due_ms: int  # 0: no message waiting
+    delivered_total: int
+    skipped_total: int
+    failed_puts: int
+    quarantined_total: int
+    resends: int
+    deliver_rate: float  # messages per second over about the last ten seconds
+    lateness_ms: LatenessHistogram
+    in_flight: int  # async deliver: messages put and not yet confirmed
+    blocked: bool
 
 class LevelDeliverer(SyncDeliverMixin, AsyncDeliverMixin, LevelEventsMixin):
     def __init__(self, svc: DelayLevelService, level: int) -> None:
@@ -282,7 +301,7 @@ class LevelDeliverer(SyncDeliverMixin, AsyncDeliverMixin, LevelEventsMixin):
     def max_offset(self) -> int:
         return self.store.max_offset(SCHEDULE_TOPIC, self.queue_id)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> LevelSnapshot:
         mx = self.max_offset()
         st = self.stats
         return {"level": self.level, "delay_ms": self.delay_ms, "delivered_offset": self.offset,

@@ -9,14 +9,14 @@ drains confirmed async deliveries and persists the offsets.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, TypedDict
 
 import structlog
 
 from codec.msgid import offset_msg_id
 from scheduler.delay_cancel import DelayCancelTable
 from scheduler.delay_config import DelayConfig
-from scheduler.delay_deliver import LevelDeliverer
+from scheduler.delay_deliver import LevelDeliverer, LevelSnapshot
 from scheduler.delay_offsets import DelayOffsetBackend, DelayOffsetTable
 from scheduler.delay_recovery import resume_offset
 from scheduler.events import EventListener, PutObserver, ignore_puts
@@ -28,6 +28,16 @@ from storage.message_store import MessageStore
 from storage.supervisor import SupervisedTask
 
 log = structlog.get_logger(__name__)
+
+
+class DelayServiceStats(TypedDict):
+    """The delay levels' figures (/metrics, the telemetry export)."""
+
+    async_deliver: bool
+    levels: dict[int, LevelSnapshot]  # by delay level
+    pending_total: int
+    delivered_total: int
+    quarantined: dict[str, int]  # records set aside, by stage (open-ended: the stages that have set some aside)
 
 SHUTDOWN_WAIT_S = 5.0  # WAIT_FOR_SHUTDOWN
 
@@ -244,7 +254,7 @@ class DelayLevelService:
         info["scheduleMessageCancelled"] = str(self.cancels.cancelled_total)
         return info
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> DelayServiceStats:
         levels = {d.level: d.snapshot() for d in self.levels}
         return {"async_deliver": self.config.async_deliver, "levels": levels,
                 "pending_total": sum(v["pending"] for v in levels.values()),

@@ -52,4 +52,6 @@ class Quarantine:
         return False
 
     def stats(self) -> dict[str, int]:
+        """Records set aside, by stage: open-ended (only the stages that have set some aside appear; the
+        exporters label a sample per key)."""
         return dict(self.counts)

@@ -7,12 +7,22 @@ with `LATENESS_BUCKETS_MS`. Recorded per batch with one bisect per message; no a
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TypedDict
 
 from codec.histogram import Histogram
 
 LATENESS_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 60_000)
 _RATE_WINDOW_S = 10.0
+
+
+class LatenessHistogram(TypedDict):
+    """A lateness histogram as the exporters read it: cumulative (upper bound ms, count) pairs, sum, count,
+    largest value (ms)."""
+
+    buckets: list[tuple[float, int]]
+    sum: float
+    count: int
+    max: float
 
 
 class LevelStats:
@@ -51,6 +61,6 @@ class LevelStats:
                 return (self.delivered - total) / span if span > 0.05 else 0.0
         return 0.0
 
-    def histogram(self) -> dict[str, Any]:
+    def histogram(self) -> LatenessHistogram:
         h = self.lateness
         return {"buckets": h.cumulative(), "sum": h.sum, "count": h.count, "max": h.max}

@@ -34,7 +34,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypedDict
 
 import structlog
 
@@ -59,6 +59,18 @@ __all__ = ["DataVersion", "DelayOffsetStore", "MetaStore", "MetaStoreError", "To
            "encode_offsets", "format_delay_offsets", "parse_delay_offsets", "topic_json"]
 
 log = structlog.get_logger(__name__)
+
+
+class MetaStoreStats(TypedDict):
+    """The writer's figures (`MetaStore.stats`)."""
+
+    commits: int
+    rows_written: int
+    failures: int
+    rows_set_aside: int
+    last_commit_ms: float
+    pending_batch: int  # batches handed to the writer thread and not yet committed
+    versions: dict[str, int]  # each table's DataVersion counter, by table name
 
 RETRY_BACKOFF_S = (0.05, 0.2, 1.0, 5.0)
 
@@ -320,11 +332,11 @@ class MetaStore:
         self._conn.close()
         self._conn = None
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> MetaStoreStats:
         return {"commits": self.commits, "rows_written": self.rows_written, "failures": self.failures,
                 "rows_set_aside": self.rows_set_aside,
                 "last_commit_ms": round(self.last_commit_ms, 3), "pending_batch": self._filling - self._committed - 1,
-                **{f"{t}_version": v.counter for t, v in self.versions.items()}}
+                "versions": {t: v.counter for t, v in self.versions.items()}}
 
 
     # ---- export --------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import random
 import shutil
 import struct
 import time
-from typing import Any
+from typing import TypedDict
 
 import structlog
 
@@ -47,6 +47,40 @@ from scheduler.timer.wheel import FILE_NAME, TimerWheel
 from storage.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
+
+
+class TimerStats(TypedDict):
+    """The time wheel's figures (`TimerMessageStore.stats`: runtime info, /metrics, the telemetry export)."""
+
+    pending: int  # timer messages in the wheel
+    occupied_slots: int
+    next_due_slot_ms: int  # -1: none
+    enqueued: int
+    accepted: int
+    delivered: int
+    rolled: int
+    cancelled: int
+    markers: int
+    cancel_unmatched: int
+    missing: int
+    put_failures: int
+    rejected: int
+    late_bumped: int
+    enqueue_lag: int  # rmq_sys_wheel_timer messages not yet in the wheel
+    dequeue_lag_ms: int
+    enqueue_rate: float
+    dequeue_rate: float
+    enqueue_latency_ms: int
+    dequeue_latency_ms: int
+    lateness_p50_ms: float
+    lateness_p99_ms: float
+    lateness_max_ms: float
+    lateness_buckets: list[tuple[float, int]]  # cumulative (upper bound ms, count)
+    read_ms: int
+    write_ms: int
+    queue_offset: int
+    timerlog_pos: int
+    quarantined: dict[str, int]  # records set aside, by stage (open-ended: the stages that have set some aside)
 
 _I32 = struct.Struct(">i")
 CURSOR_HISTORY = 8192  # reader-cursor moves a master remembers for its slaves (about 2 h of busy slots)
@@ -305,7 +339,7 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
         w = self.wheel
         return w.next_nonempty(self.read_cursor_ms) if self._loaded and w is not None else None
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> TimerStats:
         m, w = self.metrics, self.wheel
         now = int(time.time() * 1000)
         cq_max = self.store.max_offset(TIMER_TOPIC, 0) if self._loaded else 0

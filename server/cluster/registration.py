@@ -22,6 +22,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypedDict
 
 import structlog
 
@@ -37,6 +38,15 @@ from server.config import BrokerConfig
 from storage.supervisor import Supervisor
 
 log = structlog.get_logger(__name__)
+
+
+class RegistrationStats(TypedDict):
+    """The REGISTER_BROKER loop's figures (in GET_BROKER_RUNTIME_INFO, Java-style names)."""
+
+    namesrvRegistrations: int  # REGISTER_BROKER requests answered SUCCESS
+    namesrvRegisterSkipped: int  # rounds where every name server had our DataVersion
+    namesrvRegisterFailures: int
+    registerTaskFailures: int  # the supervised loop's restarts
 
 UNREGISTER_TIMEOUT_S = 3.0
 MIN_FORCED_GAP_S = 0.2  # change- and connection-triggered rounds: at most 5 a second, however many triggers
@@ -227,7 +237,7 @@ class BrokerRegistrar:
 
         await asyncio.gather(*(one(ns) for ns in self.namesrvs))
 
-    def stats(self) -> dict[str, object]:
+    def stats(self) -> RegistrationStats:
         return {"namesrvRegistrations": self.registrations, "namesrvRegisterSkipped": self.skipped,
                 "namesrvRegisterFailures": self.failures,
                 "registerTaskFailures": self._task.failures if self._task else 0}

@@ -15,11 +15,27 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, GROUP_GET_NUMS = "TOPIC_PUT_NUMS", "TOPIC_PUT_SIZE", "GROUP_GET_NUMS"
 DAY_MS = 86_400_000
 _WINDOWS = (("minute", 10_000, 7), ("hour", 600_000, 7), ("day", 3_600_000, 25))
+
+
+class StatsSnapshotJson(TypedDict):
+    """RocketMQ's BrokerStatsItem as JSON (one window of VIEW_BROKER_STATS_DATA)."""
+
+    avgpt: float
+    sum: int
+    tps: float
+
+
+class BrokerStatsDataJson(TypedDict):
+    """VIEW_BROKER_STATS_DATA's body (RocketMQ's BrokerStatsData)."""
+
+    statsDay: StatsSnapshotJson
+    statsHour: StatsSnapshotJson
+    statsMinute: StatsSnapshotJson
 
 
 @dataclass(slots=True)
@@ -28,7 +44,7 @@ class WindowStats:
     tps: float
     avgpt: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> StatsSnapshotJson:
         return {"avgpt": self.avgpt, "sum": self.sum, "tps": self.tps}
 
 
@@ -103,7 +119,7 @@ class BrokerStats:
             gets.append(max(0, get - base[2]) / elapsed)
         return puts, gets
 
-    def stats_data(self, name: str, key: str, now_ms: int) -> dict[str, Any] | None:
+    def stats_data(self, name: str, key: str, now_ms: int) -> BrokerStatsDataJson | None:
         """BrokerStatsData JSON ({statsMinute, statsHour, statsDay}), None for an unknown item."""
         fn = self.keyed.get(name)
         if fn is None:

@@ -16,9 +16,9 @@ import math
 import os
 import resource
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from server.observability.registry import Histogram, Sample, _fmt_labels, _fmt_num
 from server.runtime_info import earliest_store_time
@@ -72,7 +72,7 @@ class RpcLatency:
             h.observe_repeated(seconds / n, n)
 
 
-def _hist_ms_to_s(name: str, labels: dict[str, str], h: dict) -> Sample | None:
+def _hist_ms_to_s(name: str, labels: dict[str, str], h: Mapping[str, Any]) -> Sample | None:
     buckets = h.get("buckets") or []
     if not buckets:
         return None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
-from typing import cast
+from typing import TypedDict, cast
 
 import structlog
 
@@ -22,6 +22,15 @@ from codec.errors import CodecError
 from codec.ha import ReportDecoder, encode_header
 
 log = structlog.get_logger(__name__)
+
+
+class HAServiceStats(TypedDict):
+    """The master side's replication figures (`HAService.stats`)."""
+
+    slaves: int
+    push2slave_max: int  # the furthest CommitLog offset any slave confirmed
+    slave_acks: dict[str, int]  # each connected slave's confirmed offset, by its address
+
 
 WAIT_DATA_S = 0.1  # a connection with nothing to send sleeps at most this long (woken by appends)
 
@@ -211,6 +220,6 @@ class HAService:
         except TimeoutError:
             return False
 
-    def stats(self) -> dict:
+    def stats(self) -> HAServiceStats:
         return {"slaves": len(self.connections), "push2slave_max": self.push2slave_max,
                 "slave_acks": {str(c.peer): c.ack_offset for c in self.connections}}

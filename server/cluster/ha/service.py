@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import structlog
 
@@ -31,9 +31,9 @@ from codec.codes import ResponseCode
 from codec.command import RemotingCommand
 from remoting.client import RemotingClient
 from scheduler.progress import SchedulerProgress
-from server.cluster.ha.master import HAService
-from server.cluster.ha.slave import HAClient
-from server.cluster.ha.sync import SlaveSynchronize
+from server.cluster.ha.master import HAService, HAServiceStats
+from server.cluster.ha.slave import HAClient, HAClientStats
+from server.cluster.ha.sync import SlaveSynchronize, SlaveSyncStats
 from storage.config_store import atomic_write_json, read_json
 from storage.message_store import MessageStore
 from storage.supervisor import SupervisedTask
@@ -52,6 +52,18 @@ log = structlog.get_logger(__name__)
 
 # a SYNC_MASTER send's replication outcome: (response code, remark), (0, None) once a slave has the bytes
 ReplicaAck = tuple[int, str | None]
+
+
+class ReplicaStats(TypedDict):
+    """The broker's HA role and, for the parts running, their figures (`ReplicaRole.stats`)."""
+
+    brokerRole: str
+    brokerId: int
+    epoch: int
+    epochStartOffset: int
+    master: NotRequired[HAServiceStats]
+    slave: NotRequired[HAClientStats]
+    sync: NotRequired[SlaveSyncStats]
 
 EPOCH_FILE = "haEpoch.json"
 
@@ -365,8 +377,8 @@ class ReplicaRole:
             info["haSchedulerProgressMaxGapMs"] = str(max(gaps) if gaps else -1)
         return info
 
-    def stats(self) -> dict:
-        out = {"brokerRole": self.config.broker_role, "brokerId": self.config.broker_id, "epoch": self.epoch,
+    def stats(self) -> ReplicaStats:
+        out: ReplicaStats = {"brokerRole": self.config.broker_role, "brokerId": self.config.broker_id, "epoch": self.epoch,
                "epochStartOffset": self.epoch_start}
         if self.ha_service is not None:
             out["master"] = self.ha_service.stats()

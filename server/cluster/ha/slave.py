@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import cast
+from typing import TypedDict, cast
 
 import structlog
 
@@ -23,6 +23,16 @@ from codec.ha import TransferDecoder, encode_report
 from storage.replica import ReplicaError
 
 log = structlog.get_logger(__name__)
+
+
+class HAClientStats(TypedDict):
+    """The slave side's replication figures (`HAClient.stats`)."""
+
+    master: str | None  # the HA address connected to, None while not connected
+    frames: int
+    bytes: int
+    mismatches: int  # pushes that did not continue the local CommitLog
+    offset: int  # the local CommitLog end
 
 RECONNECT_S = 1.0
 
@@ -160,6 +170,6 @@ class HAClient(asyncio.Protocol):
             self.transport.write(encode_report(self.store.commitlog_max_offset()))
             self.last_write = time.monotonic()
 
-    def stats(self) -> dict:
+    def stats(self) -> HAClientStats:
         return {"master": self.connected_to, "frames": self.frames, "bytes": self.bytes,
                 "mismatches": self.mismatches, "offset": self.store.commitlog_max_offset()}

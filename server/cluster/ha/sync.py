@@ -23,7 +23,7 @@ import collections
 import struct
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import structlog
 
@@ -42,6 +42,16 @@ if TYPE_CHECKING:
     from storage.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
+
+
+class SlaveSyncStats(TypedDict):
+    """The slave's metadata and scheduler-progress sync figures (`SlaveSynchronize.stats`)."""
+
+    synced_at: float  # Unix seconds of the last metadata sync, 0.0: none yet
+    progress_at: float  # Unix seconds of the last scheduler progress adopted, 0.0: none yet
+    errors: int
+    progress_taken_ms: int
+    progress_commitlog_offset: int
 
 TIMEOUT_S = 3.0
 MAX_PROGRESS_IN_FLIGHT = 3
@@ -198,7 +208,7 @@ class SlaveSynchronize:
             await self.sync_all()
             await asyncio.sleep(interval)
 
-    def stats(self) -> dict:
+    def stats(self) -> SlaveSyncStats:
         p = self.progress
         return {"synced_at": self.synced_at, "progress_at": self.progress_at, "errors": self.errors,
                 "progress_taken_ms": p.taken_ms if p else 0,
