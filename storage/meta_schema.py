@@ -19,7 +19,7 @@ from typing import Any
 
 import structlog
 
-from storage.config_store import read_json
+from storage.config_store import atomic_write_bytes, read_json
 
 log = structlog.get_logger(__name__)
 
@@ -247,3 +247,8 @@ def read_delay_file(path: str) -> dict[int, int] | None:
         except (ValueError, TypeError, AttributeError) as e:
             log.warning("meta_store.delay_offsets_unreadable", path=candidate, error=str(e))
     return None
+
+
+def write_delay_file(path: str, table: dict[int, int]) -> None:
+    """delayOffset.json at `path` in RocketMQ's shape, atomically (tmp + fsync + .bak + rename)."""
+    atomic_write_bytes(path, format_delay_offsets(table))
