@@ -19,7 +19,7 @@ import structlog
 
 from codec.codes import RequestCode, ResponseCode
 from codec.msgid import UniqIdGenerator
-from codec.properties import rewrite_sent_properties_cached
+from codec.properties import parse_sent_properties, rewrite_sent_properties_cached
 from codec.record import encode_message_bytes
 from codec.send_response import SendResponseFrames
 from codec.tags import java_hash
@@ -198,12 +198,9 @@ class SendProcessor(SendRunMixin):
         return raw, topic, store_qid, java_hash(tags) if tags else 0, keys, deliver_delay, qid, wait
 
     def _prepare_full(self, conn, cmd, h, tcfg, qid: int, body: bytes, reconsume: int):
-        """Properties as a dict: retry/DLQ routing, transactions (half), the put hooks (delay, timer)."""
-        props = self._props.parse_properties(h.properties or "")
-        wait = props.pop("WAIT", "true").lower() != "false"
-        props["CLUSTER"] = self.cfg.broker_cluster_name
-        if not props.get("UNIQ_KEY"):
-            props["UNIQ_KEY"] = self._new_uniq_id()
+        """Properties as a dict (codec.properties.parse_sent_properties: the broker's edits, declared once):
+        retry/DLQ routing, transactions (half), the put hooks (delay, timer)."""
+        props, wait = parse_sent_properties(h.properties or "", self.cfg.broker_cluster_name, self._new_uniq_id)
         topic, reply_qid = h.topic, qid
         if topic.startswith(RETRY_PREFIX):
             rerouted = self._retry_or_dlq(cmd, h, props, reconsume)
