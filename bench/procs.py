@@ -7,12 +7,17 @@ import multiprocessing as mp
 from concurrent.futures import ProcessPoolExecutor
 
 
-def _run(name: str, kwargs: dict) -> dict:
+def run_job(module: str, name: str, kwargs: dict) -> dict:
+    """In a generator process: the coroutine `module.name(**kwargs)` on a fresh uvloop."""
+    import importlib
+
     import uvloop
 
-    from bench import workers
+    return uvloop.run(getattr(importlib.import_module(module), name)(**kwargs))
 
-    return uvloop.run(getattr(workers, name)(**kwargs))
+
+def _run(name: str, kwargs: dict) -> dict:
+    return run_job("bench.workers", name, kwargs)
 
 
 def run_one(name: str, **kwargs) -> dict:

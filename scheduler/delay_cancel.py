@@ -3,42 +3,53 @@
 A delay level's delivery pass drops the units whose offset is in its table (one set lookup per unit,
 only while the level has cancellations) and forgets them once delivery has passed them. The table
 stays small: it holds only cancellations whose due time has not come yet. Written atomically on
-every change (cancels are rare, operator-driven).
+every change (cancels are rare, operator-driven) to a `CancelFile` the MessageStore facade provides
+(`store.config_file(<config>/delayCancel.json)`).
 """
 
 from __future__ import annotations
 
-import os
+from typing import Any, Protocol
 
 import structlog
-
-from storage.config_store import atomic_write_json, read_json
 
 log = structlog.get_logger(__name__)
 
 FILE_NAME = "delayCancel.json"
 
 
+class CancelFile(Protocol):
+    """Where the table is kept (storage.config_store.ConfigFile, from `MessageStore.config_file`)."""
+
+    path: str
+
+    def read(self) -> Any:
+        """The stored JSON document (its `.bak` when the file is unreadable); None when neither exists."""
+
+    def write(self, obj: object) -> None:
+        """Store the document durably and atomically (blocking)."""
+
+
 class DelayCancelTable:
-    def __init__(self, config_dir: str | None) -> None:
-        self.path = os.path.join(config_dir, FILE_NAME) if config_dir else None
+    def __init__(self, file: CancelFile | None) -> None:
+        self.file = file  # None: not persisted
         self.by_level: dict[int, dict[int, str]] = {}
         self.cancelled_total = 0  # skipped at delivery since start
 
     def load(self) -> None:
-        if self.path is None or not os.path.exists(self.path):
+        if self.file is None:
             return
         try:
-            data = read_json(self.path) or {}
+            data = self.file.read() or {}
             self.by_level = {int(lv): {int(off): str(k) for off, k in offs.items()}
                              for lv, offs in data.get("levels", {}).items() if offs}
         except (ValueError, TypeError, AttributeError, OSError) as e:
-            log.error("delay.cancel_table_unreadable", path=self.path, error=repr(e))
+            log.error("delay.cancel_table_unreadable", path=self.file.path, error=repr(e))
 
     def _persist(self) -> None:
-        if self.path is not None:
-            atomic_write_json(self.path, {"levels": {str(lv): {str(o): k for o, k in offs.items()}
-                                                     for lv, offs in self.by_level.items() if offs}})
+        if self.file is not None:
+            self.file.write({"levels": {str(lv): {str(o): k for o, k in offs.items()}
+                                        for lv, offs in self.by_level.items() if offs}})
 
     def add(self, level: int, offset: int, uniq_key: str) -> bool:
         """False if that message was already cancelled."""

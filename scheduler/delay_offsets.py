@@ -1,31 +1,21 @@
-"""delayOffset.json: the next schedule-queue offset to process per level (scheduled-messages.md §1.7).
+"""The next schedule-queue offset to process per level (delayOffset.json, scheduled-messages.md §1.7).
 
-Written in RocketMQ's fastjson shape with unquoted integer keys, `{"offsetTable":{1:12,2:0}}`,
-atomically through storage.config_store (tmp + fsync + .bak + rename). The reader accepts quoted
-keys too, and falls back to `.bak` like ConfigManager.
-
-Where the table is kept is a small seam, `DelayOffsetBackend` (`read()`, `write(table)`): the JSON file
-above by default (a DelayLevelService built alone, tests), the broker's MetaStore
-(`storage.meta_store.DelayOffsetStore`, one row per level in `meta.db`) when the broker wires it.
+Where the table is kept is a small seam, `DelayOffsetBackend` (`read()`, `write(table)`), provided by
+storage through the MessageStore facade: the broker passes its MetaStore's (`storage.meta_store.DelayOffsetStore`,
+one row per level in `meta.db`); a DelayLevelService built alone asks the store for
+`store.delay_offset_file(<config>/delayOffset.json)` (RocketMQ's fastjson shape with unquoted integer keys,
+`{"offsetTable":{1:12,2:0}}`, written atomically, `.bak` fallback; storage.meta_schema declares the shape).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Protocol
 
 import structlog
 
-from storage.config_store import atomic_write_bytes
-from storage.meta_schema import read_delay_file
-from storage.meta_store import format_delay_offsets, parse_delay_offsets
-
 log = structlog.get_logger(__name__)
 
 FILE_NAME = "delayOffset.json"
-# delayOffset.json's fastjson shape is storage's (the MetaStore exports and imports the same file)
-parse_offset_table = parse_delay_offsets
-format_offset_table = format_delay_offsets
 
 
 class DelayOffsetBackend(Protocol):
@@ -36,25 +26,11 @@ class DelayOffsetBackend(Protocol):
         """Store the table durably (blocking: called from an executor thread or at shutdown)."""
 
 
-class JsonDelayOffsetFile:
-    """`<config>/delayOffset.json`, atomically written (tmp + fsync + .bak + rename), `.bak` fallback."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def read(self) -> dict[int, int] | None:
-        return read_delay_file(self.path)
-
-    def write(self, table: dict[int, int]) -> None:
-        atomic_write_bytes(self.path, format_offset_table(table))
-
-
 class DelayOffsetTable:
     """Level → next schedule-queue offset; persisted only when changed since the last persist."""
 
-    def __init__(self, config_dir: str | None, backend: DelayOffsetBackend | None = None) -> None:
-        self.path = os.path.join(config_dir, FILE_NAME) if config_dir else None
-        self.backend: DelayOffsetBackend | None = backend or (JsonDelayOffsetFile(self.path) if self.path else None)
+    def __init__(self, backend: DelayOffsetBackend | None) -> None:
+        self.backend = backend  # None: not persisted
         self.offsets: dict[int, int] = {}
         self._persisted: dict[int, int] = {}
 

@@ -9,14 +9,17 @@ drains confirmed async deliveries and persists the offsets.
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any, TypedDict
 
 import structlog
 
 from codec.msgid import offset_msg_id
+from scheduler.delay_cancel import FILE_NAME as CANCEL_FILE
 from scheduler.delay_cancel import DelayCancelTable
 from scheduler.delay_config import DelayConfig
 from scheduler.delay_deliver import LevelDeliverer, LevelSnapshot
+from scheduler.delay_offsets import FILE_NAME as DELAY_OFFSET_FILE
 from scheduler.delay_offsets import DelayOffsetBackend, DelayOffsetTable
 from scheduler.delay_recovery import resume_offset
 from scheduler.events import EventListener, PutObserver, ignore_puts
@@ -49,8 +52,13 @@ class DelayLevelService:
         # every put a level makes (deliveries, by real topic): RocketMQ counts them as puts of their topic
         self.on_put: PutObserver = on_put if on_put is not None else ignore_puts
         self.config = DelayConfig.coerce(config, levels_ms)
-        self.offsets = DelayOffsetTable(self.config.config_dir, offset_backend)
-        self.cancels = DelayCancelTable(self.config.config_dir)
+        # the levels' progress and the cancel set, kept where storage says (MessageStore facade); the
+        # broker passes its MetaStore's offset backend
+        cfg_dir = self.config.config_dir
+        if offset_backend is None and cfg_dir:
+            offset_backend = store.delay_offset_file(os.path.join(cfg_dir, DELAY_OFFSET_FILE))
+        self.offsets = DelayOffsetTable(offset_backend)
+        self.cancels = DelayCancelTable(store.config_file(os.path.join(cfg_dir, CANCEL_FILE)) if cfg_dir else None)
         self.levels = [LevelDeliverer(self, lv) for lv in range(1, len(self.config.levels_ms) + 1)]
         self.listeners: list[EventListener] = []
         self.quarantine = Quarantine(store)  # poison schedule records go to rmq_sys_SCHEDULE_QUARANTINE

@@ -68,3 +68,17 @@ def read_json(path: str) -> Any:
         except ValueError as e:
             log.warning("config_store.unreadable", path=candidate, error=str(e))
     return None
+
+
+class ConfigFile:
+    """One small JSON state file at `path`: `read()` (the file, else its `.bak`, else None) and
+    `write(obj)` (atomic: tmp + fsync + .bak + rename)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self) -> Any:
+        return read_json(self.path)
+
+    def write(self, obj: object) -> None:
+        atomic_write_json(self.path, obj)

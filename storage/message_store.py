@@ -4,8 +4,9 @@ Layout under `store_path`: `commitlog/`, `consumequeue/<topic>/<qid>/`, `index/<
 `checkpoint`, `abort` (present while running), `config/` (JSON tables, see topic_config etc.).
 
 This class holds the lifecycle (load, flush tasks, retention timer, close), the dispatch listeners
-(`add_dispatch_listener` / `remove_dispatch_listener`, a `storage.store_state.DispatchListener` each)
-and the ConsumeQueue table; the rest are mixins over `storage.store_state.StoreState`: `store_put`
+(`add_dispatch_listener` / `remove_dispatch_listener`, a `storage.store_state.DispatchListener` each),
+the ConsumeQueue table and the scheduler's small state files (`delay_offset_file`,
+`config_file`); the rest are mixins over `storage.store_state.StoreState`: `store_put`
 (put, put_async), `store_append` (put_batch), `store_reads`, `retention`, `replica`.
 """
 
@@ -22,11 +23,13 @@ import structlog
 
 from storage.checkpoint import Checkpoint, CheckpointFile
 from storage.commitlog import CommitLog
+from storage.config_store import ConfigFile
 from storage.consume_queue import ConsumeQueue
 from storage.faults import PutFaultInjector
 from storage.flush import GroupCommitService, PeriodicFlusher, flush_segments_blocking
 from storage.index import IndexService
 from storage.index_file import IndexFile
+from storage.meta_store import DelayOffsetFile
 from storage.recovery import iter_records, recover
 from storage.replica import ReplicaMixin
 from storage.retention import RetentionMixin
@@ -185,6 +188,17 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
     def remove_dispatch_listener(self, fn: DispatchListener) -> None:
         if fn in self._listeners:
             self._listeners.remove(fn)
+
+    # ---- small state files (the scheduler's, under <store>/config) ------------------------------
+    def delay_offset_file(self, path: str) -> DelayOffsetFile:
+        """`delayOffset.json` at `path` (`read()` / `write(table)`: RocketMQ's shape, atomic, `.bak` fallback):
+        the delay levels' progress where the composition root passes no MetaStore-backed one."""
+        return DelayOffsetFile(path)
+
+    def config_file(self, path: str) -> ConfigFile:
+        """A small JSON state file at `path` (`read()` / `write(obj)`: atomic, `.bak` fallback), e.g. the
+        scheduler's `delayCancel.json`."""
+        return ConfigFile(path)
 
     # ---- consume queues -------------------------------------------------------------------------
     @overload

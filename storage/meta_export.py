@@ -15,9 +15,9 @@ from storage.meta_schema import (
     OFFSET_FILE,
     TOPIC_FILE,
     decode_offsets,
-    format_delay_offsets,
     read_conn,
     topic_json,
+    write_delay_file,
 )
 
 log = structlog.get_logger(__name__)
@@ -57,7 +57,7 @@ def export_json(db_path: str, out_dir: str) -> list[str]:
         atomic_write_bytes(path, json.dumps(doc, indent=2, ensure_ascii=False).encode())
         written.append(path)
     path = os.path.join(out_dir, DELAY_FILE)
-    atomic_write_bytes(path, format_delay_offsets(delay))
+    write_delay_file(path, delay)
     written.append(path)
     return written
 

@@ -15,11 +15,12 @@ import os
 import re
 import sqlite3
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import structlog
 
-from storage.config_store import read_json
+from storage.config_store import atomic_write_bytes, read_json
 
 log = structlog.get_logger(__name__)
 
@@ -104,29 +105,13 @@ def initialise(conn: sqlite3.Connection, path: str, config_dir: str) -> None:
     migrated = []
     conn.execute("BEGIN IMMEDIATE")
     try:
-        topics = _read_table(os.path.join(config_dir, TOPIC_FILE), "topicConfigTable")
-        if topics is not None:
-            table, dv = topics
-            conn.executemany("INSERT OR REPLACE INTO topic VALUES (?,?,?,?,?,?,?)",
-                             (r for r in (_topic_row_from_json(n, d) for n, d in table.items()) if r))
-            _migrated_version(conn, "topic", dv)
-            migrated.append(TOPIC_FILE)
-        groups = _read_table(os.path.join(config_dir, GROUP_FILE), "subscriptionGroupTable")
-        if groups is not None:
-            table, dv = groups
-            conn.executemany("INSERT OR REPLACE INTO subscription_group VALUES (?,?)",
-                             ((str(n), json.dumps(d, separators=(",", ":"))) for n, d in table.items()
-                              if isinstance(d, dict)))
-            _migrated_version(conn, "subscription_group", dv)
-            migrated.append(GROUP_FILE)
-        offsets = _read_table(os.path.join(config_dir, OFFSET_FILE), "offsetTable")
-        if offsets is not None:
-            table, dv = offsets
-            conn.executemany("INSERT OR REPLACE INTO consumer_offsets VALUES (?,?)",
-                             ((str(k), encode_offsets({int(q): int(o) for q, o in qs.items()}))
-                              for k, qs in table.items() if isinstance(qs, dict)))
-            _migrated_version(conn, "consumer_offset", dv)
-            migrated.append(OFFSET_FILE)
+        for file, root_key, insert, version_key, rows_of in _IMPORTED_TABLES:
+            found = _read_table(os.path.join(config_dir, file), root_key)
+            if found is not None:
+                table, dv = found
+                conn.executemany(insert, rows_of(table))
+                _migrated_version(conn, version_key, dv)
+                migrated.append(file)
         delay = read_delay_file(os.path.join(config_dir, DELAY_FILE))
         if delay is not None:
             conn.executemany("INSERT OR REPLACE INTO delay_offset VALUES (?,?)", delay.items())
@@ -164,6 +149,30 @@ def upgrade_from_1(conn: sqlite3.Connection, path: str) -> None:
         conn.execute("ROLLBACK")
         raise
     log.info("meta_store.upgraded", path=path, from_schema=1, to_schema=SCHEMA_VERSION, offset_keys=len(table))
+
+
+def _topic_rows(table: dict[str, Any]) -> Iterator[TopicRow]:
+    return (r for r in (_topic_row_from_json(n, d) for n, d in table.items()) if r)
+
+
+def _group_rows(table: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    return ((str(n), json.dumps(d, separators=(",", ":"))) for n, d in table.items() if isinstance(d, dict))
+
+
+def _offset_rows(table: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    return ((str(k), encode_offsets({int(q): int(o) for q, o in qs.items()}))
+            for k, qs in table.items() if isinstance(qs, dict))
+
+
+# the ConfigManager files a first open imports (delayOffset.json aside: no dataVersion, its own shape):
+# (file, its table's key, the row insert, the data_version key, the rows of the file's table)
+_IMPORTED_TABLES: tuple[tuple[str, str, str, str, Callable[[dict[str, Any]], Iterator[tuple[Any, ...]]]], ...] = (
+    (TOPIC_FILE, "topicConfigTable", "INSERT OR REPLACE INTO topic VALUES (?,?,?,?,?,?,?)", "topic", _topic_rows),
+    (GROUP_FILE, "subscriptionGroupTable", "INSERT OR REPLACE INTO subscription_group VALUES (?,?)",
+     "subscription_group", _group_rows),
+    (OFFSET_FILE, "offsetTable", "INSERT OR REPLACE INTO consumer_offsets VALUES (?,?)", "consumer_offset",
+     _offset_rows),
+)
 
 
 def _migrated_version(conn: sqlite3.Connection, tbl: str, dv: dict[str, Any]) -> None:
@@ -247,3 +256,8 @@ def read_delay_file(path: str) -> dict[int, int] | None:
         except (ValueError, TypeError, AttributeError) as e:
             log.warning("meta_store.delay_offsets_unreadable", path=candidate, error=str(e))
     return None
+
+
+def write_delay_file(path: str, table: dict[int, int]) -> None:
+    """delayOffset.json at `path` in RocketMQ's shape, atomically (tmp + fsync + .bak + rename)."""
+    atomic_write_bytes(path, format_delay_offsets(table))

@@ -51,11 +51,13 @@ from storage.meta_schema import (
     open_db,
     parse_delay_offsets,
     prepare,
+    read_delay_file,
     topic_json,
+    write_delay_file,
 )
 from storage.meta_writer import StagedBatch, split_rows, write_batch
 
-__all__ = ["DataVersion", "DelayOffsetStore", "MetaStore", "MetaStoreError", "TopicRow", "decode_offsets",
+__all__ = ["DataVersion", "DelayOffsetFile", "DelayOffsetStore", "MetaStore", "MetaStoreError", "TopicRow", "decode_offsets",
            "encode_offsets", "format_delay_offsets", "parse_delay_offsets", "topic_json"]
 
 log = structlog.get_logger(__name__)
@@ -368,3 +370,18 @@ class DelayOffsetStore:
         self.stage(table)
         if not self.meta.flush():
             raise OSError(f"delay offsets not committed to {self.meta.path}")
+
+
+class DelayOffsetFile:
+    """The delay levels' progress in `delayOffset.json` at `path` (RocketMQ's fastjson shape, written
+    atomically, `.bak` fallback on read): where no MetaStore keeps it (a DelayLevelService built alone).
+    The same interface as DelayOffsetStore: `read() -> {level: offset} | None`, `write(table)` (blocking)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self) -> dict[int, int] | None:
+        return read_delay_file(self.path)
+
+    def write(self, table: dict[int, int]) -> None:
+        write_delay_file(self.path, table)

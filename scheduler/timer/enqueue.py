@@ -275,13 +275,12 @@ class EnqueueMixin(TimerState):
         slot's chain; only records whose topic hash matches are read (cancels are rare)."""
         files = self.files()
         tl = files.timerlog
-        _first, pos, _num = files.wheel.get_slot(slot)
+        _first, last, _num = files.wheel.get_slot(slot)
         found = False
-        min_pos = tl.min_pos
-        while pos >= min_pos and pos >= 0:
-            units, pos, _bad = tl.read_chain(pos, min_pos, WALK_STEP)
-            if _bad is not None:
+        for step in tl.walk_chain(last, WALK_STEP):
+            if step.bad is not None:
                 break
+            units = step.units
             hit = units[(units["topic_hash"] == topic_hash) & ((units["magic"] & MAGIC_ROLL) == 0)]
             for off, sz, mg in zip(hit["offset"].tolist(), hit["size_py"].tolist(), hit["magic"].tolist(),
                                    strict=True):

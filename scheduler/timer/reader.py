@@ -145,16 +145,12 @@ class ReaderMixin(TimerState):
         wheel, tl = files.wheel, files.timerlog
         _first, last, _num = wheel.get_slot(s)
         wheel.release(s)
-        min_pos = tl.min_pos
         parts = []
-        pos = last
-        while pos >= min_pos and pos >= 0:
-            units, pos, bad = tl.read_chain(pos, min_pos, WALK_STEP)
-            parts.append(units)
-            if bad is not None:
-                log.error("timer.bad_unit", pos=bad, slot=s)
-                break
-            if pos >= min_pos and pos >= 0:
+        for step in tl.walk_chain(last, WALK_STEP):
+            parts.append(step.units)
+            if step.bad is not None:
+                log.error("timer.bad_unit", pos=step.bad, slot=s)
+            elif step.more:
                 await asyncio.sleep(0)  # yield to the loop between steps of a long chain
         tl.forget_read_pages()
         c = self._order_slot(s, last, parts)
@@ -179,17 +175,8 @@ class ReaderMixin(TimerState):
     def _walk_slot(self, s: int) -> tuple[int, list[UnitArray]]:
         """(the slot's chain end, the chain's units) without yielding (recovery)."""
         files = self.files()
-        tl = files.timerlog
         _first, last, _num = files.wheel.get_slot(s)
-        min_pos = tl.min_pos
-        parts = []
-        pos = last
-        while pos >= min_pos and pos >= 0:
-            units, pos, bad = tl.read_chain(pos, min_pos, WALK_STEP)
-            parts.append(units)
-            if bad is not None:
-                break
-        return last, parts
+        return last, [step.units for step in files.timerlog.walk_chain(last, WALK_STEP)]
 
     def _order_slot(self, s: int, last: int, parts: list[UnitArray], markers_upto: int | None = None) -> SlotChunk:
         """The walked chain (newest first) of slot s as one SlotChunk: delete markers set aside (their

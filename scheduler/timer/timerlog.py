@@ -19,6 +19,7 @@ import mmap
 import os
 import struct
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -55,6 +56,14 @@ UnitArray = npt.NDArray[np.void]
 # exactMs); read by unpacking into those names
 UnitTuple = tuple[int, int, int, int, int, int, int, int, int]
 _RUN_MIN, _RUN_MAX = 64, 65536  # units per block read while following a contiguous chain
+
+
+class ChainStep(NamedTuple):
+    """One read of a slot's chain (`TimerLog.walk_chain`)."""
+
+    units: UnitArray  # in chain order (newest first)
+    more: bool  # the chain goes on after these units
+    bad: int | None  # the position of a unit whose size is not 52: the walk stopped there (not in `units`)
 
 
 def is_magic_ok(m: int) -> bool:
@@ -183,6 +192,18 @@ class TimerLog:
             raise IndexError(f"timerlog position {pos} is not mapped")
         unit: UnitTuple = UNIT.unpack_from(seg.mm, pos - seg.start)
         return unit
+
+    def walk_chain(self, last: int, step: int) -> Iterator[ChainStep]:
+        """A slot's chain from its end `last` (prevPos links, newest first), `step` units per `read_chain`,
+        down to the chain's start or `min_pos` (as it was when the walk began); a bad unit ends the walk
+        (that step's `bad`). A caller may yield to the loop between steps while `more`."""
+        min_pos = self.min_pos
+        pos = last
+        while pos >= min_pos and pos >= 0:
+            units, pos, bad = self.read_chain(pos, min_pos, step)
+            yield ChainStep(units, bad is None and pos >= min_pos and pos >= 0, bad)
+            if bad is not None:
+                return
 
     def read_chain(self, pos: int, min_pos: int, limit: int) -> tuple[UnitArray, int, int | None]:
         """Follow a slot chain (prevPos links, newest first) from pos for about `limit` units.

@@ -25,6 +25,7 @@ from codec.msgid import UniqIdGenerator
 from codec.properties import (
     SentRewrite,
     parse_properties,
+    parse_sent_properties,
     properties_to_string,
     rewrite_sent_properties_cached,
 )
@@ -206,12 +207,9 @@ class SendProcessor(SendRunMixin):
 
     def _prepare_full(self, conn: SendConn, cmd: RemotingCommand, h: SendMessageHeader, tcfg: TopicConfig,
                       qid: int, body: bytes, reconsume: int) -> PreparedSend | RemotingCommand | None:
-        """Properties as a dict: retry/DLQ routing, transactions (half), the put hooks (delay, timer)."""
-        props = parse_properties(h.properties or "")
-        wait = props.pop("WAIT", "true").lower() != "false"
-        props["CLUSTER"] = self.cfg.broker_cluster_name
-        if not props.get("UNIQ_KEY"):
-            props["UNIQ_KEY"] = self._new_uniq_id()
+        """Properties as a dict (codec.properties.parse_sent_properties: the broker's edits, declared once):
+        retry/DLQ routing, transactions (half), the put hooks (delay, timer)."""
+        props, wait = parse_sent_properties(h.properties or "", self.cfg.broker_cluster_name, self._new_uniq_id)
         topic, reply_qid = h.topic, qid
         if topic.startswith(RETRY_PREFIX):
             rerouted = self._retry_or_dlq(cmd, h, props, reconsume)

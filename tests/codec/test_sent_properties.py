@@ -3,10 +3,16 @@ dict path (codec.properties.rewrite_sent_properties_reference)."""
 
 import itertools
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from codec.properties import parse_properties, rewrite_sent_properties, rewrite_sent_properties_reference
+from codec.properties import (
+    parse_properties,
+    parse_sent_properties,
+    rewrite_sent_properties,
+    rewrite_sent_properties_reference,
+)
 
 MARKS = ("TIMER_", "TRAN_MSG")
 _ids = itertools.count()
@@ -50,6 +56,15 @@ def test_common_client_strings_take_the_fast_path():
     assert rewrite_sent_properties("DELAY\x013\x02WAIT\x01true", "C", lambda: "N", MARKS) == (
         "DELAY\x013\x02CLUSTER\x01C\x02UNIQ_KEY\x01N", True, None, ("N",), "3")
     assert rewrite_sent_properties("WAIT\x01false\x02", "C", lambda: "N", MARKS)[:2] == ("CLUSTER\x01C\x02UNIQ_KEY\x01N", False)
+
+
+def test_the_dict_path_edits():
+    """parse_sent_properties (the send's full path): WAIT dropped and returned, CLUSTER set (a client's
+    replaced), UNIQ_KEY kept, or made when absent or empty."""
+    assert parse_sent_properties("WAIT\x01False\x02UNIQ_KEY\x01\x02CLUSTER\x01x\x02TIMER_DELAY_MS\x015", "C",
+                                 lambda: "N") == ({"UNIQ_KEY": "N", "CLUSTER": "C", "TIMER_DELAY_MS": "5"}, False)
+    props, wait = parse_sent_properties("UNIQ_KEY\x01U1\x02TAGS\x01t", "C", lambda: pytest.fail("UNIQ_KEY was sent"))
+    assert props == {"UNIQ_KEY": "U1", "TAGS": "t", "CLUSTER": "C"} and wait is True
 
 
 def test_marked_or_irregular_strings_decline():

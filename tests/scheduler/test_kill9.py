@@ -13,6 +13,7 @@ import structlog
 from scheduler.delay_levels import DelayLevelService
 from scheduler.delay_offsets import DelayOffsetTable
 from scheduler.levels import SCHEDULE_TOPIC
+from storage.meta_store import DelayOffsetFile
 from tests.scheduler.helpers import QueueWatcher, delay_config, open_store, read_queue
 
 log = structlog.get_logger(__name__)
@@ -37,7 +38,7 @@ async def test_kill9_mid_delivery_no_loss_no_duplicates(tmp_path):
         await proc.wait()
     assert proc.returncode == -signal.SIGKILL
 
-    persisted = DelayOffsetTable(str(tmp_path / "config"))
+    persisted = DelayOffsetTable(DelayOffsetFile(str(tmp_path / "config" / "delayOffset.json")))
     persisted.load()
     p = persisted.get(1)
     store = open_store(tmp_path)

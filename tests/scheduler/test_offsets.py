@@ -5,35 +5,36 @@ from __future__ import annotations
 import os
 
 from scheduler.delay_levels import DelayLevelService
-from scheduler.delay_offsets import DelayOffsetTable, format_offset_table, parse_offset_table
+from scheduler.delay_offsets import DelayOffsetTable
 from scheduler.levels import SCHEDULE_TOPIC
+from storage.meta_store import DelayOffsetFile, format_delay_offsets, parse_delay_offsets
 from tests.scheduler.helpers import QueueWatcher, delay_config, open_store, put_delayed, read_queue
 
 
 def test_shape_is_fastjson_unquoted_int_keys(tmp_path):
-    text = format_offset_table({2: 0, 1: 12, 3: 57}).decode()
+    text = format_delay_offsets({2: 0, 1: 12, 3: 57}).decode()
     compact = "".join(text.split())
     assert compact == '{"offsetTable":{1:12,2:0,3:57}}'
-    assert parse_offset_table(text) == {1: 12, 2: 0, 3: 57}
+    assert parse_delay_offsets(text) == {1: 12, 2: 0, 3: 57}
 
 
 def test_reader_accepts_quoted_keys_and_rocketmq_sample():
-    assert parse_offset_table('{"offsetTable":{"1":12,"18":3}}') == {1: 12, 18: 3}
-    assert parse_offset_table('{"offsetTable":{1:12,2:0,3:57}}') == {1: 12, 2: 0, 3: 57}
-    assert parse_offset_table('{\n\t"offsetTable":{}\n}') == {}
+    assert parse_delay_offsets('{"offsetTable":{"1":12,"18":3}}') == {1: 12, 18: 3}
+    assert parse_delay_offsets('{"offsetTable":{1:12,2:0,3:57}}') == {1: 12, 2: 0, 3: 57}
+    assert parse_delay_offsets('{\n\t"offsetTable":{}\n}') == {}
 
 
 def test_persist_is_atomic_with_bak_fallback(tmp_path):
-    t = DelayOffsetTable(str(tmp_path))
+    path = tmp_path / "delayOffset.json"
+    t = DelayOffsetTable(DelayOffsetFile(str(path)))
     t.set(1, 5)
     assert t.persist()
     assert not t.persist()  # unchanged: nothing written
     t.set(1, 9)
     assert t.persist()
-    path = tmp_path / "delayOffset.json"
     assert os.path.exists(str(path) + ".bak") and not os.path.exists(str(path) + ".tmp")
     path.write_text("{garbage")  # a torn primary falls back to .bak
-    t2 = DelayOffsetTable(str(tmp_path))
+    t2 = DelayOffsetTable(DelayOffsetFile(str(path)))
     t2.load()
     assert t2.get(1) == 5
 
@@ -62,7 +63,7 @@ async def test_clean_restart_no_duplicates_no_loss(tmp_path):
     await w_fast.wait_for(30, timeout=5)
     await svc.shutdown()
     assert svc.levels[3].offset == 0
-    saved = parse_offset_table((tmp_path / "config" / "delayOffset.json").read_text())
+    saved = parse_delay_offsets((tmp_path / "config" / "delayOffset.json").read_text())
     assert saved == {1: 30, 2: 0, 3: 0, 4: 0}
     await store.shutdown()
 

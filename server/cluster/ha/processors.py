@@ -14,8 +14,8 @@ import structlog
 
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode as RS
-from scheduler.delay_offsets import format_offset_table
 from server.processors import Registrar, error, guarded, ok, request_body
+from storage.meta_schema import format_delay_offsets
 
 if TYPE_CHECKING:
     from scheduler.delay_service import DelayLevelService
@@ -47,7 +47,7 @@ def register(server: Registrar, deps: HaDeps) -> None:
     def all_delay_offsets(conn, cmd):
         svc = deps.delay_service
         table = svc.progress() if not role.is_slave else dict(svc.offsets.offsets)
-        return ok(cmd, body=format_offset_table(table))
+        return ok(cmd, body=format_delay_offsets(table))
 
     @guarded
     def timer_check_point(conn, cmd):

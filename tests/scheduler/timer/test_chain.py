@@ -61,3 +61,30 @@ def test_chain_stops_at_a_bad_unit_and_at_min_pos(tmp_path):
     got, _ = _chain(tl, pos, pos - 10 * UNIT_SIZE)
     assert got == [tuple(x) for x in want] and len(got) == 11
     tl.close()
+
+
+def test_walk_chain_steps_down_the_chain_and_stops_at_a_bad_unit(tmp_path):
+    """TimerLog.walk_chain (the reader's, recovery's and a cancel's walk): the steps join to the reference
+    walk; `more` on every step but the last; a bad unit ends the walk in that step's `bad`."""
+    rng = random.Random(7)
+    tl = TimerLog(str(tmp_path), UNIT_SIZE * 4000 + 16)
+    tl.load()
+    last = _fill(tl, rng, 3000, 2, burst=0.9)
+    for pos in last.values():
+        steps = list(tl.walk_chain(pos, 100))
+        want, bad = tl.read_chain_reference(pos, tl.min_pos)
+        assert bad is None and len(steps) > 1
+        assert [tuple(int(x) for x in u) for s in steps for u in s.units] == [tuple(u) for u in want]
+        assert [s.more for s in steps] == [True] * (len(steps) - 1) + [False] and all(s.bad is None for s in steps)
+    pos = last[0]
+    want, _ = tl.read_chain_reference(pos, tl.min_pos)
+    broken = pos  # the chain's 600th unit (walked 100 at a time) is made bad
+    for _ in range(599):
+        broken = UNIT.unpack_from(tl.segments[0].mm, broken)[1]
+    u = list(UNIT.unpack_from(tl.segments[0].mm, broken))
+    u[0] = 51
+    UNIT.pack_into(tl.segments[0].mm, broken, *u)
+    steps = list(tl.walk_chain(pos, 100))
+    assert steps[-1].bad == broken and not steps[-1].more and all(s.bad is None for s in steps[:-1])
+    assert [tuple(int(x) for x in u) for s in steps for u in s.units] == [tuple(x) for x in want[:599]]
+    tl.close()
