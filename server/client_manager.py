@@ -83,7 +83,7 @@ def _peer(conn: ClientConn) -> str:
 
 
 class ClientManager:
-    def __init__(self, notify: Callable[[object, str], None] | None = None,
+    def __init__(self, notify: Callable[[ClientConn, str], None] | None = None,
                  expired_timeout_s: float = 120.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.notify = notify
         self.expired_timeout_s = expired_timeout_s

@@ -24,7 +24,7 @@ import asyncio
 import heapq
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -57,7 +57,7 @@ _UNIT = struct.Struct(">qi")
 _SCAN_BATCH = 256
 
 
-def is_half(props: dict, reconsume_times: int) -> bool:
+def is_half(props: Mapping[str, str], reconsume_times: int) -> bool:
     """RocketMQ's test: TRAN_MSG=true, except a retry that carries a delay level."""
     if str(props.get("TRAN_MSG", "")).lower() != "true":
         return False
@@ -134,7 +134,7 @@ class TransactionService:
             self._scan(())
             self._arm()
 
-    def _scan(self, done) -> None:
+    def _scan(self, done: Collection[int]) -> None:
         store = self.store
         end = store.max_offset(HALF_TOPIC, 0)
         while self._scanned < end:
@@ -315,7 +315,7 @@ def _end_message(rec: MessageRecord) -> MessageRecord:
                          prepared_transaction_offset=rec.commitlog_offset, properties=props)
 
 
-def _int(v) -> int:
+def _int(v: str | None) -> int:
     try:
         return int(v or 0)
     except ValueError:

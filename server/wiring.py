@@ -29,9 +29,11 @@ from storage.meta_store import DelayOffsetStore
 from storage.store_types import PutRequest, StoreConfig
 
 if TYPE_CHECKING:
-    from server.client_manager import ClientManager
+    from scheduler.events import PutObserver
+    from server.client_manager import ClientConn, ClientManager
     from server.cluster.registration import BrokerRegistrar
     from server.topics import TopicManager
+    from storage.meta_store import MetaStore
     from storage.supervisor import Supervisor
 
 log = structlog.get_logger(__name__)
@@ -93,7 +95,8 @@ def delay_config(cfg: BrokerConfig, levels: list[int]) -> DelayConfig:
     )
 
 
-def make_delay_service(store, cfg, levels, meta=None, on_put=None):
+def make_delay_service(store: MessageStore, cfg: BrokerConfig, levels: list[int], meta: MetaStore | None = None,
+                       on_put: PutObserver | None = None) -> DelayLevelService:
     """The delay levels, their progress kept in the broker's MetaStore when one is given; `on_put`
     counts their deliveries as puts of the real topic (as RocketMQ's store statistics do)."""
     return DelayLevelService(store, delay_config(cfg, levels), offset_backend=DelayOffsetStore(meta) if meta is not None else None,
@@ -113,7 +116,8 @@ def timer_config(cfg: BrokerConfig) -> TimerConfig:
     )
 
 
-def make_timer_service(store, cfg: BrokerConfig, on_put=None) -> TimerMessageStore | None:
+def make_timer_service(store: MessageStore, cfg: BrokerConfig,
+                       on_put: PutObserver | None = None) -> TimerMessageStore | None:
     if not cfg.timer_wheel_enable:
         return None
     return TimerMessageStore(store, timer_config(cfg), on_put=on_put)
@@ -144,7 +148,7 @@ def make_registrar(cfg: BrokerConfig, topics: TopicManager, supervisor: Supervis
 
 
 # ---- remoting --------------------------------------------------------------------------------
-def notify_consumer_ids_changed(conn, group: str) -> None:
+def notify_consumer_ids_changed(conn: ClientConn, group: str) -> None:
     from codec.command import RemotingCommand
 
     conn.invoke_oneway(RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}))

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from server.observability.registry import Histogram, Sample, _fmt_labels, _fmt_num
+from server.observability.registry import Histogram, Registry, Sample, _fmt_labels, _fmt_num
 from server.runtime_info import earliest_store_time
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ def collect(broker: BrokerController, lags: list[tuple[str, str, int]] | None = 
     return fams
 
 
-def _registry_families(registry) -> list[Family]:
+def _registry_families(registry: Registry) -> list[Family]:
     """The registry's other delaymq_* metrics (task restarts, quarantined records, ...) as they are; names
     that are not Prometheus-clean (a counter without _total, a rate, an _ms) are left out rather than
     published wrong."""

@@ -14,12 +14,16 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
-from typing import TypedDict, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import structlog
 
 from codec.errors import CodecError
 from codec.ha import ReportDecoder, encode_header
+
+if TYPE_CHECKING:
+    from server.config import BrokerConfig
+    from storage.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 
@@ -49,7 +53,7 @@ class HAConnection(asyncio.Protocol):
         self.closed = False
         self.reported = asyncio.Event()
         self.data = asyncio.Event()  # set by the service on every append
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
 
     # ---- protocol -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -78,7 +82,7 @@ class HAConnection(asyncio.Protocol):
         self.ack_offset = value
         self.svc.on_ack(value)
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.svc.connections.discard(self)
         self.writable.set()
@@ -153,12 +157,12 @@ class HAConnection(asyncio.Protocol):
 
 
 class HAService:
-    def __init__(self, store, config) -> None:
+    def __init__(self, store: MessageStore, config: BrokerConfig) -> None:
         self.store = store
         self.config = config
         self.connections: set[HAConnection] = set()
         self.push2slave_max = 0
-        self._waiters: list[tuple[int, int, asyncio.Future]] = []
+        self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
         self._seq = 0
         self._server: asyncio.base_events.Server | None = None
 

@@ -14,7 +14,9 @@ import structlog
 
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode as RS
-from server.processors import Registrar, error, guarded, ok, request_body
+from codec.command import RemotingCommand
+from remoting.dispatch import Response
+from server.processors import Peer, Registrar, error, guarded, ok, request_body
 from storage.meta_schema import format_delay_offsets
 
 if TYPE_CHECKING:
@@ -44,13 +46,13 @@ def register(server: Registrar, deps: HaDeps) -> None:
     role = deps.replica
 
     @guarded
-    def all_delay_offsets(conn, cmd):
+    def all_delay_offsets(conn: Peer, cmd: RemotingCommand) -> Response:
         svc = deps.delay_service
         table = svc.progress() if not role.is_slave else dict(svc.offsets.offsets)
         return ok(cmd, body=format_delay_offsets(table))
 
     @guarded
-    def timer_check_point(conn, cmd):
+    def timer_check_point(conn: Peer, cmd: RemotingCommand) -> Response:
         t = deps.timer_service
         if t is None or t.checkpoint is None:
             return error(cmd, RS.SYSTEM_ERROR, "timer wheel is disabled (timerWheelEnable=false)")
@@ -61,7 +63,7 @@ def register(server: Registrar, deps: HaDeps) -> None:
         return ok(cmd, body=body)
 
     @guarded
-    def scheduler_progress(conn, cmd):
+    def scheduler_progress(conn: Peer, cmd: RemotingCommand) -> Response:
         if role.is_slave:
             return error(cmd, RS.SYSTEM_ERROR, "this broker is a SLAVE: it delivers no scheduled messages")
         try:
@@ -71,13 +73,13 @@ def register(server: Registrar, deps: HaDeps) -> None:
         return ok(cmd, body=role.progress(from_q).to_bytes())
 
     @guarded
-    def ha_epoch(conn, cmd):
+    def ha_epoch(conn: Peer, cmd: RemotingCommand) -> Response:
         doc = {"epoch": role.epoch, "startOffset": role.epoch_start,
                "maxOffset": deps.store.commitlog_max_offset(), "brokerRole": deps.config.broker_role}
         return ok(cmd, body=json.dumps(doc).encode())
 
     @guarded
-    async def promote(conn, cmd):
+    async def promote(conn: Peer, cmd: RemotingCommand) -> Response:
         body = request_body(cmd)
         try:
             req = json.loads(body) if body else {}

@@ -41,6 +41,7 @@ from storage.supervisor import SupervisedTask
 if TYPE_CHECKING:
     from scheduler.delay_service import DelayLevelService
     from scheduler.timer import TimerMessageStore
+    from server.cluster.registration import BrokerRegistrar, RegisterResult
     from server.config import BrokerConfig
     from server.offsets_table import ConsumerOffsetManager
     from server.topics import TopicManager
@@ -142,14 +143,14 @@ class ReplicaRole:
         return self.config.broker_role == "SLAVE"
 
     # ---- name servers ([cluster] registration) ---------------------------------------------
-    def attach_registrar(self, registrar) -> None:
+    def attach_registrar(self, registrar: BrokerRegistrar) -> None:
         """A slave learns its master from REGISTER_BROKER's answer; a promoted broker re-registers as
         brokerId 0 at once (the name server replaces the <1, addr> entry by <0, addr>)."""
         self._registrar = registrar
         registrar.add_result_listener(self.on_register_result)
         self.role_listeners.append(lambda _role, _id: registrar.register_all(force=True))
 
-    def on_register_result(self, result) -> None:
+    def on_register_result(self, result: RegisterResult) -> None:
         if not self.is_slave:
             return
         if result.master_addr and result.master_addr != self.master_addr_from_ns:
@@ -318,7 +319,7 @@ class ReplicaRole:
         return p
 
     # ---- promotion ------------------------------------------------------------------------
-    async def promote(self, role: str = "ASYNC_MASTER") -> dict:
+    async def promote(self, role: str = "ASYNC_MASTER") -> dict[str, object]:
         if not self.is_slave:
             raise ValueError(f"this broker is already a master ({self.config.broker_role})")
         t0 = time.monotonic()

@@ -14,13 +14,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TypedDict, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import structlog
 
 from codec.errors import CodecError
 from codec.ha import TransferDecoder, encode_report
 from storage.replica import ReplicaError
+
+if TYPE_CHECKING:
+    from server.config import BrokerConfig
+    from storage.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 
@@ -38,7 +42,7 @@ RECONNECT_S = 1.0
 
 
 class HAClient(asyncio.Protocol):
-    def __init__(self, store, config, master_addr: Callable[[], str | None]) -> None:
+    def __init__(self, store: MessageStore, config: BrokerConfig, master_addr: Callable[[], str | None]) -> None:
         self.store = store
         self.config = config
         self.master_addr = master_addr  # the HA address to use now (config or the name server's answer)
@@ -51,7 +55,7 @@ class HAClient(asyncio.Protocol):
         self.bytes = 0
         self.mismatches = 0
         self.on_applied: list[Callable[[int], None]] = []  # fn(new CommitLog end) after each frame run
-        self._lost: asyncio.Future | None = None
+        self._lost: asyncio.Future[Exception | None] | None = None  # the connection is gone (its error)
         self._running = False
 
     # ---- supervised task ----------------------------------------------------------------

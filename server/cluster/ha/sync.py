@@ -186,7 +186,7 @@ class SlaveSynchronize:
         MAX_PROGRESS_IN_FLIGHT outstanding), so a slow answer does not stretch the interval."""
         interval = self.config.scheduler_sync_interval_ms / 1000.0
         loop = asyncio.get_running_loop()
-        in_flight: set[asyncio.Task] = set()
+        in_flight: set[asyncio.Task[None]] = set()
         try:
             next_at = loop.time()
             while True:
