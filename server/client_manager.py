@@ -70,7 +70,7 @@ class ConsumerGroupInfo:
     consume_type: str = "CONSUME_PASSIVELY"
     message_model: str = "CLUSTERING"
     consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
-    channels: dict = field(default_factory=dict)          # conn -> ClientChannel
+    channels: dict[ClientConn, ClientChannel] = field(default_factory=dict)
     subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
 
     def client_ids(self) -> list[str]:
@@ -97,7 +97,7 @@ class ClientManager:
         self._identity: dict[ClientConn, tuple[str, set[str]]] = {}
 
     # ---- consumers -----------------------------------------------------------------------
-    def register_consumer(self, group: str, conn, client_id: str, language: str = "JAVA", version: int = 0,
+    def register_consumer(self, group: str, conn: ClientConn, client_id: str, language: str = "JAVA", version: int = 0,
                           consume_type: str = "CONSUME_PASSIVELY", message_model: str = "CLUSTERING",
                           consume_from_where: str = "CONSUME_FROM_LAST_OFFSET",
                           subscriptions: Iterable[SubscriptionData] = ()) -> bool:
@@ -134,7 +134,7 @@ class ClientManager:
         for topic in [t for t in info.subscriptions if t not in new]:
             del info.subscriptions[topic]
 
-    def unregister_consumer(self, group: str, conn=None, client_id: str | None = None) -> bool:
+    def unregister_consumer(self, group: str, conn: ClientConn | None = None, client_id: str | None = None) -> bool:
         info = self.consumers.get(group)
         if info is None:
             return False
@@ -163,7 +163,7 @@ class ClientManager:
         return info.subscriptions.get(topic) if info else None
 
     # ---- producers -----------------------------------------------------------------------
-    def register_producer(self, group: str, conn, client_id: str, language: str = "JAVA",
+    def register_producer(self, group: str, conn: ClientConn, client_id: str, language: str = "JAVA",
                           version: int = 0) -> None:
         now = self.clock()
         chans = self.producers.setdefault(group, {})
@@ -177,7 +177,7 @@ class ClientManager:
             ch.last_update = now
         self._seen(conn, now)
 
-    def unregister_producer(self, group: str, conn=None, client_id: str | None = None) -> None:
+    def unregister_producer(self, group: str, conn: ClientConn | None = None, client_id: str | None = None) -> None:
         chans = self.producers.get(group)
         if not chans:
             return
@@ -187,7 +187,7 @@ class ClientManager:
             del self.producers[group]
 
     # ---- channel lifecycle ---------------------------------------------------------------
-    def channel_closed(self, conn, reason: str = "closed") -> None:
+    def channel_closed(self, conn: ClientConn, reason: str = "closed") -> None:
         """Forget a connection everywhere; notify the consumer groups it belonged to."""
         t = self._timers.pop(conn, None)
         if t is not None:
@@ -222,12 +222,12 @@ class ClientManager:
         elif not logged:  # never sent a heartbeat: an admin tool, a name-server lookup, a probe
             log.info("client.disconnected", role="other", remote=remote, reason=reason)
 
-    def _seen(self, conn, now: float) -> None:
+    def _seen(self, conn: ClientConn, now: float) -> None:
         self._last_seen[conn] = now
         if conn not in self._timers:
             self._arm(conn, now + self.expired_timeout_s)
 
-    def _arm(self, conn, deadline: float) -> None:
+    def _arm(self, conn: ClientConn, deadline: float) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no loop (unit use): expiry is checked by expire_now()
@@ -235,7 +235,7 @@ class ClientManager:
         delay = max(0.0, deadline - self.clock())
         self._timers[conn] = loop.call_at(loop.time() + delay, self._expiry_due, conn)
 
-    def _expiry_due(self, conn) -> None:
+    def _expiry_due(self, conn: ClientConn) -> None:
         self._timers.pop(conn, None)
         last = self._last_seen.get(conn)
         if last is None:

@@ -35,10 +35,11 @@ from codec.properties import MessageConst as K
 from codec.record import MessageRecord, decode_record
 from server.grpc.deps import GrpcDeps
 from server.grpc.pop_model import Delivery, TagFilter, allocate_averagely, decode_handle, encode_handle
-from server.grpc.pop_store import Key, PopStore
+from server.grpc.pop_store import Key, PopStore, QueueState
 from server.grpc.status import Code, GrpcError
 from server.grpc.telemetry import TelemetryChannel
 from storage.store_types import GetStatus
+from storage.subscription_group import SubscriptionGroupConfig
 from storage.supervisor import SupervisedTask
 
 log = structlog.get_logger(__name__)
@@ -54,7 +55,7 @@ class PopService:
     def __init__(self, deps: GrpcDeps, state: PopStore) -> None:
         self.deps = deps
         self.state = state
-        self._waiters: dict[str, set[asyncio.Future]] = {}
+        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._sweeper: SupervisedTask | None = None
         self._rr = 0
         self.dlq_total = 0
@@ -87,7 +88,7 @@ class PopService:
                     f.set_result(None)
 
     # ---- group facts ---------------------------------------------------------------------
-    def group_config(self, group: str):
+    def group_config(self, group: str) -> SubscriptionGroupConfig:
         gcfg = self.deps.groups.find(group)
         if gcfg is None:
             raise GrpcError(Code.CONSUMER_GROUP_NOT_FOUND, f"consumer group {group} does not exist")
@@ -103,7 +104,7 @@ class PopService:
         gcfg = self.deps.groups.find(group)
         return bool(gcfg is not None and gcfg.consume_message_orderly)
 
-    def _queue(self, key: Key):
+    def _queue(self, key: Key) -> QueueState:
         group, topic, qid = key
 
         def initial() -> int:
@@ -198,7 +199,7 @@ class PopService:
 
     async def wait_for_topic(self, topic: str, timeout_s: float) -> None:
         """Until a put to `topic` is dispatched, a pop state change wakes it, or timeout_s passes."""
-        fut = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(topic, set()).add(fut)
         try:
             await asyncio.wait_for(fut, max(0.0, timeout_s))

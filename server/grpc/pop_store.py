@@ -24,7 +24,9 @@ from __future__ import annotations
 import os
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgpack
 import structlog
@@ -114,7 +116,7 @@ class PopStore:
             self._fd = -1
 
     # ---- records -------------------------------------------------------------------------
-    def _apply(self, r: list) -> None:
+    def _apply(self, r: list[Any]) -> None:
         kind, group, topic, qid = r[0], r[1], r[2], r[3]
         key = (group, topic, qid)
         if kind == "P":
@@ -139,7 +141,7 @@ class PopStore:
         else:
             raise ValueError(f"unknown pop journal record {kind!r}")
 
-    def _write(self, records: list[list]) -> None:
+    def _write(self, records: list[list[Any]]) -> None:
         out = bytearray()
         for r in records:
             payload = msgpack.packb(r, use_bin_type=True)
@@ -174,7 +176,7 @@ class PopStore:
         log.info("pop.compacted", queues=len(self.queues))
 
     # ---- operations (each durable before it returns) -------------------------------------
-    def queue(self, key: Key, initial_offset) -> QueueState:
+    def queue(self, key: Key, initial_offset: Callable[[], int]) -> QueueState:
         q = self.queues.get(key)
         if q is None:
             q = self.queues[key] = QueueState(initial_offset())

@@ -11,6 +11,7 @@ import asyncio
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 from codec.histogram import Histogram as Histogram  # the registry's histogram type (prometheus reads it here)
 
@@ -59,6 +60,9 @@ class Gauge:
         return float(self.fn()) if self.fn is not None else float(self.value)
 
 
+M = TypeVar("M", "Counter", "Gauge", Histogram)
+
+
 class Registry:
     def __init__(self) -> None:
         self._metrics: dict[tuple[str, Labels], object] = {}
@@ -66,7 +70,8 @@ class Registry:
         self._help: dict[str, str] = {}
         self._collectors: list[Callable[[], Iterable[Sample]]] = []
 
-    def _get(self, kind: str, name: str, labels, factory, help: str):
+    def _get(self, kind: str, name: str, labels: dict[str, str] | None, factory: Callable[[], M], help: str) -> M:
+        """The metric of `name` and `labels`, made by `factory` the first time (one kind per name)."""
         key = (name, _labels(labels))
         m = self._metrics.get(key)
         if m is None:
@@ -74,7 +79,7 @@ class Registry:
             self._types[name] = kind
             if help:
                 self._help[name] = help
-        return m
+        return cast(M, m)  # a name is asked for as one kind (what _types records); another kind is a caller bug
 
     def counter(self, name: str, labels: dict[str, str] | None = None, help: str = "") -> Counter:
         return self._get("counter", name, labels, Counter, help)

@@ -26,12 +26,13 @@ if TYPE_CHECKING:
     from server.config import BrokerConfig
     from server.offsets_table import ConsumerOffsetManager
     from storage.message_store import MessageStore
+    from storage.supervisor import Supervisor
 
 log = structlog.get_logger(__name__)
 _UNIT = 20
 
 
-def _delay_samples(svc) -> list[Sample]:
+def _delay_samples(svc: DelayLevelService) -> list[Sample]:
     out: list[Sample] = []
     try:
         st = svc.stats()
@@ -53,7 +54,7 @@ def _delay_samples(svc) -> list[Sample]:
     return out
 
 
-def _timer_samples(svc) -> list[Sample]:
+def _timer_samples(svc: TimerMessageStore) -> list[Sample]:
     try:
         st = svc.stats()
     except Exception:
@@ -76,13 +77,13 @@ def _timer_samples(svc) -> list[Sample]:
     return out
 
 
-def _supervisor_samples(sup) -> list[Sample]:
+def _supervisor_samples(sup: Supervisor) -> list[Sample]:
     """delaymq_task_restarts_total{task}: failures of background work (each logged, backed off, restarted)."""
     return [Sample("delaymq_task_restarts_total", "counter", {"task": name}, float(n))
             for name, n in sorted(sup.stats().items())]
 
 
-def _quarantine_samples(*services) -> list[Sample]:
+def _quarantine_samples(*services: DelayLevelService | TimerMessageStore | None) -> list[Sample]:
     """delaymq_schedule_quarantined_total{stage}: records set aside in rmq_sys_SCHEDULE_QUARANTINE."""
     per: dict[str, int] = {}
     for svc in services:
@@ -112,7 +113,7 @@ def _lag_samples(offsets: ConsumerOffsetManager, store: MessageStore) -> Iterato
 class TraceTopicExporter:
     """Copies what clients send to RMQ_SYS_TRACE_TOPIC into msgpack export files."""
 
-    def __init__(self, store, writer: RotatingMsgpackWriter) -> None:
+    def __init__(self, store: MessageStore, writer: RotatingMsgpackWriter) -> None:
         self.store = store
         self.writer = writer
         self.offsets: dict[int, int] = {}
@@ -123,6 +124,12 @@ class TraceTopicExporter:
         off = self.offsets.get(queue_id, self.store.min_offset(topic, queue_id))
         while off < max_offset:
             units = self.store.read_units(topic, queue_id, off, min(256, max_offset - off))
+            if units is None:  # no such queue, or `off` outside [min, max): below min once the files were cleaned
+                low = self.store.min_offset(topic, queue_id)
+                if off < low:
+                    off = low
+                    continue
+                break
             n = len(units) // _UNIT
             if n == 0:
                 break

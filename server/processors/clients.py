@@ -33,7 +33,7 @@ from server.processors import Peer, Registrar, error, guarded, ok, request_body
 from server.topics import RETRY_PREFIX
 
 if TYPE_CHECKING:
-    from server.client_manager import ClientManager
+    from server.client_manager import ClientConn, ClientManager
     from server.rebalance_lock import RebalanceLockManager
     from server.topics import TopicManager
     from storage.subscription_group import SubscriptionGroupTable
@@ -99,7 +99,7 @@ def register(server: Registrar, deps: ClientsDeps) -> None:
 
     # the last heartbeat of each live connection, parsed: clients repeat the same body every 30 s, and
     # parsing one with 10,000 subscriptions costs ~100 ms of loop time (one entry per connection)
-    last_heartbeat: weakref.WeakKeyDictionary[Peer, tuple[bytes, HeartbeatPlan]] = weakref.WeakKeyDictionary()
+    last_heartbeat: weakref.WeakKeyDictionary[ClientConn, tuple[bytes, HeartbeatPlan]] = weakref.WeakKeyDictionary()
 
     def heartbeat_plan(body: bytes) -> HeartbeatPlan:
         hb = parse_heartbeat(body)
@@ -109,7 +109,7 @@ def register(server: Registrar, deps: ClientsDeps) -> None:
         return hb.client_id, consumers, [pd.group_name for pd in hb.producers if pd.group_name]
 
     @guarded
-    def heart_beat(conn: Peer, cmd: RemotingCommand) -> Response:
+    def heart_beat(conn: ClientConn, cmd: RemotingCommand) -> Response:
         body = request_body(cmd)
         cached = last_heartbeat.get(conn)
         if cached is not None and cached[0] == body:
@@ -135,7 +135,7 @@ def register(server: Registrar, deps: ClientsDeps) -> None:
         return ok(cmd)
 
     @guarded
-    def unregister_client(conn: Peer, cmd: RemotingCommand) -> Response:
+    def unregister_client(conn: ClientConn, cmd: RemotingCommand) -> Response:
         h = H.UNREGISTER_CLIENT.parse(cmd.ext_fields)
         if h.producerGroup:
             clients.unregister_producer(h.producerGroup, conn, h.clientID)
