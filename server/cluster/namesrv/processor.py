@@ -16,13 +16,15 @@ bare (fastjson's Long-key form) otherwise (cluster-ha.md §0.4); ClusterInfo fol
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
 from codec.bodies import BrokerData, TopicRouteData, encode_kv_table, encode_topic_route
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode
+from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.namesrv_bodies import (
     DataVersion,
@@ -31,12 +33,16 @@ from codec.namesrv_bodies import (
     encode_cluster_info,
     encode_topic_list,
 )
+from remoting.dispatch import Response
 from server import headers as H
 from server.cluster.namesrv.config import NamesrvConfig
 from server.cluster.namesrv.kv_config import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from server.cluster.namesrv.route_info import FLAG_UNIT, FLAG_UNIT_SUB, RouteInfoManager
 from server.config import BrokerConfig, ConfigError, parse_properties
-from server.processors import error, guarded, ok
+from server.processors import Peer, Registrar, error, guarded, ok
+
+if TYPE_CHECKING:
+    from remoting.connection import Connection
 
 log = structlog.get_logger(__name__)
 
@@ -64,20 +70,13 @@ class RouteSource(Protocol):
     def system_topic_list(self) -> tuple[list[str], str | None]: ...
 
 
-def quoted_ids(cmd, accept_standard_json_only: bool | None = None) -> bool:
+def quoted_ids(cmd: RemotingCommand, accept_standard_json_only: bool | None = None) -> bool:
     return bool(accept_standard_json_only) or (cmd.version or 0) >= V4_9_4
 
 
-def _body(cmd) -> bytes:
-    body = cmd.body
-    if isinstance(body, list):
-        body = b"".join(bytes(p) for p in body)
-    return bytes(body or b"")
-
-
-def register_route_queries(server, routes: RouteSource, kv: KVConfigManager) -> None:
+def register_route_queries(server: Registrar, routes: RouteSource, kv: KVConfigManager) -> None:
     @guarded
-    def get_route(conn, cmd):
+    def get_route(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.ROUTE.parse(cmd.ext_fields)
         route = routes.pickup_topic_route(h.topic)
         if route is None:
@@ -85,32 +84,32 @@ def register_route_queries(server, routes: RouteSource, kv: KVConfigManager) -> 
         return ok(cmd, body=encode_topic_route(route, quoted_keys=quoted_ids(cmd, h.acceptStandardJsonOnly)))
 
     @guarded
-    def get_cluster_info(conn, cmd):
+    def get_cluster_info(conn: Peer, cmd: RemotingCommand) -> Response:
         brokers, clusters = routes.cluster_info()
         return ok(cmd, body=encode_cluster_info(brokers, clusters, quoted_keys=quoted_ids(cmd)))
 
     @guarded
-    async def get_all_topics(conn, cmd):
+    async def get_all_topics(conn: Peer, cmd: RemotingCommand) -> Response:
         return ok(cmd, body=await routes.all_topics_body())
 
     @guarded
-    async def get_topics_by_cluster(conn, cmd):
+    async def get_topics_by_cluster(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.TOPICS_BY_CLUSTER.parse(cmd.ext_fields)
         return ok(cmd, body=await routes.topics_by_cluster_body(h.cluster))
 
     @guarded
-    def get_system_topics(conn, cmd):
+    def get_system_topics(conn: Peer, cmd: RemotingCommand) -> Response:
         topics, addr = routes.system_topic_list()
         return ok(cmd, body=encode_topic_list(topics, addr))
 
     @guarded
-    def put_kv(conn, cmd):
+    def put_kv(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.PUT_KV_CONFIG.parse(cmd.ext_fields)
         kv.put(h.namespace, h.key, h.value or "")
         return ok(cmd)
 
     @guarded
-    def get_kv(conn, cmd):
+    def get_kv(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.KV_CONFIG.parse(cmd.ext_fields)
         value = kv.get(h.namespace, h.key)
         if value is None:
@@ -118,13 +117,13 @@ def register_route_queries(server, routes: RouteSource, kv: KVConfigManager) -> 
         return ok(cmd, ext_fields={"value": value})
 
     @guarded
-    def delete_kv(conn, cmd):
+    def delete_kv(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.KV_CONFIG.parse(cmd.ext_fields)
         kv.delete(h.namespace, h.key)
         return ok(cmd)
 
     @guarded
-    def get_kv_list(conn, cmd):
+    def get_kv_list(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.KV_NAMESPACE.parse(cmd.ext_fields)
         table = kv.namespace(h.namespace)
         if table is None:
@@ -140,11 +139,11 @@ def register_route_queries(server, routes: RouteSource, kv: KVConfigManager) -> 
         server.register(int(code), fn)
 
 
-def register_broker_requests(server, manager: RouteInfoManager, kv: KVConfigManager) -> None:
+def register_broker_requests(server: Registrar, manager: RouteInfoManager, kv: KVConfigManager) -> None:
     @guarded
-    def register_broker(conn, cmd):
+    def register_broker(conn: Connection, cmd: RemotingCommand) -> Response:
         h = H.REGISTER_BROKER.parse(cmd.ext_fields)
-        raw = _body(cmd)
+        raw = cmd.body_bytes()
         if h.bodyCrc32 and raw and body_crc32(raw) != h.bodyCrc32:
             log.warning("namesrv.register_crc_mismatch", broker_addr=h.brokerAddr, peer=conn.peer)
             return error(cmd, ResponseCode.SYSTEM_ERROR, "crc32 not match")
@@ -165,16 +164,16 @@ def register_broker_requests(server, manager: RouteInfoManager, kv: KVConfigMana
         return ok(cmd, ext_fields=ext or None, body=encode_kv_table(order) if order is not None else b"")
 
     @guarded
-    def unregister_broker(conn, cmd):
+    def unregister_broker(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.BROKER_IDENTITY.parse(cmd.ext_fields)
         manager.unregister_broker(h.clusterName, h.brokerAddr, h.brokerName, h.brokerId)
         return ok(cmd)
 
     @guarded
-    def query_data_version(conn, cmd):
+    def query_data_version(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.BROKER_IDENTITY.parse(cmd.ext_fields)
         try:
-            dv = DataVersion.decode(_body(cmd))
+            dv = DataVersion.decode(cmd.body_bytes())
         except CodecError as e:
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"bad DataVersion body: {e}")
         changed = manager.is_broker_topic_config_changed(h.brokerAddr, dv)
@@ -185,28 +184,28 @@ def register_broker_requests(server, manager: RouteInfoManager, kv: KVConfigMana
                   body=stored.encode() if stored is not None else b"")
 
     @guarded
-    def wipe_write_perm(conn, cmd):
+    def wipe_write_perm(conn: Connection, cmd: RemotingCommand) -> Response:
         h = H.BROKER_NAME.parse(cmd.ext_fields)
         n = manager.wipe_write_perm_of_broker(h.brokerName)
         log.info("namesrv.wipe_write_perm", broker_name=h.brokerName, topics=n, peer=conn.peer)
         return ok(cmd, ext_fields={"wipeTopicCount": str(n)})
 
     @guarded
-    def add_write_perm(conn, cmd):
+    def add_write_perm(conn: Connection, cmd: RemotingCommand) -> Response:
         h = H.BROKER_NAME.parse(cmd.ext_fields)
         n = manager.add_write_perm_of_broker(h.brokerName)
         log.info("namesrv.add_write_perm", broker_name=h.brokerName, topics=n, peer=conn.peer)
         return ok(cmd, ext_fields={"addTopicCount": str(n)})
 
     @guarded
-    def delete_topic(conn, cmd):
+    def delete_topic(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.DELETE_TOPIC_IN_NAMESRV.parse(cmd.ext_fields)
         manager.delete_topic(h.topic, h.clusterName)
         return ok(cmd)
 
-    def topic_list(want):
+    def topic_list(want: Callable[[int], bool]) -> Callable[[Peer, RemotingCommand], Response]:
         @guarded
-        def handler(conn, cmd):
+        def handler(conn: Peer, cmd: RemotingCommand) -> Response:
             return ok(cmd, body=encode_topic_list(manager.topics_with_flag(want)))
         return handler
 
@@ -220,7 +219,7 @@ def register_broker_requests(server, manager: RouteInfoManager, kv: KVConfigMana
         server.register(int(code), fn)
 
 
-def register_namesrv_config(server, config: NamesrvConfig, manager: RouteInfoManager) -> None:
+def register_namesrv_config(server: Registrar, config: NamesrvConfig, manager: RouteInfoManager) -> None:
     """GET_NAMESRV_CONFIG (319): the settings as `key=value` lines; UPDATE_NAMESRV_CONFIG (318): a properties
     body applied at once (NO_PERMISSION for a black-listed key, SYSTEM_ERROR naming a bad value; nothing
     is applied unless every key is acceptable). Not persisted, as in RocketMQ without a config file."""
@@ -230,13 +229,13 @@ def register_namesrv_config(server, config: NamesrvConfig, manager: RouteInfoMan
                        for f in dataclasses.fields(config)).encode()
 
     @guarded
-    def get_config(conn, cmd):
+    def get_config(conn: Peer, cmd: RemotingCommand) -> Response:
         return ok(cmd, body=as_text())
 
     @guarded
-    def update_config(conn, cmd):
+    def update_config(conn: Connection, cmd: RemotingCommand) -> Response:
         try:
-            values = parse_properties(_body(cmd).decode("utf-8"))
+            values = parse_properties(cmd.body_bytes().decode("utf-8"))
         except UnicodeDecodeError as e:
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"UnsupportedEncodingException {e}")
         if CONFIG_BLACK_LIST & values.keys():
