@@ -22,7 +22,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import structlog  # noqa: E402
 
 from remoting import loop as event_loop  # noqa: E402
-from server.config import ConfigError, load_config  # noqa: E402
+from server.config import BrokerConfig, ConfigError, load_config  # noqa: E402
 from server.logging import configure  # noqa: E402
 from server.process import overrides_from, serve_until_signal  # noqa: E402
 from storage.store_lock import StoreLockedError  # noqa: E402
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def export_config(cfg, out_dir: str) -> int:
+def export_config(cfg: BrokerConfig, out_dir: str) -> int:
     """The --export-config command: open meta.db (migrating JSON files first if it is new), export, close."""
     from storage.meta_store import MetaStore
 
@@ -63,7 +63,7 @@ def export_config(cfg, out_dir: str) -> int:
     return 0
 
 
-def config_from_args(args):
+def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     flags = {
         "storePathRootDir": args.store, "listenPort": args.port, "brokerIP1": args.broker_ip,
         "flushDiskType": args.flush_disk_type, "messageDelayLevel": args.delay_levels,
@@ -74,7 +74,7 @@ def config_from_args(args):
     return cfg
 
 
-async def run(cfg) -> int:
+async def run(cfg: BrokerConfig) -> int:
     from server.broker import BrokerController
 
     def settle_heap() -> None:
@@ -91,7 +91,7 @@ async def run(cfg) -> int:
                                     "broker", after_start=settle_heap)
 
 
-def check_config(cfg) -> None:
+def check_config(cfg: BrokerConfig) -> None:
     """Everything that can be checked before the store is opened: each key's value, the ACL and TLS
     files. Raises ConfigError naming the key."""
     from server.security import preflight

@@ -188,7 +188,7 @@ class BrokerConfig:
         return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
     @classmethod
-    def key_map(cls) -> dict[str, dataclasses.Field]:
+    def key_map(cls) -> dict[str, dataclasses.Field[Any]]:
         return {cls.key_for(f.name): f for f in dataclasses.fields(cls)}
 
     def apply(self, values: Mapping[str, object], source: str = "config") -> list[str]:
@@ -242,13 +242,13 @@ Check = Callable[[Any], "str | None"]  # a field's value (of the field's type) -
 
 
 def one_of(*choices: str) -> Check:
-    def check(v) -> str | None:
+    def check(v: object) -> str | None:
         return None if v in choices else f"must be one of {', '.join(choices)}, got {v!r}"
     return check
 
 
 def int_range(lo: int, hi: int | None = None) -> Check:
-    def check(v) -> str | None:
+    def check(v: int) -> str | None:
         if v < lo or (hi is not None and v > hi):
             want = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
             return f"must be {want}, got {v}"
@@ -256,7 +256,7 @@ def int_range(lo: int, hi: int | None = None) -> Check:
     return check
 
 
-def _delay_levels(v) -> str | None:
+def _delay_levels(v: str) -> str | None:
     try:
         levels = parse_delay_levels(v)
     except ValueError as e:
@@ -269,7 +269,7 @@ def _delay_levels(v) -> str | None:
 _PORT = int_range(0, 65535)
 
 
-def _namesrv_addrs(v) -> str | None:
+def _namesrv_addrs(v: object) -> str | None:
     """namesrvAddr: empty, or `host:port` entries separated by `;`."""
     for addr in (a.strip() for a in str(v).replace(",", ";").split(";")):
         host, sep, port = addr.rpartition(":")
@@ -335,7 +335,7 @@ VALIDATORS: dict[str, Check] = {
 
 
 
-def coerce_value(f: dataclasses.Field, raw: object, key: str):
+def coerce_value(f: dataclasses.Field[Any], raw: object, key: str) -> bool | int | str:
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     if kind == "bool":
         if isinstance(raw, bool):
