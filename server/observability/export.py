@@ -10,13 +10,16 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import msgpack
 import structlog
 
-from scheduler.events import EVENT_FIELDS
-from server.observability.registry import SLICE, Registry, collect_sliced
+from scheduler.events import EVENT_FIELDS, EventColumns, EventRow
+from server.observability.registry import SLICE, Registry, Sample, collect_sliced
+
+if TYPE_CHECKING:
+    from storage.supervisor import SupervisedTask, Supervisor
 
 log = structlog.get_logger(__name__)
 
@@ -39,13 +42,13 @@ class RotatingMsgpackWriter:
         self.records = 0
         os.makedirs(directory, exist_ok=True)
 
-    def write(self, record: dict | list) -> None:
+    def write(self, record: dict[str, Any] | list[Any]) -> None:
         self._buf += self._packer.pack(record)
         self.records += 1
         if len(self._buf) >= self.flush_bytes:
             self.flush()
 
-    def write_many(self, records: list) -> None:
+    def write_many(self, records: list[Any]) -> None:
         """`write` for a batch: the records packed in one call (one msgpack array whose header is
         dropped, which leaves the records themselves back to back) and one buffer append."""
         n = len(records)
@@ -114,7 +117,7 @@ class MetricsExporter:
         self.interval_s = interval_s
         self.also_flush = also_flush or []
         self.clock = clock
-        self._task = None  # storage.supervisor.SupervisedTask
+        self._task: SupervisedTask | None = None
 
     def export_once(self) -> int:
         """Every sample now, in one go (shutdown, tests)."""
@@ -138,8 +141,8 @@ class MetricsExporter:
         self._flush()
         return len(samples)
 
-    def _write(self, ts: int, s) -> None:
-        rec = {"v": 1, "ts": ts, "name": s.name, "type": s.type, "labels": s.labels, "value": s.value}
+    def _write(self, ts: int, s: Sample) -> None:
+        rec: dict[str, Any] = {"v": 1, "ts": ts, "name": s.name, "type": s.type, "labels": s.labels, "value": s.value}
         if s.type == "histogram":
             rec["buckets"] = [[b if b != float("inf") else 1e308, c] for b, c in s.buckets or []]
             rec["sum"] = s.sum
@@ -156,7 +159,7 @@ class MetricsExporter:
             await asyncio.sleep(self.interval_s)
             await self.export_sliced()  # an error: logged, counted, backed off and restarted by the supervisor
 
-    def start(self, supervisor) -> None:
+    def start(self, supervisor: Supervisor) -> None:
         """Run the export loop under `supervisor` (storage.supervisor.Supervisor)."""
         self._task = supervisor.spawn("metrics-exporter", self._run)
 
@@ -176,7 +179,7 @@ _TRACE_FIELDS = EVENT_FIELDS  # rows from scheduler.events come in this order
 _ABSENT = {k: 0 if k.endswith("Ts") or k == "level" else "" for k in _TRACE_FIELDS}  # what a missing field becomes
 
 
-def _fill_absent(row: tuple) -> tuple:
+def _fill_absent(row: EventRow) -> EventRow:
     return tuple(_ABSENT[k] if v is None else v for k, v in zip(_TRACE_FIELDS, row, strict=True))
 
 
@@ -196,17 +199,17 @@ class TraceWriter:
 
     EVENTS = frozenset(("accepted", "due", "delivered"))
 
-    def __call__(self, event: str, **fields) -> None:
+    def __call__(self, event: str, **fields: Any) -> None:
         self.many(event, [tuple(fields.get(k) for k in self.FIELDS)])
 
-    def columns(self, event: str, c) -> None:
+    def columns(self, event: str, c: EventColumns) -> None:
         """A run of events (scheduler.events.EventColumns) as one v3 record."""
         if event not in self.EVENTS:
             return
         self.writer.write([3, event, c.kind, c.level, c.msg_id_prefix, c.topics, c.offsets, c.uniq_keys,
                            c.born_ts, c.store_ts, c.due_ts, c.delivered_ts])
 
-    def many(self, event: str, rows: list[tuple]) -> None:  # scheduler.events.EventListener
+    def many(self, event: str, rows: list[EventRow]) -> None:  # scheduler.events.EventListener
         """A batch of events, each row in scheduler.events.EVENT_FIELDS order (== FIELDS), packed in
         one call; a missing value (None) is written as its field's zero value."""
         if event not in self.EVENTS:
