@@ -71,6 +71,7 @@ def is_magic_ok(m: int) -> bool:
 
 
 DIR_NAME = "timerlog"  # <storeRoot>/timerlog/
+CHAIN_WALK_STEP = 20000  # units per read of a chain walk; a caller may yield to the loop between reads
 
 
 class _Segment:
@@ -193,7 +194,7 @@ class TimerLog:
         unit: UnitTuple = UNIT.unpack_from(seg.mm, pos - seg.start)
         return unit
 
-    def walk_chain(self, last: int, step: int) -> Iterator[ChainStep]:
+    def walk_chain(self, last: int, step: int = CHAIN_WALK_STEP) -> Iterator[ChainStep]:
         """A slot's chain from its end `last` (prevPos links, newest first), `step` units per `read_chain`,
         down to the chain's start or `min_pos` (as it was when the walk began); a bad unit ends the walk
         (that step's `bad`). A caller may yield to the loop between steps while `more`."""
