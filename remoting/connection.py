@@ -11,6 +11,10 @@ so a client that pipelines requests without reading cannot grow our memory: requ
 not yet handled wait in a backlog (at most one read chunk), and the write buffer overshoots the
 high-water mark by at most one response.
 
+Fairness: one connection's requests are handled at most `turn_budget` per loop turn; the rest of a
+large read waits in the backlog (reading paused) and is worked through in later turns, so a peer
+that sends a burst of a thousand pipelined requests delays everyone else by one share of it.
+
 A malformed or oversized frame is logged once (peer and reason) and closes this connection only.
 """
 
@@ -40,6 +44,7 @@ log = structlog.get_logger(__name__)
 _opaque = itertools.count(1)
 _monotonic = time.monotonic
 _FRAME_LEN = struct.Struct(">i")  # the length prefix that starts encode_frame's first piece
+TURN_BUDGET = 128  # requests of one connection handled per loop turn (~1 ms of offset commits)
 _OUT_FLUSH_BYTES = 65536  # queued output past this is written at once (the default high-water mark)
 
 
@@ -64,8 +69,11 @@ class Connection(asyncio.Protocol):
     def __init__(self, on_request: Dispatcher | None = None,
                  on_close: Callable[[Connection], None] | None = None, max_frame: int = MAX_FRAME,
                  max_inflight: int = 1024, on_made: Callable[[Connection], None] | None = None,
-                 max_header: int = NO_HEADER_LIMIT) -> None:
+                 max_header: int = NO_HEADER_LIMIT, turn_budget: int = TURN_BUDGET) -> None:
         self.on_request = on_request
+        # requests handled per loop turn at most: a read of a thousand pipelined requests is worked
+        # through in shares, so one peer's burst delays the others by one share, not by all of it
+        self.turn_budget = max(1, turn_budget)
         # code -> batch processor (a Dispatcher's `batch_processors`): runs of such requests in one
         # read are handed over together (`Dispatcher.dispatch_run`)
         self._batch_processors: dict[int, BatchProcessor] = \
@@ -121,17 +129,23 @@ class Connection(asyncio.Protocol):
             self._backlog.extend(cmds)
             self._update_reading()
             return
+        done = self._handle_cmds(cmds, self.turn_budget)
+        if done < len(cmds) and not self._is_closing:
+            # blocked (peer not reading, inflight cap) or this turn's budget spent: the rest waits
+            # in the backlog and reading pauses; `_update_reading` drains it in later loop turns
+            self._backlog.extend(cmds[done:])
+            self._update_reading()
+
+    def _handle_cmds(self, cmds: list[RemotingCommand], budget: int) -> int:
+        """Handle `cmds` from the first (runs of one batch processor's requests together) until all
+        are done, the connection is blocked or closing, or `budget` were handled; returns how many."""
         runs = self._batch_processors
-        i, n = 0, len(cmds)
+        i, n = 0, min(len(cmds), budget)
         while i < n:
             if self._write_paused or self.inflight >= self.max_inflight or self._is_closing:
-                # stop handling the rest of this read until the peer drains / requests finish, so a
-                # pipelining peer overshoots the high-water mark by at most one response (or one
-                # run of batched requests)
-                if not self._is_closing:
-                    self._backlog.extend(cmds[i:])
-                    self._update_reading()
-                return
+                # a pipelining peer overshoots the high-water mark by at most one response (or
+                # one run of batched requests)
+                break
             cmd = cmds[i]
             batch = runs.get(cmd.code) if runs and not cmd.flag & RPC_TYPE_RESPONSE else None
             if batch is not None:
@@ -144,6 +158,7 @@ class Connection(asyncio.Protocol):
                     continue
             self._handle(cmd)
             i += 1
+        return i
 
     def _handle(self, cmd: RemotingCommand) -> None:
         if cmd.flag & RPC_TYPE_RESPONSE:
@@ -154,15 +169,21 @@ class Connection(asyncio.Protocol):
             self.on_request(self, cmd)
 
     def _drain_backlog(self) -> None:
+        """One loop turn's share of the backlog (at most `turn_budget` requests); `_update_reading`
+        schedules the next share, so other connections' reads are served in between."""
         self._drain_scheduled = False
         bl = self._backlog
-        while bl:
-            if self._is_closing:
-                bl.clear()
-                return
-            if self._write_paused or self.inflight >= self.max_inflight:
-                return  # resume_writing / request_finished come back here through _update_reading
-            self._handle(bl.popleft())
+        if self._is_closing:
+            bl.clear()
+            return
+        take = min(len(bl), self.turn_budget)
+        chunk = [bl.popleft() for _ in range(take)]
+        done = self._handle_cmds(chunk, take)
+        if self._is_closing:
+            bl.clear()
+            return
+        if done < take:  # blocked: resume_writing / request_finished come back through _update_reading
+            bl.extendleft(reversed(chunk[done:]))
         self._update_reading()
 
     def _reject(self, reason: str) -> None:

@@ -76,6 +76,7 @@ class ProgressFile:
         self.existed = False
         size = _size(levels)
         self.mm: bytearray | mmap.mmap  # a file mapping; in memory only without a config dir
+        self.fd = -1
         if not config_dir:
             self.mm = bytearray(size)
             self._init()
@@ -87,8 +88,10 @@ class ProgressFile:
             if have < size:
                 os.posix_fallocate(fd, 0, size)  # blocks reserved: a full disk cannot SIGBUS the writes
             self.mm = mmap.mmap(fd, max(have, size))
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        self.fd = fd  # kept for fdatasync (scheduler.durable): msync would hold the GIL
         magic, version, had = _HEAD.unpack_from(self.mm, 0)
         self.existed = magic == MAGIC and version == VERSION
         if not self.existed:
@@ -149,13 +152,23 @@ class ProgressFile:
         self.mm[TIMER_POS:k] = data[TIMER_POS:k]
 
     def flush(self) -> None:
-        if isinstance(self.mm, mmap.mmap):
-            self.mm.flush()
+        """Durable (fdatasync, which releases the GIL; safe to call from an executor thread)."""
+        if self.fd >= 0:
+            os.fdatasync(self.fd)
+
+    def sync_fds(self) -> list[int]:
+        """Descriptors for a flush in another thread (scheduler.durable.sync_and_close); none in memory."""
+        return [os.dup(self.fd)] if self.fd >= 0 else []
 
     def close(self) -> None:
-        if isinstance(self.mm, mmap.mmap) and not self.mm.closed:
-            self.mm.flush()
-            self.mm.close()
+        if self.fd >= 0:
+            try:
+                os.fdatasync(self.fd)
+                if isinstance(self.mm, mmap.mmap):
+                    self.mm.close()
+            finally:
+                os.close(self.fd)
+                self.fd = -1
 
 
 def count_records_after(store: MessageStore, phys: int, match: Callable[[memoryview], bool]) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from codec.fastjson import JsonBody, loads_lenient
 from storage.config_store import atomic_write_bytes, read_json
 
 log = structlog.get_logger(__name__)
@@ -40,7 +40,6 @@ CREATE TABLE IF NOT EXISTS delay_offset (level INTEGER PRIMARY KEY, offset INTEG
 CREATE TABLE IF NOT EXISTS data_version (tbl TEXT PRIMARY KEY, counter INTEGER, timestamp INTEGER) WITHOUT ROWID;
 """
 
-_UNQUOTED_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
 
 TopicRow = tuple[str, int, int, int, str, int, int]  # (name, read_queue_nums, write_queue_nums, perm, topic_filter_type, topic_sys_flag, ord)
 
@@ -228,9 +227,10 @@ def _read_table(path: str, root_key: str) -> tuple[dict[str, Any], dict[str, Any
     return (table if isinstance(table, dict) else {}), (doc.get("dataVersion") or {})
 
 
-def parse_delay_offsets(text: str) -> dict[int, int]:
-    """{level: offset} from delayOffset.json: fastjson (unquoted int keys) or plain JSON."""
-    obj = json.loads(_UNQUOTED_KEY.sub(r'\1"\2"\3', text))
+def parse_delay_offsets(text: JsonBody) -> dict[int, int]:
+    """{level: offset} from delayOffset.json or a GET_ALL_DELAY_OFFSET body: fastjson (unquoted int
+    keys) or plain JSON. Raises ValueError (codec.errors.CodecError) on anything else."""
+    obj = loads_lenient(text)
     table = obj.get("offsetTable") if isinstance(obj, dict) else None
     if not isinstance(table, dict):
         raise ValueError("no offsetTable object")

@@ -30,13 +30,21 @@ class TimerCheckpoint:
             self.existed = os.fstat(fd).st_size == FILE_SIZE
             reserve_blocks(fd, FILE_SIZE)  # written through the map: blocks first (no SIGBUS)
             self.mm = mmap.mmap(fd, FILE_SIZE)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        self.fd = fd  # kept for fdatasync (scheduler.durable)
         (self.last_read_time_ms, self.last_timerlog_flush_pos, self.last_timer_queue_offset,
          self.master_timer_queue_offset, self.state_version, self.data_timestamp,
          self.data_counter) = CHECK.unpack_from(self.mm, 0)
 
     def write(self, read_time_ms: int, flush_pos: int, queue_offset: int, now_ms: int) -> None:
+        """Record and make durable (the flush in a thread: `record`, then sync_and_close([sync_fd()]))."""
+        self.record(read_time_ms, flush_pos, queue_offset, now_ms)
+        os.fdatasync(self.fd)
+
+    def record(self, read_time_ms: int, flush_pos: int, queue_offset: int, now_ms: int) -> None:
+        """Write the fields into the mapping (a kill -9 keeps them; a power loss needs the sync)."""
         self.last_read_time_ms = read_time_ms
         self.last_timerlog_flush_pos = flush_pos
         self.last_timer_queue_offset = queue_offset
@@ -45,7 +53,9 @@ class TimerCheckpoint:
         self.data_timestamp = now_ms
         CHECK.pack_into(self.mm, 0, read_time_ms, flush_pos, queue_offset, queue_offset, self.state_version,
                         now_ms, self.data_counter)
-        self.mm.flush()
+
+    def sync_fd(self) -> int:
+        return os.dup(self.fd)
 
     def set_read_time(self, read_time_ms: int) -> None:
         """Record the read clock in the mapping at once (survives kill -9; msync'd by the next write)."""
@@ -53,4 +63,7 @@ class TimerCheckpoint:
         _I64.pack_into(self.mm, 0, read_time_ms)
 
     def close(self) -> None:
-        self.mm.close()
+        try:
+            self.mm.close()
+        finally:
+            os.close(self.fd)

@@ -42,7 +42,6 @@ CQ_UNIT = struct.Struct(">qiq")
 CQ_UNIT_SIZE = 20
 ENQUEUE_BATCH = 1024
 _BLANK_CQ_SIZE = 2147483647
-WALK_STEP = 20000  # timerlog units per read while looking for a cancel's target
 CANCEL_LIVE, CANCEL_ALREADY, CANCEL_NOT_FOUND = "LIVE", "ALREADY_CANCELLED", "NOT_FOUND"
 CANCEL_DUE, CANCEL_UNDECIDED = "DUE", "UNDECIDED"
 CANCEL_CATCH_UP = 4096  # enqueue lag up to which a cancel's check first enqueues what precedes it
@@ -277,7 +276,7 @@ class EnqueueMixin(TimerState):
         tl = files.timerlog
         _first, last, _num = files.wheel.get_slot(slot)
         found = False
-        for step in tl.walk_chain(last, WALK_STEP):
+        for step in tl.walk_chain(last):
             if step.bad is not None:
                 break
             units = step.units

@@ -25,7 +25,6 @@ from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL, UNIT_DTYPE, UnitA
 log = structlog.get_logger(__name__)
 
 CHUNK = 4096
-WALK_STEP = 20000  # units per timerlog read between yields to the loop
 
 
 I64 = npt.NDArray[np.int64]
@@ -146,7 +145,7 @@ class ReaderMixin(TimerState):
         _first, last, _num = wheel.get_slot(s)
         wheel.release(s)
         parts = []
-        for step in tl.walk_chain(last, WALK_STEP):
+        for step in tl.walk_chain(last):
             parts.append(step.units)
             if step.bad is not None:
                 log.error("timer.bad_unit", pos=step.bad, slot=s)
@@ -176,7 +175,7 @@ class ReaderMixin(TimerState):
         """(the slot's chain end, the chain's units) without yielding (recovery)."""
         files = self.files()
         _first, last, _num = files.wheel.get_slot(s)
-        return last, [step.units for step in files.timerlog.walk_chain(last, WALK_STEP)]
+        return last, [step.units for step in files.timerlog.walk_chain(last)]
 
     def _order_slot(self, s: int, last: int, parts: list[UnitArray], markers_upto: int | None = None) -> SlotChunk:
         """The walked chain (newest first) of slot s as one SlotChunk: delete markers set aside (their

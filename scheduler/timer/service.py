@@ -29,6 +29,7 @@ from codec.cache import BoundedCache
 from codec.codes import TIMER_TOPIC
 from codec.msgid import offset_msg_id
 from codec.record import store_host_pos
+from scheduler.durable import sync_and_close
 from scheduler.events import EventListener, PutObserver, ignore_puts
 from scheduler.progress import TimerProgress
 from scheduler.progress_file import ProgressFile
@@ -133,7 +134,6 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
         self._loaded = False
         self._running = False
         self._tasks = []
-        self._flush_handle = None
         self._clean_handle = None
         self._enqueue_wake = None
         self._reader_wake = None
@@ -227,8 +227,6 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
         if self._running:
             self._running = False
             self.store.remove_dispatch_listener(self._on_dispatch)
-            if self._flush_handle is not None:
-                self._flush_handle.cancel()
             if self._clean_handle is not None:
                 self._clean_handle.cancel()
             for t in self._tasks:
@@ -250,17 +248,15 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
 
     # ---- flush / checkpoint (§4.5 step 6) ------------------------------------------------
     def _schedule_flush(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._flush_handle = loop.call_later(self.config.flush_interval_ms / 1000.0, self._flush_tick)
+        self._tasks.append(self.store.supervisor.spawn("timer-flush", self._flush_loop))
 
-    def _flush_tick(self) -> None:
-        if not self._running:
-            return
-        try:
-            self.flush()
-        except Exception as e:
-            self.store.supervisor.failed("timer-flush", e, read_ms=self.commit_read_ms)
-        self._schedule_flush()
+    async def _flush_loop(self) -> None:
+        """Every flush_interval_ms: make the timerlog, wheel and progress durable, then the checkpoint,
+        with the syncs in an executor thread (a failure is logged, counted and retried by the supervisor)."""
+        interval = self.config.flush_interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            await self.flush_async()
 
     def _clean_tick(self) -> None:
         if not self._running:
@@ -277,13 +273,27 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
         return self.files().timerlog.delete_expired(self.store.commitlog_min_offset())
 
     def flush(self) -> None:
-        """Snapshot the clocks first, then make the timerlog and wheel durable, then the checkpoint."""
+        """Snapshot the clocks first, then make the timerlog and wheel durable, then the checkpoint
+        (blocking: shutdown and tests; the running service uses flush_async)."""
         read_ms, queue_offset = self.commit_read_ms, self.commit_queue_offset
         files = self.files()
         pos = files.timerlog.flush()
         files.wheel.flush()
         files.progress_file.flush()
         files.checkpoint.write(read_ms, pos, queue_offset, int(time.time() * 1000))
+
+    async def flush_async(self) -> None:
+        """`flush` with every fdatasync in an executor thread (scheduler.durable): the loop only takes
+        descriptors and writes the checkpoint's fields between the two syncs."""
+        loop = asyncio.get_running_loop()
+        read_ms, queue_offset = self.commit_read_ms, self.commit_queue_offset
+        files = self.files()
+        pos, fds = files.timerlog.flush_plan()
+        fds += [files.wheel.sync_fd(), *files.progress_file.sync_fds()]
+        await loop.run_in_executor(None, sync_and_close, fds)
+        files.timerlog.flushed(pos)
+        files.checkpoint.record(read_ms, pos, queue_offset, int(time.time() * 1000))
+        await loop.run_in_executor(None, sync_and_close, [files.checkpoint.sync_fd()])
 
     # ---- events / ids --------------------------------------------------------------------
     def add_listener(self, fn: EventListener) -> None:

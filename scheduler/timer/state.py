@@ -90,7 +90,6 @@ class TimerState:
     _loaded: bool
     _running: bool
     _tasks: list[SupervisedTask]
-    _flush_handle: asyncio.TimerHandle | None
     _clean_handle: asyncio.TimerHandle | None
     _enqueue_wake: asyncio.Event | None
     _reader_wake: asyncio.Future[None] | None

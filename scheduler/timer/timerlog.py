@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
+from scheduler.durable import sync_and_close
 from storage.mapped_file import DONTNEED, reserve_blocks
 
 log = structlog.get_logger(__name__)
@@ -71,6 +72,7 @@ def is_magic_ok(m: int) -> bool:
 
 
 DIR_NAME = "timerlog"  # <storeRoot>/timerlog/
+CHAIN_WALK_STEP = 20000  # units per read of a chain walk; a caller may yield to the loop between reads
 
 
 class _Segment:
@@ -193,7 +195,7 @@ class TimerLog:
         unit: UnitTuple = UNIT.unpack_from(seg.mm, pos - seg.start)
         return unit
 
-    def walk_chain(self, last: int, step: int) -> Iterator[ChainStep]:
+    def walk_chain(self, last: int, step: int = CHAIN_WALK_STEP) -> Iterator[ChainStep]:
         """A slot's chain from its end `last` (prevPos links, newest first), `step` units per `read_chain`,
         down to the chain's start or `min_pos` (as it was when the walk began); a bad unit ends the walk
         (that step's `bad`). A caller may yield to the loop between steps while `more`."""
@@ -310,19 +312,24 @@ class TimerLog:
 
     # ---- durability --------------------------------------------------------------------
     def flush(self) -> int:
-        """msync what was written since the last flush, then drop those pages from RSS."""
-        target = self.write_pos
-        for seg in self.segments:
-            end = seg.start + self.file_size
-            if end <= self.flushed_pos or seg.start >= target:
-                continue
-            lo = max(self.flushed_pos, seg.start) - seg.start
-            hi = min(target, end) - seg.start
-            lo_page = lo - lo % _PAGE
-            seg.mm.flush(lo_page, hi - lo_page) if hi > lo_page else None
-        self.flushed_pos = target
-        self._drop_pages()
+        """fdatasync what was written since the last flush, then drop those pages from RSS."""
+        target, fds = self.flush_plan()
+        sync_and_close(fds)
+        self.flushed(target)
         return target
+
+    def flush_plan(self) -> tuple[int, list[int]]:
+        """(the position to flush to, descriptors of the segments written below it since the last
+        flush): sync them in a thread (scheduler.durable.sync_and_close), then `flushed(target)`."""
+        target = self.write_pos
+        fds = [os.dup(seg.fd) for seg in self.segments
+               if seg.start + self.file_size > self.flushed_pos and seg.start < target]
+        return target, fds
+
+    def flushed(self, target: int) -> None:
+        """Everything below `target` is durable: record it and drop those pages from this process."""
+        self.flushed_pos = max(self.flushed_pos, target)
+        self._drop_pages()
 
     def _drop_pages(self) -> None:
         if DONTNEED is None:

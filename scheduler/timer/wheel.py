@@ -39,8 +39,10 @@ class TimerWheel:
             # no-op for a file reserved before), so a full disk is an OSError here, never a SIGBUS
             reserve_blocks(fd, self.size)
             self.mm = mmap.mmap(fd, self.size)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        self.fd = fd  # kept for fdatasync (scheduler.durable): msync would hold the GIL
         self.occupancy = bytearray(self.ring)
         self.occupied = 0
         self.pending = 0  # sum of num over occupied slots (delete markers count -1)
@@ -143,10 +145,17 @@ class TimerWheel:
             self.mm.madvise(DONTNEED)
 
     def flush(self) -> None:
-        self.mm.flush()
+        os.fdatasync(self.fd)
+
+    def sync_fd(self) -> int:
+        """A descriptor of the file for a flush in another thread (scheduler.durable.sync_and_close)."""
+        return os.dup(self.fd)
 
     def close(self) -> None:
-        self.mm.close()
+        try:
+            self.mm.close()
+        finally:
+            os.close(self.fd)
 
 
 def _first_nonzero(buf: bytearray, lo: int, hi: int, step: int = 65536) -> int | None:

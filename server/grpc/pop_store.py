@@ -117,27 +117,31 @@ class PopStore:
 
     # ---- records -------------------------------------------------------------------------
     def _apply(self, r: list[Any]) -> None:
-        kind, group, topic, qid = r[0], r[1], r[2], r[3]
+        """One journal record (the layouts in the module docstring)."""
+        kind, group, topic, qid, *fields = r
         key = (group, topic, qid)
         if kind == "P":
+            next_offset, visible_ms, entries = fields
             q = self.queues.get(key)
             if q is None:
-                q = self.queues[key] = QueueState(r[4])
-            q.next_offset = max(q.next_offset, r[4])
-            for off, seq, att in r[6]:
-                q.inflight[off] = Inflight(seq, att, r[5])
+                q = self.queues[key] = QueueState(next_offset)
+            q.next_offset = max(q.next_offset, next_offset)
+            for off, seq, att in entries:
+                q.inflight[off] = Inflight(seq, att, visible_ms)
                 self.seq = max(self.seq, seq)
         elif kind == "A":
+            offset, seq = fields
             q = self.queues.get(key)
-            e = q.inflight.get(r[4]) if q else None
-            if q is not None and e is not None and e.seq == r[5]:
-                del q.inflight[r[4]]
+            e = q.inflight.get(offset) if q else None
+            if q is not None and e is not None and e.seq == seq:
+                del q.inflight[offset]
         elif kind == "C":
+            offset, old_seq, new_seq, visible_ms = fields
             q = self.queues.get(key)
-            e = q.inflight.get(r[4]) if q else None
-            if e is not None and e.seq == r[5]:
-                e.seq, e.visible_ms = r[6], r[7]
-            self.seq = max(self.seq, r[6])
+            e = q.inflight.get(offset) if q else None
+            if e is not None and e.seq == old_seq:
+                e.seq, e.visible_ms = new_seq, visible_ms
+            self.seq = max(self.seq, new_seq)
         else:
             raise ValueError(f"unknown pop journal record {kind!r}")
 

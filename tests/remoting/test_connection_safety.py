@@ -172,3 +172,52 @@ async def test_ipv4_mapped_ipv6_addresses_fold_to_ipv4():
     assert fold_addr(("::FFFF:127.0.0.1", 6)) == ("127.0.0.1", 6)
     assert fold_addr(("::1", 7, 0, 0)) == ("::1", 7)
     assert fold_addr(("192.168.0.1", 8)) == ("192.168.0.1", 8)
+
+
+async def test_a_burst_of_pipelined_requests_is_handled_in_shares_per_loop_turn(make_server):
+    """One read of 2,000 pipelined requests is not worked through in one loop turn: at most
+    `turn_budget` per callback, another client is answered in between, and all are answered in order."""
+    loop = asyncio.get_running_loop()
+    turn = 0
+    ticking = True
+
+    def tick():  # counts loop turns: one call_soon callback per turn
+        nonlocal turn
+        turn += 1
+        if ticking:
+            loop.call_soon(tick)
+
+    turns: list[int] = []
+    other_turn: list[int] = []
+
+    def record(conn, cmd):
+        turns.append(turn)
+        return cmd.response(0)
+
+    def probe(conn, cmd):
+        other_turn.append(turn)
+        return cmd.response(0)
+
+    s = await make_server({ECHO: record, SLOW: probe})
+    burst = await RawPeer.connect(s.port)
+    conn = await s.next_conn()
+    other = await RawPeer.connect(s.port)
+    assert (await other.request(SLOW, 1)).code == 0
+    n = 2000
+    loop.call_soon(tick)
+    burst.send(b"".join(json_frame(ECHO, i + 1) for i in range(n)))
+    await wait_for_condition(lambda: len(turns) >= conn.turn_budget, 5, "first share")
+    assert (await other.request(SLOW, 2)).code == 0
+    opaques = [(await burst.read_frame(10)).opaque for _ in range(n)]
+    ticking = False
+    assert opaques == list(range(1, n + 1))
+    per_turn: dict[int, int] = {}
+    for t in turns:
+        per_turn[t] = per_turn.get(t, 0) + 1
+    # a loop turn runs the backlog's share (ready callbacks) and, once the backlog is empty and
+    # reading resumed, at most one share of a new read (I/O phase)
+    assert max(per_turn.values()) <= 2 * conn.turn_budget
+    assert len(per_turn) >= n // conn.turn_budget
+    assert other_turn[-1] < turns[-1]  # the other client was served while the burst was still going
+    burst.close()
+    other.close()

@@ -32,6 +32,7 @@ from codec.codes import RequestCode as RC
 from codec.command import RemotingCommand
 from codec.fastjson import loads_lenient
 from scheduler.progress import SchedulerProgress
+from storage.meta_schema import parse_delay_offsets
 from storage.subscription_group import SubscriptionGroupConfig
 from storage.topic_config import TopicConfig
 
@@ -95,8 +96,7 @@ class SlaveSynchronize:
                              for key, queues in (doc.get("offsetTable") or {}).items()})
         body = await self._get(addr, RC.GET_ALL_DELAY_OFFSET)
         if body is not None:
-            doc = loads_lenient(body)
-            self.delay_offsets = {int(k): int(v) for k, v in (doc.get("offsetTable") or {}).items()}
+            self.delay_offsets = parse_delay_offsets(body)
             svc = b.delay_service
             if svc is not None and self.progress is None:  # the 50 ms record, when there is one, is newer
                 for lv, off in self.delay_offsets.items():

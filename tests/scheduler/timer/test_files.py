@@ -3,6 +3,7 @@ the 4096-byte timercheck, and recovery truncating torn units."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import struct
 
@@ -63,6 +64,33 @@ async def test_checkpoint_layout_after_flush(harness):
     read_ms, flush_pos, qoff, master, _v, ts, counter = CHECK.unpack_from(data, 0)
     assert flush_pos == 52 and qoff == master == 1 and counter >= 1 and ts > 0
     assert read_ms % 100 == 0 and read_ms <= now_ms()
+
+
+async def test_the_flush_task_makes_the_checkpoint_name_the_flushed_timerlog(make_harness):
+    """The running service's flush task (fdatasync in a thread, no explicit flush()) writes timercheck
+    with the timerlog position it made durable, again and again."""
+    h = make_harness(flush_interval_ms=20)
+    h.send("T", {"TIMER_DELAY_SEC": "3600"})
+    await h.wait_until(lambda: h.timer.commit_queue_offset == 1, 5)
+    path = os.path.join(h.root, "config", "timercheck")
+
+    def on_disk():
+        with open(path, "rb") as f:
+            return CHECK.unpack_from(f.read(), 0)
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while on_disk()[1] != 52:  # bounded poll: the checkpoint file has no event of its own
+        assert loop.time() < deadline, "the flush task never wrote the checkpoint"
+        await asyncio.sleep(0.01)
+    first = on_disk()[6]
+    while on_disk()[6] < first + 2:
+        assert loop.time() < deadline, "the flush task stopped"
+        await asyncio.sleep(0.01)
+    _read_ms, flush_pos, qoff, _master, _v, _ts, _counter = on_disk()
+    assert flush_pos == h.timer.files().timerlog.flushed_pos == 52 and qoff == 1
+    assert h.store.supervisor.restarts.get("timer-flush") == 0
+    await h.close()
 
 
 async def test_restart_truncates_torn_units_and_revises_wheel(make_harness, tmp_path):
