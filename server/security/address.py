@@ -82,7 +82,7 @@ def _range_v4(pattern: str) -> Matcher:
             raise ValueError(f"only '*' may follow a range segment in {pattern!r}")
         prefix = [int(p) for p in head]
 
-        def match(host: str, prefix=prefix, index=index, lo=lo, hi=hi) -> bool:
+        def match(host: str, prefix: list[int] = prefix, index: int = index, lo: int = lo, hi: int = hi) -> bool:
             host = _normalise(host)
             if not _is_v4(host):
                 return False
@@ -107,7 +107,7 @@ def _range_v6(pattern: str) -> Matcher:
             continue
         prefix = [int(g, 16) for g in groups[:index]]
 
-        def match(host: str, prefix=prefix, index=index, lo=lo, hi=hi) -> bool:
+        def match(host: str, prefix: list[int] = prefix, index: int = index, lo: int = lo, hi: int = hi) -> bool:
             x = _expand6(_normalise(host))
             if x is None:
                 return False

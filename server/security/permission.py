@@ -6,7 +6,10 @@ group's retry topic name (`%RETRY%<group>`), which is also how requests name the
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from codec.bodies import parse_heartbeat
+from codec.buffers import Body
 from codec.codes import RETRY_PREFIX, SCHEDULE_TOPIC, RequestCode
 
 DENY, ANY, PUB, SUB = 1, 2, 4, 8
@@ -31,7 +34,7 @@ NAMESRV_CODES = frozenset({
 _PERM_NAMES = {"PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB, "DENY": DENY}
 
 
-def parse_perm(text) -> int:
+def parse_perm(text: object) -> int:
     """RocketMQ's parsePermFromString: unknown or missing → DENY."""
     if text is None:
         return DENY
@@ -67,13 +70,13 @@ def describe(resource: str) -> str:
     return f"topic={resource}"
 
 
-def _body_bytes(body) -> bytes:
+def _body_bytes(body: Body) -> bytes:
     if isinstance(body, list | tuple):
         return b"".join(bytes(p) for p in body)
     return bytes(body or b"")
 
 
-def _heartbeat_resources(body, out: dict[str, int]) -> None:
+def _heartbeat_resources(body: Body, out: dict[str, int]) -> None:
     raw = _body_bytes(body)
     if not raw:
         return
@@ -84,7 +87,8 @@ def _heartbeat_resources(body, out: dict[str, int]) -> None:
                 out[sub.topic] = out.get(sub.topic, 0) | SUB
 
 
-def needed_resources(code: int, ext: dict[str, str], body, record_topic=None) -> dict[str, int]:
+def needed_resources(code: int, ext: dict[str, str], body: Body,
+                     record_topic: Callable[[int], str | None] | None = None) -> dict[str, int]:
     """The resources (topic or %RETRY%group) and permission a request needs, as RocketMQ maps them.
     `record_topic(commitlog_offset) -> topic | None` names the topic of a stored record
     (VIEW_MESSAGE_BY_ID reads one by offset: it needs SUB on that record's topic)."""

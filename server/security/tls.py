@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Iterable
+from typing import Any
 
 import structlog
 
@@ -57,7 +59,7 @@ class TlsTransport(asyncio.Transport):
         self._early: list[bytes] = []
 
     # ---- socket side ------------------------------------------------------------------------
-    def feed(self, data) -> None:
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
         self._in.write(data)
         if not self._handshaken:
             try:
@@ -98,7 +100,7 @@ class TlsTransport(asyncio.Transport):
             if not self._raw.is_closing():
                 self._raw.write(data)
 
-    def _encrypt(self, data) -> None:
+    def _encrypt(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data).cast("B")
         while view.nbytes:
             n = self._ssl.write(view)
@@ -106,7 +108,7 @@ class TlsTransport(asyncio.Transport):
         self._flush()
 
     # ---- protocol side (asyncio.Transport) -----------------------------------------------------
-    def write(self, data) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._closed:
             return
         if not self._handshaken:
@@ -118,7 +120,7 @@ class TlsTransport(asyncio.Transport):
             log.warning("tls.write_failed", peer=self._peer, error=str(e))
             self._raw.abort()
 
-    def writelines(self, list_of_data) -> None:
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
         self.write(b"".join(list_of_data))
 
     def close(self) -> None:
@@ -152,16 +154,16 @@ class TlsTransport(asyncio.Transport):
     def get_write_buffer_size(self) -> int:
         return self._raw.get_write_buffer_size()
 
-    def set_write_buffer_limits(self, high=None, low=None) -> None:
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         self._raw.set_write_buffer_limits(high, low)
 
-    def get_write_buffer_limits(self):
+    def get_write_buffer_limits(self) -> tuple[int, int]:
         return self._raw.get_write_buffer_limits()
 
     def can_write_eof(self) -> bool:
         return False
 
-    def get_extra_info(self, name, default=None):
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "ssl_object":
             return self._ssl
         if name == "sslcontext":
