@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import os
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import structlog
 
 from codec.codes import ResponseCode
+from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.record import read_topic
 from server.config import BrokerConfig, ConfigError
@@ -28,6 +30,8 @@ from server.security.permission import NAMESRV_CODES
 from server.security.tls import server_context
 
 if TYPE_CHECKING:
+    from remoting.connection import Connection
+    from remoting.dispatch import BeforeRequest
     from remoting.server import RemotingServer
     from storage.message_store import MessageStore
 
@@ -36,11 +40,11 @@ log = structlog.get_logger(__name__)
 __all__ = ["Security", "install", "preflight", "acl_file_path", "tls_mode", "make_acl_hook"]
 
 
-def acl_file_path(cfg) -> str:
+def acl_file_path(cfg: BrokerConfig) -> str:
     return cfg.acl_file or os.path.join(cfg.store_path_root_dir, "config", "plain_acl.yml")
 
 
-def tls_mode(cfg) -> str:
+def tls_mode(cfg: BrokerConfig) -> str:
     mode = (cfg.tls_server_mode or "").strip().lower()
     if mode not in ("", "disabled", "permissive", "enforcing"):
         raise ValueError(f"tls.server.mode must be disabled, permissive or enforcing, got {cfg.tls_server_mode!r}")
@@ -49,7 +53,7 @@ def tls_mode(cfg) -> str:
     return mode
 
 
-def preflight(cfg) -> None:
+def preflight(cfg: BrokerConfig) -> None:
     """Before the store is opened: the ACL file parses and the TLS files load, or ConfigError names
     the key (the broker exits 2 with that one line)."""
     if cfg.acl_enable:
@@ -79,20 +83,20 @@ def preflight(cfg) -> None:
         raise ConfigError("tls.server.certPath", f"cannot load the TLS certificate/key/CA files: {e}") from None
 
 
-def client_auth(cfg) -> ssl.VerifyMode:
+def client_auth(cfg: BrokerConfig) -> ssl.VerifyMode:
     return {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL,
             "require": ssl.CERT_REQUIRED}[cfg.tls_server_need_client_auth.strip().lower()]
 
 
-def make_server_context(cfg) -> ssl.SSLContext:
+def make_server_context(cfg: BrokerConfig) -> ssl.SSLContext:
     return server_context(cfg.tls_server_cert_path, cfg.tls_server_key_path,
                           verify=client_auth(cfg), trust_path=cfg.tls_server_trust_cert_path or None)
 
 
-def make_acl_hook(validator: PlainAclValidator):
+def make_acl_hook(validator: PlainAclValidator) -> BeforeRequest:
     denied_log = RateLimitedLog()
 
-    def before_request(conn, cmd):
+    def before_request(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         if cmd.code in NAMESRV_CODES:
             return None
         try:
@@ -105,7 +109,7 @@ def make_acl_hook(validator: PlainAclValidator):
     return before_request
 
 
-def _record_topic(store):
+def _record_topic(store: MessageStore) -> Callable[[int], str | None]:
     def record_topic(offset: int) -> str | None:
         try:
             rec = store.read_record(offset) if offset >= 0 else None

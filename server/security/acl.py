@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import structlog
 import yaml
 
 from codec.acl import ACCESS_KEY, signature_matches
+from codec.buffers import Body
 from server.security.address import Matcher, compile_pattern
 from server.security.permission import (
     ADMIN_CODES,
@@ -67,7 +69,7 @@ class AclConfig:
     accounts: dict[str, Account]
 
 
-def _resource_perms(entries, is_topic: bool, ak: str, out: dict[str, int]) -> None:
+def _resource_perms(entries: Iterable[object] | None, is_topic: bool, ak: str, out: dict[str, int]) -> None:
     for entry in entries or []:
         name, sep, perm = str(entry).partition("=")
         if not sep or not name.strip() or "=" in perm:
@@ -77,7 +79,7 @@ def _resource_perms(entries, is_topic: bool, ak: str, out: dict[str, int]) -> No
         out[key] = parse_perm(perm)
 
 
-def parse_acl(data) -> AclConfig:
+def parse_acl(data: object) -> AclConfig:
     """Build the config from the parsed YAML document (RocketMQ's plain_acl.yml keys)."""
     if not isinstance(data, dict):
         raise AclConfigError("plain_acl.yml must be a mapping with `accounts` and/or `globalWhiteRemoteAddresses`")
@@ -123,7 +125,8 @@ def load_acl_file(path: str) -> AclConfig:
 
 
 class PlainAclValidator:
-    def __init__(self, path: str, clock=time.monotonic, record_topic=None) -> None:
+    def __init__(self, path: str, clock: Callable[[], float] = time.monotonic,
+                 record_topic: Callable[[int], str | None] | None = None) -> None:
         self.path = path
         self.record_topic = record_topic  # offset -> topic of the stored record (VIEW_MESSAGE_BY_ID)
         self._clock = clock
@@ -134,7 +137,7 @@ class PlainAclValidator:
         log.info("acl.loaded", path=path, accounts=len(self.config.accounts),
                  global_white=len(self.config.global_white))
 
-    def _file_stamp(self):
+    def _file_stamp(self) -> tuple[int, int, int] | None:
         try:
             st = os.stat(self.path)
         except OSError:
@@ -158,7 +161,7 @@ class PlainAclValidator:
         self.reloads += 1
         log.info("acl.reloaded", path=self.path, accounts=len(self.config.accounts))
 
-    def validate(self, host: str, code: int, ext: dict[str, str], body) -> None:
+    def validate(self, host: str, code: int, ext: dict[str, str], body: Body) -> None:
         """Raise AclDenied unless the request from `host` is allowed."""
         self.maybe_reload()
         cfg = self.config
@@ -178,7 +181,8 @@ class PlainAclValidator:
         self.check_perm(acc, code, ext, body, self.record_topic)
 
     @staticmethod
-    def check_perm(acc: Account, code: int, ext: dict[str, str], body, record_topic=None) -> None:
+    def check_perm(acc: Account, code: int, ext: dict[str, str], body: Body,
+                   record_topic: Callable[[int], str | None] | None = None) -> None:
         if code in ADMIN_CODES and not acc.admin:
             raise AclDenied(f"Need admin permission for request code={code}, but accessKey={acc.access_key} is not")
         try:

@@ -15,11 +15,15 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from typing import cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
 from server.security.tls import TLS_HANDSHAKE_RECORD, TlsTransport
+
+if TYPE_CHECKING:
+    from remoting.connection import Connection
 
 log = structlog.get_logger(__name__)
 
@@ -35,7 +39,7 @@ class RateLimitedLog:
         self._n: dict[str, int] = {}
         self.suppressed: dict[str, int] = {}
 
-    def warning(self, event: str, **kw) -> None:
+    def warning(self, event: str, **kw: Any) -> None:
         now = int(time.monotonic())
         if now != self._window:
             self._window = now
@@ -68,21 +72,23 @@ class GuardState:
         self.refused_plain = 0
         self.log = RateLimitedLog()
 
-    def wrap_factory(self, factory):
-        return lambda: GuardProtocol(factory(), self)
+    def wrap_factory(self, factory: Callable[[], asyncio.BaseProtocol]) -> Callable[[], asyncio.BaseProtocol]:
+        # the remoting server's factory makes Connections (the guard reads their peer, transport and decoder)
+        return lambda: GuardProtocol(cast("Connection", factory()), self)
 
 
-def _host(peer) -> str:
+def _host(peer: Any) -> str:
+    """The peer's IP (get_extra_info("peername"): an address tuple, or None), IPv4-mapped folded."""
     if not peer:
         return "0.0.0.0"
-    host = peer[0]
+    host = str(peer[0])
     return host[7:] if host.startswith("::ffff:") and "." in host else host
 
 
 class GuardProtocol(asyncio.Protocol):
     __slots__ = ("inner", "state", "raw", "host", "mode", "tls", "_buffered", "_made")
 
-    def __init__(self, inner, state: GuardState) -> None:
+    def __init__(self, inner: Connection, state: GuardState) -> None:
         self.inner = inner
         self.state = state
         self.raw: asyncio.Transport  # connection_made
@@ -106,7 +112,7 @@ class GuardProtocol(asyncio.Protocol):
         self._made = True
         self.inner.connection_made(transport)
 
-    def data_received(self, data) -> None:
+    def data_received(self, data: bytes) -> None:
         mode = self.mode
         if mode == _PLAIN:
             self.inner.data_received(data)
@@ -163,7 +169,7 @@ class GuardProtocol(asyncio.Protocol):
             else:
                 st.per_ip[self.host] = n
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         made = self._made
         self._release()
         if made:
@@ -175,5 +181,5 @@ class GuardProtocol(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.inner.resume_writing()
 
-    def eof_received(self):
+    def eof_received(self) -> bool | None:
         return None  # close the transport
