@@ -136,6 +136,10 @@ class SubscriptionGroupTable:
                         self._members[name] = TB.group_member(name, cfg.to_json())
             self._rendered = True
         key = self.data_version.as_tuple()
+        body = self._wrapper.peek(key)
+        if body is not None:
+            return body
         version = TB.version_json(*key)
-        return await self._wrapper.get(key, len(self._members), self._members.values,
+        members = await self._members.snapshot()
+        return await self._wrapper.get(key, len(members), lambda: members,
                                        lambda members: TB.group_wrapper(version, members))

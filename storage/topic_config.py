@@ -197,8 +197,12 @@ class TopicConfigTable:
         built off the loop when large)."""
         await self._ensure_rendered()
         key = self._key()
+        body = self._wrapper.peek(key)
+        if body is not None:
+            return body
         version = TB.version_json(*key)
-        return await self._wrapper.get(key, len(self._members), self._members.values,
+        members = await self._members.snapshot()
+        return await self._wrapper.get(key, len(members), lambda: members,
                                        lambda members: TB.topic_wrapper(version, members))
 
     async def topic_list_body(self) -> bytes:
@@ -215,9 +219,12 @@ class TopicConfigTable:
         await self._ensure_rendered()
         key = self._key()
         if compressed:
+            body = self._register_z.peek(key)
+            if body is not None:
+                return body
             version = TB.version_json(*key)
-            return await self._register_z.get(key, len(self._compact) + INLINE_ALWAYS_THREAD,
-                                              self._compact.values,
+            compact = await self._compact.snapshot()
+            return await self._register_z.get(key, len(compact) + INLINE_ALWAYS_THREAD, lambda: compact,
                                               lambda entries: TB.register_body_compressed(version, entries))
         wrapper = await self.wrapper_body()
         return await self._register.get(key, len(wrapper) // 100, lambda: wrapper, TB.register_body)

@@ -34,3 +34,32 @@ def test_fragments_spread_over_the_shards():
         frags[f"tenant-{i:06d}"] = b"x"
     sizes = [len(s) for s in frags._shards]
     assert len(sizes) == FRAGMENT_SHARDS and max(sizes) < 3 * 10_000 / FRAGMENT_SHARDS
+
+
+async def test_a_large_snapshot_is_copied_over_several_loop_turns():
+    """Fragments.snapshot of a large table equals values() and lets the loop run between shard groups;
+    a small one is one copy."""
+    import asyncio
+
+    from storage.table_body import INLINE_MAX_ROWS, SNAPSHOT_SHARDS_PER_TURN
+
+    frags = Fragments()
+    for i in range(INLINE_MAX_ROWS * 5):
+        frags[f"tenant-{i:06d}"] = b"%d" % i
+    turns = 0
+    running = True
+
+    def tick():
+        nonlocal turns
+        turns += 1
+        if running:
+            asyncio.get_running_loop().call_soon(tick)
+
+    asyncio.get_running_loop().call_soon(tick)
+    snap = await frags.snapshot()
+    running = False
+    assert sorted(snap) == sorted(frags.values())
+    assert turns >= FRAGMENT_SHARDS // SNAPSHOT_SHARDS_PER_TURN - 1
+    small = Fragments()
+    small["a"] = b"1"
+    assert await small.snapshot() == [b"1"]
