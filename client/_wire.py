@@ -70,6 +70,9 @@ COMPRESSED_FLAG = SysFlag.COMPRESSED
 PERM_READ = PermName.READ
 PERM_WRITE = PermName.WRITE
 
+# a decoded JSON object as a broker sent it (admin answers): read with .get, its values unchecked
+JsonObject = dict[str, Any]
+
 CLIENT_VERSION = 409  # V4_9_8: what a 4.9.8 Java client announces
 CLIENT_LANGUAGE = "PYTHON"  # LanguageCode.PYTHON: brokers and mqadmin consumerConnection show it
 

@@ -41,7 +41,7 @@ class Admin:
     async def __aenter__(self) -> Admin:
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def close(self) -> None:
@@ -74,7 +74,7 @@ class Admin:
     async def topic_list(self) -> list[str]:
         resp = await self.instance.invoke_namesrv(w.request(w.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
         w.check(resp, "topic list")
-        return sorted(w.loads_lenient(resp.body).get("topicList") or []) if resp.body else []
+        return sorted(w.loads_lenient(resp.body_bytes()).get("topicList") or []) if resp.body else []
 
     async def topic_status(self, topic: str) -> list[QueueStatus]:
         """GET_TOPIC_STATS_INFO on every master serving the topic (mqadmin topicStatus)."""
@@ -109,7 +109,7 @@ class Admin:
     async def consumer_connections(self, group: str, broker_addr: str | None = None) -> list[AB.ConsumerConnection]:
         """GET_CONSUMER_CONNECTION_LIST on every master (mqadmin consumerConnection); brokers where the
         group is not online are left out."""
-        out = []
+        out: list[AB.ConsumerConnection] = []
         for addr in await self.broker_addrs(broker_addr):
             resp = await self.instance.invoke_addr(
                 addr, w.request(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group}))
@@ -131,7 +131,7 @@ class Admin:
     async def query_by_key(self, topic: str, key: str, max_num: int = 32, unique: bool = False,
                            begin_ms: int = 0, end_ms: int | None = None) -> list[MessageExt]:
         route = await self.route(topic)
-        fields = {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin_ms,
+        fields: dict[str, str | int] = {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin_ms,
                   "endTimestamp": end_ms if end_ms is not None else int(time.time() * 1000) + 60_000}
         if unique:
             fields["_UNIQUE_KEY_QUERY"] = "true"
@@ -171,15 +171,15 @@ class Admin:
         return found
 
     async def runtime_info(self, broker_addr: str | None = None) -> dict[str, dict[str, str]]:
-        out = {}
+        out: dict[str, dict[str, str]] = {}
         for addr in await self.broker_addrs(broker_addr):
             resp = await self.instance.invoke_addr(addr, w.request(w.GET_BROKER_RUNTIME_INFO))
             w.check(resp, f"runtime info of {addr}")
-            out[addr] = dict((w.loads_lenient(resp.body) or {}).get("table") or {}) if resp.body else {}
+            out[addr] = dict((w.loads_lenient(resp.body_bytes()) or {}).get("table") or {}) if resp.body else {}
         return out
 
     async def promote(self, broker_addr: str, role: str = "ASYNC_MASTER", timeout: float = 30.0,
-                      access_key: str | None = None, secret_key: str | None = None) -> dict:
+                      access_key: str | None = None, secret_key: str | None = None) -> w.JsonObject:
         """PROMOTE_BROKER (delaymq's 3101): make the slave at `broker_addr` the master, live. An admin
         request under ACL: signed when an access key is given."""
         from codec.acl import sign_request
@@ -190,13 +190,13 @@ class Admin:
             sign_request(cmd.ext_fields, body, access_key, secret_key or "")
         resp = await self.instance.invoke_addr(broker_addr, cmd, timeout)
         w.check(resp, f"promote {broker_addr}")
-        return dict(w.loads_lenient(resp.body) or {})
+        return dict(w.loads_lenient(resp.body_bytes()) or {})
 
     @staticmethod
-    def delay_levels(table: dict[str, str]) -> list[dict]:
+    def delay_levels(table: dict[str, str]) -> list[dict[str, int]]:
         """Per delay level from the runtime info: the stock ``scheduleMessageOffset_<L>`` =
         "deliverOffset,maxOffset" plus delaymq's ``scheduleMessage{Pending,NextDue,Delivered}_<L>``."""
-        out: dict[int, dict] = {}
+        out: dict[int, dict[str, int]] = {}
         for k, v in table.items():
             if not k.startswith("scheduleMessage") or "_" not in k:
                 continue
@@ -220,18 +220,19 @@ class Admin:
         return [out[lv] for lv in sorted(out)]
 
     # ---- scheduled messages (delaymq's own codes) --------------------------------------------
-    async def list_scheduled(self, broker_addr: str | None = None, **fields) -> list[tuple[str, dict]]:
+    async def list_scheduled(self, broker_addr: str | None = None,
+                             **fields: str | int | bool | None) -> list[tuple[str, w.JsonObject]]:
         """One DELAYMQ_QUERY_SCHEDULED page per broker: [(addr, {"rows", "cursor", "scanned"})].
         `fields`: topic, level, timers, levels, dueBefore, key, limit, cursor (None values dropped)."""
         ext = {k: ("true" if v is True else str(v)) for k, v in fields.items() if v is not None and v is not False}
-        out = []
+        out: list[tuple[str, w.JsonObject]] = []
         for addr in await self.broker_addrs(broker_addr):
             resp = await self.instance.invoke_addr(addr, w.request(RequestCode.DELAYMQ_QUERY_SCHEDULED, ext))
             w.check(resp, f"scheduled list on {addr}")
-            out.append((addr, w.loads_lenient(resp.body) or {}))
+            out.append((addr, w.loads_lenient(resp.body_bytes()) or {}))
         return out
 
-    async def cancel_scheduled(self, msg_id: str, broker_addr: str | None = None) -> dict:
+    async def cancel_scheduled(self, msg_id: str, broker_addr: str | None = None) -> w.JsonObject:
         """Cancel by UNIQ_KEY, or by the offset msgId of the scheduled record (its UNIQ_KEY is read
         first). The first broker that knows the key answers; else status "unknown"."""
         uniq = msg_id
@@ -239,14 +240,14 @@ class Admin:
             uniq = (await self.view_by_offset_id(msg_id)).uniq_key or ""
             if not uniq:
                 raise w.MQClientError(-1, f"message {msg_id} has no UNIQ_KEY", "cancel")
-        answer: dict = {"status": "unknown", "detail": f"no broker knows UNIQ_KEY {uniq}"}
+        answer: w.JsonObject = {"status": "unknown", "detail": f"no broker knows UNIQ_KEY {uniq}"}
         for addr in await self.broker_addrs(broker_addr):
             resp = await self.instance.invoke_addr(addr, w.request(RequestCode.DELAYMQ_CANCEL_SCHEDULED,
                                                                    {"uniqKey": uniq}))
             if resp.code == ResponseCode.QUERY_NOT_FOUND:
-                answer = {**(w.loads_lenient(resp.body) or {}), "status": "unknown",
+                answer = {**(w.loads_lenient(resp.body_bytes()) or {}), "status": "unknown",
                           "detail": resp.remark or answer["detail"]}
                 continue
             w.check(resp, f"scheduled cancel on {addr}")
-            return {**(w.loads_lenient(resp.body) or {}), "uniqKey": uniq, "broker": addr}
+            return {**(w.loads_lenient(resp.body_bytes()) or {}), "uniqKey": uniq, "broker": addr}
         return {**answer, "uniqKey": uniq}

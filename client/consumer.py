@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from . import _wire as w
-from .instance import ClientInstance
+from .instance import ClientInstance, ConsumerDataJson
 from .message import ORIGIN_MESSAGE_ID, RETRY_TOPIC, Message, MessageExt, MessageQueue
 from .offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from .process_queue import ConsumeStatus, ProcessQueue
@@ -77,7 +77,7 @@ class PushConsumer:
         self._rebalance_event = asyncio.Event()
         self._lock_event = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._fallback: Producer | None = None
         self._started = False
         self.rebalanced = asyncio.Event()  # set after every completed rebalance
@@ -95,7 +95,7 @@ class PushConsumer:
     def retry_topic(self) -> str:
         return w.RETRY_PREFIX + self.group
 
-    def heartbeat_data(self) -> dict:
+    def heartbeat_data(self) -> ConsumerDataJson:
         return {"consumeFromWhere": _FROM[self.consume_from], "consumeType": "CONSUME_PASSIVELY",
                 "groupName": self.group, "messageModel": self.message_model, "unitMode": False,
                 "subscriptionDataSet": [s.to_json() for s in self.subscriptions.values()]}
@@ -105,7 +105,7 @@ class PushConsumer:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
 
     async def start(self) -> None:

@@ -13,20 +13,43 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict
 
 import structlog
 
+from codec.command import RemotingCommand
 from remoting.client import RemotingClient
+from remoting.connection import Connection
 
 from . import _wire as w
 from .message import MessageQueue
 
 
+class ConsumerDataJson(TypedDict):
+    """One entry of a heartbeat's consumerDataSet (fastjson ConsumerData)."""
+
+    consumeFromWhere: str
+    consumeType: str  # CONSUME_PASSIVELY (push) or CONSUME_ACTIVELY (pull)
+    groupName: str
+    messageModel: str
+    unitMode: bool
+    subscriptionDataSet: list[dict[str, Any]]  # Subscription.to_json()
+
+
+class QueueDataJson(TypedDict):
+    """One entry of a route's queueDatas (fastjson QueueData); the counts and perm are read with defaults."""
+
+    brokerName: str
+    readQueueNums: NotRequired[int]
+    writeQueueNums: NotRequired[int]
+    perm: NotRequired[int]
+    topicSysFlag: NotRequired[int]
+
+
 class GroupMember(Protocol):
     """A consumer as the client instance sees it (client.consumer.PushConsumer, client.pull_consumer.PullConsumer)."""
 
-    def heartbeat_data(self) -> dict[str, Any]: ...
+    def heartbeat_data(self) -> ConsumerDataJson: ...
 
     def rebalance_now(self) -> None: ...
 
@@ -39,7 +62,8 @@ def local_ip() -> str:
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.connect(("10.255.255.255", 1))
-            return s.getsockname()[0]
+            ip: str = s.getsockname()[0]  # (host, port) for AF_INET
+            return ip
     except OSError:
         return "127.0.0.1"
 
@@ -48,12 +72,12 @@ def local_ip() -> str:
 class TopicRoute:
     topic: str
     brokers: dict[str, dict[int, str]]  # brokerName -> {brokerId: addr}
-    queue_datas: list[dict]
-    raw: dict = field(default_factory=dict)
+    queue_datas: list[QueueDataJson]
+    raw: dict[str, Any] = field(default_factory=dict)  # the decoded TopicRouteData as it arrived
 
     @classmethod
-    def parse(cls, topic: str, data: dict) -> TopicRoute:
-        brokers = {}
+    def parse(cls, topic: str, data: dict[str, Any]) -> TopicRoute:
+        brokers: dict[str, dict[int, str]] = {}
         for bd in data.get("brokerDatas") or []:
             brokers[bd["brokerName"]] = {int(k): v for k, v in (bd.get("brokerAddrs") or {}).items()}
         return cls(topic, brokers, list(data.get("queueDatas") or []), data)
@@ -93,7 +117,7 @@ class ClientInstance:
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.producer_groups: set[str] = set()
         self.consumers: dict[str, GroupMember] = {}  # group -> its consumer
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._ns_index = 0
         self.remoting.register(w.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
 
@@ -111,7 +135,7 @@ class ClientInstance:
 
         self._tasks.append(asyncio.get_running_loop().create_task(run(), name=name))
 
-    def _forget_task(self, t: asyncio.Task) -> None:
+    def _forget_task(self, t: asyncio.Task[None]) -> None:
         if t in self._tasks:
             self._tasks.remove(t)
 
@@ -125,7 +149,7 @@ class ClientInstance:
         self.remoting.close()
 
     # -- name server -------------------------------------------------------------------------
-    async def invoke_namesrv(self, cmd, timeout: float | None = None):
+    async def invoke_namesrv(self, cmd: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
         last: Exception | None = None
         for i in range(len(self.namesrv_addrs)):
             addr = self.namesrv_addrs[(self._ns_index + i) % len(self.namesrv_addrs)]
@@ -145,7 +169,7 @@ class ClientInstance:
         if resp.code == w.TOPIC_NOT_EXIST:
             return None
         w.check(resp, f"route of {topic}")
-        route = TopicRoute.parse(topic, w.loads_lenient(resp.body))
+        route = TopicRoute.parse(topic, w.loads_lenient(resp.body_bytes()))
         self.routes[topic] = route
         new_broker = False
         for name, addrs in route.brokers.items():
@@ -176,16 +200,17 @@ class ClientInstance:
             raise w.MQClientError(-1, f"no master address for broker {broker_name}", "route")
         return addr
 
-    async def invoke_addr(self, addr: str, cmd, timeout: float | None = None):
+    async def invoke_addr(self, addr: str, cmd: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
         try:
             return await self.remoting.invoke(addr, cmd, timeout or self.timeout)
         except (OSError, ConnectionError) as e:
             raise w.MQClientError(-1, f"broker {addr} unreachable ({w.describe(e)})") from e
 
-    async def invoke_broker(self, broker_name: str, cmd, timeout: float | None = None):
+    async def invoke_broker(self, broker_name: str, cmd: RemotingCommand,
+                            timeout: float | None = None) -> RemotingCommand:
         return await self.invoke_addr(self.master_addr(broker_name), cmd, timeout)
 
-    async def oneway_broker(self, broker_name: str, cmd) -> None:
+    async def oneway_broker(self, broker_name: str, cmd: RemotingCommand) -> None:
         await self.remoting.invoke_oneway(self.master_addr(broker_name), cmd)
 
     # -- heartbeat ---------------------------------------------------------------------------
@@ -221,7 +246,7 @@ class ClientInstance:
                 await self.invoke_addr(addr, w.request(w.UNREGISTER_CLIENT, fields), 1.0)
 
     # -- server-initiated requests -----------------------------------------------------------
-    def _on_ids_changed(self, conn, cmd):
+    def _on_ids_changed(self, conn: Connection, cmd: RemotingCommand) -> None:
         group = (cmd.ext_fields or {}).get("consumerGroup")
         consumer = self.consumers.get(group) if group else None
         log.info("consumer ids changed", group=group)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import enum
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
+from codec.buffers import Body
 from codec.msgid import offset_msg_id
-from codec.record import decode_record
+from codec.record import MessageRecord, decode_record
 
 from ._wire import COMPRESSED_FLAG
 
@@ -30,6 +33,31 @@ TIMER_OUT_MS = "TIMER_OUT_MS"
 TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 
 
+class MessageQueueJson(TypedDict):
+    """fastjson's MessageQueue (LOCK_BATCH_MQ bodies, admin answers)."""
+
+    brokerName: str
+    queueId: int
+    topic: str
+
+
+class MessageJson(TypedDict):
+    """A received message as the CLI prints it (``delaymq consume --output json``, ``message view``)."""
+
+    topic: str
+    msgId: str
+    offsetMsgId: str
+    queueId: int
+    queueOffset: int
+    tags: str | None
+    keys: list[str]
+    bornTimestamp: int
+    storeTimestamp: int
+    reconsumeTimes: int
+    properties: dict[str, str]
+    body: str  # UTF-8 text, else the hex of the bytes
+
+
 @dataclass(slots=True)
 class MessageQueue:
     topic: str
@@ -46,11 +74,12 @@ class MessageQueue:
     def __lt__(self, other: MessageQueue) -> bool:
         return (self.topic, self.broker_name, self.queue_id) < (other.topic, other.broker_name, other.queue_id)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> MessageQueueJson:
         return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
 
     @classmethod
-    def from_json(cls, d: dict) -> MessageQueue:
+    def from_json(cls, d: Mapping[str, Any]) -> MessageQueue:
+        """From decoded JSON as it arrives (queueId may be a string)."""
         return cls(d["topic"], d["brokerName"], int(d["queueId"]))
 
 
@@ -145,7 +174,7 @@ class MessageExt:
     def delay_level(self) -> int:
         return int(self.properties.get(DELAY, "0") or 0)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> MessageJson:
         try:
             body: str = self.body.decode("utf-8")
         except UnicodeDecodeError:
@@ -158,7 +187,7 @@ class MessageExt:
         }
 
 
-def _to_ext(rec, broker_name: str) -> MessageExt:
+def _to_ext(rec: MessageRecord, broker_name: str) -> MessageExt:
     props = dict(rec.properties or {})
     body = bytes(rec.body)
     if rec.sys_flag & COMPRESSED_FLAG:
@@ -172,7 +201,7 @@ def _to_ext(rec, broker_name: str) -> MessageExt:
     return MessageExt(
         topic=topic, body=body, properties=props, queue_id=rec.queue_id, queue_offset=rec.queue_offset,
         commitlog_offset=rec.commitlog_offset, sys_flag=rec.sys_flag, flag=rec.flag,
-        born_timestamp=rec.born_timestamp, born_host=tuple(rec.born_host),
+        born_timestamp=rec.born_timestamp, born_host=rec.born_host,
         store_timestamp=rec.store_timestamp, store_host=(store_ip, store_port),
         reconsume_times=rec.reconsume_times,
         offset_msg_id=offset_msg_id(store_ip, store_port, rec.commitlog_offset),
@@ -180,10 +209,16 @@ def _to_ext(rec, broker_name: str) -> MessageExt:
     )
 
 
-def decode_messages(body: bytes | memoryview, broker_name: str = "") -> list[MessageExt]:
-    """Decode concatenated stored records (pull / view / query payload)."""
+def decode_messages(body: Body, broker_name: str = "") -> list[MessageExt]:
+    """Decode concatenated stored records (pull / view / query payload: a command's body, which is
+    bytes as decoded from the wire; a body assembled from pieces is joined first)."""
     out: list[MessageExt] = []
-    buf = memoryview(body) if not isinstance(body, memoryview) else body
+    if isinstance(body, memoryview):
+        buf = body
+    elif isinstance(body, bytes | bytearray):
+        buf = memoryview(body)
+    else:
+        buf = memoryview(b"".join(body))
     pos, end = 0, len(buf)
     while pos < end:
         rec, pos = decode_record(buf, pos)

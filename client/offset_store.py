@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import structlog
@@ -39,7 +40,7 @@ class OffsetStore:
     async def read(self, mq: MessageQueue) -> int:
         raise NotImplementedError
 
-    async def persist(self, mqs=None, oneway: bool = True) -> None:
+    async def persist(self, mqs: Iterable[MessageQueue] | None = None, oneway: bool = True) -> None:
         raise NotImplementedError
 
 
@@ -62,7 +63,7 @@ class RemoteOffsetStore(OffsetStore):
         self.table[mq] = off
         return off
 
-    async def persist(self, mqs=None, oneway: bool = True) -> None:
+    async def persist(self, mqs: Iterable[MessageQueue] | None = None, oneway: bool = True) -> None:
         targets = list(self.table) if mqs is None else [m for m in mqs if m in self.table]
         for mq in targets:
             off = self.table[mq]
@@ -84,7 +85,7 @@ class RemoteOffsetStore(OffsetStore):
 class LocalOffsetStore(OffsetStore):
     """BROADCASTING offsets: in memory, and in ``<path>`` (JSON, atomic replace) when a path is given."""
 
-    def __init__(self, path: str | os.PathLike | None) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None) -> None:
         super().__init__()
         self.path = Path(path) if path else None
         self._loaded: dict[str, int] = {}
@@ -106,7 +107,7 @@ class LocalOffsetStore(OffsetStore):
             self.table[mq] = off
         return off
 
-    async def persist(self, mqs=None, oneway: bool = True) -> None:
+    async def persist(self, mqs: Iterable[MessageQueue] | None = None, oneway: bool = True) -> None:
         if self.path is None or not self._dirty:
             return
         data = dict(self._loaded)

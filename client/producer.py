@@ -7,6 +7,7 @@ import itertools
 import time
 import zlib
 from collections.abc import Callable, Iterable
+from typing import TypedDict, Unpack
 
 import structlog
 
@@ -22,6 +23,7 @@ from .message import (
     TIMER_OUT_MS,
     UNIQ_KEY,
     Message,
+    MessageExt,
     MessageQueue,
     SendResult,
     SendStatus,
@@ -36,6 +38,25 @@ _SEND_OK = {0: SendStatus.SEND_OK, 10: SendStatus.FLUSH_DISK_TIMEOUT, 11: SendSt
             12: SendStatus.FLUSH_SLAVE_TIMEOUT}
 
 QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
+
+
+class ProducerOptions(TypedDict, total=False):
+    """The keyword options of ``Producer(...)`` (a TransactionProducer passes them on)."""
+
+    send_timeout: float
+    retry_times: int
+    compress_over: int
+    max_inflight: int
+    instance_name: str | None
+
+
+class SendOptions(TypedDict, total=False):
+    """The keyword options of ``Producer.send`` (``send_async`` passes them on)."""
+
+    queue: MessageQueue | None
+    selector: QueueSelector | None
+    arg: object
+    timeout: float | None
 
 
 def select_by_hash(queues: list[MessageQueue], msg: Message, arg: object) -> MessageQueue:
@@ -55,7 +76,7 @@ class Producer:
         self.instance = ClientInstance(namesrv, instance_name, send_timeout)
         self._rr = itertools.count()
         self._publish: dict[str, list[MessageQueue]] = {}
-        self._inflight: set[asyncio.Future] = set()
+        self._inflight: set[asyncio.Future[SendResult]] = set()
         self._sem = asyncio.Semaphore(max_inflight)
         self._started = False
 
@@ -63,7 +84,7 @@ class Producer:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
 
     async def start(self) -> None:
@@ -105,7 +126,7 @@ class Producer:
         return q if q is not None else await self._load_queues(topic)
 
     # -- send --------------------------------------------------------------------------------
-    def _header(self, msg: Message, mq: MessageQueue, props: str, sys_flag: int, batch: bool) -> dict:
+    def _header(self, msg: Message, mq: MessageQueue, props: str, sys_flag: int, batch: bool) -> dict[str, str]:
         h = {"a": self.group, "b": msg.topic, "c": w.DEFAULT_TOPIC, "d": "4", "e": str(mq.queue_id),
              "f": str(sys_flag), "g": str(int(time.time() * 1000)), "h": str(msg.flag), "i": props,
              "j": "0", "k": "false", "m": "true" if batch else "false", "n": mq.broker_name}
@@ -129,7 +150,9 @@ class Producer:
         body, sys_flag, props = self._prepare(msg)
         return await self._send(msg, body, sys_flag, props, queue, selector, arg, timeout, batch=False)
 
-    async def _send(self, msg, body, sys_flag, props, queue, selector, arg, timeout, batch):
+    async def _send(self, msg: Message, body: bytes, sys_flag: int, props: dict[str, str],
+                    queue: MessageQueue | None, selector: QueueSelector | None, arg: object,
+                    timeout: float | None, batch: bool) -> SendResult:
         props_s = properties_to_string(props)
         attempts = 1 if (queue is not None or selector is not None) else 1 + self.retry_times
         last: Exception | None = None
@@ -188,12 +211,13 @@ class Producer:
     async def send_batch(self, msgs: Iterable[Message], queue: MessageQueue | None = None,
                          timeout: float | None = None) -> SendResult:
         """SEND_BATCH_MESSAGE: all messages share one topic; no delay levels, no retry topics."""
-        msgs = list(msgs)
-        if not msgs:
+        messages = list(msgs)
+        if not messages:
             raise ValueError("empty batch")
-        topic = msgs[0].topic
-        items, uniq = [], []
-        for m in msgs:
+        topic = messages[0].topic
+        items: list[tuple[int, bytes, str]] = []
+        uniq: list[str] = []
+        for m in messages:
             if m.topic != topic:
                 raise ValueError("all messages of a batch must have the same topic")
             if m.delay_level or topic.startswith(w.RETRY_PREFIX):
@@ -209,13 +233,13 @@ class Producer:
         return res
 
     # -- fire and collect --------------------------------------------------------------------
-    async def send_async(self, msg: Message, **kw) -> asyncio.Future:
+    async def send_async(self, msg: Message, **kw: Unpack[SendOptions]) -> asyncio.Future[SendResult]:
         """Start a send and return its future at once (bounded by ``max_inflight``); see ``collect``."""
         await self._sem.acquire()
         fut = asyncio.ensure_future(self.send(msg, **kw))
         self._inflight.add(fut)
 
-        def done(f: asyncio.Future) -> None:
+        def done(f: asyncio.Future[SendResult]) -> None:
             self._inflight.discard(f)
             self._sem.release()
 
@@ -232,7 +256,7 @@ class Producer:
         return list(await asyncio.gather(*futs, return_exceptions=True))
 
     # -- timers ------------------------------------------------------------------------------
-    async def view_message(self, offset_msg_id: str):
+    async def view_message(self, offset_msg_id: str) -> MessageExt:
         ip, port, phys = decode_offset_msg_id(offset_msg_id)
         resp = await self.instance.invoke_addr(f"{ip}:{port}", w.request(w.VIEW_MESSAGE_BY_ID,
                                                                          {"offset": str(phys)}))

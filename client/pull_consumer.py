@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
 
 from . import _wire as w
 from .consumer import CLUSTERING
-from .instance import ClientInstance
+from .instance import ClientInstance, ConsumerDataJson
 from .message import MAX_OFFSET, MIN_OFFSET, MessageExt, MessageQueue, decode_messages
 from .offset_store import RemoteOffsetStore
 from .process_queue import build_pull_request, filter_by_tags
@@ -48,7 +47,7 @@ class PullConsumer:
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
 
-    def heartbeat_data(self) -> dict[str, Any]:
+    def heartbeat_data(self) -> ConsumerDataJson:
         return {"consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "consumeType": "CONSUME_ACTIVELY",
                 "groupName": self.group, "messageModel": CLUSTERING, "unitMode": False,
                 "subscriptionDataSet": [s.to_json() for s in self.subscriptions.values()]}

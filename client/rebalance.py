@@ -34,7 +34,7 @@ async def consumer_ids(instance: ClientInstance, group: str, broker_name: str) -
     w.check(resp, f"consumer list of {group}")
     if not resp.body:
         return []
-    return list(w.loads_lenient(resp.body).get("consumerIdList") or [])
+    return list(w.loads_lenient(resp.body_bytes()).get("consumerIdList") or [])
 
 
 def _lock_body(group: str, client_id: str, mqs: Sequence[MessageQueue]) -> bytes:
@@ -49,7 +49,7 @@ async def lock_batch(instance: ClientInstance, group: str, broker_name: str,
     w.check(resp, "lock batch mq")
     if not resp.body:
         return set()
-    return {MessageQueue.from_json(d) for d in w.loads_lenient(resp.body).get("lockOKMQSet") or []}
+    return {MessageQueue.from_json(d) for d in w.loads_lenient(resp.body_bytes()).get("lockOKMQSet") or []}
 
 
 async def unlock_batch(instance: ClientInstance, group: str, broker_name: str,

@@ -14,15 +14,18 @@ import enum
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Unpack
 
 import structlog
 
 from codec.codes import RequestCode, SysFlag
+from codec.command import RemotingCommand
 from codec.msgid import decode_offset_msg_id
+from remoting.connection import Connection
 
 from . import _wire as w
 from .message import Message, MessageExt, SendResult, SendStatus, decode_messages
-from .producer import Producer
+from .producer import Producer, ProducerOptions
 
 log = structlog.get_logger(__name__)
 
@@ -47,11 +50,11 @@ class TransactionSendResult:
 class TransactionProducer(Producer):
     def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *,
                  execute: Callable[[Message, object], Outcome],
-                 check: Callable[[MessageExt], Outcome], **kw) -> None:
+                 check: Callable[[MessageExt], Outcome], **kw: Unpack[ProducerOptions]) -> None:
         super().__init__(group, namesrv, **kw)
         self.execute = execute
         self.check = check
-        self._checks: set[asyncio.Task] = set()
+        self._checks: set[asyncio.Task[None]] = set()
         self.instance.remoting.register(RequestCode.CHECK_TRANSACTION_STATE, self._on_check)
 
     async def send_in_transaction(self, msg: Message, arg: object = None) -> TransactionSendResult:
@@ -63,7 +66,7 @@ class TransactionProducer(Producer):
         state = LocalTransactionState.ROLLBACK_MESSAGE
         if sent.status is SendStatus.SEND_OK:
             try:
-                state = LocalTransactionState(await _resolve(self.execute(msg, arg)))
+                state = await _resolve(self.execute(msg, arg))
             except Exception as e:  # the broker will ask again (check-back)
                 log.warning("local transaction failed", msg_id=sent.msg_id, error=repr(e))
                 state = LocalTransactionState.UNKNOW
@@ -71,7 +74,7 @@ class TransactionProducer(Producer):
         return TransactionSendResult(sent, state)
 
     async def _end(self, broker_name: str, offset_msg_id: str, table_offset: int, msg_id: str,
-                   state: LocalTransactionState, from_check: bool, conn=None) -> None:
+                   state: LocalTransactionState, from_check: bool, conn: Connection | None = None) -> None:
         _, _, phys = decode_offset_msg_id(offset_msg_id)
         fields = {"producerGroup": self.group, "tranStateTableOffset": table_offset, "commitLogOffset": phys,
                   "commitOrRollback": int(state), "fromTransactionCheck": "true" if from_check else "false",
@@ -82,17 +85,17 @@ class TransactionProducer(Producer):
         else:
             await self.instance.oneway_broker(broker_name, cmd)
 
-    def _on_check(self, conn, cmd):
+    def _on_check(self, conn: Connection, cmd: RemotingCommand) -> None:
         task = asyncio.get_running_loop().create_task(self._answer_check(conn, cmd), name="tx-check")
         self._checks.add(task)
         task.add_done_callback(self._checks.discard)
         return None  # CHECK_TRANSACTION_STATE is oneway
 
-    async def _answer_check(self, conn, cmd) -> None:
+    async def _answer_check(self, conn: Connection, cmd: RemotingCommand) -> None:
         ext = cmd.ext_fields or {}
         try:
-            [msg] = decode_messages(bytes(cmd.body or b""))
-            state = LocalTransactionState(await _resolve(self.check(msg)))
+            [msg] = decode_messages(cmd.body)
+            state = await _resolve(self.check(msg))
         except Exception as e:
             log.warning("transaction check failed", error=repr(e), msg_id=ext.get("msgId"))
             return
@@ -101,4 +104,8 @@ class TransactionProducer(Producer):
 
 
 async def _resolve(v: Outcome) -> LocalTransactionState:
-    return await v if inspect.isawaitable(v) else v
+    """The callback's answer, awaited if it is awaitable; a bare int is taken by value (ValueError if
+    it is no commitOrRollback value)."""
+    if inspect.isawaitable(v):
+        v = await v
+    return LocalTransactionState(v)

@@ -7,6 +7,8 @@ import importlib.metadata
 import logging
 import os
 import sys
+from collections.abc import Callable, Coroutine
+from typing import Any, NoReturn
 
 import structlog
 
@@ -18,11 +20,15 @@ from .parse import delay_level, duration_ms, positive_int, time_ms
 
 EXIT_ERROR, EXIT_USAGE = 1, 2
 
+# what `set_defaults(func=...)` names: a subcommand, called with the parsed Namespace (which has the
+# attributes of that subcommand's Protocol in `.args`), returning the exit code
+Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
+
 
 class _Help(argparse.HelpFormatter):
     """Every option's help line ends with its default (when it has one worth showing)."""
 
-    def _get_help_string(self, action):
+    def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         d = action.default
         if action.option_strings and d is not None and d is not False and d != argparse.SUPPRESS \
@@ -32,11 +38,11 @@ class _Help(argparse.HelpFormatter):
 
 
 class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # ArgumentParser's own parameters, passed on
         kwargs.setdefault("formatter_class", _Help)
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str):  # one clear line instead of usage + error
+    def error(self, message: str) -> NoReturn:  # one clear line instead of usage + error
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(EXIT_USAGE)
 
@@ -134,14 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--order", action="store_true")
     c.add_argument("-b", "--broker", help="broker address (default: every master in the route)")
     c.add_argument("-c", "--cluster", help="cluster name (accepted; the masters come from the route)")
+    c.set_defaults(func=admin_cmds.topic_create)
     c = tsub.add_parser("list", help="all topics (mqadmin topicList)")
     _common(c)
+    c.set_defaults(func=admin_cmds.topic_list)
     c = tsub.add_parser("status", help="min/max offset per queue (mqadmin topicStatus)")
     _common(c)
     c.add_argument("-t", "--topic", required=True)
     c.add_argument("--output", choices=["table", "json"], default="table")
-    for c in tsub.choices.values():
-        c.set_defaults(func=admin_cmds.topic)
+    c.set_defaults(func=admin_cmds.topic_status)
 
     p = sub.add_parser("group", help="consumer group progress")
     gsub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -152,12 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="topic (repeatable; default: every topic the group has committed offsets for)")
     c.add_argument("--no-retry", action="store_true", help="leave out %%RETRY%%<group>")
     c.add_argument("--output", choices=["table", "json"], default="table")
-    c.set_defaults(func=admin_cmds.group)
+    c.set_defaults(func=admin_cmds.group_progress)
     c = gsub.add_parser("connections", help="online clients and subscriptions (mqadmin consumerConnection)")
     _common(c)
     c.add_argument("-g", "--group", required=True)
     c.add_argument("--output", choices=["table", "json"], default="table")
-    c.set_defaults(func=admin_cmds.group)
+    c.set_defaults(func=admin_cmds.group_connections)
 
     p = sub.add_parser("message", help="look messages up")
     msub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -177,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
         _common(c)
         c.add_argument("-b", "--broker", help="broker address (default: every master)")
         c.add_argument("--output", choices=["table", "json"], default="table")
+        c.set_defaults(func=admin_cmds.scheduled_stats)
     c = ssub.add_parser("list", help="pending delay-level and timer messages, page by page (delaymq's own request)")
     _common(c)
     c.add_argument("-b", "--broker", help="broker address (default: every master)")
@@ -188,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--key", "-k", help="only messages with this KEYS entry or UNIQ_KEY")
     c.add_argument("--limit", type=positive_int, default=100, help="print at most N messages (default: 100)")
     c.add_argument("--output", choices=["table", "json"], default="table", help="output format")
+    c.set_defaults(func=admin_cmds.scheduled_list)
     c = ssub.add_parser("cancel", help="cancel a scheduled message (delay level or timer) by its id")
     _common(c)
     c.add_argument("--id", "-i", help="UNIQ_KEY (the id produce prints) or offset msgId of the scheduled message")
@@ -197,8 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--uniq-key")
     c.add_argument("--deliver-at", type=time_ms)
     c.add_argument("-g", "--group", default="delaymq-cli-producer")
-    for c in ssub.choices.values():
-        c.set_defaults(func=admin_cmds.scheduled)
+    c.set_defaults(func=admin_cmds.scheduled_cancel)
 
     p = sub.add_parser("broker", help="master/slave: promote a slave")
     bsub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -231,7 +239,7 @@ def _configure_logging(verbose: int) -> None:
         cache_logger_on_first_use=False)
 
 
-def _validate(ap: argparse.ArgumentParser, args) -> None:
+def _validate(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.command == "message" and args.key and not args.topic:
         ap.error("message view --key needs -t TOPIC")
     if args.command == "consume" and args.from_where == "timestamp" and not args.timestamp:
@@ -250,8 +258,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_analytics(args)
     _configure_logging(args.verbose)
+    command: Command = args.func
     try:
-        return event_loop.run(args.func(args))
+        return event_loop.run(command(args))
     except KeyboardInterrupt:
         return 130
     except MQClientError as e:

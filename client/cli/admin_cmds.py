@@ -15,6 +15,18 @@ from ..admin import Admin
 from ..message import MessageQueue
 from ..producer import Producer
 from ..rebalance import query_offset
+from .args import (
+    BrokerPromoteArgs,
+    CommonArgs,
+    GroupConnectionsArgs,
+    GroupProgressArgs,
+    MessageViewArgs,
+    ScheduledCancelArgs,
+    ScheduledListArgs,
+    ScheduledStatsArgs,
+    TopicCreateArgs,
+    TopicStatusArgs,
+)
 from .messaging import _msg_line
 
 CANCEL_REFUSED = 13  # MESSAGE_ILLEGAL: the broker's answer to a cancel that would change nothing
@@ -31,29 +43,36 @@ def _table(rows: Sequence[Sequence[object]], header: list[str]) -> None:
         _out("  ".join(c.ljust(wd) for c, wd in zip(r, widths, strict=True)).rstrip())
 
 
-async def topic(args) -> int:
+async def topic_create(args: TopicCreateArgs) -> int:
     async with Admin(args.namesrv, args.timeout) as admin:
-        if args.action == "create":
-            addrs = await admin.create_topic(args.topic, args.read_queues, args.write_queues, args.perm,
-                                             args.order, args.broker)
-            _out(f"create topic {args.topic} OK on {', '.join(addrs)}")
-        elif args.action == "list":
-            for t in await admin.topic_list():
-                _out(t)
-        else:
-            status = await admin.topic_status(args.topic)
-            if args.output == "json":
-                _out(json.dumps([{"brokerName": s.queue.broker_name, "queueId": s.queue.queue_id,
-                                  "minOffset": s.min_offset, "maxOffset": s.max_offset,
-                                  "lastUpdateTimestamp": s.last_update_timestamp} for s in status]))
-            else:
-                _table([[s.queue.broker_name, s.queue.queue_id, s.min_offset, s.max_offset,
-                         _when(s.last_update_timestamp)] for s in status],
-                       ["#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated"])
+        addrs = await admin.create_topic(args.topic, args.read_queues, args.write_queues, args.perm,
+                                         args.order, args.broker)
+        _out(f"create topic {args.topic} OK on {', '.join(addrs)}")
     return 0
 
 
-async def broker(args) -> int:
+async def topic_list(args: CommonArgs) -> int:
+    async with Admin(args.namesrv, args.timeout) as admin:
+        for t in await admin.topic_list():
+            _out(t)
+    return 0
+
+
+async def topic_status(args: TopicStatusArgs) -> int:
+    async with Admin(args.namesrv, args.timeout) as admin:
+        status = await admin.topic_status(args.topic)
+        if args.output == "json":
+            _out(json.dumps([{"brokerName": s.queue.broker_name, "queueId": s.queue.queue_id,
+                              "minOffset": s.min_offset, "maxOffset": s.max_offset,
+                              "lastUpdateTimestamp": s.last_update_timestamp} for s in status]))
+        else:
+            _table([[s.queue.broker_name, s.queue.queue_id, s.min_offset, s.max_offset,
+                     _when(s.last_update_timestamp)] for s in status],
+                   ["#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated"])
+    return 0
+
+
+async def broker(args: BrokerPromoteArgs) -> int:
     async with Admin(args.namesrv, args.timeout) as admin:
         info = await admin.promote(args.broker, args.role, max(args.timeout, 30.0), args.access_key, args.secret_key)
     if args.output == "json":
@@ -65,9 +84,7 @@ async def broker(args) -> int:
     return 0
 
 
-async def group(args) -> int:
-    if args.action == "connections":
-        return await _connections(args)
+async def group_progress(args: GroupProgressArgs) -> int:
     topics = list(args.topic or [])
     async with Admin(args.namesrv, args.timeout) as admin:
         if topics and not args.no_retry:
@@ -102,7 +119,7 @@ async def group(args) -> int:
     return 0
 
 
-async def _connections(args) -> int:
+async def group_connections(args: GroupConnectionsArgs) -> int:
     async with Admin(args.namesrv, args.timeout) as admin:
         found = await admin.consumer_connections(args.group)
     if not found:
@@ -126,12 +143,14 @@ def _when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S") if ms > 0 else "-"
 
 
-async def message(args) -> int:
+async def message(args: MessageViewArgs) -> int:
     async with Admin(args.namesrv, args.timeout) as admin:
         if args.id:
             msgs = await admin.view_message(args.id, args.topic)
-        else:
+        elif args.key and args.topic:
             msgs = await admin.query_by_key(args.topic, args.key)
+        else:  # refused by the parser already (`_validate`)
+            raise ValueError("message view --key needs -t TOPIC")
     if not msgs:
         raise MQClientError(22, f"no message found for {args.id or args.key}", "message view")
     for m in msgs:
@@ -144,13 +163,13 @@ async def message(args) -> int:
     return 0
 
 
-async def _scheduled_list(args) -> int:
+async def scheduled_list(args: ScheduledListArgs) -> int:
     """Pages of DELAYMQ_QUERY_SCHEDULED until --limit rows or the end; rows are printed per page."""
     left = args.limit
     header = False
     async with Admin(args.namesrv, args.timeout) as admin:
         for addr in await admin.broker_addrs(args.broker):
-            cursor = None
+            cursor: str | None = None
             while left > 0:
                 [(_a, page)] = await admin.list_scheduled(
                     addr, topic=args.topic, level=args.level, timers=args.timers, dueBefore=args.due_before,
@@ -180,9 +199,9 @@ async def _scheduled_list(args) -> int:
     return 0
 
 
-async def _scheduled_cancel(args) -> int:
+async def _scheduled_cancel(args: ScheduledCancelArgs, msg_id: str) -> int:
     async with Admin(args.namesrv, args.timeout) as admin:
-        r = await admin.cancel_scheduled(args.id, args.broker)
+        r = await admin.cancel_scheduled(msg_id, args.broker)
     status = r.get("status")
     if args.output == "json":
         _out(json.dumps(r))
@@ -197,39 +216,46 @@ async def _scheduled_cancel(args) -> int:
     return 0 if status in ("cancelled", "already_cancelled") else 1
 
 
-async def scheduled(args) -> int:
-    if args.action == "list":
-        return await _scheduled_list(args)
-    if args.action == "cancel" and args.id and not args.uniq_key:
-        return await _scheduled_cancel(args)
-    if args.action == "cancel":
-        target = args.id if args.id else (args.topic, args.uniq_key, args.deliver_at)
-        async with Producer(args.group, args.namesrv, send_timeout=args.timeout) as producer:
-            try:
-                r = await producer.cancel_timer(target)
-            except MQClientError as e:
-                if e.code != CANCEL_REFUSED:
-                    raise
-                # the broker found nothing to cancel (unknown, already cancelled, already due): nothing changed
-                _out(f"not cancelled: {e.remark}")
-                return 1
-        _out(f"cancelled: the timer will not be delivered (cancel marker {r.status.name} msgId={r.msg_id} "
-             f"offsetMsgId={r.offset_msg_id})")
-        return 0
+async def scheduled_cancel(args: ScheduledCancelArgs) -> int:
+    if args.id and not args.uniq_key:
+        return await _scheduled_cancel(args, args.id)
+    target: str | tuple[str, str, int]
+    if args.id:
+        target = args.id
+    elif args.topic and args.uniq_key and args.deliver_at:
+        target = (args.topic, args.uniq_key, args.deliver_at)
+    else:  # refused by the parser already (`_validate`)
+        raise ValueError("scheduled cancel needs --id, or -t with --uniq-key and --deliver-at")
+    async with Producer(args.group, args.namesrv, send_timeout=args.timeout) as producer:
+        try:
+            r = await producer.cancel_timer(target)
+        except MQClientError as e:
+            if e.code != CANCEL_REFUSED:
+                raise
+            # the broker found nothing to cancel (unknown, already cancelled, already due): nothing changed
+            _out(f"not cancelled: {e.remark}")
+            return 1
+    _out(f"cancelled: the timer will not be delivered (cancel marker {r.status.name} msgId={r.msg_id} "
+         f"offsetMsgId={r.offset_msg_id})")
+    return 0
+
+
+async def scheduled_stats(args: ScheduledStatsArgs) -> int:
+    """`scheduled levels` (per delay level) and `scheduled timers` (timer wheel), from the runtime info."""
     async with Admin(args.namesrv, args.timeout) as admin:
         info = await admin.runtime_info(args.broker)
         if args.action == "levels":
-            rows = []
+            rows: list[tuple[str, dict[str, int]]] = []  # (broker address, one delay level's figures)
             for addr, table in info.items():
                 levels = Admin.delay_levels(table)
                 if not levels:  # a broker without these entries: SCHEDULE_TOPIC_XXXX max offsets at least
                     levels = await _levels_from_offsets(admin)
-                rows += [{"broker": addr, **lv} for lv in levels]
+                rows += [(addr, lv) for lv in levels]
             if args.output == "json":
-                _out(json.dumps(rows))
+                _out(json.dumps([{"broker": addr, **lv} for addr, lv in rows]))
             else:
                 cols = ["level", "delayms", "pending", "nextdue", "delivered", "latenessp50", "latenessp99"]
-                _table([[r["broker"]] + [_fmt(c, r.get(c)) for c in cols] for r in rows],
+                _table([[addr] + [_fmt(c, lv.get(c)) for c in cols] for addr, lv in rows],
                        ["#Broker", "#Level", "#Delay", "#Pending", "#Next Due", "#Delivered", "#Lateness p50 (ms)",
                         "#Lateness p99 (ms)"])
         else:
@@ -244,7 +270,7 @@ async def scheduled(args) -> int:
     return 0
 
 
-def _fmt(col: str, v) -> str:
+def _fmt(col: str, v: int | None) -> str:
     if v is None:
         return "-"
     if col == "nextdue":
@@ -263,9 +289,9 @@ def _fmt_delay(ms: int) -> str:
     return f"{ms}ms"
 
 
-async def _levels_from_offsets(admin: Admin) -> list[dict]:
+async def _levels_from_offsets(admin: Admin) -> list[dict[str, int]]:
     route = await admin.instance.fetch_route(SCHEDULE_TOPIC)
-    out = []
+    out: list[dict[str, int]] = []
     for name in sorted(route.brokers) if route else []:
         for qid in range(18):
             try:

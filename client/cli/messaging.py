@@ -7,12 +7,14 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Awaitable, Callable
 
 from ..consumer import BROADCASTING, CLUSTERING, PushConsumer
 from ..message import Message, MessageExt, SendResult
 from ..process_queue import ConsumeStatus
 from ..producer import Producer
 from ..transaction import LocalTransactionState, TransactionProducer
+from .args import ConsumeArgs, ProduceArgs
 from .progress import Progress
 
 
@@ -20,7 +22,7 @@ def _out(line: str) -> None:
     sys.stdout.write(line + "\n")
 
 
-def _progress_enabled(args) -> bool:
+def _progress_enabled(args: ProduceArgs | ConsumeArgs) -> bool:
     return bool(args.progress) or sys.stderr.isatty()
 
 
@@ -36,7 +38,7 @@ def _result_line(r: SendResult, fmt: str) -> str:
     return f"{r.status.name} {r.msg_id} {r.offset_msg_id} {r.queue.queue_id} {r.queue_offset}"
 
 
-def _build(args, i: int) -> Message:
+def _build(args: ProduceArgs, i: int) -> Message:
     if args.size is not None:
         body = (b"x" * args.size)
     else:
@@ -58,14 +60,14 @@ def _warn_deliver_at(deliver_at: int | None) -> None:
                          "the messages are delivered at once\n")
 
 
-async def produce(args) -> int:
+async def produce(args: ProduceArgs) -> int:
     _warn_deliver_at(args.deliver_at)
     if args.print_ids and args.output == "summary":
         args.output = "ids"
     prog = Progress("produce", args.count, _progress_enabled(args))
     failures: list[str] = []
     async with _producer(args) as producer:
-        send = _sender(producer, args)
+        send = _sender(producer)
         # the first send surfaces route/connection errors before we start a long run
         first = await send(_build(args, 0))
         prog.advance()
@@ -87,7 +89,7 @@ async def produce(args) -> int:
             finally:
                 sem.release()
 
-        tasks = []
+        tasks: list[asyncio.Future[None]] = []
         for i in range(1, args.count):
             if interval:
                 delay = t0 + i * interval - time.monotonic()
@@ -104,7 +106,7 @@ async def produce(args) -> int:
     return 0 if not failures else 1
 
 
-def _producer(args) -> Producer:
+def _producer(args: ProduceArgs) -> Producer:
     if not args.transaction:
         return Producer(args.group, args.namesrv, send_timeout=args.timeout)
     state = {"commit": LocalTransactionState.COMMIT_MESSAGE,
@@ -113,12 +115,15 @@ def _producer(args) -> Producer:
                                execute=lambda msg, arg: state, check=lambda msg: state)
 
 
-def _sender(producer, args):
-    if not args.transaction:
+def _sender(producer: Producer) -> Callable[[Message], Awaitable[SendResult]]:
+    """A plain send, or (for --transaction, which makes `_producer` build a TransactionProducer) a
+    half message whose local transaction answers the --transaction outcome."""
+    if not isinstance(producer, TransactionProducer):
         return producer.send
+    tx = producer
 
-    async def send(msg):
-        return (await producer.send_in_transaction(msg)).send_result
+    async def send(msg: Message) -> SendResult:
+        return (await tx.send_in_transaction(msg)).send_result
     return send
 
 
@@ -130,14 +135,14 @@ def _msg_line(m: MessageExt, fmt: str) -> str:
             f"keys={','.join(m.keys)} reconsume={m.reconsume_times} body={body}")
 
 
-async def consume(args) -> int:
+async def consume(args: ConsumeArgs) -> int:
     prog = Progress("consume", args.max, _progress_enabled(args))
     done = asyncio.Event()
     activity = asyncio.Event()
     never = asyncio.Event()
     count = 0
 
-    async def listener(m: MessageExt):
+    async def listener(m: MessageExt) -> ConsumeStatus:
         nonlocal count
         if args.max and count >= args.max:
             await never.wait()  # past --max: hold it uncommitted; shutdown cancels this wait

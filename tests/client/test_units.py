@@ -106,3 +106,37 @@ def test_delay_level_rows_from_runtime_info():
     assert rows == [{"level": 1, "deliverOffset": 0, "maxOffset": 0, "pending": 0},
                     {"level": 2, "deliverOffset": 3, "maxOffset": 10, "nextdue": 1_700_000_000_000,
                      "pending": 7}]
+
+
+def _declared(proto: type) -> set[str]:
+    return {name for klass in proto.__mro__ if klass.__module__ == "client.cli.args"
+            for name in vars(klass).get("__annotations__", {})}
+
+
+@pytest.mark.parametrize("argv, proto, func", [
+    (["produce", "-t", "T"], "ProduceArgs", "messaging.produce"),
+    (["consume", "-t", "T"], "ConsumeArgs", "messaging.consume"),
+    (["topic", "create", "-t", "T"], "TopicCreateArgs", "admin_cmds.topic_create"),
+    (["topic", "list"], "CommonArgs", "admin_cmds.topic_list"),
+    (["topic", "status", "-t", "T"], "TopicStatusArgs", "admin_cmds.topic_status"),
+    (["group", "progress", "-g", "G"], "GroupProgressArgs", "admin_cmds.group_progress"),
+    (["group", "connections", "-g", "G"], "GroupConnectionsArgs", "admin_cmds.group_connections"),
+    (["message", "view", "--id", "X"], "MessageViewArgs", "admin_cmds.message"),
+    (["scheduled", "levels"], "ScheduledStatsArgs", "admin_cmds.scheduled_stats"),
+    (["scheduled", "timers"], "ScheduledStatsArgs", "admin_cmds.scheduled_stats"),
+    (["scheduled", "list"], "ScheduledListArgs", "admin_cmds.scheduled_list"),
+    (["scheduled", "cancel", "--id", "X"], "ScheduledCancelArgs", "admin_cmds.scheduled_cancel"),
+    (["broker", "promote", "-b", "127.0.0.1:10911"], "BrokerPromoteArgs", "admin_cmds.broker"),
+])
+def test_cli_namespaces_carry_what_their_protocol_declares(argv, proto, func):
+    """The subcommands are typed against client.cli.args; the parser must set every attribute declared
+    there (a renamed option would otherwise pass mypy and fail at run time)."""
+    from client.cli import admin_cmds, args, messaging
+    from client.cli.__main__ import build_parser
+
+    ns = build_parser().parse_args(argv)
+    declared = _declared(getattr(args, proto))
+    assert declared >= {"command", "namesrv", "timeout", "verbose"}
+    assert sorted(declared - set(vars(ns))) == []
+    module, name = func.split(".")
+    assert ns.func is getattr({"messaging": messaging, "admin_cmds": admin_cmds}[module], name)
