@@ -16,6 +16,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from codec.msgid import offset_msg_id
 from codec.properties import MessageConst as K
+from codec.record import MessageRecord
 from server.grpc.status import Code, GrpcError
 from server.grpc.v2 import definition_pb2 as pb
 
@@ -114,17 +115,24 @@ def timestamp_ms(ms: int) -> Timestamp:
     return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
+# apache.rocketmq.v2.MessageType values (a proto enum is an int; the generated module is untyped: Any)
+MT_NORMAL: int = pb.NORMAL
+MT_FIFO: int = pb.FIFO
+MT_DELAY: int = pb.DELAY
+MT_TRANSACTION: int = pb.TRANSACTION
+
+
 def message_type_of(props: dict[str, str]) -> int:
     if props.get(K.TRAN_MSG, "").lower() == "true":
-        return pb.TRANSACTION
+        return MT_TRANSACTION
     if SHARDING_KEY in props:
-        return pb.FIFO
+        return MT_FIFO
     if K.TIMER_DELIVER_MS in props or K.DELAY in props or K.TIMER_OUT_MS in props:
-        return pb.DELAY
-    return pb.NORMAL
+        return MT_DELAY
+    return MT_NORMAL
 
 
-def to_proto(rec, topic: str, store_host: tuple[str, int]) -> pb.Message:
+def to_proto(rec: MessageRecord, topic: str, store_host: tuple[str, int]) -> pb.Message:
     """The proto Message of a stored record as consumers see it (receipt handle etc. set by the caller)."""
     props = rec.properties
     body = bytes(rec.body)

@@ -70,7 +70,9 @@ class SendRpcs:
         @staticmethod
         def _topic_name(res: pb.Resource) -> str: ...
 
-    async def SendMessage(self, request, context):
+    # request and response types are the generated messages (server/grpc/v2: not analysed, Any to mypy);
+    # `context` is grpc.aio.ServicerContext (grpcio ships no type information)
+    async def SendMessage(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:
         if not request.messages:
             return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no messages"))
         topic = request.messages[0].topic.name
@@ -86,12 +88,13 @@ class SendRpcs:
                "batch": "false"}
         return RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, body)
 
-    async def _send(self, request, context):
+    async def _send(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:
         topic = self._topic_name(request.messages[0].topic)
         cfg = self.deps.config
         now = int(time.time() * 1000)
         timer = self.deps.timer_enabled
-        cmds, errors = [], {}
+        cmds: list[tuple[int, dict[str, str], RemotingCommand]] = []  # (index in the request, properties, send)
+        errors: dict[int, pb.Status] = {}  # index in the request -> why it was refused before the send
         tcfg = self.deps.topics.get(topic)
         for i, msg in enumerate(request.messages):
             try:
@@ -144,10 +147,10 @@ class SendRpcs:
             top = status(Code.MULTIPLE_RESULTS, f"{len(bad)} of {len(entries)} messages failed")
         return spb.SendMessageResponse(status=top, entries=entries)
 
-    async def EndTransaction(self, request, context):
+    async def EndTransaction(self, request: spb.EndTransactionRequest, context: Any) -> spb.EndTransactionResponse:
         topic = request.topic.name
 
-        async def work():
+        async def work() -> spb.EndTransactionResponse:
             tx = request.transaction_id
             msg_id, _, table = tx.rpartition("-")
             try:
@@ -165,10 +168,10 @@ class SendRpcs:
         return await self._unary("EndTransaction", spb.EndTransactionResponse, context,
                                  needs(topic, pub=True), work)
 
-    async def RecallMessage(self, request, context):
+    async def RecallMessage(self, request: spb.RecallMessageRequest, context: Any) -> spb.RecallMessageResponse:
         topic = request.topic.name
 
-        async def work():
+        async def work() -> spb.RecallMessageResponse:
             try:
                 raw = base64.urlsafe_b64decode(request.recall_handle.encode() + b"==").decode()
                 version, h_topic, _broker, ts, uniq = raw.split(" ")[:5]
