@@ -11,8 +11,9 @@ goes through these phases, each driven from separate generator processes (their 
 3. G groups commit offsets on 4 queues each every second (acknowledged UPDATE_CONSUMER_OFFSET; 40,000
    commits/s at G = 10,000) for D seconds (20; `--quick` 5) with the prober running: achieved commits/s,
    commit and prober round trips, the broker's CPU time per commit (event-loop thread, whole process);
-4. the whole-table requests once each with the prober running: GET_ALL_TOPIC_CONFIG,
-   GET_ALL_TOPIC_LIST_FROM_NAMESERVER, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_ALL_CONSUMER_OFFSET (time, bytes);
+4. the requests that walk the tables, once each with the prober running: GET_ALL_TOPIC_CONFIG,
+   GET_ALL_TOPIC_LIST_FROM_NAMESERVER, GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_ALL_CONSUMER_OFFSET, a route,
+   two HEART_BEATs of a consumer subscribing 1,000 topics, a /metrics scrape (time, bytes);
 5. the stock mqadmin (4.9.7, from ../shared; skipped, and said so, without it) against those tables:
    `topicList` (every tenant topic listed?), `consumerProgress -g cg-00007` and `consumerProgress` (seconds);
 6. RSS before/after (bytes per topic = RSS growth over the creates / N), then SIGTERM and a restart:
@@ -33,7 +34,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from bench.common import CLK_TCK, Broker, percentiles, proc_cpu_s, proc_mem_mb
+from bench.common import CLK_TCK, Broker, percentiles, pick_port, proc_cpu_s, proc_mem_mb
 from bench.meta_load import PROBE_RATE, create_topic
 from bench.procs import run_job
 
@@ -76,15 +77,26 @@ def mqadmin_tools(addr: str, n_topics: int, group: str, topic: str) -> dict:
 def _stalls(stderr: Path, t0: float, t1: float) -> dict:
     """The broker probe's `loop.stall` lines logged between wall times t0 and t1: how many, the largest,
     how many the loop spent mostly computing (loop CPU >= half the lag; the rest: the process was not
-    scheduled or waited for the GIL), and the three largest with the tail of the loop's stack."""
+    scheduled or waited for the GIL), and the three largest with the tail of the loop's stack; and the
+    probe's `loop.gc_pause` lines (collections over 5 ms, with their generation)."""
     from datetime import datetime
 
     found = []
+    gc_pauses: list[tuple[float, int]] = []
     try:
         lines = stderr.read_text(errors="replace").splitlines()
     except OSError:
         lines = []
     for line in lines:
+        if '"loop.gc_pause"' in line:
+            try:
+                d = json.loads(line)
+                ts = datetime.fromisoformat(str(d.get("timestamp")).replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+            if t0 <= ts <= t1:
+                gc_pauses.append((float(d.get("ms", 0)), int(d.get("generation", -1))))
+            continue
         if '"loop.stall"' not in line:
             continue
         try:
@@ -99,7 +111,9 @@ def _stalls(stderr: Path, t0: float, t1: float) -> dict:
     top = sorted(found, reverse=True)[:3]
     return {"stalls_over_5ms": len(found), "max_lag_ms": max((f[0] for f in found), default=0.0),
             "busy_stalls": len(busy), "max_busy_lag_ms": max((f[0] for f in busy), default=0.0),
-            "largest": [{"lag_ms": lag, "loop_cpu_ms": cpu, "stack_tail": st} for lag, cpu, st in top]}
+            "largest": [{"lag_ms": lag, "loop_cpu_ms": cpu, "stack_tail": st} for lag, cpu, st in top],
+            "gc_pauses_over_5ms": [{"ms": ms, "generation": gen} for ms, gen in sorted(gc_pauses, reverse=True)[:5]],
+            "gc_pause_count": len(gc_pauses)}
 
 
 def _loop_thread_cpu_s(pid: int) -> float:
@@ -139,7 +153,8 @@ def bench_meta_scale(quick: bool) -> dict:
     out: dict = {"config": {"topics": n_topics, "groups": n_groups, "commit_seconds": commit_s,
                             "create_connections": conns, "window": window, "probe_rate": PROBE_RATE,
                             "flush": "ASYNC_FLUSH"}}
-    with Broker({"flushDiskType": "ASYNC_FLUSH"}) as b:
+    metrics_port = pick_port()
+    with Broker({"flushDiskType": "ASYNC_FLUSH", "metricsPort": str(metrics_port)}) as b:
         err = b.work / "broker.stderr"
         empty_start_s = round(b.ready_at - b.started_at, 2)  # the same start with an empty store: the baseline
         time.sleep(1.0)  # bench pacing: let start-up settle before the baseline RSS
@@ -192,7 +207,8 @@ def bench_meta_scale(quick: bool) -> dict:
             "probe_rtt_ms": _rtt(pr["samples"], t0, t1), "loop": _stalls(err, t0, t1)}
         mem2 = proc_mem_mb(b.pid)
 
-        res, pr, t0, t1 = _phase(b, stop, [("whole_tables", {"addr": b.addr})], 600)
+        res, pr, t0, t1 = _phase(b, stop, [("whole_tables", {"addr": b.addr, "topics": n_topics,
+                                                              "metrics_port": metrics_port})], 600)
         out["whole_tables"] = {**res[0], "probe_rtt_ms": _rtt(pr["samples"], t0, t1), "loop": _stalls(err, t0, t1)}
         out["rss_mb_with_tables"] = mem2
 

@@ -1,7 +1,7 @@
 """The `meta_scale` benchmark's load generators (bench/meta.py runs the phases): each coroutine here
 runs in its own spawned process on a fresh uvloop (`bench.procs.run_job("bench.meta_load", name, kwargs)`)
 and talks to the broker over the wire only: topic and group creates, the GET_MAX_OFFSET prober, the
-offset commits, the whole-table requests."""
+offset commits, the requests that walk the tables."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import time
 
 from bench import wire
 from bench.common import percentiles
+from codec.bodies import ConsumerData, HeartbeatData, build_subscription, encode_heartbeat
 from codec.codes import BROKER_VERSION, RequestCode
 from codec.command import RemotingCommand
 
@@ -169,18 +170,51 @@ async def commit_offsets(addr: str, g0: int, g1: int, duration_s: float, topics:
             "connection_closed": conn.closed.done(), "rtt_ms": percentiles(rtts)}
 
 
-async def whole_tables(addr: str) -> dict:
+HEARTBEAT_SUBSCRIPTIONS = 1000  # the consumer of the whole-table phase subscribes this many tenant topics
+
+
+def _heartbeat_cmd(topics: int) -> RemotingCommand:
+    """HEART_BEAT of one client whose consumer group cg-00003 subscribes HEARTBEAT_SUBSCRIPTIONS topics."""
+    subs = [build_subscription(f"tenant-{(i * 97) % topics:06d}", "*") for i in range(HEARTBEAT_SUBSCRIPTIONS)]
+    hb = HeartbeatData("127.0.0.1@meta-bench", [ConsumerData("cg-00003", "CONSUME_PASSIVELY", "CLUSTERING",
+                                                             "CONSUME_FROM_LAST_OFFSET", subs)])
+    return RemotingCommand.request(RequestCode.HEART_BEAT, {}, encode_heartbeat(hb))
+
+
+async def _scrape(metrics_port: int) -> tuple[int, int]:
+    """GET /metrics (HTTP/1.0: the body ends at close); (status, body bytes)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", metrics_port)
+    writer.write(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+    raw = await reader.read()
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), len(body)
+
+
+async def whole_tables(addr: str, topics: int, metrics_port: int) -> dict:
+    """The requests that walk the tables, once each (0.5 s apart, with the prober running): the four
+    whole-table bodies, a route, heartbeats with HEARTBEAT_SUBSCRIPTIONS subscriptions, a /metrics scrape."""
     conn = await wire.connect(addr)
     out = {}
-    for name, code, ext in (("GET_ALL_TOPIC_CONFIG", RequestCode.GET_ALL_TOPIC_CONFIG, {}),
-                            ("GET_ALL_TOPIC_CONFIG_again", RequestCode.GET_ALL_TOPIC_CONFIG, {}),
-                            ("GET_ALL_TOPIC_LIST", RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {}),
-                            ("GET_ALL_SUBSCRIPTIONGROUP_CONFIG", RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {}),
-                            ("GET_ALL_CONSUMER_OFFSET", RequestCode.GET_ALL_CONSUMER_OFFSET, {})):
+    steps: list[tuple[str, RemotingCommand | None]] = [
+        ("GET_ALL_TOPIC_CONFIG", RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {})),
+        ("GET_ALL_TOPIC_CONFIG_again", RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {})),
+        ("GET_ALL_TOPIC_LIST", RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {})),
+        ("GET_ALL_SUBSCRIPTIONGROUP_CONFIG", RemotingCommand.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {})),
+        ("GET_ALL_CONSUMER_OFFSET", RemotingCommand.request(RequestCode.GET_ALL_CONSUMER_OFFSET, {})),
+        ("GET_ROUTEINFO_BY_TOPIC", RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                           {"topic": f"tenant-{topics // 2:06d}"})),
+        (f"HEART_BEAT_{HEARTBEAT_SUBSCRIPTIONS}_subscriptions", _heartbeat_cmd(topics)),
+        (f"HEART_BEAT_{HEARTBEAT_SUBSCRIPTIONS}_subscriptions_again", _heartbeat_cmd(topics)),
+        ("metrics_scrape", None)]
+    for name, cmd in steps:
         t0 = time.perf_counter()
-        r = await conn.invoke(RemotingCommand.request(code, ext), timeout=60)
-        out[name] = {"ms": round((time.perf_counter() - t0) * 1000, 1), "code": r.code,
-                     "bytes": len(r.body_bytes())}
+        if cmd is None:
+            code, size = await _scrape(metrics_port)
+        else:
+            r = await conn.invoke(cmd, timeout=60)
+            code, size = r.code, len(r.body_bytes())
+        out[name] = {"ms": round((time.perf_counter() - t0) * 1000, 1), "code": code, "bytes": size}
         await asyncio.sleep(0.5)
     conn.close()
     return out

@@ -100,3 +100,6 @@ async def test_metrics_page_in_slices_equals_the_one_piece_page(broker_ctl):
     assert stable(sliced) == stable(whole)
     lags = [line for line in sliced.splitlines() if line.startswith("rocketmq_consumer_lag_messages{")]
     assert len(lags) == 2500
+    lazy = {f.name: f for f in prometheus.collect(broker_ctl, lazy=True)}
+    lag = lazy["rocketmq_consumer_lag_messages"]
+    assert lag.samples == [] and lag.rows is not None  # made while rendering, a slice per loop turn
