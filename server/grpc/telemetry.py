@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import structlog
 from google.protobuf.duration_pb2 import Duration
@@ -62,20 +63,20 @@ class TelemetryChannel:
         self.client_id = client_id
         self.peer = peer
         self.remote_addr = peer
-        self.attrs: dict = {}
+        self.attrs: dict[str, Any] = {}
         self.store_host = store_host
-        self.out: asyncio.Queue = asyncio.Queue(OUT_QUEUE_MAX)
+        self.out: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue(OUT_QUEUE_MAX)  # None: end
         self.settings: pb.Settings | None = None
         self.checks_sent = 0
         self.closed = False
-        self.pending: dict[str, asyncio.Future] = {}   # nonce -> the answer a remoting request awaits
+        self.pending: dict[str, asyncio.Future[spb.TelemetryCommand]] = {}   # nonce -> the answer a remoting request awaits
 
-    def invoke_oneway(self, cmd) -> None:
+    def invoke_oneway(self, cmd: RemotingCommand) -> None:
         if cmd.code != RequestCode.CHECK_TRANSACTION_STATE or self.closed:
             return  # e.g. NOTIFY_CONSUMER_IDS_CHANGED: nothing a 5.x client listens to
         ext = cmd.ext_fields
         try:
-            rec = decode_record(bytes(cmd.body))[0]
+            rec = decode_record(cmd.body_bytes())[0]
         except CodecError as e:
             log.error("grpc.check_bad_record", client_id=self.client_id, error=str(e))
             return
@@ -89,18 +90,18 @@ class TelemetryChannel:
         except asyncio.QueueFull:
             log.warning("grpc.telemetry_queue_full", client_id=self.client_id)
 
-    def invoke(self, cmd, timeout: float = 3.0) -> asyncio.Future:
+    def invoke(self, cmd: RemotingCommand, timeout: float = 3.0) -> asyncio.Future[RemotingCommand]:
         """A request to the client, as remoting's Connection.invoke: a future of the response command."""
         return asyncio.ensure_future(self._invoke(cmd, timeout))
 
-    async def _invoke(self, cmd, timeout: float) -> RemotingCommand:
+    async def _invoke(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         if cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO:
             trace = await self.ask(lambda nonce: spb.TelemetryCommand(
                 print_thread_stack_trace_command=spb.PrintThreadStackTraceCommand(nonce=nonce)), timeout)
             return cmd.response(body=fastjson.dumps(self.running_info(trace.thread_stack_trace.thread_stack_trace)))
         if cmd.code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
             try:
-                rec = decode_record(bytes(cmd.body))[0]
+                rec = decode_record(cmd.body_bytes())[0]
             except CodecError as e:
                 return cmd.response(code=ResponseCode.SYSTEM_ERROR, remark=f"not a stored message: {e}")
             msg = convert.to_proto(rec, rec.topic, self.store_host)
@@ -112,7 +113,7 @@ class TelemetryChannel:
             return cmd.response(body=fastjson.dumps(body))
         return cmd.response(code=ResponseCode.SYSTEM_ERROR, remark=f"request code {cmd.code} is not relayed to a gRPC client")
 
-    async def ask(self, make, timeout: float) -> spb.TelemetryCommand:
+    async def ask(self, make: Callable[[str], spb.TelemetryCommand], timeout: float) -> spb.TelemetryCommand:
         """Write the command `make(nonce)` on the stream and wait for the answer carrying that nonce."""
         if self.closed:
             raise ConnectionError(f"gRPC client {self.client_id} has no open Telemetry stream")
@@ -136,10 +137,10 @@ class TelemetryChannel:
         fut.set_result(cmd)
         return True
 
-    def running_info(self, jstack: str) -> dict:
+    def running_info(self, jstack: str) -> dict[str, Any]:
         """ConsumerRunningInfo as Apache's proxy answers for a gRPC consumer: properties, subscriptions, jstack."""
         s = self.settings
-        subs = []
+        subs: list[dict[str, Any]] = []
         if s is not None and s.WhichOneof("pub_sub") == "subscription":
             for e in s.subscription.subscriptions:
                 subs.append({"topic": e.topic.name, "subString": e.expression.expression or "*",
@@ -168,7 +169,7 @@ class TelemetryService:
         self.sessions: dict[str, TelemetryChannel] = {}
         self._grpc_port_of = grpc_port_of
 
-    def server_settings(self, client: pb.Settings, fifo_of) -> pb.Settings:
+    def server_settings(self, client: pb.Settings, fifo_of: Callable[[str], bool]) -> pb.Settings:
         cfg = self.deps.config
         out = pb.Settings()
         if client.HasField("client_type"):
@@ -208,7 +209,9 @@ class TelemetryService:
             p.validate_message_type = False
         return out
 
-    async def serve(self, request_iterator, client_id: str, peer: tuple[str, int], language: str, fifo_of):
+    async def serve(self, request_iterator: AsyncIterator[spb.TelemetryCommand], client_id: str,
+                    peer: tuple[str, int], language: str,
+                    fifo_of: Callable[[str], bool]) -> AsyncIterator[spb.TelemetryCommand]:
         """The Telemetry RPC: an async iterator of the commands to write back."""
         chan = TelemetryChannel(client_id, peer, self.deps.store_host)
         old = self.sessions.get(client_id)
@@ -233,7 +236,8 @@ class TelemetryService:
             del self.sessions[chan.client_id]
         self.deps.clients.channel_closed(chan, reason="telemetry ended")
 
-    async def _read(self, request_iterator, chan: TelemetryChannel, language: str, fifo_of) -> None:
+    async def _read(self, request_iterator: AsyncIterator[spb.TelemetryCommand], chan: TelemetryChannel,
+                    language: str, fifo_of: Callable[[str], bool]) -> None:
         try:
             async for cmd in request_iterator:
                 kind = cmd.WhichOneof("command")
