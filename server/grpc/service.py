@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import structlog
 from google.protobuf.duration_pb2 import Duration
@@ -27,6 +29,7 @@ from server.grpc.v2 import service_pb2 as spb
 from server.grpc.v2 import service_pb2_grpc as sgrpc
 from server.processors.send import SendProcessor
 from storage.store_types import GetStatus
+from storage.topic_config import TopicConfig
 
 log = structlog.get_logger(__name__)
 
@@ -39,7 +42,8 @@ MAX_BATCH = 32
 
 
 def _ms(d: Duration) -> int:
-    return d.seconds * 1000 + d.nanos // 1_000_000
+    ms: int = d.seconds * 1000 + d.nanos // 1_000_000  # protobuf ships no types: its int fields are Any
+    return ms
 
 
 class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
@@ -53,11 +57,14 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         self.rpc_errors = 0
 
     # ---- plumbing ------------------------------------------------------------------------
-    def _check(self, context, needed: dict[str, int]) -> None:
+    # request and response types are the generated messages (server/grpc/v2: not analysed, Any to mypy);
+    # `context` is grpc.aio.ServicerContext (grpcio ships no type information)
+    def _check(self, context: Any, needed: dict[str, int]) -> None:
         md = {k: v for k, v in (context.invocation_metadata() or ())}
         self.auth.check(md, grpc_peer(context)[0], needed)
 
-    async def _unary(self, name: str, resp_cls, context, needed, work):
+    async def _unary(self, name: str, resp_cls: Any, context: Any, needed: dict[str, int],
+                     work: Callable[[], Awaitable[Any]]) -> Any:
         try:
             self._check(context, needed)
             return await work()
@@ -80,15 +87,17 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
     def _topic_name(res: pb.Resource) -> str:
         if not res.name:
             raise GrpcError(Code.ILLEGAL_TOPIC, "topic name is empty")
-        return res.name
+        name: str = res.name
+        return name
 
     @staticmethod
     def _group_name(res: pb.Resource) -> str:
         if not res.name:
             raise GrpcError(Code.ILLEGAL_CONSUMER_GROUP, "consumer group name is empty")
-        return res.name
+        name: str = res.name
+        return name
 
-    def _topic_config(self, topic: str, create: bool = False):
+    def _topic_config(self, topic: str, create: bool = False) -> TopicConfig:
         topics = self.deps.topics
         tcfg = topics.get(topic)
         if tcfg is None and create:
@@ -98,12 +107,12 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         return tcfg
 
     # ---- route / heartbeat / telemetry ---------------------------------------------------
-    async def QueryRoute(self, request, context):
-        async def work():
+    async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
+        async def work() -> spb.QueryRouteResponse:
             topic = self._topic_name(request.topic)
             tcfg = self._topic_config(topic, create=True)
             broker = self._broker_entry(request.endpoints)
-            queues = []
+            queues: list[pb.MessageQueue] = []
             for qid in range(max(tcfg.read_queue_nums, tcfg.write_queue_nums)):
                 r, w = qid < tcfg.read_queue_nums and tcfg.readable, qid < tcfg.write_queue_nums and tcfg.writeable
                 perm = pb.READ_WRITE if r and w else pb.READ if r else pb.WRITE if w else pb.NONE
@@ -112,14 +121,15 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return spb.QueryRouteResponse(status=OK, message_queues=queues)
         return await self._unary("QueryRoute", spb.QueryRouteResponse, context, {}, work)
 
-    async def Heartbeat(self, request, context):
-        async def work():
+    async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
+        async def work() -> spb.HeartbeatResponse:
             md = dict(context.invocation_metadata() or ())
             self.telemetry.refresh(md.get("x-mq-client-id", ""))
             return spb.HeartbeatResponse(status=OK)
         return await self._unary("Heartbeat", spb.HeartbeatResponse, context, {}, work)
 
-    async def Telemetry(self, request_iterator, context):
+    async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],
+                        context: Any) -> AsyncIterator[spb.TelemetryCommand]:
         md = dict(context.invocation_metadata() or ())
         try:
             self._check(context, {})
@@ -131,8 +141,9 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
                                               md.get("x-mq-language", "OTHER"), self.pop.is_fifo):
             yield cmd
 
-    async def NotifyClientTermination(self, request, context):
-        async def work():
+    async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
+                                      context: Any) -> spb.NotifyClientTerminationResponse:
+        async def work() -> spb.NotifyClientTerminationResponse:
             md = dict(context.invocation_metadata() or ())
             chan = self.telemetry.sessions.get(md.get("x-mq-client-id", ""))
             if chan is not None:
@@ -141,10 +152,11 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         return await self._unary("NotifyClientTermination", spb.NotifyClientTerminationResponse, context, {}, work)
 
     # ---- consumption (pop) ---------------------------------------------------------------
-    async def QueryAssignment(self, request, context):
+    async def QueryAssignment(self, request: spb.QueryAssignmentRequest,
+                              context: Any) -> spb.QueryAssignmentResponse:
         topic, group = request.topic.name, request.group.name
 
-        async def work():
+        async def work() -> spb.QueryAssignmentResponse:
             self._topic_name(request.topic)
             self.pop.group_config(self._group_name(request.group))
             tcfg = self._topic_config(topic)
@@ -155,7 +167,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return spb.QueryAssignmentResponse(status=OK, assignments=[pb.Assignment(message_queue=mq)])
         return await self._unary("QueryAssignment", spb.QueryAssignmentResponse, context, needs(topic, group), work)
 
-    def _deadline(self, context, long_polling: Duration | None, has_lp: bool) -> float:
+    def _deadline(self, context: Any, long_polling: Duration | None, has_lp: bool) -> float:
         loop = asyncio.get_running_loop()
         wait = _ms(long_polling) / 1000 if has_lp else DEFAULT_LONG_POLLING_S
         remaining = context.time_remaining()
@@ -169,7 +181,8 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             raise GrpcError(Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filtering is not supported; use a TAG expression")
         return TagFilter(expr.expression)
 
-    async def ReceiveMessage(self, request, context):
+    async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
+                             context: Any) -> AsyncIterator[spb.ReceiveMessageResponse]:
         topic, group = request.message_queue.topic.name, request.group.name
         try:
             self._check(context, needs(topic, group))
@@ -211,12 +224,13 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             yield spb.ReceiveMessageResponse(message=m)
         yield spb.ReceiveMessageResponse(delivery_timestamp=convert.timestamp_ms(int(time.time() * 1000)))
 
-    async def AckMessage(self, request, context):
+    async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
         topic, group = request.topic.name, request.group.name
 
-        async def work():
+        async def work() -> spb.AckMessageResponse:
             self.pop.group_config(self._group_name(request.group))
-            out, failed = [], 0
+            out: list[spb.AckMessageResultEntry] = []
+            failed = 0
             for e in request.entries:
                 try:
                     self.pop.ack(group, topic, e.receipt_handle)
@@ -235,10 +249,11 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return spb.AckMessageResponse(status=top, entries=out)
         return await self._unary("AckMessage", spb.AckMessageResponse, context, needs(topic, group), work)
 
-    async def ChangeInvisibleDuration(self, request, context):
+    async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
+                                      context: Any) -> spb.ChangeInvisibleDurationResponse:
         topic, group = request.topic.name, request.group.name
 
-        async def work():
+        async def work() -> spb.ChangeInvisibleDurationResponse:
             self.pop.group_config(self._group_name(request.group))
             ms = _ms(request.invisible_duration)
             if not 0 <= ms <= MAX_INVISIBLE_MS:
@@ -248,10 +263,11 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         return await self._unary("ChangeInvisibleDuration", spb.ChangeInvisibleDurationResponse, context,
                                  needs(topic, group), work)
 
-    async def ForwardMessageToDeadLetterQueue(self, request, context):
+    async def ForwardMessageToDeadLetterQueue(self, request: spb.ForwardMessageToDeadLetterQueueRequest,
+                                              context: Any) -> spb.ForwardMessageToDeadLetterQueueResponse:
         topic, group = request.topic.name, request.group.name
 
-        async def work():
+        async def work() -> spb.ForwardMessageToDeadLetterQueueResponse:
             self.pop.group_config(self._group_name(request.group))
             await self.pop.forward_to_dlq(group, topic, request.receipt_handle)
             return spb.ForwardMessageToDeadLetterQueueResponse(status=OK)
@@ -266,10 +282,10 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             raise GrpcError(Code.BAD_REQUEST, f"topic {topic} has no queue {mq.id}")
         return topic, mq.id
 
-    async def UpdateOffset(self, request, context):
+    async def UpdateOffset(self, request: spb.UpdateOffsetRequest, context: Any) -> spb.UpdateOffsetResponse:
         topic, group = request.message_queue.topic.name, request.group.name
 
-        async def work():
+        async def work() -> spb.UpdateOffsetResponse:
             t, qid = self._queue_of(request.message_queue)
             if request.offset < 0:
                 raise GrpcError(Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
@@ -277,10 +293,10 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return spb.UpdateOffsetResponse(status=OK)
         return await self._unary("UpdateOffset", spb.UpdateOffsetResponse, context, needs(topic, group), work)
 
-    async def GetOffset(self, request, context):
+    async def GetOffset(self, request: spb.GetOffsetRequest, context: Any) -> spb.GetOffsetResponse:
         topic, group = request.message_queue.topic.name, request.group.name
 
-        async def work():
+        async def work() -> spb.GetOffsetResponse:
             t, qid = self._queue_of(request.message_queue)
             off = self.deps.offsets.query(self._group_name(request.group), t, qid)
             if off < 0:
@@ -288,10 +304,10 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return spb.GetOffsetResponse(status=OK, offset=off)
         return await self._unary("GetOffset", spb.GetOffsetResponse, context, needs(topic, group), work)
 
-    async def QueryOffset(self, request, context):
+    async def QueryOffset(self, request: spb.QueryOffsetRequest, context: Any) -> spb.QueryOffsetResponse:
         topic = request.message_queue.topic.name
 
-        async def work():
+        async def work() -> spb.QueryOffsetResponse:
             t, qid = self._queue_of(request.message_queue)
             store = self.deps.store
             policy = request.query_offset_policy
@@ -307,7 +323,8 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return spb.QueryOffsetResponse(status=OK, offset=max(0, off))
         return await self._unary("QueryOffset", spb.QueryOffsetResponse, context, needs(topic), work)
 
-    async def PullMessage(self, request, context):
+    async def PullMessage(self, request: spb.PullMessageRequest,
+                          context: Any) -> AsyncIterator[spb.PullMessageResponse]:
         topic, group = request.message_queue.topic.name, request.group.name
         try:
             self._check(context, needs(topic, group))
