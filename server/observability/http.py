@@ -47,10 +47,9 @@ class MetricsHttpServer:
                 status, ctype = b"200 OK", b"text/plain; version=0.0.4; charset=utf-8"
             else:
                 body, status, ctype = b"not found\n", b"404 Not Found", b"text/plain"
-            writer.write(
+            writer.writelines([  # the body is not copied into one buffer with the head (1.5 MB at 10,000 groups)
                 b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype
-                + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body
-            )
+                + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n", body])
             await writer.drain()
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             pass

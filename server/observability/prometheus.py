@@ -311,6 +311,7 @@ def render(families: Iterable[Family]) -> str:
 async def render_sliced(families: Iterable[Family], slice_n: int = 500) -> str:
     """`render` (the same text) yielding to the loop every `slice_n` samples."""
     lines: list[str] = []
+    chunks: list[str] = []  # each slice's lines joined in its own turn: the last turn joins a few big strings
     done = 0
     for f in families:
         samples: Iterable[Sample] = f.samples if f.rows is None else \
@@ -324,5 +325,9 @@ async def render_sliced(families: Iterable[Family], slice_n: int = 500) -> str:
             _sample_lines(lines, f, s)
             done += 1
             if done % slice_n == 0:
+                chunks.append("\n".join(lines))
+                lines.clear()
                 await asyncio.sleep(0)
-    return "\n".join(lines) + "\n"
+    if lines:
+        chunks.append("\n".join(lines))
+    return "\n".join(chunks) + "\n"

@@ -1,0 +1,78 @@
+"""A short probe of the delay_lateness 10k scenario for alternating A/B runs of two trees:
+`python -m bench.lateness_probe [rate] [seconds] [--profile OUT]` (run from the tree to measure).
+
+One broker (ASYNC_FLUSH, levels 1s 2s 3s 4s), the paced sender and the long-poll consumer of
+`bench.delay.lateness_run`, `rate` msg/s for `seconds` (10,000 for 10 s: 100,000 messages); prints one
+JSON line: lateness percentiles (delivered STORETIMESTAMP - send time - level delay), the sender's round
+trip p99 and the broker's CPU seconds for the whole run (start-up included: a run at 10 msg/s gives the
+baseline). `--profile OUT` runs the broker under cProfile (stats in OUT; lateness then means nothing)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.broker_core import _create
+from bench.common import HOST, pick_port, store_base
+from bench.procs import run_parallel
+
+TOPIC = "BenchLate"
+QUEUES = 8
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def probe(rate: int, seconds: float, profile: str | None = None) -> dict:
+    work = tempfile.mkdtemp(prefix="lateness-probe-", dir=store_base())
+    port = pick_port()
+    conf = os.path.join(work, "broker.conf")
+    with open(conf, "w") as f:
+        f.write("flushDiskType=ASYNC_FLUSH\nmessageDelayLevel=1s 2s 3s 4s\ngrpcListenPort=0\n")
+    prof = ["-m", "cProfile", "-o", profile] if profile else []
+    argv = [sys.executable, *prof, "-m", "server", "--store", os.path.join(work, "store"), "--port", str(port),
+            "--config", conf, "--log-level", "warning"]
+    with open(os.path.join(work, "broker.stderr"), "wb") as err:
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err)
+    try:
+        assert p.stdout is not None
+        for line in p.stdout:
+            if b"ready" in line:
+                break
+        addr = f"{HOST}:{port}"
+        _create(addr, TOPIC, QUEUES)
+        n = int(rate * seconds)
+        cons, prod = run_parallel([
+            ("consume", dict(addr=addr, topic=TOPIC, queues=QUEUES, expected=n, deadline_s=seconds * 3 + 30)),
+            ("send_paced", dict(addr=addr, topic=TOPIC, rate=rate, duration_s=seconds, queues=QUEUES, conns=2,
+                                levels=[1, 2, 3, 4], level_delays_ms=[1000, 2000, 3000, 4000],
+                                start_at=time.time() + 2.0))])
+        cpu = _cpu_s(p.pid)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(60)
+    return {"rate": rate, "n": n, "received": cons.get("received"), "lateness_ms": cons.get("lateness_ms"),
+            "send_rtt_p99_us": prod.get("send_rtt_us", {}).get("p99"), "broker_cpu_s": cpu}
+
+
+def main(argv: list[str]) -> None:
+    profile = None
+    if "--profile" in argv:
+        i = argv.index("--profile")
+        profile = argv[i + 1]
+        argv = argv[:i] + argv[i + 2:]
+    rate = int(argv[0]) if argv else 10000
+    seconds = float(argv[1]) if len(argv) > 1 else 10.0
+    print(json.dumps(probe(rate, seconds, profile)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
