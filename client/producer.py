@@ -12,6 +12,7 @@ from typing import TypedDict, Unpack
 import structlog
 
 from codec.batch import encode_batch
+from codec.codes import ResponseCode
 from codec.msgid import decode_offset_msg_id, new_uniq_id
 from codec.properties import properties_to_string
 
@@ -33,9 +34,13 @@ from .message import (
 log = structlog.get_logger(__name__)
 
 # codes after which the Java producer tries another queue/broker
-_RETRYABLE = {w.TOPIC_NOT_EXIST, 14, w.SYSTEM_ERROR, 16, 204, 205}
-_SEND_OK = {0: SendStatus.SEND_OK, 10: SendStatus.FLUSH_DISK_TIMEOUT, 11: SendStatus.SLAVE_NOT_AVAILABLE,
-            12: SendStatus.FLUSH_SLAVE_TIMEOUT}
+# the codes on which Java's DefaultMQProducerImpl retries another broker (MQClientAPIImpl's
+# retryResponseCodes) and the four it reports as a SendStatus
+_RETRYABLE = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
+              ResponseCode.NO_PERMISSION, ResponseCode.NO_BUYER_ID, ResponseCode.NOT_IN_CURRENT_UNIT}
+_SEND_OK: dict[int, SendStatus] = {ResponseCode.SUCCESS: SendStatus.SEND_OK, ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+            ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+            ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT}
 
 QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
 
