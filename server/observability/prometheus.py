@@ -109,11 +109,12 @@ def _process_families() -> list[Family]:
 
 
 def lag_pairs(broker: BrokerController, keys: Iterable[str] | None = None) -> list[tuple[str, str, int]]:
-    """(topic, group, lag) of each topic@group of `keys` (default: all, in name order)."""
+    """(topic, group, lag) of each topic@group of `keys` (default: all, in the table's order: sorting
+    10,000 keys on the loop was a few ms of the scrape, and Prometheus does not need an order)."""
     table = broker.offsets.table
     max_offset = broker.started_store.max_offset
     out = []
-    for key in sorted(table) if keys is None else keys:
+    for key in list(table) if keys is None else keys:
         queues = table.get(key)
         if queues is None:
             continue
@@ -124,7 +125,7 @@ def lag_pairs(broker: BrokerController, keys: Iterable[str] | None = None) -> li
 
 async def lag_pairs_sliced(broker: BrokerController, slice_n: int = 1000) -> list[tuple[str, str, int]]:
     """`lag_pairs` yielding to the loop every `slice_n` keys (10,000 groups: ~40 ms in one piece)."""
-    keys = sorted(broker.offsets.table)
+    keys = list(broker.offsets.table)
     out: list[tuple[str, str, int]] = []
     for i in range(0, len(keys), slice_n):
         if i:
@@ -161,16 +162,16 @@ def collect(broker: BrokerController, lags: list[tuple[str, str, int]] | None = 
 
     puts = dict(broker.counters.put_counters)
     fam("rocketmq_messages_in_total", "counter", "Messages stored, by the topic they were stored in.",
-        ((L(topic=t), c[0].value) for t, c in sorted(puts.items())))
+        ((L(topic=t), c[0].value) for t, c in puts.items()))
     fam("rocketmq_throughput_in_total", "counter", "Bytes stored (whole records), by topic.",
-        ((L(topic=t), c[1].value) for t, c in sorted(puts.items())))
+        ((L(topic=t), c[1].value) for t, c in puts.items()))
     fam("rocketmq_messages_out_total", "counter", "Messages returned to consumers by PULL_MESSAGE.",
-        ((L(topic=t, consumer_group=g), c.value) for (t, g), c in sorted(broker.counters.pull_counters.items())))
+        ((L(topic=t, consumer_group=g), c.value) for (t, g), c in list(broker.counters.pull_counters.items())))
     clients = broker.clients
     fam("rocketmq_producer_connections", "gauge", "Producer connections (heartbeating producers).",
         [(L(), sum(len(ch) for ch in clients.producers.values()))])
     fam("rocketmq_consumer_connections", "gauge", "Consumer connections, by consumer group.",
-        ((L(consumer_group=g), len(info.channels)) for g, info in sorted(clients.consumers.items())))
+        ((L(consumer_group=g), len(info.channels)) for g, info in list(clients.consumers.items())))
     fam("rocketmq_consumer_lag_messages", "gauge", "Messages stored but not yet committed by the group.",
         ((L(topic=topic, consumer_group=group), lag)
          for topic, group, lag in (lag_pairs(broker) if lags is None else lags)))
