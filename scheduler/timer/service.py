@@ -286,13 +286,16 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
         """`flush` with every fdatasync in an executor thread (scheduler.durable): the loop only takes
         descriptors and writes the checkpoint's fields between the two syncs."""
         loop = asyncio.get_running_loop()
-        read_ms, queue_offset = self.commit_read_ms, self.commit_queue_offset
+        queue_offset = self.commit_queue_offset  # enqueued below it = in the timerlog below `pos`
         files = self.files()
         pos, fds = files.timerlog.flush_plan()
         fds += [files.wheel.sync_fd(), *files.progress_file.sync_fds()]
         await loop.run_in_executor(None, sync_and_close, fds)
         files.timerlog.flushed(pos)
-        files.checkpoint.record(read_ms, pos, queue_offset, int(time.time() * 1000))
+        # the read clock as it is NOW: the putter advanced it (and wrote it into the mapping,
+        # set_read_time) while the thread synced; the value from before the sync would move the
+        # checkpoint back and a restart would deliver those slots again
+        files.checkpoint.record(self.commit_read_ms, pos, queue_offset, int(time.time() * 1000))
         await loop.run_in_executor(None, sync_and_close, [files.checkpoint.sync_fd()])
 
     # ---- events / ids --------------------------------------------------------------------

@@ -93,6 +93,22 @@ async def test_the_flush_task_makes_the_checkpoint_name_the_flushed_timerlog(mak
     await h.close()
 
 
+async def test_a_flush_never_moves_the_checkpoint_read_clock_back(make_harness):
+    """The putter advances the read clock while a flush's sync runs in its thread: the checkpoint the
+    flush then writes keeps the newer clock (a kill -9 after it must not re-deliver those slots)."""
+    h = make_harness(flush_interval_ms=3_600_000)  # the periodic flush stays out of the way
+    cp = h.timer.files().checkpoint
+    flushing = asyncio.ensure_future(h.timer.flush_async())
+    await asyncio.sleep(0)  # the flush took its positions and waits for the sync thread
+    newer = h.timer.commit_read_ms + 10 * h.timer.config.precision_ms
+    h.timer.commit_read_ms = newer  # what the putter does when a slot is done (dequeue.py)
+    cp.set_read_time(newer)
+    await flushing
+    with open(os.path.join(h.root, "config", "timercheck"), "rb") as f:
+        assert CHECK.unpack_from(f.read(), 0)[0] == newer == cp.last_read_time_ms
+    await h.close()
+
+
 async def test_restart_truncates_torn_units_and_revises_wheel(make_harness, tmp_path):
     h = make_harness()
     t = now_ms() + 1500
