@@ -88,23 +88,19 @@ def _stalls(stderr: Path, t0: float, t1: float) -> dict:
     except OSError:
         lines = []
     for line in lines:
-        if '"loop.gc_pause"' in line:
-            try:
-                d = json.loads(line)
-                ts = datetime.fromisoformat(str(d.get("timestamp")).replace("Z", "+00:00")).timestamp()
-            except ValueError:
-                continue
-            if t0 <= ts <= t1:
-                gc_pauses.append((float(d.get("ms", 0)), int(d.get("generation", -1))))
-            continue
-        if '"loop.stall"' not in line:
+        event = "gc" if '"loop.gc_pause"' in line else "stall" if '"loop.stall"' in line else None
+        if event is None:
             continue
         try:
             d = json.loads(line)
             ts = datetime.fromisoformat(str(d.get("timestamp")).replace("Z", "+00:00")).timestamp()
         except ValueError:
             continue
-        if t0 <= ts <= t1:
+        if not t0 <= ts <= t1:
+            continue
+        if event == "gc":
+            gc_pauses.append((float(d.get("ms", 0)), int(d.get("generation", -1))))
+        else:
             stack = [x.strip() for x in str(d.get("stack") or "").splitlines() if x.strip().startswith("File")]
             found.append((float(d.get("lag_ms", 0)), float(d.get("loop_cpu_ms", 0)), stack[-2:]))
     busy = [f for f in found if f[1] >= f[0] / 2]
