@@ -166,8 +166,8 @@ class PushConsumer:
             self._rebalance_event.clear()
             try:
                 await self.rebalance()
-            except Exception as e:
-                log.warning("rebalance failed", group=self.group, error=str(e))
+            except Exception as e:  # logged and counted; the next interval (or event) tries again
+                self.instance.task_failed("rebalance", e, group=self.group)
 
     async def rebalance(self) -> None:
         async with self._rebalance_lock:
@@ -250,14 +250,22 @@ class PushConsumer:
         while True:
             await wait_event(self._lock_event, 20.0)
             self._lock_event.clear()
-            pqs = dict(self.process_queues)
-            ok = await self._lock(list(pqs))
-            for mq, pq in pqs.items():
-                pq.set_locked(mq in ok)
-            if len(ok) < len(pqs):
-                await asyncio.sleep(1.0)  # do not hammer the broker while another client holds a queue
-                if any(not pq.locked for pq in self.process_queues.values()):
-                    self._lock_event.set()
+            try:
+                await self._lock_round()
+            except Exception as e:  # an orderly consumer whose lock loop died would stop consuming
+                n = self.instance.task_failed("lock", e, group=self.group)
+                await asyncio.sleep(min(10.0, 0.1 * 2 ** min(n, 7)))  # back off, then try again
+                self._lock_event.set()
+
+    async def _lock_round(self) -> None:
+        pqs = dict(self.process_queues)
+        ok = await self._lock(list(pqs))
+        for mq, pq in pqs.items():
+            pq.set_locked(mq in ok)
+        if len(ok) < len(pqs):
+            await asyncio.sleep(1.0)  # do not hammer the broker while another client holds a queue
+            if any(not pq.locked for pq in self.process_queues.values()):
+                self._lock_event.set()
 
     # -- consumption helpers -----------------------------------------------------------------
     async def invoke_listener(self, msg: MessageExt) -> object:

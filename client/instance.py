@@ -118,6 +118,7 @@ class ClientInstance:
         self.producer_groups: set[str] = set()
         self.consumers: dict[str, GroupMember] = {}  # group -> its consumer
         self._tasks: list[asyncio.Task[None]] = []
+        self.task_failures: dict[str, int] = {}  # background chore -> failures so far (task_failed)
         self._ns_index = 0
         self.remoting.register(w.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
 
@@ -131,9 +132,16 @@ class ClientInstance:
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # a periodic chore must not die on one failure
-                    log.warning("periodic task failed", task=name, error=str(e))
+                    self.task_failed(name, e)
 
         self._tasks.append(asyncio.get_running_loop().create_task(run(), name=name))
+
+    def task_failed(self, name: str, exc: BaseException, **context: object) -> int:
+        """Log (with traceback and context) and count one failure of background chore `name`; the chore
+        goes on (its loop backs off by the count it gets back)."""
+        n = self.task_failures[name] = self.task_failures.get(name, 0) + 1
+        log.warning("client.task_failed", task=name, failures=n, error=repr(exc), exc_info=exc, **context)
+        return n
 
     def _forget_task(self, t: asyncio.Task[None]) -> None:
         if t in self._tasks:

@@ -237,3 +237,29 @@ async def test_fire_and_collect_and_oneway(broker, topic):
     assert total == 32
     bodies = [m.body for m in r.messages]
     assert b"oneway" in bodies and bodies.index(b"after") == last.queue_offset
+
+
+async def test_orderly_consumers_lock_loop_survives_an_unexpected_error(broker, topic):
+    """A lock round that raises something unexpected is logged and counted, and the loop locks again
+    (before, the task died silently and the queues' locks were never renewed)."""
+    c = PushConsumer(uniq("OG"), broker.namesrv, listener=lambda m: ConsumeStatus.SUCCESS, orderly=True,
+                     consume_from="first")
+    c.subscribe(topic)
+    real = c._lock
+    calls: list[int] = []
+    relocked = asyncio.Event()
+
+    async def flaky(mqs):
+        calls.append(len(mqs))
+        if len(calls) == 1:
+            raise RuntimeError("injected: one lock round fails unexpectedly")
+        locked = await real(mqs)
+        relocked.set()
+        return locked
+
+    async with c:
+        c._lock = flaky  # after start: the rebalance has locked the queues with the real method
+        c._lock_event.set()
+        await asyncio.wait_for(relocked.wait(), 15)
+        assert c.instance.task_failures.get("lock") == 1
+        assert all(pq.locked for pq in c.process_queues.values()) and c.process_queues
