@@ -221,6 +221,8 @@ def timer_delivery_reference(raw: BytesLike | None, roll: bool, exact_ms: int, e
         qid = int(props.get("REAL_QID", "0"))
     except ValueError:
         qid = 0
+    if not 0 <= qid <= 2**31 - 1:  # not a queue id: queue 0, as the fast path (record_rewrite._qid)
+        qid = 0
     props["TIMER_ENQUEUE_MS"] = str(enqueue_ms)
     props["TIMER_DEQUEUE_MS"] = str(dequeue_ms)
     rec = rewrite_for_delivery(raw, topic, qid, properties_bytes=properties_to_string(props).encode())

@@ -58,6 +58,8 @@ def _odd_strings() -> list[bytes]:
         canon.replace(b"TagA", b"Tag\xff\xfe"),  # invalid UTF-8
         canon.replace(b"REAL_QID\x013", "REAL_QID\x01٣".encode()),  # a non-ASCII digit
         canon.replace(b"REAL_QID\x013", b"REAL_QID\x01x"),  # not a number
+        canon.replace(b"REAL_QID\x013", b"REAL_QID\x01-2"),  # negative: queue 0 (found by the timer fuzz target)
+        canon.replace(b"REAL_QID\x013", b"REAL_QID\x012147483648"),  # past int32: queue 0
         canon.replace(b"\x02REAL_TOPIC\x01Burst", b""),  # no REAL_TOPIC
         canon + b"\x02TIMER_DEL_UNIQKEY\x01Burst+AC11000100002A9F0000000000000001",  # a marker
         canon + b"\x02XREAL_TOPIC\x01y\x02TIMER_ROLL_TIMES\x012",  # a key ending like another; rolled
