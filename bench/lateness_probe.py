@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,6 +60,10 @@ def probe(rate: int, seconds: float, profile: str | None = None) -> dict:
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(60)
+        if os.environ.get("DELAYMQ_PROBE_KEEP"):
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     return {"rate": rate, "n": n, "received": cons.get("received"), "lateness_ms": cons.get("lateness_ms"),
             "send_rtt_p99_us": prod.get("send_rtt_us", {}).get("p99"), "broker_cpu_s": cpu}
 

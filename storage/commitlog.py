@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
+from concurrent.futures import Executor
 
 import structlog
 
@@ -30,10 +31,13 @@ class AppendError(Exception):
 
 
 class CommitLog:
-    def __init__(self, directory: str, file_size: int) -> None:
+    def __init__(self, directory: str, file_size: int, allocator: Executor | None = None) -> None:
+        """`allocator`: where the next segment is made ahead of need (MappedFileQueue.allocate_ahead),
+        asked once the active one is half written; None makes every segment on the put that needs it."""
         self.directory = directory
         self.file_size = file_size
         self.queue = MappedFileQueue(directory, file_size)
+        self.allocator = allocator
         self._blank = bytearray(R.BLANK_LEN)
         self._error_logged_at = -1e9
 
@@ -105,9 +109,17 @@ class CommitLog:
         mf.write_at(start, run[0] if len(run) == 1 else b"".join(run))
         mf.wrote_pos = end
 
+    def allocate_first(self) -> None:
+        """After recovery: an empty CommitLog has its first segment made ahead (the first put renames it)."""
+        if self.allocator is not None and self.queue.last is None:
+            self.queue.allocate_ahead(self.allocator, 0)
+
     def _active(self) -> MappedFile | AppendError:
         try:
-            return self.queue.last_writable()
+            mf = self.queue.last_writable()
+            if mf.wrote_pos >= mf.file_size >> 1 and self.allocator is not None:
+                self.queue.allocate_ahead(self.allocator, mf.file_from_offset + mf.file_size)
+            return mf
         except OSError as e:
             now = time.monotonic()
             if now - self._error_logged_at >= 10.0:  # callers retry (the schedulers every 100 ms)

@@ -17,6 +17,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Literal, overload
 
 import structlog
@@ -71,7 +72,10 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
         # the server start their long-running tasks through it too
         self.supervisor = supervisor if supervisor is not None else Supervisor()
         root = config.store_path
-        self.commitlog = CommitLog(os.path.join(root, "commitlog"), config.mapped_file_size_commitlog)
+        # RocketMQ's AllocateMappedFileService: the next CommitLog segment is made on this thread
+        self._allocator = ThreadPoolExecutor(1, thread_name_prefix="allocate-mapped-file")
+        self.commitlog = CommitLog(os.path.join(root, "commitlog"), config.mapped_file_size_commitlog,
+                                   self._allocator)
         self.cq_root = os.path.join(root, "consumequeue")
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.queue_offsets: dict[tuple[str, int], int] = {}
@@ -100,6 +104,7 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
         """Open and recover the store (see storage.recovery); marks it running (abort file)."""
         os.makedirs(self.config.store_path, exist_ok=True)
         recover(self)
+        self.commitlog.allocate_first()
         self.checkpoint.mark_running()
         self._loaded = True
         return True
@@ -178,6 +183,7 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
             cq.close()
         self.index.close()
         self.commitlog.close()
+        self._allocator.shutdown()
         self._loaded = False
         log.info("store.closed", commitlog_max_offset=cl_max)
 

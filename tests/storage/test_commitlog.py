@@ -8,7 +8,7 @@ import struct
 from codec.record import BLANK_MAGIC_CODE, decode_record
 from storage.consume_queue import UNIT, ConsumeQueue
 from storage.message_store import GetStatus, PutStatus
-from tests.storage.conftest import SEG, open_store, request
+from tests.storage.conftest import SEG, open_store, record, request
 
 
 def test_round_trip_across_segments(store):
@@ -122,3 +122,77 @@ def test_query_by_key_topic_qualified_and_time_range(store):
     ts = res[0].store_timestamp
     assert store.query_by_key("T", "order-1", 10, ts + 1, ts + 2).buffers == []
     assert store.lookup_message_by_offset(res[1].phys_offset).topic == "Other"
+
+
+# ---- segments made ahead of need (RocketMQ's AllocateMappedFileService) ----------------------------
+
+def _fill(cl, n: int, size: int = 1000) -> None:
+    recs = [record(body=b"p" * (size - 120)) for _ in range(n)]
+    phys, err = cl.append_batch(recs, list(range(n)), 1_700_000_000_000)
+    assert err is None and len(phys) == n
+
+
+def test_next_segment_is_made_ahead_once_the_active_one_is_half_written(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from storage.commitlog import CommitLog
+    from storage.mapped_file import AHEAD_SUFFIX
+    pool = ThreadPoolExecutor(1)
+    cl = CommitLog(str(tmp_path / "cl"), SEG, pool)
+    cl.load()
+    cl.allocate_first()
+    _fill(cl, 1)  # the first segment came from the pool (or, not ready yet, was made inline)
+    assert cl.queue.ahead_used + cl.queue.ahead_missed == 1
+    used = cl.queue.ahead_used
+    _fill(cl, 40)  # past half of 64 KiB: the next batch asks for the next segment
+    _fill(cl, 1)
+    pool.shutdown(wait=True)  # the pool's work is done: the next segment waits under its spare name
+    assert sorted(os.listdir(tmp_path / "cl")) == ["00000000000000000000", f"{SEG:020d}{AHEAD_SUFFIX}"]
+    _fill(cl, 30)  # rolls: the ready segment is renamed, not made on this thread
+    assert cl.queue.ahead_used == used + 1 and len(cl.queue.files) == 2
+    assert cl.queue.files[1].path.endswith(f"{SEG:020d}")
+    cl.close()
+    assert sorted(os.listdir(tmp_path / "cl")) == ["00000000000000000000", f"{SEG:020d}"]
+
+
+def test_a_segment_not_ready_in_time_is_made_inline_and_the_late_one_removed(tmp_path):
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from storage.commitlog import CommitLog
+    pool = ThreadPoolExecutor(1)
+    gate = threading.Event()
+    pool.submit(gate.wait)  # the pool is busy: what is asked next cannot be ready
+    try:
+        cl = CommitLog(str(tmp_path / "cl"), SEG, pool)
+        cl.load()
+        cl.allocate_first()
+        _fill(cl, 1)  # the first segment: made inline
+        _fill(cl, 40)
+        _fill(cl, 1)  # asks for the second one (queued behind the gate)
+        _fill(cl, 30)  # rolls: made inline too
+        assert (cl.queue.ahead_used, cl.queue.ahead_missed) == (0, 2)
+    finally:
+        gate.set()  # (a failed assertion must not leave the pool's thread waiting at exit)
+    pool.shutdown(wait=True)  # the abandoned ones are made, then removed by their done callback
+    assert sorted(os.listdir(tmp_path / "cl")) == ["00000000000000000000", f"{SEG:020d}"]
+    assert cl.read_record(0) is not None
+    cl.close()
+
+
+def test_close_removes_a_segment_made_ahead_and_load_removes_one_left_by_a_crash(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from storage.commitlog import CommitLog
+    from storage.mapped_file import AHEAD_SUFFIX
+    pool = ThreadPoolExecutor(1)
+    cl = CommitLog(str(tmp_path / "cl"), SEG, pool)
+    cl.load()
+    cl.allocate_first()
+    cl.close()  # waits for the pool's segment and removes it
+    assert os.listdir(tmp_path / "cl") == []
+    (tmp_path / "cl" / f"{0:020d}{AHEAD_SUFFIX}").write_bytes(b"\0" * 4096)  # as kill -9 leaves it
+    cl2 = CommitLog(str(tmp_path / "cl"), SEG, pool)
+    cl2.load()
+    assert os.listdir(tmp_path / "cl") == [] and cl2.queue.last is None
+    pool.shutdown()
