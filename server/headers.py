@@ -218,9 +218,10 @@ def _straight_line(spec: HeaderSpec[H], v2: bool, fallback: Callable[..., H] | N
     fname = f"parse_{spec.record.__name__}{'_v2' if v2 else ''}"
     source = _straight_line_source(spec, v2, fname)
     filename = f"<straight-line parse of {spec.record.__name__}{' (V2 names)' if v2 else ''}>"
-    namespace: dict[str, Any] = {
-        "_fallback": fallback or spec.parse, "_record": spec.record, "_BOOLS": _BOOLS, "_small": _SMALL_INTS,
-        "_INT_MIN": _INT_MIN, "_INT_MAX": _INT_MAX, "_LONG_MIN": _LONG_MIN, "_LONG_MAX": _LONG_MAX}
+    namespace: dict[str, Any] = {  # the generated code's globals; __name__ makes it this module's function
+        "__name__": __name__, "_fallback": fallback or spec.parse, "_record": spec.record, "_BOOLS": _BOOLS,
+        "_small": _SMALL_INTS, "_INT_MIN": _INT_MIN, "_INT_MAX": _INT_MAX, "_LONG_MIN": _LONG_MIN,
+        "_LONG_MAX": _LONG_MAX}
     exec(compile(source, filename, "exec"), namespace)  # our own text, written from the declaration
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for inspect, tracebacks
     fn: Callable[..., H] = namespace[fname]
