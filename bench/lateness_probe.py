@@ -5,7 +5,10 @@ One broker (ASYNC_FLUSH, levels 1s 2s 3s 4s), the paced sender and the long-poll
 `bench.delay.lateness_run`, `rate` msg/s for `seconds` (10,000 for 10 s: 100,000 messages); prints one
 JSON line: lateness percentiles (delivered STORETIMESTAMP - send time - level delay), the sender's round
 trip p99 and the broker's CPU seconds for the whole run (start-up included: a run at 10 msg/s gives the
-baseline). `--profile OUT` runs the broker under cProfile (stats in OUT; lateness then means nothing)."""
+baseline). `--profile OUT` runs the broker under cProfile (stats in OUT; lateness then means nothing).
+`DELAYMQ_PROBE_WRAP="valgrind --tool=callgrind --callgrind-out-file=F"` runs it under that command: at a
+low rate (batches of one either way) the instruction count per message compares two trees without the
+noise of a shared host; `DELAYMQ_PROBE_KEEP=1` keeps the store and the broker's stderr."""
 
 from __future__ import annotations
 
@@ -39,7 +42,8 @@ def probe(rate: int, seconds: float, profile: str | None = None) -> dict:
     with open(conf, "w") as f:
         f.write("flushDiskType=ASYNC_FLUSH\nmessageDelayLevel=1s 2s 3s 4s\ngrpcListenPort=0\n")
     prof = ["-m", "cProfile", "-o", profile] if profile else []
-    argv = [sys.executable, *prof, "-m", "server", "--store", os.path.join(work, "store"), "--port", str(port),
+    wrap = os.environ.get("DELAYMQ_PROBE_WRAP", "").split()  # e.g. valgrind --tool=callgrind (instruction counts)
+    argv = [*wrap, sys.executable, *prof, "-m", "server", "--store", os.path.join(work, "store"), "--port", str(port),
             "--config", conf, "--log-level", "warning"]
     with open(os.path.join(work, "broker.stderr"), "wb") as err:
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err)
