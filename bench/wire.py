@@ -13,7 +13,13 @@ import itertools
 import struct
 from collections.abc import Callable
 
-from codec.codes import SERIALIZE_ROCKETMQ, PullSysFlag, RequestCode
+from codec.codes import (
+    DEFAULT_TOPIC,
+    SERIALIZE_ROCKETMQ,
+    PullSysFlag,
+    RequestCode,
+    create_send_message_request_header_v2,
+)
 from codec.command import RemotingCommand
 from codec.frame import FrameDecoder, encode_frame_bytes
 
@@ -126,9 +132,10 @@ async def connect(addr: str) -> Conn:
 
 def send_cmd(topic: str, body: bytes, queue_id: int, properties: str = "", born_ts: int | str = 0,
              group: str = "bench_pg") -> RemotingCommand:
-    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {
-        "a": group, "b": topic, "c": "TBW102", "d": 4, "e": queue_id, "f": 0, "g": born_ts, "h": 0,
-        "i": properties, "j": 0, "k": "false", "l": 16}, body)
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, create_send_message_request_header_v2({
+        "producerGroup": group, "topic": topic, "defaultTopic": DEFAULT_TOPIC, "defaultTopicQueueNums": 4,
+        "queueId": queue_id, "sysFlag": 0, "bornTimestamp": born_ts, "flag": 0, "properties": properties,
+        "reconsumeTimes": 0, "unitMode": "false", "maxReconsumeTimes": 16}), body)
 
 
 def props_string(props: dict[str, str]) -> str:

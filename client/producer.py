@@ -12,7 +12,7 @@ from typing import TypedDict, Unpack
 import structlog
 
 from codec.batch import encode_batch
-from codec.codes import ResponseCode
+from codec.codes import ResponseCode, SendMessageRequestHeaderV2
 from codec.msgid import decode_offset_msg_id, new_uniq_id
 from codec.properties import properties_to_string
 
@@ -62,6 +62,22 @@ class SendOptions(TypedDict, total=False):
     selector: QueueSelector | None
     arg: object
     timeout: float | None
+
+
+def send_message_header_v2(group: str, topic: str, mq: MessageQueue, sys_flag: int, born_timestamp: int,
+                           flag: int, properties: str, batch: bool) -> dict[str, str]:
+    """The extFields of one SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE, as the Java 4.9.x producer
+    (DefaultMQProducerImpl.sendKernelImpl) fills SendMessageRequestHeader, under codec's V2 letters:
+    every value a string, booleans "true"/"false", maxReconsumeTimes (16) only on a %RETRY% topic.
+    Per message: the keys are codec's SendMessageRequestHeaderV2 attributes, no table walk."""
+    v2 = SendMessageRequestHeaderV2
+    h = {v2.producerGroup: group, v2.topic: topic, v2.defaultTopic: w.DEFAULT_TOPIC, v2.defaultTopicQueueNums: "4",
+         v2.queueId: str(mq.queue_id), v2.sysFlag: str(sys_flag), v2.bornTimestamp: str(born_timestamp),
+         v2.flag: str(flag), v2.properties: properties, v2.reconsumeTimes: "0", v2.unitMode: "false",
+         v2.batch: "true" if batch else "false", v2.bname: mq.broker_name}
+    if topic.startswith(w.RETRY_PREFIX):
+        h[v2.maxReconsumeTimes] = "16"
+    return h
 
 
 def select_by_hash(queues: list[MessageQueue], msg: Message, arg: object) -> MessageQueue:
@@ -131,14 +147,6 @@ class Producer:
         return q if q is not None else await self._load_queues(topic)
 
     # -- send --------------------------------------------------------------------------------
-    def _header(self, msg: Message, mq: MessageQueue, props: str, sys_flag: int, batch: bool) -> dict[str, str]:
-        h = {"a": self.group, "b": msg.topic, "c": w.DEFAULT_TOPIC, "d": "4", "e": str(mq.queue_id),
-             "f": str(sys_flag), "g": str(int(time.time() * 1000)), "h": str(msg.flag), "i": props,
-             "j": "0", "k": "false", "m": "true" if batch else "false", "n": mq.broker_name}
-        if msg.topic.startswith(w.RETRY_PREFIX):
-            h["l"] = "16"
-        return h
-
     def _prepare(self, msg: Message) -> tuple[bytes, int, dict[str, str]]:
         props = msg.build_properties()
         props.setdefault(UNIQ_KEY, new_uniq_id())
@@ -172,7 +180,8 @@ class Producer:
                 mq = self._pick(queues, tried)
             tried.add(mq.broker_name)
             cmd = w.request(w.SEND_BATCH_MESSAGE if batch else w.SEND_MESSAGE_V2,
-                            self._header(msg, mq, props_s, sys_flag, batch), body)
+                            send_message_header_v2(self.group, msg.topic, mq, sys_flag, int(time.time() * 1000),
+                                                   msg.flag, props_s, batch), body)
             try:
                 if mq.broker_name not in self.instance.broker_addrs:
                     await self._load_queues(msg.topic)
@@ -209,8 +218,9 @@ class Producer:
         props.pop("WAIT", None)
         queues = await self.queues(msg.topic)
         mq = queue or queues[next(self._rr) % len(queues)]
-        cmd = w.request(w.SEND_MESSAGE_V2, self._header(msg, mq, properties_to_string(props), sys_flag, False),
-                        body)
+        header = send_message_header_v2(self.group, msg.topic, mq, sys_flag, int(time.time() * 1000), msg.flag,
+                                        properties_to_string(props), False)
+        cmd = w.request(w.SEND_MESSAGE_V2, header, body)
         await self.instance.oneway_broker(mq.broker_name, cmd)
 
     async def send_batch(self, msgs: Iterable[Message], queue: MessageQueue | None = None,

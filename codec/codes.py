@@ -1,6 +1,10 @@
-"""RocketMQ 4.x request/response codes, language codes, flags and well-known names."""
+"""RocketMQ 4.x request/response codes, language codes, flags, well-known names and the V2 send header's
+short field names."""
 
+from collections.abc import Mapping
 from enum import IntEnum
+from types import MappingProxyType
+from typing import Final, TypeVar
 
 
 class RequestCode(IntEnum):
@@ -247,3 +251,43 @@ NOT_ALLOWED_SEND_TOPICS = frozenset({
     SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
     SELF_TEST_TOPIC, OFFSET_MOVED_EVENT,
 })
+
+
+
+class SendMessageRequestHeaderV2:
+    """SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE carry SendMessageRequestHeader's fields under one-letter
+    names: each attribute is a Java SendMessageRequestHeader field name and its value the V2 extFields
+    key (`SendMessageRequestHeaderV2.topic == "b"`). The one declaration of that layout: server/headers.py's
+    SEND_MESSAGE spec (through SEND_MESSAGE_REQUEST_HEADER_V2), the client's producer and bench/wire.py
+    take their letters from here. n is 4.9.8's broker name (`bname` of RpcRequestHeader)."""
+
+    producerGroup: Final = "a"
+    topic: Final = "b"
+    defaultTopic: Final = "c"
+    defaultTopicQueueNums: Final = "d"
+    queueId: Final = "e"
+    sysFlag: Final = "f"
+    bornTimestamp: Final = "g"
+    flag: Final = "h"
+    properties: Final = "i"
+    reconsumeTimes: Final = "j"
+    unitMode: Final = "k"
+    maxReconsumeTimes: Final = "l"
+    batch: Final = "m"
+    bname: Final = "n"
+
+
+# the same layout as a mapping, SendMessageRequestHeader field name -> V2 key, in Java's order
+SEND_MESSAGE_REQUEST_HEADER_V2: Mapping[str, str] = MappingProxyType({
+    name: short for name, short in vars(SendMessageRequestHeaderV2).items() if not name.startswith("_")})
+
+_V = TypeVar("_V")
+
+
+def create_send_message_request_header_v2(fields: Mapping[str, _V]) -> dict[str, _V]:
+    """The SEND_MESSAGE_V2 extFields for a SendMessageRequestHeader given by its Java field names (as
+    Java's SendMessageRequestHeaderV2.createSendMessageRequestHeaderV2): same values, same order, each
+    key replaced by its V2 letter. A name that is not a SendMessageRequestHeader field raises KeyError.
+    For tools and tests; the producer's per-message path writes `SendMessageRequestHeaderV2.x` keys."""
+    v2 = SEND_MESSAGE_REQUEST_HEADER_V2
+    return {v2[name]: value for name, value in fields.items()}

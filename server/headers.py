@@ -21,6 +21,8 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, NewType, TypeVar
 
+from codec.codes import SEND_MESSAGE_REQUEST_HEADER_V2
+
 STR, INT, LONG, BOOL = "str", "int", "long", "bool"
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
@@ -65,19 +67,22 @@ def _layout(record: type[Header]) -> list[tuple[str, str, bool]]:
 
 class HeaderSpec(Generic[H]):
     """The parser of one request header layout (`record`, a `Header` subclass). `v2_names`: the V2 short
-    names in field order (SEND_MESSAGE_V2's a..m)."""
+    name of each field (codec.codes.SEND_MESSAGE_REQUEST_HEADER_V2 for SEND_MESSAGE_V2's a..n); every
+    declared field must have one, the table may name fields the record does not read."""
 
     __slots__ = ("record", "fields", "_plan", "_plan_v2")
 
-    def __init__(self, record: type[H], v2_names: str | None = None) -> None:
+    def __init__(self, record: type[H], v2_names: Mapping[str, str] | None = None) -> None:
         layout = _layout(record)
-        if v2_names is not None and len(v2_names) != len(layout):
-            raise TypeError(f"{record.__name__}: {len(v2_names)} V2 names for {len(layout)} fields")
+        if v2_names is not None:
+            missing = [name for name, _, _ in layout if name not in v2_names]
+            if missing:
+                raise TypeError(f"{record.__name__}: no V2 short name for {', '.join(missing)}")
         self.record = record
         # (name, kind, required, V2 short name or None); kind is one of the STR/INT/LONG/BOOL objects
         # (parse compares with `is`)
-        self.fields = tuple((name, kind, req, v2_names[i] if v2_names else None)
-                            for i, (name, kind, req) in enumerate(layout))
+        self.fields = tuple((name, kind, req, v2_names[name] if v2_names is not None else None)
+                            for name, kind, req in layout)
         # (ext key to read, name, kind, required) for the long and the V2 short names
         self._plan = tuple((name, name, kind, req) for name, kind, req, _ in self.fields)
         self._plan_v2 = tuple((short or name, name, kind, req) for name, kind, req, short in self.fields)
@@ -233,7 +238,8 @@ def _straight_line(spec: HeaderSpec[H], v2: bool, fallback: Callable[..., H] | N
 # ---- the headers the processors read (Java's XxxRequestHeader field names) -----------------------
 
 class SendMessageHeader(Header):
-    """SendMessageRequestHeader; V2 (SEND_MESSAGE_V2, batches) names the fields a..m in this order."""
+    """SendMessageRequestHeader; V2 (SEND_MESSAGE_V2, batches) uses the one-letter names of
+    codec.codes.SEND_MESSAGE_REQUEST_HEADER_V2 (the broker does not read n, bname)."""
 
     producerGroup: str
     topic: str
@@ -250,7 +256,7 @@ class SendMessageHeader(Header):
     batch: bool | None
 
 
-SEND_MESSAGE = HeaderSpec(SendMessageHeader, v2_names="abcdefghijklm")
+SEND_MESSAGE = HeaderSpec(SendMessageHeader, v2_names=SEND_MESSAGE_REQUEST_HEADER_V2)
 
 
 class PullMessageHeader(Header):

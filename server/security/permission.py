@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from codec.bodies import parse_heartbeat
 from codec.buffers import Body
-from codec.codes import RETRY_PREFIX, SCHEDULE_TOPIC, RequestCode
+from codec.codes import RETRY_PREFIX, SCHEDULE_TOPIC, RequestCode, SendMessageRequestHeaderV2
 
 DENY, ANY, PUB, SUB = 1, 2, 4, 8
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
@@ -95,9 +95,10 @@ def needed_resources(code: int, ext: dict[str, str], body: Body,
     out: dict[str, int] = {}
     if code == RequestCode.SEND_MESSAGE or code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
         v2 = code != RequestCode.SEND_MESSAGE
-        topic = ext.get("b" if v2 else "topic") or ""
+        # Java's PlainAccessValidator reads "group" (not producerGroup) from a V1 send: kept as it does
+        topic = ext.get(SendMessageRequestHeaderV2.topic if v2 else "topic") or ""
         if topic.startswith(RETRY_PREFIX):
-            out[retry_topic(ext.get("a" if v2 else "group"))] = SUB
+            out[retry_topic(ext.get(SendMessageRequestHeaderV2.producerGroup if v2 else "group"))] = SUB
         else:
             out[topic] = PUB
     elif code == RequestCode.CONSUMER_SEND_MSG_BACK:

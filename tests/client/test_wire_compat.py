@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 from client import Message, Producer
+from client.message import MessageQueue
+from client.producer import send_message_header_v2
 from codec.frame import FrameDecoder, encode_frame_bytes
 from codec.properties import parse_properties
+from server.headers import SEND_MESSAGE, parse_send
+
+GOLDEN_SEND = Path(__file__).resolve().parents[1] / "codec" / "golden" / "send_request.bin"
 
 # remoting-protocol.md §6.2: a..k and m are always sent by DefaultMQProducerImpl.sendKernelImpl (null
 # fields are skipped, booleans travel as "true"/"false"); 4.9.8 adds n (bname). l (maxReconsumeTimes)
@@ -78,3 +84,31 @@ async def test_send_message_v2_header_keys_match_java_client():
     assert set(batch.ext_fields) == JAVA_V2_KEYS and batch.ext_fields["m"] == "true"
     heartbeats = [json.loads(bytes(c.body)) for c in peer.requests if c.code == 34]
     assert heartbeats and {"groupName": "PG_WIRE"} in heartbeats[0]["producerDataSet"]
+
+
+def test_send_message_v2_header_is_the_java_clients_byte_for_byte():
+    """For the fields of the SEND_MESSAGE_V2 the stock Java 4.9.7 producer sent (tests/codec/golden), our
+    producer's header (codec's SendMessageRequestHeaderV2 letters) is the same extFields in the same
+    order: put in the Java frame, it encodes to the captured bytes. The broker reads it into the record
+    the long-name (SEND_MESSAGE) form of the same fields gives."""
+    raw = GOLDEN_SEND.read_bytes()
+    [java] = FrameDecoder().feed(raw)
+    j = java.ext_fields
+    ours = send_message_header_v2(group=j["a"], topic="GoldenTopic", mq=MessageQueue("GoldenTopic", "broker-a", 2),
+                                  sys_flag=0, born_timestamp=int(j["g"]), flag=0, properties=j["i"], batch=False)
+    assert list(ours.items()) == list(j.items())
+    java.ext_fields = ours
+    assert encode_frame_bytes(java) == raw
+    long_form = {"producerGroup": j["a"], "topic": "GoldenTopic", "defaultTopic": "TBW102",
+                 "defaultTopicQueueNums": "4", "queueId": "2", "sysFlag": "0", "bornTimestamp": j["g"], "flag": "0",
+                 "properties": j["i"], "reconsumeTimes": "0", "unitMode": "false", "batch": "false",
+                 "bname": "broker-a"}
+    record = SEND_MESSAGE.parse(long_form).__dict__
+    assert parse_send(ours, True).__dict__ == SEND_MESSAGE.parse(ours, True).__dict__ == record
+    assert record["queueId"] == 2 and record["bornTimestamp"] == int(j["g"]) and record["batch"] is False
+    # a %RETRY% send adds maxReconsumeTimes (l) = 16, as DefaultMQProducerImpl does for retry topics
+    retry = send_message_header_v2(j["a"], "%RETRY%GoldenGroup", MessageQueue("%RETRY%GoldenGroup", "broker-a", 0),
+                                   0, int(j["g"]), 0, j["i"], True)
+    assert retry["l"] == "16" and retry["m"] == "true" and retry["b"] == "%RETRY%GoldenGroup"
+    parsed = parse_send(retry, True)
+    assert (parsed.maxReconsumeTimes, parsed.batch, parsed.topic) == (16, True, "%RETRY%GoldenGroup")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from codec.codes import create_send_message_request_header_v2
 from tests.server.raw import props
 
 SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH = 10, 310, 320
@@ -22,10 +23,7 @@ def send_ext(topic: str, properties: str = "", qid: int = -1, v2: bool = True, b
         v1["maxReconsumeTimes"] = str(max_reconsume)
     if not v2:
         return v1
-    short = dict(zip(["producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
-                      "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes",
-                      "batch"], "abcdefghijklm", strict=True))
-    return {short[k]: v for k, v in v1.items()}
+    return create_send_message_request_header_v2(v1)
 
 
 async def send(c, topic: str, body: bytes, tags: str | None = None, keys: str | None = None, qid: int = -1,

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from codec.codes import SEND_MESSAGE_REQUEST_HEADER_V2, create_send_message_request_header_v2
 from server import headers as H
 
 
@@ -14,6 +15,29 @@ def test_v2_short_names_map_to_v1_fields():
     assert (h.producerGroup, h.topic, h.defaultTopicQueueNums, h.queueId) == ("PG", "T", 4, -1)
     assert h.bornTimestamp == 1700000000000 and h.batch is True and h.unitMode is False
     assert h.reconsumeTimes is None
+
+
+def test_send_spec_takes_its_v2_names_from_the_codec_table():
+    """One declaration of SendMessageRequestHeaderV2: the spec's letters are codec's, and a V2 ext built
+    from long names with codec's helper parses into the record the long-name (SEND_MESSAGE) ext gives."""
+    assert [(name, short) for name, _, _, short in H.SEND_MESSAGE.fields] == [
+        (name, SEND_MESSAGE_REQUEST_HEADER_V2[name]) for name, *_ in H.SEND_MESSAGE.fields]
+    assert sorted(SEND_MESSAGE_REQUEST_HEADER_V2.values()) == list("abcdefghijklmn")
+    long_form = {"producerGroup": "PG", "topic": "%RETRY%CG", "defaultTopic": "TBW102",
+                 "defaultTopicQueueNums": "4", "queueId": "3", "sysFlag": "0", "bornTimestamp": "1700000000000",
+                 "flag": "0", "properties": "WAIT\x01true", "reconsumeTimes": "2", "unitMode": "false",
+                 "maxReconsumeTimes": "16", "batch": "true", "bname": "broker-a"}
+    v2 = create_send_message_request_header_v2(long_form)
+    assert v2 == {"a": "PG", "b": "%RETRY%CG", "c": "TBW102", "d": "4", "e": "3", "f": "0",
+                  "g": "1700000000000", "h": "0", "i": "WAIT\x01true", "j": "2", "k": "false", "l": "16",
+                  "m": "true", "n": "broker-a"}
+    assert H.parse_send(v2, True).__dict__ == H.SEND_MESSAGE.parse(long_form).__dict__
+    assert H.parse_send(long_form, False).__dict__ == H.SEND_MESSAGE.parse(long_form).__dict__
+    with pytest.raises(TypeError, match="no V2 short name for onlyHere"):
+        H.HeaderSpec(type("Odd", (H.Header,), {"__annotations__": {"topic": str, "onlyHere": str}}),
+                     v2_names=SEND_MESSAGE_REQUEST_HEADER_V2)
+    with pytest.raises(KeyError):
+        create_send_message_request_header_v2({"group": "PG"})
 
 
 def test_missing_required_field_is_named():
@@ -167,9 +191,10 @@ def test_hot_path_parsers_read_exactly_the_declared_fields():
 
 
 class _SendWithBrokerName(H.SendMessageHeader):
-    """RocketMQ 5's SendMessageRequestHeaderV2 adds n = brokerName: one more declared field."""
+    """SendMessageRequestHeaderV2's n (bname, the broker name), which the broker does not read: one more
+    declared field."""
 
-    brokerName: str | None
+    bname: str | None
 
 
 class _EveryKind(H.Header):
@@ -184,9 +209,9 @@ class _EveryKind(H.Header):
 
 
 def test_a_field_added_to_the_declaration_is_read_by_the_generated_parser():
-    spec = H.HeaderSpec(_SendWithBrokerName, v2_names="abcdefghijklmn")
+    spec = H.HeaderSpec(_SendWithBrokerName, v2_names=SEND_MESSAGE_REQUEST_HEADER_V2)
     h = spec.straight_line_v2(fallback=_no_fallback)(_JAVA_SEND, True)
-    assert h.brokerName == "broker-a" and h.topic == "T" and h.bornTimestamp == 1700000000000
+    assert h.bname == "broker-a" and h.topic == "T" and h.bornTimestamp == 1700000000000
     assert h.__dict__ == spec.parse(_JAVA_SEND, True).__dict__
     every = H.HeaderSpec(_EveryKind)
     ext = {"name": "n", "count": "7", "offset": str(1 << 40), "enabled": "true", "note": "x", "limit": "2000",
