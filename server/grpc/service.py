@@ -22,7 +22,7 @@ from server.grpc.deps import GrpcDeps
 from server.grpc.pop import PopService
 from server.grpc.pop_model import TagFilter, decode_handle
 from server.grpc.service_send import SendRpcs, grpc_peer
-from server.grpc.status import OK, Code, GrpcError, status
+from server.grpc.status import OK, Code, GrpcError, Response, StatusAnswer, status
 from server.grpc.telemetry import TelemetryService
 from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2 as spb
@@ -42,8 +42,7 @@ MAX_BATCH = 32
 
 
 def _ms(d: Duration) -> int:
-    ms: int = d.seconds * 1000 + d.nanos // 1_000_000  # protobuf ships no types: its int fields are Any
-    return ms
+    return d.seconds * 1000 + d.nanos // 1_000_000
 
 
 class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
@@ -57,14 +56,14 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         self.rpc_errors = 0
 
     # ---- plumbing ------------------------------------------------------------------------
-    # request and response types are the generated messages (server/grpc/v2: not analysed, Any to mypy);
-    # `context` is grpc.aio.ServicerContext (grpcio ships no type information)
+    # request and response types are the generated messages, typed by their stubs (server/grpc/v2/*.pyi);
+    # `context` is grpc.aio.ServicerContext
     def _check(self, context: Any, needed: dict[str, int]) -> None:
         md = {k: v for k, v in (context.invocation_metadata() or ())}
         self.auth.check(md, grpc_peer(context)[0], needed)
 
-    async def _unary(self, name: str, resp_cls: Any, context: Any, needed: dict[str, int],
-                     work: Callable[[], Awaitable[Any]]) -> Any:
+    async def _unary(self, name: str, resp_cls: StatusAnswer[Response], context: Any, needed: dict[str, int],
+                     work: Callable[[], Awaitable[Response]]) -> Response:
         try:
             self._check(context, needed)
             return await work()
@@ -167,9 +166,10 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return spb.QueryAssignmentResponse(status=OK, assignments=[pb.Assignment(message_queue=mq)])
         return await self._unary("QueryAssignment", spb.QueryAssignmentResponse, context, needs(topic, group), work)
 
-    def _deadline(self, context: Any, long_polling: Duration | None, has_lp: bool) -> float:
+    def _deadline(self, context: Any, long_polling: Duration | None) -> float:
+        """long_polling: the request's long_polling_timeout, None when it has none (the default wait)."""
         loop = asyncio.get_running_loop()
-        wait = _ms(long_polling) / 1000 if has_lp else DEFAULT_LONG_POLLING_S
+        wait = _ms(long_polling) / 1000 if long_polling is not None else DEFAULT_LONG_POLLING_S
         remaining = context.time_remaining()
         if remaining is not None:
             wait = min(wait, max(0.0, remaining - DEADLINE_MARGIN_S))
@@ -196,7 +196,8 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             batch = request.batch_size
             if batch <= 0:
                 raise GrpcError(Code.BAD_REQUEST, f"batch size {batch} must be positive")
-            deadline = self._deadline(context, request.long_polling_timeout, request.HasField("long_polling_timeout"))
+            deadline = self._deadline(context, request.long_polling_timeout
+                                      if request.HasField("long_polling_timeout") else None)
             # like Apache's proxy, a receive pops from all the broker's readable queues of the topic: the
             # queue a simple consumer names is only its pick of a broker from the route
             deliveries = await self.pop.receive(group, topic, -1, min(batch, MAX_BATCH),
@@ -323,6 +324,15 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return spb.QueryOffsetResponse(status=OK, offset=max(0, off))
         return await self._unary("QueryOffset", spb.QueryOffsetResponse, context, needs(topic), work)
 
+    async def SyncLiteSubscription(self, request: spb.SyncLiteSubscriptionRequest,
+                                   context: Any) -> spb.SyncLiteSubscriptionResponse:
+        """RocketMQ 5.4's lite topics (the lite push consumer) are not served here: answered NOT_IMPLEMENTED in
+        the response's status, as every RPC answers, rather than by grpc's bare UNIMPLEMENTED."""
+        async def work() -> spb.SyncLiteSubscriptionResponse:
+            raise GrpcError(Code.NOT_IMPLEMENTED, "lite topics (SyncLiteSubscription) are not supported by this broker")
+        return await self._unary("SyncLiteSubscription", spb.SyncLiteSubscriptionResponse, context,
+                                 needs(request.topic.name, request.group.name), work)
+
     async def PullMessage(self, request: spb.PullMessageRequest,
                           context: Any) -> AsyncIterator[spb.PullMessageResponse]:
         topic, group = request.message_queue.topic.name, request.group.name
@@ -333,7 +343,8 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             accept = self._filter(request.filter_expression)
             if request.offset < 0:
                 raise GrpcError(Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
-            deadline = self._deadline(context, request.long_polling_timeout, request.HasField("long_polling_timeout"))
+            deadline = self._deadline(context, request.long_polling_timeout
+                                      if request.HasField("long_polling_timeout") else None)
             res = await self.pop.pull(t, qid, request.offset, max(1, min(request.batch_size or MAX_BATCH, MAX_BATCH)),
                                       accept, deadline)
         except GrpcError as e:

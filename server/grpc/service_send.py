@@ -21,7 +21,7 @@ from codec.properties import properties_to_string
 from codec.tags import java_hash
 from server.grpc import convert
 from server.grpc.auth import needs
-from server.grpc.status import OK, Code, GrpcError, from_remoting, status
+from server.grpc.status import OK, Code, GrpcError, Response, StatusAnswer, from_remoting, status
 from server.grpc.telemetry import transaction_id
 from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2 as spb
@@ -64,14 +64,14 @@ class SendRpcs:
     sender: SendProcessor
 
     if TYPE_CHECKING:
-        async def _unary(self, name: str, resp_cls: Any, context: Any, needed: dict[str, int],
-                         work: Callable[[], Awaitable[Any]]) -> Any: ...
+        async def _unary(self, name: str, resp_cls: StatusAnswer[Response], context: Any, needed: dict[str, int],
+                         work: Callable[[], Awaitable[Response]]) -> Response: ...
 
         @staticmethod
         def _topic_name(res: pb.Resource) -> str: ...
 
-    # request and response types are the generated messages (server/grpc/v2: not analysed, Any to mypy);
-    # `context` is grpc.aio.ServicerContext (grpcio ships no type information)
+    # request and response types are the generated messages, typed by their stubs (server/grpc/v2/*.pyi);
+    # `context` is grpc.aio.ServicerContext
     async def SendMessage(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:
         if not request.messages:
             return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no messages"))
@@ -145,7 +145,7 @@ class SendRpcs:
             top = bad[0]
         else:
             top = status(Code.MULTIPLE_RESULTS, f"{len(bad)} of {len(entries)} messages failed")
-        return spb.SendMessageResponse(status=top, entries=entries)
+        return spb.SendMessageResponse(status=top, entries=done)
 
     async def EndTransaction(self, request: spb.EndTransactionRequest, context: Any) -> spb.EndTransactionResponse:
         topic = request.topic.name
