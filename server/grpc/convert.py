@@ -115,7 +115,7 @@ def timestamp_ms(ms: int) -> Timestamp:
     return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
-# apache.rocketmq.v2.MessageType values (a proto enum is an int; the generated module is untyped: Any)
+# apache.rocketmq.v2.MessageType values (the proto enum's ValueType, as message_type_of returns them)
 MT_NORMAL = pb.NORMAL
 MT_FIFO = pb.FIFO
 MT_DELAY = pb.DELAY

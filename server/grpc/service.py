@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import structlog
 from google.protobuf.duration_pb2 import Duration
@@ -21,8 +20,8 @@ from server.grpc.auth import Authenticator, needs
 from server.grpc.deps import GrpcDeps
 from server.grpc.pop import PopService
 from server.grpc.pop_model import TagFilter, decode_handle
-from server.grpc.service_send import SendRpcs, grpc_peer
-from server.grpc.status import OK, Code, GrpcError, Response, StatusAnswer, status
+from server.grpc.service_send import SendRpcs, grpc_metadata, grpc_peer
+from server.grpc.status import OK, Code, Context, GrpcError, Response, StatusAnswer, status
 from server.grpc.telemetry import TelemetryService
 from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2 as spb
@@ -57,12 +56,11 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
 
     # ---- plumbing ------------------------------------------------------------------------
     # request and response types are the generated messages, typed by their stubs (server/grpc/v2/*.pyi);
-    # `context` is grpc.aio.ServicerContext
-    def _check(self, context: Any, needed: dict[str, int]) -> None:
-        md = {k: v for k, v in (context.invocation_metadata() or ())}
-        self.auth.check(md, grpc_peer(context)[0], needed)
+    # `context` is the RPC's grpc.aio servicer context (status.Context)
+    def _check(self, context: Context, needed: dict[str, int]) -> None:
+        self.auth.check(grpc_metadata(context), grpc_peer(context)[0], needed)
 
-    async def _unary(self, name: str, resp_cls: StatusAnswer[Response], context: Any, needed: dict[str, int],
+    async def _unary(self, name: str, resp_cls: StatusAnswer[Response], context: Context, needed: dict[str, int],
                      work: Callable[[], Awaitable[Response]]) -> Response:
         try:
             self._check(context, needed)
@@ -106,7 +104,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         return tcfg
 
     # ---- route / heartbeat / telemetry ---------------------------------------------------
-    async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
+    async def QueryRoute(self, request: spb.QueryRouteRequest, context: Context) -> spb.QueryRouteResponse:
         async def work() -> spb.QueryRouteResponse:
             topic = self._topic_name(request.topic)
             tcfg = self._topic_config(topic, create=True)
@@ -120,16 +118,16 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return spb.QueryRouteResponse(status=OK, message_queues=queues)
         return await self._unary("QueryRoute", spb.QueryRouteResponse, context, {}, work)
 
-    async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
+    async def Heartbeat(self, request: spb.HeartbeatRequest, context: Context) -> spb.HeartbeatResponse:
         async def work() -> spb.HeartbeatResponse:
-            md = dict(context.invocation_metadata() or ())
+            md = grpc_metadata(context)
             self.telemetry.refresh(md.get("x-mq-client-id", ""))
             return spb.HeartbeatResponse(status=OK)
         return await self._unary("Heartbeat", spb.HeartbeatResponse, context, {}, work)
 
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],
-                        context: Any) -> AsyncIterator[spb.TelemetryCommand]:
-        md = dict(context.invocation_metadata() or ())
+                        context: Context) -> AsyncIterator[spb.TelemetryCommand]:
+        md = grpc_metadata(context)
         try:
             self._check(context, {})
         except GrpcError as e:
@@ -141,9 +139,9 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             yield cmd
 
     async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
-                                      context: Any) -> spb.NotifyClientTerminationResponse:
+                                      context: Context) -> spb.NotifyClientTerminationResponse:
         async def work() -> spb.NotifyClientTerminationResponse:
-            md = dict(context.invocation_metadata() or ())
+            md = grpc_metadata(context)
             chan = self.telemetry.sessions.get(md.get("x-mq-client-id", ""))
             if chan is not None:
                 chan.close()
@@ -152,7 +150,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
 
     # ---- consumption (pop) ---------------------------------------------------------------
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest,
-                              context: Any) -> spb.QueryAssignmentResponse:
+                              context: Context) -> spb.QueryAssignmentResponse:
         topic, group = request.topic.name, request.group.name
 
         async def work() -> spb.QueryAssignmentResponse:
@@ -166,7 +164,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return spb.QueryAssignmentResponse(status=OK, assignments=[pb.Assignment(message_queue=mq)])
         return await self._unary("QueryAssignment", spb.QueryAssignmentResponse, context, needs(topic, group), work)
 
-    def _deadline(self, context: Any, long_polling: Duration | None) -> float:
+    def _deadline(self, context: Context, long_polling: Duration | None) -> float:
         """long_polling: the request's long_polling_timeout, None when it has none (the default wait)."""
         loop = asyncio.get_running_loop()
         wait = _ms(long_polling) / 1000 if long_polling is not None else DEFAULT_LONG_POLLING_S
@@ -182,7 +180,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         return TagFilter(expr.expression)
 
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
-                             context: Any) -> AsyncIterator[spb.ReceiveMessageResponse]:
+                             context: Context) -> AsyncIterator[spb.ReceiveMessageResponse]:
         topic, group = request.message_queue.topic.name, request.group.name
         try:
             self._check(context, needs(topic, group))
@@ -225,7 +223,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             yield spb.ReceiveMessageResponse(message=m)
         yield spb.ReceiveMessageResponse(delivery_timestamp=convert.timestamp_ms(int(time.time() * 1000)))
 
-    async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
+    async def AckMessage(self, request: spb.AckMessageRequest, context: Context) -> spb.AckMessageResponse:
         topic, group = request.topic.name, request.group.name
 
         async def work() -> spb.AckMessageResponse:
@@ -251,7 +249,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         return await self._unary("AckMessage", spb.AckMessageResponse, context, needs(topic, group), work)
 
     async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
-                                      context: Any) -> spb.ChangeInvisibleDurationResponse:
+                                      context: Context) -> spb.ChangeInvisibleDurationResponse:
         topic, group = request.topic.name, request.group.name
 
         async def work() -> spb.ChangeInvisibleDurationResponse:
@@ -265,7 +263,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
                                  needs(topic, group), work)
 
     async def ForwardMessageToDeadLetterQueue(self, request: spb.ForwardMessageToDeadLetterQueueRequest,
-                                              context: Any) -> spb.ForwardMessageToDeadLetterQueueResponse:
+                                              context: Context) -> spb.ForwardMessageToDeadLetterQueueResponse:
         topic, group = request.topic.name, request.group.name
 
         async def work() -> spb.ForwardMessageToDeadLetterQueueResponse:
@@ -283,7 +281,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             raise GrpcError(Code.BAD_REQUEST, f"topic {topic} has no queue {mq.id}")
         return topic, mq.id
 
-    async def UpdateOffset(self, request: spb.UpdateOffsetRequest, context: Any) -> spb.UpdateOffsetResponse:
+    async def UpdateOffset(self, request: spb.UpdateOffsetRequest, context: Context) -> spb.UpdateOffsetResponse:
         topic, group = request.message_queue.topic.name, request.group.name
 
         async def work() -> spb.UpdateOffsetResponse:
@@ -294,7 +292,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return spb.UpdateOffsetResponse(status=OK)
         return await self._unary("UpdateOffset", spb.UpdateOffsetResponse, context, needs(topic, group), work)
 
-    async def GetOffset(self, request: spb.GetOffsetRequest, context: Any) -> spb.GetOffsetResponse:
+    async def GetOffset(self, request: spb.GetOffsetRequest, context: Context) -> spb.GetOffsetResponse:
         topic, group = request.message_queue.topic.name, request.group.name
 
         async def work() -> spb.GetOffsetResponse:
@@ -305,7 +303,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return spb.GetOffsetResponse(status=OK, offset=off)
         return await self._unary("GetOffset", spb.GetOffsetResponse, context, needs(topic, group), work)
 
-    async def QueryOffset(self, request: spb.QueryOffsetRequest, context: Any) -> spb.QueryOffsetResponse:
+    async def QueryOffset(self, request: spb.QueryOffsetRequest, context: Context) -> spb.QueryOffsetResponse:
         topic = request.message_queue.topic.name
 
         async def work() -> spb.QueryOffsetResponse:
@@ -325,7 +323,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         return await self._unary("QueryOffset", spb.QueryOffsetResponse, context, needs(topic), work)
 
     async def SyncLiteSubscription(self, request: spb.SyncLiteSubscriptionRequest,
-                                   context: Any) -> spb.SyncLiteSubscriptionResponse:
+                                   context: Context) -> spb.SyncLiteSubscriptionResponse:
         """RocketMQ 5.4's lite topics (the lite push consumer) are not served here: answered NOT_IMPLEMENTED in
         the response's status, as every RPC answers, rather than by grpc's bare UNIMPLEMENTED."""
         async def work() -> spb.SyncLiteSubscriptionResponse:
@@ -334,7 +332,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
                                  needs(request.topic.name, request.group.name), work)
 
     async def PullMessage(self, request: spb.PullMessageRequest,
-                          context: Any) -> AsyncIterator[spb.PullMessageResponse]:
+                          context: Context) -> AsyncIterator[spb.PullMessageResponse]:
         topic, group = request.message_queue.topic.name, request.group.name
         try:
             self._check(context, needs(topic, group))

@@ -6,11 +6,15 @@
 
 from __future__ import annotations
 
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
+
+from grpc import aio as grpc_aio
 
 from server.grpc.v2 import definition_pb2 as pb
 
 Code = pb.Code
+# an RPC's servicer context (grpc.aio); the helpers every RPC shares take it whatever its message types
+Context = grpc_aio.ServicerContext[Any, Any]
 Response = TypeVar("Response")  # an RPC's response message
 _Answer = TypeVar("_Answer", covariant=True)
 
