@@ -7,10 +7,15 @@ derives the parse plan from those annotations once, at import; `spec.parse(ext, 
 so processors see `h.queueId: int`, `h.topic: str`. Empty strings count as absent. A missing required
 field raises `HeaderError("the custom field <name> is null")`; an unparsable or out-of-range number raises
 `HeaderError` naming the field. Processors answer both with code 1 SYSTEM_ERROR.
+
+The hot paths' `parse_send` / `parse_pull` are not a second copy of their layouts: `spec.straight_line()`
+generates them from the same declaration at import (unrolled code, see "straight-line parsers" below),
+and anything but the usual shape falls back to `spec.parse`, the maintained reference.
 """
 
 from __future__ import annotations
 
+import linecache
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -30,8 +35,8 @@ class HeaderError(ValueError):
 
 class Header:
     """A parsed request header; subclasses declare the fields (see the module docstring). The values live
-    in the instance `__dict__`, filled by `HeaderSpec.parse` (or the straight-line `parse_send` /
-    `parse_pull`) in declaration order."""
+    in the instance `__dict__`, filled by `HeaderSpec.parse` (or the straight-line parsers generated
+    from the same declaration, `parse_send` / `parse_pull`) in declaration order."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.__dict__!r})"
@@ -103,6 +108,19 @@ class HeaderSpec(Generic[H]):
                 d[name] = _convert(name, kind, raw)
         return h
 
+    def straight_line(self, fallback: Callable[[Mapping[str, str] | None], H] | None = None,
+                      ) -> Callable[[Mapping[str, str] | None], H]:
+        """This layout's parser generated as straight-line code (see `_straight_line_source`): the same
+        record as `parse(ext)`, or `fallback(ext)` (default `parse`) when the ext has not the usual shape."""
+        return _straight_line(self, False, fallback)
+
+    def straight_line_v2(self, fallback: Callable[[Mapping[str, str] | None, bool], H] | None = None,
+                         ) -> Callable[[Mapping[str, str] | None, bool], H]:
+        """`straight_line` reading the V2 short names; `(ext, v2)`, and `fallback(ext, v2)` when not v2."""
+        if not any(short for *_, short in self.fields):
+            raise TypeError(f"{self.record.__name__} declares no V2 short names")
+        return _straight_line(self, True, fallback)
+
 
 def _convert(name: str, kind: str, raw: object) -> object:
     if kind == STR:
@@ -132,90 +150,84 @@ def get_int(ext: Mapping[str, str] | None, name: str, default: int) -> int:
     return _convert(name, LONG, raw)  # type: ignore[return-value]
 
 
-def parse_send(ext: Mapping[str, str] | None, v2: bool) -> SendMessageHeader:
-    """`SEND_MESSAGE.parse(ext, v2)` (the same record, or the same HeaderError), straight-line for the
-    usual send: V2 short names, the required fields non-empty strings, numbers in range, booleans
-    "true"/"false" (RocketMQ's FastCodesHeader does the same for SEND_MESSAGE_V2). Anything else is
-    left to the generic parse, which names the offending field."""
-    if not v2 or not ext:
-        return SEND_MESSAGE.parse(ext, v2)
-    get = ext.get
-    # SendMessageRequestHeaderV2: a..n are the Java field names' short forms
-    group, topic, default_topic, default_qnums = get("a"), get("b"), get("c"), get("d")
-    queue_id, sys_flag, born_ts, flag = get("e"), get("f"), get("g"), get("h")
-    props, reconsume, unit_mode, max_reconsume, batch = get("i"), get("j"), get("k"), get("l"), get("m")
-    try:
-        if (not (group and topic and default_topic and default_qnums and queue_id and sys_flag and born_ts and flag)
-                or not type(group) is type(topic) is type(default_topic) is type(default_qnums) is type(queue_id)
-                is type(sys_flag) is type(born_ts) is type(flag) is str
-                or (props is not None and type(props) is not str)
-                or (reconsume is not None and type(reconsume) is not str)
-                or (max_reconsume is not None and type(max_reconsume) is not str)
-                or unit_mode not in _SEND_BOOLS or batch not in _SEND_BOOLS):
-            return SEND_MESSAGE.parse(ext, v2)
-        small = _SMALL_INTS  # the usual queue ids, flags, counts: a lookup instead of int()
-        qnums = small[default_qnums] if default_qnums in small else int(default_qnums)
-        qid = small[queue_id] if queue_id in small else int(queue_id)
-        sflag = small[sys_flag] if sys_flag in small else int(sys_flag)
-        mflag = small[flag] if flag in small else int(flag)
-        born = int(born_ts)
-        times = (small[reconsume] if reconsume in small else int(reconsume)) if reconsume else None
-        max_times = (small[max_reconsume] if max_reconsume in small else int(max_reconsume)) if max_reconsume else None
-    except (ValueError, TypeError):  # TypeError: an unhashable value in a hand-made ext
-        return SEND_MESSAGE.parse(ext, v2)
-    if (not (_INT_MIN <= qnums <= _INT_MAX and _INT_MIN <= qid <= _INT_MAX and _INT_MIN <= sflag <= _INT_MAX
-             and _INT_MIN <= mflag <= _INT_MAX and _LONG_MIN <= born <= _LONG_MAX)
-            or (times is not None and not _INT_MIN <= times <= _INT_MAX)
-            or (max_times is not None and not _INT_MIN <= max_times <= _INT_MAX)):
-        return SEND_MESSAGE.parse(ext, v2)
-    hdr = SendMessageHeader()
-    hdr.__dict__ = {"producerGroup": group, "topic": topic, "defaultTopic": default_topic,
-                    "defaultTopicQueueNums": qnums, "queueId": qid, "sysFlag": sflag, "bornTimestamp": born,
-                    "flag": mflag, "properties": props or None, "reconsumeTimes": times,
-                    "unitMode": _SEND_BOOLS[unit_mode], "maxReconsumeTimes": max_times, "batch": _SEND_BOOLS[batch]}
-    return hdr
+# ---- straight-line parsers, generated from a spec ----------------------------------------------
+#
+# `spec.parse` walks its plan field by field. For the two headers on the hot paths (a send, a pull) the
+# loop and its per-field branches are most of the cost, so `HeaderSpec.straight_line` writes the
+# unrolled parser for the declared fields once, at import (as `dataclasses` writes `__init__`): every
+# field read into a local of its Java name, one check that the usual shape holds (required fields
+# non-empty strings, optional ones strings or absent, booleans "true"/"false"), numbers through a
+# small-int table or int(), one range check, the record filled in declaration order. Whatever does not
+# have the usual shape goes to `spec.parse`, which gives the same record or names the offending field;
+# so the declaration is the only copy of the layout, and a field added to a record is read by both.
+# `inspect.getsource(parse_send)` shows the generated code.
+
+_BOOLS = {None: None, "": None, "false": False, "true": True}  # what a usual boolean field holds
+_SMALL_INTS = {str(v): v for v in range(-1, 1025)}  # queue ids, flags, counts: a lookup instead of int()
+_RESERVED = {"ext", "v2", "int", "type", "str"}  # names the generated code uses; no field may take them
 
 
-_SEND_BOOLS = {None: None, "": None, "false": False, "true": True}
-_SMALL_INTS = {str(v): v for v in range(-1, 1025)}
+def _straight_line_source(spec: HeaderSpec[Any], v2: bool, fname: str) -> str:
+    """The source of `def fname(...)`, `spec`'s straight-line parser (see above); V2 short names if `v2`."""
+    fields = spec.fields
+    for name, *_ in fields:
+        if name in _RESERVED or name.startswith("_"):
+            raise TypeError(f"{spec.record.__name__}.{name}: a name the generated parser uses itself")
+    numbers = [(name, kind, req) for name, kind, req, _ in fields if kind is INT or kind is LONG]
+    args, fallback = ("ext, v2", "_fallback(ext, v2)") if v2 else ("ext", "_fallback(ext)")
+    out = [f"def {fname}({args}):",
+           f"    if {'not v2 or ' if v2 else ''}not ext:",
+           f"        return {fallback}",
+           "    _get = ext.get"]
+    out += [f"    {name} = _get({(short if v2 else name)!r})" for name, _, _, short in fields]
+    shape = []  # any of these true: not the usual shape
+    required = [name for name, _, req, _ in fields if req]
+    if required:
+        shape.append(f"not ({' and '.join(required)})")
+    strings = [name for name, kind, req, _ in fields if req and kind is not BOOL]
+    if strings:
+        shape.append(f"not ({' is '.join(f'type({n})' for n in strings)} is str)")
+    shape += [f"({name} is not None and type({name}) is not str)"
+              for name, kind, req, _ in fields if not req and kind is not BOOL]
+    shape += [f"{name} not in _BOOLS" for name, kind, _, _ in fields if kind is BOOL]
+    out.append("    try:  # TypeError: an unhashable value in a hand-made ext")
+    if shape:
+        out.append("        if (" + "\n                or ".join(shape) + "):")
+        out.append(f"            return {fallback}")
+    for name, _, req in numbers:
+        conv = f"_small[{name}] if {name} in _small else int({name})"
+        out.append(f"        {name} = {conv}" if req else f"        {name} = ({conv}) if {name} else None")
+    if not shape and not numbers:
+        out.append("        pass")
+    out += ["    except (ValueError, TypeError):", f"        return {fallback}"]
+    ranges = []
+    for name, kind, req in numbers:
+        lo, hi = ("_INT_MIN", "_INT_MAX") if kind is INT else ("_LONG_MIN", "_LONG_MAX")
+        ranges.append(f"{lo} <= {name} <= {hi}" if req else f"({name} is None or {lo} <= {name} <= {hi})")
+    if ranges:
+        out += [f"    if not ({' and '.join(ranges)}):", f"        return {fallback}"]
+    values = []
+    for name, kind, req, _ in fields:
+        value = f"_BOOLS[{name}]" if kind is BOOL else name if req or kind is not STR else f"{name} or None"
+        values.append(f"{name!r}: {value}")
+    out += ["    _h = _record()", f"    _h.__dict__ = {{{', '.join(values)}}}", "    return _h"]
+    return "\n".join(out) + "\n"
 
 
-def parse_pull(ext: Mapping[str, str] | None) -> PullMessageHeader:
-    """`PULL_MESSAGE.parse(ext)` (the same record, or the same HeaderError), straight-line for the
-    usual pull: the required fields non-empty strings, numbers in range, the optional ones strings or
-    absent. Anything else is left to the generic parse, which names the offending field."""
-    if not ext:
-        return PULL_MESSAGE.parse(ext)
-    # Any: a hand-made ext may hold anything (checked below); numbers replace their strings in place
-    get: Callable[[str], Any] = ext.get
-    g, t, q, o, n = get("consumerGroup"), get("topic"), get("queueId"), get("queueOffset"), get("maxMsgNums")
-    f, c, s, v = get("sysFlag"), get("commitOffset"), get("suspendTimeoutMillis"), get("subVersion")
-    sub, e = get("subscription"), get("expressionType")
-    try:
-        if (not (g and t and q and o and n and f and c and s and v)
-                or not type(g) is type(t) is type(q) is type(o) is type(n) is type(f) is type(c) is type(s)
-                is type(v) is str
-                or (sub is not None and type(sub) is not str) or (e is not None and type(e) is not str)):
-            return PULL_MESSAGE.parse(ext)
-        small = _SMALL_INTS  # queue ids, flags, batch sizes, often the offsets: a lookup instead of int()
-        q = small[q] if q in small else int(q)
-        n = small[n] if n in small else int(n)
-        f = small[f] if f in small else int(f)
-        o = small[o] if o in small else int(o)
-        c = small[c] if c in small else int(c)
-        s = small[s] if s in small else int(s)
-        v = small[v] if v in small else int(v)
-    except (ValueError, TypeError):  # TypeError: an unhashable value in a hand-made ext
-        return PULL_MESSAGE.parse(ext)
-    if not (_INT_MIN <= q <= _INT_MAX and _INT_MIN <= n <= _INT_MAX and _INT_MIN <= f <= _INT_MAX
-            and _LONG_MIN <= o <= _LONG_MAX and _LONG_MIN <= c <= _LONG_MAX and _LONG_MIN <= s <= _LONG_MAX
-            and _LONG_MIN <= v <= _LONG_MAX):
-        return PULL_MESSAGE.parse(ext)
-    hdr = PullMessageHeader()
-    hdr.__dict__ = {"consumerGroup": g, "topic": t, "queueId": q, "queueOffset": o, "maxMsgNums": n, "sysFlag": f,
-                    "commitOffset": c, "suspendTimeoutMillis": s, "subscription": sub or None, "subVersion": v,
-                    "expressionType": e or None}
-    return hdr
+def _straight_line(spec: HeaderSpec[H], v2: bool, fallback: Callable[..., H] | None) -> Callable[..., H]:
+    fname = f"parse_{spec.record.__name__}{'_v2' if v2 else ''}"
+    source = _straight_line_source(spec, v2, fname)
+    filename = f"<straight-line parse of {spec.record.__name__}{' (V2 names)' if v2 else ''}>"
+    namespace: dict[str, Any] = {  # the generated code's globals; __name__ makes it this module's function
+        "__name__": __name__, "_fallback": fallback or spec.parse, "_record": spec.record, "_BOOLS": _BOOLS,
+        "_small": _SMALL_INTS, "_INT_MIN": _INT_MIN, "_INT_MAX": _INT_MAX, "_LONG_MIN": _LONG_MIN,
+        "_LONG_MAX": _LONG_MAX}
+    exec(compile(source, filename, "exec"), namespace)  # our own text, written from the declaration
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for inspect, tracebacks
+    fn: Callable[..., H] = namespace[fname]
+    fn.__doc__ = (f"`{spec.record.__name__}`'s spec.parse(ext{', v2' if v2 else ''}) (the same record or the same "
+                  "HeaderError), straight-line for the usual shape; generated from the declaration.")
+    return fn
 
 
 # ---- the headers the processors read (Java's XxxRequestHeader field names) -----------------------
@@ -256,6 +268,10 @@ class PullMessageHeader(Header):
 
 
 PULL_MESSAGE = HeaderSpec(PullMessageHeader)
+
+# the hot paths' parsers (send_run, pull): generated from the two declarations above
+parse_send = SEND_MESSAGE.straight_line_v2()
+parse_pull = PULL_MESSAGE.straight_line()
 
 
 class GroupTopicQueueHeader(Header):

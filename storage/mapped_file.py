@@ -288,6 +288,11 @@ class MappedFileQueue:
         self.spare = MappedFile(os.path.join(self.directory, segment_name(start) + SPARE_SUFFIX), start,
                                 self.file_size, create=True)
 
+    @property
+    def ahead_start(self) -> int:
+        """The start of the segment being made by `allocate_ahead` (-1: none asked for)."""
+        return self._ahead_start
+
     def allocate_ahead(self, pool: Executor, start: int) -> None:
         """Have the segment at `start` made on `pool` (RocketMQ's AllocateMappedFileService): its blocks
         are reserved there (on tmpfs, or a file system without fast fallocate, that writes every page of

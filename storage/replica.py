@@ -104,6 +104,8 @@ class ReplicaMixin(StoreState):
             mf.write_at(mf.wrote_pos, view[pos:pos + n])
             mf.wrote_pos += n
             pos += n
+        if pos:
+            cl.allocate_next(mf)
         self.put_bytes_total += len(view)
         return cl.max_offset
 

@@ -1,3 +1,5 @@
+import inspect
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -134,3 +136,99 @@ def test_parse_pull_fast_lane_on_a_java_pull():
         H.parse_pull({**ext, "queueOffset": "x"})
     with pytest.raises(H.HeaderError, match=r"<maxMsgNums> is null"):
         H.parse_pull({**ext, "maxMsgNums": ""})
+
+
+# ---- the straight-line parsers are generated from the declaration, not a second copy of it ----------
+
+def _no_fallback(*args):
+    raise AssertionError(f"the usual shape fell back to the generic parse: {args!r}")
+
+
+_JAVA_SEND = {"a": "PG", "b": "T", "c": "TBW102", "d": "4", "e": "3", "f": "0", "g": "1700000000000", "h": "0",
+              "i": "WAIT\x01true", "j": "0", "k": "false", "l": "16", "m": "false", "n": "broker-a"}
+_JAVA_PULL = {"consumerGroup": "CG", "topic": "T", "queueId": "3", "queueOffset": "1700000", "maxMsgNums": "32",
+              "sysFlag": "6", "commitOffset": "1699990", "suspendTimeoutMillis": "15000", "subscription": "*",
+              "subVersion": "1763938000123", "expressionType": "TAG", "bname": "broker-a"}
+
+
+def test_hot_path_parsers_read_exactly_the_declared_fields():
+    """parse_send / parse_pull are the specs' generated parsers: on a Java client's header they take the
+    fast lane (no fallback) and fill every declared field, in declaration order, as the spec does."""
+    send = H.SEND_MESSAGE.straight_line_v2(fallback=_no_fallback)(_JAVA_SEND, True)
+    assert list(send.__dict__) == [name for name, *_ in H.SEND_MESSAGE.fields]
+    assert send.__dict__ == H.SEND_MESSAGE.parse(_JAVA_SEND, True).__dict__ == H.parse_send(_JAVA_SEND, True).__dict__
+    pull = H.PULL_MESSAGE.straight_line(fallback=_no_fallback)(_JAVA_PULL)
+    assert list(pull.__dict__) == [name for name, *_ in H.PULL_MESSAGE.fields]
+    assert _pull_outcome(lambda e: pull, _JAVA_PULL) == _pull_outcome(H.PULL_MESSAGE.parse, _JAVA_PULL)
+    assert _pull_outcome(H.parse_pull, _JAVA_PULL) == _pull_outcome(H.PULL_MESSAGE.parse, _JAVA_PULL)
+    # the generated code is readable where it runs: inspect (and tracebacks) find its text
+    assert "topic = _get('b')" in inspect.getsource(H.parse_send) and H.parse_send.__module__ == "server.headers"
+    assert "subVersion = _get('subVersion')" in inspect.getsource(H.parse_pull)
+
+
+class _SendWithBrokerName(H.SendMessageHeader):
+    """RocketMQ 5's SendMessageRequestHeaderV2 adds n = brokerName: one more declared field."""
+
+    brokerName: str | None
+
+
+class _EveryKind(H.Header):
+    name: str
+    count: int
+    offset: H.Long
+    enabled: bool
+    note: str | None
+    limit: int | None
+    since: H.Long | None
+    strict: bool | None
+
+
+def test_a_field_added_to_the_declaration_is_read_by_the_generated_parser():
+    spec = H.HeaderSpec(_SendWithBrokerName, v2_names="abcdefghijklmn")
+    h = spec.straight_line_v2(fallback=_no_fallback)(_JAVA_SEND, True)
+    assert h.brokerName == "broker-a" and h.topic == "T" and h.bornTimestamp == 1700000000000
+    assert h.__dict__ == spec.parse(_JAVA_SEND, True).__dict__
+    every = H.HeaderSpec(_EveryKind)
+    ext = {"name": "n", "count": "7", "offset": str(1 << 40), "enabled": "true", "note": "x", "limit": "2000",
+           "since": "-3", "strict": "false"}
+    h = every.straight_line(fallback=_no_fallback)(ext)
+    assert h.__dict__ == every.parse(ext).__dict__ == {
+        "name": "n", "count": 7, "offset": 1 << 40, "enabled": True, "note": "x", "limit": 2000, "since": -3,
+        "strict": False}
+    assert every.straight_line(fallback=_no_fallback)({**ext, "note": "", "limit": "", "strict": ""}).__dict__ == {
+        "name": "n", "count": 7, "offset": 1 << 40, "enabled": True, "note": None, "limit": None, "since": -3,
+        "strict": None}
+
+
+_EVERY_KIND = H.HeaderSpec(_EveryKind)
+_EVERY_KIND_FAST = _EVERY_KIND.straight_line()
+
+
+@given(st.dictionaries(st.sampled_from([name for name, *_ in _EVERY_KIND.fields] + ["x"]),
+                       st.one_of(_send_values, _pull_num)))
+def test_generated_parser_equals_the_generic_spec_for_every_kind(ext):
+    ext = {k: v for k, v in ext.items() if v is not None}
+    assert _pull_outcome(_EVERY_KIND_FAST, ext) == _pull_outcome(_EVERY_KIND.parse, ext)
+
+
+_bool_text = st.sampled_from(["", "true", "false", "True", "1", "yes", " true"])
+_valid_num = st.integers(-(1 << 31), (1 << 31) - 1).map(str)
+
+
+@given(st.fixed_dictionaries(
+    {"name": st.sampled_from(["n", "n", "", " "]), "count": st.one_of(_valid_num, _pull_num),
+     "offset": st.one_of(_valid_num, _pull_num), "enabled": st.one_of(st.sampled_from(["true", "false"]), _bool_text)},
+    optional={"note": st.sampled_from(["", "x", 5]), "limit": st.one_of(_valid_num, _pull_num),
+              "since": st.one_of(_valid_num, _pull_num), "strict": _bool_text}))
+def test_generated_parser_equals_the_generic_spec_for_every_kind_mostly_valid(ext):
+    assert _pull_outcome(_EVERY_KIND_FAST, ext) == _pull_outcome(_EVERY_KIND.parse, ext)
+
+
+def test_generated_parser_refuses_what_it_cannot_write():
+    class Clash(H.Header):
+        ext: str
+
+    with pytest.raises(TypeError, match="Clash.ext"):
+        H.HeaderSpec(Clash).straight_line()
+    with pytest.raises(TypeError, match="no V2 short names"):
+        H.PULL_MESSAGE.straight_line_v2()

@@ -80,3 +80,23 @@ def test_torn_record_waits_wrong_offset_refused_truncate(tmp_path):
     assert r.status is PutStatus.PUT_OK and r.phys_offset == phys and r.queue_offset == 2
     master.close()
     slave.close()
+
+
+def test_a_slave_asks_for_its_next_segment_ahead_as_the_master_does(tmp_path):
+    """The replicated run that passes half of the active segment asks for the next one (storage's
+    AllocateMappedFileService), so the run that rolls over does not create 1 GiB inline."""
+    master, slave = open_store(tmp_path / "m"), open_store(tmp_path / "s")
+    while master.commitlog_max_offset() < SEG * 5 // 4:
+        master.put([request("T", 0, b"y" * 900) for _ in range(8)])
+    half = SEG // 2 + 1000
+    off = slave.append_replica(0, bytes(master.replica_data(0, half)))
+    assert slave.commitlog.queue.ahead_start == SEG
+    end = master.commitlog_max_offset()
+    while off < end:
+        off = slave.append_replica(off, bytes(master.replica_data(off, end - off)))
+    q = slave.commitlog.queue
+    assert [f.file_from_offset for f in q.files] == [0, SEG]
+    assert q.ahead_used + q.ahead_missed == 2  # the first segment (asked for at load) and the second
+    assert bytes(slave.replica_data(SEG, 100)) == bytes(master.replica_data(SEG, 100))
+    master.close()
+    slave.close()
