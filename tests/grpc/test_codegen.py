@@ -7,6 +7,7 @@ import pytest
 from server.grpc import codegen
 
 pytest.importorskip("grpc_tools", reason="grpcio-tools is a test extra (make setup installs it)")
+pytest.importorskip("mypy_protobuf", reason="mypy-protobuf is a test extra (make setup installs it)")
 
 
 def test_regeneration_equals_committed(tmp_path):
