@@ -40,8 +40,9 @@ $(RMQ5_STAMP): Makefile
 	$(RMQ5_VENV)/bin/python -m pip install -q '$(RMQ5_CLIENT)'
 	touch $(RMQ5_STAMP)
 
-# the Python code of the RocketMQ 5 protos (server/grpc/protos -> server/grpc/v2, committed;
-# tests/grpc/test_codegen.py checks that this reproduces them)
+# the Python code of the RocketMQ 5 protos and its typed stubs (grpcio-tools + mypy-protobuf, test extras:
+# server/grpc/protos -> server/grpc/v2 *.py + *.pyi, committed; tests/grpc/test_codegen.py checks that this
+# reproduces them)
 protos: $(STAMP)
 	$(VPY) -m server.grpc.codegen
 

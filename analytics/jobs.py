@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.group import GroupedData
 from pyspark.sql.window import Window
 
 from analytics import readers
@@ -87,7 +90,11 @@ def _has_files(path: str) -> bool:
     return os.path.isdir(local) and any(n.endswith(".msgpack") for n in os.listdir(local))
 
 
-def _load(spark: SparkSession, path: str, decoder, schema: T.StructType) -> DataFrame:
+# a reader of analytics.readers: one exported file's bytes -> its rows (tuples matching the schema)
+Decoder = Callable[[bytes], Iterable[tuple[Any, ...]]]
+
+
+def _load(spark: SparkSession, path: str, decoder: Decoder, schema: T.StructType) -> DataFrame:
     if not _has_files(path):
         return spark.createDataFrame([], schema)
     rdd = spark.sparkContext.binaryFiles(os.path.join(path, "*.msgpack")).flatMap(lambda kv: decoder(kv[1]))
@@ -109,11 +116,11 @@ def load_inputs(spark: SparkSession, export_dir: str) -> Inputs:
     )
 
 
-def _bucket(col: str, bucket_ms: int):
+def _bucket(col: str, bucket_ms: int) -> Column:
     return (F.floor(F.col(col) / bucket_ms) * bucket_ms).cast("long")
 
 
-def _series():
+def _series() -> Column:
     return F.when(F.col("kind") == "timer", F.lit("timer")).otherwise(F.concat(F.lit("level-"), F.col("level")))
 
 
@@ -124,8 +131,8 @@ def lateness(traces: DataFrame, bucket_ms: int) -> tuple[DataFrame, DataFrame]:
     )
     pct = F.percentile_approx("latenessMs", [0.5, 0.9, 0.99], 10000)
 
-    def agg(df: DataFrame) -> DataFrame:
-        return df.agg(
+    def agg(grouped: GroupedData) -> DataFrame:
+        return grouped.agg(
             F.count("*").alias("count"),
             pct.getItem(0).alias("p50"),
             pct.getItem(1).alias("p90"),
@@ -183,7 +190,7 @@ def delay_table(inputs: Inputs) -> dict[int, int]:
     """Level -> delay in ms, as the broker exported it last (delaymq_schedule_delay_seconds)."""
     rows = (inputs.metrics.where(F.col("name") == "delaymq_schedule_delay_seconds")
             .groupBy("level").agg(F.max_by("value", "ts").alias("delay")).collect())
-    out = {}
+    out: dict[int, int] = {}
     for r in rows:
         try:
             out[int(r["level"])] = int(round(float(r["delay"]) * 1000))

@@ -18,6 +18,8 @@ CONTENT_SPLITOR = "\x01"
 FIELD_SPLITOR = "\x02"
 
 TRACE_FIELDS = ("event", "kind", "level", "topic", "msgId", "uniqKey", "bornTs", "storeTs", "dueTs", "deliveredTs")
+# one scheduled-message trace event, in TRACE_FIELDS order (the rows of analytics.jobs.TRACE_SCHEMA)
+TraceRow = tuple[str, str, int, str, str, str, int, int, int, int]
 
 
 def iter_msgpack_records(data: bytes) -> Iterator[Any]:
@@ -62,7 +64,7 @@ def _text(v: Any) -> str:
     return str(v)
 
 
-def _v3_rows(m: list) -> Iterator[tuple]:
+def _v3_rows(m: list[Any]) -> Iterator[TraceRow]:
     """The events of one v3 record (a run, column by column): one row per offset. A record whose
     columns do not line up is skipped whole rather than read misaligned."""
     _, e, kind, level, prefix, topics, offsets, uniqs, born, store, due, delivered = m[:_TRACE_V3_LEN]
@@ -78,7 +80,7 @@ def _v3_rows(m: list) -> Iterator[tuple]:
         yield (e, kind, level, str(t), f"{prefix}{_int(o):016X}", _text(u), _int(b), _int(s), _int(d), _int(x))
 
 
-def trace_rows(data: bytes) -> Iterator[tuple]:
+def trace_rows(data: bytes) -> Iterator[TraceRow]:
     """Scheduled-message trace events as tuples in TRACE_FIELDS order. Reads every format the broker
     has written: v3 runs `[3, event, kind, level, msgIdPrefix, topics, offsets, ...]` (one record per
     delivery batch), v2 arrays `[2, event, kind, ...]` and v1 maps `{"v":1,"event":...}`."""
@@ -108,9 +110,11 @@ def trace_rows(data: bytes) -> Iterator[tuple]:
 
 
 METRIC_FIELDS = ("ts", "name", "type", "topic", "level", "group", "value", "sum", "count")
+# one metric sample, in METRIC_FIELDS order (the rows of analytics.jobs.METRIC_SCHEMA)
+MetricRow = tuple[int, str, str, str, str, str, float, float, int]
 
 
-def metric_rows(data: bytes) -> Iterator[tuple]:
+def metric_rows(data: bytes) -> Iterator[MetricRow]:
     """Metric samples flattened to the labels the analytics use (topic, level, group)."""
     for m in iter_msgpack_maps(data):
         labels = m.get("labels") or {}
@@ -134,9 +138,11 @@ def metric_rows(data: bytes) -> Iterator[tuple]:
 
 
 RMQ_TRACE_FIELDS = ("traceType", "timestamp", "group", "topic", "msgId", "keys", "costTime", "success", "storeTs")
+# one client trace context, in RMQ_TRACE_FIELDS order (the rows of analytics.jobs.RMQ_TRACE_SCHEMA)
+RmqTraceRow = tuple[str, int, str, str, str, str, int, bool, int]
 
 
-def parse_trace_data(text: str, store_ts: int = 0) -> Iterator[tuple]:
+def parse_trace_data(text: str, store_ts: int = 0) -> Iterator[RmqTraceRow]:
     """Parse RocketMQ TraceDataEncoder text into (type, ts, group, topic, msgId, keys, costMs, success, storeTs).
 
     Pub:       Pub,ts,region,group,topic,msgId,tags,keys,storeHost,bodyLen,cost,msgType[,offsetMsgId],success
@@ -158,7 +164,7 @@ def parse_trace_data(text: str, store_ts: int = 0) -> Iterator[tuple]:
             yield ("SubAfter", ts, "", "", f[2], f[5], _int(f[3]), f[4].lower() == "true", store_ts)
 
 
-def rmq_trace_rows(data: bytes) -> Iterator[tuple]:
+def rmq_trace_rows(data: bytes) -> Iterator[RmqTraceRow]:
     """Records exported from RMQ_SYS_TRACE_TOPIC, expanded into one row per trace context."""
     for m in iter_msgpack_maps(data):
         body = m.get("body", "")

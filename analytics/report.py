@@ -8,17 +8,26 @@ import html
 import io
 import os
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import structlog  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from pyspark.sql import DataFrame  # noqa: E402
 
 from analytics import jobs  # noqa: E402
 
 log = structlog.get_logger(__name__)
+
+# one collected row of an aggregate table (pyspark Row.asDict(): column name -> value)
+Row = dict[str, Any]
+# a series name ("level-3", "timer", "group/topic") -> its legend label
+Label = Callable[[str], str]
 
 
 @dataclass
@@ -27,16 +36,16 @@ class ReportResult:
     html_path: str
     tables: dict[str, str] = field(default_factory=dict)
     charts: dict[str, str] = field(default_factory=dict)
-    lateness: list[dict] = field(default_factory=list)
-    client_traces: list[dict] = field(default_factory=list)
-    rows: dict[str, list[dict]] = field(default_factory=dict)  # every table as collected (small aggregates)
+    lateness: list[Row] = field(default_factory=list)
+    client_traces: list[Row] = field(default_factory=list)
+    rows: dict[str, list[Row]] = field(default_factory=dict)  # every table as collected (small aggregates)
 
 
 def _ts(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
 
 
-def _png(fig) -> bytes:
+def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
@@ -74,10 +83,11 @@ def _panels(names: list[str]) -> list[list[str]]:
     return [names[i:i + MAX_SERIES] for i in range(0, len(names), MAX_SERIES)] or [[]]
 
 
-def _with_gaps(pts: list[tuple[int, float]], step_ms: int) -> tuple[list, list]:
+def _with_gaps(pts: list[tuple[int, float]], step_ms: int) -> tuple[list[dt.datetime], list[float]]:
     """x, y with a NaN wherever a bucket is missing, so lines are not drawn across gaps."""
-    xs, ys = [], []
-    prev = None
+    xs: list[dt.datetime] = []
+    ys: list[float] = []
+    prev: int | None = None
     for t, v in sorted(pts):
         if prev is not None and t - prev > step_ms:
             xs.append(_ts(prev + step_ms))
@@ -89,7 +99,7 @@ def _with_gaps(pts: list[tuple[int, float]], step_ms: int) -> tuple[list, list]:
 
 
 def _line_chart(title: str, ylabel: str, series: dict[str, list[tuple[int, float]]], step_ms: int,
-                label=lambda name: name) -> bytes:
+                label: Label = lambda name: name) -> bytes:
     names = sorted(series, key=series_order)
     panels = _panels(names)
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.6 * len(panels)), squeeze=False, sharex=True)
@@ -108,7 +118,7 @@ def _line_chart(title: str, ylabel: str, series: dict[str, list[tuple[int, float
     return _png(fig)
 
 
-def _cdf_chart(title: str, rows: list[dict], label) -> bytes:
+def _cdf_chart(title: str, rows: list[Row], label: Label) -> bytes:
     by: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for r in rows:
         by[r["series"]].append((int(r["pct"]), float(r["latenessMs"])))
@@ -132,7 +142,7 @@ def _cdf_chart(title: str, rows: list[dict], label) -> bytes:
     return _png(fig)
 
 
-def _bar_chart(title: str, rows: list[dict], label) -> bytes:
+def _bar_chart(title: str, rows: list[Row], label: Label) -> bytes:
     rows = sorted(rows, key=lambda r: series_order(r["series"]))
     fig, ax = plt.subplots(figsize=(9, 4))
     if not rows:
@@ -151,11 +161,11 @@ def _bar_chart(title: str, rows: list[dict], label) -> bytes:
     return _png(fig)
 
 
-def _rows(df) -> list[dict]:
+def _rows(df: DataFrame) -> list[Row]:
     return [r.asDict() for r in df.collect()]
 
 
-def _group(rows: list[dict], key, value: str) -> dict[str, list[tuple[int, float]]]:
+def _group(rows: list[Row], key: Callable[[Row], str], value: str) -> dict[str, list[tuple[int, float]]]:
     out: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for r in rows:
         v = r.get(value)
@@ -164,7 +174,7 @@ def _group(rows: list[dict], key, value: str) -> dict[str, list[tuple[int, float
     return out
 
 
-def _table_html(rows: list[dict], columns: list[str]) -> str:
+def _table_html(rows: list[Row], columns: list[str]) -> str:
     if not rows:
         return "<p><em>no rows</em></p>"
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
@@ -175,7 +185,7 @@ def _table_html(rows: list[dict], columns: list[str]) -> str:
 
 
 def build_report(input_dir: str, out_dir: str, master: str = "local[*]", bucket_seconds: int | None = None,
-                 progress=None) -> ReportResult:
+                 progress: Callable[[str], None] | None = None) -> ReportResult:
     """Read the exports under input_dir, write Parquet tables, charts and report.html to out_dir."""
     step = progress or (lambda msg: log.info("analytics.step", step=msg))
     os.makedirs(out_dir, exist_ok=True)
@@ -202,7 +212,7 @@ def build_report(input_dir: str, out_dir: str, master: str = "local[*]", bucket_
             "client_traces": jobs.client_traces(inputs),
         }
         result = ReportResult(out_dir=out_dir, html_path=os.path.join(out_dir, "report.html"))
-        collected: dict[str, list[dict]] = {}
+        collected: dict[str, list[Row]] = {}
         for name, df in tables.items():
             step(f"writing table {name}")
             path = os.path.join(out_dir, "tables", name)
@@ -245,8 +255,8 @@ def build_report(input_dir: str, out_dir: str, master: str = "local[*]", bucket_
     os.makedirs(os.path.join(out_dir, "charts"), exist_ok=True)
     for name, png in charts.items():
         path = os.path.join(out_dir, "charts", f"{name}.png")
-        with open(path, "wb") as f:
-            f.write(png)
+        with open(path, "wb") as out:
+            out.write(png)
         result.charts[name] = path
 
     step("writing report.html")

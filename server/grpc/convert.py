@@ -115,14 +115,14 @@ def timestamp_ms(ms: int) -> Timestamp:
     return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
-# apache.rocketmq.v2.MessageType values (a proto enum is an int; the generated module is untyped: Any)
-MT_NORMAL: int = pb.NORMAL
-MT_FIFO: int = pb.FIFO
-MT_DELAY: int = pb.DELAY
-MT_TRANSACTION: int = pb.TRANSACTION
+# apache.rocketmq.v2.MessageType values (the proto enum's ValueType, as message_type_of returns them)
+MT_NORMAL = pb.NORMAL
+MT_FIFO = pb.FIFO
+MT_DELAY = pb.DELAY
+MT_TRANSACTION = pb.TRANSACTION
 
 
-def message_type_of(props: dict[str, str]) -> int:
+def message_type_of(props: dict[str, str]) -> pb.MessageType.ValueType:
     if props.get(K.TRAN_MSG, "").lower() == "true":
         return MT_TRANSACTION
     if SHARDING_KEY in props:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import structlog
 from google.protobuf.duration_pb2 import Duration
@@ -21,8 +20,8 @@ from server.grpc.auth import Authenticator, needs
 from server.grpc.deps import GrpcDeps
 from server.grpc.pop import PopService
 from server.grpc.pop_model import TagFilter, decode_handle
-from server.grpc.service_send import SendRpcs, grpc_peer
-from server.grpc.status import OK, Code, GrpcError, status
+from server.grpc.service_send import SendRpcs, grpc_metadata, grpc_peer
+from server.grpc.status import OK, Code, Context, GrpcError, Response, StatusAnswer, status
 from server.grpc.telemetry import TelemetryService
 from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2 as spb
@@ -42,8 +41,7 @@ MAX_BATCH = 32
 
 
 def _ms(d: Duration) -> int:
-    ms: int = d.seconds * 1000 + d.nanos // 1_000_000  # protobuf ships no types: its int fields are Any
-    return ms
+    return d.seconds * 1000 + d.nanos // 1_000_000
 
 
 class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
@@ -57,14 +55,13 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         self.rpc_errors = 0
 
     # ---- plumbing ------------------------------------------------------------------------
-    # request and response types are the generated messages (server/grpc/v2: not analysed, Any to mypy);
-    # `context` is grpc.aio.ServicerContext (grpcio ships no type information)
-    def _check(self, context: Any, needed: dict[str, int]) -> None:
-        md = {k: v for k, v in (context.invocation_metadata() or ())}
-        self.auth.check(md, grpc_peer(context)[0], needed)
+    # request and response types are the generated messages, typed by their stubs (server/grpc/v2/*.pyi);
+    # `context` is the RPC's grpc.aio servicer context (status.Context)
+    def _check(self, context: Context, needed: dict[str, int]) -> None:
+        self.auth.check(grpc_metadata(context), grpc_peer(context)[0], needed)
 
-    async def _unary(self, name: str, resp_cls: Any, context: Any, needed: dict[str, int],
-                     work: Callable[[], Awaitable[Any]]) -> Any:
+    async def _unary(self, name: str, resp_cls: StatusAnswer[Response], context: Context, needed: dict[str, int],
+                     work: Callable[[], Awaitable[Response]]) -> Response:
         try:
             self._check(context, needed)
             return await work()
@@ -107,7 +104,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         return tcfg
 
     # ---- route / heartbeat / telemetry ---------------------------------------------------
-    async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
+    async def QueryRoute(self, request: spb.QueryRouteRequest, context: Context) -> spb.QueryRouteResponse:
         async def work() -> spb.QueryRouteResponse:
             topic = self._topic_name(request.topic)
             tcfg = self._topic_config(topic, create=True)
@@ -121,16 +118,16 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return spb.QueryRouteResponse(status=OK, message_queues=queues)
         return await self._unary("QueryRoute", spb.QueryRouteResponse, context, {}, work)
 
-    async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
+    async def Heartbeat(self, request: spb.HeartbeatRequest, context: Context) -> spb.HeartbeatResponse:
         async def work() -> spb.HeartbeatResponse:
-            md = dict(context.invocation_metadata() or ())
+            md = grpc_metadata(context)
             self.telemetry.refresh(md.get("x-mq-client-id", ""))
             return spb.HeartbeatResponse(status=OK)
         return await self._unary("Heartbeat", spb.HeartbeatResponse, context, {}, work)
 
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],
-                        context: Any) -> AsyncIterator[spb.TelemetryCommand]:
-        md = dict(context.invocation_metadata() or ())
+                        context: Context) -> AsyncIterator[spb.TelemetryCommand]:
+        md = grpc_metadata(context)
         try:
             self._check(context, {})
         except GrpcError as e:
@@ -142,9 +139,9 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             yield cmd
 
     async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
-                                      context: Any) -> spb.NotifyClientTerminationResponse:
+                                      context: Context) -> spb.NotifyClientTerminationResponse:
         async def work() -> spb.NotifyClientTerminationResponse:
-            md = dict(context.invocation_metadata() or ())
+            md = grpc_metadata(context)
             chan = self.telemetry.sessions.get(md.get("x-mq-client-id", ""))
             if chan is not None:
                 chan.close()
@@ -153,7 +150,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
 
     # ---- consumption (pop) ---------------------------------------------------------------
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest,
-                              context: Any) -> spb.QueryAssignmentResponse:
+                              context: Context) -> spb.QueryAssignmentResponse:
         topic, group = request.topic.name, request.group.name
 
         async def work() -> spb.QueryAssignmentResponse:
@@ -167,9 +164,10 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return spb.QueryAssignmentResponse(status=OK, assignments=[pb.Assignment(message_queue=mq)])
         return await self._unary("QueryAssignment", spb.QueryAssignmentResponse, context, needs(topic, group), work)
 
-    def _deadline(self, context: Any, long_polling: Duration | None, has_lp: bool) -> float:
+    def _deadline(self, context: Context, long_polling: Duration | None) -> float:
+        """long_polling: the request's long_polling_timeout, None when it has none (the default wait)."""
         loop = asyncio.get_running_loop()
-        wait = _ms(long_polling) / 1000 if has_lp else DEFAULT_LONG_POLLING_S
+        wait = _ms(long_polling) / 1000 if long_polling is not None else DEFAULT_LONG_POLLING_S
         remaining = context.time_remaining()
         if remaining is not None:
             wait = min(wait, max(0.0, remaining - DEADLINE_MARGIN_S))
@@ -182,7 +180,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         return TagFilter(expr.expression)
 
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
-                             context: Any) -> AsyncIterator[spb.ReceiveMessageResponse]:
+                             context: Context) -> AsyncIterator[spb.ReceiveMessageResponse]:
         topic, group = request.message_queue.topic.name, request.group.name
         try:
             self._check(context, needs(topic, group))
@@ -196,7 +194,8 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             batch = request.batch_size
             if batch <= 0:
                 raise GrpcError(Code.BAD_REQUEST, f"batch size {batch} must be positive")
-            deadline = self._deadline(context, request.long_polling_timeout, request.HasField("long_polling_timeout"))
+            deadline = self._deadline(context, request.long_polling_timeout
+                                      if request.HasField("long_polling_timeout") else None)
             # like Apache's proxy, a receive pops from all the broker's readable queues of the topic: the
             # queue a simple consumer names is only its pick of a broker from the route
             deliveries = await self.pop.receive(group, topic, -1, min(batch, MAX_BATCH),
@@ -224,7 +223,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             yield spb.ReceiveMessageResponse(message=m)
         yield spb.ReceiveMessageResponse(delivery_timestamp=convert.timestamp_ms(int(time.time() * 1000)))
 
-    async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
+    async def AckMessage(self, request: spb.AckMessageRequest, context: Context) -> spb.AckMessageResponse:
         topic, group = request.topic.name, request.group.name
 
         async def work() -> spb.AckMessageResponse:
@@ -250,7 +249,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         return await self._unary("AckMessage", spb.AckMessageResponse, context, needs(topic, group), work)
 
     async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
-                                      context: Any) -> spb.ChangeInvisibleDurationResponse:
+                                      context: Context) -> spb.ChangeInvisibleDurationResponse:
         topic, group = request.topic.name, request.group.name
 
         async def work() -> spb.ChangeInvisibleDurationResponse:
@@ -264,7 +263,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
                                  needs(topic, group), work)
 
     async def ForwardMessageToDeadLetterQueue(self, request: spb.ForwardMessageToDeadLetterQueueRequest,
-                                              context: Any) -> spb.ForwardMessageToDeadLetterQueueResponse:
+                                              context: Context) -> spb.ForwardMessageToDeadLetterQueueResponse:
         topic, group = request.topic.name, request.group.name
 
         async def work() -> spb.ForwardMessageToDeadLetterQueueResponse:
@@ -282,7 +281,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             raise GrpcError(Code.BAD_REQUEST, f"topic {topic} has no queue {mq.id}")
         return topic, mq.id
 
-    async def UpdateOffset(self, request: spb.UpdateOffsetRequest, context: Any) -> spb.UpdateOffsetResponse:
+    async def UpdateOffset(self, request: spb.UpdateOffsetRequest, context: Context) -> spb.UpdateOffsetResponse:
         topic, group = request.message_queue.topic.name, request.group.name
 
         async def work() -> spb.UpdateOffsetResponse:
@@ -293,7 +292,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return spb.UpdateOffsetResponse(status=OK)
         return await self._unary("UpdateOffset", spb.UpdateOffsetResponse, context, needs(topic, group), work)
 
-    async def GetOffset(self, request: spb.GetOffsetRequest, context: Any) -> spb.GetOffsetResponse:
+    async def GetOffset(self, request: spb.GetOffsetRequest, context: Context) -> spb.GetOffsetResponse:
         topic, group = request.message_queue.topic.name, request.group.name
 
         async def work() -> spb.GetOffsetResponse:
@@ -304,7 +303,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return spb.GetOffsetResponse(status=OK, offset=off)
         return await self._unary("GetOffset", spb.GetOffsetResponse, context, needs(topic, group), work)
 
-    async def QueryOffset(self, request: spb.QueryOffsetRequest, context: Any) -> spb.QueryOffsetResponse:
+    async def QueryOffset(self, request: spb.QueryOffsetRequest, context: Context) -> spb.QueryOffsetResponse:
         topic = request.message_queue.topic.name
 
         async def work() -> spb.QueryOffsetResponse:
@@ -323,8 +322,17 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return spb.QueryOffsetResponse(status=OK, offset=max(0, off))
         return await self._unary("QueryOffset", spb.QueryOffsetResponse, context, needs(topic), work)
 
+    async def SyncLiteSubscription(self, request: spb.SyncLiteSubscriptionRequest,
+                                   context: Context) -> spb.SyncLiteSubscriptionResponse:
+        """RocketMQ 5.4's lite topics (the lite push consumer) are not served here: answered NOT_IMPLEMENTED in
+        the response's status, as every RPC answers, rather than by grpc's bare UNIMPLEMENTED."""
+        async def work() -> spb.SyncLiteSubscriptionResponse:
+            raise GrpcError(Code.NOT_IMPLEMENTED, "lite topics (SyncLiteSubscription) are not supported by this broker")
+        return await self._unary("SyncLiteSubscription", spb.SyncLiteSubscriptionResponse, context,
+                                 needs(request.topic.name, request.group.name), work)
+
     async def PullMessage(self, request: spb.PullMessageRequest,
-                          context: Any) -> AsyncIterator[spb.PullMessageResponse]:
+                          context: Context) -> AsyncIterator[spb.PullMessageResponse]:
         topic, group = request.message_queue.topic.name, request.group.name
         try:
             self._check(context, needs(topic, group))
@@ -333,7 +341,8 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             accept = self._filter(request.filter_expression)
             if request.offset < 0:
                 raise GrpcError(Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
-            deadline = self._deadline(context, request.long_polling_timeout, request.HasField("long_polling_timeout"))
+            deadline = self._deadline(context, request.long_polling_timeout
+                                      if request.HasField("long_polling_timeout") else None)
             res = await self.pop.pull(t, qid, request.offset, max(1, min(request.batch_size or MAX_BATCH, MAX_BATCH)),
                                       accept, deadline)
         except GrpcError as e:

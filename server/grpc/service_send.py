@@ -21,7 +21,7 @@ from codec.properties import properties_to_string
 from codec.tags import java_hash
 from server.grpc import convert
 from server.grpc.auth import needs
-from server.grpc.status import OK, Code, GrpcError, from_remoting, status
+from server.grpc.status import OK, Code, Context, GrpcError, Response, StatusAnswer, from_remoting, status
 from server.grpc.telemetry import transaction_id
 from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2 as spb
@@ -32,7 +32,13 @@ if TYPE_CHECKING:
     from server.processors.send import SendProcessor
 
 
-def grpc_peer(context: Any) -> tuple[str, int]:
+def grpc_metadata(context: Context) -> dict[str, str]:
+    """The RPC's text metadata (x-mq-client-id, authorization, x-mq-language, ...). gRPC hands binary
+    (`-bin`) entries over as bytes; RocketMQ sends none, and they are left out."""
+    return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
+def grpc_peer(context: Context) -> tuple[str, int]:
     """'ipv4:127.0.0.1:5555' / 'ipv6:[::1]:5555' -> (host, port)."""
     text = context.peer() or ""
     kind, _, rest = text.partition(":")
@@ -64,15 +70,15 @@ class SendRpcs:
     sender: SendProcessor
 
     if TYPE_CHECKING:
-        async def _unary(self, name: str, resp_cls: Any, context: Any, needed: dict[str, int],
-                         work: Callable[[], Awaitable[Any]]) -> Any: ...
+        async def _unary(self, name: str, resp_cls: StatusAnswer[Response], context: Context, needed: dict[str, int],
+                         work: Callable[[], Awaitable[Response]]) -> Response: ...
 
         @staticmethod
         def _topic_name(res: pb.Resource) -> str: ...
 
-    # request and response types are the generated messages (server/grpc/v2: not analysed, Any to mypy);
-    # `context` is grpc.aio.ServicerContext (grpcio ships no type information)
-    async def SendMessage(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:
+    # request and response types are the generated messages, typed by their stubs (server/grpc/v2/*.pyi);
+    # `context` is the RPC's grpc.aio servicer context (status.Context)
+    async def SendMessage(self, request: spb.SendMessageRequest, context: Context) -> spb.SendMessageResponse:
         if not request.messages:
             return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no messages"))
         topic = request.messages[0].topic.name
@@ -88,7 +94,7 @@ class SendRpcs:
                "batch": "false"}
         return RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, body)
 
-    async def _send(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:
+    async def _send(self, request: spb.SendMessageRequest, context: Context) -> spb.SendMessageResponse:
         topic = self._topic_name(request.messages[0].topic)
         cfg = self.deps.config
         now = int(time.time() * 1000)
@@ -145,9 +151,9 @@ class SendRpcs:
             top = bad[0]
         else:
             top = status(Code.MULTIPLE_RESULTS, f"{len(bad)} of {len(entries)} messages failed")
-        return spb.SendMessageResponse(status=top, entries=entries)
+        return spb.SendMessageResponse(status=top, entries=done)
 
-    async def EndTransaction(self, request: spb.EndTransactionRequest, context: Any) -> spb.EndTransactionResponse:
+    async def EndTransaction(self, request: spb.EndTransactionRequest, context: Context) -> spb.EndTransactionResponse:
         topic = request.topic.name
 
         async def work() -> spb.EndTransactionResponse:
@@ -168,7 +174,7 @@ class SendRpcs:
         return await self._unary("EndTransaction", spb.EndTransactionResponse, context,
                                  needs(topic, pub=True), work)
 
-    async def RecallMessage(self, request: spb.RecallMessageRequest, context: Any) -> spb.RecallMessageResponse:
+    async def RecallMessage(self, request: spb.RecallMessageRequest, context: Context) -> spb.RecallMessageResponse:
         topic = request.topic.name
 
         async def work() -> spb.RecallMessageResponse:

@@ -6,19 +6,33 @@
 
 from __future__ import annotations
 
+from typing import Any, Protocol, TypeVar
+
+from grpc import aio as grpc_aio
+
 from server.grpc.v2 import definition_pb2 as pb
 
 Code = pb.Code
+# an RPC's servicer context (grpc.aio); the helpers every RPC shares take it whatever its message types
+Context = grpc_aio.ServicerContext[Any, Any]
+Response = TypeVar("Response")  # an RPC's response message
+_Answer = TypeVar("_Answer", covariant=True)
+
+
+class StatusAnswer(Protocol[_Answer]):
+    """A response message class, as an RPC builds its error answer: with just a status."""
+
+    def __call__(self, *, status: pb.Status) -> _Answer: ...
 
 
 class GrpcError(Exception):
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: pb.Code.ValueType, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
 
 
-def status(code: int = Code.OK, message: str = "OK") -> pb.Status:
+def status(code: pb.Code.ValueType = Code.OK, message: str = "OK") -> pb.Status:
     return pb.Status(code=code, message=message)
 
 

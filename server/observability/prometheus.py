@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from server.observability.registry import SLICE, Histogram, Registry, Sample, _fmt_labels, _fmt_num
+from server.observability.telemetry import CONSUMER_LAG, consumer_lags
 from server.runtime_info import earliest_store_time
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ RPC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
 # delaymq_* names the registry holds that this page re-expresses under RocketMQ's names, or leaves to the
 # msgpack export only (pre-computed rates and _ms histograms have no place on a Prometheus page)
 _TRANSLATED = frozenset({
-    "delaymq_put_messages_total", "delaymq_put_bytes_total", "delaymq_pull_messages_total", "delaymq_consumer_lag",
+    "delaymq_put_messages_total", "delaymq_put_bytes_total", "delaymq_pull_messages_total", CONSUMER_LAG,
     "delaymq_schedule_pending", "delaymq_schedule_delivered_total", "delaymq_schedule_next_due_ms",
     "delaymq_schedule_deliver_rate", "delaymq_schedule_lateness_ms", "delaymq_schedule_delay_seconds",
     "delaymq_timer_pending", "delaymq_timer_enqueue_total", "delaymq_timer_dequeue_total", "delaymq_timer_enqueue_rate",
@@ -111,16 +112,7 @@ def _process_families() -> list[Family]:
 def lag_pairs(broker: BrokerController, keys: Iterable[str] | None = None) -> list[tuple[str, str, int]]:
     """(topic, group, lag) of each topic@group of `keys` (default: all, in the table's order: sorting
     10,000 keys on the loop was a few ms of the scrape, and Prometheus does not need an order)."""
-    table = broker.offsets.table
-    max_offset = broker.started_store.max_offset
-    out = []
-    for key in list(table) if keys is None else keys:
-        queues = table.get(key)
-        if queues is None:
-            continue
-        topic, _, group = key.partition("@")
-        out.append((topic, group, sum(max(0, max_offset(topic, int(q)) - int(o)) for q, o in list(queues.items()))))
-    return out
+    return list(consumer_lags(broker.offsets.table, broker.started_store.max_offset, keys))
 
 
 async def lag_pairs_sliced(broker: BrokerController, slice_n: int = 1000) -> list[tuple[str, str, int]]:
@@ -137,7 +129,7 @@ async def lag_pairs_sliced(broker: BrokerController, slice_n: int = 1000) -> lis
 async def page_sliced(broker: BrokerController, slice_n: int = 500) -> str:
     """The /metrics page without a long stall: lags and rendering in slices with yields between."""
     lags = await lag_pairs_sliced(broker)
-    registry_fams = await _registry_families_sliced(broker.metrics)  # its collectors walk 10,000 groups too
+    registry_fams = await _registry_families_sliced(broker.metrics)  # without its lag collector: lags are above
     return await render_sliced(collect(broker, lags, lazy=True, registry_families=registry_fams), slice_n)
 
 
@@ -258,16 +250,15 @@ def _registry_families(registry: Registry) -> list[Family]:
     that are not Prometheus-clean (a counter without _total, a rate, an _ms) are left out rather than
     published wrong."""
     by_name: dict[str, Family] = {}
-    for s in registry.collect():
+    for s in registry.collect(without=_TRANSLATED):
         _add_registry_sample(registry, by_name, s)
     return list(by_name.values())
 
 
 async def _registry_families_sliced(registry: Registry) -> list[Family]:
-    """`_registry_families` yielding to the loop every SLICE samples (its lag collector walks every
-    topic@group: 10,000 groups in one piece were a 40 ms stall)."""
+    """`_registry_families` yielding to the loop every SLICE samples."""
     by_name: dict[str, Family] = {}
-    for i, s in enumerate(registry.collect(), 1):
+    for i, s in enumerate(registry.collect(without=_TRANSLATED), 1):
         _add_registry_sample(registry, by_name, s)
         if i % SLICE == 0:
             await asyncio.sleep(0)
@@ -275,7 +266,7 @@ async def _registry_families_sliced(registry: Registry) -> list[Family]:
 
 
 def _add_registry_sample(registry: Registry, by_name: dict[str, Family], s: Sample) -> None:
-    if s.name in _TRANSLATED or not _clean(s):
+    if not _clean(s):  # (the _TRANSLATED names are left out by registry.collect, some never computed)
         return
     f = by_name.get(s.name)
     if f is None:

@@ -68,7 +68,8 @@ class Registry:
         self._metrics: dict[tuple[str, Labels], object] = {}
         self._types: dict[str, str] = {}
         self._help: dict[str, str] = {}
-        self._collectors: list[Callable[[], Iterable[Sample]]] = []
+        # (collector, the sample names it makes when declared: see `collect(without=...)`)
+        self._collectors: list[tuple[Callable[[], Iterable[Sample]], frozenset[str] | None]] = []
 
     def _get(self, kind: str, name: str, labels: dict[str, str] | None, factory: Callable[[], M], help: str) -> M:
         """The metric of `name` and `labels`, made by `factory` the first time (one kind per name)."""
@@ -102,12 +103,18 @@ class Registry:
         """HELP text of a family a collector provides (the registry does not hold its samples)."""
         self._help[name] = help
 
-    def add_collector(self, fn: Callable[[], Iterable[Sample]]) -> None:
-        """A callback producing samples at collection time (for components that keep their own stats)."""
-        self._collectors.append(fn)
+    def add_collector(self, fn: Callable[[], Iterable[Sample]], provides: frozenset[str] | None = None) -> None:
+        """A callback producing samples at collection time (for components that keep their own stats).
+        `provides`: the names of every sample it makes, declared when a reader may not want them (a
+        `collect(without=...)` leaving all of them out does not run it: the consumer lags walk every
+        topic@group)."""
+        self._collectors.append((fn, provides))
 
-    def collect(self) -> Iterator[Sample]:
+    def collect(self, without: frozenset[str] = frozenset()) -> Iterator[Sample]:
+        """Every sample but those named in `without` (a collector that declared only such names is not run)."""
         for (name, labels), m in list(self._metrics.items()):
+            if name in without:
+                continue
             lab = dict(labels)
             if isinstance(m, Counter):
                 yield Sample(name, "counter", lab, float(m.value))
@@ -118,9 +125,14 @@ class Registry:
                     continue
             elif isinstance(m, Histogram):
                 yield Sample(name, "histogram", lab, float(m.count), m.cumulative(), m.sum, m.count)
-        for fn in self._collectors:
+        for fn, provides in self._collectors:
+            if without and provides is not None and provides <= without:
+                continue
             try:
-                yield from fn()
+                if without:
+                    yield from (s for s in fn() if s.name not in without)
+                else:
+                    yield from fn()
             except Exception:
                 continue
 

@@ -10,8 +10,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -94,12 +94,15 @@ def _quarantine_samples(*services: DelayLevelService | TimerMessageStore | None)
             for stage, n in sorted(per.items())]
 
 
-def _lag_samples(offsets: ConsumerOffsetManager, store: MessageStore) -> Iterator[Sample]:
-    """One lag sample per topic@group, lazily: the sliced exporters yield to the loop between samples, so
-    this walks a snapshot of the keys and reads each key's queues when it gets there."""
-    table = offsets.table
-    max_offset = store.max_offset
-    for key in list(table):
+CONSUMER_LAG = "delaymq_consumer_lag"
+
+
+def consumer_lags(table: Mapping[str, Mapping[Any, Any]], max_offset: Callable[[str, int], int],
+                  keys: Iterable[str] | None = None) -> Iterator[tuple[str, str, int]]:
+    """(topic, group, lag) of each topic@group of the offset table's `keys` (default: a snapshot of all,
+    in the table's order), lazily: each key's queues are read when it gets there, so a caller may yield
+    to the loop between keys. The lag is the messages stored but not committed, summed over the queues."""
+    for key in list(table) if keys is None else keys:
         queues = table.get(key)
         if queues is None:
             continue
@@ -107,7 +110,13 @@ def _lag_samples(offsets: ConsumerOffsetManager, store: MessageStore) -> Iterato
         lag = 0
         for qid, off in list(queues.items()):
             lag += max(0, max_offset(topic, int(qid)) - int(off))
-        yield Sample("delaymq_consumer_lag", "gauge", {"group": group, "topic": topic}, float(lag))
+        yield topic, group, lag
+
+
+def _lag_samples(offsets: ConsumerOffsetManager, store: MessageStore) -> Iterator[Sample]:
+    """One lag sample per topic@group, lazily (the sliced exporters yield to the loop between samples)."""
+    for topic, group, lag in consumer_lags(offsets.table, store.max_offset):
+        yield Sample(CONSUMER_LAG, "gauge", {"group": group, "topic": topic}, float(lag))
 
 
 class TraceTopicExporter:
@@ -174,7 +183,8 @@ class Telemetry:
         if timer is not None:
             reg.add_collector(lambda: _timer_samples(timer))
             timer.add_listener(self.trace)
-        reg.add_collector(lambda: _lag_samples(self.offsets, store))
+        # declared, so that the /metrics page (which has its own lag family) does not compute them again
+        reg.add_collector(lambda: _lag_samples(self.offsets, store), provides=frozenset({CONSUMER_LAG}))
         reg.describe("delaymq_task_restarts_total",
                      "Failures of background tasks (each logged, backed off and restarted), by task.")
         reg.describe("delaymq_schedule_quarantined_total",

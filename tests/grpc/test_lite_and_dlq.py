@@ -161,3 +161,16 @@ async def test_pull_message_long_polls_until_a_send_arrives(gbroker):
         assert time.monotonic() - t_send < 5  # answered by the put, not by the 10 s deadline
     finally:
         await c.close()
+
+
+async def test_sync_lite_subscription_is_answered_not_implemented_in_its_status(gbroker):
+    """RocketMQ 5.4's lite topics are not served: the RPC answers like every other one, with the proto's
+    NOT_IMPLEMENTED in the response status (not a bare gRPC UNIMPLEMENTED error)."""
+    c = RawClient(gbroker.grpc_addr)
+    try:
+        req = spb.SyncLiteSubscriptionRequest(topic=pb.Resource(name=uniq("TLite")),
+                                              group=pb.Resource(name=uniq("GLite")), lite_topic_set=["a"])
+        reply = await c.stub.SyncLiteSubscription(req, timeout=10)
+        assert reply.status.code == pb.NOT_IMPLEMENTED and "lite" in reply.status.message
+    finally:
+        await c.close()

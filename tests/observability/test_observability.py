@@ -172,3 +172,32 @@ async def test_sliced_collection_render_and_export_equal_the_one_piece_ones(tmp_
     assert await MetricsExporter(reg, two, clock=lambda: 1.0).export_sliced() == 2701
     [f1], [f2] = os.listdir(tmp_path / "one"), os.listdir(tmp_path / "two")
     assert (tmp_path / "one" / f1).read_bytes() == (tmp_path / "two" / f2).read_bytes()
+
+
+async def test_the_metrics_page_leaves_the_registry_lag_collector_unrun_the_export_runs_it():
+    """The /metrics page has its own lag family (rocketmq_consumer_lag_messages): the registry's declared
+    delaymq_consumer_lag collector is not run for it (it walks every topic@group); the export still gets it."""
+    from server.observability import prometheus
+    from server.observability.registry import Sample, collect_sliced
+    from server.observability.telemetry import CONSUMER_LAG
+
+    runs = []
+
+    def lags():
+        runs.append(1)
+        return [Sample(CONSUMER_LAG, "gauge", {"group": "G", "topic": "T"}, 4.0)]
+
+    reg = Registry()
+    reg.counter("delaymq_task_restarts_total", {"task": "t"}).inc(2)
+    reg.counter("delaymq_put_messages_total", {"topic": "T"}).inc(1)  # translated: not on the page as is
+    reg.add_collector(lags, provides=frozenset({CONSUMER_LAG}))
+    reg.add_collector(lambda: [Sample("delaymq_schedule_pending", "gauge", {"level": "1"}, 3.0),
+                               Sample("delaymq_schedule_quarantined_total", "counter", {"stage": "s"}, 1.0)])
+    for fams in (prometheus._registry_families(reg), await prometheus._registry_families_sliced(reg)):
+        assert {f.name: [s.value for s in f.samples] for f in fams} == {
+            "delaymq_task_restarts_total": [2.0], "delaymq_schedule_quarantined_total": [1.0]}
+    assert runs == []
+    exported = await collect_sliced(reg)
+    assert runs == [1] and [s.value for s in exported if s.name == CONSUMER_LAG] == [4.0]
+    assert {s.name for s in exported} == {"delaymq_task_restarts_total", "delaymq_put_messages_total", CONSUMER_LAG,
+                                         "delaymq_schedule_pending", "delaymq_schedule_quarantined_total"}
