@@ -36,6 +36,21 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def host_speed_s() -> float:
+    """Seconds this host takes for a fixed pure-Python loop (10 million additions), best of three: one
+    number before and one after each benchmark, so runs on a shared host can be compared (its module-level
+    form took 0.63 s at 22:35, 1.26 s at 00:23 and 0.66 s a minute later, UTC, 2026-11-24: this host's speed
+    halves and recovers within minutes)."""
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        acc = 0
+        for i in range(10_000_000):
+            acc += i
+        best = min(best, time.perf_counter() - t)
+    return round(best, 3)
+
+
 def main(argv: list[str] | None = None) -> int:
     reg = registry()
     p = argparse.ArgumentParser(prog="python -m bench.run_all")
@@ -60,8 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         print(f"== {name} ...", file=sys.stderr, flush=True)
         try:
+            speed = host_speed_s()
             res = reg[name](a.quick)
             res["quick"] = a.quick
+            res["host_loop_s_before"] = speed
+            res["host_loop_s_after"] = host_speed_s()
             res["bench_wall_s"] = round(time.monotonic() - t0, 1)
             path = write_result(name, res)
             print(f"   {json.dumps(res.get('headline'))} -> {path}", file=sys.stderr, flush=True)
