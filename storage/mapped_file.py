@@ -21,11 +21,12 @@ import errno
 import mmap
 import os
 import time
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor
 
 import structlog
 
 from codec.buffers import BytesLike
+from storage.allocate import SegmentAhead
 
 log = structlog.get_logger(__name__)
 
@@ -203,11 +204,6 @@ def unlink_quietly(path: str) -> None:
         pass
 
 
-def _destroy_made(fut: Future[MappedFile]) -> None:
-    if not fut.cancelled() and fut.exception() is None:
-        fut.result().destroy()
-
-
 def _start(mf: MappedFile) -> int:
     return mf.file_from_offset
 
@@ -220,10 +216,7 @@ class MappedFileQueue:
         self.file_size = file_size
         self.files: list[MappedFile] = []
         self.spare: MappedFile | None = None  # the next segment, reserved ahead (`ensure_room`)
-        self._ahead: Future[MappedFile] | None = None  # the next segment, being made on a pool thread
-        self._ahead_start = -1
-        self.ahead_used = 0  # segments that came ready from `allocate_ahead`
-        self.ahead_missed = 0  # ... that were not ready (or failed) when needed: created inline instead
+        self.ahead = SegmentAhead()  # the next segment, being made on a pool thread (`allocate_ahead`)
         self._swept_at = time.monotonic()
 
     def load(self) -> None:
@@ -249,8 +242,7 @@ class MappedFileQueue:
 
     def create_file(self, start_offset: int) -> MappedFile:
         path = os.path.join(self.directory, segment_name(start_offset))
-        if self._ahead is not None:
-            self._take_ahead(start_offset)
+        self._take_ahead(start_offset)
         spare, self.spare = self.spare, None
         if spare is not None and spare.file_from_offset == start_offset:
             os.rename(spare.path, path)  # blocks already reserved; a rename needs none
@@ -276,8 +268,7 @@ class MappedFileQueue:
             start = last.file_from_offset + last.file_size
         else:
             start = start_if_empty - start_if_empty % self.file_size
-        if self._ahead is not None:
-            self._take_ahead(start)
+        self._take_ahead(start)
         spare = self.spare
         if spare is not None:
             if spare.file_from_offset == start:
@@ -288,46 +279,23 @@ class MappedFileQueue:
         self.spare = MappedFile(os.path.join(self.directory, segment_name(start) + SPARE_SUFFIX), start,
                                 self.file_size, create=True)
 
-    @property
-    def ahead_start(self) -> int:
-        """The start of the segment being made by `allocate_ahead` (-1: none asked for)."""
-        return self._ahead_start
-
     def allocate_ahead(self, pool: Executor, start: int) -> None:
-        """Have the segment at `start` made on `pool` (RocketMQ's AllocateMappedFileService): its blocks
-        are reserved there (on tmpfs, or a file system without fast fallocate, that writes every page of
-        it), so the put that rolls onto it on the loop thread only renames it. Does nothing when that
-        segment is already asked for or reserved. A segment not ready when needed is created inline as
-        before (`ahead_missed`); a failure there (a full disk) is left to the inline creation to report."""
-        if self._ahead_start == start or (self.spare is not None and self.spare.file_from_offset == start):
+        """Have the segment at `start` made on `pool` under `<name>.ahead.spare` (storage.allocate), so the
+        put that rolls onto it only renames it. Does nothing when that segment is already asked for or
+        reserved. One not ready when needed is created inline as before (`ahead.missed`); a failure there
+        (a full disk) is left to the inline creation to report."""
+        if self.spare is not None and self.spare.file_from_offset == start:
             return
-        if self._ahead is not None:
-            self._abandon_ahead()
         path = os.path.join(self.directory, segment_name(start) + AHEAD_SUFFIX)
-        self._ahead = pool.submit(MappedFile, path, start, self.file_size, True)
-        self._ahead_start = start
+        self.ahead.request(pool, start, lambda: MappedFile(path, start, self.file_size, create=True))
 
     def _take_ahead(self, start: int) -> None:
-        """The segment made by `allocate_ahead` becomes the spare if it is the one at `start` and ready."""
-        fut = self._ahead
-        assert fut is not None
-        if self._ahead_start != start or not fut.done() or fut.cancelled() or fut.exception() is not None:
-            self.ahead_missed += 1
-            if fut.done() and not fut.cancelled() and fut.exception() is not None:
-                log.warning("mapped_file.allocate_ahead_failed", directory=self.directory, start=self._ahead_start,
-                            error=str(fut.exception()))
-            self._abandon_ahead()
-            return
-        self._ahead, self._ahead_start = None, -1
-        if self.spare is not None:
-            self.spare.destroy()
-        self.spare = fut.result()
-        self.ahead_used += 1
-
-    def _abandon_ahead(self) -> None:
-        fut, self._ahead, self._ahead_start = self._ahead, None, -1
-        if fut is not None and not fut.cancel():
-            fut.add_done_callback(_destroy_made)  # runs now if done, else on the pool thread when it is
+        """The segment made ahead becomes the spare if it is the one at `start` and ready."""
+        mf = self.ahead.take(start, self.directory)
+        if mf is not None:
+            if self.spare is not None:
+                self.spare.destroy()
+            self.spare = mf
 
     def last_writable(self, start_if_empty: int = 0) -> MappedFile:
         """The active segment, creating the next one if there is none or the last one is full."""
@@ -422,9 +390,7 @@ class MappedFileQueue:
     def close(self) -> None:
         for mf in self.files:
             mf.close()
-        fut, self._ahead, self._ahead_start = self._ahead, None, -1
-        if fut is not None and not fut.cancel():
-            _destroy_made(fut)  # waits for the pool thread: the file is gone before close returns
+        self.ahead.close()  # waits for the pool thread: its file is gone before close returns
         if self.spare is not None:
             self.spare.destroy()
             self.spare = None

@@ -142,14 +142,14 @@ def test_next_segment_is_made_ahead_once_the_active_one_is_half_written(tmp_path
     cl.load()
     cl.allocate_first()
     _fill(cl, 1)  # the first segment came from the pool (or, not ready yet, was made inline)
-    assert cl.queue.ahead_used + cl.queue.ahead_missed == 1
-    used = cl.queue.ahead_used
+    assert cl.queue.ahead.used + cl.queue.ahead.missed == 1
+    used = cl.queue.ahead.used
     _fill(cl, 40)  # past half of 64 KiB: the next batch asks for the next segment
     _fill(cl, 1)
     pool.shutdown(wait=True)  # the pool's work is done: the next segment waits under its spare name
     assert sorted(os.listdir(tmp_path / "cl")) == ["00000000000000000000", f"{SEG:020d}{AHEAD_SUFFIX}"]
     _fill(cl, 30)  # rolls: the ready segment is renamed, not made on this thread
-    assert cl.queue.ahead_used == used + 1 and len(cl.queue.files) == 2
+    assert cl.queue.ahead.used == used + 1 and len(cl.queue.files) == 2
     assert cl.queue.files[1].path.endswith(f"{SEG:020d}")
     cl.close()
     assert sorted(os.listdir(tmp_path / "cl")) == ["00000000000000000000", f"{SEG:020d}"]
@@ -171,7 +171,7 @@ def test_a_segment_not_ready_in_time_is_made_inline_and_the_late_one_removed(tmp
         _fill(cl, 40)
         _fill(cl, 1)  # asks for the second one (queued behind the gate)
         _fill(cl, 30)  # rolls: made inline too
-        assert (cl.queue.ahead_used, cl.queue.ahead_missed) == (0, 2)
+        assert (cl.queue.ahead.used, cl.queue.ahead.missed) == (0, 2)
     finally:
         gate.set()  # (a failed assertion must not leave the pool's thread waiting at exit)
     pool.shutdown(wait=True)  # the abandoned ones are made, then removed by their done callback

@@ -90,13 +90,13 @@ def test_a_slave_asks_for_its_next_segment_ahead_as_the_master_does(tmp_path):
         master.put([request("T", 0, b"y" * 900) for _ in range(8)])
     half = SEG // 2 + 1000
     off = slave.append_replica(0, bytes(master.replica_data(0, half)))
-    assert slave.commitlog.queue.ahead_start == SEG
+    assert slave.commitlog.queue.ahead.start == SEG
     end = master.commitlog_max_offset()
     while off < end:
         off = slave.append_replica(off, bytes(master.replica_data(off, end - off)))
     q = slave.commitlog.queue
     assert [f.file_from_offset for f in q.files] == [0, SEG]
-    assert q.ahead_used + q.ahead_missed == 2  # the first segment (asked for at load) and the second
+    assert q.ahead.used + q.ahead.missed == 2  # the first segment (asked for at load) and the second
     assert bytes(slave.replica_data(SEG, 100)) == bytes(master.replica_data(SEG, 100))
     master.close()
     slave.close()
