@@ -26,7 +26,9 @@ _PREFIX = struct.Struct(">" + FRAME_PREFIX_FIELDS)
 
 def ok_frame(opaque: int, serialize_type: int) -> bytes:
     if serialize_type == SERIALIZE_ROCKETMQ:
-        return _RMQ.pack(_RMQ_LEN, _RMQ_WORD, 0, 0, BROKER_VERSION, java_int(opaque), RPC_TYPE_RESPONSE, 0, 0)
+        # java_int(opaque) without a call for the usual opaque (already a Java int)
+        op = opaque if -0x80000000 <= opaque <= 0x7FFFFFFF else java_int(opaque)
+        return _RMQ.pack(_RMQ_LEN, _RMQ_WORD, 0, 0, BROKER_VERSION, op, RPC_TYPE_RESPONSE, 0, 0)
     header = f"{_JSON_HEAD}{opaque}{_JSON_TAIL}".encode()
     return _PREFIX.pack(4 + len(header), len(header)) + header
 

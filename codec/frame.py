@@ -27,6 +27,7 @@ MAX_FRAME = 16 * 1024 * 1024  # Java's LengthFieldBasedFrameDecoder maxFrameLeng
 MAX_HEADER = 256 * 1024
 NO_HEADER_LIMIT = 0xFFFFFF  # what the 24-bit header-length field can say
 _PREFIX = struct.Struct(">ii")
+_PREFIX_U = struct.Struct(">iI")  # the decoder's view: the serialize-type byte unsigned
 _I32 = struct.Struct(">i")
 
 
@@ -103,34 +104,45 @@ class FrameDecoder:
         return CodecError(why)
 
     def _frames(self, mv: memoryview, pos: int, out: list[RemotingCommand]) -> int:
-        """Decode every whole frame of mv from pos into out; returns where the first partial one starts."""
+        """Decode every whole frame of mv from pos into out; returns where the first partial one starts.
+
+        `decode_frame` inlined (it stays the reference: tests/codec/test_frame.py feeds both): the two
+        prefix words in one unpack, which gives the header-length limit check for free, and a header
+        of either serialize type that fits its frame decoded without a frame view or a call; anything
+        else goes through decode_frame, which names what is wrong."""
         end = len(mv)
-        i32 = _I32.unpack_from
+        max_frame, max_header = self.max_frame, self.max_header
+        prefix = _PREFIX_U.unpack_from
         while end - pos >= 4:
-            (length,) = _I32.unpack_from(mv, pos)
-            if length < 4 or length + 4 > self.max_frame:
-                raise self._fail(f"frame length {length} outside [4, {self.max_frame - 4}]")
-            if end - pos >= 8:
-                hlen = mv[pos + 5] << 16 | mv[pos + 6] << 8 | mv[pos + 7]
-                if hlen > self.max_header:
-                    raise self._fail(f"header length {hlen} over the limit {self.max_header}")
+            if end - pos < 8:  # the length word only (a whole frame is at least 8 bytes)
+                (length,) = _I32.unpack_from(mv, pos)
+                if length < 4 or length + 4 > max_frame:
+                    raise self._fail(f"frame length {length} outside [4, {max_frame - 4}]")
+                break
+            length, word = prefix(mv, pos)
+            if length < 4 or length + 4 > max_frame:
+                raise self._fail(f"frame length {length} outside [4, {max_frame - 4}]")
+            hlen = word & 0xFFFFFF
+            if hlen > max_header:
+                raise self._fail(f"header length {hlen} over the limit {max_header}")
             if end - pos - 4 < length:
                 break
             start = pos + 4
             pos = start + length
-            # inline `decode_frame` for a JSON frame whose header fits (every request of a Java client):
-            # no frame view, no call; anything else goes through decode_frame, the reference
-            word = i32(mv, start)[0]
             hs = start + 4
-            he = hs + (word & 0xFFFFFF)
+            he = hs + hlen
+            ser = word >> 24
             try:
-                if word >> 24 == SERIALIZE_JSON and he <= pos:
+                if he <= pos and ser == SERIALIZE_ROCKETMQ:
+                    cmd = decode_rocketmq_header(mv[hs:he])
+                elif he <= pos and ser == SERIALIZE_JSON:
                     cmd = decode_json_header(mv[hs:he])
-                    if he < pos:
-                        cmd.body = bytes(mv[he:pos])
-                    out.append(cmd)
                 else:
                     out.append(decode_frame(mv[start:pos]))
+                    continue
+                if he < pos:
+                    cmd.body = bytes(mv[he:pos])
+                out.append(cmd)
             except CodecError as e:
                 raise self._fail(str(e)) from None
         return pos

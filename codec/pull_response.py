@@ -69,9 +69,11 @@ def pull_response_frame(opaque: int, serialize_type: int, code: int, remark: str
     rlen = len(rbytes)
     elen = _EXT_FIXED + len(n) + len(lo) + len(hi)
     hlen = _RMQ_FIXED + rlen + 4 + elen
+    # java_int(opaque) without a call for the usual opaque (already a Java int)
+    op = opaque if -0x80000000 <= opaque <= 0x7FFFFFFF else java_int(opaque)
     head = b"".join((
         _RMQ_HEAD.pack(4 + hlen + body_len, (SERIALIZE_ROCKETMQ << 24) | hlen, code, 0, BROKER_VERSION,
-                       java_int(opaque), RPC_TYPE_RESPONSE, rlen),
+                       op, RPC_TYPE_RESPONSE, rlen),
         rbytes, _I32.pack(elen), _SUGGEST, _NEXT, _I32.pack(len(n)), n, _MIN, _I32.pack(len(lo)), lo,
         _MAX, _I32.pack(len(hi)), hi))
     return [head, *parts]

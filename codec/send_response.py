@@ -70,9 +70,11 @@ class SendResponseFrames:
         o = b"%d" % queue_offset
         elen = self._ext_fixed + len(mid) + len(q) + len(o)
         hlen = _RMQ_FIXED + elen
+        # java_int(opaque) without a call for the usual opaque (already a Java int)
+        op = opaque if -0x80000000 <= opaque <= 0x7FFFFFFF else java_int(opaque)
         return b"".join((
             _RMQ_HEAD.pack(4 + hlen, (SERIALIZE_ROCKETMQ << 24) | hlen, 0, 0, BROKER_VERSION,
-                           java_int(opaque), RPC_TYPE_RESPONSE, 0, elen),
+                           op, RPC_TYPE_RESPONSE, 0, elen),
             self._mid_head, _LEN32[len(mid)], mid, self._qid_key, _LEN32[len(q)], q,
             self._qoff_key, _LEN32[len(o)], o, self._tail))
 

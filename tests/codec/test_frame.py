@@ -171,7 +171,8 @@ def test_a_pinned_buffer_is_replaced_not_fatal():
 @BOUNDED
 @given(st.lists(commands(), min_size=1, max_size=6), st.integers(1, 64))
 def test_feed_decodes_as_decode_frame_the_reference(cmds, step):
-    """FrameDecoder decodes JSON frames inline: the same commands as decode_frame, whatever the chunking."""
+    """FrameDecoder decodes JSON and ROCKETMQ frames inline: the same commands as decode_frame, whatever
+    the chunking."""
     frames = [encode_frame_bytes(c) for c in cmds]
     want = [decode_frame(f[4:]) for f in frames]
     stream = b"".join(frames)
