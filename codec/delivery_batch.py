@@ -134,10 +134,12 @@ def build_delivery_batch(raws: Sequence[BytesLike | None], drop_topic: str | Non
         starts.append(end)
         dests.append(dest)
         source.append(idx)
-        tcodes.append(tcode(value(pb, k_tags)))
+        tags = value(pb, k_tags)
+        tcodes.append(tcode(tags) if tags else 0)  # tags_code(None) is 0: no call without TAGS
         uniq = value(pb, k_uniq) or None  # an empty UNIQ_KEY is no UNIQ_KEY
         uniqs.append(uniq)
-        keys_out.append(index_keys(value(pb, k_keys), uniq))
+        keys = value(pb, k_keys)
+        keys_out.append(index_keys(keys, uniq) if keys else (uniq,) if uniq else ())  # index_keys(None, uniq)
     return out
 
 
