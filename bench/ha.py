@@ -10,7 +10,7 @@ import time
 from bench import wire
 from bench.common import Broker, _port_free, percentiles, pick_port
 from bench.procs import run_here, run_one
-from codec.codes import RequestCode
+from codec.codes import RequestCode, ResponseCode
 from codec.command import RemotingCommand
 
 
@@ -50,7 +50,7 @@ def _wait_slave(m: Broker) -> None:
         deadline = time.monotonic() + 30
         while True:  # a SYNC_MASTER answers 0 only once a slave acked; an ASYNC_MASTER: wait for the copy
             r = await c.invoke(wire.send_cmd("BenchHa", b"w", 0))
-            if r.code == 0:
+            if r.code == ResponseCode.SUCCESS:
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"slave never connected ({r.code} {r.remark})")

@@ -305,7 +305,7 @@ class Producer:
             topic = p.get("REAL_TOPIC") or ext.stored_topic
             uniq = p.get(UNIQ_KEY)
             if not uniq or not (p.get(TIMER_DELIVER_MS) or p.get(TIMER_OUT_MS)):
-                raise w.MQClientError(-1, f"message {target} is not a timer message", "cancel")
+                raise w.MQClientError(w.NO_CODE, f"message {target} is not a timer message", "cancel")
             if p.get(TIMER_DELIVER_MS):
                 deliver_ms = int(p[TIMER_DELIVER_MS])
             else:  # only the slot time is known: aim just past the slot boundary so it rounds into it

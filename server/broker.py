@@ -246,7 +246,7 @@ class BrokerController:
                                         "UNIQ_KEY": uniq_key, "TIMER_DELIVER_MS": str(int(deliver_ms)),
                                         "CLUSTER": self.config.broker_cluster_name})
         code, remark = await self.put_record(rec)
-        return None if code == 0 else f"code {code}: {remark}"
+        return None if code == ResponseCode.SUCCESS else f"code {code}: {remark}"
 
     def delete_topic(self, topic: str) -> bool:
         """DELETE_TOPIC_IN_BROKER: the topic's config, its consumer offsets, ConsumeQueues and stats."""

@@ -1,0 +1,134 @@
+"""One declaration per protocol fact (BRIEF; issue 16 item 1), checked on the source with `ast`:
+
+- response codes: in `server/`, `client/`, `remoting/`, `bench/` and `codec/` (but `codec/codes.py`) no RemotingCommand response code is
+  written as a bare int. Flagged: a comparison of a code-like name (`code`, `*_code`, `x.code`) with an
+  int literal (0 included: `ResponseCode.SUCCESS`), a `code=<int>` keyword, an assignment of an int
+  to a code-like name, a `(int, "remark")` tuple or a call whose first two arguments are an int and
+  a remark string (`MQClientError(22, "...")`), a code-like parameter defaulting to an int, and a
+  module re-declaring a `ResponseCode` / `RequestCode` member name as an int. gRPC's own status codes
+  (`x.status.code`, apache.rocketmq.v2.Code) are not RemotingCommand codes and are not looked at.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+from codec.codes import RequestCode, ResponseCode
+
+ROOT = Path(__file__).resolve().parents[1]
+CODE_PACKAGES = ("server", "client", "remoting", "bench", "codec")
+DECLARED = {"codec/codes.py"}  # where the codes are declared
+CODE_NAMES = frozenset(ResponseCode.__members__) | frozenset(RequestCode.__members__)
+
+
+def sources(packages: tuple[str, ...]) -> Iterator[tuple[str, str, ast.Module]]:
+    for package in packages:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel.startswith("server/grpc/v2/") or rel in DECLARED:  # generated from the 5.x protos; codes
+                continue
+            text = path.read_text(encoding="utf-8")
+            yield rel, text, ast.parse(text, rel)
+
+
+def _int_literal(node: ast.AST | None) -> bool:
+    """An int literal (-1 included), or a tuple/list/set holding one."""
+    if isinstance(node, ast.Constant):
+        return type(node.value) is int
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return _int_literal(node.operand)
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_int_literal(e) for e in node.elts)
+    return False
+
+
+def _remark(node: ast.AST) -> bool:
+    return isinstance(node, ast.JoinedStr) or isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _code_like(node: ast.AST) -> bool:
+    """`code`, `resp_code`, `x.code`, `x.resp_code`; not `x.status.code` (a gRPC Status)."""
+    if isinstance(node, ast.Name):
+        return node.id == "code" or node.id.endswith("_code")
+    if isinstance(node, ast.Attribute):
+        if isinstance(node.value, ast.Attribute) and node.value.attr == "status":
+            return False
+        return node.attr == "code" or node.attr.endswith("_code")
+    return False
+
+
+def _code_name(name: str) -> bool:
+    return name == "code" or name.endswith("_code")
+
+
+def bare_codes(text: str, tree: ast.Module) -> Iterator[tuple[int, str, str]]:
+    """(line, rule, source) of each bare response/request code int in one module."""
+    for node in ast.walk(tree):
+        rule = None
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(_code_like(o) for o in operands) and any(_int_literal(o) for o in operands):
+                rule = "compared with an int"
+        elif isinstance(node, ast.keyword):
+            if node.arg is not None and _code_name(node.arg) and _int_literal(node.value):
+                rule = "code= keyword int"
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if _int_literal(node.value):
+                for t in targets:
+                    name = t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else ""
+                    if _code_like(t):
+                        rule = "int assigned to a code"
+                    elif name.lstrip("_") in CODE_NAMES:
+                        rule = "a codec.codes name re-declared"
+        elif isinstance(node, ast.Tuple):
+            if len(node.elts) == 2 and _int_literal(node.elts[0]) and _remark(node.elts[1]):
+                rule = "(code, remark) tuple"
+        elif isinstance(node, ast.Call):
+            if len(node.args) >= 2 and _int_literal(node.args[0]) and _remark(node.args[1]):
+                rule = "call(code, remark)"
+        elif isinstance(node, ast.IfExp):
+            if (_int_literal(node.body) or _int_literal(node.orelse)) and (
+                    _code_like(node.body) or _code_like(node.orelse)):
+                rule = "int in place of a code"
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            a = node.args
+            positional = [*a.posonlyargs, *a.args]
+            pairs = [*zip(positional[len(positional) - len(a.defaults):], a.defaults, strict=True),
+                     *((k, d) for k, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None)]
+            if any(_code_name(arg.arg) and _int_literal(d) for arg, d in pairs):
+                rule = "code parameter defaults to an int"
+        if rule:
+            yield node.lineno, rule, (ast.get_source_segment(text, node) or "")[:120]
+
+
+def test_no_bare_response_code_ints() -> None:
+    found = [f"{rel}:{line}: {rule}: {src}"
+             for rel, text, tree in sources(CODE_PACKAGES) for line, rule, src in bare_codes(text, tree)]
+    assert not found, "use codec.codes.ResponseCode / RequestCode members:\n" + "\n".join(found)
+
+
+def test_the_code_check_sees_each_form() -> None:
+    """The checker is not blind: each form it names is found in a sample (and the allowed spellings are not)."""
+    bad = """
+if resp.code != 0: pass
+if code in (0, 19): pass
+x = cmd.response(code=1, remark="r")
+resp.code = 13
+SYSTEM_ERROR = 1
+def f(): return 0, "ok"
+raise MQClientError(22, f"not found {k}")
+y = resp.code if resp else 1
+def g(code: int = 0): pass
+"""
+    found = list(bare_codes(bad, ast.parse(bad)))
+    assert sorted(line for line, _, _ in found) == list(range(2, 11)), found
+    good = """
+if resp.code != ResponseCode.SUCCESS: pass
+if r.status.code == 20000: pass
+def h(): return 0, None
+n = len(x) == 0
+"""
+    assert list(bare_codes(good, ast.parse(good))) == []
