@@ -13,6 +13,7 @@ import time
 from bench import wire
 from bench.common import percentiles
 from codec.codes import ResponseCode
+from codec.properties import MessageConst
 from codec.record import read_body, read_store_timestamp, read_total_size
 
 BODY_HEAD = __import__("struct").Struct(">qqB")
@@ -138,10 +139,10 @@ async def send_paced(addr: str, topic: str, rate: float, duration_s: float, body
     for lv in levels:
         for q in range(queues):
             if timer_delay_ms is not None:
-                props = wire.props_string({"TIMER_DELIVER_MS": wire.FrameTemplate.token("dl", 13)})
+                props = wire.props_string({MessageConst.TIMER_DELIVER_MS: wire.FrameTemplate.token("dl", 13)})
                 tmpls[lv, q] = wire.FrameTemplate(wire.send_cmd(topic, _body(body_size), q, props), {"dl": 13})
             else:
-                props = wire.props_string({"DELAY": str(lv)}) if lv else ""
+                props = wire.props_string({MessageConst.DELAY: str(lv)}) if lv else ""
                 tmpls[lv, q] = wire.FrameTemplate(wire.send_cmd(topic, _body(body_size), q, props))
     rtts: list[float] = []
     state = {"ok": 0, "err": 0, "codes": {}, "acked": 0}

@@ -15,7 +15,7 @@ import structlog
 
 from codec.codes import SCHEDULE_QUARANTINE_TOPIC
 from codec.delivery_batch import build_delivery_batch
-from codec.properties import parse_properties
+from codec.properties import MessageConst, parse_properties
 from codec.record import read_properties_bytes, read_topic
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.progress_file import ProgressFile, count_records_after
@@ -32,7 +32,7 @@ def _is_delivery_of(level: int) -> Callable[[memoryview], bool]:
     want = str(level)
 
     def match(rec: memoryview) -> bool:
-        return read_topic(rec) not in _NOT_DELIVERIES and parse_properties(read_properties_bytes(rec)).get("DELAY") == want
+        return read_topic(rec) not in _NOT_DELIVERIES and parse_properties(read_properties_bytes(rec)).get(MessageConst.DELAY) == want
     return match
 
 

@@ -7,27 +7,44 @@
   a remark string (`MQClientError(22, "...")`), a code-like parameter defaulting to an int, and a
   module re-declaring a `ResponseCode` / `RequestCode` member name as an int. gRPC's own status codes
   (`x.status.code`, apache.rocketmq.v2.Code) are not RemotingCommand codes and are not looked at.
+- message property names: no string or bytes literal in the production packages (docstrings aside)
+  equals a `codec.properties.MessageConst` value or holds one as a `name\\x01` segment start
+  (`"\\x02REAL_TOPIC\\x01"`, `b"DELAY\\x01"`), outside `codec/properties.py`, dict keys included.
+  Hot paths bind `MessageConst.X` to a module name once; byte-level rewriters derive their tokens
+  from it (`property_token(MessageConst.TAGS.encode())`). A genuine non-property use of such a word
+  goes in PROPERTY_ALLOWED with its reason.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 from codec.codes import RequestCode, ResponseCode
+from codec.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, MessageConst
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE_PACKAGES = ("server", "client", "remoting", "bench", "codec")
 DECLARED = {"codec/codes.py"}  # where the codes are declared
+PROPERTY_PACKAGES = ("codec", "remoting", "storage", "scheduler", "server", "client", "analytics", "bench")
+PROPERTY_DECLARED = "codec/properties.py"
+# (module, literal) -> why that literal is not a message property name there
+PROPERTY_ALLOWED: dict[tuple[str, str | bytes], str] = {}
+PROPERTY_NAMES = frozenset(v for k, v in vars(MessageConst).items()
+                           if not k.startswith("_") and k != "KEY_SEPARATOR" and isinstance(v, str))
+# a name at a segment start followed by the name/value separator: "DELAY\x01", "\x02REAL_QID\x01"
+_SEGMENT = re.compile(f"(?:^|{PROPERTY_SEPARATOR})(?:{'|'.join(map(re.escape, sorted(PROPERTY_NAMES)))}){NAME_VALUE_SEPARATOR}")
 CODE_NAMES = frozenset(ResponseCode.__members__) | frozenset(RequestCode.__members__)
 
 
-def sources(packages: tuple[str, ...]) -> Iterator[tuple[str, str, ast.Module]]:
+def sources(packages: tuple[str, ...], declared: frozenset[str] | set[str] = DECLARED,
+            ) -> Iterator[tuple[str, str, ast.Module]]:
     for package in packages:
         for path in sorted((ROOT / package).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-            if rel.startswith("server/grpc/v2/") or rel in DECLARED:  # generated from the 5.x protos; codes
+            if rel.startswith("server/grpc/v2/") or rel in declared:  # generated from the 5.x protos; the declaration
                 continue
             text = path.read_text(encoding="utf-8")
             yield rel, text, ast.parse(text, rel)
@@ -132,3 +149,47 @@ def h(): return 0, None
 n = len(x) == 0
 """
     assert list(bare_codes(good, ast.parse(good))) == []
+
+
+def property_literals(tree: ast.Module) -> Iterator[tuple[int, str | bytes]]:
+    """(line, literal) of each str/bytes literal that is a property name or holds a `name\\x01` segment."""
+    docstrings = {id(n.value) for n in ast.walk(tree)
+                  if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or id(node) in docstrings:
+            continue
+        value = node.value
+        if isinstance(value, bytes):
+            text = value.decode("latin-1")
+        elif isinstance(value, str):
+            text = value
+        else:
+            continue
+        if text in PROPERTY_NAMES or _SEGMENT.search(text):
+            yield node.lineno, value
+
+
+def test_no_property_name_literals_outside_message_const() -> None:
+    found = [f"{rel}:{line}: {value!r}"
+             for rel, _, tree in sources(PROPERTY_PACKAGES, {PROPERTY_DECLARED})
+             for line, value in property_literals(tree) if (rel, value) not in PROPERTY_ALLOWED]
+    assert not found, "use codec.properties.MessageConst (a module alias on a hot path):\n" + "\n".join(found)
+
+
+def test_the_property_check_sees_each_form() -> None:
+    bad = """
+tags = props.get("TAGS")
+m = {"UNIQ_KEY": u}
+K = b"\\x02REAL_TOPIC\\x01"
+s = f"{stored}\\x02REAL_QID\\x01{qid}"
+mark = "DELAY\\x01"
+t = b"TIMER_DEQUEUE_MS"
+"""
+    found = list(property_literals(ast.parse(bad)))
+    assert sorted(line for line, _ in found) == list(range(2, 8)), found
+    good = """
+\"\"\"A docstring may say TAGS and "DELAY\\x01".\"\"\"
+EXCLUDES = ("TIMER_", MessageConst.TRAN_MSG)
+x = {"msgId": m, "topicX": t, "KEYSTORE": k}
+"""
+    assert list(property_literals(ast.parse(good))) == []
