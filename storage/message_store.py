@@ -76,15 +76,16 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
         # the server start their long-running tasks through it too
         self.supervisor = supervisor if supervisor is not None else Supervisor()
         root = config.store_path
-        # RocketMQ's AllocateMappedFileService: the next CommitLog segment and (`made_ahead`) timerlog
-        # segment are made on this thread
+        # RocketMQ's AllocateMappedFileService: the next CommitLog segment, IndexFile and (`made_ahead`)
+        # timerlog segment are made on this thread
         self._allocator = ThreadPoolExecutor(1, thread_name_prefix="allocate-mapped-file")
         self.commitlog = CommitLog(os.path.join(root, "commitlog"), config.mapped_file_size_commitlog,
                                    self._allocator)
         self.cq_root = os.path.join(root, "consumequeue")
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.queue_offsets: dict[tuple[str, int], int] = {}
-        self.index = IndexService(root, self.commitlog.read_record, config.max_hash_slot_num, config.max_index_num)
+        self.index = IndexService(root, self.commitlog.read_record, config.max_hash_slot_num, config.max_index_num,
+                                  self._allocator)
         self.checkpoint = CheckpointFile(root)
         self.faults = PutFaultInjector()
         self._listeners: list[DispatchListener] = []
@@ -110,6 +111,7 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
         os.makedirs(self.config.store_path, exist_ok=True)
         recover(self)
         self.commitlog.allocate_first()
+        self.index.allocate_ahead()
         self.checkpoint.mark_running()
         self._loaded = True
         return True
