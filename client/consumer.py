@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from codec.properties import MessageConst
+
 from . import _wire as w
 from .instance import ClientInstance, ConsumerDataJson
 from .message import ORIGIN_MESSAGE_ID, RETRY_TOPIC, Message, MessageExt, MessageQueue
@@ -304,9 +306,13 @@ class PushConsumer:
         props = dict(msg.properties)
         props.setdefault(RETRY_TOPIC, msg.topic)
         props.setdefault(ORIGIN_MESSAGE_ID, msg.msg_id)
-        props.pop("TRAN_MSG", None)
-        for k in ("MIN_OFFSET", "MAX_OFFSET"):
+        # the count goes on (the producer moves these two into the send header), so a message whose
+        # send-back keeps failing still reaches the DLQ after max_reconsume_times (as the Java client)
+        props[MessageConst.RECONSUME_TIME] = str(msg.reconsume_times + 1)
+        props[MessageConst.MAX_RECONSUME_TIMES] = str(self.max_reconsume_times)
+        props.pop(MessageConst.TRAN_MSG, None)
+        for k in (MessageConst.MIN_OFFSET, MessageConst.MAX_OFFSET):
             props.pop(k, None)
-        retry = Message(self.retry_topic, msg.body, properties=props,
+        retry = Message(self.retry_topic, msg.body, flag=msg.flag, properties=props,
                         delay_level=min(3 + msg.reconsume_times, 18))
         await fallback.send(retry)
