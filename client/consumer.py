@@ -8,7 +8,6 @@ import inspect
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import structlog
 
@@ -19,11 +18,9 @@ from .instance import ClientInstance, ConsumerDataJson
 from .message import ORIGIN_MESSAGE_ID, RETRY_TOPIC, Message, MessageExt, MessageQueue
 from .offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from .process_queue import ConsumeStatus, ProcessQueue
+from .producer import Producer
 from .rebalance import allocate_averagely, consumer_ids, lock_batch, query_offset, unlock_batch
 from .subscription import Subscription
-
-if TYPE_CHECKING:
-    from .producer import Producer
 
 log = structlog.get_logger(__name__)
 
@@ -297,8 +294,6 @@ class PushConsumer:
         await self._resend_to_retry(msg)
 
     async def _resend_to_retry(self, msg: MessageExt) -> None:
-        from .producer import Producer
-
         fallback = self._fallback
         if fallback is None:
             fallback = self._fallback = Producer(w.CLIENT_INNER_PRODUCER, ";".join(self.instance.namesrv_addrs))

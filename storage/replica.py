@@ -30,8 +30,6 @@ _UNIQ_KEY = MessageConst.UNIQ_KEY
 
 log = structlog.get_logger(__name__)
 
-NOT_INDEXED = frozenset({"SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer"})
-
 
 class ReplicaError(ValueError):
     """Replicated bytes that do not continue the CommitLog (wrong offset)."""
@@ -160,10 +158,9 @@ class ReplicaMixin(StoreState):
                 run.units += unit
                 run.next_offset += 1
                 run.end = off + total
-            if topic not in NOT_INDEXED:
-                ks = index_keys(props.get(_KEYS), props.get(_UNIQ_KEY))
-                if ks:
-                    index_entries.append((topic, ks, off, total, store_ts))
+            ks = index_keys(props.get(_KEYS), props.get(_UNIQ_KEY))  # every topic, as a put indexes it
+            if ks:
+                index_entries.append((topic, ks, off, total, store_ts))
             off += total
             count += 1
         self.reput_offset = off
