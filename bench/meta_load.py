@@ -14,7 +14,7 @@ import time
 from bench import wire
 from bench.common import percentiles
 from codec.bodies import ConsumerData, HeartbeatData, build_subscription, encode_heartbeat
-from codec.codes import BROKER_VERSION, RequestCode, ResponseCode
+from codec.codes import BROKER_VERSION, DEFAULT_TOPIC, RequestCode, ResponseCode
 from codec.command import RemotingCommand
 
 PROBE_RATE = 200
@@ -22,7 +22,7 @@ PROBE_RATE = 200
 
 def _topic_cmd(name: str) -> RemotingCommand:
     return RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-        "topic": name, "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6",
+        "topic": name, "defaultTopic": DEFAULT_TOPIC, "readQueueNums": "4", "writeQueueNums": "4", "perm": "6",
         "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"})
 
 
@@ -81,7 +81,7 @@ async def probe(addr: str, stop_file: str, max_s: float, rate: float = PROBE_RAT
         t0 = time.perf_counter()
         try:
             r = await conn.invoke(RemotingCommand.request(RequestCode.GET_MAX_OFFSET,
-                                                          {"topic": "TBW102", "queueId": str(i % 8)}), timeout=10)
+                                                          {"topic": DEFAULT_TOPIC, "queueId": str(i % 8)}), timeout=10)
             errors += r.code != ResponseCode.SUCCESS
         except TimeoutError:  # counted with its 10 s: the broker did not answer in time
             errors += 1

@@ -154,7 +154,7 @@ def pull_cmd(topic: str, queue_id: int, offset: int, max_nums: int = 32, suspend
 
 async def create_topic(conn: Conn, topic: str, queues: int) -> None:
     r = await conn.invoke(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
+        "topic": topic, "defaultTopic": DEFAULT_TOPIC, "readQueueNums": queues, "writeQueueNums": queues,
         "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"}))
     if r.code != ResponseCode.SUCCESS:
         raise RuntimeError(f"create topic {topic}: {r.code} {r.remark}")

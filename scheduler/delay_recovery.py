@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection
 
 import structlog
 
-from codec.codes import SCHEDULE_QUARANTINE_TOPIC
+from codec.codes import RMQ_SYS_TRANS_HALF_TOPIC, SCHEDULE_QUARANTINE_TOPIC
 from codec.delivery_batch import build_delivery_batch
 from codec.properties import MessageConst, parse_properties
 from codec.record import read_properties_bytes, read_topic
@@ -25,7 +25,7 @@ log = structlog.get_logger(__name__)
 
 UNIT_SIZE = 20
 _NOT_DELIVERIES = (SCHEDULE_TOPIC, SCHEDULE_QUARANTINE_TOPIC)
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+HALF_TOPIC = RMQ_SYS_TRANS_HALF_TOPIC
 
 
 def _is_delivery_of(level: int) -> Callable[[memoryview], bool]:

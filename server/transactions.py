@@ -30,7 +30,13 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from codec.codes import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, RequestCode, ResponseCode
+from codec.codes import (
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    RequestCode,
+    ResponseCode,
+)
 from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.msgid import offset_msg_id
@@ -49,7 +55,7 @@ PutRecord = Callable[[MessageRecord, bool], Awaitable[tuple[int, str | None]]]
 log = structlog.get_logger(__name__)
 
 HALF_TOPIC, OP_TOPIC = RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
-MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+MAX_TIME_TOPIC = TRANS_CHECK_MAX_TIME_TOPIC
 REMOVE_TAG = "d"
 TRANSACTION_ID = MessageConst.TRANSACTION_ID
 IMMUNITY_KEY = MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS

@@ -13,6 +13,9 @@
   Hot paths bind `MessageConst.X` to a module name once; byte-level rewriters derive their tokens
   from it (`property_token(MessageConst.TAGS.encode())`). A genuine non-property use of such a word
   goes in PROPERTY_ALLOWED with its reason.
+- system topic names and the %RETRY% / %DLQ% prefixes: spelled only in `codec/codes.py` (a literal equal
+  to one, or starting with a prefix, fails elsewhere; `analytics/` imports nothing of ours, see
+  TOPIC_ALLOWED).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from codec import codes
 from codec.codes import RequestCode, ResponseCode
 from codec.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, MessageConst
 
@@ -193,3 +197,32 @@ EXCLUDES = ("TIMER_", MessageConst.TRAN_MSG)
 x = {"msgId": m, "topicX": t, "KEYSTORE": k}
 """
     assert list(property_literals(ast.parse(good))) == []
+
+
+SYSTEM_TOPICS = frozenset({
+    codes.SCHEDULE_TOPIC, codes.TIMER_TOPIC, codes.DEFAULT_TOPIC, codes.TRACE_TOPIC, codes.RMQ_SYS_TRANS_HALF_TOPIC,
+    codes.RMQ_SYS_TRANS_OP_HALF_TOPIC, codes.TRANS_CHECK_MAX_TIME_TOPIC, codes.SELF_TEST_TOPIC,
+    codes.OFFSET_MOVED_EVENT, codes.BENCHMARK_TOPIC, codes.SCHEDULE_QUARANTINE_TOPIC})
+TOPIC_PREFIXES = (codes.RETRY_PREFIX, codes.DLQ_PREFIX)
+# module -> why it spells system topic names itself
+TOPIC_ALLOWED = {
+    "analytics/jobs.py": "analytics imports no package of ours (it reads exported files only: "
+                         "tests/test_import_direction.py); SYSTEM_TOPICS there names the rows to leave out",
+}
+
+
+def topic_literals(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    docstrings = {id(n.value) for n in ast.walk(tree)
+                  if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and id(node) not in docstrings and isinstance(node.value, str) and (
+                node.value in SYSTEM_TOPICS or node.value.startswith(TOPIC_PREFIXES)):
+            yield node.lineno, node.value
+
+
+def test_no_system_topic_literals_outside_codes() -> None:
+    found = [f"{rel}:{line}: {value!r}" for rel, _, tree in sources(PROPERTY_PACKAGES)
+             if rel not in TOPIC_ALLOWED for line, value in topic_literals(tree)]
+    assert not found, "use the codec.codes topic constants:\n" + "\n".join(found)
+    sample = 'a = "SCHEDULE_TOPIC_XXXX"\nb = f"%RETRY%{group}"\nc = f"{RETRY_PREFIX}{group}"\nd = "TBW1020"\n'
+    assert [line for line, _ in topic_literals(ast.parse(sample))] == [1, 2]

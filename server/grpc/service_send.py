@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from codec.codes import RequestCode, ResponseCode
+from codec.codes import DEFAULT_TOPIC, RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.msgid import decode_offset_msg_id
 from codec.properties import MessageConst as K
@@ -87,7 +87,7 @@ class SendRpcs:
 
     def _send_command(self, topic: str, qid: int, props: dict[str, str], sys_flag: int, body: bytes,
                       born_ms: int) -> RemotingCommand:
-        ext = {"producerGroup": topic, "topic": topic, "defaultTopic": "TBW102",
+        ext = {"producerGroup": topic, "topic": topic, "defaultTopic": DEFAULT_TOPIC,
                "defaultTopicQueueNums": str(self.deps.config.default_topic_queue_nums), "queueId": str(qid),
                "sysFlag": str(sys_flag), "bornTimestamp": str(born_ms), "flag": "0",
                "properties": properties_to_string(props), "reconsumeTimes": "0", "unitMode": "false",
