@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from codec.codes import SysFlag
 from codec.properties import MessageConst
 from scheduler.delay_config import DelayConfig
 from scheduler.delay_service import DelayLevelService
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["DelayConfig", "DelayLevelService", "SCHEDULE_TOPIC", "level_of", "parse_delay_levels", "schedules",
            "transform_delay"]
 
-_TRANSACTION_MASK, _TRANSACTION_COMMIT = 0xC, 0x8
+_TRANSACTION_MASK, _TRANSACTION_COMMIT = SysFlag.TRANSACTION_MASK, SysFlag.TRANSACTION_COMMIT_TYPE
 _TIMER_KEYS = (_TIMER_DELIVER_MS, _TIMER_DELAY_SEC, _TIMER_DELAY_MS)
 
 

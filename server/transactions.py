@@ -36,6 +36,7 @@ from codec.codes import (
     TRANS_CHECK_MAX_TIME_TOPIC,
     RequestCode,
     ResponseCode,
+    SysFlag,
 )
 from codec.command import RemotingCommand
 from codec.errors import CodecError
@@ -59,7 +60,9 @@ MAX_TIME_TOPIC = TRANS_CHECK_MAX_TIME_TOPIC
 REMOVE_TAG = "d"
 TRANSACTION_ID = MessageConst.TRANSACTION_ID
 IMMUNITY_KEY = MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS
-NOT_TYPE, PREPARED, COMMIT, ROLLBACK, TX_MASK = 0x0, 0x4, 0x8, 0xC, 0xC
+NOT_TYPE, PREPARED, COMMIT, ROLLBACK, TX_MASK = (SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_PREPARED_TYPE,
+                                               SysFlag.TRANSACTION_COMMIT_TYPE, SysFlag.TRANSACTION_ROLLBACK_TYPE,
+                                               SysFlag.TRANSACTION_MASK)
 _UNIT = struct.Struct(">qi")
 _SCAN_BATCH = 256
 

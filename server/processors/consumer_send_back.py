@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from codec.codes import DLQ_PREFIX, RETRY_PREFIX, RequestCode, ResponseCode
+from codec.codes import DLQ_PREFIX, RETRY_PREFIX, PermName, RequestCode, ResponseCode, TopicSysFlag
 from codec.command import RemotingCommand
 from codec.msgid import offset_msg_id
 from codec.properties import MessageConst
 from codec.record import MessageRecord, encode_record
 from server.header_spec import Header, HeaderSpec, Long
 from server.processors import Peer, Registrar, error, guarded
+from server.processors.send_common import V3_4_9
 from server.wiring import put_request
 from storage.store_types import PutStatus
 
@@ -50,9 +51,8 @@ class SendBackDeps:
     hooks: PutHooks  # the retry copy's DELAY level
     on_put: Callable[[list[str], list[PutResult]], None]  # stored-message counters
 
-PERM_WRITE, PERM_READ = 0x2, 0x4
-TOPIC_UNIT_FLAG = 0x1
-V3_4_9 = 121
+PERM_WRITE, PERM_READ = PermName.WRITE, PermName.READ
+TOPIC_UNIT_FLAG = TopicSysFlag.UNIT
 SYNC_FLUSH_TIMEOUT_S = 5.0
 
 class ConsumerSendMsgBackHeader(Header):
