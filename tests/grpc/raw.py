@@ -31,7 +31,7 @@ class RawClient:
         return await self.stub.SendMessage(spb.SendMessageRequest(messages=[m]), metadata=self.metadata, timeout=10)
 
     async def receive(self, group: str, topic: str, batch: int = 16, invisible_s: int = 30,
-                      poll_s: float = 1.0) -> tuple[int, list[pb.Message]]:
+                      poll_s: float = 1.0) -> tuple[int | None, list[pb.Message]]:
         req = spb.ReceiveMessageRequest(group=pb.Resource(name=group), batch_size=batch,
                                         message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1))
         req.invisible_duration.seconds = invisible_s

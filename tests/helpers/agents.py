@@ -30,7 +30,7 @@ class AgentProcess:
         self.env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         self.events: list[dict] = []
         self.raw_lines: list[str] = []
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self._cond = cond or threading.Condition()
         self._eof = False
         self._reader: threading.Thread | None = None
@@ -44,7 +44,7 @@ class AgentProcess:
         return self
 
     def _read(self) -> None:
-        assert self.proc is not None
+        assert self.proc is not None and self.proc.stdout is not None
         for raw in self.proc.stdout:
             line = raw.decode("utf-8", "replace").rstrip("\n")
             with self._cond:

@@ -31,7 +31,7 @@ class NamesrvProcess:
         self.config = dict(config or {})
         self.port = port or pick_port_pair()
         self.ready_timeout = ready_timeout
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self._ready = threading.Event()
         self.stdout_path = self.work_dir / "namesrv.stdout"
         self.stderr_path = self.work_dir / "namesrv.stderr"
@@ -57,7 +57,8 @@ class NamesrvProcess:
             raise AssertionError(f"namesrv not ready in {self.ready_timeout}s\n{self.diagnostics()}")
         return self
 
-    def _read(self, proc: subprocess.Popen) -> None:
+    def _read(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
         with open(self.stdout_path, "ab") as out:
             for raw in proc.stdout:
                 out.write(raw)
@@ -71,10 +72,11 @@ class NamesrvProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, timeout: float = 20.0) -> int:
-        if self.running:
-            self.proc.send_signal(signal.SIGTERM)
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout)
+                proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
                 raise AssertionError(f"namesrv ignored SIGTERM\n{self.diagnostics()}") from None
@@ -83,9 +85,10 @@ class NamesrvProcess:
         return code
 
     def kill(self) -> None:
-        if self.running:
-            self.proc.kill()
-            self.proc.wait(10)
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
 
     def diagnostics(self) -> str:
         return (f"namesrv {self.addr}\n--- stderr tail ---\n{tail(self.stderr_path)}\n"
@@ -110,6 +113,13 @@ def route(namesrv: str, topic: str) -> dict | None:
         return None
     assert reply.code == 0, reply
     return fastjson_loads(reply.body)
+
+
+def topic_route(namesrv: str, topic: str) -> dict:
+    """`route`, asserted to exist (the name server knows the topic)."""
+    r = route(namesrv, topic)
+    assert r is not None, f"no route for {topic} on {namesrv}"
+    return r
 
 
 def route_brokers(namesrv: str, topic: str) -> set[str]:

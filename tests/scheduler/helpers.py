@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Callable
 
 from codec.record import MessageRecord, decode_record, encode_record
 from codec.tags import java_hash
@@ -12,6 +13,7 @@ from scheduler.delay_levels import DelayConfig, DelayLevelService, transform_del
 from scheduler.events import EventCallback
 from scheduler.levels import SCHEDULE_TOPIC, parse_delay_levels, schedule_tags_code
 from storage.message_store import MessageStore, PutRequest, StoreConfig
+from tests.helpers.checks import present
 
 FAST_LEVELS = "100ms 200ms 300ms 1s"
 _seq = itertools.count()
@@ -68,7 +70,8 @@ def put_delayed(store: MessageStore, levels_ms, topic: str, level: int, n: int =
 
 def read_queue(store: MessageStore, topic: str, queue_id: int = 0, start: int = 0):
     """[(unit tagsCode, MessageRecord)] of a ConsumeQueue, in queue order."""
-    out, off = [], start
+    out: list[tuple[int, MessageRecord]] = []
+    off = start
     while True:
         units = store.read_units(topic, queue_id, off, 256)
         if not units:
@@ -77,7 +80,7 @@ def read_queue(store: MessageStore, topic: str, queue_id: int = 0, start: int = 
             phys = int.from_bytes(units[i * 20:i * 20 + 8], "big")
             size = int.from_bytes(units[i * 20 + 8:i * 20 + 12], "big")
             tags = int.from_bytes(units[i * 20 + 12:i * 20 + 20], "big", signed=True)
-            out.append((tags, decode_record(store.read_record(phys, size), 0)[0]))
+            out.append((tags, decode_record(present(store.read_record(phys, size)), 0)[0]))
         off += len(units) // 20
 
 
@@ -111,7 +114,7 @@ class EventRecorder(EventCallback):
 
     def __init__(self) -> None:
         self.events: list[tuple[str, dict]] = []
-        self._waiters: list[tuple[object, asyncio.Future]] = []
+        self._waiters: list[tuple[Callable[[EventRecorder], bool], asyncio.Future]] = []
 
     def __call__(self, event: str, **fields) -> None:
         self.events.append((event, fields))
@@ -122,7 +125,7 @@ class EventRecorder(EventCallback):
     def named(self, event: str) -> list[dict]:
         return [f for e, f in self.events if e == event]
 
-    async def wait(self, pred, timeout: float = 10.0) -> None:
+    async def wait(self, pred: Callable[[EventRecorder], bool], timeout: float = 10.0) -> None:
         if pred(self):
             return
         fut = asyncio.get_running_loop().create_future()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from codec.codes import create_send_message_request_header_v2
 from tests.server.raw import props
@@ -26,14 +27,22 @@ def send_ext(topic: str, properties: str = "", qid: int = -1, v2: bool = True, b
     return create_send_message_request_header_v2(v1)
 
 
+class LoopbackPeer:
+    """The `Peer` (server.processors.Peer) of a processor called directly, without a connection."""
+
+    remote_addr = ("127.0.0.1", 0)
+
+
 async def send(c, topic: str, body: bytes, tags: str | None = None, keys: str | None = None, qid: int = -1,
-               code: int = SEND_MESSAGE_V2, **extra_props):
+               code: int = SEND_MESSAGE_V2, properties: Mapping[str, object] | None = None, **extra_props):
+    """SEND_MESSAGE(_V2) with TAGS, KEYS, `properties` and the `extra_props` keywords as properties (WAIT true
+    unless given)."""
     p = {}
     if tags:
         p["TAGS"] = tags
     if keys:
         p["KEYS"] = keys
-    p.update({k: str(v) for k, v in extra_props.items()})
+    p.update({k: str(v) for k, v in {**(properties or {}), **extra_props}.items()})
     p.setdefault("WAIT", "true")
     return await c.invoke(code, send_ext(topic, props(**p), qid, v2=code != SEND_MESSAGE), body)
 

@@ -12,7 +12,7 @@ QUERY_OFFSET, UPDATE_OFFSET, MAX_OFFSET, MIN_OFFSET, SEARCH_OFFSET, EARLIEST = 1
 
 def heartbeat(client_id: str, group: str, topic: str, sub: str = "*", version: int = 1, cpp: bool = False):
     if cpp:  # C++ style: ordinals, string subVersion, absent empty arrays
-        sd = {"topic": topic, "subString": sub, "subVersion": str(version)}
+        sd: dict[str, object] = {"topic": topic, "subString": sub, "subVersion": str(version)}
         if sub != "*":
             sd["tagsSet"] = [t.strip() for t in sub.split("||")]
         cd = {"groupName": group, "consumeType": 1, "messageModel": 1, "consumeFromWhere": 0,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from codec import admin_bodies as AB
+from tests.helpers.checks import present
 from tests.server.raw import RawClient
 
 CREATE_TOPIC, QUERY_OFFSET, UPDATE_OFFSET, GET_ALL_TOPIC_CONFIG = 17, 14, 15, 21
@@ -38,7 +39,7 @@ async def test_kill9_during_a_burst_of_creates_and_offset_commits_loses_no_ackno
             futs = c.pipeline(reqs)
             for req, fut in zip(reqs, futs, strict=True):
                 try:
-                    r = await fut
+                    r = await present(fut)
                 except ConnectionError:
                     return
                 assert r.code == 0, r.remark

@@ -9,7 +9,7 @@ from codec.frame import decode_frame, encode_frame_bytes
 from server.processor_wiring import pull_deps
 from server.processors.pull import PullProcessor
 from server.processors.pull_reference import pull_answer
-from tests.server.helpers import pull_ext, send
+from tests.server.helpers import LoopbackPeer, pull_ext, send
 
 
 def request(ser, opaque, **kw) -> RemotingCommand:
@@ -33,7 +33,7 @@ async def test_answers_equal_the_reference(broker_ctl, client):
             for topic, qid in (("Frames", 1), ("Frames", 0), ("NoQueueHere", 0)):
                 cmd = request(ser, 1000 + n, group="GF", topic=topic, qid=qid, offset=offset, sub=sub,
                               max_nums=max_nums)
-                got = pp(None, cmd)
+                got = pp(LoopbackPeer(), cmd)
                 if topic == "NoQueueHere":  # an error answer stays a RemotingCommand
                     assert isinstance(got, RemotingCommand) and got.code == 17
                     continue
@@ -48,7 +48,7 @@ async def test_held_pull_answer_equals_the_reference(broker_ctl, client):
     for ser in (SERIALIZE_JSON, SERIALIZE_ROCKETMQ):
         offset = broker_ctl.store.max_offset("HeldFrames", 0)
         cmd = request(ser, 77, group="GH", topic="HeldFrames", qid=0, offset=offset, suspend_ms=20000)
-        held = pp(None, cmd)
+        held = pp(LoopbackPeer(), cmd)
         assert asyncio.iscoroutine(held)
         task = asyncio.ensure_future(held)
         await asyncio.sleep(0)
