@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 
 from codec import admin_bodies as AB
+from codec.acl import sign_request
 from codec.codes import SCHEDULE_TOPIC, TIMER_TOPIC, RequestCode, ResponseCode
 from codec.msgid import decode_offset_msg_id, is_offset_msg_id
 
@@ -182,8 +183,6 @@ class Admin:
                       access_key: str | None = None, secret_key: str | None = None) -> w.JsonObject:
         """PROMOTE_BROKER (delaymq's 3101): make the slave at `broker_addr` the master, live. An admin
         request under ACL: signed when an access key is given."""
-        from codec.acl import sign_request
-
         body = w.dumps({"brokerRole": role})
         cmd = w.request(w.PROMOTE_BROKER, {}, body)
         if access_key:

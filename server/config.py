@@ -130,7 +130,7 @@ class BrokerConfig:
     ha_slave_fallbehind_max: int = 268435456  # SYNC_MASTER: a slave further behind is not available
     slave_timeout: int = 3000  # SYNC_MASTER: ms a send waits for the slave's ack (FLUSH_SLAVE_TIMEOUT)
     slave_synchronize_interval_ms: int = 10000  # slave: pull topics, offsets, groups, timer checkpoint
-    scheduler_sync_interval_ms: int = 20  # ours: slave pulls the master's scheduler progress this often
+    scheduler_sync_interval_ms: int = 10  # ours: slave pulls the master's scheduler progress this often
     grpc_listen_port: int = 8081  # RocketMQ 5 gRPC MessagingService (server/grpc); 0 = off
 
     # ---- derived -------------------------------------------------------------------------

@@ -26,8 +26,6 @@ from storage.store_state import StoreState
 
 log = structlog.get_logger(__name__)
 
-NOT_INDEXED = frozenset({"SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer"})
-
 
 class ReplicaError(ValueError):
     """Replicated bytes that do not continue the CommitLog (wrong offset)."""
@@ -156,10 +154,9 @@ class ReplicaMixin(StoreState):
                 run.units += unit
                 run.next_offset += 1
                 run.end = off + total
-            if topic not in NOT_INDEXED:
-                ks = index_keys(props.get("KEYS"), props.get("UNIQ_KEY"))
-                if ks:
-                    index_entries.append((topic, ks, off, total, store_ts))
+            ks = index_keys(props.get("KEYS"), props.get("UNIQ_KEY"))  # every topic, as a put indexes it
+            if ks:
+                index_entries.append((topic, ks, off, total, store_ts))
             off += total
             count += 1
         self.reput_offset = off

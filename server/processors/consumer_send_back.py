@@ -22,7 +22,7 @@ from codec.codes import DLQ_PREFIX, RETRY_PREFIX, RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.msgid import offset_msg_id
 from codec.record import MessageRecord, encode_record
-from server.headers import Header, HeaderSpec, Long
+from server.header_spec import Header, HeaderSpec, Long
 from server.processors import Peer, Registrar, error, guarded
 from server.wiring import put_request
 from storage.store_types import PutStatus

@@ -14,6 +14,7 @@ from codec.codes import RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.msgid import offset_msg_id
 from server import headers as H
+from server.header_spec import HeaderError
 from server.processors.send_common import PUT_OK, PUT_STATUS_CODES, fail, put_fail_remark
 from storage.store_types import PutRequest
 
@@ -30,7 +31,7 @@ def send_one(sp: SendProcessor, store: MessageStore, conn: Any, cmd: RemotingCom
         if h.batch:
             return sp.send_batch(conn, cmd, h)
         prep = sp._prepare_single(conn, cmd, h)
-    except H.HeaderError as e:
+    except HeaderError as e:
         return fail(cmd, ResponseCode.SYSTEM_ERROR, str(e))
     if not isinstance(prep, tuple):  # an error response
         return prep

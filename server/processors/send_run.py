@@ -24,7 +24,7 @@ from codec.command import RemotingCommand
 from codec.frame import encode_frame_bytes
 from codec.record import POS_SYS_FLAG, store_timestamp_pos
 from server import headers as H
-from server.headers import HeaderError
+from server.header_spec import HeaderError
 from server.processors import peer_of
 from server.processors.send_common import (
     PUT_OK,

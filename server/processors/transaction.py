@@ -12,7 +12,7 @@ import structlog
 
 from codec.codes import RequestCode
 from codec.command import RemotingCommand
-from server.headers import Header, HeaderSpec, Long
+from server.header_spec import Header, HeaderSpec, Long
 from server.processors import Peer, Registrar, error, guarded, ok
 from server.transactions import COMMIT, ROLLBACK
 

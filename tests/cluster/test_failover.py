@@ -3,7 +3,7 @@ processes; thousands of delay-level and timer messages are sent (each acked only
 it); the master is killed with SIGKILL while most are pending; `delaymq broker promote` makes the
 slave the master. Then, counting every delivered record either broker ever held:
 0 acked messages lost, 0 delivered before their due time, and duplicates no more than what the old
-master delivered after the last scheduler progress the slave adopted (<= one 20 ms sync interval).
+master delivered after the last scheduler progress the slave adopted (<= one schedulerSyncIntervalMs).
 The time from promote to the first delivery is a benchmark (bench/ha_failover.py), not asserted here."""
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ def fill(master, n: int) -> None:
         [r] = master.put([request("T", i % 3, b"m%04d" % i + b"x" * (i % 50), tags=f"t{i % 4}", keys=f"k{i}")])
         assert r.status is PutStatus.PUT_OK
     [d] = master.put([request("SCHEDULE_TOPIC_XXXX", 0, b"d", props={"DELAY": "1", "REAL_TOPIC": "T"},
-                              deliver_delay_ms=1000)])
+                              uniq="U-pending", deliver_delay_ms=1000)])
     assert d.status is PutStatus.PUT_OK
 
 
@@ -51,6 +51,10 @@ def test_byte_identical_queues_rebuilt_any_chunking(tmp_path):
         assert bytes(present(master.read_units(*key, 0, 10_000))) == bytes(present(slave.read_units(*key, 0, 10_000))), key
     assert len(slave.query_by_key("T", "k17", 4, 0, 1 << 62).buffers) == 1
     assert slave.query_by_key("T", "nope", 4, 0, 1 << 62).buffers == []
+    # a pending scheduled message is indexed under the schedule topic on the slave as on the master, so
+    # `scheduled cancel --id` finds it on a promoted slave
+    for store in (master, slave):
+        assert len(store.query_by_key("SCHEDULE_TOPIC_XXXX", "U-pending", 4, 0, 1 << 62).buffers) == 1
     assert slave.put([request("T")])[0].status is PutStatus.SERVICE_NOT_AVAILABLE  # read-only
     master.close()
     slave.close()
