@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tests.helpers import wire
 from tests.helpers.broker import HOST, REPO_ROOT, pick_port_pair, tail
@@ -95,7 +96,7 @@ class NamesrvProcess:
                 f"--- stdout tail ---\n{tail(self.stdout_path, 2000)}")
 
 
-def fastjson_loads(body: bytes):
+def fastjson_loads(body: bytes) -> Any:
     """json.loads after quoting fastjson's bare integer map keys (`{0:"addr"}`, cluster-ha.md §0.4)."""
     return json.loads(re.sub(r'([{,])(-?\d+):', r'\1"\2":', body.decode()))
 
@@ -107,7 +108,7 @@ def cluster_brokers(namesrv: str) -> dict[str, dict[str, str]]:
     return {name: b["brokerAddrs"] for name, b in fastjson_loads(reply.body)["brokerAddrTable"].items()}
 
 
-def route(namesrv: str, topic: str) -> dict | None:
+def route(namesrv: str, topic: str) -> dict[str, Any] | None:
     reply = wire.invoke(namesrv, wire.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
     if reply.code == 17:
         return None
@@ -115,7 +116,7 @@ def route(namesrv: str, topic: str) -> dict | None:
     return fastjson_loads(reply.body)
 
 
-def topic_route(namesrv: str, topic: str) -> dict:
+def topic_route(namesrv: str, topic: str) -> dict[str, Any]:
     """`route`, asserted to exist (the name server knows the topic)."""
     r = route(namesrv, topic)
     assert r is not None, f"no route for {topic} on {namesrv}"

@@ -87,7 +87,7 @@ async def test_a_pipelined_run_of_offset_commits_is_answered_after_one_commit(br
         replies = [await f for f in futs if f is not None]
         codes = [r.code for r in replies]
         assert codes.count(1) == 2 and codes.count(0) == len(replies) - 2
-        bad = [r.remark for r in replies if r.code == 1]
+        bad = [r.remark or "" for r in replies if r.code == 1]
         assert "queueId" in bad[0] and "queueId" in bad[1]
         for q in range(4):
             r = await c.invoke(QUERY_OFFSET, {"consumerGroup": "RunG", "topic": "RunT", "queueId": str(q)})

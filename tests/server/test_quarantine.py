@@ -21,7 +21,7 @@ from storage.store_types import PutRequest
 from tests.helpers.broker import pick_port_pair
 from tests.helpers.checks import present
 from tests.server.helpers import pull, send
-from tests.server.raw import RawClient, decode_records
+from tests.server.raw import RawClient, RawRecord, decode_records
 
 LONG_TOPIC = "QuarantineLongTopic_" + "x" * 100  # delivery grows a record by len(topic) - 19 bytes
 PROPS_MAX = 32767
@@ -32,8 +32,8 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-async def messages(c, topic: str, qid: int = 0) -> list[dict]:
-    out: list[dict] = []
+async def messages(c, topic: str, qid: int = 0) -> list[RawRecord]:
+    out: list[RawRecord] = []
     while True:
         r = await pull(c, "QuarantineReader", topic, qid, len(out), max_nums=32)
         if r.code != 0:
@@ -44,7 +44,7 @@ async def messages(c, topic: str, qid: int = 0) -> list[dict]:
         out += got
 
 
-async def wait_for(c, topic: str, n: int, timeout: float = 15.0) -> list[dict]:
+async def wait_for(c, topic: str, n: int, timeout: float = 15.0) -> list[RawRecord]:
     """Poll the topic over the wire until it holds n messages (bounded)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -68,11 +68,11 @@ def stored_size(store, topic: str, qid: int, offset: int) -> int:
     return int.from_bytes(units[8:12], "big")
 
 
-def by_key(msgs: list[dict]) -> dict[str, dict]:
-    return {m["props"].get("UNIQ_KEY"): m for m in msgs}
+def by_key(msgs: list[RawRecord]) -> dict[str, RawRecord]:
+    return {m["props"]["UNIQ_KEY"]: m for m in msgs}
 
 
-def assert_quarantined(q: list[dict], key: str, stage: str, reason_part: str) -> dict:
+def assert_quarantined(q: list[RawRecord], key: str, stage: str, reason_part: str) -> RawRecord:
     [m] = [m for m in q if m["props"].get("UNIQ_KEY") == key]
     assert m["props"]["QUARANTINE_STAGE"] == stage
     assert reason_part in m["props"]["QUARANTINE_REASON"], m["props"]["QUARANTINE_REASON"]
@@ -101,7 +101,7 @@ def metric(text: str, name: str, **labels: str) -> float | None:
     return None
 
 
-async def assert_body_kept_at_origin(c, m: dict, body: bytes) -> None:
+async def assert_body_kept_at_origin(c, m: RawRecord, body: bytes) -> None:
     """A copy that would exceed maxMessageSize itself has no body; the original is found by its msgId."""
     assert m["body"] == b"" and m["props"]["QUARANTINE_BODY_DROPPED"] == str(len(body))
     origin = m["props"]["QUARANTINE_ORIGIN_MSG_ID"]
@@ -254,7 +254,7 @@ async def test_clients_cannot_send_to_the_quarantine_topic(make_broker):
     c = await RawClient.connect(b.config.broker_addr)
     try:
         r = await send(c, SCHEDULE_QUARANTINE_TOPIC, b"x", qid=0)
-        assert r.code == 16 and "forbidden" in r.remark  # NO_PERMISSION
+        assert r.code == 16 and "forbidden" in (r.remark or "")  # NO_PERMISSION
     finally:
         await c.close()
 

@@ -86,7 +86,7 @@ async def test_a_pipelined_run_is_answered_per_request_in_store_order(make_broke
         replies = [await asyncio.wait_for(f, 10) if f is not None else None for f in futs]
         assert replies[6] is None
         answered = {i: present(r, f"reply {i}") for i, r in enumerate(replies) if i != 6}
-        assert answered[3].code == 1 and "topic" in answered[3].remark
+        assert answered[3].code == 1 and "topic" in (answered[3].remark or "")
         for i in (0, 1, 2, 4, 5, 7):
             assert answered[i].code == 0, (i, answered[i].remark)
         # one more send after the oneway: once it is answered, the oneway is stored too
