@@ -77,6 +77,10 @@ CLIENT_VERSION = 409  # V4_9_8: what a 4.9.8 Java client announces
 CLIENT_LANGUAGE = "PYTHON"  # LanguageCode.PYTHON: brokers and mqadmin consumerConnection show it
 
 
+# MQClientError's code when no broker answered (MQClientException's responseCode -1): no ResponseCode
+NO_CODE = -1
+
+
 class MQClientError(Exception):
     """A request was answered with a non-success code (or could not be made at all)."""
 
@@ -84,7 +88,7 @@ class MQClientError(Exception):
         self.code = code
         self.remark = remark or ""
         text = self.remark or "request failed"
-        if code >= 0:
+        if code != NO_CODE:
             text = f"{text} (code {code})"
         super().__init__(f"{what}: {text}" if what else text)
 

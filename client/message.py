@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from codec.buffers import Body
+from codec.codes import ResponseCode
 from codec.msgid import offset_msg_id
 from codec.properties import MessageConst
 from codec.record import MessageRecord, decode_record
@@ -118,10 +119,12 @@ class Message:
 
 
 class SendStatus(enum.Enum):
-    SEND_OK = 0
-    FLUSH_DISK_TIMEOUT = 10
-    SLAVE_NOT_AVAILABLE = 11
-    FLUSH_SLAVE_TIMEOUT = 12
+    """Java's SendStatus, each valued by the send response code it stands for."""
+
+    SEND_OK = ResponseCode.SUCCESS
+    FLUSH_DISK_TIMEOUT = ResponseCode.FLUSH_DISK_TIMEOUT
+    SLAVE_NOT_AVAILABLE = ResponseCode.SLAVE_NOT_AVAILABLE
+    FLUSH_SLAVE_TIMEOUT = ResponseCode.FLUSH_SLAVE_TIMEOUT
 
 
 @dataclass(slots=True)

@@ -165,7 +165,7 @@ class Producer:
     def _prepare(self, msg: Message) -> tuple[bytes, int, dict[str, str]]:
         props = msg.build_properties()
         props.setdefault(UNIQ_KEY, new_uniq_id())
-        props["WAIT"] = "true"
+        props[MessageConst.WAIT] = "true"
         body, sys_flag = bytes(msg.body), 0
         if self.compress_over and len(body) > self.compress_over:
             body, sys_flag = zlib.compress(body, 5), w.COMPRESSED_FLAG
@@ -231,7 +231,7 @@ class Producer:
 
     async def send_oneway(self, msg: Message, queue: MessageQueue | None = None) -> None:
         body, sys_flag, props = self._prepare(msg)
-        props.pop("WAIT", None)
+        props.pop(MessageConst.WAIT, None)
         queues = await self.queues(msg.topic)
         mq = queue or queues[next(self._rr) % len(queues)]
         header = send_message_header_v2(self.group, msg.topic, mq, sys_flag, int(time.time() * 1000), msg.flag,
@@ -258,7 +258,7 @@ class Producer:
             uniq.append(props[UNIQ_KEY])
             items.append((m.flag, bytes(m.body), properties_to_string(props)))
         head = Message(topic, flag=0)
-        res = await self._send(head, encode_batch(items), 0, {"WAIT": "true"}, queue, None, None,
+        res = await self._send(head, encode_batch(items), 0, {MessageConst.WAIT: "true"}, queue, None, None,
                                timeout, batch=True)
         res.msg_id = ",".join(uniq)
         return res
@@ -302,10 +302,10 @@ class Producer:
         if isinstance(target, str):
             ext = await self.view_message(target)
             p = ext.properties
-            topic = p.get("REAL_TOPIC") or ext.stored_topic
+            topic = p.get(MessageConst.REAL_TOPIC) or ext.stored_topic
             uniq = p.get(UNIQ_KEY)
             if not uniq or not (p.get(TIMER_DELIVER_MS) or p.get(TIMER_OUT_MS)):
-                raise w.MQClientError(-1, f"message {target} is not a timer message", "cancel")
+                raise w.MQClientError(w.NO_CODE, f"message {target} is not a timer message", "cancel")
             if p.get(TIMER_DELIVER_MS):
                 deliver_ms = int(p[TIMER_DELIVER_MS])
             else:  # only the slot time is known: aim just past the slot boundary so it rounds into it

@@ -20,6 +20,7 @@ from typing import Any
 import javaproperties
 import structlog
 
+from codec.codes import DEFAULT_CLUSTER
 from codec.durations import DEFAULT_DELAY_LEVELS, parse_delay_levels
 
 log = structlog.get_logger(__name__)
@@ -51,7 +52,7 @@ class BrokerConfig:
     listen_port: int = 9876
     listen_host: str = "127.0.0.1"
     broker_name: str = "broker-a"
-    broker_cluster_name: str = "DefaultCluster"
+    broker_cluster_name: str = DEFAULT_CLUSTER
     broker_ip1: str = "127.0.0.1"
     broker_id: int = 0
     # [cluster] name servers to register with ("a:p;b:p"); empty = embedded mode (this process answers

@@ -49,12 +49,16 @@ import numpy as np
 import structlog
 
 from codec.errors import CodecError
-from codec.properties import index_keys
+from codec.properties import MessageConst, index_keys
 from storage import _record as R
 from storage.allocate import AHEAD_SUFFIX, AllocateAhead
 from storage.index_file import ENTRY, IndexFile, file_name, is_index_file_name, name_ms
 from storage.index_migrate import OLD_NAME, migrate
 from storage.store_types import IndexKeys
+
+# property names, bound once for the per-message path (codec.properties.MessageConst)
+_KEYS = MessageConst.KEYS
+_UNIQ_KEY = MessageConst.UNIQ_KEY
 
 IndexEntry = tuple[str, IndexKeys, int, int]  # (topic, keys, phys, size)
 ReadRecord = Callable[[int, int], memoryview | None]
@@ -355,7 +359,7 @@ class IndexService:
             if view is None or R.read_topic(view) != topic:
                 return None
             props = R.parse_properties(R.read_properties_bytes(view))
-            if key not in index_keys(props.get("KEYS"), props.get("UNIQ_KEY")):
+            if key not in index_keys(props.get(_KEYS), props.get(_UNIQ_KEY)):
                 return None
             return R.read_store_timestamp(view)
         except (CodecError, struct.error, ValueError, IndexError):

@@ -19,10 +19,14 @@ from __future__ import annotations
 import structlog
 
 from codec.buffers import BytesLike
-from codec.properties import index_keys
+from codec.properties import MessageConst, index_keys
 from storage import _record as R
 from storage.consume_queue import UNIT, QueueRun
 from storage.store_state import StoreState
+
+# property names, bound once for the per-message path (codec.properties.MessageConst)
+_KEYS = MessageConst.KEYS
+_UNIQ_KEY = MessageConst.UNIQ_KEY
 
 log = structlog.get_logger(__name__)
 
@@ -154,7 +158,7 @@ class ReplicaMixin(StoreState):
                 run.units += unit
                 run.next_offset += 1
                 run.end = off + total
-            ks = index_keys(props.get("KEYS"), props.get("UNIQ_KEY"))  # every topic, as a put indexes it
+            ks = index_keys(props.get(_KEYS), props.get(_UNIQ_KEY))  # every topic, as a put indexes it
             if ks:
                 index_entries.append((topic, ks, off, total, store_ts))
             off += total

@@ -10,7 +10,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from codec.properties import MessageConst
 from codec.tags import java_hash
+
+# property names, bound once for the per-message path (codec.properties.MessageConst)
+_TAGS = MessageConst.TAGS
 
 # The ConsumeQueue tagsCode of a record, given (topic, properties, store timestamp): what recovery and
 # replication write when they (re)build a unit. The composition root passes the scheduler's rule (a
@@ -22,7 +26,7 @@ IndexKeys = Sequence[str] | Sequence[bytes]
 
 def tags_hash_code(topic: str, props: dict[str, str], store_ts: int) -> int:
     """RocketMQ's plain tagsCode: Java String.hashCode of TAGS, 0 without tags."""
-    tags = props.get("TAGS")
+    tags = props.get(_TAGS)
     return java_hash(tags) if tags else 0
 
 

@@ -34,6 +34,7 @@ import structlog
 
 from codec.admin_bodies import decode_table
 from codec.codes import RequestCode as RC
+from codec.codes import ResponseCode
 from codec.command import RemotingCommand
 from codec.fastjson import loads_lenient
 from scheduler.progress import SchedulerProgress
@@ -126,7 +127,7 @@ class SlaveSynchronize:
             self.errors += 1
             log.info("slave_sync.failed", master=addr, code=int(code), error=repr(e))
             return None
-        if resp.code != 0:
+        if resp.code != ResponseCode.SUCCESS:
             log.info("slave_sync.refused", master=addr, code=int(code), response=resp.code, remark=resp.remark)
             return None
         return resp.body_bytes()
@@ -145,11 +146,11 @@ class SlaveSynchronize:
             self.errors += 1
             log.debug("scheduler_sync.failed", master=addr, error=repr(e))
             return
-        if resp.code == 3:  # REQUEST_CODE_NOT_SUPPORTED: an Apache master
+        if resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:  # an Apache master
             self.progress_supported = False
             log.info("scheduler_sync.unsupported", master=addr)
             return
-        if resp.code != 0:
+        if resp.code != ResponseCode.SUCCESS:
             return
         try:
             p = SchedulerProgress.from_bytes(resp.body_bytes())
