@@ -7,7 +7,7 @@ import itertools
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import TypedDict, Unpack
+from typing import Self, TypedDict, Unpack
 
 import structlog
 
@@ -116,7 +116,7 @@ class Producer:
         self._sem = asyncio.Semaphore(max_inflight)
         self._started = False
 
-    async def __aenter__(self) -> Producer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 

@@ -86,7 +86,7 @@ class HeaderSpec(Generic[H]):
         self._plan = tuple((name, name, kind, req) for name, kind, req, _ in self.fields)
         self._plan_v2 = tuple((short or name, name, kind, req) for name, kind, req, short in self.fields)
 
-    def parse(self, ext: Mapping[str, str] | None, v2: bool = False) -> H:
+    def parse(self, ext: Mapping[str, object] | None, v2: bool = False) -> H:
         get = (ext or {}).get
         h = self.record()
         d = h.__dict__

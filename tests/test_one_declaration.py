@@ -122,6 +122,7 @@ def bare_codes(text: str, tree: ast.Module) -> Iterator[tuple[int, str, str]]:
             if any(_code_name(arg.arg) and _int_literal(d) for arg, d in pairs):
                 rule = "code parameter defaults to an int"
         if rule:
+            assert isinstance(node, ast.expr | ast.stmt | ast.keyword)  # the kinds a rule names: all have a line
             yield node.lineno, rule, (ast.get_source_segment(text, node) or "")[:120]
 
 

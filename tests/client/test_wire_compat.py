@@ -9,6 +9,7 @@ from pathlib import Path
 from client import Message, Producer
 from client.message import MessageQueue
 from client.producer import retry_counts, send_message_header_v2
+from codec.command import RemotingCommand
 from codec.frame import FrameDecoder, encode_frame_bytes
 from codec.properties import parse_properties
 from server.headers import SEND_MESSAGE, parse_send
@@ -26,7 +27,7 @@ class CapturingBroker:
     """A socket peer that serves one route and records every request it is sent."""
 
     def __init__(self) -> None:
-        self.requests = []
+        self.requests: list[RemotingCommand] = []
         self.server: asyncio.Server | None = None
         self.addr = ""
 
@@ -57,8 +58,9 @@ class CapturingBroker:
         return cmd.response(0)
 
     async def close(self) -> None:
-        self.server.close()
-        await self.server.wait_closed()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
 
 
 async def test_send_message_v2_header_keys_match_java_client():
@@ -80,10 +82,10 @@ async def test_send_message_v2_header_keys_match_java_client():
     props = parse_properties(ext["i"])
     assert props["TAGS"] == "TagA" and props["KEYS"] == "k1 k2" and props["WAIT"] == "true"
     assert props["UNIQ_KEY"] == r.msg_id and len(r.msg_id) == 32
-    assert bytes(send.body) == b"body" and send.language == "PYTHON" and send.serialize_type == 0
+    assert send.body_bytes() == b"body" and send.language == "PYTHON" and send.serialize_type == 0
     [batch] = [c for c in peer.requests if c.code == 320]
     assert set(batch.ext_fields) == JAVA_V2_KEYS and batch.ext_fields["m"] == "true"
-    heartbeats = [json.loads(bytes(c.body)) for c in peer.requests if c.code == 34]
+    heartbeats = [json.loads(c.body_bytes()) for c in peer.requests if c.code == 34]
     assert heartbeats and {"groupName": "PG_WIRE"} in heartbeats[0]["producerDataSet"]
 
 

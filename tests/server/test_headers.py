@@ -217,8 +217,8 @@ def test_a_field_added_to_the_declaration_is_read_by_the_generated_parser():
     every = HeaderSpec(_EveryKind)
     ext = {"name": "n", "count": "7", "offset": str(1 << 40), "enabled": "true", "note": "x", "limit": "2000",
            "since": "-3", "strict": "false"}
-    h = every.straight_line(fallback=_no_fallback)(ext)
-    assert h.__dict__ == every.parse(ext).__dict__ == {
+    e = every.straight_line(fallback=_no_fallback)(ext)
+    assert e.__dict__ == every.parse(ext).__dict__ == {
         "name": "n", "count": 7, "offset": 1 << 40, "enabled": True, "note": "x", "limit": 2000, "since": -3,
         "strict": False}
     assert every.straight_line(fallback=_no_fallback)({**ext, "note": "", "limit": "", "strict": ""}).__dict__ == {

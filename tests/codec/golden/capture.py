@@ -48,7 +48,8 @@ class Sniffer(threading.Thread):
 
     def __init__(self, ports: set[int]) -> None:
         super().__init__(daemon=True)
-        self.ports, self.streams, self.stop = ports, {}, threading.Event()
+        self.streams: dict[tuple[str, int, str, int], dict[int, bytes]] = {}
+        self.ports, self.stop = ports, threading.Event()
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(ETH_P_ALL))
         self.sock.bind(("lo", 0))
         self.sock.settimeout(0.2)

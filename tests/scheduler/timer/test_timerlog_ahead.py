@@ -170,8 +170,11 @@ def test_the_store_facade_makes_timerlog_segments_on_its_allocate_pool(tmp_path)
     ahead = store.made_ahead("timerlog", destroy)
     tl = TimerLog(str(tmp_path), SIZE, ahead)
     tl.load()
-    ahead.request(0, lambda: (threads.append(threading.current_thread().name),
-                              Segment(str(tmp_path / "timerlog" / f"{0:020d}{AHEAD_SUFFIX}"), 0, SIZE, True))[1])
+    def make() -> Segment:  # on the pool's thread
+        threads.append(threading.current_thread().name)
+        return Segment(str(tmp_path / "timerlog" / f"{0:020d}{AHEAD_SUFFIX}"), 0, SIZE, True)
+
+    ahead.request(0, make)
     store.close()  # shuts the pool down after its work: the segment is made
     assert threads and threads[0].startswith("allocate-mapped-file")
     _append(tl, 11)
