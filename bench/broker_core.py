@@ -7,6 +7,7 @@ import time
 from bench import wire
 from bench.common import Broker, CpuMeter, proc_rss_mb
 from bench.procs import run_here, run_one, run_parallel
+from codec.properties import MessageConst
 
 BASE_CONF = {"flushDiskType": "ASYNC_FLUSH"}
 
@@ -44,8 +45,8 @@ def bench_send_throughput(quick: bool) -> dict:
     runs = {}
     # what a Java producer sends with every message (the generator patches nothing in it: the
     # broker sees one UNIQ_KEY repeated, which costs it the same as distinct ones)
-    java_props = wire.props_string({"UNIQ_KEY": "7F0000010B5C2A139A5F4B1E2E3C0000", "WAIT": "true",
-                                    "TAGS": "TagA"})
+    java_props = wire.props_string({MessageConst.UNIQ_KEY: "7F0000010B5C2A139A5F4B1E2E3C0000", MessageConst.WAIT: "true",
+                                    MessageConst.TAGS: "TagA"})
     for name, size, props in (("128B", 128, ""), ("1KiB", 1024, ""), ("128B_java_props", 128, java_props)):
         with Broker(BASE_CONF) as b:
             _create(b.addr, "BenchSend", 8)

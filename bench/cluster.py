@@ -26,6 +26,7 @@ from bench import wire
 from bench.broker_core import _create
 from bench.common import HOST, REPO, Broker, CpuMeter, CpuSampler, pick_port, proc_cpu_s, store_base
 from bench.procs import run_one, run_parallel
+from codec.properties import MessageConst
 
 TOPIC_QUEUES = 8
 READY_RE = re.compile(r"delaymq namesrv ready on")
@@ -153,7 +154,7 @@ def drain_run(n: int, count: int, delay_s: int) -> dict:
             t_send0 = time.time()
             sends = run_parallel([("send_closed_loop", dict(
                 addr=b.addr, topic=topic, n=n // count, conns=2, window=64, body_size=128, queues=TOPIC_QUEUES,
-                properties=wire.props_string({"DELAY": "1"}))) for b in brokers])
+                properties=wire.props_string({MessageConst.DELAY: "1"}))) for b in brokers])
             send_s = time.time() - t_send0
             for b in brokers:
                 b.stop()

@@ -251,12 +251,12 @@ class Broker:
         t0 = time.monotonic()
         self.proc.send_signal(signal.SIGTERM)
         try:
-            code = self.proc.wait(timeout)
+            rc = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
             raise RuntimeError("broker ignored SIGTERM") from None
-        if code != 0:
-            raise RuntimeError(f"broker exited {code} on SIGTERM; stderr tail:\n{self.stderr_tail()}")
+        if rc != 0:
+            raise RuntimeError(f"broker exited {rc} on SIGTERM; stderr tail:\n{self.stderr_tail()}")
         return time.monotonic() - t0
 
     def kill(self) -> None:

@@ -8,6 +8,7 @@ from bench import wire
 from bench.broker_core import _create
 from bench.common import Broker, CpuMeter, CpuSampler, proc_rss_mb
 from bench.procs import run_here, run_one, run_parallel
+from codec.properties import MessageConst
 
 TOPIC_QUEUES = 8
 
@@ -38,7 +39,7 @@ def drain_run(n: int, levels: list[int], async_deliver: bool, delay_s: int) -> d
         t_send0 = time.time()
         per = n // len(levels)
         jobs = [("send_closed_loop", dict(addr=b.addr, topic=topic, n=per, conns=2, window=64, body_size=128,
-                                          queues=TOPIC_QUEUES, properties=wire.props_string({"DELAY": str(lv)})))
+                                          queues=TOPIC_QUEUES, properties=wire.props_string({MessageConst.DELAY: str(lv)})))
                 for lv in levels]
         sends = run_parallel(jobs)
         sent_ok = sum(s["ok"] for s in sends)
@@ -186,11 +187,11 @@ def drain_inproc(n: int, levels: int = 1, async_deliver: bool = False, trace: bo
         store.start()
         reqs = []
         for i in range(n):
-            props = {"DELAY": str(1 + i % levels), "UNIQ_KEY": f"7F0000010001{i:020X}"}
+            props = {MessageConst.DELAY: str(1 + i % levels), MessageConst.UNIQ_KEY: f"7F0000010001{i:020X}"}
             rec = MessageRecord(topic=topic, body=b"x" * 128, queue_id=i % TOPIC_QUEUES, born_timestamp=int(time.time() * 1000),
                                 born_host=("127.0.0.1", 5555), store_host=("127.0.0.1", 10911), properties=props)
             delay = transform_delay(rec, levels_ms)
-            reqs.append(PutRequest(encode_record(rec), rec.topic, rec.queue_id, 0, (props["UNIQ_KEY"],), delay))
+            reqs.append(PutRequest(encode_record(rec), rec.topic, rec.queue_id, 0, (props[MessageConst.UNIQ_KEY],), delay))
             if len(reqs) == 512 or i == n - 1:
                 store.put(reqs)
                 reqs = []

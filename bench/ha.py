@@ -10,8 +10,9 @@ import time
 from bench import wire
 from bench.common import Broker, _port_free, percentiles, pick_port
 from bench.procs import run_here, run_one
-from codec.codes import RequestCode
+from codec.codes import RequestCode, ResponseCode
 from codec.command import RemotingCommand
+from codec.properties import MessageConst
 
 
 def _ha_port() -> int:
@@ -50,7 +51,7 @@ def _wait_slave(m: Broker) -> None:
         deadline = time.monotonic() + 30
         while True:  # a SYNC_MASTER answers 0 only once a slave acked; an ASYNC_MASTER: wait for the copy
             r = await c.invoke(wire.send_cmd("BenchHa", b"w", 0))
-            if r.code == 0:
+            if r.code == ResponseCode.SUCCESS:
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"slave never connected ({r.code} {r.remark})")
@@ -150,7 +151,7 @@ def bench_ha_promote(quick: bool) -> dict:
 
         async def go():
             c = await wire.connect(m.addr)
-            props = wire.props_string({"DELAY": "1", "WAIT": "true"})
+            props = wire.props_string({MessageConst.DELAY: "1", MessageConst.WAIT: "true"})
             futs = [c.invoke(wire.send_cmd("BenchHa", b"p%d" % i, i % 8, props)) for i in range(n)]
             codes = [r.code for r in await asyncio.gather(*futs)]
             sent_at = time.time()

@@ -37,6 +37,7 @@ from pathlib import Path
 from bench.common import CLK_TCK, Broker, percentiles, pick_port, proc_cpu_s, proc_mem_mb
 from bench.meta_load import PROBE_RATE, create_topic
 from bench.procs import run_job
+from codec.codes import RETRY_PREFIX, ResponseCode
 
 LOAD = "bench.meta_load"  # the module of the generator coroutines each phase runs in spawned processes
 
@@ -210,8 +211,8 @@ def bench_meta_scale(quick: bool) -> dict:
 
         # a consumer's heartbeat makes its group's retry topic: made here for the one group mqadmin looks at
         g = 7
-        code = asyncio.run(create_topic(b.addr, f"%RETRY%cg-{g:05d}"))
-        out["mqadmin"] = mqadmin_tools(b.addr, n_topics, f"cg-{g:05d}", f"tenant-{g % n_topics:06d}") if code == 0 \
+        code = asyncio.run(create_topic(b.addr, f"{RETRY_PREFIX}cg-{g:05d}"))
+        out["mqadmin"] = mqadmin_tools(b.addr, n_topics, f"cg-{g:05d}", f"tenant-{g % n_topics:06d}") if code == ResponseCode.SUCCESS \
             else {"ok": False, "error": f"creating the retry topic answered {code}"}
 
         stop_s = b.stop()

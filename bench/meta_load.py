@@ -14,7 +14,7 @@ import time
 from bench import wire
 from bench.common import percentiles
 from codec.bodies import ConsumerData, HeartbeatData, build_subscription, encode_heartbeat
-from codec.codes import BROKER_VERSION, RequestCode
+from codec.codes import BROKER_VERSION, DEFAULT_TOPIC, RequestCode, ResponseCode
 from codec.command import RemotingCommand
 
 PROBE_RATE = 200
@@ -22,7 +22,7 @@ PROBE_RATE = 200
 
 def _topic_cmd(name: str) -> RemotingCommand:
     return RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-        "topic": name, "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6",
+        "topic": name, "defaultTopic": DEFAULT_TOPIC, "readQueueNums": "4", "writeQueueNums": "4", "perm": "6",
         "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"})
 
 
@@ -49,7 +49,7 @@ async def create_many(addr: str, kind: str, start: int, n: int, window: int) -> 
         nonlocal errors, done
         try:
             r = await conn.invoke(make(f"tenant-{i:06d}" if kind == "topic" else f"cg-{i:05d}"), timeout=30)
-            errors += r.code != 0
+            errors += r.code != ResponseCode.SUCCESS
         finally:
             sem.release()
         done += 1
@@ -81,8 +81,8 @@ async def probe(addr: str, stop_file: str, max_s: float, rate: float = PROBE_RAT
         t0 = time.perf_counter()
         try:
             r = await conn.invoke(RemotingCommand.request(RequestCode.GET_MAX_OFFSET,
-                                                          {"topic": "TBW102", "queueId": str(i % 8)}), timeout=10)
-            errors += r.code != 0
+                                                          {"topic": DEFAULT_TOPIC, "queueId": str(i % 8)}), timeout=10)
+            errors += r.code != ResponseCode.SUCCESS
         except TimeoutError:  # counted with its 10 s: the broker did not answer in time
             errors += 1
         samples.append((time.time(), (time.perf_counter() - t0) * 1000))
@@ -135,7 +135,7 @@ async def commit_offsets(addr: str, g0: int, g1: int, duration_s: float, topics:
         t = pending.pop(cmd.opaque, None)
         if t is not None:
             rtts.append((time.perf_counter() - t) * 1000)
-        if cmd.code == 0:
+        if cmd.code == ResponseCode.SUCCESS:
             ok += 1
         else:
             errors += 1

@@ -13,6 +13,7 @@ from bench.common import Broker, CpuMeter, proc_mem_mb, proc_rss_mb
 from bench.procs import run_here, run_one, run_parallel
 from codec.codes import RequestCode
 from codec.command import RemotingCommand
+from codec.properties import MessageConst
 from storage.mapped_file import SWEEP_INTERVAL_S
 
 QUEUES = 8
@@ -49,7 +50,7 @@ def wait_enqueued(addr: str, target: int, deadline_s: float) -> tuple[float, int
 
 
 def _timer_props(deliver_ms: int) -> str:
-    return wire.props_string({"TIMER_DELIVER_MS": str(deliver_ms)})
+    return wire.props_string({MessageConst.TIMER_DELIVER_MS: str(deliver_ms)})
 
 
 def bench_timer_enqueue(quick: bool) -> dict:
@@ -219,7 +220,7 @@ def _fill_store_timers(n: int, step: int, deadline_s: float) -> list[dict]:
                 batch = []
                 for i in range(done, min(n, done + 2000)):
                     rec = MessageRecord(topic="BenchTimerRss", body=body, queue_id=i % QUEUES, born_timestamp=now,
-                                        properties={"TIMER_DELIVER_MS": str(far), "UNIQ_KEY": f"{i:032X}"})
+                                        properties={MessageConst.TIMER_DELIVER_MS: str(far), MessageConst.UNIQ_KEY: f"{i:032X}"})
                     transform_timer(rec, now, tm)
                     batch.append(PutRequest(encode_record(rec), TIMER_TOPIC, 0))
                 store.put(batch)

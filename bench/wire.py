@@ -18,6 +18,7 @@ from codec.codes import (
     SERIALIZE_ROCKETMQ,
     PullSysFlag,
     RequestCode,
+    ResponseCode,
     create_send_message_request_header_v2,
 )
 from codec.command import RemotingCommand
@@ -153,15 +154,15 @@ def pull_cmd(topic: str, queue_id: int, offset: int, max_nums: int = 32, suspend
 
 async def create_topic(conn: Conn, topic: str, queues: int) -> None:
     r = await conn.invoke(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
+        "topic": topic, "defaultTopic": DEFAULT_TOPIC, "readQueueNums": queues, "writeQueueNums": queues,
         "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"}))
-    if r.code != 0:
+    if r.code != ResponseCode.SUCCESS:
         raise RuntimeError(f"create topic {topic}: {r.code} {r.remark}")
 
 
 async def max_offset(conn: Conn, topic: str, queue_id: int) -> int:
     r = await conn.invoke(RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id}))
-    if r.code != 0:
+    if r.code != ResponseCode.SUCCESS:
         raise RuntimeError(f"GET_MAX_OFFSET {topic}/{queue_id}: {r.code} {r.remark}")
     return int(r.ext_fields["offset"])
 

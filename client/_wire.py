@@ -12,6 +12,7 @@ from codec.codes import CLIENT_INNER_PRODUCER_GROUP as CLIENT_INNER_PRODUCER
 from codec.codes import (
     DEFAULT_TOPIC,
     DLQ_PREFIX,
+    MQ_VERSION,
     RETRY_PREFIX,
     PermName,
     PullSysFlag,
@@ -73,8 +74,12 @@ PERM_WRITE = PermName.WRITE
 # a decoded JSON object as a broker sent it (admin answers): read with .get, its values unchecked
 JsonObject = dict[str, Any]
 
-CLIENT_VERSION = 409  # V4_9_8: what a 4.9.8 Java client announces
+CLIENT_VERSION = MQ_VERSION  # what a 4.9.8 Java client announces
 CLIENT_LANGUAGE = "PYTHON"  # LanguageCode.PYTHON: brokers and mqadmin consumerConnection show it
+
+
+# MQClientError's code when no broker answered (MQClientException's responseCode -1): no ResponseCode
+NO_CODE = -1
 
 
 class MQClientError(Exception):
@@ -84,7 +89,7 @@ class MQClientError(Exception):
         self.code = code
         self.remark = remark or ""
         text = self.remark or "request failed"
-        if code >= 0:
+        if code != NO_CODE:
             text = f"{text} (code {code})"
         super().__init__(f"{what}: {text}" if what else text)
 

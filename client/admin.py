@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 
 from codec import admin_bodies as AB
+from codec.acl import sign_request
 from codec.codes import SCHEDULE_TOPIC, TIMER_TOPIC, RequestCode, ResponseCode
 from codec.msgid import decode_offset_msg_id, is_offset_msg_id
 
@@ -122,7 +123,7 @@ class Admin:
         try:
             ip, port, phys = decode_offset_msg_id(msg_id)
         except ValueError as e:
-            raise w.MQClientError(-1, f"{msg_id!r} is not an offset msgId ({e})", "view") from e
+            raise w.MQClientError(w.NO_CODE, f"{msg_id!r} is not an offset msgId ({e})", "view") from e
         resp = await self.instance.invoke_addr(f"{ip}:{port}", w.request(w.VIEW_MESSAGE_BY_ID,
                                                                          {"offset": phys}))
         w.check(resp, f"view message {msg_id}")
@@ -182,8 +183,6 @@ class Admin:
                       access_key: str | None = None, secret_key: str | None = None) -> w.JsonObject:
         """PROMOTE_BROKER (delaymq's 3101): make the slave at `broker_addr` the master, live. An admin
         request under ACL: signed when an access key is given."""
-        from codec.acl import sign_request
-
         body = w.dumps({"brokerRole": role})
         cmd = w.request(w.PROMOTE_BROKER, {}, body)
         if access_key:
@@ -239,7 +238,7 @@ class Admin:
         if is_offset_msg_id(msg_id):
             uniq = (await self.view_by_offset_id(msg_id)).uniq_key or ""
             if not uniq:
-                raise w.MQClientError(-1, f"message {msg_id} has no UNIQ_KEY", "cancel")
+                raise w.MQClientError(w.NO_CODE, f"message {msg_id} has no UNIQ_KEY", "cancel")
         answer: w.JsonObject = {"status": "unknown", "detail": f"no broker knows UNIQ_KEY {uniq}"}
         for addr in await self.broker_addrs(broker_addr):
             resp = await self.instance.invoke_addr(addr, w.request(RequestCode.DELAYMQ_CANCEL_SCHEDULED,

@@ -8,20 +8,19 @@ import inspect
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import structlog
+
+from codec.properties import MessageConst
 
 from . import _wire as w
 from .instance import ClientInstance, ConsumerDataJson
 from .message import ORIGIN_MESSAGE_ID, RETRY_TOPIC, Message, MessageExt, MessageQueue
 from .offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from .process_queue import ConsumeStatus, ProcessQueue
+from .producer import Producer
 from .rebalance import allocate_averagely, consumer_ids, lock_batch, query_offset, unlock_batch
 from .subscription import Subscription
-
-if TYPE_CHECKING:
-    from .producer import Producer
 
 log = structlog.get_logger(__name__)
 
@@ -295,8 +294,6 @@ class PushConsumer:
         await self._resend_to_retry(msg)
 
     async def _resend_to_retry(self, msg: MessageExt) -> None:
-        from .producer import Producer
-
         fallback = self._fallback
         if fallback is None:
             fallback = self._fallback = Producer(w.CLIENT_INNER_PRODUCER, ";".join(self.instance.namesrv_addrs))
@@ -304,9 +301,13 @@ class PushConsumer:
         props = dict(msg.properties)
         props.setdefault(RETRY_TOPIC, msg.topic)
         props.setdefault(ORIGIN_MESSAGE_ID, msg.msg_id)
-        props.pop("TRAN_MSG", None)
-        for k in ("MIN_OFFSET", "MAX_OFFSET"):
+        # the count goes on (the producer moves these two into the send header), so a message whose
+        # send-back keeps failing still reaches the DLQ after max_reconsume_times (as the Java client)
+        props[MessageConst.RECONSUME_TIME] = str(msg.reconsume_times + 1)
+        props[MessageConst.MAX_RECONSUME_TIMES] = str(self.max_reconsume_times)
+        props.pop(MessageConst.TRAN_MSG, None)
+        for k in (MessageConst.MIN_OFFSET, MessageConst.MAX_OFFSET):
             props.pop(k, None)
-        retry = Message(self.retry_topic, msg.body, properties=props,
+        retry = Message(self.retry_topic, msg.body, flag=msg.flag, properties=props,
                         delay_level=min(3 + msg.reconsume_times, 18))
         await fallback.send(retry)

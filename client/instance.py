@@ -167,7 +167,7 @@ class ClientInstance:
                 return resp
             except (TimeoutError, OSError, ConnectionError) as e:
                 last = e
-        raise w.MQClientError(-1, f"name server {','.join(self.namesrv_addrs)} unreachable "
+        raise w.MQClientError(w.NO_CODE, f"name server {','.join(self.namesrv_addrs)} unreachable "
                                   f"({w.describe(last) if last else 'no address'})")
 
     async def fetch_route(self, topic: str) -> TopicRoute | None:
@@ -205,14 +205,14 @@ class ClientInstance:
     def master_addr(self, broker_name: str) -> str:
         addr = self.broker_addrs.get(broker_name, {}).get(0)
         if addr is None:
-            raise w.MQClientError(-1, f"no master address for broker {broker_name}", "route")
+            raise w.MQClientError(w.NO_CODE, f"no master address for broker {broker_name}", "route")
         return addr
 
     async def invoke_addr(self, addr: str, cmd: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
         try:
             return await self.remoting.invoke(addr, cmd, timeout or self.timeout)
         except (OSError, ConnectionError) as e:
-            raise w.MQClientError(-1, f"broker {addr} unreachable ({w.describe(e)})") from e
+            raise w.MQClientError(w.NO_CODE, f"broker {addr} unreachable ({w.describe(e)})") from e
 
     async def invoke_broker(self, broker_name: str, cmd: RemotingCommand,
                             timeout: float | None = None) -> RemotingCommand:

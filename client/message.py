@@ -9,28 +9,30 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from codec.buffers import Body
+from codec.codes import ResponseCode
 from codec.msgid import offset_msg_id
+from codec.properties import MessageConst
 from codec.record import MessageRecord, decode_record
 
 from ._wire import COMPRESSED_FLAG
 
-# property keys (message-format.md §9)
-TAGS = "TAGS"
-KEYS = "KEYS"
-UNIQ_KEY = "UNIQ_KEY"
-WAIT = "WAIT"
-DELAY = "DELAY"
-REAL_TOPIC = "REAL_TOPIC"
-REAL_QID = "REAL_QID"
-RETRY_TOPIC = "RETRY_TOPIC"
-ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-MIN_OFFSET = "MIN_OFFSET"
-MAX_OFFSET = "MAX_OFFSET"
-TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
-TIMER_DELAY_MS = "TIMER_DELAY_MS"
-TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
-TIMER_OUT_MS = "TIMER_OUT_MS"
-TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+# property keys (message-format.md §9): the client's short names for codec.properties.MessageConst
+TAGS = MessageConst.TAGS
+KEYS = MessageConst.KEYS
+UNIQ_KEY = MessageConst.UNIQ_KEY
+WAIT = MessageConst.WAIT
+DELAY = MessageConst.DELAY
+REAL_TOPIC = MessageConst.REAL_TOPIC
+REAL_QID = MessageConst.REAL_QID
+RETRY_TOPIC = MessageConst.RETRY_TOPIC
+ORIGIN_MESSAGE_ID = MessageConst.ORIGIN_MESSAGE_ID
+MIN_OFFSET = MessageConst.MIN_OFFSET
+MAX_OFFSET = MessageConst.MAX_OFFSET
+TIMER_DELIVER_MS = MessageConst.TIMER_DELIVER_MS
+TIMER_DELAY_MS = MessageConst.TIMER_DELAY_MS
+TIMER_DELAY_SEC = MessageConst.TIMER_DELAY_SEC
+TIMER_OUT_MS = MessageConst.TIMER_OUT_MS
+TIMER_DEL_UNIQKEY = MessageConst.TIMER_DEL_UNIQKEY
 
 
 class MessageQueueJson(TypedDict):
@@ -117,10 +119,12 @@ class Message:
 
 
 class SendStatus(enum.Enum):
-    SEND_OK = 0
-    FLUSH_DISK_TIMEOUT = 10
-    SLAVE_NOT_AVAILABLE = 11
-    FLUSH_SLAVE_TIMEOUT = 12
+    """Java's SendStatus, each valued by the send response code it stands for."""
+
+    SEND_OK = ResponseCode.SUCCESS
+    FLUSH_DISK_TIMEOUT = ResponseCode.FLUSH_DISK_TIMEOUT
+    SLAVE_NOT_AVAILABLE = ResponseCode.SLAVE_NOT_AVAILABLE
+    FLUSH_SLAVE_TIMEOUT = ResponseCode.FLUSH_SLAVE_TIMEOUT
 
 
 @dataclass(slots=True)

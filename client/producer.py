@@ -6,15 +6,15 @@ import asyncio
 import itertools
 import time
 import zlib
-from collections.abc import Callable, Iterable
-from typing import TypedDict, Unpack
+from collections.abc import Callable, Iterable, Mapping
+from typing import Self, TypedDict, Unpack
 
 import structlog
 
 from codec.batch import encode_batch
 from codec.codes import ResponseCode, SendMessageRequestHeaderV2
 from codec.msgid import decode_offset_msg_id, new_uniq_id
-from codec.properties import properties_to_string
+from codec.properties import MessageConst, properties_to_string
 
 from . import _wire as w
 from .instance import ClientInstance
@@ -65,19 +65,34 @@ class SendOptions(TypedDict, total=False):
 
 
 def send_message_header_v2(group: str, topic: str, mq: MessageQueue, sys_flag: int, born_timestamp: int,
-                           flag: int, properties: str, batch: bool) -> dict[str, str]:
+                           flag: int, properties: str, batch: bool, reconsume_times: int = 0,
+                           max_reconsume_times: int | None = None) -> dict[str, str]:
     """The extFields of one SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE, as the Java 4.9.x producer
-    (DefaultMQProducerImpl.sendKernelImpl) fills SendMessageRequestHeader, under codec's V2 letters:
-    every value a string, booleans "true"/"false", maxReconsumeTimes (16) only on a %RETRY% topic.
+    (DefaultMQProducerImpl.sendKernelImpl) fills SendMessageRequestHeader, under codec's V2 letters and
+    in its field order: every value a string, booleans "true"/"false", maxReconsumeTimes only when
+    given (Java: a %RETRY% send whose message carries MAX_RECONSUME_TIMES, see `retry_counts`).
     Per message: the keys are codec's SendMessageRequestHeaderV2 attributes, no table walk."""
     v2 = SendMessageRequestHeaderV2
     h = {v2.producerGroup: group, v2.topic: topic, v2.defaultTopic: w.DEFAULT_TOPIC, v2.defaultTopicQueueNums: "4",
          v2.queueId: str(mq.queue_id), v2.sysFlag: str(sys_flag), v2.bornTimestamp: str(born_timestamp),
-         v2.flag: str(flag), v2.properties: properties, v2.reconsumeTimes: "0", v2.unitMode: "false",
-         v2.batch: "true" if batch else "false", v2.bname: mq.broker_name}
-    if topic.startswith(w.RETRY_PREFIX):
-        h[v2.maxReconsumeTimes] = "16"
+         v2.flag: str(flag), v2.properties: properties, v2.reconsumeTimes: str(reconsume_times),
+         v2.unitMode: "false"}
+    if max_reconsume_times is not None:
+        h[v2.maxReconsumeTimes] = str(max_reconsume_times)
+    h[v2.batch] = "true" if batch else "false"
+    h[v2.bname] = mq.broker_name
     return h
+
+
+def retry_counts(topic: str, props: Mapping[str, str]) -> tuple[int, int | None]:
+    """reconsumeTimes and maxReconsumeTimes of a send's header: on a %RETRY% topic, from the message's
+    RECONSUME_TIME / MAX_RECONSUME_TIMES properties (a consumer's fallback re-send carries its count on,
+    so a message that keeps failing still reaches the DLQ); 0 and none elsewhere (sendKernelImpl)."""
+    if not topic.startswith(w.RETRY_PREFIX):
+        return 0, None
+    reconsume = props.get(MessageConst.RECONSUME_TIME)
+    max_times = props.get(MessageConst.MAX_RECONSUME_TIMES)
+    return (int(reconsume) if reconsume else 0), (int(max_times) if max_times else None)
 
 
 def select_by_hash(queues: list[MessageQueue], msg: Message, arg: object) -> MessageQueue:
@@ -101,7 +116,7 @@ class Producer:
         self._sem = asyncio.Semaphore(max_inflight)
         self._started = False
 
-    async def __aenter__(self) -> Producer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -150,7 +165,7 @@ class Producer:
     def _prepare(self, msg: Message) -> tuple[bytes, int, dict[str, str]]:
         props = msg.build_properties()
         props.setdefault(UNIQ_KEY, new_uniq_id())
-        props["WAIT"] = "true"
+        props[MessageConst.WAIT] = "true"
         body, sys_flag = bytes(msg.body), 0
         if self.compress_over and len(body) > self.compress_over:
             body, sys_flag = zlib.compress(body, 5), w.COMPRESSED_FLAG
@@ -167,6 +182,7 @@ class Producer:
                     queue: MessageQueue | None, selector: QueueSelector | None, arg: object,
                     timeout: float | None, batch: bool) -> SendResult:
         props_s = properties_to_string(props)
+        reconsume, max_reconsume = retry_counts(msg.topic, props)
         attempts = 1 if (queue is not None or selector is not None) else 1 + self.retry_times
         last: Exception | None = None
         tried: set[str] = set()
@@ -181,7 +197,7 @@ class Producer:
             tried.add(mq.broker_name)
             cmd = w.request(w.SEND_BATCH_MESSAGE if batch else w.SEND_MESSAGE_V2,
                             send_message_header_v2(self.group, msg.topic, mq, sys_flag, int(time.time() * 1000),
-                                                   msg.flag, props_s, batch), body)
+                                                   msg.flag, props_s, batch, reconsume, max_reconsume), body)
             try:
                 if mq.broker_name not in self.instance.broker_addrs:
                     await self._load_queues(msg.topic)
@@ -215,11 +231,11 @@ class Producer:
 
     async def send_oneway(self, msg: Message, queue: MessageQueue | None = None) -> None:
         body, sys_flag, props = self._prepare(msg)
-        props.pop("WAIT", None)
+        props.pop(MessageConst.WAIT, None)
         queues = await self.queues(msg.topic)
         mq = queue or queues[next(self._rr) % len(queues)]
         header = send_message_header_v2(self.group, msg.topic, mq, sys_flag, int(time.time() * 1000), msg.flag,
-                                        properties_to_string(props), False)
+                                        properties_to_string(props), False, *retry_counts(msg.topic, props))
         cmd = w.request(w.SEND_MESSAGE_V2, header, body)
         await self.instance.oneway_broker(mq.broker_name, cmd)
 
@@ -242,7 +258,7 @@ class Producer:
             uniq.append(props[UNIQ_KEY])
             items.append((m.flag, bytes(m.body), properties_to_string(props)))
         head = Message(topic, flag=0)
-        res = await self._send(head, encode_batch(items), 0, {"WAIT": "true"}, queue, None, None,
+        res = await self._send(head, encode_batch(items), 0, {MessageConst.WAIT: "true"}, queue, None, None,
                                timeout, batch=True)
         res.msg_id = ",".join(uniq)
         return res
@@ -286,10 +302,10 @@ class Producer:
         if isinstance(target, str):
             ext = await self.view_message(target)
             p = ext.properties
-            topic = p.get("REAL_TOPIC") or ext.stored_topic
+            topic = p.get(MessageConst.REAL_TOPIC) or ext.stored_topic
             uniq = p.get(UNIQ_KEY)
             if not uniq or not (p.get(TIMER_DELIVER_MS) or p.get(TIMER_OUT_MS)):
-                raise w.MQClientError(-1, f"message {target} is not a timer message", "cancel")
+                raise w.MQClientError(w.NO_CODE, f"message {target} is not a timer message", "cancel")
             if p.get(TIMER_DELIVER_MS):
                 deliver_ms = int(p[TIMER_DELIVER_MS])
             else:  # only the slot time is known: aim just past the slot boundary so it rounds into it

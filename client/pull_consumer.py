@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from codec.codes import ResponseCode
+
 from . import _wire as w
 from .consumer import CLUSTERING
 from .instance import ClientInstance, ConsumerDataJson
@@ -16,10 +18,16 @@ from .subscription import Subscription
 
 
 class PullStatus(enum.Enum):
-    FOUND = 0
-    NO_NEW_MSG = 19
-    NO_MATCHED_MSG = 20
-    OFFSET_ILLEGAL = 21
+    """Java's PullStatus, each valued by the PULL_MESSAGE response code it stands for."""
+
+    FOUND = ResponseCode.SUCCESS
+    NO_NEW_MSG = ResponseCode.PULL_NOT_FOUND
+    NO_MATCHED_MSG = ResponseCode.PULL_RETRY_IMMEDIATELY
+    OFFSET_ILLEGAL = ResponseCode.PULL_OFFSET_MOVED
+
+
+# the PULL_MESSAGE answers that are a PullResult (anything else raises MQClientError)
+_PULL_ANSWERS = frozenset(s.value for s in PullStatus)
 
 
 @dataclass(slots=True)
@@ -89,11 +97,11 @@ class PullConsumer:
         if block_timeout <= 0:
             cmd.ext_fields["sysFlag"] = str(w.PULL_SUBSCRIPTION)
         resp = await self.instance.invoke_broker(mq.broker_name, cmd, block_timeout + self.instance.timeout)
-        if resp.code not in (0, 19, 20, 21):
+        if resp.code not in _PULL_ANSWERS:
             raise w.MQClientError(resp.code, resp.remark, f"pull {mq.topic}/{mq.queue_id}")
         ext = resp.ext_fields or {}
         msgs: list[MessageExt] = []
-        if resp.code == 0:
+        if resp.code == ResponseCode.SUCCESS:
             msgs = decode_messages(resp.body, mq.broker_name)
             for m in msgs:
                 m.properties[MIN_OFFSET] = ext.get("minOffset", "0")

@@ -21,6 +21,7 @@ import structlog
 from codec.codes import RequestCode, SysFlag
 from codec.command import RemotingCommand
 from codec.msgid import decode_offset_msg_id
+from codec.properties import MessageConst
 from remoting.connection import Connection
 
 from . import _wire as w
@@ -59,8 +60,8 @@ class TransactionProducer(Producer):
 
     async def send_in_transaction(self, msg: Message, arg: object = None) -> TransactionSendResult:
         body, sys_flag, props = self._prepare(msg)
-        props["TRAN_MSG"] = "true"
-        props["PGROUP"] = self.group
+        props[MessageConst.TRAN_MSG] = "true"
+        props[MessageConst.PGROUP] = self.group
         sent = await self._send(msg, body, sys_flag | SysFlag.TRANSACTION_PREPARED_TYPE, props, None, None, None,
                                 None, batch=False)
         state = LocalTransactionState.ROLLBACK_MESSAGE

@@ -215,6 +215,13 @@ class SysFlag:
         return (sys_flag & SysFlag.COMPRESSION_TYPE_MASK) >> 8
 
 
+class TopicSysFlag:
+    """TopicSysFlag: a topic's sysFlag bits (unit mode)."""
+
+    UNIT = 0x1
+    UNIT_SUB = 0x2
+
+
 class PullSysFlag:
     COMMIT_OFFSET = 0x1
     SUSPEND = 0x2
@@ -228,7 +235,9 @@ RPC_ONEWAY = 0x2
 SERIALIZE_JSON = 0
 SERIALIZE_ROCKETMQ = 1
 
-BROKER_VERSION = 409  # MQVersion V4_9_8
+MQ_VERSION = 409  # MQVersion.CURRENT_VERSION, V4_9_8: the version every 4.9.8 command carries
+BROKER_VERSION = MQ_VERSION  # what our broker and name server announce
+MQ_VERSION_V3_4_9 = 121  # MQVersion V3_4_9: from it on, a send or send-back header may carry maxReconsumeTimes
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 DEFAULT_TOPIC = "TBW102"

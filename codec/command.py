@@ -23,6 +23,7 @@ from codec.codes import (
     SERIALIZE_JSON,
     SERIALIZE_ROCKETMQ,
     LanguageCode,
+    ResponseCode,
 )
 from codec.errors import CodecError
 
@@ -60,7 +61,7 @@ class RemotingCommand:
                    ext_fields={k: _to_str(v) for k, v in (ext_fields or {}).items() if v is not None},
                    body=body)
 
-    def response(self, code: int = 0, remark: str | None = None, ext_fields: dict[str, Any] | None = None,
+    def response(self, code: int = ResponseCode.SUCCESS, remark: str | None = None, ext_fields: dict[str, Any] | None = None,
                  body: Body = b"") -> RemotingCommand:
         """A response to this request: same opaque, same serialize type, response bit set."""
         return RemotingCommand(

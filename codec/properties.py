@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import AnyStr, cast
 
 from codec.cache import BoundedCache
@@ -101,7 +101,7 @@ def index_keys(keys: AnyStr | None, uniq: AnyStr | None) -> tuple[AnyStr, ...]:
     return tuple(ks)
 
 
-def properties_to_string(props: dict[str, str] | None) -> str:
+def properties_to_string(props: Mapping[str, str | None] | None) -> str:
     """Java style: no trailing separator, entries with a None value skipped."""
     if not props:
         return ""

@@ -20,7 +20,7 @@ from functools import lru_cache
 from codec.buffers import BytesLike
 from codec.codes import SysFlag
 from codec.errors import CodecError
-from codec.properties import parse_properties, properties_to_string
+from codec.properties import MessageConst, parse_properties, properties_to_string
 
 MAGIC_CODE = -626843481  # 0xDAA320A7
 MAGIC_CODE_V2 = -626843477  # 5.x, 2-byte topic length
@@ -92,7 +92,7 @@ class MessageRecord:
 
     @property
     def tags(self) -> str | None:
-        return self.properties.get("TAGS")
+        return self.properties.get(MessageConst.TAGS)
 
 
 def body_crc(body: BytesLike) -> int:

@@ -18,7 +18,7 @@ from codec.buffers import BytesLike
 from codec.cache import BoundedCache
 from codec.codes import SysFlag
 from codec.errors import CodecError
-from codec.properties import index_keys, property_token, token_value
+from codec.properties import MessageConst, index_keys, property_token, token_value
 from codec.record import (
     MAGIC_CODE,
     MAX_PROPERTIES_BYTES,
@@ -114,11 +114,11 @@ def rewrite_for_delivery(raw: BytesLike, topic: str, queue_id: int, store_host: 
 
 
 # ---- batch messageTimeup ------------------------------------------------------------------------
-K_REAL_TOPIC = property_token(b"REAL_TOPIC")
-K_REAL_QID = property_token(b"REAL_QID")
-K_TAGS = property_token(b"TAGS")
-K_KEYS = property_token(b"KEYS")
-K_UNIQ = property_token(b"UNIQ_KEY")
+K_REAL_TOPIC = property_token(MessageConst.REAL_TOPIC.encode())
+K_REAL_QID = property_token(MessageConst.REAL_QID.encode())
+K_TAGS = property_token(MessageConst.TAGS.encode())
+K_KEYS = property_token(MessageConst.KEYS.encode())
+K_UNIQ = property_token(MessageConst.UNIQ_KEY.encode())
 _BODY_LEN_POS = tuple(body_len_pos(sf) for sf in (0, 0x10, 0x20, 0x30))  # by sysFlag bits 0x30 >> 4
 _MAGIC_SYS_FLAG = struct.Struct(f">i{POS_SYS_FLAG - POS_MAGIC - 4}xi")  # MAGICCODE .. SYSFLAG
 

@@ -31,7 +31,14 @@ from typing import Any
 from codec.buffers import BytesLike
 from codec.codes import TIMER_TOPIC
 from codec.errors import CodecError
-from codec.properties import index_keys, parse_properties, properties_to_string, property_token, value_span
+from codec.properties import (
+    MessageConst,
+    index_keys,
+    parse_properties,
+    properties_to_string,
+    property_token,
+    value_span,
+)
 from codec.record import MAX_PROPERTIES_BYTES, POS_QUEUE_ID, POS_TOTAL, read_properties_bytes, topic_field
 from codec.record_rewrite import _qid, _topic, rewrite_for_delivery, tags_code, tail_span
 from codec.tags import java_hash
@@ -43,11 +50,15 @@ _I32 = struct.Struct(">i")
 _NON_SEPARATORS = bytes(b for b in range(256) if b not in (1, 2))
 _ALTERNATING = b"\x01\x02" * (MAX_PROPERTIES_BYTES // 2 + 1)
 
-REAL_TOPIC, REAL_QID, TAGS, KEYS, UNIQ_KEY = b"REAL_TOPIC", b"REAL_QID", b"TAGS", b"KEYS", b"UNIQ_KEY"
-TIMER_DEL_UNIQKEY, TIMER_ROLL_TIMES, TIMER_DELIVER_MS = b"TIMER_DEL_UNIQKEY", b"TIMER_ROLL_TIMES", b"TIMER_DELIVER_MS"
-TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS = b"TIMER_ENQUEUE_MS", b"TIMER_DEQUEUE_MS"
-_APPEND_TIMES = b"\x02TIMER_ENQUEUE_MS\x01"
-_APPEND_DEQUEUE = b"\x02TIMER_DEQUEUE_MS\x01"
+# the property names this conversion reads and writes, as bytes (the names are MessageConst's)
+REAL_TOPIC, REAL_QID = MessageConst.REAL_TOPIC.encode(), MessageConst.REAL_QID.encode()
+TAGS, KEYS, UNIQ_KEY = MessageConst.TAGS.encode(), MessageConst.KEYS.encode(), MessageConst.UNIQ_KEY.encode()
+TIMER_DEL_UNIQKEY = MessageConst.TIMER_DEL_UNIQKEY.encode()
+TIMER_ROLL_TIMES = MessageConst.TIMER_ROLL_TIMES.encode()
+TIMER_DELIVER_MS = MessageConst.TIMER_DELIVER_MS.encode()
+TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS = MessageConst.TIMER_ENQUEUE_MS.encode(), MessageConst.TIMER_DEQUEUE_MS.encode()
+_APPEND_TIMES = property_token(TIMER_ENQUEUE_MS)  # b"\x02TIMER_ENQUEUE_MS\x01"
+_APPEND_DEQUEUE = property_token(TIMER_DEQUEUE_MS)
 _ROLL_TOPIC_FIELD = topic_field(TIMER_TOPIC)
 
 
@@ -205,29 +216,29 @@ def timer_delivery_reference(raw: BytesLike | None, roll: bool, exact_ms: int, e
     tail_span(raw)  # the same well-formedness check as the fast path (magic, every length): CodecError
     props = parse_properties(read_properties_bytes(raw))
     if roll:
-        props["TIMER_ROLL_TIMES"] = str(int(props.get("TIMER_ROLL_TIMES", "0") or 0) + 1)
-        props["TIMER_DELIVER_MS"] = str(exact_ms)
-        props["TIMER_ENQUEUE_MS"] = str(enqueue_ms)
-        props["TIMER_DEQUEUE_MS"] = str(dequeue_ms)
+        props[MessageConst.TIMER_ROLL_TIMES] = str(int(props.get(MessageConst.TIMER_ROLL_TIMES, "0") or 0) + 1)
+        props[MessageConst.TIMER_DELIVER_MS] = str(exact_ms)
+        props[MessageConst.TIMER_ENQUEUE_MS] = str(enqueue_ms)
+        props[MessageConst.TIMER_DEQUEUE_MS] = str(dequeue_ms)
         rec = rewrite_for_delivery(raw, TIMER_TOPIC, 0, properties_bytes=properties_to_string(props).encode())
         return rec, TIMER_TOPIC, 0, 0, ()
-    topic = props.get("REAL_TOPIC")
-    uniq = props.get("UNIQ_KEY")
+    topic = props.get(MessageConst.REAL_TOPIC)
+    uniq = props.get(MessageConst.UNIQ_KEY)
     if cancel and uniq and f"{topic}+{uniq}" in cancel:
         return CANCELLED
-    if "TIMER_DEL_UNIQKEY" in props or not topic:
+    if MessageConst.TIMER_DEL_UNIQKEY in props or not topic:
         return SKIPPED
     try:
-        qid = int(props.get("REAL_QID", "0"))
+        qid = int(props.get(MessageConst.REAL_QID, "0"))
     except ValueError:
         qid = 0
     if not 0 <= qid <= 2**31 - 1:  # not a queue id: queue 0, as the fast path (record_rewrite._qid)
         qid = 0
-    props["TIMER_ENQUEUE_MS"] = str(enqueue_ms)
-    props["TIMER_DEQUEUE_MS"] = str(dequeue_ms)
+    props[MessageConst.TIMER_ENQUEUE_MS] = str(enqueue_ms)
+    props[MessageConst.TIMER_DEQUEUE_MS] = str(dequeue_ms)
     rec = rewrite_for_delivery(raw, topic, qid, properties_bytes=properties_to_string(props).encode())
-    keys = [k for k in (props.get("KEYS") or "").split(" ") if k]
+    keys = [k for k in (props.get(MessageConst.KEYS) or "").split(" ") if k]
     if uniq:
         keys.append(uniq)
-    tags = props.get("TAGS")
+    tags = props.get(MessageConst.TAGS)
     return rec, topic, qid, java_hash(tags) if tags else 0, tuple(keys)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from codec.codes import SCHEDULE_TOPIC, TIMER_TOPIC
 from codec.msgid import offset_msg_id
+from codec.properties import MessageConst
 from codec.record import decode_record
 from scheduler.due import level_due_ms
 from scheduler.timer.enqueue import CANCEL_ALREADY, CANCEL_DUE, CANCEL_NOT_FOUND
@@ -71,16 +72,16 @@ class CancelResult:
 
 def _row(rec: MessageRecord, props: dict[str, str], kind: str, level: int, due_ms: int) -> Row:
     host, port = rec.store_host
-    return {"msgId": offset_msg_id(host, port, rec.commitlog_offset), "uniqKey": props.get("UNIQ_KEY") or "",
-            "topic": props.get("REAL_TOPIC") or rec.topic, "tags": props.get("TAGS") or "",
-            "keys": props.get("KEYS") or "", "kind": kind, "level": level, "dueMs": int(due_ms),
+    return {"msgId": offset_msg_id(host, port, rec.commitlog_offset), "uniqKey": props.get(MessageConst.UNIQ_KEY) or "",
+            "topic": props.get(MessageConst.REAL_TOPIC) or rec.topic, "tags": props.get(MessageConst.TAGS) or "",
+            "keys": props.get(MessageConst.KEYS) or "", "kind": kind, "level": level, "dueMs": int(due_ms),
             "storeMs": rec.store_timestamp, "bornMs": rec.born_timestamp}
 
 
 def _matches(q: Query, props: dict[str, str], due_ms: int) -> bool:
-    if q.topic and (props.get("REAL_TOPIC") or "") != q.topic:
+    if q.topic and (props.get(MessageConst.REAL_TOPIC) or "") != q.topic:
         return False
-    if q.key and q.key != props.get("UNIQ_KEY") and q.key not in (props.get("KEYS") or "").split():
+    if q.key and q.key != props.get(MessageConst.UNIQ_KEY) and q.key not in (props.get(MessageConst.KEYS) or "").split():
         return False
     return q.due_before is None or due_ms < q.due_before
 
@@ -195,7 +196,7 @@ class ScheduledBrowser:
                     if raw is None:
                         continue
                     rec, _ = decode_record(raw)
-                    uniq = rec.properties.get("UNIQ_KEY") or ""
+                    uniq = rec.properties.get(MessageConst.UNIQ_KEY) or ""
                     if uniq and uniq in self.timer_cancels:
                         continue
                     due = int(u["exact"]) or s
@@ -212,7 +213,7 @@ class ScheduledBrowser:
         best = None
         for buf in res.buffers:
             rec, _ = decode_record(buf)
-            if rec.properties.get("UNIQ_KEY") == uniq_key and (best is None or rec.commitlog_offset >
+            if rec.properties.get(MessageConst.UNIQ_KEY) == uniq_key and (best is None or rec.commitlog_offset >
                                                                 best.commitlog_offset):
                 best = rec
         return best
@@ -233,7 +234,7 @@ class ScheduledBrowser:
         assert self.delay is not None  # cancel() calls it only with a delay service
         level = rec.queue_id + 1
         d = self.delay.levels[rec.queue_id] if rec.queue_id < len(self.delay.levels) else None
-        topic = rec.properties.get("REAL_TOPIC") or ""
+        topic = rec.properties.get(MessageConst.REAL_TOPIC) or ""
         host, port = rec.store_host
         res = CancelResult("cancelled", "level", level, topic, rec.store_timestamp + (d.delay_ms if d else 0),
                            offset_msg_id(host, port, rec.commitlog_offset))
@@ -249,9 +250,9 @@ class ScheduledBrowser:
     async def _cancel_timer(self, rec: MessageRecord, uniq_key: str, now_ms: int) -> CancelResult:
         assert self.timer is not None  # cancel() calls it only with a timer service
         p = rec.properties
-        topic = p.get("REAL_TOPIC") or ""
-        slot = int(p.get("TIMER_OUT_MS") or 0)
-        due = int(p.get("TIMER_DELIVER_MS") or 0) or slot + 1
+        topic = p.get(MessageConst.REAL_TOPIC) or ""
+        slot = int(p.get(MessageConst.TIMER_OUT_MS) or 0)
+        due = int(p.get(MessageConst.TIMER_DELIVER_MS) or 0) or slot + 1
         host, port = rec.store_host
         res = CancelResult("cancelled", "timer", 0, topic, due, offset_msg_id(host, port, rec.commitlog_offset))
         if slot < self.timer.commit_read_ms or slot < self.timer.read_cursor_ms:

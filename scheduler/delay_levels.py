@@ -11,9 +11,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from codec.codes import SysFlag
+from codec.properties import MessageConst
 from scheduler.delay_config import DelayConfig
 from scheduler.delay_service import DelayLevelService
 from scheduler.levels import SCHEDULE_TOPIC, parse_delay_levels
+
+# property names, bound once for the per-message path (codec.properties.MessageConst)
+_DELAY = MessageConst.DELAY
+_REAL_QID = MessageConst.REAL_QID
+_REAL_TOPIC = MessageConst.REAL_TOPIC
+_TIMER_DELAY_MS = MessageConst.TIMER_DELAY_MS
+_TIMER_DELAY_SEC = MessageConst.TIMER_DELAY_SEC
+_TIMER_DELIVER_MS = MessageConst.TIMER_DELIVER_MS
 
 if TYPE_CHECKING:
     from codec.record import MessageRecord
@@ -21,13 +31,13 @@ if TYPE_CHECKING:
 __all__ = ["DelayConfig", "DelayLevelService", "SCHEDULE_TOPIC", "level_of", "parse_delay_levels", "schedules",
            "transform_delay"]
 
-_TRANSACTION_MASK, _TRANSACTION_COMMIT = 0xC, 0x8
-_TIMER_KEYS = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+_TRANSACTION_MASK, _TRANSACTION_COMMIT = SysFlag.TRANSACTION_MASK, SysFlag.TRANSACTION_COMMIT_TYPE
+_TIMER_KEYS = (_TIMER_DELIVER_MS, _TIMER_DELAY_SEC, _TIMER_DELAY_MS)
 
 
 def delay_level_of(props: dict[str, str]) -> int:
     """The DELAY property as an int; absent or unparsable counts as 0 (an ordinary message)."""
-    return level_of(props.get("DELAY"))
+    return level_of(props.get(_DELAY))
 
 
 def level_of(raw: str | None) -> int:
@@ -56,11 +66,11 @@ def transform_delay(record: MessageRecord, levels_ms: Sequence[int]) -> int | No
     max_level = len(levels_ms)
     if level > max_level:
         level = max_level
-        props["DELAY"] = str(level)
+        props[_DELAY] = str(level)
     for key in _TIMER_KEYS:  # a delay level wins over timer properties (§4.2)
         props.pop(key, None)
-    props["REAL_TOPIC"] = record.topic
-    props["REAL_QID"] = str(record.queue_id)
+    props[_REAL_TOPIC] = record.topic
+    props[_REAL_QID] = str(record.queue_id)
     record.topic = SCHEDULE_TOPIC
     record.queue_id = level - 1
     return levels_ms[level - 1]

@@ -13,9 +13,9 @@ from collections.abc import Callable, Collection
 
 import structlog
 
-from codec.codes import SCHEDULE_QUARANTINE_TOPIC
+from codec.codes import RMQ_SYS_TRANS_HALF_TOPIC, SCHEDULE_QUARANTINE_TOPIC
 from codec.delivery_batch import build_delivery_batch
-from codec.properties import parse_properties
+from codec.properties import MessageConst, parse_properties
 from codec.record import read_properties_bytes, read_topic
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.progress_file import ProgressFile, count_records_after
@@ -25,14 +25,14 @@ log = structlog.get_logger(__name__)
 
 UNIT_SIZE = 20
 _NOT_DELIVERIES = (SCHEDULE_TOPIC, SCHEDULE_QUARANTINE_TOPIC)
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+HALF_TOPIC = RMQ_SYS_TRANS_HALF_TOPIC
 
 
 def _is_delivery_of(level: int) -> Callable[[memoryview], bool]:
     want = str(level)
 
     def match(rec: memoryview) -> bool:
-        return read_topic(rec) not in _NOT_DELIVERIES and parse_properties(read_properties_bytes(rec)).get("DELAY") == want
+        return read_topic(rec) not in _NOT_DELIVERIES and parse_properties(read_properties_bytes(rec)).get(MessageConst.DELAY) == want
     return match
 
 

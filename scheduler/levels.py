@@ -8,6 +8,7 @@ from __future__ import annotations
 from codec.codes import SCHEDULE_TOPIC as SCHEDULE_TOPIC  # the scheduler's names (explicit re-exports)
 from codec.durations import DEFAULT_DELAY_LEVELS as DEFAULT_DELAY_LEVELS
 from codec.durations import parse_delay_levels as parse_delay_levels
+from codec.properties import MessageConst
 from storage.store_types import TagsCodeOf, tags_hash_code
 
 
@@ -39,7 +40,7 @@ def schedule_tags_code(levels_ms: list[int]) -> TagsCodeOf:
     def tags_code_of(topic: str, props: dict[str, str], store_ts: int) -> int:
         if topic == SCHEDULE_TOPIC and levels_ms:
             try:
-                level = int(props.get("DELAY", "0"))
+                level = int(props.get(MessageConst.DELAY, "0"))
             except ValueError:
                 level = 0
             if level > 0:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from codec.codes import ResponseCode
+from codec.properties import MessageConst
 from codec.record import MessageRecord, encode_record
 from scheduler.browse import ScheduledBrowser
 from scheduler.delay_service import DelayLevelService
@@ -242,11 +243,11 @@ class BrokerController:
         host = self.store_host
         now = int(time.time() * 1000)
         rec = MessageRecord(topic=topic, body=b"0", queue_id=0, born_timestamp=now, born_host=host, store_host=host,
-                            properties={"TAGS": "_RECALL_TAG_", "TIMER_DEL_UNIQKEY": f"{topic}+{uniq_key}",
-                                        "UNIQ_KEY": uniq_key, "TIMER_DELIVER_MS": str(int(deliver_ms)),
-                                        "CLUSTER": self.config.broker_cluster_name})
+                            properties={MessageConst.TAGS: "_RECALL_TAG_", MessageConst.TIMER_DEL_UNIQKEY: f"{topic}+{uniq_key}",
+                                        MessageConst.UNIQ_KEY: uniq_key, MessageConst.TIMER_DELIVER_MS: str(int(deliver_ms)),
+                                        MessageConst.CLUSTER: self.config.broker_cluster_name})
         code, remark = await self.put_record(rec)
-        return None if code == 0 else f"code {code}: {remark}"
+        return None if code == ResponseCode.SUCCESS else f"code {code}: {remark}"
 
     def delete_topic(self, topic: str) -> bool:
         """DELETE_TOPIC_IN_BROKER: the topic's config, its consumer offsets, ConsumeQueues and stats."""

@@ -20,6 +20,7 @@ from typing import Any
 import javaproperties
 import structlog
 
+from codec.codes import DEFAULT_CLUSTER
 from codec.durations import DEFAULT_DELAY_LEVELS, parse_delay_levels
 
 log = structlog.get_logger(__name__)
@@ -51,7 +52,7 @@ class BrokerConfig:
     listen_port: int = 9876
     listen_host: str = "127.0.0.1"
     broker_name: str = "broker-a"
-    broker_cluster_name: str = "DefaultCluster"
+    broker_cluster_name: str = DEFAULT_CLUSTER
     broker_ip1: str = "127.0.0.1"
     broker_id: int = 0
     # [cluster] name servers to register with ("a:p;b:p"); empty = embedded mode (this process answers
@@ -130,7 +131,7 @@ class BrokerConfig:
     ha_slave_fallbehind_max: int = 268435456  # SYNC_MASTER: a slave further behind is not available
     slave_timeout: int = 3000  # SYNC_MASTER: ms a send waits for the slave's ack (FLUSH_SLAVE_TIMEOUT)
     slave_synchronize_interval_ms: int = 10000  # slave: pull topics, offsets, groups, timer checkpoint
-    scheduler_sync_interval_ms: int = 20  # ours: slave pulls the master's scheduler progress this often
+    scheduler_sync_interval_ms: int = 10  # ours: slave pulls the master's scheduler progress this often
     grpc_listen_port: int = 8081  # RocketMQ 5 gRPC MessagingService (server/grpc); 0 = off
 
     # ---- derived -------------------------------------------------------------------------

@@ -13,11 +13,18 @@ import time
 import structlog
 
 from codec.codes import ResponseCode
+from codec.properties import MessageConst
 from codec.record import MessageRecord
 from scheduler.delay_levels import transform_delay
 from scheduler.timer import TimerMessageStore, transform_timer
 from scheduler.timer.config import TimerConfig
 from server.config import BrokerConfig
+
+# property names, bound once for the per-message path (codec.properties.MessageConst)
+_TIMER_DELAY_MS = MessageConst.TIMER_DELAY_MS
+_TIMER_DELAY_SEC = MessageConst.TIMER_DELAY_SEC
+_TIMER_DELIVER_MS = MessageConst.TIMER_DELIVER_MS
+_TIMER_OUT_MS = MessageConst.TIMER_OUT_MS
 
 log = structlog.get_logger(__name__)
 
@@ -40,8 +47,8 @@ class PutHooks:
         if delay is not None:
             return int(delay)
         props = record.properties
-        if self.timer_disabled_check and "TIMER_OUT_MS" not in props and (
-                "TIMER_DELIVER_MS" in props or "TIMER_DELAY_MS" in props or "TIMER_DELAY_SEC" in props):
+        if self.timer_disabled_check and _TIMER_OUT_MS not in props and (
+                _TIMER_DELIVER_MS in props or _TIMER_DELAY_MS in props or _TIMER_DELAY_SEC in props):
             return (ResponseCode.SYSTEM_ERROR, "accurate timer message is not enabled, timerWheelEnable is false")
         if self.transform_timer is not None:
             decision = self.transform_timer(record, int(time.time() * 1000), self.timer_config)

@@ -30,10 +30,18 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from codec.codes import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, RequestCode, ResponseCode
+from codec.codes import (
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    RequestCode,
+    ResponseCode,
+    SysFlag,
+)
 from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.msgid import offset_msg_id
+from codec.properties import MessageConst
 from codec.record import MessageRecord, decode_record, encode_record
 
 if TYPE_CHECKING:
@@ -48,21 +56,23 @@ PutRecord = Callable[[MessageRecord, bool], Awaitable[tuple[int, str | None]]]
 log = structlog.get_logger(__name__)
 
 HALF_TOPIC, OP_TOPIC = RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
-MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+MAX_TIME_TOPIC = TRANS_CHECK_MAX_TIME_TOPIC
 REMOVE_TAG = "d"
-TRANSACTION_ID = "__transactionId__"
-IMMUNITY_KEY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
-NOT_TYPE, PREPARED, COMMIT, ROLLBACK, TX_MASK = 0x0, 0x4, 0x8, 0xC, 0xC
+TRANSACTION_ID = MessageConst.TRANSACTION_ID
+IMMUNITY_KEY = MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS
+NOT_TYPE, PREPARED, COMMIT, ROLLBACK, TX_MASK = (SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_PREPARED_TYPE,
+                                               SysFlag.TRANSACTION_COMMIT_TYPE, SysFlag.TRANSACTION_ROLLBACK_TYPE,
+                                               SysFlag.TRANSACTION_MASK)
 _UNIT = struct.Struct(">qi")
 _SCAN_BATCH = 256
 
 
 def is_half(props: Mapping[str, str], reconsume_times: int) -> bool:
     """RocketMQ's test: TRAN_MSG=true, except a retry that carries a delay level."""
-    if str(props.get("TRAN_MSG", "")).lower() != "true":
+    if str(props.get(MessageConst.TRAN_MSG, "")).lower() != "true":
         return False
     try:
-        delayed = int(props.get("DELAY") or 0) > 0
+        delayed = int(props.get(MessageConst.DELAY) or 0) > 0
     except ValueError:
         delayed = False
     return not (reconsume_times > 0 and delayed)
@@ -71,11 +81,11 @@ def is_half(props: Mapping[str, str], reconsume_times: int) -> bool:
 def to_half(rec: MessageRecord) -> None:
     """parseHalfMessageInner: park the message in the half topic, remembering where it belongs."""
     props = rec.properties
-    uniq = props.get("UNIQ_KEY")
+    uniq = props.get(MessageConst.UNIQ_KEY)
     if uniq:
         props[TRANSACTION_ID] = uniq
-    props["REAL_TOPIC"] = rec.topic
-    props["REAL_QID"] = str(rec.queue_id)
+    props[MessageConst.REAL_TOPIC] = rec.topic
+    props[MessageConst.REAL_QID] = str(rec.queue_id)
     rec.sys_flag &= ~TX_MASK
     rec.topic, rec.queue_id = HALF_TOPIC, 0
 
@@ -149,7 +159,7 @@ class TransactionService:
                 rec = self._record(phys, size)
                 if rec is None or rec.topic != HALF_TOPIC:
                     continue
-                self._track(HalfEntry(offset, phys, size, rec.properties.get("PGROUP", ""),
+                self._track(HalfEntry(offset, phys, size, rec.properties.get(MessageConst.PGROUP, ""),
                                       rec.born_timestamp + self._immunity_ms(rec)))
             self._scanned += len(units) // 20
 
@@ -184,7 +194,7 @@ class TransactionService:
                 break
             for i in range(len(units) // 20):
                 rec = self._record(*_UNIT.unpack_from(units, i * 20))
-                if rec is not None and rec.properties.get("TAGS") == REMOVE_TAG:
+                if rec is not None and rec.properties.get(MessageConst.TAGS) == REMOVE_TAG:
                     done.update(int(x) for x in rec.body.decode("ascii", "replace").split(",") if x.strip().isdigit())
             off += len(units) // 20
         return done
@@ -195,7 +205,7 @@ class TransactionService:
         rec = self._record(phys)
         if rec is None or rec.topic != HALF_TOPIC:
             return ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed"
-        if rec.properties.get("PGROUP", "") != group:
+        if rec.properties.get(MessageConst.PGROUP, "") != group:
             return ResponseCode.SYSTEM_ERROR, "The producer group wrong"
         if rec.queue_offset != table_offset:
             return ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong"
@@ -225,7 +235,7 @@ class TransactionService:
         host = self.store_host
         now = int(time.time() * 1000)
         return MessageRecord(topic=OP_TOPIC, body=str(offset).encode(), queue_id=0, born_timestamp=now,
-                             born_host=host, store_host=host, properties={"TAGS": REMOVE_TAG})
+                             born_host=host, store_host=host, properties={MessageConst.TAGS: REMOVE_TAG})
 
     # ---- check-back ----------------------------------------------------------------------
     def _arm(self) -> None:
@@ -274,14 +284,14 @@ class TransactionService:
         if conn is None:
             log.warning("transactions.no_producer_to_check", group=e.group, offset=e.offset)
             return False
-        uniq = rec.properties.get("UNIQ_KEY", "")
+        uniq = rec.properties.get(MessageConst.UNIQ_KEY, "")
         host, port = self.store_host
-        ext = {"topic": rec.properties.get("REAL_TOPIC", ""), "tranStateTableOffset": e.offset,
+        ext = {"topic": rec.properties.get(MessageConst.REAL_TOPIC, ""), "tranStateTableOffset": e.offset,
                "commitLogOffset": e.phys, "msgId": uniq, "transactionId": uniq,
                "offsetMsgId": offset_msg_id(host, port, e.phys),
                "brokerName": self.config.broker_name}
-        rec.topic = rec.properties.get("REAL_TOPIC", rec.topic)
-        rec.queue_id = _int(rec.properties.get("REAL_QID"))
+        rec.topic = rec.properties.get(MessageConst.REAL_TOPIC, rec.topic)
+        rec.queue_id = _int(rec.properties.get(MessageConst.REAL_QID))
         conn.invoke_oneway(RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, ext, bytes(encode_record(rec)),
                                                    oneway=True))
         self.checks_sent += 1
@@ -306,9 +316,9 @@ class TransactionService:
 def _end_message(rec: MessageRecord) -> MessageRecord:
     """endMessageTransaction: the half's body and headers in its real topic/queue, marked COMMIT."""
     props = dict(rec.properties)
-    topic = props.pop("REAL_TOPIC", rec.topic)
-    qid = _int(props.pop("REAL_QID", None))
-    props.pop("TRAN_MSG", None)
+    topic = props.pop(MessageConst.REAL_TOPIC, rec.topic)
+    qid = _int(props.pop(MessageConst.REAL_QID, None))
+    props.pop(MessageConst.TRAN_MSG, None)
     return MessageRecord(topic=topic, body=rec.body, queue_id=qid, flag=rec.flag,
                          sys_flag=(rec.sys_flag & ~TX_MASK) | COMMIT, born_timestamp=rec.born_timestamp,
                          born_host=rec.born_host, store_host=rec.store_host, reconsume_times=rec.reconsume_times,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from codec.codes import RequestCode
-from codec.properties import index_keys
+from codec.properties import MessageConst, index_keys
 from codec.tags import java_hash
 from remoting.connection import Connection
 from remoting.dispatch import BatchProcessor, Processor
@@ -27,6 +27,11 @@ from server.config import BrokerConfig
 from storage.message_store import MessageStore
 from storage.meta_store import DelayOffsetStore
 from storage.store_types import PutRequest, StoreConfig
+
+# property names, bound once for the per-message path (codec.properties.MessageConst)
+_KEYS = MessageConst.KEYS
+_TAGS = MessageConst.TAGS
+_UNIQ_KEY = MessageConst.UNIQ_KEY
 
 if TYPE_CHECKING:
     from scheduler.events import PutObserver
@@ -73,8 +78,8 @@ def put_request(raw: bytearray, topic: str, queue_id: int, properties: Mapping[s
                 deliver_delay_ms: int) -> PutRequest:
     """The store request of an encoded record: tagsCode of TAGS, index keys KEYS (space separated)
     and UNIQ_KEY (called once per sent message: keep it lean)."""
-    tags = properties.get("TAGS")
-    keys = index_keys(properties.get("KEYS"), properties.get("UNIQ_KEY"))
+    tags = properties.get(_TAGS)
+    keys = index_keys(properties.get(_KEYS), properties.get(_UNIQ_KEY))
     return PutRequest(raw, topic, queue_id, java_hash(tags) if tags else 0, keys, deliver_delay_ms)
 
 

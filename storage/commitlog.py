@@ -36,7 +36,7 @@ class CommitLog:
         asked once the active one is half written; None makes every segment on the put that needs it."""
         self.directory = directory
         self.file_size = file_size
-        self.queue = MappedFileQueue(directory, file_size)
+        self.queue = MappedFileQueue(directory, file_size, allocator)
         self.allocator = allocator
         self._blank = bytearray(R.BLANK_LEN)
         self._error_logged_at = -1e9
@@ -112,13 +112,13 @@ class CommitLog:
     def allocate_first(self) -> None:
         """After recovery: an empty CommitLog has its first segment made ahead (the first put renames it)."""
         if self.allocator is not None and self.queue.last is None:
-            self.queue.allocate_ahead(self.allocator, 0)
+            self.queue.allocate_ahead(0)
 
     def allocate_next(self, mf: MappedFile) -> None:
         """Once the active segment `mf` is half written, the one after it is asked for (a no-op after
         the first time). Called per put batch and per replicated run."""
         if mf.wrote_pos >= mf.file_size >> 1 and self.allocator is not None:
-            self.queue.allocate_ahead(self.allocator, mf.file_from_offset + mf.file_size)
+            self.queue.allocate_ahead(mf.file_from_offset + mf.file_size)
 
     def _active(self) -> MappedFile | AppendError:
         try:

@@ -21,7 +21,8 @@ log = structlog.get_logger(__name__)
 UNIT = struct.Struct(">qiq")
 UNIT_SIZE = 20
 UNITS_PER_FILE = 300000
-BLANK_UNIT = UNIT.pack(0, 0x7FFFFFFF, 0)
+BLANK_SIZE = 0x7FFFFFFF  # the size field of a blank unit (a hole left by a repair)
+BLANK_UNIT = UNIT.pack(0, BLANK_SIZE, 0)
 
 
 class QueueRun:
@@ -81,7 +82,7 @@ class ConsumeQueue:
             prev = None
         if prev is not None:
             phys, size, _ = UNIT.unpack_from(prev.mm, last_unit_at)
-            if size != 0x7FFFFFFF:
+            if size != BLANK_SIZE:
                 self.max_phys_end = phys + size
         self.min_logic_offset = files[0].file_from_offset
         self._skip_blank_head()
@@ -93,7 +94,7 @@ class ConsumeQueue:
             return
         pos = self.min_logic_offset - mf.file_from_offset
         while 0 <= pos < mf.wrote_pos:
-            if UNIT.unpack_from(mf.mm, pos)[1] != 0x7FFFFFFF:
+            if UNIT.unpack_from(mf.mm, pos)[1] != BLANK_SIZE:
                 break
             pos += UNIT_SIZE
         self.min_logic_offset = mf.file_from_offset + pos
@@ -186,7 +187,7 @@ class ConsumeQueue:
                 self.files.files.pop().destroy()
                 continue
             phys, size, _ = UNIT.unpack_from(last.mm, last.wrote_pos - UNIT_SIZE)
-            if size != 0x7FFFFFFF and phys + size <= commitlog_max:
+            if size != BLANK_SIZE and phys + size <= commitlog_max:
                 self.max_phys_end = phys + size
                 break
             last.mm[last.wrote_pos - UNIT_SIZE:last.wrote_pos] = bytes(UNIT_SIZE)
@@ -214,7 +215,7 @@ class ConsumeQueue:
         pos = max(self.min_logic_offset - mf.file_from_offset, 0)
         while pos < mf.wrote_pos:
             phys, size, _ = UNIT.unpack_from(mf.mm, pos)
-            if size != 0x7FFFFFFF and phys >= commitlog_min:
+            if size != BLANK_SIZE and phys >= commitlog_min:
                 break
             pos += UNIT_SIZE
         self.min_logic_offset = mf.file_from_offset + pos

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from storage.store_types import PutStatus
+    from storage.store_types import PutRequest, PutStatus
 
 
 class PutFaultInjector:
@@ -20,21 +20,21 @@ class PutFaultInjector:
         self.enabled = False
         self.status: PutStatus | None = None
         self.remaining: int | None = None
-        self.predicate: Callable[[object], bool] | None = None
+        self.predicate: Callable[[PutRequest], bool] | None = None
         self.injected = 0
 
     def fail_next(self, n: int, status: PutStatus) -> None:
         """The next `n` put requests (that match the predicate, if any) fail with `status`."""
         self.status, self.remaining, self.enabled = status, n, n > 0
 
-    def fail_while_enabled(self, status: PutStatus, predicate: Callable[[object], bool] | None = None) -> None:
+    def fail_while_enabled(self, status: PutStatus, predicate: Callable[[PutRequest], bool] | None = None) -> None:
         """Every put request (matching `predicate(request)`, if given) fails until `disable()`."""
         self.status, self.remaining, self.predicate, self.enabled = status, None, predicate, True
 
     def disable(self) -> None:
         self.enabled, self.remaining, self.predicate = False, None, None
 
-    def take(self, request: object) -> PutStatus | None:
+    def take(self, request: PutRequest) -> PutStatus | None:
         """The status to fail `request` with, or None to store it normally."""
         if not self.enabled:
             return None

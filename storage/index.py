@@ -21,6 +21,11 @@ lives in Python memory: a key costs one 24-byte entry in a mapped file.
   are cut, files left empty are deleted; after a crash, or when anything was cut, the last file's slots
   and chains are rebuilt from its valid entries, so no slot points at a cut entry. Crash recovery then
   re-adds keys for records past `last_update_phys` (storage.recovery._redispatch).
+- Made ahead (RocketMQ's AllocateMappedFileService, storage.allocate): once the active file is half
+  full (and at load when there is none, `allocate_ahead`) the next one is made on the store's allocate
+  pool as `index/next.ahead.spare` (header and slot pages and the first entry chunk reserved), so the
+  put that rotates only renames it and writes its header. One not ready in time is made inline
+  (`ahead.missed`); `load` removes a leftover; a pool failure (full disk) is left to the inline creation.
 - Retention (`delete_below`): a file whose endPhyOffset is below the CommitLog min offset is deleted
   (never the active one).
 - Migration: an `index/keys.idx` of the previous format (an append-only list read into a dict) is
@@ -37,17 +42,23 @@ import os
 import struct
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Executor
 from zlib import crc32
 
 import numpy as np
 import structlog
 
 from codec.errors import CodecError
-from codec.properties import index_keys
+from codec.properties import MessageConst, index_keys
 from storage import _record as R
+from storage.allocate import AHEAD_SUFFIX, AllocateAhead
 from storage.index_file import ENTRY, IndexFile, file_name, is_index_file_name, name_ms
 from storage.index_migrate import OLD_NAME, migrate
 from storage.store_types import IndexKeys
+
+# property names, bound once for the per-message path (codec.properties.MessageConst)
+_KEYS = MessageConst.KEYS
+_UNIQ_KEY = MessageConst.UNIQ_KEY
 
 IndexEntry = tuple[str, IndexKeys, int, int]  # (topic, keys, phys, size)
 ReadRecord = Callable[[int, int], memoryview | None]
@@ -59,6 +70,9 @@ DEFAULT_INDEX_NUM = 20_000_000
 SWEEP_INTERVAL_S = 5.0
 _PHYS = struct.Struct("<q")
 _MAX_NUM = (1 << 31) - 1  # slot values and prevIndex are u32 entry numbers; header counts are i32
+NEXT = 0  # the key of the next IndexFile asked for ahead (there is one next file; named when it is taken)
+AHEAD_NAME = "next" + AHEAD_SUFFIX
+_NEVER = 1 << 62
 
 
 VECTOR_MIN = 128  # keys in a batch from which numpy chains and packs the entries (below: one by one)
@@ -72,7 +86,8 @@ class _NoRoom(Exception):
 
 class IndexService:
     def __init__(self, store_path: str, read_record: ReadRecord | None = None, max_hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
-                 max_index_num: int = DEFAULT_INDEX_NUM) -> None:
+                 max_index_num: int = DEFAULT_INDEX_NUM, allocator: Executor | None = None) -> None:
+        """`allocator`: where the next IndexFile is made ahead of need (None: each made when needed)."""
         self.directory = os.path.join(store_path, "index")
         self.read_record = read_record  # (phys, size) -> record buffer | None: verifies query hits
         self.slot_num = min(max(1, int(max_hash_slot_num)), _MAX_NUM)
@@ -84,12 +99,17 @@ class IndexService:
         self._crcs: dict[str, int] = {}
         self._swept_at = time.monotonic()
         self._room_error_at = 0.0
+        self.ahead: AllocateAhead[IndexFile] = AllocateAhead(allocator, IndexFile.destroy, self.directory)
+        self._ahead_at = _NEVER  # the active file's entry count from which `allocate_ahead` asks
 
     # ---- load -----------------------------------------------------------------------------------
     def load(self, commitlog_max: int, crashed: bool = False) -> None:
         """Open the IndexFiles (migrating an old keys.idx first); cut entries whose record is not wholly
         below `commitlog_max`; after a crash rebuild the last file's slots from its valid entries."""
         os.makedirs(self.directory, exist_ok=True)
+        for name in os.listdir(self.directory):
+            if name.endswith(AHEAD_SUFFIX):  # made ahead by a run killed before it was needed
+                os.unlink(os.path.join(self.directory, name))
         old = os.path.join(self.directory, OLD_NAME)
         if os.path.exists(old):
             stale = self._names()  # left by a migration that did not finish: start it over
@@ -235,6 +255,8 @@ class IndexService:
         self.entries += cnt - f.count
         f.commit(buf, cnt, last, ts)
         self.last_update_ts, self.last_update_phys = ts, last
+        if cnt >= self._ahead_at:
+            self.allocate_ahead()
 
     def _topic_crc(self, topic: str) -> int:
         crcs = self._crcs
@@ -253,7 +275,8 @@ class IndexService:
             if f is not None and f.allocated < f.capacity:
                 return f, cnt, f.allocate_more()
             nf = self._create(ts, phys)
-            nf.allocate_more()
+            if not nf.allocated:  # (one made ahead has its first chunk)
+                nf.allocate_more()
         except OSError as e:
             now = time.monotonic()
             if now - self._room_error_at > 60.0:
@@ -265,12 +288,41 @@ class IndexService:
         return nf, 0, nf.allocated
 
     def _create(self, ts: int, phys: int) -> IndexFile:
+        """The next IndexFile: the one made ahead if it is ready (renamed, its header written), else made
+        here. Raises OSError (ENOSPC on a full disk)."""
         ms = int(time.time() * 1000)
         if self.files:
             ms = max(ms, name_ms(os.path.basename(self.files[-1].path)) + 1)
-        f = IndexFile.create(os.path.join(self.directory, file_name(ms)), self.slot_num, self.index_num, ts, phys)
+        path = os.path.join(self.directory, file_name(ms))
+        f = self.ahead.take(NEXT)
+        if f is None:
+            f = IndexFile.create(path, self.slot_num, self.index_num, ts, phys)
+        else:
+            try:
+                os.rename(f.path, path)
+            except BaseException:
+                f.destroy()
+                raise
+            f.path = path
+            f.begin_ts = f.end_ts = ts
+            f.begin_phys = f.end_phys = phys
+            f.write_header()
         self.files.append(f)
+        self._ahead_at = f.capacity >> 1 if self.ahead.pool is not None else _NEVER
         return f
+
+    def allocate_ahead(self) -> None:
+        """Ask for the next IndexFile to be made on the pool: now when there is no file or the active one
+        is half full, else once it is (`_commit` checks `_ahead_at`). Called after load and by `_commit`."""
+        f = self.files[-1] if self.files else None
+        if self.ahead.pool is None:
+            self._ahead_at = _NEVER
+        elif f is not None and f.count < f.capacity >> 1:
+            self._ahead_at = f.capacity >> 1
+        else:
+            self._ahead_at = _NEVER  # asked for: again once the next file is the active one (`_create`)
+            path, slots, num = os.path.join(self.directory, AHEAD_NAME), self.slot_num, self.index_num
+            self.ahead.request(NEXT, lambda: _make_ahead(path, slots, num))
 
     # ---- query ----------------------------------------------------------------------------------
     def query(self, topic: str, key: str, max_num: int, begin: int, end: int, min_phys: int) -> list[tuple[int, int, int]]:
@@ -307,7 +359,7 @@ class IndexService:
             if view is None or R.read_topic(view) != topic:
                 return None
             props = R.parse_properties(R.read_properties_bytes(view))
-            if key not in index_keys(props.get("KEYS"), props.get("UNIQ_KEY")):
+            if key not in index_keys(props.get(_KEYS), props.get(_UNIQ_KEY)):
                 return None
             return R.read_store_timestamp(view)
         except (CodecError, struct.error, ValueError, IndexError):
@@ -351,3 +403,16 @@ class IndexService:
         for f in self.files:
             f.close()
         self.files = []
+        self.ahead.close()  # waits for the pool: a file it made and nobody took is removed
+
+
+def _make_ahead(path: str, slot_num: int, index_num: int) -> IndexFile:
+    """On the allocate pool: an IndexFile with its header and slot pages and first entry chunk reserved;
+    its name, begin timestamp and begin offset are set when it is taken (`IndexService._create`)."""
+    f = IndexFile.create(path, slot_num, index_num, 0, 0)
+    try:
+        f.allocate_more()
+    except BaseException:
+        f.destroy()
+        raise
+    return f

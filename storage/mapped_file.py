@@ -26,13 +26,15 @@ from concurrent.futures import Executor
 import structlog
 
 from codec.buffers import BytesLike
-from storage.allocate import SegmentAhead
+
+# `<name>.spare` (ensure_room) and `<name>.ahead.spare` (allocate_ahead): `load` removes both kinds
+from storage.allocate import AHEAD_SUFFIX as AHEAD_SUFFIX
+from storage.allocate import SPARE_SUFFIX as SPARE_SUFFIX
+from storage.allocate import AllocateAhead
 
 log = structlog.get_logger(__name__)
 
 NAME_DIGITS = 20
-SPARE_SUFFIX = ".spare"
-AHEAD_SUFFIX = ".ahead" + SPARE_SUFFIX  # made by `allocate_ahead` on a pool thread; `load` removes both kinds
 PAGE = mmap.PAGESIZE
 SWEEP_INTERVAL_S = 5.0
 # madvise(MADV_DONTNEED) where the platform has it, else None: the one place that asks (the CommitLog and
@@ -211,12 +213,14 @@ def _start(mf: MappedFile) -> int:
 class MappedFileQueue:
     """The ordered segments of one log directory; offsets are global (segment start + position)."""
 
-    def __init__(self, directory: str, file_size: int) -> None:
+    def __init__(self, directory: str, file_size: int, pool: Executor | None = None) -> None:
+        """`pool`: where `allocate_ahead` has the next segment made (None: every segment inline)."""
         self.directory = directory
         self.file_size = file_size
         self.files: list[MappedFile] = []
         self.spare: MappedFile | None = None  # the next segment, reserved ahead (`ensure_room`)
-        self.ahead = SegmentAhead()  # the next segment, being made on a pool thread (`allocate_ahead`)
+        # the next segment, being made on a pool thread (`allocate_ahead`)
+        self.ahead: AllocateAhead[MappedFile] = AllocateAhead(pool, MappedFile.destroy, directory)
         self._swept_at = time.monotonic()
 
     def load(self) -> None:
@@ -279,19 +283,19 @@ class MappedFileQueue:
         self.spare = MappedFile(os.path.join(self.directory, segment_name(start) + SPARE_SUFFIX), start,
                                 self.file_size, create=True)
 
-    def allocate_ahead(self, pool: Executor, start: int) -> None:
-        """Have the segment at `start` made on `pool` under `<name>.ahead.spare` (storage.allocate), so the
+    def allocate_ahead(self, start: int) -> None:
+        """Have the segment at `start` made on the pool under `<name>.ahead.spare` (storage.allocate), so the
         put that rolls onto it only renames it. Does nothing when that segment is already asked for or
         reserved. One not ready when needed is created inline as before (`ahead.missed`); a failure there
         (a full disk) is left to the inline creation to report."""
         if self.spare is not None and self.spare.file_from_offset == start:
             return
         path = os.path.join(self.directory, segment_name(start) + AHEAD_SUFFIX)
-        self.ahead.request(pool, start, lambda: MappedFile(path, start, self.file_size, create=True))
+        self.ahead.request(start, lambda: MappedFile(path, start, self.file_size, create=True))
 
     def _take_ahead(self, start: int) -> None:
         """The segment made ahead becomes the spare if it is the one at `start` and ready."""
-        mf = self.ahead.take(start, self.directory)
+        mf = self.ahead.take(start)
         if mf is not None:
             if self.spare is not None:
                 self.spare.destroy()

@@ -18,10 +18,11 @@ import shutil
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Literal, overload
+from typing import Literal, TypeVar, overload
 
 import structlog
 
+from storage.allocate import AllocateAhead
 from storage.checkpoint import Checkpoint, CheckpointFile
 from storage.commitlog import CommitLog
 from storage.config_store import ConfigFile
@@ -42,6 +43,7 @@ from storage.store_types import (
     BatchPutResult,
     GetResult,
     GetStatus,
+    MadeAhead,
     PutRequest,
     PutResult,
     PutStatus,
@@ -56,6 +58,8 @@ __all__ = ["MessageStore", "StoreConfig", "PutRequest", "PutResult", "PutStatus"
            "GetStatus", "QueryResult"]
 
 log = structlog.get_logger(__name__)
+
+_T = TypeVar("_T")
 
 # (CommitLog max offset, ConsumeQueues, IndexService flush plan): what one logics flush covers
 _LogicsSnapshot = tuple[int, list[ConsumeQueue], list[tuple[IndexFile, int, bool]]]
@@ -72,14 +76,16 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
         # the server start their long-running tasks through it too
         self.supervisor = supervisor if supervisor is not None else Supervisor()
         root = config.store_path
-        # RocketMQ's AllocateMappedFileService: the next CommitLog segment is made on this thread
+        # RocketMQ's AllocateMappedFileService: the next CommitLog segment, IndexFile and (`made_ahead`)
+        # timerlog segment are made on this thread
         self._allocator = ThreadPoolExecutor(1, thread_name_prefix="allocate-mapped-file")
         self.commitlog = CommitLog(os.path.join(root, "commitlog"), config.mapped_file_size_commitlog,
                                    self._allocator)
         self.cq_root = os.path.join(root, "consumequeue")
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.queue_offsets: dict[tuple[str, int], int] = {}
-        self.index = IndexService(root, self.commitlog.read_record, config.max_hash_slot_num, config.max_index_num)
+        self.index = IndexService(root, self.commitlog.read_record, config.max_hash_slot_num, config.max_index_num,
+                                  self._allocator)
         self.checkpoint = CheckpointFile(root)
         self.faults = PutFaultInjector()
         self._listeners: list[DispatchListener] = []
@@ -105,6 +111,7 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
         os.makedirs(self.config.store_path, exist_ok=True)
         recover(self)
         self.commitlog.allocate_first()
+        self.index.allocate_ahead()
         self.checkpoint.mark_running()
         self._loaded = True
         return True
@@ -186,6 +193,12 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
         self._allocator.shutdown()
         self._loaded = False
         log.info("store.closed", commitlog_max_offset=cl_max)
+
+    def made_ahead(self, what: str, destroy: Callable[[_T], None]) -> MadeAhead[_T]:
+        """The next file of a log of the caller's own (the timerlog) made ahead of need on the store's
+        allocate pool, as the CommitLog's segments are (storage.store_types.MadeAhead). `what` names the
+        log in log lines; `destroy` closes and removes a made file nobody took."""
+        return AllocateAhead(self._allocator, destroy, what)
 
     # ---- listeners ------------------------------------------------------------------------------
     def add_dispatch_listener(self, fn: DispatchListener) -> None:

@@ -17,9 +17,13 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from codec.properties import index_keys
+from codec.properties import MessageConst, index_keys
 from storage import _record as R
 from storage.consume_queue import UNIT, ConsumeQueue
+
+# property names, bound once for the per-message path (codec.properties.MessageConst)
+_KEYS = MessageConst.KEYS
+_UNIQ_KEY = MessageConst.UNIQ_KEY
 
 if TYPE_CHECKING:
     from storage.commitlog import CommitLog
@@ -166,7 +170,7 @@ def _redispatch(store: MessageStore, from_offset: int, end: int) -> None:
             cq.put_units(qoff, UNIT.pack(phys, total, tags_code_of(topic, props, store_ts)), phys + total)
             units += 1
         if need_keys:
-            ks = index_keys(props.get("KEYS"), props.get("UNIQ_KEY"))
+            ks = index_keys(props.get(_KEYS), props.get(_UNIQ_KEY))
             if ks:
                 index.add(topic, ks, phys, total, store_ts)
                 keys += len(ks)

@@ -19,14 +19,16 @@ from __future__ import annotations
 import structlog
 
 from codec.buffers import BytesLike
-from codec.properties import index_keys
+from codec.properties import MessageConst, index_keys
 from storage import _record as R
 from storage.consume_queue import UNIT, QueueRun
 from storage.store_state import StoreState
 
-log = structlog.get_logger(__name__)
+# property names, bound once for the per-message path (codec.properties.MessageConst)
+_KEYS = MessageConst.KEYS
+_UNIQ_KEY = MessageConst.UNIQ_KEY
 
-NOT_INDEXED = frozenset({"SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer"})
+log = structlog.get_logger(__name__)
 
 
 class ReplicaError(ValueError):
@@ -156,10 +158,9 @@ class ReplicaMixin(StoreState):
                 run.units += unit
                 run.next_offset += 1
                 run.end = off + total
-            if topic not in NOT_INDEXED:
-                ks = index_keys(props.get("KEYS"), props.get("UNIQ_KEY"))
-                if ks:
-                    index_entries.append((topic, ks, off, total, store_ts))
+            ks = index_keys(props.get(_KEYS), props.get(_UNIQ_KEY))  # every topic, as a put indexes it
+            if ks:
+                index_entries.append((topic, ks, off, total, store_ts))
             off += total
             count += 1
         self.reput_offset = off

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from storage.consume_queue import UNIT, UNIT_SIZE, ConsumeQueue
+from storage.consume_queue import BLANK_SIZE, UNIT, UNIT_SIZE, ConsumeQueue
 from storage.store_state import StoreState
 from storage.store_types import GetResult, GetStatus, QueryResult
 
@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-_BLANK_SIZE = 0x7FFFFFFF
 _MIN_SCAN_BYTES = 16000
 
 
@@ -65,7 +64,7 @@ class ReadMixin(StoreState):
             if buffers and (len(buffers) >= max_count or total_bytes + size > max_bytes):
                 break
             scanned += 1
-            if size == _BLANK_SIZE or size <= 0:
+            if size == BLANK_SIZE or size <= 0:
                 continue
             if tag_codes is not None and _int32(tags) not in tag_codes:
                 continue
@@ -135,7 +134,7 @@ class ReadMixin(StoreState):
     # ---- time -----------------------------------------------------------------------------------
     def _unit_store_ts(self, cq: ConsumeQueue, logic_offset: int) -> int | None:
         u = cq.unit(logic_offset)
-        if u is None or u[1] == _BLANK_SIZE:
+        if u is None or u[1] == BLANK_SIZE:
             return None
         return self.commitlog.store_ts_at(u[0])
 

@@ -1,5 +1,5 @@
 """Value types of the MessageStore facade: StoreConfig, PutRequest/PutResult/PutStatus, BatchPutResult,
-GetResult/GetStatus."""
+GetResult/GetStatus; MadeAhead (the facade's files-made-ahead service)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ import enum
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
+from codec.properties import MessageConst
 from codec.tags import java_hash
+
+# property names, bound once for the per-message path (codec.properties.MessageConst)
+_TAGS = MessageConst.TAGS
 
 # The ConsumeQueue tagsCode of a record, given (topic, properties, store timestamp): what recovery and
 # replication write when they (re)build a unit. The composition root passes the scheduler's rule (a
@@ -22,7 +26,7 @@ IndexKeys = Sequence[str] | Sequence[bytes]
 
 def tags_hash_code(topic: str, props: dict[str, str], store_ts: int) -> int:
     """RocketMQ's plain tagsCode: Java String.hashCode of TAGS, 0 without tags."""
-    tags = props.get("TAGS")
+    tags = props.get(_TAGS)
     return java_hash(tags) if tags else 0
 
 
@@ -113,6 +117,32 @@ class PutBatch(Protocol):
 
     @property
     def keys(self) -> Sequence[IndexKeys]: ...  # read-only: per record, str or UTF-8 bytes keys
+
+
+# the name suffix of a file made ahead of need on the store's allocate pool and not yet taken (storage.allocate):
+# every log that makes files ahead removes `*<AHEAD_SUFFIX>` leftovers of a killed run when it loads
+AHEAD_SUFFIX = ".ahead.spare"
+
+_T = TypeVar("_T")
+
+
+class MadeAhead(Protocol[_T]):
+    """`MessageStore.made_ahead(what, destroy)`: the one next file of a log of the scheduler's own (the
+    timerlog) made ahead of need on the store's allocate pool (RocketMQ's AllocateMappedFileService;
+    storage.allocate.AllocateAhead implements it). `request(start, make)` has `make()` run on the pool
+    (a no-op when `start` is the one asked for); `take(start)` gives the made file if it is `start`'s and
+    ready, else None and the caller makes it inline (counted in `missed`; a failure on the pool, a full
+    disk, is logged and left to that inline creation to report); `close()` waits for the pool and
+    destroys what nobody took. `destroy` closes and removes a made file nobody took."""
+
+    used: int  # files that came ready when needed
+    missed: int  # files not ready (or failed) when needed: made inline
+
+    def request(self, start: int, make: Callable[[], _T]) -> None: ...
+
+    def take(self, start: int) -> _T | None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(slots=True)

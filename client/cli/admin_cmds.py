@@ -29,7 +29,7 @@ from .args import (
 )
 from .messaging import _msg_line
 
-CANCEL_REFUSED = 13  # MESSAGE_ILLEGAL: the broker's answer to a cancel that would change nothing
+CANCEL_REFUSED = ResponseCode.MESSAGE_ILLEGAL  # the broker's answer to a cancel that would change nothing
 
 
 def _out(line: str) -> None:
@@ -152,7 +152,7 @@ async def message(args: MessageViewArgs) -> int:
         else:  # refused by the parser already (`_validate`)
             raise ValueError("message view --key needs -t TOPIC")
     if not msgs:
-        raise MQClientError(22, f"no message found for {args.id or args.key}", "message view")
+        raise MQClientError(ResponseCode.QUERY_NOT_FOUND, f"no message found for {args.id or args.key}", "message view")
     for m in msgs:
         if args.output == "json":
             _out(json.dumps({**m.to_dict(), "storeHost": f"{m.store_host[0]}:{m.store_host[1]}",

@@ -24,6 +24,7 @@ import numpy as np
 import structlog
 
 from codec.codes import SCHEDULE_QUARANTINE_TOPIC, TIMER_TOPIC
+from codec.properties import MessageConst
 from codec.record import read_properties_bytes, read_topic
 from codec.timer_rewrite import build_timer_deliveries
 from scheduler.progress_file import count_records_after
@@ -39,7 +40,7 @@ if TYPE_CHECKING:  # the service runs recovery from its load()
 log = structlog.get_logger(__name__)
 
 _QOFF = struct.Struct(">q")
-TIMER_DEQUEUE_MS = b"TIMER_DEQUEUE_MS\x01"
+TIMER_DEQUEUE_MS = MessageConst.TIMER_DEQUEUE_MS.encode() + b"\x01"  # name + NAME_VALUE_SEPARATOR
 _POS_QUEUE_OFFSET = 20
 
 

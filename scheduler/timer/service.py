@@ -43,7 +43,7 @@ from scheduler.timer.metrics import TimerMetrics
 from scheduler.timer.reader import ReaderMixin
 from scheduler.timer.recovery import recover
 from scheduler.timer.state import SlotProgress, TimerFiles
-from scheduler.timer.timerlog import DIR_NAME, TimerLog
+from scheduler.timer.timerlog import DIR_NAME, Segment, TimerLog
 from scheduler.timer.wheel import FILE_NAME, TimerWheel
 from storage.message_store import MessageStore
 
@@ -157,12 +157,14 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
         if self._loaded:
             return True
         cfg = self.config
-        files = TimerFiles(TimerWheel(cfg.store_root, cfg.slots_total, cfg.precision_ms),
-                           TimerLog(cfg.store_root, cfg.timerlog_file_size), TimerCheckpoint(cfg.store_root),
-                           ProgressFile(os.path.join(cfg.store_root, "config"), 0))
+        # the next timerlog segment is made on the store's allocate pool (storage.store_types.MadeAhead)
+        timerlog = TimerLog(cfg.store_root, cfg.timerlog_file_size, self.store.made_ahead("timerlog", Segment.destroy))
+        files = TimerFiles(TimerWheel(cfg.store_root, cfg.slots_total, cfg.precision_ms), timerlog,
+                           TimerCheckpoint(cfg.store_root), ProgressFile(os.path.join(cfg.store_root, "config"), 0))
         self._files = files
         self.wheel, self.timerlog, self.checkpoint, self.progress_file = files
         recover(self)
+        timerlog.allocate_ahead()  # a fresh (or full) timerlog's next segment: the first timer only renames it
         self._loaded = True
         return True
 

@@ -8,6 +8,11 @@ delaymq uses the reserved 8 bytes at offset 44 for the message's EXACT deliver t
 Files are `<root>/timerlog/<20-digit start offset>`; when `52 + 16 > remaining` a 16-byte blank
 `[i32 remaining][i64 0][i32 BLANK_MAGIC_CODE]` ends the file.
 
+The next segment is made ahead of need on the store's allocate pool (`MessageStore.made_ahead`, RocketMQ's
+AllocateMappedFileService) as `<name>.ahead.spare`, asked for once the active one is half written (and at
+load for a missing first one), so the append that rolls over only renames it: reserving 100 MiB writes
+every page on tmpfs. One not ready in time is made inline (`ahead.missed`); `load` removes leftovers.
+
 Written pages are dropped from this process's mapping after each flush (madvise DONTNEED on a shared
 file mapping only unmaps; the data stays in the page cache and the file), so RSS stays bounded no
 matter how many timers are pending.
@@ -27,6 +32,7 @@ import structlog
 
 from scheduler.durable import sync_and_close
 from storage.mapped_file import DONTNEED, reserve_blocks
+from storage.store_types import AHEAD_SUFFIX, MadeAhead
 
 log = structlog.get_logger(__name__)
 
@@ -75,7 +81,7 @@ DIR_NAME = "timerlog"  # <storeRoot>/timerlog/
 CHAIN_WALK_STEP = 20000  # units per read of a chain walk; a caller may yield to the loop between reads
 
 
-class _Segment:
+class Segment:
     __slots__ = ("start", "path", "fd", "mm", "dropped", "reserved")
 
     def __init__(self, path: str, start: int, size: int, create: bool = False) -> None:
@@ -110,8 +116,16 @@ class _Segment:
         finally:
             os.close(self.fd)
 
+    def destroy(self) -> None:
+        """Close and remove (a segment made ahead that nobody took)."""
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
 
-def _zero_tail(seg: _Segment, rel: int, size: int, step: int = 1 << 20) -> int:
+
+def _zero_tail(seg: Segment, rel: int, size: int, step: int = 1 << 20) -> int:
     """Zero the non-zero bytes of seg from `rel` on, a chunk at a time (never a copy of the whole
     tail), with pwrite (a failed write is an OSError, not a SIGBUS). Returns the non-zero bytes."""
     cut = 0
@@ -127,32 +141,72 @@ def _zero_tail(seg: _Segment, rel: int, size: int, step: int = 1 << 20) -> int:
     return cut
 
 
+def segment_name(start: int) -> str:
+    return f"{start:020d}"
+
+
 class TimerLog:
-    def __init__(self, root: str, file_size: int) -> None:
+    def __init__(self, root: str, file_size: int, ahead: MadeAhead[Segment] | None = None) -> None:
+        """`ahead`: where the next segment is made ahead of need (`MessageStore.made_ahead(...,
+        Segment.destroy)`); None makes every segment on the append that needs it."""
         if file_size < UNIT_SIZE + BLANK_SIZE:
             raise ValueError("timerlog file size too small")
         self.dir = os.path.join(root, DIR_NAME)
         self.file_size = file_size
-        self.segments: list[_Segment] = []
+        self.segments: list[Segment] = []
         self.write_pos = 0  # absolute position of the next unit
         self.flushed_pos = 0
+        self.ahead = ahead
+        self._ahead_at = 1 << 62  # the write position past which `allocate_ahead` asks for a segment
         os.makedirs(self.dir, exist_ok=True)
 
     # ---- files -------------------------------------------------------------------------
     def load(self) -> None:
+        for n in os.listdir(self.dir):
+            if n.endswith(AHEAD_SUFFIX):  # made ahead by a run that was killed before it was needed
+                os.unlink(os.path.join(self.dir, n))
         names = sorted(n for n in os.listdir(self.dir) if n.isdigit() and len(n) == 20)
         for n in names:
-            self.segments.append(_Segment(os.path.join(self.dir, n), int(n), self.file_size))
+            self.segments.append(Segment(os.path.join(self.dir, n), int(n), self.file_size))
         if self.segments:
             self.write_pos = self.segments[-1].start + self.file_size  # refined by recover()
 
-    def _new_segment(self, start: int) -> _Segment:
-        """Raises OSError (ENOSPC on a full disk) before anything was written: the caller retries."""
-        seg = _Segment(os.path.join(self.dir, f"{start:020d}"), start, self.file_size, create=True)
+    def _new_segment(self, start: int) -> Segment:
+        """The segment made ahead, renamed, if it is ready; else made here. Raises OSError (ENOSPC on a
+        full disk) before anything was written: the caller retries."""
+        path = os.path.join(self.dir, segment_name(start))
+        seg = self.ahead.take(start) if self.ahead is not None else None
+        if seg is None:
+            seg = Segment(path, start, self.file_size, create=True)
+        else:
+            try:
+                os.rename(seg.path, path)  # blocks already reserved: a rename needs none
+            except BaseException:
+                seg.destroy()
+                raise
+            seg.path = path
         self.segments.append(seg)
         return seg
 
-    def _segment_for(self, pos: int) -> _Segment | None:
+    def allocate_ahead(self) -> None:
+        """Ask for the segment the appends will need next: the one holding `write_pos` when it does not
+        exist (a fresh timerlog, or the last segment full), else the one after it once `write_pos` is
+        half way through. Called after recovery, then by `append` each time `write_pos` passes
+        `_ahead_at`; without `ahead`, never again."""
+        if self.ahead is None:
+            self._ahead_at = 1 << 62
+            return
+        size = self.file_size
+        pos = self.write_pos
+        start = pos - pos % size
+        if self._segment_for(start) is not None and pos - start >= size >> 1:
+            start += size  # past half of the active segment: the next one
+        self._ahead_at = start + (size >> 1)
+        if self._segment_for(start) is None:
+            path = os.path.join(self.dir, segment_name(start) + AHEAD_SUFFIX)
+            self.ahead.request(start, lambda: Segment(path, start, size, create=True))
+
+    def _segment_for(self, pos: int) -> Segment | None:
         if not self.segments:
             return None
         i = (pos - self.segments[0].start) // self.file_size
@@ -185,6 +239,8 @@ class TimerLog:
         UNIT.pack_into(seg.mm, rel, UNIT_SIZE, prev, magic, write_ms, delta, offset_py, size_py, topic_hash,
                        exact_ms)
         self.write_pos = pos + UNIT_SIZE
+        if self.write_pos >= self._ahead_at:
+            self.allocate_ahead()
         return pos
 
     def read(self, pos: int) -> UnitTuple:
@@ -395,7 +451,7 @@ class TimerLog:
     def truncate_dirty(self) -> int:
         """Zero everything after write_pos in its file and delete later files; returns bytes cut."""
         cut = 0
-        keep: list[_Segment] = []
+        keep: list[Segment] = []
         for seg in self.segments:
             if seg.start + self.file_size <= self.write_pos:
                 keep.append(seg)
@@ -416,3 +472,5 @@ class TimerLog:
         for seg in self.segments:
             seg.close()
         self.segments = []
+        if self.ahead is not None:
+            self.ahead.close()  # waits for the pool: a segment it made and nobody took is removed

@@ -28,6 +28,7 @@ import structlog
 
 from codec.bodies import decode_kv_table
 from codec.codes import RequestCode as RC
+from codec.codes import ResponseCode
 from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.namesrv_bodies import DataVersion, body_crc32
@@ -168,7 +169,7 @@ class BrokerRegistrar:
             self.failures += 1
             log.warning("broker.register_failed", namesrv=namesrv, error=repr(e))
             return None
-        if resp.code != 0:
+        if resp.code != ResponseCode.SUCCESS:
             self.failures += 1
             log.warning("broker.register_refused", namesrv=namesrv, code=resp.code, remark=resp.remark)
             return None
@@ -215,7 +216,7 @@ class BrokerRegistrar:
         except Exception as e:
             log.warning("broker.query_data_version_failed", namesrv=namesrv, error=repr(e))
             return True
-        if resp.code != 0:
+        if resp.code != ResponseCode.SUCCESS:
             return True
         changed = (resp.ext_fields or {}).get("changed")
         if changed is None or str(changed).lower() == "true":

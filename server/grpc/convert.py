@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from codec.codes import SysFlag
 from codec.msgid import offset_msg_id
 from codec.properties import MessageConst as K
 from codec.record import MessageRecord
@@ -24,8 +25,8 @@ SHARDING_KEY = K.SHARDING_KEY
 # every key the broker or a 4.x client gives a meaning to: a 5.x client may not set them as user properties
 SYSTEM_KEYS = frozenset(v for k, v in vars(K).items() if k.isupper() and isinstance(v, str) and k != "KEY_SEPARATOR")
 SYSTEM_KEYS |= {"BORN_HOST", "BORN_TIMESTAMP", "TRACE_CONTEXT", "__RECALL", "RECALL_HANDLE"}
-COMPRESSED_FLAG = 0x1
-TRANSACTION_PREPARED = 0x4
+COMPRESSED_FLAG = SysFlag.COMPRESSED
+TRANSACTION_PREPARED = SysFlag.TRANSACTION_PREPARED_TYPE
 MAX_USER_PROPERTIES = 128
 RECALL_TAG = "_RECALL_TAG_"
 

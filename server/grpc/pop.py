@@ -28,7 +28,7 @@ import time
 
 import structlog
 
-from codec.codes import DLQ_PREFIX
+from codec.codes import DLQ_PREFIX, ResponseCode
 from codec.errors import CodecError
 from codec.msgid import offset_msg_id
 from codec.properties import MessageConst as K
@@ -334,7 +334,7 @@ class PopService:
                              born_timestamp=rec.born_timestamp, born_host=rec.born_host,
                              store_host=self.deps.store_host, reconsume_times=attempts, properties=props)
         code, remark = await self.deps.put_record(dead, False)
-        if code != 0:
+        if code != ResponseCode.SUCCESS:
             raise GrpcError(Code.INTERNAL_SERVER_ERROR, f"could not store to {dlq}: {remark}")
         # the entry may have been acked while the put waited: then there is nothing more to do
         if self.state.ack(key, offset, seq):

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import structlog
 from google.protobuf.duration_pb2 import Duration
 
+from codec.codes import DEFAULT_TOPIC
 from server.grpc import convert
 from server.grpc.auth import Authenticator, needs
 from server.grpc.deps import GrpcDeps
@@ -98,7 +99,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         topics = self.deps.topics
         tcfg = topics.get(topic)
         if tcfg is None and create:
-            tcfg = topics.create_in_send(topic, "TBW102", self.deps.config.default_topic_queue_nums)
+            tcfg = topics.create_in_send(topic, DEFAULT_TOPIC, self.deps.config.default_topic_queue_nums)
         if tcfg is None:
             raise GrpcError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
         return tcfg

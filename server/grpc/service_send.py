@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from codec.codes import RequestCode
+from codec.codes import DEFAULT_TOPIC, RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.msgid import decode_offset_msg_id
 from codec.properties import MessageConst as K
@@ -87,7 +87,7 @@ class SendRpcs:
 
     def _send_command(self, topic: str, qid: int, props: dict[str, str], sys_flag: int, body: bytes,
                       born_ms: int) -> RemotingCommand:
-        ext = {"producerGroup": topic, "topic": topic, "defaultTopic": "TBW102",
+        ext = {"producerGroup": topic, "topic": topic, "defaultTopic": DEFAULT_TOPIC,
                "defaultTopicQueueNums": str(self.deps.config.default_topic_queue_nums), "queueId": str(qid),
                "sysFlag": str(sys_flag), "bornTimestamp": str(born_ms), "flag": "0",
                "properties": properties_to_string(props), "reconsumeTimes": "0", "unitMode": "false",
@@ -129,8 +129,8 @@ class SendRpcs:
         for (i, props, _cmd), resp in zip(cmds, results, strict=True):
             if resp is not None and not isinstance(resp, RemotingCommand):
                 resp = await resp  # SYNC_FLUSH: answered once the group commit covers it
-            if resp is None or resp.code != 0:
-                entries[i] = spb.SendResultEntry(status=from_remoting(resp.code if resp else 1,
+            if resp is None or resp.code != ResponseCode.SUCCESS:
+                entries[i] = spb.SendResultEntry(status=from_remoting(resp.code if resp else ResponseCode.SYSTEM_ERROR,
                                                                        resp.remark if resp else "no response"))
                 continue
             ext = resp.ext_fields
@@ -168,7 +168,7 @@ class SendRpcs:
             if kind is None:
                 return spb.EndTransactionResponse(status=OK)  # unknown: wait for the check-back
             code, remark = await self.deps.transactions.end(topic, table_offset, phys, kind)
-            if code != 0:
+            if code != ResponseCode.SUCCESS:
                 return spb.EndTransactionResponse(status=from_remoting(code, remark))
             return spb.EndTransactionResponse(status=OK)
         return await self._unary("EndTransaction", spb.EndTransactionResponse, context,
@@ -194,8 +194,8 @@ class SendRpcs:
             [resp] = self.sender.batch(SendConnection(grpc_peer(context)), [cmd])
             if resp is not None and not isinstance(resp, RemotingCommand):
                 resp = await resp
-            if resp is None or resp.code != 0:
-                return spb.RecallMessageResponse(status=from_remoting(resp.code if resp else 1,
+            if resp is None or resp.code != ResponseCode.SUCCESS:
+                return spb.RecallMessageResponse(status=from_remoting(resp.code if resp else ResponseCode.SYSTEM_ERROR,
                                                                        resp.remark if resp else "no response"))
             return spb.RecallMessageResponse(status=OK, message_id=uniq)
         return await self._unary("RecallMessage", spb.RecallMessageResponse, context, needs(topic, pub=True), work)

@@ -10,6 +10,7 @@ from typing import Any, Protocol, TypeVar
 
 from grpc import aio as grpc_aio
 
+from codec.codes import ResponseCode
 from server.grpc.v2 import definition_pb2 as pb
 
 Code = pb.Code
@@ -39,23 +40,29 @@ def status(code: pb.Code.ValueType = Code.OK, message: str = "OK") -> pb.Status:
 OK = status()
 
 # remoting ResponseCode -> Code (send path, END_TRANSACTION, put hooks)
-_REMOTING = {
-    0: Code.OK, 1: Code.INTERNAL_SERVER_ERROR, 10: Code.MASTER_PERSISTENCE_TIMEOUT,
-    11: Code.HA_NOT_AVAILABLE, 12: Code.SLAVE_PERSISTENCE_TIMEOUT, 13: Code.BAD_REQUEST,
-    14: Code.INTERNAL_SERVER_ERROR, 16: Code.FORBIDDEN, 17: Code.TOPIC_NOT_FOUND,
-    26: Code.CONSUMER_GROUP_NOT_FOUND,
+_REMOTING: dict[int, pb.Code.ValueType] = {
+    ResponseCode.SUCCESS: Code.OK,
+    ResponseCode.SYSTEM_ERROR: Code.INTERNAL_SERVER_ERROR,
+    ResponseCode.FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: Code.HA_NOT_AVAILABLE,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT,
+    ResponseCode.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
+    ResponseCode.SERVICE_NOT_AVAILABLE: Code.INTERNAL_SERVER_ERROR,
+    ResponseCode.NO_PERMISSION: Code.FORBIDDEN,
+    ResponseCode.TOPIC_NOT_EXIST: Code.TOPIC_NOT_FOUND,
+    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: Code.CONSUMER_GROUP_NOT_FOUND,
 }
 
 
 def from_remoting(code: int, remark: str | None) -> pb.Status:
     c = _REMOTING.get(code, Code.INTERNAL_SERVER_ERROR)
     text = remark or f"remoting code {code}"
-    if code == 13 and "body size exceeded" in text:
+    if code == ResponseCode.MESSAGE_ILLEGAL and "body size exceeded" in text:
         c = Code.MESSAGE_BODY_TOO_LARGE
-    elif code == 13 and "properties size exceeded" in text:
+    elif code == ResponseCode.MESSAGE_ILLEGAL and "properties size exceeded" in text:
         c = Code.MESSAGE_PROPERTIES_TOO_LARGE
-    elif code == 13 and "timer" in text.lower():
+    elif code == ResponseCode.MESSAGE_ILLEGAL and "timer" in text.lower():
         c = Code.ILLEGAL_DELIVERY_TIME
-    elif code == 1 and "congested" in text:
+    elif code == ResponseCode.SYSTEM_ERROR and "congested" in text:
         c = Code.TOO_MANY_REQUESTS
     return status(c, text)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 from codec.buffers import Body
 from codec.codes import ResponseCode
 from codec.command import RemotingCommand
-from server.headers import HeaderError
+from server.header_spec import HeaderError
 
 if TYPE_CHECKING:
     from storage.meta_store import MetaStore

@@ -30,7 +30,7 @@ from remoting.dispatch import Response
 from remoting.errors import RemotingError
 from server import headers as H
 from server.config import parse_properties
-from server.headers import Header, HeaderSpec, Long
+from server.header_spec import Header, HeaderSpec, Long
 from server.observability.broker_stats import GROUP_GET_NUMS
 from server.processors import Peer, Registrar, error, guarded, ok, peer_of
 from server.processors.admin_stats import _subscription_json, store_time_at

@@ -23,7 +23,7 @@ from codec.fastjson import dumps, loads_lenient
 from codec.record import read_store_timestamp
 from remoting.dispatch import Response
 from server import headers as H
-from server.headers import Header, HeaderSpec
+from server.header_spec import Header, HeaderSpec
 from server.processors import Peer, Registrar, committed, error, guarded, ok, peer_of, request_body
 from storage.subscription_group import SubscriptionGroupConfig
 

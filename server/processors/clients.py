@@ -28,7 +28,7 @@ from codec.errors import CodecError
 from remoting.dispatch import Response
 from server import headers as H
 from server.client_manager import SubscriptionData
-from server.headers import HeaderError
+from server.header_spec import HeaderError
 from server.processors import Peer, Registrar, error, guarded, ok, request_body
 from server.topics import RETRY_PREFIX
 

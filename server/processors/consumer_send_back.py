@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from codec.codes import DLQ_PREFIX, RETRY_PREFIX, RequestCode, ResponseCode
+from codec.codes import DLQ_PREFIX, RETRY_PREFIX, PermName, RequestCode, ResponseCode, TopicSysFlag
 from codec.command import RemotingCommand
 from codec.msgid import offset_msg_id
+from codec.properties import MessageConst
 from codec.record import MessageRecord, encode_record
-from server.headers import Header, HeaderSpec, Long
+from server.header_spec import Header, HeaderSpec, Long
 from server.processors import Peer, Registrar, error, guarded
+from server.processors.send_common import V3_4_9
 from server.wiring import put_request
 from storage.store_types import PutStatus
 
@@ -49,9 +51,8 @@ class SendBackDeps:
     hooks: PutHooks  # the retry copy's DELAY level
     on_put: Callable[[list[str], list[PutResult]], None]  # stored-message counters
 
-PERM_WRITE, PERM_READ = 0x2, 0x4
-TOPIC_UNIT_FLAG = 0x1
-V3_4_9 = 121
+PERM_WRITE, PERM_READ = PermName.WRITE, PermName.READ
+TOPIC_UNIT_FLAG = TopicSysFlag.UNIT
 SYNC_FLUSH_TIMEOUT_S = 5.0
 
 class ConsumerSendMsgBackHeader(Header):
@@ -102,8 +103,8 @@ class ConsumerSendBackProcessor:
         if msg is None:
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {h.offset}")
         props = dict(msg.properties)
-        if not props.get("RETRY_TOPIC"):
-            props["RETRY_TOPIC"] = msg.topic
+        if not props.get(MessageConst.RETRY_TOPIC):
+            props[MessageConst.RETRY_TOPIC] = msg.topic
         max_times = gcfg.retry_max_times
         if (cmd.version or 0) >= V3_4_9 and h.maxReconsumeTimes is not None:
             max_times = h.maxReconsumeTimes
@@ -114,13 +115,13 @@ class ConsumerSendBackProcessor:
             dlq = b.topics.create_in_send_back(new_topic, 1, PERM_READ | PERM_WRITE, 0)
             if dlq is None:
                 return error(cmd, ResponseCode.SYSTEM_ERROR, f"topic[{new_topic}] not exist")
-            props["DELAY"] = "0"
+            props[MessageConst.DELAY] = "0"
             log.info("send_back.to_dlq", group=h.group, reconsume_times=msg.reconsume_times, max=max_times)
         else:
-            props["DELAY"] = str(retry_level(delay_level, msg.reconsume_times))
-        if not props.get("ORIGIN_MESSAGE_ID"):
+            props[MessageConst.DELAY] = str(retry_level(delay_level, msg.reconsume_times))
+        if not props.get(MessageConst.ORIGIN_MESSAGE_ID):
             host, port = msg.store_host
-            props["ORIGIN_MESSAGE_ID"] = offset_msg_id(host, port, msg.commitlog_offset)
+            props[MessageConst.ORIGIN_MESSAGE_ID] = offset_msg_id(host, port, msg.commitlog_offset)
         rec = MessageRecord(
             topic=new_topic, body=msg.body, queue_id=queue_id, flag=msg.flag, sys_flag=msg.sys_flag,
             born_timestamp=msg.born_timestamp, born_host=msg.born_host, store_host=msg.store_host,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeAlias, cast
 import structlog
 
 from codec.cache import BoundedCache
-from codec.codes import RequestCode, ResponseCode
+from codec.codes import PullSysFlag, RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.pull_response import pull_response_frame
 from codec.tags import java_hash
@@ -56,7 +56,7 @@ class PullDeps:
     pull_hold: PullHoldService  # long polling
     on_pull: Callable[[str, str, int], None]  # (topic, group, n) pulled-message counters
 
-FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4
+FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = PullSysFlag.COMMIT_OFFSET, PullSysFlag.SUSPEND, PullSysFlag.SUBSCRIPTION
 
 
 def parse_subscription(topic: str, sub_string: str | None, expression_type: str | None = None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from codec.buffers import Body
+from codec.codes import ResponseCode
 from codec.command import RemotingCommand
 from codec.frame import encode_frame_bytes
 from server.processors.pull import status_to_code
@@ -25,5 +26,5 @@ def pull_answer(store: MessageStore, cmd: RemotingCommand, topic: str, queue_id:
     code = status_to_code(status, offset)
     ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(res.next_begin_offset),
            "minOffset": str(res.min_offset), "maxOffset": str(res.max_offset)}
-    body: Body = [*res.buffers] if code == 0 and res.buffers else b""
+    body: Body = [*res.buffers] if code == ResponseCode.SUCCESS and res.buffers else b""
     return encode_frame_bytes(cmd.response(code=code, remark=status, ext_fields=ext, body=body))

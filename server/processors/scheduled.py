@@ -28,7 +28,7 @@ from codec.codes import ResponseCode as RS
 from codec.command import RemotingCommand
 from codec.fastjson import dumps
 from scheduler.browse import MAX_LIMIT, Query
-from server.headers import Header, HeaderSpec, Long
+from server.header_spec import Header, HeaderSpec, Long
 from server.processors import Peer, Registrar, error, guarded, ok, peer_of
 
 if TYPE_CHECKING:

@@ -19,14 +19,16 @@ import structlog
 
 from codec import msgid
 from codec.batch import decode_batch
-from codec.codes import RequestCode, ResponseCode
+from codec.codes import DEFAULT_REGION, RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.msgid import UniqIdGenerator
 from codec.properties import (
+    MessageConst,
     SentRewrite,
     parse_properties,
     parse_sent_properties,
     properties_to_string,
+    property_token,
     rewrite_sent_properties_cached,
 )
 from codec.record import MessageRecord, encode_message_bytes, encode_record
@@ -53,6 +55,17 @@ from server.processors.send_run import SendAnswer, SendRunMixin
 from server.topics import DLQ_PREFIX, NOT_ALLOWED_SEND, RETRY_PREFIX, topic_error
 from server.transactions import is_half, to_half
 from server.wiring import put_request
+
+# property names, bound once for the per-message path (codec.properties.MessageConst)
+_CLUSTER = MessageConst.CLUSTER
+_DELAY = MessageConst.DELAY
+_MSG_REGION = MessageConst.MSG_REGION
+_REAL_QID = MessageConst.REAL_QID
+_REAL_TOPIC = MessageConst.REAL_TOPIC
+_TRACE_ON = MessageConst.TRACE_ON
+_TRAN_MSG = MessageConst.TRAN_MSG
+_WAIT = MessageConst.WAIT
+_REAL_TOPIC_TOKEN, _REAL_QID_TOKEN = property_token(_REAL_TOPIC), property_token(_REAL_QID)  # "\x02NAME\x01"
 
 if TYPE_CHECKING:
     from server.cluster.ha.service import ReplicaAck, ReplicaRole
@@ -93,7 +106,7 @@ class SendConn(Protocol):
     def remote_addr(self) -> tuple[str, int]: ...
 
 # these need the dict path (DELAY is read by the plain path itself; REAL_* would be overwritten in place)
-PLAIN_SEND_EXCLUDES = ("TIMER_", "TRAN_MSG", "REAL_TOPIC", "REAL_QID")
+PLAIN_SEND_EXCLUDES = ("TIMER_", _TRAN_MSG, _REAL_TOPIC, _REAL_QID)
 
 
 class SendProcessor(SendRunMixin):
@@ -106,7 +119,7 @@ class SendProcessor(SendRunMixin):
         self._msg_id_prefix = msgid.offset_msg_id(host, int(port), 0)[:-16]
         # UNIQ_KEYs the broker assigns (a producer that sent none) carry brokerIP1, as a Java broker's do
         self._new_uniq_id = UniqIdGenerator(deps.config.broker_ip1).new
-        self._frames = SendResponseFrames(self._msg_id_prefix, {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
+        self._frames = SendResponseFrames(self._msg_id_prefix, {_MSG_REGION: DEFAULT_REGION, _TRACE_ON: "true"})
         self._valid_topics: set[str] = set()
 
     # ---- checks shared by single and batch ------------------------------------------------
@@ -195,7 +208,7 @@ class SendProcessor(SendRunMixin):
             levels = self.deps.levels
             if level > len(levels):
                 return self._prepare_full(conn, cmd, h, tcfg, qid, body, reconsume)
-            stored = f"{stored}\x02REAL_TOPIC\x01{topic}\x02REAL_QID\x01{qid}"
+            stored = f"{stored}{_REAL_TOPIC_TOKEN}{topic}{_REAL_QID_TOKEN}{qid}"
             topic, store_qid, deliver_delay = SCHEDULE_TOPIC, level - 1, levels[level - 1]
         props_bytes = stored.encode("utf-8", "replace")
         if len(props_bytes) > PROPS_MAX:
@@ -255,7 +268,7 @@ class SendProcessor(SendRunMixin):
             return h.topic, h.queueId if h.queueId >= 0 else 0
         dlq = DLQ_PREFIX + group
         self.deps.topics.create_in_send_back(dlq, 1, 6)
-        props["DELAY"] = "0"
+        props[_DELAY] = "0"
         log.info("send.to_dlq", group=group, reconsume_times=reconsume, max=max_times)
         return dlq, 0
 
@@ -268,9 +281,9 @@ class SendProcessor(SendRunMixin):
         if h.topic.startswith(RETRY_PREFIX):
             return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group " + h.topic, qid)
         batch_props = parse_properties(h.properties or "")
-        if (h.sysFlag & TRANSACTION_MASK) != 0 or batch_props.get("TRAN_MSG", "").lower() == "true":
+        if (h.sysFlag & TRANSACTION_MASK) != 0 or batch_props.get(_TRAN_MSG, "").lower() == "true":
             return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, "batch message does not support transaction", qid)
-        if int_or_zero(batch_props.get("DELAY")) > 0:
+        if int_or_zero(batch_props.get(_DELAY)) > 0:
             return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, "batch message does not support delay message", qid)
         body = body_bytes(cmd.body)
         if len(body) > self.cfg.max_message_size:
@@ -282,8 +295,8 @@ class SendProcessor(SendRunMixin):
             return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}", qid)
         if not items:
             return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, "empty batch", qid)
-        wait = batch_props.get("WAIT", "true").lower() != "false"
-        batch_props["CLUSTER"] = self.cfg.broker_cluster_name
+        wait = batch_props.get(_WAIT, "true").lower() != "false"
+        batch_props[_CLUSTER] = self.cfg.broker_cluster_name
         tail = properties_to_string(batch_props)
         sys_flag = h.sysFlag | (MULTI_TAGS_FLAG if tcfg.topic_filter_type == "MULTI_TAG" else 0)
         born_host = self._born_host(conn)
@@ -317,7 +330,7 @@ class SendProcessor(SendRunMixin):
         if cmd.is_oneway:
             return None
         ext = {"msgId": msg_id, "queueId": str(reply_qid), "queueOffset": str(first.queue_offset),
-               "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+               _MSG_REGION: DEFAULT_REGION, _TRACE_ON: "true"}
         replica = self.deps.replica
         if replica.sync_master and wait:
             end = max(r.phys_offset + r.size for r in results)

@@ -7,12 +7,25 @@ client reads the send response header without a null check).
 from __future__ import annotations
 
 from codec.buffers import Body
-from codec.codes import BROKER_VERSION, RPC_TYPE_RESPONSE, ResponseCode
+from codec.codes import (
+    BROKER_VERSION,
+    DEFAULT_REGION,
+    MQ_VERSION_V3_4_9,
+    RPC_TYPE_RESPONSE,
+    ResponseCode,
+    SysFlag,
+)
 from codec.command import RemotingCommand
+from codec.properties import MessageConst
 from storage.store_types import IndexKeys, PutStatus
 
-MULTI_TAGS_FLAG, TRANSACTION_MASK, TRANSACTION_PREPARED, TRANSACTION_COMMIT = 0x2, 0xC, 0x4, 0x8
-V3_4_9 = 121
+# property names, bound once for the per-message path (codec.properties.MessageConst)
+_MSG_REGION = MessageConst.MSG_REGION
+_TRACE_ON = MessageConst.TRACE_ON
+
+MULTI_TAGS_FLAG, TRANSACTION_MASK = SysFlag.MULTI_TAGS, SysFlag.TRANSACTION_MASK
+TRANSACTION_PREPARED, TRANSACTION_COMMIT = SysFlag.TRANSACTION_PREPARED_TYPE, SysFlag.TRANSACTION_COMMIT_TYPE
+V3_4_9 = MQ_VERSION_V3_4_9
 SYNC_FLUSH_TIMEOUT_S = 5.0
 
 # What a send answers for each store outcome (BrokerController / SendMessageProcessor.handlePutMessageResult).
@@ -40,7 +53,7 @@ PUT_OK = PutStatus.PUT_OK
 
 def ext_fields(msg_id: str = "", queue_id: int = 0, queue_offset: int = 0) -> dict[str, str]:
     return {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset),
-            "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+            _MSG_REGION: DEFAULT_REGION, _TRACE_ON: "true"}
 
 
 def fail(cmd: RemotingCommand, code: int, remark: str, queue_id: int = 0) -> RemotingCommand | None:

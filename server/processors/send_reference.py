@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from codec.codes import RequestCode, ResponseCode
+from codec.codes import DEFAULT_REGION, RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.msgid import offset_msg_id
+from codec.properties import MessageConst
 from server import headers as H
+from server.header_spec import HeaderError
 from server.processors.send_common import PUT_OK, PUT_STATUS_CODES, fail, put_fail_remark
 from storage.store_types import PutRequest
 
@@ -30,7 +32,7 @@ def send_one(sp: SendProcessor, store: MessageStore, conn: Any, cmd: RemotingCom
         if h.batch:
             return sp.send_batch(conn, cmd, h)
         prep = sp._prepare_single(conn, cmd, h)
-    except H.HeaderError as e:
+    except HeaderError as e:
         return fail(cmd, ResponseCode.SYSTEM_ERROR, str(e))
     if not isinstance(prep, tuple):  # an error response
         return prep
@@ -42,4 +44,4 @@ def send_one(sp: SendProcessor, store: MessageStore, conn: Any, cmd: RemotingCom
         return None
     return cmd.response(ResponseCode.SUCCESS, None, {
         "msgId": offset_msg_id(*sp.store_host, r.phys_offset), "queueId": str(reply_qid),
-        "queueOffset": str(r.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
+        "queueOffset": str(r.queue_offset), MessageConst.MSG_REGION: DEFAULT_REGION, MessageConst.TRACE_ON: "true"})

@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, TypeAlias, cast
 
 import structlog
 
-from codec.codes import RPC_ONEWAY, RequestCode, ResponseCode
+from codec.codes import DEFAULT_REGION, RPC_ONEWAY, RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.frame import encode_frame_bytes
+from codec.properties import MessageConst
 from codec.record import POS_SYS_FLAG, store_timestamp_pos
 from server import headers as H
-from server.headers import HeaderError
+from server.header_spec import HeaderError
 from server.processors import peer_of
 from server.processors.send_common import (
     PUT_OK,
@@ -35,6 +36,10 @@ from server.processors.send_common import (
     ok,
     put_fail_remark,
 )
+
+# property names, bound once for the per-message path (codec.properties.MessageConst)
+_MSG_REGION = MessageConst.MSG_REGION
+_TRACE_ON = MessageConst.TRACE_ON
 
 if TYPE_CHECKING:
     from codec.send_response import SendResponseFrames
@@ -219,4 +224,4 @@ class SendRunMixin:
 
     def _ok_ext(self, phys_offset: int, reply_qid: int, queue_offset: int) -> dict[str, str]:
         return {"msgId": f"{self._msg_id_prefix}{phys_offset:016X}", "queueId": str(reply_qid),
-                "queueOffset": str(queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+                "queueOffset": str(queue_offset), _MSG_REGION: DEFAULT_REGION, _TRACE_ON: "true"}

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from codec.codes import RequestCode
+from codec.codes import RequestCode, ResponseCode
 from codec.command import RemotingCommand
-from server.headers import Header, HeaderSpec, Long
+from server.header_spec import Header, HeaderSpec, Long
 from server.processors import Peer, Registrar, error, guarded, ok
 from server.transactions import COMMIT, ROLLBACK
 
@@ -46,7 +46,7 @@ def register(server: Registrar, transactions: TransactionService) -> None:
             return None
         code, remark = await transactions.end(h.producerGroup, h.tranStateTableOffset, h.commitLogOffset,
                                               h.commitOrRollback)
-        if code != 0:
+        if code != ResponseCode.SUCCESS:
             log.warning("transactions.end_refused", group=h.producerGroup, offset=h.tranStateTableOffset,
                         code=code, remark=remark)
             return error(cmd, code, remark or "end transaction failed")

@@ -25,11 +25,11 @@ import yaml
 
 from codec.acl import ACCESS_KEY, signature_matches
 from codec.buffers import Body
+from codec.codes import TRACE_TOPIC
 from server.security.address import Matcher, compile_pattern
 from server.security.permission import (
     ADMIN_CODES,
     PUB,
-    TRACE_TOPIC,
     check_permission,
     describe,
     is_group_resource,

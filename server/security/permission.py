@@ -13,7 +13,6 @@ from codec.buffers import Body
 from codec.codes import RETRY_PREFIX, SCHEDULE_TOPIC, RequestCode, SendMessageRequestHeaderV2
 
 DENY, ANY, PUB, SUB = 1, 2, 4, 8
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 
 # Codes that need admin=true (RocketMQ's Permission.ADMIN_CODE, plus GET_BROKER_CONFIG: the broker's
 # whole configuration, file paths included, is for administrators only).

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from analytics.report import build_report
+from tests.helpers.checks import present
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -20,7 +21,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
 
 def screenshot(html_path, png_path, width: int = 1100, height: int = 3000) -> None:
     """Render the report in headless Chromium (Debian's `chromium`, installed by make setup) to a PNG."""
-    r = subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, f"--window-size={width},{height}", f"--screenshot={png_path}",
+    r = subprocess.run([present(CHROMIUM, "chromium"), *CHROMIUM_FLAGS, f"--window-size={width},{height}", f"--screenshot={png_path}",
                         f"file://{html_path}"], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "HOME": str(os.path.dirname(png_path))})
     assert r.returncode == 0 and os.path.exists(png_path), r.stderr[-2000:]

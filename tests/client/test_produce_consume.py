@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from client import (
     BROADCASTING,
@@ -15,7 +16,9 @@ from client import (
     SendStatus,
     select_by_hash,
 )
+from client.message import MessageQueue
 from tests.client.conftest import Collector, uniq
+from tests.helpers.checks import present
 
 
 async def test_send_then_push_consume_clustering(broker, topic):
@@ -74,14 +77,14 @@ async def test_tag_expression_filters(broker, topic):
             r = await pc.pull(mq, 0, 32, expr="A || B")
             pulled += r.messages
             assert r.next_begin_offset == await pc.max_offset(mq)  # filtered units are skipped too
-    assert sorted(m.tags for m in pulled) == ["A"] * 3 + ["B"] * 3
+    assert sorted(present(m.tags) for m in pulled) == ["A"] * 3 + ["B"] * 3
     # push: the first six messages delivered are exactly the A and B ones
     col = Collector()
     c = PushConsumer(uniq("CG"), broker.namesrv, listener=col, consume_from="first")
     c.subscribe(topic, "A || B")
     async with c:
         await col.wait_for(6)
-    assert sorted(m.tags for m in col.messages) == ["A"] * 3 + ["B"] * 3
+    assert sorted(present(m.tags) for m in col.messages) == ["A"] * 3 + ["B"] * 3
 
 
 async def test_broadcasting_delivers_everything_to_every_consumer(broker, topic, tmp_path):
@@ -239,7 +242,7 @@ async def test_fire_and_collect_and_oneway(broker, topic):
     assert b"oneway" in bodies and bodies.index(b"after") == last.queue_offset
 
 
-async def test_orderly_consumers_lock_loop_survives_an_unexpected_error(broker, topic):
+async def test_orderly_consumers_lock_loop_survives_an_unexpected_error(broker, topic, monkeypatch):
     """A lock round that raises something unexpected is logged and counted, and the loop locks again
     (before, the task died silently and the queues' locks were never renewed)."""
     c = PushConsumer(uniq("OG"), broker.namesrv, listener=lambda m: ConsumeStatus.SUCCESS, orderly=True,
@@ -258,8 +261,30 @@ async def test_orderly_consumers_lock_loop_survives_an_unexpected_error(broker, 
         return locked
 
     async with c:
-        c._lock = flaky  # after start: the rebalance has locked the queues with the real method
+        monkeypatch.setattr(c, "_lock", flaky)  # after start: the rebalance has locked the queues with the real method
         c._lock_event.set()
         await asyncio.wait_for(relocked.wait(), 15)
         assert c.instance.task_failures.get("lock") == 1
         assert all(pq.locked for pq in c.process_queues.values()) and c.process_queues
+
+
+async def test_refused_send_back_resends_with_the_count_so_the_dlq_is_reached(broker, topic):
+    """When CONSUMER_SEND_MSG_BACK is refused (here: a commitlog offset the broker does not hold), the
+    consumer re-sends the message to %RETRY%<group> itself, carrying reconsumeTimes + 1 and its
+    maxReconsumeTimes in the send header (as the Java client): with max 2 and a message already
+    reconsumed once, the broker puts it straight into %DLQ%<group>, body and origin id intact."""
+    group = uniq("CG")
+    async with Producer(uniq("PG"), broker.namesrv) as p:
+        sent = await p.send(Message(topic, b"keeps-failing", tags="T"))
+    async with PullConsumer(uniq("PC"), broker.namesrv) as pc:
+        [m] = (await pc.pull(sent.queue, sent.queue_offset, 1)).messages
+        c = PushConsumer(group, broker.namesrv, listener=Collector(), max_reconsume_times=2)
+        c.subscribe(topic, "*")
+        async with c:
+            await c.send_back(dataclasses.replace(m, reconsume_times=1, commitlog_offset=1 << 40))
+        dlq = MessageQueue(f"%DLQ%{group}", m.broker_name, 0)
+        res = await pc.pull(dlq, 0, 32)
+    assert res.status is PullStatus.FOUND, res
+    [d] = res.messages
+    assert (d.body, d.reconsume_times) == (b"keeps-failing", 2)
+    assert d.properties["ORIGIN_MESSAGE_ID"] == m.msg_id and d.properties["RETRY_TOPIC"] == topic

@@ -9,12 +9,13 @@ import sys
 from pathlib import Path
 
 from tests.helpers.broker import REPO_ROOT
+from tests.helpers.checks import present
 
 
 def cli_block() -> str:
     text = (REPO_ROOT / "README.md").read_text()
     section = text[text.index("## The `delaymq` CLI"):]
-    return re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    return present(re.search(r"```sh\n(.*?)```", section, re.S), "a sh block in the CLI section").group(1)
 
 
 def test_readme_cli_examples_run_as_written(broker):

@@ -8,12 +8,14 @@ from pathlib import Path
 
 from client import Message, Producer
 from client.message import MessageQueue
-from client.producer import send_message_header_v2
+from client.producer import retry_counts, send_message_header_v2
+from codec.command import RemotingCommand
 from codec.frame import FrameDecoder, encode_frame_bytes
 from codec.properties import parse_properties
 from server.headers import SEND_MESSAGE, parse_send
 
 GOLDEN_SEND = Path(__file__).resolve().parents[1] / "codec" / "golden" / "send_request.bin"
+GOLDEN_RETRY_SEND = GOLDEN_SEND.with_name("send_retry_request.bin")
 
 # remoting-protocol.md §6.2: a..k and m are always sent by DefaultMQProducerImpl.sendKernelImpl (null
 # fields are skipped, booleans travel as "true"/"false"); 4.9.8 adds n (bname). l (maxReconsumeTimes)
@@ -25,7 +27,7 @@ class CapturingBroker:
     """A socket peer that serves one route and records every request it is sent."""
 
     def __init__(self) -> None:
-        self.requests = []
+        self.requests: list[RemotingCommand] = []
         self.server: asyncio.Server | None = None
         self.addr = ""
 
@@ -56,8 +58,9 @@ class CapturingBroker:
         return cmd.response(0)
 
     async def close(self) -> None:
-        self.server.close()
-        await self.server.wait_closed()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
 
 
 async def test_send_message_v2_header_keys_match_java_client():
@@ -79,10 +82,10 @@ async def test_send_message_v2_header_keys_match_java_client():
     props = parse_properties(ext["i"])
     assert props["TAGS"] == "TagA" and props["KEYS"] == "k1 k2" and props["WAIT"] == "true"
     assert props["UNIQ_KEY"] == r.msg_id and len(r.msg_id) == 32
-    assert bytes(send.body) == b"body" and send.language == "PYTHON" and send.serialize_type == 0
+    assert send.body_bytes() == b"body" and send.language == "PYTHON" and send.serialize_type == 0
     [batch] = [c for c in peer.requests if c.code == 320]
     assert set(batch.ext_fields) == JAVA_V2_KEYS and batch.ext_fields["m"] == "true"
-    heartbeats = [json.loads(bytes(c.body)) for c in peer.requests if c.code == 34]
+    heartbeats = [json.loads(c.body_bytes()) for c in peer.requests if c.code == 34]
     assert heartbeats and {"groupName": "PG_WIRE"} in heartbeats[0]["producerDataSet"]
 
 
@@ -106,9 +109,24 @@ def test_send_message_v2_header_is_the_java_clients_byte_for_byte():
     record = SEND_MESSAGE.parse(long_form).__dict__
     assert parse_send(ours, True).__dict__ == SEND_MESSAGE.parse(ours, True).__dict__ == record
     assert record["queueId"] == 2 and record["bornTimestamp"] == int(j["g"]) and record["batch"] is False
-    # a %RETRY% send adds maxReconsumeTimes (l) = 16, as DefaultMQProducerImpl does for retry topics
-    retry = send_message_header_v2(j["a"], "%RETRY%GoldenGroup", MessageQueue("%RETRY%GoldenGroup", "broker-a", 0),
-                                   0, int(j["g"]), 0, j["i"], True)
-    assert retry["l"] == "16" and retry["m"] == "true" and retry["b"] == "%RETRY%GoldenGroup"
-    parsed = parse_send(retry, True)
-    assert (parsed.maxReconsumeTimes, parsed.batch, parsed.topic) == (16, True, "%RETRY%GoldenGroup")
+
+
+def test_retry_send_header_is_the_java_clients_byte_for_byte():
+    """A consumer's fallback re-send to %RETRY%<group> (captured from the stock Java 4.9.7 producer:
+    RECONSUME_TIME 2 and MAX_RECONSUME_TIMES 16 set on the message): the producer moves the two counts
+    into the header's j and l, l between k and m, and our header is the captured one byte for byte."""
+    raw = GOLDEN_RETRY_SEND.read_bytes()
+    [java] = FrameDecoder().feed(raw)
+    j = java.ext_fields
+    props = parse_properties(j["i"])
+    assert (j["j"], j["l"]) == ("2", "16")
+    topic = "%RETRY%GoldenGroup"
+    ours = send_message_header_v2(j["a"], topic, MessageQueue(topic, "broker-a", int(j["e"])), 0, int(j["g"]), 0,
+                                  j["i"], False, *retry_counts(topic, props))
+    assert list(ours.items()) == list(j.items())
+    java.ext_fields = ours
+    assert encode_frame_bytes(java) == raw
+    parsed = parse_send(ours, True)
+    assert (parsed.reconsumeTimes, parsed.maxReconsumeTimes, parsed.topic) == (2, 16, topic)
+    # the same counts on a plain topic are only properties: the header keeps j=0 and no l (sendKernelImpl)
+    assert retry_counts("GoldenTopic", props) == (0, None)

@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers import wire
 from tests.helpers.broker import REPO_ROOT, BrokerProcess
-from tests.helpers.cluster import cluster_brokers, route, wait_until
+from tests.helpers.cluster import cluster_brokers, topic_route, wait_until
 
 from .test_ha_replication import ha_port_pair
 
@@ -44,7 +44,7 @@ def test_three_process_cluster_failover_through_the_name_server(namesrv_factory,
         master.kill()
         wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"1": slave.addr}, 10,
                    "the dead master out of the route", ns.diagnostics)
-        assert route(ns.addr, "Nt")["queueDatas"]  # the slave keeps the topic routable for consumers
+        assert topic_route(ns.addr, "Nt")["queueDatas"]  # the slave keeps the topic routable for consumers
         assert wire.max_offset(slave.addr, "Nt", 0) == 11
         assert send(slave.addr, "Nt", b"refused").code == 14
 
@@ -52,7 +52,7 @@ def test_three_process_cluster_failover_through_the_name_server(namesrv_factory,
                             "-b", slave.addr], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
         assert p.returncode == 0, p.stderr
         assert cluster_brokers(ns.addr).get("broker-a") == {"0": slave.addr}  # re-registered before answering
-        assert route(ns.addr, "Nt")["brokerDatas"][0]["brokerAddrs"] == {"0": slave.addr}
+        assert topic_route(ns.addr, "Nt")["brokerDatas"][0]["brokerAddrs"] == {"0": slave.addr}
         assert send(slave.addr, "Nt", b"new").code == 0
 
         back = BrokerProcess(tmp_path / "m", {**common, "brokerRole": "SLAVE", "brokerId": 1}, port=mport).start()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.broker import pick_port_pair
-from tests.helpers.cluster import cluster_brokers, route, route_brokers, wait_until
+from tests.helpers.cluster import cluster_brokers, route_brokers, topic_route, wait_until
 from tests.helpers.java import JavaServer, mqadmin, requires_java
 
 pytestmark = [requires_java, pytest.mark.java]
@@ -40,7 +40,7 @@ def test_apache_broker_registers_with_delaymq_namesrv_and_mqadmin_sees_both_brok
         assert '"apache-b"' in shown.stdout and '"dmq-a"' in shown.stdout, shown.stdout + shown.stderr
         wiped = mqadmin("wipeWritePerm", "-n", ns.addr, "-b", "dmq-a")  # e.g. before taking dmq-a down
         assert f"wipe write perm of broker[dmq-a] in name server[{ns.addr}] OK" in wiped.stdout, wiped.stdout
-        perms = {q["brokerName"]: q["perm"] for q in route(ns.addr, "Tboth")["queueDatas"]}
+        perms = {q["brokerName"]: q["perm"] for q in topic_route(ns.addr, "Tboth")["queueDatas"]}
         assert perms == {"dmq-a": 4, "apache-b": 6}, perms
     wait_until(lambda: "apache-b" not in cluster_brokers(ns.addr), 10, "the stopped Apache broker gone",
                ns.diagnostics)

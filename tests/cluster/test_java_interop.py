@@ -18,7 +18,6 @@ def test_delaymq_broker_registers_with_the_apache_namesrv_and_the_java_client_wo
         tmp_path, cluster_broker, java_client):
     port = pick_port_pair()
     with JavaServer("mqnamesrv", tmp_path / "apache-ns", {"listenPort": port}, port) as ns:
-        ns.addr = ns.namesrv = f"127.0.0.1:{port}"
         broker = cluster_broker("dmq-a", ns, messageDelayLevel=LEVELS)
         assert cluster_brokers(ns.addr) == {"dmq-a": {"0": broker.addr}}
         listed = mqadmin("clusterList", "-n", ns.addr)

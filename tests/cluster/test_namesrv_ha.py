@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tests.helpers import wire
-from tests.helpers.cluster import cluster_brokers, route, wait_until
+from tests.helpers.cluster import cluster_brokers, route, topic_route, wait_until
 from tests.interop.checks import sent_ok
 
 pytestmark = pytest.mark.interop
@@ -29,7 +29,7 @@ def test_slave_follows_the_master_named_by_the_namesrv_and_a_promotion_reregiste
     assert cluster_brokers(ns.addr) == {"broker-a": {"0": master.addr, "1": slave.addr}}
     master.create_topic("Tha", 2)
     wait_until(lambda: route(ns.addr, "Tha") is not None, 10, "Tha in the route", ns.diagnostics)
-    assert route(ns.addr, "Tha")["brokerDatas"][0]["brokerAddrs"] == {"0": master.addr, "1": slave.addr}
+    assert topic_route(ns.addr, "Tha")["brokerDatas"][0]["brokerAddrs"] == {"0": master.addr, "1": slave.addr}
     sent_ok(agents.run_cpp("produce", ns, topic="Tha", count=20, body_prefix="before-"), 20)
     assert _stored(master.addr, "Tha") == 20
     wait_until(lambda: _stored(slave.addr, "Tha") == 20, 20,

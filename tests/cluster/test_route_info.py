@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from codec.bodies import decode_topic_route, encode_topic_route
+from codec.bodies import TopicRouteData, decode_topic_route, encode_topic_route
 from codec.errors import CodecError
 from codec.namesrv_bodies import (
     DataVersion,
@@ -21,6 +21,7 @@ from codec.namesrv_bodies import (
     encode_register_body,
 )
 from server.cluster.namesrv.route_info import RouteInfoManager
+from tests.helpers.checks import present
 
 
 class Clock:
@@ -29,6 +30,20 @@ class Clock:
 
     def __call__(self) -> int:
         return self.ms
+
+
+class Channel:
+    """A broker's registration connection (route_info.BrokerChannel): the name server closes an expired one."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def routed(m: RouteInfoManager, topic: str) -> TopicRouteData:
+    return present(m.pickup_topic_route(topic), f"route of {topic}")
 
 
 def body(counter: int, *topics: TopicConfigData) -> RegisterBrokerBody:
@@ -45,11 +60,11 @@ def test_route_merges_every_masters_queues_and_lists_slaves_with_their_ids():
     m.register_broker("C", "10.0.0.3:10911", "b", 0, "10.0.0.3:10912", body(1, TopicConfigData("T", 2, 2, 6)))
     res = m.register_broker("C", "10.0.0.2:10911", "a", 1, "10.0.0.2:10912", body(5, TopicConfigData("T", 99, 99, 6)))
     assert (res.master_addr, res.ha_server_addr) == ("10.0.0.1:10911", "10.0.0.1:10912")
-    route = m.pickup_topic_route("T")
+    route = routed(m, "T")
     assert [(q.broker_name, q.write_queue_nums) for q in route.queue_datas] == [("a", 4), ("b", 2)]  # slave ignored
     assert {b.broker_name: b.broker_addrs for b in route.broker_datas} == {
         "a": {0: "10.0.0.1:10911", 1: "10.0.0.2:10911"}, "b": {0: "10.0.0.3:10911"}}
-    assert [b.broker_name for b in m.pickup_topic_route("TBW102").broker_datas] == ["a"]
+    assert [b.broker_name for b in routed(m, "TBW102").broker_datas] == ["a"]
     assert m.pickup_topic_route("nope") is None
     brokers, clusters = m.cluster_info()
     assert clusters == {"C": ["a", "b"]} and len(brokers) == 2
@@ -71,21 +86,21 @@ def test_slave_registered_before_its_master_gets_no_master_until_the_master_regi
 
 def test_a_promoted_slave_replaces_its_entry_and_topics_change_only_with_the_data_version():
     m = RouteInfoManager(clock_ms=Clock())
-    ch_m, ch_s = object(), object()
+    ch_m, ch_s = Channel(), Channel()
     m.register_broker("C", "m:1", "a", 0, "m:2", body(1, T4), ch_m)
     m.register_broker("C", "s:1", "a", 1, "s:2", body(1, T4), ch_s)
     assert m.on_channel_destroy(ch_m) == ["m:1"]
-    route = m.pickup_topic_route("T")  # the master's queues stay while a slave of the name is alive
+    route = routed(m, "T")  # the master's queues stay while a slave of the name is alive
     assert route.broker_datas[0].broker_addrs == {1: "s:1"}
     m.register_broker("C", "s:1", "a", 0, "s:2", body(2, TopicConfigData("T", 8, 8, 6)), ch_s)  # promote
-    route = m.pickup_topic_route("T")
+    route = routed(m, "T")
     assert route.broker_datas[0].broker_addrs == {0: "s:1"} and route.queue_datas[0].write_queue_nums == 8
-    assert m.wipe_write_perm_of_broker("a") == 1 and m.pickup_topic_route("T").queue_datas[0].perm == 4
+    assert m.wipe_write_perm_of_broker("a") == 1 and routed(m, "T").queue_datas[0].perm == 4
     # same DataVersion again: the wiped perm survives a periodic re-registration (§1.11)
     m.register_broker("C", "s:1", "a", 0, "s:2", body(2, TopicConfigData("T", 8, 8, 6)), ch_s)
-    assert m.pickup_topic_route("T").queue_datas[0].perm == 4
+    assert routed(m, "T").queue_datas[0].perm == 4
     m.register_broker("C", "s:1", "a", 0, "s:2", body(3, TopicConfigData("T", 8, 8, 6)), ch_s)
-    assert m.pickup_topic_route("T").queue_datas[0].perm == 6
+    assert routed(m, "T").queue_datas[0].perm == 6
     assert m.add_write_perm_of_broker("a") == 1
 
 
@@ -98,7 +113,7 @@ def test_expiry_after_the_last_registration_and_unregister_drop_the_broker_and_i
     m.register_broker("C", "b:1", "b", 0, "b:2", body(1, T4, TBW))
     clock.ms += 20_001
     assert [i.broker_name for i in m.scan_not_active_broker()] == ["a"]
-    assert [q.broker_name for q in m.pickup_topic_route("T").queue_datas] == ["b"]
+    assert [q.broker_name for q in routed(m, "T").queue_datas] == ["b"]
     assert m.is_broker_topic_config_changed("b:1", DataVersion(1, 1700000000001)) is False
     assert m.is_broker_topic_config_changed("b:1", DataVersion(2, 1700000000001)) is True
     clock.ms += 119_000

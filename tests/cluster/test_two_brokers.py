@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from tests.helpers import wire
-from tests.helpers.cluster import route, route_brokers, wait_until
+from tests.helpers.cluster import route_brokers, topic_route, wait_until
 from tests.helpers.java import requires_java
 from tests.interop.checks import received
 
@@ -31,7 +31,7 @@ def test_two_brokers_share_an_auto_created_topic_and_each_delivers_its_own_sched
     # each broker auto-created the topic on its first message and registered it at once
     wait_until(lambda: route_brokers(ns.addr, topic) == {"broker-a", "broker-b"}, 10,
                "both brokers' queues of the auto-created topic", lambda: a.diagnostics() + b.diagnostics())
-    queues = {(q["brokerName"], q["writeQueueNums"]) for q in route(ns.addr, topic)["queueDatas"]}
+    queues = {(q["brokerName"], q["writeQueueNums"]) for q in topic_route(ns.addr, topic)["queueDatas"]}
     assert queues == {("broker-a", 4), ("broker-b", 4)}  # min(producer's 4, TBW102's 8) on each
     delayed = java_client.produce(ns, topic, 10, "d", delay_level=2)  # level 2 = 1 s
     timed = java_client.produce(ns, topic, 10, "t", timer_delay_sec=2)

@@ -9,7 +9,7 @@ from codec.bodies import MessageQueue
 from codec.errors import CodecError
 from codec.fastjson import loads_lenient
 
-names = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=20)
+names = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=20)
 longs = st.integers(0, (1 << 63) - 1)
 mqs = st.builds(MessageQueue, names, names, st.integers(0, 1023))
 

@@ -8,6 +8,7 @@ from codec.record import MessageRecord, encode_record, read_store_timestamp
 from codec.record_rewrite import build_deliveries, tail_span
 from tests.codec.strategies import BOUNDED
 from tests.codec.test_record_rewrite import schedule_records
+from tests.helpers.checks import present
 
 
 @BOUNDED
@@ -21,7 +22,7 @@ def test_batch_matches_build_deliveries(recs):
     assert batch.dropped == [i for i, b in enumerate(one) if b is None]
     assert batch.starts[0] == 0 and batch.starts[-1] == len(batch.buf) and len(batch) == len(kept)
     for j, i in enumerate(kept):
-        record, topic, qid, tags_code, keys, uniq = one[i]
+        record, topic, qid, tags_code, keys, uniq = present(one[i])
         assert batch.record(j) == record
         assert batch.dests[j] == (topic, qid)
         assert batch.tags_codes[j] == tags_code and batch.keys[j] == keys and batch.uniqs[j] == uniq
@@ -56,7 +57,7 @@ def test_any_key_may_come_first_whatever_the_properties_length():
     batch = build_delivery_batch(raws)
     assert batch.dropped == [] and len(batch) == len(raws)
     low_is_separator = 0
-    for j, (record, topic, qid, tags_code, keys_, uniq) in enumerate(one):
+    for j, (record, topic, qid, tags_code, keys_, uniq) in enumerate(map(present, one)):
         assert batch.record(j) == record
         assert batch.dests[j] == (topic, qid) == ("Real", 5)
         assert batch.tags_codes[j] == tags_code != 0

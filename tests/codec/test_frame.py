@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from codec.buffers import BytesLike
 from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.frame import MAX_FRAME, FrameDecoder, decode_frame, encode_frame, encode_frame_bytes
@@ -60,7 +61,7 @@ def test_json_response_to_a_json_request_has_type_byte_zero():
 def test_body_parts_are_passed_through_uncopied():
     backing = bytearray(b"0123456789" * 10)
     mv = memoryview(backing)
-    parts = [mv[0:30], mv[30:70], b"tail"]
+    parts: list[BytesLike] = [mv[0:30], mv[30:70], b"tail"]
     cmd = RemotingCommand(code=0, flag=1, body=parts)
     pieces = encode_frame(cmd)
     assert pieces[2] is parts[0] and pieces[3] is parts[1] and pieces[4] is parts[2]

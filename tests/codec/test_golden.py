@@ -41,8 +41,8 @@ def test_every_golden_frame_decodes_and_round_trips(name):
     again = FrameDecoder().feed(encode_frame_bytes(cmd))
     assert len(again) == 1
     back = again[0]
-    assert (back.code, back.opaque, back.flag, back.remark, back.ext_fields, bytes(back.body)) == (
-        cmd.code, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields, bytes(cmd.body))
+    assert (back.code, back.opaque, back.flag, back.remark, back.ext_fields, back.body_bytes()) == (
+        cmd.code, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields, cmd.body_bytes())
 
 
 def test_java_send_v2_request_short_header_names():
@@ -55,7 +55,7 @@ def test_java_send_v2_request_short_header_names():
     props = parse_properties(ext["i"])
     assert props["KEYS"] == "order-0" and props["TAGS"] == "TagA" and props["WAIT"] == "true"
     assert len(props["UNIQ_KEY"]) in (32, 56)  # MessageClientIDSetter: IPv4 or (here) IPv6 host
-    assert bytes(cmd.body).startswith(b"golden-body-")
+    assert cmd.body_bytes().startswith(b"golden-body-")
 
 
 def test_java_broker_send_response_fields():
@@ -73,7 +73,7 @@ def test_java_pull_request_and_found_response_records():
     assert resp.remark == "FOUND"
     assert (resp.ext_fields["minOffset"], resp.ext_fields["maxOffset"], resp.ext_fields["nextBeginOffset"]) == (
         "0", "1", "1")
-    body = bytes(resp.body)
+    body = resp.body_bytes()
     assert verify_record(body, 0) == len(body)  # the Java broker's stored record passes our recovery check
     [rec] = list(iter_records(body))
     assert rec.topic == "GoldenTopic" and rec.body.startswith(b"golden-body-")
@@ -82,7 +82,7 @@ def test_java_pull_request_and_found_response_records():
 
 
 def test_java_heartbeat_body():
-    hb = parse_heartbeat(frame("heartbeat_request").body)
+    hb = parse_heartbeat(frame("heartbeat_request").body_bytes())
     [consumer] = hb.consumers
     assert consumer.group_name == "GoldenGroup"
     assert {s.topic for s in consumer.subscriptions} == {"GoldenTopic", "%RETRY%GoldenGroup"}
@@ -91,7 +91,7 @@ def test_java_heartbeat_body():
 
 
 def test_java_namesrv_route_response():
-    route = decode_topic_route(frame("route_response").body)
+    route = decode_topic_route(frame("route_response").body_bytes())
     [bd] = route.broker_datas
     assert bd.broker_name == "broker-a" and bd.cluster == "DefaultCluster" and 0 in bd.broker_addrs
     [qd] = route.queue_datas
@@ -103,7 +103,7 @@ def test_java_broker_register_request():
     ext = cmd.ext_fields
     assert ext["brokerName"] == "broker-a" and ext["brokerId"] == "0" and ext["compressed"] == "false"
     assert ext["clusterName"] == "DefaultCluster" and ext["haServerAddr"]
-    body = loads_lenient(cmd.body)
+    body = loads_lenient(cmd.body_bytes())
     table = body["topicConfigTable"] if "topicConfigTable" in body else body["topicConfigSerializeWrapper"]["topicConfigTable"]
     assert "SCHEDULE_TOPIC_XXXX" in table and "TBW102" in table
     assert table["SCHEDULE_TOPIC_XXXX"]["readQueueNums"] == 18

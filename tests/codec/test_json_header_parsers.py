@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from codec.buffers import BytesLike
 from codec.command import (
     RemotingCommand,
     decode_json_header,
@@ -22,7 +23,7 @@ from tests.codec.strategies import BOUNDED, commands
 from tests.fuzz.targets import seeds
 
 
-def _outcome(decode, raw: bytes) -> RemotingCommand | str:
+def _outcome(decode, raw: BytesLike) -> RemotingCommand | str:
     try:
         return decode(raw)
     except CodecError:

@@ -4,6 +4,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
+from codec.buffers import BytesLike
 from codec.codes import SERIALIZE_JSON, SERIALIZE_ROCKETMQ
 from codec.command import RemotingCommand
 from codec.frame import decode_frame, encode_frame
@@ -36,7 +37,7 @@ def test_frame_equals_the_generic_response(opaque, ser, code, remark, nxt, lo, h
 
 
 def test_decodes_back():
-    body = [memoryview(b"abc"), b"", b"defg"]
+    body: list[BytesLike] = [memoryview(b"abc"), b"", b"defg"]
     for ser in (SERIALIZE_JSON, SERIALIZE_ROCKETMQ):
         got = b"".join(pull_response_frame(42, ser, 0, "FOUND", 17, 3, 99, body))
         cmd = decode_frame(got[4:])

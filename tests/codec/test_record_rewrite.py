@@ -46,6 +46,7 @@ def test_build_deliveries_matches_rewrite_for_delivery(recs):
         if not p.get("REAL_TOPIC"):
             assert b is None
             continue
+        assert b is not None
         record, topic, qid, tags_code, keys, uniq = b
         assert uniq == (p["UNIQ_KEY"].encode() if p.get("UNIQ_KEY") else None)
         assert topic == p["REAL_TOPIC"] and qid == int(p["REAL_QID"])
@@ -61,7 +62,7 @@ def test_build_deliveries_key_inside_another_value_is_not_a_match():
     rec = MessageRecord(topic="SCHEDULE_TOPIC_XXXX", body=b"b",
                         properties={"X": "aREAL_TOPIC\x01", "REAL_TOPIC": "Real", "REAL_QID": "3"})
     (b,) = build_deliveries([encode_record(rec)])
-    assert b[1] == "Real" and b[2] == 3
+    assert b is not None and b[1] == "Real" and b[2] == 3
 
 
 def test_build_deliveries_refuses_garbage():

@@ -3,6 +3,9 @@ generated stubs directly; the client-compatibility tests use Apache's real clien
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import grpc
 
 from server.grpc.v2 import definition_pb2 as pb
@@ -11,7 +14,8 @@ from server.grpc.v2 import service_pb2_grpc as sg
 
 
 class RawClient:
-    def __init__(self, addr: str, credentials: grpc.ChannelCredentials | None = None, metadata=()) -> None:
+    def __init__(self, addr: str, credentials: grpc.ChannelCredentials | None = None,
+                 metadata: Iterable[tuple[str, str]] = ()) -> None:
         self.channel = (grpc.aio.secure_channel(addr, credentials) if credentials is not None
                         else grpc.aio.insecure_channel(addr))
         self.stub = sg.MessagingServiceStub(self.channel)
@@ -21,7 +25,7 @@ class RawClient:
     async def close(self) -> None:
         await self.channel.close()
 
-    async def send(self, topic: str, body: bytes, **sysprops) -> spb.SendMessageResponse:
+    async def send(self, topic: str, body: bytes, **sysprops: Any) -> spb.SendMessageResponse:
         self.n += 1
         m = pb.Message(topic=pb.Resource(name=topic), body=body)
         m.system_properties.message_id = sysprops.pop("message_id", f"RAW{self.n:08d}{id(self):x}")
@@ -31,7 +35,7 @@ class RawClient:
         return await self.stub.SendMessage(spb.SendMessageRequest(messages=[m]), metadata=self.metadata, timeout=10)
 
     async def receive(self, group: str, topic: str, batch: int = 16, invisible_s: int = 30,
-                      poll_s: float = 1.0) -> tuple[int, list[pb.Message]]:
+                      poll_s: float = 1.0) -> tuple[int | None, list[pb.Message]]:
         req = spb.ReceiveMessageRequest(group=pb.Resource(name=group), batch_size=batch,
                                         message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1))
         req.invisible_duration.seconds = invisible_s

@@ -41,6 +41,7 @@ async def settings_answer(c: RawClient, group: str, topic: str) -> pb.Settings:
     reply = await call.read()
     await call.done_writing()
     call.cancel()
+    assert isinstance(reply, spb.TelemetryCommand), reply  # not grpc.aio.EOF: the endpoint answered
     assert reply.status.code == pb.OK
     return reply.settings
 
@@ -54,7 +55,7 @@ async def test_unacked_message_moves_to_dlq_after_the_groups_max_attempts(gbroke
         assert settings.backoff_policy.max_attempts == 3  # what the 5.x client is told
         sent = await c.send(topic, b"poison")
         assert sent.status.code == pb.OK
-        attempts = []
+        attempts: list[int] = []
         deadline = time.monotonic() + 30
         while len(attempts) < 3 and time.monotonic() < deadline:
             code, msgs = await c.receive(group, topic, invisible_s=1, poll_s=3)  # never acked
@@ -113,17 +114,17 @@ async def test_offset_rpcs_and_pull_message_share_the_4x_offset_table(gbroker):
         r = await c.stub.GetOffset(spb.GetOffsetRequest(group=pb.Resource(name=group), message_queue=_mq(topic, 0)),
                                    timeout=10)
         assert r.status.code == pb.OFFSET_NOT_FOUND
-        r = await c.stub.UpdateOffset(spb.UpdateOffsetRequest(group=pb.Resource(name=group),
+        u = await c.stub.UpdateOffset(spb.UpdateOffsetRequest(group=pb.Resource(name=group),
                                                               message_queue=_mq(topic, 0), offset=2), timeout=10)
-        assert r.status.code == pb.OK
+        assert u.status.code == pb.OK
         r = await c.stub.GetOffset(spb.GetOffsetRequest(group=pb.Resource(name=group), message_queue=_mq(topic, 0)),
                                    timeout=10)
         assert (r.status.code, r.offset) == (pb.OK, 2)
         # the same table a 4.x consumer reads (QUERY_CONSUMER_OFFSET over remoting)
         assert wire.consumer_offset(gbroker.addr, group, topic, 0) == 2
-        r = await c.stub.UpdateOffset(spb.UpdateOffsetRequest(group=pb.Resource(name=group),
+        u = await c.stub.UpdateOffset(spb.UpdateOffsetRequest(group=pb.Resource(name=group),
                                                               message_queue=_mq(topic, 0), offset=-1), timeout=10)
-        assert r.status.code == pb.ILLEGAL_OFFSET
+        assert u.status.code == pb.ILLEGAL_OFFSET
 
         code, msgs, nxt = await _pull(c, group, topic, 0, 2)
         assert code == pb.OK and nxt == 5

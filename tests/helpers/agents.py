@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from tests.helpers.broker import REPO_ROOT, tail
 
@@ -28,9 +29,9 @@ class AgentProcess:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.stderr_path = self.work_dir / f"{name}.stderr"
         self.env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-        self.events: list[dict] = []
+        self.events: list[dict[str, Any]] = []
         self.raw_lines: list[str] = []
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self._cond = cond or threading.Condition()
         self._eof = False
         self._reader: threading.Thread | None = None
@@ -44,7 +45,7 @@ class AgentProcess:
         return self
 
     def _read(self) -> None:
-        assert self.proc is not None
+        assert self.proc is not None and self.proc.stdout is not None
         for raw in self.proc.stdout:
             line = raw.decode("utf-8", "replace").rstrip("\n")
             with self._cond:
@@ -61,7 +62,7 @@ class AgentProcess:
             self._cond.notify_all()
 
     # ---- queries ---------------------------------------------------------------------------
-    def of(self, kind: str) -> list[dict]:
+    def of(self, kind: str) -> list[dict[str, Any]]:
         with self._cond:
             return [e for e in self.events if e.get("event") == kind]
 
@@ -82,7 +83,7 @@ class AgentProcess:
         raise AssertionError(f"{self.name}: timed out after {timeout}s (or exited) waiting for {what}\n"
                              + self.diagnostics())
 
-    def wait_event(self, kind: str, timeout: float) -> dict:
+    def wait_event(self, kind: str, timeout: float) -> dict[str, Any]:
         self.wait_for(lambda a: any(e.get("event") == kind for e in a.events), timeout, f"event {kind!r}")
         return self.of(kind)[0]
 

@@ -77,7 +77,7 @@ class BrokerProcess:
         self.config = {"grpcListenPort": 0, **dict(config or {})}
         self.port = port or pick_port_pair()
         self.ready_timeout = ready_timeout
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self._ready = threading.Event()
         self._reader: threading.Thread | None = None
@@ -132,7 +132,8 @@ class BrokerProcess:
                 f"stdout tail:\n{tail(self.stdout_path)}\nstderr tail:\n{tail(self.stderr_path)}")
         return self
 
-    def _read_stdout(self, proc: subprocess.Popen) -> None:
+    def _read_stdout(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
         with open(self.stdout_path, "ab") as out:
             for raw in proc.stdout:
                 out.write(raw)

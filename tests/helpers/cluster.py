@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tests.helpers import wire
 from tests.helpers.broker import HOST, REPO_ROOT, pick_port_pair, tail
@@ -31,7 +32,7 @@ class NamesrvProcess:
         self.config = dict(config or {})
         self.port = port or pick_port_pair()
         self.ready_timeout = ready_timeout
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self._ready = threading.Event()
         self.stdout_path = self.work_dir / "namesrv.stdout"
         self.stderr_path = self.work_dir / "namesrv.stderr"
@@ -57,7 +58,8 @@ class NamesrvProcess:
             raise AssertionError(f"namesrv not ready in {self.ready_timeout}s\n{self.diagnostics()}")
         return self
 
-    def _read(self, proc: subprocess.Popen) -> None:
+    def _read(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
         with open(self.stdout_path, "ab") as out:
             for raw in proc.stdout:
                 out.write(raw)
@@ -71,10 +73,11 @@ class NamesrvProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, timeout: float = 20.0) -> int:
-        if self.running:
-            self.proc.send_signal(signal.SIGTERM)
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout)
+                proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
                 raise AssertionError(f"namesrv ignored SIGTERM\n{self.diagnostics()}") from None
@@ -83,16 +86,17 @@ class NamesrvProcess:
         return code
 
     def kill(self) -> None:
-        if self.running:
-            self.proc.kill()
-            self.proc.wait(10)
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
 
     def diagnostics(self) -> str:
         return (f"namesrv {self.addr}\n--- stderr tail ---\n{tail(self.stderr_path)}\n"
                 f"--- stdout tail ---\n{tail(self.stdout_path, 2000)}")
 
 
-def fastjson_loads(body: bytes):
+def fastjson_loads(body: bytes) -> Any:
     """json.loads after quoting fastjson's bare integer map keys (`{0:"addr"}`, cluster-ha.md §0.4)."""
     return json.loads(re.sub(r'([{,])(-?\d+):', r'\1"\2":', body.decode()))
 
@@ -104,12 +108,19 @@ def cluster_brokers(namesrv: str) -> dict[str, dict[str, str]]:
     return {name: b["brokerAddrs"] for name, b in fastjson_loads(reply.body)["brokerAddrTable"].items()}
 
 
-def route(namesrv: str, topic: str) -> dict | None:
+def route(namesrv: str, topic: str) -> dict[str, Any] | None:
     reply = wire.invoke(namesrv, wire.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
     if reply.code == 17:
         return None
     assert reply.code == 0, reply
     return fastjson_loads(reply.body)
+
+
+def topic_route(namesrv: str, topic: str) -> dict[str, Any]:
+    """`route`, asserted to exist (the name server knows the topic)."""
+    r = route(namesrv, topic)
+    assert r is not None, f"no route for {topic} on {namesrv}"
+    return r
 
 
 def route_brokers(namesrv: str, topic: str) -> set[str]:

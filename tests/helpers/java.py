@@ -89,6 +89,13 @@ class JavaServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = self.workdir / f"{kind}.out"
 
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    # an mqnamesrv stands where a NamesrvProcess does: `cluster_broker` and the agents read `.addr` / `.namesrv`
+    namesrv = addr
+
     def start(self) -> JavaServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         conf = self.workdir / f"{self.kind}.conf"

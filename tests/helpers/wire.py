@@ -11,6 +11,7 @@ import itertools
 import json
 import socket
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 _LEN = struct.Struct(">ii")
@@ -46,7 +47,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def invoke(addr: str, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
+def invoke(addr: str, code: int, ext: Mapping[str, object] | None = None, body: bytes = b"",
            timeout: float = 5.0) -> Reply:
     """Send one request on a fresh connection and return the response with the same opaque."""
     host, port = addr.rsplit(":", 1)

@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from tests.helpers.checks import present
 from tests.helpers.java import mqadmin, requires_java
 from tests.server.helpers import send
 from tests.server.raw import RawClient
@@ -29,9 +30,9 @@ async def _fill(addr: str) -> None:
     c = await RawClient.connect(addr)
     try:
         for start in range(0, N_TOPICS, 500):
-            replies = await asyncio.gather(*c.pipeline([_create(f"tenant-{i:05d}") for i in range(start, start + 500)]))
+            replies = await asyncio.gather(*map(present, c.pipeline([_create(f"tenant-{i:05d}") for i in range(start, start + 500)])))
             assert all(r.code == 0 for r in replies), [r.remark for r in replies if r.code][:3]
-        assert (await asyncio.gather(*c.pipeline([_create("%RETRY%ProgressCG", 1)])))[0].code == 0
+        assert (await asyncio.gather(*map(present, c.pipeline([_create("%RETRY%ProgressCG", 1)]))))[0].code == 0
         for q in range(4):
             for i in range(q + 2):
                 assert (await send(c, "tenant-00007", b"m%d" % i, qid=q)).code == 0

@@ -10,7 +10,9 @@ import asyncio
 import json
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 _PREFIX = struct.Struct(">ii")
 _FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
@@ -25,13 +27,13 @@ class Frame:
     opaque: int
     flag: int
     remark: str | None
-    ext: dict = field(default_factory=dict)
+    ext: dict[str, Any] = field(default_factory=dict)
     body: bytes = b""
 
 
-def json_frame(code: int, opaque: int, flag: int = 0, ext: dict | None = None, body: bytes = b"",
+def json_frame(code: int, opaque: int, flag: int = 0, ext: dict[str, Any] | None = None, body: bytes = b"",
                remark: str | None = None) -> bytes:
-    hdr = {"code": code, "flag": flag, "language": "JAVA", "opaque": opaque, "version": 409}
+    hdr: dict[str, Any] = {"code": code, "flag": flag, "language": "JAVA", "opaque": opaque, "version": 409}
     if ext:
         hdr["extFields"] = ext
     if remark is not None:
@@ -40,7 +42,8 @@ def json_frame(code: int, opaque: int, flag: int = 0, ext: dict | None = None, b
     return _PREFIX.pack(4 + len(h) + len(body), len(h)) + h + body
 
 
-def rocketmq_frame(code: int, opaque: int, flag: int = 0, ext: dict | None = None, body: bytes = b"") -> bytes:
+def rocketmq_frame(code: int, opaque: int, flag: int = 0, ext: dict[str, str] | None = None,
+                   body: bytes = b"") -> bytes:
     h = bytearray(_FIXED.pack(code, 0, 409, opaque, flag))
     h += _I32.pack(0)  # no remark
     area = bytearray()
@@ -105,7 +108,7 @@ class RawPeer:
 
         return await asyncio.wait_for(read(), timeout)
 
-    async def request(self, code: int, opaque: int, ext: dict | None = None, timeout: float = 5.0) -> Frame:
+    async def request(self, code: int, opaque: int, ext: dict[str, Any] | None = None, timeout: float = 5.0) -> Frame:
         self.send(json_frame(code, opaque, 0, ext))
         return await self.read_frame(timeout)
 
@@ -117,7 +120,7 @@ class RawPeer:
         self.writer.close()
 
 
-async def wait_for_condition(pred, timeout: float = 5.0, what: str = "condition") -> None:
+async def wait_for_condition(pred: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> None:
     """Wait (bounded) until `pred()` holds; for states that have no event of their own."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

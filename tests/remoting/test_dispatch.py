@@ -99,9 +99,9 @@ async def test_processor_exception_gets_1_with_exception_text(make_server):
     s = await make_server({BOOM: boom, SLOW: async_boom})
     peer = await RawPeer.connect(s.port)
     f = await peer.request(BOOM, 10, {"n": "7"})
-    assert (f.code, f.opaque) == (1, 10) and "kaput 7" in f.remark and "RuntimeError" in f.remark
+    assert (f.code, f.opaque) == (1, 10) and "kaput 7" in (f.remark or "") and "RuntimeError" in (f.remark or "")
     f = await peer.request(SLOW, 11)
-    assert (f.code, f.opaque) == (1, 11) and "bad async" in f.remark
+    assert (f.code, f.opaque) == (1, 11) and "bad async" in (f.remark or "")
     # the connection survives processor errors
     f = await peer.request(777, 12)
     assert f.code == 3
@@ -236,7 +236,7 @@ async def test_batch_entries_may_be_encoded_frames(make_server):
 
     def batch(conn, cmds):
         runs.append([c.opaque for c in cmds])
-        out = [None] * len(cmds)
+        out: list[bytes | RemotingCommand | None] = [None] * len(cmds)
         out[0] = b"".join(encode_frame_bytes(proc(conn, c)) for c in cmds[:-1])
         out[-1] = proc(conn, cmds[-1])
         return out

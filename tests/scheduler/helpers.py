@@ -4,27 +4,32 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from codec.record import MessageRecord, decode_record, encode_record
 from codec.tags import java_hash
 from scheduler.delay_levels import DelayConfig, DelayLevelService, transform_delay
 from scheduler.events import EventCallback
 from scheduler.levels import SCHEDULE_TOPIC, parse_delay_levels, schedule_tags_code
-from storage.message_store import MessageStore, PutRequest, StoreConfig
+from storage.message_store import MessageStore, PutRequest, PutResult, StoreConfig
+from tests.helpers.checks import present
 
 FAST_LEVELS = "100ms 200ms 300ms 1s"
 _seq = itertools.count()
 
 
-def store_config(path, sync_flush: bool = False, **kw) -> StoreConfig:
+def store_config(path: str | os.PathLike[str], sync_flush: bool = False, **kw: Any) -> StoreConfig:
     return StoreConfig(store_path=str(path), mapped_file_size_commitlog=kw.pop("commitlog_size", 1 << 20),
                        mapped_file_size_consume_queue=20 * 4096,
                        flush_disk_type="SYNC_FLUSH" if sync_flush else "ASYNC_FLUSH",
                        **kw)
 
 
-def open_store(path, **kw) -> MessageStore:
+def open_store(path: str | os.PathLike[str], **kw: Any) -> MessageStore:
     # recovery rebuilds schedule units with the FAST levels' deliver times, as the broker's wiring does
     store = MessageStore(store_config(path, **kw), tags_code_of=schedule_tags_code(parse_delay_levels(FAST_LEVELS)))
     store.load()
@@ -32,13 +37,13 @@ def open_store(path, **kw) -> MessageStore:
     return store
 
 
-def delay_config(path, **kw) -> DelayConfig:
+def delay_config(path: Path, **kw: Any) -> DelayConfig:
     kw.setdefault("flush_offset_interval_ms", 10_000)
     return DelayConfig(levels_ms=parse_delay_levels(FAST_LEVELS), config_dir=str(path / "config"), **kw)
 
 
 def make_record(topic: str, level: int, body: bytes = b"x", queue_id: int = 0, tags: str | None = "TagA",
-                extra: dict | None = None, sys_flag: int = 0, reconsume: int = 0) -> MessageRecord:
+                extra: dict[str, str] | None = None, sys_flag: int = 0, reconsume: int = 0) -> MessageRecord:
     props = {"UNIQ_KEY": f"U{next(_seq):08d}", "KEYS": "k1 k2"}
     if level:
         props["DELAY"] = str(level)
@@ -50,7 +55,8 @@ def make_record(topic: str, level: int, body: bytes = b"x", queue_id: int = 0, t
                          store_host=("127.0.0.1", 10911), reconsume_times=reconsume, properties=props)
 
 
-def put_delayed(store: MessageStore, levels_ms, topic: str, level: int, n: int = 1, **kw):
+def put_delayed(store: MessageStore, levels_ms: list[int], topic: str, level: int, n: int = 1,
+                **kw: Any) -> list[tuple[str, PutResult]]:
     """Put `n` messages through the put hook, one store.put; returns [(uniq, PutResult)]."""
     reqs, uniqs = [], []
     for i in range(n):
@@ -66,9 +72,10 @@ def put_delayed(store: MessageStore, levels_ms, topic: str, level: int, n: int =
     return list(zip(uniqs, results, strict=True))
 
 
-def read_queue(store: MessageStore, topic: str, queue_id: int = 0, start: int = 0):
+def read_queue(store: MessageStore, topic: str, queue_id: int = 0, start: int = 0) -> list[tuple[int, MessageRecord]]:
     """[(unit tagsCode, MessageRecord)] of a ConsumeQueue, in queue order."""
-    out, off = [], start
+    out: list[tuple[int, MessageRecord]] = []
+    off = start
     while True:
         units = store.read_units(topic, queue_id, off, 256)
         if not units:
@@ -77,7 +84,7 @@ def read_queue(store: MessageStore, topic: str, queue_id: int = 0, start: int = 
             phys = int.from_bytes(units[i * 20:i * 20 + 8], "big")
             size = int.from_bytes(units[i * 20 + 8:i * 20 + 12], "big")
             tags = int.from_bytes(units[i * 20 + 12:i * 20 + 20], "big", signed=True)
-            out.append((tags, decode_record(store.read_record(phys, size), 0)[0]))
+            out.append((tags, decode_record(present(store.read_record(phys, size)), 0)[0]))
         off += len(units) // 20
 
 
@@ -86,10 +93,10 @@ class QueueWatcher:
 
     def __init__(self, store: MessageStore, topic: str, queue_id: int = 0) -> None:
         self.store, self.topic, self.queue_id = store, topic, queue_id
-        self._waiters: list[tuple[int, asyncio.Future]] = []
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         store.add_dispatch_listener(self._on_dispatch)
 
-    def _on_dispatch(self, topic, queue_id, max_offset) -> None:
+    def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
         if topic == self.topic and queue_id == self.queue_id:
             for n, fut in self._waiters:
                 if max_offset >= n and not fut.done():
@@ -97,7 +104,7 @@ class QueueWatcher:
 
     async def wait_for(self, n: int, timeout: float = 10.0) -> int:
         if self.store.max_offset(self.topic, self.queue_id) < n:
-            fut = asyncio.get_running_loop().create_future()
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.append((n, fut))
             try:
                 await asyncio.wait_for(fut, timeout)
@@ -110,22 +117,22 @@ class EventRecorder(EventCallback):
     """A DelayLevelService listener that records events and wakes waiters on a predicate."""
 
     def __init__(self) -> None:
-        self.events: list[tuple[str, dict]] = []
-        self._waiters: list[tuple[object, asyncio.Future]] = []
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self._waiters: list[tuple[Callable[[EventRecorder], bool], asyncio.Future[None]]] = []
 
-    def __call__(self, event: str, **fields) -> None:
+    def __call__(self, event: str, **fields: Any) -> None:
         self.events.append((event, fields))
         for pred, fut in self._waiters:
             if not fut.done() and pred(self):
                 fut.set_result(None)
 
-    def named(self, event: str) -> list[dict]:
+    def named(self, event: str) -> list[dict[str, Any]]:
         return [f for e, f in self.events if e == event]
 
-    async def wait(self, pred, timeout: float = 10.0) -> None:
+    async def wait(self, pred: Callable[[EventRecorder], bool], timeout: float = 10.0) -> None:
         if pred(self):
             return
-        fut = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((pred, fut))
         try:
             await asyncio.wait_for(fut, timeout)

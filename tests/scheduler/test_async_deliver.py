@@ -5,6 +5,7 @@ from __future__ import annotations
 from scheduler.async_deliver import EXCEPTION, RUNNING, SKIP, SUCCESS
 from scheduler.delay_levels import DelayLevelService
 from storage.message_store import PutStatus
+from tests.helpers.checks import present
 from tests.scheduler.helpers import (
     EventRecorder,
     QueueWatcher,
@@ -19,14 +20,14 @@ def _only(topic):
     return lambda req: req.topic == topic
 
 
-async def test_running_then_success_in_order(tmp_path):
+async def test_running_then_success_in_order(tmp_path, monkeypatch):
     store = open_store(tmp_path, sync_flush=True)  # RUNNING until the group commit resolves the future
     svc = DelayLevelService(store, delay_config(tmp_path, async_deliver=True, batch_size=8))
     ev = EventRecorder()
     svc.add_listener(ev)
     watch = QueueWatcher(store, "A", 0)
-    seen_running = []
-    handler = svc.levels[0].handler
+    seen_running: list[str] = []
+    handler = present(svc.levels[0].handler, "the async handler")
     orig_extend = handler.extend
 
     def spy(entries):  # observe the states the level task hands over (real entries, real futures)
@@ -34,7 +35,7 @@ async def test_running_then_success_in_order(tmp_path):
         seen_running.extend(e.status for e in entries)
         orig_extend(entries)
 
-    handler.extend = spy
+    monkeypatch.setattr(handler, "extend", spy)
     svc.start()
     try:
         sent = [u for u, _ in put_delayed(store, svc.config.levels_ms, "A", 1, n=40)]
@@ -80,13 +81,14 @@ async def test_blocks_after_three_resends_and_resumes_when_fault_clears(tmp_path
     svc.add_listener(ev)
     watch = QueueWatcher(store, "B", 0)
     lvl = svc.levels[0]
+    handler = present(lvl.handler, "the async handler")
     store.faults.fail_while_enabled(PutStatus.SERVICE_NOT_AVAILABLE, _only("B"))
     svc.start()
     try:
         first = [u for u, _ in put_delayed(store, svc.config.levels_ms, "B", 1, n=4)]
         await ev.wait(lambda r: any(f["blocked"] for f in r.named("resend")), timeout=5)
-        assert lvl.handler.pending[0].resend_count >= 4 and lvl.handler.blocked()
-        assert [e.status for e in lvl.handler.pending] == [EXCEPTION] * 4
+        assert handler.pending[0].resend_count >= 4 and handler.blocked()
+        assert [e.status for e in handler.pending] == [EXCEPTION] * 4
         # while blocked, newly due messages are not delivered (not even attempted)
         later = [u for u, _ in put_delayed(store, svc.config.levels_ms, "B", 1, n=6)]
         injected = store.faults.injected
@@ -94,14 +96,15 @@ async def test_blocks_after_three_resends_and_resumes_when_fault_clears(tmp_path
         assert lvl.scan_offset == 4 and store.faults.injected == injected + 1  # only the head's resend
         assert store.max_offset("B", 0) == 0 and lvl.offset == 0
         # scheduleProgress stays at the first failed put (a kill now resumes there: nothing lost)
-        assert svc.progress_file.level(1).offset == 0 and svc.progress_file.level(1).phys == -1
+        progress = present(svc.progress_file, "scheduleProgress (open after start)")
+        assert progress.level(1).offset == 0 and progress.level(1).phys == -1
         store.faults.disable()
         await watch.wait_for(10, timeout=5)
         await ev.wait(lambda r: lvl.offset == 10, timeout=5)
-        assert svc.progress_file.level(1).offset == 10 and lvl.handler.failed == 0
+        assert progress.level(1).offset == 10 and handler.failed == 0
         got = [r.properties["UNIQ_KEY"] for _, r in read_queue(store, "B")]
         assert got[0] == first[0] and sorted(got) == sorted(first + later) and len(got) == 10
-        assert not lvl.handler.blocked()
+        assert not handler.blocked()
     finally:
         await svc.shutdown()
         await store.shutdown()
@@ -142,11 +145,11 @@ async def test_unreadable_record_is_skipped_after_six_resends(tmp_path):
         await store.shutdown()
 
 
-async def test_pending_deque_is_bounded(tmp_path):
+async def test_pending_deque_is_bounded(tmp_path, monkeypatch):
     store = open_store(tmp_path, sync_flush=True)
     svc = DelayLevelService(store, delay_config(tmp_path, async_deliver=True, max_pending=5, batch_size=64))
     watch = QueueWatcher(store, "P", 0)
-    handler = svc.levels[0].handler
+    handler = present(svc.levels[0].handler, "the async handler")
     sizes = []
     orig_extend = handler.extend
 
@@ -155,7 +158,7 @@ async def test_pending_deque_is_bounded(tmp_path):
         orig_extend(entries)
         sizes.append(len(handler.pending))
 
-    handler.extend = spy
+    monkeypatch.setattr(handler, "extend", spy)
     svc.start()
     try:
         put_delayed(store, svc.config.levels_ms, "P", 1, n=50)

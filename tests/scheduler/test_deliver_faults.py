@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from scheduler.delay_levels import DelayLevelService
 from storage.message_store import PutStatus
+from tests.helpers.checks import present
 from tests.scheduler.helpers import (
     EventRecorder,
     QueueWatcher,
@@ -70,23 +71,24 @@ async def test_async_batch_not_confirmed_by_flush_is_resent_message_by_message(t
     ev = EventRecorder()
     svc.add_listener(ev)
     lvl = svc.levels[3]  # 1 s: the level task itself does not reach these within the test
+    handler = present(lvl.handler, "the async handler")
     watch = QueueWatcher(store, "H", 0)
     sent = [u for u, _ in put_delayed(store, svc.config.levels_ms, "H", 4, n=3)]
-    units = bytes(store.read_units(SCHEDULE_TOPIC, 3, 0, 3))
+    units = bytes(present(store.read_units(SCHEDULE_TOPIC, 3, 0, 3)))
     spans = [struct.unpack_from(">qi", units, i * 20) for i in range(3)]
     svc.load()
     lvl.offset = lvl.scan_offset = 3  # the handler alone delivers them
     svc.start()
     try:
         flushed = asyncio.get_running_loop().create_future()
-        lvl.handler.extend((PendingBatch(0, spans, [0, 0, 0], flushed, 0, [-1, -1, -1], None, None),))
+        handler.extend((PendingBatch(0, spans, [0, 0, 0], flushed, 0, [-1, -1, -1], None, None),))
         lvl.offset = 0
         flushed.set_result(False)
         await watch.wait_for(3, timeout=5)
         await ev.wait(lambda r: len(r.named("resend")) == 3 and lvl.offset == 3, timeout=5)
         assert [f["offset"] for f in ev.named("resend")] == [0, 1, 2]
         assert [r.properties["UNIQ_KEY"] for _, r in read_queue(store, "H")] == sent
-        assert lvl.handler.count == 0 and not lvl.handler.pending
+        assert handler.count == 0 and not handler.pending
     finally:
         await svc.shutdown()
         await store.shutdown()

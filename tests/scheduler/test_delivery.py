@@ -79,7 +79,7 @@ async def test_idle_level_is_woken_by_dispatch(tmp_path):
         lvl = svc.levels[3]
         assert lvl._idle and lvl.stats.next_due_ms == 0  # sleeping on the dispatch future, no timer
         [(uniq, res)] = put_delayed(store, svc.config.levels_ms, "Idle", 4)
-        assert lvl._wake.done()  # the dispatch listener resolved its wait future in the same call
+        assert lvl._wake is not None and lvl._wake.done()  # the dispatch listener resolved its wait future in the same call
         await watch.wait_for(1, timeout=5)
         [(_, rec)] = read_queue(store, "Idle")
         assert rec.store_timestamp >= res.store_timestamp + 1000

@@ -14,6 +14,7 @@ from scheduler.delay_levels import DelayLevelService
 from scheduler.delay_offsets import DelayOffsetTable
 from scheduler.levels import SCHEDULE_TOPIC
 from storage.meta_store import DelayOffsetFile
+from tests.helpers.checks import present
 from tests.scheduler.helpers import QueueWatcher, delay_config, open_store, read_queue
 
 log = structlog.get_logger(__name__)
@@ -28,7 +29,7 @@ async def test_kill9_mid_delivery_no_loss_no_duplicates(tmp_path):
     try:
         async def until_mid_way() -> int:
             while True:
-                line = (await proc.stdout.readline()).decode()
+                line = (await present(proc.stdout).readline()).decode()
                 assert line, "child exited early"
                 if line.startswith("delivered") and int(line.split()[1]) >= total // 3:
                     return int(line.split()[1])

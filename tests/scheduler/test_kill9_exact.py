@@ -19,6 +19,7 @@ from collections import Counter
 import pytest
 
 from codec.record import decode_record
+from tests.helpers.checks import present
 from tests.scheduler.helpers import open_store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -29,7 +30,7 @@ async def _child(root: str, flush: str, deliver: str, first: int, count: int, *f
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tests.scheduler.kill9_exact_child", root, flush, deliver, str(first), str(count),
         *fault, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
-    line = await asyncio.wait_for(proc.stdout.readline(), 60)
+    line = await asyncio.wait_for(present(proc.stdout).readline(), 60)
     assert line.strip() == b"READY", line
     return proc
 

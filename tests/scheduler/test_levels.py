@@ -14,6 +14,7 @@ from scheduler.levels import (
     correct_deliver_timestamp,
     parse_delay_levels,
 )
+from tests.helpers.checks import present
 from tests.scheduler.helpers import FAST_LEVELS, make_record, open_store, put_delayed, read_queue
 
 
@@ -94,7 +95,7 @@ async def test_consume_queue_tags_code_is_deliver_timestamp(tmp_path):
             assert tags == res.store_timestamp + 300 >= before + 300
             assert rec.topic == SCHEDULE_TOPIC and rec.queue_id == 2
             assert rec.properties["REAL_TOPIC"] == "Real" and rec.properties["REAL_QID"] == "4"
-        raw = store.read_record(put[0][1].phys_offset)
+        raw = present(store.read_record(put[0][1].phys_offset))
         assert decode_record(raw, 0)[0].properties["DELAY"] == "3"
     finally:
         await store.shutdown()

@@ -13,7 +13,9 @@ from server.processor_wiring import send_back_deps
 from server.processors.consumer_send_back import ConsumerSendBackProcessor
 from server.put_hooks import PutHooks
 from server.wiring import delay_config, make_message_store, put_request, timer_config
+from tests.helpers.checks import present
 from tests.scheduler.helpers import QueueWatcher, make_record, read_queue
+from tests.server.helpers import LoopbackPeer
 
 
 async def _broker(tmp_path):
@@ -47,7 +49,7 @@ async def test_retry_then_dlq(tmp_path):
     proc = ConsumerSendBackProcessor(send_back_deps(b))
     try:
         watch = QueueWatcher(b.store, "%RETRY%G", 0)
-        r = await proc(None, _cmd(orig.phys_offset))
+        r = present(await proc(LoopbackPeer(), _cmd(orig.phys_offset)))
         assert r.code == 0, r.remark
         assert b.store.max_offset("SCHEDULE_TOPIC_XXXX", 2) == 1  # level 3 = 3 + reconsumeTimes 0
         await watch.wait_for(1, timeout=5)
@@ -60,12 +62,12 @@ async def test_retry_then_dlq(tmp_path):
         # version >= 121 honours maxReconsumeTimes: 1 >= 1 → DLQ
         cmd = _cmd(m.commitlog_offset, maxReconsumeTimes=1)
         cmd.version = 409
-        r = await proc(None, cmd)
+        r = present(await proc(LoopbackPeer(), cmd))
         assert r.code == 0, r.remark
         [(_, d)] = read_queue(b.store, "%DLQ%G")
         assert d.properties["DELAY"] == "0" and d.reconsume_times == 2 and d.queue_id == 0
         assert d.properties["ORIGIN_MESSAGE_ID"] == m.properties["ORIGIN_MESSAGE_ID"]
-        r = await proc(None, _cmd(10**12))
+        r = present(await proc(LoopbackPeer(), _cmd(10**12)))
         assert r.code == 1 and r.remark == f"look message by offset failed, {10**12}"
     finally:
         await _close(b)

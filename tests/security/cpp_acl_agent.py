@@ -7,15 +7,18 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.interop import cpp_agent  # noqa: E402
 
 
-def _with_credentials(cls):
+def _with_credentials(cls: Any) -> Any:
+    """A subclass of the (untyped) C++ client class `cls` that sets the session credentials."""
+
     class Signed(cls):
-        def __init__(self, *args, **kwargs):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.set_session_credentials(os.environ["ACL_ACCESS_KEY"], os.environ["ACL_SECRET_KEY"],
                                          os.environ.get("ACL_CHANNEL", "LOCAL"))

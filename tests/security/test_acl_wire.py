@@ -26,9 +26,9 @@ def test_unsigned_request_refused_unless_globally_whitelisted(acl_broker):
 
 
 def test_account_white_address_skips_signature(acl_broker):
-    bad = dict(ak=USER_AK, sk="not-the-secret")
-    assert call(acl_broker.addr, GET_MAX_OFFSET, MAXOFF, source="127.0.0.55", **bad).code == 0
-    r = call(acl_broker.addr, GET_MAX_OFFSET, MAXOFF, source="127.0.0.61", **bad)
+    bad_sk = "not-the-secret"
+    assert call(acl_broker.addr, GET_MAX_OFFSET, MAXOFF, source="127.0.0.55", ak=USER_AK, sk=bad_sk).code == 0
+    r = call(acl_broker.addr, GET_MAX_OFFSET, MAXOFF, source="127.0.0.61", ak=USER_AK, sk=bad_sk)
     assert r.code == NO_PERMISSION and r.remark == f"Check signature failed for accessKey={USER_AK}"
     assert USER_SK not in r.remark
 

@@ -76,7 +76,7 @@ async def good_client(addr: str, n: int) -> set[bytes]:
             h = dict(pull_header("TopicGood"), queueOffset=str(offset))
             r = await client.invoke(addr, RemotingCommand.request(PULL_MESSAGE, h), 10)
             if r.code == 0:
-                got += bytes(r.body) if not isinstance(r.body, list) else b"".join(bytes(p) for p in r.body)
+                got += r.body_bytes()
                 offset = int(r.ext_fields["nextBeginOffset"])
         return {b for b in sent if b in got}
     finally:

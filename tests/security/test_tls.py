@@ -10,6 +10,7 @@ import pytest
 
 from codec.command import RemotingCommand
 from remoting.client import RemotingClient
+from tests.helpers.checks import present
 from tests.security.helpers import call, client_context, connect, frame, make_cert, read_reply
 
 SEND_MESSAGE, PULL_MESSAGE, GET_MAX_OFFSET = 10, 11, 30
@@ -44,11 +45,10 @@ async def send_and_pull_over_tls(addr: str, ctx: ssl.SSLContext, topic: str, bod
             r = await client.invoke(addr, RemotingCommand.request(SEND_MESSAGE, send_header(topic), body), 5)
             assert r.code == 0, (r.code, r.remark)
         conn = await client.connection(addr)
-        assert conn.transport.get_extra_info("ssl_object") is not None
+        assert present(conn.transport).get_extra_info("ssl_object") is not None
         r = await client.invoke(addr, RemotingCommand.request(PULL_MESSAGE, pull_header(topic)), 5)
         assert r.code == 0, (r.code, r.remark)
-        body = r.body
-        return b"".join(bytes(p) for p in body) if isinstance(body, list) else bytes(body)
+        return r.body_bytes()
     finally:
         client.close()
 

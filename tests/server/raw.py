@@ -13,6 +13,7 @@ import json
 import struct
 import zlib
 from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
 _LEN = struct.Struct(">ii")
 _ids = itertools.count(1)
@@ -22,16 +23,16 @@ _ids = itertools.count(1)
 class Reply:
     code: int
     remark: str | None
-    ext: dict = field(default_factory=dict)
+    ext: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
-    header: dict = field(default_factory=dict)
+    header: dict[str, Any] = field(default_factory=dict)
 
 
 class RawClient:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
-        self.pending: dict[int, asyncio.Future] = {}
-        self.requests: asyncio.Queue = asyncio.Queue()
+        self.pending: dict[int, asyncio.Future[Reply]] = {}
+        self.requests: asyncio.Queue[Reply] = asyncio.Queue()
         self.task = asyncio.ensure_future(self._read())
 
     @classmethod
@@ -61,37 +62,39 @@ class RawClient:
                 if not fut.done():
                     fut.set_exception(ConnectionError("closed"))
 
-    def _send(self, code, ext, body, flag, version, language, opaque) -> None:
+    def _send(self, code: int, ext: dict[str, Any] | None, body: bytes, flag: int, version: int, language: str,
+              opaque: int) -> None:
         hdr = json.dumps({"code": code, "language": language, "version": version, "opaque": opaque,
                           "flag": flag, "extFields": ext or {}, "serializeTypeCurrentRPC": "JSON"}).encode()
         self.writer.write(_LEN.pack(4 + len(hdr) + len(body), len(hdr)) + hdr + body)
 
-    async def invoke(self, code: int, ext: dict | None = None, body: bytes = b"", version: int = 409,
+    async def invoke(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"", version: int = 409,
                      language: str = "JAVA", timeout: float = 10.0) -> Reply:
         opaque = next(_ids)
-        fut = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self.pending[opaque] = fut
         self._send(code, ext, body, 0, version, language, opaque)
         return await asyncio.wait_for(fut, timeout)
 
-    def pipeline(self, requests: list[tuple[int, dict, bytes, bool]]) -> list[asyncio.Future | None]:
+    def pipeline(self, requests: list[tuple[int, dict[str, Any], bytes, bool]]) -> list[asyncio.Future[Reply] | None]:
         """Write every (code, ext, body, oneway) request in ONE write (so they arrive together); a
         future per request, None for the oneway ones."""
-        frames, futs = [], []
+        frames: list[bytes] = []
+        futs: list[asyncio.Future[Reply] | None] = []
         for code, ext, body, oneway in requests:
             opaque = next(_ids)
             hdr = json.dumps({"code": code, "language": "JAVA", "version": 409, "opaque": opaque,
                               "flag": 2 if oneway else 0, "extFields": ext or {},
                               "serializeTypeCurrentRPC": "JSON"}).encode()
             frames.append(_LEN.pack(4 + len(hdr) + len(body), len(hdr)) + hdr + body)
-            fut = None
+            fut: asyncio.Future[Reply] | None = None
             if not oneway:
                 fut = self.pending[opaque] = asyncio.get_running_loop().create_future()
             futs.append(fut)
         self.writer.write(b"".join(frames))
         return futs
 
-    def oneway(self, code: int, ext: dict | None = None, body: bytes = b"") -> None:
+    def oneway(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"") -> None:
         self._send(code, ext, body, 2, 409, "JAVA", next(_ids))
 
     async def close(self) -> None:
@@ -104,11 +107,11 @@ class RawClient:
 
 
 # ---- message bytes -------------------------------------------------------------------------
-def props(**kv) -> str:
+def props(**kv: object) -> str:
     return "".join(f"{k}\x01{v}\x02" for k, v in kv.items())
 
 
-def parse_props(s: str) -> dict:
+def parse_props(s: str) -> dict[str, str]:
     out = {}
     for part in s.split("\x02"):
         k, sep, v = part.partition("\x01")
@@ -117,8 +120,28 @@ def parse_props(s: str) -> dict:
     return out
 
 
-def decode_records(buf: bytes) -> list[dict]:
-    out, pos = [], 0
+class RawRecord(TypedDict):
+    """A stored record as `decode_records` reads it (message-format.md's field order)."""
+
+    topic: str
+    queue_id: int
+    flag: int
+    queue_offset: int
+    phys: int
+    sys_flag: int
+    born_ts: int
+    store_ts: int
+    born_host: tuple[str, int]
+    store_host: tuple[str, int]
+    reconsume: int
+    body: bytes
+    props: dict[str, str]
+    raw_props: str
+
+
+def decode_records(buf: bytes) -> list[RawRecord]:
+    out: list[RawRecord] = []
+    pos = 0
     while pos < len(buf):
         total, magic, crc, qid, flag, qoff, phys, sysflag, born_ts = struct.unpack_from(">iiiiiqqiq", buf, pos)
         assert magic == -626843481, hex(magic & 0xFFFFFFFF)

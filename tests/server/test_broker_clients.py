@@ -3,6 +3,7 @@
 import asyncio
 import json
 
+from server.broker import BrokerController
 from tests.server.helpers import pull, send
 from tests.server.raw import RawClient
 
@@ -12,7 +13,7 @@ QUERY_OFFSET, UPDATE_OFFSET, MAX_OFFSET, MIN_OFFSET, SEARCH_OFFSET, EARLIEST = 1
 
 def heartbeat(client_id: str, group: str, topic: str, sub: str = "*", version: int = 1, cpp: bool = False):
     if cpp:  # C++ style: ordinals, string subVersion, absent empty arrays
-        sd = {"topic": topic, "subString": sub, "subVersion": str(version)}
+        sd: dict[str, object] = {"topic": topic, "subString": sub, "subVersion": str(version)}
         if sub != "*":
             sd["tagsSet"] = [t.strip() for t in sub.split("||")]
         cd = {"groupName": group, "consumeType": 1, "messageModel": 1, "consumeFromWhere": 0,
@@ -26,7 +27,7 @@ def heartbeat(client_id: str, group: str, topic: str, sub: str = "*", version: i
         "producerDataSet": [{"groupName": "CLIENT_INNER_PRODUCER"}]}).encode()
 
 
-async def test_heartbeat_registers_and_second_consumer_triggers_notify(broker_ctl, client):
+async def test_heartbeat_registers_and_second_consumer_triggers_notify(broker_ctl: BrokerController, client: RawClient):
     assert (await client.invoke(CONSUMER_LIST, {"consumerGroup": "GH"})).code == 1
     r = await client.invoke(HEART_BEAT, {}, heartbeat("10.0.0.1@1", "GH", "HT"))
     assert r.code == 0 and r.header["version"] >= 409
@@ -56,7 +57,7 @@ async def test_heartbeat_registers_and_second_consumer_triggers_notify(broker_ct
     assert (await client.invoke(CONSUMER_LIST, {"consumerGroup": "GH"})).code == 1
 
 
-async def test_pull_without_subscription_flag_uses_the_heartbeat(broker_ctl, client):
+async def test_pull_without_subscription_flag_uses_the_heartbeat(broker_ctl: BrokerController, client: RawClient):
     await send(client, "HS", b"a", tags="A", qid=0)
     await send(client, "HS", b"b", tags="B", qid=0)
     no_group = await pull(client, "GS", "HS", 0, 0, sub=None)
@@ -72,7 +73,7 @@ async def test_pull_without_subscription_flag_uses_the_heartbeat(broker_ctl, cli
     assert other_topic.code in (17, 24)
 
 
-async def test_offset_rules(broker_ctl, client):
+async def test_offset_rules(broker_ctl: BrokerController, client: RawClient):
     ext = {"consumerGroup": "GO", "topic": "Off", "queueId": "0"}
     # a brand-new group on a young (or absent) queue starts at 0
     assert (await client.invoke(QUERY_OFFSET, ext)).ext["offset"] == "0"
@@ -93,7 +94,7 @@ async def test_offset_rules(broker_ctl, client):
     assert (await client.invoke(SEARCH_OFFSET, {**tq, "timestamp": str(earliest - 10_000)})).ext["offset"] == "0"
 
 
-async def test_lock_and_unlock(broker_ctl, client):
+async def test_lock_and_unlock(broker_ctl: BrokerController, client: RawClient):
     mqs = [{"brokerName": "broker-a", "queueId": q, "topic": "L"} for q in (0, 1)]
     body = json.dumps({"consumerGroup": "GL", "clientId": "c1", "mqSet": mqs}).encode()
     r = await client.invoke(LOCK, {}, body)

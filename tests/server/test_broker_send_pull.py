@@ -5,13 +5,14 @@ import json
 import re
 import time
 
+from server.broker import BrokerController
 from tests.server.helpers import SEND_BATCH, SEND_MESSAGE, SEND_MESSAGE_V2, pull, send, send_ext, until
-from tests.server.raw import decode_records, encode_batch, props
+from tests.server.raw import RawClient, decode_records, encode_batch, props
 
 ROUTE = 105
 
 
-async def test_route_for_tbw102_and_unknown_topic(broker_ctl, client):
+async def test_route_for_tbw102_and_unknown_topic(broker_ctl: BrokerController, client: RawClient):
     r = await client.invoke(ROUTE, {"topic": "TBW102"})
     assert r.code == 0
     route = json.loads(r.body)
@@ -22,7 +23,7 @@ async def test_route_for_tbw102_and_unknown_topic(broker_ctl, client):
     assert missing.code == 17 and missing.body == b""
 
 
-async def test_route_key_quoting_follows_request_version(broker_ctl, client):
+async def test_route_key_quoting_follows_request_version(broker_ctl: BrokerController, client: RawClient):
     addr = broker_ctl.config.broker_addr
     old = await client.invoke(ROUTE, {"topic": "TBW102"}, version=333)
     assert f'"brokerAddrs":{{0:"{addr}"}}' in old.body.decode()
@@ -31,7 +32,7 @@ async def test_route_key_quoting_follows_request_version(broker_ctl, client):
     assert isinstance(json.loads(std.body)["queueDatas"][0]["perm"], int)
 
 
-async def test_send_auto_creates_topic_and_pull_filters_by_tag(broker_ctl, client):
+async def test_send_auto_creates_topic_and_pull_filters_by_tag(broker_ctl: BrokerController, client: RawClient):
     r1 = await send(client, "Orders", b"one", tags="TagA", keys="k1 k2", qid=0, code=SEND_MESSAGE_V2)
     r2 = await send(client, "Orders", b"two", tags="TagB", qid=0, code=SEND_MESSAGE)
     assert (r1.code, r2.code) == (0, 0), (r1.remark, r2.remark)
@@ -66,7 +67,7 @@ async def test_send_auto_creates_topic_and_pull_filters_by_tag(broker_ctl, clien
     assert empty_q.code == 19 and set(empty_q.ext) >= {"nextBeginOffset", "minOffset", "maxOffset"}
 
 
-async def test_batch_via_320_and_via_310_with_m(broker_ctl, client):
+async def test_batch_via_320_and_via_310_with_m(broker_ctl: BrokerController, client: RawClient):
     items = [(b"b0", props(TAGS="T0", UNIQ_KEY="U0")), (b"b1", props(TAGS="T1", UNIQ_KEY="U1"))]
     r = await client.invoke(SEND_BATCH, send_ext("Batchy", props(WAIT="true"), 1, batch=True),
                             encode_batch(items))
@@ -85,10 +86,9 @@ async def test_batch_via_320_and_via_310_with_m(broker_ctl, client):
     assert delayed.code == 13
 
 
-async def test_long_poll_is_woken_by_a_send(broker_ctl, client):
+async def test_long_poll_is_woken_by_a_send(broker_ctl: BrokerController, client: RawClient):
     await send(client, "Poll", b"seed", qid=0)
-    other = await __import__("tests.server.raw", fromlist=["RawClient"]).RawClient.connect(
-        broker_ctl.config.broker_addr)
+    other = await RawClient.connect(broker_ctl.config.broker_addr)
     try:
         t0 = time.monotonic()
         held = asyncio.ensure_future(pull(client, "GP", "Poll", 0, 1, suspend_ms=20000, timeout=30))
@@ -103,7 +103,7 @@ async def test_long_poll_is_woken_by_a_send(broker_ctl, client):
         await other.close()
 
 
-async def test_long_poll_times_out_with_pull_not_found(broker_ctl, client):
+async def test_long_poll_times_out_with_pull_not_found(broker_ctl: BrokerController, client: RawClient):
     await send(client, "Quiet", b"x", qid=0)
     t0 = time.monotonic()
     r = await pull(client, "GQ", "Quiet", 0, 1, suspend_ms=300)
@@ -111,14 +111,14 @@ async def test_long_poll_times_out_with_pull_not_found(broker_ctl, client):
     assert 0.25 <= time.monotonic() - t0 < 5
 
 
-async def test_commit_offset_flag_stores_the_offset(broker_ctl, client):
+async def test_commit_offset_flag_stores_the_offset(broker_ctl: BrokerController, client: RawClient):
     await send(client, "Commit", b"x", qid=0)
     await pull(client, "GC", "Commit", 0, 0, commit_offset=7)
     r = await client.invoke(14, {"consumerGroup": "GC", "topic": "Commit", "queueId": "0"})
     assert r.code == 0 and r.ext["offset"] == "7"
 
 
-async def test_retry_topic_send_past_max_goes_to_dlq(broker_ctl, client):
+async def test_retry_topic_send_past_max_goes_to_dlq(broker_ctl: BrokerController, client: RawClient):
     ext = send_ext("%RETRY%GR", props(RETRY_TOPIC="Orig", DELAY="5"), 0, reconsume=3, max_reconsume=3)
     r = await client.invoke(SEND_MESSAGE_V2, ext, b"dead")
     assert r.code == 0, r.remark

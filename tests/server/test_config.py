@@ -1,7 +1,8 @@
 import pytest
 
+from codec.durations import DEFAULT_DELAY_LEVELS
 from server.__main__ import build_parser, config_from_args
-from server.config import DEFAULT_DELAY_LEVELS, BrokerConfig, load_config, parse_properties
+from server.config import BrokerConfig, load_config, parse_properties
 
 
 def test_defaults_match_rocketmq_names():

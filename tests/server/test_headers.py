@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from codec.codes import SEND_MESSAGE_REQUEST_HEADER_V2, create_send_message_request_header_v2
 from server import headers as H
+from server.header_spec import Header, HeaderError, HeaderSpec, Long
 
 
 def test_v2_short_names_map_to_v1_fields():
@@ -34,23 +35,23 @@ def test_send_spec_takes_its_v2_names_from_the_codec_table():
     assert H.parse_send(v2, True).__dict__ == H.SEND_MESSAGE.parse(long_form).__dict__
     assert H.parse_send(long_form, False).__dict__ == H.SEND_MESSAGE.parse(long_form).__dict__
     with pytest.raises(TypeError, match="no V2 short name for onlyHere"):
-        H.HeaderSpec(type("Odd", (H.Header,), {"__annotations__": {"topic": str, "onlyHere": str}}),
+        HeaderSpec(type("Odd", (Header,), {"__annotations__": {"topic": str, "onlyHere": str}}),
                      v2_names=SEND_MESSAGE_REQUEST_HEADER_V2)
     with pytest.raises(KeyError):
         create_send_message_request_header_v2({"group": "PG"})
 
 
 def test_missing_required_field_is_named():
-    with pytest.raises(H.HeaderError, match=r"the custom field <consumerGroup> is null"):
+    with pytest.raises(HeaderError, match=r"the custom field <consumerGroup> is null"):
         H.GROUP_TOPIC_QUEUE.parse({"topic": "T", "queueId": "1"})
-    with pytest.raises(H.HeaderError, match=r"<consumerGroup> is null"):  # empty counts as missing
+    with pytest.raises(HeaderError, match=r"<consumerGroup> is null"):  # empty counts as missing
         H.GROUP_TOPIC_QUEUE.parse({"consumerGroup": "", "topic": "T", "queueId": "1"})
 
 
 def test_unparsable_number_names_the_field():
-    with pytest.raises(H.HeaderError, match="queueId"):
+    with pytest.raises(HeaderError, match="queueId"):
         H.TOPIC_QUEUE.parse({"topic": "T", "queueId": "x1"})
-    with pytest.raises(H.HeaderError, match="queueId"):
+    with pytest.raises(HeaderError, match="queueId"):
         H.TOPIC_QUEUE.parse({"topic": "T", "queueId": str(1 << 40)})  # int overflow
 
 
@@ -63,7 +64,7 @@ def test_long_fields_round_trip(v):
 def test_garbage_never_raises_anything_but_header_error(s):
     try:
         H.PULL_MESSAGE.parse({k: s for k, *_ in H.PULL_MESSAGE.fields})
-    except H.HeaderError:
+    except HeaderError:
         pass
 
 
@@ -78,7 +79,7 @@ _send_values = st.one_of(
 def _outcome(fn, ext, v2):
     try:
         return ("ok", fn(ext, v2).__dict__)
-    except H.HeaderError as e:
+    except HeaderError as e:
         return ("error", str(e))
 
 
@@ -126,7 +127,7 @@ def _pull_outcome(fn, ext):
     """The Header's fields with their types and order, or the HeaderError text."""
     try:
         return ("ok", [(k, type(v), v) for k, v in fn(ext).__dict__.items()])
-    except H.HeaderError as e:
+    except HeaderError as e:
         return ("error", str(e))
 
 
@@ -156,9 +157,9 @@ def test_parse_pull_fast_lane_on_a_java_pull():
            "subVersion": "1763938000123", "expressionType": "TAG"}
     assert _pull_outcome(H.parse_pull, ext) == _pull_outcome(H.PULL_MESSAGE.parse, ext)
     assert H.parse_pull(ext).subVersion == 1763938000123
-    with pytest.raises(H.HeaderError, match=r"<queueOffset> is not a valid long"):
+    with pytest.raises(HeaderError, match=r"<queueOffset> is not a valid long"):
         H.parse_pull({**ext, "queueOffset": "x"})
-    with pytest.raises(H.HeaderError, match=r"<maxMsgNums> is null"):
+    with pytest.raises(HeaderError, match=r"<maxMsgNums> is null"):
         H.parse_pull({**ext, "maxMsgNums": ""})
 
 
@@ -197,27 +198,27 @@ class _SendWithBrokerName(H.SendMessageHeader):
     bname: str | None
 
 
-class _EveryKind(H.Header):
+class _EveryKind(Header):
     name: str
     count: int
-    offset: H.Long
+    offset: Long
     enabled: bool
     note: str | None
     limit: int | None
-    since: H.Long | None
+    since: Long | None
     strict: bool | None
 
 
 def test_a_field_added_to_the_declaration_is_read_by_the_generated_parser():
-    spec = H.HeaderSpec(_SendWithBrokerName, v2_names=SEND_MESSAGE_REQUEST_HEADER_V2)
+    spec = HeaderSpec(_SendWithBrokerName, v2_names=SEND_MESSAGE_REQUEST_HEADER_V2)
     h = spec.straight_line_v2(fallback=_no_fallback)(_JAVA_SEND, True)
     assert h.bname == "broker-a" and h.topic == "T" and h.bornTimestamp == 1700000000000
     assert h.__dict__ == spec.parse(_JAVA_SEND, True).__dict__
-    every = H.HeaderSpec(_EveryKind)
+    every = HeaderSpec(_EveryKind)
     ext = {"name": "n", "count": "7", "offset": str(1 << 40), "enabled": "true", "note": "x", "limit": "2000",
            "since": "-3", "strict": "false"}
-    h = every.straight_line(fallback=_no_fallback)(ext)
-    assert h.__dict__ == every.parse(ext).__dict__ == {
+    e = every.straight_line(fallback=_no_fallback)(ext)
+    assert e.__dict__ == every.parse(ext).__dict__ == {
         "name": "n", "count": 7, "offset": 1 << 40, "enabled": True, "note": "x", "limit": 2000, "since": -3,
         "strict": False}
     assert every.straight_line(fallback=_no_fallback)({**ext, "note": "", "limit": "", "strict": ""}).__dict__ == {
@@ -225,7 +226,7 @@ def test_a_field_added_to_the_declaration_is_read_by_the_generated_parser():
         "strict": None}
 
 
-_EVERY_KIND = H.HeaderSpec(_EveryKind)
+_EVERY_KIND = HeaderSpec(_EveryKind)
 _EVERY_KIND_FAST = _EVERY_KIND.straight_line()
 
 
@@ -250,10 +251,10 @@ def test_generated_parser_equals_the_generic_spec_for_every_kind_mostly_valid(ex
 
 
 def test_generated_parser_refuses_what_it_cannot_write():
-    class Clash(H.Header):
+    class Clash(Header):
         ext: str
 
     with pytest.raises(TypeError, match="Clash.ext"):
-        H.HeaderSpec(Clash).straight_line()
+        HeaderSpec(Clash).straight_line()
     with pytest.raises(TypeError, match="no V2 short names"):
         H.PULL_MESSAGE.straight_line_v2()

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+from server.broker import BrokerController
 from storage.config_store import atomic_write_json
 from tests.helpers.broker import REPO_ROOT
 from tests.server.raw import RawClient
@@ -69,7 +70,7 @@ def _heartbeat(client_id: str, group: str, topics: list[str], sub: str = "*") ->
         "producerDataSet": []}).encode()
 
 
-async def test_heartbeats_with_many_subscriptions_repeated_and_changed(broker_ctl, client):
+async def test_heartbeats_with_many_subscriptions_repeated_and_changed(broker_ctl: BrokerController, client: RawClient):
     from codec import admin_bodies as AB
 
     heart_beat, connections = 34, 203
@@ -86,7 +87,7 @@ async def test_heartbeats_with_many_subscriptions_repeated_and_changed(broker_ct
     assert "%RETRY%HBG" in broker_ctl.topics.topics
 
 
-async def test_metrics_page_in_slices_equals_the_one_piece_page(broker_ctl):
+async def test_metrics_page_in_slices_equals_the_one_piece_page(broker_ctl: BrokerController):
     from server.observability import prometheus
 
     for i in range(2500):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from codec import admin_bodies as AB
+from tests.helpers.checks import present
 from tests.server.raw import RawClient
 
 CREATE_TOPIC, QUERY_OFFSET, UPDATE_OFFSET, GET_ALL_TOPIC_CONFIG = 17, 14, 15, 21
@@ -38,7 +39,7 @@ async def test_kill9_during_a_burst_of_creates_and_offset_commits_loses_no_ackno
             futs = c.pipeline(reqs)
             for req, fut in zip(reqs, futs, strict=True):
                 try:
-                    r = await fut
+                    r = await present(fut)
                 except ConnectionError:
                     return
                 assert r.code == 0, r.remark
@@ -86,7 +87,7 @@ async def test_a_pipelined_run_of_offset_commits_is_answered_after_one_commit(br
         replies = [await f for f in futs if f is not None]
         codes = [r.code for r in replies]
         assert codes.count(1) == 2 and codes.count(0) == len(replies) - 2
-        bad = [r.remark for r in replies if r.code == 1]
+        bad = [r.remark or "" for r in replies if r.code == 1]
         assert "queueId" in bad[0] and "queueId" in bad[1]
         for q in range(4):
             r = await c.invoke(QUERY_OFFSET, {"consumerGroup": "RunG", "topic": "RunT", "queueId": str(q)})

@@ -12,6 +12,7 @@ from codec.msgid import decode_offset_msg_id
 from codec.properties import parse_properties, properties_to_string, rewrite_sent_properties_reference
 from codec.record import MessageRecord
 from scheduler.delay_levels import transform_delay
+from tests.helpers.checks import present
 from tests.server.helpers import SEND_MESSAGE_V2, send_ext
 from tests.server.raw import decode_records
 
@@ -83,17 +84,18 @@ async def test_a_pipelined_run_is_answered_per_request_in_store_order(make_broke
         reqs = [one(0), one(1), one(2), bad, batch, one(5), oneway, one(7)]
         futs = c.pipeline(reqs)
         replies = [await asyncio.wait_for(f, 10) if f is not None else None for f in futs]
-        assert replies[3].code == 1 and "topic" in replies[3].remark
         assert replies[6] is None
+        answered = {i: present(r, f"reply {i}") for i, r in enumerate(replies) if i != 6}
+        assert answered[3].code == 1 and "topic" in (answered[3].remark or "")
         for i in (0, 1, 2, 4, 5, 7):
-            assert replies[i].code == 0, (i, replies[i].remark)
+            assert answered[i].code == 0, (i, answered[i].remark)
         # one more send after the oneway: once it is answered, the oneway is stored too
         tail = await c.invoke(*one(8)[:3])
         assert tail.code == 0
         stored = decode_records(b"".join(bytes(b) for b in broker.store.get_messages("Run", 0, 0, 32, None).buffers))
         assert [r["body"] for r in stored] == [b"m0", b"m1", b"m2", b"b0", b"b1", b"m5", b"m6", b"m7", b"m8"]
         assert [r["queue_offset"] for r in stored] == list(range(9))
-        offsets = [int(replies[i].ext["queueOffset"]) for i in (0, 1, 2, 4, 5, 7)]
+        offsets = [int(answered[i].ext["queueOffset"]) for i in (0, 1, 2, 4, 5, 7)]
         assert offsets == [0, 1, 2, 3, 5, 7]
     finally:
         await c.close()

@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import TEST_COMMITLOG_SEGMENT
 from tests.helpers import wire
 from tests.helpers.broker import REPO_ROOT, BrokerProcess, pick_port_pair
+from tests.helpers.checks import present
 from tests.server.helpers import pull_ext, send_ext
 from tests.server.raw import props
 
@@ -225,6 +226,6 @@ def test_lock_file_holder_line_format(tmp_path):
     b.start()
     try:
         text = (b.store / "lock").read_text().strip()
-        assert text == f"pid={b.proc.pid} host={socket.gethostname()}"
+        assert text == f"pid={present(b.proc).pid} host={socket.gethostname()}"
     finally:
         b.stop()

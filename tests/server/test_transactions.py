@@ -7,6 +7,7 @@ import json
 
 from codec.msgid import decode_offset_msg_id
 from codec.record import decode_record
+from server.broker import BrokerController
 from tests.server.helpers import pull, send, until
 from tests.server.raw import RawClient, decode_records
 
@@ -39,7 +40,7 @@ async def producer_heartbeat(c, group: str = "TXG") -> None:
     assert (await c.invoke(HEART_BEAT, {}, body)).code == 0
 
 
-async def test_half_is_invisible_until_commit_and_commit_is_idempotent(broker_ctl, client):
+async def test_half_is_invisible_until_commit_and_commit_is_idempotent(broker_ctl: BrokerController, client: RawClient):
     r = await send_half(client, "TxA", b"order-1", KEYS="o1")
     assert await max_offset(client, "TxA") == 0  # parked in the half topic
     assert await max_offset(client, "RMQ_SYS_TRANS_HALF_TOPIC") == 1
@@ -59,7 +60,7 @@ async def test_half_is_invisible_until_commit_and_commit_is_idempotent(broker_ct
     assert info["transactionHalfPending"] == "0" and info["transactionCommitted"] == "1"
 
 
-async def test_rollback_never_delivers_and_bad_ends_are_refused(broker_ctl, client):
+async def test_rollback_never_delivers_and_bad_ends_are_refused(broker_ctl: BrokerController, client: RawClient):
     r = await send_half(client, "TxB", b"cancelled")
     wrong_group = await client.invoke(END_TRANSACTION, end_ext(r, COMMIT, group="OTHER"))
     assert wrong_group.code == 1 and wrong_group.remark == "The producer group wrong"

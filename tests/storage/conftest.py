@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from codec.properties import properties_to_string
@@ -37,7 +39,7 @@ def request(topic: str = "T", queue_id: int = 0, body: bytes = b"hello", tags: s
 
 
 def config(path, **kw) -> StoreConfig:
-    base = dict(store_path=str(path), mapped_file_size_commitlog=SEG, mapped_file_size_consume_queue=20 * 100,
+    base: dict[str, Any] = dict(store_path=str(path), mapped_file_size_commitlog=SEG, mapped_file_size_consume_queue=20 * 100,
                 disk_max_used_ratio=1.0, max_hash_slot_num=4096, max_index_num=50_000)
     base.update(kw)
     return StoreConfig(**base)

@@ -8,6 +8,7 @@ import struct
 from codec.record import BLANK_MAGIC_CODE, decode_record
 from storage.consume_queue import UNIT, ConsumeQueue
 from storage.message_store import GetStatus, PutStatus
+from tests.helpers.checks import present
 from tests.storage.conftest import SEG, open_store, record, request
 
 
@@ -54,7 +55,7 @@ def test_one_write_batch_reads_back_without_copy(store):
 def test_consume_queue_across_file_boundary(tmp_path):
     s = open_store(tmp_path / "s", mapped_file_size_consume_queue=20 * 10)
     res = s.put([request(body=b"x") for _ in range(25)])
-    cq = s.consume_queue("T", 0)
+    cq = present(s.consume_queue("T", 0))
     assert len(cq.files.files) == 3
     assert sorted(os.listdir(os.path.join(s.cq_root, "T", "0"))) == [
         "00000000000000000000", "00000000000000000200", "00000000000000000400"]
@@ -62,7 +63,7 @@ def test_consume_queue_across_file_boundary(tmp_path):
     got = []
     off = 0
     while off < 25:
-        mv = s.read_units("T", 0, off, 100)
+        mv = present(s.read_units("T", 0, off, 100))
         n = len(mv) // 20
         assert n <= 10
         got += [UNIT.unpack_from(mv, i * 20)[0] for i in range(n)]

@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 from storage.message_store import MessageStore, PutStatus
+from tests.helpers.checks import present
 from tests.storage.conftest import config, open_store, request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -21,7 +22,7 @@ async def test_group_commit_resolves_all_with_fewer_flushes(tmp_path):
     s.start()
     results = await asyncio.gather(*(s.put_async([request(body=b"%d" % i)]) for i in range(200)))
     assert all(r[0].status is PutStatus.PUT_OK for r in results)
-    assert all(r[0].flushed.done() and r[0].flushed.result() is True for r in results)
+    assert all((f := present(r[0].flushed)).done() and f.result() is True for r in results)
     assert 1 <= s.flush_count < 200
     assert s.commitlog.flushed_offset == s.commitlog.max_offset
     await s.shutdown()
@@ -31,9 +32,10 @@ async def test_sync_put_future_resolves_after_flush(tmp_path):
     s = open_store(tmp_path, flush_disk_type="SYNC_FLUSH")
     s.start()
     r = s.put([request(), request()])
-    assert r[0].flushed is r[1].flushed and not r[0].flushed.done()
+    flushed = present(r[0].flushed)
+    assert r[1].flushed is flushed and not flushed.done()
     assert s.commitlog.flushed_offset < r[1].phys_offset + r[1].size
-    await asyncio.wait_for(r[0].flushed, 5)
+    await asyncio.wait_for(flushed, 5)
     assert s.commitlog.flushed_offset >= r[1].phys_offset + r[1].size
     await s.shutdown()
 
@@ -75,6 +77,7 @@ def test_sigkill_keeps_every_acknowledged_record(tmp_path):
         asyncio.run(main())
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
     acked = []
     try:
         for line in proc.stdout:

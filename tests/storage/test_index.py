@@ -11,6 +11,8 @@ from structlog.testing import capture_logs
 
 from codec.record import decode_record
 from storage.index_file import ENTRY, HEADER, HEADER_SIZE
+from storage.store_types import IndexKeys
+from tests.helpers.checks import present
 from tests.storage.conftest import open_store, request
 from tests.storage.test_recovery import _crash
 
@@ -48,7 +50,7 @@ def test_crash_with_torn_tail_cuts_index_entries_and_rebuilds_slots(tmp_path):
     s = open_store(tmp_path)
     res = s.put([request(body=b"x" * 300, keys="same", uniq=f"U{i}") for i in range(20)])
     last = res[-1]
-    mf = s.commitlog.queue.find(last.phys_offset)
+    mf = present(s.commitlog.queue.find(last.phys_offset))
     pos = last.phys_offset - mf.file_from_offset
     mf.mm[pos + 150:pos + last.size] = bytes(last.size - 150)  # torn: the page with its second half never written
     # a batch interrupted by the kill: its slot already points at an entry past indexCount
@@ -229,7 +231,8 @@ def test_a_batch_chained_with_numpy_writes_the_bytes_one_by_one_adds_write(tmp_p
         for b in range(60):
             entries = []
             for i in range(VECTOR_MIN + b * 7):
-                keys = (f"k{i % 5}", f"U{b}-{i}".encode()) if i % 3 else (f"U{b}-{i}",)
+                # str keys and UTF-8 bytes keys (IndexKeys: one kind per record) hash alike
+                keys: IndexKeys = (f"k{i % 5}".encode(), f"U{b}-{i}".encode()) if i % 3 else (f"U{b}-{i}",)
                 entries.append(("T" if i % 4 else "T2", keys, phys, 100 + i))
                 phys += 100 + i
                 n += len(keys)
@@ -247,3 +250,132 @@ def test_a_batch_chained_with_numpy_writes_the_bytes_one_by_one_adds_write(tmp_p
     one_by_one, batched = fill(tmp_path / "a", False), fill(tmp_path / "b", True)
     assert len(batched) == 2 and [len(x) for x in batched] == [len(x) for x in one_by_one]
     assert batched == one_by_one
+
+
+# ---- the next IndexFile made ahead of need (RocketMQ's AllocateMappedFileService) ----------------------
+
+def _ahead_index(root, pool, index_num: int = 10):
+    from storage.index import IndexService
+
+    idx = IndexService(str(root), None, max_hash_slot_num=7, max_index_num=index_num, allocator=pool)
+    idx.load(0)
+    idx.allocate_ahead()  # as MessageStore.load does after recovery
+    return idx
+
+
+def _add(idx, n: int, phys0: int, ts: int) -> None:
+    for i in range(n):
+        idx.add("T", (f"k{phys0 + i * 100}",), phys0 + i * 100, 100, ts)
+
+
+def _barrier(pool) -> None:
+    pool.submit(lambda: None).result()  # one thread, FIFO: everything asked before has run
+
+
+def test_the_next_index_file_is_made_ahead_and_renamed_at_the_rotation(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from storage.index import AHEAD_NAME
+    pool = ThreadPoolExecutor(1)
+    idx = _ahead_index(tmp_path, pool)
+    _barrier(pool)
+    assert os.listdir(tmp_path / "index") == [AHEAD_NAME]  # no file yet: the first one is made ahead
+    _add(idx, 1, 0, 1_700_000_000_000)
+    assert (idx.ahead.used, idx.ahead.missed) == (1, 0) and len(_index_files(tmp_path)) == 1
+    _add(idx, 4, 100, 1_700_000_001_000)  # 5 of 10 entries: half full, the next one is asked for
+    _barrier(pool)
+    assert sorted(os.listdir(tmp_path / "index")) == sorted(_index_files(tmp_path) + [AHEAD_NAME])
+    _add(idx, 6, 500, 1_700_000_005_000)  # the 11th entry rotates: renamed, its header written now
+    assert (idx.ahead.used, idx.ahead.missed) == (2, 0)
+    names = _index_files(tmp_path)
+    assert len(names) == 2 and sorted(os.listdir(tmp_path / "index")) == names
+    f = idx.files[1]
+    assert f.path == os.path.join(tmp_path, "index", names[1]) and f.count == 1
+    assert f.begin_phys == 1000 and f.begin_ts == 1_700_000_005_000
+    assert [phys for phys, _size, _tdiff in f.chain(zlib_key("T", "k1000"))] == [1000]  # the entry sits in the renamed file
+    idx.close()
+    with open(tmp_path / "index" / names[1], "rb") as fh:  # the header is on disk under the new name
+        begin_ts, end_ts, begin_phys, end_phys, slots, count = HEADER.unpack(fh.read(HEADER_SIZE))
+    assert (begin_ts, begin_phys, end_phys, slots, count) == (1_700_000_005_000, 1000, 1000, 7, 1)
+    pool.shutdown()
+
+
+def zlib_key(topic: str, key: str) -> int:
+    from zlib import crc32
+
+    return crc32(f"{topic}#{key}".encode())
+
+
+def test_an_index_file_not_ready_in_time_is_made_inline_and_the_late_one_removed(tmp_path):
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1)
+    gate = threading.Event()
+    pool.submit(gate.wait)  # the pool is busy: what is asked next cannot be ready
+    try:
+        idx = _ahead_index(tmp_path, pool)
+        _add(idx, 5, 0, 1_700_000_000_000)  # the first file: made inline; half full: the next asked for
+        _add(idx, 6, 500, 1_700_000_000_000)  # rotates: made inline too
+        assert (idx.ahead.used, idx.ahead.missed) == (0, 2) and [f.count for f in idx.files] == [10, 1]
+    finally:
+        gate.set()  # (a failed assertion must not leave the pool's thread waiting at exit)
+    pool.shutdown(wait=True)
+    assert sorted(os.listdir(tmp_path / "index")) == _index_files(tmp_path) and len(_index_files(tmp_path)) == 2
+    idx.close()
+
+
+def test_an_index_file_made_ahead_is_removed_by_close_and_a_crash_leftover_by_load(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from storage.index import AHEAD_NAME, IndexService, _make_ahead
+    pool = ThreadPoolExecutor(1)
+    idx = _ahead_index(tmp_path, pool)
+    idx.close()  # waits for the pool's file, removes it
+    assert os.listdir(tmp_path / "index") == []
+    _make_ahead(str(tmp_path / "index" / AHEAD_NAME), 7, 10).close()  # made, then kill -9: left behind
+    idx = IndexService(str(tmp_path), None, max_hash_slot_num=7, max_index_num=10)
+    idx.load(0)
+    assert os.listdir(tmp_path / "index") == [] and idx.files == []
+    idx.close()
+    pool.shutdown()
+
+
+def test_a_store_rotates_onto_index_files_made_ahead_and_queries_across_them(tmp_path):
+    """Through the store (its allocate pool): every IndexFile after the first was asked for ahead
+    (taken ready, or made inline when the pool was late); queries span the files, across a restart."""
+    s = open_store(tmp_path, max_hash_slot_num=7, max_index_num=40)
+    res = []
+    for i in range(30):  # one record, 2 keys a put: the rotation is never in the batch that passes half
+        res += s.put([request(keys="k", uniq=f"U{i}")])
+    names = _index_files(tmp_path)
+    assert len(names) == 2 and [f.count for f in s.index.files] == [40, 20]
+    assert s.index.ahead.used + s.index.ahead.missed == 2  # the first (asked for at load) and the second
+    want = [r.phys_offset for r in res]
+    assert _offsets(s.query_by_key("T", "k", 100)) == want
+    assert _offsets(s.query_by_key("T", "U25", 5)) == [res[25].phys_offset]
+    s.close()
+    assert sorted(os.listdir(tmp_path / "index")) == names  # the third, made ahead at half, removed
+    s = open_store(tmp_path, max_hash_slot_num=7, max_index_num=40)
+    assert _offsets(s.query_by_key("T", "k", 100)) == want
+    s.close()
+
+
+def test_a_failure_on_the_pool_is_left_to_the_inline_index_file_creation(tmp_path):
+    """The pool cannot make the file (its spare name is taken by a directory here; ENOSPC on a full
+    disk): logged, counted, and the file is made inline, which reports its own error (`index.no_room`)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from storage.index import AHEAD_NAME, IndexService
+    pool = ThreadPoolExecutor(1)
+    idx = IndexService(str(tmp_path), None, max_hash_slot_num=7, max_index_num=10, allocator=pool)
+    idx.load(0)
+    (tmp_path / "index" / AHEAD_NAME).mkdir()
+    idx.allocate_ahead()
+    _barrier(pool)
+    with capture_logs() as logs:
+        _add(idx, 1, 0, 1_700_000_000_000)
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["mapped_file.allocate_ahead_failed"]
+    assert (idx.ahead.used, idx.ahead.missed) == (0, 1) and [f.count for f in idx.files] == [1]
+    idx.close()
+    pool.shutdown()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from codec.codes import SCHEDULE_TOPIC, TIMER_TOPIC
 from codec.record import decode_record
 from storage.message_store import PutStatus
+from tests.helpers.checks import present
 from tests.storage.conftest import open_store, request
 
 
@@ -50,7 +51,7 @@ def test_flushed_commitlog_and_consume_queue_pages_leave_rss_and_stay_readable(t
     bodies = [bytes([i % 251]) * 2000 for i in range(2000)]  # ~4 MiB of records
     res = s.put([request(body=b) for b in bodies])
     cl_path = s.commitlog.queue.files[0].path
-    cq = s.consume_queue("T", 0)
+    cq = present(s.consume_queue("T", 0))
     cq_path = cq.files.files[0].path
     assert _mapped_rss_kib(cl_path) > 3000 and _mapped_rss_kib(cq_path) >= 36
     flush_segments_blocking(s.commitlog.queue)
@@ -59,7 +60,7 @@ def test_flushed_commitlog_and_consume_queue_pages_leave_rss_and_stay_readable(t
     assert _mapped_rss_kib(cl_path) <= 64 and _mapped_rss_kib(cq_path) <= 64
     # reads fault the pages back in with the data intact ...
     for r, b in zip(res, bodies, strict=True):
-        assert decode_record(s.read_record(r.phys_offset, r.size), 0)[0].body == b
+        assert decode_record(present(s.read_record(r.phys_offset, r.size)), 0)[0].body == b
     assert _mapped_rss_kib(cl_path) > 3000
     # ... and the periodic sweep after a flush drops them again
     monkeypatch.setattr(mapped_file, "SWEEP_INTERVAL_S", 0.0)
@@ -71,7 +72,7 @@ def test_flushed_commitlog_and_consume_queue_pages_leave_rss_and_stay_readable(t
     s.close()
     s = open_store(tmp_path / "s", mapped_file_size_commitlog=8 << 20, mapped_file_size_consume_queue=20 * 200_000)
     assert s.max_offset("T", 0) == 2001
-    assert decode_record(s.read_record(res[0].phys_offset, res[0].size), 0)[0].body == bodies[0]
+    assert decode_record(present(s.read_record(res[0].phys_offset, res[0].size)), 0)[0].body == bodies[0]
     s.close()
 
 

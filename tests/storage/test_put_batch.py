@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from codec.delivery_batch import build_delivery_batch
+from codec.delivery_batch import DeliveryBatch, build_delivery_batch
 from codec.record import decode_record
 from storage.message_store import PutRequest, PutStatus
+from tests.helpers.checks import present
 from tests.storage.conftest import SEG, open_store, record
 
 
@@ -29,15 +30,15 @@ def test_fast_path_matches_put(tmp_path):
         assert res.all_ok and res.count == 10 and res.flushed is None
         assert res.phys == [r.phys_offset for r in want]
         for p, w in zip(res.phys, want, strict=True):
-            got_rec, _ = decode_record(a.read_record(p), 0)
-            want_rec, _ = decode_record(b.read_record(w.phys_offset), 0)
+            got_rec, _ = decode_record(present(a.read_record(p)), 0)
+            want_rec, _ = decode_record(present(b.read_record(w.phys_offset)), 0)
             assert got_rec.queue_offset == want_rec.queue_offset and got_rec.commitlog_offset == p
             assert got_rec.store_timestamp == res.store_timestamp
             assert (got_rec.topic, got_rec.queue_id, got_rec.body, got_rec.properties) == (
                 want_rec.topic, want_rec.queue_id, want_rec.body, want_rec.properties)
         for q in range(3):
             assert a.max_offset("R", q) == b.max_offset("R", q)
-            assert bytes(a.read_units("R", q, 0, 10))[12::20] == bytes(b.read_units("R", q, 0, 10))[12::20]
+            assert bytes(present(a.read_units("R", q, 0, 10)))[12::20] == bytes(present(b.read_units("R", q, 0, 10)))[12::20]
         assert sorted(seen) == [("R", q, a.max_offset("R", q)) for q in range(3)]
         assert len(a.query_by_key("R", "k2", 32).buffers) == 10 and len(a.query_by_key("R", "U00003", 32).buffers) == 1
         more = a.put_batch(_batch(4))  # queue offsets continue
@@ -47,7 +48,7 @@ def test_fast_path_matches_put(tmp_path):
         b.close()
 
 
-def _reqs_for_batch(batch):
+def _reqs_for_batch(batch: DeliveryBatch) -> list[PutRequest]:
     return [PutRequest(batch.record(j), *batch.dests[j], batch.tags_codes[j], batch.keys[j], -1)
             for j in range(len(batch))]
 
@@ -58,7 +59,7 @@ def test_segment_roll_goes_through_put(tmp_path):
         big = build_delivery_batch([_schedule("R", 0, i, body=b"z" * 9000) for i in range(10)])
         res = s.put_batch(big)
         assert res.all_ok and res.count == 10 and any(p >= SEG for p in res.phys)
-        assert [decode_record(s.read_record(p), 0)[0].queue_offset for p in res.phys] == list(range(10))
+        assert [decode_record(present(s.read_record(p)), 0)[0].queue_offset for p in res.phys] == list(range(10))
     finally:
         s.close()
 
@@ -69,7 +70,7 @@ def test_faults_give_per_record_statuses(tmp_path):
         s.faults.fail_next(2, PutStatus.OS_PAGE_CACHE_BUSY)
         res = s.put_batch(_batch(5))
         assert not res.all_ok and res.count == 3
-        assert res.statuses[:2] == [PutStatus.OS_PAGE_CACHE_BUSY] * 2 and res.phys[:2] == [-1, -1]
+        assert present(res.statuses)[:2] == [PutStatus.OS_PAGE_CACHE_BUSY] * 2 and res.phys[:2] == [-1, -1]
         assert all(p >= 0 for p in res.phys[2:])
     finally:
         s.close()
@@ -82,7 +83,7 @@ async def test_sync_flush_one_future_per_batch(tmp_path):
         res = s.put_batch(_batch(6))
         assert res.all_ok and res.flushed is not None
         assert (await res.flushed) is not False
-        assert s.commitlog.flushed_offset >= res.phys[-1] + len(s.read_record(res.phys[-1]))
+        assert s.commitlog.flushed_offset >= res.phys[-1] + len(present(s.read_record(res.phys[-1])))
     finally:
         await s.shutdown()
 
@@ -90,7 +91,7 @@ async def test_sync_flush_one_future_per_batch(tmp_path):
 class _Run:
     """A put_batch input with per-record deliver delays (a run of sends)."""
 
-    def __init__(self, reqs):
+    def __init__(self, reqs: list[PutRequest]) -> None:
         from itertools import accumulate
 
         from codec.record import POS_SYS_FLAG, store_timestamp_pos
@@ -100,7 +101,7 @@ class _Run:
         self.dests = [(r.topic, r.queue_id) for r in reqs]
         self.tags_codes = [r.tags_code for r in reqs]
         self.keys = [r.keys for r in reqs]
-        self.deliver_delays = [r.deliver_delay_ms for r in reqs]
+        self.deliver_delays: list[int] | None = [r.deliver_delay_ms for r in reqs]
         self.ts_pos = [s + store_timestamp_pos(self.buf[s + POS_SYS_FLAG + 3]) for s in self.starts[:-1]]
 
 
@@ -128,7 +129,7 @@ def test_queue_offsets_and_deliver_delays_match_put(tmp_path):
                 assert res.queue_offsets == [r.queue_offset for r in want]
                 assert res.phys == [r.phys_offset for r in want]
             for key in (("T", 0), ("T", 1), ("SCHEDULE_TOPIC_XXXX", 1)):
-                assert bytes(a.read_units(*key, 0, 32)) == bytes(b.read_units(*key, 0, 32))
+                assert bytes(present(a.read_units(*key, 0, 32))) == bytes(present(b.read_units(*key, 0, 32)))
         finally:
             a.close()
             b.close()
@@ -139,7 +140,8 @@ def test_failed_records_have_no_queue_offset(tmp_path):
     try:
         s.faults.fail_next(1, PutStatus.OS_PAGE_CACHE_BUSY)
         res = s.put_batch(_Run(_send_reqs(3)))
-        assert res.queue_offsets[0] == -1 and res.statuses[0] is PutStatus.OS_PAGE_CACHE_BUSY
-        assert res.queue_offsets[1:] == [0, 0]  # ("T", 1) and ("T", 0): the first of each queue
+        queue_offsets, statuses = present(res.queue_offsets), present(res.statuses)
+        assert queue_offsets[0] == -1 and statuses[0] is PutStatus.OS_PAGE_CACHE_BUSY
+        assert queue_offsets[1:] == [0, 0]  # ("T", 1) and ("T", 0): the first of each queue
     finally:
         s.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from codec.record import decode_record
 from codec.tags import java_hash
 from storage.message_store import GetStatus
+from tests.helpers.checks import present
 from tests.storage.conftest import open_store, request
 
 
@@ -24,7 +25,7 @@ def test_status_table(store):
 
 def test_offset_too_small_and_no_message_in_queue(tmp_path):
     s = open_store(tmp_path, mapped_file_size_consume_queue=20 * 10)
-    cq = s.consume_queue("E", 0, create=True)
+    cq = present(s.consume_queue("E", 0, create=True))
     g = s.get_messages("E", 0, 0, 32)
     assert (g.status, g.next_begin_offset) == (GetStatus.NO_MESSAGE_IN_QUEUE, 0)
     assert cq.max_offset == 0
@@ -62,7 +63,7 @@ def test_byte_and_count_limits(tmp_path):
 def test_offset_found_null_rolls_to_next_file(tmp_path):
     s = open_store(tmp_path, mapped_file_size_consume_queue=20 * 10)
     s.put([request() for _ in range(25)])
-    cq = s.consume_queue("T", 0)
+    cq = present(s.consume_queue("T", 0))
     del cq.files.files[1]  # a CQ file missing in the middle
     g = s.get_messages("T", 0, 12, 5)
     assert (g.status, g.next_begin_offset) == (GetStatus.OFFSET_FOUND_NULL, 20)
@@ -99,6 +100,6 @@ def test_read_records_batch_matches_read_record(tmp_path):
     bad = [(res[0].phys_offset, res[0].size + 1), (res[1].phys_offset + 1, res[1].size), (1 << 40, 100),
            (s.commitlog_max_offset(), 100)]
     got = s.read_records(spans + bad)
-    assert [bytes(g) for g in got[:len(spans)]] == [bytes(s.read_record(p, n)) for p, n in spans]
+    assert [bytes(present(g)) for g in got[:len(spans)]] == [bytes(present(s.read_record(p, n))) for p, n in spans]
     assert got[len(spans):] == [None] * len(bad)
     s.close()

@@ -10,6 +10,7 @@ from structlog.testing import capture_logs
 from codec.record import decode_record
 from storage.message_store import MessageStore
 from storage.store_types import tags_hash_code
+from tests.helpers.checks import present
 from tests.storage.conftest import config, open_store, request
 
 
@@ -43,7 +44,7 @@ def test_torn_tail_is_cut_at_last_valid_record(tmp_path):
     s = open_store(tmp_path)
     res = s.put([request(body=f"m{i}".encode() * 200, keys=f"k{i}") for i in range(40)])
     last = res[-1]
-    mf = s.commitlog.queue.find(last.phys_offset)
+    mf = present(s.commitlog.queue.find(last.phys_offset))
     pos = last.phys_offset - mf.file_from_offset
     mf.mm[pos + last.size - 10:pos + last.size] = b"\xff" * 10  # tear the last record's tail (body CRC)
     _crash(s)
@@ -66,7 +67,7 @@ def test_garbage_after_last_record_is_zeroed(tmp_path):
     s = open_store(tmp_path)
     res = s.put([request(body=b"ok" * 50) for _ in range(5)])
     end = res[-1].phys_offset + res[-1].size
-    mf = s.commitlog.queue.last
+    mf = present(s.commitlog.queue.last)
     mf.mm[end:end + 333] = os.urandom(333).replace(b"\0", b"\1")
     _crash(s)
     with capture_logs() as logs:
@@ -74,7 +75,7 @@ def test_garbage_after_last_record_is_zeroed(tmp_path):
     cut = _cuts(logs)
     assert [(c["from_offset"], c["bytes"]) for c in cut] == [(end, 333)]
     assert s.commitlog.max_offset == end and s.max_offset("T", 0) == 5
-    assert bytes(s.commitlog.queue.last.mm[end:end + 333]) == bytes(333)
+    assert bytes(present(s.commitlog.queue.last).mm[end:end + 333]) == bytes(333)
     s.close()
 
 
@@ -84,7 +85,7 @@ def test_truncated_segment_and_later_files_removed(tmp_path):
     files = [f.path for f in s.commitlog.queue.files]
     assert len(files) >= 3
     victim = next(r for r in res if r.phys_offset >= 65536)  # first record of segment 2
-    mf = s.commitlog.queue.find(victim.phys_offset)
+    mf = present(s.commitlog.queue.find(victim.phys_offset))
     mf.mm[0:8] = b"\0" * 8  # destroy its header
     _crash(s)
     with capture_logs() as logs:
@@ -122,7 +123,7 @@ def test_lost_consume_queue_is_rebuilt_from_commitlog(tmp_path):
     assert [decode_record(b, 0)[0].queue_offset for b in g.buffers] == list(range(20))
     assert len(s.query_by_key("T", "key7", 10).buffers) == 2
     # the schedule unit's tagsCode is the injected rule's (the broker passes scheduler.levels.schedule_tags_code)
-    u = s.consume_queue("SCHEDULE_TOPIC_XXXX", 2).unit(0)
+    u = present(present(s.consume_queue("SCHEDULE_TOPIC_XXXX", 2)).unit(0))
     assert u[2] == res[-1].store_timestamp + 10_000
     s.close()
 

@@ -167,7 +167,7 @@ class ReplicaRole:
         for ns in self.config.namesrv_addr_list:
             try:
                 resp = await self.client.invoke(ns, RemotingCommand.request(int(RC.GET_BROKER_CLUSTER_INFO), {}), 3.0)
-                if resp.code != 0:
+                if resp.code != ResponseCode.SUCCESS:
                     continue
                 info = loads_lenient(resp.body_bytes())
                 data = (info.get("brokerAddrTable") or {}).get(self.config.broker_name) or {}
@@ -216,7 +216,7 @@ class ReplicaRole:
         except Exception as e:
             log.info("ha.rejoin_master_unreachable", master=addr, error=repr(e))
             return
-        if resp.code != 0:
+        if resp.code != ResponseCode.SUCCESS:
             return  # an Apache master: no epochs
         doc = json.loads(resp.body_bytes())
         m_epoch, m_start = int(doc["epoch"]), int(doc["startOffset"])
@@ -306,7 +306,7 @@ class ReplicaRole:
 
     async def _wait(self, svc: HAService, end_offset: int) -> ReplicaAck:
         ok = await svc.wait_replicated(end_offset, self.config.slave_timeout / 1000.0)
-        return (0, None) if ok else (ResponseCode.FLUSH_SLAVE_TIMEOUT, "FLUSH_SLAVE_TIMEOUT")
+        return (ResponseCode.SUCCESS, None) if ok else (ResponseCode.FLUSH_SLAVE_TIMEOUT, "FLUSH_SLAVE_TIMEOUT")
 
     # ---- scheduler progress (master side) ---------------------------------------------------
     def progress(self, timer_from_queue_offset: int = -1) -> SchedulerProgress:

@@ -34,6 +34,8 @@ WANTED = [
     ("heartbeat_request", 34, "request", "HEART_BEAT from the Java push consumer (HeartbeatData body)"),
     ("send_request", 310, "request", "SEND_MESSAGE_V2 from the Java producer (keys, tags, UNIQ_KEY)"),
     ("send_response", 310, "response", "the broker's SEND_MESSAGE_V2 answer (SendMessageResponseHeader)"),
+    ("send_retry_request", 310, "request", "SEND_MESSAGE_V2 of a consumer's fallback re-send to %RETRY%GoldenGroup "
+     "(RECONSUME_TIME 2, MAX_RECONSUME_TIMES 16, delay level 5: header j and l)"),
     ("pull_request", 11, "request", "PULL_MESSAGE from the Java push consumer"),
     ("pull_response", 11, "response", "the broker's FOUND answer: stored records as the body"),
     ("register_request", 103, "request", "REGISTER_BROKER from the Apache broker (TopicConfigSerializeWrapper)"),
@@ -46,7 +48,8 @@ class Sniffer(threading.Thread):
 
     def __init__(self, ports: set[int]) -> None:
         super().__init__(daemon=True)
-        self.ports, self.streams, self.stop = ports, {}, threading.Event()
+        self.streams: dict[tuple[str, int, str, int], dict[int, bytes]] = {}
+        self.ports, self.stop = ports, threading.Event()
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(ETH_P_ALL))
         self.sock.bind(("lo", 0))
         self.sock.settimeout(0.2)
@@ -109,7 +112,10 @@ def main() -> int:
         for argv in (["produce", "--namesrv", f"127.0.0.1:{ns_port}", "--topic", "GoldenTopic", "--count", "1",
                       "--key", "order", "--tag", "TagA", "--body-prefix", "golden-body-"],
                      ["consume", "--namesrv", f"127.0.0.1:{ns_port}", "--topic", "GoldenTopic", "--group",
-                      "GoldenGroup", "--until-count", "1", "--timeout", "60"]):
+                      "GoldenGroup", "--until-count", "1", "--timeout", "60"],
+                     ["produce", "--namesrv", f"127.0.0.1:{ns_port}", "--topic", "%RETRY%GoldenGroup", "--count", "1",
+                      "--group", "GoldenRetryProducer", "--delay-level", "5", "--body-prefix", "golden-retry-",
+                      "--system-property", "RECONSUME_TIME=2", "--system-property", "MAX_RECONSUME_TIMES=16"]):
             subprocess.run(java_command("JavaAgent", classes, *argv), env=env, check=True, timeout=120,
                            stdout=subprocess.DEVNULL)
     finally:
@@ -130,7 +136,10 @@ def main() -> int:
     for name, code, side, what in WANTED:
         found = None
         for key, req in requests.get(code, []):
-            if side == "request" and (code != 11 or header(req)["extFields"].get("queueOffset") == "0") \
+            ext = header(req).get("extFields") or {}
+            if code == 310 and ext.get("b", "").startswith("%RETRY%") != (name == "send_retry_request"):
+                continue  # the plain send and the retry send each go to their own file
+            if side == "request" and (code != 11 or ext.get("queueOffset") == "0") \
                     and (code != 34 or b'"consumerDataSet":[{' in req):  # the consumer's heartbeat
                 found = req
                 break

@@ -19,6 +19,7 @@ import org.apache.rocketmq.client.consumer.listener.*;
 import org.apache.rocketmq.client.producer.*;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageAccessor;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
 
@@ -83,6 +84,10 @@ public class JavaAgent {
         for (String p : multi.getOrDefault("property", List.of())) {
             int eq = p.indexOf('=');
             msg.putUserProperty(p.substring(0, eq), p.substring(eq + 1));
+        }
+        for (String p : multi.getOrDefault("system-property", List.of())) {  // e.g. RECONSUME_TIME on a %RETRY% send
+            int eq = p.indexOf('=');
+            MessageAccessor.putProperty(msg, p.substring(0, eq), p.substring(eq + 1));
         }
         int level = intOpt("delay-level", 0);
         if (level > 0) msg.setDelayTimeLevel(level);

@@ -11,6 +11,7 @@ from codec.record import MessageRecord, decode_record, encode_record
 from scheduler.events import on_event
 from scheduler.timer import TimerConfig, TimerMessageStore, transform_timer
 from storage.message_store import MessageStore, PutRequest, StoreConfig
+from tests.helpers.checks import present
 
 PRECISION = 100
 
@@ -48,18 +49,19 @@ class Harness:
     def send(self, topic: str, props: dict, body: bytes = b"x", queue_id: int = 0, now: int | None = None):
         rec = MessageRecord(topic=topic, body=body, queue_id=queue_id, born_timestamp=now_ms(),
                             properties=dict(props))
-        dec = transform_timer(rec, now_ms() if now is None else now, self.timer)
+        dec = transform_timer(rec, now_ms() if now is None else now, present(self.timer, "timer (open() first)"))
         if not dec.ok:
             return dec, None
-        res = self.store.put([PutRequest(encode_record(rec), rec.topic, rec.queue_id)])
+        res = present(self.store).put([PutRequest(encode_record(rec), rec.topic, rec.queue_id)])
         assert res[0].status.name == "PUT_OK"
         return dec, res[0]
 
     def messages(self, topic: str, queue_id: int = 0) -> list[MessageRecord]:
-        out, off = [], self.store.min_offset(topic, queue_id)
-        mx = self.store.max_offset(topic, queue_id)
+        store = present(self.store, "store (open() first)")
+        out, off = [], store.min_offset(topic, queue_id)
+        mx = store.max_offset(topic, queue_id)
         while off < mx:
-            got = self.store.get_messages(topic, queue_id, off, 32, None)
+            got = store.get_messages(topic, queue_id, off, 32, None)
             if not got.buffers:
                 break
             for b in got.buffers:
@@ -84,7 +86,7 @@ class Harness:
                 pass
 
     def count(self, topic: str, queue_id: int = 0) -> int:
-        return self.store.max_offset(topic, queue_id)
+        return present(self.store, "store (open() first)").max_offset(topic, queue_id)
 
 
 @pytest.fixture

@@ -43,13 +43,13 @@ async def main(root: str, first: int, count: int) -> None:
         off = 0
         while off < store.max_offset("CRASH", 0):
             got = store.get_messages("CRASH", 0, off, 32, None)
-            keys.update(read_properties(b).get("UNIQ_KEY") for b in got.buffers)
+            keys.update(read_properties(b)["UNIQ_KEY"] for b in got.buffers)
             off = got.next_begin_offset
             del got
 
         def on_event(event, **f):
             if event == "delivered" and f.get("topic") == "CRASH":
-                keys.add(f.get("uniqKey"))
+                keys.add(f["uniqKey"])
                 if len(keys) >= first:
                     done.set()
         timer.add_listener(event_listener(on_event))

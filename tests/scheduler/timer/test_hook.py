@@ -74,7 +74,7 @@ def test_past_cancel_marker_is_illegal():
 def test_beyond_max_delay_is_illegal_with_remark_and_max_may_be_years():
     r = rec({"TIMER_DELAY_SEC": str(259200 + 1)})
     d = transform_timer(r, NOW, CFG)
-    assert d.status is TimerPutStatus.ILLEGAL and "timerMaxDelaySec" in d.remark and d.response_code == 13
+    assert d.status is TimerPutStatus.ILLEGAL and "timerMaxDelaySec" in (d.remark or "") and d.response_code == 13
     assert transform_timer(rec({"TIMER_DELAY_SEC": "259200"}), NOW, CFG).status is TimerPutStatus.TRANSFORMED
     years = TimerConfig(precision_ms=100, max_delay_sec=5 * 365 * 86400)
     r = rec({"TIMER_DELAY_SEC": str(4 * 365 * 86400)})
@@ -83,7 +83,7 @@ def test_beyond_max_delay_is_illegal_with_remark_and_max_may_be_years():
 
 def test_not_a_number_is_illegal():
     d = transform_timer(rec({"TIMER_DELAY_SEC": "soon"}), NOW, CFG)
-    assert d.status is TimerPutStatus.ILLEGAL and "TIMER_DELAY_SEC" in d.remark
+    assert d.status is TimerPutStatus.ILLEGAL and "TIMER_DELAY_SEC" in (d.remark or "")
 
 
 def test_delay_level_wins_and_drops_timer_keys():

@@ -18,7 +18,7 @@ FAR = 10 ** 10
 
 def _timerlog_files(h) -> list[str]:
     d = os.path.join(h.root, "timerlog")
-    return sorted(os.path.join(d, n) for n in os.listdir(d))
+    return sorted(os.path.join(d, n) for n in os.listdir(d) if n.isdigit())  # not a segment made ahead
 
 
 async def _send_timers(h, n: int, due_ms: int, topic: str = "RT", body: bytes = BODY) -> None:
