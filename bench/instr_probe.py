@@ -47,6 +47,8 @@ import time
 from bench import wire
 from bench.broker_core import _create
 from bench.common import HOST, pick_port, store_base
+from codec.codes import ResponseCode
+from codec.properties import MessageConst
 
 PLAIN, DELAYED = "InstrPlain", "InstrDelay"
 QUEUES = 8
@@ -65,7 +67,7 @@ def _dump(pid: int, label: str) -> None:
 async def _send(addr: str, topic: str, n: int, window: int, conns: int, levels: list[int]) -> int:
     cs = [await wire.connect(addr) for _ in range(conns)]
     tmpls = {(lv, q): wire.FrameTemplate(wire.send_cmd(
-        topic, BODY, q, wire.props_string({"DELAY": str(lv)}) if lv else ""))
+        topic, BODY, q, wire.props_string({MessageConst.DELAY: str(lv)}) if lv else ""))
         for lv in levels for q in range(QUEUES)}
     per = [n // conns + (1 if i < n % conns else 0) for i in range(conns)]
     errors = 0
@@ -87,7 +89,7 @@ async def _send(addr: str, topic: str, n: int, window: int, conns: int, levels: 
                 sent += 1
             c.write(out)
             for r in await asyncio.gather(*futs):
-                errors += r.code != 0
+                errors += r.code != ResponseCode.SUCCESS
 
     await asyncio.gather(*(one(i, k) for i, k in enumerate(per)))
     for c in cs:
@@ -114,7 +116,7 @@ async def _pull(addr: str, topic: str) -> int:
             out += wire.encode_frame_bytes(cmd)
         c.write(out)
         for q, r in zip(qs, await asyncio.gather(*futs), strict=True):
-            if r.code != 0:
+            if r.code != ResponseCode.SUCCESS:
                 raise RuntimeError(f"pull {topic}/{q}@{offs[q]}: {r.code} {r.remark}")
             offs[q] = int(r.ext_fields["nextBeginOffset"])
             pos, body = 0, r.body
