@@ -171,6 +171,8 @@ def probe(n: int, window: int, out: str, keep: bool, cprofile: str | None = None
         for line in p.stdout:
             if b"ready" in line:
                 break
+        else:
+            raise RuntimeError(f"the broker exited before it was ready (its stderr: {work}/broker.stderr, kept)")
         addr = f"{HOST}:{port}"
         _create(addr, PLAIN, QUEUES)
         _create(addr, DELAYED, QUEUES)
@@ -194,6 +196,9 @@ def probe(n: int, window: int, out: str, keep: bool, cprofile: str | None = None
         dump("pull_delay")
     except _Done:
         pass
+    except RuntimeError:
+        keep = True
+        raise
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(300)
