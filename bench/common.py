@@ -283,3 +283,21 @@ class Broker:
 
     def __exit__(self, *exc) -> None:
         self.cleanup()
+
+
+def start_broker_under(wrap: list[str], py_args: list[str], work: str, port: int, conf: str,
+                       ) -> subprocess.Popen[bytes]:
+    """`python -m server` on `work`/store and `port` with `conf`, run under `wrap` (valgrind; may be empty)
+    with `py_args` for the interpreter (`-m cProfile -o F`; may be empty), its stderr in
+    `work`/broker.stderr; returns once it printed ready. Raises RuntimeError if it exits first (the
+    stderr file is left for the caller to keep)."""
+    argv = [*wrap, sys.executable, *py_args, "-m", "server", "--store", os.path.join(work, "store"), "--port", str(port),
+            "--config", conf, "--log-level", "warning"]
+    with open(os.path.join(work, "broker.stderr"), "wb") as err:
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err)
+    assert p.stdout is not None
+    for line in p.stdout:
+        if b"ready" in line:
+            return p
+    p.wait()
+    raise RuntimeError(f"the broker exited before it was ready (its stderr: {work}/broker.stderr)")

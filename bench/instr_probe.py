@@ -46,7 +46,7 @@ import time
 
 from bench import wire
 from bench.broker_core import _create
-from bench.common import HOST, pick_port, store_base
+from bench.common import HOST, pick_port, start_broker_under, store_base
 from codec.codes import ResponseCode
 from codec.properties import MessageConst
 
@@ -157,22 +157,13 @@ def probe(n: int, window: int, out: str, keep: bool, cprofile: str | None = None
     for old in [out, *(f"{out}.{i}" for i in range(1, 10))]:
         if os.path.exists(old):
             os.unlink(old)
-    wrap = ["-m", "cProfile", "-o", cprofile] if cprofile else []
-    argv = [*([] if cprofile else ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]),
-            sys.executable, *wrap, "-m", "server", "--store", os.path.join(work, "store"), "--port", str(port),
-            "--config", conf, "--log-level", "warning"]
+    py_args = ["-m", "cProfile", "-o", cprofile] if cprofile else []
+    wrap = [] if cprofile else ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
     phases = ["start", "send", "stop"] if sends_only else \
         ["start", "send", "send_delay", "deliver", "pull", "pull_delay", "stop"]
     res: dict = {"n": n, "window": window, "conns": 2}
-    with open(os.path.join(work, "broker.stderr"), "wb") as err:
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err)
+    p = start_broker_under(wrap, py_args, work, port, conf)
     try:
-        assert p.stdout is not None
-        for line in p.stdout:
-            if b"ready" in line:
-                break
-        else:
-            raise RuntimeError(f"the broker exited before it was ready (its stderr: {work}/broker.stderr, kept)")
         addr = f"{HOST}:{port}"
         _create(addr, PLAIN, QUEUES)
         _create(addr, DELAYED, QUEUES)

@@ -16,13 +16,12 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 
 from bench.broker_core import _create
-from bench.common import HOST, pick_port, store_base
+from bench.common import HOST, pick_port, start_broker_under, store_base
 from bench.procs import run_parallel
 
 TOPIC = "BenchLate"
@@ -43,15 +42,8 @@ def probe(rate: int, seconds: float, profile: str | None = None) -> dict:
         f.write("flushDiskType=ASYNC_FLUSH\nmessageDelayLevel=1s 2s 3s 4s\ngrpcListenPort=0\n")
     prof = ["-m", "cProfile", "-o", profile] if profile else []
     wrap = os.environ.get("DELAYMQ_PROBE_WRAP", "").split()  # e.g. valgrind --tool=callgrind (instruction counts)
-    argv = [*wrap, sys.executable, *prof, "-m", "server", "--store", os.path.join(work, "store"), "--port", str(port),
-            "--config", conf, "--log-level", "warning"]
-    with open(os.path.join(work, "broker.stderr"), "wb") as err:
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err)
+    p = start_broker_under(wrap, prof, work, port, conf)
     try:
-        assert p.stdout is not None
-        for line in p.stdout:
-            if b"ready" in line:
-                break
         addr = f"{HOST}:{port}"
         _create(addr, TOPIC, QUEUES)
         n = int(rate * seconds)
