@@ -43,7 +43,8 @@ from scheduler.timer.metrics import TimerMetrics
 from scheduler.timer.reader import ReaderMixin
 from scheduler.timer.recovery import recover
 from scheduler.timer.state import SlotProgress, TimerFiles
-from scheduler.timer.timerlog import DIR_NAME, Segment, TimerLog
+from scheduler.timer.timerlog import DIR_NAME, TimerLog
+from scheduler.timer.timerlog_segment import Segment
 from scheduler.timer.wheel import FILE_NAME, TimerWheel
 from storage.message_store import MessageStore
 

@@ -31,6 +31,7 @@ import numpy.typing as npt
 import structlog
 
 from scheduler.durable import sync_and_close
+from scheduler.timer.timerlog_segment import Segment, segment_name, zero_tail
 from storage.mapped_file import DONTNEED, reserve_blocks
 from storage.store_types import AHEAD_SUFFIX, MadeAhead
 
@@ -79,70 +80,6 @@ def is_magic_ok(m: int) -> bool:
 
 DIR_NAME = "timerlog"  # <storeRoot>/timerlog/
 CHAIN_WALK_STEP = 20000  # units per read of a chain walk; a caller may yield to the loop between reads
-
-
-class Segment:
-    __slots__ = ("start", "path", "fd", "mm", "dropped", "reserved")
-
-    def __init__(self, path: str, start: int, size: int, create: bool = False) -> None:
-        self.start = start
-        self.path = path
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | (os.O_EXCL if create else 0), 0o644)
-        self.reserved = True
-        try:
-            try:
-                reserve_blocks(self.fd, size)
-            except OSError:
-                if create or os.fstat(self.fd).st_size != size:
-                    raise
-                # an existing file written sparse (before blocks were reserved) on a full disk: it can
-                # be read; `reserve` is retried before anything is appended to it
-                self.reserved = False
-                log.warning("timerlog.segment_not_reserved", file=path)
-            self.mm = mmap.mmap(self.fd, size)
-        except BaseException:
-            os.close(self.fd)
-            if create:
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
-            raise
-        self.dropped = 0  # bytes already advised away
-
-    def close(self) -> None:
-        try:
-            self.mm.close()
-        finally:
-            os.close(self.fd)
-
-    def destroy(self) -> None:
-        """Close and remove (a segment made ahead that nobody took)."""
-        self.close()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-
-
-def _zero_tail(seg: Segment, rel: int, size: int, step: int = 1 << 20) -> int:
-    """Zero the non-zero bytes of seg from `rel` on, a chunk at a time (never a copy of the whole
-    tail), with pwrite (a failed write is an OSError, not a SIGBUS). Returns the non-zero bytes."""
-    cut = 0
-    p = rel
-    while p < size:
-        n = min(step, size - p)
-        with memoryview(seg.mm)[p:p + n] as chunk:
-            zeros = bytes(chunk).count(0)
-        if zeros != n:
-            cut += n - zeros
-            os.pwrite(seg.fd, bytes(n), p)
-        p += n
-    return cut
-
-
-def segment_name(start: int) -> str:
-    return f"{start:020d}"
 
 
 class TimerLog:
@@ -456,7 +393,7 @@ class TimerLog:
             if seg.start + self.file_size <= self.write_pos:
                 keep.append(seg)
             elif seg.start <= self.write_pos:
-                cut += _zero_tail(seg, self.write_pos - seg.start, self.file_size)
+                cut += zero_tail(seg, self.write_pos - seg.start, self.file_size)
                 keep.append(seg)
             else:
                 cut += self.file_size

@@ -9,7 +9,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from scheduler.timer.timerlog import BLANK_SIZE, MAGIC_DEFAULT, UNIT_SIZE, Segment, TimerLog
+from scheduler.timer.timerlog import BLANK_SIZE, MAGIC_DEFAULT, UNIT_SIZE, TimerLog
+from scheduler.timer.timerlog_segment import Segment
 from storage.allocate import AllocateAhead
 from storage.message_store import MessageStore, StoreConfig
 from storage.store_types import AHEAD_SUFFIX
