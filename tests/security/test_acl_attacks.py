@@ -20,6 +20,8 @@ from tests.grpc.raw import RawClient
 from tests.helpers.wire import Reply
 from tests.security.helpers import call
 
+pytestmark = pytest.mark.process
+
 NO_PERMISSION = 16
 ADMIN_AK, ADMIN_SK = "tenantAdmin1", "tenantAdminSecret1"
 LOW_AK, LOW_SK = "lowPrivKey1", "lowPrivSecret1"
