@@ -21,17 +21,20 @@ import structlog
 
 from storage import _record as R
 from storage.consume_queue import UNIT
+from storage.mapped_file import space_on
 from storage.store_state import StoreState
 from storage.store_types import PutRequest, PutResult, PutStatus
 
 log = structlog.get_logger(__name__)
 
 
-def _space_error(cause: BaseException | None, what: str) -> tuple[PutStatus, str]:
-    """The put status and remark for a file that could not be created: ENOSPC is SERVICE_NOT_AVAILABLE
-    (the client's code 14) with a remark saying the disk is full."""
+def _space_error(cause: BaseException | None, what: str, where: str) -> tuple[PutStatus, str]:
+    """The put status and remark for a file that could not be created under `where`: ENOSPC is
+    SERVICE_NOT_AVAILABLE (the client's code 14, as RocketMQ answers a full disk) with a remark saying
+    the disk is full and naming the file system and its free space."""
     if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
-        return PutStatus.SERVICE_NOT_AVAILABLE, f"disk full: cannot reserve a {what}: {cause.strerror}"
+        return (PutStatus.SERVICE_NOT_AVAILABLE,
+                f"disk full: cannot reserve a {what}: {cause.strerror} ({space_on(where)})")
     return PutStatus.CREATE_MAPPED_FILE_FAILED, f"create mapped file failed ({what}): {cause}"
 
 
@@ -72,7 +75,8 @@ class PutMixin(StoreState):
         if self.disk_used_ratio() > self.config.disk_max_used_ratio:
             log.warning("store.disk_full", ratio=round(self._disk_ratio, 4), limit=self.config.disk_max_used_ratio)
             return self._fail_all(requests, results, PutStatus.SERVICE_NOT_AVAILABLE,
-                                  f"disk full: used ratio {self._disk_ratio:.3f} > {self.config.disk_max_used_ratio}")
+                                  f"disk full: used ratio {self._disk_ratio:.3f} > {self.config.disk_max_used_ratio}"
+                                  f" ({space_on(self.config.store_path)})")
         faults = self.faults
         cfg = self.config
         max_size = min(cfg.max_message_size, cfg.mapped_file_size_commitlog - R.BLANK_LEN)
@@ -110,7 +114,7 @@ class PutMixin(StoreState):
             first = counters.get(key, 0)
             err = self._cq_room(key, first, end - first)
             if err is not None:
-                status, remark = _space_error(err, "ConsumeQueue file")
+                status, remark = _space_error(err, "ConsumeQueue file", self.config.store_path)
                 for i in positions:
                     results[i] = PutResult(status, remark=remark)
                 self.put_failed_total += len(positions)
@@ -145,7 +149,7 @@ class PutMixin(StoreState):
         self.put_bytes_total += nbytes
         self.put_ok_total += len(phys)
         if append_err is not None:
-            status, remark = _space_error(append_err.cause, "CommitLog segment")
+            status, remark = _space_error(append_err.cause, "CommitLog segment", self.config.store_path)
             for i in positions[len(phys):]:
                 results[i] = PutResult(status, remark=remark)
                 self.put_failed_total += 1

@@ -35,6 +35,7 @@ from scheduler.timer.hook import (
 )
 from scheduler.timer.state import TimerState
 from scheduler.timer.timerlog import MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL, MAGIC_UNCOUNTED, num_delta
+from storage.mapped_file import space_on
 
 log = structlog.get_logger(__name__)
 
@@ -234,6 +235,24 @@ class EnqueueMixin(TimerState):
         pos = timerlog.append(last, magic, w, delayed - w, phys, size, topic_hash, exact)
         wheel.add_unit(delayed, pos, num_delta(magic))
         return delayed
+
+    def admit(self) -> str | None:
+        """The put hook's admission of one more timer message: None when the timerlog has blocks reserved
+        for every unit not yet enqueued (the stored backlog, plus those admitted since the timer queue
+        last grew: a send run's others, put together after the hooks), else the "disk full" remark
+        naming the file system and its free space (the send is refused: nothing is acknowledged that
+        could not be enqueued, so delivered)."""
+        tl = self.files().timerlog
+        mx = self.store.max_offset(TIMER_TOPIC, 0)
+        seen, admitted = self._admitted
+        admitted = admitted + 1 if seen == mx else 1
+        backlog = max(0, mx - self.curr_queue_offset) + admitted
+        if tl.room_for(backlog):
+            self._admitted = (mx, admitted)
+            return None
+        self.metrics.refused_disk_full += 1
+        return (f"disk full: the timerlog cannot reserve a {tl.file_size}-byte segment for {backlog} more "
+                f"timer messages ({space_on(tl.dir)})")
 
     def check_cancel(self, slot: int, key: str, topic: str) -> str | None:
         """The put hook's answer to a delete marker for timer `key` (REAL_TOPIC+UNIQ_KEY) in `slot`:

@@ -131,6 +131,7 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
         self.progress_file = None
         self._files = None
         self.curr_queue_offset = self.commit_queue_offset = 0
+        self._admitted = (-1, 0)
         self.curr_write_ms = self.read_cursor_ms = self.commit_read_ms = 0
         self._loaded = False
         self._running = False

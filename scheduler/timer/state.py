@@ -106,6 +106,8 @@ class TimerState:
     _following: bool
     _enqueue_limit: int
     _master_read_ms: int
+    # the admission's count (timer queue max offset when last admitted, timer messages admitted since)
+    _admitted: tuple[int, int]
 
     def files(self) -> TimerFiles:
         """The open files; only the stages call it, and they run only between load() and shutdown()."""
