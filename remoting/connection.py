@@ -81,6 +81,7 @@ class Connection(asyncio.Protocol):
         # past it the rest of a read waits, reading paused, for a later turn (`_decode_more`)
         self.decode_budget = decode_budget
         self._decode_waiting = False
+        self._quiesced = False  # a server stopping: no request is read or handled any more (quiesce)
         # requests handled per loop turn at most: a read of a thousand pipelined requests is worked
         # through in shares, so one peer's burst delays the others by one share, not by all of it
         self.turn_budget = max(1, turn_budget)
@@ -127,6 +128,8 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_activity = _monotonic()
+        if self._quiesced:
+            return  # stopping: what was not read before is never handled (nor stored)
         budget = self.decode_budget
         try:
             if budget is None:
@@ -159,7 +162,7 @@ class Connection(asyncio.Protocol):
         """The next share of what the decoder holds, in a later loop turn (TurnBudget.later)."""
         self._decode_waiting = False
         budget = self.decode_budget
-        if self._is_closing or budget is None:
+        if self._is_closing or self._quiesced or budget is None:
             return
         if budget.left <= 0:
             self._wait_decode()
@@ -228,7 +231,7 @@ class Connection(asyncio.Protocol):
         schedules the next share, so other connections' reads are served in between."""
         self._drain_scheduled = False
         bl = self._backlog
-        if self._is_closing:
+        if self._is_closing or self._quiesced:
             bl.clear()
             return
         take = min(len(bl), self.turn_budget)
@@ -274,8 +277,21 @@ class Connection(asyncio.Protocol):
         self._update_reading()
 
     # ------------------------------------------------------------------ flow control
+    def quiesce(self) -> None:
+        """A graceful stop's first step: hand no further request to a processor (the backlog and what
+        the decoder holds are dropped, and whatever arrives from now on: never handled, so never
+        stored, never answered); requests already handed over finish and are answered before the
+        connection closes (`RemotingServer.close`). Reading goes on, discarding, so the close is a FIN
+        after the answers, not a reset that could drop them (unread data at close makes a reset)."""
+        self._quiesced = True
+        self._backlog.clear()
+        self._decode_waiting = False
+        if self.transport is not None and not self._is_closing and self._read_paused:
+            self._read_paused = False
+            self.transport.resume_reading()
+
     def _update_reading(self) -> None:
-        if self.transport is None or self._is_closing:
+        if self.transport is None or self._is_closing or self._quiesced:
             return
         blocked = self._write_paused or self.inflight >= self.max_inflight
         if self._backlog and not blocked and not self._drain_scheduled:

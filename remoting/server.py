@@ -175,8 +175,15 @@ class RemotingServer:
         return await self.dispatcher.drain(timeout)
 
     async def close(self, drain_timeout: float = 5.0) -> None:
-        """Stop accepting, let in-flight requests finish (bounded), then close every connection."""
+        """Graceful stop: stop accepting; stop reading every connection (a request not yet handed to a
+        processor is dropped, never stored); let the requests in flight finish (bounded by
+        `drain_timeout`), each answered: a send that was stored, SYNC_FLUSH included, gets its
+        response; then close every connection once its answers are written (bounded as well)."""
         self.stop_accepting()
+        for conn in list(self.connections):
+            conn.quiesce()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + drain_timeout
         if not await self.drain(drain_timeout):
             log.warning("remoting.drain_timeout", left=len(self.dispatcher.tasks))
             self.dispatcher.cancel_all()
@@ -184,10 +191,12 @@ class RemotingServer:
         for conn in conns:
             conn.close()
         if conns:
-            # close() flushes first; a peer that never reads would hold us forever, so bound it.
-            _, slow = await asyncio.wait([c.closed for c in conns], timeout=1.0)
+            # close() flushes first; a peer that never reads would hold us forever, so bound it
+            # (by what is left of the drain time, at least 1 s: answers to a pipelining peer go out)
+            _, slow = await asyncio.wait([c.closed for c in conns], timeout=max(1.0, deadline - loop.time()))
             for conn in conns:
                 if not conn.closed.done():
+                    log.warning("remoting.close_unflushed", peer=conn.peer)
                     conn.abort()
             if slow:
                 await asyncio.wait([c.closed for c in conns], timeout=1.0)
