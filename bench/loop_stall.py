@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import socket
+import struct
 import threading
 import time
 from typing import Any
@@ -27,6 +28,7 @@ from remoting.loop import run
 from remoting.server import RemotingServer
 
 ECHO = 100
+_PREFIX = struct.Struct(">ii")  # a frame's total length and header length
 
 
 class Ticker:
@@ -52,7 +54,7 @@ class Ticker:
 def json_frame(code: int, opaque: int, ext: dict[str, str]) -> bytes:
     header = json.dumps({"code": code, "language": "JAVA", "version": 0, "opaque": opaque, "flag": 0,
                          "extFields": ext}).encode()
-    return (4 + len(header)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header
+    return _PREFIX.pack(4 + len(header), len(header)) + header
 
 
 def _read_frames(sock: socket.socket, n: int) -> None:

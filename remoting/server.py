@@ -230,14 +230,17 @@ class RemotingServer:
                 conn.close()
 
     def _connection_lost(self, conn: Connection) -> None:
+        # a mass disconnect is cleaned up CLOSES_PER_TURN connections per loop turn, not all in one:
+        # the counts, the idle timer and on_close (the client manager) run from the close queue
+        self.close_queue.add(self._clean_up, conn)
+
+    def _clean_up(self, conn: Connection) -> None:
         h = conn.attrs.pop("_idle_handle", None)
         if h is not None:
             h.cancel()
         counted = self._forget(conn)
         if self.on_close is not None and (counted or conn.attrs.pop("_evicted", False)):
-            # a mass disconnect cleans up CLOSES_PER_TURN connections per loop turn, not all in one
-            on_close = self.on_close
-            self.close_queue.add(lambda: on_close(conn))
+            self.on_close(conn)
 
     # ------------------------------------------------------------------ helpers
     async def invoke(self, conn: Connection, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:

@@ -3,7 +3,7 @@ one peer's burst or by many connections at once).
 
 `TurnBudget`: how much of one kind of work (header bytes decoded) every connection of a server may do
 together in one loop turn; spent, the connections that still have work wait for the next turn
-(`later(fn)`), in the order they asked. `TurnQueue`: callbacks (a closed connection's clean-up) run at
+(`later(fn)`), in the order they asked. `TurnQueue`: calls `fn(arg)` (a closed connection's clean-up) run at
 most `per_turn` per loop turn, the rest in later turns, so a mass disconnect is spread out.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 import structlog
 
@@ -20,7 +21,8 @@ log = structlog.get_logger(__name__)
 # header bytes all connections of one server decode per loop turn: ~4 headers at the 256 KiB limit
 # (a JSON header of that size decodes in ~2-5 ms here), many thousands of small ones
 DECODE_BYTES_PER_TURN = 1 << 20
-CLOSES_PER_TURN = 256  # closed connections cleaned up per loop turn
+CLOSES_PER_TURN = 256
+_A = TypeVar("_A")  # closed connections cleaned up per loop turn
 
 
 class TurnBudget:
@@ -70,7 +72,7 @@ class TurnQueue:
 
     def __init__(self, per_turn: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.per_turn = max(1, per_turn)
-        self._items: deque[Callable[[], object]] = deque()
+        self._items: deque[tuple[Callable[[Any], object], Any]] = deque()
         self._scheduled = False
         self._loop = loop
         self.turns = 0  # loop turns that ran callbacks (for tests and stats)
@@ -78,8 +80,8 @@ class TurnQueue:
     def __len__(self) -> int:
         return len(self._items)
 
-    def add(self, fn: Callable[[], object]) -> None:
-        self._items.append(fn)
+    def add(self, fn: Callable[[_A], object], arg: _A) -> None:
+        self._items.append((fn, arg))
         if not self._scheduled:
             self._scheduled = True
             if self._loop is None:
@@ -91,9 +93,9 @@ class TurnQueue:
         self.turns += 1
         items = self._items
         for _ in range(min(len(items), self.per_turn)):
-            fn = items.popleft()
+            fn, arg = items.popleft()
             try:
-                fn()
+                fn(arg)
             except Exception:
                 log.exception("remoting.turn_callback_failed")
         if items:
@@ -105,8 +107,8 @@ class TurnQueue:
         """Run everything queued now (a server closing)."""
         items = self._items
         while items:
-            fn = items.popleft()
+            fn, arg = items.popleft()
             try:
-                fn()
+                fn(arg)
             except Exception:
                 log.exception("remoting.turn_callback_failed")
