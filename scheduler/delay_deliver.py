@@ -32,7 +32,7 @@ from scheduler.delay_sync import SyncDelivery
 from scheduler.level_cursor import LevelCursor
 from scheduler.level_delivery import DueBatch, LevelDelivery
 from scheduler.level_quarantine import LevelQuarantine
-from scheduler.level_scan import UNIT_SIZE, scan_due
+from scheduler.level_scan import UNIT_SIZE, DueScan, scan_due
 from scheduler.quarantine import Quarantine
 from scheduler.stats import LatenessHistogram
 from storage.message_store import MessageStore
@@ -173,16 +173,17 @@ class LevelDeliverer:
             return
         # 3. the due run at their head (never early)
         now = now_ms()
-        phys, sizes, dues, scanned, wait_due = scan_due(units, limit, now, self.delay_ms)
-        end = base + scanned
+        scan = scan_due(units, limit, now, self.delay_ms)
         # 4. operator cancels (scheduled cancel --id): those units are never delivered
         cancelled = self.cancels.of_level(self.level)
         if cancelled:
-            phys, sizes, dues = self._drop_cancelled(cancelled, phys, sizes, dues, base, end)
+            scan = self._drop_cancelled(cancelled, scan, base)
+        phys, sizes, dues, scanned, wait_due = scan
+        end = base + scanned
         cursor.claimed_offset = end  # past this, a cancel comes too late (being delivered)
         # 5. the records, their delivery batch (poison records set aside), the "due" events
         raws = store.read_records(zip(phys, sizes, strict=True))
-        batch, raws = self.quarantine.build(raws, phys, base)
+        batch = self.quarantine.build(raws, phys, base)
         infos = None
         report = self.report
         if report.listeners:
@@ -206,16 +207,18 @@ class LevelDeliverer:
             # sends, pulls and the other levels are served during the drain, not after it
             await asyncio.sleep(0)
 
-    def _drop_cancelled(self, cancelled: dict[int, str], phys: list[int], sizes: list[int], dues: list[int], base: int,
-                        end: int) -> tuple[list[int], list[int], list[int]]:
+    def _drop_cancelled(self, cancelled: dict[int, str], scan: DueScan, base: int) -> DueScan:
+        """The scan without the cancelled units (`scanned` unchanged: they are passed, never delivered)."""
         cancels = self.cancels
+        phys, sizes, dues = scan.phys, scan.sizes, scan.dues
         keep = [i for i in range(len(phys)) if base + i not in cancelled]
         if len(keep) < len(phys):
             cancels.cancelled_total += len(phys) - len(keep)
             log.info("delay.cancelled_skipped", delay_level=self.level, count=len(phys) - len(keep), offset=base)
-            phys, sizes, dues = [phys[i] for i in keep], [sizes[i] for i in keep], [dues[i] for i in keep]
-        cancels.passed(self.level, end)
-        return phys, sizes, dues
+            scan = scan._replace(phys=[phys[i] for i in keep], sizes=[sizes[i] for i in keep],
+                                 dues=[dues[i] for i in keep])
+        cancels.passed(self.level, base + scan.scanned)
+        return scan
 
     def _reset_offset(self) -> None:
         """§1.4 step 2: move an offset outside [min, max] of the schedule queue back into it."""

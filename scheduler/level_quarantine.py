@@ -32,21 +32,20 @@ class LevelQuarantine:
         self.store = store
         self.stats = stats
 
-    def build(self, raws: Raws, phys: list[int], base: int) -> tuple[DeliveryBatch, Raws]:
+    def build(self, raws: Raws, phys: list[int], base: int) -> DeliveryBatch:
         """The delivery batch of a pass (codec.delivery_batch: unreadable, no REAL_TOPIC, half message:
-        dropped), with its poison records set aside and its dropped ones skipped or set aside; the
-        raws with the ones set aside while building replaced by None."""
+        dropped), with its poison records set aside and its dropped ones skipped or set aside; a record
+        set aside while building becomes None in `raws` (the pass's own list)."""
         try:
             batch = build_delivery_batch(raws, HALF_TOPIC)
         except CodecError:  # a malformed record: set it aside, the rest of the batch goes on
-            batch, raws = self._isolate(raws, phys, base)
+            batch = self._isolate(raws, phys, base)
         if batch.dropped:
             self._drop(batch, raws, phys, base)
-        return batch, raws
+        return batch
 
-    def _isolate(self, raws: Raws, phys: list[int], base: int) -> tuple[DeliveryBatch, Raws]:
+    def _isolate(self, raws: Raws, phys: list[int], base: int) -> DeliveryBatch:
         """build_delivery_batch failed on the batch: quarantine each record it fails on, build the rest."""
-        raws = list(raws)
         for i, raw in enumerate(raws):
             if raw is None:
                 continue
@@ -56,7 +55,7 @@ class LevelQuarantine:
                 self._set_aside(raw, f"cannot convert: {e}", phys[i], base + i)
                 raws[i] = None
                 self.stats.quarantined += 1
-        return build_delivery_batch(raws, HALF_TOPIC), raws
+        return build_delivery_batch(raws, HALF_TOPIC)
 
     def _drop(self, batch: DeliveryBatch, raws: Raws, phys: list[int], base: int) -> None:
         """Dropped records: a half message or an unreadable one is skipped (as RocketMQ does); a
@@ -83,8 +82,8 @@ class LevelQuarantine:
             raise RuntimeError(f"quarantine put failed for schedule offset {offset}: try again")
 
     def refused(self, raw: memoryview, status: PutStatus, phys: int, topic: str) -> bool:
-        """A delivery of `raw` the store refused with `status`: True when set aside (a GIVE_UP status
-        and the quarantine put passed); False: keep resending."""
+        """A delivery of `raw` the store refused for good (`status` in GIVE_UP): True when set aside;
+        False (the quarantine put failed too): keep resending."""
         if self.quarantine.set_aside(raw, f"delivery refused by the store: {status.name}", LEVEL, phys,
                                      level=self.level, topic=topic):
             self.stats.quarantined += 1
