@@ -90,6 +90,9 @@ class DelayedSend(NamedTuple):
     delay_ms: int  # the level's delay: tagsCode = storeTimestamp + delay_ms
 
 
+_new_delayed = tuple.__new__
+
+
 class _OnDict(enum.Enum):
     ON_DICT = "on_dict"
 
@@ -110,5 +113,6 @@ def transform_delay_properties(properties: str, delay: str | None, topic: str, q
         return None
     if level > len(levels_ms):
         return ON_DICT
-    return DelayedSend(f"{properties}{_REAL_TOPIC_TOKEN}{topic}{_REAL_QID_TOKEN}{queue_id}", SCHEDULE_TOPIC,
-                       level - 1, levels_ms[level - 1])
+    # every delayed send comes here: built as NamedTuple._make does, without the Python-level __new__
+    return _new_delayed(DelayedSend, (f"{properties}{_REAL_TOPIC_TOKEN}{topic}{_REAL_QID_TOKEN}{queue_id}",
+                                      SCHEDULE_TOPIC, level - 1, levels_ms[level - 1]))
