@@ -141,9 +141,10 @@ TICK_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 2
 
 
 def _time_axis(ax: Axes, span_ms: tuple[int, int]) -> None:
-    """x from the first to the last sample of the run, ticks at round wall-clock steps (at most 7), HH:MM:SS."""
+    """x from the first to the last sample of the run, ticks at round wall-clock steps (at most 5, so the
+    HH:MM:SS labels do not run into each other on a half-screen chart)."""
     lo, hi = span_ms[0], max(span_ms[1], span_ms[0] + 1000)
-    step = next((s for s in TICK_STEPS_S if (hi - lo) / (s * 1000) <= 7), TICK_STEPS_S[-1])
+    step = next((s for s in TICK_STEPS_S if (hi - lo) / (s * 1000) <= 5), TICK_STEPS_S[-1])
     ax.set_xlim(_day(lo), _day(hi))
     ax.xaxis.set_major_locator(MultipleLocator(step * 1000 / DAY_MS))
     ax.xaxis.set_major_formatter(FuncFormatter(
