@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+import pytest
 
 from server.grpc.auth import sign
 from server.grpc.v2 import definition_pb2 as pb
@@ -10,6 +11,8 @@ from tests.grpc.conftest import grpc_broker, uniq
 from tests.grpc.raw import RawClient
 from tests.security.conftest import ACL_YAML, SUBONLY_AK, SUBONLY_SK, USER_AK, USER_SK
 from tests.security.helpers import make_cert
+
+pytestmark = pytest.mark.process
 
 
 def _auth(ak: str, sk: str) -> list[tuple[str, str]]:

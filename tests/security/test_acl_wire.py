@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.security.conftest import ADMIN_AK, ADMIN_SK, SUBONLY_AK, SUBONLY_SK, USER_AK, USER_SK
 from tests.security.helpers import call
+
+pytestmark = pytest.mark.process
 
 GET_MAX_OFFSET, UPDATE_AND_CREATE_TOPIC, GET_ROUTEINFO_BY_TOPIC, PULL_MESSAGE = 30, 17, 105, 11
 NO_PERMISSION = 16
