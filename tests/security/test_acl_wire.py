@@ -66,7 +66,8 @@ def wait_for(pred, timeout: float, what: str):
 
 def test_acl_file_change_is_picked_up(acl_broker, acl_file):
     assert call(acl_broker.addr, GET_MAX_OFFSET, MAXOFF, ak="freshKey01", sk="freshSecret01").code == NO_PERMISSION
-    acl_file.write_text(acl_file.read_text() + "  - accessKey: freshKey01\n    secretKey: freshSecret01\n")
+    acl_file.write_text(acl_file.read_text() + "  - accessKey: freshKey01\n    secretKey: freshSecret01\n"
+                        "    defaultTopicPerm: SUB\n")  # a topic's offsets are a GET on it (PUB or SUB)
     wait_for(lambda: call(acl_broker.addr, GET_MAX_OFFSET, MAXOFF, ak="freshKey01", sk="freshSecret01").code == 0,
              10, "the new account to be accepted")
     # a broken file keeps the accounts that were loaded

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from codec.codes import SCHEDULE_TOPIC, TIMER_TOPIC
 from codec.record import decode_record
 from storage.message_store import PutStatus
