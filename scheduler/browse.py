@@ -24,9 +24,9 @@ from codec.codes import SCHEDULE_TOPIC, TIMER_TOPIC
 from codec.msgid import offset_msg_id
 from codec.properties import MessageConst
 from codec.record import decode_record
+from codec.timer_layout import MAGIC_DELETE
 from scheduler.due import level_due_ms
 from scheduler.timer.enqueue import CANCEL_ALREADY, CANCEL_DUE, CANCEL_NOT_FOUND
-from scheduler.timer.timerlog import MAGIC_DELETE
 
 if TYPE_CHECKING:
     from codec.record import MessageRecord

@@ -28,6 +28,7 @@ from codec.codes import SysFlag
 from codec.errors import CodecError
 from codec.properties import parse_properties
 from codec.record import POS_SYS_FLAG, read_properties_bytes, read_store_timestamp, store_timestamp_pos
+from codec.timer_layout import MAGIC_ROLL
 from codec.timer_rewrite import CANCELLED, MISSING, SKIPPED, build_timer_deliveries
 from scheduler.events import count_puts
 from scheduler.progress_file import NO_PHYS
@@ -37,7 +38,6 @@ from scheduler.timer.hook import TIMER_DEL_UNIQKEY
 from scheduler.timer.metrics import DeliveryRow
 from scheduler.timer.reader import SlotChunk, now_ms
 from scheduler.timer.state import SlotProgress, TimerState
-from scheduler.timer.timerlog import MAGIC_ROLL
 from storage.message_store import PutStatus
 from storage.store_types import IndexKeys
 

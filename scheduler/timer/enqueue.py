@@ -21,6 +21,7 @@ from codec.codes import TIMER_TOPIC
 from codec.properties import parse_properties
 from codec.record import read_properties_bytes, read_store_timestamp
 from codec.tags import java_hash
+from codec.timer_layout import MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL, MAGIC_UNCOUNTED, num_delta
 from scheduler.due import relative_due_ms
 from scheduler.quarantine import TIMER_ENQUEUE
 from scheduler.timer.hook import (
@@ -34,7 +35,6 @@ from scheduler.timer.hook import (
     UNIQ_KEY,
 )
 from scheduler.timer.state import TimerState
-from scheduler.timer.timerlog import MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL, MAGIC_UNCOUNTED, num_delta
 
 log = structlog.get_logger(__name__)
 

@@ -18,9 +18,9 @@ import structlog
 
 from codec.properties import parse_properties
 from codec.record import read_properties_bytes
+from codec.timer_layout import MAGIC_DELETE, MAGIC_ROLL, UNIT_DTYPE, UnitArray
 from scheduler.timer.hook import TIMER_DEL_UNIQKEY
 from scheduler.timer.state import TimerState
-from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL, UNIT_DTYPE, UnitArray
 
 log = structlog.get_logger(__name__)
 

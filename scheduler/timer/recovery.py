@@ -26,13 +26,12 @@ import structlog
 from codec.codes import SCHEDULE_QUARANTINE_TOPIC, TIMER_TOPIC
 from codec.properties import MessageConst
 from codec.record import read_properties_bytes, read_topic
+from codec.timer_layout import MAGIC_ROLL, SLOT, SLOT_DTYPE, SLOT_SIZE, num_delta
 from codec.timer_rewrite import build_timer_deliveries
 from scheduler.progress_file import count_records_after
 from scheduler.timer.config import TIMER_BLANK_SLOTS
 from scheduler.timer.reader import already_put
 from scheduler.timer.state import ResumePoint
-from scheduler.timer.timerlog import MAGIC_ROLL, num_delta
-from scheduler.timer.wheel import SLOT, SLOT_SIZE
 
 if TYPE_CHECKING:  # the service runs recovery from its load()
     from scheduler.timer.service import TimerMessageStore
@@ -152,7 +151,7 @@ def _skip_put(svc: TimerMessageStore, s: int, done: tuple[int, int], last_pos: i
 def _repoint_dangling(svc: TimerMessageStore, read_ms: int, end: int) -> int:
     files = svc.files()
     wheel, tl = files.wheel, files.timerlog
-    slots = np.frombuffer(wheel.mm, dtype=">i8").reshape(wheel.ring, 4)
+    slots = np.frombuffer(wheel.mm, dtype=SLOT_DTYPE).reshape(wheel.ring, 4)
     bad = np.nonzero((slots[:, 2] >= end) & (slots[:, 0] != 0))[0].tolist()  # vectorised: 1.2M slots
     del slots
     if not bad:
