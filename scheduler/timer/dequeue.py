@@ -1,6 +1,6 @@
-"""Dequeue stage, putter task (scheduled-messages.md §4.5 steps 4-5): ordered units → real topic.
+"""The Putter (scheduled-messages.md §4.5 steps 4-5): ordered units → real topic.
 
-The reader task (scheduler.timer.reader) hands over chunks of a due slot's units through a bounded
+The SlotReader (scheduler.timer.reader) hands over chunks of a due slot's units through a bounded
 asyncio.Queue, then the slot's end. The putter waits until each unit's exact ms (never early), rewrites the records (real topic and
   queue, TIMER_ENQUEUE_MS / TIMER_DEQUEUE_MS; roll units go back to rmq_sys_wheel_timer with
   TIMER_ROLL_TIMES + 1) and puts them in batches: per batch one MessageStore.read_records, one
@@ -26,25 +26,26 @@ import structlog
 from codec.buffers import BytesLike
 from codec.codes import SysFlag
 from codec.errors import CodecError
-from codec.properties import parse_properties
+from codec.properties import MessageConst, parse_properties
 from codec.record import POS_SYS_FLAG, read_properties_bytes, read_store_timestamp, store_timestamp_pos
 from codec.timer_layout import MAGIC_ROLL
 from codec.timer_rewrite import CANCELLED, MISSING, SKIPPED, build_timer_deliveries
-from scheduler.events import count_puts
+from scheduler.events import PutObserver, count_puts
 from scheduler.progress_file import NO_PHYS
-from scheduler.quarantine import GIVE_UP, TIMER_DEQUEUE
-from scheduler.timer.hook import REAL_TOPIC as REAL_TOPIC_KEY
-from scheduler.timer.hook import TIMER_DEL_UNIQKEY
-from scheduler.timer.metrics import DeliveryRow
-from scheduler.timer.reader import SlotChunk, now_ms
-from scheduler.timer.state import SlotProgress, TimerState
-from storage.message_store import PutStatus
+from scheduler.quarantine import GIVE_UP, TIMER_DEQUEUE, Quarantine
+from scheduler.timer.config import TimerConfig
+from scheduler.timer.metrics import DeliveryRow, TimerMetrics
+from scheduler.timer.msg_ids import msg_id_prefix
+from scheduler.timer.reader import PutItem, SlotChunk
+from scheduler.timer.state import SlotProgress, TimerClocks, TimerFiles, now_ms, sleep_until
+from storage.message_store import MessageStore, PutStatus
 from storage.store_types import IndexKeys
 
 log = structlog.get_logger(__name__)
 
 QUARANTINED = -1  # a unit whose record was set aside (scheduler.quarantine)
 PUT_OK = PutStatus.PUT_OK
+REAL_TOPIC_KEY, TIMER_DEL_UNIQKEY = MessageConst.REAL_TOPIC, MessageConst.TIMER_DEL_UNIQKEY
 _SYS_FLAG = struct.Struct(">i")
 _TS_POS = (store_timestamp_pos(0), store_timestamp_pos(SysFlag.BORNHOST_V6))  # STORETIMESTAMP by BORNHOST_V6
 
@@ -92,35 +93,52 @@ def _no_real_topic(raw: BytesLike) -> bool:
     return not props.get(REAL_TOPIC_KEY) and TIMER_DEL_UNIQKEY not in props
 
 
-class DequeueMixin(TimerState):
-    # ---- putter ------------------------------------------------------------------------
-    async def _putter_loop(self) -> None:
-        q = self._put_queue
-        assert q is not None  # started with the service (start / promote)
+class Putter:
+    """Takes a slot's chunks from `put_queue`, waits for each unit's exact ms, builds the deliveries, puts
+    them and advances the read clock (`TimerClocks.commit_read_ms`, the checkpoint) and scheduleProgress
+    (`run`: the supervised task). `done_key`: (slot, (due, timerlog position)) of the last unit put, as
+    recovery found it."""
+
+    def __init__(self, store: MessageStore, config: TimerConfig, files: TimerFiles, clocks: TimerClocks,
+                 put_queue: asyncio.Queue[PutItem], metrics: TimerMetrics, quarantine: Quarantine,
+                 on_put: PutObserver, done_key: tuple[int, tuple[int, int]] = (-1, (-1, -1))) -> None:
+        self.store = store
+        self.config = config
+        self.files = files
+        self.clocks = clocks
+        self.put_queue = put_queue
+        self.metrics = metrics
+        self.quarantine = quarantine
+        self.on_put = on_put
+        self._put_current: PutItem | None = None  # the item in progress: a restarted putter finishes it first
+        self._done_key_slot, self._done_key = done_key  # (due, timerlog position) of the last unit put of that slot
+
+    async def run(self) -> None:
+        q, clocks = self.put_queue, self.clocks
         while True:
             item = self._put_current  # a chunk a failed run did not finish (the supervisor restarted us)
             if item is None:
                 item = self._put_current = await q.get()
             if isinstance(item, int):
-                if item > self.commit_read_ms:
-                    files = self.files()
-                    self.commit_read_ms = item
+                if item > clocks.commit_read_ms:
+                    files = self.files
+                    clocks.commit_read_ms = item
                     files.checkpoint.set_read_time(item)
                     self._done_key_slot, self._done_key = item, (-1, -1)
                     files.progress_file.timer_commit(item, -1, -1, -1, self.store.commitlog_max_offset())
-                    self.slot_progress = SlotProgress(item, 0, -1, -1)
+                    clocks.slot_progress = SlotProgress(item, 0, -1, -1)
             else:
                 await self._deliver_chunk(item)
             self._put_current = None
 
     async def _deliver_chunk(self, c: SlotChunk) -> None:
-        files = self.files()
-        if c.slot > self.commit_read_ms:  # the reader went past empty slots to this one: the clock follows
-            self.commit_read_ms = c.slot
+        files, clocks = self.files, self.clocks
+        if c.slot > clocks.commit_read_ms:  # the reader went past empty slots to this one: the clock follows
+            clocks.commit_read_ms = c.slot
             files.checkpoint.set_read_time(c.slot)
-        if c.slot != self.slot_progress.slot_ms:  # [cluster-ha] the slot in progress, for the slaves
+        if c.slot != clocks.slot_progress.slot_ms:  # [cluster-ha] the slot in progress, for the slaves
             d = c.done
-            self.slot_progress = SlotProgress(c.slot, c.base + d, int(c.due[d - 1]) if d else -1,
+            clocks.slot_progress = SlotProgress(c.slot, c.base + d, int(c.due[d - 1]) if d else -1,
                                               int(c.offset[d - 1]) if d else -1)
         if c.slot != self._done_key_slot:
             self._done_key_slot, self._done_key = c.slot, (-1, -1)
@@ -131,13 +149,13 @@ class DequeueMixin(TimerState):
             now = now_ms()
             j = i + int(np.searchsorted(c.due[i:n], now, side="right"))
             if j == i:
-                await self._sleep_until(int(c.due[i]), wakeable=False)
+                await sleep_until(int(c.due[i]))
                 continue
             while i < j:
                 k = min(j, i + batch)
                 await self._put_units(c, i, k)
                 # seed 003's localIndex: units of the slot put so far, and the due order key of the last
-                self.slot_progress = SlotProgress(c.slot, c.base + k, int(c.due[k - 1]), int(c.offset[k - 1]))
+                clocks.slot_progress = SlotProgress(c.slot, c.base + k, int(c.due[k - 1]), int(c.offset[k - 1]))
                 i = c.done = k
 
     async def _put_units(self, c: SlotChunk, lo: int, hi: int) -> None:
@@ -183,7 +201,7 @@ class DequeueMixin(TimerState):
             dues.append(due)
             if events is not None and uniqs is not None:
                 u = uniqs[k]
-                events.append(DueEvent(self.msg_id_prefix(raw), b[1], u.decode("utf-8", "replace") if u is not None
+                events.append(DueEvent(msg_id_prefix(raw), b[1], u.decode("utf-8", "replace") if u is not None
                                        else None, read_store_timestamp(raw, 0), offsets[k]))
         del raws
         if events:
@@ -194,7 +212,7 @@ class DequeueMixin(TimerState):
     def _commit_through(self, c: SlotChunk, i: int) -> None:
         """scheduleProgress: units of the chunk up to index i (inclusive) are put; -1 = none of them
         (the progress keeps the key it had)."""
-        progress = self.files().progress_file
+        progress = self.files.progress_file
         if i < 0:
             progress.timer_begin(NO_PHYS)  # nothing of this put stored: only the in-flight mark goes
             return
@@ -237,7 +255,7 @@ class DequeueMixin(TimerState):
         once every failed record is stored or set aside (retries carry no in-flight mark: a kill during
         them may re-deliver, never lose)."""
         m = self.metrics
-        progress = self.files().progress_file
+        progress = self.files.progress_file
         backoff = 0.5 * self.config.precision_ms / 1000.0
         first = True
         if not reqs:
