@@ -29,7 +29,7 @@ from codec.errors import CodecError
 from codec.properties import MessageConst, parse_properties
 from codec.record import POS_SYS_FLAG, read_properties_bytes, read_store_timestamp, store_timestamp_pos
 from codec.timer_layout import MAGIC_ROLL
-from codec.timer_rewrite import CANCELLED, MISSING, SKIPPED, build_timer_deliveries
+from codec.timer_rewrite import CANCELLED, MISSING, SKIPPED, TimerDelivery, build_timer_deliveries
 from scheduler.events import PutObserver, count_puts
 from scheduler.progress_file import NO_PHYS
 from scheduler.quarantine import GIVE_UP, TIMER_DEQUEUE, Quarantine
@@ -50,11 +50,9 @@ _SYS_FLAG = struct.Struct(">i")
 _TS_POS = (store_timestamp_pos(0), store_timestamp_pos(SysFlag.BORNHOST_V6))  # STORETIMESTAMP by BORNHOST_V6
 
 
-# one converted record as codec.timer_rewrite.build_timer_deliveries makes it (its default `make`):
-# (record, topic, queue id, tagsCode, index keys); an int instead: MISSING / SKIPPED / CANCELLED /
-# QUARANTINED. Plain tuples on purpose: one per delivered message, built in the conversion's loop.
-Delivery = tuple[bytearray, str, int, int, IndexKeys]
-Built = list[Delivery | int]
+# per unit, as codec.timer_rewrite.build_timer_deliveries makes it: its TimerDelivery, or MISSING /
+# SKIPPED / CANCELLED / QUARANTINED
+Built = list[TimerDelivery | int]
 
 
 class DueEvent(NamedTuple):
@@ -68,19 +66,19 @@ class DueEvent(NamedTuple):
 
 
 class _PutRun:
-    """Converted records (record, topic, queue id, tagsCode, keys) as MessageStore.put_batch takes
-    them (a storage.store_types.PutBatch): back to back in one buffer."""
+    """Converted records (TimerDelivery) as MessageStore.put_batch takes them (a
+    storage.store_types.PutBatch): back to back in one buffer."""
 
     __slots__ = ("buf", "starts", "dests", "tags_codes", "keys", "ts_pos", "deliver_delays")
 
-    def __init__(self, built: Sequence[Delivery]) -> None:
+    def __init__(self, built: Sequence[TimerDelivery]) -> None:
         self.deliver_delays: list[int] | None = None  # a roll goes back to the wheel's topic by its own TIMER_OUT_MS
-        recs = [rec for rec, _topic, _qid, _tags_code, _keys in built]
+        recs = [d.record for d in built]
         self.buf = bytearray(b"".join(recs))
         self.starts = list(accumulate(map(len, recs), initial=0))
-        self.dests = [(topic, qid) for _rec, topic, qid, _tags_code, _keys in built]
-        self.tags_codes = [tags_code for _rec, _topic, _qid, tags_code, _keys in built]
-        self.keys = [keys for _rec, _topic, _qid, _tags_code, keys in built]
+        self.dests = [(d.topic, d.queue_id) for d in built]
+        self.tags_codes = [d.tags_code for d in built]
+        self.keys: list[IndexKeys] = [d.keys for d in built]
         sys_flag = _SYS_FLAG.unpack_from
         buf = self.buf
         self.ts_pos = [s + _TS_POS[(sys_flag(buf, s + POS_SYS_FLAG)[0] & SysFlag.BORNHOST_V6) != 0]
@@ -174,7 +172,7 @@ class Putter:
             built = build_timer_deliveries(raws, rolls, exact, write_ms, deq, c.cancel, uniqs=uniqs)
         except (CodecError, ValueError):  # a poison record: set it aside, the rest of the batch goes on
             built = self._isolate(raws, rolls, exact, write_ms, deq, c.cancel, uniqs, offsets, c.slot)
-        reqs: list[Delivery] = []
+        reqs: list[TimerDelivery] = []
         dues: list[int | None] = []  # exact deliver ms of a final delivery, None for a roll
         units_of: list[int] = []  # chunk index of each request's unit
         origins: list[tuple[memoryview, int]] = []  # per request: (stored timer record, its CommitLog offset)
@@ -201,7 +199,7 @@ class Putter:
             dues.append(due)
             if events is not None and uniqs is not None:
                 u = uniqs[k]
-                events.append(DueEvent(msg_id_prefix(raw), b[1], u.decode("utf-8", "replace") if u is not None
+                events.append(DueEvent(msg_id_prefix(raw), b.topic, u.decode("utf-8", "replace") if u is not None
                                        else None, read_store_timestamp(raw, 0), offsets[k]))
         del raws
         if events:
@@ -244,10 +242,10 @@ class Putter:
         if not self.quarantine.set_aside(raw, reason, TIMER_DEQUEUE, phys, **context):
             raise RuntimeError(f"quarantine put failed for the timer record at {phys}: try again")
 
-    async def _put_with_retry(self, reqs: list[Delivery], dues: list[int | None], events: list[DueEvent | None] | None,
+    async def _put_with_retry(self, reqs: list[TimerDelivery], dues: list[int | None], events: list[DueEvent | None] | None,
                               origins: list[tuple[memoryview, int]], c: SlotChunk, lo: int, hi: int,
                               units_of: list[int]) -> None:
-        """Put the converted records (tuples) with MessageStore.put_batch; records that failed with a
+        """Put the converted records (TimerDelivery) with MessageStore.put_batch; records that failed with a
         retryable status are put again after a back-off, ones the store refuses for good (too large
         once converted) are quarantined. scheduleProgress moves in the same step as the first put:
         through unit hi - 1, or up to the unit before the first failure (`units_of[k]`: chunk index of
@@ -293,7 +291,7 @@ class Putter:
                                           done))
                 elif statuses[k] in GIVE_UP and self.quarantine.set_aside(
                         origins[k][0], f"delivery refused by the store: {statuses[k].name}", TIMER_DEQUEUE,
-                        origins[k][1], topic=reqs[k][1], roll=due is None):
+                        origins[k][1], topic=reqs[k].topic, roll=due is None):
                     m.put_failures += 1
                 else:
                     m.put_failures += 1
@@ -301,7 +299,7 @@ class Putter:
             m.rolled += rolled
             put = reqs if stored is None else [reqs[k] for k in stored]
             if put:  # counted as puts of their topics (real topic, or rmq_sys_wheel_timer for a roll)
-                count_puts(self.on_put, [r[1] for r in put], [len(r[0]) for r in put])
+                count_puts(self.on_put, [r.topic for r in put], [len(r.record) for r in put])
             if late:
                 m.delivered += len(late)
                 m.lateness.observe_many(late)
