@@ -28,7 +28,7 @@ import structlog
 
 from codec.codes import SCHEDULE_QUARANTINE_TOPIC, TIMER_TOPIC
 from codec.properties import MessageConst
-from codec.record import read_properties_bytes, read_topic
+from codec.record import POS_QUEUE_OFFSET, read_properties_bytes, read_topic
 from codec.timer_layout import MAGIC_ROLL, SLOT, SLOT_DTYPE, SLOT_SIZE, num_delta
 from codec.timer_rewrite import build_timer_deliveries
 from scheduler.progress_file import count_records_after
@@ -41,7 +41,6 @@ log = structlog.get_logger(__name__)
 
 _QOFF = struct.Struct(">q")
 TIMER_DEQUEUE_MS = MessageConst.TIMER_DEQUEUE_MS.encode() + b"\x01"  # name + NAME_VALUE_SEPARATOR
-_POS_QUEUE_OFFSET = 20
 
 
 class Recovered(NamedTuple):
@@ -74,7 +73,7 @@ def recover(files: TimerFiles, store: MessageStore, cfg: TimerConfig) -> Recover
     if last_record is not None:
         rec = store.read_record(*last_record)
         if rec is not None:
-            q = max(q, _QOFF.unpack_from(rec, _POS_QUEUE_OFFSET)[0] + 1)
+            q = max(q, _QOFF.unpack_from(rec, POS_QUEUE_OFFSET)[0] + 1)
     mn, mx = store.min_offset(TIMER_TOPIC, 0), store.max_offset(TIMER_TOPIC, 0)
     q = min(max(q, mn), mx)
 
