@@ -148,6 +148,7 @@ class TimerLog:
                 if self.segments and start != self.segments[-1].start + size:
                     return False  # not contiguous (a log being recovered): never made out of order
                 if time.monotonic() < self._make_retry_at and not (self.ahead and self.ahead.ready(start)):
+                    self._ask_ahead(start)  # a no-op while being made; asked again if that failed
                     return False
                 counted = self.ahead.used + self.ahead.missed if self.ahead is not None else 0
                 try:

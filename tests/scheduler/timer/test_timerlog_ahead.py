@@ -211,3 +211,37 @@ async def test_timers_are_delivered_across_timerlog_rolls_onto_segments_made_ahe
 
 def _names_at(root: str) -> list[str]:
     return sorted(os.listdir(os.path.join(root, "timerlog")))
+
+
+def test_room_for_refuses_while_no_segment_can_be_made_and_returns_by_itself(tmp_path):
+    """Issue 26 item 3: the admission check counts only reserved room. The active segment's rest
+    admits; past it, while the next segment can be made neither on the pool nor inline (both names
+    taken by directories here, as a full disk fails the creation), it refuses and asks the pool again;
+    once the names are free, the pool makes the segment and room returns without an inline try."""
+    pool = ThreadPoolExecutor(1)
+    tl = _timerlog(tmp_path, pool)
+    ahead = tl.ahead
+    assert ahead is not None
+    _barrier(pool)
+    _append(tl, 1)  # the first segment is taken (made ahead)
+    assert tl.room_for(UNITS - 1) and not tl.segments[1:]
+    # block the second segment, pool and inline alike
+    spare = tmp_path / "timerlog" / (f"{SIZE:020d}" + AHEAD_SUFFIX)
+    final = tmp_path / "timerlog" / f"{SIZE:020d}"
+    spare.mkdir()
+    final.mkdir()
+    assert not tl.room_for(UNITS)  # one more than the first segment holds
+    assert tl.segments[-1].start == 0
+    _barrier(pool)  # the pool's try failed too
+    assert not ahead.ready(SIZE)
+    spare.rmdir()
+    final.rmdir()
+    assert not tl.room_for(UNITS)  # within MAKE_RETRY_S no inline try: the pool is asked again
+    _barrier(pool)
+    assert ahead.ready(SIZE)
+    assert tl.room_for(UNITS)  # the segment made ahead is taken: the room is reserved
+    assert [s.start for s in tl.segments] == [0, SIZE]
+    _append(tl, UNITS)  # the append rolls onto it
+    assert tl.write_pos == SIZE + UNIT_SIZE  # 20 units fill the first segment, the 21st starts the second
+    tl.close()
+    pool.shutdown(wait=True)
