@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from codec.record import MessageRecord
     from scheduler.delay_deliver import LevelDeliverer
     from scheduler.delay_service import DelayLevelService
+    from scheduler.store_port import StorePort
     from scheduler.timer import TimerMessageStore
-    from storage.message_store import MessageStore
 
 Row = dict[str, Any]  # one listed message (JSON object)
 PutMarker = Callable[[str, str, int], Awaitable[str | None]]
@@ -87,7 +87,7 @@ def _matches(q: Query, props: dict[str, str], due_ms: int) -> bool:
 
 
 class ScheduledBrowser:
-    def __init__(self, store: MessageStore, delay_service: DelayLevelService | None,
+    def __init__(self, store: StorePort, delay_service: DelayLevelService | None,
                  timer_service: TimerMessageStore | None, put_marker: PutMarker | None = None) -> None:
         """`await put_marker(topic, uniq_key, deliver_ms)` stores a timer cancel marker (the broker's put
         path) and returns None, or a problem text."""

@@ -13,7 +13,7 @@ from scheduler.async_deliver import EXCEPTION, RUNNING, SKIP, PendingBatch, Pend
 from scheduler.delay_events import EventInfos
 from scheduler.delay_state import LevelState, Spans
 from scheduler.quarantine import GIVE_UP
-from storage.message_store import BatchPutResult, PutStatus
+from storage.store_types import BatchPutResult, PutStatus
 
 PUT_OK = PutStatus.PUT_OK
 

@@ -37,7 +37,7 @@ from scheduler.delay_sync import SyncDeliverMixin
 from scheduler.due import AFTER_MS
 from scheduler.quarantine import LEVEL
 from scheduler.stats import LatenessHistogram, LevelStats
-from storage.message_store import PutRequest
+from storage.store_types import PutRequest
 
 if TYPE_CHECKING:
     from codec.delivery_batch import DeliveryBatch

@@ -14,7 +14,7 @@ from codec.delivery_batch import DeliveryBatch
 from codec.record import POS_SYS_FLAG
 from scheduler.delay_state import LevelState, Spans
 from scheduler.events import EventColumns, count_puts, fire_columns
-from storage.message_store import PutStatus
+from storage.store_types import PutStatus
 
 PUT_OK = PutStatus.PUT_OK
 _BORN_STORE_TS = (struct.Struct(">q8xq"), struct.Struct(">q20xq"))  # from 40, by the BORNHOST_V6 bit

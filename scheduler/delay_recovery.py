@@ -19,7 +19,7 @@ from codec.properties import MessageConst, parse_properties
 from codec.record import read_properties_bytes, read_topic
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.progress_file import ProgressFile, count_records_after
-from storage.message_store import MessageStore
+from scheduler.store_port import StorePort
 
 log = structlog.get_logger(__name__)
 
@@ -36,7 +36,7 @@ def _is_delivery_of(level: int) -> Callable[[memoryview], bool]:
     return match
 
 
-def resume_offset(store: MessageStore, level: int, progress: ProgressFile, fallback: int, batch_size: int,
+def resume_offset(store: StorePort, level: int, progress: ProgressFile, fallback: int, batch_size: int,
                   cancelled: Collection[int] | None = None) -> tuple[int, str]:
     """(schedule offset to resume level `level` from, where it came from). `cancelled`: the level's
     operator-cancelled offsets (scheduler.delay_cancel), which the drain skips without a delivery."""

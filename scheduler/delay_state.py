@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from scheduler.delay_events import DeliveryInfo, EventInfos
     from scheduler.delay_service import DelayLevelService
     from scheduler.stats import LevelStats
-    from storage.message_store import MessageStore, PutStatus
+    from scheduler.store_port import StorePort
+    from storage.store_types import PutStatus
 
 Raws = list[memoryview | None]  # schedule records read for a pass (None: gone or set aside)
 Spans = list[tuple[int, int]]  # (schedule record phys, size) per unit
@@ -23,7 +24,7 @@ Spans = list[tuple[int, int]]  # (schedule record phys, size) per unit
 
 class LevelState:
     svc: DelayLevelService
-    store: MessageStore
+    store: StorePort
     level: int
     queue_id: int
     delay_ms: int

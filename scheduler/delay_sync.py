@@ -16,7 +16,7 @@ from scheduler.async_deliver import flush_ok
 from scheduler.delay_events import DeliveryInfo, EventInfos
 from scheduler.delay_state import LevelState, Raws, Spans
 from scheduler.quarantine import GIVE_UP, LEVEL
-from storage.message_store import PutRequest, PutResult, PutStatus
+from storage.store_types import PutRequest, PutResult, PutStatus
 
 log = structlog.get_logger(__name__)
 

@@ -4,7 +4,7 @@ Layout under `store_path`: `commitlog/`, `consumequeue/<topic>/<qid>/`, `index/<
 `checkpoint`, `abort` (present while running), `config/` (JSON tables, see topic_config etc.).
 
 This class holds the lifecycle (load, flush tasks, retention timer, close), the dispatch listeners
-(`add_dispatch_listener` / `remove_dispatch_listener`, a `storage.store_state.DispatchListener` each),
+(`add_dispatch_listener` / `remove_dispatch_listener`, a `storage.store_types.DispatchListener` each),
 the ConsumeQueue table and the scheduler's small state files (`delay_offset_file`,
 `config_file`); the rest are mixins over `storage.store_state.StoreState`: `store_put`
 (put, put_async), `store_append` (put_batch), `store_reads`, `retention`, `replica`.
@@ -38,9 +38,9 @@ from storage.retention import RetentionMixin
 from storage.store_append import BatchPutMixin
 from storage.store_put import PutMixin
 from storage.store_reads import ReadMixin
-from storage.store_state import DispatchListener
 from storage.store_types import (
     BatchPutResult,
+    DispatchListener,
     GetResult,
     GetStatus,
     MadeAhead,

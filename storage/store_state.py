@@ -14,9 +14,8 @@ if TYPE_CHECKING:
     from storage.faults import PutFaultInjector
     from storage.flush import GroupCommitService
     from storage.index import IndexService
-    from storage.store_types import PutRequest, PutResult, StoreConfig, TagsCodeOf
+    from storage.store_types import DispatchListener, PutRequest, PutResult, StoreConfig, TagsCodeOf
 
-DispatchListener = Callable[[str, int, int], None]
 
 
 class StoreState:

@@ -2,8 +2,9 @@
 import statement of every module (top level, function-local and TYPE_CHECKING ones alike).
 
 - each package imports only the packages of ours below it (`server/` composes: it may import all);
-- `scheduler/` reaches storage through the MessageStore facade (`storage.message_store`) and its declared
-  value types (`storage.store_types`), plus the two documented exceptions: the one failure policy for
+- `scheduler/` reaches the store through its own declared Protocol of it (`scheduler.store_port.StorePort`),
+  never the concrete class (`storage.message_store`), and names storage's declared value types
+  (`storage.store_types`), plus the two documented exceptions: the one failure policy for
   background tasks (`storage.supervisor`) and the block reservation of the timer wheel's own mapped files
   (`storage.mapped_file`). A scheduler module naming any other storage module (config_store, meta_store,
   meta_schema, commitlog...) fails here.
@@ -28,7 +29,7 @@ ALLOWED = {
     "client": {"codec", "remoting", "analytics"},
     "analytics": set(),
 }
-SCHEDULER_STORAGE = {"storage.message_store", "storage.store_types", "storage.supervisor", "storage.mapped_file"}
+SCHEDULER_STORAGE = {"storage.store_types", "storage.supervisor", "storage.mapped_file"}
 
 
 def imported_modules(source: str, module: str, is_package: bool = False) -> Iterator[tuple[int, str]]:
@@ -85,7 +86,7 @@ def test_packages_import_one_way():
     assert found == []
 
 
-def test_scheduler_reaches_storage_only_through_the_facade():
+def test_scheduler_reaches_storage_only_through_its_port():
     found = []
     for _rel, module, is_package, source in modules_of("scheduler"):
         found += scheduler_storage_violations(source, module, is_package)
@@ -104,7 +105,7 @@ def test_the_checks_catch_what_they_forbid():
            "from .timer import state\n")
     assert scheduler_storage_violations(src, "scheduler.x") == [
         "scheduler.x:1 imports storage.config_store.read_json", "scheduler.x:2 imports storage.meta_schema",
-        "scheduler.x:3 imports storage.meta_store"]
+        "scheduler.x:3 imports storage.meta_store", "scheduler.x:9 imports storage.message_store.MessageStore"]
     assert package_violations("scheduler", src, "scheduler.x") == [
         "scheduler.x:5 imports server.wiring.put_request", "scheduler.x:8 imports client.producer.Producer"]
     assert [n for _, n in imported_modules("from . import _wire\nfrom ..codec import frame\n", "client.cli.m")] == [

@@ -38,8 +38,7 @@ from scheduler.timer.metrics import DeliveryRow
 from scheduler.timer.reader import SlotChunk, now_ms
 from scheduler.timer.state import SlotProgress, TimerState
 from scheduler.timer.timerlog import MAGIC_ROLL
-from storage.message_store import PutStatus
-from storage.store_types import IndexKeys
+from storage.store_types import IndexKeys, PutStatus
 
 log = structlog.get_logger(__name__)
 

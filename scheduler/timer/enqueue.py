@@ -79,7 +79,7 @@ def exact_deliver_ms(props: dict[str, str], slot: int, store_ts: int, precision:
 
 class EnqueueMixin(TimerState):
     def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
-        """The store's dispatch listener (storage.store_state.DispatchListener)."""
+        """The store's dispatch listener (storage.store_types.DispatchListener)."""
         if topic == TIMER_TOPIC and queue_id == 0 and self._enqueue_wake is not None:
             self._enqueue_wake.set()
 

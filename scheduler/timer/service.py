@@ -34,6 +34,7 @@ from scheduler.events import EventListener, PutObserver, ignore_puts
 from scheduler.progress import TimerProgress
 from scheduler.progress_file import ProgressFile
 from scheduler.quarantine import Quarantine
+from scheduler.store_port import StorePort
 from scheduler.timer.checkpoint import TimerCheckpoint, checkpoint_path
 from scheduler.timer.config import TimerConfig
 from scheduler.timer.dequeue import DequeueMixin
@@ -46,7 +47,6 @@ from scheduler.timer.state import SlotProgress, TimerFiles
 from scheduler.timer.timerlog import DIR_NAME, TimerLog
 from scheduler.timer.timerlog_segment import Segment
 from scheduler.timer.wheel import FILE_NAME, TimerWheel
-from storage.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 
@@ -113,7 +113,7 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
     topics), follow (a slave's wheel and a failover); this class owns the files, the tasks and the
     flush / checkpoint ticks."""
 
-    def __init__(self, store: MessageStore, config: TimerConfig | None = None,
+    def __init__(self, store: StorePort, config: TimerConfig | None = None,
                  on_put: PutObserver | None = None) -> None:
         self.store = store
         # every put the wheel makes (deliveries by real topic, rolls): counted as puts of their topic

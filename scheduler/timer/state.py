@@ -21,13 +21,13 @@ if TYPE_CHECKING:
     from scheduler.events import PutObserver
     from scheduler.progress_file import ProgressFile
     from scheduler.quarantine import Quarantine
+    from scheduler.store_port import StorePort
     from scheduler.timer.checkpoint import TimerCheckpoint
     from scheduler.timer.config import TimerConfig
     from scheduler.timer.metrics import TimerMetrics
     from scheduler.timer.reader import SlotChunk
     from scheduler.timer.timerlog import TimerLog
     from scheduler.timer.wheel import TimerWheel
-    from storage.message_store import MessageStore
     from storage.supervisor import SupervisedTask
 
 
@@ -67,7 +67,7 @@ class TimerFiles(NamedTuple):
 
 
 class TimerState:
-    store: MessageStore
+    store: StorePort
     config: TimerConfig
     on_put: PutObserver
     rng: random.Random
