@@ -16,7 +16,6 @@ declared in scheduler.delay_state.
 from __future__ import annotations
 
 import asyncio
-import struct
 import time
 from typing import TYPE_CHECKING, TypedDict
 
@@ -24,6 +23,8 @@ import structlog
 
 from codec.buffers import BytesLike
 from codec.codes import RMQ_SYS_TRANS_HALF_TOPIC, SCHEDULE_TOPIC
+from codec.consume_queue_unit import UNIT as _UNIT
+from codec.consume_queue_unit import UNIT_SIZE
 from codec.delivery_batch import build_delivery_batch
 from codec.errors import CodecError
 from codec.properties import MessageConst, parse_properties
@@ -46,8 +47,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-_UNIT = struct.Struct(">qiq")  # phys offset, size, tagsCode (= deliverTimestamp = storeTimestamp + delay)
-UNIT_SIZE = 20
 HALF_TOPIC = RMQ_SYS_TRANS_HALF_TOPIC
 _monotonic = time.monotonic  # the loop's clock (CLOCK_MONOTONIC)
 

@@ -5,19 +5,18 @@ topic (`LevelEventsMixin`, a part of scheduler.delay_deliver.LevelDeliverer)."""
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from typing import NamedTuple
 
 from codec.buffers import BytesLike
 from codec.delivery_batch import DeliveryBatch
+from codec.record import BORN_AND_STORE_TS as _BORN_STORE_TS
 from codec.record import POS_SYS_FLAG
 from scheduler.delay_state import LevelState, Spans
 from scheduler.events import EventColumns, count_puts, fire_columns
 from storage.store_types import PutStatus
 
 PUT_OK = PutStatus.PUT_OK
-_BORN_STORE_TS = (struct.Struct(">q8xq"), struct.Struct(">q20xq"))  # from 40, by the BORNHOST_V6 bit
 
 
 class DeliveryInfo(NamedTuple):

@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection
 import structlog
 
 from codec.codes import RMQ_SYS_TRANS_HALF_TOPIC, SCHEDULE_QUARANTINE_TOPIC
+from codec.consume_queue_unit import UNIT_SIZE
 from codec.delivery_batch import build_delivery_batch
 from codec.properties import MessageConst, parse_properties
 from codec.record import read_properties_bytes, read_topic
@@ -23,7 +24,6 @@ from scheduler.store_port import StorePort
 
 log = structlog.get_logger(__name__)
 
-UNIT_SIZE = 20
 _NOT_DELIVERIES = (SCHEDULE_TOPIC, SCHEDULE_QUARANTINE_TOPIC)
 HALF_TOPIC = RMQ_SYS_TRANS_HALF_TOPIC
 

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from codec.consume_queue_unit import UNIT
 from codec.properties import MessageConst, index_keys
 from storage import _record as R
-from storage.consume_queue import UNIT, ConsumeQueue
+from storage.consume_queue import ConsumeQueue
 
 # property names, bound once for the per-message path (codec.properties.MessageConst)
 _KEYS = MessageConst.KEYS

@@ -19,9 +19,10 @@ from __future__ import annotations
 import structlog
 
 from codec.buffers import BytesLike
+from codec.consume_queue_unit import UNIT
 from codec.properties import MessageConst, index_keys
 from storage import _record as R
-from storage.consume_queue import UNIT, QueueRun
+from storage.consume_queue import QueueRun
 from storage.store_state import StoreState
 
 # property names, bound once for the per-message path (codec.properties.MessageConst)

@@ -23,13 +23,13 @@ from __future__ import annotations
 import operator
 import struct
 
-from storage.consume_queue import UNIT, UNIT_SIZE, QueueRun
+from codec.consume_queue_unit import UNIT, UNIT_SIZE
+from codec.record import POS_QUEUE_OFFSET, QUEUE_AND_PHYS_OFFSET
+from storage.consume_queue import QueueRun
 from storage.store_state import StoreState
 from storage.store_types import BatchPutResult, PutBatch, PutRequest, PutStatus
 
-_QUEUE_AND_PHYS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET (adjacent, at 20)
 _I64 = struct.Struct(">q")
-_POS_QUEUE_OFFSET = 20
 
 
 class BatchPutMixin(StoreState):
@@ -59,7 +59,7 @@ class BatchPutMixin(StoreState):
         delays = batch.deliver_delays
         if delays:  # a scheduled record's tagsCode is its deliver time (as in `put`)
             tcodes = [store_ts + d if d >= 0 else t for t, d in zip(tcodes, delays, strict=True)]
-        pack_qp = _QUEUE_AND_PHYS.pack_into
+        pack_qp = QUEUE_AND_PHYS_OFFSET.pack_into
         pack_ts = _I64.pack_into
         pack_unit = UNIT.pack
         phys: list[int] = []
@@ -77,7 +77,7 @@ class BatchPutMixin(StoreState):
             q = st.next_offset
             st.next_offset = q + 1
             append_qoff(q)
-            pack_qp(buf, s + _POS_QUEUE_OFFSET, q, p)
+            pack_qp(buf, s + POS_QUEUE_OFFSET, q, p)
             pack_ts(buf, ts_pos[j], store_ts)
             size = e - s
             st.units += pack_unit(p, size, tcodes[j])

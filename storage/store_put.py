@@ -19,8 +19,8 @@ from collections.abc import Iterable
 
 import structlog
 
+from codec.consume_queue_unit import UNIT, UNIT_SIZE
 from storage import _record as R
-from storage.consume_queue import UNIT
 from storage.store_state import StoreState
 from storage.store_types import PutRequest, PutResult, PutStatus
 
@@ -180,7 +180,7 @@ class PutMixin(StoreState):
             cq.put_units(first, buf, max_end)
         except OSError as e:  # the CommitLog has it; recovery rebuilds the units
             log.error("store.consume_queue_write_failed", topic=key[0], queue_id=key[1], error=str(e))
-        self.queue_offsets[key] = first + len(buf) // 20
+        self.queue_offsets[key] = first + len(buf) // UNIT_SIZE
 
     def _dispatch(self, keys: Iterable[tuple[str, int]]) -> None:
         """Dispatch listeners once per (topic, queue) a put wrote to."""

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from storage.consume_queue import BLANK_SIZE, UNIT, UNIT_SIZE, ConsumeQueue
+from codec.consume_queue_unit import BLANK_SIZE, UNIT, UNIT_SIZE
+from storage.consume_queue import ConsumeQueue
 from storage.store_state import StoreState
 from storage.store_types import GetResult, GetStatus, QueryResult
 

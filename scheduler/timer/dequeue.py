@@ -27,7 +27,8 @@ from codec.buffers import BytesLike
 from codec.codes import SysFlag
 from codec.errors import CodecError
 from codec.properties import parse_properties
-from codec.record import POS_SYS_FLAG, read_properties_bytes, read_store_timestamp, store_timestamp_pos
+from codec.record import POS_SYS_FLAG, read_properties_bytes, read_store_timestamp
+from codec.record import STORE_TS_POS as _TS_POS
 from codec.timer_rewrite import CANCELLED, MISSING, SKIPPED, build_timer_deliveries
 from scheduler.events import count_puts
 from scheduler.progress_file import NO_PHYS
@@ -45,7 +46,6 @@ log = structlog.get_logger(__name__)
 QUARANTINED = -1  # a unit whose record was set aside (scheduler.quarantine)
 PUT_OK = PutStatus.PUT_OK
 _SYS_FLAG = struct.Struct(">i")
-_TS_POS = (store_timestamp_pos(0), store_timestamp_pos(SysFlag.BORNHOST_V6))  # STORETIMESTAMP by BORNHOST_V6
 
 
 # one converted record as codec.timer_rewrite.build_timer_deliveries makes it (its default `make`):

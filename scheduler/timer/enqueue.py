@@ -18,6 +18,9 @@ import time
 import structlog
 
 from codec.codes import TIMER_TOPIC
+from codec.consume_queue_unit import BLANK_SIZE as _BLANK_CQ_SIZE
+from codec.consume_queue_unit import UNIT as CQ_UNIT
+from codec.consume_queue_unit import UNIT_SIZE as CQ_UNIT_SIZE
 from codec.properties import parse_properties
 from codec.record import read_properties_bytes, read_store_timestamp
 from codec.tags import java_hash
@@ -38,10 +41,7 @@ from scheduler.timer.timerlog import MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL, MA
 
 log = structlog.get_logger(__name__)
 
-CQ_UNIT = struct.Struct(">qiq")
-CQ_UNIT_SIZE = 20
 ENQUEUE_BATCH = 1024
-_BLANK_CQ_SIZE = 2147483647
 CANCEL_LIVE, CANCEL_ALREADY, CANCEL_NOT_FOUND = "LIVE", "ALREADY_CANCELLED", "NOT_FOUND"
 CANCEL_DUE, CANCEL_UNDECIDED = "DUE", "UNDECIDED"
 CANCEL_CATCH_UP = 4096  # enqueue lag up to which a cancel's check first enqueues what precedes it

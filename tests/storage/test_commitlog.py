@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import struct
 
+from codec.consume_queue_unit import UNIT
 from codec.record import BLANK_MAGIC_CODE, decode_record
-from storage.consume_queue import UNIT, ConsumeQueue
+from storage.consume_queue import ConsumeQueue
 from storage.message_store import GetStatus, PutStatus
 from tests.helpers.checks import present
 from tests.storage.conftest import SEG, open_store, record, request
