@@ -25,6 +25,7 @@ TagsCodeOf = Callable[[str, dict[str, str], int], int]
 DispatchListener = Callable[[str, int, int], None]
 # a record's index keys (KEYS split, UNIQ_KEY): str, or UTF-8 bytes from the byte-level paths
 IndexKeys = Sequence[str] | Sequence[bytes]
+IndexEntry = tuple[str, IndexKeys, int, int]  # what the index is given per record: (topic, keys, phys, size)
 
 
 def tags_hash_code(topic: str, props: dict[str, str], store_ts: int) -> int:

@@ -50,13 +50,13 @@ def test_disk_over_ratio_refuses_without_damage(tmp_path):
     s = open_store(tmp_path)
     ok = s.put([request(body=b"before")])[0]
     s.config.disk_max_used_ratio = 0.0  # below any real usage
-    s._disk_checked_at = 0
+    s.put_path.disk.recheck()
     res = s.put([request(), request()])
     assert [r.status for r in res] == [PutStatus.SERVICE_NOT_AVAILABLE] * 2
     assert "disk full" in (res[0].remark or "")
     assert s.max_offset("T", 0) == 1 and s.commitlog.max_offset == ok.phys_offset + ok.size
     s.config.disk_max_used_ratio = 1.0
-    s._disk_checked_at = 0
+    s.put_path.disk.recheck()
     assert s.put([request()])[0].queue_offset == 1
     s.close()
 

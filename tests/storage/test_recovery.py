@@ -20,7 +20,7 @@ def _crash(store: MessageStore) -> None:
         cq.close()
     store.index.close()  # unmapped without a flush: the page cache keeps what was written
     store.commitlog.close()
-    store._closed = True
+    store.run.closed = True
 
 
 def _cuts(logs):
