@@ -1,4 +1,5 @@
-"""MessageStore: the storage facade (ARCHITECTURE.md). The scheduler and the server use only this.
+"""MessageStore: the storage facade (ARCHITECTURE.md). The server uses only this; the scheduler sees it as
+`scheduler.store_port.StorePort`.
 
 Layout under `store_path`: `commitlog/`, `consumequeue/<topic>/<qid>/`, `index/<IndexFiles>`,
 `checkpoint`, `abort` (present while running), `config/` (JSON tables, see topic_config etc.).
@@ -15,7 +16,7 @@ The facade is composed of parts with one job each, made in `__init__` and passed
   (storage.retention.Retention), `replica` (storage.replica.ReplicaAppender).
 
 The facade itself holds the lifecycle (load, flush tasks, retention timer, close) and forwards each public
-method to its part; the scheduler sees it as `scheduler.store_port.StorePort`.
+method to its part.
 """
 
 from __future__ import annotations
@@ -107,10 +108,11 @@ class MessageStore:
         self.counters = StoreCounters()
         self.listeners = DispatchListeners()
         self.faults = PutFaultInjector()
+        self.disk = DiskSpace(config)
         self._group_commit = GroupCommitService(self.commitlog)
         # the parts
         self.put_path = PutPath(config, self.commitlog, self.queues, self.index, self._group_commit, self.listeners,
-                                self.faults, DiskSpace(config), self.run, self.counters,
+                                self.faults, self.disk, self.run, self.counters,
                                 lambda: int(time.time() * 1000))
         self.batch = BatchAppend(self.put_path)
         self.reads = StoreReads(config, self.commitlog, self.queues, self.index, self.counters)
@@ -243,7 +245,7 @@ class MessageStore:
         self.put_path.now_ms = fn
 
     def disk_used_ratio(self) -> float:
-        return self.put_path.disk.used_ratio()
+        return self.disk.used_ratio()
 
     # ---- reads (storage.store_reads) ------------------------------------------------------------
     def get_messages(self, topic: str, queue_id: int, offset: int, max_num: int,
@@ -304,14 +306,6 @@ class MessageStore:
     def truncate_replica(self, offset: int) -> int:
         return self.replica.truncate_replica(offset)
 
-    @property
-    def read_only(self) -> bool:
-        return self.run.read_only
-
-    @property
-    def reput_offset(self) -> int:
-        return self.replica.reput_offset
-
     # ---- small state files (the scheduler's, under <store>/config) ------------------------------
     def delay_offset_file(self, path: str) -> DelayOffsetFile:
         """`delayOffset.json` at `path` (`read()` / `write(table)`: RocketMQ's shape, atomic, `.bak` fallback):
@@ -332,14 +326,6 @@ class MessageStore:
 
     def consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
         return self.queues.get(topic, queue_id, create)
-
-    @property
-    def consume_queues(self) -> dict[tuple[str, int], ConsumeQueue]:
-        return self.queues.queues
-
-    @property
-    def cq_root(self) -> str:
-        return self.queues.root
 
     def delete_consume_queues(self, topic: str) -> int:
         """Forget a deleted topic's ConsumeQueues and remove their files (RocketMQ's cleanUnusedTopic).
