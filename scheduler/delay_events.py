@@ -11,7 +11,7 @@ from typing import NamedTuple
 from codec.buffers import BytesLike
 from codec.delivery_batch import DeliveryBatch
 from codec.record import BORN_AND_STORE_TS as _BORN_STORE_TS
-from codec.record import POS_SYS_FLAG
+from codec.record import POS_BORN_TS, POS_SYS_FLAG
 from scheduler.delay_state import LevelState, Spans
 from scheduler.events import EventColumns, count_puts, fire_columns
 from storage.store_types import PutStatus
@@ -46,7 +46,7 @@ def event_infos(raws: Sequence[BytesLike | None], batch: DeliveryBatch) -> Event
     """The event columns of a delivery batch, read once per message from its schedule record."""
     ts = _BORN_STORE_TS
     # (born, store) timestamps from 40; where STORETIMESTAMP is depends on SYSFLAG's BORNHOST_V6 bit
-    pairs = [ts[(raw[POS_SYS_FLAG + 3] & 0x10) >> 4].unpack_from(raw, 40)  # type: ignore[index, arg-type]  # batch.source names only records that were built (never None)
+    pairs = [ts[(raw[POS_SYS_FLAG + 3] & 0x10) >> 4].unpack_from(raw, POS_BORN_TS)  # type: ignore[index, arg-type]  # batch.source names only records that were built (never None)
              for raw in map(raws.__getitem__, batch.source)]
     return EventInfos([d[0] for d in batch.dests], [p[1] for p in pairs], batch.uniqs, [p[0] for p in pairs])
 
