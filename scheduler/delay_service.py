@@ -28,7 +28,7 @@ from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.loop_lag import LoopLagProbe
 from scheduler.progress_file import ProgressFile
 from scheduler.quarantine import Quarantine
-from storage.message_store import MessageStore
+from scheduler.store_port import StorePort
 from storage.supervisor import SupervisedTask
 
 log = structlog.get_logger(__name__)
@@ -47,7 +47,7 @@ SHUTDOWN_WAIT_S = 5.0  # WAIT_FOR_SHUTDOWN
 
 
 class DelayLevelService:
-    def __init__(self, store: MessageStore, config: DelayConfig, levels_ms: list[int] | None = None,
+    def __init__(self, store: StorePort, config: DelayConfig, levels_ms: list[int] | None = None,
                  offset_backend: DelayOffsetBackend | None = None, on_put: PutObserver | None = None) -> None:
         self.store = store
         # every put a level makes (deliveries, by real topic): RocketMQ counts them as puts of their topic

@@ -21,6 +21,7 @@ import javaproperties
 import structlog
 
 from codec.codes import DEFAULT_CLUSTER
+from codec.consume_queue_unit import UNIT_SIZE
 from codec.durations import DEFAULT_DELAY_LEVELS, parse_delay_levels
 
 log = structlog.get_logger(__name__)
@@ -301,8 +302,8 @@ VALIDATORS: dict[str, Check] = {
     "flush_interval_consume_queue": _POSITIVE,
     "disk_max_used_space_ratio": int_range(0, 100),
     "mapped_file_size_commit_log": int_range(4096, 2**31 - 1),
-    "mapped_file_size_consume_queue": lambda v: int_range(20 * 64, 2**31 - 1)(v) or (
-        None if v % 20 == 0 else f"must be a multiple of 20 (the unit size), got {v}"),
+    "mapped_file_size_consume_queue": lambda v: int_range(UNIT_SIZE * 64, 2**31 - 1)(v) or (
+        None if v % UNIT_SIZE == 0 else f"must be a multiple of {UNIT_SIZE} (the unit size), got {v}"),
     "mapped_file_size_timer_log": int_range(4096, 2**31 - 1),
     "file_reserved_time": _NON_NEGATIVE,
     "max_hash_slot_num": _POSITIVE,

@@ -29,6 +29,7 @@ from scheduler.events import EventListener, PutObserver, ignore_puts
 from scheduler.progress import TimerProgress
 from scheduler.progress_file import ProgressFile
 from scheduler.quarantine import Quarantine
+from scheduler.store_port import StorePort
 from scheduler.timer.cancel import CancelCheck, CancelState
 from scheduler.timer.checkpoint import TimerCheckpoint, checkpoint_path
 from scheduler.timer.config import TimerConfig
@@ -49,7 +50,6 @@ from scheduler.timer.state import (
 from scheduler.timer.timerlog import DIR_NAME, TimerLog
 from scheduler.timer.timerlog_segment import Segment
 from scheduler.timer.wheel import FILE_NAME, TimerWheel
-from storage.message_store import MessageStore
 from storage.supervisor import SupervisedTask
 
 log = structlog.get_logger(__name__)
@@ -123,7 +123,7 @@ class TimerMessageStore:
     files and builds the parts at load(), runs them as supervised tasks (start / start_follower /
     promote), stops them (shutdown), and owns the flush / checkpoint and timerlog-clean ticks."""
 
-    def __init__(self, store: MessageStore, config: TimerConfig | None = None,
+    def __init__(self, store: StorePort, config: TimerConfig | None = None,
                  on_put: PutObserver | None = None) -> None:
         self.store = store
         # every put the wheel makes (deliveries by real topic, rolls): counted as puts of their topic

@@ -23,12 +23,12 @@ several brokers they allocate over all brokers' queues, which one broker does no
 from __future__ import annotations
 
 import asyncio
-import struct
 import time
 
 import structlog
 
 from codec.codes import DLQ_PREFIX, ResponseCode
+from codec.consume_queue_unit import UNIT_HEAD, UNIT_SIZE
 from codec.errors import CodecError
 from codec.msgid import offset_msg_id
 from codec.properties import MessageConst as K
@@ -45,7 +45,6 @@ from storage.supervisor import SupervisedTask
 log = structlog.get_logger(__name__)
 
 
-_UNIT = struct.Struct(">qi")
 SWEEP_INTERVAL_S = 1.0
 _ADVANCE = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_FOUND_NULL, GetStatus.OFFSET_OVERFLOW_BADLY,
             GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING)
@@ -274,9 +273,9 @@ class PopService:
     def _read(self, topic: str, qid: int, offset: int) -> MessageRecord | None:
         store = self.deps.store
         units = store.read_units(topic, qid, offset, 1)
-        if not units or len(units) < 20:
+        if not units or len(units) < UNIT_SIZE:
             return None
-        phys, size = _UNIT.unpack_from(units, 0)
+        phys, size = UNIT_HEAD.unpack_from(units, 0)
         raw = store.read_record(phys, size)
         if raw is None or len(raw) == 0:
             return None

@@ -23,7 +23,7 @@ from codec.codes import DEFAULT_REGION, RPC_ONEWAY, RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.frame import encode_frame_bytes
 from codec.properties import MessageConst
-from codec.record import POS_SYS_FLAG, store_timestamp_pos
+from codec.record import POS_SYS_FLAG, STORE_TS_POS
 from server import headers as H
 from server.header_spec import HeaderError
 from server.processors import peer_of
@@ -56,7 +56,6 @@ log = structlog.get_logger(__name__)
 # with WAIT) an awaitable of the response that the dispatcher runs as a task
 SendAnswer: TypeAlias = RemotingCommand | Awaitable[RemotingCommand] | None
 
-_TS_POS = (store_timestamp_pos(0), store_timestamp_pos(0x10))  # STORETIMESTAMP by the BORNHOST_V6 bit
 _SYS_FLAG_LOW = POS_SYS_FLAG + 3  # SYSFLAG's low byte (BORNHOST_V6 = 0x10)
 
 
@@ -82,7 +81,7 @@ class SendRun:
         self.tags_codes = list(tcodes)
         self.keys = keys
         self.deliver_delays = list(delays) if max(delays) >= 0 else None
-        tsp = _TS_POS
+        tsp = STORE_TS_POS
         self.ts_pos = [s + tsp[(buf[s + _SYS_FLAG_LOW] & 0x10) >> 4] for s in starts[:-1]]
 
 

@@ -115,7 +115,7 @@ async def test_a_run_equals_the_reference(make_broker, tmp_path, flush):
         ra = bytes(a.store.commitlog.queue.files[0].slice(0, a.store.commitlog_max_offset()))
         rb = bytes(b.store.commitlog.queue.files[0].slice(0, b.store.commitlog_max_offset()))
         assert ra == rb and len(ra) == b.store.commitlog_max_offset()
-        for key in b.store.consume_queues:
+        for key in b.store.queues.queues:
             assert bytes(a.store.read_units(*key, 0, 64)) == bytes(b.store.read_units(*key, 0, 64)), key
         assert a.counters.put_total == a.store.put_ok_total == b.store.put_ok_total  # on_put counted every stored record
         got = await _by_opaque(out)
