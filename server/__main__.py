@@ -23,6 +23,7 @@ import structlog  # noqa: E402
 
 from remoting import loop as event_loop  # noqa: E402
 from server.config import BrokerConfig, ConfigError, load_config  # noqa: E402
+from server.listeners import ListenError, probe  # noqa: E402
 from server.logging import configure  # noqa: E402
 from server.process import overrides_from, serve_until_signal  # noqa: E402
 from storage.store_lock import StoreLockedError  # noqa: E402
@@ -112,9 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.export_config is not None:
         return export_config(cfg, args.export_config)
     try:
+        probe(cfg.listeners())  # a port another process holds stops the start before the store is opened
         return event_loop.run(run(cfg))
     except StoreLockedError as e:
         log.error("broker.store_locked", error=str(e), holder=e.holder)
+        return 1
+    except ListenError as e:  # taken between the probe and the bind
+        log.error("broker.cannot_listen", key=e.key, port=e.port, error=str(e))
         return 1
     except OSError as e:
         log.error("broker.start_failed", error=str(e))

@@ -11,6 +11,7 @@ import structlog
 
 from remoting import loop as event_loop
 from server.cluster.namesrv.config import NamesrvConfig, load_namesrv_config
+from server.listeners import ListenError
 from server.logging import configure
 from server.process import overrides_from, serve_until_signal
 
@@ -47,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return event_loop.run(run(cfg))
+    except ListenError as e:
+        log.error("namesrv.cannot_listen", key=e.key, port=e.port, error=str(e))
+        return 1
     except OSError as e:
         log.error("namesrv.start_failed", error=str(e))
         return 1

@@ -24,6 +24,7 @@ from server.cluster.namesrv.processor import (
 )
 from server.cluster.namesrv.route_info import RouteInfoManager
 from server.cluster.tasks import Supervised
+from server.listeners import bound
 
 log = structlog.get_logger(__name__)
 
@@ -49,7 +50,8 @@ class NamesrvController:
         register_broker_requests(self.server, self.routes, self.kv)
         register_namesrv_config(self.server, cfg, self.routes)
         self.server.on_close = self.routes.on_channel_destroy
-        await self.server.start(cfg.listen_host, [cfg.listen_port])
+        with bound("listenPort", cfg.listen_host, cfg.listen_port):
+            await self.server.start(cfg.listen_host, [cfg.listen_port])
         self._scan = Supervised("namesrv.scan_not_active_broker", self._scan_loop).start()
         log.info("namesrv.ready", host=cfg.listen_host, port=self.port, kv_config=cfg.kv_config_path or None,
                  broker_expiry_ms=cfg.broker_channel_expired_time)
