@@ -103,7 +103,7 @@ class AsyncDeliverMixin(LevelState):
             return
         st = self.stats
         st.add_delivered(len(lateness))
-        st.lateness.observe_many(lateness)
+        st.observe_lateness(lateness)
         if self.svc.listeners:
             for e in entries:
                 if isinstance(e, PendingBatch):

@@ -66,7 +66,7 @@ class SyncDeliverMixin(LevelState):
         if statuses is None and flushed_ok:
             ts = res.store_timestamp
             st.add_delivered(n)
-            st.lateness.observe_many([ts - dues[i] for i in src])
+            st.observe_lateness([ts - dues[i] for i in src])
             if infos is not None:
                 self._fire_delivered(infos.topics, res.phys, infos, [dues[i] for i in src], ts)
             return

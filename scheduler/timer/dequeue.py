@@ -286,7 +286,7 @@ class DequeueMixin(TimerState):
                 count_puts(self.on_put, [r[1] for r in put], [len(r[0]) for r in put])
             if late:
                 m.delivered += len(late)
-                m.lateness.observe_many(late)
+                m.observe_lateness(late)
                 m.dequeue_latency_ms = late[-1]
             m.dequeue_rate.add(len(reqs) - len(retry))
             if delivered:

@@ -76,6 +76,7 @@ class TimerStats(TypedDict):
     dequeue_latency_ms: int
     lateness_p50_ms: float
     lateness_p99_ms: float
+    lateness_window: int  # how many recent deliveries the exact p50/p99 are over
     lateness_max_ms: float
     lateness_buckets: list[tuple[float, int]]  # cumulative (upper bound ms, count)
     read_ms: int
@@ -371,7 +372,8 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
             "dequeue_lag_ms": max(0, self._floor(now) - self.commit_read_ms) if nxt is not None and nxt <= now else 0,
             "enqueue_rate": m.enqueue_rate.value(), "dequeue_rate": m.dequeue_rate.value(),
             "enqueue_latency_ms": m.enqueue_latency_ms, "dequeue_latency_ms": m.dequeue_latency_ms,
-            "lateness_p50_ms": m.lateness.quantile(0.5), "lateness_p99_ms": m.lateness.quantile(0.99),
+            "lateness_p50_ms": m.recent_lateness.quantile(0.5), "lateness_p99_ms": m.recent_lateness.quantile(0.99),
+            "lateness_window": len(m.recent_lateness),
             "lateness_max_ms": m.lateness.max, "lateness_buckets": m.lateness.cumulative(),
             "read_ms": self.commit_read_ms, "write_ms": self.curr_write_ms,
             "queue_offset": self.commit_queue_offset, "timerlog_pos": self.timerlog.write_pos if self.timerlog else 0,
@@ -395,6 +397,10 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
             "rocketmq_timer_dequeue_lag": str(s["dequeue_lag_ms"]),
             "rocketmq_timer_dequeue_latency": str(s["dequeue_latency_ms"]),
             "rocketmq_delay_message_latency_p99": str(s["lateness_p99_ms"]),
+            # exact, over the last lateness_window deliveries (nearest rank); max since start
+            "timerLatenessP50": f"{s['lateness_p50_ms']:.0f}", "timerLatenessP99": f"{s['lateness_p99_ms']:.0f}",
+            "timerLatenessMax": f"{s['lateness_max_ms']:.0f}", "timerLatenessWindow": str(s["lateness_window"]),
+            "timerPending": str(s["pending"]), "timerOccupiedSlots": str(s["occupied_slots"]),
             "timerNextDueSlotMs": str(s["next_due_slot_ms"]),
             "timerDelivered": str(s["delivered"]), "timerCancelled": str(s["cancelled"]),
             "timerRolled": str(s["rolled"]), "timerRejected": str(s["rejected"]),
