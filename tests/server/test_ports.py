@@ -15,11 +15,16 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import wire
-from tests.helpers.broker import HOST, REPO_ROOT, BrokerProcess, pick_port_pair
+from tests.helpers.broker import (
+    GRPC_PORT_OFFSET,
+    HOST,
+    REPO_ROOT,
+    BrokerProcess,
+    pick_port_pair,
+    pick_port_with_grpc,
+)
 from tests.helpers.cluster import NamesrvProcess
 from tests.server.test_start_safety import error_lines, run_broker
-
-GRPC_OFFSET = 1795  # the documented rule: grpcListenPort defaults to listenPort - 1795 (9876 -> 8081)
 
 
 @contextmanager
@@ -38,19 +43,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
-
-
-def port_with_free_grpc() -> int:
-    """A broker port P whose derived gRPC port P - 1795 is free as well."""
-    for _ in range(50):
-        p = pick_port_pair()
-        if p - GRPC_OFFSET > 1024:
-            try:
-                with held(p - GRPC_OFFSET):
-                    return p
-            except OSError:
-                continue
-    raise RuntimeError("no broker port with a free derived gRPC port")
 
 
 def assert_one_line(res: subprocess.CompletedProcess[str], key: str, port: int, store: Path) -> None:
@@ -85,11 +77,11 @@ def test_a_taken_port_stops_the_start_naming_its_key(tmp_path, key, which):
 
 
 def test_the_derived_grpc_port_taken_names_grpc_listen_port(tmp_path):
-    port = port_with_free_grpc()
+    port = pick_port_with_grpc()
     store = tmp_path / "store"
-    with held(port - GRPC_OFFSET):
+    with held(port - GRPC_PORT_OFFSET):
         res = run_broker(["--store", str(store), "--port", str(port)])
-    assert_one_line(res, "grpcListenPort", port - GRPC_OFFSET, store)
+    assert_one_line(res, "grpcListenPort", port - GRPC_PORT_OFFSET, store)
 
 
 # two keys given one port: refused as a configuration error (exit 2) naming the later key and the port
@@ -126,14 +118,14 @@ def test_two_brokers_given_only_their_ports_both_run(tmp_path):
     """The README's cluster recipe shape: a name server and two brokers, each given its own --port and
     nothing else; each derives its gRPC (port - 1795), HA (port + 1) and VIP (port - 2) ports."""
     ns = NamesrvProcess(tmp_path / "ns").start()
-    brokers = [BrokerProcess(tmp_path / name, port=port_with_free_grpc(),
+    brokers = [BrokerProcess(tmp_path / name, port=pick_port_with_grpc(),
                              config={"grpcListenPort": -1, "namesrvAddr": ns.addr, "brokerName": name})
                for name in ("broker-a", "broker-b")]
     try:
         for b in brokers:
             b.start()
         for b in brokers:
-            for p in (b.port, b.port - 2, b.port + 1, b.port - GRPC_OFFSET):  # each one listening
+            for p in (b.port, b.port - 2, b.port + 1, b.port - GRPC_PORT_OFFSET):  # each one listening
                 socket.create_connection((HOST, p), timeout=5).close()
             wire.create_topic(b.addr, "PortsT", 1)
     finally:
