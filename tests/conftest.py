@@ -14,14 +14,47 @@ import os
 # subprocesses inherit this.
 os.environ.setdefault("DELAYMQ_DISK_MAX_USED_RATIO", "1.0")
 
+import asyncio
 import itertools
 import shutil
+import subprocess
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.helpers.broker import BrokerProcess
 
+# Property tests check what holds, not how fast: hypothesis's default 200 ms deadline per example and its
+# too-slow health check fail them on a loaded host (a shared machine, CI beside other work) while the code
+# is right. Speed is the benchmarks' business.
+settings.register_profile("delaymq", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("delaymq")
+
 TEST_COMMITLOG_SEGMENT = 32 * 1024 * 1024
+
+
+# Tests that start another process (a broker, a name server, a client agent, Java, Spark, the CLI) carry
+# one of these markers; `make check` leaves them out. The guard below keeps the markers honest: a test
+# without one that starts a process fails at once, naming the marker to add.
+PROCESS_MARKERS = ("process", "java", "interop", "spark")
+
+
+@pytest.fixture(autouse=True)
+def _processes_only_where_marked(request, monkeypatch):
+    if any(request.node.get_closest_marker(m) for m in PROCESS_MARKERS):
+        return
+    nodeid = request.node.nodeid
+
+    def refuse(self, *args, **kwargs):
+        raise RuntimeError(f"{nodeid} starts a process: mark it (or its module) pytest.mark.process")
+
+    async def refuse_async(*args, **kwargs):
+        refuse(None)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    # uvloop spawns through libuv, not Popen
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", refuse_async)
+    monkeypatch.setattr(asyncio, "create_subprocess_shell", refuse_async)
 
 
 def _diagnostics(item) -> list:

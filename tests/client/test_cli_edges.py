@@ -20,6 +20,8 @@ from tests.helpers.broker import REPO_ROOT
 ENTRY_POINTS = {"delaymq": "client.cli", "delaymq-broker": "server", "delaymq-namesrv": "server.cluster.namesrv"}
 
 
+pytestmark = pytest.mark.process  # broker processes and the console entry points
+
 def run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=120, stdin=subprocess.DEVNULL, env=dict(os.environ))

@@ -28,6 +28,8 @@ README = REPO_ROOT / "README.md"
 MARKED = {"cpp", "rmq5-python", "node", "cli", "cluster"}
 ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TZ": "UTC"}
 
+pytestmark = pytest.mark.process
+
 
 def readme_blocks() -> dict[str, str]:
     """NAME -> the body of the fenced block right after `<!-- readme-test: NAME -->`."""

@@ -26,6 +26,7 @@ from tests.helpers.broker import (
 from tests.helpers.cluster import NamesrvProcess
 from tests.server.test_start_safety import error_lines, run_broker
 
+pytestmark = pytest.mark.process  # broker processes and the console entry points
 
 @contextmanager
 def held(port: int) -> Iterator[socket.socket]:
