@@ -2,7 +2,7 @@
 # The interpreter .venv is made from: PY if given, else the first of the distribution's python3 and
 # python3 on PATH that is >= 3.11 and can make a venv. Distributions build their python3 with PGO + LTO;
 # pyenv and plain source builds do not by default. On this project's machine the drain costs ~18% less
-# CPU per message on Debian's 3.11 than on pyenv's (README, Benchmarks).
+# CPU per message on Debian's 3.11 than on pyenv's (bench/RESULTS.md).
 PY ?= $(shell for p in /usr/bin/python3 python3; do $$p -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 && { echo $$p; break; }; done)
 VENV := .venv
 VPY := $(VENV)/bin/python

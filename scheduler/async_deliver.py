@@ -301,7 +301,7 @@ class AsyncLevelHandler:
         report = self.report
         st = report.stats
         st.add_delivered(len(lateness))
-        st.lateness.observe_many(lateness)
+        st.observe_lateness(lateness)
         if report.listeners:
             for e in entries:
                 if isinstance(e, PendingBatch):

@@ -85,7 +85,7 @@ class LevelReporter:
         """A run of messages stored whole at `store_ts` (dues and phys in delivery order)."""
         st = self.stats
         st.add_delivered(len(dues))
-        st.lateness.observe_many([store_ts - due for due in dues])
+        st.observe_lateness([store_ts - due for due in dues])
         if infos is not None:
             self.fire_delivered(infos.topics, phys, infos, dues, store_ts)
 

@@ -259,8 +259,12 @@ class DelayLevelService:
             info[f"scheduleMessageDelivered_{lv}"] = str(snap["delivered_total"])
             info[f"scheduleMessageDeliverRate_{lv}"] = f"{snap['deliver_rate']:.1f}"
             info[f"scheduleMessageDelayMs_{lv}"] = str(d.delay_ms)
-            info[f"scheduleMessageLatenessP50_{lv}"] = f"{d.stats.lateness.quantile(0.5):.0f}"
-            info[f"scheduleMessageLatenessP99_{lv}"] = f"{d.stats.lateness.quantile(0.99):.0f}"
+            # exact (nearest rank) over the last LATENESS_WINDOW deliveries, not a histogram bucket's edge
+            recent = d.stats.recent_lateness
+            info[f"scheduleMessageLatenessP50_{lv}"] = f"{recent.quantile(0.5):.0f}"
+            info[f"scheduleMessageLatenessP99_{lv}"] = f"{recent.quantile(0.99):.0f}"
+            info[f"scheduleMessageLatenessMax_{lv}"] = f"{d.stats.lateness.max:.0f}"
+            info[f"scheduleMessageLatenessWindow_{lv}"] = str(len(recent))
         info["scheduleMessageCancelPending"] = str(self.cancels.count())
         info["scheduleMessageCancelled"] = str(self.cancels.cancelled_total)
         return info

@@ -26,6 +26,7 @@ from server.cluster.ha.service import ReplicaRole, ReplicaServices
 from server.cluster.namesrv.kv_config import KVConfigManager
 from server.cluster.registration import BrokerRegistrar
 from server.config import BrokerConfig
+from server.listeners import bound
 from server.observability.broker_stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BrokerStats
 from server.observability.client_errors import ClientErrorLog
 from server.observability.http import MetricsHttpServer
@@ -157,7 +158,10 @@ class BrokerController:
         self.security = install_security(cfg, self.store, self.remoting.server,
                                          lambda t: self.topics.get(t) is not None)  # ACL, TLS, limits
         register_processors(self.remoting, self)
-        await self.remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port])
+        with bound("listenPort", cfg.listen_host, cfg.listen_port):
+            await self.remoting.listen(cfg.listen_host, [cfg.listen_port])
+        with bound("listenPort-2", cfg.listen_host, cfg.vip_port):  # the VIP channel
+            await self.remoting.listen(cfg.listen_host, [cfg.vip_port])
         await self.replica.start()
         if cfg.namesrv_addr_list:
             registrar = self.registrar = make_registrar(cfg, self.topics, self.started_store.supervisor)
@@ -168,11 +172,12 @@ class BrokerController:
             from server.observability import prometheus
             self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port,
                                                   render=lambda: prometheus.page_sliced(self))
-            await self.metrics_http.start()
+            with bound("metricsPort", cfg.metrics_host, cfg.metrics_port):
+                await self.metrics_http.start()
         self.telemetry = Telemetry(cfg, self.metrics, self.store, self.offsets, self.delay_service, self.timer_service)
         self.telemetry.start()
         self._stats_task = self.store.supervisor.spawn("broker-stats", self._sample_stats)
-        if cfg.grpc_listen_port > 0:  # RocketMQ 5 clients: gRPC MessagingService over the same store
+        if cfg.grpc_port > 0:  # RocketMQ 5 clients: gRPC MessagingService over the same store
             from server.grpc.endpoint import GrpcEndpoint
             self.grpc = GrpcEndpoint(grpc_deps(self))
             await self.grpc.start()

@@ -302,7 +302,7 @@ class Putter:
                 count_puts(self.on_put, [r.topic for r in put], [len(r.record) for r in put])
             if late:
                 m.delivered += len(late)
-                m.lateness.observe_many(late)
+                m.observe_lateness(late)
                 m.dequeue_latency_ms = late[-1]
             m.dequeue_rate.add(len(reqs) - len(retry))
             if delivered:
