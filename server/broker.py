@@ -42,6 +42,7 @@ from server.rebalance_lock import RebalanceLockManager
 from server.runtime_info import broker_runtime_info
 from server.security import Security
 from server.security import install as install_security
+from server.subscription_filter import SubscriptionFilters
 from server.topics import TopicManager
 from server.transactions import TransactionService
 from server.wiring import (
@@ -90,6 +91,7 @@ class BrokerController:
                                      expired_timeout_s=config.client_channel_expired_timeout / 1000.0)
         self.locks = RebalanceLockManager(config.channel_lock_max_live_time_ms)
         self.pull_hold = PullHoldService()
+        self.filters = SubscriptionFilters(config.enable_property_filter, config.filter_support_retry)
         self.kv_config = KVConfigManager()  # embedded mode's name-server KV config (in memory)
         self.registrar: BrokerRegistrar | None = None  # [cluster] set when namesrvAddr is configured
         self.metrics = Registry()

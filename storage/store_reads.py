@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import structlog
@@ -28,7 +28,10 @@ def _int32(v: int) -> int:
 class ReadMixin(StoreState):
     # ---- pull -----------------------------------------------------------------------------------
     def get_messages(self, topic: str, queue_id: int, offset: int, max_num: int,
-                     tag_codes: set[int] | None = None) -> GetResult:
+                     tag_codes: set[int] | None = None,
+                     record_filter: Callable[[memoryview], bool] | None = None) -> GetResult:
+        """Up to `max_num` messages from `offset`: units whose tagsCode is in `tag_codes` (None: any), then
+        records `record_filter` accepts (isMatchedByCommitLog, e.g. a SQL92 selector; None: any)."""
         self.get_total += 1
         cq = self.consume_queues.get((topic, queue_id))
         if cq is None:
@@ -85,7 +88,10 @@ class ReadMixin(StoreState):
             if pos + size > wrote:
                 removed = True
                 continue
-            buffers.append(view[pos:pos + size])
+            rec = view[pos:pos + size]
+            if record_filter is not None and not record_filter(rec):
+                continue
+            buffers.append(rec)
             qoffs.append(offset + scanned - 1)
             total_bytes += size
         result.next_begin_offset = offset + scanned
