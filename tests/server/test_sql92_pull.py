@@ -160,3 +160,38 @@ async def test_retry_topic_filtered_only_with_filter_support_retry(make_broker, 
             assert bodies(pulled) == want, support
         finally:
             await c.close()
+
+
+async def test_sql92_answers_equal_the_reference_evaluator_through_the_store(make_broker) -> None:
+    """The processor (fast evaluator on the record bytes) writes the very frame the pull reference writes when its
+    store lookup filters with the reference evaluator on each record's decoded properties."""
+    from codec.record import read_properties
+    from codec.sql92 import Selector
+    from server.processor_wiring import pull_deps
+    from server.processors.pull import PullProcessor
+    from server.processors.pull_reference import pull_answer
+    from tests.helpers.checks import present
+    from tests.server.helpers import LoopbackPeer
+    from tests.server.test_pull_frames import request
+
+    b: BrokerController = await make_broker(enable_property_filter=True)
+    c = await RawClient.connect(b.config.broker_addr)
+    try:
+        await fill(c, "Frames")
+        pp = PullProcessor(pull_deps(b))
+        for n, expression in enumerate(["region = 'eu' AND amount > 100", "amount > 100 OR region = 'eu'",
+                                        "TAGS NOT IN ('TagB') AND region IS NOT NULL", "region = 'none'"]):
+            sel = Selector(expression)
+
+            def by_reference(rec: memoryview, sel: Selector = sel) -> bool:
+                return sel.matches_properties(read_properties(rec))
+            for offset, max_nums in ((0, 32), (1, 2), (4, 1)):
+                cmd = request(0, 500 + n, group="GF", topic="Frames", qid=0, offset=offset, sub=expression,
+                              max_nums=max_nums)
+                cmd.ext_fields["expressionType"] = "SQL92"
+                got = pp(LoopbackPeer(), cmd)
+                assert type(got) is list
+                want = pull_answer(present(b.store), cmd, "Frames", 0, offset, max_nums, None, by_reference)
+                assert b"".join(got) == want, (expression, offset)
+    finally:
+        await c.close()
