@@ -60,7 +60,7 @@ def send_deps(b: BrokerController) -> SendDeps:
 def pull_deps(b: BrokerController) -> PullDeps:
     return PullDeps(config=b.config, store=built(b.store, "store"), topics=b.topics, groups=b.groups,
                     clients=b.clients, offsets=b.offsets, replica=b.replica, pull_hold=b.pull_hold,
-                    on_pull=b.counters.on_pull, filters=b.filters)
+                    on_pull=b.counters.on_pull, filters=b.filters, bitmaps=b.bitmaps)
 
 
 def send_back_deps(b: BrokerController) -> SendBackDeps:

@@ -29,9 +29,11 @@ class ReadMixin(StoreState):
     # ---- pull -----------------------------------------------------------------------------------
     def get_messages(self, topic: str, queue_id: int, offset: int, max_num: int,
                      tag_codes: set[int] | None = None,
-                     record_filter: Callable[[memoryview], bool] | None = None) -> GetResult:
-        """Up to `max_num` messages from `offset`: units whose tagsCode is in `tag_codes` (None: any), then
-        records `record_filter` accepts (isMatchedByCommitLog, e.g. a SQL92 selector; None: any)."""
+                     record_filter: Callable[[memoryview], bool] | None = None,
+                     unit_filter: Callable[[int], bool] | None = None) -> GetResult:
+        """Up to `max_num` messages from `offset`: units whose tagsCode is in `tag_codes` (None: any) and whose
+        queue offset `unit_filter` does not rule out (isMatchedByConsumeQueue: a bitmap pre-filter), then records
+        `record_filter` accepts (isMatchedByCommitLog, e.g. a SQL92 selector; None: any)."""
         self.get_total += 1
         cq = self.consume_queues.get((topic, queue_id))
         if cq is None:
@@ -70,6 +72,8 @@ class ReadMixin(StoreState):
             if size == BLANK_SIZE or size <= 0:
                 continue
             if tag_codes is not None and _int32(tags) not in tag_codes:
+                continue
+            if unit_filter is not None and not unit_filter(offset + scanned - 1):
                 continue
             if phys < cl_min:
                 removed = True

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from server.client_manager import ClientManager
     from server.cluster.ha.service import ReplicaRole
     from server.config import BrokerConfig
+    from server.filter_bitmap import FilterBitmaps, UnitGate
     from server.headers import PullMessageHeader
     from server.offsets_table import ConsumerOffsetManager
     from server.pull_hold import PullHoldService
@@ -60,6 +61,7 @@ class PullDeps:
     pull_hold: PullHoldService  # long polling
     on_pull: Callable[[str, str, int], None]  # (topic, group, n) pulled-message counters
     filters: SubscriptionFilters  # enablePropertyFilter, compiled SQL92 selectors
+    bitmaps: FilterBitmaps | None  # enableCalcFilterBitMap: the SQL92 bitmap pre-filter
 
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = PullSysFlag.COMMIT_OFFSET, PullSysFlag.SUSPEND, PullSysFlag.SUBSCRIPTION
 
@@ -229,6 +231,7 @@ class PullProcessor:
                 return self._fail(cmd, ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
             sub_version = sub.sub_version
         record_filter: RecordFilter | None
+        gate: UnitGate | None = None
         if is_tag_type(sub.expression_type):
             codes = None if sub.match_all else set(sub.code_set)
             record_filter = b.filters.retry_filter(h.consumerGroup, h.topic, self._group_subscription)
@@ -243,7 +246,12 @@ class PullProcessor:
             if not b.filters.enabled:
                 return self._fail(cmd, ResponseCode.SYSTEM_ERROR, unsupported_remark(sub.expression_type))
             codes, record_filter = None, sel.matches_record
-        res = b.store.get_messages(h.topic, h.queueId, h.queueOffset, max(1, h.maxMsgNums), codes, record_filter)
+            if b.bitmaps is not None:
+                gate = b.bitmaps.gate(h.consumerGroup, h.topic, h.queueId, sub_version, sel)
+        res = b.store.get_messages(h.topic, h.queueId, h.queueOffset, max(1, h.maxMsgNums), codes, record_filter,
+                                   gate)
+        if gate is not None and b.bitmaps is not None:
+            b.bitmaps.count_skipped(gate)
         status, code = _status(res.status, h.queueOffset)
         slave = b.replica.is_slave
         if slave and code == ResponseCode.PULL_OFFSET_MOVED:  # a slave never moves a consumer (offsetCheckInSlave=false)

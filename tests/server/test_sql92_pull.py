@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from codec.codes import RequestCode, ResponseCode
 from server.broker import BrokerController
 from tests.server.helpers import PULL_MESSAGE, pull_ext, send, until
@@ -107,8 +109,9 @@ async def test_heartbeat_subscription_drives_pulls_without_a_posted_one(make_bro
         await c.close()
 
 
-async def test_held_pull_wakes_only_for_a_matching_message(make_broker) -> None:
-    b: BrokerController = await make_broker(enable_property_filter=True)
+@pytest.mark.parametrize("bitmap", [False, True])
+async def test_held_pull_wakes_only_for_a_matching_message(make_broker, bitmap: bool) -> None:
+    b: BrokerController = await make_broker(enable_property_filter=True, enable_calc_filter_bit_map=bitmap)
     c = await RawClient.connect(b.config.broker_addr)
     try:
         assert (await send(c, "Held", b"first", qid=0, channel="web")).code == 0
