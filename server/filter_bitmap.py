@@ -116,6 +116,7 @@ class FilterBitmaps:
         if start is None:
             start = max(self.files.end(topic, queue_id), max_offset - CATCH_UP_UNITS)
         if start >= max_offset:
+            self._next[key] = start
             return
         regs = tuple((r.selector.matches_record, r.mask) for r in groups.values())
         now = self._tick()
