@@ -2,6 +2,10 @@
 
     .venv/bin/python -m bench.sql92_filter [N]        # N messages (default 200,000) over 4 queues
 
+With Apache RocketMQ 4.9.7 in ../shared/rocketmq-java (DELAYMQ_SHARED overrides), the same fill and pulls run
+against an Apache broker (`mqbroker`, enablePropertyFilter=true, no name server, RMQ_HEAP -Xms256m -Xmx512m) too,
+its CPU read from the java process under the launcher.
+
 For each setting a broker subprocess (enablePropertyFilter=true, enableCalcFilterBitMap=false|true) gets N
 messages of 128 B (`region` = 'eu' for 1 in 100, else 'us'); the SQL92 group (`region = 'eu'`) registers before
 the fill (its first pull), then pulls every queue from 0 to the end (maxMsgNums 32, one pull in flight per
@@ -13,12 +17,20 @@ units its bits could not rule out; GET_BROKER_RUNTIME_INFO filterBitmapSkipped).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 from bench import wire
-from bench.common import Broker, proc_cpu_s, write_result
+from bench.common import Broker, pick_port, proc_cpu_s, store_base, write_result
 from codec.codes import RequestCode, ResponseCode
 from codec.command import RemotingCommand
 
@@ -40,8 +52,12 @@ async def fill(conn: wire.Conn, n: int) -> None:
 
     async def one(i: int) -> None:
         props = wire.props_string({"region": "eu" if i % 100 == 0 else "us", "amount": str(i)})
-        async with sem:
-            r = await conn.invoke(wire.send_cmd(TOPIC, body, i % QUEUES, props), timeout=60)
+        for _ in range(100):
+            async with sem:
+                r = await conn.invoke(wire.send_cmd(TOPIC, body, i % QUEUES, props), timeout=60)
+            if r.code != ResponseCode.SYSTEM_BUSY:  # Apache's flow control on a loaded machine: back off, resend
+                break
+            await asyncio.sleep(0.05)
         if r.code != ResponseCode.SUCCESS:
             raise RuntimeError(f"send {i}: {r.code} {r.remark}")
 
@@ -73,8 +89,85 @@ async def runtime_table(conn: wire.Conn) -> dict[str, str]:
     return table
 
 
-async def one_setting(n: int, bitmap: bool) -> dict[str, object]:
-    with Broker({"enablePropertyFilter": "true", "enableCalcFilterBitMap": str(bitmap).lower()}) as b:
+REPO = Path(__file__).resolve().parents[1]
+ROCKETMQ_JAVA = Path(os.environ.get("DELAYMQ_SHARED") or REPO.parent / "shared") / "rocketmq-java"
+
+
+class ApacheBroker:
+    """Apache RocketMQ 4.9.7's `mqbroker` on a private store and free ports; `pid` is the java process."""
+
+    def __init__(self) -> None:
+        self.work = Path(tempfile.mkdtemp(prefix="delaymq-bench-apache-", dir=store_base()))
+        self.port = pick_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ApacheBroker:
+        conf = self.work / "broker.conf"
+        conf.write_text("".join(f"{k}={v}\n" for k, v in {
+            "brokerClusterName": "BenchCluster", "brokerName": "apache-bench", "brokerId": 0,
+            "brokerIP1": "127.0.0.1", "listenPort": self.port, "haListenPort": self.port + 1,
+            "storePathRootDir": self.work / "store", "storePathCommitLog": self.work / "store" / "commitlog",
+            "enablePropertyFilter": "true", "autoCreateTopicEnable": "true", "flushDiskType": "ASYNC_FLUSH",
+            "mapedFileSizeCommitLog": 256 << 20}.items()))
+        env = dict(os.environ, RMQ_USER_HOME=str(self.work), HOME=str(self.work),
+                   RMQ_HEAP="-Xms256m -Xmx512m")
+        with open(self.work / "broker.out", "ab") as out:
+            self.proc = subprocess.Popen([str(ROCKETMQ_JAVA / "bin" / "mqbroker"), "-c", str(conf)], env=env,
+                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        deadline = time.monotonic() + 120
+        import socket
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mqbroker exited: {(self.work / 'broker.out').read_text()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return self
+            except OSError:
+                time.sleep(0.2)  # a port that is not open yet: nothing to wait on
+        raise RuntimeError("mqbroker did not open its port")
+
+    @property
+    def pid(self) -> int:
+        """The java process: the launcher's deepest descendant."""
+        assert self.proc is not None
+        pid = self.proc.pid
+        while True:
+            try:
+                kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            except OSError:
+                return pid
+            if not kids:
+                return pid
+            pid = int(kids[0])
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(30)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def broker_for(kind: str) -> Iterator[Broker | ApacheBroker]:
+    if kind == "apache":
+        a = ApacheBroker()
+        try:
+            yield a.start()
+        finally:
+            a.stop()
+        return
+    with Broker({"enablePropertyFilter": "true", "enableCalcFilterBitMap": str(kind == "bitmap").lower()}) as b:
+        yield b
+
+
+async def one_setting(n: int, kind: str) -> dict[str, object]:
+    with broker_for(kind) as b:
         conn = await wire.connect(b.addr)
         try:
             await wire.create_topic(conn, TOPIC, QUEUES)
@@ -95,7 +188,7 @@ async def one_setting(n: int, bitmap: bool) -> dict[str, object]:
     scanned = sum(ends)
     skipped = int(table.get("filterBitmapSkipped", 0))
     evaluated = scanned - skipped
-    return {"bitmap": bitmap, "messages": n, "fill_s": round(fill_s, 2), "matched": matched,
+    return {"broker": kind, "messages": n, "fill_s": round(fill_s, 2), "matched": matched,
             "pull_s": round(pull_s, 3), "scanned_per_s": round(scanned / pull_s), "broker_cpu_s": round(cpu_s, 3),
             "cpu_us_per_scanned": round(cpu_s * 1e6 / scanned, 2),
             "cpu_us_per_matched": round(cpu_s * 1e6 / max(1, matched), 1),
@@ -105,10 +198,11 @@ async def one_setting(n: int, bitmap: bool) -> dict[str, object]:
 
 def main() -> int:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
-    runs = [asyncio.run(one_setting(n, bitmap)) for bitmap in (False, True)]
-    off, on = runs
+    kinds = ["delaymq", "bitmap"] + (["apache"] if (ROCKETMQ_JAVA / "bin" / "mqbroker").is_file() else [])
+    runs = [asyncio.run(one_setting(n, kind)) for kind in kinds]
+    off, on = runs[0], runs[1]
     ratio = int(on["commitlog_bytes_read"]) / max(1, int(off["commitlog_bytes_read"]))  # type: ignore[call-overload]
-    payload = {"runs": runs, "commitlog_read_ratio_on_off": round(ratio, 4),
+    payload = {"runs": runs, "apache": "apache" in kinds, "commitlog_read_ratio_on_off": round(ratio, 4),
                "target": "bitmap on reads <= 5 % of the CommitLog bytes read with it off", "met": ratio <= 0.05}
     path = write_result("sql92_filter", payload)
     print(json.dumps(payload))

@@ -235,7 +235,7 @@ class PullProcessor:
         if is_tag_type(sub.expression_type):
             codes = None if sub.match_all else set(sub.code_set)
             record_filter = b.filters.retry_filter(h.consumerGroup, h.topic, self._group_subscription)
-        else:  # SQL92: every unit goes on to the record's properties (no bitmap yet)
+        else:  # SQL92: the record's properties decide (after the bitmap pre-filter, when on)
             sel = b.filters.selector(h.consumerGroup, h.topic, sub_version, sub.expression_type, sub.sub_string)
             if isinstance(sel, str):
                 if sys_flag & FLAG_SUBSCRIPTION:
