@@ -202,6 +202,7 @@ def _is_boolean(n: Node) -> bool:
 
 # ---- Java conversions --------------------------------------------------------------------------------------
 
+_JAVA_TRIM: Final = "".join(map(chr, range(33)))  # String.trim(): every char <= ' '
 _INT_RE: Final = re.compile(r"[+-]?\d+")  # Integer.parseInt / Long.parseLong: any Unicode decimal digit
 _DOUBLE_RE: Final = re.compile(
     r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?"
@@ -220,7 +221,7 @@ def java_parse_int(s: str, lo: int = INT_MIN, hi: int = INT_MAX) -> int:
 
 def java_parse_double(s: str) -> float:
     """Double.valueOf(s): trimmed of chars <= ' ', decimal / hex / NaN / Infinity, an optional f/d suffix."""
-    t = s.strip("".join(map(chr, range(33))))
+    t = s.strip(_JAVA_TRIM)
     if _DOUBLE_RE.fullmatch(t) is None:
         raise EvalError(f"for input string: {s!r}")
     if t[-1] in "fFdD":  # a float/double suffix (after a hex exponent too: it is decimal digits)
