@@ -162,7 +162,8 @@ class BrokerController:
         self.remoting = make_remoting_server(self.clients)
         self.remoting.server.dispatcher.on_timing = self.rpc_latency.observe
         self.remoting.server.response_observer = self.client_errors
-        self.security = install_security(cfg, self.store, self.remoting.server)  # ACL, TLS, limits
+        self.security = install_security(cfg, self.store, self.remoting.server,
+                                         lambda t: self.topics.get(t) is not None)  # ACL, TLS, limits
         register_processors(self.remoting, self)
         await self.remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port])
         await self.replica.start()

@@ -25,6 +25,7 @@ def send(addr: str, topic: str, body: bytes, qid: int = 0) -> wire.Reply:
     return wire.invoke(addr, SEND_V2, ext, body)
 
 
+@pytest.mark.process
 def test_three_process_cluster_failover_through_the_name_server(namesrv_factory, tmp_path):
     ns = namesrv_factory()
     common = {"namesrvAddr": ns.addr, "brokerName": "broker-a", "mappedFileSizeCommitLog": 8 << 20,
@@ -102,6 +103,7 @@ def test_java_client_reads_from_the_slave_then_uses_the_promoted_master(namesrv_
         master.kill()
 
 
+@pytest.mark.process
 def test_a_slave_started_before_its_master_replicates_from_its_first_seconds(namesrv_factory, tmp_path):
     """Issue 25 item 4: only REGISTER_BROKER's answer names the master; with forceRegister=false and the
     longest registration period (60 s), a slave that registered before its master existed must not wait
