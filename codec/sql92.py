@@ -38,8 +38,9 @@ from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from codec.buffers import BytesLike
+from codec.codes import SysFlag
 from codec.properties import parse_properties
-from codec.record import body_len_pos, read_sys_flag
+from codec.record import POS_SYS_FLAG, body_len_pos
 
 EXPRESSION_TYPE: Final = "SQL92"  # SubscriptionData.expressionType / PULL_MESSAGE expressionType
 MAX_DEPTH: Final = 100  # nesting this deep is refused (Apache has no limit; Python's stack has one)
@@ -562,9 +563,15 @@ _I32: Final = struct.Struct(">i")
 _I16: Final = struct.Struct(">h")
 
 
+_V6: Final = SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6
+_BODY_LEN_POS: Final = {v6: body_len_pos(v6) for v6 in (0, SysFlag.BORNHOST_V6, SysFlag.STOREHOST_V6, _V6)}
+
+
 def properties_text(record: BytesLike) -> bytes:
-    """`b"\\x02" + the stored properties` of the record at the start of `record` (no other field decoded)."""
-    bl = body_len_pos(read_sys_flag(record))
+    """`b"\\x02" + the stored properties` of the record at the start of `record` (no other field decoded; the
+    body length's position looked up by the two host-width flags instead of computed)."""
+    (sys_flag,) = _I32.unpack_from(record, POS_SYS_FLAG)
+    bl = _BODY_LEN_POS[sys_flag & _V6]
     (blen,) = _I32.unpack_from(record, bl)
     tpos = bl + 4 + blen
     ppos = tpos + 1 + record[tpos]
@@ -614,9 +621,18 @@ def _compile(n: Node) -> Fn:  # noqa: C901 - one branch per node type
         if op == "=" and isinstance(n.left, Prop) and isinstance(r, Const) and isinstance(r.value, str) \
                 and "\ufffd" not in r.value:
             raw, want = _raw_lookup(n.left.name), r.value.encode()
+            token = b"\x02" + n.left.name.encode() + b"\x01"
+            tl = len(token)
 
-            def eq_bytes(text: bytes) -> Value:
-                b = raw(text)
+            def eq_bytes(text: bytes) -> Value:  # `_raw_lookup`'s search inlined: the commonest selector
+                i = text.rfind(token)
+                if i < 0:
+                    return None
+                e = text.find(b"\x02", i + tl)
+                v = text[i + tl:] if e < 0 else text[i + tl:e]
+                if v:
+                    return v == want
+                b = raw(text)  # an empty last value: Java skipped that segment
                 return None if b is None else b == want
             return eq_bytes
         left, right = _compile(n.left), _compile(r)
@@ -735,7 +751,6 @@ class Selector:
     def matches_record(self, record: BytesLike) -> bool:
         """The fast path on a stored record (the CommitLog bytes): only the properties section is read."""
         try:
-            text = properties_text(record)
-        except (struct.error, IndexError):
+            return self._fast(properties_text(record)) is True
+        except (struct.error, IndexError, EvalError):
             return False
-        return self.matches_text(text)
