@@ -89,19 +89,24 @@ class FilterBitmaps:
         return self._last_ms
 
     # ---- registry ---------------------------------------------------------------------------------------------
-    def register(self, group: str, topic: str, sub_version: int, selector: Selector) -> Registered:
-        """The group's selector for `topic` (idempotent; a new expression or subVersion replaces the old one)."""
+    def register(self, group: str, topic: str, sub_version: int, selector: Selector) -> Registered | None:
+        """The group's selector for `topic`. The same expression keeps its registration (each consumer of a group
+        has its own subVersion); another one replaces it when its subVersion is not older, else None: a lagging
+        consumer's old expression gets no bitmap (its pulls are evaluated exactly)."""
         groups = self._registered.setdefault(topic, {})
         reg = groups.get(group)
-        if reg is not None and reg.sub_version == sub_version and reg.selector.expression == selector.expression:
+        if reg is not None and reg.selector.expression == selector.expression:
             return reg
+        if reg is not None and sub_version < reg.sub_version:
+            return None
         reg = Registered(selector, sub_version, group_mask(group, topic), self._tick())
         groups[group] = reg
         log.info("filter_bitmap.registered", group=group, topic=topic, expression=selector.expression)
         return reg
 
-    def gate(self, group: str, topic: str, queue_id: int, sub_version: int, selector: Selector) -> UnitGate:
-        return UnitGate(self.files, topic, queue_id, self.register(group, topic, sub_version, selector))
+    def gate(self, group: str, topic: str, queue_id: int, sub_version: int, selector: Selector) -> UnitGate | None:
+        reg = self.register(group, topic, sub_version, selector)
+        return None if reg is None else UnitGate(self.files, topic, queue_id, reg)
 
     def count_skipped(self, gate: UnitGate) -> None:
         self.skipped += gate.skipped

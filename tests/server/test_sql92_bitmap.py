@@ -85,3 +85,24 @@ async def test_a_new_expression_and_a_restart_fall_back_to_exact_evaluation(make
         assert bodies(r) == [b"m25"] and present(b2.bitmaps).skipped == 4
     finally:
         await c2.close()
+
+
+async def test_consumers_of_one_group_with_their_own_sub_versions_share_the_bits(make_broker) -> None:
+    """Each consumer of a group has its own subVersion: the same expression keeps one registration, and an
+    older subVersion with another expression gets no bitmap (exact evaluation) instead of replacing it."""
+    b: BrokerController = await make_broker(enable_property_filter=True, enable_calc_filter_bit_map=True)
+    c = await RawClient.connect(b.config.broker_addr)
+    try:
+        await _send_all(c, "T", 0, 1)
+        assert bodies(await sql_pull(c, "G", "T", 0, EU, sub_version=5)) == [b"m0"]  # registers EU
+        await _send_all(c, "T", 1, 10)
+        for version in (5, 7):  # two consumers, the same expression: both use the bits
+            assert bodies(await sql_pull(c, "G", "T", 1, EU, sub_version=version)) == [b"m5", b"m10"]
+        assert present(b.bitmaps).skipped == 2 * 8
+        older = await sql_pull(c, "G", "T", 1, BIG, sub_version=3)  # an older consumer's other expression
+        assert older.code == 20 and bodies(older) == []  # amounts 10..100: none above 100
+        assert present(b.bitmaps).skipped == 2 * 8  # evaluated exactly, its registration left alone
+        assert bodies(await sql_pull(c, "G", "T", 1, EU, sub_version=5)) == [b"m5", b"m10"]
+        assert present(b.bitmaps).skipped == 3 * 8
+    finally:
+        await c.close()
