@@ -32,7 +32,7 @@ import re
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Any, Final, TypeAlias, cast
 
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
@@ -260,27 +260,27 @@ def java_compare(lv: Value, rv: Value) -> int:
             return -1
         if lc is int:
             if rc is float:
-                lv = float(lv)  # type: ignore[arg-type]
+                lv = float(cast(int, lv))
             elif rc is str:
-                rv = java_parse_int(rv)  # type: ignore[arg-type]
+                rv = java_parse_int(cast(str, rv))
             elif rc is not Long:
                 return -1
         elif lc is Long:
             if rc is float:
-                lv = float(lv)  # type: ignore[arg-type]
+                lv = float(cast(int, lv))
             elif rc is str:
-                rv = java_parse_int(rv, LONG_MIN, LONG_MAX)  # type: ignore[arg-type]
+                rv = java_parse_int(cast(str, rv), LONG_MIN, LONG_MAX)
             elif rc is not int:
                 return -1
         elif lc is float:
             if rc is int or rc is Long:
-                rv = float(rv)  # type: ignore[arg-type]
+                rv = float(cast(int, rv))
             elif rc is str:
-                rv = java_parse_double(rv)  # type: ignore[arg-type]
+                rv = java_parse_double(cast(str, rv))
             else:
                 return -1
         elif lc is str:
-            s: str = lv  # type: ignore[assignment]
+            s = cast(str, lv)
             if rc is bool:
                 lv = s.lower() == "true"
             elif rc is int:
@@ -294,8 +294,9 @@ def java_compare(lv: Value, rv: Value) -> int:
         else:
             return -1
     if type(lv) is float:
-        return _double_compare(lv, rv)  # type: ignore[arg-type]
-    return (lv > rv) - (lv < rv)  # type: ignore[operator]
+        return _double_compare(lv, cast(float, rv))
+    a, b = cast(Any, lv), cast(Any, rv)  # the same Java type by now: Boolean, Integer/Long or String
+    return int((a > b) - (a < b))
 
 
 def _as_boolean(op: str, c: int) -> bool:
@@ -541,7 +542,7 @@ def evaluate(n: Node, props: Mapping[str, str]) -> Value:
         v = evaluate(n.operand, props)
         if type(v) is Long:
             return Long(-v)
-        return -v if type(v) in (int, float) else None  # type: ignore[operator]
+        return -cast(float, v) if type(v) in (int, float) else None  # Integer or Double: negated as is
     if isinstance(n, InList):
         v = props.get(n.prop.name)
         return None if v is None else ((v in n.values) ^ n.negated)
@@ -679,10 +680,10 @@ def _compile(n: Node) -> Fn:  # noqa: C901 - one branch per node type
     if isinstance(n, BoolCast):
         inner = _compile(n.operand)
 
-        def cast(text: bytes) -> Value:
+        def bool_cast(text: bytes) -> Value:
             v = inner(text)
             return None if v is None else (v if type(v) is bool else False)
-        return cast
+        return bool_cast
     if isinstance(n, Negate):
         inner = _compile(n.operand)
 
@@ -690,7 +691,7 @@ def _compile(n: Node) -> Fn:  # noqa: C901 - one branch per node type
             v = inner(text)
             if type(v) is Long:
                 return Long(-v)
-            return -v if type(v) in (int, float) else None  # type: ignore[operator]
+            return -cast(float, v) if type(v) in (int, float) else None  # Integer or Double: negated as is
         return negate
     if isinstance(n, InList):
         negated = n.negated
