@@ -8,10 +8,14 @@ import asyncio
 import json
 import sys
 
+import pytest
+
 from client import Message, Producer, PullConsumer, PushConsumer
 from client._wire import MQClientError
 from tests.client.conftest import Collector, uniq
 from tests.helpers.broker import REPO_ROOT
+
+pytestmark = pytest.mark.process
 
 # body: (tags, properties, how it is sent)
 MESSAGES: dict[str, tuple[str, dict[str, str], dict[str, int]]] = {
