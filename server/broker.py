@@ -26,6 +26,7 @@ from server.cluster.ha.service import ReplicaRole, ReplicaServices
 from server.cluster.namesrv.kv_config import KVConfigManager
 from server.cluster.registration import BrokerRegistrar
 from server.config import BrokerConfig
+from server.filter_bitmap import FilterBitmaps
 from server.listeners import bound
 from server.observability.broker_stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BrokerStats
 from server.observability.client_errors import ClientErrorLog
@@ -43,6 +44,7 @@ from server.rebalance_lock import RebalanceLockManager
 from server.runtime_info import broker_runtime_info
 from server.security import Security
 from server.security import install as install_security
+from server.subscription_filter import SubscriptionFilters
 from server.topics import TopicManager
 from server.transactions import TransactionService
 from server.wiring import (
@@ -56,6 +58,7 @@ from server.wiring import (
     put_request,
     timer_config,
 )
+from storage.filter_bitmap import FilterBitmapFiles
 from storage.message_store import MessageStore
 from storage.meta_store import MetaStore
 from storage.store_lock import StoreLock
@@ -91,6 +94,8 @@ class BrokerController:
                                      expired_timeout_s=config.client_channel_expired_timeout / 1000.0)
         self.locks = RebalanceLockManager(config.channel_lock_max_live_time_ms)
         self.pull_hold = PullHoldService()
+        self.filters = SubscriptionFilters(config.enable_property_filter, config.filter_support_retry)
+        self.bitmaps: FilterBitmaps | None = None  # enableCalcFilterBitMap: built with the store in start()
         self.kv_config = KVConfigManager()  # embedded mode's name-server KV config (in memory)
         self.registrar: BrokerRegistrar | None = None  # [cluster] set when namesrvAddr is configured
         self.metrics = Registry()
@@ -131,6 +136,9 @@ class BrokerController:
         self.offsets.load()
         self.topics.ensure_system_topics(len(self.levels), cfg.timer_wheel_enable)
         self.store = make_message_store(cfg, self.levels)
+        if cfg.enable_property_filter and cfg.enable_calc_filter_bit_map:  # before the pull hold: a woken pull sees it
+            self.bitmaps = FilterBitmaps(FilterBitmapFiles(cfg.store_path_root_dir), self.store)
+            self.store.add_dispatch_listener(self.bitmaps.on_dispatch)
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
         await self.replica.prepare(self.store)  # a SLAVE: read-only store, a former master's tail cut
         # scheduled deliveries count as puts on their real topic (per-topic throughput includes them)
@@ -232,6 +240,8 @@ class BrokerController:
                 await close()
             except OSError as e:
                 log.error("broker.shutdown_step_failed", step=step, error=str(e))
+        if self.bitmaps is not None:
+            self.bitmaps.close()
         if self.metrics_http is not None:
             await self.metrics_http.close()
         self.store_lock.release()

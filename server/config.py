@@ -97,6 +97,9 @@ class BrokerConfig:
     timer_roll_window_slot: int = 172800
     timer_congest_num_each_slot: int = 2147483647
     long_polling_enable: bool = True
+    enable_property_filter: bool = False  # SQL92 subscriptions (Apache's default: refused)
+    filter_support_retry: bool = False  # a %RETRY% topic filtered by the group's SQL92 subscription too
+    enable_calc_filter_bit_map: bool = False  # SQL92 bitmap pre-filter computed at dispatch (server.filter_bitmap)
     short_polling_time_mills: int = 1000
     server_channel_max_idle_time_seconds: int = 120
     client_channel_expired_timeout: int = 120000

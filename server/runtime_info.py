@@ -88,6 +88,9 @@ def broker_runtime_info(b: BrokerController) -> dict[str, object]:
     if n:  # upper bounds of the buckets holding the quantiles, in ms (RocketMQ's putLatency99/999)
         for key, q in (("putLatency99", 0.99), ("putLatency999", 0.999)):
             info[key] = f"{max(h.quantile(q) for h in sends if h.count) * 1000:.2f}"
+    if b.bitmaps is not None:  # ours: the SQL92 bitmap pre-filter's units computed at dispatch, skipped at pull
+        info["filterBitmapComputed"] = b.bitmaps.computed
+        info["filterBitmapSkipped"] = b.bitmaps.skipped
     for name, source in service_sources(b):
         try:
             info.update({str(k): v for k, v in source().items()})

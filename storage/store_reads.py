@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
@@ -39,7 +40,12 @@ class StoreReads:
 
     # ---- pull -----------------------------------------------------------------------------------
     def get_messages(self, topic: str, queue_id: int, offset: int, max_num: int,
-                     tag_codes: set[int] | None = None) -> GetResult:
+                     tag_codes: set[int] | None = None,
+                     record_filter: Callable[[memoryview], bool] | None = None,
+                     unit_filter: Callable[[int], bool] | None = None) -> GetResult:
+        """Up to `max_num` messages from `offset`: units whose tagsCode is in `tag_codes` (None: any) and whose
+        queue offset `unit_filter` does not rule out (isMatchedByConsumeQueue: a bitmap pre-filter), then records
+        `record_filter` accepts (isMatchedByCommitLog, e.g. a SQL92 selector; None: any)."""
         self.counters.get_total += 1
         cq = self.queues.queues.get((topic, queue_id))
         if cq is None:
@@ -79,6 +85,8 @@ class StoreReads:
                 continue
             if tag_codes is not None and _int32(tags) not in tag_codes:
                 continue
+            if unit_filter is not None and not unit_filter(offset + scanned - 1):
+                continue
             if phys < cl_min:
                 removed = True
                 continue
@@ -96,7 +104,10 @@ class StoreReads:
             if pos + size > wrote:
                 removed = True
                 continue
-            buffers.append(view[pos:pos + size])
+            rec = view[pos:pos + size]
+            if record_filter is not None and not record_filter(rec):
+                continue
+            buffers.append(rec)
             qoffs.append(offset + scanned - 1)
             total_bytes += size
         result.next_begin_offset = offset + scanned

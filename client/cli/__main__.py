@@ -120,7 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-g", "--group", default="delaymq-cli-consumer", help="consumer group")
     p.add_argument("--from-where", choices=["first", "last", "timestamp"], default="last")
     p.add_argument("--timestamp", type=time_ms, help="start time for --from-where timestamp")
-    p.add_argument("--expr", default="*", help="tag filter, e.g. 'TagA || TagB'")
+    flt = p.add_mutually_exclusive_group()
+    flt.add_argument("--expr", default="*", help="tag filter, e.g. 'TagA || TagB'")
+    flt.add_argument("--sql", help="SQL92 property filter, e.g. \"region = 'eu' AND amount > 100\" "
+                                   "(the broker needs enablePropertyFilter=true)")
     p.add_argument("--max", type=positive_int, help="exit after N messages")
     p.add_argument("--idle-timeout", type=non_negative_float, default=0.0, help="exit after S seconds without messages")
     p.add_argument("--broadcast", action="store_true", help="BROADCASTING model (offsets kept locally)")

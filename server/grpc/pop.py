@@ -34,7 +34,7 @@ from codec.msgid import offset_msg_id
 from codec.properties import MessageConst as K
 from codec.record import MessageRecord, decode_record
 from server.grpc.deps import GrpcDeps
-from server.grpc.pop_model import Delivery, TagFilter, allocate_averagely, decode_handle, encode_handle
+from server.grpc.pop_model import Delivery, MessageFilter, allocate_averagely, decode_handle, encode_handle
 from server.grpc.pop_store import Key, PopStore, QueueState
 from server.grpc.status import Code, GrpcError
 from server.grpc.telemetry import TelemetryChannel
@@ -144,7 +144,7 @@ class PopService:
         return [q for q in qids if q in share]
 
     async def receive(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
-                      accept: TagFilter, deadline: float) -> list[Delivery]:
+                      accept: MessageFilter, deadline: float) -> list[Delivery]:
         """Up to `batch` deliveries; waits (long polling) until `deadline` (loop time) when there are none."""
         self.group_config(group)
         readable = self.read_queue_ids(topic)
@@ -171,7 +171,7 @@ class PopService:
                 wait_s = min(wait_s, max(0.0, next_visible / 1000 - time.time()) + 0.001)
             await self.wait_for_topic(topic, wait_s)
 
-    async def pull(self, topic: str, qid: int, offset: int, batch: int, accept: TagFilter,
+    async def pull(self, topic: str, qid: int, offset: int, batch: int, accept: MessageFilter,
                    deadline: float) -> tuple[list[MessageRecord], int, GetStatus]:
         """PullMessage (5.x pull consumers): messages from `offset`, waiting until `deadline` for a first one."""
         loop = asyncio.get_running_loop()
@@ -220,7 +220,7 @@ class PopService:
                     best = e.visible_ms
         return best
 
-    async def _collect(self, key: Key, want: int, invisible_ms: int, accept: TagFilter, fifo: bool) -> list[Delivery]:
+    async def _collect(self, key: Key, want: int, invisible_ms: int, accept: MessageFilter, fifo: bool) -> list[Delivery]:
         group, topic, qid = key
         q = self._queue(key)
         now_ms = int(time.time() * 1000)
