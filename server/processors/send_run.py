@@ -23,7 +23,7 @@ from codec.command import RemotingCommand
 from codec.frame import encode_frame_bytes
 from codec.record import POS_SYS_FLAG, store_timestamp_pos
 from codec.send_response import SendResponseFrames
-from server import headers as H
+from server.header_parsers import parse_send
 from server.header_spec import HeaderError
 from server.processors import peer_of
 from server.processors.send_common import (
@@ -132,7 +132,7 @@ class SendRunner:
         out: list[SendAnswer | bytes] = [None] * len(cmds)
         idx: list[int] = []
         preps: list[PreparedSend] = []
-        parse = H.parse_send
+        parse = parse_send
         prepare = self.prepare
         for i, cmd in enumerate(cmds):
             try:
