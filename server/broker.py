@@ -101,7 +101,7 @@ class BrokerController:
         self.registrar: BrokerRegistrar | None = None  # [cluster] set when namesrvAddr is configured
         self.metrics = Registry()
         self.replica = ReplicaRole(config)  # brokerRole / brokerId, HA, promotion (server/cluster/ha)
-        # built in start(), in this order
+        # built by _assemble (in start()), in this order
         self.store: MessageStore | None = None
         self.delay_service: DelayLevelService | None = None
         self.timer_service: TimerMessageStore | None = None  # None: timerWheelEnable=false
