@@ -15,7 +15,7 @@ RMQ5_VENV := .venv-rmq5
 RMQ5_STAMP := $(RMQ5_VENV)/.installed
 RMQ5_CLIENT := rocketmq-python-client==5.1.2
 
-.PHONY: setup run test bench fuzz lint clean protos headers tools
+.PHONY: setup run test check bench fuzz lint clean protos headers tools
 
 setup: $(STAMP) $(NODE_STAMP) $(RMQ5_STAMP) tools
 
@@ -67,6 +67,15 @@ run: $(STAMP)
 
 test: setup
 	$(VPY) -m pytest -q -rfEs -p no:cacheprovider $(PYTEST_ARGS)
+
+# the inner loop: lint, then every test that starts no process (no broker, name server, client agent, Java,
+# Spark or CLI subprocess: tests/conftest.py refuses a subprocess to a test not marked so) and is not slow,
+# four at a time (pytest-xdist)
+CHECK_MARKS := not process and not java and not interop and not spark and not slow
+check: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VPY) -m pytest -q -p no:cacheprovider -n 4 -m "$(CHECK_MARKS)" $(PYTEST_ARGS)
 
 bench: setup
 	$(VPY) -m bench.run_all

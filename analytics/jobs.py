@@ -98,7 +98,8 @@ def _load(spark: SparkSession, path: str, decoder: Decoder, schema: T.StructType
     if not _has_files(path):
         return spark.createDataFrame([], schema)
     rdd = spark.sparkContext.binaryFiles(os.path.join(path, "*.msgpack")).flatMap(lambda kv: decoder(kv[1]))
-    return spark.createDataFrame(rdd, schema)
+    # every table reads the same inputs: decode the files once (cache spills to disk when memory is short)
+    return spark.createDataFrame(rdd, schema).cache()
 
 
 @dataclass
@@ -124,11 +125,17 @@ def _series() -> Column:
     return F.when(F.col("kind") == "timer", F.lit("timer")).otherwise(F.concat(F.lit("level-"), F.col("level")))
 
 
+def _delivered(traces: DataFrame) -> DataFrame:
+    """Delivered scheduled messages with their series ("level-N" / "timer") and lateness in ms
+    (delivered store time minus due time: negative means delivered early)."""
+    return traces.where(F.col("event") == "delivered").withColumn("series", _series()).withColumn(
+        "latenessMs", F.col("deliveredTs") - F.col("dueTs"))
+
+
 def lateness(traces: DataFrame, bucket_ms: int) -> tuple[DataFrame, DataFrame]:
-    """Lateness (delivered store time minus due time) per delay level / timer: overall and per time bucket."""
-    delivered = traces.where(F.col("event") == "delivered").withColumn("series", _series()).withColumn(
-        "latenessMs", F.col("deliveredTs") - F.col("dueTs")
-    )
+    """Lateness (delivered store time minus due time) per delay level / timer: overall and per time bucket.
+    `early` counts the messages delivered before their due time (the broker's promise is that it is 0)."""
+    delivered = _delivered(traces)
     pct = F.percentile_approx("latenessMs", [0.5, 0.9, 0.99], 10000)
 
     def agg(grouped: GroupedData) -> DataFrame:
@@ -139,11 +146,22 @@ def lateness(traces: DataFrame, bucket_ms: int) -> tuple[DataFrame, DataFrame]:
             pct.getItem(2).alias("p99"),
             F.max("latenessMs").alias("max"),
             F.min("latenessMs").alias("min"),
+            F.sum(F.when(F.col("latenessMs") < 0, 1).otherwise(0)).alias("early"),
         )
 
     overall = agg(delivered.groupBy("series")).orderBy("series")
     over_time = agg(delivered.withColumn("bucket", _bucket("deliveredTs", bucket_ms)).groupBy("series", "bucket"))
     return overall, over_time.orderBy("series", "bucket")
+
+
+def peak_due(traces: DataFrame) -> DataFrame:
+    """Per delay level / timer: the most delivered messages that fell due in one wall-clock second
+    (`peakDuePerSec`), and that second (`peakDueTs`, ms)."""
+    per_second = (_delivered(traces).withColumn("dueSecond", _bucket("dueTs", 1000))
+                  .groupBy("series", "dueSecond").agg(F.count("*").alias("due")))
+    return (per_second.groupBy("series")
+            .agg(F.max("due").alias("peakDuePerSec"), F.max_by("dueSecond", "due").alias("peakDueTs"))
+            .orderBy("series"))
 
 
 SYSTEM_TOPICS = ("SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC")
@@ -176,14 +194,18 @@ def throughput(inputs: Inputs, bucket_ms: int) -> DataFrame:
             .withColumn("ratePerSec", F.col("messages") / (bucket_ms / 1000.0)).orderBy("topic", "bucket"))
 
 
+CDF_QUANTILES = tuple([i / 100 for i in range(100)] + [0.999])  # the CDF stops at p99.9: the max is in the summary
+
+
 def lateness_cdf(traces: DataFrame) -> DataFrame:
-    """Per delay level / timer: the lateness at each percentile 0..100 (the distribution's CDF)."""
-    qs = [i / 100 for i in range(101)]
-    delivered = traces.where(F.col("event") == "delivered").withColumn("series", _series()).withColumn(
-        "latenessMs", F.col("deliveredTs") - F.col("dueTs"))
-    agg = delivered.groupBy("series").agg(F.percentile_approx("latenessMs", qs, 10000).alias("values"))
-    return (agg.select("series", F.posexplode("values").alias("pct", "latenessMs"))
-            .orderBy("series", "pct"))
+    """Per delay level / timer: the lateness at percentiles 0, 1, .., 99 and 99.9 (the distribution's CDF,
+    cut at p99.9 so one outlier does not stretch the axis)."""
+    agg = _delivered(traces).groupBy("series").agg(
+        F.percentile_approx("latenessMs", list(CDF_QUANTILES), 10000).alias("values"))
+    exploded = agg.select("series", F.posexplode("values").alias("pos", "latenessMs"))
+    pct = F.when(F.col("pos") == len(CDF_QUANTILES) - 1, F.lit(CDF_QUANTILES[-1] * 100)).otherwise(
+        F.col("pos").cast("double"))
+    return exploded.select("series", pct.alias("pct"), "latenessMs").orderBy("series", "pct")
 
 
 def delay_table(inputs: Inputs) -> dict[int, int]:
@@ -200,13 +222,15 @@ def delay_table(inputs: Inputs) -> dict[int, int]:
 
 
 def deliveries(traces: DataFrame, bucket_ms: int) -> DataFrame:
-    """Scheduled messages delivered per real topic and time bucket (from the traces)."""
+    """Scheduled messages delivered per delay level / timer and time bucket (from the traces), as a
+    count and as msg/s."""
     return (
-        traces.where(F.col("event") == "delivered")
+        _delivered(traces)
         .withColumn("bucket", _bucket("deliveredTs", bucket_ms))
-        .groupBy("topic", "bucket")
+        .groupBy("series", "bucket")
         .agg(F.count("*").alias("delivered"))
-        .orderBy("topic", "bucket")
+        .withColumn("ratePerSec", F.col("delivered") / (bucket_ms / 1000.0))
+        .orderBy("series", "bucket")
     )
 
 

@@ -5,29 +5,30 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import html
-import io
 import os
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import matplotlib
+import structlog
+from pyspark.sql import DataFrame
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import structlog  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from pyspark.sql import DataFrame  # noqa: E402
-
-from analytics import jobs  # noqa: E402
+from analytics import jobs
+from analytics.charts import (
+    Chart,
+    PanelFacts,
+    cdf_chart,
+    fmt_delay,
+    line_chart,
+    percentile_bars,
+    series_order,
+)
 
 log = structlog.get_logger(__name__)
 
 # one collected row of an aggregate table (pyspark Row.asDict(): column name -> value)
 Row = dict[str, Any]
-# a series name ("level-3", "timer", "group/topic") -> its legend label
-Label = Callable[[str], str]
 
 
 @dataclass
@@ -39,36 +40,10 @@ class ReportResult:
     lateness: list[Row] = field(default_factory=list)
     client_traces: list[Row] = field(default_factory=list)
     rows: dict[str, list[Row]] = field(default_factory=dict)  # every table as collected (small aggregates)
-
-
-def _ts(ms: int) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
-
-
-def _png(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return buf.getvalue()
-
-
-MAX_SERIES = 8  # lines per panel; more series are drawn as small multiples (one panel per 8)
-# 8 colours that stay apart for common colour-vision deficiencies (Okabe & Ito), then line styles
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
-
-
-def fmt_delay(ms: int) -> str:
-    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000)):
-        if ms >= size and ms % size == 0:
-            return f"{ms // size}{unit}"
-    return f"{ms / 1000:g}s" if ms >= 1000 else f"{ms}ms"
-
-
-def series_order(name: str) -> tuple[int, str]:
-    """Delay levels in numeric order, then timers, then anything else by name."""
-    if name.startswith("level-") and name[6:].isdigit():
-        return int(name[6:]), name
-    return (10_000 if name == "timer" else 20_000), name
+    # the summary block: per level and for timers count, p50/p99/max lateness, early count, peak due/s
+    summary: list[Row] = field(default_factory=list)
+    panels: dict[str, list[PanelFacts]] = field(default_factory=dict)  # what each drawn chart shows
+    omitted: dict[str, str] = field(default_factory=dict)  # chart -> the line the page shows instead of it
 
 
 def series_label(name: str, delays: dict[int, int]) -> str:
@@ -77,88 +52,6 @@ def series_label(name: str, delays: dict[int, int]) -> str:
         lv = int(name[6:])
         return f"L{lv} · {fmt_delay(delays[lv])}" if lv in delays else f"L{lv}"
     return "timers" if name == "timer" else name
-
-
-def _panels(names: list[str]) -> list[list[str]]:
-    return [names[i:i + MAX_SERIES] for i in range(0, len(names), MAX_SERIES)] or [[]]
-
-
-def _with_gaps(pts: list[tuple[int, float]], step_ms: int) -> tuple[list[dt.datetime], list[float]]:
-    """x, y with a NaN wherever a bucket is missing, so lines are not drawn across gaps."""
-    xs: list[dt.datetime] = []
-    ys: list[float] = []
-    prev: int | None = None
-    for t, v in sorted(pts):
-        if prev is not None and t - prev > step_ms:
-            xs.append(_ts(prev + step_ms))
-            ys.append(float("nan"))
-        xs.append(_ts(t))
-        ys.append(v)
-        prev = t
-    return xs, ys
-
-
-def _line_chart(title: str, ylabel: str, series: dict[str, list[tuple[int, float]]], step_ms: int,
-                label: Label = lambda name: name) -> bytes:
-    names = sorted(series, key=series_order)
-    panels = _panels(names)
-    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.6 * len(panels)), squeeze=False, sharex=True)
-    for ax, group in zip(axes[:, 0], panels, strict=True):
-        if not group:
-            ax.text(0.5, 0.5, "no data in the exports", ha="center", va="center", transform=ax.transAxes)
-        for i, name in enumerate(group):
-            xs, ys = _with_gaps(series[name], step_ms)
-            ax.plot(xs, ys, marker=".", markersize=3, color=PALETTE[i % len(PALETTE)], label=label(name))
-        ax.set_ylabel(ylabel)
-        ax.grid(True, alpha=0.3)
-        if group:
-            ax.legend(fontsize=8, ncol=4, loc="upper left")
-    axes[0, 0].set_title(title + (f" ({len(panels)} panels of up to {MAX_SERIES})" if len(panels) > 1 else ""))
-    fig.autofmt_xdate()
-    return _png(fig)
-
-
-def _cdf_chart(title: str, rows: list[Row], label: Label) -> bytes:
-    by: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    for r in rows:
-        by[r["series"]].append((int(r["pct"]), float(r["latenessMs"])))
-    names = sorted(by, key=series_order)
-    panels = _panels(names)
-    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.6 * len(panels)), squeeze=False)
-    for ax, group in zip(axes[:, 0], panels, strict=True):
-        if not group:
-            ax.text(0.5, 0.5, "no delivered scheduled messages", ha="center", va="center", transform=ax.transAxes)
-        for i, name in enumerate(group):
-            pts = sorted(by[name])
-            ax.step([v for _, v in pts], [p / 100 for p, _ in pts], where="post", color=PALETTE[i % len(PALETTE)],
-                    label=label(name))
-        ax.set_xlabel("lateness (ms, delivered store time - due time)")
-        ax.set_ylabel("fraction delivered")
-        ax.set_ylim(0, 1.02)
-        ax.grid(True, alpha=0.3)
-        if group:
-            ax.legend(fontsize=8, loc="lower right")
-    axes[0, 0].set_title(title)
-    return _png(fig)
-
-
-def _bar_chart(title: str, rows: list[Row], label: Label) -> bytes:
-    rows = sorted(rows, key=lambda r: series_order(r["series"]))
-    fig, ax = plt.subplots(figsize=(9, 4))
-    if not rows:
-        ax.text(0.5, 0.5, "no delivered scheduled messages", ha="center", va="center", transform=ax.transAxes)
-    names = [label(r["series"]) for r in rows]
-    x = range(len(rows))
-    width = 0.27
-    for i, key in enumerate(("p50", "p90", "p99")):
-        ax.bar([p + (i - 1) * width for p in x], [r[key] for r in rows], width, label=key, color=PALETTE[i])
-    ax.set_xticks(list(x), names, rotation=45, ha="right")
-    ax.set_ylabel("lateness (ms)")
-    ax.set_title(title)
-    ax.grid(True, axis="y", alpha=0.3)
-    if rows:
-        ax.legend()
-    return _png(fig)
 
 
 def _rows(df: DataFrame) -> list[Row]:
@@ -174,14 +67,150 @@ def _group(rows: list[Row], key: Callable[[Row], str], value: str) -> dict[str, 
     return out
 
 
-def _table_html(rows: list[Row], columns: list[str]) -> str:
-    if not rows:
-        return "<p><em>no rows</em></p>"
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+
+
+def _hms(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).strftime("%H:%M:%S")
+
+
+def _num(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float) and not v.is_integer():
+        return f"{v:,.1f}"
+    return f"{int(v):,}"
+
+
+@dataclass
+class Column:
+    """One column of an HTML table: its header (with the unit) and how a row's cell reads."""
+
+    header: str
+    cell: Callable[[Row], str]
+    bad: Callable[[Row], bool] = lambda _r: False  # a cell to flag (an early delivery)
+
+
+def _table_html(table_id: str, rows: list[Row], columns: list[Column]) -> str:
+    head = "".join(f"<th>{html.escape(c.header)}</th>" for c in columns)
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(r.get(c, '')))}</td>" for c in columns) + "</tr>" for r in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        "<tr>" + "".join(f"<td{' class=bad' if c.bad(r) else ''}>{html.escape(c.cell(r))}</td>" for c in columns)
+        + "</tr>" for r in rows)
+    return f"<table id='{table_id}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def summary_rows(lateness: list[Row], peaks: list[Row], label: Callable[[str], str]) -> list[Row]:
+    """Per delay level and for timers (in that order): count, lateness p50/p99/max, early count, peak due/s."""
+    peak = {r["series"]: r for r in peaks}
+    out = []
+    for r in sorted(lateness, key=lambda r: series_order(r["series"])):
+        p = peak.get(r["series"], {})
+        out.append({"series": r["series"], "name": label(r["series"]), "count": r["count"], "p50": r["p50"],
+                    "p99": r["p99"], "max": r["max"], "early": r["early"], "peakDuePerSec": p.get("peakDuePerSec")})
+    return out
+
+
+SUMMARY_COLUMNS = [
+    Column("delay level / timers", lambda r: str(r["name"])),
+    Column("delivered (messages)", lambda r: _num(r["count"])),
+    Column("lateness p50 (ms)", lambda r: _num(r["p50"])),
+    Column("lateness p99 (ms)", lambda r: _num(r["p99"])),
+    Column("lateness max (ms)", lambda r: _num(r["max"])),
+    Column("early (messages)", lambda r: _num(r["early"]), bad=lambda r: bool(r["early"])),
+    Column("peak due (msg/s)", lambda r: _num(r["peakDuePerSec"])),
+]
+CLIENT_TRACE_COLUMNS = [
+    Column("trace type", lambda r: str(r["traceType"])),
+    Column("topic", lambda r: str(r["topic"] or "–")),
+    Column("group", lambda r: str(r["group"] or "–")),
+    Column("contexts (count)", lambda r: _num(r["count"])),
+    Column("succeeded (count)", lambda r: _num(r["success"])),
+    Column("cost p50 (ms)", lambda r: _num(r["costP50"])),
+    Column("cost p99 (ms)", lambda r: _num(r["costP99"])),
+]
+
+STYLE = (
+    "body{font-family:sans-serif;color:#222;max-width:1360px;margin:0 auto;padding:8px 16px;box-sizing:border-box}"
+    "h1{font-size:22px;margin:4px 0}h2{font-size:16px;margin:14px 0 4px}p{margin:4px 0}"
+    ".grid{display:grid;grid-template-columns:repeat(2,minmax(0,1fr));gap:8px 24px}"
+    "figure{margin:0;min-width:0}figcaption{font-size:13px;color:#444}"
+    "img{display:block;max-width:100%;height:auto}"
+    "table{border-collapse:collapse;font-size:14px}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}"
+    "th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}td.bad{background:#fcc;font-weight:bold}"
+    ".note{color:#555;font-size:13px}"
+)
+
+
+@dataclass
+class Section:
+    chart: str
+    title: str
+    caption: str
+    empty: str  # the line shown instead of the chart when it has nothing to draw
+
+
+SECTIONS = [
+    Section("lateness_percentiles", "Lateness per delay level",
+            "p50, p99 and max lateness on a log scale (0 at the bottom): a bar of 2 ms and one of 150 ms both read.",
+            "no scheduled message was delivered"),
+    Section("lateness_cdf", "Lateness distribution",
+            "Share of messages delivered within x ms of their due time, up to p99.9 (the max is in the summary).",
+            "no scheduled message was delivered"),
+    Section("deliveries", "Deliveries per delay level over time",
+            "Scheduled messages delivered into their real topic, per level and for timers.",
+            "no scheduled message was delivered"),
+    Section("lateness_p99_over_time", "Lateness p99 over time",
+            "p99 lateness of the messages delivered in each time bucket, log scale.",
+            "no scheduled message was delivered"),
+    Section("throughput", "Messages arriving per topic",
+            "Sends and scheduled deliveries as they arrived in each real topic (system topics left out).",
+            "no message arrived in any topic"),
+    Section("backlog", "Pending scheduled messages",
+            "Messages waiting for their due time, per delay level and in the timer wheel (largest in each bucket).",
+            "nothing was pending at any sample"),
+    Section("consumer_lag", "Consumer lag",
+            "Messages stored but not yet consumed, per consumer group and topic (largest in each bucket).",
+            "no consumer group lagged at any sample"),
+]
+
+
+def _page(result: ReportResult, charts: dict[str, Chart], lo: int, hi: int, bucket_ms: int,
+          client_traces: list[Row]) -> str:
+    day = dt.datetime.fromtimestamp(lo / 1000, tz=dt.UTC).strftime("%Y-%m-%d") if lo else "–"
+    delivered = sum(int(r["count"]) for r in result.summary)
+    early = sum(int(r["early"]) for r in result.summary)
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width'><title>delaymq delivery report</title>",
+        f"<style>{STYLE}</style></head><body>",
+        "<h1>delaymq delivery report</h1>",
+        f"<p>Run of {day}, {_hms(lo) if lo else '–'} to {_hms(hi) if hi else '–'} UTC ({(hi - lo) / 1000:,.0f} s); "
+        f"time buckets of {bucket_ms // 1000} s. Lateness is the time a scheduled message was stored in its real "
+        "topic minus its due time, in milliseconds; negative would be early.</p>",
+        "<section id='summary'><h2>Summary</h2>",
+        f"<p>{delivered:,} scheduled messages delivered, <strong>{early:,} early</strong>.</p>",
+        _table_html("summary-table", result.summary, SUMMARY_COLUMNS) if result.summary
+        else "<p class='note'>No scheduled message was delivered in this run.</p>",
+        "</section><div class='grid'>",
+    ]
+    for sec in SECTIONS:
+        chart = charts.get(sec.chart)
+        if chart is None:
+            continue
+        b64 = base64.b64encode(chart.png).decode()
+        w, h = chart.size_px
+        parts.append(f"<figure id='{sec.chart}'><h2>{html.escape(sec.title)}</h2>"
+                     f"<img alt='{html.escape(sec.title)}' width='{w}' height='{h}' src='data:image/png;base64,{b64}'/>"
+                     f"<figcaption>{html.escape(sec.caption)}</figcaption></figure>")
+    parts.append("<figure id='client_traces'><h2>Client message traces (RMQ_SYS_TRACE_TOPIC)</h2>")
+    parts.append(_table_html("client-traces-table", client_traces, CLIENT_TRACE_COLUMNS) if client_traces
+                 else "<p class='note'>No client sent message traces.</p>")
+    parts.append("</figure></div>")
+    if result.omitted:
+        parts.append("<p class='note'>Not drawn, having no data: " + "; ".join(
+            f"{html.escape(next(s.title for s in SECTIONS if s.chart == c))} ({html.escape(why)})"
+            for c, why in result.omitted.items()) + ".</p>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
 
 
 def build_report(input_dir: str, out_dir: str, master: str = "local[*]", bucket_seconds: int | None = None,
@@ -205,8 +234,9 @@ def build_report(input_dir: str, out_dir: str, master: str = "local[*]", bucket_
             "lateness_by_series": late_overall,
             "lateness_over_time": late_time,
             "lateness_cdf": jobs.lateness_cdf(inputs.traces),
+            "peak_due": jobs.peak_due(inputs.traces),
             "throughput_by_topic": jobs.throughput(inputs, bucket_ms),
-            "deliveries_by_topic": jobs.deliveries(inputs.traces, bucket_ms),
+            "deliveries_by_series": jobs.deliveries(inputs.traces, bucket_ms),
             "backlog": jobs.backlog(inputs, bucket_ms),
             "consumer_lag": jobs.consumer_lag(inputs, bucket_ms),
             "client_traces": jobs.client_traces(inputs),
@@ -216,6 +246,7 @@ def build_report(input_dir: str, out_dir: str, master: str = "local[*]", bucket_
         for name, df in tables.items():
             step(f"writing table {name}")
             path = os.path.join(out_dir, "tables", name)
+            df = df.cache()  # written, then collected: computed once
             df.write.mode("overwrite").parquet(path)
             result.tables[name] = path
             collected[name] = _rows(df)
@@ -230,60 +261,44 @@ def build_report(input_dir: str, out_dir: str, master: str = "local[*]", bucket_
     result.lateness = sorted(collected["lateness_by_series"], key=lambda r: series_order(r["series"]))
     for r in result.lateness:
         r["name"] = label(r["series"])
+    result.summary = summary_rows(result.lateness, collected["peak_due"], label)
     result.client_traces = collected["client_traces"]
     result.rows = collected
-    per = f"{bucket_ms // 1000}s"
-    charts = {
-        "lateness_percentiles": _bar_chart("Delivery lateness by delay level / timer", result.lateness, label),
-        "lateness_cdf": _cdf_chart("Lateness distribution (CDF) per delay level and timers",
-                                   collected["lateness_cdf"], label),
-        "lateness_p99_over_time": _line_chart(
-            "Lateness p99 over time", "ms", _group(collected["lateness_over_time"], lambda r: r["series"], "p99"),
-            bucket_ms, label),
-        "throughput": _line_chart(
-            "Messages arriving per topic (sends + scheduled deliveries)", "msg/s",
-            _group(collected["throughput_by_topic"], lambda r: r["topic"], "ratePerSec"), bucket_ms),
-        "deliveries": _line_chart(
-            "Scheduled deliveries per topic", f"messages per {per}",
-            _group(collected["deliveries_by_topic"], lambda r: r["topic"], "delivered"), bucket_ms),
-        "backlog": _line_chart("Pending scheduled messages", "messages",
-                               _group(collected["backlog"], lambda r: r["series"], "max"), bucket_ms, label),
-        "consumer_lag": _line_chart(
-            "Consumer lag", "messages",
-            _group(collected["consumer_lag"], lambda r: f"{r['group']}/{r['topic']}", "max"), bucket_ms),
+    cdf: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for r in collected["lateness_cdf"]:
+        cdf[r["series"]].append((float(r["pct"]), float(r["latenessMs"])))
+    span = (lo, hi)
+    drawn = {
+        "lateness_percentiles": percentile_bars("Lateness p50 / p99 / max per delay level and timers",
+                                                result.lateness, label),
+        "lateness_cdf": cdf_chart("Lateness CDF per delay level and timers (to p99.9)", cdf, label),
+        "deliveries": line_chart("Scheduled deliveries per delay level", "deliveries (msg/s)",
+                                 _group(collected["deliveries_by_series"], lambda r: r["series"], "ratePerSec"),
+                                 bucket_ms, span, label, counts=True),
+        "lateness_p99_over_time": line_chart(
+            "Lateness p99 over time", "lateness p99 (ms, log scale)",
+            _group(collected["lateness_over_time"], lambda r: r["series"], "p99"), bucket_ms, span, label,
+            log_values=True),
+        "throughput": line_chart("Messages arriving per topic", "arriving (msg/s)",
+                                 _group(collected["throughput_by_topic"], lambda r: r["topic"], "ratePerSec"),
+                                 bucket_ms, span, counts=True),
+        "backlog": line_chart("Pending scheduled messages", "pending (messages)",
+                              _group(collected["backlog"], lambda r: r["series"], "max"), bucket_ms, span, label),
+        "consumer_lag": line_chart(
+            "Consumer lag per group / topic", "lag (messages)",
+            _group(collected["consumer_lag"], lambda r: f"{r['group']}/{r['topic']}", "max"), bucket_ms, span),
     }
+    charts = {name: c for name, c in drawn.items() if c is not None}
+    result.omitted = {sec.chart: sec.empty for sec in SECTIONS if drawn.get(sec.chart) is None}
     os.makedirs(os.path.join(out_dir, "charts"), exist_ok=True)
-    for name, png in charts.items():
+    for name, chart in charts.items():
         path = os.path.join(out_dir, "charts", f"{name}.png")
         with open(path, "wb") as out:
-            out.write(png)
+            out.write(chart.png)
         result.charts[name] = path
+        result.panels[name] = chart.panels
 
     step("writing report.html")
-    sections = [
-        ("How late each level delivered", "lateness_percentiles",
-         _table_html(result.lateness, ["name", "count", "p50", "p90", "p99", "max"])),
-        ("Lateness distribution", "lateness_cdf", ""),
-        ("Lateness over time", "lateness_p99_over_time", ""),
-        ("Messages arriving per topic", "throughput", ""),
-        ("Scheduled deliveries per topic", "deliveries", ""),
-        ("Pending backlog", "backlog", ""),
-        ("Consumer lag", "consumer_lag", ""),
-    ]
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>delaymq delivery report</title>",
-        "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto}table{border-collapse:collapse}"
-        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}img{max-width:100%}</style></head><body>",
-        "<h1>delaymq delivery report</h1>",
-        f"<p>Input: {html.escape(input_dir)} &middot; bucket {bucket_ms // 1000}s &middot; "
-        f"span {_ts(lo).isoformat() if lo else '-'} to {_ts(hi).isoformat() if hi else '-'}</p>",
-    ]
-    for title, chart, extra in sections:
-        b64 = base64.b64encode(charts[chart]).decode()
-        parts.append(f"<h2>{html.escape(title)}</h2><img alt='{chart}' src='data:image/png;base64,{b64}'/>{extra}")
-    parts.append("<h2>Client message traces (RMQ_SYS_TRACE_TOPIC)</h2>")
-    parts.append(_table_html(collected["client_traces"], ["traceType", "topic", "group", "count", "success", "costP50", "costP99"]))
-    parts.append("</body></html>")
     with open(result.html_path, "w", encoding="utf-8") as f:
-        f.write("\n".join(parts))
+        f.write(_page(result, charts, lo, hi, bucket_ms, result.client_traces))
     return result

@@ -7,6 +7,8 @@ of raw CommitLog]`, size 0 = heartbeat. No magic, version or checksum. Big-endia
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import struct
 
 from codec.buffers import BytesLike
@@ -74,3 +76,36 @@ class TransferDecoder:
         if pos:
             del buf[:pos]
         return out
+
+
+# ---- HA authentication (ours; off unless haAuthSecret is set on both sides) -------------------------------
+# Master → slave, first and before any HA byte: `[magic 8 bytes][nonce 32 bytes]`; slave → master: HMAC-SHA256
+# (key = the shared secret, message = AUTH_LABEL + nonce), 32 bytes, then its reports as usual. The master
+# drops a peer whose proof is wrong or late; it sends nothing else before the proof checks out.
+AUTH_MAGIC = b"DMQHAUTH"
+AUTH_NONCE_SIZE = 32
+AUTH_CHALLENGE_SIZE = len(AUTH_MAGIC) + AUTH_NONCE_SIZE  # 40
+AUTH_PROOF_SIZE = 32
+AUTH_LABEL = b"delaymq-ha-auth-v1:"
+
+
+def encode_challenge(nonce: bytes) -> bytes:
+    if len(nonce) != AUTH_NONCE_SIZE:
+        raise ValueError(f"an HA challenge nonce is {AUTH_NONCE_SIZE} bytes, got {len(nonce)}")
+    return AUTH_MAGIC + nonce
+
+
+def decode_challenge(data: BytesLike) -> bytes:
+    """The nonce of a complete challenge (AUTH_CHALLENGE_SIZE bytes); CodecError if it is not one."""
+    raw = bytes(data)
+    if len(raw) != AUTH_CHALLENGE_SIZE or not raw.startswith(AUTH_MAGIC):
+        raise CodecError("the master did not send an HA authentication challenge (is haAuthSecret set on it?)")
+    return raw[len(AUTH_MAGIC):]
+
+
+def auth_proof(secret: bytes, nonce: bytes) -> bytes:
+    return hmac.new(secret, AUTH_LABEL + nonce, hashlib.sha256).digest()
+
+
+def proof_matches(secret: bytes, nonce: bytes, proof: BytesLike) -> bool:
+    return hmac.compare_digest(auth_proof(secret, nonce), bytes(proof))

@@ -3,52 +3,42 @@
 Within a level messages come due in store order, so the task reads ConsumeQueue units in bulk,
 delivers everything already due with one MessageStore.put_batch per batch (yielding one loop turn
 between batches of a backlog), then sleeps (loop.call_at) until exactly the head's due ms (the first
-ms strictly after its tagsCode = storeTimestamp + delay: scheduler.due, never early). An idle level sleeps on a future that the store's dispatch listener resolves when a
-message enters SCHEDULE_TOPIC_XXXX queue level-1. No polling.
+ms strictly after its tagsCode = storeTimestamp + delay: scheduler.due, never early). An idle level
+sleeps on a future that the store's dispatch listener resolves when a message enters
+SCHEDULE_TOPIC_XXXX queue level-1. No polling.
 
-This module is the per-level loop (which units are due, cancels, poison records set aside, waits);
-the delivery of a pass's batch is its mixins': scheduler.delay_sync (put, wait, resend the failed ones
-before the offset moves), scheduler.delay_async (put, hand the outcome to the pending deque of
-scheduler.async_deliver) and scheduler.delay_events (events, stats, put counts), over the state
-declared in scheduler.delay_state.
+`LevelDeliverer` is the level's loop, one pass top to bottom, over its parts: the cursor
+(scheduler.level_cursor: offsets and scheduleProgress), `scan_due` (scheduler.level_scan: which units
+are due), the operator cancels, the quarantine of poison records (scheduler.level_quarantine), the
+events and stats (scheduler.delay_events.LevelReporter) and the delivery strategy
+(scheduler.level_delivery.LevelDelivery: scheduler.delay_sync or scheduler.delay_async).
 """
 
 from __future__ import annotations
 
 import asyncio
-import struct
 import time
-from typing import TYPE_CHECKING, TypedDict
+from typing import TypedDict
 
 import structlog
 
-from codec.buffers import BytesLike
-from codec.codes import RMQ_SYS_TRANS_HALF_TOPIC, SCHEDULE_TOPIC
-from codec.delivery_batch import build_delivery_batch
-from codec.errors import CodecError
-from codec.properties import MessageConst, parse_properties
-from codec.record import read_properties_bytes
-from codec.record_rewrite import build_deliveries
+from codec.codes import SCHEDULE_TOPIC
 from scheduler.async_deliver import AsyncLevelHandler
-from scheduler.delay_async import AsyncDeliverMixin
-from scheduler.delay_events import LevelEventsMixin, event_infos
-from scheduler.delay_state import Raws, Spans
-from scheduler.delay_sync import SyncDeliverMixin
-from scheduler.due import AFTER_MS
-from scheduler.quarantine import LEVEL
-from scheduler.stats import LatenessHistogram, LevelStats
-from storage.message_store import PutRequest
-
-if TYPE_CHECKING:
-    from codec.delivery_batch import DeliveryBatch
-    from scheduler.delay_service import DelayLevelService
-    from scheduler.progress_file import ProgressFile
+from scheduler.delay_async import AsyncDelivery
+from scheduler.delay_cancel import DelayCancelTable
+from scheduler.delay_config import DelayConfig
+from scheduler.delay_events import LevelEventHooks, LevelReporter, event_infos
+from scheduler.delay_sync import SyncDelivery
+from scheduler.level_cursor import LevelCursor
+from scheduler.level_delivery import DueBatch, LevelDelivery
+from scheduler.level_quarantine import LevelQuarantine
+from scheduler.level_scan import UNIT_SIZE, DueScan, scan_due
+from scheduler.quarantine import Quarantine
+from scheduler.stats import LatenessHistogram
+from storage.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 
-_UNIT = struct.Struct(">qiq")  # phys offset, size, tagsCode (= deliverTimestamp = storeTimestamp + delay)
-UNIT_SIZE = 20
-HALF_TOPIC = RMQ_SYS_TRANS_HALF_TOPIC
 _monotonic = time.monotonic  # the loop's clock (CLOCK_MONOTONIC)
 
 
@@ -75,41 +65,56 @@ class LevelSnapshot(TypedDict):
     in_flight: int  # async deliver: messages put and not yet confirmed
     blocked: bool
 
-class LevelDeliverer(SyncDeliverMixin, AsyncDeliverMixin, LevelEventsMixin):
-    def __init__(self, svc: DelayLevelService, level: int) -> None:
-        self.svc = svc
-        self.store = svc.store
+
+class LevelDeliverer:
+    """One delay level: its task (`run`), wake-ups and figures."""
+
+    def __init__(self, level: int, store: MessageStore, config: DelayConfig, cancels: DelayCancelTable,
+                 quarantine: Quarantine, hooks: LevelEventHooks) -> None:
+        self.store = store
+        self.config = config
+        self.cancels = cancels
         self.level = level
         self.queue_id = level - 1
-        self.delay_ms = svc.config.levels_ms[level - 1]
-        self.offset = 0        # delivered: next schedule-queue offset whose delivery is not confirmed
-        # scheduler.progress_file (scheduleProgress): begin(CommitLog end) just before a delivery put,
-        # commit(next offset not put, CommitLog end) right after it, in the same loop step
-        self._progress_begin = _no_begin
-        self._progress_commit = _no_commit
-        self.scan_offset = 0   # next unit to look at (> offset while async deliveries are in flight)
-        self.claimed_offset = 0  # units below it were taken by the current pass (cancel: too late)
-        self.stats = LevelStats(level)
-        self.handler = AsyncLevelHandler(self) if svc.config.async_deliver else None
+        self.delay_ms = config.levels_ms[level - 1]
+        self.cursor = LevelCursor(level, store.commitlog_max_offset)
+        self.report = LevelReporter(level, hooks)
+        self.stats = self.report.stats
+        self.quarantine = LevelQuarantine(level, quarantine, store, self.stats)
+        self.handler: AsyncLevelHandler | None = None  # async mode: its task is run beside the level's
+        self.delivery: LevelDelivery
+        if config.async_deliver:
+            self.handler = AsyncLevelHandler(self.cursor, store, self.report, self.quarantine, config)
+            self.delivery = AsyncDelivery(self.cursor, store, self.report, self.quarantine, self.handler)
+        else:
+            self.delivery = SyncDelivery(self.cursor, store, self.report, self.quarantine)
         self._wake: asyncio.Future[None] | None = None
         self._idle = False
         self.stopping = False
 
-    def bind_progress(self, progress: ProgressFile) -> None:
-        self._progress_begin, self._progress_commit = progress.level_writer(self.level)
+    # the cursor's offsets, for the service, browse/cancel and tests
+    @property
+    def offset(self) -> int:
+        """Delivered: the next schedule-queue offset whose delivery is not confirmed."""
+        return self.cursor.offset
 
-    def put_offset(self, end: int | None = None) -> int:
-        """The next schedule offset whose delivery is not in the CommitLog: the first failed put in
-        flight (async), else `end` (default: scan_offset)."""
-        h = self.handler
-        if h is not None and h.failed > 0:
-            first = h.first_failed()
-            if first is not None:
-                return first
-        return self.scan_offset if end is None else end
+    @offset.setter
+    def offset(self, value: int) -> None:
+        self.cursor.offset = value
 
-    def commit_progress(self, offset: int) -> None:
-        self._progress_commit(offset, self.store.commitlog_max_offset())
+    @property
+    def scan_offset(self) -> int:
+        """The next unit to look at (> offset while async deliveries are in flight)."""
+        return self.cursor.scan_offset
+
+    @scan_offset.setter
+    def scan_offset(self, value: int) -> None:
+        self.cursor.scan_offset = value
+
+    @property
+    def claimed_offset(self) -> int:
+        """Units below it were taken by the current pass (a cancel comes too late for them)."""
+        return self.cursor.claimed_offset
 
     # ---- wake-ups ------------------------------------------------------------------------
     def on_dispatch(self) -> None:
@@ -124,8 +129,7 @@ class LevelDeliverer(SyncDeliverMixin, AsyncDeliverMixin, LevelEventsMixin):
     def stop(self) -> None:
         self.stopping = True
         self._wake_now()
-        if self.handler is not None:
-            self.handler.stop()
+        self.delivery.stop()
 
     async def _wait(self, idle: bool, due_ms: int = 0) -> None:
         loop = asyncio.get_running_loop()
@@ -151,69 +155,45 @@ class LevelDeliverer(SyncDeliverMixin, AsyncDeliverMixin, LevelEventsMixin):
             await self._pass()
 
     async def _pass(self) -> None:
-        store, qid = self.store, self.queue_id
-        units = store.read_units(SCHEDULE_TOPIC, qid, self.scan_offset, self.svc.config.batch_size)
+        store, qid, cursor, delivery, cfg = self.store, self.queue_id, self.cursor, self.delivery, self.config
+        base = cursor.scan_offset
+        # 1. the units from the scan offset
+        units = store.read_units(SCHEDULE_TOPIC, qid, base, cfg.batch_size)
         if not units:
             self._reset_offset()
             self.stats.next_due_ms = 0
-            if store.max_offset(SCHEDULE_TOPIC, qid) <= self.scan_offset and not self.stopping:
-                if self.svc.listeners:
-                    self.svc.fire("idle", level=self.level, offset=self.scan_offset)
+            if store.max_offset(SCHEDULE_TOPIC, qid) <= cursor.scan_offset and not self.stopping:
+                self.report.event("idle", offset=cursor.scan_offset)
                 await self._wait(idle=True)
             return
-        handler = self.handler
-        limit = len(units) // UNIT_SIZE
-        if handler is not None:
-            if handler.blocked() or handler.room() <= 0:
-                await handler.wait_space()
-                return
-            limit = min(limit, handler.room())
+        # 2. as many as the delivery takes now (async: the pending limit; blocked: none)
+        limit = delivery.room(len(units) // UNIT_SIZE)
+        if limit <= 0:
+            await delivery.wait_space()
+            return
+        # 3. the due run at their head (never early)
         now = now_ms()
-        late_bound = now + self.delay_ms
-        base = self.scan_offset
-        spans, dues = [], []
-        wait_due = 0
-        scanned = limit
-        for i, (phys, size, tags_code) in enumerate(_UNIT.iter_unpack(units[:limit * UNIT_SIZE])):
-            # never early: due = scheduler.due.level_due_ms(tagsCode), inlined (the first ms strictly
-            # after storeTimestamp + delay); delivered once now >= due
-            due = tags_code + AFTER_MS
-            if tags_code > late_bound:  # correctDeliverTimestamp
-                due = now
-            if due > now:
-                wait_due, scanned = due, i
-                break
-            spans.append((phys, size))
-            dues.append(due)
-        cancelled = self.svc.cancels.of_level(self.level)
-        if cancelled:  # operator cancels (scheduled cancel --id): those units are never delivered
-            keep = [i for i in range(len(spans)) if base + i not in cancelled]
-            if len(keep) < len(spans):
-                self.svc.cancels.cancelled_total += len(spans) - len(keep)
-                log.info("delay.cancelled_skipped", delay_level=self.level, count=len(spans) - len(keep), offset=base)
-                spans, dues = [spans[i] for i in keep], [dues[i] for i in keep]
-            self.svc.cancels.passed(self.level, base + scanned)
-        self.claimed_offset = base + scanned  # past this, a cancel comes too late (being delivered)
-        raws = store.read_records(spans)
-        try:
-            batch = build_delivery_batch(raws, HALF_TOPIC)  # unreadable, no REAL_TOPIC, half message: dropped
-        except CodecError:  # a malformed record: set it aside, the rest of the batch goes on
-            batch, raws = self._isolate(raws, spans, base)
-        if batch.dropped:
-            self._drop(batch, raws, spans, base)
+        scan = scan_due(units, limit, now, self.delay_ms)
+        # 4. operator cancels (scheduled cancel --id): those units are never delivered
+        cancelled = self.cancels.of_level(self.level)
+        if cancelled:
+            scan = self._drop_cancelled(cancelled, scan, base)
+        phys, sizes, dues, scanned, wait_due = scan
+        end = base + scanned
+        cursor.claimed_offset = end  # past this, a cancel comes too late (being delivered)
+        # 5. the records, their delivery batch (poison records set aside), the "due" events
+        raws = store.read_records(zip(phys, sizes, strict=True))
+        batch = self.quarantine.build(raws, phys, base)
         infos = None
-        if self.svc.listeners:
+        report = self.report
+        if report.listeners:
             infos = event_infos(raws, batch)
-            self._fire_due(batch, spans, dues, infos)
-        if handler is None:
-            await self._deliver_sync(batch, dues, infos, raws, spans, base, base + scanned)
-            self.offset = self.scan_offset = base + scanned
-        else:
-            self._deliver_async(batch, base, spans, dues, infos, base + scanned)
-            self.scan_offset = base + scanned
+            report.fire_due(batch, phys, dues, infos)
+        # 6. delivered (sync: confirmed; async: put and handed to the pending deque); the cursor moves
+        await delivery.deliver(DueBatch(batch, raws, phys, sizes, dues, infos, base, end))
+        # 7. sleep until the next unit is due, or give the loop a turn before the next batch
         self.stats.next_due_ms = wait_due
         if wait_due and not self.stopping:
-            cfg = self.svc.config
             if scanned >= cfg.coalesce_min_batch and cfg.coalesce_ms > 0:
                 # a busy level (this pass delivered a batch, more are due right behind it) wakes at
                 # most every coalesce_ms: fewer, larger passes, each at most coalesce_ms late. On the
@@ -227,75 +207,31 @@ class LevelDeliverer(SyncDeliverMixin, AsyncDeliverMixin, LevelEventsMixin):
             # sends, pulls and the other levels are served during the drain, not after it
             await asyncio.sleep(0)
 
+    def _drop_cancelled(self, cancelled: dict[int, str], scan: DueScan, base: int) -> DueScan:
+        """The scan without the cancelled units (`scanned` unchanged: they are passed, never delivered)."""
+        cancels = self.cancels
+        phys, sizes, dues = scan.phys, scan.sizes, scan.dues
+        keep = [i for i in range(len(phys)) if base + i not in cancelled]
+        if len(keep) < len(phys):
+            cancels.cancelled_total += len(phys) - len(keep)
+            log.info("delay.cancelled_skipped", delay_level=self.level, count=len(phys) - len(keep), offset=base)
+            scan = scan._replace(phys=[phys[i] for i in keep], sizes=[sizes[i] for i in keep],
+                                 dues=[dues[i] for i in keep])
+        cancels.passed(self.level, base + scan.scanned)
+        return scan
+
     def _reset_offset(self) -> None:
         """§1.4 step 2: move an offset outside [min, max] of the schedule queue back into it."""
-        store, qid = self.store, self.queue_id
+        store, qid, cursor = self.store, self.queue_id, self.cursor
         lo, hi = store.min_offset(SCHEDULE_TOPIC, qid), store.max_offset(SCHEDULE_TOPIC, qid)
-        new = lo if lo > self.scan_offset else hi if hi < self.scan_offset else self.scan_offset
-        if new != self.scan_offset:
-            log.warning("delay.offset_reset", level=self.level, old=self.scan_offset, new=new, min=lo, max=hi)
-            self.scan_offset = new
-            if self.handler is None or not self.handler.pending:
-                self.offset = new
-                self.commit_progress(new)
-
-    # ---- poison records (scheduler.quarantine) -------------------------------------------
-    def _isolate(self, raws: Raws, spans: Spans, base: int) -> tuple[DeliveryBatch, Raws]:
-        """build_delivery_batch failed on the batch: quarantine each record it fails on, build the rest."""
-        raws = list(raws)
-        for i, raw in enumerate(raws):
-            if raw is None:
-                continue
-            try:
-                build_delivery_batch((raw,))
-            except CodecError as e:
-                self._set_aside(raw, f"cannot convert: {e}", spans[i][0], base + i)
-                raws[i] = None
-                self.stats.quarantined += 1
-        return build_delivery_batch(raws, HALF_TOPIC), raws
-
-    def _drop(self, batch: DeliveryBatch, raws: Raws, spans: Spans, base: int) -> None:
-        """Dropped records: a half message or an unreadable one is skipped (as RocketMQ does); a
-        readable record without REAL_TOPIC cannot be delivered anywhere and is quarantined."""
-        skipped = 0
-        for i in batch.dropped:
-            raw = raws[i]
-            if raw is None:
-                skipped += 1
-                continue
-            if parse_properties(read_properties_bytes(raw, 0)).get(MessageConst.REAL_TOPIC):
-                skipped += 1  # a transactional half message: never delivered from a delay level
-                continue
-            self._set_aside(raw, "no REAL_TOPIC", spans[i][0], base + i)
-            self.stats.quarantined += 1
-        if skipped:
-            self.stats.skipped += skipped
-            log.warning("delay.skip_unreadable", level=self.level, count=skipped, offset=base)
-
-    def _set_aside(self, raw: memoryview, reason: str, phys: int, offset: int) -> None:
-        """Quarantine one schedule record; a quarantine put that may pass later (disk full) raises,
-        so the supervisor backs off and the pass is tried again (nothing was put for it yet)."""
-        if not self.svc.quarantine.set_aside(raw, reason, LEVEL, phys, level=self.level, offset=offset):
-            raise RuntimeError(f"quarantine put failed for schedule offset {offset}: try again")
-
-    def quarantine_refused(self, phys: int, size: int, why: str, offset: int) -> bool:
-        """Quarantine the schedule record at `phys` that cannot be delivered (True when set aside;
-        False: keep resending, e.g. the quarantine put hit a full disk)."""
-        raw = self.store.read_record(phys, size)
-        if raw is None:
-            return False
-        if self.svc.quarantine.set_aside(raw, why, LEVEL, phys,
-                                         level=self.level, offset=offset):
-            self.stats.quarantined += 1
-            return True
-        return False
-
-    def make_request(self, raw: BytesLike) -> PutRequest | None:
-        """messageTimeup: the delivery PutRequest, or None to drop (no REAL_TOPIC, half message)."""
-        d = build_deliveries((raw,))[0]
-        if d is None or d.topic == HALF_TOPIC:
-            return None
-        return PutRequest(d.record, d.topic, d.queue_id, d.tags_code, d.keys, -1)
+        scan = cursor.scan_offset
+        new = lo if lo > scan else hi if hi < scan else scan
+        if new != scan:
+            log.warning("delay.offset_reset", level=self.level, old=scan, new=new, min=lo, max=hi)
+            cursor.scan_offset = new
+            if not self.delivery.has_pending():
+                cursor.offset = new
+                cursor.commit(new)
 
     # ---- visibility ----------------------------------------------------------------------
     def max_offset(self) -> int:
@@ -304,21 +240,13 @@ class LevelDeliverer(SyncDeliverMixin, AsyncDeliverMixin, LevelEventsMixin):
     def snapshot(self) -> LevelSnapshot:
         mx = self.max_offset()
         st = self.stats
-        return {"level": self.level, "delay_ms": self.delay_ms, "delivered_offset": self.offset,
-                "max_offset": mx, "pending": max(0, mx - self.offset), "next_due_ms": st.next_due_ms,
+        offset = self.cursor.offset
+        return {"level": self.level, "delay_ms": self.delay_ms, "delivered_offset": offset,
+                "max_offset": mx, "pending": max(0, mx - offset), "next_due_ms": st.next_due_ms,
                 "delivered_total": st.delivered, "skipped_total": st.skipped, "failed_puts": st.failed_puts,
                 "quarantined_total": st.quarantined,
                 "resends": st.resends, "deliver_rate": st.rate(), "lateness_ms": st.histogram(),
-                "in_flight": self.handler.count if self.handler is not None else 0,
-                "blocked": self.handler.blocked() if self.handler is not None else False}
-
-
-def _no_begin(phys: int) -> None:
-    pass
-
-
-def _no_commit(offset: int, end: int) -> None:
-    pass
+                "in_flight": self.delivery.in_flight(), "blocked": self.delivery.blocked()}
 
 
 def _set_done(fut: asyncio.Future[None]) -> None:

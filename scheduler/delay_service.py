@@ -19,6 +19,7 @@ from scheduler.delay_cancel import FILE_NAME as CANCEL_FILE
 from scheduler.delay_cancel import DelayCancelTable
 from scheduler.delay_config import DelayConfig
 from scheduler.delay_deliver import LevelDeliverer, LevelSnapshot
+from scheduler.delay_events import LevelEventHooks
 from scheduler.delay_offsets import FILE_NAME as DELAY_OFFSET_FILE
 from scheduler.delay_offsets import DelayOffsetBackend, DelayOffsetTable
 from scheduler.delay_recovery import resume_offset
@@ -59,9 +60,11 @@ class DelayLevelService:
             offset_backend = store.delay_offset_file(os.path.join(cfg_dir, DELAY_OFFSET_FILE))
         self.offsets = DelayOffsetTable(offset_backend)
         self.cancels = DelayCancelTable(store.config_file(os.path.join(cfg_dir, CANCEL_FILE)) if cfg_dir else None)
-        self.levels = [LevelDeliverer(self, lv) for lv in range(1, len(self.config.levels_ms) + 1)]
         self.listeners: list[EventListener] = []
         self.quarantine = Quarantine(store)  # poison schedule records go to rmq_sys_SCHEDULE_QUARANTINE
+        hooks = LevelEventHooks(self.listeners, self.fire, self.msg_id_prefix, self.on_put)
+        self.levels = [LevelDeliverer(lv, store, self.config, self.cancels, self.quarantine, hooks)
+                       for lv in range(1, len(self.config.levels_ms) + 1)]
         self._tasks: list[SupervisedTask] = []
         self._loaded = False
         self._started = False
@@ -88,7 +91,7 @@ class DelayLevelService:
             hi = store.max_offset(SCHEDULE_TOPIC, d.queue_id)
             d.offset = d.scan_offset = self.offsets.correct(d.level, lo, hi)
             self.progress_file.set_level(d.level, d.offset, store.commitlog_max_offset())
-            d.bind_progress(self.progress_file)
+            d.cursor.bind(self.progress_file)
         self._loaded = True
         log.info("delay.resumed", offsets={d.level: d.offset for d in self.levels if d.offset},
                  sources=sorted(set(sources.values())))

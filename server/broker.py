@@ -193,7 +193,8 @@ class BrokerController:
         remoting = self.remoting = make_remoting_server(self.clients)
         remoting.server.dispatcher.on_timing = self.rpc_latency.observe
         remoting.server.response_observer = self.client_errors
-        self.security = install_security(cfg, store, remoting.server)  # ACL, TLS, limits
+        self.security = install_security(cfg, store, remoting.server,
+                                         lambda t: self.topics.get(t) is not None)  # ACL, TLS, limits
         register_processors(remoting, self)
         life.add("remoting", start=lambda: remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port]),
                  stop=lambda: remoting.close(cfg.shutdown_drain_timeout_ms / 1000.0))

@@ -129,6 +129,9 @@ class BrokerConfig:
     ha_housekeeping_interval: int = 20000  # ms without bytes from the peer before it is dropped
     ha_transfer_batch_size: int = 32768  # max CommitLog bytes per HA frame
     ha_slave_fallbehind_max: int = 268435456  # SYNC_MASTER: a slave further behind is not available
+    # ours: the HA port's shared secret; master and slave both set it and the slave answers an HMAC challenge
+    # before the master sends a CommitLog byte. "" = off (an Apache slave/master cannot answer/ask it)
+    ha_auth_secret: str = ""
     slave_timeout: int = 3000  # SYNC_MASTER: ms a send waits for the slave's ack (FLUSH_SLAVE_TIMEOUT)
     slave_synchronize_interval_ms: int = 10000  # slave: pull topics, offsets, groups, timer checkpoint
     scheduler_sync_interval_ms: int = 10  # ours: slave pulls the master's scheduler progress this often
@@ -223,11 +226,17 @@ class BrokerConfig:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             out[self.key_for(f.name)] = str(v).lower() if isinstance(v, bool) else str(v)
+        for key in SECRET_KEYS:  # never in a log line or an answer
+            if out.get(key):
+                out[key] = "******"
         return out
 
 
 # keys whose values GET_BROKER_CONFIG never shows (where the TLS private key and the ACL live)
 PRIVATE_KEYS = frozenset({"tlsServerKeyPath", "aclFile", "tlsServerTrustCertPath"})
+# keys whose values are secrets: masked in `to_properties` itself (the broker.config log line included)
+SECRET_KEYS = frozenset({"haAuthSecret"})
+HA_AUTH_SECRET_MIN = 16
 
 
 class ConfigError(ValueError):
@@ -282,6 +291,8 @@ def _namesrv_addrs(v: object) -> str | None:
 _POSITIVE = int_range(1)
 _NON_NEGATIVE = int_range(0)
 VALIDATORS: dict[str, Check] = {
+    "ha_auth_secret": lambda v: None if not v or len(v) >= HA_AUTH_SECRET_MIN else
+    f"must be empty (off) or at least {HA_AUTH_SECRET_MIN} characters, got {len(v)}",
     "listen_port": int_range(3, 65535),  # the VIP channel listens on listenPort - 2
     "broker_id": _NON_NEGATIVE,
     "broker_permission": int_range(0, 7),

@@ -14,14 +14,40 @@ import os
 # subprocesses inherit this.
 os.environ.setdefault("DELAYMQ_DISK_MAX_USED_RATIO", "1.0")
 
+import asyncio
 import itertools
 import shutil
+import subprocess
 
 import pytest
 
 from tests.helpers.broker import BrokerProcess
 
 TEST_COMMITLOG_SEGMENT = 32 * 1024 * 1024
+
+
+# Tests that start another process (a broker, a name server, a client agent, Java, Spark, the CLI) carry
+# one of these markers; `make check` leaves them out. The guard below keeps the markers honest: a test
+# without one that starts a process fails at once, naming the marker to add.
+PROCESS_MARKERS = ("process", "java", "interop", "spark")
+
+
+@pytest.fixture(autouse=True)
+def _processes_only_where_marked(request, monkeypatch):
+    if any(request.node.get_closest_marker(m) for m in PROCESS_MARKERS):
+        return
+    nodeid = request.node.nodeid
+
+    def refuse(self, *args, **kwargs):
+        raise RuntimeError(f"{nodeid} starts a process: mark it (or its module) pytest.mark.process")
+
+    async def refuse_async(*args, **kwargs):
+        refuse(None)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    # uvloop spawns through libuv, not Popen
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", refuse_async)
+    monkeypatch.setattr(asyncio, "create_subprocess_shell", refuse_async)
 
 
 def _diagnostics(item) -> list:

@@ -9,7 +9,11 @@ schedule, cluster-ha.md §1.7): with `namesrvAddr=a:p;b:p` the broker
 - registers at once (coalesced) when its topic table changes (`topics_changed()`),
 - registers again at once when its connection to a name server closes (that name server has just
   dropped it from the routes),
-- unregisters (UNREGISTER_BROKER 104) from every name server on shutdown.
+- unregisters (UNREGISTER_BROKER 104) from every name server on shutdown,
+- while an answer is wanted (`want_answer_while`: a slave that does not know its master yet) registers
+  in full every ANSWER_WANTED_PERIOD_S whatever `forceRegister` says: only REGISTER_BROKER's answer names
+  the master, so a slave started before (or with) its master would otherwise wait for the next forced
+  round, which with `forceRegister=false` comes only when its own topic table changes.
 
 Each registration carries brokerId and haServerAddr; a slave's answers (its master's address and HA
 address) go to the listeners added with `add_result_listener` (the HA room follows its master with it).
@@ -51,6 +55,7 @@ class RegistrationStats(TypedDict):
 
 UNREGISTER_TIMEOUT_S = 3.0
 MIN_FORCED_GAP_S = 0.2  # change- and connection-triggered rounds: at most 5 a second, however many triggers
+ANSWER_WANTED_PERIOD_S = 1.0  # the period while a slave does not know its master yet
 
 
 @dataclass(slots=True)
@@ -84,6 +89,8 @@ class BrokerRegistrar:
         self._watched: set[object] = set()  # name-server connections whose loss triggers a registration
         self._stopping = False
         self._last_forced = 0.0
+        self._last_round = time.monotonic()  # the start's registration counts as a round
+        self._answer_wanted: Callable[[], bool] = lambda: False
 
     @property
     def period_s(self) -> float:
@@ -95,6 +102,10 @@ class BrokerRegistrar:
 
     def add_result_listener(self, fn: ResultListener) -> None:
         self._listeners.append(fn)
+
+    def want_answer_while(self, wanted: Callable[[], bool]) -> None:
+        """While `wanted()` is true, every round registers in full, every ANSWER_WANTED_PERIOD_S."""
+        self._answer_wanted = wanted
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -117,6 +128,8 @@ class BrokerRegistrar:
         wait = self.config.register_name_server_initial_delay / 1000.0
         next_round = time.monotonic() + wait
         while True:
+            if self._answer_wanted():
+                next_round = min(next_round, self._last_round + ANSWER_WANTED_PERIOD_S)
             try:
                 await asyncio.wait_for(self._changed.wait(), max(0.0, next_round - time.monotonic()))
             except TimeoutError:
@@ -128,7 +141,8 @@ class BrokerRegistrar:
                 await self.register_all(force=True)
                 continue
             next_round = time.monotonic() + self.period_s
-            await self.register_all(force=self.config.force_register)
+            self._last_round = time.monotonic()
+            await self.register_all(force=self.config.force_register or self._answer_wanted())
 
     # ---- requests --------------------------------------------------------------------------
     def _identity(self) -> dict[str, str]:

@@ -5,8 +5,8 @@ Every 5.x client signs each call with the metadata
   x-mq-date-time: 20261124T134500Z
 where Signature = hex(HMAC-SHA1(secretKey, x-mq-date-time)). With aclEnable the account must exist,
 the signature match (or the peer be white-listed, globally or for the account) and the account own
-the RPC's resources (`server.security.acl.PlainAclValidator.check_resources`: topic PUB for sends,
-topic SUB and group SUB for consumption). Without aclEnable nothing is checked.
+the RPC's needs (its row in `server.security.resources.GRPC`, authorized by
+`server.security.acl.PlainAclValidator.authorize`). Without aclEnable nothing is checked.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import re
 
 from server.grpc.status import Code, GrpcError
 from server.security.acl import AclDenied, PlainAclValidator
-from server.security.permission import PUB, SUB, retry_topic
+from server.security.resources import grpc_needs
 
 _AUTH = re.compile(r"^MQv2-HMAC-SHA1\s+Credential=([^,\s]+),\s*SignedHeaders=([^,\s]+),\s*Signature=([0-9A-Fa-f]+)\s*$")
 
@@ -26,13 +26,13 @@ def sign(secret_key: str, date_time: str) -> str:
     return hmac.new(secret_key.encode(), date_time.encode(), hashlib.sha1).hexdigest()
 
 
-def needs(topic: str | None = None, group: str | None = None, pub: bool = False) -> dict[str, int]:
-    """The resources an RPC touches: a topic (PUB when sending, else SUB) and a consumer group (SUB)."""
-    out: dict[str, int] = {}
+def needs(topic: str | None = None, group: str | None = None) -> dict[str, str]:
+    """The names an RPC's request gives its table row (`server.security.resources.GRPC`)."""
+    out: dict[str, str] = {}
     if topic:
-        out[topic] = PUB if pub else SUB
+        out["topic"] = topic
     if group:
-        out[retry_topic(group)] = SUB
+        out["group"] = group
     return out
 
 
@@ -40,7 +40,7 @@ class Authenticator:
     def __init__(self, validator: PlainAclValidator | None) -> None:
         self.validator = validator
 
-    def check(self, metadata: dict[str, str], peer_host: str, needed: dict[str, int]) -> None:
+    def check(self, metadata: dict[str, str], peer_host: str, method: str, names: dict[str, str]) -> None:
         """GrpcError(UNAUTHORIZED / FORBIDDEN) unless the call may go on."""
         v = self.validator
         if v is None:
@@ -68,7 +68,7 @@ class Authenticator:
             if not date_time or not hmac.compare_digest(sign(acc.secret_key, date_time), signature.lower()):
                 raise GrpcError(Code.UNAUTHORIZED, f"Check signature failed for accessKey={ak}")
         try:
-            PlainAclValidator.check_resources(acc, needed or {})
+            PlainAclValidator.authorize(acc, grpc_needs(method, names, v.lookups), f"rpc {method}")
         except AclDenied as e:
             raise GrpcError(Code.FORBIDDEN, str(e)) from None
 

@@ -58,13 +58,14 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
     # ---- plumbing ------------------------------------------------------------------------
     # request and response types are the generated messages, typed by their stubs (server/grpc/v2/*.pyi);
     # `context` is the RPC's grpc.aio servicer context (status.Context)
-    def _check(self, context: Context, needed: dict[str, int]) -> None:
-        self.auth.check(grpc_metadata(context), grpc_peer(context)[0], needed)
+    def _check(self, context: Context, method: str, names: dict[str, str]) -> None:
+        self.auth.check(grpc_metadata(context), grpc_peer(context)[0], method, names)
 
-    async def _unary(self, name: str, resp_cls: StatusAnswer[Response], context: Context, needed: dict[str, int],
+    async def _unary(self, name: str, resp_cls: StatusAnswer[Response], context: Context, names: dict[str, str],
                      work: Callable[[], Awaitable[Response]]) -> Response:
+        """`name` is the RPC (its row in server.security.resources.GRPC), `names` the topic / group it names."""
         try:
-            self._check(context, needed)
+            self._check(context, name, names)
             return await work()
         except GrpcError as e:
             return resp_cls(status=status(e.code, e.message))
@@ -117,20 +118,20 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
                 queues.append(pb.MessageQueue(topic=request.topic, id=qid, permission=perm, broker=broker,
                                               accept_message_types=ALL_TYPES))
             return spb.QueryRouteResponse(status=OK, message_queues=queues)
-        return await self._unary("QueryRoute", spb.QueryRouteResponse, context, {}, work)
+        return await self._unary("QueryRoute", spb.QueryRouteResponse, context, needs(request.topic.name), work)
 
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: Context) -> spb.HeartbeatResponse:
         async def work() -> spb.HeartbeatResponse:
             md = grpc_metadata(context)
             self.telemetry.refresh(md.get("x-mq-client-id", ""))
             return spb.HeartbeatResponse(status=OK)
-        return await self._unary("Heartbeat", spb.HeartbeatResponse, context, {}, work)
+        return await self._unary("Heartbeat", spb.HeartbeatResponse, context, needs(group=request.group.name), work)
 
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand],
                         context: Context) -> AsyncIterator[spb.TelemetryCommand]:
         md = grpc_metadata(context)
         try:
-            self._check(context, {})
+            self._check(context, "Telemetry", {})
         except GrpcError as e:
             yield spb.TelemetryCommand(status=status(e.code, e.message))
             return
@@ -147,7 +148,8 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             if chan is not None:
                 chan.close()
             return spb.NotifyClientTerminationResponse(status=OK)
-        return await self._unary("NotifyClientTermination", spb.NotifyClientTerminationResponse, context, {}, work)
+        return await self._unary("NotifyClientTermination", spb.NotifyClientTerminationResponse, context,
+                                 needs(group=request.group.name), work)
 
     # ---- consumption (pop) ---------------------------------------------------------------
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest,
@@ -184,7 +186,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
                              context: Context) -> AsyncIterator[spb.ReceiveMessageResponse]:
         topic, group = request.message_queue.topic.name, request.group.name
         try:
-            self._check(context, needs(topic, group))
+            self._check(context, "ReceiveMessage", needs(topic, group))
             self._topic_name(request.message_queue.topic)
             self._group_name(request.group)
             invisible = _ms(request.invisible_duration) if request.HasField("invisible_duration") \
@@ -336,7 +338,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
                           context: Context) -> AsyncIterator[spb.PullMessageResponse]:
         topic, group = request.message_queue.topic.name, request.group.name
         try:
-            self._check(context, needs(topic, group))
+            self._check(context, "PullMessage", needs(topic, group))
             self.pop.group_config(self._group_name(request.group))
             t, qid = self._queue_of(request.message_queue)
             accept = self._filter(request.filter_expression)

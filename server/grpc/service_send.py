@@ -70,7 +70,7 @@ class SendRpcs:
     sender: SendProcessor
 
     if TYPE_CHECKING:
-        async def _unary(self, name: str, resp_cls: StatusAnswer[Response], context: Context, needed: dict[str, int],
+        async def _unary(self, name: str, resp_cls: StatusAnswer[Response], context: Context, names: dict[str, str],
                          work: Callable[[], Awaitable[Response]]) -> Response: ...
 
         @staticmethod
@@ -82,7 +82,7 @@ class SendRpcs:
         if not request.messages:
             return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no messages"))
         topic = request.messages[0].topic.name
-        return await self._unary("SendMessage", spb.SendMessageResponse, context, needs(topic, pub=True),
+        return await self._unary("SendMessage", spb.SendMessageResponse, context, needs(topic),
                                  lambda: self._send(request, context))
 
     def _send_command(self, topic: str, qid: int, props: dict[str, str], sys_flag: int, body: bytes,
@@ -172,7 +172,7 @@ class SendRpcs:
                 return spb.EndTransactionResponse(status=from_remoting(code, remark))
             return spb.EndTransactionResponse(status=OK)
         return await self._unary("EndTransaction", spb.EndTransactionResponse, context,
-                                 needs(topic, pub=True), work)
+                                 needs(topic), work)
 
     async def RecallMessage(self, request: spb.RecallMessageRequest, context: Context) -> spb.RecallMessageResponse:
         topic = request.topic.name
@@ -198,4 +198,4 @@ class SendRpcs:
                 return spb.RecallMessageResponse(status=from_remoting(resp.code if resp else ResponseCode.SYSTEM_ERROR,
                                                                        resp.remark if resp else "no response"))
             return spb.RecallMessageResponse(status=OK, message_id=uniq)
-        return await self._unary("RecallMessage", spb.RecallMessageResponse, context, needs(topic, pub=True), work)
+        return await self._unary("RecallMessage", spb.RecallMessageResponse, context, needs(topic), work)

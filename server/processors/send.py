@@ -33,12 +33,11 @@ from codec.properties import (
     parse_properties,
     parse_sent_properties,
     properties_to_string,
-    property_token,
     rewrite_sent_properties_cached,
 )
 from codec.record import MessageRecord, encode_message_bytes, encode_record
 from codec.tags import java_hash
-from scheduler.delay_levels import SCHEDULE_TOPIC, level_of, schedules
+from scheduler.delay_levels import ON_DICT, transform_delay_properties
 from server.processors import Registrar, guarded, peer_of
 from server.processors.send_common import (
     MULTI_TAGS_FLAG,
@@ -71,7 +70,6 @@ _REAL_QID = MessageConst.REAL_QID
 _REAL_TOPIC = MessageConst.REAL_TOPIC
 _TRAN_MSG = MessageConst.TRAN_MSG
 _WAIT = MessageConst.WAIT
-_REAL_TOPIC_TOKEN, _REAL_QID_TOKEN = property_token(_REAL_TOPIC), property_token(_REAL_QID)  # "\x02NAME\x01"
 
 if TYPE_CHECKING:
     from remoting.connection import Connection
@@ -198,17 +196,17 @@ class SendPreparer:
                        qid: int, body: bytes, reconsume: int,
                        plain: SentRewrite) -> PreparedSend | RemotingCommand | None:
         """A send without timer or transaction keys, on the properties string. A DELAY level > 0 is
-        scheduled as transform_delay does (SCHEDULE_TOPIC_XXXX queue L-1, REAL_TOPIC and REAL_QID
-        appended, tagsCode = deliver time); a level above the highest (clamped, which edits DELAY)
-        or an unschedulable transaction type takes the dict path."""
+        scheduled by scheduler.delay_levels.transform_delay_properties (SCHEDULE_TOPIC_XXXX queue L-1,
+        tagsCode = deliver time); a level above the highest (clamped, which edits DELAY) takes the dict
+        path."""
         stored, wait, tags, keys, delay = plain
         topic, store_qid, deliver_delay = h.topic, qid, -1
-        if delay is not None and (level := level_of(delay)) > 0 and schedules(h.sysFlag):
-            levels = self.deps.levels
-            if level > len(levels):
+        if delay is not None:
+            delayed = transform_delay_properties(stored, delay, topic, qid, h.sysFlag, self.deps.levels)
+            if delayed is ON_DICT:
                 return self._prepare_full(conn, cmd, h, tcfg, qid, body, reconsume)
-            stored = f"{stored}{_REAL_TOPIC_TOKEN}{topic}{_REAL_QID_TOKEN}{qid}"
-            topic, store_qid, deliver_delay = SCHEDULE_TOPIC, level - 1, levels[level - 1]
+            if delayed is not None:
+                stored, topic, store_qid, deliver_delay = delayed
         props_bytes = stored.encode("utf-8", "replace")
         if len(props_bytes) > PROPS_MAX:
             return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", qid)

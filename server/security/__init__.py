@@ -19,14 +19,15 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from codec.codes import ResponseCode
+from codec.codes import RMQ_SYS_TRANS_HALF_TOPIC, ResponseCode
 from codec.command import RemotingCommand
 from codec.errors import CodecError
-from codec.record import read_topic
+from codec.properties import MessageConst, parse_properties
+from codec.record import read_properties_bytes, read_topic
 from server.config import BrokerConfig, ConfigError
 from server.security.acl import AclConfigError, AclDenied, PlainAclValidator, load_acl_file
 from server.security.guard import GuardState, RateLimitedLog
-from server.security.permission import NAMESRV_CODES
+from server.security.resources import OPEN_CODES, Lookups
 from server.security.tls import server_context
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["Security", "install", "preflight", "acl_file_path", "tls_mode", "make_acl_hook"]
+__all__ = ["Security", "install", "preflight", "acl_file_path", "tls_mode", "make_acl_hook", "store_lookups"]
 
 
 def acl_file_path(cfg: BrokerConfig) -> str:
@@ -94,10 +95,12 @@ def make_server_context(cfg: BrokerConfig) -> ssl.SSLContext:
 
 
 def make_acl_hook(validator: PlainAclValidator) -> BeforeRequest:
+    """The remoting ACL check of every request (broker and name-server roles): OPEN_CODES pass; every other
+    code is authenticated and authorized against server.security.resources' table."""
     denied_log = RateLimitedLog()
 
     def before_request(conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
-        if cmd.code in NAMESRV_CODES:
+        if cmd.code in OPEN_CODES:
             return None
         try:
             validator.validate(conn.remote_addr[0], cmd.code, cmd.ext_fields, cmd.body)
@@ -109,14 +112,20 @@ def make_acl_hook(validator: PlainAclValidator) -> BeforeRequest:
     return before_request
 
 
-def _record_topic(store: MessageStore) -> Callable[[int], str | None]:
+def store_lookups(store: MessageStore, topic_exists: Callable[[str], bool]) -> Lookups:
+    """The resolver's questions answered by the broker's store and topic table."""
     def record_topic(offset: int) -> str | None:
         try:
             rec = store.read_record(offset) if offset >= 0 else None
-            return read_topic(rec) if rec is not None and len(rec) else None
+            if rec is None or not len(rec):
+                return None
+            topic = read_topic(rec)
+            if topic == RMQ_SYS_TRANS_HALF_TOPIC:  # END_TRANSACTION names a half: its real topic is what it publishes
+                return parse_properties(read_properties_bytes(rec)).get(MessageConst.REAL_TOPIC) or topic
+            return topic
         except (ValueError, IndexError, OSError, CodecError):
             return None
-    return record_topic
+    return Lookups(record_topic, topic_exists)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +137,8 @@ class Security:
     acl: PlainAclValidator | None
 
 
-def install(cfg: BrokerConfig, store: MessageStore, server: RemotingServer) -> Security:
+def install(cfg: BrokerConfig, store: MessageStore, server: RemotingServer,
+            topic_exists: Callable[[str], bool]) -> Security:
     """Apply limits, TLS and ACL from broker.conf to a RemotingServer that is not listening yet."""
     if cfg.max_connections > 0:
         server.max_connections = cfg.max_connections
@@ -148,7 +158,7 @@ def install(cfg: BrokerConfig, store: MessageStore, server: RemotingServer) -> S
     server.protocol_factory_wrapper = state.wrap_factory
     validator = None
     if cfg.acl_enable:
-        validator = PlainAclValidator(acl_file_path(cfg), record_topic=_record_topic(store))
+        validator = PlainAclValidator(acl_file_path(cfg), lookups=store_lookups(store, topic_exists))
         server.before_request = make_acl_hook(validator)
     log.info("security.installed", acl=cfg.acl_enable, acl_file=acl_file_path(cfg) if cfg.acl_enable else None,
              tls_mode=mode, max_connections=server.max_connections, max_connections_per_ip=state.max_per_ip,

@@ -4,9 +4,12 @@ Flow per request (RocketMQ's PlainPermissionManager.validate):
   remote host in globalWhiteRemoteAddresses → allowed (no signature needed);
   no AccessKey → refused; unknown AccessKey → refused;
   host in the account's whiteRemoteAddress → allowed;
-  Signature must match HmacSHA1 over the request (codec.acl); then admin codes need admin=true and
-  every resource the request touches needs the permission (explicit topicPerms/groupPerms, else the
-  account's defaultTopicPerm/defaultGroupPerm). A PUB on RMQ_SYS_TRACE_TOPIC needs no permission.
+  Signature must match HmacSHA1 over the request (codec.acl); then Apache's admin codes need admin=true,
+  and every need of the request (server.security.resources: kind, action, name) must be allowed
+  (`allowed`: explicit topicPerms/groupPerms, else the account's defaultTopicPerm/defaultGroupPerm;
+  cluster needs, and topic or group CREATE/DELETE, need admin=true; a topic CREATE also passes with an
+  explicit PUB entry for that topic). As Apache 4.9.x, an admin account with no topicPerms and no
+  groupPerms passes every resource check; a PUB on RMQ_SYS_TRACE_TOPIC needs no permission.
 Refusals are AclDenied with a remark that names what was missing, never a secret.
 
 The file is re-read when its (mtime, size, inode) changes, checked at most once per second and
@@ -27,17 +30,8 @@ from codec.acl import ACCESS_KEY, signature_matches
 from codec.buffers import Body
 from codec.codes import TRACE_TOPIC
 from server.security.address import Matcher, compile_pattern
-from server.security.permission import (
-    ADMIN_CODES,
-    PUB,
-    check_permission,
-    describe,
-    is_group_resource,
-    needed_resources,
-    parse_perm,
-    perm_name,
-    retry_topic,
-)
+from server.security.permission import ANY, PUB, SUB, check_permission, parse_perm, retry_topic
+from server.security.resources import REMOTING, Action, Kind, Lookups, Need, remoting_needs
 
 log = structlog.get_logger(__name__)
 
@@ -126,9 +120,9 @@ def load_acl_file(path: str) -> AclConfig:
 
 class PlainAclValidator:
     def __init__(self, path: str, clock: Callable[[], float] = time.monotonic,
-                 record_topic: Callable[[int], str | None] | None = None) -> None:
+                 lookups: Lookups = Lookups()) -> None:
         self.path = path
-        self.record_topic = record_topic  # offset -> topic of the stored record (VIEW_MESSAGE_BY_ID)
+        self.lookups = lookups  # the store's answers the resolver needs (record topics, topic existence)
         self._clock = clock
         self._stamp = self._file_stamp()
         self.config = load_acl_file(path)
@@ -163,11 +157,17 @@ class PlainAclValidator:
 
     def validate(self, host: str, code: int, ext: dict[str, str], body: Body) -> None:
         """Raise AclDenied unless the request from `host` is allowed."""
+        acc = self.authenticate(host, ext, body)
+        if acc is not None:
+            self.check_perm(acc, code, ext, body, self.lookups)
+
+    def authenticate(self, host: str, ext: dict[str, str], body: Body) -> Account | None:
+        """The signed account (None: the host is white-listed, nothing more is checked), else AclDenied."""
         self.maybe_reload()
         cfg = self.config
         for match in cfg.global_white:
             if match(host):
-                return
+                return None
         ak = ext.get(ACCESS_KEY)
         if not ak:
             raise AclDenied("No accessKey is configured")
@@ -175,32 +175,66 @@ class PlainAclValidator:
         if acc is None:
             raise AclDenied(f"No acl config for {ak}")
         if acc.white(host):
-            return
+            return None
         if not signature_matches(ext, body, acc.secret_key):
             raise AclDenied(f"Check signature failed for accessKey={ak}")
-        self.check_perm(acc, code, ext, body, self.record_topic)
+        return acc
 
     @staticmethod
-    def check_perm(acc: Account, code: int, ext: dict[str, str], body: Body,
-                   record_topic: Callable[[int], str | None] | None = None) -> None:
-        if code in ADMIN_CODES and not acc.admin:
-            raise AclDenied(f"Need admin permission for request code={code}, but accessKey={acc.access_key} is not")
+    def check_perm(acc: Account, code: int, ext: dict[str, str], body: Body, lookups: Lookups = Lookups()) -> None:
+        rule = REMOTING.get(code)
+        if rule is not None and rule.admin:  # Apache's ADMIN_CODE rows: admin=true, nothing else
+            if not acc.admin:
+                raise AclDenied(f"Need admin permission for request code={code}, but accessKey={acc.access_key} is not")
+            return
         try:
-            needed = needed_resources(code, ext, body, record_topic)
+            needs = remoting_needs(code, ext, body, lookups)
         except ValueError as e:
             raise AclDenied(f"cannot tell the resources of request code={code}: {e}") from None
-        PlainAclValidator.check_resources(acc, needed)
+        PlainAclValidator.authorize(acc, needs, f"request code={code}")
 
     @staticmethod
-    def check_resources(acc: Account, needed: dict[str, int]) -> None:
-        """AclDenied unless the account owns each (resource -> PUB/SUB/ANY) permission; groups are
-        named by their retry topic (`%RETRY%<group>`). Remoting requests and gRPC RPCs both end here."""
-        if not needed or needed.get(TRACE_TOPIC) == PUB:
+    def authorize(acc: Account, needs: Iterable[Need], what: str) -> None:
+        """AclDenied unless the account may do every need (module docstring: how ACL 2.0 actions map
+        onto plain_acl.yml). Remoting requests and gRPC calls both end here."""
+        needs = list(needs)
+        if acc.admin and not acc.perms:  # Apache: an admin without topicPerms/groupPerms skips the resource check
             return
-        for resource, perm in needed.items():
-            owned = acc.perms.get(resource)
-            if owned is None:  # no explicit entry: the account's default for topics / groups
-                owned = acc.default_group_perm if is_group_resource(resource) else acc.default_topic_perm
-            if check_permission(perm, owned):  # an explicit entry is authoritative (4.x before 4.9.4)
-                continue
-            raise AclDenied(f"No {perm_name(perm)} permission for {describe(resource)}, accessKey={acc.access_key}")
+        if any(n.kind is Kind.TOPIC and n.action is Action.PUB and n.name == TRACE_TOPIC for n in needs):
+            return  # Apache: a PUB on RMQ_SYS_TRACE_TOPIC is free
+        for need in needs:
+            if not allowed(acc, need):
+                if need.kind is Kind.CLUSTER:
+                    raise AclDenied(f"No {need.action} permission for cluster ({what}): needs admin, "
+                                    f"accessKey={acc.access_key}")
+                raise AclDenied(f"No {need.action} permission for {need.kind}={need.name}, "
+                                f"accessKey={acc.access_key}")
+
+
+_BITS = {Action.PUB: PUB, Action.SUB: SUB, Action.GET: ANY, Action.LIST: ANY}
+
+
+def allowed(acc: Account, need: Need) -> bool:
+    """One need against one account. cluster: admin. topic/group CREATE, UPDATE (topic), DELETE: admin, or
+    (topic CREATE) an explicit PUB entry for that topic in topicPerms. PUB / SUB: those bits; GET / LIST:
+    PUB or SUB; group UPDATE / GET / SUB: the group's SUB (plain ACL groups have SUB only)."""
+    if need.kind is Kind.CLUSTER:
+        return acc.admin
+    if need.kind is Kind.TOPIC:
+        resource = need.name
+        if need.action is Action.CREATE:
+            explicit = acc.perms.get(resource)
+            return acc.admin or (explicit is not None and check_permission(PUB, explicit))
+        if need.action in (Action.UPDATE, Action.DELETE):
+            return acc.admin
+        bits = _BITS[need.action]
+        default = acc.default_topic_perm
+    else:
+        resource = retry_topic(need.name)
+        if need.action in (Action.CREATE, Action.DELETE):
+            return acc.admin
+        bits = ANY if need.action in (Action.GET, Action.LIST) else SUB
+        default = acc.default_group_perm
+    owned = acc.perms.get(resource)
+    # an explicit entry is authoritative (4.x before 4.9.4), else the account's default
+    return check_permission(bits, default if owned is None else owned)

@@ -12,6 +12,8 @@ import pytest
 from tests.client.conftest import uniq
 from tests.helpers.broker import REPO_ROOT
 
+pytestmark = pytest.mark.process
+
 
 def cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "client.cli", *args], cwd=REPO_ROOT, capture_output=True,

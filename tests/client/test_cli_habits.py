@@ -9,8 +9,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.client.conftest import uniq
 from tests.helpers.broker import REPO_ROOT
+
+pytestmark = pytest.mark.process
 
 
 def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+import pytest
+
 from client import (
     BROADCASTING,
     ConsumeStatus,
@@ -19,6 +21,8 @@ from client import (
 from client.message import MessageQueue
 from tests.client.conftest import Collector, uniq
 from tests.helpers.checks import present
+
+pytestmark = pytest.mark.process
 
 
 async def test_send_then_push_consume_clustering(broker, topic):

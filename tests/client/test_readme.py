@@ -8,8 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.broker import REPO_ROOT
 from tests.helpers.checks import present
+
+pytestmark = pytest.mark.process
 
 
 def cli_block() -> str:

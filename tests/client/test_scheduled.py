@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from client import Message, Producer, PushConsumer
 from client import _wire as w
 from tests.client.conftest import FAST_LEVELS, Collector, uniq
+
+pytestmark = pytest.mark.process
 
 
 async def test_failed_message_comes_back_through_retry_topic(broker_factory):

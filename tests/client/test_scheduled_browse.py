@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.client.conftest import uniq
 from tests.client.test_cli import cli
 from tests.helpers import wire
+
+pytestmark = pytest.mark.process
 
 LEVELS = "1s 5s 3s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 QUERY_SCHEDULED = 3111

@@ -3,9 +3,13 @@ unknown outcome is settled by the broker's check-back."""
 
 from __future__ import annotations
 
+import pytest
+
 from client import LocalTransactionState, Message, PushConsumer, TransactionProducer
 from client.admin import Admin
 from tests.client.conftest import Collector, uniq
+
+pytestmark = pytest.mark.process
 
 COMMIT, ROLLBACK, UNKNOW = (LocalTransactionState.COMMIT_MESSAGE, LocalTransactionState.ROLLBACK_MESSAGE,
                             LocalTransactionState.UNKNOW)

@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from codec.errors import CodecError
 from codec.record import decode_record
 from tests.helpers.broker import REPO_ROOT, BrokerProcess
@@ -25,6 +27,8 @@ from tests.server.helpers import pull, send_ext
 from tests.server.raw import RawClient, decode_records, props
 
 from .test_ha_replication import ha_port_pair
+
+pytestmark = pytest.mark.process
 
 LEVELS_MS = [1000, 2000, 3000]
 N_DELAY = 1500

@@ -25,6 +25,7 @@ def send(addr: str, topic: str, body: bytes, qid: int = 0) -> wire.Reply:
     return wire.invoke(addr, SEND_V2, ext, body)
 
 
+@pytest.mark.process
 def test_three_process_cluster_failover_through_the_name_server(namesrv_factory, tmp_path):
     ns = namesrv_factory()
     common = {"namesrvAddr": ns.addr, "brokerName": "broker-a", "mappedFileSizeCommitLog": 8 << 20,
@@ -100,3 +101,32 @@ def test_java_client_reads_from_the_slave_then_uses_the_promoted_master(namesrv_
     finally:
         slave.stop()
         master.kill()
+
+
+@pytest.mark.process
+def test_a_slave_started_before_its_master_replicates_from_its_first_seconds(namesrv_factory, tmp_path):
+    """Issue 25 item 4: only REGISTER_BROKER's answer names the master; with forceRegister=false and the
+    longest registration period (60 s), a slave that registered before its master existed must not wait
+    for the next forced round. It registers in full every second until it knows its master, so a
+    SYNC_MASTER has its replica long before that period (the bound below is a quarter of it)."""
+    ns = namesrv_factory()
+    common = {"namesrvAddr": ns.addr, "brokerName": "broker-a", "mappedFileSizeCommitLog": 8 << 20,
+              "forceRegister": "false", "registerNameServerPeriod": 60000, "slaveSynchronizeIntervalMs": 300}
+    mport, sport = ha_port_pair(), ha_port_pair()
+    slave = BrokerProcess(tmp_path / "s", {**common, "brokerRole": "SLAVE", "brokerId": 1}, port=sport).start()
+    master = None
+    try:
+        wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"1": slave.addr}, 15,
+                   "the slave registered alone", ns.diagnostics)
+        master = BrokerProcess(tmp_path / "m", {**common, "brokerRole": "SYNC_MASTER"}, port=mport).start()
+        master.create_topic("Early", 4)
+        wait_until(lambda: send(master.addr, "Early", b"first").code == 0, 15, "a slave acking",
+                   slave.diagnostics)
+        # every send the wait made is stored (a SYNC_MASTER answers SLAVE_NOT_AVAILABLE after storing)
+        stored = wire.max_offset(master.addr, "Early", 0)
+        wait_until(lambda: wire.max_offset(slave.addr, "Early", 0) == stored, 15, "the records on the slave",
+                   slave.diagnostics)
+    finally:
+        slave.stop()
+        if master is not None:
+            master.stop()

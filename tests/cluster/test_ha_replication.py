@@ -216,6 +216,7 @@ async def test_late_slave_promoted_redelivers_nothing_already_delivered(pair, ma
     await s.close()
 
 
+@pytest.mark.process
 async def test_promote_is_an_admin_request_under_acl(pair, make_broker, tmp_path):
     """PROMOTE_BROKER needs an admin account when aclEnable; `delaymq broker promote --access-key` signs it."""
     import asyncio

@@ -8,6 +8,8 @@ import json
 import zlib
 from collections.abc import Callable
 
+import pytest
+
 from codec.namesrv_bodies import DataVersion, RegisterBrokerBody, TopicConfigData, encode_register_body
 from tests.helpers import wire
 from tests.helpers.cluster import (
@@ -19,6 +21,8 @@ from tests.helpers.cluster import (
     topic_route,
     wait_until,
 )
+
+pytestmark = pytest.mark.process
 
 REGISTER_BROKER, GET_BROKER_RUNTIME_INFO = 103, 28
 

@@ -25,6 +25,7 @@ def test_seeds_pass_their_target(name):
         targets.TARGETS[name](seed)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("name", sorted(targets.TARGETS))
 def test_fuzz_target_briefly(name):
     proc = subprocess.run([sys.executable, "-m", "tests.fuzz.run", "--target", name, "--seconds", "4"],

@@ -13,6 +13,7 @@ from tests.grpc.conftest import grpc_broker, uniq
 from tests.grpc.raw import RawClient
 
 
+@pytest.mark.process
 async def test_ack_and_inflight_survive_kill_9(broker_factory):
     b = grpc_broker(broker_factory)
     topic, group = uniq("TK"), uniq("GK")
@@ -58,6 +59,7 @@ async def test_ack_and_inflight_survive_kill_9(broker_factory):
         await c.close()
 
 
+@pytest.mark.process
 async def test_forward_to_dead_letter_queue(broker_factory):
     from server.grpc.v2 import service_pb2 as spb
     topic, group = uniq("TD"), uniq("GD")

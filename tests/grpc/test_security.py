@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+import pytest
 
 from server.grpc.auth import sign
 from server.grpc.v2 import definition_pb2 as pb
@@ -10,6 +11,10 @@ from tests.grpc.conftest import grpc_broker, uniq
 from tests.grpc.raw import RawClient
 from tests.security.conftest import ACL_YAML, SUBONLY_AK, SUBONLY_SK, USER_AK, USER_SK
 from tests.security.helpers import make_cert
+from tests.security.test_acl_attacks import ACL as ATTACK_ACL
+from tests.security.test_acl_attacks import ADMIN_AK, ADMIN_SK, LOW_AK, LOW_SK, topic_exists
+
+pytestmark = pytest.mark.process
 
 
 def _auth(ak: str, sk: str) -> list[tuple[str, str]]:
@@ -66,3 +71,14 @@ async def test_tls_endpoint_with_the_remoting_keys(broker_factory, tmp_path, age
     agents.run_rmq5("produce", b, env=env, topic=topic, count=1, tls=True, body_prefix="py")
     got = agents.run_rmq5("simple", b, env=env, group=group, topic=topic, until_count=1, tls=True)
     assert [e["body"] for e in got.of("received")] == ["py0"]
+
+
+def test_real_python_client_with_credentials_cannot_create_a_topic(broker_factory, tmp_path, agents):
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ATTACK_ACL)
+    b = grpc_broker(broker_factory, {"aclEnable": "true", "aclFile": str(acl)})
+    bad = agents.rmq5("produce", b, topic="PyFresh", count=1, ak=LOW_AK, sk=LOW_SK)
+    assert bad.wait_exit(90) != 0 and bad.of("sent") == []
+    assert not topic_exists(b.addr, "PyFresh")
+    ok = agents.run_rmq5("produce", b, topic="PyAdmin", count=2, ak=ADMIN_AK, sk=ADMIN_SK)
+    assert len(ok.of("sent")) == 2

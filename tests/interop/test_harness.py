@@ -16,6 +16,8 @@ from tests.helpers import wire
 from tests.helpers.broker import BrokerProcess
 from tests.helpers.checks import present
 
+pytestmark = pytest.mark.process
+
 STAND_IN = textwrap.dedent('''
     import argparse, asyncio, json, os, signal, struct, sys
     p = argparse.ArgumentParser(); p.add_argument("--store"); p.add_argument("--port", type=int)

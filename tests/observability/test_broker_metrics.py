@@ -5,6 +5,10 @@ import subprocess
 import sys
 import urllib.request
 
+import pytest
+
+pytestmark = pytest.mark.process
+
 
 def _free_port() -> int:
     with socket.socket() as s:

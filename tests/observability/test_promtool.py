@@ -17,8 +17,9 @@ from tests.helpers.broker import REPO_ROOT
 from tests.helpers.checks import present
 
 PROMTOOL = shutil.which("promtool")
-pytestmark = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (make setup installs Debian's "
-                                                          "prometheus package when apt-get can)")
+pytestmark = [pytest.mark.process,
+              pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (make setup installs Debian's "
+                                                          "prometheus package when apt-get can)")]
 
 
 def _free_port() -> int:

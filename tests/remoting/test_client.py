@@ -134,6 +134,7 @@ async def test_close_during_dial_fails_waiters_with_connection_closed(make_serve
         await asyncio.wait_for(call, 5)
 
 
+@pytest.mark.process
 async def test_tls_round_trip(make_server, tmp_path):
     import shutil
     import ssl

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler.async_deliver import EXCEPTION, RUNNING, SKIP, SUCCESS
+from scheduler.async_deliver import EXCEPTION, RUNNING, SKIP, SUCCESS, EntryStatus
 from scheduler.delay_levels import DelayLevelService
 from storage.message_store import PutStatus
 from tests.helpers.checks import present
@@ -26,7 +26,7 @@ async def test_running_then_success_in_order(tmp_path, monkeypatch):
     ev = EventRecorder()
     svc.add_listener(ev)
     watch = QueueWatcher(store, "A", 0)
-    seen_running: list[str] = []
+    seen_running: list[EntryStatus] = []
     handler = present(svc.levels[0].handler, "the async handler")
     orig_extend = handler.extend
 
@@ -64,8 +64,9 @@ async def test_exception_resend_then_success_no_loss_no_dup(tmp_path):
         await watch.wait_for(5, timeout=5)
         await ev.wait(lambda r: svc.levels[0].offset == 5 and len(r.named("delivered")) == 5, timeout=5)
         resends = ev.named("resend")
-        assert resends and resends[0]["status"] in (SUCCESS, EXCEPTION) and resends[0]["offset"] == 0
-        assert resends[-1]["status"] == SUCCESS
+        # the event carries the state's name
+        assert resends and resends[0]["status"] in (SUCCESS.value, EXCEPTION.value) and resends[0]["offset"] == 0
+        assert resends[-1]["status"] == SUCCESS.value
         got = [r.properties["UNIQ_KEY"] for _, r in read_queue(store, "E")]
         assert sorted(got) == sorted(sent) and len(got) == 5  # no loss, no duplicate
         assert svc.levels[0].stats.failed_puts == 2
@@ -131,9 +132,9 @@ async def test_unreadable_record_is_skipped_after_six_resends(tmp_path):
         assert all(r.ok for r in store.put(filler))
         assert store.clean_expired(now=2**40)
         assert store.read_record(store.commitlog_min_offset() - 1) is None
-        await ev.wait(lambda r: any(f["status"] == SKIP for f in r.named("resend")), timeout=10)
+        await ev.wait(lambda r: any(f["status"] == SKIP.value for f in r.named("resend")), timeout=10)
         statuses = [f["status"] for f in ev.named("resend")]
-        assert statuses[-1] == SKIP and statuses.count(EXCEPTION) == 6  # SKIP on the 7th try
+        assert statuses[-1] == SKIP.value and statuses.count(EXCEPTION.value) == 6  # SKIP on the 7th try
         store.faults.disable()
         watch = QueueWatcher(store, "S", 0)
         [(ok, _)] = put_delayed(store, svc.config.levels_ms, "S", 1)

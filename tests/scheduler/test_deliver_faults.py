@@ -75,13 +75,13 @@ async def test_async_batch_not_confirmed_by_flush_is_resent_message_by_message(t
     watch = QueueWatcher(store, "H", 0)
     sent = [u for u, _ in put_delayed(store, svc.config.levels_ms, "H", 4, n=3)]
     units = bytes(present(store.read_units(SCHEDULE_TOPIC, 3, 0, 3)))
-    spans = [struct.unpack_from(">qi", units, i * 20) for i in range(3)]
+    phys, sizes = zip(*(struct.unpack_from(">qi", units, i * 20) for i in range(3)), strict=True)
     svc.load()
     lvl.offset = lvl.scan_offset = 3  # the handler alone delivers them
     svc.start()
     try:
         flushed = asyncio.get_running_loop().create_future()
-        handler.extend((PendingBatch(0, spans, [0, 0, 0], flushed, 0, [-1, -1, -1], None, None),))
+        handler.extend((PendingBatch(0, list(phys), list(sizes), [0, 0, 0], flushed, 0, [-1, -1, -1], None),))
         lvl.offset = 0
         flushed.set_result(False)
         await watch.wait_for(3, timeout=5)

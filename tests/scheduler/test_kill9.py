@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 
+import pytest
 import structlog
 
 from scheduler.delay_levels import DelayLevelService
@@ -16,6 +17,8 @@ from scheduler.levels import SCHEDULE_TOPIC
 from storage.meta_store import DelayOffsetFile
 from tests.helpers.checks import present
 from tests.scheduler.helpers import QueueWatcher, delay_config, open_store, read_queue
+
+pytestmark = pytest.mark.process
 
 log = structlog.get_logger(__name__)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -22,6 +22,8 @@ from codec.record import decode_record
 from tests.helpers.checks import present
 from tests.scheduler.helpers import open_store
 
+pytestmark = pytest.mark.process
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROUNDS, PER_ROUND = 4, 600
 

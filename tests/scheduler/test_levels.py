@@ -6,8 +6,9 @@ import time
 
 import pytest
 
+from codec.properties import parse_properties, properties_to_string
 from codec.record import decode_record
-from scheduler.delay_levels import transform_delay
+from scheduler.delay_levels import ON_DICT, transform_delay, transform_delay_properties
 from scheduler.levels import (
     DEFAULT_DELAY_LEVELS,
     SCHEDULE_TOPIC,
@@ -75,6 +76,25 @@ def test_delay_level_wins_over_timer_properties():
     rec = make_record("T", 1, extra={"TIMER_DELAY_MS": "5000", "TIMER_DELIVER_MS": "1", "TIMER_DELAY_SEC": "3"})
     assert transform_delay(rec, [100]) == 100
     assert not {"TIMER_DELAY_MS", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC"} & set(rec.properties)
+
+
+@pytest.mark.parametrize("delay", [None, "", "0", "-1", "abc", "1", "2", "3", "4", "99"])
+@pytest.mark.parametrize("tx", [0x0, 0x4, 0x8, 0xC])
+def test_the_string_rewrite_is_the_dict_rewrite(delay, tx):
+    """transform_delay_properties (the send's plain path) stores what transform_delay does on the dict;
+    a level to clamp goes back to the dict path."""
+    rec = make_record("Orders", 0, queue_id=5, sys_flag=tx, extra={"DELAY": delay} if delay is not None else None)
+    props = properties_to_string(rec.properties)
+    got = transform_delay_properties(props, rec.properties.get("DELAY"), rec.topic, rec.queue_id, tx, [100, 200, 300])
+    want = transform_delay(rec, [100, 200, 300])
+    if got is ON_DICT:
+        assert delay in ("4", "99") and tx in (0x0, 0x8)  # above the highest level: clamped on the dict
+    elif got is None:
+        assert want is None and rec.topic == "Orders"
+    else:
+        assert (got.topic, got.queue_id, got.delay_ms) == (rec.topic, rec.queue_id, want)
+        assert got.properties == properties_to_string(rec.properties)
+        assert parse_properties(got.properties) == rec.properties
 
 
 def test_correct_deliver_timestamp_guards_clock_jumps():

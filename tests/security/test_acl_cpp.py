@@ -60,3 +60,12 @@ def test_refused_cpp_sends_store_nothing(acl_broker, cpp_signed, ak, sk, reason)
     assert reason in log, f"broker log lacks {reason!r}"
     assert sk not in log and "wrongSecret9" not in log
     assert stored(acl_broker, topic) == 0
+
+
+def test_admin_without_topic_permissions_sends_with_the_cpp_client(acl_broker, cpp_signed):
+    # admin: true and no topicPerms/groupPerms passes every resource check, as Apache 4.9.7's
+    # PlainPermissionManager (a plain_acl.yml copied from a real cluster keeps its admin working)
+    prod = cpp_signed("produce", acl_broker, ADMIN_AK, ADMIN_SK, topic="AdminOnlyTopic", count=3, stop_on_error=True)
+    assert prod.wait_exit(60) == 0
+    assert len(prod.of("sent")) == 3 and not prod.of("send_error"), prod.diagnostics()
+    assert stored(acl_broker, "AdminOnlyTopic") == 3

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.security.conftest import ADMIN_AK, ADMIN_SK, SUBONLY_AK, SUBONLY_SK, USER_AK, USER_SK
 from tests.security.helpers import call
+
+pytestmark = pytest.mark.process
 
 GET_MAX_OFFSET, UPDATE_AND_CREATE_TOPIC, GET_ROUTEINFO_BY_TOPIC, PULL_MESSAGE = 30, 17, 105, 11
 NO_PERMISSION = 16
@@ -62,7 +66,8 @@ def wait_for(pred, timeout: float, what: str):
 
 def test_acl_file_change_is_picked_up(acl_broker, acl_file):
     assert call(acl_broker.addr, GET_MAX_OFFSET, MAXOFF, ak="freshKey01", sk="freshSecret01").code == NO_PERMISSION
-    acl_file.write_text(acl_file.read_text() + "  - accessKey: freshKey01\n    secretKey: freshSecret01\n")
+    acl_file.write_text(acl_file.read_text() + "  - accessKey: freshKey01\n    secretKey: freshSecret01\n"
+                        "    defaultTopicPerm: SUB\n")  # a topic's offsets are a GET on it (PUB or SUB)
     wait_for(lambda: call(acl_broker.addr, GET_MAX_OFFSET, MAXOFF, ak="freshKey01", sk="freshSecret01").code == 0,
              10, "the new account to be accepted")
     # a broken file keeps the accounts that were loaded

@@ -17,6 +17,8 @@ from tests.helpers.wire import WireError
 from tests.security.conftest import ADMIN_AK, ADMIN_SK, SUBONLY_AK, SUBONLY_SK, USER_AK, USER_SK
 from tests.security.helpers import call, client_context, connect, frame, make_cert, read_reply
 
+pytestmark = pytest.mark.process
+
 SEND_MESSAGE, GET_MAX_OFFSET, GET_BROKER_CONFIG, VIEW_MESSAGE_BY_ID = 10, 30, 26, 33
 UPDATE_AND_CREATE_TOPIC = 17
 NO_PERMISSION = 16

@@ -7,10 +7,14 @@ import asyncio
 import struct
 import time
 
+import pytest
+
 from codec.command import RemotingCommand
 from remoting.client import RemotingClient
 from tests.security.helpers import frame, vm_rss_kib
 from tests.security.test_tls import PULL_MESSAGE, SEND_MESSAGE, pull_header, send_header
+
+pytestmark = pytest.mark.process
 
 MiB = 1 << 20
 LIMITS = {"maxConnectionsPerIp": 40, "maxFrameSize": 2 * MiB, "maxBufferedFrameBytes": 24 * MiB,

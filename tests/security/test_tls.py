@@ -13,6 +13,8 @@ from remoting.client import RemotingClient
 from tests.helpers.checks import present
 from tests.security.helpers import call, client_context, connect, frame, make_cert, read_reply
 
+pytestmark = pytest.mark.process
+
 SEND_MESSAGE, PULL_MESSAGE, GET_MAX_OFFSET = 10, 11, 30
 
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from codec.acl import content_to_sign, sign, sign_request, signature_matches
 from server.security.acl import AclConfigError, AclDenied, parse_acl
 from server.security.address import compile_pattern
-from server.security.permission import DENY, PUB, SUB, check_permission, needed_resources, parse_perm
+from server.security.permission import DENY, PUB, SUB, check_permission, parse_perm
+from server.security.resources import Action, Kind, Lookups, Need, remoting_needs
 
 
 def test_content_is_values_sorted_by_key_then_body():
@@ -60,10 +61,16 @@ def test_bad_patterns_are_refused(bad):
 def test_permission_rules():
     assert parse_perm("PUB|SUB") == PUB | SUB and parse_perm("junk") == DENY and parse_perm(None) == DENY
     assert check_permission(PUB, PUB | SUB) and not check_permission(PUB, SUB) and not check_permission(SUB, DENY)
-    assert needed_resources(310, {"a": "G", "b": "%RETRY%G"}, b"") == {"%RETRY%G": SUB}
-    assert needed_resources(11, {"topic": "T", "consumerGroup": "G"}, b"") == {"T": SUB, "%RETRY%G": SUB}
+    # a send to %RETRY%G needs group G's permission, whatever producer group it names
+    assert remoting_needs(310, {"a": "P", "b": "%RETRY%G"}, b"", Lookups()) == [Need(Kind.GROUP, Action.SUB, "G")]
+    assert remoting_needs(11, {"topic": "T", "consumerGroup": "G"}, b"", Lookups()) == [
+        Need(Kind.TOPIC, Action.SUB, "T"), Need(Kind.GROUP, Action.SUB, "G")]
     hb = b'{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":[{"topic":"T"}]}]}'
-    assert needed_resources(34, {}, hb) == {"%RETRY%G": SUB, "T": SUB}
+    assert remoting_needs(34, {}, hb, Lookups()) == [Need(Kind.GROUP, Action.SUB, "G"), Need(Kind.TOPIC, Action.SUB, "T")]
+    # a send to a topic that does not exist creates it: CREATE too
+    absent = Lookups(topic_exists=lambda t: False)
+    assert remoting_needs(310, {"a": "P", "b": "New"}, b"", absent) == [
+        Need(Kind.TOPIC, Action.PUB, "New"), Need(Kind.TOPIC, Action.CREATE, "New")]
 
 
 def test_config_errors_name_the_account_and_trace_topic_is_free():

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from server.broker import BrokerController
 from tests.helpers import wire
 from tests.server.helpers import SEND_MESSAGE_V2, pull, send, send_ext
@@ -101,6 +103,7 @@ async def test_restart_keeps_messages_offsets_and_topics(make_broker, tmp_path):
         await c2.close()
 
 
+@pytest.mark.process
 def test_sigterm_exits_zero_and_restart_sees_everything(broker):
     """The console script as a subprocess (tests/helpers/broker.py harness)."""
     ext = send_ext("Durable", "UNIQ_KEY\x01U1\x02", 0)

@@ -22,6 +22,8 @@ from tests.server.helpers import send_ext
 from tests.server.raw import props
 from tests.server.test_start_safety import pull_bodies
 
+pytestmark = pytest.mark.process
+
 SEND_MESSAGE = 10
 SERVICE_NOT_AVAILABLE = 14
 

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from server.broker import BrokerController
 from storage.config_store import atomic_write_json
 from tests.helpers.broker import REPO_ROOT
@@ -15,6 +17,7 @@ from tests.server.raw import RawClient
 QUERY_OFFSET, UPDATE_OFFSET, ROUTE, CREATE_TOPIC = 14, 15, 105, 17
 
 
+@pytest.mark.process
 async def test_old_json_store_is_migrated_at_start_and_exported_while_running(tmp_path):
     from tests.helpers.broker import BrokerProcess, pick_port_pair
 

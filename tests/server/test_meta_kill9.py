@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from codec import admin_bodies as AB
 from tests.helpers.checks import present
 from tests.server.raw import RawClient
+
+pytestmark = pytest.mark.process
 
 CREATE_TOPIC, QUERY_OFFSET, UPDATE_OFFSET, GET_ALL_TOPIC_CONFIG = 17, 14, 15, 21
 GROUPS, QUEUES, PER_ROUND = 12, 4, 48  # 48 creates + one commit for each (group, queue) per round

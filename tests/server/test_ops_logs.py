@@ -7,8 +7,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import wire
 from tests.helpers.broker import REPO_ROOT
+
+pytestmark = pytest.mark.process
 
 
 def records(broker) -> list[dict]:

@@ -21,6 +21,8 @@ from tests.helpers.checks import present
 from tests.server.helpers import pull_ext, send_ext
 from tests.server.raw import props
 
+pytestmark = pytest.mark.process
+
 SEND_MESSAGE, PULL_MESSAGE, GET_BROKER_RUNTIME_INFO = 10, 11, 28
 MAGIC = (0xDAA320A7, 0xAABBCCDD)
 

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from storage.message_store import MessageStore, PutStatus
 from tests.helpers.checks import present
 from tests.storage.conftest import config, open_store, request
@@ -59,6 +61,7 @@ async def test_async_flush_periodic_and_checkpoint(tmp_path):
     assert doc["commitlogFlushedOffset"] == end and not (tmp_path / "abort").exists()
 
 
+@pytest.mark.process
 def test_sigkill_keeps_every_acknowledged_record(tmp_path):
     script = textwrap.dedent(f"""
         import asyncio, sys

@@ -71,6 +71,7 @@ def _make_dir_unwritable(path: str) -> tuple[list[str], list[str]] | None:
     return None
 
 
+@pytest.mark.process
 def test_segment_creation_failure_refuses_rest_of_batch(tmp_path):
     s = open_store(tmp_path)
     s.put([request(body=b"f" * 60_000)])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from codec.codes import SCHEDULE_TOPIC, TIMER_TOPIC
 from codec.record import decode_record
 from storage.message_store import PutStatus
@@ -92,6 +94,7 @@ def test_index_accepts_utf8_bytes_keys_like_str_keys(tmp_path):
     s.close()
 
 
+@pytest.mark.slow
 def test_index_python_memory_stays_flat_with_300k_keys(tmp_path):
     """Keys live in mapped IndexFiles, not in Python objects: tracemalloc sees no growth per key."""
     import tracemalloc

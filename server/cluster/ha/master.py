@@ -7,19 +7,31 @@ frame never crossing a file; an empty frame after haSendHeartbeatInterval of sil
 is an ack: `push2slave_max` is the furthest offset any slave confirmed (one value for all slaves, as
 RocketMQ); SYNC_MASTER sends wait on it (`wait_replicated`). A report beyond the master's end drops
 the connection (apache/rocketmq#3015); so does haHousekeepingInterval without a byte from the slave.
+
+With haAuthSecret set (ours; codec.ha's AUTH_* layout) the master first sends a random challenge and
+nothing else until the peer's HMAC proof arrives and matches; a wrong proof, or none within
+AUTH_TIMEOUT_S, drops the peer (`ha.auth_failed`). Only an authenticated peer counts as a slave.
 """
 
 from __future__ import annotations
 
 import asyncio
 import heapq
+import os
 import time
 from typing import TYPE_CHECKING, TypedDict, cast
 
 import structlog
 
 from codec.errors import CodecError
-from codec.ha import ReportDecoder, encode_header
+from codec.ha import (
+    AUTH_NONCE_SIZE,
+    AUTH_PROOF_SIZE,
+    ReportDecoder,
+    encode_challenge,
+    encode_header,
+    proof_matches,
+)
 
 if TYPE_CHECKING:
     from server.config import BrokerConfig
@@ -37,6 +49,7 @@ class HAServiceStats(TypedDict):
 
 
 WAIT_DATA_S = 0.1  # a connection with nothing to send sleeps at most this long (woken by appends)
+AUTH_TIMEOUT_S = 5.0  # haAuthSecret: a peer that has not proved the secret by then is dropped
 
 
 class HAConnection(asyncio.Protocol):
@@ -54,17 +67,59 @@ class HAConnection(asyncio.Protocol):
         self.reported = asyncio.Event()
         self.data = asyncio.Event()  # set by the service on every append
         self.task: asyncio.Task[None] | None = None
+        secret = service.config.ha_auth_secret
+        self.secret = secret.encode() if secret else None
+        self.nonce = b""
+        self.proof = bytearray()  # the peer's proof so far (haAuthSecret)
+        self.authenticated = self.secret is None
+        self.auth_timer: asyncio.TimerHandle | None = None
 
     # ---- protocol -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         self.peer = transport.get_extra_info("peername")
+        if self.authenticated:
+            self._admit()
+            return
+        self.svc.pending.add(self)
+        self.nonce = os.urandom(AUTH_NONCE_SIZE)
+        self.transport.write(encode_challenge(self.nonce))
+        self.auth_timer = asyncio.get_running_loop().call_later(AUTH_TIMEOUT_S, self._auth_failed,
+                                                                f"no proof within {AUTH_TIMEOUT_S:.0f}s")
+
+    def _admit(self) -> None:
+        self.svc.pending.discard(self)
         self.svc.connections.add(self)
         self.task = asyncio.get_running_loop().create_task(self._write_loop(), name=f"ha-write-{self.peer}")
-        log.info("ha.slave_connected", peer=self.peer, slaves=len(self.svc.connections))
+        log.info("ha.slave_connected", peer=self.peer, slaves=len(self.svc.connections),
+                 authenticated=self.secret is not None)
+
+    def _auth_failed(self, reason: str) -> None:
+        if not self.closed:
+            log.warning("ha.auth_failed", peer=self.peer, reason=reason)
+            self.svc.auth_failures += 1
+            self.closed = True
+            self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
+        if not self.authenticated:
+            if self.closed or self.secret is None:
+                return
+            need = AUTH_PROOF_SIZE - len(self.proof)
+            self.proof += data[:need]
+            data = data[need:]
+            if len(self.proof) < AUTH_PROOF_SIZE:
+                return
+            if self.auth_timer is not None:
+                self.auth_timer.cancel()
+            if not proof_matches(self.secret, self.nonce, self.proof):
+                self._auth_failed("wrong proof of the HA secret")
+                return
+            self.authenticated = True
+            self._admit()
+            if not data:
+                return
         try:
             value = self.decoder.feed(data)
         except CodecError as e:
@@ -83,6 +138,12 @@ class HAConnection(asyncio.Protocol):
         self.svc.on_ack(value)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.auth_timer is not None:
+            self.auth_timer.cancel()
+        if not self.authenticated:
+            self.svc.pending.discard(self)
+            self.closed = True
+            return
         self.closed = True
         self.svc.connections.discard(self)
         self.writable.set()
@@ -161,6 +222,8 @@ class HAService:
         self.store = store
         self.config = config
         self.connections: set[HAConnection] = set()
+        self.pending: set[HAConnection] = set()  # connected, the HA secret not proved yet
+        self.auth_failures = 0  # peers dropped for a wrong or missing proof (haAuthSecret)
         self.push2slave_max = 0
         self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
         self._seq = 0
@@ -176,7 +239,7 @@ class HAService:
         self.store.remove_dispatch_listener(self._on_dispatch)
         if self._server is not None:
             self._server.close()
-            for c in list(self.connections):
+            for c in list(self.connections) + list(self.pending):
                 c.transport.close()
             await self._server.wait_closed()
             self._server = None

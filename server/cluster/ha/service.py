@@ -148,6 +148,7 @@ class ReplicaRole:
         brokerId 0 at once (the name server replaces the <1, addr> entry by <0, addr>)."""
         self._registrar = registrar
         registrar.add_result_listener(self.on_register_result)
+        registrar.want_answer_while(lambda: self.is_slave and self.master_ha_addr() is None)
         self.role_listeners.append(lambda _role, _id: registrar.register_all(force=True))
 
     def on_register_result(self, result: RegisterResult) -> None:

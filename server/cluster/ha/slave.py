@@ -6,7 +6,8 @@ closed, as RocketMQ: "master pushed offset not equal the max phy offset in slave
 through the store's replica seam, their records dispatched (ConsumeQueues, index), and the new end is
 reported back (the ack a SYNC_MASTER waits for). A report also goes out after haSendHeartbeatInterval
 of silence; haHousekeepingInterval without a byte from the master closes the connection. Any error:
-close, wait RECONNECT_S, connect again.
+close, wait RECONNECT_S, connect again. With haAuthSecret set, the slave first waits for the master's
+challenge and answers it with the HMAC proof (codec.ha AUTH_*), then reports.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, TypedDict, cast
 import structlog
 
 from codec.errors import CodecError
-from codec.ha import TransferDecoder, encode_report
+from codec.ha import AUTH_CHALLENGE_SIZE, TransferDecoder, auth_proof, decode_challenge, encode_report
 from storage.replica import ReplicaError
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ class HAClient(asyncio.Protocol):
         self.on_applied: list[Callable[[int], None]] = []  # fn(new CommitLog end) after each frame run
         self._lost: asyncio.Future[Exception | None] | None = None  # the connection is gone (its error)
         self._running = False
+        self._challenge: bytearray | None = None  # haAuthSecret: the master's challenge so far
 
     # ---- supervised task ----------------------------------------------------------------
     async def run(self) -> None:
@@ -119,7 +121,29 @@ class HAClient(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         self.last_read = time.monotonic()
+        if self.config.ha_auth_secret:
+            self._challenge = bytearray()  # report only after answering the master's challenge
+            return
         self._report()
+
+    def _answer_challenge(self, data: bytes) -> bytes | None:
+        """Collect the challenge; once whole, send the proof and the first report. Returns the bytes after it."""
+        buf = self._challenge
+        assert buf is not None and self.transport is not None
+        need = AUTH_CHALLENGE_SIZE - len(buf)
+        buf += data[:need]
+        if len(buf) < AUTH_CHALLENGE_SIZE:
+            return None
+        try:
+            nonce = decode_challenge(buf)
+        except CodecError as e:
+            log.error("ha.auth_unexpected", master=self.connected_to, error=str(e))
+            self._drop()
+            return None
+        self._challenge = None
+        self.transport.write(auth_proof(self.config.ha_auth_secret.encode(), nonce))
+        self._report()
+        return data[need:]
 
     def _drop(self) -> None:
         if self.transport is not None:
@@ -132,6 +156,11 @@ class HAClient(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
+        if self._challenge is not None:
+            rest = self._answer_challenge(data)
+            if not rest:
+                return
+            data = rest
         try:
             frames = self.decoder.feed(data)
         except CodecError as e:
@@ -170,7 +199,7 @@ class HAClient(asyncio.Protocol):
                 fn(end)
 
     def _report(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
+        if self.transport is not None and not self.transport.is_closing() and self._challenge is None:
             self.transport.write(encode_report(self.store.commitlog_max_offset()))
             self.last_write = time.monotonic()
 

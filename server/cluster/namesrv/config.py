@@ -23,12 +23,24 @@ class NamesrvConfig:
     broker_channel_expired_time: int = 120000  # ours: ms without registration before a broker expires
     server_channel_max_idle_time_seconds: int = 120
     max_frame_size: int = 16777216
+    acl_enable: bool = False  # ours (Apache's name server checks nothing): the broker's plain ACL, same table
+    acl_file: str = ""  # plain_acl.yml; required with aclEnable (brokers registering must be white-listed or admin)
 
     def apply(self, values: Mapping[str, object], source: str = "config") -> list[str]:
         return apply_keys(self, values, source)
 
     def validate(self) -> None:
         """Raise ConfigError naming the first bad key (the name server stops with that one line)."""
+        if self.acl_enable:
+            from server.security.acl import AclConfigError, load_acl_file
+            if not self.acl_file:
+                raise ConfigError("aclFile", "aclEnable=true needs the plain_acl.yml path")
+            try:
+                load_acl_file(self.acl_file)
+            except AclConfigError as e:
+                raise ConfigError("aclFile", str(e)) from None
+            except OSError as e:
+                raise ConfigError("aclFile", f"cannot read {self.acl_file}: {e.strerror or e}") from None
         if not 0 < self.listen_port < 65536:
             raise ConfigError("listenPort", f"expected 1..65535, got {self.listen_port}")
         for name, value in (("scan_not_active_broker_interval", self.scan_not_active_broker_interval),

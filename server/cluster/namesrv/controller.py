@@ -24,6 +24,8 @@ from server.cluster.namesrv.processor import (
 )
 from server.cluster.namesrv.route_info import RouteInfoManager
 from server.cluster.tasks import Supervised
+from server.security import make_acl_hook
+from server.security.acl import PlainAclValidator
 
 log = structlog.get_logger(__name__)
 
@@ -48,10 +50,13 @@ class NamesrvController:
         register_route_queries(self.server, self.routes, self.kv)
         register_broker_requests(self.server, self.routes, self.kv)
         register_namesrv_config(self.server, cfg, self.routes)
+        if cfg.acl_enable:  # the broker's ACL hook and table: writes and all-tenant reads need admin
+            self.server.before_request = make_acl_hook(PlainAclValidator(cfg.acl_file))
         self.server.on_close = self.routes.on_channel_destroy
         await self.server.start(cfg.listen_host, [cfg.listen_port])
         self._scan = Supervised("namesrv.scan_not_active_broker", self._scan_loop).start()
         log.info("namesrv.ready", host=cfg.listen_host, port=self.port, kv_config=cfg.kv_config_path or None,
+                 acl=cfg.acl_enable,
                  broker_expiry_ms=cfg.broker_channel_expired_time)
 
     async def _scan_loop(self) -> None:

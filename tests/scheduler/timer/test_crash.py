@@ -14,6 +14,8 @@ import pytest
 
 from tests.scheduler.timer.conftest import Harness
 
+pytestmark = pytest.mark.process
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
