@@ -15,7 +15,7 @@ RMQ5_VENV := .venv-rmq5
 RMQ5_STAMP := $(RMQ5_VENV)/.installed
 RMQ5_CLIENT := rocketmq-python-client==5.1.2
 
-.PHONY: setup run test check bench fuzz lint clean protos tools
+.PHONY: setup run test check bench fuzz lint clean protos headers tools
 
 setup: $(STAMP) $(NODE_STAMP) $(RMQ5_STAMP) tools
 
@@ -45,6 +45,11 @@ $(RMQ5_STAMP): Makefile
 # reproduces them)
 protos: $(STAMP)
 	$(VPY) -m server.grpc.codegen
+
+# the hot paths' header parsers (server/header_parsers.py, committed), written from their declarations in
+# server/headers.py; tests/server/test_header_codegen.py checks that this reproduces the committed file
+headers: $(STAMP)
+	$(VPY) -m server.header_codegen
 
 $(STAMP): pyproject.toml
 	@test -n "$(PY)" || { echo "no python3 >= 3.11 with venv found; run make PY=/path/to/python3.11+"; exit 1; }

@@ -88,6 +88,10 @@ class FilterBitmaps:
         self._last_ms = max(self.clock_ms(), self._last_ms + 1)
         return self._last_ms
 
+    def runtime_info(self) -> dict[str, int]:
+        """Ours in GET_BROKER_RUNTIME_INFO: the units computed at dispatch and skipped at pull."""
+        return {"filterBitmapComputed": self.computed, "filterBitmapSkipped": self.skipped}
+
     # ---- registry ---------------------------------------------------------------------------------------------
     def register(self, group: str, topic: str, sub_version: int, selector: Selector) -> Registered | None:
         """The group's selector for `topic`. The same expression keeps its registration (each consumer of a group

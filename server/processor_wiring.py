@@ -90,7 +90,7 @@ def register_processors(server: Registrar, b: BrokerController) -> None:
     consumer_send_back.register(server, send_back_deps(b))
     transaction.register(server, built(b.transactions, "transactions"))
     admin.register(server, AdminDeps(config=cfg, store=store, topics=b.topics, meta=b.meta,
-                                     runtime_info=b.runtime_info, filters=b.filters))
+                                     runtime_info=built(b.runtime_view, "runtime_view").table, filters=b.filters))
     admin_stats.register(server, AdminStatsDeps(config=cfg, store=store, topics=b.topics, groups=b.groups,
                                                 offsets=b.offsets, clients=b.clients, meta=b.meta,
                                                 boot_ms=b.boot_ms))

@@ -24,8 +24,8 @@ from codec.command import RemotingCommand
 from codec.pull_response import pull_response_frame
 from codec.tags import java_hash
 from remoting.dispatch import Response
-from server import headers as H
 from server.client_manager import SubscriptionData
+from server.header_parsers import parse_pull
 from server.header_spec import Long
 from server.processors import Peer, Registrar, guarded
 from server.subscription_filter import RecordFilter, SubscriptionFilters, is_tag_type, unsupported_remark
@@ -139,7 +139,7 @@ class PullProcessor:
         """The response when it can be given now (messages found, or an error): inline, no task.
         A PULL_NOT_FOUND with SUSPEND returns the coroutine that holds it (the dispatcher runs it
         as a task)."""
-        h = H.parse_pull(cmd.ext_fields)
+        h = parse_pull(cmd.ext_fields)
         resp, code = self.process(cmd, h, first=True)
         if resp is not None or cmd.is_oneway:
             return resp
