@@ -15,20 +15,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import socket
-import struct
 import threading
 import time
 from typing import Any
 
 from bench.common import percentiles, write_result
-from codec.frame import MAX_HEADER
+from codec.command import RemotingCommand
+from codec.frame import MAX_HEADER, encode_frame_bytes
 from remoting.loop import run
 from remoting.server import RemotingServer
 
 ECHO = 100
-_PREFIX = struct.Struct(">ii")  # a frame's total length and header length
 
 
 class Ticker:
@@ -52,9 +50,9 @@ class Ticker:
 
 
 def json_frame(code: int, opaque: int, ext: dict[str, str]) -> bytes:
-    header = json.dumps({"code": code, "language": "JAVA", "version": 0, "opaque": opaque, "flag": 0,
-                         "extFields": ext}).encode()
-    return _PREFIX.pack(4 + len(header), len(header)) + header
+    cmd = RemotingCommand.request(code, ext)
+    cmd.opaque = opaque
+    return encode_frame_bytes(cmd)
 
 
 def _read_frames(sock: socket.socket, n: int) -> None:
