@@ -116,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     except StoreLockedError as e:
         log.error("broker.store_locked", error=str(e), holder=e.holder)
         return 1
+    except ConfigError as e:  # found at start (controller mode: a brokerIdentity file of another broker)
+        log.error("broker.bad_config", key=e.key, error=str(e))
+        return 2
     except OSError as e:
         log.error("broker.start_failed", error=str(e))
         return 1

@@ -22,6 +22,7 @@ from scheduler.delay_service import DelayLevelService
 from scheduler.levels import parse_delay_levels
 from scheduler.timer import TimerMessageStore
 from server.client_manager import ClientManager
+from server.cluster.controller.replicas import ReplicasManager
 from server.cluster.ha.service import ReplicaRole, ReplicaServices
 from server.cluster.namesrv.kv_config import KVConfigManager
 from server.cluster.registration import BrokerRegistrar
@@ -94,6 +95,8 @@ class BrokerController:
         self.registrar: BrokerRegistrar | None = None  # [cluster] set when namesrvAddr is configured
         self.metrics = Registry()
         self.replica = ReplicaRole(config)  # brokerRole / brokerId, HA, promotion (server/cluster/ha)
+        # enableControllerMode: Apache's controller gives the role (server/cluster/controller)
+        self.controller = ReplicasManager(config, self.replica, self.metrics) if config.enable_controller_mode else None
         # built in start(), in this order
         self.store: MessageStore | None = None
         self.delay_service: DelayLevelService | None = None
@@ -131,6 +134,8 @@ class BrokerController:
         self.topics.ensure_system_topics(len(self.levels), cfg.timer_wheel_enable)
         self.store = make_message_store(cfg, self.levels)
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
+        if self.controller is not None:  # the role is the controller's: known before anything below starts
+            await self.controller.join(self.store)
         await self.replica.prepare(self.store)  # a SLAVE: read-only store, a former master's tail cut
         # scheduled deliveries count as puts on their real topic (per-topic throughput includes them)
         self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta,
@@ -164,6 +169,8 @@ class BrokerController:
             self.topics.add_change_listener(lambda _tc: registrar.topics_changed())
             self.replica.attach_registrar(registrar)  # a slave follows the master it names
             await registrar.start()
+        if self.controller is not None:
+            self.controller.start(self.remoting)  # heartbeats, role checks, NOTIFY_BROKER_ROLE_CHANGED
         if cfg.metrics_port:
             from server.observability import prometheus
             self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port,
@@ -205,6 +212,8 @@ class BrokerController:
         self.clients.shutdown()
         if self.transactions is not None:
             self.transactions.stop()
+        if self.controller is not None:
+            await self.controller.shutdown()
         await self.replica.shutdown()
         # a slave's delay levels never ran: their (zero) offsets must not overwrite the synced file
         for svc in (self.timer_service,) if self.replica.is_slave else (self.timer_service, self.delay_service):

@@ -94,6 +94,7 @@ class ReplicaRole:
         self._client: RemotingClient | None = None  # prepare()
         self.master_addr_from_ns: str | None = None  # RegisterBrokerResult.masterAddr
         self.ha_addr_from_ns: str | None = None  # RegisterBrokerResult.haServerAddr
+        self.pinned_master: str | None = None  # controller mode: the master the controller named (follow())
         # async fn(brokerRole, brokerId), awaited after a promotion
         self.role_listeners: list[Callable[[str, int], Awaitable[object]]] = []
         self._tasks: list[SupervisedTask] = []
@@ -151,9 +152,20 @@ class ReplicaRole:
         registrar.want_answer_while(lambda: self.is_slave and self.master_ha_addr() is None)
         self.role_listeners.append(lambda _role, _id: registrar.register_all(force=True))
 
+    def follow(self, master_addr: str | None) -> None:
+        """Controller mode: follow the master the controller names. Its HA address comes with the next
+        name-server answer that names the same master (an answer naming another, stale one is ignored)."""
+        if master_addr == self.pinned_master:
+            return
+        self.pinned_master = self.master_addr_from_ns = master_addr
+        self.ha_addr_from_ns = None
+        log.info("ha.follow", master=master_addr)
+
     def on_register_result(self, result: RegisterResult) -> None:
         if not self.is_slave:
             return
+        if self.pinned_master is not None and result.master_addr != self.pinned_master:
+            return  # the name server still routes the master the controller replaced
         if result.master_addr and result.master_addr != self.master_addr_from_ns:
             log.info("ha.master_from_namesrv", master=result.master_addr, ha=result.ha_server_addr)
             self.master_addr_from_ns = result.master_addr
