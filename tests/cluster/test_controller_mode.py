@@ -5,7 +5,8 @@ the second its slave; the master reports the caught-up slave into the SyncStateS
 (ALTER_SYNC_STATE_SET) and 5.x mqadmin `getSyncStateSet` shows both. Delay-level messages are sent,
 replicated, and the master is killed with SIGKILL while they are pending: the controller elects the
 slave, which registers with the name server as brokerId 0 and delivers every pending message, none
-before its due time; its failover figures are exported on /metrics."""
+before its due time; its failover figures are exported on /metrics. The old master, restarted, rejoins
+as the new master's slave and is reported back into the SyncStateSet."""
 
 from __future__ import annotations
 
@@ -168,6 +169,23 @@ async def test_controller_elects_the_slave_after_kill_9(tmp_path: Path) -> None:
         assert first_s >= 0
         print(f"kill -9 -> routed as brokerId 0: {took:.2f}s; master lost -> master {master_s}s; "
               f"-> first delivery {first_s}s")
+
+        # the old master comes back: the controller names b, so a rejoins as b's slave (controller id 1),
+        # compares HA epochs with b (ReplicaRole.rejoin), catches up and is reported back into the set
+        a.start()
+        assert (await runtime(a.addr))["brokerRole"] == "SLAVE"
+        assert (await runtime(a.addr))["brokerId"] == "1"
+        b_end = int((await runtime(b.addr))["commitLogMaxOffset"])
+
+        async def a_caught_up() -> bool:
+            return int((await runtime(a.addr))["commitLogMaxOffset"]) >= b_end
+        await until(a_caught_up, 30, diag)
+
+        async def a_back_in_sync() -> bool:
+            st = await sync_state(ctrl)
+            return st is not None and st.master_broker_id == 2 and {r.broker_id for r in st.in_sync_replicas} == {1, 2}
+        await until(a_back_in_sync, 30, diag)
+        assert await routed(b.addr, 0) and await routed(a.addr, 1)
     finally:
         for p in (a, b):
             if p.proc is not None and p.proc.poll() is None:
