@@ -6,7 +6,8 @@ the second its slave; the master reports the caught-up slave into the SyncStateS
 replicated, and the master is killed with SIGKILL while they are pending: the controller elects the
 slave, which registers with the name server as brokerId 0 and delivers every pending message, none
 before its due time; its failover figures are exported on /metrics. The old master, restarted, rejoins
-as the new master's slave and is reported back into the SyncStateSet."""
+as the new master's slave and is reported back into the SyncStateSet; `mqadmin electMaster` then hands
+the group back to it and the running master it replaces is fenced."""
 
 from __future__ import annotations
 
@@ -186,6 +187,22 @@ async def test_controller_elects_the_slave_after_kill_9(tmp_path: Path) -> None:
             return st is not None and st.master_broker_id == 2 and {r.broker_id for r in st.in_sync_replicas} == {1, 2}
         await until(a_back_in_sync, 30, diag)
         assert await routed(b.addr, 0) and await routed(a.addr, 1)
+
+        # an operator's hand-over (5.x mqadmin electMaster): a is elected while b runs; b cannot turn into
+        # a slave live yet, so it is fenced: it refuses sends and leaves brokerId 0 to a at the name server
+        admin = mqadmin5("electMaster", "-a", ctrl, "-c", CLUSTER, "-bn", GROUP, "-b", "1")
+        assert admin.returncode == 0, admin.stdout + admin.stderr
+        await until(lambda: routed(a.addr, 0), 30, diag)
+        await until(lambda: routed(b.addr, 2), 30, diag)
+        assert (await runtime(a.addr))["brokerRole"] == "ASYNC_MASTER"
+        c = await RawClient.connect(b.addr)
+        refused = await c.invoke(SEND_MESSAGE_V2, send_ext(TOPIC, props(UNIQ_KEY="late"), 0), b"late")
+        await c.close()
+        assert refused.code != 0 and "read-only" in (refused.remark or ""), (refused.code, refused.remark)
+        c = await RawClient.connect(a.addr)
+        r = await c.invoke(SEND_MESSAGE_V2, send_ext(TOPIC, props(UNIQ_KEY="new-master"), 0), b"n")
+        await c.close()
+        assert r.code == 0, (r.code, r.remark)
     finally:
         for p in (a, b):
             if p.proc is not None and p.proc.poll() is None:

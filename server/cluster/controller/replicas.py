@@ -22,9 +22,10 @@ Role changes (only for a masterEpoch newer than the one known):
   from the replicated progress; brokerId 0 registered with the name servers), timed by FailoverClock;
 - another broker named master while a SLAVE: follow it (its HA address comes with the next name-server
   answer);
-- another broker named master while this one is master: not done live (needs AutoSwitch HA's
-  truncation); logged as `controller.demotion_needs_restart`; a restart rejoins as a slave and cuts the
-  unreplicated tail (ReplicaRole.rejoin).
+- another broker named master while this one is master: not switched live (needs AutoSwitch HA's
+  truncation): fenced (ReplicaRole.fence: writes refused, registered under its controller id), logged as
+  `controller.demotion_needs_restart`; a restart rejoins as a slave and cuts the unreplicated tail
+  (ReplicaRole.rejoin); elected again, it is unfenced.
 
 Limits of this foundation (issue 25): replication is the classic 4.x HA transfer, whose handshake
 carries no slave brokerId, so the master adds the controller's live, out-of-set replicas to the
@@ -320,33 +321,37 @@ class ReplicasManager:
     async def _change(self, a: RoleAnswer) -> None:
         if a.master_epoch is not None and a.master_epoch <= self.master_epoch and a.master_id == self.master_id:
             return
-        was_master = self.is_master
         self._adopt(a)
+        replica = self.replica
         if self.is_master:
-            if self.replica.is_slave:
-                ha = self.replica.ha_client
+            if replica.is_slave:
+                ha = replica.ha_client
                 lost_at = ha.disconnected_at if ha is not None and ha.connected_to is None else None
-                await self.replica.promote(MASTER_ROLE)
-                svcs = self.replica.services
+                await replica.promote(MASTER_ROLE)
+                svcs = replica.services
                 watched: list[DelayLevelService | TimerMessageStore] = [svcs.delay_service]
                 if svcs.timer_service is not None:
                     watched.append(svcs.timer_service)
                 self.clock.became_master(self.master_epoch, lost_at, watched)
+            elif replica.fenced:
+                await replica.fence(False, 0)
             log.warning("controller.role_master", master_epoch=self.master_epoch,
                         sync_state_set=sorted(self.sse.sync_state_set))
             return
-        if was_master or not self.replica.is_slave:
+        if not replica.is_slave:
+            if not replica.fenced:
+                await replica.fence(True, self.broker_controller_id)
             log.error("controller.demotion_needs_restart", new_master=self.master_addr, master_epoch=self.master_epoch,
-                      detail="a live master cannot become a slave yet (AutoSwitch HA truncation, issue 25 item 2); "
-                             "restart this broker: it rejoins as a slave and cuts its unreplicated tail")
+                      detail="fenced: writes refused; a live master cannot become a slave yet (AutoSwitch HA "
+                             "truncation, issue 25 item 2); restart it to rejoin as a slave")
             return
-        self.replica.follow(self.master_addr)
+        replica.follow(self.master_addr)
         log.warning("controller.role_slave", master=self.master_addr, master_id=self.master_id,
                     master_epoch=self.master_epoch)
 
     # ---- SyncStateSet (master) ----------------------------------------------------------------
     async def check_sync_state_set(self) -> None:
-        if not self.is_master or self.replica.is_slave or self.replica.ha_service is None:
+        if not self.is_master or self.replica.is_slave or self.replica.fenced or self.replica.ha_service is None:
             return
         end = self.store.commitlog_max_offset()
         conns = [c for c in self.replica.ha_service.connections if not c.closed]

@@ -95,6 +95,7 @@ class ReplicaRole:
         self.master_addr_from_ns: str | None = None  # RegisterBrokerResult.masterAddr
         self.ha_addr_from_ns: str | None = None  # RegisterBrokerResult.haServerAddr
         self.pinned_master: str | None = None  # controller mode: the master the controller named (follow())
+        self.fenced = False  # controller mode: a master the controller replaced (fence())
         # async fn(brokerRole, brokerId), awaited after a promotion
         self.role_listeners: list[Callable[[str, int], Awaitable[object]]] = []
         self._tasks: list[SupervisedTask] = []
@@ -160,6 +161,25 @@ class ReplicaRole:
         self.pinned_master = self.master_addr_from_ns = master_addr
         self.ha_addr_from_ns = None
         log.info("ha.follow", master=master_addr)
+
+    async def fence(self, fenced: bool, broker_id: int) -> None:
+        """Controller mode, a master the controller replaced while it runs: it refuses every write (the
+        store read-only: sends answer SERVICE_NOT_AVAILABLE, the scheduler's puts fail and are retried,
+        so nothing is delivered twice from here) and registers with the name servers under `broker_id`
+        instead of 0, until it is elected again (`fence(False, 0)`) or restarted (then it rejoins as a
+        slave). A live switch to slave needs AutoSwitch HA's truncation (issue 25 item 2)."""
+        self.fenced = fenced
+        self.store.read_only = fenced
+        self.config.broker_id = broker_id
+        log.warning("ha.fenced" if fenced else "ha.unfenced", broker_id=broker_id)
+        await self._announce()
+
+    async def _announce(self) -> None:
+        for fn in self.role_listeners:
+            try:
+                await fn(self.config.broker_role, self.config.broker_id)
+            except Exception as e:
+                log.error("ha.role_listener_failed", listener=repr(fn), error=repr(e))
 
     def on_register_result(self, result: RegisterResult) -> None:
         if not self.is_slave:
@@ -360,11 +380,7 @@ class ReplicaRole:
                 from scheduler.progress import TimerProgress
                 timer_p = TimerProgress(read_ms=cp[0], queue_offset=cp[3], cursor_ms=cp[0], slot_ms=cp[0])
             b.timer_service.promote(timer_p)
-        for fn in self.role_listeners:
-            try:
-                await fn(cfg.broker_role, cfg.broker_id)
-            except Exception as e:
-                log.error("ha.role_listener_failed", listener=repr(fn), error=repr(e))
+        await self._announce()
         info = {"brokerRole": role, "brokerId": 0, "epoch": self.epoch, "epochStartOffset": self.epoch_start,
                 "syncedProgressAgeMs": (self.promoted_at_ms - synced.taken_ms) if synced else -1,
                 "syncedTakenMs": synced.taken_ms if synced else 0,
