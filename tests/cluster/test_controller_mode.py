@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from codec.bodies import decode_kv_table
-from codec.codes import RequestCode
+from codec.codes import RequestCode, ResponseCode
 from codec.controller import SyncStateInfo, decode_broker_replicas_info, encode_broker_names
 from tests.helpers.broker import BrokerProcess, pick_port_pair
 from tests.helpers.cluster import NamesrvProcess, cluster_brokers
@@ -50,7 +50,8 @@ async def until(pred: Callable[[], Awaitable[Any]], timeout: float, what: Callab
         got = await pred()
         if got:
             return got
-        assert time.monotonic() < deadline, f"not within {timeout}s: {what()[-4000:]}"
+        text = what()
+        assert time.monotonic() < deadline, f"not within {timeout}s: {text[:300]} ... {text[-3500:]}"
         await asyncio.sleep(0.1)  # polling a remote state: there is no event to wait on
 
 
@@ -127,8 +128,14 @@ async def test_controller_elects_the_slave_after_kill_9(tmp_path: Path) -> None:
         await c.close()
         end = int((await runtime(a.addr))["commitLogMaxOffset"])
 
-        async def replicated() -> bool:
-            return int((await runtime(b.addr))["commitLogMaxOffset"]) >= end
+        async def replicated() -> bool:  # the bytes, and the topic (slave sync every 300 ms): else b answers 17
+            if int((await runtime(b.addr))["commitLogMaxOffset"]) < end:
+                return False
+            probe = await RawClient.connect(b.addr)
+            try:
+                return (await pull(probe, "CtlG", TOPIC, 0, 0, max_nums=1)).code != ResponseCode.TOPIC_NOT_EXIST
+            finally:
+                await probe.close()
         await until(replicated, 20, diag)
 
         a.kill()
@@ -146,18 +153,20 @@ async def test_controller_elects_the_slave_after_kill_9(tmp_path: Path) -> None:
         n = await RawClient.connect(b.addr)
         seen: dict[str, Any] = {}
         offsets = [0] * QUEUES
+        last: dict[int, object] = {}
 
         async def all_delivered() -> bool:
             for q in range(QUEUES):
                 while True:
                     r = await pull(n, "CtlG", TOPIC, q, offsets[q], max_nums=32)
+                    last[q] = (r.code, r.remark, r.ext)
                     if r.code != 0:
                         break
                     for m in decode_records(r.body):
                         seen.setdefault(m["props"]["UNIQ_KEY"], m)
                     offsets[q] = int(r.ext["nextBeginOffset"])
             return set(seen) >= set(sent)
-        await until(all_delivered, 40, lambda: f"{len(set(sent) - set(seen))} missing; " + diag())
+        await until(all_delivered, 40, lambda: f"{len(set(sent) - set(seen))} missing, last pulls {last}; " + diag())
         await n.close()
         early = [k for k, m in seen.items() if m["store_ts"] < sent[k] + LEVELS_MS[2]]
         assert early == []
