@@ -48,6 +48,8 @@ def service_sources(b: BrokerController) -> list[tuple[str, RuntimeInfoSource]]:
     if b.grpc is not None:
         out.append(("grpc", b.grpc.stats))
     out.append(("replica", b.replica.runtime_info))
+    if b.controller is not None:
+        out.append(("controller", b.controller.runtime_info))
     return out
 
 

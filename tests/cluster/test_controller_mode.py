@@ -145,7 +145,13 @@ async def test_controller_elects_the_slave_after_kill_9(tmp_path: Path) -> None:
             return await routed(b.addr, 0)
         await until(b_is_master, 30, diag)
         took = time.monotonic() - killed
-        assert (await runtime(b.addr))["brokerRole"] == "ASYNC_MASTER"
+        info = await runtime(b.addr)
+        assert (info["brokerRole"], info["controllerMasterBrokerId"], info["controllerBrokerControllerId"]) == \
+            ("ASYNC_MASTER", "2", "2")
+        c = await RawClient.connect(b.addr)  # a malformed push: an error code with a remark, nothing changes
+        bad = await c.invoke(int(RequestCode.NOTIFY_BROKER_ROLE_CHANGED), {"masterEpoch": "x", "masterBrokerId": "1"})
+        await c.close()
+        assert bad.code == ResponseCode.CONTROLLER_INVALID_REQUEST and "masterEpoch" in (bad.remark or ""), bad
         s = await sync_state(ctrl)
         assert s is not None and s.master_broker_id == 2 and s.master_epoch is not None and s.master_epoch >= 2
 

@@ -404,6 +404,12 @@ class ReplicasManager:
                 "failoverMasterSeconds": self.clock.master_s, "failoverFirstDeliverySeconds": self.clock.first_delivery_s}
 
 
+    def runtime_info(self) -> dict[str, str]:
+        """Flat GET_BROKER_RUNTIME_INFO entries (controller*)."""
+        return {f"controller{k[:1].upper()}{k[1:]}" if not k.startswith("controller") else k:
+                ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in self.stats().items()}
+
+
 def notify_command(h: NotifyBrokerRoleChangedRequestHeader, sse: SyncStateSet) -> RemotingCommand:
     """A NOTIFY_BROKER_ROLE_CHANGED request as the controller sends it (tools, tests)."""
     return RemotingCommand.request(int(RC.NOTIFY_BROKER_ROLE_CHANGED), h.to_ext(), sse.encode())
