@@ -60,7 +60,7 @@ def send_deps(b: BrokerController) -> SendDeps:
 def pull_deps(b: BrokerController) -> PullDeps:
     return PullDeps(config=b.config, store=built(b.store, "store"), topics=b.topics, groups=b.groups,
                     clients=b.clients, offsets=b.offsets, replica=b.replica, pull_hold=b.pull_hold,
-                    on_pull=b.counters.on_pull)
+                    on_pull=b.counters.on_pull, filters=b.filters, bitmaps=b.bitmaps)
 
 
 def send_back_deps(b: BrokerController) -> SendBackDeps:
@@ -74,7 +74,7 @@ def grpc_deps(b: BrokerController) -> GrpcDeps:
                     offsets=b.offsets, clients=b.clients, transactions=built(b.transactions, "transactions"),
                     send=send_deps(b), put_record=b.put_record, levels=b.levels,
                     timer_enabled=b.timer_service is not None, acl=b.security.acl if b.security else None,
-                    store_host=b.store_host)
+                    store_host=b.store_host, filters=b.filters)
 
 
 def register_processors(server: Registrar, b: BrokerController) -> None:
@@ -90,7 +90,7 @@ def register_processors(server: Registrar, b: BrokerController) -> None:
     consumer_send_back.register(server, send_back_deps(b))
     transaction.register(server, built(b.transactions, "transactions"))
     admin.register(server, AdminDeps(config=cfg, store=store, topics=b.topics, meta=b.meta,
-                                     runtime_info=b.runtime_info))
+                                     runtime_info=built(b.runtime_view, "runtime_view").table, filters=b.filters))
     admin_stats.register(server, AdminStatsDeps(config=cfg, store=store, topics=b.topics, groups=b.groups,
                                                 offsets=b.offsets, clients=b.clients, meta=b.meta,
                                                 boot_ms=b.boot_ms))

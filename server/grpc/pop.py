@@ -23,18 +23,18 @@ several brokers they allocate over all brokers' queues, which one broker does no
 from __future__ import annotations
 
 import asyncio
-import struct
 import time
 
 import structlog
 
 from codec.codes import DLQ_PREFIX, ResponseCode
+from codec.consume_queue_unit import UNIT_HEAD, UNIT_SIZE
 from codec.errors import CodecError
 from codec.msgid import offset_msg_id
 from codec.properties import MessageConst as K
 from codec.record import MessageRecord, decode_record
 from server.grpc.deps import GrpcDeps
-from server.grpc.pop_model import Delivery, TagFilter, allocate_averagely, decode_handle, encode_handle
+from server.grpc.pop_model import Delivery, MessageFilter, allocate_averagely, decode_handle, encode_handle
 from server.grpc.pop_store import Key, PopStore, QueueState
 from server.grpc.status import Code, GrpcError
 from server.grpc.telemetry import TelemetryChannel
@@ -45,7 +45,6 @@ from storage.supervisor import SupervisedTask
 log = structlog.get_logger(__name__)
 
 
-_UNIT = struct.Struct(">qi")
 SWEEP_INTERVAL_S = 1.0
 _ADVANCE = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_FOUND_NULL, GetStatus.OFFSET_OVERFLOW_BADLY,
             GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING)
@@ -145,7 +144,7 @@ class PopService:
         return [q for q in qids if q in share]
 
     async def receive(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
-                      accept: TagFilter, deadline: float) -> list[Delivery]:
+                      accept: MessageFilter, deadline: float) -> list[Delivery]:
         """Up to `batch` deliveries; waits (long polling) until `deadline` (loop time) when there are none."""
         self.group_config(group)
         readable = self.read_queue_ids(topic)
@@ -172,7 +171,7 @@ class PopService:
                 wait_s = min(wait_s, max(0.0, next_visible / 1000 - time.time()) + 0.001)
             await self.wait_for_topic(topic, wait_s)
 
-    async def pull(self, topic: str, qid: int, offset: int, batch: int, accept: TagFilter,
+    async def pull(self, topic: str, qid: int, offset: int, batch: int, accept: MessageFilter,
                    deadline: float) -> tuple[list[MessageRecord], int, GetStatus]:
         """PullMessage (5.x pull consumers): messages from `offset`, waiting until `deadline` for a first one."""
         loop = asyncio.get_running_loop()
@@ -221,7 +220,7 @@ class PopService:
                     best = e.visible_ms
         return best
 
-    async def _collect(self, key: Key, want: int, invisible_ms: int, accept: TagFilter, fifo: bool) -> list[Delivery]:
+    async def _collect(self, key: Key, want: int, invisible_ms: int, accept: MessageFilter, fifo: bool) -> list[Delivery]:
         group, topic, qid = key
         q = self._queue(key)
         now_ms = int(time.time() * 1000)
@@ -274,9 +273,9 @@ class PopService:
     def _read(self, topic: str, qid: int, offset: int) -> MessageRecord | None:
         store = self.deps.store
         units = store.read_units(topic, qid, offset, 1)
-        if not units or len(units) < 20:
+        if not units or len(units) < UNIT_SIZE:
             return None
-        phys, size = _UNIT.unpack_from(units, 0)
+        phys, size = UNIT_HEAD.unpack_from(units, 0)
         raw = store.read_record(phys, size)
         if raw is None or len(raw) == 0:
             return None
