@@ -4,7 +4,7 @@ header is answered CONTROLLER_INVALID_REQUEST with a remark."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
 
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode as RS
@@ -14,18 +14,18 @@ from codec.errors import CodecError
 from remoting.dispatch import Response
 from server.processors import Peer, Registrar, error, ok, request_body
 
-if TYPE_CHECKING:
-    from server.cluster.controller.replicas import ReplicasManager
+# ReplicasManager.on_notify: applies the role the header and body name
+OnNotify = Callable[[NotifyBrokerRoleChangedRequestHeader, SyncStateSet], Awaitable[None]]
 
 
-def register(server: Registrar, manager: ReplicasManager) -> None:
+def register(server: Registrar, on_notify: OnNotify) -> None:
     async def notify_role_changed(conn: Peer, cmd: RemotingCommand) -> Response:
         try:
             header = NotifyBrokerRoleChangedRequestHeader.from_ext(cmd.ext_fields)
             sse = SyncStateSet.decode(request_body(cmd))
         except CodecError as e:
             return error(cmd, RS.CONTROLLER_INVALID_REQUEST, f"bad NOTIFY_BROKER_ROLE_CHANGED: {e}")
-        await manager.on_notify(header, sse)
+        await on_notify(header, sse)
         return ok(cmd)
 
     server.register(int(RC.NOTIFY_BROKER_ROLE_CHANGED), notify_role_changed)

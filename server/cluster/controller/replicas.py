@@ -68,6 +68,7 @@ from codec.errors import CodecError
 from server.cluster.controller.client import ControllerClient, ControllerUnavailable, parse_controller_addrs
 from server.cluster.controller.failover import FailoverClock
 from server.cluster.controller.identity import BrokerIdentityFiles
+from server.cluster.controller.processor import register as register_notify
 from storage.supervisor import SupervisedTask
 
 if TYPE_CHECKING:
@@ -235,8 +236,7 @@ class ReplicasManager:
 
     # ---- periodic -----------------------------------------------------------------------------
     def start(self, server: Registrar) -> None:
-        from server.cluster.controller.processor import register
-        register(server, self)
+        register_notify(server, self.on_notify)
         cfg, sup = self.config, self.store.supervisor
         self._tasks = [
             sup.spawn("controller-heartbeat", self._every(cfg.broker_heartbeat_interval / 1000.0, 0.0,
