@@ -114,7 +114,7 @@ class RequestCode(IntEnum):
     CLEAN_BROKER_DATA = 1011
     CONTROLLER_GET_NEXT_BROKER_ID = 1012
     CONTROLLER_APPLY_BROKER_ID = 1013
-    # delaymq's own codes (not RocketMQ's; 3100-3199, cluster-ha in ARCHITECTURE.md)
+    # delaymq's own codes (not RocketMQ's; 3100-3199: server/cluster/ha, server/processors/scheduled)
     PROMOTE_BROKER = 3101  # admin: make this slave the master (no restart); JSON body, see server/cluster/ha
     GET_SCHEDULER_PROGRESS = 3102  # master -> slave: scheduler.progress.SchedulerProgress (msgpack body)
     GET_HA_EPOCH = 3103  # {"epoch", "startOffset", "maxOffset"}: where this master's CommitLog diverged
