@@ -28,7 +28,7 @@ from enum import StrEnum
 
 from codec.bodies import decode_lock_batch_request, parse_heartbeat
 from codec.buffers import Body
-from codec.codes import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC, RequestCode, SendMessageRequestHeaderV2
+from codec.codes import DLQ_PREFIX, RETRY_PREFIX, RequestCode, SendMessageRequestHeaderV2
 
 
 class Kind(StrEnum):
@@ -96,7 +96,9 @@ REMOTING: Mapping[int, Rule] = {
     RC.VIEW_MESSAGE_BY_ID: _r(Grant(T, SUB, "@record:offset")),
     RC.CONSUMER_SEND_MSG_BACK: _r(Grant(G, SUB, "group"), Grant(T, SUB, "@record:offset")),
     RC.END_TRANSACTION: _r(Grant(T, PUB, "@record:commitLogOffset")),
-    RC.DELAYMQ_QUERY_SCHEDULED: _r(Grant(T, SUB, "topic", optional=True)),  # absent: SCHEDULE_TOPIC_XXXX
+    # with a topic: SUB on it (the page holds that topic's messages only); without one the page lists every
+    # tenant's pending messages: cluster LIST (admin)
+    RC.DELAYMQ_QUERY_SCHEDULED: _r(Grant(T, SUB, "topic", optional=True)),
     RC.DELAYMQ_CANCEL_SCHEDULED: _r(Grant(T, DELETE), admin=True),
     # ---- offsets and queue positions -------------------------------------------------------------------
     RC.QUERY_CONSUMER_OFFSET: GROUP_TOPIC_GET,
@@ -160,6 +162,15 @@ REMOTING: Mapping[int, Rule] = {
     RC.GET_SCHEDULER_PROGRESS: _cluster(GET), RC.GET_HA_EPOCH: _cluster(GET),
     RC.GET_BROKER_CONFIG: _cluster(GET, admin=True), RC.UPDATE_BROKER_CONFIG: _cluster(UPDATE, admin=True),
     RC.PROMOTE_BROKER: _cluster(UPDATE, admin=True),
+    # controller mode (RIP-44): the controller's own protocol; a broker serves only the role change the
+    # controller orders (and the epoch cache mqadmin reads): operators and controllers, never tenants
+    RC.NOTIFY_BROKER_ROLE_CHANGED: _cluster(UPDATE, admin=True), RC.GET_BROKER_EPOCH_CACHE: _cluster(GET),
+    RC.BROKER_HEARTBEAT: _cluster(UPDATE), RC.CONTROLLER_REGISTER_BROKER: _cluster(UPDATE),
+    RC.CONTROLLER_GET_NEXT_BROKER_ID: _cluster(UPDATE), RC.CONTROLLER_APPLY_BROKER_ID: _cluster(UPDATE),
+    RC.CONTROLLER_ALTER_SYNC_STATE_SET: _cluster(UPDATE), RC.CONTROLLER_ELECT_MASTER: _cluster(UPDATE, admin=True),
+    RC.CONTROLLER_GET_REPLICA_INFO: _cluster(GET), RC.CONTROLLER_GET_METADATA_INFO: _cluster(GET),
+    RC.CONTROLLER_GET_SYNC_STATE_DATA: _cluster(GET), RC.GET_CONTROLLER_CONFIG: _cluster(GET, admin=True),
+    RC.UPDATE_CONTROLLER_CONFIG: _cluster(UPDATE, admin=True), RC.CLEAN_BROKER_DATA: _cluster(DELETE, admin=True),
     RC.TRIGGER_DELETE_FILES: _cluster(DELETE), RC.CLEAN_EXPIRED_CONSUMEQUEUE: _cluster(DELETE),
     RC.CLEAN_UNUSED_TOPIC: _cluster(DELETE),
     RC.REGISTER_FILTER_SERVER: _cluster(UPDATE), RC.REGISTER_MESSAGE_FILTER_CLASS: _cluster(UPDATE),
@@ -279,7 +290,8 @@ def remoting_needs(code: int, ext: Mapping[str, str], body: Body, lookups: Looku
         names = _names(g.source, g.kind, code, ext, body, lookups)
         assert names is not None
         if code == RC.DELAYMQ_QUERY_SCHEDULED and not names[0]:
-            names = [SCHEDULE_TOPIC]
+            out.append(Need(C, LIST))
+            continue
         for name in names:
             if not name and g.optional:
                 continue
