@@ -24,9 +24,10 @@ PULL_MESSAGE = 11
 TOPIC_NOT_EXIST = 17
 
 
-def send(addr: str, topic: str, body: bytes, qid: int = 0) -> wire.Reply:
+def send(addr: str, topic: str, body: bytes, qid: int = 0, delay_level: int = 0) -> wire.Reply:
+    props = "WAIT\x01true\x02" + (f"DELAY\x01{delay_level}\x02" if delay_level else "")
     ext = {"a": "PG", "b": topic, "c": "TBW102", "d": "4", "e": str(qid), "f": "0", "g": "0", "h": "0",
-           "i": "WAIT\x01true\x02", "j": "0", "k": "false"}
+           "i": props, "j": "0", "k": "false"}
     return wire.invoke(addr, SEND_V2, ext, body)
 
 
@@ -114,8 +115,15 @@ def test_promoted_slave_knows_a_topic_created_after_the_last_metadata_sync(names
             r = send(master.addr, "Orders", body, qid=i % 4)
             assert r.code == 0, (r.code, r.remark)  # SYNC_MASTER: the slave holds it
             sent.append(body)
-        # before any failover the slave serves the topic (a consumer reading from it while the master lives)
+        # delay level 1 to another new topic: only SCHEDULE_TOPIC_XXXX records are replicated, which
+        # name "Later" as their destination
+        later = [b"later-%d" % i for i in range(8)]
+        for i, body in enumerate(later):
+            r = send(master.addr, "Later", body, qid=i % 4, delay_level=1)
+            assert r.code == 0, (r.code, r.remark)
+        # before any failover the slave serves the topics (a consumer reading from it while the master lives)
         assert sorted(pull_all(slave.addr, "G0", "Orders", 4)) == sorted(sent)
+        pull_all(slave.addr, "G0", "Later", 4)  # known: no TOPIC_NOT_EXIST
         master.kill()
         wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"1": slave.addr}, 10,
                    "the dead master out of the route", ns.diagnostics)
@@ -126,8 +134,11 @@ def test_promoted_slave_knows_a_topic_created_after_the_last_metadata_sync(names
                             "-b", slave.addr, "--output", "json"], cwd=REPO_ROOT, capture_output=True,
                            text=True, timeout=60)
         assert p.returncode == 0, p.stderr
-        assert "Orders" in json.loads(p.stdout)["learnedTopics"]
+        assert {"Orders", "Later"} <= set(json.loads(p.stdout)["learnedTopics"])
         assert sorted(pull_all(slave.addr, "G1", "Orders", 4)) == sorted(sent)
+        # the promoted slave delivers the scheduled messages (1 s after their send) to "Later"
+        wait_until(lambda: sorted(pull_all(slave.addr, "G1", "Later", 4)) == sorted(later), 20,
+                   "the delay-level messages delivered by the promoted slave", slave.diagnostics)
         assert topic_route(ns.addr, "Orders")["brokerDatas"][0]["brokerAddrs"] == {"0": slave.addr}
         assert send(slave.addr, "Orders", b"after").code == 0
     finally:

@@ -4,7 +4,8 @@ A slave copies its master's topic table only every slaveSynchronizeIntervalMs (S
 it replicates records at once. A topic auto-created on the master since the last sync would be unknown
 to the slave, and to the slave once promoted: consumers get TOPIC_NOT_EXIST (17) for messages it
 holds. `ReplicatedTopics` closes that gap as a dispatch listener on the slave's store: when a replicated
-record lands in a (topic, queue) no topic config covers, the topic is created (or widened) from what the
+record lands in a (topic, queue) no topic config covers, or names one as its destination (a scheduled
+message's or a transaction half's REAL_TOPIC / REAL_QID, delivered there later), the topic is created (or widened) from what the
 ConsumeQueues show -- queue count = highest queue id + 1, at least `defaultTopicQueueNums` (a retry or
 dead-letter topic: just the queue ids seen), perm as TBW102 gives (its READ/WRITE bits) -- and marked as
 learned. The next metadata sync replaces it with the master's real config (`after_sync`); a topic learned
@@ -47,6 +48,12 @@ class ReplicatedTopics:
         if cfg is not None and queue_id < cfg.read_queue_nums:
             return
         self.learn(topic, queue_id + 1)
+
+    def on_destinations(self, destinations: set[tuple[str, int]]) -> None:
+        """The store's replica destination listener: the real topics of replicated scheduled messages and
+        transaction halves, known before the first delivery there (and before a promotion)."""
+        for topic, queue_id in destinations:
+            self.on_dispatch(topic, queue_id, -1)
 
     def queue_nums_for(self, topic: str, seen: int) -> int:
         if topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):

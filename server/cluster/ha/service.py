@@ -253,6 +253,7 @@ class ReplicaRole:
         # a topic whose records arrive before the next metadata sync is known at once (learned.py)
         self.learned = ReplicatedTopics(b.topics, b.topics.default_queue_nums)
         self.store.add_dispatch_listener(self.learned.on_dispatch)
+        self.store.add_replica_destination_listener(self.learned.on_destinations)
         self.sync = SlaveSynchronize(cfg, self.store, b, self.client, self.master_broker_addr, self.learned)
         self.ha_client.on_applied.append(self.sync.try_adopt)
         if b.timer_service is not None:
@@ -334,6 +335,7 @@ class ReplicaRole:
         learned = sorted(self.learned.learned) if self.learned is not None else []
         if self.learned is not None:
             self.store.remove_dispatch_listener(self.learned.on_dispatch)
+            self.store.remove_replica_destination_listener(self.learned.on_destinations)
             self.learned = None
         self.epoch += 1
         self.epoch_start = self.store.commitlog_max_offset()
