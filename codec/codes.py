@@ -99,6 +99,14 @@ class RequestCode(IntEnum):
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     ADD_WRITE_PERM_OF_BROKER = 327
+    # RocketMQ 5 pop consumption (5.1.3 RequestCode; server/processors/pop.py)
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    PEEK_MESSAGE = 200052
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    NOTIFICATION = 200054
+    POLLING_INFO = 200055
+    BATCH_ACK_MESSAGE = 200151
     # delaymq's own codes (not RocketMQ's; 3100-3199, cluster-ha in ARCHITECTURE.md)
     PROMOTE_BROKER = 3101  # admin: make this slave the master (no restart); JSON body, see server/cluster/ha
     GET_SCHEDULER_PROGRESS = 3102  # master -> slave: scheduler.progress.SchedulerProgress (msgpack body)
@@ -141,6 +149,8 @@ class ResponseCode(IntEnum):
     CONSUMER_NOT_ONLINE = 206
     CONSUME_MSG_TIMEOUT = 207
     NO_MESSAGE = 208
+    POLLING_FULL = 209  # a pop's long polling queue is full
+    POLLING_TIMEOUT = 210  # a pop found nothing before its pollTime
     FLOW_CONTROL = 215
 
 
