@@ -34,7 +34,9 @@ from server.observability.registry import Registry
 from server.observability.telemetry import Telemetry
 from server.observability.traffic import TrafficCounters
 from server.offsets_table import ConsumerOffsetManager
-from server.processor_wiring import built, grpc_deps, register_processors
+from server.pop.service import PopService
+from server.pop.state import PopStore
+from server.processor_wiring import built, grpc_deps, pop_deps, register_processors
 from server.processors.send_common import PUT_STATUS_CODES
 from server.pull_hold import PullHoldService
 from server.put_hooks import PutHooks
@@ -106,6 +108,7 @@ class BrokerController:
         self.metrics_http: MetricsHttpServer | None = None  # when metricsPort > 0
         self.telemetry: Telemetry | None = None
         self.grpc: GrpcEndpoint | None = None  # when grpcListenPort > 0
+        self.pop: PopService | None = None  # pop consumption: the gRPC endpoint and the remoting pop codes
         self.counters = TrafficCounters(self.metrics)
         c = self.counters
         self.stats = BrokerStats(lambda: (c.put_total, c.get_total), {
@@ -156,6 +159,10 @@ class BrokerController:
         self.remoting.server.response_observer = self.client_errors
         self.security = install_security(cfg, self.store, self.remoting.server,
                                          lambda t: self.topics.get(t) is not None)  # ACL, TLS, limits
+        pop_state = PopStore(cfg.store_path_root_dir, sync=cfg.sync_flush)
+        pop_state.load()
+        self.pop = PopService(pop_deps(self), pop_state)
+        self.pop.start()
         register_processors(self.remoting, self)
         await self.remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port])
         await self.replica.start()
@@ -174,7 +181,7 @@ class BrokerController:
         self._stats_task = self.store.supervisor.spawn("broker-stats", self._sample_stats)
         if cfg.grpc_listen_port > 0:  # RocketMQ 5 clients: gRPC MessagingService over the same store
             from server.grpc.endpoint import GrpcEndpoint
-            self.grpc = GrpcEndpoint(grpc_deps(self))
+            self.grpc = GrpcEndpoint(grpc_deps(self), self.pop)
             await self.grpc.start()
         self._started = True
         log.info("broker.ready", host=cfg.listen_host, port=cfg.listen_port, vip_port=cfg.vip_port,
@@ -202,6 +209,8 @@ class BrokerController:
             await self.remoting.close(self.config.shutdown_drain_timeout_ms / 1000.0)
         if self.grpc is not None:
             await self.grpc.stop()
+        if self.pop is not None:
+            await self.pop.stop()
         self.clients.shutdown()
         if self.transactions is not None:
             self.transactions.stop()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 from server.cluster.ha import processors as ha_processors
 from server.cluster.ha.processors import HaDeps
 from server.grpc.deps import GrpcDeps
+from server.pop.service import PopDeps
 from server.processors import (
     Registrar,
     admin,
@@ -22,6 +23,7 @@ from server.processors import (
     consumer_send_back,
     namesrv,
     offsets,
+    pop,
     pull,
     scheduled,
     send,
@@ -34,6 +36,7 @@ from server.processors.clients import ClientsDeps
 from server.processors.consumer_send_back import SendBackDeps
 from server.processors.namesrv import NamesrvDeps
 from server.processors.offsets import OffsetsDeps
+from server.processors.pop import PopProcessorDeps
 from server.processors.pull import PullDeps
 from server.processors.scheduled import ScheduledDeps
 from server.processors.send import SendDeps
@@ -77,6 +80,23 @@ def grpc_deps(b: BrokerController) -> GrpcDeps:
                     store_host=b.store_host)
 
 
+def _no_pop_channels(conn: object) -> bool:
+    return False
+
+
+def pop_deps(b: BrokerController) -> PopDeps:
+    """Pop consumption's view of the broker (server/pop): its gRPC sessions pop when the endpoint runs."""
+    is_pop_channel = _no_pop_channels
+    if b.config.grpc_listen_port > 0:
+        from server.grpc.telemetry import TelemetryChannel  # grpc is imported only when the endpoint runs
+
+        def is_pop_channel(conn: object) -> bool:
+            return isinstance(conn, TelemetryChannel)
+    return PopDeps(store=built(b.store, "store"), topics=b.topics, groups=b.groups, offsets=b.offsets,
+                   clients=b.clients, put_record=b.put_record, store_host=b.store_host,
+                   is_pop_channel=is_pop_channel)
+
+
 def register_processors(server: Registrar, b: BrokerController) -> None:
     """Every processor room on `server`, each with its own collaborators."""
     store = built(b.store, "store")
@@ -101,3 +121,4 @@ def register_processors(server: Registrar, b: BrokerController) -> None:
                                             offsets=b.offsets, clients=b.clients, stats=b.stats,
                                             delete_topic=b.delete_topic))
     scheduled.register(server, ScheduledDeps(scheduled=built(b.scheduled, "scheduled"), levels=b.levels))
+    pop.register(server, PopProcessorDeps(pop=built(b.pop, "pop"), broker_name=cfg.broker_name))

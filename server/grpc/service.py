@@ -19,14 +19,14 @@ from codec.codes import DEFAULT_TOPIC
 from server.grpc import convert
 from server.grpc.auth import Authenticator, needs
 from server.grpc.deps import GrpcDeps
-from server.grpc.pop import PopService
-from server.grpc.pop_model import TagFilter, decode_handle
 from server.grpc.service_send import SendRpcs, grpc_metadata, grpc_peer
-from server.grpc.status import OK, Code, Context, GrpcError, Response, StatusAnswer, status
+from server.grpc.status import OK, Code, Context, GrpcError, Response, StatusAnswer, from_pop, status
 from server.grpc.telemetry import TelemetryService
 from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2 as spb
 from server.grpc.v2 import service_pb2_grpc as sgrpc
+from server.pop.model import PopError, TagFilter, decode_handle
+from server.pop.service import PopService
 from server.processors.send import SendProcessor
 from storage.store_types import GetStatus
 from storage.topic_config import TopicConfig
@@ -69,6 +69,8 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return await work()
         except GrpcError as e:
             return resp_cls(status=status(e.code, e.message))
+        except PopError as e:
+            return resp_cls(status=from_pop(e))
         except Exception as e:
             self.rpc_errors += 1
             log.error("grpc.rpc_failed", rpc=name, error=repr(e), exc_info=e)
@@ -206,6 +208,9 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         except GrpcError as e:
             yield spb.ReceiveMessageResponse(status=status(e.code, e.message))
             return
+        except PopError as e:
+            yield spb.ReceiveMessageResponse(status=from_pop(e))
+            return
         except Exception as e:
             self.rpc_errors += 1
             log.error("grpc.rpc_failed", rpc="ReceiveMessage", error=repr(e), exc_info=e)
@@ -237,8 +242,8 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
                 try:
                     self.pop.ack(group, topic, e.receipt_handle)
                     st = OK
-                except GrpcError as err:
-                    st = status(err.code, err.message)
+                except PopError as err:
+                    st = from_pop(err)
                     failed += 1
                 out.append(spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle,
                                                      status=st))

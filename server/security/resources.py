@@ -92,6 +92,10 @@ REMOTING: Mapping[int, Rule] = {
     RC.SEND_MESSAGE: SEND, RC.SEND_MESSAGE_V2: SEND, RC.SEND_BATCH_MESSAGE: SEND,
     RC.SEND_REPLY_MESSAGE: SEND, RC.SEND_REPLY_MESSAGE_V2: SEND,
     RC.PULL_MESSAGE: _r(Grant(T, SUB, "topic"), Grant(G, SUB, "consumerGroup")),
+    # pop consumption (server/processors/pop.py): the topic and the group, as PULL_MESSAGE
+    **{code: _r(Grant(T, SUB, "topic"), Grant(G, SUB, "consumerGroup"))
+       for code in (RC.POP_MESSAGE, RC.ACK_MESSAGE, RC.CHANGE_MESSAGE_INVISIBLETIME, RC.PEEK_MESSAGE,
+                    RC.NOTIFICATION, RC.POLLING_INFO)},
     RC.QUERY_MESSAGE: _r(Grant(T, SUB, "topic")),
     RC.VIEW_MESSAGE_BY_ID: _r(Grant(T, SUB, "@record:offset")),
     RC.CONSUMER_SEND_MSG_BACK: _r(Grant(G, SUB, "group"), Grant(T, SUB, "@record:offset")),
