@@ -14,12 +14,18 @@ Response header summaries (each entry `topicMark queueId value`, entries joined 
   startOffsetInfo  value = the queue's checkpoint start offset
   msgOffsetInfo    value = the popped queue offsets joined by ","
   orderCountInfo   value = how many times the queue's message was handed out before (orderly pops)
+
+BATCH_ACK_MESSAGE's JSON body (BatchAckMessageRequestBody / BatchAck): `decode_batch_ack` below.
 """
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
+from typing import Any
 
+from codec.errors import CodecError
+from codec.fastjson import JsonBody, as_int, as_list, as_obj, as_str, dumps
 from codec.properties import MessageConst
 
 SEP = MessageConst.KEY_SEPARATOR
@@ -83,3 +89,73 @@ def offset_info_entry(retry: bool, queue_id: int, value: str) -> str:
 
 def join_offset_info(entries: list[str]) -> str:
     return ";".join(entries)
+
+
+# ---- BATCH_ACK_MESSAGE's body (BatchAckMessageRequestBody: {"brokerName", "acks": [BatchAck...]}) ------------
+@dataclass(frozen=True, slots=True)
+class BatchAck:
+    """One BatchAck (fastjson short names c, t, r, so, q, rq, pt, it, b; long names accepted too): the
+    acked queue offsets are start_offset + each set bit of the bitset (java.util.BitSet.toByteArray,
+    little-endian, base64 in the JSON)."""
+
+    consumer_group: str
+    topic: str
+    retry: str  # "1": a pop retry topic
+    start_offset: int
+    queue_id: int
+    revive_qid: int
+    pop_time: int
+    invisible_time: int
+    offsets: tuple[int, ...]
+
+    @property
+    def visible_ms(self) -> int:
+        return self.pop_time + self.invisible_time
+
+
+def _bits(raw: Any) -> list[int]:
+    if raw is None:
+        return []
+    data = base64.b64decode(raw, validate=True) if isinstance(raw, str) else bytes(as_int(b, "bitSet") & 0xFF for b in raw)
+    return [i * 8 + j for i, byte in enumerate(data) for j in range(8) if byte >> j & 1]
+
+
+def _field(d: dict[str, Any], short: str, long: str) -> Any:
+    return d[short] if short in d else d.get(long)
+
+
+def decode_batch_ack(body: JsonBody) -> tuple[str, list[BatchAck]]:
+    """(brokerName, acks); CodecError for a body that is not one."""
+    d = as_obj(body, "BatchAckMessageRequestBody")
+    acks = []
+    for a in as_list(d, "acks"):
+        if not isinstance(a, dict):
+            raise CodecError("BatchAckMessageRequestBody: an ack is not an object")
+        start = as_int(_field(a, "so", "startOffset"), "startOffset")
+        try:
+            bits = _bits(_field(a, "b", "bitSet"))
+        except (ValueError, TypeError) as e:
+            raise CodecError(f"BatchAckMessageRequestBody: bad bitSet: {e}") from None
+        acks.append(BatchAck(as_str(_field(a, "c", "consumerGroup"), "consumerGroup"),
+                             as_str(_field(a, "t", "topic"), "topic"), as_str(_field(a, "r", "retry"), "retry"),
+                             start, as_int(_field(a, "q", "queueId"), "queueId"),
+                             as_int(_field(a, "rq", "reviveQueueId"), "reviveQueueId"),
+                             as_int(_field(a, "pt", "popTime"), "popTime"),
+                             as_int(_field(a, "it", "invisibleTime"), "invisibleTime"),
+                             tuple(start + i for i in bits)))
+    return as_str(d.get("brokerName"), "brokerName"), acks
+
+
+def encode_batch_ack(broker_name: str, acks: list[BatchAck]) -> bytes:
+    out = []
+    for a in acks:
+        bits = bytearray()
+        for off in a.offsets:
+            i = off - a.start_offset
+            while len(bits) <= i // 8:
+                bits.append(0)
+            bits[i // 8] |= 1 << (i % 8)
+        out.append({"c": a.consumer_group, "t": a.topic, "r": a.retry, "so": a.start_offset, "q": a.queue_id,
+                    "rq": a.revive_qid, "pt": a.pop_time, "it": a.invisible_time,
+                    "b": base64.b64encode(bytes(bits)).decode()})
+    return dumps({"acks": out, "brokerName": broker_name})

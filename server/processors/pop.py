@@ -1,6 +1,6 @@
 """RocketMQ 5's pop consumption over remoting (Apache 5.1.3's broker codes, what a stateless proxy such as
 Apache's `mqproxy -pm cluster` sends): POP_MESSAGE (long polling, orderly pops, initMode, TAG
-expressions), ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, PEEK_MESSAGE, NOTIFICATION, POLLING_INFO.
+expressions), ACK_MESSAGE, BATCH_ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, PEEK_MESSAGE, NOTIFICATION, POLLING_INFO.
 
 The engine is the broker's `server.pop.PopService`, shared with the in-broker gRPC endpoint: same state,
 same semantics, same crash safety. A POP_MESSAGE answer's body is the pull wire format (the stored
@@ -18,10 +18,13 @@ from typing import TYPE_CHECKING
 
 from codec.codes import RequestCode, ResponseCode
 from codec.command import RemotingCommand
+from codec.errors import CodecError
 from codec.pop_receipt import (
     NORMAL_TOPIC_MARK,
     POP_ORDER_REVIVE_QUEUE,
+    RETRY_TOPIC_MARK,
     ExtraInfo,
+    decode_batch_ack,
     join_offset_info,
     offset_info_entry,
     parse_extra_info,
@@ -32,7 +35,7 @@ from codec.record import encode_record
 from remoting.dispatch import Response
 from server import headers as H
 from server.pop.model import Delivery, Failure, PopError, TagFilter
-from server.processors import Peer, Registrar, error, guarded, ok
+from server.processors import Peer, Registrar, error, guarded, ok, request_body
 
 if TYPE_CHECKING:
     from server.pop.service import PopService
@@ -144,6 +147,24 @@ def register(server: Registrar, deps: PopProcessorDeps) -> None:
         return ok(cmd)
 
     @guarded
+    def batch_ack_message(conn: Peer, cmd: RemotingCommand) -> Response:
+        """Every ack of the body is tried; like Apache, the answer is SUCCESS unless the body is bad
+        (an ack of an expired or unknown delivery changes nothing)."""
+        try:
+            _, acks = decode_batch_ack(request_body(cmd))
+        except CodecError as e:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, str(e))
+        for a in acks:
+            if a.retry == RETRY_TOPIC_MARK:
+                continue
+            for offset in a.offsets:
+                try:
+                    pop.ack_by_visible(a.consumer_group, a.topic, a.queue_id, offset, a.visible_ms)
+                except PopError:
+                    continue
+        return ok(cmd)
+
+    @guarded
     def change_invisible_time(conn: Peer, cmd: RemotingCommand) -> Response:
         h = H.CHANGE_INVISIBLE_TIME.parse(cmd.ext_fields)
         if h.invisibleTime < 0:
@@ -197,6 +218,7 @@ def register(server: Registrar, deps: PopProcessorDeps) -> None:
 
     server.register(RequestCode.POP_MESSAGE, pop_message)
     server.register(RequestCode.ACK_MESSAGE, ack_message)
+    server.register(RequestCode.BATCH_ACK_MESSAGE, batch_ack_message)
     server.register(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, change_invisible_time)
     server.register(RequestCode.PEEK_MESSAGE, peek_message)
     server.register(RequestCode.NOTIFICATION, notification)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from codec.codes import RequestCode, ResponseCode
-from codec.pop_receipt import POP_ORDER_REVIVE_QUEUE, parse_extra_info
+from codec.pop_receipt import POP_ORDER_REVIVE_QUEUE, BatchAck, encode_batch_ack, parse_extra_info
 from tests.server.helpers import send
 from tests.server.raw import RawClient, RawRecord, Reply, decode_records
 
@@ -206,5 +206,31 @@ async def test_receipts_and_acks_survive_kill_9(broker_factory):
         assert (await ack(c, "PopKG", changed, rebuilt_receipt(changed, ch, broker_name))).code == ResponseCode.SUCCESS
         for x in kept + rest:
             assert (await ack(c, "PopKG", x)).code == ResponseCode.SUCCESS
+    finally:
+        await c.close()
+
+
+async def test_batch_ack_acks_the_deliveries_its_bitset_names(broker_factory):
+    b = broker_factory()
+    c = await RawClient.connect(b.addr)
+    try:
+        await create_topic(c, "PopBA", queues=1)
+        for i in range(4):
+            assert (await send(c, "PopBA", f"b{i}".encode(), qid=0)).code == 0
+        recs = popped(await pop(c, "PopBG", "PopBA", n=4))
+        info = parse_extra_info(recs[0]["props"]["POP_CK"])
+        start = recs[0]["queue_offset"]
+        acked = [recs[0], recs[2]]
+        body = encode_batch_ack(info.broker_name, [BatchAck("PopBG", "PopBA", "0", start, 0, info.revive_qid,
+                                                            info.pop_time, info.invisible_time,
+                                                            tuple(x["queue_offset"] for x in acked))])
+        r = await c.invoke(RequestCode.BATCH_ACK_MESSAGE, {}, body)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        for x in acked:
+            assert (await ack(c, "PopBG", x)).code == ResponseCode.NO_MESSAGE
+        for x in (recs[1], recs[3]):
+            assert (await ack(c, "PopBG", x)).code == ResponseCode.SUCCESS
+        bad = await c.invoke(RequestCode.BATCH_ACK_MESSAGE, {}, b"not json")
+        assert bad.code == ResponseCode.SYSTEM_ERROR and bad.remark
     finally:
         await c.close()
