@@ -99,6 +99,9 @@ class RequestCode(IntEnum):
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     ADD_WRITE_PERM_OF_BROKER = 327
+    # RocketMQ 5: one topic's / group's config (what Apache's 5.x proxy asks a broker; topic_group_config.py)
+    GET_TOPIC_CONFIG = 351
+    GET_SUBSCRIPTIONGROUP_CONFIG = 352
     # RocketMQ 5 pop consumption (5.1.3 RequestCode; server/processors/pop.py)
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051

@@ -131,7 +131,8 @@ class BrokerController:
         self.topics.load()
         self.groups.load()
         self.offsets.load()
-        self.topics.ensure_system_topics(len(self.levels), cfg.timer_wheel_enable)
+        self.topics.ensure_system_topics(len(self.levels), cfg.timer_wheel_enable, cfg.broker_cluster_name,
+                                         cfg.broker_name)
         self.store = make_message_store(cfg, self.levels)
         self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
         await self.replica.prepare(self.store)  # a SLAVE: read-only store, a former master's tail cut

@@ -300,3 +300,18 @@ class PollingInfoHeader(Header):
 
 
 POLLING_INFO = HeaderSpec(PollingInfoHeader)
+
+
+class TopicConfigHeader(Header):
+    topic: str
+    lo: bool | None  # logic queue mapping wanted (static topics; none here)
+
+
+GET_TOPIC_CONFIG = HeaderSpec(TopicConfigHeader)
+
+
+class SubscriptionGroupConfigHeader(Header):
+    group: str
+
+
+GET_SUBSCRIPTIONGROUP_CONFIG = HeaderSpec(SubscriptionGroupConfigHeader)

@@ -27,6 +27,7 @@ from server.processors import (
     pull,
     scheduled,
     send,
+    topic_group_config,
     transaction,
 )
 from server.processors.admin import AdminDeps
@@ -40,6 +41,7 @@ from server.processors.pop import PopProcessorDeps
 from server.processors.pull import PullDeps
 from server.processors.scheduled import ScheduledDeps
 from server.processors.send import SendDeps
+from server.processors.topic_group_config import TopicGroupConfigDeps
 
 if TYPE_CHECKING:
     from server.broker import BrokerController
@@ -121,4 +123,5 @@ def register_processors(server: Registrar, b: BrokerController) -> None:
                                             offsets=b.offsets, clients=b.clients, stats=b.stats,
                                             delete_topic=b.delete_topic))
     scheduled.register(server, ScheduledDeps(scheduled=built(b.scheduled, "scheduled"), levels=b.levels))
+    topic_group_config.register(server, TopicGroupConfigDeps(topics=b.topics, groups=b.groups))
     pop.register(server, PopProcessorDeps(pop=built(b.pop, "pop"), broker_name=cfg.broker_name))

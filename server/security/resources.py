@@ -98,6 +98,8 @@ REMOTING: Mapping[int, Rule] = {
     **{code: _r(Grant(T, SUB, "topic"), Grant(G, SUB, "consumerGroup"))
        for code in (RC.POP_MESSAGE, RC.ACK_MESSAGE, RC.CHANGE_MESSAGE_INVISIBLETIME, RC.PEEK_MESSAGE,
                     RC.NOTIFICATION, RC.POLLING_INFO)},
+    RC.GET_TOPIC_CONFIG: _r(Grant(T, GET, "topic")),
+    RC.GET_SUBSCRIPTIONGROUP_CONFIG: _r(Grant(G, GET, "group")),
     RC.BATCH_ACK_MESSAGE: _r(Grant(T, SUB, "@batchack"), Grant(G, SUB, "@batchack")),
     RC.QUERY_MESSAGE: _r(Grant(T, SUB, "topic")),
     RC.VIEW_MESSAGE_BY_ID: _r(Grant(T, SUB, "@record:offset")),

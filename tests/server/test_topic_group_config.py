@@ -1,0 +1,46 @@
+"""GET_TOPIC_CONFIG (351) / GET_SUBSCRIPTIONGROUP_CONFIG (352), and the topics named after the broker's cluster
+and the broker, as Apache's 5.x proxy reads them from a broker process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from codec.codes import RequestCode, ResponseCode
+from tests.server.raw import RawClient
+
+pytestmark = pytest.mark.process
+
+ROUTE = 105
+
+
+async def test_one_topic_and_one_group_config(broker_factory):
+    b = broker_factory({"brokerClusterName": "CfgCluster", "brokerName": "cfg-broker"})
+    c = await RawClient.connect(b.addr)
+    try:
+        r = await c.invoke(RequestCode.GET_TOPIC_CONFIG, {"topic": "TBW102"})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        d = json.loads(r.body)
+        assert d["topicName"] == "TBW102" and d["readQueueNums"] >= 1 and "perm" in d
+        r = await c.invoke(RequestCode.GET_TOPIC_CONFIG, {"topic": "NoSuchTopic"})
+        assert r.code == ResponseCode.TOPIC_NOT_EXIST and "NoSuchTopic" in (r.remark or "")
+        r = await c.invoke(RequestCode.GET_TOPIC_CONFIG, {})
+        assert r.code == ResponseCode.SYSTEM_ERROR and "topic" in (r.remark or "")
+
+        body = json.dumps({"groupName": "CfgG", "consumeMessageOrderly": True, "retryMaxTimes": 3}).encode()
+        assert (await c.invoke(200, {}, body)).code == ResponseCode.SUCCESS
+        r = await c.invoke(RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": "CfgG"})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        d = json.loads(r.body)
+        assert (d["groupName"], d["consumeMessageOrderly"], d["retryMaxTimes"]) == ("CfgG", True, 3)
+        r = await c.invoke(RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": "NoSuchGroup"})
+        assert r.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and "NoSuchGroup" in (r.remark or "")
+
+        # a route lookup of the cluster's name (how Apache's proxy finds the brokers to create its topics on)
+        for topic in ("CfgCluster", "cfg-broker"):
+            r = await c.invoke(ROUTE, {"topic": topic})
+            assert r.code == ResponseCode.SUCCESS, (topic, r.remark)
+            assert "cfg-broker" in r.body.decode()
+    finally:
+        await c.close()
