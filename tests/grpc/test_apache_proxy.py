@@ -1,0 +1,83 @@
+"""Apache's own RocketMQ 5.1.3 proxy in cluster mode (`mqproxy -pm cluster`, ../shared/rocketmq5) in front of a
+delaymq broker: it starts (system topics created through the cluster-name route), and the RocketMQ 5 Python
+client sends and pop-receives through it, the proxy reaching the broker only over remoting (POP_MESSAGE,
+ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME with Apache's extraInfo receipts)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from dataclasses import dataclass
+
+import pytest
+
+from codec.codes import ResponseCode
+from tests.grpc.conftest import uniq
+from tests.helpers.broker import pick_port_pair
+from tests.helpers.java import SHARED_DIR
+from tests.server.raw import RawClient
+
+RMQ5 = SHARED_DIR / "rocketmq5"
+pytestmark = [
+    pytest.mark.interop,
+    pytest.mark.skipif(not (RMQ5 / "bin" / "mqproxy").is_file() or shutil.which("java") is None,
+                       reason=f"no Apache RocketMQ 5.1.3 at {RMQ5} (../shared absent) or no java on PATH"),
+]
+CREATE_TOPIC, CREATE_GROUP, UPDATE_OFFSET = 17, 200, 15
+
+
+@dataclass
+class Endpoint:
+    grpc_addr: str  # what the agents dial (the proxy's gRPC port)
+
+
+def start_proxy(agents, tmp_path, namesrv: str) -> Endpoint:
+    grpc_port, remoting_port = pick_port_pair(), pick_port_pair()
+    conf = tmp_path / "proxy.json"
+    conf.write_text(json.dumps({"rocketMQClusterName": "DefaultCluster", "grpcServerPort": grpc_port,
+                                "remotingListenPort": remoting_port, "namesrvAddr": namesrv}))
+    home = tmp_path / "proxy-home"
+    home.mkdir()
+    proxy = agents._start("apache-proxy", [str(RMQ5 / "bin" / "mqproxy"), "-pm", "cluster", "-pc", str(conf)],
+                          env={"RMQ_USER_HOME": str(home), "RMQ_HEAP": "-Xms128m -Xmx384m"})
+    proxy.wait_for(lambda a: any("startup successfully" in line for line in a.raw_lines), 90,
+                   "Apache's proxy to start in front of the delaymq broker")
+    return Endpoint(f"127.0.0.1:{grpc_port}")
+
+
+async def prepare(addr: str, topic: str, group: str) -> None:
+    """The topic (1 queue), the group, and the group's offset at 0: Apache's proxy pops with initMode MAX,
+    which would start a new group at the queue's last message."""
+    c = await RawClient.connect(addr)
+    try:
+        r = await c.invoke(CREATE_TOPIC, {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": "1",
+                                          "writeQueueNums": "1", "perm": "6", "topicFilterType": "SINGLE_TAG",
+                                          "topicSysFlag": "0", "order": "false"})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        r = await c.invoke(CREATE_GROUP, {}, json.dumps({"groupName": group}).encode())
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        r = await c.invoke(UPDATE_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": "0",
+                                           "commitOffset": "0"})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+    finally:
+        await c.close()
+
+
+def test_python_client_sends_and_receives_through_apaches_cluster_proxy(broker_factory, agents, tmp_path):
+    b = broker_factory()
+    topic, group = uniq("PxT"), uniq("PxG")
+    asyncio.run(prepare(b.addr, topic, group))
+    proxy = start_proxy(agents, tmp_path, b.addr)
+    sent = agents.run_rmq5("produce", proxy, topic=topic, count=5, tag="tagA", timeout=90)
+    assert len(sent.of("sent")) == 5
+    c = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=5, tag="tagA", max_seconds=60,
+                        timeout=90)
+    got = c.of("received")
+    assert sorted(e["body"] for e in got) == [f"m{i}" for i in range(5)]
+    assert {e["id"] for e in got} == {e["id"] for e in sent.of("sent")}
+    assert len(c.of("acked")) == 5
+    # acked through the proxy: the broker hands nothing out again
+    again = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=1, max_seconds=5,
+                            timeout=60, expect_code=3)
+    assert again.of("received") == []
