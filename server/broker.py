@@ -44,6 +44,7 @@ from server.rebalance_lock import RebalanceLockManager
 from server.runtime_info import broker_runtime_info
 from server.security import Security
 from server.security import install as install_security
+from server.topic_attributes import TopicAttributes
 from server.topics import TopicManager
 from server.transactions import TransactionService
 from server.wiring import (
@@ -88,6 +89,7 @@ class BrokerController:
                                    config.default_topic_queue_nums)
         self.groups = SubscriptionGroupTable(root, config.auto_create_subscription_group, self.meta)
         self.offsets = ConsumerOffsetManager(root, self.meta)
+        self.topic_attributes = TopicAttributes(root)  # RocketMQ 5's message.type, beside the topic table
         self.clients = ClientManager(notify_consumer_ids_changed,
                                      expired_timeout_s=config.client_channel_expired_timeout / 1000.0)
         self.locks = RebalanceLockManager(config.channel_lock_max_live_time_ms)
@@ -129,6 +131,7 @@ class BrokerController:
                  delay_table={f"L{i + 1}": ms for i, ms in enumerate(self.levels)})
         cfg.validate()
         self.topics.load()
+        self.topic_attributes.load()
         self.groups.load()
         self.offsets.load()
         self.topics.ensure_system_topics(len(self.levels), cfg.timer_wheel_enable, cfg.broker_cluster_name,
@@ -263,6 +266,7 @@ class BrokerController:
     def delete_topic(self, topic: str) -> bool:
         """DELETE_TOPIC_IN_BROKER: the topic's config, its consumer offsets, ConsumeQueues and stats."""
         existed = self.topics.table.delete(topic)
+        self.topic_attributes.delete(topic)
         for group in list(self.offsets.groups_of(topic)):
             self.offsets.remove_group(group, topic)
         self.offsets.persist()

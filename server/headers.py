@@ -140,6 +140,7 @@ class CreateTopicHeader(Header):
     topicFilterType: str
     topicSysFlag: int | None
     order: bool
+    attributes: str | None  # RocketMQ 5: "+message.type=DELAY,-key" (server.topic_attributes)
 
 
 CREATE_TOPIC = HeaderSpec(CreateTopicHeader)

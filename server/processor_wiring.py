@@ -112,7 +112,7 @@ def register_processors(server: Registrar, b: BrokerController) -> None:
     consumer_send_back.register(server, send_back_deps(b))
     transaction.register(server, built(b.transactions, "transactions"))
     admin.register(server, AdminDeps(config=cfg, store=store, topics=b.topics, meta=b.meta,
-                                     runtime_info=b.runtime_info))
+                                     runtime_info=b.runtime_info, attributes=b.topic_attributes))
     admin_stats.register(server, AdminStatsDeps(config=cfg, store=store, topics=b.topics, groups=b.groups,
                                                 offsets=b.offsets, clients=b.clients, meta=b.meta,
                                                 boot_ms=b.boot_ms))
@@ -123,5 +123,6 @@ def register_processors(server: Registrar, b: BrokerController) -> None:
                                             offsets=b.offsets, clients=b.clients, stats=b.stats,
                                             delete_topic=b.delete_topic))
     scheduled.register(server, ScheduledDeps(scheduled=built(b.scheduled, "scheduled"), levels=b.levels))
-    topic_group_config.register(server, TopicGroupConfigDeps(topics=b.topics, groups=b.groups))
+    topic_group_config.register(server, TopicGroupConfigDeps(topics=b.topics, groups=b.groups,
+                                                                  attributes=b.topic_attributes))
     pop.register(server, PopProcessorDeps(pop=built(b.pop, "pop"), broker_name=cfg.broker_name))

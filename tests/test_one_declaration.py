@@ -35,7 +35,9 @@ DECLARED = {"codec/codes.py"}  # where the codes are declared
 PROPERTY_PACKAGES = ("codec", "remoting", "storage", "scheduler", "server", "client", "analytics", "bench")
 PROPERTY_DECLARED = "codec/properties.py"
 # (module, literal) -> why that literal is not a message property name there
-PROPERTY_ALLOWED: dict[tuple[str, str | bytes], str] = {}
+PROPERTY_ALLOWED: dict[tuple[str, str | bytes], str] = {
+    ("server/topic_attributes.py", "DELAY"): "a value of RocketMQ 5's topic attribute message.type, not a property",
+}
 PROPERTY_NAMES = frozenset(v for k, v in vars(MessageConst).items()
                            if not k.startswith("_") and k != "KEY_SEPARATOR" and isinstance(v, str))
 # a name at a segment start followed by the name/value separator: "DELAY\x01", "\x02REAL_QID\x01"

@@ -1,7 +1,7 @@
 """GET_TOPIC_CONFIG (351) and GET_SUBSCRIPTIONGROUP_CONFIG (352): one topic's / one group's config, as
 RocketMQ 5 brokers answer them (AdminBrokerProcessor). Apache's 5.x proxy in cluster mode reads a topic's
-message type from the first (TopicConfigAndQueueMapping: the TopicConfig fields, no queue mapping here;
-no `message.type` attribute means NORMAL) and a group's settings (FIFO, retry policy) from the second."""
+message type from the first (TopicConfigAndQueueMapping: the TopicConfig fields and the topic's attributes
+(server.topic_attributes), no queue mapping here; no `message.type` attribute means NORMAL) and a group's settings (FIFO, retry policy) from the second."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from server import headers as H
 from server.processors import Peer, Registrar, error, guarded, ok
 
 if TYPE_CHECKING:
+    from server.topic_attributes import TopicAttributes
     from server.topics import TopicManager
     from storage.subscription_group import SubscriptionGroupTable
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 class TopicGroupConfigDeps:
     topics: TopicManager
     groups: SubscriptionGroupTable
+    attributes: TopicAttributes
 
 
 def register(server: Registrar, deps: TopicGroupConfigDeps) -> None:
@@ -33,7 +35,8 @@ def register(server: Registrar, deps: TopicGroupConfigDeps) -> None:
         tcfg = deps.topics.get(h.topic)
         if tcfg is None:
             return error(cmd, ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {h.topic}")
-        return ok(cmd, body=dumps(tcfg.to_json()))
+        attributes = deps.attributes.get(h.topic)
+        return ok(cmd, body=dumps({**tcfg.to_json(), **({"attributes": attributes} if attributes else {})}))
 
     @guarded
     def group_config(conn: Peer, cmd: RemotingCommand) -> Response:

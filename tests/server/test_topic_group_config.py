@@ -44,3 +44,45 @@ async def test_one_topic_and_one_group_config(broker_factory):
             assert "cfg-broker" in r.body.decode()
     finally:
         await c.close()
+
+
+def _create(topic: str, attributes: str | None) -> dict[str, str]:
+    ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6",
+           "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}
+    if attributes is not None:
+        ext["attributes"] = attributes
+    return ext
+
+
+async def _attributes(c: RawClient, topic: str) -> dict[str, str]:
+    r = await c.invoke(RequestCode.GET_TOPIC_CONFIG, {"topic": topic})
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    attributes: dict[str, str] = json.loads(r.body).get("attributes", {})
+    return attributes
+
+
+async def test_message_type_attribute_is_set_changed_removed_and_survives_kill_9(broker_factory):
+    b = broker_factory()
+    c = await RawClient.connect(b.addr)
+    try:
+        assert (await c.invoke(17, _create("AttrT", "+message.type=DELAY"))).code == ResponseCode.SUCCESS
+        assert await _attributes(c, "AttrT") == {"message.type": "DELAY"}
+        for bad, words in (("+message.type=BOGUS", "BOGUS"), ("+queue.type=BatchCQ", "queue.type"),
+                           ("message.type=FIFO", "format"), ("+message.type=FIFO,+message.type=DELAY", "duplication")):
+            r = await c.invoke(17, _create("AttrT", bad))
+            assert r.code == ResponseCode.SYSTEM_ERROR and words in (r.remark or ""), (bad, r.remark)
+        assert await _attributes(c, "AttrT") == {"message.type": "DELAY"}  # a refused change changes nothing
+        assert (await c.invoke(17, _create("AttrT", "+message.type=FIFO"))).code == ResponseCode.SUCCESS
+        assert (await c.invoke(17, _create("AttrN", None))).code == ResponseCode.SUCCESS
+        assert await _attributes(c, "AttrN") == {}
+    finally:
+        await c.close()
+    b.kill()
+    b.start()
+    c = await RawClient.connect(b.addr)
+    try:
+        assert await _attributes(c, "AttrT") == {"message.type": "FIFO"}
+        assert (await c.invoke(17, _create("AttrT", "-message.type"))).code == ResponseCode.SUCCESS
+        assert await _attributes(c, "AttrT") == {}
+    finally:
+        await c.close()
