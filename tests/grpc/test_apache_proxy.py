@@ -46,14 +46,15 @@ def start_proxy(agents, tmp_path, namesrv: str) -> Endpoint:
     return Endpoint(f"127.0.0.1:{grpc_port}")
 
 
-async def prepare(addr: str, topic: str, group: str) -> None:
-    """The topic (1 queue), the group, and the group's offset at 0: Apache's proxy pops with initMode MAX,
-    which would start a new group at the queue's last message."""
+async def prepare(addr: str, topic: str, group: str, message_type: str = "NORMAL") -> None:
+    """The topic (1 queue, its message.type), the group, and the group's offset at 0: Apache's proxy pops
+    with initMode MAX, which would start a new group at the queue's last message."""
     c = await RawClient.connect(addr)
     try:
         r = await c.invoke(CREATE_TOPIC, {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": "1",
                                           "writeQueueNums": "1", "perm": "6", "topicFilterType": "SINGLE_TAG",
-                                          "topicSysFlag": "0", "order": "false"})
+                                          "topicSysFlag": "0", "order": "false",
+                                          "attributes": f"+message.type={message_type}"})
         assert r.code == ResponseCode.SUCCESS, r.remark
         r = await c.invoke(CREATE_GROUP, {}, json.dumps({"groupName": group}).encode())
         assert r.code == ResponseCode.SUCCESS, r.remark
@@ -81,3 +82,20 @@ def test_python_client_sends_and_receives_through_apaches_cluster_proxy(broker_f
     again = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=1, max_seconds=5,
                             timeout=60, expect_code=3)
     assert again.of("received") == []
+
+
+def test_scheduled_messages_through_apaches_cluster_proxy_arrive_at_their_time(broker_factory, agents, tmp_path):
+    b = broker_factory()
+    topic, group = uniq("PxD"), uniq("PxDG")
+    asyncio.run(prepare(b.addr, topic, group, "DELAY"))
+    proxy = start_proxy(agents, tmp_path, b.addr)
+    c = agents.rmq5("simple", proxy, group=group, topic=topic, until_count=3, max_seconds=60)
+    c.wait_event("started", 60)
+    sent = agents.run_rmq5("produce", proxy, topic=topic, count=3, deliver_in=2, timeout=90)
+    assert len(sent.of("sent")) == 3
+    assert c.wait_exit(90) == 0, c.diagnostics()
+    due = {e["id"]: e["deliver_s"] * 1000 for e in sent.of("sent")}
+    got = c.of("received")
+    assert sorted(e["body"] for e in got) == ["m0", "m1", "m2"]
+    for e in got:  # never before its delivery time (the client sends whole seconds)
+        assert e["t"] >= due[e["id"]], (e, due[e["id"]])
