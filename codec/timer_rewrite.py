@@ -7,7 +7,7 @@ from that round trip (not UTF-8, duplicate keys, empty or separator-less segment
 separator) take that dict path instead.
 
 `build_timer_deliveries(raws, rolls, exact_ms, enqueue_ms, dequeue_ms, cancel)`: for each stored
-rmq_sys_wheel_timer record the record to put and where:
+rmq_sys_wheel_timer record the record to put and where (a `TimerDelivery`):
 - final delivery: REAL_TOPIC / REAL_QID, TIMER_ENQUEUE_MS and TIMER_DEQUEUE_MS set, tagsCode and
   the index keys (KEYS split on spaces, then UNIQ_KEY);
 - roll (a parked unit): back to rmq_sys_wheel_timer queue 0 with TIMER_ROLL_TIMES + 1,
@@ -25,8 +25,8 @@ builder. Nothing hot calls it; tests/scheduler/timer/test_timer_rewrite.py check
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Container, Iterable, Sequence
-from typing import Any
+from collections.abc import Container, Iterable, Sequence
+from dataclasses import dataclass
 
 from codec.buffers import BytesLike
 from codec.codes import TIMER_TOPIC
@@ -44,6 +44,20 @@ from codec.record_rewrite import _qid, _topic, rewrite_for_delivery, tags_code, 
 from codec.tags import java_hash
 
 MISSING, SKIPPED, CANCELLED = 0, 1, 2
+
+
+@dataclass(slots=True)
+class TimerDelivery:
+    """One converted timer record: the record to put (topic field and properties rewritten, TOTALSIZE and
+    QUEUEID set) and where it goes: the real topic and queue with its tagsCode and index keys, or for a
+    roll rmq_sys_wheel_timer / 0 with tagsCode 0 and no keys. `keys`: bytes from the batch builder, str
+    from the reference."""
+
+    record: bytearray
+    topic: str
+    queue_id: int
+    tags_code: int
+    keys: tuple[bytes, ...] | tuple[str, ...]
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -122,21 +136,15 @@ def _dict_map(pb: bytes) -> dict[bytes, bytes]:
     return {k.encode(): v.encode() for k, v in parse_properties(pb).items()}
 
 
-def _as_tuple(*fields: Any) -> tuple[Any, ...]:
-    return fields
-
-
 def build_timer_deliveries(raws: Sequence[BytesLike | None], rolls: Sequence[int], exact_ms: Sequence[int],
                            enqueue_ms: Sequence[int], dequeue_ms: int, cancel: Container[str] | None,
-                           make: Callable[..., Any] = _as_tuple,
-                           uniqs: list[bytes | None] | None = None) -> list[Any]:
-    """Per record: MISSING / SKIPPED / CANCELLED, or `make(record bytearray, topic, queue id, tagsCode,
-    index keys)` (a tuple by default; the dequeue passes PutRequest). Rolls go to rmq_sys_wheel_timer
+                           uniqs: list[bytes | None] | None = None) -> list[TimerDelivery | int]:
+    """Per record: MISSING / SKIPPED / CANCELLED, or its TimerDelivery. Rolls go to rmq_sys_wheel_timer
     / 0 with tagsCode 0 and no keys. `uniqs`, when given, gets each record's UNIQ_KEY bytes (None
     for a roll or a record that is not delivered). `cancel`: set of `REAL_TOPIC+UNIQ_KEY` str (the
     slot's delete marker keys). Raises CodecError on a malformed record or properties over 32767
     bytes, ValueError on a non-numeric TIMER_ROLL_TIMES."""
-    out: list[Any] = []
+    out: list[TimerDelivery | int] = []
     append = out.append
     keep_uniq = uniqs.append if uniqs is not None else None
     pack_i32 = _I32.pack_into
@@ -201,16 +209,16 @@ def build_timer_deliveries(raws: Sequence[BytesLike | None], rolls: Sequence[int
         rec += props
         pack_i32(rec, POS_TOTAL, len(rec))
         pack_i32(rec, POS_QUEUE_ID, qid)
-        append(make(rec, topic, qid, tcode, keys))
+        append(TimerDelivery(rec, topic, qid, tcode, keys))
         if keep_uniq:
             keep_uniq(uniq)
     return out
 
 
 def timer_delivery_reference(raw: BytesLike | None, roll: bool, exact_ms: int, enqueue_ms: int, dequeue_ms: int,
-                             cancel: Container[str] | None) -> Any:
+                             cancel: Container[str] | None) -> TimerDelivery | int:
     """`build_timer_deliveries([raw], [roll], [exact_ms], [enqueue_ms], dequeue_ms, cancel)[0]` the slow way:
-    MISSING / CANCELLED / SKIPPED, or (record, topic, queue id, tagsCode, index keys as str)."""
+    MISSING / CANCELLED / SKIPPED, or the TimerDelivery (index keys as str)."""
     if raw is None:
         return MISSING
     tail_span(raw)  # the same well-formedness check as the fast path (magic, every length): CodecError
@@ -221,7 +229,7 @@ def timer_delivery_reference(raw: BytesLike | None, roll: bool, exact_ms: int, e
         props[MessageConst.TIMER_ENQUEUE_MS] = str(enqueue_ms)
         props[MessageConst.TIMER_DEQUEUE_MS] = str(dequeue_ms)
         rec = rewrite_for_delivery(raw, TIMER_TOPIC, 0, properties_bytes=properties_to_string(props).encode())
-        return rec, TIMER_TOPIC, 0, 0, ()
+        return TimerDelivery(rec, TIMER_TOPIC, 0, 0, ())
     topic = props.get(MessageConst.REAL_TOPIC)
     uniq = props.get(MessageConst.UNIQ_KEY)
     if cancel and uniq and f"{topic}+{uniq}" in cancel:
@@ -241,4 +249,4 @@ def timer_delivery_reference(raw: BytesLike | None, roll: bool, exact_ms: int, e
     if uniq:
         keys.append(uniq)
     tags = props.get(MessageConst.TAGS)
-    return rec, topic, qid, java_hash(tags) if tags else 0, tuple(keys)
+    return TimerDelivery(rec, topic, qid, java_hash(tags) if tags else 0, tuple(keys))

@@ -24,9 +24,9 @@ from codec.codes import SCHEDULE_TOPIC, TIMER_TOPIC
 from codec.msgid import offset_msg_id
 from codec.properties import MessageConst
 from codec.record import decode_record
+from codec.timer_layout import MAGIC_DELETE
 from scheduler.due import level_due_ms
-from scheduler.timer.enqueue import CANCEL_ALREADY, CANCEL_DUE, CANCEL_NOT_FOUND
-from scheduler.timer.timerlog import MAGIC_DELETE
+from scheduler.timer.cancel import CancelState
 
 if TYPE_CHECKING:
     from codec.record import MessageRecord
@@ -262,11 +262,11 @@ class ScheduledBrowser:
             res.status, res.detail = "already_cancelled", "a cancel marker is already in its slot"
             return res
         state, why = self.timer.cancel_verdict(slot, f"{topic}+{uniq_key}", topic)  # the wheel itself (restarts)
-        if state == CANCEL_ALREADY:
+        if state is CancelState.ALREADY:
             res.status, res.detail = "already_cancelled", "a cancel marker is already in its slot"
             return res
-        if state == CANCEL_DUE or state == CANCEL_NOT_FOUND:
-            res.status, res.detail = "delivered" if state == CANCEL_DUE else "unknown", why or ""
+        if state is CancelState.DUE or state is CancelState.NOT_FOUND:
+            res.status, res.detail = "delivered" if state is CancelState.DUE else "unknown", why or ""
             return res
         if self.put_marker is None:
             res.status, res.detail = "unknown", "timer cancel is not available on this broker"

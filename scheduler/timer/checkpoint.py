@@ -1,19 +1,17 @@
 """timercheck: `<storeRoot>/config/timercheck`, 4096 bytes mmapped (scheduled-messages.md §4.4).
 
-int64 big-endian fields: 0 lastReadTimeMs, 8 lastTimerLogFlushPos, 16 lastTimerQueueOffset,
-24 masterTimerQueueOffset, 32 dataVersion.stateVersion, 40 dataVersion.timestamp, 48 dataVersion.counter.
+The fields (lastReadTimeMs, lastTimerLogFlushPos, lastTimerQueueOffset, masterTimerQueueOffset and
+dataVersion's stateVersion, timestamp, counter) are laid out by codec.timer_layout.CHECK.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
-import struct
 
+from codec.timer_layout import CHECK, CHECK_FIELD
 from storage.mapped_file import reserve_blocks
 
-CHECK = struct.Struct(">qqqqqqq")
-_I64 = struct.Struct(">q")
 FILE_SIZE = 4096
 
 
@@ -60,7 +58,7 @@ class TimerCheckpoint:
     def set_read_time(self, read_time_ms: int) -> None:
         """Record the read clock in the mapping at once (survives kill -9; msync'd by the next write)."""
         self.last_read_time_ms = read_time_ms
-        _I64.pack_into(self.mm, 0, read_time_ms)
+        CHECK_FIELD.pack_into(self.mm, 0, read_time_ms)
 
     def close(self) -> None:
         try:

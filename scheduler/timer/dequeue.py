@@ -1,6 +1,6 @@
-"""Dequeue stage, putter task (scheduled-messages.md §4.5 steps 4-5): ordered units → real topic.
+"""The Putter (scheduled-messages.md §4.5 steps 4-5): ordered units → real topic.
 
-The reader task (scheduler.timer.reader) hands over chunks of a due slot's units through a bounded
+The SlotReader (scheduler.timer.reader) hands over chunks of a due slot's units through a bounded
 asyncio.Queue, then the slot's end. The putter waits until each unit's exact ms (never early), rewrites the records (real topic and
   queue, TIMER_ENQUEUE_MS / TIMER_DEQUEUE_MS; roll units go back to rmq_sys_wheel_timer with
   TIMER_ROLL_TIMES + 1) and puts them in batches: per batch one MessageStore.read_records, one
@@ -26,34 +26,33 @@ import structlog
 from codec.buffers import BytesLike
 from codec.codes import SysFlag
 from codec.errors import CodecError
-from codec.properties import parse_properties
+from codec.properties import MessageConst, parse_properties
 from codec.record import POS_SYS_FLAG, read_properties_bytes, read_store_timestamp, store_timestamp_pos
-from codec.timer_rewrite import CANCELLED, MISSING, SKIPPED, build_timer_deliveries
-from scheduler.events import count_puts
+from codec.timer_layout import MAGIC_ROLL
+from codec.timer_rewrite import CANCELLED, MISSING, SKIPPED, TimerDelivery, build_timer_deliveries
+from scheduler.events import PutObserver, count_puts
 from scheduler.progress_file import NO_PHYS
-from scheduler.quarantine import GIVE_UP, TIMER_DEQUEUE
-from scheduler.timer.hook import REAL_TOPIC as REAL_TOPIC_KEY
-from scheduler.timer.hook import TIMER_DEL_UNIQKEY
-from scheduler.timer.metrics import DeliveryRow
-from scheduler.timer.reader import SlotChunk, now_ms
-from scheduler.timer.state import SlotProgress, TimerState
-from scheduler.timer.timerlog import MAGIC_ROLL
-from storage.message_store import PutStatus
+from scheduler.quarantine import GIVE_UP, TIMER_DEQUEUE, Quarantine
+from scheduler.timer.config import TimerConfig
+from scheduler.timer.metrics import DeliveryRow, TimerMetrics
+from scheduler.timer.msg_ids import msg_id_prefix
+from scheduler.timer.reader import PutItem, SlotChunk
+from scheduler.timer.state import SlotProgress, TimerClocks, TimerFiles, now_ms, sleep_until
+from storage.message_store import MessageStore, PutStatus
 from storage.store_types import IndexKeys
 
 log = structlog.get_logger(__name__)
 
 QUARANTINED = -1  # a unit whose record was set aside (scheduler.quarantine)
 PUT_OK = PutStatus.PUT_OK
+REAL_TOPIC_KEY, TIMER_DEL_UNIQKEY = MessageConst.REAL_TOPIC, MessageConst.TIMER_DEL_UNIQKEY
 _SYS_FLAG = struct.Struct(">i")
 _TS_POS = (store_timestamp_pos(0), store_timestamp_pos(SysFlag.BORNHOST_V6))  # STORETIMESTAMP by BORNHOST_V6
 
 
-# one converted record as codec.timer_rewrite.build_timer_deliveries makes it (its default `make`):
-# (record, topic, queue id, tagsCode, index keys); an int instead: MISSING / SKIPPED / CANCELLED /
-# QUARANTINED. Plain tuples on purpose: one per delivered message, built in the conversion's loop.
-Delivery = tuple[bytearray, str, int, int, IndexKeys]
-Built = list[Delivery | int]
+# per unit, as codec.timer_rewrite.build_timer_deliveries makes it: its TimerDelivery, or MISSING /
+# SKIPPED / CANCELLED / QUARANTINED
+Built = list[TimerDelivery | int]
 
 
 class DueEvent(NamedTuple):
@@ -67,19 +66,19 @@ class DueEvent(NamedTuple):
 
 
 class _PutRun:
-    """Converted records (record, topic, queue id, tagsCode, keys) as MessageStore.put_batch takes
-    them (a storage.store_types.PutBatch): back to back in one buffer."""
+    """Converted records (TimerDelivery) as MessageStore.put_batch takes them (a
+    storage.store_types.PutBatch): back to back in one buffer."""
 
     __slots__ = ("buf", "starts", "dests", "tags_codes", "keys", "ts_pos", "deliver_delays")
 
-    def __init__(self, built: Sequence[Delivery]) -> None:
+    def __init__(self, built: Sequence[TimerDelivery]) -> None:
         self.deliver_delays: list[int] | None = None  # a roll goes back to the wheel's topic by its own TIMER_OUT_MS
-        recs = [rec for rec, _topic, _qid, _tags_code, _keys in built]
+        recs = [d.record for d in built]
         self.buf = bytearray(b"".join(recs))
         self.starts = list(accumulate(map(len, recs), initial=0))
-        self.dests = [(topic, qid) for _rec, topic, qid, _tags_code, _keys in built]
-        self.tags_codes = [tags_code for _rec, _topic, _qid, tags_code, _keys in built]
-        self.keys = [keys for _rec, _topic, _qid, _tags_code, keys in built]
+        self.dests = [(d.topic, d.queue_id) for d in built]
+        self.tags_codes = [d.tags_code for d in built]
+        self.keys: list[IndexKeys] = [d.keys for d in built]
         sys_flag = _SYS_FLAG.unpack_from
         buf = self.buf
         self.ts_pos = [s + _TS_POS[(sys_flag(buf, s + POS_SYS_FLAG)[0] & SysFlag.BORNHOST_V6) != 0]
@@ -92,35 +91,52 @@ def _no_real_topic(raw: BytesLike) -> bool:
     return not props.get(REAL_TOPIC_KEY) and TIMER_DEL_UNIQKEY not in props
 
 
-class DequeueMixin(TimerState):
-    # ---- putter ------------------------------------------------------------------------
-    async def _putter_loop(self) -> None:
-        q = self._put_queue
-        assert q is not None  # started with the service (start / promote)
+class Putter:
+    """Takes a slot's chunks from `put_queue`, waits for each unit's exact ms, builds the deliveries, puts
+    them and advances the read clock (`TimerClocks.commit_read_ms`, the checkpoint) and scheduleProgress
+    (`run`: the supervised task). `done_key`: (slot, (due, timerlog position)) of the last unit put, as
+    recovery found it."""
+
+    def __init__(self, store: MessageStore, config: TimerConfig, files: TimerFiles, clocks: TimerClocks,
+                 put_queue: asyncio.Queue[PutItem], metrics: TimerMetrics, quarantine: Quarantine,
+                 on_put: PutObserver, done_key: tuple[int, tuple[int, int]] = (-1, (-1, -1))) -> None:
+        self.store = store
+        self.config = config
+        self.files = files
+        self.clocks = clocks
+        self.put_queue = put_queue
+        self.metrics = metrics
+        self.quarantine = quarantine
+        self.on_put = on_put
+        self._put_current: PutItem | None = None  # the item in progress: a restarted putter finishes it first
+        self._done_key_slot, self._done_key = done_key  # (due, timerlog position) of the last unit put of that slot
+
+    async def run(self) -> None:
+        q, clocks = self.put_queue, self.clocks
         while True:
             item = self._put_current  # a chunk a failed run did not finish (the supervisor restarted us)
             if item is None:
                 item = self._put_current = await q.get()
             if isinstance(item, int):
-                if item > self.commit_read_ms:
-                    files = self.files()
-                    self.commit_read_ms = item
+                if item > clocks.commit_read_ms:
+                    files = self.files
+                    clocks.commit_read_ms = item
                     files.checkpoint.set_read_time(item)
                     self._done_key_slot, self._done_key = item, (-1, -1)
                     files.progress_file.timer_commit(item, -1, -1, -1, self.store.commitlog_max_offset())
-                    self.slot_progress = SlotProgress(item, 0, -1, -1)
+                    clocks.slot_progress = SlotProgress(item, 0, -1, -1)
             else:
                 await self._deliver_chunk(item)
             self._put_current = None
 
     async def _deliver_chunk(self, c: SlotChunk) -> None:
-        files = self.files()
-        if c.slot > self.commit_read_ms:  # the reader went past empty slots to this one: the clock follows
-            self.commit_read_ms = c.slot
+        files, clocks = self.files, self.clocks
+        if c.slot > clocks.commit_read_ms:  # the reader went past empty slots to this one: the clock follows
+            clocks.commit_read_ms = c.slot
             files.checkpoint.set_read_time(c.slot)
-        if c.slot != self.slot_progress.slot_ms:  # [cluster-ha] the slot in progress, for the slaves
+        if c.slot != clocks.slot_progress.slot_ms:  # [cluster-ha] the slot in progress, for the slaves
             d = c.done
-            self.slot_progress = SlotProgress(c.slot, c.base + d, int(c.due[d - 1]) if d else -1,
+            clocks.slot_progress = SlotProgress(c.slot, c.base + d, int(c.due[d - 1]) if d else -1,
                                               int(c.offset[d - 1]) if d else -1)
         if c.slot != self._done_key_slot:
             self._done_key_slot, self._done_key = c.slot, (-1, -1)
@@ -131,13 +147,13 @@ class DequeueMixin(TimerState):
             now = now_ms()
             j = i + int(np.searchsorted(c.due[i:n], now, side="right"))
             if j == i:
-                await self._sleep_until(int(c.due[i]), wakeable=False)
+                await sleep_until(int(c.due[i]))
                 continue
             while i < j:
                 k = min(j, i + batch)
                 await self._put_units(c, i, k)
                 # seed 003's localIndex: units of the slot put so far, and the due order key of the last
-                self.slot_progress = SlotProgress(c.slot, c.base + k, int(c.due[k - 1]), int(c.offset[k - 1]))
+                clocks.slot_progress = SlotProgress(c.slot, c.base + k, int(c.due[k - 1]), int(c.offset[k - 1]))
                 i = c.done = k
 
     async def _put_units(self, c: SlotChunk, lo: int, hi: int) -> None:
@@ -156,7 +172,7 @@ class DequeueMixin(TimerState):
             built = build_timer_deliveries(raws, rolls, exact, write_ms, deq, c.cancel, uniqs=uniqs)
         except (CodecError, ValueError):  # a poison record: set it aside, the rest of the batch goes on
             built = self._isolate(raws, rolls, exact, write_ms, deq, c.cancel, uniqs, offsets, c.slot)
-        reqs: list[Delivery] = []
+        reqs: list[TimerDelivery] = []
         dues: list[int | None] = []  # exact deliver ms of a final delivery, None for a roll
         units_of: list[int] = []  # chunk index of each request's unit
         origins: list[tuple[memoryview, int]] = []  # per request: (stored timer record, its CommitLog offset)
@@ -183,7 +199,7 @@ class DequeueMixin(TimerState):
             dues.append(due)
             if events is not None and uniqs is not None:
                 u = uniqs[k]
-                events.append(DueEvent(self.msg_id_prefix(raw), b[1], u.decode("utf-8", "replace") if u is not None
+                events.append(DueEvent(msg_id_prefix(raw), b.topic, u.decode("utf-8", "replace") if u is not None
                                        else None, read_store_timestamp(raw, 0), offsets[k]))
         del raws
         if events:
@@ -194,7 +210,7 @@ class DequeueMixin(TimerState):
     def _commit_through(self, c: SlotChunk, i: int) -> None:
         """scheduleProgress: units of the chunk up to index i (inclusive) are put; -1 = none of them
         (the progress keeps the key it had)."""
-        progress = self.files().progress_file
+        progress = self.files.progress_file
         if i < 0:
             progress.timer_begin(NO_PHYS)  # nothing of this put stored: only the in-flight mark goes
             return
@@ -226,10 +242,10 @@ class DequeueMixin(TimerState):
         if not self.quarantine.set_aside(raw, reason, TIMER_DEQUEUE, phys, **context):
             raise RuntimeError(f"quarantine put failed for the timer record at {phys}: try again")
 
-    async def _put_with_retry(self, reqs: list[Delivery], dues: list[int | None], events: list[DueEvent | None] | None,
+    async def _put_with_retry(self, reqs: list[TimerDelivery], dues: list[int | None], events: list[DueEvent | None] | None,
                               origins: list[tuple[memoryview, int]], c: SlotChunk, lo: int, hi: int,
                               units_of: list[int]) -> None:
-        """Put the converted records (tuples) with MessageStore.put_batch; records that failed with a
+        """Put the converted records (TimerDelivery) with MessageStore.put_batch; records that failed with a
         retryable status are put again after a back-off, ones the store refuses for good (too large
         once converted) are quarantined. scheduleProgress moves in the same step as the first put:
         through unit hi - 1, or up to the unit before the first failure (`units_of[k]`: chunk index of
@@ -237,7 +253,7 @@ class DequeueMixin(TimerState):
         once every failed record is stored or set aside (retries carry no in-flight mark: a kill during
         them may re-deliver, never lose)."""
         m = self.metrics
-        progress = self.files().progress_file
+        progress = self.files.progress_file
         backoff = 0.5 * self.config.precision_ms / 1000.0
         first = True
         if not reqs:
@@ -275,7 +291,7 @@ class DequeueMixin(TimerState):
                                           done))
                 elif statuses[k] in GIVE_UP and self.quarantine.set_aside(
                         origins[k][0], f"delivery refused by the store: {statuses[k].name}", TIMER_DEQUEUE,
-                        origins[k][1], topic=reqs[k][1], roll=due is None):
+                        origins[k][1], topic=reqs[k].topic, roll=due is None):
                     m.put_failures += 1
                 else:
                     m.put_failures += 1
@@ -283,7 +299,7 @@ class DequeueMixin(TimerState):
             m.rolled += rolled
             put = reqs if stored is None else [reqs[k] for k in stored]
             if put:  # counted as puts of their topics (real topic, or rmq_sys_wheel_timer for a roll)
-                count_puts(self.on_put, [r[1] for r in put], [len(r[0]) for r in put])
+                count_puts(self.on_put, [r.topic for r in put], [len(r.record) for r in put])
             if late:
                 m.delivered += len(late)
                 m.lateness.observe_many(late)

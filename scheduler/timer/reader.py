@@ -1,30 +1,31 @@
-"""Dequeue stage, reader task (scheduled-messages.md §4.5 step 3): due slot → ordered chunks of units.
+"""The SlotReader (scheduled-messages.md §4.5 step 3): due slot → ordered chunks of units.
 
 The reader finds the next non-empty slot (wheel occupancy search), sleeps until its time with
-loop.call_at (woken early when the enqueue stage links an earlier slot), walks the slot's unit chain
+loop.call_at (woken early through the ReaderAlarm when the Enqueuer links an earlier slot), walks the slot's unit chain
 (lastPos → prevPos), collects cancel keys from the delete markers, orders the units by their exact
-deliver ms (timerlog reserved field) and hands chunks to the putter (scheduler.timer.dequeue) through
+deliver ms (timerlog reserved field) and hands chunks to the Putter (scheduler.timer.dequeue) through
 a bounded asyncio.Queue, then the slot's end (the read clock may move there once it is put).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 
 import numpy as np
 import numpy.typing as npt
 import structlog
 
-from codec.properties import parse_properties
+from codec.properties import MessageConst, parse_properties
 from codec.record import read_properties_bytes
-from scheduler.timer.hook import TIMER_DEL_UNIQKEY
-from scheduler.timer.state import TimerState
-from scheduler.timer.timerlog import MAGIC_DELETE, MAGIC_ROLL, UNIT_DTYPE, UnitArray
+from codec.timer_layout import MAGIC_DELETE, MAGIC_ROLL, UNIT_DTYPE, UnitArray
+from scheduler.timer.config import TimerConfig
+from scheduler.timer.state import NEVER, ReaderAlarm, SlotResume, TimerClocks, TimerFiles, now_ms, sleep_until
+from storage.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 
 CHUNK = 4096
+TIMER_DEL_UNIQKEY = MessageConst.TIMER_DEL_UNIQKEY
 
 
 I64 = npt.NDArray[np.int64]
@@ -65,10 +66,6 @@ class SlotChunk:
                          self.last_pos)
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def already_put(c: SlotChunk, done_due: int, done_pos: int, last_pos: int) -> npt.NDArray[np.bool_]:
     """Which units of a reloaded slot scheduleProgress says were put before: units the slot held when
     it was loaded then (timerlog position <= last_pos) ordered at or before (done_due, done_pos)."""
@@ -76,62 +73,95 @@ def already_put(c: SlotChunk, done_due: int, done_pos: int, last_pos: int) -> np
     return put
 
 
-def _set_done(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
+# what the Putter takes from the SlotReader: a chunk of a slot's units, or the slot's end (the slot is fully
+# queued: the read clock may move there)
+PutItem = SlotChunk | int
 
 
-class ReaderMixin(TimerState):
-    # ---- wake-ups ----------------------------------------------------------------------
-    def _wake_reader(self, slot: int) -> None:
-        if slot < self._reader_target:
-            fut = self._reader_wake
-            if fut is not None and not fut.done():
-                fut.set_result(None)
+def walk_slot(files: TimerFiles, s: int) -> tuple[int, list[UnitArray]]:
+    """(the slot's chain end, the chain's units) without yielding (recovery)."""
+    _first, last, _num = files.wheel.get_slot(s)
+    return last, [step.units for step in files.timerlog.walk_chain(last)]
 
-    async def _sleep_until(self, target_ms: int, wakeable: bool) -> None:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        if wakeable:
-            self._reader_wake = fut
-        delay = max(0.0, (target_ms - now_ms()) / 1000.0)
-        handle = loop.call_at(loop.time() + delay, _set_done, fut)
-        try:
-            await fut
-        finally:
-            handle.cancel()
-            if wakeable:
-                self._reader_wake = None
 
-    # ---- reader ------------------------------------------------------------------------
-    async def _reader_loop(self) -> None:
+def order_slot(store: MessageStore, s: int, last: int, parts: list[UnitArray],
+               markers_upto: int | None = None) -> SlotChunk:
+    """The walked chain (newest first) of slot s as one SlotChunk: delete markers set aside (their
+    keys), units in due order, ties oldest first (lower timerlog position): the walk is reversed
+    before the stable sort, as RocketMQ 5's dequeue puts each unit at the front of its
+    normal-message list. So the order is by (due, timerlog position)."""
+    chain = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, dtype=UNIT_DTYPE)
+    # a unit's own position: the chain's start for the first, else the prevPos of the one before it
+    where: I64 = np.empty(len(chain), dtype=np.int64)
+    if len(chain):
+        where[0] = last
+        where[1:] = chain["prev"][:-1]
+    units, where = chain[::-1], where[::-1]
+    magic: I64 = units["magic"].astype(np.int64)
+    marker = ((magic & MAGIC_DELETE) != 0) & ((magic & MAGIC_ROLL) == 0)
+    cancel: set[str] = set()
+    if marker.any():
+        seen = marker if markers_upto is None else marker & (where <= markers_upto)
+        for off, sz in zip(units["offset"][seen].tolist(), units["size_py"][seen].tolist(), strict=True):
+            rec = store.read_record(off, sz)
+            if rec is not None:
+                key = parse_properties(read_properties_bytes(rec, 0)).get(TIMER_DEL_UNIQKEY)
+                if key:
+                    cancel.add(key)
+        keep = ~marker
+        units, magic, where = units[keep], magic[keep], where[keep]
+    exact: I64 = units["exact"].astype(np.int64)
+    due: I64 = np.where((magic & MAGIC_ROLL) != 0, s, exact)
+    order = np.argsort(due, kind="stable")
+    return SlotChunk(s, cancel, due[order], exact[order], units["offset"].astype(np.int64)[order],
+                     units["size_py"].astype(np.int64)[order], magic[order],
+                     units["write_ms"].astype(np.int64)[order], 0, where[order], last)
+
+
+class SlotReader:
+    """Sleeps to the next non-empty slot, walks its chain and hands its units, in due order, to the
+    Putter through `put_queue` (`run`: the supervised task). It moves the reader cursor
+    (`TimerClocks.move_cursor`); `resume` says what of a slot was already put (after a kill -9 or a
+    promotion)."""
+
+    def __init__(self, store: MessageStore, config: TimerConfig, files: TimerFiles, clocks: TimerClocks,
+                 alarm: ReaderAlarm, put_queue: asyncio.Queue[PutItem], resume: SlotResume) -> None:
+        self.store = store
+        self.config = config
+        self.files = files
+        self.clocks = clocks
+        self.alarm = alarm
+        self.put_queue = put_queue
+        self.resume = resume
+        self.running = False  # the facade's switch: `run` returns once it is off
+
+    async def run(self) -> None:
         prec = self.config.precision_ms
-        wheel = self.files().wheel
-        put_queue = self._put_queue
-        assert put_queue is not None  # started with the service (start / promote)
-        while self._running:
-            s = wheel.next_nonempty(self.read_cursor_ms)
+        wheel = self.files.wheel
+        put_queue, clocks, alarm = self.put_queue, self.clocks, self.alarm
+        while self.running:
+            s = wheel.next_nonempty(clocks.read_cursor_ms)
             now = now_ms()
             if s is None or s > now:
                 floor_now = now - now % prec
                 target = floor_now if s is None else min(s, floor_now)
-                if target > self.read_cursor_ms:  # empty slots passed: let the read clock follow time
-                    self._move_cursor(target)
+                if target > clocks.read_cursor_ms:  # empty slots passed: let the read clock follow time
+                    clocks.move_cursor(target)
                     await put_queue.put(target)
-                self._reader_target = s if s is not None else 1 << 62
+                alarm.target = s if s is not None else NEVER
                 # idle: wake at least every quarter ring so the cursor never falls a ring behind
-                await self._sleep_until(s if s is not None else now + wheel.ring // 8 * prec, wakeable=True)
-                self._reader_target = 1 << 62
+                await sleep_until(s if s is not None else now + wheel.ring // 8 * prec, alarm)
+                alarm.target = NEVER
                 continue
             if wheel.get_slot(s)[1] < 0:  # stale occupancy mark (slot holds another time)
                 wheel.release(s)
                 continue
-            self._move_cursor(s + prec)
+            clocks.move_cursor(s + prec)
             try:
                 chunks = await self._load_slot(s)
             except Exception:  # nothing of the slot was queued: a restarted reader loads it again
                 wheel.reoccupy(s)
-                self._move_cursor(s)
+                clocks.move_cursor(s)
                 raise
             for chunk in chunks:
                 await put_queue.put(chunk)
@@ -139,9 +169,8 @@ class ReaderMixin(TimerState):
 
     async def _load_slot(self, s: int) -> list[SlotChunk]:
         """Walk the chain of slot s (yielding to the loop between steps of a long chain), then
-        `_order_slot`; split into chunks of CHUNK units."""
-        files = self.files()
-        wheel, tl = files.wheel, files.timerlog
+        `order_slot`; split into chunks of CHUNK units."""
+        wheel, tl = self.files.wheel, self.files.timerlog
         _first, last, _num = wheel.get_slot(s)
         wheel.release(s)
         parts = []
@@ -152,59 +181,21 @@ class ReaderMixin(TimerState):
             elif step.more:
                 await asyncio.sleep(0)  # yield to the loop between steps of a long chain
         tl.forget_read_pages()
-        c = self._order_slot(s, last, parts)
+        c = order_slot(self.store, s, last, parts)
         skipped = 0
-        after = self._resume_after
+        after = self.resume.after_promotion
         if after is not None and after.slot_ms == s:
             # a promoted slave: the old master had put this slot's units up to (due, phys)
-            self._resume_after = None
+            self.resume.after_promotion = None
             done = (c.due < after.due_ms) | ((c.due == after.due_ms) & (c.offset <= after.phys))
             skipped = int(done.sum())
             c = c.take(~done)
             log.info("timer.resume_slot", slot=s, skipped=skipped, remaining=len(c))
-        resume = self._resume
+        resume = self.resume.after_kill
         if resume is not None and resume.slot_ms == s:  # the slot a kill interrupted: what was put stays put
-            self._resume = None
+            self.resume.after_kill = None
             done = already_put(c, resume.done_due, resume.done_pos, resume.last_pos)
             skipped += int(done.sum())
             c = c.take(~done)
             log.info("timer.slot_resumed", slot=s, done_due=resume.done_due, done_pos=resume.done_pos, left=len(c))
         return [c.take(slice(i, i + CHUNK), skipped + i) for i in range(0, len(c), CHUNK)]
-
-    def _walk_slot(self, s: int) -> tuple[int, list[UnitArray]]:
-        """(the slot's chain end, the chain's units) without yielding (recovery)."""
-        files = self.files()
-        _first, last, _num = files.wheel.get_slot(s)
-        return last, [step.units for step in files.timerlog.walk_chain(last)]
-
-    def _order_slot(self, s: int, last: int, parts: list[UnitArray], markers_upto: int | None = None) -> SlotChunk:
-        """The walked chain (newest first) of slot s as one SlotChunk: delete markers set aside (their
-        keys), units in due order, ties oldest first (lower timerlog position): the walk is reversed
-        before the stable sort, as RocketMQ 5's dequeue puts each unit at the front of its
-        normal-message list. So the order is by (due, timerlog position)."""
-        chain = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, dtype=UNIT_DTYPE)
-        # a unit's own position: the chain's start for the first, else the prevPos of the one before it
-        where: I64 = np.empty(len(chain), dtype=np.int64)
-        if len(chain):
-            where[0] = last
-            where[1:] = chain["prev"][:-1]
-        units, where = chain[::-1], where[::-1]
-        magic: I64 = units["magic"].astype(np.int64)
-        marker = ((magic & MAGIC_DELETE) != 0) & ((magic & MAGIC_ROLL) == 0)
-        cancel: set[str] = set()
-        if marker.any():
-            seen = marker if markers_upto is None else marker & (where <= markers_upto)
-            for off, sz in zip(units["offset"][seen].tolist(), units["size_py"][seen].tolist(), strict=True):
-                rec = self.store.read_record(off, sz)
-                if rec is not None:
-                    key = parse_properties(read_properties_bytes(rec, 0)).get(TIMER_DEL_UNIQKEY)
-                    if key:
-                        cancel.add(key)
-            keep = ~marker
-            units, magic, where = units[keep], magic[keep], where[keep]
-        exact: I64 = units["exact"].astype(np.int64)
-        due: I64 = np.where((magic & MAGIC_ROLL) != 0, s, exact)
-        order = np.argsort(due, kind="stable")
-        return SlotChunk(s, cancel, due[order], exact[order], units["offset"].astype(np.int64)[order],
-                         units["size_py"].astype(np.int64)[order], magic[order],
-                         units["write_ms"].astype(np.int64)[order], 0, where[order], last)

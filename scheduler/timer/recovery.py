@@ -12,41 +12,49 @@
    smallest firstPos among them (or dropped when all their units were cut).
 5. The slot at the read clock resumes where scheduleProgress says its delivery got (`_resume_slot`):
    nothing put before a kill -9 is put again.
+
+`recover(files, store, config) -> Recovered`: the facade's load() sets the clocks from it and hands the
+resume point to the SlotReader and the Putter.
 """
 
 from __future__ import annotations
 
 import struct
 import time
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 import numpy as np
 import structlog
 
 from codec.codes import SCHEDULE_QUARANTINE_TOPIC, TIMER_TOPIC
 from codec.properties import MessageConst
-from codec.record import read_properties_bytes, read_topic
+from codec.record import POS_QUEUE_OFFSET, read_properties_bytes, read_topic
+from codec.timer_layout import MAGIC_ROLL, SLOT, SLOT_DTYPE, SLOT_SIZE, num_delta
 from codec.timer_rewrite import build_timer_deliveries
 from scheduler.progress_file import count_records_after
-from scheduler.timer.config import TIMER_BLANK_SLOTS
-from scheduler.timer.reader import already_put
-from scheduler.timer.state import ResumePoint
-from scheduler.timer.timerlog import MAGIC_ROLL, num_delta
-from scheduler.timer.wheel import SLOT, SLOT_SIZE
-
-if TYPE_CHECKING:  # the service runs recovery from its load()
-    from scheduler.timer.service import TimerMessageStore
+from scheduler.timer.config import TIMER_BLANK_SLOTS, TimerConfig
+from scheduler.timer.reader import already_put, order_slot, walk_slot
+from scheduler.timer.state import ResumePoint, TimerFiles
+from storage.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 
 _QOFF = struct.Struct(">q")
 TIMER_DEQUEUE_MS = MessageConst.TIMER_DEQUEUE_MS.encode() + b"\x01"  # name + NAME_VALUE_SEPARATOR
-_POS_QUEUE_OFFSET = 20
 
 
-def recover(svc: TimerMessageStore) -> None:
-    files = svc.files()
-    cfg, tl, wheel, cp, store = svc.config, files.timerlog, files.wheel, files.checkpoint, svc.store
+class Recovered(NamedTuple):
+    """Where the wheel resumes: the timer-topic queue offset to enqueue from, the read clock, the write
+    clock, and the slot a kill interrupted (None: nothing of the slot at the read clock was put)."""
+
+    queue_offset: int
+    read_ms: int
+    write_ms: int
+    resume: ResumePoint | None
+
+
+def recover(files: TimerFiles, store: MessageStore, cfg: TimerConfig) -> Recovered:
+    tl, wheel, cp = files.timerlog, files.wheel, files.checkpoint
     prec = cfg.precision_ms
     tl.load()
     start = max(tl.min_pos, cp.last_timerlog_flush_pos - tl.file_size) if cp.existed else tl.min_pos
@@ -65,7 +73,7 @@ def recover(svc: TimerMessageStore) -> None:
     if last_record is not None:
         rec = store.read_record(*last_record)
         if rec is not None:
-            q = max(q, _QOFF.unpack_from(rec, _POS_QUEUE_OFFSET)[0] + 1)
+            q = max(q, _QOFF.unpack_from(rec, POS_QUEUE_OFFSET)[0] + 1)
     mn, mx = store.min_offset(TIMER_TOPIC, 0), store.max_offset(TIMER_TOPIC, 0)
     q = min(max(q, mn), mx)
 
@@ -80,59 +88,56 @@ def recover(svc: TimerMessageStore) -> None:
     read_ms -= read_ms % prec
 
     # step 4: slots pointing past the valid log
-    repointed = _repoint_dangling(svc, read_ms, process_offset)
+    repointed = _repoint_dangling(files, process_offset)
 
     wheel.rebuild_occupancy(read_ms)
-    svc.curr_queue_offset = svc.commit_queue_offset = q
-    svc.read_cursor_ms = svc.commit_read_ms = read_ms
-    svc.curr_write_ms = floor_now
-    _resume_slot(svc, read_ms)
+    resume = _resume_slot(files, store, read_ms)
     log.info("timer.recovered", units_revised=revised, timerlog_bytes_cut=cut, timerlog_end=process_offset,
              queue_offset=q, read_ms=read_ms, pending=wheel.pending, slots=wheel.occupied,
              dangling_slots=repointed)
+    return Recovered(q, read_ms, floor_now, resume)
 
 
 def _is_timer_put(rec: memoryview) -> bool:
     return TIMER_DEQUEUE_MS in read_properties_bytes(rec) and read_topic(rec) != SCHEDULE_QUARANTINE_TOPIC
 
 
-def _resume_slot(svc: TimerMessageStore, read_ms: int) -> None:
+def _resume_slot(files: TimerFiles, store: MessageStore, read_ms: int) -> ResumePoint | None:
     """Step 5 (scheduleProgress, scheduler.progress_file): the slot at the read clock was being delivered
-    when the process stopped; what of it was put stays put (`svc._resume`, applied when the reader
-    loads it). A put cut short by a kill: its records after the in-flight mark are matched, in order,
+    when the process stopped; what of it was put stays put (the ResumePoint returned, applied when the
+    SlotReader loads it). A put cut short by a kill: its records after the in-flight mark are matched, in order,
     to the slot's units it was putting (those that produce a record), and the slot resumes after them."""
-    prog, store = svc.files().progress_file, svc.store
+    prog = files.progress_file
     tp = prog.timer()
     cl_end = store.commitlog_max_offset()
     if tp.end < 0 or tp.read_ms != read_ms or (tp.last_pos < 0 and tp.phys < 0) or tp.end > cl_end:
         if tp.end > cl_end:
             log.warning("timer.progress_ahead_of_commitlog", progress_end=tp.end, commitlog_end=cl_end)
         prog.timer_commit(read_ms, -1, -1, -1, cl_end)  # nothing of the slot at the read clock known put
-        return
+        return None
     done, last_pos = (tp.done_due, tp.done_pos), tp.last_pos
     k = count_records_after(store, tp.phys, _is_timer_put) if tp.phys >= 0 else 0
     if k:
-        done, last_pos = _skip_put(svc, read_ms, done, last_pos, k)
-    svc._resume = ResumePoint(read_ms, done[0], done[1], last_pos)
-    svc._done_key_slot, svc._done_key = read_ms, done
+        done, last_pos = _skip_put(files, store, read_ms, done, last_pos, k)
     prog.timer_commit(read_ms, *done, last_pos, cl_end)
     log.info("timer.progress_resumed", slot=read_ms, done_due=done[0], done_pos=done[1], last_pos=last_pos,
              inflight_put_found=k)
+    return ResumePoint(read_ms, done[0], done[1], last_pos)
 
 
-def _skip_put(svc: TimerMessageStore, s: int, done: tuple[int, int], last_pos: int,
+def _skip_put(files: TimerFiles, store: MessageStore, s: int, done: tuple[int, int], last_pos: int,
               k: int) -> tuple[tuple[int, int], int]:
     """The progress key after the first k records the in-flight put stored (see _resume_slot)."""
-    last, parts = svc._walk_slot(s)
+    last, parts = walk_slot(files, s)
     if last_pos < 0:
         last_pos = last  # the slot's first put was in flight: nothing was linked into it since its load
-    c = svc._order_slot(s, last, parts, markers_upto=last_pos)
+    c = order_slot(store, s, last, parts, markers_upto=last_pos)
     c = c.take((c.pos <= last_pos) & ~already_put(c, *done, last_pos))
     now = int(time.time() * 1000)
     found = 0
     for lo in range(0, len(c), 1024):
         hi = min(len(c), lo + 1024)
-        raws = svc.store.read_records(zip(c.offset[lo:hi].tolist(), c.size[lo:hi].tolist(), strict=True))
+        raws = store.read_records(zip(c.offset[lo:hi].tolist(), c.size[lo:hi].tolist(), strict=True))
         try:
             built = build_timer_deliveries(raws, (c.magic[lo:hi] & MAGIC_ROLL).tolist(), c.exact[lo:hi].tolist(),
                                            c.write_ms[lo:hi].tolist(), now, c.cancel)
@@ -149,10 +154,9 @@ def _skip_put(svc: TimerMessageStore, s: int, done: tuple[int, int], last_pos: i
     return done, last_pos
 
 
-def _repoint_dangling(svc: TimerMessageStore, read_ms: int, end: int) -> int:
-    files = svc.files()
+def _repoint_dangling(files: TimerFiles, end: int) -> int:
     wheel, tl = files.wheel, files.timerlog
-    slots = np.frombuffer(wheel.mm, dtype=">i8").reshape(wheel.ring, 4)
+    slots = np.frombuffer(wheel.mm, dtype=SLOT_DTYPE).reshape(wheel.ring, 4)
     bad = np.nonzero((slots[:, 2] >= end) & (slots[:, 0] != 0))[0].tolist()  # vectorised: 1.2M slots
     del slots
     if not bad:

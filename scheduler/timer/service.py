@@ -4,49 +4,53 @@
     svc.load(); svc.start()          # start() loads if needed; call it on the running loop
     ...; await svc.shutdown()
 
-Files under the store root: `timerlog/`, `timerwheel`, `config/timercheck`. Tasks: enqueue
-(dispatch-listener driven), reader and putter (bounded queue between them), flush/checkpoint every
-flush_interval_ms. Memory is O(slots): the wheel lives in its mmap, plus a 1-byte-per-slot
+Files under the store root: `timerlog/`, `timerwheel`, `config/timercheck`. The facade builds the
+parts at load() and runs each as a supervised task: the Enqueuer (dispatch-listener driven), the
+SlotReader and the Putter (a bounded queue between them), on a slave the Follower instead of the
+last two; and the flush/checkpoint every flush_interval_ms. Memory is O(slots): the wheel lives in its mmap, plus a 1-byte-per-slot
 occupancy map; per-message data exists only for the slot being delivered.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import ipaddress
 import os
 import random
 import shutil
-import struct
 import time
-from typing import TypedDict
+from typing import NamedTuple, TypedDict
 
 import structlog
 
 from codec.buffers import BytesLike
-from codec.cache import BoundedCache
 from codec.codes import TIMER_TOPIC
-from codec.msgid import offset_msg_id
-from codec.record import store_host_pos
 from scheduler.durable import sync_and_close
 from scheduler.events import EventListener, PutObserver, ignore_puts
 from scheduler.progress import TimerProgress
 from scheduler.progress_file import ProgressFile
 from scheduler.quarantine import Quarantine
+from scheduler.timer.cancel import CancelCheck, CancelState
 from scheduler.timer.checkpoint import TimerCheckpoint, checkpoint_path
 from scheduler.timer.config import TimerConfig
-from scheduler.timer.dequeue import DequeueMixin
-from scheduler.timer.enqueue import EnqueueMixin
-from scheduler.timer.follow import FollowMixin
+from scheduler.timer.dequeue import Putter
+from scheduler.timer.enqueue import ENQUEUE_BATCH, Enqueuer
+from scheduler.timer.follow import Follower, timer_progress
 from scheduler.timer.metrics import TimerMetrics
-from scheduler.timer.reader import ReaderMixin
+from scheduler.timer.msg_ids import msg_id, msg_id_prefix
+from scheduler.timer.reader import PutItem, SlotReader
 from scheduler.timer.recovery import recover
-from scheduler.timer.state import SlotProgress, TimerFiles
+from scheduler.timer.state import (
+    Following,
+    ReaderAlarm,
+    SlotResume,
+    TimerClocks,
+    TimerFiles,
+)
 from scheduler.timer.timerlog import DIR_NAME, TimerLog
 from scheduler.timer.timerlog_segment import Segment
 from scheduler.timer.wheel import FILE_NAME, TimerWheel
 from storage.message_store import MessageStore
+from storage.supervisor import SupervisedTask
 
 log = structlog.get_logger(__name__)
 
@@ -84,10 +88,7 @@ class TimerStats(TypedDict):
     timerlog_pos: int
     quarantined: dict[str, int]  # records set aside, by stage (open-ended: the stages that have set some aside)
 
-_I32 = struct.Struct(">i")
-CURSOR_HISTORY = 8192  # reader-cursor moves a master remembers for its slaves (about 2 h of busy slots)
-# store host bytes (ip + port) -> the offset msgId's text before the 16 hex digits of the offset
-_MSG_ID_PREFIXES: BoundedCache[bytes, str] = BoundedCache("timer.msg_id_prefix", 1024)
+
 PUT_QUEUE_CAPACITY = 64  # chunks of up to 4096 units (stock DEFAULT_CAPACITY is 1024 requests)
 
 
@@ -107,11 +108,20 @@ def discard_local_state(store_root: str) -> list[str]:
     return gone
 
 
-class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
-    """The wheel's stages are mixins over one declared state (scheduler.timer.state.TimerState):
-    enqueue (timer topic → timerlog + wheel), reader (due slot → ordered chunks), dequeue (chunks → real
-    topics), follow (a slave's wheel and a failover); this class owns the files, the tasks and the
-    flush / checkpoint ticks."""
+class TimerParts(NamedTuple):
+    """The parts `load()` builds over the open files, linked by the queues between them."""
+
+    enqueuer: Enqueuer
+    reader: SlotReader
+    putter: Putter
+    follower: Follower
+    cancel_check: CancelCheck
+
+
+class TimerMessageStore:
+    """A small facade over the timer's parts (scheduler.timer.state says what they share): it opens the
+    files and builds the parts at load(), runs them as supervised tasks (start / start_follower /
+    promote), stops them (shutdown), and owns the flush / checkpoint and timerlog-clean ticks."""
 
     def __init__(self, store: MessageStore, config: TimerConfig | None = None,
                  on_put: PutObserver | None = None) -> None:
@@ -125,66 +135,65 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
         self.metrics = TimerMetrics()
         self.quarantine = Quarantine(store)  # poison timer records go to rmq_sys_SCHEDULE_QUARANTINE
         self.roll_window_slots = self.config.effective_roll_window_slots
-        self.wheel = None
-        self.timerlog = None
-        self.checkpoint = None
-        self.progress_file = None
-        self._files = None
-        self.curr_queue_offset = self.commit_queue_offset = 0
-        self.curr_write_ms = self.read_cursor_ms = self.commit_read_ms = 0
+        self.clocks = TimerClocks()
+        self.following = Following()  # [cluster-ha] a slave: enqueue only, never past what the master enqueued
+        self._files: TimerFiles | None = None  # while loaded
+        self._parts: TimerParts | None = None  # while loaded
         self._loaded = False
         self._running = False
-        self._tasks = []
-        self._clean_handle = None
-        self._enqueue_wake = None
-        self._reader_wake = None
-        self._reader_target = 1 << 62
-        self._put_queue = None
-        self._put_current = None  # the putter's item in progress: a restarted putter finishes it first
-        self._offset_waiters = []
-        self._resume = None  # the slot a kill interrupted (recovery from scheduleProgress)
-        self._done_key = (-1, -1)  # (due, timerlog position) of the last unit put of the slot being delivered
-        self._done_key_slot = -1  # ... that slot
-        self.slot_progress = SlotProgress(0, 0, -1, -1)  # [cluster-ha] the slot being put
-        self._resume_after = None  # promoted slave: skip these in that slot
-        self._following = False  # a slave: enqueue only, never past what the master enqueued
-        self._enqueue_limit = 0
-        self.cursor_history = collections.deque(maxlen=CURSOR_HISTORY)
-        self._master_read_ms = 0  # a slave: the master's read position (slots below it were put)
-        self.follower_skipped = 0  # a slave: units the master had already put, not linked
+        self._tasks: list[SupervisedTask] = []
+        self._clean_handle: asyncio.TimerHandle | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
     def load(self) -> bool:
         if self._loaded:
             return True
-        cfg = self.config
+        cfg, store, clocks = self.config, self.store, self.clocks
         # the next timerlog segment is made on the store's allocate pool (storage.store_types.MadeAhead)
-        timerlog = TimerLog(cfg.store_root, cfg.timerlog_file_size, self.store.made_ahead("timerlog", Segment.destroy))
+        timerlog = TimerLog(cfg.store_root, cfg.timerlog_file_size, store.made_ahead("timerlog", Segment.destroy))
         files = TimerFiles(TimerWheel(cfg.store_root, cfg.slots_total, cfg.precision_ms), timerlog,
                            TimerCheckpoint(cfg.store_root), ProgressFile(os.path.join(cfg.store_root, "config"), 0))
         self._files = files
-        self.wheel, self.timerlog, self.checkpoint, self.progress_file = files
-        recover(self)
+        rec = recover(files, store, cfg)
+        clocks.queue_offset = rec.queue_offset
+        clocks.read_cursor_ms = clocks.commit_read_ms = rec.read_ms
+        clocks.write_ms = rec.write_ms
         timerlog.allocate_ahead()  # a fresh (or full) timerlog's next segment: the first timer only renames it
+        alarm = ReaderAlarm()
+        resume = SlotResume(after_kill=rec.resume)
+        put_queue: asyncio.Queue[PutItem] = asyncio.Queue(PUT_QUEUE_CAPACITY)
+        enqueuer = Enqueuer(store, cfg, files, clocks, self.following, alarm, self.metrics, self.quarantine,
+                            self.roll_window_slots)
+        done_key = (rec.resume.slot_ms, (rec.resume.done_due, rec.resume.done_pos)) if rec.resume else (-1, (-1, -1))
+        self._parts = TimerParts(
+            enqueuer,
+            SlotReader(store, cfg, files, clocks, alarm, put_queue, resume),
+            Putter(store, cfg, files, clocks, put_queue, self.metrics, self.quarantine, self.on_put, done_key),
+            Follower(cfg, files, clocks, self.following, resume, enqueuer),
+            CancelCheck(store, cfg, files, clocks, self.roll_window_slots, lambda: enqueuer.drain(ENQUEUE_BATCH)))
         self._loaded = True
         return True
+
+    def parts(self) -> TimerParts:
+        p = self._parts
+        if p is None:
+            raise RuntimeError("the timer store is not loaded")
+        return p
 
     def start(self) -> None:
         if self._running:
             return
         self.load()
+        parts, clocks = self.parts(), self.clocks
         loop = asyncio.get_running_loop()
-        self._running = True
-        self._enqueue_wake = asyncio.Event()
-        self._put_queue = asyncio.Queue(PUT_QUEUE_CAPACITY)
-        self._put_current = None
-        self.curr_write_ms = max(self.curr_write_ms, self._floor(int(time.time() * 1000)))
-        self.cursor_history.append((self.commit_queue_offset, self.read_cursor_ms))
-        self.store.add_dispatch_listener(self._on_dispatch)
+        self._running = parts.enqueuer.running = parts.reader.running = True
+        clocks.write_ms = max(clocks.write_ms, self._floor(int(time.time() * 1000)))
+        clocks.cursor_history.append((clocks.queue_offset, clocks.read_cursor_ms))
+        self.store.add_dispatch_listener(parts.enqueuer.on_dispatch)
         sup = self.store.supervisor  # storage.supervisor: log with context, count, back off, restart
-        self._tasks = [sup.spawn("timer-enqueue", self._enqueue_loop),
-                       sup.spawn("timer-dequeue-get", self._reader_loop),
-                       sup.spawn("timer-dequeue-put", self._putter_loop)]
+        self._tasks = [sup.spawn("timer-enqueue", parts.enqueuer.run),
+                       sup.spawn("timer-dequeue-get", parts.reader.run),
+                       sup.spawn("timer-dequeue-put", parts.putter.run)]
         self._schedule_flush()
         self._clean_handle = loop.call_later(self.config.timerlog_clean_interval_ms / 1000.0, self._clean_tick)
         log.info("timer.started", precision_ms=self.config.precision_ms, pending=self.files().wheel.pending,
@@ -192,44 +201,57 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
 
     # ---- master / slave ([cluster-ha]) --------------------------------------------------------
     def start_follower(self) -> None:
-        """A slave's wheel: the enqueue task only (the replicated timer topic → timerlog + wheel),
-        never past the master's enqueued offset (`follow`); no dequeue, nothing is delivered."""
+        """A slave's wheel: the Enqueuer only (the replicated timer topic → timerlog + wheel), never
+        past the master's enqueued offset (`follow`); no SlotReader or Putter, nothing is delivered."""
         if self._running:
             return
         self.load()
-        self._following = True
-        self._enqueue_limit = min(self.commit_queue_offset, self.store.max_offset(TIMER_TOPIC, 0))
-        self.cursor_history.clear()  # filled from the master's records
-        self._running = True
-        self._enqueue_wake = asyncio.Event()
-        self._put_queue = asyncio.Queue(PUT_QUEUE_CAPACITY)
-        self.store.add_dispatch_listener(self._on_dispatch)
-        self._put_current = None
-        self._tasks = [self.store.supervisor.spawn("timer-enqueue", self._enqueue_loop)]
+        parts, clocks, following = self.parts(), self.clocks, self.following
+        following.active = True
+        following.enqueue_limit = min(clocks.queue_offset, self.store.max_offset(TIMER_TOPIC, 0))
+        clocks.cursor_history.clear()  # filled from the master's records
+        self._running = parts.enqueuer.running = True
+        self.store.add_dispatch_listener(parts.enqueuer.on_dispatch)
+        self._tasks = [self.store.supervisor.spawn("timer-enqueue", parts.enqueuer.run)]
         self._schedule_flush()
-        log.info("timer.following", queue_offset=self.commit_queue_offset, read_ms=self.commit_read_ms)
+        log.info("timer.following", queue_offset=clocks.queue_offset, read_ms=clocks.commit_read_ms)
 
     def promote(self, p: TimerProgress | None = None) -> None:
         """Start delivering (a slave became the master): from `p` (the last TimerProgress synced),
         else from this node's own checkpoint (scheduler.timer.follow). The slot in progress skips the
         units already put."""
-        if not self._following:
+        if not self.following.active:
             return
-        self._take_over(p)
+        parts = self.parts()
+        parts.follower.take_over(p)
         loop = asyncio.get_running_loop()
         sup = self.store.supervisor
-        self._tasks += [sup.spawn("timer-dequeue-get", self._reader_loop),
-                        sup.spawn("timer-dequeue-put", self._putter_loop)]
+        parts.reader.running = True
+        self._tasks += [sup.spawn("timer-dequeue-get", parts.reader.run),
+                        sup.spawn("timer-dequeue-put", parts.putter.run)]
         self._clean_handle = loop.call_later(self.config.timerlog_clean_interval_ms / 1000.0, self._clean_tick)
-        log.info("timer.promoted", read_ms=self.commit_read_ms, resume_after=self._resume_after,
-                 queue_offset=self.commit_queue_offset, pending=self.files().wheel.pending)
+        log.info("timer.promoted", read_ms=self.clocks.commit_read_ms, resume_after=parts.reader.resume.after_promotion,
+                 queue_offset=self.clocks.queue_offset, pending=self.files().wheel.pending)
+
+    def progress(self, from_queue_offset: int = -1) -> TimerProgress:
+        """The wheel's part of scheduler.progress.SchedulerProgress (scheduler.timer.follow.timer_progress)."""
+        return timer_progress(self.clocks, from_queue_offset)
+
+    def follow(self, p: TimerProgress) -> None:
+        """A slave adopts its master's TimerProgress (scheduler.timer.follow.Follower.follow)."""
+        if self._parts is not None:
+            self._parts.follower.follow(p)
+
+    def follow_final(self, p: TimerProgress) -> None:
+        self.parts().follower.follow_final(p)
 
     async def shutdown(self) -> None:
         if not self._loaded:
             return
+        parts = self.parts()
         if self._running:
-            self._running = False
-            self.store.remove_dispatch_listener(self._on_dispatch)
+            self._running = parts.enqueuer.running = parts.reader.running = False
+            self.store.remove_dispatch_listener(parts.enqueuer.on_dispatch)
             if self._clean_handle is not None:
                 self._clean_handle.cancel()
             for t in self._tasks:
@@ -243,11 +265,62 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
         files.checkpoint.close()
         files.progress_file.close()
         self._files = None
+        self._parts = None
         self._loaded = False
-        log.info("timer.stopped", read_ms=self.commit_read_ms, queue_offset=self.commit_queue_offset)
+        log.info("timer.stopped", read_ms=self.clocks.commit_read_ms, queue_offset=self.clocks.queue_offset)
 
     def _floor(self, ms: int) -> int:
         return ms - ms % self.config.precision_ms
+
+    # ---- the files and the clocks ----------------------------------------------------------
+    def files(self) -> TimerFiles:
+        """The open files (between load() and shutdown())."""
+        f = self._files
+        if f is None:
+            raise RuntimeError("the timer store is not loaded")
+        return f
+
+    @property
+    def wheel(self) -> TimerWheel | None:
+        return self._files.wheel if self._files is not None else None
+
+    @property
+    def timerlog(self) -> TimerLog | None:
+        return self._files.timerlog if self._files is not None else None
+
+    @property
+    def checkpoint(self) -> TimerCheckpoint | None:
+        return self._files.checkpoint if self._files is not None else None
+
+    @property
+    def progress_file(self) -> ProgressFile | None:
+        return self._files.progress_file if self._files is not None else None
+
+    @property
+    def commit_queue_offset(self) -> int:
+        """Timer-topic messages below it are in the timerlog and the wheel."""
+        return self.clocks.queue_offset
+
+    @property
+    def curr_write_ms(self) -> int:
+        return self.clocks.write_ms
+
+    @property
+    def read_cursor_ms(self) -> int:
+        return self.clocks.read_cursor_ms
+
+    @property
+    def commit_read_ms(self) -> int:
+        """Slots below it were put (the checkpoint's lastReadTimeMs)."""
+        return self.clocks.commit_read_ms
+
+    @commit_read_ms.setter
+    def commit_read_ms(self, ms: int) -> None:
+        self.clocks.commit_read_ms = ms
+
+    @property
+    def follower_skipped(self) -> int:
+        return self.following.skipped
 
     # ---- flush / checkpoint (§4.5 step 6) ------------------------------------------------
     def _schedule_flush(self) -> None:
@@ -278,7 +351,7 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
     def flush(self) -> None:
         """Snapshot the clocks first, then make the timerlog and wheel durable, then the checkpoint
         (blocking: shutdown and tests; the running service uses flush_async)."""
-        read_ms, queue_offset = self.commit_read_ms, self.commit_queue_offset
+        read_ms, queue_offset = self.clocks.commit_read_ms, self.clocks.queue_offset
         files = self.files()
         pos = files.timerlog.flush()
         files.wheel.flush()
@@ -289,7 +362,7 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
         """`flush` with every fdatasync in an executor thread (scheduler.durable): the loop only takes
         descriptors and writes the checkpoint's fields between the two syncs."""
         loop = asyncio.get_running_loop()
-        queue_offset = self.commit_queue_offset  # enqueued below it = in the timerlog below `pos`
+        queue_offset = self.clocks.queue_offset  # enqueued below it = in the timerlog below `pos`
         files = self.files()
         pos, fds = files.timerlog.flush_plan()
         fds += [files.wheel.sync_fd(), *files.progress_file.sync_fds()]
@@ -298,8 +371,20 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
         # the read clock as it is NOW: the putter advanced it (and wrote it into the mapping,
         # set_read_time) while the thread synced; the value from before the sync would move the
         # checkpoint back and a restart would deliver those slots again
-        files.checkpoint.record(self.commit_read_ms, pos, queue_offset, int(time.time() * 1000))
+        files.checkpoint.record(self.clocks.commit_read_ms, pos, queue_offset, int(time.time() * 1000))
         await loop.run_in_executor(None, sync_and_close, [files.checkpoint.sync_fd()])
+
+    # ---- cancels ------------------------------------------------------------------------
+    def check_cancel(self, slot: int, key: str, topic: str) -> str | None:
+        """The put hook's answer to a delete marker for timer `key` (REAL_TOPIC+UNIQ_KEY) in `slot`:
+        None to store it, else why it would change nothing (cancel_verdict)."""
+        return self.cancel_verdict(slot, key, topic)[1]
+
+    def cancel_verdict(self, slot: int, key: str, topic: str) -> tuple[CancelState, str | None]:
+        """scheduler.timer.cancel.CancelCheck.verdict on a running master's wheel; UNDECIDED otherwise."""
+        if not self._running or self.following.active:
+            return CancelState.UNDECIDED, None
+        return self.parts().cancel_check.verdict(slot, key, topic)
 
     # ---- events / ids --------------------------------------------------------------------
     def add_listener(self, fn: EventListener) -> None:
@@ -311,55 +396,32 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
         self.metrics.listeners.remove(fn)
 
     def msg_id(self, rec: BytesLike, phys_offset: int) -> str:
-        """Offset msgId of a record (store host bytes of the record itself; host text cached)."""
-        return self.msg_id_prefix(rec) + f"{phys_offset:016X}"
+        """Offset msgId of a record (scheduler.timer.msg_ids)."""
+        return msg_id(rec, phys_offset)
 
     def msg_id_prefix(self, rec: BytesLike) -> str:
         """The store-host part of a record's offset msgId (all but the 16 hex digits of the offset)."""
-        sf = _I32.unpack_from(rec, 36)[0]
-        p = store_host_pos(sf)
-        n = 20 if sf & 0x20 else 8
-        host = bytes(rec[p:p + n])
-        prefix = _MSG_ID_PREFIXES.get(host)
-        if prefix is None:
-            ip = str(ipaddress.ip_address(host[:n - 4]))
-            prefix = _MSG_ID_PREFIXES.remember(host, offset_msg_id(ip, _I32.unpack_from(host, n - 4)[0], 0)[:-16])
-        return prefix
+        return msg_id_prefix(rec)
 
     async def wait_enqueued(self, queue_offset: int, timeout: float | None = None) -> None:
         """Resolve once every timer-topic message below `queue_offset` is in the wheel."""
-        if self.commit_queue_offset >= queue_offset:
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._offset_waiters.append((queue_offset, fut))
-        await asyncio.wait_for(fut, timeout)
-
-    def _notify_enqueued(self) -> None:
-        if self._offset_waiters:
-            keep = []
-            for off, fut in self._offset_waiters:
-                if fut.done():
-                    continue
-                if self.commit_queue_offset >= off:
-                    fut.set_result(None)
-                else:
-                    keep.append((off, fut))
-            self._offset_waiters = keep
+        await self.parts().enqueuer.wait_enqueued(queue_offset, timeout)
 
     def msg_id_from(self, phys_offset: int) -> str:
         rec = self.store.read_record(phys_offset)
-        return self.msg_id(rec, phys_offset) if rec is not None else ""
+        return msg_id(rec, phys_offset) if rec is not None else ""
 
     # ---- visibility ----------------------------------------------------------------------
     def next_due_slot(self) -> int | None:
         w = self.wheel
-        return w.next_nonempty(self.read_cursor_ms) if self._loaded and w is not None else None
+        return w.next_nonempty(self.clocks.read_cursor_ms) if self._loaded and w is not None else None
 
     def stats(self) -> TimerStats:
-        m, w = self.metrics, self.wheel
+        m, w, clocks = self.metrics, self.wheel, self.clocks
         now = int(time.time() * 1000)
         cq_max = self.store.max_offset(TIMER_TOPIC, 0) if self._loaded else 0
         nxt = self.next_due_slot()
+        tl = self.timerlog
         return {
             "pending": w.pending if w else 0, "occupied_slots": w.occupied if w else 0,
             "next_due_slot_ms": nxt if nxt is not None else -1,
@@ -367,14 +429,14 @@ class TimerMessageStore(EnqueueMixin, ReaderMixin, DequeueMixin, FollowMixin):
             "cancelled": m.cancelled, "markers": m.markers, "cancel_unmatched": m.cancel_unmatched,
             "missing": m.missing,
             "put_failures": m.put_failures, "rejected": m.rejected, "late_bumped": m.late_bumped,
-            "enqueue_lag": max(0, cq_max - self.commit_queue_offset),
-            "dequeue_lag_ms": max(0, self._floor(now) - self.commit_read_ms) if nxt is not None and nxt <= now else 0,
+            "enqueue_lag": max(0, cq_max - clocks.queue_offset),
+            "dequeue_lag_ms": max(0, self._floor(now) - clocks.commit_read_ms) if nxt is not None and nxt <= now else 0,
             "enqueue_rate": m.enqueue_rate.value(), "dequeue_rate": m.dequeue_rate.value(),
             "enqueue_latency_ms": m.enqueue_latency_ms, "dequeue_latency_ms": m.dequeue_latency_ms,
             "lateness_p50_ms": m.lateness.quantile(0.5), "lateness_p99_ms": m.lateness.quantile(0.99),
             "lateness_max_ms": m.lateness.max, "lateness_buckets": m.lateness.cumulative(),
-            "read_ms": self.commit_read_ms, "write_ms": self.curr_write_ms,
-            "queue_offset": self.commit_queue_offset, "timerlog_pos": self.timerlog.write_pos if self.timerlog else 0,
+            "read_ms": clocks.commit_read_ms, "write_ms": clocks.write_ms,
+            "queue_offset": clocks.queue_offset, "timerlog_pos": tl.write_pos if tl else 0,
             "quarantined": self.quarantine.stats(),
         }
 

@@ -1,34 +1,34 @@
-"""What the TimerMessageStore's stages (enqueue, reader, putter, follow) share: the service's state and
-the few methods one stage calls on another, declared once so each mixin is type-checked against the
-real attribute types (as storage.store_state does for the MessageStore). Annotations only, apart from
-the small named records below and `files()`: `TimerMessageStore.__init__` assigns every attribute
-(tests/scheduler/test_declared_state.py checks it).
+"""What the timer's parts (scheduler.timer.enqueue's Enqueuer, reader's SlotReader, dequeue's Putter,
+follow's Follower) share, as small named records each part is handed by the TimerMessageStore facade:
 
-The files (`wheel`, `timerlog`, `checkpoint`, `progress_file`) are None until `load()`. The stages run
-only between `load()` and `shutdown()` and read them through `files()`: one named record, set by
-`load()` and cleared by `shutdown()`, so a stage that runs outside that window fails with one clear error.
+- `TimerFiles`: the four open files (set by `load()`, gone at `shutdown()`);
+- `TimerClocks`: the wheel's positions (enqueued timer-queue offset, write clock, reader cursor and its
+  history, committed read clock, the slot being put);
+- `Following`: a slave's view of its master (scheduler.timer.follow);
+- `SlotResume`: where the next load of a slot resumes (after a kill -9, after a promotion);
+- `ReaderAlarm`: how the Enqueuer wakes the SlotReader when it links a unit into an earlier slot.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
-import random
-from typing import TYPE_CHECKING, NamedTuple
+import time
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
-if TYPE_CHECKING:
-    from codec.buffers import BytesLike
-    from scheduler.events import PutObserver
-    from scheduler.progress_file import ProgressFile
-    from scheduler.quarantine import Quarantine
-    from scheduler.timer.checkpoint import TimerCheckpoint
-    from scheduler.timer.config import TimerConfig
-    from scheduler.timer.metrics import TimerMetrics
-    from scheduler.timer.reader import SlotChunk
-    from scheduler.timer.timerlog import TimerLog
-    from scheduler.timer.wheel import TimerWheel
-    from storage.message_store import MessageStore
-    from storage.supervisor import SupervisedTask
+from scheduler.progress_file import ProgressFile
+from scheduler.timer.checkpoint import TimerCheckpoint
+from scheduler.timer.timerlog import TimerLog
+from scheduler.timer.wheel import TimerWheel
+
+CURSOR_HISTORY = 8192  # reader-cursor moves a master remembers for its slaves (about 2 h of busy slots)
+NEVER = 1 << 62
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class SlotProgress(NamedTuple):
@@ -66,67 +66,103 @@ class TimerFiles(NamedTuple):
     progress_file: ProgressFile
 
 
-class TimerState:
-    store: MessageStore
-    config: TimerConfig
-    on_put: PutObserver
-    rng: random.Random
-    metrics: TimerMetrics
-    quarantine: Quarantine
-    roll_window_slots: int
-    wheel: TimerWheel | None
-    timerlog: TimerLog | None
-    checkpoint: TimerCheckpoint | None
-    progress_file: ProgressFile | None
-    _files: TimerFiles | None  # the four above while loaded
-    curr_queue_offset: int
-    commit_queue_offset: int
-    curr_write_ms: int
-    read_cursor_ms: int
-    commit_read_ms: int
-    slot_progress: SlotProgress
-    cursor_history: collections.deque[tuple[int, int]]  # (timer queue offset, reader cursor ms)
-    follower_skipped: int
-    _loaded: bool
-    _running: bool
-    _tasks: list[SupervisedTask]
-    _clean_handle: asyncio.TimerHandle | None
-    _enqueue_wake: asyncio.Event | None
-    _reader_wake: asyncio.Future[None] | None
-    _reader_target: int
-    # what the putter takes from the reader: a chunk of a slot's units, or the slot's end (the slot is
-    # fully queued: the read clock may move there)
-    _put_queue: asyncio.Queue[SlotChunk | int] | None
-    _put_current: SlotChunk | int | None
-    _offset_waiters: list[tuple[int, asyncio.Future[None]]]
-    _resume: ResumePoint | None
-    _done_key: tuple[int, int]
-    _done_key_slot: int
-    _resume_after: ResumeAfter | None
-    _following: bool
-    _enqueue_limit: int
-    _master_read_ms: int
+@dataclass(slots=True)
+class TimerClocks:
+    """The wheel's positions. `queue_offset`: timer-topic messages below it are in the timerlog and the
+    wheel (the Enqueuer moves it after each batch); `write_ms`: the enqueue clock (floor of now);
+    `read_cursor_ms`: slots below it were handed to the Putter (the SlotReader moves it, `cursor_history`
+    remembers where it was at which queue offset, for the slaves); `commit_read_ms`: slots below it were
+    put (the Putter moves it; the checkpoint's lastReadTimeMs); `slot_progress`: the slot being put."""
 
-    def files(self) -> TimerFiles:
-        """The open files; only the stages call it, and they run only between load() and shutdown()."""
-        f = self._files
-        if f is None:
-            raise RuntimeError("the timer store is not loaded")
-        return f
+    queue_offset: int = 0
+    write_ms: int = 0
+    read_cursor_ms: int = 0
+    commit_read_ms: int = 0
+    slot_progress: SlotProgress = SlotProgress(0, 0, -1, -1)
+    # (timer queue offset enqueued, reader cursor ms) each time the cursor moved
+    cursor_history: collections.deque[tuple[int, int]] = field(
+        default_factory=lambda: collections.deque(maxlen=CURSOR_HISTORY))
 
-    if TYPE_CHECKING:  # defined by one stage (or the service), called by another
-        def _move_cursor(self, ms: int) -> None: ...
+    def move_cursor(self, ms: int) -> None:
+        """The reader's cursor moves: units enqueued from now on are linked no earlier than `ms`."""
+        self.read_cursor_ms = ms
+        h = self.cursor_history
+        if h and h[-1][0] == self.queue_offset:
+            h[-1] = (self.queue_offset, ms)
+        else:
+            h.append((self.queue_offset, ms))
 
-        def _master_slot(self, slot: int, queue_offset: int) -> int | None: ...
 
-        def _notify_enqueued(self) -> None: ...
+@dataclass(slots=True)
+class Following:
+    """[cluster-ha] a slave's wheel: `active` while following (enqueue only, never past `enqueue_limit`,
+    the master's enqueued offset); `master_read_ms`: slots below it the master has put; `skipped`: units
+    not linked here because the master had already put them."""
 
-        def _wake_reader(self, slot: int) -> None: ...
+    active: bool = False
+    enqueue_limit: int = 0
+    master_read_ms: int = 0
+    skipped: int = 0
 
-        def _enqueue_batch(self, max_units: int) -> int: ...
+    def master_slot(self, clocks: TimerClocks, slot: int, queue_offset: int) -> int | None:
+        """The slot the master linked the unit at timer-queue offset `queue_offset` into (or a later one
+        when the history no longer reaches back that far); None when the master has already put that
+        slot (below its read position), so the unit is not linked here."""
+        h = clocks.cursor_history
+        if h:
+            qs = [q for q, _ in h] if len(h) < 64 else None
+            i = (bisect.bisect_right(qs, queue_offset) if qs is not None else
+                 bisect.bisect_right(h, (queue_offset, NEVER))) - 1
+            cursor = h[max(i, 0)][1]
+            if slot < cursor:
+                slot = cursor
+        if slot < self.master_read_ms:
+            return None
+        return slot
 
-        async def _sleep_until(self, target_ms: int, wakeable: bool) -> None: ...
 
-        def msg_id(self, rec: BytesLike, phys_offset: int) -> str: ...
+@dataclass(slots=True)
+class SlotResume:
+    """Where the SlotReader's next load of a slot resumes: `after_kill` (recovery's scheduleProgress)
+    and `after_promotion` (a promoted slave); each is used once, by the load of its slot."""
 
-        def msg_id_prefix(self, rec: BytesLike) -> str: ...
+    after_kill: ResumePoint | None = None
+    after_promotion: ResumeAfter | None = None
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+async def sleep_until(target_ms: int, alarm: ReaderAlarm | None = None) -> None:
+    """Sleep until wall-clock ms `target_ms` (loop.call_at); with `alarm`, woken early by `alarm.wake`."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+    if alarm is not None:
+        alarm.fut = fut
+    delay = max(0.0, (target_ms - now_ms()) / 1000.0)
+    handle = loop.call_at(loop.time() + delay, _set_done, fut)
+    try:
+        await fut
+    finally:
+        handle.cancel()
+        if alarm is not None:
+            alarm.fut = None
+
+
+class ReaderAlarm:
+    """The SlotReader sleeps until `target` (its next non-empty slot); the Enqueuer linking a unit into an
+    earlier slot wakes it."""
+
+    __slots__ = ("fut", "target")
+
+    def __init__(self) -> None:
+        self.fut: asyncio.Future[None] | None = None
+        self.target = NEVER
+
+    def wake(self, slot: int) -> None:
+        if slot < self.target:
+            fut = self.fut
+            if fut is not None and not fut.done():
+                fut.set_result(None)

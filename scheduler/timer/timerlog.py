@@ -1,10 +1,7 @@
 """timerlog: append-only mmapped segments of 52-byte units (scheduled-messages.md §4.4).
 
-Unit layout (big-endian):
-  0 size(=52) i32 | 4 prevPos i64 | 12 magic i32 | 16 currWriteTimeMs i64 | 24 delta i32
-  | 28 offsetPy i64 | 36 sizePy i32 | 40 REAL_TOPIC hash i32 | 44 reserved i64
-delaymq uses the reserved 8 bytes at offset 44 for the message's EXACT deliver time in epoch ms
-(stock writes 0), so a slot's messages can be delivered each at its own millisecond.
+The unit and blank layouts are declared in codec.timer_layout (delaymq keeps each message's EXACT
+deliver ms in the unit's reserved field, so a slot's messages are delivered each at its own millisecond).
 Files are `<root>/timerlog/<20-digit start offset>`; when `52 + 16 > remaining` a 16-byte blank
 `[i32 remaining][i64 0][i32 BLANK_MAGIC_CODE]` ends the file.
 
@@ -22,14 +19,23 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
 import numpy as np
-import numpy.typing as npt
 import structlog
 
+from codec.timer_layout import (
+    BLANK,
+    BLANK_MAGIC_CODE,
+    BLANK_SIZE,
+    UNIT,
+    UNIT_DTYPE,
+    UNIT_SIZE,
+    UnitArray,
+    UnitTuple,
+    is_magic_ok,
+)
 from scheduler.durable import sync_and_close
 from scheduler.timer.timerlog_segment import Segment, segment_name, zero_tail
 from storage.mapped_file import DONTNEED, reserve_blocks
@@ -37,32 +43,7 @@ from storage.store_types import AHEAD_SUFFIX, MadeAhead
 
 log = structlog.get_logger(__name__)
 
-UNIT_SIZE = 52
-BLANK_SIZE = 16
-BLANK_MAGIC_CODE = -875286124
-MAGIC_DEFAULT, MAGIC_ROLL, MAGIC_DELETE = 1, 2, 4
-# delaymq: a delete marker that cancels nothing where it is linked (no live target in its slot, or a
-# roll unit): it does not lower the slot's num, so timerCongestNum / delaymq_timer_pending stay true
-MAGIC_UNCOUNTED = 8
-
-
-def num_delta(magic: int) -> int:
-    """What a unit adds to its slot's num: +1 a message, -1 a delete marker that cancels one, else 0."""
-    if magic & MAGIC_DELETE:
-        return 0 if magic & MAGIC_UNCOUNTED else -1
-    return 1
-UNIT = struct.Struct(">iqiqiqiiq")
-BLANK = struct.Struct(">iqi")
-_PREV = struct.Struct(">q")
 _PAGE = mmap.PAGESIZE
-# the same 52-byte layout as a numpy record (packed, big-endian), for reading runs of units at once
-UNIT_DTYPE = np.dtype([("size", ">i4"), ("prev", ">i8"), ("magic", ">i4"), ("write_ms", ">i8"), ("delta", ">i4"),
-                       ("offset", ">i8"), ("size_py", ">i4"), ("topic_hash", ">i4"), ("exact", ">i8")])
-# units as numpy records of UNIT_DTYPE (a run read at once, or a slot's chain)
-UnitArray = npt.NDArray[np.void]
-# one unit as UNIT.unpack_from gives it: (size, prevPos, magic, writeMs, delta, offsetPy, sizePy, topicHash,
-# exactMs); read by unpacking into those names
-UnitTuple = tuple[int, int, int, int, int, int, int, int, int]
 _RUN_MIN, _RUN_MAX = 64, 65536  # units per block read while following a contiguous chain
 
 
@@ -72,10 +53,6 @@ class ChainStep(NamedTuple):
     units: UnitArray  # in chain order (newest first)
     more: bool  # the chain goes on after these units
     bad: int | None  # the position of a unit whose size is not 52: the walk stopped there (not in `units`)
-
-
-def is_magic_ok(m: int) -> bool:
-    return (m | 0xF) == 0xF
 
 
 DIR_NAME = "timerlog"  # <storeRoot>/timerlog/

@@ -1,6 +1,6 @@
 """timerwheel: one mmapped file of 2 × slotsTotal slots of 32 bytes (scheduled-messages.md §4.4).
 
-Slot layout (big-endian): 0 slotTime/precision i64 | 8 firstPos i64 | 16 lastPos i64 | 24 num i32 | 28 magic i32.
+The slot layout is declared in codec.timer_layout (slotTime/precision, firstPos, lastPos, num, magic).
 Index = (timeMs / precision) % (2 × slotsTotal); a slot whose stored time differs from the asked time
 is empty (stale). The slots live only in the mmap (no Python object per slot). The only extra
 memory is `occupancy`, one byte per ring slot (1.2 MB), set for slots that hold units of the live
@@ -12,14 +12,9 @@ from __future__ import annotations
 
 import mmap
 import os
-import struct
 
+from codec.timer_layout import SLOT, SLOT_DTYPE, SLOT_SIZE
 from storage.mapped_file import DONTNEED, reserve_blocks
-
-SLOT_SIZE = 32
-SLOT = struct.Struct(">qqqii")
-_NUM = struct.Struct(">i")
-
 
 FILE_NAME = "timerwheel"  # <storeRoot>/timerwheel
 
@@ -129,7 +124,7 @@ class TimerWheel:
         """Mark every slot of [window_start, window_start + ring) whose stored time matches."""
         import numpy as np
 
-        slots = np.frombuffer(self.mm, dtype=">i8").reshape(self.ring, 4)
+        slots = np.frombuffer(self.mm, dtype=SLOT_DTYPE).reshape(self.ring, 4)
         times = slots[:, 0].astype(np.int64)
         nums = (slots[:, 3].astype(np.uint64) >> np.uint64(32)).astype(np.int64)
         nums = np.where(nums >= 1 << 31, nums - (1 << 32), nums)

@@ -27,7 +27,7 @@ from codec.record import (
     verify_record,
 )
 from codec.record_rewrite import build_deliveries, patch_append_fields, rewrite_for_delivery
-from codec.timer_rewrite import build_timer_deliveries, timer_delivery_reference
+from codec.timer_rewrite import TimerDelivery, build_timer_deliveries, timer_delivery_reference
 
 
 def _guard(fn, *args) -> None:
@@ -136,8 +136,8 @@ def _timer_outcome(fn, *args):
 
 
 def _timer_norm(got):
-    if isinstance(got, tuple):
-        rec, topic, qid, tcode, keys = got
+    if isinstance(got, TimerDelivery):
+        rec, topic, qid, tcode, keys = got.record, got.topic, got.queue_id, got.tags_code, got.keys
         return bytes(rec), topic, qid, tcode, tuple(k.decode() if isinstance(k, bytes) else k for k in keys)
     return got
 

@@ -1,12 +1,10 @@
-"""The state the mixins of one object share is declared once (scheduler.timer.state.TimerState,
-storage.store_state.StoreState) and mypy checks each mixin against it; these tests check the other half of that contract on real objects: every declared attribute is
-assigned by the constructor (load for the store), so a declaration can never name state that does
-not exist at runtime."""
+"""The state the mixins of one object share is declared once (storage.store_state.StoreState) and mypy
+checks each mixin against it; these tests check the other half of that contract on real objects: every
+declared attribute is assigned by the constructor (load for the store), so a declaration can never name
+state that does not exist at runtime."""
 
 from __future__ import annotations
 
-from scheduler.timer import TimerConfig, TimerMessageStore
-from scheduler.timer.state import TimerState
 from storage.store_state import StoreState
 from tests.scheduler.helpers import open_store
 
@@ -23,12 +21,5 @@ async def test_every_declared_attribute_is_assigned(tmp_path):
     store = open_store(tmp_path)
     try:
         assert len(_declared(StoreState)) > 10 and _missing(store, StoreState) == []
-        timer = TimerMessageStore(store, TimerConfig(precision_ms=100, timerlog_file_size=1 << 20, slots_total=3600))
-        assert len(_declared(TimerState)) > 30 and _missing(timer, TimerState) == []
-        timer.load()
-        files = timer.files()  # the stages' view of the files is the public attributes, once loaded
-        assert (files.wheel, files.timerlog, files.checkpoint, files.progress_file) == \
-            (timer.wheel, timer.timerlog, timer.checkpoint, timer.progress_file)
-        await timer.shutdown()
     finally:
         await store.shutdown()

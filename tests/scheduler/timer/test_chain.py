@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import random
 
-from scheduler.timer.timerlog import UNIT, UNIT_SIZE, TimerLog
+from codec.timer_layout import UNIT, UNIT_SIZE
+from scheduler.timer.timerlog import TimerLog
 
 
 def _chain(tl: TimerLog, pos: int, min_pos: int, limit: int = 1 << 30):

@@ -7,10 +7,11 @@ import asyncio
 import os
 import struct
 
+from codec.timer_layout import BLANK_MAGIC_CODE, CHECK, MAGIC_DEFAULT, SLOT, SLOT_SIZE, UNIT, UNIT_SIZE
 from scheduler.timer import TIMER_TOPIC
-from scheduler.timer.checkpoint import CHECK, TimerCheckpoint
-from scheduler.timer.timerlog import BLANK_MAGIC_CODE, MAGIC_DEFAULT, UNIT, UNIT_SIZE, TimerLog
-from scheduler.timer.wheel import SLOT, SLOT_SIZE, TimerWheel
+from scheduler.timer.checkpoint import TimerCheckpoint
+from scheduler.timer.timerlog import TimerLog
+from scheduler.timer.wheel import TimerWheel
 from tests.scheduler.timer.conftest import now_ms
 
 

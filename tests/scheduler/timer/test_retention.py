@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import time
 
-from scheduler.timer.timerlog import BLANK_SIZE, UNIT_SIZE
+from codec.timer_layout import BLANK_SIZE, UNIT_SIZE
 
 UNITS_PER_FILE = 20
 TIMERLOG_FILE = UNIT_SIZE * UNITS_PER_FILE + BLANK_SIZE

@@ -13,6 +13,7 @@ from codec.properties import parse_properties, properties_to_string
 from codec.record import MessageRecord, encode_record
 from codec.timer_rewrite import (
     MISSING,
+    TimerDelivery,
     build_timer_deliveries,
     canonical_map,
     edit_properties,
@@ -29,8 +30,8 @@ def _record(pb: bytes) -> bytearray:
 
 
 def _normalise(got):
-    if isinstance(got, tuple):
-        rec, topic, qid, tcode, keys = got
+    if isinstance(got, TimerDelivery):
+        rec, topic, qid, tcode, keys = got.record, got.topic, got.queue_id, got.tags_code, got.keys
         keys = tuple(k.decode() if isinstance(k, bytes) else k for k in keys)
         return bytes(rec), topic, qid, tcode, keys
     return got

@@ -9,7 +9,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from scheduler.timer.timerlog import BLANK_SIZE, MAGIC_DEFAULT, UNIT_SIZE, TimerLog
+from codec.timer_layout import BLANK_SIZE, MAGIC_DEFAULT, UNIT_SIZE
+from scheduler.timer.timerlog import TimerLog
 from scheduler.timer.timerlog_segment import Segment
 from storage.allocate import AllocateAhead
 from storage.message_store import MessageStore, StoreConfig
