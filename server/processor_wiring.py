@@ -79,7 +79,7 @@ def grpc_deps(b: BrokerController) -> GrpcDeps:
                     offsets=b.offsets, clients=b.clients, transactions=built(b.transactions, "transactions"),
                     send=send_deps(b), put_record=b.put_record, levels=b.levels,
                     timer_enabled=b.timer_service is not None, acl=b.security.acl if b.security else None,
-                    store_host=b.store_host)
+                    store_host=b.store_host, attributes=b.topic_attributes)
 
 
 def _no_pop_channels(conn: object) -> bool:

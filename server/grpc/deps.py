@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from server.offsets_table import ConsumerOffsetManager
     from server.processors.send import SendDeps
     from server.security.acl import PlainAclValidator
+    from server.topic_attributes import TopicAttributes
     from server.topics import TopicManager
     from server.transactions import PutRecord, TransactionService
     from storage.message_store import MessageStore
@@ -33,3 +34,4 @@ class GrpcDeps:
     timer_enabled: bool  # timerWheelEnable: delivery_timestamp goes to the wheel, else to a delay level
     acl: PlainAclValidator | None  # None: aclEnable=false
     store_host: tuple[str, int]  # brokerIP1:listenPort, as records carry it
+    attributes: TopicAttributes  # a topic's message.type narrows the route's accepted message types

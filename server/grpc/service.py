@@ -28,12 +28,15 @@ from server.grpc.v2 import service_pb2_grpc as sgrpc
 from server.pop.model import PopError, TagFilter, decode_handle
 from server.pop.service import PopService
 from server.processors.send import SendProcessor
+from server.topic_attributes import MESSAGE_TYPE
 from storage.store_types import GetStatus
 from storage.topic_config import TopicConfig
 
 log = structlog.get_logger(__name__)
 
 ALL_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+# a topic's message.type attribute (server.topic_attributes) -> the one type its queues accept
+TYPE_OF_ATTRIBUTE = {pb.MessageType.Name(t): t for t in ALL_TYPES}
 DEFAULT_INVISIBLE_MS = 30_000
 MIN_INVISIBLE_MS, MAX_INVISIBLE_MS = 1_000, 12 * 3600 * 1000
 DEFAULT_LONG_POLLING_S = 20.0
@@ -107,18 +110,24 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             raise GrpcError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
         return tcfg
 
+    def _accepted_types(self, topic: str) -> tuple[pb.MessageType.ValueType, ...]:
+        """Every type, unless the topic's message.type attribute names one (as Apache's proxy routes)."""
+        t = TYPE_OF_ATTRIBUTE.get(self.deps.attributes.get(topic).get(MESSAGE_TYPE, ""))
+        return ALL_TYPES if t is None else (t,)
+
     # ---- route / heartbeat / telemetry ---------------------------------------------------
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Context) -> spb.QueryRouteResponse:
         async def work() -> spb.QueryRouteResponse:
             topic = self._topic_name(request.topic)
             tcfg = self._topic_config(topic, create=True)
             broker = self._broker_entry(request.endpoints)
+            accepts = self._accepted_types(topic)
             queues: list[pb.MessageQueue] = []
             for qid in range(max(tcfg.read_queue_nums, tcfg.write_queue_nums)):
                 r, w = qid < tcfg.read_queue_nums and tcfg.readable, qid < tcfg.write_queue_nums and tcfg.writeable
                 perm = pb.READ_WRITE if r and w else pb.READ if r else pb.WRITE if w else pb.NONE
                 queues.append(pb.MessageQueue(topic=request.topic, id=qid, permission=perm, broker=broker,
-                                              accept_message_types=ALL_TYPES))
+                                              accept_message_types=accepts))
             return spb.QueryRouteResponse(status=OK, message_queues=queues)
         return await self._unary("QueryRoute", spb.QueryRouteResponse, context, needs(request.topic.name), work)
 
@@ -165,7 +174,8 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             if not tcfg.readable:
                 raise GrpcError(Code.FORBIDDEN, f"topic {topic} is not readable")
             mq = pb.MessageQueue(topic=request.topic, id=-1, permission=pb.READ_WRITE,
-                                 broker=self._broker_entry(request.endpoints), accept_message_types=ALL_TYPES)
+                                 broker=self._broker_entry(request.endpoints),
+                                 accept_message_types=self._accepted_types(topic))
             return spb.QueryAssignmentResponse(status=OK, assignments=[pb.Assignment(message_queue=mq)])
         return await self._unary("QueryAssignment", spb.QueryAssignmentResponse, context, needs(topic, group), work)
 

@@ -86,3 +86,25 @@ async def test_message_type_attribute_is_set_changed_removed_and_survives_kill_9
         assert await _attributes(c, "AttrT") == {}
     finally:
         await c.close()
+
+
+async def test_in_broker_grpc_route_accepts_only_the_topics_message_type(broker_factory):
+    from server.grpc.v2 import definition_pb2 as pb
+    from server.grpc.v2 import service_pb2 as spb
+    from tests.grpc.raw import RawClient as GrpcClient
+    from tests.helpers.broker import pick_port_pair
+
+    port = pick_port_pair()
+    b = broker_factory({"grpcListenPort": port})
+    c = await RawClient.connect(b.addr)
+    g = GrpcClient(f"127.0.0.1:{port}")
+    try:
+        assert (await c.invoke(17, _create("RouteD", "+message.type=DELAY"))).code == ResponseCode.SUCCESS
+        assert (await c.invoke(17, _create("RouteN", None))).code == ResponseCode.SUCCESS
+        for topic, types in (("RouteD", [pb.DELAY]), ("RouteN", [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION])):
+            r = await g.stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)))
+            assert r.status.code == pb.OK, r.status.message
+            assert [list(q.accept_message_types) for q in r.message_queues] == [types], topic
+    finally:
+        await g.close()
+        await c.close()
