@@ -99,3 +99,18 @@ def test_scheduled_messages_through_apaches_cluster_proxy_arrive_at_their_time(b
     assert sorted(e["body"] for e in got) == ["m0", "m1", "m2"]
     for e in got:  # never before its delivery time (the client sends whole seconds)
         assert e["t"] >= due[e["id"]], (e, due[e["id"]])
+
+
+def test_change_invisible_duration_through_apaches_cluster_proxy_redelivers(broker_factory, agents, tmp_path):
+    b = broker_factory()
+    topic, group = uniq("PxC"), uniq("PxCG")
+    asyncio.run(prepare(b.addr, topic, group))
+    proxy = start_proxy(agents, tmp_path, b.addr)
+    sent = agents.run_rmq5("produce", proxy, topic=topic, count=1, timeout=90)
+    [msg] = sent.of("sent")
+    # each delivery made visible again after 1 s (CHANGE_MESSAGE_INVISIBLETIME with the proxy's receipt)
+    c = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=2, change_invisible=1,
+                        max_seconds=60, timeout=90)
+    got = c.of("received")
+    assert [(e["id"], e["attempt"]) for e in got] == [(msg["id"], 1), (msg["id"], 2)]
+    assert len(c.of("changed")) == 2
