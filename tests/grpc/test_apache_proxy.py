@@ -46,7 +46,7 @@ def start_proxy(agents, tmp_path, namesrv: str) -> Endpoint:
     return Endpoint(f"127.0.0.1:{grpc_port}")
 
 
-async def prepare(addr: str, topic: str, group: str, message_type: str = "NORMAL") -> None:
+async def prepare(addr: str, topic: str, group: str, message_type: str = "NORMAL", orderly: bool = False) -> None:
     """The topic (1 queue, its message.type), the group, and the group's offset at 0: Apache's proxy pops
     with initMode MAX, which would start a new group at the queue's last message."""
     c = await RawClient.connect(addr)
@@ -56,7 +56,7 @@ async def prepare(addr: str, topic: str, group: str, message_type: str = "NORMAL
                                           "topicSysFlag": "0", "order": "false",
                                           "attributes": f"+message.type={message_type}"})
         assert r.code == ResponseCode.SUCCESS, r.remark
-        r = await c.invoke(CREATE_GROUP, {}, json.dumps({"groupName": group}).encode())
+        r = await c.invoke(CREATE_GROUP, {}, json.dumps({"groupName": group, "consumeMessageOrderly": orderly}).encode())
         assert r.code == ResponseCode.SUCCESS, r.remark
         r = await c.invoke(UPDATE_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": "0",
                                            "commitOffset": "0"})
@@ -114,3 +114,15 @@ def test_change_invisible_duration_through_apaches_cluster_proxy_redelivers(brok
     got = c.of("received")
     assert [(e["id"], e["attempt"]) for e in got] == [(msg["id"], 1), (msg["id"], 2)]
     assert len(c.of("changed")) == 2
+
+
+def test_fifo_messages_through_apaches_cluster_proxy_arrive_in_order(broker_factory, agents, tmp_path):
+    b = broker_factory()
+    topic, group = uniq("PxF"), uniq("PxFG")
+    asyncio.run(prepare(b.addr, topic, group, "FIFO", orderly=True))
+    proxy = start_proxy(agents, tmp_path, b.addr)
+    sent = agents.run_rmq5("produce", proxy, topic=topic, count=6, message_group="g1", timeout=90)
+    assert len(sent.of("sent")) == 6
+    c = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=6, max_seconds=60, timeout=90)
+    assert [e["body"] for e in c.of("received")] == [f"m{i}" for i in range(6)]
+    assert {e["group"] for e in c.of("received")} == {"g1"}
