@@ -2,7 +2,7 @@
 # The interpreter .venv is made from: PY if given, else the first of the distribution's python3 and
 # python3 on PATH that is >= 3.11 and can make a venv. Distributions build their python3 with PGO + LTO;
 # pyenv and plain source builds do not by default. On this project's machine the drain costs ~18% less
-# CPU per message on Debian's 3.11 than on pyenv's (README, Benchmarks).
+# CPU per message on Debian's 3.11 than on pyenv's (bench/RESULTS.md).
 PY ?= $(shell for p in /usr/bin/python3 python3; do $$p -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 && { echo $$p; break; }; done)
 VENV := .venv
 VPY := $(VENV)/bin/python
@@ -15,7 +15,7 @@ RMQ5_VENV := .venv-rmq5
 RMQ5_STAMP := $(RMQ5_VENV)/.installed
 RMQ5_CLIENT := rocketmq-python-client==5.1.2
 
-.PHONY: setup run test check bench fuzz lint clean protos tools
+.PHONY: setup run test check bench fuzz lint clean protos headers tools
 
 setup: $(STAMP) $(NODE_STAMP) $(RMQ5_STAMP) tools
 
@@ -45,6 +45,11 @@ $(RMQ5_STAMP): Makefile
 # reproduces them)
 protos: $(STAMP)
 	$(VPY) -m server.grpc.codegen
+
+# the hot paths' header parsers (server/header_parsers.py, committed), written from their declarations in
+# server/headers.py; tests/server/test_header_codegen.py checks that this reproduces the committed file
+headers: $(STAMP)
+	$(VPY) -m server.header_codegen
 
 $(STAMP): pyproject.toml
 	@test -n "$(PY)" || { echo "no python3 >= 3.11 with venv found; run make PY=/path/to/python3.11+"; exit 1; }

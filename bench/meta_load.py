@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import struct
 import time
 
 from bench import wire
@@ -16,6 +15,7 @@ from bench.common import percentiles
 from codec.bodies import ConsumerData, HeartbeatData, build_subscription, encode_heartbeat
 from codec.codes import BROKER_VERSION, DEFAULT_TOPIC, RequestCode, ResponseCode
 from codec.command import RemotingCommand
+from codec.frame import FRAME_PREFIX
 
 PROBE_RATE = 200
 
@@ -96,7 +96,6 @@ async def probe(addr: str, stop_file: str, max_s: float, rate: float = PROBE_RAT
     return {"samples": samples, "errors": errors}
 
 
-_PREFIX = struct.Struct(">ii")
 _COMMIT_TAIL = f',"flag":0,"language":"JAVA","opaque":%d,"serializeTypeCurrentRPC":"JSON","version":{BROKER_VERSION}}}'
 
 
@@ -113,7 +112,7 @@ def _commit_frame(group: str, topic: str, queue_id: int, offset: int, opaque: in
     header = (f'{{"code":{int(RequestCode.UPDATE_CONSUMER_OFFSET)},"extFields":{{"consumerGroup":"{group}",'
               f'"topic":"{topic}","queueId":"{queue_id}","commitOffset":"{offset}"}}'
               + _COMMIT_TAIL % opaque).encode()
-    return _PREFIX.pack(4 + len(header), len(header)) + header
+    return FRAME_PREFIX.pack(4 + len(header), len(header)) + header
 
 
 async def commit_offsets(addr: str, g0: int, g1: int, duration_s: float, topics: int) -> dict:

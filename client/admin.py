@@ -209,7 +209,8 @@ class Admin:
                 if name == "scheduleMessageOffset":
                     row["deliverOffset"], row["maxOffset"] = (int(x) for x in v.split(","))
                 elif name in ("scheduleMessagePending", "scheduleMessageNextDue", "scheduleMessageDelivered",
-                              "scheduleMessageDelayMs", "scheduleMessageLatenessP50", "scheduleMessageLatenessP99"):
+                              "scheduleMessageDelayMs", "scheduleMessageLatenessP50", "scheduleMessageLatenessP99",
+                              "scheduleMessageLatenessMax", "scheduleMessageLatenessWindow"):
                     row[name[len("scheduleMessage"):].lower()] = int(float(v))
             except ValueError:
                 continue

@@ -82,8 +82,10 @@ class PushConsumer:
         self.rebalanced = asyncio.Event()  # set after every completed rebalance
 
     # -- configuration -----------------------------------------------------------------------
-    def subscribe(self, topic: str, expr: str = "*") -> None:
-        self.subscriptions[topic] = Subscription.parse(topic, expr)
+    def subscribe(self, topic: str, expr: str = "*", expression_type: str = "TAG") -> None:
+        """`expr` is a TAG expression, or with expression_type="SQL92" a property filter the broker evaluates
+        (the broker must run with enablePropertyFilter=true; start() asks it, as Java's client does)."""
+        self.subscriptions[topic] = Subscription.parse(topic, expr, expression_type)
         if self._started:
             self.rebalance_now()
 
@@ -119,6 +121,12 @@ class PushConsumer:
             route = await self.instance.fetch_route(topic)
             if route is None and not topic.startswith(w.RETRY_PREFIX):
                 raise w.MQClientError(w.TOPIC_NOT_EXIST, f"topic {topic} does not exist", "subscribe")
+        try:
+            await self._check_client_config()
+        except BaseException:
+            self.instance.consumers.pop(self.group, None)
+            await self.instance.close()
+            raise
         await self.instance.send_heartbeat()
         self._started = True
         loop = asyncio.get_running_loop()
@@ -129,6 +137,20 @@ class PushConsumer:
         self.instance.start_periodic(30.0, self.instance.refresh_routes, "consumer-route-refresh")
         self.instance.start_periodic(self.persist_interval, self.offset_store.persist, "persist-offsets")
         await self.rebalance()
+
+    async def _check_client_config(self) -> None:
+        """checkClientToBroker: every broker of a non-TAG subscription's topic must take its expression."""
+        for topic, sub in self.subscriptions.items():
+            if sub.expression_type == "TAG":
+                continue
+            route = await self.instance.route(topic)
+            body = w.dumps({"clientId": self.instance.client_id, "group": self.group,
+                            "subscriptionData": sub.to_json()})
+            for name in sorted(route.brokers if route else ()):
+                resp = await self.instance.invoke_broker(name, w.request(w.CHECK_CLIENT_CONFIG, {}, body))
+                if resp.code != w.SUCCESS:
+                    raise w.MQClientError(resp.code, f"check client in broker error, maybe because you use "
+                                                     f"{sub.expression_type} filter: {resp.remark}", "subscribe")
 
     async def shutdown(self) -> None:
         if not self._started:

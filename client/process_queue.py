@@ -36,7 +36,7 @@ def build_pull_request(group: str, mq: MessageQueue, sub: Subscription, offset: 
         "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
         "maxMsgNums": max_nums, "sysFlag": sys_flag, "commitOffset": max(commit_offset, 0),
         "suspendTimeoutMillis": suspend_ms, "subscription": sub.expr, "subVersion": sub.version,
-        "expressionType": "TAG", "bname": mq.broker_name})
+        "expressionType": sub.expression_type, "bname": mq.broker_name})
 
 
 def filter_by_tags(msgs: list[MessageExt], sub: Subscription) -> list[MessageExt]:

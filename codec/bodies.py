@@ -208,6 +208,27 @@ def encode_heartbeat(hb: HeartbeatData) -> bytes:
     return dumps(hb.to_json())
 
 
+@dataclass(slots=True)
+class CheckClientRequestBody:
+    """CHECK_CLIENT_CONFIG's body: a consumer asks whether the broker takes one subscription (SQL92)."""
+
+    client_id: str = ""
+    group: str = ""
+    subscription: SubscriptionData | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"clientId": self.client_id, "group": self.group,
+                "subscriptionData": None if self.subscription is None else self.subscription.to_json()}
+
+
+def parse_check_client_body(body: JsonBody) -> CheckClientRequestBody:
+    d = as_obj(body, "CheckClientRequestBody")
+    s = d.get("subscriptionData")
+    return CheckClientRequestBody(client_id=as_str(d.get("clientId"), "clientId", ""),
+                                  group=as_str(d.get("group"), "group", ""),
+                                  subscription=None if s is None else _parse_subscription(s))
+
+
 # ------------------------------------------------------------------------ small bodies
 
 @dataclass(slots=True, frozen=True)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from codec.buffers import BytesLike
 from codec.cache import BoundedCache
 from codec.properties import index_keys, token_value
-from codec.record import POS_QUEUE_ID, POS_SYS_FLAG, store_timestamp_pos
+from codec.record import POS_QUEUE_ID, POS_SYS_FLAG, STORE_TS_POS
 from codec.record_rewrite import (
     K_KEYS,
     K_REAL_QID,
@@ -34,7 +34,6 @@ from codec.record_rewrite import (
 
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
-_TS_POS = (store_timestamp_pos(0), store_timestamp_pos(0x10))  # by the BORNHOST_V6 bit (0x10 >> 4)
 _K_TOPIC, _K_QID, _K_TAGS, _K_KEYS, _K_UNIQ = K_REAL_TOPIC, K_REAL_QID, K_TAGS, K_KEYS, K_UNIQ
 # properties tail from REAL_TOPIC -> ((topic, qid), topic field)
 _dests: BoundedCache[bytes, tuple[tuple[str, int], bytes]] = BoundedCache("delivery.destination", 4096)
@@ -96,7 +95,7 @@ def build_delivery_batch(raws: Sequence[BytesLike | None], drop_topic: str | Non
     starts, dests, tcodes, keys_out, uniqs, ts_pos, source, dropped = (
         out.starts, out.dests, out.tags_codes, out.keys, out.uniqs, out.ts_pos, out.source, out.dropped)
     pack_i32 = _I32.pack_into
-    tsp = _TS_POS
+    tsp = STORE_TS_POS
     k_topic, k_tags, k_keys, k_uniq = _K_TOPIC, _K_TAGS, _K_KEYS, _K_UNIQ
     cached = _dests.get
     tcode = tags_code

@@ -26,7 +26,9 @@ MAX_FRAME = 16 * 1024 * 1024  # Java's LengthFieldBasedFrameDecoder maxFrameLeng
 # 32,767 characters (RocketMQ's limit), JSON-escaped at most 6 bytes each, plus the other fields
 MAX_HEADER = 256 * 1024
 NO_HEADER_LIMIT = 0xFFFFFF  # what the 24-bit header-length field can say
-_PREFIX = struct.Struct(">ii")
+# [int32 length of what follows][int32 serialize type << 24 | header length]: every frame starts so
+FRAME_PREFIX = struct.Struct(">ii")
+_PREFIX = FRAME_PREFIX
 _PREFIX_U = struct.Struct(">iI")  # the decoder's view: the serialize-type byte unsigned
 _I32 = struct.Struct(">i")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Collection, Iterable
 
 MAX_BUCKETS = 64  # bounds per histogram: a bisect over at most 6 comparisons
@@ -90,3 +91,27 @@ class Histogram:
             if acc >= target:
                 return float(self.max if le == math.inf else le)
         return float(self.max)
+
+
+class RecentValues:
+    """The last `size` values observed (a bounded ring), for exact quantiles where a histogram gives only
+    its bucket's upper bound: `quantile(q)` is the nearest-rank q-quantile of those values, each a value
+    that was observed. Appending is one C-level `deque.extend`; sorting happens when a figure is asked for."""
+
+    __slots__ = ("_ring",)
+
+    def __init__(self, size: int) -> None:
+        self._ring: deque[float] = deque(maxlen=size)
+
+    def extend(self, values: Iterable[float]) -> None:
+        self._ring.extend(values)
+
+    def __len__(self) -> int:
+        return len(self._ring)
+
+    def quantile(self, q: float) -> float:
+        """Nearest rank: the smallest kept value with at least q of the kept values at or below it; 0 when empty."""
+        if not self._ring:
+            return 0.0
+        ordered = sorted(self._ring)
+        return float(ordered[max(0, math.ceil(q * len(ordered)) - 1)])

@@ -55,6 +55,18 @@ def store_timestamp_pos(sys_flag: int) -> int:
     return POS_BORN_HOST + _host_len(bool(sys_flag & SysFlag.BORNHOST_V6))
 
 
+# STORETIMESTAMP's position in a record, indexed by SYSFLAG's BORNHOST_V6 bit (0 or 1): the per-record
+# hot paths pick it with `(sys_flag & SysFlag.BORNHOST_V6) != 0` (or the low byte's `& 0x10) >> 4`)
+STORE_TS_POS = (store_timestamp_pos(0), store_timestamp_pos(SysFlag.BORNHOST_V6))
+# (BORNTIMESTAMP, STORETIMESTAMP) read together from POS_BORN_TS, indexed like STORE_TS_POS
+BORN_AND_STORE_TS = tuple(struct.Struct(f">q{_host_len(v6)}xq") for v6 in (False, True))
+# QUEUEOFFSET and PHYSICALOFFSET, adjacent from POS_QUEUE_OFFSET (patched together at append)
+QUEUE_AND_PHYS_OFFSET = struct.Struct(">qq")
+# TOTALSIZE and MAGICCODE from a record's start; also the CommitLog's END-OF-FILE blank
+# ([int32 bytes left in the segment][int32 BLANK_MAGIC_CODE])
+TOTAL_AND_MAGIC = struct.Struct(">ii")
+
+
 def store_host_pos(sys_flag: int) -> int:
     return store_timestamp_pos(sys_flag) + 8
 

@@ -23,12 +23,13 @@ from codec.record import (
     MAGIC_CODE,
     MAX_PROPERTIES_BYTES,
     MAX_TOPIC_BYTES,
-    POS_BORN_HOST,
     POS_MAGIC,
     POS_QUEUE_ID,
     POS_QUEUE_OFFSET,
     POS_SYS_FLAG,
     POS_TOTAL,
+    QUEUE_AND_PHYS_OFFSET,
+    STORE_TS_POS,
     _host_len,
     _is_v6,
     _pack_host,
@@ -44,15 +45,13 @@ from codec.tags import java_hash
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET (adjacent)
-_STORE_TS_POS = (POS_BORN_HOST + 8, POS_BORN_HOST + 20)  # by the BORNHOST_V6 bit
 
 
 def patch_append_fields(buf: bytearray | memoryview, pos: int, queue_offset: int, phys_offset: int, store_ts: int) -> None:
     """Fill QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP in place (done by storage at append)."""
-    _OFFSETS.pack_into(buf, pos + POS_QUEUE_OFFSET, queue_offset, phys_offset)
+    QUEUE_AND_PHYS_OFFSET.pack_into(buf, pos + POS_QUEUE_OFFSET, queue_offset, phys_offset)
     born_v6 = (_I32.unpack_from(buf, pos + POS_SYS_FLAG)[0] & SysFlag.BORNHOST_V6) != 0
-    _I64.pack_into(buf, pos + _STORE_TS_POS[born_v6], store_ts)
+    _I64.pack_into(buf, pos + STORE_TS_POS[born_v6], store_ts)
 
 
 def rewrite_for_delivery(raw: BytesLike, topic: str, queue_id: int, store_host: tuple[str, int] | None = None,

@@ -29,7 +29,8 @@ from scheduler.delay_events import DeliveryInfo, EventInfos, LevelReporter
 from scheduler.level_cursor import LevelCursor
 from scheduler.level_quarantine import HALF_TOPIC, LevelQuarantine
 from scheduler.quarantine import GIVE_UP
-from storage.message_store import MessageStore, PutRequest
+from scheduler.store_port import StorePort
+from storage.store_types import PutRequest
 
 log = structlog.get_logger(__name__)
 
@@ -125,7 +126,7 @@ class AsyncLevelHandler:
     """HandlePutResultTask for one level, as an asyncio task that sleeps on futures: it moves the
     level's delivered offset (`cursor.offset`) strictly in order and reports what was delivered."""
 
-    def __init__(self, cursor: LevelCursor, store: MessageStore, report: LevelReporter, quarantine: LevelQuarantine,
+    def __init__(self, cursor: LevelCursor, store: StorePort, report: LevelReporter, quarantine: LevelQuarantine,
                  config: DelayConfig) -> None:
         self.cursor = cursor
         self.store = store
@@ -300,7 +301,7 @@ class AsyncLevelHandler:
         report = self.report
         st = report.stats
         st.add_delivered(len(lateness))
-        st.lateness.observe_many(lateness)
+        st.observe_lateness(lateness)
         if report.listeners:
             for e in entries:
                 if isinstance(e, PendingBatch):

@@ -15,12 +15,12 @@ TIMER_DEL_UNIQKEY marker for its slot through `put_marker` (the timer wheel's ow
 from __future__ import annotations
 
 import builtins
-import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from codec.codes import SCHEDULE_TOPIC, TIMER_TOPIC
+from codec.consume_queue_unit import UNIT, UNIT_SIZE
 from codec.msgid import offset_msg_id
 from codec.properties import MessageConst
 from codec.record import decode_record
@@ -32,13 +32,12 @@ if TYPE_CHECKING:
     from codec.record import MessageRecord
     from scheduler.delay_deliver import LevelDeliverer
     from scheduler.delay_service import DelayLevelService
+    from scheduler.store_port import StorePort
     from scheduler.timer import TimerMessageStore
-    from storage.message_store import MessageStore
 
 Row = dict[str, Any]  # one listed message (JSON object)
 PutMarker = Callable[[str, str, int], Awaitable[str | None]]
 
-_UNIT = struct.Struct(">qiq")
 MAX_LIMIT = 1000
 DEFAULT_SCAN_BUDGET = 20000
 
@@ -87,7 +86,7 @@ def _matches(q: Query, props: dict[str, str], due_ms: int) -> bool:
 
 
 class ScheduledBrowser:
-    def __init__(self, store: MessageStore, delay_service: DelayLevelService | None,
+    def __init__(self, store: StorePort, delay_service: DelayLevelService | None,
                  timer_service: TimerMessageStore | None, put_marker: PutMarker | None = None) -> None:
         """`await put_marker(topic, uniq_key, deliver_ms)` stores a timer cancel marker (the broker's put
         path) and returns None, or a problem text."""
@@ -138,9 +137,9 @@ class ScheduledBrowser:
             units = store.read_units(SCHEDULE_TOPIC, d.queue_id, off, n)
             if not units:
                 return None
-            cnt = len(units) // 20
+            cnt = len(units) // UNIT_SIZE
             for i in range(cnt):
-                phys, size, due = _UNIT.unpack_from(units, i * 20)
+                phys, size, due = UNIT.unpack_from(units, i * UNIT_SIZE)
                 budget[0] -= 1
                 if q.due_before is not None and level_due_ms(due) >= q.due_before:
                     return None  # due times grow along a level

@@ -11,7 +11,8 @@ from scheduler.level_cursor import LevelCursor
 from scheduler.level_delivery import DueBatch
 from scheduler.level_quarantine import LevelQuarantine
 from scheduler.quarantine import GIVE_UP
-from storage.message_store import BatchPutResult, MessageStore, PutStatus
+from scheduler.store_port import StorePort
+from storage.store_types import BatchPutResult, PutStatus
 
 PUT_OK = PutStatus.PUT_OK
 
@@ -19,7 +20,7 @@ PUT_OK = PutStatus.PUT_OK
 class AsyncDelivery:
     __slots__ = ("cursor", "store", "report", "quarantine", "handler")
 
-    def __init__(self, cursor: LevelCursor, store: MessageStore, report: LevelReporter,
+    def __init__(self, cursor: LevelCursor, store: StorePort, report: LevelReporter,
                  quarantine: LevelQuarantine, handler: AsyncLevelHandler) -> None:
         self.cursor = cursor
         self.store = store

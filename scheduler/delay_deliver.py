@@ -23,6 +23,7 @@ from typing import TypedDict
 import structlog
 
 from codec.codes import SCHEDULE_TOPIC
+from codec.consume_queue_unit import UNIT_SIZE
 from scheduler.async_deliver import AsyncLevelHandler
 from scheduler.delay_async import AsyncDelivery
 from scheduler.delay_cancel import DelayCancelTable
@@ -32,10 +33,10 @@ from scheduler.delay_sync import SyncDelivery
 from scheduler.level_cursor import LevelCursor
 from scheduler.level_delivery import DueBatch, LevelDelivery
 from scheduler.level_quarantine import LevelQuarantine
-from scheduler.level_scan import UNIT_SIZE, DueScan, scan_due
+from scheduler.level_scan import DueScan, scan_due
 from scheduler.quarantine import Quarantine
 from scheduler.stats import LatenessHistogram
-from storage.message_store import MessageStore
+from scheduler.store_port import StorePort
 
 log = structlog.get_logger(__name__)
 
@@ -69,7 +70,7 @@ class LevelSnapshot(TypedDict):
 class LevelDeliverer:
     """One delay level: its task (`run`), wake-ups and figures."""
 
-    def __init__(self, level: int, store: MessageStore, config: DelayConfig, cancels: DelayCancelTable,
+    def __init__(self, level: int, store: StorePort, config: DelayConfig, cancels: DelayCancelTable,
                  quarantine: Quarantine, hooks: LevelEventHooks) -> None:
         self.store = store
         self.config = config

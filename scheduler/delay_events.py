@@ -6,20 +6,19 @@ real topic."""
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from codec.buffers import BytesLike
 from codec.delivery_batch import DeliveryBatch
-from codec.record import POS_SYS_FLAG
+from codec.record import BORN_AND_STORE_TS, POS_BORN_TS, POS_SYS_FLAG
 from scheduler.events import EventColumns, EventListener, PutObserver, count_puts, fire_columns
 from scheduler.stats import LevelStats
-from storage.message_store import PutStatus
+from storage.store_types import PutStatus
 
 PUT_OK = PutStatus.PUT_OK
-_BORN_STORE_TS = (struct.Struct(">q8xq"), struct.Struct(">q20xq"))  # from 40, by the BORNHOST_V6 bit
+_BORN_STORE_TS = BORN_AND_STORE_TS  # from POS_BORN_TS, by the BORNHOST_V6 bit
 
 
 class DeliveryInfo(NamedTuple):
@@ -49,7 +48,7 @@ def event_infos(raws: Sequence[BytesLike | None], batch: DeliveryBatch) -> Event
     """The event columns of a delivery batch, read once per message from its schedule record."""
     ts = _BORN_STORE_TS
     # (born, store) timestamps from 40; where STORETIMESTAMP is depends on SYSFLAG's BORNHOST_V6 bit
-    pairs = [ts[(raw[POS_SYS_FLAG + 3] & 0x10) >> 4].unpack_from(raw, 40)  # type: ignore[index, arg-type]  # batch.source names only records that were built (never None)
+    pairs = [ts[(raw[POS_SYS_FLAG + 3] & 0x10) >> 4].unpack_from(raw, POS_BORN_TS)  # type: ignore[index, arg-type]  # batch.source names only records that were built (never None)
              for raw in map(raws.__getitem__, batch.source)]
     return EventInfos([d[0] for d in batch.dests], [p[1] for p in pairs], batch.uniqs, [p[0] for p in pairs])
 
@@ -86,7 +85,7 @@ class LevelReporter:
         """A run of messages stored whole at `store_ts` (dues and phys in delivery order)."""
         st = self.stats
         st.add_delivered(len(dues))
-        st.lateness.observe_many([store_ts - due for due in dues])
+        st.observe_lateness([store_ts - due for due in dues])
         if infos is not None:
             self.fire_delivered(infos.topics, phys, infos, dues, store_ts)
 

@@ -14,16 +14,16 @@ from collections.abc import Callable, Collection
 import structlog
 
 from codec.codes import RMQ_SYS_TRANS_HALF_TOPIC, SCHEDULE_QUARANTINE_TOPIC
+from codec.consume_queue_unit import UNIT_SIZE
 from codec.delivery_batch import build_delivery_batch
 from codec.properties import MessageConst, parse_properties
 from codec.record import read_properties_bytes, read_topic
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.progress_file import ProgressFile, count_records_after
-from storage.message_store import MessageStore
+from scheduler.store_port import StorePort
 
 log = structlog.get_logger(__name__)
 
-UNIT_SIZE = 20
 _NOT_DELIVERIES = (SCHEDULE_TOPIC, SCHEDULE_QUARANTINE_TOPIC)
 HALF_TOPIC = RMQ_SYS_TRANS_HALF_TOPIC
 
@@ -36,7 +36,7 @@ def _is_delivery_of(level: int) -> Callable[[memoryview], bool]:
     return match
 
 
-def resume_offset(store: MessageStore, level: int, progress: ProgressFile, fallback: int, batch_size: int,
+def resume_offset(store: StorePort, level: int, progress: ProgressFile, fallback: int, batch_size: int,
                   cancelled: Collection[int] | None = None) -> tuple[int, str]:
     """(schedule offset to resume level `level` from, where it came from). `cancelled`: the level's
     operator-cancelled offsets (scheduler.delay_cancel), which the drain skips without a delivery."""

@@ -28,7 +28,7 @@ from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.loop_lag import LoopLagProbe
 from scheduler.progress_file import ProgressFile
 from scheduler.quarantine import Quarantine
-from storage.message_store import MessageStore
+from scheduler.store_port import StorePort
 from storage.supervisor import SupervisedTask
 
 log = structlog.get_logger(__name__)
@@ -47,7 +47,7 @@ SHUTDOWN_WAIT_S = 5.0  # WAIT_FOR_SHUTDOWN
 
 
 class DelayLevelService:
-    def __init__(self, store: MessageStore, config: DelayConfig, levels_ms: list[int] | None = None,
+    def __init__(self, store: StorePort, config: DelayConfig, levels_ms: list[int] | None = None,
                  offset_backend: DelayOffsetBackend | None = None, on_put: PutObserver | None = None) -> None:
         self.store = store
         # every put a level makes (deliveries, by real topic): RocketMQ counts them as puts of their topic
@@ -259,8 +259,12 @@ class DelayLevelService:
             info[f"scheduleMessageDelivered_{lv}"] = str(snap["delivered_total"])
             info[f"scheduleMessageDeliverRate_{lv}"] = f"{snap['deliver_rate']:.1f}"
             info[f"scheduleMessageDelayMs_{lv}"] = str(d.delay_ms)
-            info[f"scheduleMessageLatenessP50_{lv}"] = f"{d.stats.lateness.quantile(0.5):.0f}"
-            info[f"scheduleMessageLatenessP99_{lv}"] = f"{d.stats.lateness.quantile(0.99):.0f}"
+            # exact (nearest rank) over the last LATENESS_WINDOW deliveries, not a histogram bucket's edge
+            recent = d.stats.recent_lateness
+            info[f"scheduleMessageLatenessP50_{lv}"] = f"{recent.quantile(0.5):.0f}"
+            info[f"scheduleMessageLatenessP99_{lv}"] = f"{recent.quantile(0.99):.0f}"
+            info[f"scheduleMessageLatenessMax_{lv}"] = f"{d.stats.lateness.max:.0f}"
+            info[f"scheduleMessageLatenessWindow_{lv}"] = str(len(recent))
         info["scheduleMessageCancelPending"] = str(self.cancels.count())
         info["scheduleMessageCancelled"] = str(self.cancels.cancelled_total)
         return info

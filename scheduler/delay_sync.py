@@ -17,7 +17,8 @@ from scheduler.level_cursor import LevelCursor
 from scheduler.level_delivery import DueBatch
 from scheduler.level_quarantine import LevelQuarantine
 from scheduler.quarantine import GIVE_UP
-from storage.message_store import MessageStore, PutRequest, PutStatus
+from scheduler.store_port import StorePort
+from storage.store_types import PutRequest, PutStatus
 
 log = structlog.get_logger(__name__)
 
@@ -37,7 +38,7 @@ class Resend(NamedTuple):
 class SyncDelivery:
     __slots__ = ("cursor", "store", "report", "quarantine")
 
-    def __init__(self, cursor: LevelCursor, store: MessageStore, report: LevelReporter,
+    def __init__(self, cursor: LevelCursor, store: StorePort, report: LevelReporter,
                  quarantine: LevelQuarantine) -> None:
         self.cursor = cursor
         self.store = store

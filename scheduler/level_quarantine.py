@@ -14,7 +14,8 @@ from codec.properties import MessageConst, parse_properties
 from codec.record import read_properties_bytes
 from scheduler.quarantine import LEVEL, Quarantine
 from scheduler.stats import LevelStats
-from storage.message_store import MessageStore, PutStatus
+from scheduler.store_port import StorePort
+from storage.store_types import PutStatus
 
 log = structlog.get_logger(__name__)
 
@@ -26,7 +27,7 @@ _REAL_TOPIC = MessageConst.REAL_TOPIC
 class LevelQuarantine:
     __slots__ = ("level", "quarantine", "store", "stats")
 
-    def __init__(self, level: int, quarantine: Quarantine, store: MessageStore, stats: LevelStats) -> None:
+    def __init__(self, level: int, quarantine: Quarantine, store: StorePort, stats: LevelStats) -> None:
         self.level = level
         self.quarantine = quarantine
         self.store = store

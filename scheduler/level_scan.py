@@ -8,14 +8,12 @@ and scheduler.levels, one call per unit (tests/scheduler/test_level_scan.py: the
 
 from __future__ import annotations
 
-import struct
 from typing import NamedTuple
 
+# a schedule queue unit: phys offset, size, tagsCode (= deliverTimestamp = storeTimestamp + delay)
+from codec.consume_queue_unit import UNIT, UNIT_SIZE
 from scheduler.due import AFTER_MS, is_due, level_due_ms
 from scheduler.levels import correct_deliver_timestamp
-
-UNIT = struct.Struct(">qiq")  # phys offset, size, tagsCode (= deliverTimestamp = storeTimestamp + delay)
-UNIT_SIZE = 20
 
 
 class DueScan(NamedTuple):

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from storage.message_store import MessageStore
+    from scheduler.store_port import StorePort
 
 FILE_NAME = "scheduleProgress"
 MAGIC = b"DMQP"
@@ -171,6 +171,6 @@ class ProgressFile:
                 self.fd = -1
 
 
-def count_records_after(store: MessageStore, phys: int, match: Callable[[memoryview], bool]) -> int:
+def count_records_after(store: StorePort, phys: int, match: Callable[[memoryview], bool]) -> int:
     """How many CommitLog records from `phys` to its end satisfy `match`."""
     return sum(1 for _p, rec in store.records_from(phys) if match(rec)) if phys >= 0 else 0

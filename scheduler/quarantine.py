@@ -18,7 +18,8 @@ import structlog
 from codec.buffers import BytesLike
 from codec.codes import SCHEDULE_QUARANTINE_TOPIC
 from codec.quarantine import build_quarantine_record
-from storage.message_store import MessageStore, PutRequest, PutStatus
+from scheduler.store_port import StorePort
+from storage.store_types import PutRequest, PutStatus
 
 log = structlog.get_logger(__name__)
 
@@ -27,7 +28,7 @@ GIVE_UP = frozenset({PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEED
 
 
 class Quarantine:
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: StorePort) -> None:
         self.store = store
         self.counts: dict[str, int] = {LEVEL: 0, TIMER_ENQUEUE: 0, TIMER_DEQUEUE: 0}
         self.lost = 0  # records even the quarantine copy could not be stored for (logged)

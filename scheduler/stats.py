@@ -7,12 +7,16 @@ with `LATENESS_BUCKETS_MS`. Recorded per batch with one bisect per message; no a
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from typing import TypedDict
 
-from codec.histogram import Histogram
+from codec.histogram import Histogram, RecentValues
 
 LATENESS_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 60_000)
 _RATE_WINDOW_S = 10.0
+# the exact lateness percentiles (runtime info, `delaymq scheduled levels|timers`) are over this many
+# most recent deliveries; the histogram keeps the all-time distribution for Prometheus and the exports
+LATENESS_WINDOW = 10_000
 
 
 class LatenessHistogram(TypedDict):
@@ -27,7 +31,7 @@ class LatenessHistogram(TypedDict):
 
 class LevelStats:
     __slots__ = ("level", "delivered", "skipped", "quarantined", "failed_puts", "resends", "next_due_ms", "lateness",
-                 "_rate_marks")
+                 "recent_lateness", "_rate_marks")
 
     def __init__(self, level: int) -> None:
         self.level = level
@@ -38,10 +42,16 @@ class LevelStats:
         self.resends = 0
         self.next_due_ms = 0  # 0: no message waiting
         self.lateness = Histogram(LATENESS_BUCKETS_MS)
+        self.recent_lateness = RecentValues(LATENESS_WINDOW)
         self._rate_marks: list[tuple[float, int]] = []  # (monotonic s, delivered) ≤ 1 per second
 
     def record_lateness(self, lateness_ms: int) -> None:
-        self.lateness.observe(lateness_ms)
+        self.observe_lateness((lateness_ms,))
+
+    def observe_lateness(self, values: Collection[int]) -> None:
+        """One delivered batch's lateness (ms): the histogram and the window of exact recent values."""
+        self.lateness.observe_many(values)
+        self.recent_lateness.extend(values)
 
     def add_delivered(self, n: int) -> None:
         self.delivered += n

@@ -23,28 +23,36 @@ import structlog  # noqa: E402
 
 from remoting import loop as event_loop  # noqa: E402
 from server.config import BrokerConfig, ConfigError, load_config  # noqa: E402
+from server.listeners import ListenError, probe  # noqa: E402
 from server.logging import configure  # noqa: E402
-from server.process import overrides_from, serve_until_signal  # noqa: E402
+from server.process import overrides_from, serve_until_signal, version  # noqa: E402
 from storage.store_lock import StoreLockedError  # noqa: E402
 
 log = structlog.get_logger("server")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="delaymq-broker", description="delaymq name server + broker")
-    p.add_argument("--store", help="store root directory (storePathRootDir)")
-    p.add_argument("--port", type=int, help="listen port (the VIP channel is port-2); default 9876")
-    p.add_argument("--config", help="broker.conf-style properties file")
-    p.add_argument("--host", default=None, help="listen host (default 127.0.0.1)")
-    p.add_argument("--broker-ip", help="advertised address (brokerIP1)")
-    p.add_argument("--flush-disk-type", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
-    p.add_argument("--delay-levels", help='messageDelayLevel, e.g. "1s 5s 10s"')
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
-    p.add_argument("--log-level", default="info")
+    p = argparse.ArgumentParser(prog="delaymq-broker", description="delaymq name server + broker. Flags override "
+                                "--config, which overrides the built-in defaults shown here.")
+    p.add_argument("--version", action="version", version=f"delaymq-broker {version()}")
+    p.add_argument("--store", help="store root directory, storePathRootDir (default: ~/store; `make run`: ./store)")
+    p.add_argument("--port", type=int, help="listen port, listenPort (default: 9876); also opens port-2 (VIP "
+                   "channel), haListenPort (default port+1) and grpcListenPort (default port-1795: 8081 for 9876)")
+    p.add_argument("--config", help="broker.conf-style properties file (default: none)")
+    p.add_argument("--host", default=None, help="listen host, listenHost (default: 127.0.0.1)")
+    p.add_argument("--broker-ip", help="advertised address, brokerIP1 (default: 127.0.0.1)")
+    p.add_argument("--flush-disk-type", choices=["ASYNC_FLUSH", "SYNC_FLUSH"],
+                   help="flushDiskType (default: ASYNC_FLUSH)")
+    p.add_argument("--delay-levels", help='messageDelayLevel, e.g. "1s 5s 10s" (default: RocketMQ\'s 18 levels, '
+                   '1s 5s 10s 30s 1m ... 2h)')
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port, metricsPort "
+                   "(default: 0 = off; `make run`: 5557)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="log level (default: info)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any broker.conf key (repeatable)")
+                   help="any broker.conf key (repeatable; default: none)")
     p.add_argument("--export-config", nargs="?", const="", default=None, metavar="OUT_DIR",
-                   help="export the metadata tables as RocketMQ's JSON files (default <store>/config) and exit")
+                   help="export the metadata tables as RocketMQ's JSON files (default OUT_DIR: <store>/config) and exit")
     return p
 
 
@@ -112,9 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.export_config is not None:
         return export_config(cfg, args.export_config)
     try:
+        probe(cfg.listeners())  # a port another process holds stops the start before the store is opened
         return event_loop.run(run(cfg))
     except StoreLockedError as e:
         log.error("broker.store_locked", error=str(e), holder=e.holder)
+        return 1
+    except ListenError as e:  # taken between the probe and the bind
+        log.error("broker.cannot_listen", key=e.key, port=e.port, error=str(e))
         return 1
     except OSError as e:
         log.error("broker.start_failed", error=str(e))

@@ -1,8 +1,13 @@
 """BrokerController: the composition root (name server + broker in one process).
 
-Builds the MessageStore, the topic / subscription-group / consumer-offset tables, the client
-manager, long-poll hold, delay-level and timer services and the RemotingServer listening on
-[listenPort, listenPort-2]; registers the processors; creates the system topics.
+`_assemble` is the one place the broker's parts are built, in order: the tables, the MessageStore, the
+delay-level and timer services, transactions, telemetry and the /metrics page, the HA role, the
+RemotingServer on [listenPort, listenPort-2] with its processors, the name-server registration, the
+gRPC endpoint. Each is added to a `Lifecycle` (server/lifecycle.py) as it is built, with its start and
+stop: `start()` starts them in that order, `shutdown()` stops them in reverse, each step on its own.
+The parts read of the broker what their declared views name (`RuntimeInfoView`, `MetricsView`, the
+processors' `...Deps` built in server/processor_wiring.py); `wiring.py` names the other packages'
+constructors.
 """
 
 from __future__ import annotations
@@ -26,10 +31,13 @@ from server.cluster.ha.service import ReplicaRole, ReplicaServices
 from server.cluster.namesrv.kv_config import KVConfigManager
 from server.cluster.registration import BrokerRegistrar
 from server.config import BrokerConfig
+from server.filter_bitmap import FilterBitmaps
+from server.lifecycle import Lifecycle
+from server.listeners import bound
 from server.observability.broker_stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BrokerStats
 from server.observability.client_errors import ClientErrorLog
 from server.observability.http import MetricsHttpServer
-from server.observability.prometheus import RpcLatency
+from server.observability.prometheus import MetricsView, RpcLatency
 from server.observability.registry import Registry
 from server.observability.telemetry import Telemetry
 from server.observability.traffic import TrafficCounters
@@ -41,9 +49,10 @@ from server.processors.send_common import PUT_STATUS_CODES
 from server.pull_hold import PullHoldService
 from server.put_hooks import PutHooks
 from server.rebalance_lock import RebalanceLockManager
-from server.runtime_info import broker_runtime_info
+from server.runtime_info import RuntimeInfoView
 from server.security import Security
 from server.security import install as install_security
+from server.subscription_filter import SubscriptionFilters
 from server.topic_attributes import TopicAttributes
 from server.topics import TopicManager
 from server.transactions import TransactionService
@@ -55,9 +64,11 @@ from server.wiring import (
     make_remoting_server,
     make_timer_service,
     notify_consumer_ids_changed,
+    open_message_store,
     put_request,
     timer_config,
 )
+from storage.filter_bitmap import FilterBitmapFiles
 from storage.message_store import MessageStore
 from storage.meta_store import MetaStore
 from storage.store_lock import StoreLock
@@ -94,11 +105,13 @@ class BrokerController:
                                      expired_timeout_s=config.client_channel_expired_timeout / 1000.0)
         self.locks = RebalanceLockManager(config.channel_lock_max_live_time_ms)
         self.pull_hold = PullHoldService()
+        self.filters = SubscriptionFilters(config.enable_property_filter, config.filter_support_retry)
+        self.bitmaps: FilterBitmaps | None = None  # enableCalcFilterBitMap: built with the store in _assemble
         self.kv_config = KVConfigManager()  # embedded mode's name-server KV config (in memory)
         self.registrar: BrokerRegistrar | None = None  # [cluster] set when namesrvAddr is configured
         self.metrics = Registry()
         self.replica = ReplicaRole(config)  # brokerRole / brokerId, HA, promotion (server/cluster/ha)
-        # built in start(), in this order
+        # built by _assemble (in start()), in this order
         self.store: MessageStore | None = None
         self.delay_service: DelayLevelService | None = None
         self.timer_service: TimerMessageStore | None = None  # None: timerWheelEnable=false
@@ -121,7 +134,10 @@ class BrokerController:
         self._stats_task: SupervisedTask | None = None
         self.rpc_latency = RpcLatency()
         self.client_errors = ClientErrorLog()
-        self._started = False
+        self.runtime_view: RuntimeInfoView | None = None  # GET_BROKER_RUNTIME_INFO's reads, built in start()
+        self.metrics_view: MetricsView | None = None  # the /metrics page's reads, built in start()
+        self.lifecycle = Lifecycle()
+        self._closed = False
 
     # ---- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -130,64 +146,8 @@ class BrokerController:
         log.info("broker.config", config=cfg.to_properties(),
                  delay_table={f"L{i + 1}": ms for i, ms in enumerate(self.levels)})
         cfg.validate()
-        self.topics.load()
-        self.topic_attributes.load()
-        self.groups.load()
-        self.offsets.load()
-        self.topics.ensure_system_topics(len(self.levels), cfg.timer_wheel_enable, cfg.broker_cluster_name,
-                                         cfg.broker_name)
-        self.store = make_message_store(cfg, self.levels)
-        self.store.add_dispatch_listener(self.pull_hold.on_dispatch)
-        await self.replica.prepare(self.store)  # a SLAVE: read-only store, a former master's tail cut
-        # scheduled deliveries count as puts on their real topic (per-topic throughput includes them)
-        self.delay_service = make_delay_service(self.store, cfg, self.levels, self.meta,
-                                                self.counters.on_put_topic)
-        self.timer_service = make_timer_service(self.store, cfg, self.counters.on_put_topic)
-        self.scheduled = ScheduledBrowser(self.store, self.delay_service, self.timer_service,
-                                          self._put_timer_cancel_marker)
-        # the timer hook's flow control reads the live wheel, so it gets the service itself
-        self.hooks = PutHooks(cfg, self.levels, self.timer_service or timer_config(cfg))
-        self.transactions = TransactionService(cfg, self.store, self.clients, self.put_record, self.store_host)
-        self.replica.attach(ReplicaServices(topics=self.topics, groups=self.groups, offsets=self.offsets,
-                                            delay_service=self.delay_service, timer_service=self.timer_service,
-                                            transactions=self.transactions))
-        if not self.replica.is_slave:  # a slave's check-backs start at promotion
-            self.transactions.start()
-        # a SLAVE delivers nothing: its delay levels start at promotion, its wheel only follows
-        if not self.replica.is_slave:
-            self.delay_service.start()
-            if self.timer_service is not None:
-                self.timer_service.start()
-        self.remoting = make_remoting_server(self.clients)
-        self.remoting.server.dispatcher.on_timing = self.rpc_latency.observe
-        self.remoting.server.response_observer = self.client_errors
-        self.security = install_security(cfg, self.store, self.remoting.server,
-                                         lambda t: self.topics.get(t) is not None)  # ACL, TLS, limits
-        pop_state = PopStore(cfg.store_path_root_dir, sync=cfg.sync_flush)
-        pop_state.load()
-        self.pop = PopService(pop_deps(self), pop_state)
-        self.pop.start()
-        register_processors(self.remoting, self)
-        await self.remoting.listen(cfg.listen_host, [cfg.listen_port, cfg.vip_port])
-        await self.replica.start()
-        if cfg.namesrv_addr_list:
-            registrar = self.registrar = make_registrar(cfg, self.topics, self.started_store.supervisor)
-            self.topics.add_change_listener(lambda _tc: registrar.topics_changed())
-            self.replica.attach_registrar(registrar)  # a slave follows the master it names
-            await registrar.start()
-        if cfg.metrics_port:
-            from server.observability import prometheus
-            self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port,
-                                                  render=lambda: prometheus.page_sliced(self))
-            await self.metrics_http.start()
-        self.telemetry = Telemetry(cfg, self.metrics, self.store, self.offsets, self.delay_service, self.timer_service)
-        self.telemetry.start()
-        self._stats_task = self.store.supervisor.spawn("broker-stats", self._sample_stats)
-        if cfg.grpc_listen_port > 0:  # RocketMQ 5 clients: gRPC MessagingService over the same store
-            from server.grpc.endpoint import GrpcEndpoint
-            self.grpc = GrpcEndpoint(grpc_deps(self), self.pop)
-            await self.grpc.start()
-        self._started = True
+        self._assemble()
+        await self.lifecycle.start()
         log.info("broker.ready", host=cfg.listen_host, port=cfg.listen_port, vip_port=cfg.vip_port,
                  broker_addr=cfg.broker_addr, store=cfg.store_path_root_dir,
                  metrics_port=self.metrics_http.port if self.metrics_http else None,
@@ -196,52 +156,140 @@ class BrokerController:
                  delay_levels=len(self.levels), delay_service=self.delay_service is not None,
                  timer_service=self.timer_service is not None)
 
-    async def shutdown(self) -> None:
-        """Stop accepting, drain in-flight requests, stop services, flush and checkpoint the store."""
-        if not self._started:
-            self.meta.close()  # a start that failed half-way: keep what it staged
-            self.store_lock.release()
-            return
-        self._started = False
-        log.info("broker.stopping")
+    def _assemble(self) -> None:
+        """Build the broker's parts in order, each added to `self.lifecycle` with its start and stop."""
+        cfg, levels, life, replica = self.config, self.levels, self.lifecycle, self.replica
+        life.add("tables", start=self._load_tables)
+        store = self.store = make_message_store(cfg, levels)
+        if cfg.enable_property_filter and cfg.enable_calc_filter_bit_map:  # before the pull hold: a woken pull sees it
+            bitmaps = self.bitmaps = FilterBitmaps(FilterBitmapFiles(cfg.store_path_root_dir), store)
+            store.add_dispatch_listener(bitmaps.on_dispatch)
+            life.add("filter_bitmaps", stop=bitmaps.close)  # closed after the store stopped dispatching
+        store.add_dispatch_listener(self.pull_hold.on_dispatch)
+        life.add("store", start=lambda: open_message_store(store), stop=store.shutdown)
+        # a SLAVE: read-only store, a former master's tail cut; before the scheduler services start
+        life.add("replica.prepare", start=lambda: replica.prepare(store))
+        # scheduled deliveries count as puts on their real topic (per-topic throughput includes them)
+        delay = self.delay_service = make_delay_service(store, cfg, levels, self.meta, self.counters.on_put_topic)
+        timer = self.timer_service = make_timer_service(store, cfg, self.counters.on_put_topic)
+        self.scheduled = ScheduledBrowser(store, delay, timer, self._put_timer_cancel_marker)
+        # the timer hook's flow control reads the live wheel, so it gets the service itself
+        self.hooks = PutHooks(cfg, levels, timer or timer_config(cfg))
+        tx = self.transactions = TransactionService(cfg, store, self.clients, self.put_record, self.store_host)
+        replica.attach(ReplicaServices(topics=self.topics, groups=self.groups, offsets=self.offsets,
+                                       delay_service=delay, timer_service=timer, transactions=tx))
+        # a SLAVE delivers nothing: its check-backs and delay levels start at promotion, its wheel only follows
+        life.add("transactions", start=lambda: None if replica.is_slave else tx.start(), stop=tx.stop)
+        life.add("delay_service", start=lambda: None if replica.is_slave else delay.start(),
+                 stop=self._stop_delay_levels)
+        if timer is not None:
+            life.add("timer_service", start=lambda: None if replica.is_slave else timer.start(), stop=timer.shutdown)
+        runtime = self.runtime_view = RuntimeInfoView(
+            config=cfg, store=store, stats=self.stats, counters=self.counters, pull_hold=self.pull_hold,
+            rpc_latency=self.rpc_latency, boot_ms=self.boot_ms)
+        runtime.sources.append(("delay_service", delay.runtime_info))
+        if timer is not None:
+            runtime.sources.append(("timer_service", timer.runtime_info))
+        runtime.sources.append(("transactions", tx.runtime_info))
+        if self.bitmaps is not None:
+            runtime.sources.append(("filter_bitmaps", self.bitmaps.runtime_info))
+        telemetry = self.telemetry = Telemetry(cfg, self.metrics, store, self.offsets, delay, timer)
+        life.add("telemetry", start=telemetry.start, stop=telemetry.shutdown)
+        view = self.metrics_view = MetricsView(
+            config=cfg, registry=self.metrics, counters=self.counters, clients=self.clients, offsets=self.offsets,
+            topics=self.topics, store=store, rpc_latency=self.rpc_latency, delay_service=delay, timer_service=timer,
+            transactions=tx)
+        if cfg.metrics_port:
+            from server.observability import prometheus
+            http = self.metrics_http = MetricsHttpServer(self.metrics, cfg.metrics_host, cfg.metrics_port,
+                                                         render=lambda: prometheus.page_sliced(view))
+            life.add("metrics_http", start=self._start_metrics_http, stop=http.close)
+        # HA before the remoting server: stopped after it, so in-flight SYNC_MASTER sends still get their acks
+        life.add("replica", start=replica.start, stop=replica.shutdown)
+        life.add("clients", stop=self.clients.shutdown)
+        remoting = self.remoting = make_remoting_server(self.clients)
+        remoting.server.dispatcher.on_timing = self.rpc_latency.observe
+        remoting.server.response_observer = self.client_errors
+        self.security = install_security(cfg, store, remoting.server,
+                                         lambda t: self.topics.get(t) is not None)  # ACL, TLS, limits
+        # pop consumption (server/pop): its state loaded before the remoting port and the gRPC endpoint take
+        # requests, stopped after both
+        pop = self.pop = PopService(pop_deps(self), PopStore(cfg.store_path_root_dir, sync=cfg.sync_flush))
+        life.add("pop", start=self._start_pop, stop=pop.stop)
+        register_processors(remoting, self)
+        life.add("remoting", start=self._listen,
+                 stop=lambda: remoting.close(cfg.shutdown_drain_timeout_ms / 1000.0))
+        # held pulls answer first (counted as in-flight by the server, which then drains)
+        life.add("pull_hold", stop=self.pull_hold.shutdown)
+        if cfg.namesrv_addr_list:  # registered once listening; out of the routes first, so clients stop sending here
+            registrar = self.registrar = make_registrar(cfg, self.topics, store.supervisor)
+            self.topics.add_change_listener(lambda _tc: registrar.topics_changed())
+            replica.attach_registrar(registrar)  # a slave follows the master it names
+            runtime.sources.append(("registrar", registrar.stats))
+            life.add("registrar", start=registrar.start, stop=registrar.shutdown)
+        life.add("broker_stats", start=self._start_stats, stop=self._stop_stats)
+        if cfg.grpc_port > 0:  # RocketMQ 5 clients: gRPC MessagingService over the same store
+            from server.grpc.endpoint import GrpcEndpoint
+            grpc = self.grpc = GrpcEndpoint(grpc_deps(self), pop)
+            runtime.sources.append(("grpc", grpc.stats))
+            life.add("grpc", start=grpc.start, stop=grpc.stop)
+        runtime.sources.append(("replica", replica.runtime_info))
+
+    async def _start_metrics_http(self) -> None:
+        cfg = self.config
+        assert self.metrics_http is not None
+        with bound("metricsPort", cfg.metrics_host, cfg.metrics_port):
+            await self.metrics_http.start()
+
+    async def _listen(self) -> None:
+        """The remoting port and the VIP channel, each clash one line naming its key (server.listeners)."""
+        cfg, remoting = self.config, self.remoting
+        assert remoting is not None  # built by _assemble before the lifecycle starts
+        with bound("listenPort", cfg.listen_host, cfg.listen_port):
+            await remoting.listen(cfg.listen_host, [cfg.listen_port])
+        with bound("listenPort-2", cfg.listen_host, cfg.vip_port):  # the VIP channel
+            await remoting.listen(cfg.listen_host, [cfg.vip_port])
+
+    def _load_tables(self) -> None:
+        self.topics.load()
+        self.groups.load()
+        self.offsets.load()
+        self.topic_attributes.load()
+        cfg = self.config
+        self.topics.ensure_system_topics(len(self.levels), cfg.timer_wheel_enable, cfg.broker_cluster_name,
+                                         cfg.broker_name)
+
+    def _start_pop(self) -> None:
+        pop = built(self.pop, "pop")
+        pop.state.load()
+        pop.start()
+
+    async def _stop_delay_levels(self) -> None:
+        # a slave's delay levels never ran: their (zero) offsets must not overwrite the synced file
+        if not self.replica.is_slave and self.delay_service is not None:
+            await self.delay_service.shutdown()
+
+    def _start_stats(self) -> None:
+        self._stats_task = self.started_store.supervisor.spawn("broker-stats", self._sample_stats)
+
+    async def _stop_stats(self) -> None:
         if self._stats_task is not None:
             await self._stats_task.stop()
-        if self.registrar is not None:  # out of the routes first, so clients stop sending here
-            await self.registrar.shutdown()
-        self.pull_hold.shutdown()  # held pulls answer now (counted as in-flight by the server)
-        if self.remoting is not None:
-            await self.remoting.close(self.config.shutdown_drain_timeout_ms / 1000.0)
-        if self.grpc is not None:
-            await self.grpc.stop()
-        if self.pop is not None:
-            await self.pop.stop()
-        self.clients.shutdown()
-        if self.transactions is not None:
-            self.transactions.stop()
-        await self.replica.shutdown()
-        # a slave's delay levels never ran: their (zero) offsets must not overwrite the synced file
-        for svc in (self.timer_service,) if self.replica.is_slave else (self.timer_service, self.delay_service):
-            if svc is not None:
-                try:
-                    await svc.shutdown()
-                except Exception as e:
-                    log.error("broker.service_shutdown_failed", service=type(svc).__name__, error=repr(e))
-        # each step runs whatever the one before met (a full disk fails writes, not the shutdown);
-        # meta.close commits what is staged (offsets, topics, groups, delay offsets), checkpoints
+
+    async def shutdown(self) -> None:
+        """Stop the started components in reverse order (stop accepting, drain in-flight requests, stop
+        services, flush and checkpoint the store), then commit the tables and release the store."""
+        if self._closed:
+            return
+        self._closed = True
+        log.info("broker.stopping", components=self.lifecycle.started)
+        await self.lifecycle.stop()
+        # meta.close commits what is staged (offsets, topics, groups, delay offsets) and checkpoints;
+        # a start that failed half-way keeps what it staged too
         try:
             self.meta.close()
         except OSError as e:
             log.error("broker.shutdown_step_failed", step="meta", error=str(e))
-        for step, close in (("telemetry", self.telemetry.shutdown if self.telemetry is not None else None),
-                            ("store", self.store.shutdown if self.store is not None else None)):
-            if close is None:
-                continue
-            try:
-                await close()
-            except OSError as e:
-                log.error("broker.shutdown_step_failed", step=step, error=str(e))
-        if self.metrics_http is not None:
-            await self.metrics_http.close()
         self.store_lock.release()
         log.info("broker.stopped")
 
@@ -320,4 +368,4 @@ class BrokerController:
 
     def runtime_info(self) -> dict[str, object]:
         """GET_BROKER_RUNTIME_INFO's table (server.runtime_info)."""
-        return broker_runtime_info(self)
+        return built(self.runtime_view, "runtime_view").table()

@@ -21,9 +21,14 @@ import javaproperties
 import structlog
 
 from codec.codes import DEFAULT_CLUSTER
+from codec.consume_queue_unit import UNIT_SIZE
 from codec.durations import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from server.listeners import Listener, clash
 
 log = structlog.get_logger(__name__)
+
+# the default grpcListenPort is listenPort - GRPC_PORT_OFFSET (9876 -> 8081)
+GRPC_PORT_OFFSET = 1795
 
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 
@@ -92,6 +97,9 @@ class BrokerConfig:
     timer_roll_window_slot: int = 172800
     timer_congest_num_each_slot: int = 2147483647
     long_polling_enable: bool = True
+    enable_property_filter: bool = False  # SQL92 subscriptions (Apache's default: refused)
+    filter_support_retry: bool = False  # a %RETRY% topic filtered by the group's SQL92 subscription too
+    enable_calc_filter_bit_map: bool = False  # SQL92 bitmap pre-filter computed at dispatch (server.filter_bitmap)
     short_polling_time_mills: int = 1000
     server_channel_max_idle_time_seconds: int = 120
     client_channel_expired_timeout: int = 120000
@@ -135,7 +143,10 @@ class BrokerConfig:
     slave_timeout: int = 3000  # SYNC_MASTER: ms a send waits for the slave's ack (FLUSH_SLAVE_TIMEOUT)
     slave_synchronize_interval_ms: int = 10000  # slave: pull topics, offsets, groups, timer checkpoint
     scheduler_sync_interval_ms: int = 10  # ours: slave pulls the master's scheduler progress this often
-    grpc_listen_port: int = 8081  # RocketMQ 5 gRPC MessagingService (server/grpc); 0 = off
+    # RocketMQ 5 gRPC MessagingService (server/grpc); 0 = off; -1 (default) = listenPort - 1795, which is
+    # 8081 (the RocketMQ 5 proxy's port) for the default listenPort 9876 and moves with listenPort, so
+    # brokers on one host given only their own --port never share it
+    grpc_listen_port: int = -1
 
     # ---- derived -------------------------------------------------------------------------
     @property
@@ -154,6 +165,33 @@ class BrokerConfig:
     @property
     def ha_port(self) -> int:
         return self.ha_listen_port if self.ha_listen_port > 0 else self.listen_port + 1
+
+    @property
+    def grpc_port(self) -> int:
+        """The gRPC port: grpcListenPort, or listenPort - GRPC_PORT_OFFSET when it is -1; 0 = off."""
+        return self.grpc_listen_port if self.grpc_listen_port >= 0 else self.listen_port - GRPC_PORT_OFFSET
+
+    def listeners(self) -> list[Listener]:
+        """Every port this broker listens on, each named by the key that sets it (the quick start's list)."""
+        h = self.listen_host
+        out = [Listener("listenPort", h, self.listen_port, "remoting: 4.x clients, name server, admin tools"),
+               Listener("listenPort-2", h, self.vip_port, "the VIP channel (vipChannelEnabled clients)"),
+               Listener("haListenPort", h, self.ha_port, "HA: slaves replicate from here")]
+        if self.grpc_port > 0:
+            out.append(Listener("grpcListenPort", h, self.grpc_port, "gRPC: RocketMQ 5 clients"))
+        if self.metrics_port > 0:
+            out.append(Listener("metricsPort", self.metrics_host, self.metrics_port, "Prometheus /metrics"))
+        return out
+
+    def _validate_ports(self) -> None:
+        """The derived gRPC port in range, and no two listeners on one port; ConfigError names the key."""
+        if self.grpc_listen_port < 0 and not 0 < self.grpc_port < 65536:
+            raise ConfigError("grpcListenPort", f"the default listenPort - {GRPC_PORT_OFFSET} = {self.grpc_port} "
+                              "is no port: set grpcListenPort (0 = off)")
+        pair = clash(self.listeners())
+        if pair is not None:
+            first, second = pair
+            raise ConfigError(second.key, f"port {second.port} is also {first.key}'s ({first.purpose})")
 
     @property
     def ha_server_addr(self) -> str:
@@ -215,6 +253,7 @@ class BrokerConfig:
             if problem:
                 raise ConfigError(self.key_for(f.name), problem)
         self._validate_roles()
+        self._validate_ports()
 
     def public_properties(self) -> dict[str, str]:
         """`to_properties` with the values of `PRIVATE_KEYS` (key and ACL file paths) left out: what
@@ -301,8 +340,8 @@ VALIDATORS: dict[str, Check] = {
     "flush_interval_consume_queue": _POSITIVE,
     "disk_max_used_space_ratio": int_range(0, 100),
     "mapped_file_size_commit_log": int_range(4096, 2**31 - 1),
-    "mapped_file_size_consume_queue": lambda v: int_range(20 * 64, 2**31 - 1)(v) or (
-        None if v % 20 == 0 else f"must be a multiple of 20 (the unit size), got {v}"),
+    "mapped_file_size_consume_queue": lambda v: int_range(UNIT_SIZE * 64, 2**31 - 1)(v) or (
+        None if v % UNIT_SIZE == 0 else f"must be a multiple of {UNIT_SIZE} (the unit size), got {v}"),
     "mapped_file_size_timer_log": int_range(4096, 2**31 - 1),
     "file_reserved_time": _NON_NEGATIVE,
     "max_hash_slot_num": _POSITIVE,
@@ -336,6 +375,8 @@ VALIDATORS: dict[str, Check] = {
     "max_header_size": int_range(1024, 0xFFFFFF),
     "max_buffered_frame_bytes": _NON_NEGATIVE,
     "metrics_port": _PORT,
+    "grpc_listen_port": int_range(-1, 65535),
+    "ha_listen_port": _PORT,
     "metrics_export_interval_ms": _POSITIVE,
     "export_interval_ms": _POSITIVE,
     "shutdown_drain_timeout_ms": _NON_NEGATIVE,

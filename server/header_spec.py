@@ -9,22 +9,24 @@ so processors see `h.queueId: int`, `h.topic: str`. Empty strings count as absen
 field raises `HeaderError("the custom field <name> is null")`; an unparsable or out-of-range number raises
 `HeaderError` naming the field. Processors answer both with code 1 SYSTEM_ERROR.
 
-`spec.straight_line()` / `straight_line_v2()` generate the hot paths' unrolled parsers from the same
-declaration (see "straight-line parsers" below); anything but the usual shape falls back to
-`spec.parse`, the maintained reference.
+The hot paths' unrolled parsers (`server.header_parsers.parse_send` / `parse_pull`) are written from
+the same declarations by `server.header_codegen` at build time (`make headers`) into a committed module;
+anything but the usual shape falls back to `spec.parse`, the maintained reference. `SMALL_INTS`,
+`USUAL_BOOLS` and the Java ranges below are what that generated code reads.
 """
 
 from __future__ import annotations
 
-import linecache
 import types
 import typing
-from collections.abc import Callable, Mapping
-from typing import Any, Generic, NewType, TypeVar
+from collections.abc import Mapping
+from typing import Generic, NewType, TypeVar
 
 STR, INT, LONG, BOOL = "str", "int", "long", "bool"
-_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
-_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1  # a Java int
+LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1  # a Java long
+USUAL_BOOLS = {None: None, "": None, "false": False, "true": True}  # what a usual boolean field holds
+SMALL_INTS = {str(v): v for v in range(-1, 1025)}  # queue ids, flags, counts: a lookup instead of int()
 
 Long = NewType("Long", int)
 """A header field that is a Java long (64-bit range); a plain `int` field is a Java int (32-bit)."""
@@ -37,7 +39,7 @@ class HeaderError(ValueError):
 class Header:
     """A parsed request header; subclasses declare the fields (see the module docstring). The values live
     in the instance `__dict__`, filled by `HeaderSpec.parse` (or the straight-line parsers generated
-    from the same declaration, `parse_send` / `parse_pull`) in declaration order."""
+    from the same declaration, `server.header_parsers`) in declaration order."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.__dict__!r})"
@@ -104,26 +106,13 @@ class HeaderSpec(Generic[H]):
                     v = int(raw)
                 except ValueError:
                     v = None
-                if v is not None and (_INT_MIN <= v <= _INT_MAX if kind is INT else _LONG_MIN <= v <= _LONG_MAX):
+                if v is not None and (INT_MIN <= v <= INT_MAX if kind is INT else LONG_MIN <= v <= LONG_MAX):
                     d[name] = v
                 else:
                     d[name] = _convert(name, kind, raw)  # raises the error naming the field
             else:
                 d[name] = _convert(name, kind, raw)
         return h
-
-    def straight_line(self, fallback: Callable[[Mapping[str, str] | None], H] | None = None,
-                      ) -> Callable[[Mapping[str, str] | None], H]:
-        """This layout's parser generated as straight-line code (see `_straight_line_source`): the same
-        record as `parse(ext)`, or `fallback(ext)` (default `parse`) when the ext has not the usual shape."""
-        return _straight_line(self, False, fallback)
-
-    def straight_line_v2(self, fallback: Callable[[Mapping[str, str] | None, bool], H] | None = None,
-                         ) -> Callable[[Mapping[str, str] | None, bool], H]:
-        """`straight_line` reading the V2 short names; `(ext, v2)`, and `fallback(ext, v2)` when not v2."""
-        if not any(short for *_, short in self.fields):
-            raise TypeError(f"{self.record.__name__} declares no V2 short names")
-        return _straight_line(self, True, fallback)
 
 
 def _convert(name: str, kind: str, raw: object) -> object:
@@ -140,87 +129,7 @@ def _convert(name: str, kind: str, raw: object) -> object:
         v = int(s)
     except ValueError:
         raise HeaderError(f"the custom field <{name}> is not a valid {kind}: {s[:64]!r}") from None
-    lo, hi = (_INT_MIN, _INT_MAX) if kind == INT else (_LONG_MIN, _LONG_MAX)
+    lo, hi = (INT_MIN, INT_MAX) if kind == INT else (LONG_MIN, LONG_MAX)
     if not lo <= v <= hi:
         raise HeaderError(f"the custom field <{name}> is out of {kind} range: {s[:64]!r}")
     return v
-
-
-# ---- straight-line parsers, generated from a spec ----------------------------------------------
-#
-# `spec.parse` walks its plan field by field. For the two headers on the hot paths (a send, a pull) the
-# loop and its per-field branches are most of the cost, so `HeaderSpec.straight_line` writes the
-# unrolled parser for the declared fields once, at import (as `dataclasses` writes `__init__`): every
-# field read into a local of its Java name, one check that the usual shape holds (required fields
-# non-empty strings, optional ones strings or absent, booleans "true"/"false"), numbers through a
-# small-int table or int(), one range check, the record filled in declaration order. Whatever does not
-# have the usual shape goes to `spec.parse`, which gives the same record or names the offending field;
-# so the declaration is the only copy of the layout, and a field added to a record is read by both.
-# `inspect.getsource(parse_send)` shows the generated code.
-
-_BOOLS = {None: None, "": None, "false": False, "true": True}  # what a usual boolean field holds
-_SMALL_INTS = {str(v): v for v in range(-1, 1025)}  # queue ids, flags, counts: a lookup instead of int()
-_RESERVED = {"ext", "v2", "int", "type", "str"}  # names the generated code uses; no field may take them
-
-
-def _straight_line_source(spec: HeaderSpec[Any], v2: bool, fname: str) -> str:
-    """The source of `def fname(...)`, `spec`'s straight-line parser (see above); V2 short names if `v2`."""
-    fields = spec.fields
-    for name, *_ in fields:
-        if name in _RESERVED or name.startswith("_"):
-            raise TypeError(f"{spec.record.__name__}.{name}: a name the generated parser uses itself")
-    numbers = [(name, kind, req) for name, kind, req, _ in fields if kind is INT or kind is LONG]
-    args, fallback = ("ext, v2", "_fallback(ext, v2)") if v2 else ("ext", "_fallback(ext)")
-    out = [f"def {fname}({args}):",
-           f"    if {'not v2 or ' if v2 else ''}not ext:",
-           f"        return {fallback}",
-           "    _get = ext.get"]
-    out += [f"    {name} = _get({(short if v2 else name)!r})" for name, _, _, short in fields]
-    shape = []  # any of these true: not the usual shape
-    required = [name for name, _, req, _ in fields if req]
-    if required:
-        shape.append(f"not ({' and '.join(required)})")
-    strings = [name for name, kind, req, _ in fields if req and kind is not BOOL]
-    if strings:
-        shape.append(f"not ({' is '.join(f'type({n})' for n in strings)} is str)")
-    shape += [f"({name} is not None and type({name}) is not str)"
-              for name, kind, req, _ in fields if not req and kind is not BOOL]
-    shape += [f"{name} not in _BOOLS" for name, kind, _, _ in fields if kind is BOOL]
-    out.append("    try:  # TypeError: an unhashable value in a hand-made ext")
-    if shape:
-        out.append("        if (" + "\n                or ".join(shape) + "):")
-        out.append(f"            return {fallback}")
-    for name, _, req in numbers:
-        conv = f"_small[{name}] if {name} in _small else int({name})"
-        out.append(f"        {name} = {conv}" if req else f"        {name} = ({conv}) if {name} else None")
-    if not shape and not numbers:
-        out.append("        pass")
-    out += ["    except (ValueError, TypeError):", f"        return {fallback}"]
-    ranges = []
-    for name, kind, req in numbers:
-        lo, hi = ("_INT_MIN", "_INT_MAX") if kind is INT else ("_LONG_MIN", "_LONG_MAX")
-        ranges.append(f"{lo} <= {name} <= {hi}" if req else f"({name} is None or {lo} <= {name} <= {hi})")
-    if ranges:
-        out += [f"    if not ({' and '.join(ranges)}):", f"        return {fallback}"]
-    values = []
-    for name, kind, req, _ in fields:
-        value = f"_BOOLS[{name}]" if kind is BOOL else name if req or kind is not STR else f"{name} or None"
-        values.append(f"{name!r}: {value}")
-    out += ["    _h = _record()", f"    _h.__dict__ = {{{', '.join(values)}}}", "    return _h"]
-    return "\n".join(out) + "\n"
-
-
-def _straight_line(spec: HeaderSpec[H], v2: bool, fallback: Callable[..., H] | None) -> Callable[..., H]:
-    fname = f"parse_{spec.record.__name__}{'_v2' if v2 else ''}"
-    source = _straight_line_source(spec, v2, fname)
-    filename = f"<straight-line parse of {spec.record.__name__}{' (V2 names)' if v2 else ''}>"
-    namespace: dict[str, Any] = {  # the generated code's globals; __name__: a function of the module declaring the record
-        "__name__": spec.record.__module__, "_fallback": fallback or spec.parse, "_record": spec.record, "_BOOLS": _BOOLS,
-        "_small": _SMALL_INTS, "_INT_MIN": _INT_MIN, "_INT_MAX": _INT_MAX, "_LONG_MIN": _LONG_MIN,
-        "_LONG_MAX": _LONG_MAX}
-    exec(compile(source, filename, "exec"), namespace)  # our own text, written from the declaration
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for inspect, tracebacks
-    fn: Callable[..., H] = namespace[fname]
-    fn.__doc__ = (f"`{spec.record.__name__}`'s spec.parse(ext{', v2' if v2 else ''}) (the same record or the same "
-                  "HeaderError), straight-line for the usual shape; generated from the declaration.")
-    return fn

@@ -1,10 +1,10 @@
 """The request headers the broker and the name server read: one record class per Java
 XxxRequestHeader (field names Java's), each with its `HeaderSpec` (server/header_spec.py: how a
-declaration is parsed, its error texts, the straight-line generator).
+declaration is parsed, its error texts).
 
-The hot paths' `parse_send` / `parse_pull` are not a second copy of their layouts: they are generated
-from the SEND_MESSAGE / PULL_MESSAGE declarations below at import, and anything but the usual shape
-falls back to `spec.parse`, the maintained reference.
+The hot paths' `parse_send` / `parse_pull` (server/header_parsers.py) are not a second copy of their
+layouts: `make headers` (server/header_codegen.py) writes them from the SEND_MESSAGE / PULL_MESSAGE
+declarations below, and anything but the usual shape falls back to `spec.parse`, the maintained reference.
 """
 
 from __future__ import annotations
@@ -51,10 +51,6 @@ class PullMessageHeader(Header):
 
 
 PULL_MESSAGE = HeaderSpec(PullMessageHeader)
-
-# the hot paths' parsers (send_run, pull): generated from the two declarations above
-parse_send = SEND_MESSAGE.straight_line_v2()
-parse_pull = PULL_MESSAGE.straight_line()
 
 
 class GroupTopicQueueHeader(Header):

@@ -4,6 +4,7 @@ running one component until SIGTERM / Ctrl-C."""
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -18,6 +19,14 @@ class Component(Protocol):
     async def start(self) -> None: ...
 
     async def shutdown(self) -> None: ...
+
+
+def version() -> str:
+    """The installed distribution's version (`--version` of every entry point)."""
+    try:
+        return importlib.metadata.version("delaymq")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def overrides_from(set_items: Iterable[str], flags: Mapping[str, object]) -> dict[str, object]:

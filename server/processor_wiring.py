@@ -65,7 +65,7 @@ def send_deps(b: BrokerController) -> SendDeps:
 def pull_deps(b: BrokerController) -> PullDeps:
     return PullDeps(config=b.config, store=built(b.store, "store"), topics=b.topics, groups=b.groups,
                     clients=b.clients, offsets=b.offsets, replica=b.replica, pull_hold=b.pull_hold,
-                    on_pull=b.counters.on_pull)
+                    on_pull=b.counters.on_pull, filters=b.filters, bitmaps=b.bitmaps)
 
 
 def send_back_deps(b: BrokerController) -> SendBackDeps:
@@ -79,7 +79,7 @@ def grpc_deps(b: BrokerController) -> GrpcDeps:
                     offsets=b.offsets, clients=b.clients, transactions=built(b.transactions, "transactions"),
                     send=send_deps(b), put_record=b.put_record, levels=b.levels,
                     timer_enabled=b.timer_service is not None, acl=b.security.acl if b.security else None,
-                    store_host=b.store_host, attributes=b.topic_attributes)
+                    store_host=b.store_host, attributes=b.topic_attributes, filters=b.filters)
 
 
 def _no_pop_channels(conn: object) -> bool:
@@ -89,7 +89,7 @@ def _no_pop_channels(conn: object) -> bool:
 def pop_deps(b: BrokerController) -> PopDeps:
     """Pop consumption's view of the broker (server/pop): its gRPC sessions pop when the endpoint runs."""
     is_pop_channel = _no_pop_channels
-    if b.config.grpc_listen_port > 0:
+    if b.config.grpc_port > 0:
         from server.grpc.telemetry import TelemetryChannel  # grpc is imported only when the endpoint runs
 
         def is_pop_channel(conn: object) -> bool:
@@ -112,7 +112,8 @@ def register_processors(server: Registrar, b: BrokerController) -> None:
     consumer_send_back.register(server, send_back_deps(b))
     transaction.register(server, built(b.transactions, "transactions"))
     admin.register(server, AdminDeps(config=cfg, store=store, topics=b.topics, meta=b.meta,
-                                     runtime_info=b.runtime_info, attributes=b.topic_attributes))
+                                     runtime_info=built(b.runtime_view, "runtime_view").table, filters=b.filters,
+                                     attributes=b.topic_attributes))
     admin_stats.register(server, AdminStatsDeps(config=cfg, store=store, topics=b.topics, groups=b.groups,
                                                 offsets=b.offsets, clients=b.clients, meta=b.meta,
                                                 boot_ms=b.boot_ms))

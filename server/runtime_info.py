@@ -1,12 +1,14 @@
 """GET_BROKER_RUNTIME_INFO's table: RocketMQ's keys (mqadmin clusterList / brokerStatus and the Dashboard read
 them; thread-pool figures are 0: requests run on the event loop, not in pools), the store's and each
-service's own (`RuntimeInfoSource`s named one by one in `broker_runtime_info`)."""
+service's own (`RuntimeInfoSource`s, named one by one by the broker's assembly). `RuntimeInfoView` is what
+the table reads of the broker, declared; its `table` is what GET_BROKER_RUNTIME_INFO answers."""
 
 from __future__ import annotations
 
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import structlog
@@ -15,7 +17,12 @@ from codec.codes import BROKER_VERSION, RequestCode
 from codec.record import read_store_timestamp
 
 if TYPE_CHECKING:
-    from server.broker import BrokerController
+    from server.config import BrokerConfig
+    from server.observability.broker_stats import BrokerStats
+    from server.observability.prometheus import RpcLatency
+    from server.observability.traffic import TrafficCounters
+    from server.pull_hold import PullHoldService
+    from storage.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 
@@ -24,9 +31,8 @@ RuntimeInfoSource = Callable[[], Mapping[str, object]]
 _SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
 
 
-def earliest_store_time(b: BrokerController) -> int:
+def earliest_store_time(store: MessageStore) -> int:
     """STORETIMESTAMP of the oldest record still in the CommitLog (0: none, or not a record there)."""
-    store = b.started_store
     try:
         raw = store.read_record(store.commitlog_min_offset())
     except (ValueError, IndexError, OSError):
@@ -34,26 +40,27 @@ def earliest_store_time(b: BrokerController) -> int:
     return read_store_timestamp(raw) if raw is not None and len(raw) > 64 else 0
 
 
-def service_sources(b: BrokerController) -> list[tuple[str, RuntimeInfoSource]]:
-    """Each running service's figures, by name (a service not built is not asked)."""
-    out: list[tuple[str, RuntimeInfoSource]] = []
-    if b.delay_service is not None:
-        out.append(("delay_service", b.delay_service.runtime_info))
-    if b.timer_service is not None:
-        out.append(("timer_service", b.timer_service.runtime_info))
-    if b.transactions is not None:
-        out.append(("transactions", b.transactions.runtime_info))
-    if b.registrar is not None:
-        out.append(("registrar", b.registrar.stats))
-    if b.grpc is not None:
-        out.append(("grpc", b.grpc.stats))
-    out.append(("replica", b.replica.runtime_info))
-    return out
+@dataclass(frozen=True)
+class RuntimeInfoView:
+    """What GET_BROKER_RUNTIME_INFO's table reads of the broker. `sources`: each running service's own
+    figures, by name, in the order the assembly built them (a service not built is not there)."""
+
+    config: BrokerConfig
+    store: MessageStore
+    stats: BrokerStats
+    counters: TrafficCounters
+    pull_hold: PullHoldService
+    rpc_latency: RpcLatency
+    boot_ms: int
+    sources: list[tuple[str, RuntimeInfoSource]] = field(default_factory=list)
+
+    def table(self) -> dict[str, object]:
+        return broker_runtime_info(self)
 
 
-def broker_runtime_info(b: BrokerController) -> dict[str, object]:
+def broker_runtime_info(b: RuntimeInfoView) -> dict[str, object]:
     cfg, stats, counters = b.config, b.stats, b.counters
-    store = b.started_store
+    store = b.store
     now = int(time.time() * 1000)
     puts, gets = stats.tps(now)
     info: dict[str, object] = {
@@ -81,14 +88,14 @@ def broker_runtime_info(b: BrokerController) -> dict[str, object]:
         info[f"{pool}ThreadPoolQueueHeadWaitTimeMills"] = 0
     info.update(store.runtime_info())
     info.update(disk_info(cfg.store_path_root_dir))
-    info["earliestMessageTimeStamp"] = earliest_store_time(b) or b.boot_ms
+    info["earliestMessageTimeStamp"] = earliest_store_time(store) or b.boot_ms
     info["consumeQueueDiskRatio"] = info.get("commitLogDiskRatio", "0")  # one disk holds the whole store
     sends = [h for code, h in b.rpc_latency.by_code.items() if code in _SEND_CODES]
     n = sum(h.count for h in sends)
     if n:  # upper bounds of the buckets holding the quantiles, in ms (RocketMQ's putLatency99/999)
         for key, q in (("putLatency99", 0.99), ("putLatency999", 0.999)):
             info[key] = f"{max(h.quantile(q) for h in sends if h.count) * 1000:.2f}"
-    for name, source in service_sources(b):
+    for name, source in b.sources:
         try:
             info.update({str(k): v for k, v in source().items()})
         except Exception as e:

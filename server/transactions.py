@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import struct
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from codec.codes import (
     SysFlag,
 )
 from codec.command import RemotingCommand
+from codec.consume_queue_unit import UNIT_HEAD, UNIT_SIZE
 from codec.errors import CodecError
 from codec.msgid import offset_msg_id
 from codec.properties import MessageConst
@@ -63,7 +63,6 @@ IMMUNITY_KEY = MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS
 NOT_TYPE, PREPARED, COMMIT, ROLLBACK, TX_MASK = (SysFlag.TRANSACTION_NOT_TYPE, SysFlag.TRANSACTION_PREPARED_TYPE,
                                                SysFlag.TRANSACTION_COMMIT_TYPE, SysFlag.TRANSACTION_ROLLBACK_TYPE,
                                                SysFlag.TRANSACTION_MASK)
-_UNIT = struct.Struct(">qi")
 _SCAN_BATCH = 256
 
 
@@ -151,17 +150,17 @@ class TransactionService:
             units = store.read_units(HALF_TOPIC, 0, self._scanned, _SCAN_BATCH)
             if not units:
                 break
-            for i in range(len(units) // 20):
+            for i in range(len(units) // UNIT_SIZE):
                 offset = self._scanned + i
                 if offset in done:
                     continue
-                phys, size = _UNIT.unpack_from(units, i * 20)
+                phys, size = UNIT_HEAD.unpack_from(units, i * UNIT_SIZE)
                 rec = self._record(phys, size)
                 if rec is None or rec.topic != HALF_TOPIC:
                     continue
                 self._track(HalfEntry(offset, phys, size, rec.properties.get(MessageConst.PGROUP, ""),
                                       rec.born_timestamp + self._immunity_ms(rec)))
-            self._scanned += len(units) // 20
+            self._scanned += len(units) // UNIT_SIZE
 
     def _immunity_ms(self, rec: MessageRecord) -> int:
         try:
@@ -192,11 +191,11 @@ class TransactionService:
             units = store.read_units(OP_TOPIC, 0, off, _SCAN_BATCH)
             if not units:
                 break
-            for i in range(len(units) // 20):
-                rec = self._record(*_UNIT.unpack_from(units, i * 20))
+            for i in range(len(units) // UNIT_SIZE):
+                rec = self._record(*UNIT_HEAD.unpack_from(units, i * UNIT_SIZE))
                 if rec is not None and rec.properties.get(MessageConst.TAGS) == REMOVE_TAG:
                     done.update(int(x) for x in rec.body.decode("ascii", "replace").split(",") if x.strip().isdigit())
-            off += len(units) // 20
+            off += len(units) // UNIT_SIZE
         return done
 
     # ---- END_TRANSACTION -----------------------------------------------------------------

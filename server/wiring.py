@@ -67,11 +67,15 @@ def store_config(cfg: BrokerConfig) -> StoreConfig:
 
 
 def make_message_store(cfg: BrokerConfig, levels_ms: list[int]) -> MessageStore:
-    """The store, told the scheduler's tagsCode rule for the schedule units it rebuilds (recovery, HA)."""
-    store = MessageStore(store_config(cfg), tags_code_of=schedule_tags_code(levels_ms))
+    """The store (not loaded yet: `open_message_store`), told the scheduler's tagsCode rule for the schedule
+    units it rebuilds (recovery, HA)."""
+    return MessageStore(store_config(cfg), tags_code_of=schedule_tags_code(levels_ms))
+
+
+def open_message_store(store: MessageStore) -> None:
+    """Load the store's files (recovery) and start its flush and clean-up."""
     store.load()
     store.start()
-    return store
 
 
 def put_request(raw: bytearray, topic: str, queue_id: int, properties: Mapping[str, str],

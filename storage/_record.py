@@ -13,6 +13,8 @@ from codec.properties import parse_properties
 from codec.record import (
     BLANK_MAGIC_CODE,
     MAGIC_CODE,
+    POS_QUEUE_OFFSET,
+    TOTAL_AND_MAGIC,
     read_properties_bytes,
     read_queue_id,
     read_store_timestamp,
@@ -28,21 +30,20 @@ __all__ = ["BLANK_MAGIC_CODE", "MAGIC_CODE", "patch_append_fields", "read_proper
 
 RECORD_MAGICS = frozenset({MAGIC_CODE})
 BLANK_LEN = 8  # END_FILE_MIN_BLANK_LENGTH
-BLANK = struct.Struct(">ii")  # [int32 remaining][int32 BLANK_MAGIC_CODE]
+BLANK = TOTAL_AND_MAGIC  # END-OF-FILE: [int32 remaining][int32 BLANK_MAGIC_CODE]
 MIN_RECORD = 91  # IPv4 hosts, empty body/topic/properties
 
-_HEAD = struct.Struct(">ii")
 _I64 = struct.Struct(">q")
 
 
 def read_head(buf: BytesLike | mmap.mmap, pos: int) -> tuple[int, int]:
     """(TOTALSIZE, MAGICCODE) at pos."""
-    return _HEAD.unpack_from(buf, pos)
+    return TOTAL_AND_MAGIC.unpack_from(buf, pos)
 
 
 def read_queue_offset(buf: BytesLike | mmap.mmap, pos: int = 0) -> int:
     v: int
-    (v,) = _I64.unpack_from(buf, pos + 20)
+    (v,) = _I64.unpack_from(buf, pos + POS_QUEUE_OFFSET)
     return v
 
 

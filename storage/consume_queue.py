@@ -9,20 +9,16 @@ first file with blank units (0, Integer.MAX_VALUE, 0).
 from __future__ import annotations
 
 import os
-import struct
 
 import structlog
 
 from codec.buffers import BytesLike
+from codec.consume_queue_unit import BLANK_SIZE, BLANK_UNIT, UNIT, UNIT_SIZE
 from storage.mapped_file import MappedFileQueue
 
 log = structlog.get_logger(__name__)
 
-UNIT = struct.Struct(">qiq")
-UNIT_SIZE = 20
 UNITS_PER_FILE = 300000
-BLANK_SIZE = 0x7FFFFFFF  # the size field of a blank unit (a hole left by a repair)
-BLANK_UNIT = UNIT.pack(0, BLANK_SIZE, 0)
 
 
 class QueueRun:

@@ -54,13 +54,12 @@ from storage import _record as R
 from storage.allocate import AHEAD_SUFFIX, AllocateAhead
 from storage.index_file import ENTRY, IndexFile, file_name, is_index_file_name, name_ms
 from storage.index_migrate import OLD_NAME, migrate
-from storage.store_types import IndexKeys
+from storage.store_types import IndexEntry, IndexKeys
 
 # property names, bound once for the per-message path (codec.properties.MessageConst)
 _KEYS = MessageConst.KEYS
 _UNIQ_KEY = MessageConst.UNIQ_KEY
 
-IndexEntry = tuple[str, IndexKeys, int, int]  # (topic, keys, phys, size)
 ReadRecord = Callable[[int, int], memoryview | None]
 
 log = structlog.get_logger(__name__)

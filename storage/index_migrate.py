@@ -13,13 +13,12 @@ from __future__ import annotations
 import os
 import struct
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Protocol
 
 import structlog
 
-if TYPE_CHECKING:
-    from storage.index import IndexEntry, IndexService
+from storage.store_types import IndexEntry
 
 log = structlog.get_logger(__name__)
 
@@ -57,7 +56,21 @@ def _entries(path: str, commitlog_max: int, stats: dict[str, str]) -> Iterator[t
                 return
 
 
-def migrate(index: IndexService, path: str, commitlog_max: int) -> int:
+class MigrationTarget(Protocol):
+    """What the migration adds the old entries to (storage.index.IndexService)."""
+
+    @property
+    def entries(self) -> int: ...
+
+    @property
+    def files(self) -> Sequence[object]: ...
+
+    def add_batch(self, entries: Iterable[IndexEntry], ts: int) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+def migrate(index: MigrationTarget, path: str, commitlog_max: int) -> int:
     """Re-add the entries of the old keys.idx at `path` into `index`, flush, remove the file."""
     t0 = time.monotonic()
     stats: dict[str, str] = {}

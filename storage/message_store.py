@@ -1,49 +1,63 @@
-"""MessageStore: the storage facade (ARCHITECTURE.md). The scheduler and the server use only this.
+"""MessageStore: the storage facade (ARCHITECTURE.md). The server uses only this; the scheduler sees it as
+`scheduler.store_port.StorePort`.
 
 Layout under `store_path`: `commitlog/`, `consumequeue/<topic>/<qid>/`, `index/<IndexFiles>`,
 `checkpoint`, `abort` (present while running), `config/` (JSON tables, see topic_config etc.).
 
-This class holds the lifecycle (load, flush tasks, retention timer, close), the dispatch listeners
-(`add_dispatch_listener` / `remove_dispatch_listener`, a `storage.store_state.DispatchListener` each),
-the ConsumeQueue table and the scheduler's small state files (`delay_offset_file`,
-`config_file`); the rest are mixins over `storage.store_state.StoreState`: `store_put`
-(put, put_async), `store_append` (put_batch), `store_reads`, `retention`, `replica`.
+The facade is composed of parts with one job each, made in `__init__` and passed what they need:
+
+- the files: `commitlog` (CommitLog), `queues` (storage.consume_queue_table.ConsumeQueueTable: every
+  ConsumeQueue and its next offset), `index` (IndexService), `checkpoint`;
+- what the parts share: `run` (storage.store_status.RunState: running, read-only) and `counters`
+  (StoreCounters), the dispatch listeners (storage.dispatch.DispatchListeners), the disk check
+  (storage.disk_space.DiskSpace), the fault injector;
+- `put_path` (storage.store_put.PutPath: put, put_async), `batch` (storage.store_append.BatchAppend:
+  put_batch over the put path), `reads` (storage.store_reads.StoreReads), `retention`
+  (storage.retention.Retention), `replica` (storage.replica.ReplicaAppender).
+
+The facade itself holds the lifecycle (load, flush tasks, retention timer, close) and forwards each public
+method to its part.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
 import structlog
 
+from codec.buffers import BytesLike
 from storage.allocate import AllocateAhead
 from storage.checkpoint import Checkpoint, CheckpointFile
 from storage.commitlog import CommitLog
 from storage.config_store import ConfigFile
 from storage.consume_queue import ConsumeQueue
+from storage.consume_queue_table import ConsumeQueueTable
+from storage.disk_space import DiskSpace
+from storage.dispatch import DispatchListeners
 from storage.faults import PutFaultInjector
 from storage.flush import GroupCommitService, PeriodicFlusher, flush_segments_blocking
 from storage.index import IndexService
 from storage.index_file import IndexFile
 from storage.meta_store import DelayOffsetFile
 from storage.recovery import iter_records, recover
-from storage.replica import ReplicaMixin
-from storage.retention import RetentionMixin
-from storage.store_append import BatchPutMixin
-from storage.store_put import PutMixin
-from storage.store_reads import ReadMixin
-from storage.store_state import DispatchListener
+from storage.replica import ReplicaAppender
+from storage.retention import Retention
+from storage.store_append import BatchAppend
+from storage.store_put import PutPath
+from storage.store_reads import StoreReads
+from storage.store_status import RunState, StoreCounters
 from storage.store_types import (
     BatchPutResult,
+    DispatchListener,
     GetResult,
     GetStatus,
     MadeAhead,
+    PutBatch,
     PutRequest,
     PutResult,
     PutStatus,
@@ -53,6 +67,9 @@ from storage.store_types import (
     tags_hash_code,
 )
 from storage.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from codec.record import MessageRecord
 
 __all__ = ["MessageStore", "StoreConfig", "PutRequest", "PutResult", "PutStatus", "BatchPutResult", "GetResult",
            "GetStatus", "QueryResult"]
@@ -65,7 +82,7 @@ _T = TypeVar("_T")
 _LogicsSnapshot = tuple[int, list[ConsumeQueue], list[tuple[IndexFile, int, bool]]]
 
 
-class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMixin):
+class MessageStore:
     def __init__(self, config: StoreConfig, supervisor: Supervisor | None = None,
                  tags_code_of: TagsCodeOf = tags_hash_code) -> None:
         self.config = config
@@ -79,41 +96,42 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
         # RocketMQ's AllocateMappedFileService: the next CommitLog segment, IndexFile and (`made_ahead`)
         # timerlog segment are made on this thread
         self._allocator = ThreadPoolExecutor(1, thread_name_prefix="allocate-mapped-file")
+        # the files
         self.commitlog = CommitLog(os.path.join(root, "commitlog"), config.mapped_file_size_commitlog,
                                    self._allocator)
-        self.cq_root = os.path.join(root, "consumequeue")
-        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
-        self.queue_offsets: dict[tuple[str, int], int] = {}
+        self.queues = ConsumeQueueTable(os.path.join(root, "consumequeue"), config.mapped_file_size_consume_queue)
         self.index = IndexService(root, self.commitlog.read_record, config.max_hash_slot_num, config.max_index_num,
                                   self._allocator)
         self.checkpoint = CheckpointFile(root)
+        # what the parts share
+        self.run = RunState()
+        self.counters = StoreCounters()
+        self.listeners = DispatchListeners()
         self.faults = PutFaultInjector()
-        self._listeners: list[DispatchListener] = []
+        self.disk = DiskSpace(config)
         self._group_commit = GroupCommitService(self.commitlog)
+        # the parts
+        self.put_path = PutPath(config, self.commitlog, self.queues, self.index, self._group_commit, self.listeners,
+                                self.faults, self.disk, self.run, self.counters,
+                                lambda: int(time.time() * 1000))
+        self.batch = BatchAppend(self.put_path)
+        self.reads = StoreReads(config, self.commitlog, self.queues, self.index, self.counters)
+        self.retention = Retention(config, self.commitlog, self.queues, self.index, self.run)
+        self.replica = ReplicaAppender(self.commitlog, self.queues, self.index, self.listeners, self.run,
+                                       self.counters, tags_code_of)
         self._flushers: list[PeriodicFlusher] = []
-        self._loaded = False
-        self._closed = False
         self._clean_handle: asyncio.TimerHandle | None = None  # the retention timer (start())
-        self._disk_checked_at = 0.0
-        self._disk_ratio = 0.0
-        self._space_logged_at = 0.0
-        self.put_ok_total = 0
-        self.put_failed_total = 0
-        self.put_bytes_total = 0
-        self.get_total = 0
         self.boot_ms = int(time.time() * 1000)
-        # store-timestamp source (epoch ms); replaceable so tests can control store times
-        self.now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
 
     # ---- lifecycle ------------------------------------------------------------------------------
     def load(self) -> bool:
         """Open and recover the store (see storage.recovery); marks it running (abort file)."""
         os.makedirs(self.config.store_path, exist_ok=True)
-        recover(self)
+        recover(self.commitlog, self.queues, self.checkpoint, self.index, self.tags_code_of)
         self.commitlog.allocate_first()
         self.index.allocate_ahead()
         self.checkpoint.mark_running()
-        self._loaded = True
+        self.run.loaded = True
         return True
 
     def start(self) -> None:
@@ -136,10 +154,10 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
         interval = max(self.config.clean_resource_interval_ms, 1) / 1000.0
 
         def tick() -> None:
-            if self._closed:
+            if self.run.closed:
                 return
             try:
-                self.clean_expired()
+                self.retention.clean_expired()
             except Exception as e:
                 self.supervisor.failed("storage-retention", e)
             self._clean_handle = loop.call_later(interval, tick)
@@ -149,7 +167,7 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
     def _prepare_logics_flush(self) -> _LogicsSnapshot:
         """On the loop thread: snapshot what the flush will cover (for the checkpoint)."""
         pending_index = self.index.take_pending()
-        return (self.commitlog.max_offset, list(self.consume_queues.values()), pending_index)
+        return (self.commitlog.max_offset, list(self.queues.queues.values()), pending_index)
 
     def _logics_flush(self, snapshot: _LogicsSnapshot) -> None:
         cl_max, cqs, pending_index = snapshot
@@ -161,9 +179,9 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
 
     async def shutdown(self) -> None:
         """Flush everything, write the checkpoint, remove the abort marker, close the files."""
-        if self._closed:
+        if self.run.closed:
             return
-        self._closed = True
+        self.run.closed = True
         if self._clean_handle is not None:
             self._clean_handle.cancel()
         for f in self._flushers:
@@ -173,11 +191,11 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
 
     def close(self) -> None:
         """Synchronous clean close (also used when no loop runs)."""
-        self._closed = True
-        if not self._loaded:
+        self.run.closed = True
+        if not self.run.loaded:
             return
         self.commitlog.flush()
-        for cq in self.consume_queues.values():
+        for cq in self.queues.queues.values():
             cq.flush()
         self.index.flush()
         cl_max = self.commitlog.max_offset
@@ -186,12 +204,12 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
             self.checkpoint.mark_clean()
         except OSError as e:  # a full disk: the abort marker stays, so the next start scans (nothing lost)
             log.error("store.checkpoint_write_failed", error=str(e), commitlog_max_offset=cl_max)
-        for cq in self.consume_queues.values():
+        for cq in self.queues.queues.values():
             cq.close()
         self.index.close()
         self.commitlog.close()
         self._allocator.shutdown()
-        self._loaded = False
+        self.run.loaded = False
         log.info("store.closed", commitlog_max_offset=cl_max)
 
     def made_ahead(self, what: str, destroy: Callable[[_T], None]) -> MadeAhead[_T]:
@@ -202,11 +220,93 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
 
     # ---- listeners ------------------------------------------------------------------------------
     def add_dispatch_listener(self, fn: DispatchListener) -> None:
-        self._listeners.append(fn)
+        self.listeners.add(fn)
 
     def remove_dispatch_listener(self, fn: DispatchListener) -> None:
-        if fn in self._listeners:
-            self._listeners.remove(fn)
+        self.listeners.remove(fn)
+
+    # ---- puts (storage.store_put, storage.store_append) -----------------------------------------
+    def put(self, requests: list[PutRequest]) -> list[PutResult]:
+        return self.put_path.put(requests)
+
+    async def put_async(self, requests: list[PutRequest]) -> list[PutResult]:
+        return await self.put_path.put_async(requests)
+
+    def put_batch(self, batch: PutBatch) -> BatchPutResult:
+        return self.batch.put_batch(batch)
+
+    @property
+    def now_ms(self) -> Callable[[], int]:
+        """The store-timestamp source (epoch ms); replaceable so tests can control store times."""
+        return self.put_path.now_ms
+
+    @now_ms.setter
+    def now_ms(self, fn: Callable[[], int]) -> None:
+        self.put_path.now_ms = fn
+
+    def disk_used_ratio(self) -> float:
+        return self.disk.used_ratio()
+
+    # ---- reads (storage.store_reads) ------------------------------------------------------------
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_num: int,
+                     tag_codes: set[int] | None = None,
+                     record_filter: Callable[[memoryview], bool] | None = None,
+                     unit_filter: Callable[[int], bool] | None = None) -> GetResult:
+        return self.reads.get_messages(topic, queue_id, offset, max_num, tag_codes, record_filter, unit_filter)
+
+    def read_units(self, topic: str, queue_id: int, offset: int, max_units: int) -> memoryview | None:
+        return self.reads.read_units(topic, queue_id, offset, max_units)
+
+    def read_record(self, phys_offset: int, size: int | None = None) -> memoryview | None:
+        return self.commitlog.read_record(phys_offset, size)
+
+    def read_records(self, spans: Iterable[tuple[int, int]]) -> list[memoryview | None]:
+        return self.commitlog.read_records(spans)
+
+    def lookup_message_by_offset(self, phys_offset: int) -> MessageRecord | None:
+        return self.reads.lookup_message_by_offset(phys_offset)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        return self.reads.min_offset(topic, queue_id)
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self.reads.max_offset(topic, queue_id)
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return self.reads.queue_ids(topic)
+
+    def earliest_store_time(self, topic: str, queue_id: int) -> int | None:
+        return self.reads.earliest_store_time(topic, queue_id)
+
+    def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int:
+        return self.reads.search_offset_by_timestamp(topic, queue_id, timestamp)
+
+    def query_by_key(self, topic: str, key: str, max_num: int, begin: int = 0,
+                     end: int = (1 << 63) - 1) -> QueryResult:
+        return self.reads.query_by_key(topic, key, max_num, begin, end)
+
+    # ---- retention (storage.retention) ----------------------------------------------------------
+    def clean_expired(self, now: float | None = None) -> list[str]:
+        return self.retention.clean_expired(now)
+
+    # ---- replica (storage.replica) --------------------------------------------------------------
+    def start_replica(self) -> int:
+        return self.replica.start_replica()
+
+    def stop_replica(self) -> None:
+        self.replica.stop_replica()
+
+    def replica_data(self, offset: int, max_bytes: int) -> memoryview | None:
+        return self.replica.replica_data(offset, max_bytes)
+
+    def append_replica(self, offset: int, data: BytesLike) -> int:
+        return self.replica.append_replica(offset, data)
+
+    def reput(self) -> int:
+        return self.replica.reput()
+
+    def truncate_replica(self, offset: int) -> int:
+        return self.replica.truncate_replica(offset)
 
     # ---- small state files (the scheduler's, under <store>/config) ------------------------------
     def delay_offset_file(self, path: str) -> DelayOffsetFile:
@@ -219,7 +319,7 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
         scheduler's `delayCancel.json`."""
         return ConfigFile(path)
 
-    # ---- consume queues -------------------------------------------------------------------------
+    # ---- consume queues (storage.consume_queue_table) ------------------------------------------
     @overload
     def consume_queue(self, topic: str, queue_id: int, create: Literal[True]) -> ConsumeQueue: ...
 
@@ -227,32 +327,20 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
     def consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None: ...
 
     def consume_queue(self, topic: str, queue_id: int, create: bool = False) -> ConsumeQueue | None:
-        key = (topic, queue_id)
-        cq = self.consume_queues.get(key)
-        if cq is None and create:
-            cq = ConsumeQueue(self.cq_root, topic, queue_id, self.config.mapped_file_size_consume_queue)
-            self.consume_queues[key] = cq
-        return cq
+        return self.queues.get(topic, queue_id, create)
 
     def delete_consume_queues(self, topic: str) -> int:
         """Forget a deleted topic's ConsumeQueues and remove their files (RocketMQ's cleanUnusedTopic).
         Its records stay in the CommitLog until retention. Returns the number of queues removed."""
-        keys = [k for k in self.consume_queues if k[0] == topic]
-        for key in keys:
-            cq = self.consume_queues.pop(key)
-            self.queue_offsets.pop(key, None)
-            try:
-                cq.close()
-            except BufferError:  # a reader still holds a view of its map: unmapped when that goes
-                pass
-        path = os.path.join(self.cq_root, topic)
-        if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
-        return len(keys)
+        return self.queues.delete_topic(topic)
 
     @property
     def flush_count(self) -> int:
         return self._group_commit.flush_count
+
+    @property
+    def put_ok_total(self) -> int:
+        return self.counters.put_ok_total
 
     # ---- info -----------------------------------------------------------------------------------
     def commitlog_min_offset(self) -> int:
@@ -273,11 +361,11 @@ class MessageStore(PutMixin, ReadMixin, RetentionMixin, BatchPutMixin, ReplicaMi
             "commitLogMinOffset": str(self.commitlog.min_offset),
             "commitLogMaxOffset": str(self.commitlog.max_offset),
             "commitLogDiskRatio": f"{self.disk_used_ratio():.4f}",
-            "consumeQueueCount": str(len(self.consume_queues)),
-            "putMessageTimesTotal": str(self.put_ok_total),
-            "putMessageFailedTimes": str(self.put_failed_total),
-            "putMessageSizeTotal": str(self.put_bytes_total),
-            "getMessageTimesTotal": str(self.get_total),
+            "consumeQueueCount": str(len(self.queues.queues)),
+            "putMessageTimesTotal": str(self.counters.put_ok_total),
+            "putMessageFailedTimes": str(self.counters.put_failed_total),
+            "putMessageSizeTotal": str(self.counters.put_bytes_total),
+            "getMessageTimesTotal": str(self.counters.get_total),
             "flushDiskType": str(self.config.flush_disk_type),
             "groupCommitFlushTimes": str(self._group_commit.flush_count),
             "bootTimestamp": str(self.boot_ms),

@@ -17,26 +17,31 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from codec.consume_queue_unit import UNIT
 from codec.properties import MessageConst, index_keys
 from storage import _record as R
-from storage.consume_queue import UNIT, ConsumeQueue
+from storage.consume_queue_table import ConsumeQueueTable
 
 # property names, bound once for the per-message path (codec.properties.MessageConst)
 _KEYS = MessageConst.KEYS
 _UNIQ_KEY = MessageConst.UNIQ_KEY
 
 if TYPE_CHECKING:
+    from storage.checkpoint import CheckpointFile
     from storage.commitlog import CommitLog
-    from storage.message_store import MessageStore
+    from storage.index import IndexService
+    from storage.store_types import TagsCodeOf
 
 log = structlog.get_logger(__name__)
 
-def recover(store: MessageStore) -> None:
-    cl = store.commitlog
+def recover(cl: CommitLog, queues: ConsumeQueueTable, checkpoint: CheckpointFile, index: IndexService,
+            tags_code_of: TagsCodeOf) -> None:
+    """Load the CommitLog, the ConsumeQueues and the index and make them agree (see the module docstring);
+    `tags_code_of` gives a rebuilt unit's tagsCode."""
     cl.load()
-    _load_consume_queues(store)
-    crashed = store.checkpoint.crashed_last_time()
-    cp = store.checkpoint.read()
+    queues.load()
+    crashed = checkpoint.crashed_last_time()
+    cp = checkpoint.read()
     files = cl.queue.files
     dispatch_from: int | None = None
     abnormal = False
@@ -61,37 +66,21 @@ def recover(store: MessageStore) -> None:
         abnormal = True
         log.warning("recovery.abnormal", reason="abort file" if crashed else "no checkpoint",
                     scanned_from=first.file_from_offset, commitlog_end=end)
-    for cq in store.consume_queues.values():
+    for cq in queues.queues.values():
         removed = cq.truncate_past(end)
         if removed:
             log.warning("recovery.consume_queue_cut", topic=cq.topic, queue_id=cq.queue_id, units=removed,
                         max_offset=cq.max_offset)
         cq.correct_min_offset(cl.min_offset)
-    store.index.load(end, crashed=abnormal)  # after a crash: rebuild the last IndexFile's slots
+    index.load(end, crashed=abnormal)  # after a crash: rebuild the last IndexFile's slots
     if dispatch_from is not None and dispatch_from < end:
-        _redispatch(store, dispatch_from, end)
-    store.queue_offsets = {key: cq.max_offset for key, cq in store.consume_queues.items()}
+        _redispatch(cl, queues, index, tags_code_of, dispatch_from, end)
+    queues.reset_offsets()
 
 
 def _files_end(cl: CommitLog) -> int:
     last = cl.queue.files[-1]  # recover() calls this only when there are files
     return last.file_from_offset + last.file_size
-
-
-def _load_consume_queues(store: MessageStore) -> None:
-    root = store.cq_root
-    if not os.path.isdir(root):
-        return
-    for topic in sorted(os.listdir(root)):
-        tdir = os.path.join(root, topic)
-        if not os.path.isdir(tdir):
-            continue
-        for qid in sorted(os.listdir(tdir)):
-            if not qid.lstrip("-").isdigit():
-                continue
-            cq = ConsumeQueue(root, topic, int(qid), store.config.mapped_file_size_consume_queue)
-            cq.load()
-            store.consume_queues[(topic, int(qid))] = cq
 
 
 def _set_end(cl: CommitLog, end: int) -> None:
@@ -150,16 +139,15 @@ def iter_records(cl: CommitLog, from_offset: int, end: int) -> Iterator[tuple[in
             pos += total
 
 
-def _redispatch(store: MessageStore, from_offset: int, end: int) -> None:
+def _redispatch(cl: CommitLog, queues: ConsumeQueueTable, index: IndexService, tags_code_of: TagsCodeOf,
+                from_offset: int, end: int) -> None:
     """Write ConsumeQueue units and index keys that are missing for records in [from_offset, end)."""
-    tags_code_of = store.tags_code_of
-    index = store.index
     index_after = index.last_update_phys if index.entries else -1
     units = keys = 0
-    for phys, total, topic, props_raw, view in iter_records(store.commitlog, from_offset, end):
+    for phys, total, topic, props_raw, view in iter_records(cl, from_offset, end):
         qid = R.read_queue_id(view)
         qoff = R.read_queue_offset(view)
-        cq = store.consume_queue(topic, qid, create=True)
+        cq = queues.get(topic, qid, create=True)
         need_unit = qoff >= cq.max_offset
         need_keys = phys > index_after
         if not (need_unit or need_keys):

@@ -1,4 +1,4 @@
-"""The replica seam of the MessageStore (a mixin): CommitLog bytes from elsewhere, appended verbatim.
+"""The replica seam of the MessageStore (`ReplicaAppender`, a part of the facade): CommitLog bytes from elsewhere, appended verbatim.
 
 A slave's CommitLog is byte-identical to its master's (cluster-ha.md §2.6): `append_replica(offset,
 data)` copies raw CommitLog bytes (records, END-OF-FILE blanks, a record split over two calls) at
@@ -19,10 +19,16 @@ from __future__ import annotations
 import structlog
 
 from codec.buffers import BytesLike
+from codec.consume_queue_unit import UNIT
 from codec.properties import MessageConst, index_keys
 from storage import _record as R
-from storage.consume_queue import UNIT, QueueRun
-from storage.store_state import StoreState
+from storage.commitlog import CommitLog
+from storage.consume_queue import QueueRun
+from storage.consume_queue_table import ConsumeQueueTable
+from storage.dispatch import DispatchListeners
+from storage.index import IndexService
+from storage.store_status import RunState, StoreCounters
+from storage.store_types import TagsCodeOf
 
 # property names, bound once for the per-message path (codec.properties.MessageConst)
 _KEYS = MessageConst.KEYS
@@ -35,16 +41,25 @@ class ReplicaError(ValueError):
     """Replicated bytes that do not continue the CommitLog (wrong offset)."""
 
 
-class ReplicaMixin(StoreState):
-    read_only: bool = False
-    reput_offset: int = -1  # -1: the CommitLog end at the first replica call (everything before is dispatched)
+class ReplicaAppender:
+    def __init__(self, commitlog: CommitLog, queues: ConsumeQueueTable, index: IndexService,
+                 listeners: DispatchListeners, run: RunState, counters: StoreCounters,
+                 tags_code_of: TagsCodeOf) -> None:
+        self.commitlog = commitlog
+        self.queues = queues
+        self.index = index
+        self.listeners = listeners
+        self.run = run
+        self.counters = counters
+        self.tags_code_of = tags_code_of
+        self.reput_offset = -1  # -1: the CommitLog end at the first replica call (everything before is dispatched)
 
     def start_replica(self) -> int:
         """Become read-only and set the reput offset just past the last record a ConsumeQueue holds
         (a record torn over a restart is dispatched once its rest arrives). Returns the reput offset."""
-        self.read_only = True
+        self.run.read_only = True
         cl = self.commitlog
-        ends = [cq.max_phys_end for cq in self.consume_queues.values()]
+        ends = [cq.max_phys_end for cq in self.queues.queues.values()]
         self.reput_offset = min(max(ends, default=cl.max_offset), cl.max_offset) if cl.queue.files else -1
         if ends and self.reput_offset < cl.min_offset:
             self.reput_offset = cl.min_offset
@@ -56,7 +71,7 @@ class ReplicaMixin(StoreState):
         self.reput()
         if 0 <= self.reput_offset < self.commitlog.max_offset:
             self.truncate_replica(self.reput_offset)
-        self.read_only = False
+        self.run.read_only = False
         self.reput_offset = -1
 
     def replica_data(self, offset: int, max_bytes: int) -> memoryview | None:
@@ -108,7 +123,7 @@ class ReplicaMixin(StoreState):
             pos += n
         if pos:
             cl.allocate_next(mf)
-        self.put_bytes_total += len(view)
+        self.counters.put_bytes_total += len(view)
         return cl.max_offset
 
     def reput(self) -> int:
@@ -166,12 +181,13 @@ class ReplicaMixin(StoreState):
         self.reput_offset = off
         for e in index_entries:
             self.index.add(*e)
+        queues = self.queues
         for key, run in units.items():
-            self._write_units(key, run.first, run.units, run.end)
-        if units and self._listeners:
-            self._dispatch(units)
+            queues.write_units(key, run.first, run.units, run.end)
+        if units and self.listeners.listeners:
+            self.listeners.dispatch(units, queues.offsets)
         if count:
-            self.put_ok_total += count
+            self.counters.put_ok_total += count
         return count
 
     def truncate_replica(self, offset: int) -> int:
@@ -184,11 +200,11 @@ class ReplicaMixin(StoreState):
         cuts = cl.queue.truncate(offset)
         for path, pos, n in cuts:
             log.warning("replica.commitlog_cut", file=path, from_pos=pos, bytes=n)
-        for cq in self.consume_queues.values():
+        for cq in self.queues.queues.values():
             removed = cq.truncate_past(offset)
             if removed:
                 log.warning("replica.consume_queue_cut", topic=cq.topic, queue_id=cq.queue_id, units=removed)
-        self.queue_offsets = {key: cq.max_offset for key, cq in self.consume_queues.items()}
+        self.queues.reset_offsets()
         self.reput_offset = min(self.reput_offset, offset) if self.reput_offset >= 0 else offset
         dropped = end - offset
         log.warning("replica.truncated", to_offset=offset, dropped_bytes=dropped, old_end=end)

@@ -1,4 +1,4 @@
-"""Retention (a MessageStore mixin): delete CommitLog segments older than `file_reserved_time_hours`
+"""Retention (`Retention`, a part of MessageStore): delete CommitLog segments older than `file_reserved_time_hours`
 (by the segment's last modification, i.e. its last store time), oldest first, never the active one;
 then advance ConsumeQueue min offsets past the new CommitLog min and delete CQ files wholly below it,
 and delete the IndexFiles whose endPhyOffset is below it (queries skip older entries of the others)."""
@@ -9,16 +9,28 @@ import time
 
 import structlog
 
-from storage.store_state import StoreState
+from storage.commitlog import CommitLog
+from storage.consume_queue_table import ConsumeQueueTable
+from storage.index import IndexService
+from storage.store_status import RunState
+from storage.store_types import StoreConfig
 
 log = structlog.get_logger(__name__)
 
 
-class RetentionMixin(StoreState):
+class Retention:
+    def __init__(self, config: StoreConfig, commitlog: CommitLog, queues: ConsumeQueueTable, index: IndexService,
+                 run: RunState) -> None:
+        self.config = config
+        self.commitlog = commitlog
+        self.queues = queues
+        self.index = index
+        self.run = run
+
     def clean_expired(self, now: float | None = None) -> list[str]:
         """Delete expired segments; `now` is epoch seconds (default: the current time). Returns the
         deleted CommitLog file paths."""
-        if not self._loaded:
+        if not self.run.loaded:
             return []
         now = time.time() if now is None else now
         keep_s = self.config.file_reserved_time_hours * 3600.0
@@ -34,7 +46,7 @@ class RetentionMixin(StoreState):
             return []
         deleted = self.commitlog.queue.delete_first(expired)
         new_min = self.commitlog.min_offset
-        for cq in self.consume_queues.values():
+        for cq in self.queues.queues.values():
             before = cq.min_offset
             cq.correct_min_offset(new_min)
             if cq.min_offset != before:

@@ -1,4 +1,4 @@
-"""Batch put of already-built records (a mixin of MessageStore): the delay-level drain's append.
+"""Batch put of already-built records (`BatchAppend`, a part of MessageStore): the delay-level drain's append.
 
 `put_batch(batch)` takes records laid back to back in ONE buffer (a `storage.store_types.PutBatch`:
 `buf`, `starts`, `dests`, `tags_codes`, `keys`, `ts_pos` and `deliver_delays`, per record
@@ -23,16 +23,21 @@ from __future__ import annotations
 import operator
 import struct
 
-from storage.consume_queue import UNIT, UNIT_SIZE, QueueRun
-from storage.store_state import StoreState
+from codec.consume_queue_unit import UNIT, UNIT_SIZE
+from codec.record import POS_QUEUE_OFFSET, QUEUE_AND_PHYS_OFFSET
+from storage.consume_queue import QueueRun
+from storage.store_put import PutPath
 from storage.store_types import BatchPutResult, PutBatch, PutRequest, PutStatus
 
-_QUEUE_AND_PHYS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET (adjacent, at 20)
 _I64 = struct.Struct(">q")
-_POS_QUEUE_OFFSET = 20
 
 
-class BatchPutMixin(StoreState):
+class BatchAppend:
+    """Shares the put path's parts and checks (`put_path`), and falls back to its `put` off the fast path."""
+
+    def __init__(self, put_path: PutPath) -> None:
+        self.put_path = put_path
+
     def put_batch(self, batch: PutBatch) -> BatchPutResult:
         """Append every record of `batch` (see the module docstring); results in one object."""
         dests = batch.dests
@@ -40,26 +45,29 @@ class BatchPutMixin(StoreState):
         if not n:
             return BatchPutResult(0, [], queue_offsets=[])
         buf = batch.buf
-        cfg = self.config
-        if (self._closed or not self._loaded or self.faults.enabled or self.read_only
-                or self.disk_used_ratio() > cfg.disk_max_used_ratio
+        pp = self.put_path
+        cfg = pp.config
+        run = pp.run
+        if (run.closed or not run.loaded or pp.faults.enabled or run.read_only
+                or pp.disk.used_ratio() > cfg.disk_max_used_ratio
                 or (len(buf) > cfg.max_message_size
                     and max(map(operator.sub, batch.starts[1:], batch.starts)) > cfg.max_message_size)):
             return self._put_batch_slow(batch)
-        cl = self.commitlog
+        cl = pp.commitlog
         spot = cl.reserve(len(buf))
         if spot is None or type(spot) is not tuple:  # segment end (or no segment): the general path
             return self._put_batch_slow(batch)
         mf, pos = spot
-        store_ts = self.now_ms()
+        store_ts = pp.now_ms()
         base = mf.file_from_offset + pos
-        counters = self.queue_offsets
+        queues = pp.queues
+        counters = queues.offsets
         state: dict[tuple[str, int], QueueRun] = {}  # the units this run adds, per queue
         starts, tcodes, ts_pos, keys = batch.starts, batch.tags_codes, batch.ts_pos, batch.keys
         delays = batch.deliver_delays
         if delays:  # a scheduled record's tagsCode is its deliver time (as in `put`)
             tcodes = [store_ts + d if d >= 0 else t for t, d in zip(tcodes, delays, strict=True)]
-        pack_qp = _QUEUE_AND_PHYS.pack_into
+        pack_qp = QUEUE_AND_PHYS_OFFSET.pack_into
         pack_ts = _I64.pack_into
         pack_unit = UNIT.pack
         phys: list[int] = []
@@ -77,7 +85,7 @@ class BatchPutMixin(StoreState):
             q = st.next_offset
             st.next_offset = q + 1
             append_qoff(q)
-            pack_qp(buf, s + _POS_QUEUE_OFFSET, q, p)
+            pack_qp(buf, s + POS_QUEUE_OFFSET, q, p)
             pack_ts(buf, ts_pos[j], store_ts)
             size = e - s
             st.units += pack_unit(p, size, tcodes[j])
@@ -87,18 +95,19 @@ class BatchPutMixin(StoreState):
                 index_entries.append((key[0], keys[j], p, size))
             s = e
         for key, st in state.items():  # ConsumeQueue room first (a full disk: `put` says why)
-            if self._cq_room(key, st.first, len(st.units) // UNIT_SIZE) is not None:
+            if queues.room(key, st.first, len(st.units) // UNIT_SIZE) is not None:
                 return self._put_batch_slow(batch)
         cl.commit(mf, pos, buf)
         for key, st in state.items():
-            self._write_units(key, st.first, st.units, st.end)
+            queues.write_units(key, st.first, st.units, st.end)
         if index_entries:
-            self.index.add_batch(index_entries, store_ts)
-        self.put_bytes_total += len(buf)
-        self.put_ok_total += n
-        flushed = self._group_commit.request(base + len(buf)) if cfg.sync_flush else None
-        if self._listeners:
-            self._dispatch(state)
+            pp.index.add_batch(index_entries, store_ts)
+        counted = pp.counters
+        counted.put_bytes_total += len(buf)
+        counted.put_ok_total += n
+        flushed = pp.group_commit.request(base + len(buf)) if cfg.sync_flush else None
+        if pp.listeners.listeners:
+            pp.listeners.dispatch(state, counters)
         return BatchPutResult(n, phys, store_ts, flushed, queue_offsets=qoffs)
 
     def _put_batch_slow(self, batch: PutBatch) -> BatchPutResult:
@@ -107,7 +116,7 @@ class BatchPutMixin(StoreState):
         delays = batch.deliver_delays or [-1] * len(batch.dests)
         reqs = [PutRequest(buf[starts[j]:starts[j + 1]], topic, qid, batch.tags_codes[j], batch.keys[j], delays[j])
                 for j, (topic, qid) in enumerate(batch.dests)]
-        results = self.put(reqs)
+        results = self.put_path.put(reqs)
         ok = PutStatus.PUT_OK
         phys = [r.phys_offset if r.status is ok else -1 for r in results]
         qoffs = [r.queue_offset if r.status is ok else -1 for r in results]

@@ -1,7 +1,7 @@
-"""The single-record put path (a mixin of MessageStore): `put(requests)` / `put_async(requests)`, the
-checks before anything is stored (store running and writable, disk space, record shape, ConsumeQueue
-room) and the steps after the CommitLog append that `put_batch` (storage.store_append) shares: the
-ConsumeQueue units of one put per queue and the dispatch listeners once per (topic, queue).
+"""The put path (`PutPath`, a part of MessageStore): `put(requests)` / `put_async(requests)`, the checks
+before anything is stored (store running and writable, disk space, record shape, ConsumeQueue room),
+the CommitLog append, the ConsumeQueue units of one put per queue (storage.consume_queue_table), the
+index keys, the group commit (SYNC_FLUSH) and the dispatch listeners once per (topic, queue).
 
 One pass checks the requests and assigns queue offsets, the CommitLog copies runs of records with one
 write each, one pass builds the ConsumeQueue units (one write per queue) and the index entries (one
@@ -13,16 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import os
-import time
-from collections.abc import Iterable
+from collections.abc import Callable
 
 import structlog
 
+from codec.consume_queue_unit import UNIT
 from storage import _record as R
-from storage.consume_queue import UNIT
-from storage.store_state import StoreState
-from storage.store_types import PutRequest, PutResult, PutStatus
+from storage.commitlog import CommitLog
+from storage.consume_queue_table import ConsumeQueueTable
+from storage.disk_space import DiskSpace
+from storage.dispatch import DispatchListeners
+from storage.faults import PutFaultInjector
+from storage.flush import GroupCommitService
+from storage.index import IndexService
+from storage.store_status import RunState, StoreCounters
+from storage.store_types import PutRequest, PutResult, PutStatus, StoreConfig
 
 log = structlog.get_logger(__name__)
 
@@ -45,17 +50,33 @@ class _QueueUnits:
         self.first, self.units, self.end = first, units, end
 
 
-class PutMixin(StoreState):
-    def disk_used_ratio(self) -> float:
-        now = time.monotonic()
-        if now - self._disk_checked_at >= self.config.disk_check_interval_ms / 1000.0 or self._disk_checked_at == 0:
-            try:
-                st = os.statvfs(self.config.store_path)
-                self._disk_ratio = 1.0 - st.f_bavail / st.f_blocks if st.f_blocks else 0.0
-            except OSError:
-                self._disk_ratio = 0.0
-            self._disk_checked_at = now
-        return self._disk_ratio
+class PutPath:
+    def __init__(self, config: StoreConfig, commitlog: CommitLog, queues: ConsumeQueueTable, index: IndexService,
+                 group_commit: GroupCommitService, listeners: DispatchListeners, faults: PutFaultInjector,
+                 disk: DiskSpace, run: RunState, counters: StoreCounters, now_ms: Callable[[], int]) -> None:
+        self.config = config
+        self.commitlog = commitlog
+        self.queues = queues
+        self.index = index
+        self.group_commit = group_commit
+        self.listeners = listeners
+        self.faults = faults
+        self.disk = disk
+        self.run = run
+        self.counters = counters
+        self.now_ms = now_ms  # the store-timestamp source (MessageStore.now_ms)
+
+    def refusal(self) -> str | None:
+        """Why the store takes no put now (not running, a slave, the disk full), or None."""
+        run = self.run
+        if run.closed or not run.loaded:
+            return "store is not running"
+        if run.read_only:
+            return "store is read-only (brokerRole SLAVE): send to the master"
+        if self.disk.used_ratio() > self.config.disk_max_used_ratio:
+            log.warning("store.disk_full", ratio=round(self.disk.ratio, 4), limit=self.config.disk_max_used_ratio)
+            return f"disk full: used ratio {self.disk.ratio:.3f} > {self.config.disk_max_used_ratio}"
+        return None
 
     def put(self, requests: list[PutRequest]) -> list[PutResult]:
         """Append a batch synchronously; see ARCHITECTURE.md. Results are in request order.
@@ -64,20 +85,16 @@ class PutMixin(StoreState):
         with one write each, one pass builds the ConsumeQueue units (one write per queue) and the index
         entries (one call), then the dispatch listeners run once per (topic, queue)."""
         results: list[PutResult | None] = [None] * len(requests)
-        if self._closed or not self._loaded:
-            return self._fail_all(requests, results, PutStatus.SERVICE_NOT_AVAILABLE, "store is not running")
-        if self.read_only:
-            return self._fail_all(requests, results, PutStatus.SERVICE_NOT_AVAILABLE,
-                                  "store is read-only (brokerRole SLAVE): send to the master")
-        if self.disk_used_ratio() > self.config.disk_max_used_ratio:
-            log.warning("store.disk_full", ratio=round(self._disk_ratio, 4), limit=self.config.disk_max_used_ratio)
-            return self._fail_all(requests, results, PutStatus.SERVICE_NOT_AVAILABLE,
-                                  f"disk full: used ratio {self._disk_ratio:.3f} > {self.config.disk_max_used_ratio}")
+        refused = self.refusal()
+        if refused is not None:
+            return self._fail_all(requests, results, PutStatus.SERVICE_NOT_AVAILABLE, refused)
         faults = self.faults
+        counted = self.counters
+        queues = self.queues
         cfg = self.config
         max_size = min(cfg.max_message_size, cfg.mapped_file_size_commitlog - R.BLANK_LEN)
         min_size, read_head, magics = R.MIN_RECORD, R.read_head, R.RECORD_MAGICS
-        counters = self.queue_offsets
+        counters = queues.offsets
         next_off: dict[tuple[str, int], int] = {}
         accepted: list[PutRequest] = []
         positions: list[int] = []  # request index of each accepted one
@@ -87,13 +104,13 @@ class PutMixin(StoreState):
             status = faults.take(req) if faults.enabled else None
             if status is not None:
                 results[i] = PutResult(status, remark="injected fault")
-                self.put_failed_total += 1
+                counted.put_failed_total += 1
                 continue
             rec = req.record
             n = len(rec)
             if n > max_size or n < min_size or (h := read_head(rec, 0))[0] != n or h[1] not in magics:
                 results[i] = PutResult(PutStatus.MESSAGE_ILLEGAL, remark="message illegal")
-                self.put_failed_total += 1
+                counted.put_failed_total += 1
                 continue
             key = (req.topic, req.queue_id)
             off = next_off.get(key)
@@ -108,12 +125,12 @@ class PutMixin(StoreState):
             return results  # type: ignore[return-value]  # no request accepted: every slot was filled above
         for key, end in next_off.items():  # ConsumeQueue room first: nothing stored unless all fits
             first = counters.get(key, 0)
-            err = self._cq_room(key, first, end - first)
+            err = queues.room(key, first, end - first)
             if err is not None:
                 status, remark = _space_error(err, "ConsumeQueue file")
                 for i in positions:
                     results[i] = PutResult(status, remark=remark)
-                self.put_failed_total += len(positions)
+                counted.put_failed_total += len(positions)
                 return results  # type: ignore[return-value]  # every slot was filled just above
         store_ts = self.now_ms()
         phys, append_err = self.commitlog.append_batch(records, qoffs, store_ts)
@@ -142,62 +159,28 @@ class PutMixin(StoreState):
             nbytes += size
         if index_entries:
             self.index.add_batch(index_entries, store_ts)
-        self.put_bytes_total += nbytes
-        self.put_ok_total += len(phys)
+        counted.put_bytes_total += nbytes
+        counted.put_ok_total += len(phys)
         if append_err is not None:
             status, remark = _space_error(append_err.cause, "CommitLog segment")
             for i in positions[len(phys):]:
                 results[i] = PutResult(status, remark=remark)
-                self.put_failed_total += 1
+                counted.put_failed_total += 1
         for key, entry in units.items():
-            self._write_units(key, entry.first, entry.units, entry.end)
+            queues.write_units(key, entry.first, entry.units, entry.end)
         if phys and cfg.sync_flush:
-            fut = self._group_commit.request(end)
+            fut = self.group_commit.request(end)
             for j in range(len(phys)):
                 results[positions[j]].flushed = fut  # type: ignore[union-attr]  # stored above (PUT_OK)
-        if self._listeners:
-            self._dispatch(units)
+        if self.listeners.listeners:
+            self.listeners.dispatch(units, queues.offsets)
         return results  # type: ignore[return-value]  # every slot holds a result: rejected, stored or failed above
-
-    def _cq_room(self, key: tuple[str, int], first: int, count: int) -> OSError | None:
-        """Reserve the ConsumeQueue file `count` units from `first` need (see ConsumeQueue.ensure_room)."""
-        cq = self.consume_queue(key[0], key[1], create=True)
-        try:
-            cq.ensure_room(first, count)
-        except OSError as e:
-            now = time.monotonic()
-            if now - self._space_logged_at > 10.0:
-                self._space_logged_at = now
-                log.error("store.consume_queue_no_room", topic=key[0], queue_id=key[1], error=str(e))
-            return e
-        return None
-
-    def _write_units(self, key: tuple[str, int], first: int, buf: bytes | bytearray | memoryview,
-                     max_end: int) -> None:
-        """ConsumeQueue units of one put for one queue (one write), then its offset counter."""
-        cq = self.consume_queue(key[0], key[1], create=True)
-        try:
-            cq.put_units(first, buf, max_end)
-        except OSError as e:  # the CommitLog has it; recovery rebuilds the units
-            log.error("store.consume_queue_write_failed", topic=key[0], queue_id=key[1], error=str(e))
-        self.queue_offsets[key] = first + len(buf) // 20
-
-    def _dispatch(self, keys: Iterable[tuple[str, int]]) -> None:
-        """Dispatch listeners once per (topic, queue) a put wrote to."""
-        counters = self.queue_offsets
-        for key in keys:
-            max_offset = counters[key]
-            for fn in self._listeners:
-                try:
-                    fn(key[0], key[1], max_offset)
-                except Exception as e:
-                    log.error("store.dispatch_listener_failed", listener=repr(fn), error=repr(e))
 
     def _fail_all(self, requests: list[PutRequest], results: list[PutResult | None], status: PutStatus,
                   remark: str) -> list[PutResult]:
         for i in range(len(requests)):
             results[i] = PutResult(status, remark=remark)
-        self.put_failed_total += len(requests)
+        self.counters.put_failed_total += len(requests)
         return results  # type: ignore[return-value]  # every slot was filled just above
 
     async def put_async(self, requests: list[PutRequest]) -> list[PutResult]:

@@ -1,16 +1,20 @@
-"""Read side of the MessageStore facade (a mixin): pull lookups with RocketMQ's status table
+"""Read side of the MessageStore (`StoreReads`, a part of the facade): pull lookups with RocketMQ's status table
 (remoting-protocol.md §8.2), units, records, offsets, search by time, key queries."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
 
-from storage.consume_queue import BLANK_SIZE, UNIT, UNIT_SIZE, ConsumeQueue
-from storage.store_state import StoreState
-from storage.store_types import GetResult, GetStatus, QueryResult
+from codec.consume_queue_unit import BLANK_SIZE, UNIT, UNIT_SIZE
+from storage.commitlog import CommitLog
+from storage.consume_queue import ConsumeQueue
+from storage.consume_queue_table import ConsumeQueueTable
+from storage.index import IndexService
+from storage.store_status import StoreCounters
+from storage.store_types import GetResult, GetStatus, QueryResult, StoreConfig
 
 if TYPE_CHECKING:
     from codec.record import MessageRecord
@@ -25,12 +29,25 @@ def _int32(v: int) -> int:
     return v - (1 << 32) if v & 0x80000000 else v
 
 
-class ReadMixin(StoreState):
+class StoreReads:
+    def __init__(self, config: StoreConfig, commitlog: CommitLog, queues: ConsumeQueueTable, index: IndexService,
+                 counters: StoreCounters) -> None:
+        self.config = config
+        self.commitlog = commitlog
+        self.queues = queues
+        self.index = index
+        self.counters = counters
+
     # ---- pull -----------------------------------------------------------------------------------
     def get_messages(self, topic: str, queue_id: int, offset: int, max_num: int,
-                     tag_codes: set[int] | None = None) -> GetResult:
-        self.get_total += 1
-        cq = self.consume_queues.get((topic, queue_id))
+                     tag_codes: set[int] | None = None,
+                     record_filter: Callable[[memoryview], bool] | None = None,
+                     unit_filter: Callable[[int], bool] | None = None) -> GetResult:
+        """Up to `max_num` messages from `offset`: units whose tagsCode is in `tag_codes` (None: any) and whose
+        queue offset `unit_filter` does not rule out (isMatchedByConsumeQueue: a bitmap pre-filter), then records
+        `record_filter` accepts (isMatchedByCommitLog, e.g. a SQL92 selector; None: any)."""
+        self.counters.get_total += 1
+        cq = self.queues.queues.get((topic, queue_id))
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
         min_off, max_off = cq.min_offset, cq.max_offset
@@ -68,6 +85,8 @@ class ReadMixin(StoreState):
                 continue
             if tag_codes is not None and _int32(tags) not in tag_codes:
                 continue
+            if unit_filter is not None and not unit_filter(offset + scanned - 1):
+                continue
             if phys < cl_min:
                 removed = True
                 continue
@@ -85,7 +104,10 @@ class ReadMixin(StoreState):
             if pos + size > wrote:
                 removed = True
                 continue
-            buffers.append(view[pos:pos + size])
+            rec = view[pos:pos + size]
+            if record_filter is not None and not record_filter(rec):
+                continue
+            buffers.append(rec)
             qoffs.append(offset + scanned - 1)
             total_bytes += size
         result.next_begin_offset = offset + scanned
@@ -99,17 +121,10 @@ class ReadMixin(StoreState):
     # ---- units / records --------------------------------------------------------------------------
     def read_units(self, topic: str, queue_id: int, offset: int, max_units: int) -> memoryview | None:
         """Up to `max_units` 20-byte units from `offset` (within one CQ file; call again for more)."""
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self.queues.queues.get((topic, queue_id))
         if cq is None:
             return None
         return cq.read_units(offset, max_units)
-
-    def read_record(self, phys_offset: int, size: int | None = None) -> memoryview | None:
-        return self.commitlog.read_record(phys_offset, size)
-
-    def read_records(self, spans: Iterable[tuple[int, int]]) -> list[memoryview | None]:
-        """`read_record(phys, size)` for each (phys, size) of an iterable, in one call (batch reads)."""
-        return self.commitlog.read_records(spans)
 
     def lookup_message_by_offset(self, phys_offset: int) -> MessageRecord | None:
         """The decoded `codec.record.MessageRecord` at `phys_offset`, or None."""
@@ -121,15 +136,15 @@ class ReadMixin(StoreState):
         return decode_record(raw, 0)[0]
 
     def min_offset(self, topic: str, queue_id: int) -> int:
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self.queues.queues.get((topic, queue_id))
         return cq.min_offset if cq is not None else 0
 
     def max_offset(self, topic: str, queue_id: int) -> int:
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self.queues.queues.get((topic, queue_id))
         return cq.max_offset if cq is not None else 0
 
     def queue_ids(self, topic: str) -> list[int]:
-        return sorted(q for (t, q) in self.consume_queues if t == topic)
+        return sorted(q for (t, q) in self.queues.queues if t == topic)
 
     # ---- time -----------------------------------------------------------------------------------
     def _unit_store_ts(self, cq: ConsumeQueue, logic_offset: int) -> int | None:
@@ -139,7 +154,7 @@ class ReadMixin(StoreState):
         return self.commitlog.store_ts_at(u[0])
 
     def earliest_store_time(self, topic: str, queue_id: int) -> int | None:
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self.queues.queues.get((topic, queue_id))
         if cq is None or cq.max_offset <= cq.min_offset:
             return None
         return self._unit_store_ts(cq, cq.min_offset)
@@ -148,7 +163,7 @@ class ReadMixin(StoreState):
         """RocketMQ's rules: an exact store-time match returns that (first such) offset; otherwise the
         neighbour whose store time is closer (the earlier one on a tie); every message older → the last
         message's offset; every message newer → the first. 0 if the queue does not exist or is empty."""
-        cq = self.consume_queues.get((topic, queue_id))
+        cq = self.queues.queues.get((topic, queue_id))
         if cq is None:
             return 0
         lo, hi = cq.min_offset, cq.max_offset - 1

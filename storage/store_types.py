@@ -1,5 +1,5 @@
 """Value types of the MessageStore facade: StoreConfig, PutRequest/PutResult/PutStatus, BatchPutResult,
-GetResult/GetStatus; MadeAhead (the facade's files-made-ahead service)."""
+GetResult/GetStatus; MadeAhead (the facade's files-made-ahead service); DispatchListener."""
 
 from __future__ import annotations
 
@@ -20,8 +20,12 @@ _TAGS = MessageConst.TAGS
 # replication write when they (re)build a unit. The composition root passes the scheduler's rule (a
 # schedule record's tagsCode is its deliver time); storage's own default is the TAGS hash.
 TagsCodeOf = Callable[[str, dict[str, str], int], int]
+# called after a put once per (topic, queue id) it wrote to, with that queue's new max offset
+# (`MessageStore.add_dispatch_listener`; RocketMQ's CommitLogDispatcher, after the ConsumeQueue write)
+DispatchListener = Callable[[str, int, int], None]
 # a record's index keys (KEYS split, UNIQ_KEY): str, or UTF-8 bytes from the byte-level paths
 IndexKeys = Sequence[str] | Sequence[bytes]
+IndexEntry = tuple[str, IndexKeys, int, int]  # what the index is given per record: (topic, keys, phys, size)
 
 
 def tags_hash_code(topic: str, props: dict[str, str], store_ts: int) -> int:

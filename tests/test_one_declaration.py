@@ -16,6 +16,11 @@
 - system topic names and the %RETRY% / %DLQ% prefixes: spelled only in `codec/codes.py` (a literal equal
   to one, or starting with a prefix, fails elsewhere; `analytics/` imports nothing of ours, see
   TOPIC_ALLOWED).
+- byte layouts (issue 27 item 2): outside `codec/` no `struct.Struct(...)` / `struct.pack|unpack|pack_into|
+  unpack_from|iter_unpack|calcsize(...)` has a literal format, and no literal anywhere is the ConsumeQueue
+  unit's `>qiq` (codec.consume_queue_unit) -- a record position or a unit is read through codec's one
+  declaration (codec.record.STORE_TS_POS, codec.consume_queue_unit.UNIT...). A single scalar (`">q"`, `"<I"`)
+  is not a layout; what remains local (a file only its own module reads) is in STRUCT_ALLOWED with why.
 """
 
 from __future__ import annotations
@@ -229,3 +234,59 @@ def test_no_system_topic_literals_outside_codes() -> None:
     assert not found, "use the codec.codes topic constants:\n" + "\n".join(found)
     sample = 'a = "SCHEDULE_TOPIC_XXXX"\nb = f"%RETRY%{group}"\nc = f"{RETRY_PREFIX}{group}"\nd = "TBW1020"\n'
     assert [line for line, _ in topic_literals(ast.parse(sample))] == [1, 2]
+
+
+STRUCT_PACKAGES = ("storage", "scheduler", "server", "client", "remoting", "analytics", "bench")
+STRUCT_CALLS = frozenset({"Struct", "pack", "unpack", "pack_into", "unpack_from", "iter_unpack", "calcsize"})
+_SCALAR = re.compile(r"[<>!=@]?[bBhHiIlLqQfd]")
+_CQ_UNIT_FORMATS = frozenset(f"{order}qiq" for order in "<>!=@")
+_OWN_FILE = "the layout of a file only this module (and its tests) reads and writes, declared once here"
+# (module, format) -> why the layout is declared there and not in codec/
+STRUCT_ALLOWED: dict[tuple[str, str], str] = {
+    ("storage/index_file.py", "<qqqqii"): "IndexFile header (RocketMQ IndexHeader, little-endian as ours): " + _OWN_FILE,
+    ("storage/index_file.py", "<IqiIi"): "IndexFile entry: " + _OWN_FILE,
+    ("storage/index_migrate.py", ">qiqh"): "the pre-IndexFile `keys.idx` entry head, read once to migrate: " + _OWN_FILE,
+    ("scheduler/progress_file.py", ">4sii4x"): "scheduleProgress header: " + _OWN_FILE,
+    ("scheduler/progress_file.py", ">qqqqqq"): "scheduleProgress timer row: " + _OWN_FILE,
+    ("scheduler/progress_file.py", ">qqq8x"): "scheduleProgress level row: " + _OWN_FILE,
+    ("server/cluster/ha/sync.py", ">qqqq"): "the HA timer progress the slave compares: to codec/ha.py with the above",
+    ("server/pop/state.py", "<II"): "the pop journal's record head: " + _OWN_FILE,
+    ("bench/workers.py", ">qqB"): "the generator's own message body (send us, due ms, level), read back only by bench",
+}
+
+
+def struct_formats(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """(line, format) of every struct call with a literal format, and every literal equal to the CQ unit's."""
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in STRUCT_CALLS
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+                and not _SCALAR.fullmatch(node.args[0].value)):
+            yield node.lineno, node.args[0].value
+        elif isinstance(node, ast.Constant) and node.value in _CQ_UNIT_FORMATS:
+            yield node.lineno, node.value
+
+
+def test_no_struct_layouts_outside_codec() -> None:
+    seen = [(rel, line, fmt) for rel, _, tree in sources(STRUCT_PACKAGES, set()) for line, fmt in struct_formats(tree)]
+    found = sorted({f"{rel}:{line}: {fmt!r}" for rel, line, fmt in seen if (rel, fmt) not in STRUCT_ALLOWED})
+    assert not found, "declare the layout once in codec/ and import it:\n" + "\n".join(found)
+    stale = set(STRUCT_ALLOWED) - {(rel, fmt) for rel, _, fmt in seen}
+    assert not stale, f"allow-listed layouts no longer there (remove them from STRUCT_ALLOWED): {sorted(stale)}"
+
+
+def test_the_struct_check_sees_each_form() -> None:
+    bad = """
+UNIT = struct.Struct(">qiq")
+a, b = struct.unpack_from(">qi", buf, 20)
+struct.pack_into(">qq", buf, 20, q, p)
+S = __import__("struct").Struct(">qqB")
+fmt = ">qiq"
+n = struct.calcsize("<IqiIi")
+"""
+    assert [line for line, _ in sorted(struct_formats(ast.parse(bad)))] == [2, 2, 3, 4, 5, 6, 7]
+    good = """
+I64 = struct.Struct(">q")
+v = struct.unpack_from("<I", buf, 0)
+UNIT = codec.consume_queue_unit.UNIT
+"""
+    assert list(struct_formats(ast.parse(good))) == []

@@ -16,7 +16,7 @@ from remoting import loop as event_loop
 
 from .._wire import MQClientError
 from . import admin_cmds, messaging
-from .parse import delay_level, duration_ms, positive_int, time_ms
+from .parse import delay_level, duration_ms, non_negative_float, positive_float, positive_int, time_ms
 
 EXIT_ERROR, EXIT_USAGE = 1, 2
 
@@ -80,7 +80,7 @@ def _version() -> str:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--namesrv", default=os.environ.get("NAMESRV_ADDR") or "127.0.0.1:9876",
                    help="name server address(es), ';' separated; $NAMESRV_ADDR if set")
-    p.add_argument("--timeout", type=float, default=3.0, help="request timeout in seconds")
+    p.add_argument("--timeout", type=positive_float, default=3.0, help="request timeout in seconds")
     p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
 
 
@@ -94,10 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-g", "--group", default="delaymq-cli-producer", help="producer group")
     p.add_argument("--count", type=positive_int, default=1)
-    p.add_argument("--rate", type=float, default=0.0, help="messages per second (0 = as fast as possible)")
+    p.add_argument("--rate", type=non_negative_float, default=0.0, help="messages per second (0 = as fast as possible)")
     body = p.add_mutually_exclusive_group()
     body.add_argument("--body", default="hello delaymq {i}", help="body text; {i} is the message index")
-    body.add_argument("--size", type=int, help="body of SIZE bytes")
+    body.add_argument("--size", type=positive_int, help="body of SIZE bytes")
     p.add_argument("--tags")
     p.add_argument("--keys", help="space-separated keys; {i} is the message index")
     when = p.add_mutually_exclusive_group()
@@ -120,9 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-g", "--group", default="delaymq-cli-consumer", help="consumer group")
     p.add_argument("--from-where", choices=["first", "last", "timestamp"], default="last")
     p.add_argument("--timestamp", type=time_ms, help="start time for --from-where timestamp")
-    p.add_argument("--expr", default="*", help="tag filter, e.g. 'TagA || TagB'")
+    flt = p.add_mutually_exclusive_group()
+    flt.add_argument("--expr", default="*", help="tag filter, e.g. 'TagA || TagB'")
+    flt.add_argument("--sql", help="SQL92 property filter, e.g. \"region = 'eu' AND amount > 100\" "
+                                   "(the broker needs enablePropertyFilter=true)")
     p.add_argument("--max", type=positive_int, help="exit after N messages")
-    p.add_argument("--idle-timeout", type=float, default=0.0, help="exit after S seconds without messages")
+    p.add_argument("--idle-timeout", type=non_negative_float, default=0.0, help="exit after S seconds without messages")
     p.add_argument("--broadcast", action="store_true", help="BROADCASTING model (offsets kept locally)")
     p.add_argument("--orderly", action="store_true", help="orderly consumption (queue locks)")
     p.add_argument("--output", choices=["lines", "json"], default="lines")
@@ -136,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-t", "--topic", required=True)
     c.add_argument("-r", "--read-queues", type=positive_int, default=8)
     c.add_argument("-w", "--write-queues", type=positive_int, default=8)
-    c.add_argument("-p", "--perm", type=int, default=6)
+    c.add_argument("-p", "--perm", type=int, choices=range(0, 8), metavar="PERM", default=6)
     c.add_argument("-o", "--order", action="store_true")
     c.add_argument("-b", "--broker", help="broker address (default: every master in the route)")
     c.add_argument("-c", "--cluster", help="cluster name (accepted; the masters come from the route)")

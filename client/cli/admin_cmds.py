@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from codec.codes import RETRY_PREFIX, SCHEDULE_TOPIC, ResponseCode
@@ -254,20 +254,79 @@ async def scheduled_stats(args: ScheduledStatsArgs) -> int:
             if args.output == "json":
                 _out(json.dumps([{"broker": addr, **lv} for addr, lv in rows]))
             else:
-                cols = ["level", "delayms", "pending", "nextdue", "delivered", "latenessp50", "latenessp99"]
-                _table([[addr] + [_fmt(c, lv.get(c)) for c in cols] for addr, lv in rows],
-                       ["#Broker", "#Level", "#Delay", "#Pending", "#Next Due", "#Delivered", "#Lateness p50 (ms)",
-                        "#Lateness p99 (ms)"])
+                _levels_table(rows)
         else:
-            timer_rows = [[addr, k, v] for addr, table in info.items() for k, v in sorted(table.items())
-                          if k.lower().startswith("timer")]
             if args.output == "json":
-                _out(json.dumps({addr: {k: v for a, k, v in timer_rows if a == addr} for addr in info}))
-            elif timer_rows:
-                _table(timer_rows, ["#Broker", "#Key", "#Value"])
+                _out(json.dumps({addr: {k: v for k, v in sorted(table.items()) if k.lower().startswith("timer")}
+                                 for addr, table in info.items()}))
             else:
-                _out("no timer statistics reported by the broker")
+                _timers_table(info)
     return 0
+
+
+def _lateness(figure: int | str | None, exact: bool) -> str:
+    """A lateness figure (ms); `<=` marks a histogram bucket's upper bound (a broker without exact figures)."""
+    if figure is None or figure == "":
+        return "-"
+    return str(figure) if exact else f"<={figure}"
+
+
+# lateness columns of both tables: exact figures over the last N deliveries ("Over last"), max since start
+_LATENESS_HEADER = ["#Lateness p50 (ms)", "#Lateness p99 (ms)", "#Lateness max (ms)", "#Over last"]
+
+
+def _levels_table(rows: list[tuple[str, dict[str, int]]]) -> None:
+    """One line per broker and delay level. Lateness = store time of the delivered copy - due time, exact
+    (nearest rank) over the last `window` deliveries of the level; max since the broker started."""
+    out = []
+    for addr, lv in rows:
+        exact = "latenesswindow" in lv
+        empty = exact and lv["latenesswindow"] == 0
+        out.append([addr, lv.get("level", "-"), _fmt("delayms", lv.get("delayms")), _fmt("pending", lv.get("pending")),
+                    _fmt("nextdue", lv.get("nextdue")), _fmt("delivered", lv.get("delivered")),
+                    *(("-", "-", "-") if empty else (_lateness(lv.get("latenessp50"), exact),
+                                                     _lateness(lv.get("latenessp99"), exact),
+                                                     _lateness(lv.get("latenessmax"), True))),
+                    lv.get("latenesswindow", "-")])
+    _table(out, ["#Broker", "#Level", "#Delay", "#Pending", "#Next Due", "#Delivered", *_LATENESS_HEADER])
+    if any("latenesswindow" not in lv for _, lv in rows):
+        _out("(<= : the broker reports a histogram bucket's upper bound, not the exact figure)")
+
+
+# (column header, runtime-info key, formatter) of `scheduled timers`, one row per broker
+_TIMER_COLUMNS: list[tuple[str, str, Callable[[str], str]]] = [
+    ("#Pending", "timerCongestNum", str),
+    ("#Slots", "timerOccupiedSlots", str),
+    ("#Next Due", "timerNextDueSlotMs", lambda v: _fmt("nextdue", int(v))),
+    ("#In/s", "timerEnqueueTps", str),
+    ("#Out/s", "timerDequeueTps", str),
+    ("#Delivered", "timerDelivered", str),
+    ("#Cancelled", "timerCancelled", str),
+    ("#Rolled", "timerRolled", str),
+    ("#Rejected", "timerRejected", str),
+    ("#Behind ms", "timerReadBehind", str),
+]
+
+
+def _timers_table(info: dict[str, dict[str, str]]) -> None:
+    """One line per broker: the wheel's backlog and rates, and lateness as in `scheduled levels`."""
+    rows = []
+    for addr, t in info.items():
+        if not any(k.startswith("timer") for k in t):
+            continue
+        exact = "timerLatenessWindow" in t
+        window = t.get("timerLatenessWindow", "-")
+        if exact:
+            late = ["-", "-", "-"] if window == "0" else [t["timerLatenessP50"], t["timerLatenessP99"],
+                                                           t["timerLatenessMax"]]
+        else:  # an older broker: only the histogram's p99 bound
+            late = ["-", _lateness(t.get("rocketmq_delay_message_latency_p99"), False), "-"]
+        rows.append([addr, *(fmt(t[key]) if t.get(key, "") != "" else "-" for _, key, fmt in _TIMER_COLUMNS),
+                     *late, window])
+    if not rows:
+        _out("no timer statistics reported by the broker")
+        return
+    _table(rows, ["#Broker", *(h for h, _, _ in _TIMER_COLUMNS), *_LATENESS_HEADER])
 
 
 def _fmt(col: str, v: int | None) -> str:

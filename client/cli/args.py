@@ -42,6 +42,7 @@ class ConsumeArgs(CommonArgs, Protocol):
     from_where: str
     timestamp: int | None
     expr: str
+    sql: str | None
     max: int | None
     idle_timeout: float
     broadcast: bool

@@ -163,7 +163,10 @@ async def consume(args: ConsumeArgs) -> int:
                             # of every queue and exactly those N are committed (the rest stay for the next)
                             consume_concurrency=1 if args.max else 20,
                             timeout=args.timeout, suspend_timeout=min(15.0, args.idle_timeout or 15.0))
-    consumer.subscribe(args.topic, args.expr)
+    if args.sql:
+        consumer.subscribe(args.topic, args.sql, "SQL92")
+    else:
+        consumer.subscribe(args.topic, args.expr)
     await consumer.start()
     try:
         while not done.is_set():

@@ -42,3 +42,22 @@ def delay_level(text: str) -> int:
     if v > 18:  # the broker clamps higher levels; refuse here so the user sees the mistake
         raise argparse.ArgumentTypeError(f"delay level must be 1..18: {text!r}")
     return v
+
+
+def non_negative_float(text: str) -> float:
+    """A number >= 0 (a rate, an idle timeout: 0 means none)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v >= 0 or v == float("inf"):  # NaN and infinity too
+        raise argparse.ArgumentTypeError(f"must be >= 0: {text!r}")
+    return v
+
+
+def positive_float(text: str) -> float:
+    """A number > 0 (a timeout in seconds)."""
+    v = non_negative_float(text)
+    if v == 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+    return v

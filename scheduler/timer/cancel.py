@@ -12,9 +12,9 @@ from codec.properties import MessageConst, parse_properties
 from codec.record import read_properties_bytes
 from codec.tags import java_hash
 from codec.timer_layout import MAGIC_DELETE, MAGIC_ROLL
+from scheduler.store_port import StorePort
 from scheduler.timer.config import TimerConfig
 from scheduler.timer.state import TimerClocks, TimerFiles
-from storage.message_store import MessageStore
 
 REAL_TOPIC, UNIQ_KEY, TIMER_DEL_UNIQKEY = MessageConst.REAL_TOPIC, MessageConst.UNIQ_KEY, MessageConst.TIMER_DEL_UNIQKEY
 CANCEL_CATCH_UP = 4096  # enqueue lag up to which a cancel's check first enqueues what precedes it
@@ -28,7 +28,7 @@ class CancelState(enum.Enum):
     UNDECIDED = "UNDECIDED"  # no definite answer now (a roll may bring it back, a long enqueue backlog)
 
 
-def slot_cancel_state(files: TimerFiles, store: MessageStore, slot: int, key: str, topic_hash: int) -> CancelState:
+def slot_cancel_state(files: TimerFiles, store: StorePort, slot: int, key: str, topic_hash: int) -> CancelState:
     """Whether slot `slot` holds a live timer `key` (REAL_TOPIC+UNIQ_KEY): LIVE, or ALREADY (a delete
     marker for it is linked there already), or NOT_FOUND. Walks the slot's chain; only records whose
     topic hash matches are read (cancels are rare)."""
@@ -56,7 +56,7 @@ class CancelCheck:
     """The put hook's answer to a delete marker, on a running master's wheel. `catch_up` enqueues every
     timer sent before the marker (the Enqueuer's drain)."""
 
-    def __init__(self, store: MessageStore, config: TimerConfig, files: TimerFiles, clocks: TimerClocks,
+    def __init__(self, store: StorePort, config: TimerConfig, files: TimerFiles, clocks: TimerClocks,
                  roll_window_slots: int, catch_up: Callable[[], None]) -> None:
         self.store = store
         self.config = config

@@ -33,13 +33,13 @@ from codec.timer_rewrite import CANCELLED, MISSING, SKIPPED, TimerDelivery, buil
 from scheduler.events import PutObserver, count_puts
 from scheduler.progress_file import NO_PHYS
 from scheduler.quarantine import GIVE_UP, TIMER_DEQUEUE, Quarantine
+from scheduler.store_port import StorePort
 from scheduler.timer.config import TimerConfig
 from scheduler.timer.metrics import DeliveryRow, TimerMetrics
 from scheduler.timer.msg_ids import msg_id_prefix
 from scheduler.timer.reader import PutItem, SlotChunk
 from scheduler.timer.state import SlotProgress, TimerClocks, TimerFiles, now_ms, sleep_until
-from storage.message_store import MessageStore, PutStatus
-from storage.store_types import IndexKeys
+from storage.store_types import IndexKeys, PutStatus
 
 log = structlog.get_logger(__name__)
 
@@ -97,7 +97,7 @@ class Putter:
     (`run`: the supervised task). `done_key`: (slot, (due, timerlog position)) of the last unit put, as
     recovery found it."""
 
-    def __init__(self, store: MessageStore, config: TimerConfig, files: TimerFiles, clocks: TimerClocks,
+    def __init__(self, store: StorePort, config: TimerConfig, files: TimerFiles, clocks: TimerClocks,
                  put_queue: asyncio.Queue[PutItem], metrics: TimerMetrics, quarantine: Quarantine,
                  on_put: PutObserver, done_key: tuple[int, tuple[int, int]] = (-1, (-1, -1))) -> None:
         self.store = store
@@ -302,7 +302,7 @@ class Putter:
                 count_puts(self.on_put, [r.topic for r in put], [len(r.record) for r in put])
             if late:
                 m.delivered += len(late)
-                m.lateness.observe_many(late)
+                m.observe_lateness(late)
                 m.dequeue_latency_ms = late[-1]
             m.dequeue_rate.add(len(reqs) - len(retry))
             if delivered:

@@ -19,18 +19,19 @@ import time
 import structlog
 
 from codec.codes import TIMER_TOPIC
+from codec.consume_queue_unit import UNIT, UNIT_SIZE
 from codec.properties import MessageConst, parse_properties
 from codec.record import read_properties_bytes, read_store_timestamp
 from codec.tags import java_hash
 from codec.timer_layout import MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL, MAGIC_UNCOUNTED, num_delta
 from scheduler.due import relative_due_ms
 from scheduler.quarantine import TIMER_ENQUEUE, Quarantine
+from scheduler.store_port import StorePort
 from scheduler.timer.cancel import CancelState, slot_cancel_state
 from scheduler.timer.config import TimerConfig
 from scheduler.timer.metrics import TimerMetrics
 from scheduler.timer.msg_ids import msg_id
 from scheduler.timer.state import Following, ReaderAlarm, TimerClocks, TimerFiles
-from storage.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 
@@ -38,8 +39,7 @@ _K = MessageConst
 TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS = _K.TIMER_DELIVER_MS, _K.TIMER_DELAY_SEC, _K.TIMER_DELAY_MS
 TIMER_OUT_MS, TIMER_ROLL_TIMES, TIMER_DEL_UNIQKEY = _K.TIMER_OUT_MS, _K.TIMER_ROLL_TIMES, _K.TIMER_DEL_UNIQKEY
 REAL_TOPIC, UNIQ_KEY = _K.REAL_TOPIC, _K.UNIQ_KEY
-CQ_UNIT = struct.Struct(">qiq")
-CQ_UNIT_SIZE = 20
+CQ_UNIT, CQ_UNIT_SIZE = UNIT, UNIT_SIZE
 ENQUEUE_BATCH = 1024
 _BLANK_CQ_SIZE = 2147483647
 MAX_SLOT_MS = 1 << 53  # a TIMER_OUT_MS at or past this is absurd (year 285,000): quarantined
@@ -78,7 +78,7 @@ class Enqueuer:
     """rmq_sys_wheel_timer units → timerlog + wheel slot (`run`: the supervised task). Also answers
     `wait_enqueued` (resolves once every timer-topic message below an offset is in the wheel)."""
 
-    def __init__(self, store: MessageStore, config: TimerConfig, files: TimerFiles, clocks: TimerClocks,
+    def __init__(self, store: StorePort, config: TimerConfig, files: TimerFiles, clocks: TimerClocks,
                  following: Following, alarm: ReaderAlarm, metrics: TimerMetrics, quarantine: Quarantine,
                  roll_window_slots: int) -> None:
         self.store = store

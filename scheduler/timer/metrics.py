@@ -9,12 +9,14 @@ rocketmq_timer_message_snapshot, rocketmq_delay_message_latency.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from typing import Any
 
 import structlog
 
-from codec.histogram import Histogram
+from codec.histogram import Histogram, RecentValues
 from scheduler.events import EventListener, fire_rows
+from scheduler.stats import LATENESS_WINDOW
 
 log = structlog.get_logger(__name__)
 
@@ -67,9 +69,15 @@ class TimerMetrics:
         self.enqueue_latency_ms = 0  # store → enqueue of the last batch
         self.dequeue_latency_ms = 0  # due → delivered of the last put
         self.lateness = Histogram(LATENESS_BUCKETS_MS)
+        self.recent_lateness = RecentValues(LATENESS_WINDOW)
         self.enqueue_rate = _Rate()
         self.dequeue_rate = _Rate()
         self.listeners: list[EventListener] = []
+
+    def observe_lateness(self, values: Collection[int]) -> None:
+        """One put's lateness (ms): the histogram and the window of exact recent values."""
+        self.lateness.observe_many(values)
+        self.recent_lateness.extend(values)
 
     def emit(self, event: str, **fields: Any) -> None:
         for fn in self.listeners:

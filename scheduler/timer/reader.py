@@ -18,9 +18,9 @@ import structlog
 from codec.properties import MessageConst, parse_properties
 from codec.record import read_properties_bytes
 from codec.timer_layout import MAGIC_DELETE, MAGIC_ROLL, UNIT_DTYPE, UnitArray
+from scheduler.store_port import StorePort
 from scheduler.timer.config import TimerConfig
 from scheduler.timer.state import NEVER, ReaderAlarm, SlotResume, TimerClocks, TimerFiles, now_ms, sleep_until
-from storage.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 
@@ -84,7 +84,7 @@ def walk_slot(files: TimerFiles, s: int) -> tuple[int, list[UnitArray]]:
     return last, [step.units for step in files.timerlog.walk_chain(last)]
 
 
-def order_slot(store: MessageStore, s: int, last: int, parts: list[UnitArray],
+def order_slot(store: StorePort, s: int, last: int, parts: list[UnitArray],
                markers_upto: int | None = None) -> SlotChunk:
     """The walked chain (newest first) of slot s as one SlotChunk: delete markers set aside (their
     keys), units in due order, ties oldest first (lower timerlog position): the walk is reversed
@@ -124,7 +124,7 @@ class SlotReader:
     (`TimerClocks.move_cursor`); `resume` says what of a slot was already put (after a kill -9 or a
     promotion)."""
 
-    def __init__(self, store: MessageStore, config: TimerConfig, files: TimerFiles, clocks: TimerClocks,
+    def __init__(self, store: StorePort, config: TimerConfig, files: TimerFiles, clocks: TimerClocks,
                  alarm: ReaderAlarm, put_queue: asyncio.Queue[PutItem], resume: SlotResume) -> None:
         self.store = store
         self.config = config

@@ -32,10 +32,10 @@ from codec.record import POS_QUEUE_OFFSET, read_properties_bytes, read_topic
 from codec.timer_layout import MAGIC_ROLL, SLOT, SLOT_DTYPE, SLOT_SIZE, num_delta
 from codec.timer_rewrite import build_timer_deliveries
 from scheduler.progress_file import count_records_after
+from scheduler.store_port import StorePort
 from scheduler.timer.config import TIMER_BLANK_SLOTS, TimerConfig
 from scheduler.timer.reader import already_put, order_slot, walk_slot
 from scheduler.timer.state import ResumePoint, TimerFiles
-from storage.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 
@@ -53,7 +53,7 @@ class Recovered(NamedTuple):
     resume: ResumePoint | None
 
 
-def recover(files: TimerFiles, store: MessageStore, cfg: TimerConfig) -> Recovered:
+def recover(files: TimerFiles, store: StorePort, cfg: TimerConfig) -> Recovered:
     tl, wheel, cp = files.timerlog, files.wheel, files.checkpoint
     prec = cfg.precision_ms
     tl.load()
@@ -102,7 +102,7 @@ def _is_timer_put(rec: memoryview) -> bool:
     return TIMER_DEQUEUE_MS in read_properties_bytes(rec) and read_topic(rec) != SCHEDULE_QUARANTINE_TOPIC
 
 
-def _resume_slot(files: TimerFiles, store: MessageStore, read_ms: int) -> ResumePoint | None:
+def _resume_slot(files: TimerFiles, store: StorePort, read_ms: int) -> ResumePoint | None:
     """Step 5 (scheduleProgress, scheduler.progress_file): the slot at the read clock was being delivered
     when the process stopped; what of it was put stays put (the ResumePoint returned, applied when the
     SlotReader loads it). A put cut short by a kill: its records after the in-flight mark are matched, in order,
@@ -125,7 +125,7 @@ def _resume_slot(files: TimerFiles, store: MessageStore, read_ms: int) -> Resume
     return ResumePoint(read_ms, done[0], done[1], last_pos)
 
 
-def _skip_put(files: TimerFiles, store: MessageStore, s: int, done: tuple[int, int], last_pos: int,
+def _skip_put(files: TimerFiles, store: StorePort, s: int, done: tuple[int, int], last_pos: int,
               k: int) -> tuple[tuple[int, int], int]:
     """The progress key after the first k records the in-flight put stored (see _resume_slot)."""
     last, parts = walk_slot(files, s)

@@ -29,6 +29,7 @@ from scheduler.events import EventListener, PutObserver, ignore_puts
 from scheduler.progress import TimerProgress
 from scheduler.progress_file import ProgressFile
 from scheduler.quarantine import Quarantine
+from scheduler.store_port import StorePort
 from scheduler.timer.cancel import CancelCheck, CancelState
 from scheduler.timer.checkpoint import TimerCheckpoint, checkpoint_path
 from scheduler.timer.config import TimerConfig
@@ -49,7 +50,6 @@ from scheduler.timer.state import (
 from scheduler.timer.timerlog import DIR_NAME, TimerLog
 from scheduler.timer.timerlog_segment import Segment
 from scheduler.timer.wheel import FILE_NAME, TimerWheel
-from storage.message_store import MessageStore
 from storage.supervisor import SupervisedTask
 
 log = structlog.get_logger(__name__)
@@ -80,6 +80,7 @@ class TimerStats(TypedDict):
     dequeue_latency_ms: int
     lateness_p50_ms: float
     lateness_p99_ms: float
+    lateness_window: int  # how many recent deliveries the exact p50/p99 are over
     lateness_max_ms: float
     lateness_buckets: list[tuple[float, int]]  # cumulative (upper bound ms, count)
     read_ms: int
@@ -123,7 +124,7 @@ class TimerMessageStore:
     files and builds the parts at load(), runs them as supervised tasks (start / start_follower /
     promote), stops them (shutdown), and owns the flush / checkpoint and timerlog-clean ticks."""
 
-    def __init__(self, store: MessageStore, config: TimerConfig | None = None,
+    def __init__(self, store: StorePort, config: TimerConfig | None = None,
                  on_put: PutObserver | None = None) -> None:
         self.store = store
         # every put the wheel makes (deliveries by real topic, rolls): counted as puts of their topic
@@ -433,7 +434,8 @@ class TimerMessageStore:
             "dequeue_lag_ms": max(0, self._floor(now) - clocks.commit_read_ms) if nxt is not None and nxt <= now else 0,
             "enqueue_rate": m.enqueue_rate.value(), "dequeue_rate": m.dequeue_rate.value(),
             "enqueue_latency_ms": m.enqueue_latency_ms, "dequeue_latency_ms": m.dequeue_latency_ms,
-            "lateness_p50_ms": m.lateness.quantile(0.5), "lateness_p99_ms": m.lateness.quantile(0.99),
+            "lateness_p50_ms": m.recent_lateness.quantile(0.5), "lateness_p99_ms": m.recent_lateness.quantile(0.99),
+            "lateness_window": len(m.recent_lateness),
             "lateness_max_ms": m.lateness.max, "lateness_buckets": m.lateness.cumulative(),
             "read_ms": clocks.commit_read_ms, "write_ms": clocks.write_ms,
             "queue_offset": clocks.queue_offset, "timerlog_pos": tl.write_pos if tl else 0,
@@ -457,6 +459,10 @@ class TimerMessageStore:
             "rocketmq_timer_dequeue_lag": str(s["dequeue_lag_ms"]),
             "rocketmq_timer_dequeue_latency": str(s["dequeue_latency_ms"]),
             "rocketmq_delay_message_latency_p99": str(s["lateness_p99_ms"]),
+            # exact, over the last lateness_window deliveries (nearest rank); max since start
+            "timerLatenessP50": f"{s['lateness_p50_ms']:.0f}", "timerLatenessP99": f"{s['lateness_p99_ms']:.0f}",
+            "timerLatenessMax": f"{s['lateness_max_ms']:.0f}", "timerLatenessWindow": str(s["lateness_window"]),
+            "timerPending": str(s["pending"]), "timerOccupiedSlots": str(s["occupied_slots"]),
             "timerNextDueSlotMs": str(s["next_due_slot_ms"]),
             "timerDelivered": str(s["delivered"]), "timerCancelled": str(s["cancelled"]),
             "timerRolled": str(s["rolled"]), "timerRejected": str(s["rejected"]),

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from server.offsets_table import ConsumerOffsetManager
     from server.processors.send import SendDeps
     from server.security.acl import PlainAclValidator
+    from server.subscription_filter import SubscriptionFilters
     from server.topic_attributes import TopicAttributes
     from server.topics import TopicManager
     from server.transactions import PutRecord, TransactionService
@@ -35,3 +36,4 @@ class GrpcDeps:
     acl: PlainAclValidator | None  # None: aclEnable=false
     store_host: tuple[str, int]  # brokerIP1:listenPort, as records carry it
     attributes: TopicAttributes  # a topic's message.type narrows the route's accepted message types
+    filters: SubscriptionFilters  # FilterExpression SQL: enablePropertyFilter and the compiled selectors

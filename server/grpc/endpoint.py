@@ -15,6 +15,7 @@ from server.grpc.auth import Authenticator
 from server.grpc.deps import GrpcDeps
 from server.grpc.service import MessagingService
 from server.grpc.v2 import service_pb2_grpc as sgrpc
+from server.listeners import ListenError
 from server.pop.service import PopService
 from server.security import tls_mode
 
@@ -42,7 +43,7 @@ class GrpcEndpoint:
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),
         ])
-        addr = f"{cfg.listen_host}:{cfg.grpc_listen_port}"
+        addr = f"{cfg.listen_host}:{cfg.grpc_port}"
         try:
             if tls_mode(cfg) != "disabled":
                 with open(cfg.tls_server_key_path, "rb") as f:
@@ -63,9 +64,9 @@ class GrpcEndpoint:
             else:
                 self.port = self.server.add_insecure_port(addr)
         except RuntimeError as e:  # grpc: "Failed to bind to address"
-            raise ValueError(f"grpcListenPort: cannot listen on {addr}: {e}") from None
+            raise ListenError("grpcListenPort", cfg.listen_host, cfg.grpc_port, str(e)) from None
         if not self.port:
-            raise ValueError(f"grpcListenPort: cannot listen on {addr}")
+            raise ListenError("grpcListenPort", cfg.listen_host, cfg.grpc_port, "address already in use")
         self.service = MessagingService(deps, self.pop, Authenticator(deps.acl), self.port)
         sgrpc.add_MessagingServiceServicer_to_server(self.service, self.server)
         await self.server.start()

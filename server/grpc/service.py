@@ -16,6 +16,7 @@ import structlog
 from google.protobuf.duration_pb2 import Duration
 
 from codec.codes import DEFAULT_TOPIC
+from codec.sql92 import EXPRESSION_TYPE as SQL92
 from server.grpc import convert
 from server.grpc.auth import Authenticator, needs
 from server.grpc.deps import GrpcDeps
@@ -25,9 +26,10 @@ from server.grpc.telemetry import TelemetryService
 from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2 as spb
 from server.grpc.v2 import service_pb2_grpc as sgrpc
-from server.pop.model import PopError, TagFilter, decode_handle
+from server.pop.model import MessageFilter, PopError, SqlFilter, TagFilter, decode_handle
 from server.pop.service import PopService
 from server.processors.send import SendProcessor
+from server.subscription_filter import unsupported_remark
 from server.topic_attributes import MESSAGE_TYPE
 from storage.store_types import GetStatus
 from storage.topic_config import TopicConfig
@@ -188,11 +190,17 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             wait = min(wait, max(0.0, remaining - DEADLINE_MARGIN_S))
         return loop.time() + max(0.0, wait)
 
-    @staticmethod
-    def _filter(expr: pb.FilterExpression) -> TagFilter:
-        if expr.type == pb.SQL:
-            raise GrpcError(Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filtering is not supported; use a TAG expression")
-        return TagFilter(expr.expression)
+    def _filter(self, group: str, topic: str, expr: pb.FilterExpression) -> MessageFilter:
+        """The receive's filter: TAG, or SQL92 when enablePropertyFilter is on (a bad one: its position)."""
+        if expr.type != pb.SQL:
+            return TagFilter(expr.expression)
+        filters = self.deps.filters
+        if not filters.enabled:
+            raise GrpcError(Code.ILLEGAL_FILTER_EXPRESSION, unsupported_remark(SQL92))
+        sel = filters.selector(group, topic, 0, SQL92, expr.expression)
+        if isinstance(sel, str):
+            raise GrpcError(Code.ILLEGAL_FILTER_EXPRESSION, sel)
+        return SqlFilter(sel)
 
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
                              context: Context) -> AsyncIterator[spb.ReceiveMessageResponse]:
@@ -214,7 +222,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             # like Apache's proxy, a receive pops from all the broker's readable queues of the topic: the
             # queue a simple consumer names is only its pick of a broker from the route
             deliveries = await self.pop.receive(group, topic, -1, min(batch, MAX_BATCH),
-                                                invisible, self._filter(request.filter_expression), deadline)
+                                                invisible, self._filter(group, topic, request.filter_expression), deadline)
         except GrpcError as e:
             yield spb.ReceiveMessageResponse(status=status(e.code, e.message))
             return
@@ -356,7 +364,7 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             self._check(context, "PullMessage", needs(topic, group))
             self.pop.group_config(self._group_name(request.group))
             t, qid = self._queue_of(request.message_queue)
-            accept = self._filter(request.filter_expression)
+            accept = self._filter(group, topic, request.filter_expression)
             if request.offset < 0:
                 raise GrpcError(Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
             deadline = self._deadline(context, request.long_polling_timeout

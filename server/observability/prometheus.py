@@ -25,7 +25,32 @@ from server.observability.telemetry import CONSUMER_LAG, consumer_lags
 from server.runtime_info import earliest_store_time
 
 if TYPE_CHECKING:
-    from server.broker import BrokerController  # the /metrics page is a view of the whole broker
+    from scheduler.delay_service import DelayLevelService
+    from scheduler.timer import TimerMessageStore
+    from server.client_manager import ClientManager
+    from server.config import BrokerConfig
+    from server.observability.traffic import TrafficCounters
+    from server.offsets_table import ConsumerOffsetManager
+    from server.topics import TopicManager
+    from server.transactions import TransactionService
+    from storage.message_store import MessageStore
+
+
+@dataclass(frozen=True)
+class MetricsView:
+    """What the /metrics page reads of the broker (built by the broker's assembly)."""
+
+    config: BrokerConfig
+    registry: Registry  # delaymq_* metrics, task restarts, ...
+    counters: TrafficCounters  # messages / bytes in and out
+    clients: ClientManager  # connections
+    offsets: ConsumerOffsetManager  # lags, groups
+    topics: TopicManager
+    store: MessageStore
+    rpc_latency: RpcLatency
+    delay_service: DelayLevelService | None
+    timer_service: TimerMessageStore | None
+    transactions: TransactionService | None
 
 # RPC latency buckets, seconds
 RPC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -109,36 +134,36 @@ def _process_families() -> list[Family]:
     return fams
 
 
-def lag_pairs(broker: BrokerController, keys: Iterable[str] | None = None) -> list[tuple[str, str, int]]:
+def lag_pairs(view: MetricsView, keys: Iterable[str] | None = None) -> list[tuple[str, str, int]]:
     """(topic, group, lag) of each topic@group of `keys` (default: all, in the table's order: sorting
     10,000 keys on the loop was a few ms of the scrape, and Prometheus does not need an order)."""
-    return list(consumer_lags(broker.offsets.table, broker.started_store.max_offset, keys))
+    return list(consumer_lags(view.offsets.table, view.store.max_offset, keys))
 
 
-async def lag_pairs_sliced(broker: BrokerController, slice_n: int = 1000) -> list[tuple[str, str, int]]:
+async def lag_pairs_sliced(view: MetricsView, slice_n: int = 1000) -> list[tuple[str, str, int]]:
     """`lag_pairs` yielding to the loop every `slice_n` keys (10,000 groups: ~40 ms in one piece)."""
-    keys = list(broker.offsets.table)
+    keys = list(view.offsets.table)
     out: list[tuple[str, str, int]] = []
     for i in range(0, len(keys), slice_n):
         if i:
             await asyncio.sleep(0)
-        out.extend(lag_pairs(broker, keys[i:i + slice_n]))
+        out.extend(lag_pairs(view, keys[i:i + slice_n]))
     return out
 
 
-async def page_sliced(broker: BrokerController, slice_n: int = 500) -> str:
+async def page_sliced(view: MetricsView, slice_n: int = 500) -> str:
     """The /metrics page without a long stall: lags and rendering in slices with yields between."""
-    lags = await lag_pairs_sliced(broker)
-    registry_fams = await _registry_families_sliced(broker.metrics)  # without its lag collector: lags are above
-    return await render_sliced(collect(broker, lags, lazy=True, registry_families=registry_fams), slice_n)
+    lags = await lag_pairs_sliced(view)
+    registry_fams = await _registry_families_sliced(view.registry)  # without its lag collector: lags are above
+    return await render_sliced(collect(view, lags, lazy=True, registry_families=registry_fams), slice_n)
 
 
-def collect(broker: BrokerController, lags: list[tuple[str, str, int]] | None = None,
+def collect(view: MetricsView, lags: list[tuple[str, str, int]] | None = None,
             lazy: bool = False, registry_families: list[Family] | None = None) -> list[Family]:
     """Every family; `lags` as `lag_pairs` gives them (computed here when not given). `lazy`: the
     per-topic/group families keep their rows (`Family.rows`, the tables read now, the samples made
     while render_sliced renders them)."""
-    cfg = broker.config
+    cfg = view.config
     base = {"cluster": cfg.broker_cluster_name, "node_type": "broker", "node_id": cfg.broker_name}
 
     def L(**kw: object) -> dict[str, str]:  # noqa: N802
@@ -152,41 +177,41 @@ def collect(broker: BrokerController, lags: list[tuple[str, str, int]] | None = 
         else:
             fams.append(Family(name, kind, help, [Sample(name, kind, lab, float(v)) for lab, v in samples]))
 
-    puts = dict(broker.counters.put_counters)
+    puts = dict(view.counters.put_counters)
     fam("rocketmq_messages_in_total", "counter", "Messages stored, by the topic they were stored in.",
         ((L(topic=t), c[0].value) for t, c in puts.items()))
     fam("rocketmq_throughput_in_total", "counter", "Bytes stored (whole records), by topic.",
         ((L(topic=t), c[1].value) for t, c in puts.items()))
     fam("rocketmq_messages_out_total", "counter", "Messages returned to consumers by PULL_MESSAGE.",
-        ((L(topic=t, consumer_group=g), c.value) for (t, g), c in list(broker.counters.pull_counters.items())))
-    clients = broker.clients
+        ((L(topic=t, consumer_group=g), c.value) for (t, g), c in list(view.counters.pull_counters.items())))
+    clients = view.clients
     fam("rocketmq_producer_connections", "gauge", "Producer connections (heartbeating producers).",
         [(L(), sum(len(ch) for ch in clients.producers.values()))])
     fam("rocketmq_consumer_connections", "gauge", "Consumer connections, by consumer group.",
         ((L(consumer_group=g), len(info.channels)) for g, info in list(clients.consumers.items())))
     fam("rocketmq_consumer_lag_messages", "gauge", "Messages stored but not yet committed by the group.",
         ((L(topic=topic, consumer_group=group), lag)
-         for topic, group, lag in (lag_pairs(broker) if lags is None else lags)))
-    fam("rocketmq_topic_number", "gauge", "Topics on this broker.", [(L(), len(broker.topics.topics))])
+         for topic, group, lag in (lag_pairs(view) if lags is None else lags)))
+    fam("rocketmq_topic_number", "gauge", "Topics on this broker.", [(L(), len(view.topics.topics))])
     fam("rocketmq_consumer_group_number", "gauge", "Consumer groups with committed offsets or online consumers.",
-        [(L(), len({k.partition("@")[2] for k in broker.offsets.table} | set(clients.consumers)))])
+        [(L(), len({k.partition("@")[2] for k in view.offsets.table} | set(clients.consumers)))])
     fam("rocketmq_broker_permission", "gauge", "brokerPermission (6 = read and write).",
         [(L(), cfg.broker_permission)])
-    store = broker.started_store
+    store = view.store
     fam("rocketmq_storage_size", "gauge", "Bytes of CommitLog data held (max offset - min offset).",
         [(L(), store.commitlog_max_offset() - store.commitlog_min_offset())])
     fam("rocketmq_storage_disk_ratio", "gauge", "Used fraction (0..1) of the disk holding the store.",
         [(L(), store.disk_used_ratio())])
     fam("rocketmq_storage_message_reserve_time_seconds", "gauge", "Age of the oldest message in the CommitLog.",
-        [(L(), max(0.0, time.time() - (earliest_store_time(broker) or time.time() * 1000) / 1000.0))])
+        [(L(), max(0.0, time.time() - (earliest_store_time(store) or time.time() * 1000) / 1000.0))])
 
     rpc = Family("rocketmq_rpc_latency_seconds", "histogram", "Time to handle a remoting request, by request code.")
-    for code, h in sorted(broker.rpc_latency.by_code.items()):
+    for code, h in sorted(view.rpc_latency.by_code.items()):
         rpc.samples.append(Sample(rpc.name, "histogram", L(request_code=code), float(h.count), h.cumulative(),
                                   h.sum, h.count))
     fams.append(rpc)
 
-    delay = broker.delay_service
+    delay = view.delay_service
     if delay is not None:
         levels = (delay.stats().get("levels") or {})
         rows = sorted(levels.items())
@@ -206,7 +231,7 @@ def collect(broker: BrokerController, lags: list[tuple[str, str, int]] | None = 
         fams.append(lat)
         fam("rocketmq_delay_cancelled_messages_total", "counter", "Delay-level messages skipped because cancelled.",
             [(L(), delay.cancels.cancelled_total)])
-    timer = broker.timer_service
+    timer = view.timer_service
     if timer is not None:
         st = timer.stats()
         fam("rocketmq_timing_messages", "gauge", "Timer messages waiting in the time wheel.", [(L(), st["pending"])])
@@ -229,7 +254,7 @@ def collect(broker: BrokerController, lags: list[tuple[str, str, int]] | None = 
             if smp is not None:
                 lat.samples.append(smp)
         fams.append(lat)
-    tx = broker.transactions
+    tx = view.transactions
     if tx is not None:
         info = tx.runtime_info()
         fam("rocketmq_half_messages", "gauge", "Transactional half messages awaiting commit or rollback.",
@@ -240,7 +265,7 @@ def collect(broker: BrokerController, lags: list[tuple[str, str, int]] | None = 
             [(L(), info["transactionRolledBack"])])
         fam("rocketmq_transaction_checks_total", "counter", "CHECK_TRANSACTION_STATE requests sent to producers.",
             [(L(), info["transactionChecksSent"])])
-    fams.extend(_registry_families(broker.metrics) if registry_families is None else registry_families)
+    fams.extend(_registry_families(view.registry) if registry_families is None else registry_families)
     fams.extend(_process_families())
     return fams
 

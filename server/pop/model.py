@@ -7,9 +7,11 @@ group the 5.x members pop from."""
 from __future__ import annotations
 
 import enum
+from typing import TypeAlias
 
 from codec.properties import MessageConst as K
 from codec.record import MessageRecord
+from codec.sql92 import Selector
 
 
 class Failure(enum.Enum):
@@ -66,6 +68,20 @@ class TagFilter:
 
     def accepts(self, rec: MessageRecord) -> bool:
         return self.tags is None or rec.properties.get(K.TAGS) in self.tags
+
+
+class SqlFilter:
+    """A SQL92 filter expression (FilterType.SQL), compiled by the broker's SubscriptionFilters. The pop path has
+    the record decoded already, so it evaluates on the decoded properties (the reference evaluator)."""
+
+    def __init__(self, selector: Selector) -> None:
+        self.selector = selector
+
+    def accepts(self, rec: MessageRecord) -> bool:
+        return self.selector.matches_properties(rec.properties)
+
+
+MessageFilter: TypeAlias = "TagFilter | SqlFilter"
 
 
 class Delivery:

@@ -27,7 +27,6 @@ several brokers they allocate over all brokers' queues, which one broker does no
 from __future__ import annotations
 
 import asyncio
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from codec.codes import DLQ_PREFIX, ResponseCode
+from codec.consume_queue_unit import UNIT_HEAD, UNIT_SIZE
 from codec.errors import CodecError
 from codec.msgid import offset_msg_id
 from codec.pop_receipt import ConsumeInitMode
@@ -44,8 +44,8 @@ from codec.record import MessageRecord, decode_record
 from server.pop.model import (
     Delivery,
     Failure,
+    MessageFilter,
     PopError,
-    TagFilter,
     allocate_averagely,
     decode_handle,
     encode_handle,
@@ -65,7 +65,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 
-_UNIT = struct.Struct(">qi")
 SWEEP_INTERVAL_S = 1.0
 _ADVANCE = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_FOUND_NULL, GetStatus.OFFSET_OVERFLOW_BADLY,
             GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING)
@@ -186,7 +185,7 @@ class PopService:
         return [q for q in qids if q in share]
 
     async def receive(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
-                      accept: TagFilter, deadline: float, order: bool = False,
+                      accept: MessageFilter, deadline: float, order: bool = False,
                       init_mode: int = ConsumeInitMode.MIN) -> list[Delivery]:
         """Up to `batch` deliveries; waits (long polling) until `deadline` (loop time) when there are none.
         `order`: an orderly pop whatever the group's consumeMessageOrderly says (POP_MESSAGE's `order`)."""
@@ -216,7 +215,7 @@ class PopService:
                 wait_s = min(wait_s, max(0.0, next_visible / 1000 - time.time()) + 0.001)
             await self.wait_for_topic(topic, wait_s)
 
-    async def pull(self, topic: str, qid: int, offset: int, batch: int, accept: TagFilter,
+    async def pull(self, topic: str, qid: int, offset: int, batch: int, accept: MessageFilter,
                    deadline: float) -> tuple[list[MessageRecord], int, GetStatus]:
         """PullMessage (5.x pull consumers): messages from `offset`, waiting until `deadline` for a first one."""
         loop = asyncio.get_running_loop()
@@ -265,7 +264,7 @@ class PopService:
                     best = e.visible_ms
         return best
 
-    async def _collect(self, key: Key, want: int, invisible_ms: int, accept: TagFilter, fifo: bool,
+    async def _collect(self, key: Key, want: int, invisible_ms: int, accept: MessageFilter, fifo: bool,
                        init_mode: int = ConsumeInitMode.MIN) -> list[Delivery]:
         group, topic, qid = key
         q = self._queue(key, init_mode)
@@ -319,9 +318,9 @@ class PopService:
     def _read(self, topic: str, qid: int, offset: int) -> MessageRecord | None:
         store = self.deps.store
         units = store.read_units(topic, qid, offset, 1)
-        if not units or len(units) < 20:
+        if not units or len(units) < UNIT_SIZE:
             return None
-        phys, size = _UNIT.unpack_from(units, 0)
+        phys, size = UNIT_HEAD.unpack_from(units, 0)
         raw = store.read_record(phys, size)
         if raw is None or len(raw) == 0:
             return None

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from codec.bodies import parse_check_client_body
 from codec.codes import RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from remoting.dispatch import Response
@@ -19,6 +20,7 @@ from server.topics import TopicConfig, is_system_topic, topic_error
 
 if TYPE_CHECKING:
     from server.config import BrokerConfig
+    from server.subscription_filter import SubscriptionFilters
     from server.topic_attributes import TopicAttributes
     from server.topics import TopicManager
     from storage.message_store import MessageStore
@@ -37,6 +39,7 @@ class AdminDeps:
     meta: MetaStore  # UPDATE_AND_CREATE_TOPIC answers once committed
     runtime_info: Callable[[], dict[str, object]]  # GET_BROKER_RUNTIME_INFO's table
     attributes: TopicAttributes  # RocketMQ 5 topic attributes (message.type)
+    filters: SubscriptionFilters  # CHECK_CLIENT_CONFIG: does this broker take the subscription's expression
 
 
 def register(server: Registrar, deps: AdminDeps) -> None:
@@ -93,6 +96,16 @@ def register(server: Registrar, deps: AdminDeps) -> None:
 
     @guarded
     def check_client_config(conn: Peer, cmd: RemotingCommand) -> Response:
+        """A consumer's start() asks before it subscribes with a non-TAG expression (SQL92)."""
+        if not cmd.body:
+            return ok(cmd)
+        sub = parse_check_client_body(cmd.body_bytes()).subscription
+        if sub is None:
+            return ok(cmd)
+        refused = deps.filters.check(sub.expression_type, sub.sub_string)
+        if refused is not None:
+            log.info("check_client_config.refused", expression=sub.sub_string, remark=refused[1])
+            return error(cmd, *refused)
         return ok(cmd)
 
     server.register(RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic)

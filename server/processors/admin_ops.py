@@ -10,7 +10,6 @@ QUERY_CONSUME_QUEUE (321). Bodies: codec.admin_bodies.
 
 from __future__ import annotations
 
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from codec.bodies import MessageQueue
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode as RS
 from codec.command import RemotingCommand
+from codec.consume_queue_unit import UNIT, UNIT_SIZE
 from codec.errors import CodecError
 from codec.fastjson import dumps
 from codec.msgid import decode_offset_msg_id
@@ -107,7 +107,6 @@ RESTART_ONLY_KEYS = frozenset({
     "timerWheelEnable", "timerPrecisionMs", "brokerConfigPath", "rocketmqHome", "kvConfigPath",
 })
 RELAY_TIMEOUT_S = 5.0
-_UNIT = struct.Struct(">qiq")  # ConsumeQueue unit: CommitLog offset, size, tagsCode
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +322,7 @@ def register(server: Registrar, deps: AdminOpsDeps) -> None:
             if resp is not None:  # None: a oneway request
                 resp.remark = f"Index {h.index} of {h.queueId}@{h.topic} is not exist!"
             return resp
-        units = [AB.ConsumeQueueData(*_UNIT.unpack_from(raw, i)) for i in range(0, len(raw) - 19, 20)]
+        units = [AB.ConsumeQueueData(*u) for u in UNIT.iter_unpack(raw[:len(raw) - len(raw) % UNIT_SIZE])]
         return ok(cmd, body=AB.encode_query_consume_queue(lo, hi, units, sub, filter_data))
 
     for code, fn in ((RC.UPDATE_BROKER_CONFIG, update_broker_config),

@@ -7,7 +7,6 @@ QUERY_TOPIC_CONSUME_BY_WHO (300). Bodies: codec.admin_bodies.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ from codec.bodies import MessageQueue, SubscriptionData
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode as RS
 from codec.command import RemotingCommand
+from codec.consume_queue_unit import UNIT_HEAD
 from codec.errors import CodecError
 from codec.fastjson import dumps, loads_lenient
 from codec.record import read_store_timestamp
@@ -58,7 +58,6 @@ CONSUME_STATS = HeaderSpec(ConsumeStatsHeader)
 CONSUMER_GROUP = H.CONSUMER_GROUP
 DELETE_GROUP = HeaderSpec(DeleteGroupHeader)
 
-_UNIT = struct.Struct(">qi")  # ConsumeQueue unit head: CommitLog offset, size
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +81,7 @@ def store_time_at(store: MessageStore, topic: str, queue_id: int, offset: int) -
     units = store.read_units(topic, queue_id, offset, 1)
     if not units:
         return 0
-    phys, size = _UNIT.unpack_from(units, 0)
+    phys, size = UNIT_HEAD.unpack_from(units, 0)
     raw = store.read_record(phys, size)
     return read_store_timestamp(raw) if raw is not None and len(raw) >= size else 0
 

@@ -10,13 +10,13 @@ commitlog data of its first message lies within the newest `accessMessageInMemor
 from __future__ import annotations
 
 import os
-import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from codec.ack_response import ok_frame
 from codec.codes import RequestCode, ResponseCode
 from codec.command import RemotingCommand
+from codec.consume_queue_unit import UNIT, UNIT_SIZE
 from remoting.dispatch import Response
 from server import headers as H
 from server.processors import Peer, Registrar, committed, error, guarded, ok
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from storage.meta_store import MetaStore
 
 IN_MEMORY_RATIO = 0.40
-_UNIT = struct.Struct(">qiq")
 _INT_MAX, _LONG_MIN, _LONG_MAX = (1 << 31) - 1, -(1 << 63), (1 << 63) - 1
 
 
@@ -50,9 +49,9 @@ def physical_memory() -> int:
 def first_message_in_memory(store: MessageStore, topic: str, queue_id: int) -> bool:
     """True when offset 0 of the queue is absent or its data is in the hot part of the CommitLog."""
     units = store.read_units(topic, queue_id, 0, 1)
-    if units is None or len(units) < _UNIT.size:
+    if units is None or len(units) < UNIT_SIZE:
         return True
-    phys: int = _UNIT.unpack_from(units, 0)[0]
+    phys: int = UNIT.unpack_from(units, 0)[0]
     return store.commitlog_max_offset() - phys <= IN_MEMORY_RATIO * physical_memory()
 
 

@@ -10,9 +10,11 @@ The usual answer (a store lookup's status) is encoded straight to frame pieces
 
 from __future__ import annotations
 
+import asyncio
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias, cast
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias, cast
 
 import structlog
 
@@ -22,9 +24,11 @@ from codec.command import RemotingCommand
 from codec.pull_response import pull_response_frame
 from codec.tags import java_hash
 from remoting.dispatch import Response
-from server import headers as H
 from server.client_manager import SubscriptionData
+from server.header_parsers import parse_pull
+from server.header_spec import Long
 from server.processors import Peer, Registrar, guarded
+from server.subscription_filter import RecordFilter, SubscriptionFilters, is_tag_type, unsupported_remark
 from storage.store_types import GetStatus
 
 if TYPE_CHECKING:
@@ -32,6 +36,7 @@ if TYPE_CHECKING:
     from server.client_manager import ClientManager
     from server.cluster.ha.service import ReplicaRole
     from server.config import BrokerConfig
+    from server.filter_bitmap import FilterBitmaps, UnitGate
     from server.headers import PullMessageHeader
     from server.offsets_table import ConsumerOffsetManager
     from server.pull_hold import PullHoldService
@@ -55,15 +60,19 @@ class PullDeps:
     replica: ReplicaRole  # a slave never moves a consumer
     pull_hold: PullHoldService  # long polling
     on_pull: Callable[[str, str, int], None]  # (topic, group, n) pulled-message counters
+    filters: SubscriptionFilters  # enablePropertyFilter, compiled SQL92 selectors
+    bitmaps: FilterBitmaps | None  # enableCalcFilterBitMap: the SQL92 bitmap pre-filter
 
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = PullSysFlag.COMMIT_OFFSET, PullSysFlag.SUSPEND, PullSysFlag.SUBSCRIPTION
 
 
 def parse_subscription(topic: str, sub_string: str | None, expression_type: str | None = None,
                        sub_version: int = 0) -> SubscriptionData:
-    """TAG expression → SubscriptionData (split on `||`, trim, hash each tag; `*`/empty = all)."""
-    if expression_type not in (None, "", "TAG"):
-        raise ValueError(f"expression type {expression_type} is not supported")
+    """FilterAPI.build: a TAG expression → SubscriptionData (split on `||`, trim, hash each tag; `*`/empty =
+    all); any other type keeps its expression as is (SQL92 is compiled by `SubscriptionFilters`)."""
+    if not is_tag_type(expression_type):
+        assert expression_type is not None
+        return SubscriptionData(topic, sub_string or "", (), frozenset(), sub_version, expression_type)
     s = (sub_string or "").strip()
     if s in ("", "*"):
         return SubscriptionData(topic, "*", (), frozenset(), sub_version, "TAG")
@@ -103,8 +112,20 @@ def _status(status: GetStatus, request_offset: int) -> tuple[str, int]:
 
 _SUBS_MAX = 4096
 
+
 # the pull's answer: frame pieces (codec.pull_response) or an error RemotingCommand; None for a oneway request
 PullAnswer: TypeAlias = "list[BytesLike] | RemotingCommand | None"
+
+
+class _Run(NamedTuple):
+    """One run of a pull: its answer (None: hold it) and what a held pull needs to decide whether to hold on."""
+
+    answer: PullAnswer
+    code: int
+    status: str  # the store's status name ("" for an error answer)
+    next_begin_offset: int
+    max_offset: int
+    filtered: bool  # a tag or SQL92 filter applied (NO_MATCHED_MESSAGE can mean: nothing new matched)
 
 
 class PullProcessor:
@@ -118,7 +139,7 @@ class PullProcessor:
         """The response when it can be given now (messages found, or an error): inline, no task.
         A PULL_NOT_FOUND with SUSPEND returns the coroutine that holds it (the dispatcher runs it
         as a task)."""
-        h = H.parse_pull(cmd.ext_fields)
+        h = parse_pull(cmd.ext_fields)
         resp, code = self.process(cmd, h, first=True)
         if resp is not None or cmd.is_oneway:
             return resp
@@ -132,32 +153,50 @@ class PullProcessor:
             timeout_ms = h.suspendTimeoutMillis
         else:
             timeout_ms = cfg.short_polling_time_mills
-        await self.deps.pull_hold.wait(h.topic, h.queueId, h.queueOffset, max(0, timeout_ms) / 1000.0)
-        resp, _ = self.process(cmd, h, first=False)
-        return resp
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0, timeout_ms) / 1000.0
+        while True:
+            await self.deps.pull_hold.wait(h.topic, h.queueId, h.queueOffset, max(0.0, deadline - loop.time()))
+            run = self._run(cmd, h, first=False)
+            # a filtered pull whose new messages all failed its filter holds on past them (Apache's
+            # notifyMessageArriving matches the filter before waking a held pull): it wakes for a match only
+            if run.status != "NO_MATCHED_MESSAGE" or not run.filtered or loop.time() >= deadline:
+                return run.answer
+            h = copy.copy(h)
+            h.queueOffset = Long(run.next_begin_offset)
+            if run.next_begin_offset < run.max_offset:  # more than one scan's worth arrived: go on scanning
+                await asyncio.sleep(0)
 
     def _err(self, cmd: RemotingCommand, code: int, remark: str) -> tuple[RemotingCommand, int]:
         return cmd.response(code=code, remark=remark, ext_fields={
             "suggestWhichBrokerId": "0", "nextBeginOffset": "0", "minOffset": "0", "maxOffset": "0"}), code
 
+    def _fail(self, cmd: RemotingCommand, code: int, remark: str) -> _Run:
+        answer, code = self._err(cmd, code, remark)
+        return _Run(answer, code, "", 0, 0, False)
+
     def process(self, cmd: RemotingCommand, h: PullMessageHeader, first: bool) -> tuple[PullAnswer, int]:
         """(response, code); response None means: hold this request (first run only)."""
+        run = self._run(cmd, h, first)
+        return run.answer, run.code
+
+    def _run(self, cmd: RemotingCommand, h: PullMessageHeader, first: bool) -> _Run:
         b = self.deps
         if not b.config.broker_permission & 4:
-            return self._err(cmd, ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_ip1}] pulling message is forbidden")
+            return self._fail(cmd, ResponseCode.NO_PERMISSION, f"the broker[{b.config.broker_ip1}] pulling message is forbidden")
         gcfg = b.groups.find(h.consumerGroup)
         if gcfg is None:
-            return self._err(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+            return self._fail(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                              f"subscription group [{h.consumerGroup}] does not exist")
         if not gcfg.consume_enable:
-            return self._err(cmd, ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumerGroup}")
+            return self._fail(cmd, ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumerGroup}")
         tcfg = b.topics.get(h.topic)
         if tcfg is None:
-            return self._err(cmd, ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
+            return self._fail(cmd, ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
         if not tcfg.readable:
-            return self._err(cmd, ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
+            return self._fail(cmd, ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
         if h.queueId < 0 or h.queueId >= tcfg.read_queue_nums:
-            return self._err(cmd, ResponseCode.SYSTEM_ERROR, f"queueId[{h.queueId}] is illegal, topic:[{h.topic}] "
+            return self._fail(cmd, ResponseCode.SYSTEM_ERROR, f"queueId[{h.queueId}] is illegal, topic:[{h.topic}] "
                                                 f"topicConfig.readQueueNums:[{tcfg.read_queue_nums}] "
                                                 f"consumer:[{h.consumerGroup}]")
         sys_flag = h.sysFlag
@@ -174,43 +213,69 @@ class PullProcessor:
                     self._subs.clear()
                 self._subs[key] = sub
             if isinstance(sub, str):
-                return self._err(cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {sub}")
+                return self._fail(cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {sub}")
+            sub_version: int = h.subVersion
         else:
             info = b.clients.consumer_group(h.consumerGroup)
             if info is None:
-                return self._err(cmd, ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                return self._fail(cmd, ResponseCode.SUBSCRIPTION_NOT_EXIST,
                                  f"the consumer's group info not exist, group: {h.consumerGroup}")
             if info.message_model == "BROADCASTING" and not gcfg.consume_broadcast_enable:
-                return self._err(cmd, ResponseCode.NO_PERMISSION,
+                return self._fail(cmd, ResponseCode.NO_PERMISSION,
                                  f"the consumer group[{h.consumerGroup}] can not consume by broadcast way")
             sub = info.subscriptions.get(h.topic)
             if sub is None:
-                return self._err(cmd, ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                return self._fail(cmd, ResponseCode.SUBSCRIPTION_NOT_EXIST,
                                  f"the consumer's subscription not exist, group: {h.consumerGroup}")
             if sub.sub_version < h.subVersion:
-                return self._err(cmd, ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
-            if sub.expression_type not in ("", "TAG"):
-                return self._err(cmd, ResponseCode.SYSTEM_ERROR,
-                                 "The broker does not support consumer to filter message by "
-                                 + sub.expression_type)
-        codes = None if sub.match_all else set(sub.code_set)
-        res = b.store.get_messages(h.topic, h.queueId, h.queueOffset, max(1, h.maxMsgNums), codes)
+                return self._fail(cmd, ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+            sub_version = sub.sub_version
+        record_filter: RecordFilter | None
+        gate: UnitGate | None = None
+        if is_tag_type(sub.expression_type):
+            codes = None if sub.match_all else set(sub.code_set)
+            record_filter = b.filters.retry_filter(h.consumerGroup, h.topic, self._group_subscription)
+        else:  # SQL92: the record's properties decide (after the bitmap pre-filter, when on)
+            sel = b.filters.selector(h.consumerGroup, h.topic, sub_version, sub.expression_type, sub.sub_string)
+            if isinstance(sel, str):
+                if sys_flag & FLAG_SUBSCRIPTION:
+                    return self._fail(cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                      f"parse the consumer's subscription failed: {sel}")
+                return self._fail(cmd, ResponseCode.FILTER_DATA_NOT_EXIST,
+                                  f"The broker's consumer filter data is not exist! Your expression may be wrong: {sel}")
+            if not b.filters.enabled:
+                return self._fail(cmd, ResponseCode.SYSTEM_ERROR, unsupported_remark(sub.expression_type))
+            codes, record_filter = None, sel.matches_record
+            if b.bitmaps is not None:
+                gate = b.bitmaps.gate(h.consumerGroup, h.topic, h.queueId, sub_version, sel)
+        res = b.store.get_messages(h.topic, h.queueId, h.queueOffset, max(1, h.maxMsgNums), codes, record_filter,
+                                   gate)
+        if gate is not None and b.bitmaps is not None:
+            b.bitmaps.count_skipped(gate)
         status, code = _status(res.status, h.queueOffset)
         slave = b.replica.is_slave
         if slave and code == ResponseCode.PULL_OFFSET_MOVED:  # a slave never moves a consumer (offsetCheckInSlave=false)
             code = ResponseCode.PULL_RETRY_IMMEDIATELY
         if first and sys_flag & FLAG_COMMIT_OFFSET and not slave:  # a slave stores no offset from a pull
             b.offsets.commit(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
+        filtered = codes is not None or record_filter is not None
         if code == ResponseCode.PULL_NOT_FOUND and first and sys_flag & FLAG_SUSPEND:
-            return None, code
+            return _Run(None, code, status, res.next_begin_offset, res.max_offset, filtered)
         body: list[BytesLike]
         if code == ResponseCode.SUCCESS:
             body, body_len = cast("list[BytesLike]", res.buffers), res.buffer_total_size
             b.on_pull(h.topic, h.consumerGroup, len(body))
         else:
             body, body_len = [], 0
-        return pull_response_frame(cmd.opaque, cmd.serialize_type, code, status, res.next_begin_offset,
-                                   res.min_offset, res.max_offset, body, body_len), code
+        return _Run(pull_response_frame(cmd.opaque, cmd.serialize_type, code, status, res.next_begin_offset,
+                                        res.min_offset, res.max_offset, body, body_len),
+                    code, status, res.next_begin_offset, res.max_offset, filtered)
+
+    def _group_subscription(self, group: str, topic: str) -> tuple[str, str, int] | None:
+        """(expressionType, expression, subVersion) of `group`'s heartbeat subscription to `topic`."""
+        info = self.deps.clients.consumer_group(group)
+        sub = info.subscriptions.get(topic) if info is not None else None
+        return None if sub is None else (sub.expression_type, sub.sub_string, sub.sub_version)
 
 
 def register(server: Registrar, deps: PullDeps) -> None:

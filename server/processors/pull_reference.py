@@ -6,6 +6,7 @@ bytes equal these for every status, both serializations, tag filters and held pu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from codec.buffers import Body
@@ -19,9 +20,10 @@ if TYPE_CHECKING:
 
 
 def pull_answer(store: MessageStore, cmd: RemotingCommand, topic: str, queue_id: int, offset: int, max_nums: int,
-                tags_codes: set[int] | None) -> bytes:
-    """The frame answering PULL_MESSAGE `cmd` (a primary broker, subscription checks passed) for this lookup."""
-    res = store.get_messages(topic, queue_id, offset, max(1, max_nums), tags_codes)
+                tags_codes: set[int] | None, record_filter: Callable[[memoryview], bool] | None = None) -> bytes:
+    """The frame answering PULL_MESSAGE `cmd` (a primary broker, subscription checks passed) for this lookup;
+    `record_filter`: a SQL92 subscription's (tests pass the reference evaluator on the decoded properties)."""
+    res = store.get_messages(topic, queue_id, offset, max(1, max_nums), tags_codes, record_filter)
     status = res.status.name
     code = status_to_code(status, offset)
     ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(res.next_begin_offset),

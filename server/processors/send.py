@@ -4,7 +4,12 @@ The batch path is chosen by the header's `batch`/`m` flag, not by the request co
 batches as 310 with m=true). Checks run in RocketMQ's order (remoting-protocol.md §8.1); the put
 hooks (delay level, then timer) rewrite the record before it is encoded and stored. Every
 response carries msgId/queueId/queueOffset/MSG_REGION/TRACE_ON (the C++ client reads the send
-header without a null check).
+header without a null check; `send_common.send_ext`).
+
+Three parts, composed by `SendProcessor`:
+- `SendPreparer`: one request -> a `PreparedSend` (checked, routed, encoded) or its error response;
+- `BatchMessageSend`: a batch-message request (`m`/`batch`), stored and answered on its own;
+- `send_run.SendRunner`: a run of pipelined requests -> one put_batch -> one response buffer.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import structlog
 
 from codec import msgid
 from codec.batch import decode_batch
-from codec.codes import DEFAULT_REGION, RequestCode, ResponseCode
+from codec.codes import RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.msgid import UniqIdGenerator
 from codec.properties import (
@@ -31,7 +36,6 @@ from codec.properties import (
     rewrite_sent_properties_cached,
 )
 from codec.record import MessageRecord, encode_message_bytes, encode_record
-from codec.send_response import SendResponseFrames
 from codec.tags import java_hash
 from scheduler.delay_levels import ON_DICT, transform_delay_properties
 from server.processors import Registrar, guarded, peer_of
@@ -40,17 +44,21 @@ from server.processors.send_common import (
     PROPS_MAX,
     PUT_OK,
     PUT_STATUS_CODES,
-    SYNC_FLUSH_TIMEOUT_S,
     TRANSACTION_COMMIT,
     TRANSACTION_MASK,
     V3_4_9,
+    PreparedSend,
+    answer_when_flushed,
+    answer_when_replicated,
     body_bytes,
     fail,
     int_or_zero,
+    new_prepared,
     ok,
     put_fail_remark,
+    send_ext,
 )
-from server.processors.send_run import SendAnswer, SendRunMixin
+from server.processors.send_run import SendAnswer, SendRunner
 from server.topics import DLQ_PREFIX, NOT_ALLOWED_SEND, RETRY_PREFIX, topic_error
 from server.transactions import is_half, to_half
 from server.wiring import put_request
@@ -58,18 +66,16 @@ from server.wiring import put_request
 # property names, bound once for the per-message path (codec.properties.MessageConst)
 _CLUSTER = MessageConst.CLUSTER
 _DELAY = MessageConst.DELAY
-_MSG_REGION = MessageConst.MSG_REGION
 _REAL_QID = MessageConst.REAL_QID
 _REAL_TOPIC = MessageConst.REAL_TOPIC
-_TRACE_ON = MessageConst.TRACE_ON
 _TRAN_MSG = MessageConst.TRAN_MSG
 _WAIT = MessageConst.WAIT
 
 if TYPE_CHECKING:
+    from remoting.connection import Connection
     from server.cluster.ha.service import ReplicaAck, ReplicaRole
     from server.config import BrokerConfig
     from server.headers import SendMessageHeader
-    from server.processors.send_common import PreparedSend
     from server.put_hooks import PutHooks
     from server.topics import TopicConfig, TopicManager
     from storage.message_store import MessageStore
@@ -107,21 +113,21 @@ class SendConn(Protocol):
 PLAIN_SEND_EXCLUDES = ("TIMER_", _TRAN_MSG, _REAL_TOPIC, _REAL_QID)
 
 
-class SendProcessor(SendRunMixin):
+class SendPreparer:
+    """One send request -> a `PreparedSend` ready for the store, or the (error) response: RocketMQ's
+    checks, retry/DLQ routing, transactions (half), the put hooks, the record's encoding."""
+
     def __init__(self, deps: SendDeps) -> None:
         self.deps = deps
         self.cfg = deps.config
         host, _, port = deps.config.broker_addr.rpartition(":")
         self.store_host = (host, int(port))
-        # an offset msgId is hex(store host ‖ port ‖ offset): the host part is the same for every message
-        self._msg_id_prefix = msgid.offset_msg_id(host, int(port), 0)[:-16]
         # UNIQ_KEYs the broker assigns (a producer that sent none) carry brokerIP1, as a Java broker's do
         self._new_uniq_id = UniqIdGenerator(deps.config.broker_ip1).new
-        self._frames = SendResponseFrames(self._msg_id_prefix, {_MSG_REGION: DEFAULT_REGION, _TRACE_ON: "true"})
         self._valid_topics: set[str] = set()
 
     # ---- checks shared by single and batch ------------------------------------------------
-    def _check(self, cmd: RemotingCommand, h: SendMessageHeader,
+    def check(self, cmd: RemotingCommand, h: SendMessageHeader,
                batch: bool) -> tuple[TopicConfig, int] | RemotingCommand | None:
         """(topic_config, queue_id) or a ready error response (None for a oneway request)."""
         topic = h.topic
@@ -151,13 +157,7 @@ class SendProcessor(SendRunMixin):
             qid = random.randrange(max(1, tcfg.write_queue_nums))
         return tcfg, qid
 
-    def __call__(self, conn: SendConn, cmd: RemotingCommand) -> SendAnswer:
-        """The response, or (SYNC_FLUSH with WAIT) a coroutine that answers once the group commit
-        covers the records: the dispatcher runs a task only for those, the usual send needs none.
-        A lone request is a run of one (`batch`)."""
-        return self.batch(conn, [cmd])[0]
-
-    def _born_host(self, conn: SendConn) -> tuple[str, int]:
+    def born_host(self, conn: SendConn) -> tuple[str, int]:
         attrs = conn.attrs
         host = attrs.get("_send_born_host")
         if host is None:
@@ -172,12 +172,11 @@ class SendProcessor(SendRunMixin):
             self._valid_topics.add(topic)
         return problem
 
-    # ---- single messages (a run of them: send_run.SendRunMixin) ---------------------------
-    def _prepare_single(self, conn: SendConn, cmd: RemotingCommand,
+    # ---- single messages (a run of them: send_run.SendRunner) -----------------------------
+    def prepare(self, conn: SendConn, cmd: RemotingCommand,
                         h: SendMessageHeader) -> PreparedSend | RemotingCommand | None:
-        """The prepared send (send_run: record, store topic, store queue id, tagsCode, keys, deliver delay,
-        reply queue id, wait) ready for the store, or the (error) response."""
-        checked = self._check(cmd, h, batch=False)
+        """The prepared send ready for the store, or the (error) response (None for a oneway request)."""
+        checked = self.check(cmd, h, batch=False)
         if not isinstance(checked, tuple):
             return checked
         tcfg, qid = checked
@@ -212,9 +211,10 @@ class SendProcessor(SendRunMixin):
         if len(props_bytes) > PROPS_MAX:
             return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", qid)
         sys_flag = h.sysFlag | MULTI_TAGS_FLAG if tcfg.topic_filter_type == "MULTI_TAG" else h.sysFlag
-        raw = encode_message_bytes(topic, body, store_qid, h.flag, sys_flag, h.bornTimestamp, self._born_host(conn),
+        raw = encode_message_bytes(topic, body, store_qid, h.flag, sys_flag, h.bornTimestamp, self.born_host(conn),
                                    self.store_host, reconsume, props_bytes)
-        return raw, topic, store_qid, java_hash(tags) if tags else 0, keys, deliver_delay, qid, wait
+        return new_prepared(PreparedSend, (raw, topic, store_qid, java_hash(tags) if tags else 0, keys, deliver_delay,
+                                           qid, wait))
 
     def _prepare_full(self, conn: SendConn, cmd: RemotingCommand, h: SendMessageHeader, tcfg: TopicConfig,
                       qid: int, body: bytes, reconsume: int) -> PreparedSend | RemotingCommand | None:
@@ -234,7 +234,7 @@ class SendProcessor(SendRunMixin):
             sys_flag |= MULTI_TAGS_FLAG
         rec = MessageRecord(
             topic=topic, body=body, queue_id=qid, flag=h.flag, sys_flag=sys_flag,
-            born_timestamp=h.bornTimestamp, born_host=self._born_host(conn), store_host=self.store_host,
+            born_timestamp=h.bornTimestamp, born_host=self.born_host(conn), store_host=self.store_host,
             reconsume_times=reconsume, properties=props)
         deliver_delay = -1
         if is_half(props, reconsume):  # transactional: parked in the half topic until END_TRANSACTION
@@ -249,7 +249,7 @@ class SendProcessor(SendRunMixin):
             return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", reply_qid)
         raw = encode_record(rec, properties_bytes=props_bytes)
         req = put_request(raw, rec.topic, rec.queue_id, rec.properties, deliver_delay)
-        return raw, req.topic, req.queue_id, req.tags_code, req.keys, deliver_delay, reply_qid, wait
+        return PreparedSend(raw, req.topic, req.queue_id, req.tags_code, req.keys, deliver_delay, reply_qid, wait)
 
     def _retry_or_dlq(self, cmd: RemotingCommand, h: SendMessageHeader, props: dict[str, str],
                       reconsume: int) -> tuple[str, int] | RemotingCommand | None:
@@ -270,9 +270,20 @@ class SendProcessor(SendRunMixin):
         log.info("send.to_dlq", group=group, reconsume_times=reconsume, max=max_times)
         return dlq, 0
 
-    # ---- batch ----------------------------------------------------------------------------
-    def send_batch(self, conn: SendConn, cmd: RemotingCommand, h: SendMessageHeader) -> SendAnswer:
-        checked = self._check(cmd, h, batch=True)
+
+
+class BatchMessageSend:
+    """A batch-message request (the header's `batch`/`m` flag): checked by the preparer, its items
+    stored with one `MessageStore.put`, answered with every msgId (or the first failure)."""
+
+    def __init__(self, deps: SendDeps, preparer: SendPreparer, msg_id_prefix: str) -> None:
+        self.deps = deps
+        self.cfg = deps.config
+        self.preparer = preparer
+        self._msg_id_prefix = msg_id_prefix
+
+    def __call__(self, conn: SendConn, cmd: RemotingCommand, h: SendMessageHeader) -> SendAnswer:
+        checked = self.preparer.check(cmd, h, batch=True)
         if not isinstance(checked, tuple):
             return checked
         tcfg, qid = checked
@@ -297,7 +308,8 @@ class SendProcessor(SendRunMixin):
         batch_props[_CLUSTER] = self.cfg.broker_cluster_name
         tail = properties_to_string(batch_props)
         sys_flag = h.sysFlag | (MULTI_TAGS_FLAG if tcfg.topic_filter_type == "MULTI_TAG" else 0)
-        born_host = self._born_host(conn)
+        born_host = self.preparer.born_host(conn)
+        store_host = self.preparer.store_host
         reqs: list[PutRequest] = []
         for item in items:
             item_str = item.properties
@@ -307,7 +319,7 @@ class SendProcessor(SendRunMixin):
             props = parse_properties(props_str)
             rec = MessageRecord(
                 topic=h.topic, body=bytes(item.body), queue_id=qid, flag=item.flag, sys_flag=sys_flag,
-                born_timestamp=h.bornTimestamp, born_host=born_host, store_host=self.store_host,
+                born_timestamp=h.bornTimestamp, born_host=born_host, store_host=store_host,
                 reconsume_times=h.reconsumeTimes or 0, properties=props)
             raw = encode_record(rec, properties_bytes=props_str.encode())
             reqs.append(put_request(raw, h.topic, qid, props, -1))
@@ -327,30 +339,45 @@ class SendProcessor(SendRunMixin):
         self.deps.on_put(topics, results)
         if cmd.is_oneway:
             return None
-        ext = {"msgId": msg_id, "queueId": str(reply_qid), "queueOffset": str(first.queue_offset),
-               _MSG_REGION: DEFAULT_REGION, _TRACE_ON: "true"}
+        ext = send_ext(msg_id, reply_qid, first.queue_offset)
         replica = self.deps.replica
         if replica.sync_master and wait:
             end = max(r.phys_offset + r.size for r in results)
             flushed = next((r.flushed for r in results if r.flushed is not None), None)
             gate = replica.gate(end)
             ack: ReplicaAck | Awaitable[ReplicaAck] = gate if isinstance(gate, tuple) else asyncio.ensure_future(gate)
-            return self._answer_when_replicated(cmd, flushed if self.cfg.sync_flush else None, ack, ext)
+            return answer_when_replicated(cmd, flushed if self.cfg.sync_flush else None, ack, ext)
         if self.cfg.sync_flush and wait:
             pending = [r.flushed for r in results if r.flushed is not None]
             if pending:
-                return self._answer_when_flushed(cmd, pending, ext)
+                return answer_when_flushed(cmd, pending, ext)
         return ok(cmd, ResponseCode.SUCCESS, None, ext)
 
-    @staticmethod
-    async def _answer_when_flushed(cmd: RemotingCommand, pending: list[asyncio.Future[bool]],
-                                   ext: dict[str, str]) -> RemotingCommand:
-        code, remark = ResponseCode.SUCCESS, None
-        try:
-            await asyncio.wait_for(asyncio.shield(asyncio.gather(*pending)), SYNC_FLUSH_TIMEOUT_S)
-        except TimeoutError:
-            code, remark = ResponseCode.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT"
-        return ok(cmd, code, remark, ext)
+
+
+class SendProcessor:
+    """SEND_MESSAGE / V2 / SEND_BATCH_MESSAGE: the preparer, the batch-message send and the run,
+    composed. `batch` / `batch_framed` are the run's (the gRPC endpoint and the dispatcher call them)."""
+
+    def __init__(self, deps: SendDeps) -> None:
+        self.deps = deps
+        self.preparer = SendPreparer(deps)
+        # an offset msgId is hex(store host ‖ port ‖ offset): the host part is the same for every message
+        msg_id_prefix = msgid.offset_msg_id(*self.preparer.store_host, 0)[:-16]
+        self.batch_message = BatchMessageSend(deps, self.preparer, msg_id_prefix)
+        self.run = SendRunner(deps, self.preparer.prepare, self.batch_message, msg_id_prefix)
+
+    def __call__(self, conn: SendConn, cmd: RemotingCommand) -> SendAnswer:
+        """The response, or (SYNC_FLUSH with WAIT) a coroutine that answers once the group commit
+        covers the records: the dispatcher runs a task only for those, the usual send needs none.
+        A lone request is a run of one."""
+        return self.run.batch(conn, [cmd])[0]
+
+    def batch(self, conn: SendConn, cmds: list[RemotingCommand]) -> list[SendAnswer]:
+        return self.run.batch(conn, cmds)
+
+    def batch_framed(self, conn: Connection, cmds: list[RemotingCommand]) -> list[SendAnswer | bytes]:
+        return self.run.batch_framed(conn, cmds)
 
 
 def register(server: Registrar, deps: SendDeps) -> None:
@@ -358,4 +385,4 @@ def register(server: Registrar, deps: SendDeps) -> None:
     proc = guarded(sp.__call__)
     for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
         # runs of sends from one read share one store put (remoting.dispatch)
-        server.register(code, proc, batch=sp.batch_framed)
+        server.register(code, proc, batch=sp.run.batch_framed)

@@ -1,10 +1,16 @@
-"""Send-processor vocabulary: request/response codes, flags, put-status mapping, the response shapes.
+"""Send-processor vocabulary: request/response codes, flags, put-status mapping, the prepared send,
+the response fields and the answers that wait (SYNC_FLUSH, SYNC_MASTER).
 
 Every send response carries msgId/queueId/queueOffset/MSG_REGION/TRACE_ON, errors included (the C++
-client reads the send response header without a null check).
+client reads the send response header without a null check): `send_ext` builds them, the one place
+(`codec.send_response.SendResponseFrames` writes the same fields as bytes, given `SEND_EXT_EXTRA`).
 """
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, NamedTuple
 
 from codec.buffers import Body
 from codec.codes import (
@@ -18,6 +24,9 @@ from codec.codes import (
 from codec.command import RemotingCommand
 from codec.properties import MessageConst
 from storage.store_types import IndexKeys, PutStatus
+
+if TYPE_CHECKING:
+    from server.cluster.ha.service import ReplicaAck
 
 # property names, bound once for the per-message path (codec.properties.MessageConst)
 _MSG_REGION = MessageConst.MSG_REGION
@@ -43,23 +52,40 @@ PUT_STATUS_CODES: dict[PutStatus, ResponseCode] = {
 }
 PROPS_MAX = 32767
 
-# A send checked and encoded, ready for the run's put_batch (SendProcessor._prepare_single): a plain tuple on
-# this hot path (a NamedTuple costs ~10x a tuple to build), unpacked by name where it is read:
-# (record bytes, store topic, store queue id, tagsCode, index keys, deliver delay ms or -1,
-#  queue id to answer with, wait for flush / slave)
-PreparedSend = tuple[bytes | bytearray, str, int, int, IndexKeys, int, int, bool]
+
+
+class PreparedSend(NamedTuple):
+    """A send checked and encoded, ready for the run's put_batch (`SendPreparer.prepare`). A NamedTuple
+    (slotted: no instance dict) so that a run transposes with one `zip(*preps)`; the hot path builds it
+    with `tuple.__new__(PreparedSend, (...))` (`new_prepared`), which costs what a plain tuple does, where
+    the generated `PreparedSend(...)` costs ~3x that."""
+
+    record: bytes | bytearray  # the encoded CommitLog record
+    topic: str  # store topic (SCHEDULE_TOPIC_XXXX for a delay level, the DLQ, the half topic)
+    queue_id: int  # store queue id
+    tags_code: int
+    keys: IndexKeys
+    deliver_delay: int  # ms for a delay level, -1 otherwise
+    reply_queue_id: int  # the queue id the response names
+    wait: bool  # WAIT: answer once flushed (SYNC_FLUSH) / replicated (SYNC_MASTER)
+
+
+new_prepared = tuple.__new__  # new_prepared(PreparedSend, (record, topic, ...)): see PreparedSend
 PUT_OK = PutStatus.PUT_OK
 
+# what every send response carries after msgId/queueId/queueOffset
+SEND_EXT_EXTRA: dict[str, str] = {_MSG_REGION: DEFAULT_REGION, _TRACE_ON: "true"}
 
-def ext_fields(msg_id: str = "", queue_id: int = 0, queue_offset: int = 0) -> dict[str, str]:
-    return {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset),
-            _MSG_REGION: DEFAULT_REGION, _TRACE_ON: "true"}
+
+def send_ext(msg_id: str = "", queue_id: int = 0, queue_offset: int = 0) -> dict[str, str]:
+    """A send response's extFields (SendMessageResponseHeader), success or error."""
+    return {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset), **SEND_EXT_EXTRA}
 
 
 def fail(cmd: RemotingCommand, code: int, remark: str, queue_id: int = 0) -> RemotingCommand | None:
     if cmd.is_oneway:
         return None
-    return cmd.response(code=code, remark=remark, ext_fields=ext_fields("", queue_id, 0))
+    return cmd.response(code=code, remark=remark, ext_fields=send_ext("", queue_id, 0))
 
 
 def ok(cmd: RemotingCommand, code: int, remark: str | None, ext: dict[str, str]) -> RemotingCommand:
@@ -85,3 +111,32 @@ def body_bytes(body: Body) -> bytes:
     if isinstance(body, list | tuple):
         return b"".join(bytes(p) for p in body)
     return bytes(body or b"")
+
+
+async def answer_when_flushed(cmd: RemotingCommand, pending: list[asyncio.Future[bool]],
+                              ext: dict[str, str]) -> RemotingCommand:
+    """SYNC_FLUSH with WAIT: the response once the group commit covers the records (FLUSH_DISK_TIMEOUT
+    after SYNC_FLUSH_TIMEOUT_S; the message is stored either way)."""
+    code, remark = ResponseCode.SUCCESS, None
+    try:
+        await asyncio.wait_for(asyncio.shield(asyncio.gather(*pending)), SYNC_FLUSH_TIMEOUT_S)
+    except TimeoutError:
+        code, remark = ResponseCode.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT"
+    return ok(cmd, code, remark, ext)
+
+
+async def answer_when_replicated(cmd: RemotingCommand, flushed: asyncio.Future[bool] | None,
+                                 replica: ReplicaAck | Awaitable[ReplicaAck], ext: dict[str, str]) -> RemotingCommand:
+    """SYNC_MASTER: flush (if SYNC_FLUSH) and the slave's ack; a replica status that is not OK
+    overrides (FLUSH_SLAVE_TIMEOUT 12, SLAVE_NOT_AVAILABLE 11), the message is stored either way."""
+    code: int = ResponseCode.SUCCESS
+    remark: str | None = None
+    if flushed is not None:
+        try:
+            await asyncio.wait_for(asyncio.shield(flushed), SYNC_FLUSH_TIMEOUT_S)
+        except TimeoutError:
+            code, remark = ResponseCode.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT"
+    rcode, rremark = replica if isinstance(replica, tuple) else await asyncio.shield(replica)
+    if rcode != ResponseCode.SUCCESS:
+        code, remark = rcode, rremark
+    return ok(cmd, code, remark, ext)

@@ -1,4 +1,4 @@
-"""The slow reference of the send fast lane (`send_run.SendRunMixin`): one request at a time.
+"""The slow reference of the send fast lane (`send_run.SendRunner`): one request at a time.
 
 The generic header spec (`server.headers.SEND_MESSAGE`, not the straight-line `parse_send`), one
 `MessageStore.put` per request and a `RemotingCommand` response (not `codec.send_response` frames). Nothing
@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from codec.codes import DEFAULT_REGION, RequestCode, ResponseCode
+from codec.codes import RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.msgid import offset_msg_id
-from codec.properties import MessageConst
 from server import headers as H
 from server.header_spec import HeaderError
-from server.processors.send_common import PUT_OK, PUT_STATUS_CODES, fail, put_fail_remark
+from server.processors.send_common import PUT_OK, PUT_STATUS_CODES, fail, put_fail_remark, send_ext
 from storage.store_types import PutRequest
 
 if TYPE_CHECKING:
@@ -30,18 +29,18 @@ def send_one(sp: SendProcessor, store: MessageStore, conn: Any, cmd: RemotingCom
     try:
         h = H.SEND_MESSAGE.parse(cmd.ext_fields, cmd.code != RequestCode.SEND_MESSAGE)
         if h.batch:
-            return sp.send_batch(conn, cmd, h)
-        prep = sp._prepare_single(conn, cmd, h)
+            return sp.batch_message(conn, cmd, h)
+        prep = sp.preparer.prepare(conn, cmd, h)
     except HeaderError as e:
         return fail(cmd, ResponseCode.SYSTEM_ERROR, str(e))
     if not isinstance(prep, tuple):  # an error response
         return prep
-    raw, topic, qid, tags_code, keys, delay, reply_qid, _wait = prep
-    [r] = store.put([PutRequest(bytearray(raw), topic, qid, tags_code, keys, delay)])
+    reply_qid = prep.reply_queue_id
+    [r] = store.put([PutRequest(bytearray(prep.record), prep.topic, prep.queue_id, prep.tags_code, prep.keys,
+                                prep.deliver_delay)])
     if r.status is not PUT_OK:
         return fail(cmd, PUT_STATUS_CODES[r.status], put_fail_remark(r.status, r.remark), reply_qid)
     if cmd.is_oneway:
         return None
-    return cmd.response(ResponseCode.SUCCESS, None, {
-        "msgId": offset_msg_id(*sp.store_host, r.phys_offset), "queueId": str(reply_qid),
-        "queueOffset": str(r.queue_offset), MessageConst.MSG_REGION: DEFAULT_REGION, MessageConst.TRACE_ON: "true"})
+    return cmd.response(ResponseCode.SUCCESS, None,
+                        send_ext(offset_msg_id(*sp.preparer.store_host, r.phys_offset), reply_qid, r.queue_offset))

@@ -1,9 +1,9 @@
 """A run of single-message sends: the pipelined SEND_MESSAGE / SEND_MESSAGE_V2 requests of one read,
-stored with one put and answered per request (a mixin of `server.processors.send.SendProcessor`).
+stored with one put and answered per request (`SendRunner`, a part of `server.processors.send.SendProcessor`).
 
-Each request is checked and encoded on its own (`SendProcessor._prepare_single`); a prepared send is
-the tuple (record, store topic, store queue id, tagsCode, index keys, deliver delay ms, reply queue id,
-wait). The run's records are laid back to back in ONE buffer (`SendRun`) and stored with
+Each request is checked and encoded on its own (`SendPreparer.prepare`, given to the runner) into a
+`send_common.PreparedSend` (record, store topic, store queue id, tagsCode, index keys, deliver delay ms,
+reply queue id, wait). The run's records are laid back to back in ONE buffer (`SendRun`) and stored with
 `MessageStore.put_batch` (one reserve, one copy, queue offsets returned; anything unusual goes through
 `put` with the same statuses). A batch-message request in the run puts what came before it first, so
 the store order is the request order. For the dispatcher (`batch_framed`) the run's responses are
@@ -12,40 +12,35 @@ encoded in one pass into one bytes object (`codec.send_response` for the SUCCESS
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from itertools import accumulate
 from typing import TYPE_CHECKING, TypeAlias, cast
 
 import structlog
 
-from codec.codes import DEFAULT_REGION, RPC_ONEWAY, RequestCode, ResponseCode
+from codec.codes import RPC_ONEWAY, RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.frame import encode_frame_bytes
-from codec.properties import MessageConst
-from codec.record import POS_SYS_FLAG, store_timestamp_pos
-from server import headers as H
+from codec.record import POS_SYS_FLAG, STORE_TS_POS
+from codec.send_response import SendResponseFrames
+from server.header_parsers import parse_send
 from server.header_spec import HeaderError
 from server.processors import peer_of
 from server.processors.send_common import (
     PUT_OK,
     PUT_STATUS_CODES,
-    SYNC_FLUSH_TIMEOUT_S,
+    SEND_EXT_EXTRA,
     PreparedSend,
+    answer_when_flushed,
+    answer_when_replicated,
     fail,
     ok,
     put_fail_remark,
+    send_ext,
 )
 
-# property names, bound once for the per-message path (codec.properties.MessageConst)
-_MSG_REGION = MessageConst.MSG_REGION
-_TRACE_ON = MessageConst.TRACE_ON
-
 if TYPE_CHECKING:
-    from codec.send_response import SendResponseFrames
     from remoting.connection import Connection
-    from server.cluster.ha.service import ReplicaAck
-    from server.config import BrokerConfig
     from server.headers import SendMessageHeader
     from server.processors.send import SendConn, SendDeps
     from storage.store_types import IndexKeys
@@ -55,8 +50,11 @@ log = structlog.get_logger(__name__)
 # What a send request is answered with: the response, None (a oneway request), or (SYNC_FLUSH / SYNC_MASTER
 # with WAIT) an awaitable of the response that the dispatcher runs as a task
 SendAnswer: TypeAlias = RemotingCommand | Awaitable[RemotingCommand] | None
+# one request -> its prepared send or its (error) response (`send.SendPreparer.prepare`)
+Prepare: TypeAlias = Callable[["SendConn", RemotingCommand, "SendMessageHeader"], "PreparedSend | RemotingCommand | None"]
+# a batch-message request -> its answer (`send.BatchMessageSend`)
+SendBatchMessage: TypeAlias = Callable[["SendConn", RemotingCommand, "SendMessageHeader"], SendAnswer]
 
-_TS_POS = (store_timestamp_pos(0), store_timestamp_pos(0x10))  # STORETIMESTAMP by the BORNHOST_V6 bit
 _SYS_FLAG_LOW = POS_SYS_FLAG + 3  # SYSFLAG's low byte (BORNHOST_V6 = 0x10)
 
 
@@ -75,6 +73,7 @@ class SendRun:
     deliver_delays: list[int] | None
 
     def __init__(self, preps: list[PreparedSend]) -> None:
+        # the PreparedSend fields record, topic, queue_id, tags_code, keys, deliver_delay (in that order)
         recs, topics, qids, tcodes, keys, delays = list(zip(*preps, strict=True))[:6]
         self.buf = buf = bytearray().join(recs)
         self.starts = starts = list(accumulate(map(len, recs), initial=0))
@@ -82,27 +81,21 @@ class SendRun:
         self.tags_codes = list(tcodes)
         self.keys = keys
         self.deliver_delays = list(delays) if max(delays) >= 0 else None
-        tsp = _TS_POS
+        tsp = STORE_TS_POS
         self.ts_pos = [s + tsp[(buf[s + _SYS_FLAG_LOW] & 0x10) >> 4] for s in starts[:-1]]
 
 
-class SendRunMixin:
-    """The run half of SendProcessor; what it uses of the other half is declared here."""
+class SendRunner:
+    """A run of pipelined send requests -> prepared sends -> one put_batch -> one response each
+    (`batch_framed`: one response buffer for the run)."""
 
-    deps: SendDeps
-    cfg: BrokerConfig
-    _frames: SendResponseFrames
-    _msg_id_prefix: str
-
-    if TYPE_CHECKING:
-        def send_batch(self, conn: SendConn, cmd: RemotingCommand, h: SendMessageHeader) -> SendAnswer: ...
-
-        def _prepare_single(self, conn: SendConn, cmd: RemotingCommand,
-                            h: SendMessageHeader) -> PreparedSend | RemotingCommand | None: ...
-
-        @staticmethod
-        async def _answer_when_flushed(cmd: RemotingCommand, pending: list[asyncio.Future[bool]],
-                                       ext: dict[str, str]) -> RemotingCommand: ...
+    def __init__(self, deps: SendDeps, prepare: Prepare, send_batch_message: SendBatchMessage,
+                 msg_id_prefix: str) -> None:
+        self.deps = deps
+        self.cfg = deps.config
+        self.prepare = prepare
+        self.send_batch_message = send_batch_message
+        self._frames = SendResponseFrames(msg_id_prefix, SEND_EXT_EXTRA)
 
     def batch(self, conn: SendConn, cmds: list[RemotingCommand]) -> list[SendAnswer]:
         """A run of send requests: one response (None for oneway, an awaitable for a SYNC_FLUSH wait)
@@ -138,15 +131,16 @@ class SendRunMixin:
         out: list[SendAnswer | bytes] = [None] * len(cmds)
         idx: list[int] = []
         preps: list[PreparedSend] = []
-        parse = H.parse_send
+        parse = parse_send
+        prepare = self.prepare
         for i, cmd in enumerate(cmds):
             try:
                 h = parse(cmd.ext_fields, cmd.code != RequestCode.SEND_MESSAGE)
                 if h.batch:
                     self._put_run(cmds, out, idx, preps, framed)
-                    out[i] = self.send_batch(conn, cmd, h)
+                    out[i] = self.send_batch_message(conn, cmd, h)
                     continue
-                prep = self._prepare_single(conn, cmd, h)
+                prep = prepare(conn, cmd, h)
             except HeaderError as e:
                 out[i] = fail(cmd, ResponseCode.SYSTEM_ERROR, str(e))
                 continue
@@ -178,17 +172,18 @@ class SendRunMixin:
             if self.deps.replica.sync_master and res.count else None
         frame = self._frames.frame
         for j, i in enumerate(idx):
-            _raw, _topic, _qid, _tcode, _keys, _delay, reply_qid, wait = preps[j]  # a PreparedSend
+            prep = preps[j]
+            reply_qid, wait = prep.reply_queue_id, prep.wait
             cmd = cmds[i]
             if statuses is not None and statuses[j] is not PUT_OK:
                 out[i] = fail(cmd, PUT_STATUS_CODES[statuses[j]], put_fail_remark(statuses[j], res.remark), reply_qid)
             elif cmd.flag & RPC_ONEWAY:
                 continue
             elif replica is not None and wait:  # SYNC_MASTER: answer once a slave has the bytes
-                out[i] = self._answer_when_replicated(cmd, flushed if sync else None, replica,
-                                                      self._ok_ext(phys[j], reply_qid, qoffs[j]))
+                out[i] = answer_when_replicated(cmd, flushed if sync else None, replica,
+                                                self._ok_ext(phys[j], reply_qid, qoffs[j]))
             elif sync and wait and flushed is not None:
-                out[i] = self._answer_when_flushed(cmd, [flushed], self._ok_ext(phys[j], reply_qid, qoffs[j]))
+                out[i] = answer_when_flushed(cmd, [flushed], self._ok_ext(phys[j], reply_qid, qoffs[j]))
             elif framed:
                 out[i] = frame(cmd.opaque, cmd.serialize_type, phys[j], reply_qid, qoffs[j])
             else:
@@ -204,24 +199,5 @@ class SendRunMixin:
         idx.clear()
         preps.clear()
 
-    @staticmethod
-    async def _answer_when_replicated(cmd: RemotingCommand, flushed: asyncio.Future[bool] | None,
-                                      replica: ReplicaAck | Awaitable[ReplicaAck],
-                                      ext: dict[str, str]) -> RemotingCommand:
-        """SYNC_MASTER: flush (if SYNC_FLUSH) and the slave's ack; a replica status that is not OK
-        overrides (FLUSH_SLAVE_TIMEOUT 12, SLAVE_NOT_AVAILABLE 11), the message is stored either way."""
-        code: int = ResponseCode.SUCCESS
-        remark: str | None = None
-        if flushed is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(flushed), SYNC_FLUSH_TIMEOUT_S)
-            except TimeoutError:
-                code, remark = ResponseCode.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT"
-        rcode, rremark = replica if isinstance(replica, tuple) else await asyncio.shield(replica)
-        if rcode != ResponseCode.SUCCESS:
-            code, remark = rcode, rremark
-        return ok(cmd, code, remark, ext)
-
     def _ok_ext(self, phys_offset: int, reply_qid: int, queue_offset: int) -> dict[str, str]:
-        return {"msgId": f"{self._msg_id_prefix}{phys_offset:016X}", "queueId": str(reply_qid),
-                "queueOffset": str(queue_offset), _MSG_REGION: DEFAULT_REGION, _TRACE_ON: "true"}
+        return send_ext(self._frames.msg_id(phys_offset), reply_qid, queue_offset)

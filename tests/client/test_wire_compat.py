@@ -12,7 +12,8 @@ from client.producer import retry_counts, send_message_header_v2
 from codec.command import RemotingCommand
 from codec.frame import FrameDecoder, encode_frame_bytes
 from codec.properties import parse_properties
-from server.headers import SEND_MESSAGE, parse_send
+from server.header_parsers import parse_send
+from server.headers import SEND_MESSAGE
 
 GOLDEN_SEND = Path(__file__).resolve().parents[1] / "codec" / "golden" / "send_request.bin"
 GOLDEN_RETRY_SEND = GOLDEN_SEND.with_name("send_retry_request.bin")

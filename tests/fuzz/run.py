@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 TARGETS = ("frame", "json_header", "rocketmq_header", "record", "batch", "heartbeat", "route", "admin", "misc",
-           "delivery", "rewrite", "namesrv", "timer")
+           "delivery", "rewrite", "namesrv", "timer", "sql92")
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 

@@ -20,13 +20,16 @@ from codec.frame import FrameDecoder, encode_frame_bytes
 from codec.msgid import decode_offset_msg_id
 from codec.properties import parse_properties
 from codec.record import (
+    MAX_PROPERTIES_BYTES,
     MessageRecord,
     decode_record,
+    encode_message_bytes,
     encode_record,
     iter_records,
     verify_record,
 )
 from codec.record_rewrite import build_deliveries, patch_append_fields, rewrite_for_delivery
+from codec.sql92 import Selector, SelectorError
 from codec.timer_rewrite import TimerDelivery, build_timer_deliveries, timer_delivery_reference
 
 
@@ -210,6 +213,21 @@ def namesrv(data: bytes) -> None:
     _guard(namesrv_bodies.decode_cluster_info, rest)
 
 
+def sql92(data: bytes) -> None:
+    """Differential: a SQL92 selector (the input up to its first NUL) either is refused with SelectorError or,
+    on the properties after the NUL, the fast evaluator (record bytes) agrees with the reference (decoded map)."""
+    expression, _, props = data.partition(b"\x00")
+    try:
+        sel = Selector(expression.decode("utf-8", "replace"))
+    except SelectorError:
+        return
+    props = props[:MAX_PROPERTIES_BYTES]
+    rec = encode_message_bytes("T", b"", 0, 0, 0, 0, ("127.0.0.1", 1), ("127.0.0.1", 2), 0, props)
+    fast, ref = sel.matches_record(rec), sel.matches_properties(parse_properties(props))
+    if fast != ref:
+        raise AssertionError(f"fast {fast} != reference {ref} for {sel.expression!r} on {props!r}")
+
+
 def misc(data: bytes) -> None:
     parse_properties(data)  # never raises
     _guard(decode_offset_msg_id, data.decode("latin-1"))
@@ -217,7 +235,7 @@ def misc(data: bytes) -> None:
 
 TARGETS = {"frame": frame, "json_header": json_header, "rocketmq_header": rocketmq_header, "record": record,
            "batch": batch, "heartbeat": heartbeat, "route": route, "admin": admin, "misc": misc,
-           "delivery": delivery, "rewrite": rewrite, "namesrv": namesrv, "timer": timer}
+           "delivery": delivery, "rewrite": rewrite, "namesrv": namesrv, "timer": timer, "sql92": sql92}
 
 
 def seeds(name: str) -> list[bytes]:
@@ -263,4 +281,7 @@ def seeds(name: str) -> list[bytes]:
         return [b"\x00" + namesrv_bodies.encode_register_body(body), b"\x01" + namesrv_bodies.encode_register_body(body, True),
                 b'\x00{"brokerAddrTable":{"b":{"brokerAddrs":{0:"1.2.3.4:1"},"brokerName":"b","cluster":"c"}},'
                 b'"clusterAddrTable":{"c":["b"]}}']
+    if name == "sql92":
+        return [b"region = 'eu' AND amount BETWEEN 10 AND 20 OR TAGS IN ('a', 'b')\x00region\x01eu\x02amount\x0115",
+                b"NOT (a CONTAINS 'x') AND b > 1.5E1 AND c IS NULL\x00a\x01yx\x02b\x0116\x02b\x01"]
     return [b"TAGS\x01a\x02KEYS\x01b c", b"0A00000100002A9F0000000000000F3E"]

@@ -53,6 +53,21 @@ def pick_port_pair(attempts: int = 200) -> int:
     raise RuntimeError("no free (P-2, P, P+1) ports found on 127.0.0.1")
 
 
+GRPC_PORT_OFFSET = 1795  # a broker's default grpcListenPort is listenPort - 1795 (server.config)
+
+
+def pick_port_with_grpc(attempts: int = 50) -> int:
+    """A broker port P (as pick_port_pair) whose default gRPC port P - 1795 is free too: for brokers started
+    without grpcListenPort, as the README's recipes start them."""
+    for _ in range(attempts):
+        port = pick_port_pair()
+        if port - GRPC_PORT_OFFSET > 1024 and port - GRPC_PORT_OFFSET not in _handed_out \
+                and _port_free(port - GRPC_PORT_OFFSET):
+            _handed_out.add(port - GRPC_PORT_OFFSET)
+            return port
+    raise RuntimeError("no broker port with a free default gRPC port found on 127.0.0.1")
+
+
 def tail(path: Path, max_bytes: int = 8000) -> str:
     try:
         with open(path, "rb") as f:

@@ -41,6 +41,15 @@ def msg_event(kind: str, m, **extra) -> None:
          properties=dict(m.properties or {}), **extra)
 
 
+def filter_expression(a):
+    """--sql: a SQL92 FilterExpression; else the --tag expression (or everything)."""
+    from rocketmq import FilterExpression
+    if a.sql:
+        from rocketmq.grpc_protocol import FilterType
+        return FilterExpression(a.sql, FilterType.SQL)
+    return FilterExpression(a.tag or "*")
+
+
 def produce(a) -> int:
     from rocketmq import Message, Producer
     p = Producer(config(a), (a.topic,), tls_enable=a.tls)
@@ -56,6 +65,9 @@ def produce(a) -> int:
                 m.keys = key  # the 5.1.2 setter adds one key per assignment
             if a.message_group:
                 m.message_group = a.message_group
+            for kv in a.prop or ():
+                k, _, v = kv.partition("=")
+                m.add_property(k, v)
             if a.deliver_at:
                 m.delivery_timestamp = int(a.deliver_at)  # 5.1.2 puts this into Timestamp.seconds as is
             elif a.deliver_in:
@@ -120,8 +132,8 @@ def transaction(a) -> int:
 
 
 def simple(a) -> int:
-    from rocketmq import FilterExpression, SimpleConsumer
-    c = SimpleConsumer(config(a), a.group, {a.topic: FilterExpression(a.tag or "*")}, await_duration=a.await_s,
+    from rocketmq import SimpleConsumer
+    c = SimpleConsumer(config(a), a.group, {a.topic: filter_expression(a)}, await_duration=a.await_s,
                        tls_enable=a.tls)
     c.startup()
     emit(event="started", client_id=c.client_id)
@@ -156,7 +168,7 @@ def simple(a) -> int:
 
 
 def push(a) -> int:
-    from rocketmq import ConsumeResult, FilterExpression, MessageListener, PushConsumer
+    from rocketmq import ConsumeResult, MessageListener, PushConsumer
     done = threading.Event()
     count = [0]
     failed = set()
@@ -173,7 +185,7 @@ def push(a) -> int:
                 done.set()
             return ConsumeResult.SUCCESS
 
-    c = PushConsumer(config(a), a.group, Listener(), {a.topic: FilterExpression(a.tag or "*")})
+    c = PushConsumer(config(a), a.group, Listener(), {a.topic: filter_expression(a)})
     c.startup()
     try:
         done.wait(a.max_seconds)
@@ -196,6 +208,8 @@ def main() -> int:
     ap.add_argument("--count", type=int, default=1)
     ap.add_argument("--body-prefix", default="m")
     ap.add_argument("--tag")
+    ap.add_argument("--sql", help="consume with this SQL92 filter expression")
+    ap.add_argument("--prop", action="append", help="KEY=VALUE: a user property on each message sent")
     ap.add_argument("--keys", action="append")
     ap.add_argument("--message-group")
     ap.add_argument("--deliver-at", type=float)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from codec.consume_queue_unit import UNIT, UNIT_SIZE
 from codec.record import MessageRecord, decode_record, encode_record
 from codec.tags import java_hash
 from scheduler.delay_levels import DelayConfig, DelayLevelService, transform_delay
@@ -80,12 +81,9 @@ def read_queue(store: MessageStore, topic: str, queue_id: int = 0, start: int = 
         units = store.read_units(topic, queue_id, off, 256)
         if not units:
             return out
-        for i in range(len(units) // 20):
-            phys = int.from_bytes(units[i * 20:i * 20 + 8], "big")
-            size = int.from_bytes(units[i * 20 + 8:i * 20 + 12], "big")
-            tags = int.from_bytes(units[i * 20 + 12:i * 20 + 20], "big", signed=True)
+        for phys, size, tags in UNIT.iter_unpack(units):
             out.append((tags, decode_record(present(store.read_record(phys, size)), 0)[0]))
-        off += len(units) // 20
+        off += len(units) // UNIT_SIZE
 
 
 class QueueWatcher:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import random
 
-from scheduler.level_scan import UNIT, DueScan, scan_due, scan_due_reference
+from codec.consume_queue_unit import UNIT
+from scheduler.level_scan import DueScan, scan_due, scan_due_reference
 
 NOW = 1_700_000_000_000
 DELAY = 5_000

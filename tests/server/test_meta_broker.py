@@ -95,8 +95,10 @@ async def test_metrics_page_in_slices_equals_the_one_piece_page(broker_ctl: Brok
 
     for i in range(2500):
         broker_ctl.offsets.commit(f"cg-{i:04d}", f"T{i % 7}", i % 4, i)
-    sliced = await prometheus.page_sliced(broker_ctl, slice_n=100)
-    whole = prometheus.render(prometheus.collect(broker_ctl))
+    view = broker_ctl.metrics_view
+    assert view is not None
+    sliced = await prometheus.page_sliced(view, slice_n=100)
+    whole = prometheus.render(prometheus.collect(view))
 
     def stable(page):  # process CPU / RSS / clock families move between the two calls
         return [line for line in page.splitlines() if not line.startswith(("process_", "# ", "rocketmq_storage_"))]
@@ -104,6 +106,6 @@ async def test_metrics_page_in_slices_equals_the_one_piece_page(broker_ctl: Brok
     assert stable(sliced) == stable(whole)
     lags = [line for line in sliced.splitlines() if line.startswith("rocketmq_consumer_lag_messages{")]
     assert len(lags) == 2500
-    lazy = {f.name: f for f in prometheus.collect(broker_ctl, lazy=True)}
+    lazy = {f.name: f for f in prometheus.collect(view, lazy=True)}
     lag = lazy["rocketmq_consumer_lag_messages"]
     assert lag.samples == [] and lag.rows is not None  # made while rendering, a slice per loop turn

@@ -5,6 +5,7 @@ cmd.response + encode_frame)."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import random
 
@@ -13,6 +14,8 @@ import pytest
 from codec.codes import RPC_ONEWAY, SERIALIZE_JSON, SERIALIZE_ROCKETMQ
 from codec.command import RemotingCommand
 from codec.frame import FrameDecoder, encode_frame_bytes
+from server.processor_wiring import send_deps
+from server.processors.send import SendProcessor
 from server.processors.send_common import PUT_STATUS_CODES
 from server.processors.send_reference import send_one
 from tests.server.helpers import SEND_MESSAGE, SEND_MESSAGE_V2, send_ext
@@ -30,7 +33,8 @@ class _Conn:
         self.attrs = {}
 
 
-def _processor(broker):
+def _runner(broker):
+    """The send run the broker's dispatcher calls (`SendRunner.batch_framed`)."""
     return broker.remoting.server.dispatcher.batch_processors[SEND_MESSAGE_V2].__self__
 
 
@@ -102,8 +106,9 @@ async def test_a_run_equals_the_reference(make_broker, tmp_path, flush):
     for n in range(8):
         a, b = await _brokers(make_broker, tmp_path, f"r{n}", flush)
         cmds = [request(rnd, i + 1) for i in range(rnd.randint(1, 24))]
-        sa, sb = _processor(a), _processor(b)
-        sb.store_host, sb._msg_id_prefix = sa.store_host, sa._msg_id_prefix  # records and msgIds: one broker
+        sa = _runner(a)
+        # b's send parts with a's config: the same store host, so the same records and msgIds
+        sb = SendProcessor(dataclasses.replace(send_deps(b), config=a.config))
         ca, cb = _Conn(), _Conn()
         out = sa.batch_framed(ca, cmds)
         assert sum(type(r) is bytes for r in out) <= 1
@@ -115,7 +120,7 @@ async def test_a_run_equals_the_reference(make_broker, tmp_path, flush):
         ra = bytes(a.store.commitlog.queue.files[0].slice(0, a.store.commitlog_max_offset()))
         rb = bytes(b.store.commitlog.queue.files[0].slice(0, b.store.commitlog_max_offset()))
         assert ra == rb and len(ra) == b.store.commitlog_max_offset()
-        for key in b.store.consume_queues:
+        for key in b.store.queues.queues:
             assert bytes(a.store.read_units(*key, 0, 64)) == bytes(b.store.read_units(*key, 0, 64)), key
         assert a.counters.put_total == a.store.put_ok_total == b.store.put_ok_total  # on_put counted every stored record
         got = await _by_opaque(out)
@@ -131,7 +136,7 @@ async def test_a_run_answers_in_request_order(make_broker, tmp_path):
     a, _ = await _brokers(make_broker, tmp_path, "order", "ASYNC_FLUSH")
     rnd = random.Random(3)
     cmds = [request(rnd, i + 1) for i in range(40)]
-    blob = b"".join(r for r in _processor(a).batch_framed(_Conn(), cmds) if r is not None)
+    blob = b"".join(r for r in _runner(a).batch_framed(_Conn(), cmds) if r is not None)
     assert [c.opaque for c in FrameDecoder().feed(blob)] == [c.opaque for c in cmds if not c.is_oneway]
 
 

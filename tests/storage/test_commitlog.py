@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import struct
 
+from codec.consume_queue_unit import UNIT
 from codec.record import BLANK_MAGIC_CODE, decode_record
-from storage.consume_queue import UNIT, ConsumeQueue
+from storage.consume_queue import ConsumeQueue
 from storage.message_store import GetStatus, PutStatus
 from tests.helpers.checks import present
 from tests.storage.conftest import SEG, open_store, record, request
@@ -57,7 +58,7 @@ def test_consume_queue_across_file_boundary(tmp_path):
     res = s.put([request(body=b"x") for _ in range(25)])
     cq = present(s.consume_queue("T", 0))
     assert len(cq.files.files) == 3
-    assert sorted(os.listdir(os.path.join(s.cq_root, "T", "0"))) == [
+    assert sorted(os.listdir(os.path.join(s.queues.root, "T", "0"))) == [
         "00000000000000000000", "00000000000000000200", "00000000000000000400"]
     # read_units never crosses a file; callers loop
     got = []

@@ -28,7 +28,7 @@ def test_retention_deletes_expired_segments_and_advances_cq_min(tmp_path):
     assert not os.path.exists(files[0].path) and s.commitlog.min_offset == files[2].file_from_offset
     first_kept = next(i for i, r in enumerate(res) if r.phys_offset >= files[2].file_from_offset)
     assert s.min_offset("T", 0) == first_kept
-    cq_files = sorted(os.listdir(os.path.join(s.cq_root, "T", "0")))
+    cq_files = sorted(os.listdir(os.path.join(s.queues.root, "T", "0")))
     assert int(cq_files[0]) // 20 <= first_kept < int(cq_files[0]) // 20 + 10  # CQ files wholly below are gone
     g = s.get_messages("T", 0, 0, 32)
     assert (g.status, g.next_begin_offset) == (GetStatus.OFFSET_TOO_SMALL, first_kept)
@@ -50,13 +50,13 @@ def test_disk_over_ratio_refuses_without_damage(tmp_path):
     s = open_store(tmp_path)
     ok = s.put([request(body=b"before")])[0]
     s.config.disk_max_used_ratio = 0.0  # below any real usage
-    s._disk_checked_at = 0
+    s.disk.recheck()
     res = s.put([request(), request()])
     assert [r.status for r in res] == [PutStatus.SERVICE_NOT_AVAILABLE] * 2
     assert "disk full" in (res[0].remark or "")
     assert s.max_offset("T", 0) == 1 and s.commitlog.max_offset == ok.phys_offset + ok.size
     s.config.disk_max_used_ratio = 1.0
-    s._disk_checked_at = 0
+    s.disk.recheck()
     assert s.put([request()])[0].queue_offset == 1
     s.close()
 

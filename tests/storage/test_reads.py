@@ -30,7 +30,7 @@ def test_offset_too_small_and_no_message_in_queue(tmp_path):
     assert (g.status, g.next_begin_offset) == (GetStatus.NO_MESSAGE_IN_QUEUE, 0)
     assert cq.max_offset == 0
     # a queue that starts at 12 (as after retention)
-    from storage.consume_queue import UNIT
+    from codec.consume_queue_unit import UNIT
     cq.put_units(12, UNIT.pack(0, 10, 0), 10)
     g = s.get_messages("E", 0, 3, 32)
     assert (g.status, g.next_begin_offset, g.min_offset) == (GetStatus.OFFSET_TOO_SMALL, 12, 12)

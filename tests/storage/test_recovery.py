@@ -16,11 +16,11 @@ from tests.storage.conftest import config, open_store, request
 
 def _crash(store: MessageStore) -> None:
     """Leave the files as a killed process would: no flush/checkpoint, abort marker kept."""
-    for cq in store.consume_queues.values():
+    for cq in store.queues.queues.values():
         cq.close()
     store.index.close()  # unmapped without a flush: the page cache keeps what was written
     store.commitlog.close()
-    store._closed = True
+    store.run.closed = True
 
 
 def _cuts(logs):

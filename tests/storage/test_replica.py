@@ -47,7 +47,7 @@ def test_byte_identical_queues_rebuilt_any_chunking(tmp_path):
     assert slave.commitlog_max_offset() == master.commitlog_max_offset()
     for mf_m, mf_s in zip(master.commitlog.queue.files, slave.commitlog.queue.files, strict=True):
         assert bytes(mf_m.mm) == bytes(mf_s.mm)
-    for key in list(master.consume_queues):
+    for key in list(master.queues.queues):
         assert bytes(present(master.read_units(*key, 0, 10_000))) == bytes(present(slave.read_units(*key, 0, 10_000))), key
     assert len(slave.query_by_key("T", "k17", 4, 0, 1 << 62).buffers) == 1
     assert slave.query_by_key("T", "nope", 4, 0, 1 << 62).buffers == []

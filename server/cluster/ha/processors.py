@@ -5,7 +5,6 @@ delaymq's own PROMOTE_BROKER (3101, admin under ACL), GET_SCHEDULER_PROGRESS (31
 from __future__ import annotations
 
 import json
-import struct
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -15,6 +14,7 @@ import structlog
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode as RS
 from codec.command import RemotingCommand
+from codec.timer_layout import CHECK
 from remoting.dispatch import Response
 from server.processors import Peer, Registrar, error, guarded, ok, request_body
 from storage.meta_schema import format_delay_offsets
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-TIMER_CHECK_BODY = struct.Struct(">qqqqqqq")  # cluster-ha.md §3.5, 56 bytes
+TIMER_CHECK_BODY = CHECK  # cluster-ha.md §3.5, 56 bytes: the timercheck file's layout
 
 
 @dataclass(frozen=True, slots=True)

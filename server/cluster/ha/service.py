@@ -34,6 +34,7 @@ from scheduler.progress import SchedulerProgress
 from server.cluster.ha.master import HAService, HAServiceStats
 from server.cluster.ha.slave import HAClient, HAClientStats
 from server.cluster.ha.sync import SlaveSynchronize, SlaveSyncStats
+from server.listeners import bound
 from storage.config_store import atomic_write_json, read_json
 from storage.message_store import MessageStore
 from storage.supervisor import SupervisedTask
@@ -239,13 +240,8 @@ class ReplicaRole:
         """After the scheduler services exist (started for a master, not for a slave)."""
         cfg = self.config
         self.ha_service = HAService(self.store, cfg)
-        try:
+        with bound("haListenPort", cfg.listen_host, cfg.ha_port):  # a taken HA port stops the start
             await self.ha_service.start(cfg.listen_host, cfg.ha_port)
-        except OSError as e:
-            if cfg.broker_role != "ASYNC_MASTER" or cfg.ha_listen_port > 0:
-                raise OSError(e.errno, f"haListenPort {cfg.ha_port}: {e.strerror}") from e
-            # an ASYNC_MASTER without a configured haListenPort runs on without slaves
-            log.warning("ha.listen_failed", port=cfg.ha_port, error=str(e), slaves="none can connect")
         if self.is_slave:
             self._start_slave()
 

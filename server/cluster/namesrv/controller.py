@@ -24,6 +24,7 @@ from server.cluster.namesrv.processor import (
 )
 from server.cluster.namesrv.route_info import RouteInfoManager
 from server.cluster.tasks import Supervised
+from server.listeners import bound
 from server.security import make_acl_hook
 from server.security.acl import PlainAclValidator
 
@@ -53,7 +54,8 @@ class NamesrvController:
         if cfg.acl_enable:  # the broker's ACL hook and table: writes and all-tenant reads need admin
             self.server.before_request = make_acl_hook(PlainAclValidator(cfg.acl_file))
         self.server.on_close = self.routes.on_channel_destroy
-        await self.server.start(cfg.listen_host, [cfg.listen_port])
+        with bound("listenPort", cfg.listen_host, cfg.listen_port):
+            await self.server.start(cfg.listen_host, [cfg.listen_port])
         self._scan = Supervised("namesrv.scan_not_active_broker", self._scan_loop).start()
         log.info("namesrv.ready", host=cfg.listen_host, port=self.port, kv_config=cfg.kv_config_path or None,
                  acl=cfg.acl_enable,

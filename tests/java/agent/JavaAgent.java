@@ -5,7 +5,8 @@
 //    "queue_offset","body","keys","tags","t_ms"} / {"event":"send_error","i","error"} / {"event":"received",
 //    "msg_id","topic","tags","keys","body","broker","queue_id","queue_offset","reconsume_times","props","born_ts",
 //    "store_ts","recv_ms","ack"} / {"event":"check","body","answer"} / {"event":"done",...}
-// Commands: produce | consume | litepull | transaction (see parse()). A producer sends with --retries (0) and
+// Commands: produce | consume | litepull | transaction (see parse()). consume --sql EXPR subscribes with
+// MessageSelector.bySql; a start() the broker refuses emits {"event":"start_error","code","error"} (exit 3). A producer sends with --retries (0) and
 // --send-timeout-ms (5000). A consumer stops at --until-count distinct acknowledged bodies or when --stop-file
 // exists (exit 0), or at --timeout (exit 2); it always shuts the client down.
 
@@ -15,6 +16,8 @@ import java.util.concurrent.*;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.MessageSelector;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.consumer.listener.*;
 import org.apache.rocketmq.client.producer.*;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
@@ -220,7 +223,8 @@ public class JavaAgent {
         c.setConsumeFromWhere(opt("from", "first").equals("last") ? ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET : ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         c.setConsumeMessageBatchMaxSize(1);
         c.setMaxReconsumeTimes(intOpt("max-reconsume-times", 16));
-        c.subscribe(opts.get("topic"), opt("expr", "*"));
+        if (opts.containsKey("sql")) c.subscribe(opts.get("topic"), MessageSelector.bySql(opts.get("sql")));
+        else c.subscribe(opts.get("topic"), opt("expr", "*"));
         Tracker t = new Tracker(intOpt("until-count", 0), intOpt("reconsume-later-times", 0));
         boolean failForever = opts.containsKey("fail-forever");
         if (opts.containsKey("orderly")) {
@@ -242,7 +246,13 @@ public class JavaAgent {
                 return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
             });
         }
-        c.start();
+        try {
+            c.start();
+        } catch (MQClientException e) {  // e.g. the broker refused a --sql subscription (checkClientInBroker)
+            emit("start_error", kv("code", e.getResponseCode(), "error", String.valueOf(e.getMessage())));
+            c.shutdown();
+            return 3;
+        }
         emit("started", kv("pid", ProcessHandle.current().pid()));
         java.io.File stop = opts.containsKey("stop-file") ? new java.io.File(opts.get("stop-file")) : null;
         long deadline = System.currentTimeMillis() + intOpt("timeout", 60) * 1000L;

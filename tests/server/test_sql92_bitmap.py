@@ -1,0 +1,108 @@
+"""The SQL92 bitmap pre-filter (enableCalcFilterBitMap=true, server.filter_bitmap) against an in-process broker:
+the same answers as without it, units a group's bits rule out skipped without reading the CommitLog, and
+units it cannot vouch for (before the group registered, after an expression change, after a restart) left
+to the exact evaluation."""
+
+from __future__ import annotations
+
+from codec.filter_bitmap import group_mask
+from server.broker import BrokerController
+from tests.helpers.checks import present
+from tests.server.helpers import send
+from tests.server.raw import RawClient
+from tests.server.test_sql92_pull import bodies, sql_pull
+
+EU, BIG = "region = 'eu'", "amount > 100"
+
+
+async def _send_all(c: RawClient, topic: str, start: int, n: int) -> None:
+    for i in range(start, start + n):
+        r = await send(c, topic, f"m{i}".encode(), qid=0, region="eu" if i % 5 == 0 else "us", amount=str(i * 10))
+        assert r.code == 0, r.remark
+
+
+async def _pull_all(c: RawClient, group: str, topic: str, expression: str, sub_version: int = 1) -> list[bytes]:
+    got: list[bytes] = []
+    offset = 0
+    while True:
+        r = await sql_pull(c, group, topic, offset, expression, sub_version=sub_version)
+        if r.code not in (0, 20):
+            return got
+        got += bodies(r)
+        offset = int(r.ext["nextBeginOffset"])
+
+
+async def test_bitmap_on_answers_as_off_and_skips_what_the_bits_rule_out(make_broker, tmp_path) -> None:
+    assert group_mask("GEu", "T") & ~group_mask("GBig", "T"), "the two groups' bloom bits must differ"
+    answers = {}
+    for on in (False, True):
+        b: BrokerController = await make_broker(store=tmp_path / f"s{on}", enable_property_filter=True,
+                                                enable_calc_filter_bit_map=on)
+        c = await RawClient.connect(b.config.broker_addr)
+        try:
+            await _send_all(c, "T", 0, 10)  # before any group registered: computed when the queue is first seen
+            for g, e in (("GEu", EU), ("GBig", BIG)):
+                assert (await sql_pull(c, g, "T", 10, e)).code == 19  # registers the group (bitmap on)
+            await _send_all(c, "T", 10, 40)
+            answers[on] = {g: await _pull_all(c, g, "T", e) for g, e in (("GEu", EU), ("GBig", BIG))}
+            if on:
+                bm = present(b.bitmaps)
+                assert bm.computed == 50
+                # every unit a group does not match was ruled out by its bits, none of those it matches
+                eu = sum(1 for i in range(50) if i % 5 == 0)
+                big = sum(1 for i in range(50) if i * 10 > 100)
+                assert bm.skipped == (50 - eu) + (50 - big)
+            else:
+                assert b.bitmaps is None
+        finally:
+            await c.close()
+    assert answers[True] == answers[False]
+    assert answers[True]["GEu"] == [f"m{i}".encode() for i in range(0, 50, 5)]
+
+
+async def test_a_new_expression_and_a_restart_fall_back_to_exact_evaluation(make_broker, tmp_path) -> None:
+    store = tmp_path / "store"
+    b: BrokerController = await make_broker(store=store, enable_property_filter=True, enable_calc_filter_bit_map=True)
+    c = await RawClient.connect(b.config.broker_addr)
+    try:
+        await _send_all(c, "T", 0, 20)
+        assert await _pull_all(c, "G", "T", EU) == [f"m{i}".encode() for i in range(0, 20, 5)]  # registers G
+        await _send_all(c, "T", 20, 5)  # the queue's first dispatch since: its 25 units computed for EU
+        assert present(b.bitmaps).computed == 25
+        # the same group now asks for the other expression: the bits computed for EU say nothing about it
+        assert await _pull_all(c, "G", "T", BIG, sub_version=2) == [f"m{i}".encode() for i in range(11, 25)]
+        assert present(b.bitmaps).skipped == 0
+    finally:
+        await c.close()
+    await b.shutdown()
+    b2: BrokerController = await make_broker(store=store, enable_property_filter=True, enable_calc_filter_bit_map=True)
+    c2 = await RawClient.connect(b2.config.broker_addr)
+    try:
+        assert await _pull_all(c2, "G", "T", EU) == [f"m{i}".encode() for i in range(0, 25, 5)]
+        assert present(b2.bitmaps).skipped == 0  # units computed before this registration: exact evaluation only
+        await _send_all(c2, "T", 25, 5)
+        r = await sql_pull(c2, "G", "T", 25, EU)
+        assert bodies(r) == [b"m25"] and present(b2.bitmaps).skipped == 4
+    finally:
+        await c2.close()
+
+
+async def test_consumers_of_one_group_with_their_own_sub_versions_share_the_bits(make_broker) -> None:
+    """Each consumer of a group has its own subVersion: the same expression keeps one registration, and an
+    older subVersion with another expression gets no bitmap (exact evaluation) instead of replacing it."""
+    b: BrokerController = await make_broker(enable_property_filter=True, enable_calc_filter_bit_map=True)
+    c = await RawClient.connect(b.config.broker_addr)
+    try:
+        await _send_all(c, "T", 0, 1)
+        assert bodies(await sql_pull(c, "G", "T", 0, EU, sub_version=5)) == [b"m0"]  # registers EU
+        await _send_all(c, "T", 1, 10)
+        for version in (5, 7):  # two consumers, the same expression: both use the bits
+            assert bodies(await sql_pull(c, "G", "T", 1, EU, sub_version=version)) == [b"m5", b"m10"]
+        assert present(b.bitmaps).skipped == 2 * 8
+        older = await sql_pull(c, "G", "T", 1, BIG, sub_version=3)  # an older consumer's other expression
+        assert older.code == 20 and bodies(older) == []  # amounts 10..100: none above 100
+        assert present(b.bitmaps).skipped == 2 * 8  # evaluated exactly, its registration left alone
+        assert bodies(await sql_pull(c, "G", "T", 1, EU, sub_version=5)) == [b"m5", b"m10"]
+        assert present(b.bitmaps).skipped == 3 * 8
+    finally:
+        await c.close()
