@@ -126,4 +126,4 @@ def register_processors(server: Registrar, b: BrokerController) -> None:
     scheduled.register(server, ScheduledDeps(scheduled=built(b.scheduled, "scheduled"), levels=b.levels))
     topic_group_config.register(server, TopicGroupConfigDeps(topics=b.topics, groups=b.groups,
                                                                   attributes=b.topic_attributes))
-    pop.register(server, PopProcessorDeps(pop=built(b.pop, "pop"), broker_name=cfg.broker_name))
+    pop.register(server, PopProcessorDeps(pop=built(b.pop, "pop"), broker_name=cfg.broker_name, filters=b.filters))

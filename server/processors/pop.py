@@ -1,6 +1,6 @@
 """RocketMQ 5's pop consumption over remoting (Apache 5.1.3's broker codes, what a stateless proxy such as
 Apache's `mqproxy -pm cluster` sends): POP_MESSAGE (long polling, orderly pops, initMode, TAG
-expressions), ACK_MESSAGE, BATCH_ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, PEEK_MESSAGE, NOTIFICATION, POLLING_INFO.
+and SQL92 expressions), ACK_MESSAGE, BATCH_ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, PEEK_MESSAGE, NOTIFICATION, POLLING_INFO.
 
 The engine is the broker's `server.pop.PopService`, shared with the in-broker gRPC endpoint: same state,
 same semantics, same crash safety. A POP_MESSAGE answer's body is the pull wire format (the stored
@@ -32,17 +32,19 @@ from codec.pop_receipt import (
 from codec.pop_receipt import ConsumeInitMode as InitMode
 from codec.properties import MessageConst as K
 from codec.record import encode_record
+from codec.sql92 import EXPRESSION_TYPE as SQL92
 from remoting.dispatch import Response
 from server import headers as H
-from server.pop.model import Delivery, Failure, PopError, TagFilter
+from server.pop.model import Delivery, Failure, MessageFilter, PopError, SqlFilter, TagFilter
 from server.processors import Peer, Registrar, error, guarded, ok, request_body
+from server.subscription_filter import unsupported_remark
 
 if TYPE_CHECKING:
     from server.pop.service import PopService
+    from server.subscription_filter import SubscriptionFilters
 
 MAX_POP_NUMS = 32  # Apache: "pop message's num is greater than 32"
 MAX_POLL_MS = 60_000  # a pollTime longer than this waits this long
-SQL92 = "SQL92"
 
 _CODES: dict[Failure, int] = {
     Failure.GROUP_NOT_FOUND: ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
@@ -60,6 +62,7 @@ class PopProcessorDeps:
 
     pop: PopService
     broker_name: str  # the extraInfo's brokerName: a proxy routes the ack back by it
+    filters: SubscriptionFilters  # SQL92 expressions (enablePropertyFilter) and their compiled selectors
 
 
 def refused(cmd: RemotingCommand, e: PopError) -> RemotingCommand | None:
@@ -112,15 +115,20 @@ def register(server: Registrar, deps: PopProcessorDeps) -> None:
                          f"pop message's num {h.maxMsgNums} is not in [1, {MAX_POP_NUMS}]")
         if h.invisibleTime <= 0:
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"invisibleTime {h.invisibleTime} must be positive")
+        accept: MessageFilter = TagFilter(h.exp or "*")
         if (h.expType or "TAG").upper() == SQL92:
-            return error(cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                         "SQL92 filtering is not supported by this broker; use a TAG expression")
+            if not deps.filters.enabled:
+                return error(cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED, unsupported_remark(SQL92))
+            sel = deps.filters.selector(h.consumerGroup, h.topic, 0, SQL92, h.exp)
+            if isinstance(sel, str):
+                return error(cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED, sel)
+            accept = SqlFilter(sel)
         if h.initMode not in (InitMode.MIN, InitMode.MAX):
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"initMode {h.initMode} is neither 0 (MIN) nor 1 (MAX)")
         order = bool(h.order)
         try:
             deliveries = await pop.receive(h.consumerGroup, h.topic, h.queueId, h.maxMsgNums, h.invisibleTime,
-                                           TagFilter(h.exp or "*"), _deadline(h.pollTime), order=order,
+                                           accept, _deadline(h.pollTime), order=order,
                                            init_mode=h.initMode)
         except PopError as e:
             return refused(cmd, e)
