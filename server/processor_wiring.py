@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 from server.cluster.ha import processors as ha_processors
 from server.cluster.ha.processors import HaDeps
 from server.grpc.deps import GrpcDeps
+from server.pop.service import PopDeps
 from server.processors import (
     Registrar,
     admin,
@@ -22,9 +23,11 @@ from server.processors import (
     consumer_send_back,
     namesrv,
     offsets,
+    pop,
     pull,
     scheduled,
     send,
+    topic_group_config,
     transaction,
 )
 from server.processors.admin import AdminDeps
@@ -34,9 +37,11 @@ from server.processors.clients import ClientsDeps
 from server.processors.consumer_send_back import SendBackDeps
 from server.processors.namesrv import NamesrvDeps
 from server.processors.offsets import OffsetsDeps
+from server.processors.pop import PopProcessorDeps
 from server.processors.pull import PullDeps
 from server.processors.scheduled import ScheduledDeps
 from server.processors.send import SendDeps
+from server.processors.topic_group_config import TopicGroupConfigDeps
 
 if TYPE_CHECKING:
     from server.broker import BrokerController
@@ -74,7 +79,24 @@ def grpc_deps(b: BrokerController) -> GrpcDeps:
                     offsets=b.offsets, clients=b.clients, transactions=built(b.transactions, "transactions"),
                     send=send_deps(b), put_record=b.put_record, levels=b.levels,
                     timer_enabled=b.timer_service is not None, acl=b.security.acl if b.security else None,
-                    store_host=b.store_host, filters=b.filters)
+                    store_host=b.store_host, attributes=b.topic_attributes, filters=b.filters)
+
+
+def _no_pop_channels(conn: object) -> bool:
+    return False
+
+
+def pop_deps(b: BrokerController) -> PopDeps:
+    """Pop consumption's view of the broker (server/pop): its gRPC sessions pop when the endpoint runs."""
+    is_pop_channel = _no_pop_channels
+    if b.config.grpc_port > 0:
+        from server.grpc.telemetry import TelemetryChannel  # grpc is imported only when the endpoint runs
+
+        def is_pop_channel(conn: object) -> bool:
+            return isinstance(conn, TelemetryChannel)
+    return PopDeps(store=built(b.store, "store"), topics=b.topics, groups=b.groups, offsets=b.offsets,
+                   clients=b.clients, put_record=b.put_record, store_host=b.store_host,
+                   is_pop_channel=is_pop_channel)
 
 
 def register_processors(server: Registrar, b: BrokerController) -> None:
@@ -90,7 +112,8 @@ def register_processors(server: Registrar, b: BrokerController) -> None:
     consumer_send_back.register(server, send_back_deps(b))
     transaction.register(server, built(b.transactions, "transactions"))
     admin.register(server, AdminDeps(config=cfg, store=store, topics=b.topics, meta=b.meta,
-                                     runtime_info=built(b.runtime_view, "runtime_view").table, filters=b.filters))
+                                     runtime_info=built(b.runtime_view, "runtime_view").table, filters=b.filters,
+                                     attributes=b.topic_attributes))
     admin_stats.register(server, AdminStatsDeps(config=cfg, store=store, topics=b.topics, groups=b.groups,
                                                 offsets=b.offsets, clients=b.clients, meta=b.meta,
                                                 boot_ms=b.boot_ms))
@@ -101,3 +124,6 @@ def register_processors(server: Registrar, b: BrokerController) -> None:
                                             offsets=b.offsets, clients=b.clients, stats=b.stats,
                                             delete_topic=b.delete_topic))
     scheduled.register(server, ScheduledDeps(scheduled=built(b.scheduled, "scheduled"), levels=b.levels))
+    topic_group_config.register(server, TopicGroupConfigDeps(topics=b.topics, groups=b.groups,
+                                                                  attributes=b.topic_attributes))
+    pop.register(server, PopProcessorDeps(pop=built(b.pop, "pop"), broker_name=cfg.broker_name, filters=b.filters))

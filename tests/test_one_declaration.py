@@ -40,7 +40,9 @@ DECLARED = {"codec/codes.py"}  # where the codes are declared
 PROPERTY_PACKAGES = ("codec", "remoting", "storage", "scheduler", "server", "client", "analytics", "bench")
 PROPERTY_DECLARED = "codec/properties.py"
 # (module, literal) -> why that literal is not a message property name there
-PROPERTY_ALLOWED: dict[tuple[str, str | bytes], str] = {}
+PROPERTY_ALLOWED: dict[tuple[str, str | bytes], str] = {
+    ("server/topic_attributes.py", "DELAY"): "a value of RocketMQ 5's topic attribute message.type, not a property",
+}
 PROPERTY_NAMES = frozenset(v for k, v in vars(MessageConst).items()
                            if not k.startswith("_") and k != "KEY_SEPARATOR" and isinstance(v, str))
 # a name at a segment start followed by the name/value separator: "DELAY\x01", "\x02REAL_QID\x01"
@@ -248,7 +250,7 @@ STRUCT_ALLOWED: dict[tuple[str, str], str] = {
     ("scheduler/progress_file.py", ">qqqqqq"): "scheduleProgress timer row: " + _OWN_FILE,
     ("scheduler/progress_file.py", ">qqq8x"): "scheduleProgress level row: " + _OWN_FILE,
     ("server/cluster/ha/sync.py", ">qqqq"): "the HA timer progress the slave compares: to codec/ha.py with the above",
-    ("server/grpc/pop_store.py", "<II"): "the pop journal's record head: " + _OWN_FILE,
+    ("server/pop/state.py", "<II"): "the pop journal's record head: " + _OWN_FILE,
     ("bench/workers.py", ">qqB"): "the generator's own message body (send us, due ms, level), read back only by bench",
 }
 

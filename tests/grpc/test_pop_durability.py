@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from server.grpc.pop_store import JOURNAL, PopStore
 from server.grpc.v2 import definition_pb2 as pb
+from server.pop.state import JOURNAL, PopStore
 from tests.grpc.conftest import grpc_broker, uniq
 from tests.grpc.raw import RawClient
 
