@@ -39,7 +39,7 @@ async def test_running_then_success_in_order(tmp_path, monkeypatch):
     svc.start()
     try:
         sent = [u for u, _ in put_delayed(store, svc.config.levels_ms, "A", 1, n=40)]
-        await watch.wait_for(40, timeout=5)
+        await watch.wait_for(40, timeout=30)
         await ev.wait(lambda r: len(r.named("delivered")) == 40, timeout=5)
         assert set(seen_running) == {RUNNING}
         assert [r.properties["UNIQ_KEY"] for _, r in read_queue(store, "A")] == sent
@@ -61,7 +61,7 @@ async def test_exception_resend_then_success_no_loss_no_dup(tmp_path):
     svc.start()
     try:
         sent = [u for u, _ in put_delayed(store, svc.config.levels_ms, "E", 1, n=5)]
-        await watch.wait_for(5, timeout=5)
+        await watch.wait_for(5, timeout=30)
         await ev.wait(lambda r: svc.levels[0].offset == 5 and len(r.named("delivered")) == 5, timeout=5)
         resends = ev.named("resend")
         # the event carries the state's name
@@ -100,7 +100,7 @@ async def test_blocks_after_three_resends_and_resumes_when_fault_clears(tmp_path
         progress = present(svc.progress_file, "scheduleProgress (open after start)")
         assert progress.level(1).offset == 0 and progress.level(1).phys == -1
         store.faults.disable()
-        await watch.wait_for(10, timeout=5)
+        await watch.wait_for(10, timeout=30)
         await ev.wait(lambda r: lvl.offset == 10, timeout=5)
         assert progress.level(1).offset == 10 and handler.failed == 0
         got = [r.properties["UNIQ_KEY"] for _, r in read_queue(store, "B")]
@@ -138,7 +138,7 @@ async def test_unreadable_record_is_skipped_after_six_resends(tmp_path):
         store.faults.disable()
         watch = QueueWatcher(store, "S", 0)
         [(ok, _)] = put_delayed(store, svc.config.levels_ms, "S", 1)
-        await watch.wait_for(1, timeout=5)
+        await watch.wait_for(1, timeout=30)
         await ev.wait(lambda r: lvl.offset == 2, timeout=5)
         assert [r.properties["UNIQ_KEY"] for _, r in read_queue(store, "S")] == [ok]
     finally:
@@ -163,7 +163,7 @@ async def test_pending_deque_is_bounded(tmp_path, monkeypatch):
     svc.start()
     try:
         put_delayed(store, svc.config.levels_ms, "P", 1, n=50)
-        await watch.wait_for(50, timeout=5)
+        await watch.wait_for(50, timeout=30)
         assert max(sizes) <= 6  # Java admits while size <= limit
         assert len(sizes) >= 9
     finally:

@@ -44,7 +44,7 @@ async def messages(c, topic: str, qid: int = 0) -> list[RawRecord]:
         out += got
 
 
-async def wait_for(c, topic: str, n: int, timeout: float = 15.0) -> list[RawRecord]:
+async def wait_for(c, topic: str, n: int, timeout: float = 30.0) -> list[RawRecord]:
     """Poll the topic over the wire until it holds n messages (bounded)."""
     deadline = time.monotonic() + timeout
     while True:
