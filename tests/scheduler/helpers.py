@@ -127,7 +127,7 @@ class EventRecorder(EventCallback):
     def named(self, event: str) -> list[dict[str, Any]]:
         return [f for e, f in self.events if e == event]
 
-    async def wait(self, pred: Callable[[EventRecorder], bool], timeout: float = 10.0) -> None:
+    async def wait(self, pred: Callable[[EventRecorder], bool], timeout: float = 30.0) -> None:  # a hang guard
         if pred(self):
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -75,7 +75,7 @@ async def test_idle_level_is_woken_by_dispatch(tmp_path):
     svc.start()
     watch = QueueWatcher(store, "Idle", 0)
     try:
-        await ev.wait(lambda r: any(f["level"] == 4 for f in r.named("idle")), timeout=5)
+        await ev.wait(lambda r: any(f["level"] == 4 for f in r.named("idle")), timeout=30)
         lvl = svc.levels[3]
         assert lvl._idle and lvl.stats.next_due_ms == 0  # sleeping on the dispatch future, no timer
         [(uniq, res)] = put_delayed(store, svc.config.levels_ms, "Idle", 4)

@@ -80,7 +80,7 @@ async def test_the_flush_task_makes_the_checkpoint_name_the_flushed_timerlog(mak
             return CHECK.unpack_from(f.read(), 0)
 
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + 5
+    deadline = loop.time() + 30  # a hang guard
     while on_disk()[1] != 52:  # bounded poll: the checkpoint file has no event of its own
         assert loop.time() < deadline, "the flush task never wrote the checkpoint"
         await asyncio.sleep(0.01)
