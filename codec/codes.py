@@ -99,7 +99,7 @@ class RequestCode(IntEnum):
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     ADD_WRITE_PERM_OF_BROKER = 327
-    # delaymq's own codes (not RocketMQ's; 3100-3199, cluster-ha in ARCHITECTURE.md)
+    # delaymq's own codes (not RocketMQ's; 3100-3199: server/cluster/ha, server/processors/scheduled)
     PROMOTE_BROKER = 3101  # admin: make this slave the master (no restart); JSON body, see server/cluster/ha
     GET_SCHEDULER_PROGRESS = 3102  # master -> slave: scheduler.progress.SchedulerProgress (msgpack body)
     GET_HA_EPOCH = 3103  # {"epoch", "startOffset", "maxOffset"}: where this master's CommitLog diverged
