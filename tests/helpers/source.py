@@ -6,7 +6,8 @@ formats a traceback (3.11's traceback module calls `ast.parse` itself to place i
 unclosed transport or an un-awaited coroutine left behind by a server test does exactly that), the
 inner parse disturbs the outer one's count and the outer one fails with "SystemError: AST constructor
 recursion depth mismatch". tests/test_one_declaration.py and tests/test_import_direction.py parse every
-source file and failed that way when they ran after the server tests in one process.
+source file and failed that way when they ran after the server tests in one process; they and
+tests/test_architecture_tour.py parse through here.
 
 Parsing with the collector off keeps any finalizer out of the parse; the collector is switched back on
 (if it was on) however the parse ends.
