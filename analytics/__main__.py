@@ -1,3 +1,5 @@
+"""`python -m analytics`: the same command as `delaymq analytics` (analytics.cli)."""
+
 import sys
 
 from analytics.cli import main

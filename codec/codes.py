@@ -99,7 +99,22 @@ class RequestCode(IntEnum):
     SEND_REPLY_MESSAGE_V2 = 325
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     ADD_WRITE_PERM_OF_BROKER = 327
-    # delaymq's own codes (not RocketMQ's; 3100-3199, cluster-ha in ARCHITECTURE.md)
+    # 5.x controller mode (RIP-44; codec/controller.py declares their headers and bodies)
+    BROKER_HEARTBEAT = 904  # broker -> every controller, oneway
+    CONTROLLER_ALTER_SYNC_STATE_SET = 1001
+    CONTROLLER_ELECT_MASTER = 1002
+    CONTROLLER_REGISTER_BROKER = 1003
+    CONTROLLER_GET_REPLICA_INFO = 1004
+    CONTROLLER_GET_METADATA_INFO = 1005
+    CONTROLLER_GET_SYNC_STATE_DATA = 1006
+    GET_BROKER_EPOCH_CACHE = 1007
+    NOTIFY_BROKER_ROLE_CHANGED = 1008  # controller -> broker
+    UPDATE_CONTROLLER_CONFIG = 1009
+    GET_CONTROLLER_CONFIG = 1010
+    CLEAN_BROKER_DATA = 1011
+    CONTROLLER_GET_NEXT_BROKER_ID = 1012
+    CONTROLLER_APPLY_BROKER_ID = 1013
+    # delaymq's own codes (not RocketMQ's; 3100-3199: server/cluster/ha, server/processors/scheduled)
     PROMOTE_BROKER = 3101  # admin: make this slave the master (no restart); JSON body, see server/cluster/ha
     GET_SCHEDULER_PROGRESS = 3102  # master -> slave: scheduler.progress.SchedulerProgress (msgpack body)
     GET_HA_EPOCH = 3103  # {"epoch", "startOffset", "maxOffset"}: where this master's CommitLog diverged
@@ -142,6 +157,22 @@ class ResponseCode(IntEnum):
     CONSUME_MSG_TIMEOUT = 207
     NO_MESSAGE = 208
     FLOW_CONTROL = 215
+    # 5.x controller mode (cluster-ha.md §4.3)
+    CONTROLLER_FENCED_MASTER_EPOCH = 2000
+    CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001
+    CONTROLLER_INVALID_MASTER = 2002
+    CONTROLLER_INVALID_REPLICAS = 2003
+    CONTROLLER_MASTER_NOT_AVAILABLE = 2004
+    CONTROLLER_INVALID_REQUEST = 2005
+    CONTROLLER_BROKER_NOT_ALIVE = 2006
+    CONTROLLER_NOT_LEADER = 2007
+    CONTROLLER_BROKER_METADATA_NOT_EXIST = 2008
+    CONTROLLER_INVALID_CLEAN_BROKER_METADATA = 2009
+    CONTROLLER_BROKER_NEED_TO_BE_REGISTERED = 2010
+    CONTROLLER_MASTER_STILL_EXIST = 2011
+    CONTROLLER_ELECT_MASTER_FAILED = 2012
+    CONTROLLER_ALTER_SYNC_STATE_SET_FAILED = 2013
+    CONTROLLER_BROKER_ID_INVALID = 2014
 
 
 class LanguageCode(IntEnum):

@@ -31,6 +31,9 @@ FRAME_PREFIX = struct.Struct(">ii")
 _PREFIX = FRAME_PREFIX
 _PREFIX_U = struct.Struct(">iI")  # the decoder's view: the serialize-type byte unsigned
 _I32 = struct.Struct(">i")
+# FrameDecoder.feed's work budget counts each frame's header bytes plus this (a frame's fixed cost:
+# its command object, its body copy), so a run of tiny frames is bounded too
+FRAME_COST = 256
 
 
 def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
@@ -86,7 +89,7 @@ class FrameDecoder:
     frame are ever buffered. The buffer is one bytearray plus a read offset, compacted only when
     the consumed prefix dominates it (no re-copy of a growing buffer per chunk)."""
 
-    __slots__ = ("max_frame", "max_header", "_buf", "_pos", "_failed", "unpinned")
+    __slots__ = ("max_frame", "max_header", "_buf", "_pos", "_failed", "unpinned", "cost", "more")
 
     def __init__(self, max_frame: int = MAX_FRAME, max_header: int = NO_HEADER_LIMIT) -> None:
         self.max_frame = max_frame
@@ -95,6 +98,8 @@ class FrameDecoder:
         self._pos = 0
         self._failed: str | None = None
         self.unpinned = 0
+        self.cost = 0  # the last feed's work: header bytes decoded + FRAME_COST per frame
+        self.more = False  # the last feed stopped at its budget: whole frames may wait (feed(b"") for them)
 
     def buffered(self) -> int:
         return len(self._buf) - self._pos
@@ -105,14 +110,18 @@ class FrameDecoder:
         self._pos = 0
         return CodecError(why)
 
-    def _frames(self, mv: memoryview, pos: int, out: list[RemotingCommand]) -> int:
+    def _frames(self, mv: memoryview, pos: int, out: list[RemotingCommand], budget: int = -1) -> int:
         """Decode every whole frame of mv from pos into out; returns where the first partial one starts.
 
         `decode_frame` inlined (it stays the reference: tests/codec/test_frame.py feeds both): the two
         prefix words in one unpack, which gives the header-length limit check for free, and a header
         of either serialize type that fits its frame decoded without a frame view or a call; anything
-        else goes through decode_frame, which names what is wrong."""
+        else goes through decode_frame, which names what is wrong.
+
+        `budget` (>= 0): stop before a frame once the header bytes decoded (+ FRAME_COST each) reach it;
+        the first frame is always decoded (progress); `self.more` says it stopped there."""
         end = len(mv)
+        cost = 0
         max_frame, max_header = self.max_frame, self.max_header
         prefix = _PREFIX_U.unpack_from
         while end - pos >= 4:
@@ -129,6 +138,10 @@ class FrameDecoder:
                 raise self._fail(f"header length {hlen} over the limit {max_header}")
             if end - pos - 4 < length:
                 break
+            if budget >= 0 and cost and cost + hlen + FRAME_COST > budget:
+                self.more = True
+                break
+            cost += hlen + FRAME_COST
             start = pos + 4
             pos = start + length
             hs = start + 4
@@ -147,17 +160,24 @@ class FrameDecoder:
                 out.append(cmd)
             except CodecError as e:
                 raise self._fail(str(e)) from None
+        self.cost = cost
         return pos
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+    def feed(self, data: bytes | bytearray | memoryview, budget: int = -1) -> list[RemotingCommand]:
+        """The whole frames of what was buffered plus `data`, as commands. With `budget` >= 0 the work is
+        bounded per call, not only in size: decoding stops before the frame that would take the header
+        bytes decoded (+ FRAME_COST per frame) past it (at least one frame is decoded); `more` is then
+        True and `feed(b"", ...)` decodes the next share of what is buffered. `cost` is this call's."""
         if self._failed is not None:
             raise CodecError(f"decoder failed earlier: {self._failed}")
+        self.more = False
+        self.cost = 0
         buf = self._buf
         out: list[RemotingCommand] = []
         if not buf and len(data) >= 4:
             # fast path: nothing buffered, decode whole frames straight from the caller's chunk
             mv = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
-            pos = self._frames(mv, 0, out)
+            pos = self._frames(mv, 0, out, budget)
             if pos < len(mv):
                 try:
                     self._buf += mv[pos:]
@@ -173,7 +193,7 @@ class FrameDecoder:
             buf += data
         end = len(buf)
         with memoryview(buf) as mv:  # released before the buffer is resized below
-            pos = self._frames(mv, self._pos, out)
+            pos = self._frames(mv, self._pos, out, budget)
         try:
             if pos == end:
                 buf.clear()
@@ -186,6 +206,16 @@ class FrameDecoder:
             pos = 0
         self._pos = pos
         return out
+
+    def buffer(self, data: bytes | bytearray | memoryview) -> None:
+        """Keep `data` for a later `feed` without decoding anything now (the caller's budget is spent)."""
+        if self._failed is not None:
+            raise CodecError(f"decoder failed earlier: {self._failed}")
+        try:
+            self._buf += data
+        except BufferError:
+            self._unpin(self._buf, self._pos)
+            self._buf += data
 
     def _unpin(self, buf: bytearray, pos: int) -> bytearray:
         """Replace the buffer by a copy of its unconsumed part when it cannot be resized because a

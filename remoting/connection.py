@@ -11,6 +11,10 @@ so a client that pipelines requests without reading cannot grow our memory: requ
 not yet handled wait in a backlog (at most one read chunk), and the write buffer overshoots the
 high-water mark by at most one response.
 
+Work per loop turn is bounded, not only sizes: with a `decode_budget` (remoting.turn.TurnBudget, one
+per server) all connections together decode at most that many header bytes per turn; a read holding
+more whole frames keeps the rest in its decoder, reading paused, for a later turn.
+
 Fairness: one connection's requests are handled at most `turn_budget` per loop turn; the rest of a
 large read waits in the backlog (reading paused) and is worked through in later turns, so a peer
 that sends a burst of a thousand pipelined requests delays everyone else by one share of it.
@@ -35,6 +39,7 @@ from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.frame import MAX_FRAME, NO_HEADER_LIMIT, FrameDecoder, encode_frame
 from remoting.errors import ConnectionClosedError, RemotingTimeoutError
+from remoting.turn import TurnBudget
 
 if TYPE_CHECKING:
     from remoting.dispatch import BatchProcessor, Dispatcher
@@ -69,8 +74,14 @@ class Connection(asyncio.Protocol):
     def __init__(self, on_request: Dispatcher | None = None,
                  on_close: Callable[[Connection], None] | None = None, max_frame: int = MAX_FRAME,
                  max_inflight: int = 1024, on_made: Callable[[Connection], None] | None = None,
-                 max_header: int = NO_HEADER_LIMIT, turn_budget: int = TURN_BUDGET) -> None:
+                 max_header: int = NO_HEADER_LIMIT, turn_budget: int = TURN_BUDGET,
+                 decode_budget: TurnBudget | None = None) -> None:
         self.on_request = on_request
+        # header bytes this and the server's other connections decode per loop turn (None: unbounded);
+        # past it the rest of a read waits, reading paused, for a later turn (`_decode_more`)
+        self.decode_budget = decode_budget
+        self._decode_waiting = False
+        self._quiesced = False  # a server stopping: no request is read or handled any more (quiesce)
         # requests handled per loop turn at most: a read of a thousand pipelined requests is worked
         # through in shares, so one peer's burst delays the others by one share, not by all of it
         self.turn_budget = max(1, turn_budget)
@@ -117,14 +128,59 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_activity = _monotonic()
+        if self._quiesced:
+            return  # stopping: what was not read before is never handled (nor stored)
+        budget = self.decode_budget
         try:
-            cmds = self.decoder.feed(data)
+            if budget is None:
+                cmds = self.decoder.feed(data)
+            elif self._decode_waiting or budget.left <= 0:
+                self.decoder.buffer(data)  # decoded in a later turn
+                self._wait_decode()
+                return
+            else:
+                cmds = self.decoder.feed(data, budget.left)
+                budget.spend(self.decoder.cost)
+                if self.decoder.more:
+                    self._wait_decode()
         except CodecError as e:
             self._reject(str(e))
             return
         except Exception as e:  # a decoder bug must still only cost this one connection
             self._reject(f"{type(e).__name__}: {e}")
             return
+        self._take(cmds)
+
+    def _wait_decode(self) -> None:
+        """Whole frames wait in the decoder for the next turn's budget: reading pauses until then."""
+        if not self._decode_waiting and self.decode_budget is not None:
+            self._decode_waiting = True
+            self.decode_budget.later(self._decode_more)
+            self._update_reading()
+
+    def _decode_more(self) -> None:
+        """The next share of what the decoder holds, in a later loop turn (TurnBudget.later)."""
+        self._decode_waiting = False
+        budget = self.decode_budget
+        if self._is_closing or self._quiesced or budget is None:
+            return
+        if budget.left <= 0:
+            self._wait_decode()
+            return
+        try:
+            cmds = self.decoder.feed(b"", budget.left)
+        except CodecError as e:
+            self._reject(str(e))
+            return
+        budget.spend(self.decoder.cost)
+        if self.decoder.more:
+            self._wait_decode()
+        if cmds:
+            self._take(cmds)
+        else:
+            self._update_reading()
+
+    def _take(self, cmds: list[RemotingCommand]) -> None:
         if self._backlog:
             self._backlog.extend(cmds)
             self._update_reading()
@@ -134,6 +190,8 @@ class Connection(asyncio.Protocol):
             # blocked (peer not reading, inflight cap) or this turn's budget spent: the rest waits
             # in the backlog and reading pauses; `_update_reading` drains it in later loop turns
             self._backlog.extend(cmds[done:])
+            self._update_reading()
+        elif self._read_paused:
             self._update_reading()
 
     def _handle_cmds(self, cmds: list[RemotingCommand], budget: int) -> int:
@@ -173,7 +231,7 @@ class Connection(asyncio.Protocol):
         schedules the next share, so other connections' reads are served in between."""
         self._drain_scheduled = False
         bl = self._backlog
-        if self._is_closing:
+        if self._is_closing or self._quiesced:
             bl.clear()
             return
         take = min(len(bl), self.turn_budget)
@@ -219,14 +277,27 @@ class Connection(asyncio.Protocol):
         self._update_reading()
 
     # ------------------------------------------------------------------ flow control
+    def quiesce(self) -> None:
+        """A graceful stop's first step: hand no further request to a processor (the backlog and what
+        the decoder holds are dropped, and whatever arrives from now on: never handled, so never
+        stored, never answered); requests already handed over finish and are answered before the
+        connection closes (`RemotingServer.close`). Reading goes on, discarding, so the close is a FIN
+        after the answers, not a reset that could drop them (unread data at close makes a reset)."""
+        self._quiesced = True
+        self._backlog.clear()
+        self._decode_waiting = False
+        if self.transport is not None and not self._is_closing and self._read_paused:
+            self._read_paused = False
+            self.transport.resume_reading()
+
     def _update_reading(self) -> None:
-        if self.transport is None or self._is_closing:
+        if self.transport is None or self._is_closing or self._quiesced:
             return
         blocked = self._write_paused or self.inflight >= self.max_inflight
         if self._backlog and not blocked and not self._drain_scheduled:
             self._drain_scheduled = True
             self.loop.call_soon(self._drain_backlog)
-        want_pause = blocked or bool(self._backlog)
+        want_pause = blocked or bool(self._backlog) or self._decode_waiting
         if want_pause and not self._read_paused:
             self._read_paused = True
             self.transport.pause_reading()

@@ -200,9 +200,15 @@ class Dispatcher:
             conn.send_response(cmd.response(ResponseCode.SYSTEM_ERROR, error_text(e)))
 
     async def drain(self, timeout: float) -> bool:
-        """Wait for running processor tasks; True if none is left."""
-        if self.tasks:
-            await asyncio.wait(list(self.tasks), timeout=timeout)
+        """Wait for running processor tasks, and for those they start meanwhile, up to `timeout` s in
+        all; True if none is left."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.tasks:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            await asyncio.wait(list(self.tasks), timeout=left)
         return not self.tasks
 
     def cancel_all(self) -> None:

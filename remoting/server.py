@@ -30,6 +30,7 @@ from codec.command import RemotingCommand
 from codec.frame import MAX_FRAME, MAX_HEADER
 from remoting.connection import Connection
 from remoting.dispatch import BatchProcessor, BeforeRequest, Dispatcher, Processor
+from remoting.turn import CLOSES_PER_TURN, DECODE_BYTES_PER_TURN, TurnBudget, TurnQueue
 
 log = structlog.get_logger(__name__)
 
@@ -39,7 +40,8 @@ class RemotingServer:
                  processors: Mapping[int, Processor] | None = None, *, idle_timeout: float = 120.0,
                  max_connections: int = 10_000, max_inflight_per_connection: int = 1024,
                  max_frame: int = MAX_FRAME, ssl: _ssl.SSLContext | None = None, backlog: int = 1024,
-                 max_header: int = MAX_HEADER) -> None:
+                 max_header: int = MAX_HEADER, decode_bytes_per_turn: int = DECODE_BYTES_PER_TURN,
+                 closes_per_turn: int = CLOSES_PER_TURN) -> None:
         self.host = host
         self.listen_ports = list(ports)
         self.idle_timeout = idle_timeout
@@ -53,6 +55,12 @@ class RemotingServer:
         for code, fn in (processors or {}).items():
             self.dispatcher.register(code, fn)
         self.connections: set[Connection] = set()
+        # the accepted connections of each client address, oldest first (the fair share at the limit)
+        self.by_host: dict[str, dict[Connection, None]] = {}
+        self.evicted = 0  # idle connections closed to let a client with fewer connections in
+        # work per loop turn across every connection: header bytes decoded, closed connections cleaned up
+        self.decode_budget = TurnBudget(decode_bytes_per_turn) if decode_bytes_per_turn > 0 else None
+        self.close_queue = TurnQueue(closes_per_turn)
         self.on_connect: Callable[[Connection], None] | None = None
         self.response_observer: Callable[[Connection, RemotingCommand], None] | None = None  # set on each connection
         self.on_close: Callable[[Connection], object] | None = None
@@ -85,14 +93,17 @@ class RemotingServer:
     # ------------------------------------------------------------------ lifecycle
     def _factory(self) -> Connection:
         return Connection(self.dispatcher, self._connection_lost, self.max_frame, self.max_inflight,
-                          on_made=self._connection_made, max_header=self.max_header)
+                          on_made=self._connection_made, max_header=self.max_header,
+                          decode_budget=self.decode_budget)
 
     def _connection_made(self, conn: Connection) -> None:
-        if len(self.connections) >= self.max_connections:
+        host = conn.remote_addr[0]
+        if len(self.connections) >= self.max_connections and not self._evict_for(host):
             log.warning("remoting.too_many_connections", peer=conn.peer, limit=self.max_connections)
             conn.abort()
             return
         self.connections.add(conn)
+        self.by_host.setdefault(host, {})[conn] = None
         conn.response_observer = self.response_observer
         self._arm_idle(conn, self.idle_timeout)
         if self.on_connect is not None:
@@ -100,6 +111,40 @@ class RemotingServer:
                 self.on_connect(conn)
             except Exception:
                 log.exception("remoting.on_connect_failed", peer=conn.peer)
+
+    def _evict_for(self, host: str) -> bool:
+        """At the connection limit: one client cannot keep the others out. When the address holding the
+        most connections holds at least two more than `host`, its connection idle the longest (nothing
+        in flight) is closed to make room; True if one was. A client spread over many addresses each
+        at the same count as the newcomer's is not evicted for it (no churn)."""
+        mine = len(self.by_host.get(host, ()))
+        _heavy, conns = max(self.by_host.items(), key=lambda kv: len(kv[1]), default=("", {}))
+        if len(conns) < mine + 2:
+            return False
+        victim = min((c for c in conns if not c.inflight and not c.is_closing), key=lambda c: c.last_activity,
+                     default=None)
+        if victim is None:
+            return False
+        log.warning("remoting.connection_evicted", peer=victim.peer, host_connections=len(conns),
+                    for_host=host, host_connections_of_newcomer=mine, limit=self.max_connections)
+        self.evicted += 1
+        self._forget(victim)
+        victim.attrs["_evicted"] = True  # its on_close still runs when it is lost
+        victim.abort()
+        return True
+
+    def _forget(self, conn: Connection) -> bool:
+        """Drop `conn` from the counts; True if it was counted."""
+        if conn not in self.connections:
+            return False
+        self.connections.discard(conn)
+        host = conn.remote_addr[0]
+        conns = self.by_host.get(host)
+        if conns is not None:
+            conns.pop(conn, None)
+            if not conns:
+                del self.by_host[host]
+        return True
 
     async def start(self, host: str | None = None, ports: Sequence[int] | None = None) -> list[int]:
         """Listen on every port (0 = ephemeral); returns the bound ports."""
@@ -130,8 +175,15 @@ class RemotingServer:
         return await self.dispatcher.drain(timeout)
 
     async def close(self, drain_timeout: float = 5.0) -> None:
-        """Stop accepting, let in-flight requests finish (bounded), then close every connection."""
+        """Graceful stop: stop accepting; stop reading every connection (a request not yet handed to a
+        processor is dropped, never stored); let the requests in flight finish (bounded by
+        `drain_timeout`), each answered: a send that was stored, SYNC_FLUSH included, gets its
+        response; then close every connection once its answers are written (bounded as well)."""
         self.stop_accepting()
+        for conn in list(self.connections):
+            conn.quiesce()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + drain_timeout
         if not await self.drain(drain_timeout):
             log.warning("remoting.drain_timeout", left=len(self.dispatcher.tasks))
             self.dispatcher.cancel_all()
@@ -139,13 +191,16 @@ class RemotingServer:
         for conn in conns:
             conn.close()
         if conns:
-            # close() flushes first; a peer that never reads would hold us forever, so bound it.
-            _, slow = await asyncio.wait([c.closed for c in conns], timeout=1.0)
+            # close() flushes first; a peer that never reads would hold us forever, so bound it
+            # (by what is left of the drain time, at least 1 s: answers to a pipelining peer go out)
+            _, slow = await asyncio.wait([c.closed for c in conns], timeout=max(1.0, deadline - loop.time()))
             for conn in conns:
                 if not conn.closed.done():
+                    log.warning("remoting.close_unflushed", peer=conn.peer)
                     conn.abort()
             if slow:
                 await asyncio.wait([c.closed for c in conns], timeout=1.0)
+        self.close_queue.run_all()
         for srv in self._servers:
             await srv.wait_closed()
         self._servers.clear()
@@ -175,13 +230,17 @@ class RemotingServer:
                 conn.close()
 
     def _connection_lost(self, conn: Connection) -> None:
+        # a mass disconnect is cleaned up CLOSES_PER_TURN connections per loop turn, not all in one:
+        # the counts, the idle timer and on_close (the client manager) run from the close queue
+        self.close_queue.add(self._clean_up, conn)
+
+    def _clean_up(self, conn: Connection) -> None:
         h = conn.attrs.pop("_idle_handle", None)
         if h is not None:
             h.cancel()
-        if conn in self.connections:
-            self.connections.discard(conn)
-            if self.on_close is not None:
-                self.on_close(conn)
+        counted = self._forget(conn)
+        if self.on_close is not None and (counted or conn.attrs.pop("_evicted", False)):
+            self.on_close(conn)
 
     # ------------------------------------------------------------------ helpers
     async def invoke(self, conn: Connection, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:

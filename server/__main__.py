@@ -128,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     except ListenError as e:  # taken between the probe and the bind
         log.error("broker.cannot_listen", key=e.key, port=e.port, error=str(e))
         return 1
+    except ConfigError as e:  # found at start (controller mode: a brokerIdentity file of another broker)
+        log.error("broker.bad_config", key=e.key, error=str(e))
+        return 2
     except OSError as e:
         log.error("broker.start_failed", error=str(e))
         return 1

@@ -27,6 +27,7 @@ from scheduler.delay_service import DelayLevelService
 from scheduler.levels import parse_delay_levels
 from scheduler.timer import TimerMessageStore
 from server.client_manager import ClientManager
+from server.cluster.controller.replicas import ReplicasManager
 from server.cluster.ha.service import ReplicaRole, ReplicaServices
 from server.cluster.namesrv.kv_config import KVConfigManager
 from server.cluster.registration import BrokerRegistrar
@@ -107,6 +108,8 @@ class BrokerController:
         self.registrar: BrokerRegistrar | None = None  # [cluster] set when namesrvAddr is configured
         self.metrics = Registry()
         self.replica = ReplicaRole(config)  # brokerRole / brokerId, HA, promotion (server/cluster/ha)
+        # enableControllerMode: Apache's controller gives the role (server/cluster/controller)
+        self.controller = ReplicasManager(config, self.replica, self.metrics) if config.enable_controller_mode else None
         # built by _assemble (in start()), in this order
         self.store: MessageStore | None = None
         self.delay_service: DelayLevelService | None = None
@@ -162,6 +165,9 @@ class BrokerController:
             life.add("filter_bitmaps", stop=bitmaps.close)  # closed after the store stopped dispatching
         store.add_dispatch_listener(self.pull_hold.on_dispatch)
         life.add("store", start=lambda: open_message_store(store), stop=store.shutdown)
+        ctl = self.controller
+        if ctl is not None:  # the role is the controller's: known before anything below starts
+            life.add("controller.join", start=lambda: ctl.join(store))
         # a SLAVE: read-only store, a former master's tail cut; before the scheduler services start
         life.add("replica.prepare", start=lambda: replica.prepare(store))
         # scheduled deliveries count as puts on their real topic (per-topic throughput includes them)
@@ -218,6 +224,9 @@ class BrokerController:
             replica.attach_registrar(registrar)  # a slave follows the master it names
             runtime.sources.append(("registrar", registrar.stats))
             life.add("registrar", start=registrar.start, stop=registrar.shutdown)
+        if ctl is not None:  # heartbeats, role checks, NOTIFY_BROKER_ROLE_CHANGED; stopped before the registrar
+            runtime.sources.append(("controller", ctl.runtime_info))
+            life.add("controller", start=lambda: ctl.start(remoting), stop=ctl.shutdown)
         life.add("broker_stats", start=self._start_stats, stop=self._stop_stats)
         if cfg.grpc_port > 0:  # RocketMQ 5 clients: gRPC MessagingService over the same store
             from server.grpc.endpoint import GrpcEndpoint

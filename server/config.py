@@ -143,6 +143,16 @@ class BrokerConfig:
     slave_timeout: int = 3000  # SYNC_MASTER: ms a send waits for the slave's ack (FLUSH_SLAVE_TIMEOUT)
     slave_synchronize_interval_ms: int = 10000  # slave: pull topics, offsets, groups, timer checkpoint
     scheduler_sync_interval_ms: int = 10  # ours: slave pulls the master's scheduler progress this often
+    # [controller] RocketMQ 5 controller mode (server/cluster/controller; cluster-ha.md §4): Apache's
+    # controller elects the master; brokerRole / brokerId are then the controller's, not the file's
+    enable_controller_mode: bool = False
+    controller_addr: str = ""  # the controllers' DLedger peer addresses, "a:p;b:p"
+    broker_heartbeat_interval: int = 1000  # ms between BROKER_HEARTBEATs to every controller
+    controller_heart_beat_timeout_mills: int = 10000  # told to the controller: expire us after this silence
+    sync_broker_metadata_period: int = 5000  # ms between GET_REPLICA_INFO checks of the role
+    sync_controller_metadata_period: int = 10000  # ms between leader-controller lookups
+    broker_election_priority: int = 2147483647  # lower wins a tie of epoch and CommitLog offset
+    ha_max_time_slave_not_catchup: int = 15000  # ms without a caught-up slave before the master shrinks the set
     # RocketMQ 5 gRPC MessagingService (server/grpc); 0 = off; -1 (default) = listenPort - 1795, which is
     # 8081 (the RocketMQ 5 proxy's port) for the default listenPort 9876 and moves with listenPort, so
     # brokers on one host given only their own --port never share it
@@ -208,6 +218,10 @@ class BrokerConfig:
         if role not in BROKER_ROLES:
             raise ConfigError("brokerRole", f"expected one of {', '.join(BROKER_ROLES)}, got {self.broker_role!r}")
         self.broker_role = role
+        if self.enable_controller_mode:
+            if not self.controller_addr.strip():
+                raise ConfigError("controllerAddr", "enableControllerMode=true needs controllerAddr=host:port[;host:port]")
+            return  # the role and the id are the controller's (brokerId=-1 as in Apache's examples)
         if role == "SLAVE" and self.broker_id <= 0:
             raise ConfigError("brokerId", "a SLAVE needs brokerId >= 1")
         if role != "SLAVE":
@@ -333,7 +347,13 @@ VALIDATORS: dict[str, Check] = {
     "ha_auth_secret": lambda v: None if not v or len(v) >= HA_AUTH_SECRET_MIN else
     f"must be empty (off) or at least {HA_AUTH_SECRET_MIN} characters, got {len(v)}",
     "listen_port": int_range(3, 65535),  # the VIP channel listens on listenPort - 2
-    "broker_id": _NON_NEGATIVE,
+    "broker_id": int_range(-1),  # -1: controller mode's "the controller assigns it"
+    "controller_addr": _namesrv_addrs,
+    "broker_heartbeat_interval": _POSITIVE,
+    "controller_heart_beat_timeout_mills": _POSITIVE,
+    "sync_broker_metadata_period": _POSITIVE,
+    "sync_controller_metadata_period": _POSITIVE,
+    "ha_max_time_slave_not_catchup": _POSITIVE,
     "broker_permission": int_range(0, 7),
     "flush_disk_type": one_of("ASYNC_FLUSH", "SYNC_FLUSH"),
     "flush_interval_commit_log": _POSITIVE,

@@ -2,6 +2,12 @@
 
 JSON lines on stderr when stderr is not a TTY (logs are machine-read in tests and production),
 a console renderer otherwise. Per-request debug logs are filtered unless the level is DEBUG.
+
+Events for operators: `broker.config` at start (every broker.conf key in effect after file and flags,
+and the delay table); `client.connected` / `client.disconnected` (role, group, client id, remote
+address, reason) from the client manager; `client.error_returned` for MESSAGE_ILLEGAL,
+SERVICE_NOT_AVAILABLE, NO_PERMISSION and TOPIC_NOT_EXIST answers (at most one per code every 10 s,
+`server.observability.client_errors`); `task.failed` from the supervisor; `schedule.quarantined`.
 """
 
 from __future__ import annotations

@@ -46,8 +46,11 @@ class AllocateAhead(Generic[T]):
         self.missed = 0  # ... that were not ready (or failed) when needed: made inline instead
 
     def request(self, start: int, make: Callable[[], T]) -> None:
-        """Have `make()` run on the pool for the file keyed `start` (a no-op if that one is asked for)."""
-        if self.start == start or self.pool is None:
+        """Have `make()` run on the pool for the file keyed `start` (a no-op if that one is asked for and
+        has not failed: a failure, a full disk, is asked again, so the file comes once space returns)."""
+        if self.pool is None:
+            return
+        if self.start == start and not self._failed():
             return
         self.abandon()
         try:
@@ -55,6 +58,15 @@ class AllocateAhead(Generic[T]):
         except RuntimeError:  # the pool is shut down (the store closed first): made inline if ever needed
             return
         self.start = start
+
+    def _failed(self) -> bool:
+        fut = self._fut
+        return fut is not None and fut.done() and (fut.cancelled() or fut.exception() is not None)
+
+    def ready(self, start: int) -> bool:
+        """The file keyed `start` is made (its blocks reserved) and waiting to be taken."""
+        fut = self._fut
+        return self.start == start and fut is not None and fut.done() and not self._failed()
 
     def take(self, start: int) -> T | None:
         """The file made ahead if it is the one keyed `start` and ready; else None (what was asked for is

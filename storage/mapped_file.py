@@ -69,6 +69,29 @@ def reserve_blocks(fd: int, size: int) -> None:
         os.ftruncate(fd, size)
 
 
+def mount_point(path: str) -> str:
+    """The mount point of the file system holding `path` (or its nearest existing parent)."""
+    p = os.path.realpath(path)
+    while not os.path.exists(p):
+        p = os.path.dirname(p)
+    while not os.path.ismount(p):
+        p = os.path.dirname(p)
+    return p
+
+
+def space_on(path: str) -> str:
+    """The file system holding `path` and its free space, for a "disk full" remark or log line:
+    `file system /mnt/store: 1.5 MiB free of 64.0 MiB`."""
+    where = mount_point(path)
+    try:
+        st = os.statvfs(where)
+    except OSError as e:
+        return f"file system {where}: free space unknown ({e.strerror})"
+    mib = 1 << 20
+    return (f"file system {where}: {st.f_bavail * st.f_frsize / mib:.1f} MiB free of "
+            f"{st.f_blocks * st.f_frsize / mib:.1f} MiB")
+
+
 class MappedFile:
     __slots__ = ("path", "file_from_offset", "file_size", "fd", "mm", "view", "wrote_pos", "flushed_pos",
                  "dropped_pos")

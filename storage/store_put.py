@@ -26,17 +26,20 @@ from storage.dispatch import DispatchListeners
 from storage.faults import PutFaultInjector
 from storage.flush import GroupCommitService
 from storage.index import IndexService
+from storage.mapped_file import space_on
 from storage.store_status import RunState, StoreCounters
 from storage.store_types import PutRequest, PutResult, PutStatus, StoreConfig
 
 log = structlog.get_logger(__name__)
 
 
-def _space_error(cause: BaseException | None, what: str) -> tuple[PutStatus, str]:
-    """The put status and remark for a file that could not be created: ENOSPC is SERVICE_NOT_AVAILABLE
-    (the client's code 14) with a remark saying the disk is full."""
+def _space_error(cause: BaseException | None, what: str, where: str) -> tuple[PutStatus, str]:
+    """The put status and remark for a file that could not be created under `where`: ENOSPC is
+    SERVICE_NOT_AVAILABLE (the client's code 14, as RocketMQ answers a full disk) with a remark saying
+    the disk is full and naming the file system and its free space."""
     if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
-        return PutStatus.SERVICE_NOT_AVAILABLE, f"disk full: cannot reserve a {what}: {cause.strerror}"
+        return (PutStatus.SERVICE_NOT_AVAILABLE,
+                f"disk full: cannot reserve a {what}: {cause.strerror} ({space_on(where)})")
     return PutStatus.CREATE_MAPPED_FILE_FAILED, f"create mapped file failed ({what}): {cause}"
 
 
@@ -75,7 +78,8 @@ class PutPath:
             return "store is read-only (brokerRole SLAVE): send to the master"
         if self.disk.used_ratio() > self.config.disk_max_used_ratio:
             log.warning("store.disk_full", ratio=round(self.disk.ratio, 4), limit=self.config.disk_max_used_ratio)
-            return f"disk full: used ratio {self.disk.ratio:.3f} > {self.config.disk_max_used_ratio}"
+            return (f"disk full: used ratio {self.disk.ratio:.3f} > {self.config.disk_max_used_ratio}"
+                    f" ({space_on(self.config.store_path)})")
         return None
 
     def put(self, requests: list[PutRequest]) -> list[PutResult]:
@@ -127,7 +131,7 @@ class PutPath:
             first = counters.get(key, 0)
             err = queues.room(key, first, end - first)
             if err is not None:
-                status, remark = _space_error(err, "ConsumeQueue file")
+                status, remark = _space_error(err, "ConsumeQueue file", self.config.store_path)
                 for i in positions:
                     results[i] = PutResult(status, remark=remark)
                 counted.put_failed_total += len(positions)
@@ -162,7 +166,7 @@ class PutPath:
         counted.put_bytes_total += nbytes
         counted.put_ok_total += len(phys)
         if append_err is not None:
-            status, remark = _space_error(append_err.cause, "CommitLog segment")
+            status, remark = _space_error(append_err.cause, "CommitLog segment", self.config.store_path)
             for i in positions[len(phys):]:
                 results[i] = PutResult(status, remark=remark)
                 counted.put_failed_total += 1

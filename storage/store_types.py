@@ -137,7 +137,8 @@ class MadeAhead(Protocol[_T]):
     storage.allocate.AllocateAhead implements it). `request(start, make)` has `make()` run on the pool
     (a no-op when `start` is the one asked for); `take(start)` gives the made file if it is `start`'s and
     ready, else None and the caller makes it inline (counted in `missed`; a failure on the pool, a full
-    disk, is logged and left to that inline creation to report); `close()` waits for the pool and
+    disk, is logged and left to that inline creation to report); `ready(start)` says whether `take`
+    would give it (a request for a start whose making failed asks again); `close()` waits for the pool and
     destroys what nobody took. `destroy` closes and removes a made file nobody took."""
 
     used: int  # files that came ready when needed
@@ -146,6 +147,8 @@ class MadeAhead(Protocol[_T]):
     def request(self, start: int, make: Callable[[], _T]) -> None: ...
 
     def take(self, start: int) -> _T | None: ...
+
+    def ready(self, start: int) -> bool: ...
 
     def close(self) -> None: ...
 

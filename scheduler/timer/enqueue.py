@@ -32,6 +32,7 @@ from scheduler.timer.config import TimerConfig
 from scheduler.timer.metrics import TimerMetrics
 from scheduler.timer.msg_ids import msg_id
 from scheduler.timer.state import Following, ReaderAlarm, TimerClocks, TimerFiles
+from storage.mapped_file import space_on
 
 log = structlog.get_logger(__name__)
 
@@ -91,8 +92,28 @@ class Enqueuer:
         self.quarantine = quarantine
         self.roll_window_slots = roll_window_slots
         self.wake = asyncio.Event()  # set by the dispatch listener (`on_dispatch`)
+        # the admission's count: (timer queue max offset when last admitted, timer messages admitted since)
+        self._admitted = (-1, 0)
         self.running = False  # the facade's switch: `run` returns once it is off
         self._offset_waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    def admit(self) -> str | None:
+        """The put hook's admission of one more timer message: None when the timerlog has blocks reserved
+        for every unit not yet enqueued (the stored backlog, plus those admitted since the timer queue
+        last grew: a send run's others, put together after the hooks), else the "disk full" remark
+        naming the file system and its free space (the send is refused: nothing is acknowledged that
+        could not be enqueued, so delivered)."""
+        tl = self.files.timerlog
+        mx = self.store.max_offset(TIMER_TOPIC, 0)
+        seen, admitted = self._admitted
+        admitted = admitted + 1 if seen == mx else 1
+        backlog = max(0, mx - self.clocks.queue_offset) + admitted
+        if tl.room_for(backlog):
+            self._admitted = (mx, admitted)
+            return None
+        self.metrics.refused_disk_full += 1
+        return (f"disk full: the timerlog cannot reserve a {tl.file_size}-byte segment for {backlog} more "
+                f"timer messages ({space_on(tl.dir)})")
 
     def on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
         """The store's dispatch listener (storage.store_state.DispatchListener)."""

@@ -47,10 +47,12 @@ class TimerPutStatus(enum.Enum):
     FLOW_CONTROL = "FLOW_CONTROL"  # WHEEL_TIMER_FLOW_CONTROL → SYSTEM_ERROR (1)
     NOT_ENABLED = "NOT_ENABLED"  # WHEEL_TIMER_NOT_ENABLE → SYSTEM_ERROR (1)
     CANCEL_REFUSED = "CANCEL_REFUSED"  # delaymq: a cancel that would change nothing → MESSAGE_ILLEGAL (13)
+    DISK_FULL = "DISK_FULL"  # the timerlog cannot take it → SERVICE_NOT_AVAILABLE (14), as RocketMQ's full disk
 
 
 RESPONSE_CODES = {TimerPutStatus.ILLEGAL: ResponseCode.MESSAGE_ILLEGAL, TimerPutStatus.FLOW_CONTROL: ResponseCode.SYSTEM_ERROR,
-                  TimerPutStatus.NOT_ENABLED: ResponseCode.SYSTEM_ERROR, TimerPutStatus.CANCEL_REFUSED: ResponseCode.MESSAGE_ILLEGAL}
+                  TimerPutStatus.NOT_ENABLED: ResponseCode.SYSTEM_ERROR, TimerPutStatus.CANCEL_REFUSED: ResponseCode.MESSAGE_ILLEGAL,
+                  TimerPutStatus.DISK_FULL: ResponseCode.SERVICE_NOT_AVAILABLE}
 
 
 @dataclass(slots=True, frozen=True)
@@ -147,6 +149,10 @@ def transform_timer(record: MessageRecord, now_ms: int, timer: TimerMessageStore
                 TimerPutStatus.FLOW_CONTROL,
                 f"timer slot {slot} is congested ({num} messages, timerCongestNumEachSlot="
                 f"{cfg.congest_num_each_slot}), try another deliver time")
+    if svc is not None:
+        full = svc.admit()
+        if full is not None:
+            return TimerPutDecision(TimerPutStatus.DISK_FULL, full)
     props[TIMER_OUT_MS] = str(slot)
     props[REAL_TOPIC] = record.topic
     props[REAL_QID] = str(record.queue_id)

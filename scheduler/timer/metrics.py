@@ -65,6 +65,7 @@ class TimerMetrics:
         self.missing = 0  # record gone from the CommitLog
         self.put_failures = 0
         self.rejected = 0  # flow control at the hook
+        self.refused_disk_full = 0  # refused at the hook: the timerlog could not take them (TimerMessageStore.admit)
         self.late_bumped = 0  # enqueued after its slot was read: moved to the next slot
         self.enqueue_latency_ms = 0  # store → enqueue of the last batch
         self.dequeue_latency_ms = 0  # due → delivered of the last put

@@ -375,6 +375,14 @@ class TimerMessageStore:
         files.checkpoint.record(self.clocks.commit_read_ms, pos, queue_offset, int(time.time() * 1000))
         await loop.run_in_executor(None, sync_and_close, [files.checkpoint.sync_fd()])
 
+    # ---- admission ----------------------------------------------------------------------
+    def admit(self) -> str | None:
+        """The put hook's admission of one more timer message on a running master's wheel
+        (Enqueuer.admit): None, or the "disk full" remark refusing it."""
+        if not self._running or self.following.active:
+            return None
+        return self.parts().enqueuer.admit()
+
     # ---- cancels ------------------------------------------------------------------------
     def check_cancel(self, slot: int, key: str, topic: str) -> str | None:
         """The put hook's answer to a delete marker for timer `key` (REAL_TOPIC+UNIQ_KEY) in `slot`:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import time
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -57,6 +58,7 @@ class ChainStep(NamedTuple):
 
 DIR_NAME = "timerlog"  # <storeRoot>/timerlog/
 CHAIN_WALK_STEP = 20000  # units per read of a chain walk; a caller may yield to the loop between reads
+MAKE_RETRY_S = 1.0  # after a segment could not be made (a full disk), room_for leaves retries to the pool
 
 
 class TimerLog:
@@ -71,6 +73,8 @@ class TimerLog:
         self.write_pos = 0  # absolute position of the next unit
         self.flushed_pos = 0
         self.ahead = ahead
+        self.made_for_room = 0  # segments room_for made inline that nobody had asked the pool for
+        self._make_retry_at = 0.0  # room_for: monotonic time before which no segment is made inline
         self._ahead_at = 1 << 62  # the write position past which `allocate_ahead` asks for a segment
         os.makedirs(self.dir, exist_ok=True)
 
@@ -119,6 +123,65 @@ class TimerLog:
         if self._segment_for(start) is None:
             path = os.path.join(self.dir, segment_name(start) + AHEAD_SUFFIX)
             self.ahead.request(start, lambda: Segment(path, start, size, create=True))
+
+    def room_for(self, units: int) -> bool:
+        """Whether `units` more units fit in blocks reserved for them (the admission check of a timer
+        send: nothing is acknowledged that the timerlog cannot take). The rest of the segment holding
+        `write_pos` counts, then the segments after it, made here when missing (the one made ahead if
+        ready, else inline, as `append` would on a miss). A segment that cannot be made (ENOSPC) is
+        False; for the next MAKE_RETRY_S only the allocate pool tries again (a refused send costs no
+        inline attempt), so room comes back by itself once the disk has space."""
+        size = self.file_size
+        per_segment = (size - BLANK_SIZE) // UNIT_SIZE
+        pos = self.write_pos
+        start = pos - pos % size
+        fit = 0
+        seg = self._segment_for(start)
+        if seg is not None:
+            if not self._reserve(seg):
+                return False
+            fit = max(0, (size - BLANK_SIZE - (pos - start)) // UNIT_SIZE)
+            start += size
+        while units > fit:
+            seg = self._segment_for(start)
+            if seg is None:
+                if self.segments and start != self.segments[-1].start + size:
+                    return False  # not contiguous (a log being recovered): never made out of order
+                if time.monotonic() < self._make_retry_at and not (self.ahead and self.ahead.ready(start)):
+                    self._ask_ahead(start)  # a no-op while being made; asked again if that failed
+                    return False
+                counted = self.ahead.used + self.ahead.missed if self.ahead is not None else 0
+                try:
+                    seg = self._new_segment(start)
+                except OSError as e:
+                    self._make_retry_at = time.monotonic() + MAKE_RETRY_S
+                    log.warning("timerlog.no_room", start=start, error=str(e))
+                    self._ask_ahead(start)
+                    return False
+                if self.ahead is None or self.ahead.used + self.ahead.missed == counted:
+                    self.made_for_room += 1  # nothing was asked for it: not counted by the pool
+            elif not self._reserve(seg):
+                return False
+            fit += per_segment
+            start += size
+        return True
+
+    def _ask_ahead(self, start: int) -> None:
+        """Have the segment at `start` made on the allocate pool (asked again if it failed before)."""
+        if self.ahead is not None:
+            path = os.path.join(self.dir, segment_name(start) + AHEAD_SUFFIX)
+            size = self.file_size
+            self.ahead.request(start, lambda: Segment(path, start, size, create=True))
+
+    def _reserve(self, seg: Segment) -> bool:
+        """A segment written sparse by an older run gets its blocks now; False when the disk is full."""
+        if not seg.reserved:
+            try:
+                reserve_blocks(seg.fd, self.file_size)
+            except OSError:
+                return False
+            seg.reserved = True
+        return True
 
     def _segment_for(self, pos: int) -> Segment | None:
         if not self.segments:

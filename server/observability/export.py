@@ -1,7 +1,32 @@
-"""Rotating, size-bounded msgpack files under `<store>/export/<kind>/` (formats in ARCHITECTURE.md).
+"""Rotating, size-bounded msgpack files under `<store>/export/<kind>/`: the only input of `analytics/`.
 
 Writes are buffered in memory and flushed by the periodic exporter task (or when the buffer is
-large), so the delivery hot path never touches the file system.
+large), so the delivery hot path never touches the file system. Each kind is a stream of msgpack
+records in files `<kind>-<startMs>.msgpack`, rotated by size, the oldest deleted past a total bound.
+
+- `traces/`: scheduled-message events, in two shapes (`TraceWriter`):
+  - v3, one record per delivery batch (the delay levels hand their events over column by column):
+    `[3, event, kind, level, msgIdPrefix, topics, offsets, uniqKeys, bornTs, storeTs, dueTs, deliveredTs]`;
+    `topics` .. `dueTs` are parallel lists (one entry per message), msgId = msgIdPrefix + the CommitLog
+    offset as 16 upper-case hex digits, a uniqKey is str, bin (UTF-8) or nil, `deliveredTs` one int for
+    the batch (one put) or a list;
+  - v2, one record per event (timers, accepted events):
+    `[2, event, kind, level, topic, msgId, uniqKey, bornTs, storeTs, dueTs, deliveredTs]`.
+  event `"accepted"|"due"|"delivered"`, kind `"level"|"timer"`, level 0 for timers, topic the real topic,
+  timestamps in ms (deliveredTs 0 unless delivered). v1 (before 2026-11-24) was one map per event
+  `{"v":1,"event":...}`; `analytics.readers.trace_rows` reads all three as rows.
+- `metrics/`: one map per sample, written every export interval (packed 500 at a time, yielding to the
+  loop between): `{"v":1,"ts":ms,"name":str,"type":"counter"|"gauge"|"histogram","labels":{str:str},
+  "value":float}`; histograms add `"buckets":[[le,cumulativeCount],...],"sum":float,"count":int`.
+  Names (`server.observability.telemetry`): `delaymq_put_messages_total{topic}`,
+  `delaymq_put_bytes_total{topic}`, `delaymq_pull_messages_total{topic,group}`,
+  `delaymq_schedule_pending{level}`, `delaymq_schedule_delivered_total{level}`,
+  `delaymq_schedule_lateness_ms{level}` (histogram), `delaymq_timer_pending`, `delaymq_timer_enqueue_total`,
+  `delaymq_timer_dequeue_total`, `delaymq_timer_lateness_ms` (histogram), `delaymq_consumer_lag{group,topic}`,
+  `delaymq_schedule_delay_seconds{level}` (the delay table at export time: the report names levels by it).
+- `rmq_trace/`: records clients with tracing enabled sent to RMQ_SYS_TRACE_TOPIC:
+  `{"v":1,"storeTs":ms,"topic":str,"body":str}`; `body` is RocketMQ's TraceDataEncoder text (contexts
+  separated by `\x02`, fields by `\x01`; types Pub, SubBefore, SubAfter, EndTransaction).
 """
 
 from __future__ import annotations
@@ -184,7 +209,7 @@ def _fill_absent(row: EventRow) -> EventRow:
 
 
 class TraceWriter:
-    """Scheduled-message events (accepted / due / delivered) as msgpack arrays (ARCHITECTURE.md):
+    """Scheduled-message events (accepted / due / delivered) as msgpack arrays (the module docstring):
     a run the scheduler hands over column by column (`columns`, the delay-level drain) is ONE
     record `[3, event, kind, level, msgIdPrefix, topics, offsets, uniqKeys, bornTs, storeTs, dueTs,
     deliveredTs]` (trace format v3); a row (`many`, `__call__`) is one record `[2, event, *FIELDS]`

@@ -6,7 +6,7 @@ from the hot paths but the RPC latency histograms (two clock readings per reques
 Every family carries `cluster`, `node_type="broker"`, `node_id` (the broker name). Counters end in
 `_total` and are never rates; latencies are in seconds, sizes in bytes. `promtool check metrics` is
 clean on this page (tests/observability/test_promtool.py). The msgpack exports keep their own names
-(ARCHITECTURE.md, "Exported files").
+(`server.observability.export`).
 """
 
 from __future__ import annotations

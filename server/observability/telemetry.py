@@ -1,4 +1,4 @@
-"""Wires the broker's components into metrics, exports and traces (names in ARCHITECTURE.md).
+"""Wires the broker's components into metrics, exports and traces (names: `server.observability.export`).
 
 - gauges/histograms read the delay-level and timer services' `stats()` at collection time;
 - consumer lag per group/topic from the offset table and the store's max offsets;

@@ -83,10 +83,12 @@ class RawPeer:
         self.reader, self.writer = reader, writer
 
     @classmethod
-    async def connect(cls, port: int, host: str = "127.0.0.1", rcvbuf: int | None = None) -> RawPeer:
-        """Connect; `rcvbuf` shrinks SO_RCVBUF before connecting (turns off loopback autotuning)."""
+    async def connect(cls, port: int, host: str = "127.0.0.1", rcvbuf: int | None = None,
+                      source: str | None = None) -> RawPeer:
+        """Connect; `rcvbuf` shrinks SO_RCVBUF before connecting (turns off loopback autotuning);
+        `source` binds the client's address first (any 127.x.y.z is this host on Linux loopback)."""
         if rcvbuf is None:
-            r, w = await asyncio.open_connection(host, port)
+            r, w = await asyncio.open_connection(host, port, local_addr=(source, 0) if source else None)
             return cls(r, w)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)

@@ -221,3 +221,91 @@ async def test_a_burst_of_pipelined_requests_is_handled_in_shares_per_loop_turn(
     assert other_turn[-1] < turns[-1]  # the other client was served while the burst was still going
     burst.close()
     other.close()
+
+
+async def test_at_the_limit_a_new_client_address_evicts_an_idle_connection_of_the_heaviest(make_server):
+    """Issue 26 item 4: connections held idle from a few addresses cannot lock every other client out.
+    At maxConnections a newcomer from an address holding fewer closes the longest-idle connection of
+    the address holding the most; one busy with a request in flight is never the one closed, and an
+    address at the newcomer's own count is not evicted for it (real sockets from 127.0.0.2/3/4)."""
+    s = await make_server({ECHO: echo}, max_connections=6)
+    hog = [await RawPeer.connect(s.port, source="127.0.0.2") for _ in range(4)]
+    other = [await RawPeer.connect(s.port, source="127.0.0.3") for _ in range(2)]
+    for _ in range(6):
+        await s.next_conn()
+    assert (await hog[0].request(ECHO, 1)).code == 0  # hog[0] is the most recently active of 127.0.0.2
+    with capture_logs() as logs:
+        newcomer = await RawPeer.connect(s.port, source="127.0.0.4")
+        await s.next_conn()
+        assert (await newcomer.request(ECHO, 2)).code == 0
+    evicted = [e for e in logs if e["event"] == "remoting.connection_evicted"]
+    assert len(evicted) == 1 and evicted[0]["peer"].startswith("127.0.0.2:") and evicted[0]["for_host"] == "127.0.0.4"
+    assert s.server.evicted == 1
+    assert sorted(len(c) for c in s.server.by_host.values()) == [1, 2, 3]
+    # the longest-idle of the hog's four was closed: hog[1] (connected before hog[2], hog[3]; hog[0] was used)
+    assert await hog[1].wait_eof() == b""
+    assert (await hog[0].request(ECHO, 3)).code == 0
+    # 127.0.0.2 holds 3 now, 127.0.0.3 holds 2: a second connection from 127.0.0.3 (which would hold
+    # 3) does not evict (no churn between equals); the server stays at its limit and refuses it
+    with capture_logs() as logs:
+        extra = await RawPeer.connect(s.port, source="127.0.0.3")
+        assert await extra.wait_eof() == b""
+    assert any(e["event"] == "remoting.too_many_connections" for e in logs)
+    assert len(s.server.connections) == 6
+    for p in (*hog, *other, newcomer, extra):
+        p.close()
+
+
+async def test_mass_disconnect_is_cleaned_up_a_share_per_loop_turn(make_server):
+    """Issue 26 item 4: closed connections' clean-up (on_close: the client manager) runs at most
+    closes_per_turn per loop turn, so a thousand connections closing at once cannot hold one turn."""
+    s = await make_server({ECHO: echo}, closes_per_turn=16)
+    cleaned: list[object] = []
+    s.server.on_close = cleaned.append
+    peers = [await RawPeer.connect(s.port) for _ in range(200)]
+    for _ in range(200):
+        await s.next_conn()
+    turns_before = s.server.close_queue.turns
+    for p in peers:
+        p.close()
+    await wait_for_condition(lambda: len(cleaned) == 200, 10, "every close cleaned up")
+    assert s.server.close_queue.turns - turns_before >= 200 // 16
+    assert not s.server.connections and not s.server.by_host
+
+
+async def test_a_run_of_large_headers_is_decoded_a_budget_per_loop_turn(make_server):
+    """Issue 26 item 4: pipelined requests with headers near the limit are decoded a bounded amount
+    per loop turn across all connections (decode_bytes_per_turn), not one whole read at a time; the
+    rest waits in the decoder with reading paused, and every request is still answered in order."""
+    loop = asyncio.get_running_loop()
+    turn = 0
+    ticking = True
+
+    def tick():
+        nonlocal turn
+        turn += 1
+        if ticking:
+            loop.call_soon(tick)
+
+    turns: list[int] = []
+
+    def record(conn, cmd):
+        turns.append(turn)
+        return cmd.response(0)
+
+    s = await make_server({ECHO: record}, decode_bytes_per_turn=200_000)
+    peers = [await RawPeer.connect(s.port) for _ in range(2)]
+    n = 20
+    pad = "x" * 60_000  # each header ~60 KB: at most 4 fit one turn's budget, for both peers together
+    loop.call_soon(tick)
+    for p in peers:
+        p.send(b"".join(json_frame(ECHO, i + 1, ext={"pad": pad}) for i in range(n)))
+    for p in peers:
+        assert [(await p.read_frame(10)).opaque for _ in range(n)] == list(range(1, n + 1))
+    ticking = False
+    per_turn: dict[int, int] = {}
+    for t in turns:
+        per_turn[t] = per_turn.get(t, 0) + 1
+    assert max(per_turn.values()) <= 4, per_turn
+    for p in peers:
+        p.close()

@@ -12,7 +12,7 @@ from server.config import BrokerConfig
 from server.processor_wiring import send_back_deps
 from server.processors.consumer_send_back import ConsumerSendBackProcessor
 from server.put_hooks import PutHooks
-from server.wiring import delay_config, make_message_store, put_request, timer_config
+from server.wiring import delay_config, make_message_store, open_message_store, put_request, timer_config
 from tests.helpers.checks import present
 from tests.scheduler.helpers import QueueWatcher, make_record, read_queue
 from tests.server.helpers import LoopbackPeer
@@ -26,6 +26,7 @@ async def _broker(tmp_path):
     b.groups.load()
     b.topics.ensure_system_topics(len(b.levels), False)
     b.store = make_message_store(cfg, b.levels)
+    open_message_store(b.store)
     b.hooks = PutHooks(cfg, b.levels, timer_config(cfg))
     b.delay_service = DelayLevelService(b.store, delay_config(cfg, b.levels))
     b.delay_service.start()

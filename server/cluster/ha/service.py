@@ -95,6 +95,8 @@ class ReplicaRole:
         self._client: RemotingClient | None = None  # prepare()
         self.master_addr_from_ns: str | None = None  # RegisterBrokerResult.masterAddr
         self.ha_addr_from_ns: str | None = None  # RegisterBrokerResult.haServerAddr
+        self.pinned_master: str | None = None  # controller mode: the master the controller named (follow())
+        self.fenced = False  # controller mode: a master the controller replaced (fence())
         # async fn(brokerRole, brokerId), awaited after a promotion
         self.role_listeners: list[Callable[[str, int], Awaitable[object]]] = []
         self._tasks: list[SupervisedTask] = []
@@ -152,9 +154,39 @@ class ReplicaRole:
         registrar.want_answer_while(lambda: self.is_slave and self.master_ha_addr() is None)
         self.role_listeners.append(lambda _role, _id: registrar.register_all(force=True))
 
+    def follow(self, master_addr: str | None) -> None:
+        """Controller mode: follow the master the controller names. Its HA address comes with the next
+        name-server answer that names the same master (an answer naming another, stale one is ignored)."""
+        if master_addr == self.pinned_master:
+            return
+        self.pinned_master = self.master_addr_from_ns = master_addr
+        self.ha_addr_from_ns = None
+        log.info("ha.follow", master=master_addr)
+
+    async def fence(self, fenced: bool, broker_id: int) -> None:
+        """Controller mode, a master the controller replaced while it runs: it refuses every write (the
+        store read-only: sends answer SERVICE_NOT_AVAILABLE, the scheduler's puts fail and are retried,
+        so nothing is delivered twice from here) and registers with the name servers under `broker_id`
+        instead of 0, until it is elected again (`fence(False, 0)`) or restarted (then it rejoins as a
+        slave). A live switch to slave needs AutoSwitch HA's truncation (issue 25 item 2)."""
+        self.fenced = fenced
+        self.store.run.read_only = fenced  # storage.store_status.RunState: puts refused, as on a slave
+        self.config.broker_id = broker_id
+        log.warning("ha.fenced" if fenced else "ha.unfenced", broker_id=broker_id)
+        await self._announce()
+
+    async def _announce(self) -> None:
+        for fn in self.role_listeners:
+            try:
+                await fn(self.config.broker_role, self.config.broker_id)
+            except Exception as e:
+                log.error("ha.role_listener_failed", listener=repr(fn), error=repr(e))
+
     def on_register_result(self, result: RegisterResult) -> None:
         if not self.is_slave:
             return
+        if self.pinned_master is not None and result.master_addr != self.pinned_master:
+            return  # the name server still routes the master the controller replaced
         if result.master_addr and result.master_addr != self.master_addr_from_ns:
             log.info("ha.master_from_namesrv", master=result.master_addr, ha=result.ha_server_addr)
             self.master_addr_from_ns = result.master_addr
@@ -344,11 +376,7 @@ class ReplicaRole:
                 from scheduler.progress import TimerProgress
                 timer_p = TimerProgress(read_ms=cp[0], queue_offset=cp[3], cursor_ms=cp[0], slot_ms=cp[0])
             b.timer_service.promote(timer_p)
-        for fn in self.role_listeners:
-            try:
-                await fn(cfg.broker_role, cfg.broker_id)
-            except Exception as e:
-                log.error("ha.role_listener_failed", listener=repr(fn), error=repr(e))
+        await self._announce()
         info = {"brokerRole": role, "brokerId": 0, "epoch": self.epoch, "epochStartOffset": self.epoch_start,
                 "syncedProgressAgeMs": (self.promoted_at_ms - synced.taken_ms) if synced else -1,
                 "syncedTakenMs": synced.taken_ms if synced else 0,

@@ -50,6 +50,7 @@ class HAClient(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.decoder = TransferDecoder()
         self.connected_to: str | None = None
+        self.disconnected_at: float | None = None  # time.monotonic() the last connection to a master ended
         self.last_read = 0.0
         self.last_write = 0.0
         self.frames = 0
@@ -86,6 +87,7 @@ class HAClient(asyncio.Protocol):
                 if self.transport is not None:
                     self.transport.close()
                 self.connected_to = None
+                self.disconnected_at = time.monotonic()
             if self._running:
                 await asyncio.sleep(RECONNECT_S)
 

@@ -201,7 +201,8 @@ async def test_timers_are_delivered_across_timerlog_rolls_onto_segments_made_ahe
     await h.wait_until(lambda: h.timer.stats()["enqueued"] == n, 10)
     tl = h.timer.timerlog
     assert [s.start for s in tl.segments] == [0, SIZE, 2 * SIZE]
-    assert tl.ahead.used + tl.ahead.missed == 3  # each made ahead or, not ready in time, inline
+    # each made ahead or, not ready in time, inline (by the append, or by a send's admission: room_for)
+    assert tl.ahead.used + tl.ahead.missed + tl.made_for_room == 3
     await h.wait_until(lambda: h.count("AheadT") == n, 15)
     assert all(int(m.store_timestamp) >= due for m in h.messages("AheadT"))
     await h.close()
@@ -210,3 +211,37 @@ async def test_timers_are_delivered_across_timerlog_rolls_onto_segments_made_ahe
 
 def _names_at(root: str) -> list[str]:
     return sorted(os.listdir(os.path.join(root, "timerlog")))
+
+
+def test_room_for_refuses_while_no_segment_can_be_made_and_returns_by_itself(tmp_path):
+    """Issue 26 item 3: the admission check counts only reserved room. The active segment's rest
+    admits; past it, while the next segment can be made neither on the pool nor inline (both names
+    taken by directories here, as a full disk fails the creation), it refuses and asks the pool again;
+    once the names are free, the pool makes the segment and room returns without an inline try."""
+    pool = ThreadPoolExecutor(1)
+    tl = _timerlog(tmp_path, pool)
+    ahead = tl.ahead
+    assert ahead is not None
+    _barrier(pool)
+    _append(tl, 1)  # the first segment is taken (made ahead)
+    assert tl.room_for(UNITS - 1) and not tl.segments[1:]
+    # block the second segment, pool and inline alike
+    spare = tmp_path / "timerlog" / (f"{SIZE:020d}" + AHEAD_SUFFIX)
+    final = tmp_path / "timerlog" / f"{SIZE:020d}"
+    spare.mkdir()
+    final.mkdir()
+    assert not tl.room_for(UNITS)  # one more than the first segment holds
+    assert tl.segments[-1].start == 0
+    _barrier(pool)  # the pool's try failed too
+    assert not ahead.ready(SIZE)
+    spare.rmdir()
+    final.rmdir()
+    assert not tl.room_for(UNITS)  # within MAKE_RETRY_S no inline try: the pool is asked again
+    _barrier(pool)
+    assert ahead.ready(SIZE)
+    assert tl.room_for(UNITS)  # the segment made ahead is taken: the room is reserved
+    assert [s.start for s in tl.segments] == [0, SIZE]
+    _append(tl, UNITS)  # the append rolls onto it
+    assert tl.write_pos == SIZE + UNIT_SIZE  # 20 units fill the first segment, the 21st starts the second
+    tl.close()
+    pool.shutdown(wait=True)

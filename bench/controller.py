@@ -1,0 +1,154 @@
+"""Issue 25 benchmark: a controller-mode failover, measured. Apache 5.1.3's standalone controller
+(../shared/rocketmq5; skipped, and said so, without it), a delaymq name server and two delaymq brokers of
+one replica group. A stream of level-1 (1 s) delay messages is sent to the master for ~2 s, so that at any
+moment some are due; once the slave holds every byte and the topic, the master is killed (SIGKILL).
+Measured from the kill: the new master routed as brokerId 0 by the name server, its first scheduled
+delivery, all deliveries, and how many were delivered twice (the ConsumeQueue total beyond the sent count);
+plus the broker's own figures (delaymq_failover_* as in GET_BROKER_RUNTIME_INFO)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from bench import wire
+from bench.cluster import Namesrv
+from bench.common import Broker, _port_free, pick_port, store_base
+from bench.procs import run_here
+from codec.codes import RequestCode, ResponseCode
+from codec.command import RemotingCommand
+from codec.controller import decode_broker_replicas_info, encode_broker_names
+from codec.fastjson import loads_lenient
+from codec.properties import MessageConst
+
+TOPIC, QUEUES, GROUP = "BenchCtl", 8, "bench-ctl"
+
+
+def _ha_port() -> int:
+    for _ in range(100):
+        p = pick_port()
+        if _port_free(p + 1):
+            return p
+    raise RuntimeError("no free P-2, P, P+1 on 127.0.0.1")
+
+
+async def _invoke(addr: str, code: int, ext: dict | None = None, body: bytes = b"") -> RemotingCommand:
+    c = await wire.connect(addr)
+    try:
+        return await c.invoke(RemotingCommand.request(code, ext or {}, body), 5)
+    finally:
+        c.close()
+
+
+async def _runtime(addr: str) -> dict:
+    r = await _invoke(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+    return json.loads(r.body)["table"]
+
+
+async def _master_at_ns(ns: str) -> str | None:
+    r = await _invoke(ns, RequestCode.GET_BROKER_CLUSTER_INFO)
+    table = loads_lenient(r.body).get("brokerAddrTable", {}).get(GROUP, {})
+    addrs = {str(k): v for k, v in (table.get("brokerAddrs") or {}).items()}
+    return addrs.get("0")
+
+
+async def _until(pred, timeout: float, what: str, step: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = await pred()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not within {timeout}s: {what}")
+        await asyncio.sleep(step)
+
+
+def bench_controller_failover(quick: bool) -> dict:
+    from tests.helpers.rocketmq5 import Rmq5Process, rocketmq5_available
+    if not rocketmq5_available():
+        return {"skipped": "no Apache RocketMQ 5.1.3 in ../shared/rocketmq5 or no java", "met": None}
+    n = 1000 if quick else 3000
+    work = Path(tempfile.mkdtemp(prefix="delaymq-bench-ctl-", dir=store_base()))
+    ctrl_port, peer_port = pick_port(), pick_port()
+    ctrl = f"127.0.0.1:{peer_port}"
+    controller = Rmq5Process("mqcontroller", work / "ctrl", {
+        "controllerDLegerGroup": "g1", "controllerDLegerPeers": f"n0-{ctrl}", "controllerDLegerSelfId": "n0",
+        "controllerStorePath": str(work / "ctrl" / "store"), "listenPort": ctrl_port}, peer_port).start()
+    brokers: list[Broker] = []
+    try:
+        with Namesrv() as ns:
+            conf = {"enableControllerMode": "true", "controllerAddr": ctrl, "namesrvAddr": ns.addr,
+                    "brokerName": GROUP, "flushDiskType": "ASYNC_FLUSH", "messageDelayLevel": "1s 5s",
+                    "mappedFileSizeCommitLog": 256 << 20, "slaveSynchronizeIntervalMs": 300}
+            for _ in range(2):  # the first becomes master
+                b = Broker(dict(conf))
+                b.port = _ha_port()
+                brokers.append(b.start(timeout=120))
+            m, s = brokers
+
+            async def go() -> dict:
+                async def in_sync() -> bool:
+                    r = await _invoke(ctrl, RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {}, encode_broker_names([GROUP]))
+                    info = decode_broker_replicas_info(r.body).get(GROUP) if r.code == ResponseCode.SUCCESS else None
+                    return info is not None and len(info.in_sync_replicas) == 2
+                await _until(in_sync, 60, "both brokers in the SyncStateSet")
+                c = await wire.connect(m.addr)
+                await wire.create_topic(c, TOPIC, QUEUES)
+                props = wire.props_string({MessageConst.DELAY: "1"})
+                t_send = time.monotonic()
+                for k in range(0, n, 100):  # ~2 s of sends: some are due at any moment after the first second
+                    await asyncio.gather(*(c.invoke(wire.send_cmd(TOPIC, b"c%d" % i, i % QUEUES, props))
+                                           for i in range(k, min(n, k + 100))))
+                    await asyncio.sleep(max(0.0, t_send + 2.0 * (k + 100) / n - time.monotonic()))
+                c.close()
+                end = int((await _runtime(m.addr))["commitLogMaxOffset"])
+
+                async def replicated() -> bool:
+                    if int((await _runtime(s.addr))["commitLogMaxOffset"]) < end:
+                        return False
+                    r = await _invoke(s.addr, RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": 0})
+                    return r.code == ResponseCode.SUCCESS
+                await _until(replicated, 20, "the slave holds every byte and the topic", 0.01)
+                cs = await wire.connect(s.addr)
+                base = await wire.total_max_offset(cs, TOPIC, QUEUES)
+                m.kill()
+                t0 = time.monotonic()
+                routed = first = last = None
+                while time.monotonic() - t0 < 60:
+                    if routed is None and await _master_at_ns(ns.addr) == s.addr:
+                        routed = time.monotonic()
+                    got = await wire.total_max_offset(cs, TOPIC, QUEUES)
+                    if first is None and got > base:
+                        first = time.monotonic()
+                    if got >= n and routed is not None:
+                        last = time.monotonic()
+                        break
+                    await asyncio.sleep(0.005)
+                total = await wire.total_max_offset(cs, TOPIC, QUEUES)
+                cs.close()
+                info = await _runtime(s.addr)
+
+                def ms(t: float | None) -> float | None:
+                    return round((t - t0) * 1000, 1) if t is not None else None
+                return {"pending_at_kill": n - base, "kill_to_routed_ms": ms(routed),
+                        "kill_to_first_delivery_ms": ms(first), "kill_to_all_ms": ms(last),
+                        "duplicates": max(0, total - n), "delivered": total,
+                        "broker_failover_master_s": info.get("controllerFailoverMasterSeconds"),
+                        "broker_failover_first_delivery_s": info.get("controllerFailoverFirstDeliverySeconds")}
+            r = run_here(go)
+    finally:
+        for b in brokers:
+            b.cleanup()
+        controller.stop()
+    first = r["kill_to_first_delivery_ms"]
+    return {"config": {"n": n, "level": "1s", "send_window_s": 2.0}, "raw": r,
+            "headline": {k: r[k] for k in ("kill_to_routed_ms", "kill_to_first_delivery_ms", "kill_to_all_ms",
+                                           "duplicates", "pending_at_kill")},
+            "target": "kill -9 -> routed and first scheduled delivery <= 1 s (Apache 5.1.3: 0.24-0.42 s)",
+            "met": first is not None and r["kill_to_routed_ms"] is not None and max(first, r["kill_to_routed_ms"]) <= 1000}
+
+
+BENCHES = {"controller_failover": bench_controller_failover}
