@@ -28,7 +28,8 @@ from scheduler.levels import parse_delay_levels
 from scheduler.timer import TimerMessageStore
 from server.client_manager import ClientManager
 from server.cluster.controller.replicas import ReplicasManager
-from server.cluster.ha.service import ReplicaRole, ReplicaServices
+from server.cluster.ha.replica_services import ReplicaServices
+from server.cluster.ha.service import ReplicaRole
 from server.cluster.namesrv.kv_config import KVConfigManager
 from server.cluster.registration import BrokerRegistrar
 from server.config import BrokerConfig
