@@ -36,7 +36,7 @@ from server.processors.namesrv import NamesrvDeps
 from server.processors.offsets import OffsetsDeps
 from server.processors.pull import PullDeps
 from server.processors.scheduled import ScheduledDeps
-from server.processors.send import SendDeps
+from server.processors.send_common import SendDeps
 
 if TYPE_CHECKING:
     from server.broker import BrokerController
