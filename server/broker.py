@@ -39,8 +39,8 @@ from server.listeners import bound
 from server.observability.broker_stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BrokerStats
 from server.observability.client_errors import ClientErrorLog
 from server.observability.http import MetricsHttpServer
-from server.observability.prometheus import MetricsView, RpcLatency
-from server.observability.registry import Registry
+from server.observability.prometheus import MetricsView
+from server.observability.registry import Registry, RpcLatency
 from server.observability.telemetry import Telemetry
 from server.observability.traffic import TrafficCounters
 from server.offsets_table import ConsumerOffsetManager
