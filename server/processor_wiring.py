@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from server.cluster.ha import processors as ha_processors
 from server.cluster.ha.processors import HaDeps
 from server.grpc.deps import GrpcDeps
+from server.pop.service import PopDeps
 from server.processors import (
     Registrar,
     admin,
@@ -24,9 +25,11 @@ from server.processors import (
     consumer_send_back,
     namesrv,
     offsets,
+    pop,
     pull,
     scheduled,
     send,
+    topic_group_config,
     transaction,
 )
 from server.processors.admin import AdminDeps
@@ -36,9 +39,11 @@ from server.processors.clients import ClientsDeps
 from server.processors.consumer_send_back import SendBackDeps
 from server.processors.namesrv import NamesrvDeps
 from server.processors.offsets import OffsetsDeps
+from server.processors.pop import PopProcessorDeps
 from server.processors.pull import PullDeps
 from server.processors.scheduled import ScheduledDeps
 from server.processors.send_common import SendDeps
+from server.processors.topic_group_config import TopicGroupConfigDeps
 
 if TYPE_CHECKING:
     from codec.record import MessageRecord
@@ -53,12 +58,14 @@ if TYPE_CHECKING:
     from server.observability.broker_stats import BrokerStats
     from server.observability.traffic import TrafficCounters
     from server.offsets_table import ConsumerOffsetManager
+    from server.pop.service import PopService
     from server.pull_hold import PullHoldService
     from server.put_hooks import PutHooks
     from server.rebalance_lock import RebalanceLockManager
     from server.runtime_info import RuntimeInfoView
     from server.security import Security
     from server.subscription_filter import SubscriptionFilters
+    from server.topic_attributes import TopicAttributes
     from server.topics import TopicManager
     from server.transactions import TransactionService
     from storage.message_store import MessageStore
@@ -80,6 +87,8 @@ class BrokerParts(Protocol):
     def meta(self) -> MetaStore: ...
     @property
     def topics(self) -> TopicManager: ...
+    @property
+    def topic_attributes(self) -> TopicAttributes: ...
     @property
     def groups(self) -> SubscriptionGroupTable: ...
     @property
@@ -116,6 +125,8 @@ class BrokerParts(Protocol):
     def scheduled(self) -> ScheduledBrowser | None: ...
     @property
     def transactions(self) -> TransactionService | None: ...
+    @property
+    def pop(self) -> PopService | None: ...
     @property
     def runtime_view(self) -> RuntimeInfoView | None: ...
     @property
@@ -158,7 +169,24 @@ def grpc_deps(b: BrokerParts) -> GrpcDeps:
                     offsets=b.offsets, clients=b.clients, transactions=built(b.transactions, "transactions"),
                     send=send_deps(b), put_record=b.put_record, levels=b.levels,
                     timer_enabled=b.timer_service is not None, acl=b.security.acl if b.security else None,
-                    store_host=b.store_host, filters=b.filters)
+                    store_host=b.store_host, attributes=b.topic_attributes, filters=b.filters)
+
+
+def _no_pop_channels(conn: object) -> bool:
+    return False
+
+
+def pop_deps(b: BrokerParts) -> PopDeps:
+    """Pop consumption's view of the broker (server/pop): its gRPC sessions pop when the endpoint runs."""
+    is_pop_channel = _no_pop_channels
+    if b.config.grpc_port > 0:
+        from server.grpc.telemetry import TelemetryChannel  # grpc is imported only when the endpoint runs
+
+        def is_pop_channel(conn: object) -> bool:
+            return isinstance(conn, TelemetryChannel)
+    return PopDeps(store=built(b.store, "store"), topics=b.topics, groups=b.groups, offsets=b.offsets,
+                   clients=b.clients, put_record=b.put_record, store_host=b.store_host,
+                   is_pop_channel=is_pop_channel)
 
 
 def register_processors(server: Registrar, b: BrokerParts) -> None:
@@ -174,7 +202,8 @@ def register_processors(server: Registrar, b: BrokerParts) -> None:
     consumer_send_back.register(server, send_back_deps(b))
     transaction.register(server, built(b.transactions, "transactions"))
     admin.register(server, AdminDeps(config=cfg, store=store, topics=b.topics, meta=b.meta,
-                                     runtime_info=built(b.runtime_view, "runtime_view").table, filters=b.filters))
+                                     runtime_info=built(b.runtime_view, "runtime_view").table, filters=b.filters,
+                                     attributes=b.topic_attributes))
     admin_stats.register(server, AdminStatsDeps(config=cfg, store=store, topics=b.topics, groups=b.groups,
                                                 offsets=b.offsets, clients=b.clients, meta=b.meta,
                                                 boot_ms=b.boot_ms))
@@ -185,3 +214,6 @@ def register_processors(server: Registrar, b: BrokerParts) -> None:
                                             offsets=b.offsets, clients=b.clients, stats=b.stats,
                                             delete_topic=b.delete_topic))
     scheduled.register(server, ScheduledDeps(scheduled=built(b.scheduled, "scheduled"), levels=b.levels))
+    topic_group_config.register(server, TopicGroupConfigDeps(topics=b.topics, groups=b.groups,
+                                                                  attributes=b.topic_attributes))
+    pop.register(server, PopProcessorDeps(pop=built(b.pop, "pop"), broker_name=cfg.broker_name, filters=b.filters))

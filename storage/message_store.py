@@ -45,7 +45,7 @@ from storage.index import IndexService
 from storage.index_file import IndexFile
 from storage.meta_store import DelayOffsetFile
 from storage.recovery import iter_records, recover
-from storage.replica import ReplicaAppender
+from storage.replica import DestinationListener, ReplicaAppender
 from storage.retention import Retention
 from storage.store_append import BatchAppend
 from storage.store_put import PutPath
@@ -304,6 +304,14 @@ class MessageStore:
 
     def reput(self) -> int:
         return self.replica.reput()
+
+    def add_replica_destination_listener(self, fn: DestinationListener) -> None:
+        """fn({(topic, queue_id)}) after a reput pass whose records name later destinations (storage.replica)."""
+        self.replica.destination_listeners.append(fn)
+
+    def remove_replica_destination_listener(self, fn: DestinationListener) -> None:
+        if fn in self.replica.destination_listeners:
+            self.replica.destination_listeners.remove(fn)
 
     def truncate_replica(self, offset: int) -> int:
         return self.replica.truncate_replica(offset)

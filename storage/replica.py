@@ -6,7 +6,10 @@ exactly `offset`, which must be the current CommitLog end (or anything when the 
 the first segment starts at the file boundary below `offset`). `reput()` then does what RocketMQ's
 ReputMessageService does: it walks the complete records between the reput offset and the CommitLog
 end and writes their ConsumeQueue units (SCHEDULE_TOPIC_XXXX units carry the deliver time as
-tagsCode, as on the master) and index keys, then calls the dispatch listeners once per queue.
+tagsCode, as on the master) and index keys, then calls the dispatch listeners once per queue, and the
+destination listeners with the (topic, queue) pairs the pass's records name as where they go later
+(REAL_TOPIC / REAL_QID: scheduled messages, transaction halves; a slave learns those topics before
+anything is delivered there).
 `truncate_replica(offset)` cuts the CommitLog, the ConsumeQueues and the reput offset back to
 `offset` (a former master joining the new one drops its unreplicated tail).
 
@@ -15,6 +18,8 @@ replicated appends are not affected. Storage knows nothing of who sends the byte
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import structlog
 
@@ -33,6 +38,19 @@ from storage.store_types import TagsCodeOf
 # property names, bound once for the per-message path (codec.properties.MessageConst)
 _KEYS = MessageConst.KEYS
 _UNIQ_KEY = MessageConst.UNIQ_KEY
+_REAL_TOPIC = MessageConst.REAL_TOPIC
+_REAL_QID = MessageConst.REAL_QID
+
+# fn({(topic, queue_id)}): the destinations replicated records name (REAL_TOPIC / REAL_QID: a scheduled
+# message, a transaction's half) after a reput pass that met some
+DestinationListener = Callable[[set[tuple[str, int]]], None]
+
+
+def _queue_id(value: str | None) -> int:
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0
 
 log = structlog.get_logger(__name__)
 
@@ -53,6 +71,7 @@ class ReplicaAppender:
         self.counters = counters
         self.tags_code_of = tags_code_of
         self.reput_offset = -1  # -1: the CommitLog end at the first replica call (everything before is dispatched)
+        self.destination_listeners: list[DestinationListener] = []
 
     def start_replica(self) -> int:
         """Become read-only and set the reput offset just past the last record a ConsumeQueue holds
@@ -138,6 +157,7 @@ class ReplicaAppender:
         tags_code_of = self.tags_code_of
         units: dict[tuple[str, int], QueueRun] = {}  # the units this pass adds, per queue
         index_entries = []
+        destinations: set[tuple[str, int]] = set()
         count = 0
         while off < end:
             mf = cl.queue.find(off)
@@ -176,6 +196,9 @@ class ReplicaAppender:
             ks = index_keys(props.get(_KEYS), props.get(_UNIQ_KEY))  # every topic, as a put indexes it
             if ks:
                 index_entries.append((topic, ks, off, total, store_ts))
+            real = props.get(_REAL_TOPIC)
+            if real is not None:
+                destinations.add((real, _queue_id(props.get(_REAL_QID))))
             off += total
             count += 1
         self.reput_offset = off
@@ -186,6 +209,12 @@ class ReplicaAppender:
             queues.write_units(key, run.first, run.units, run.end)
         if units and self.listeners.listeners:
             self.listeners.dispatch(units, queues.offsets)
+        if destinations:
+            for fn in self.destination_listeners:
+                try:
+                    fn(destinations)
+                except Exception as e:
+                    log.error("reput.destination_listener_failed", listener=repr(fn), error=repr(e))
         if count:
             self.counters.put_ok_total += count
         return count

@@ -18,6 +18,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.helpers.source import parse
+
 ROOT = Path(__file__).resolve().parents[1]
 OURS = ("codec", "remoting", "storage", "scheduler", "server", "client", "analytics")
 
@@ -39,7 +41,7 @@ def imported_modules(source: str, module: str, is_package: bool = False) -> Iter
     resolved, `from pkg import name` reported as `pkg.name` (name may be a module)."""
     package = module.split(".") if is_package else module.split(".")[:-1]
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

@@ -6,6 +6,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import cast
 
 from codec.codes import RETRY_PREFIX, SCHEDULE_TOPIC, ResponseCode
 
@@ -80,7 +81,8 @@ async def broker(args: BrokerPromoteArgs) -> int:
     else:
         _out(f"promoted {args.broker}: brokerRole={info.get('brokerRole')} brokerId={info.get('brokerId')} "
              f"epoch={info.get('epoch')} epochStartOffset={info.get('epochStartOffset')} "
-             f"syncedProgressAgeMs={info.get('syncedProgressAgeMs')} tookMs={info.get('tookMs')}")
+             f"syncedProgressAgeMs={info.get('syncedProgressAgeMs')} tookMs={info.get('tookMs')} "
+             f"learnedTopics={','.join(str(t) for t in cast(list[object], info.get('learnedTopics') or [])) or '-'}")
     return 0
 
 

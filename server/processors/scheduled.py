@@ -6,7 +6,7 @@ that delay level), `timers` ("true": only timers), `levels` ("true": only delay 
 (from the previous page). Response body JSON: `{"rows": [{msgId, uniqKey, topic, tags, keys, kind
 ("level"|"timer"), level, dueMs, storeMs, bornMs}], "cursor": str|null, "scanned": n}`; a null cursor
 means there is nothing more. Delay levels come first (level order, due order within a level), then
-timers (slot order). ACL: SUB on `topic`, or on SCHEDULE_TOPIC_XXXX when no topic is given.
+timers (slot order). ACL: SUB on `topic`; without a topic the page lists every tenant's messages: admin.
 
 DELAYMQ_CANCEL_SCHEDULED (3112), header `uniqKey`: the pending message with that UNIQ_KEY is cancelled
 (a delay-level one is skipped at delivery, a timer gets its wheel's cancel marker). Response code 0

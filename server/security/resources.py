@@ -11,6 +11,7 @@ Kinds: topic, group, cluster. Actions: PUB, SUB, CREATE, UPDATE, DELETE, GET, LI
   "@lock"                   a LOCK/UNLOCK_BATCH_MQ body: its consumerGroup (group) / its queues' topics
   "@heartbeat"              a HEART_BEAT body: each consumer group (group) / each subscribed topic
   "@checkclient"            a CHECK_CLIENT_CONFIG body: its group
+  "@batchack"               a BATCH_ACK_MESSAGE body: each ack's consumerGroup (group) / topic (topic)
   "-"                       nothing named (cluster rows; and rows that need only a signed account)
 A topic named %RETRY%<g> or %DLQ%<g> is group <g>'s: it is checked as that group (`topic_or_group`).
 How the grants map onto a plain_acl.yml account is `server.security.acl` (the module docstring there).
@@ -28,7 +29,8 @@ from enum import StrEnum
 
 from codec.bodies import decode_lock_batch_request, parse_heartbeat
 from codec.buffers import Body
-from codec.codes import DLQ_PREFIX, RETRY_PREFIX, SCHEDULE_TOPIC, RequestCode, SendMessageRequestHeaderV2
+from codec.codes import DLQ_PREFIX, RETRY_PREFIX, RequestCode, SendMessageRequestHeaderV2
+from codec.pop_receipt import decode_batch_ack
 
 
 class Kind(StrEnum):
@@ -92,11 +94,20 @@ REMOTING: Mapping[int, Rule] = {
     RC.SEND_MESSAGE: SEND, RC.SEND_MESSAGE_V2: SEND, RC.SEND_BATCH_MESSAGE: SEND,
     RC.SEND_REPLY_MESSAGE: SEND, RC.SEND_REPLY_MESSAGE_V2: SEND,
     RC.PULL_MESSAGE: _r(Grant(T, SUB, "topic"), Grant(G, SUB, "consumerGroup")),
+    # pop consumption (server/processors/pop.py): the topic and the group, as PULL_MESSAGE
+    **{code: _r(Grant(T, SUB, "topic"), Grant(G, SUB, "consumerGroup"))
+       for code in (RC.POP_MESSAGE, RC.ACK_MESSAGE, RC.CHANGE_MESSAGE_INVISIBLETIME, RC.PEEK_MESSAGE,
+                    RC.NOTIFICATION, RC.POLLING_INFO)},
+    RC.GET_TOPIC_CONFIG: _r(Grant(T, GET, "topic")),
+    RC.GET_SUBSCRIPTIONGROUP_CONFIG: _r(Grant(G, GET, "group")),
+    RC.BATCH_ACK_MESSAGE: _r(Grant(T, SUB, "@batchack"), Grant(G, SUB, "@batchack")),
     RC.QUERY_MESSAGE: _r(Grant(T, SUB, "topic")),
     RC.VIEW_MESSAGE_BY_ID: _r(Grant(T, SUB, "@record:offset")),
     RC.CONSUMER_SEND_MSG_BACK: _r(Grant(G, SUB, "group"), Grant(T, SUB, "@record:offset")),
     RC.END_TRANSACTION: _r(Grant(T, PUB, "@record:commitLogOffset")),
-    RC.DELAYMQ_QUERY_SCHEDULED: _r(Grant(T, SUB, "topic", optional=True)),  # absent: SCHEDULE_TOPIC_XXXX
+    # with a topic: SUB on it (the page holds that topic's messages only); without one the page lists every
+    # tenant's pending messages: cluster LIST (admin)
+    RC.DELAYMQ_QUERY_SCHEDULED: _r(Grant(T, SUB, "topic", optional=True)),
     RC.DELAYMQ_CANCEL_SCHEDULED: _r(Grant(T, DELETE), admin=True),
     # ---- offsets and queue positions -------------------------------------------------------------------
     RC.QUERY_CONSUMER_OFFSET: GROUP_TOPIC_GET,
@@ -160,6 +171,15 @@ REMOTING: Mapping[int, Rule] = {
     RC.GET_SCHEDULER_PROGRESS: _cluster(GET), RC.GET_HA_EPOCH: _cluster(GET),
     RC.GET_BROKER_CONFIG: _cluster(GET, admin=True), RC.UPDATE_BROKER_CONFIG: _cluster(UPDATE, admin=True),
     RC.PROMOTE_BROKER: _cluster(UPDATE, admin=True),
+    # controller mode (RIP-44): the controller's own protocol; a broker serves only the role change the
+    # controller orders (and the epoch cache mqadmin reads): operators and controllers, never tenants
+    RC.NOTIFY_BROKER_ROLE_CHANGED: _cluster(UPDATE, admin=True), RC.GET_BROKER_EPOCH_CACHE: _cluster(GET),
+    RC.BROKER_HEARTBEAT: _cluster(UPDATE), RC.CONTROLLER_REGISTER_BROKER: _cluster(UPDATE),
+    RC.CONTROLLER_GET_NEXT_BROKER_ID: _cluster(UPDATE), RC.CONTROLLER_APPLY_BROKER_ID: _cluster(UPDATE),
+    RC.CONTROLLER_ALTER_SYNC_STATE_SET: _cluster(UPDATE), RC.CONTROLLER_ELECT_MASTER: _cluster(UPDATE, admin=True),
+    RC.CONTROLLER_GET_REPLICA_INFO: _cluster(GET), RC.CONTROLLER_GET_METADATA_INFO: _cluster(GET),
+    RC.CONTROLLER_GET_SYNC_STATE_DATA: _cluster(GET), RC.GET_CONTROLLER_CONFIG: _cluster(GET, admin=True),
+    RC.UPDATE_CONTROLLER_CONFIG: _cluster(UPDATE, admin=True), RC.CLEAN_BROKER_DATA: _cluster(DELETE, admin=True),
     RC.TRIGGER_DELETE_FILES: _cluster(DELETE), RC.CLEAN_EXPIRED_CONSUMEQUEUE: _cluster(DELETE),
     RC.CLEAN_UNUSED_TOPIC: _cluster(DELETE),
     RC.REGISTER_FILTER_SERVER: _cluster(UPDATE), RC.REGISTER_MESSAGE_FILTER_CLASS: _cluster(UPDATE),
@@ -251,6 +271,9 @@ def _names(source: str, kind: Kind, code: int, ext: Mapping[str, str], body: Bod
         if kind is G:
             return [c.group_name for c in consumers]
         return sorted({s.topic for c in consumers for s in c.subscriptions if s.topic})
+    if source == "@batchack":
+        acks = decode_batch_ack(_json_body(body))[1]
+        return sorted({a.consumer_group if kind is G else a.topic for a in acks})
     if source == "@checkclient":
         try:
             data = json.loads(_json_body(body) or b"{}")
@@ -279,7 +302,8 @@ def remoting_needs(code: int, ext: Mapping[str, str], body: Body, lookups: Looku
         names = _names(g.source, g.kind, code, ext, body, lookups)
         assert names is not None
         if code == RC.DELAYMQ_QUERY_SCHEDULED and not names[0]:
-            names = [SCHEDULE_TOPIC]
+            out.append(Need(C, LIST))
+            continue
         for name in names:
             if not name and g.optional:
                 continue

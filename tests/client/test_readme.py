@@ -25,7 +25,7 @@ from tests.helpers.broker import REPO_ROOT, pick_port_pair, pick_port_with_grpc
 from tests.helpers.checks import present
 
 README = REPO_ROOT / "README.md"
-MARKED = {"cpp", "rmq5-python", "node", "cli", "cluster"}
+MARKED = {"cpp", "rmq5-python", "node", "cli", "cluster", "failover"}
 ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TZ": "UTC"}
 
 pytestmark = pytest.mark.process
@@ -140,3 +140,24 @@ def test_cluster_recipe(tmp_path):
     for name, port in (("broker-a", a), ("broker-b", b)):
         out = (tmp_path / f"{name}.out").read_text()
         assert f"delaymq broker ready on 127.0.0.1:{port}" in out
+
+
+def test_failover_walk_through(tmp_path):
+    """The master/slave walk-through: a SYNC_MASTER acks 1,000 delay-level-3 sends (a new topic, auto-created
+    by them), is killed with -9 within the slave's 10 s topic-sync interval, the slave is promoted, and a
+    consumer through the name server gets all 1,000 from it (the slave learned the topic from the replicated
+    records; without that the consumer got code 17 and the block hung); the old master rejoins as a slave.
+    Each `until` has the run's 240 s bound, the consumer its --idle-timeout; `kill %1 %3 %4` stops what is
+    left (the test adds `wait`)."""
+    ns, m, s = pick_port_pair(), pick_port_with_grpc(), pick_port_with_grpc()
+    block = substitute(readme_blocks()["failover"], {"9876": str(ns), "10911": str(m), "10921": str(s)})
+    (tmp_path / ".venv").symlink_to(REPO_ROOT / ".venv")
+    r = run(["bash", "-e", "-c", block + "\nwait\n"], tmp_path, 240, tmp_path)
+    logs = "".join(f"\n--- {n}:\n" + (tmp_path / n).read_text()[-2000:]
+                   for n in ("m.log", "s.log", "m2.log") if (tmp_path / n).exists())
+    assert r.returncode == 0, f"{r.stdout[-2000:]}\n{r.stderr[-3000:]}{logs}"
+    out = r.stdout.split()
+    assert out[0] == "1000", r.stdout  # produce: 1000 SEND_OK (each on the slave too)
+    assert f"promoted 127.0.0.1:{s}: brokerRole=ASYNC_MASTER brokerId=0" in r.stdout, r.stdout
+    assert "1000" in out[1:], r.stdout  # consume: every acknowledged message, from the promoted slave
+    assert out[-1] == "ha.rejoin", r.stdout

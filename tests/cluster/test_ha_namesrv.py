@@ -5,6 +5,7 @@ back as its slave (found through the name server) and cuts its unreplicated tail
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -13,15 +14,20 @@ import pytest
 from tests.helpers import wire
 from tests.helpers.broker import REPO_ROOT, BrokerProcess
 from tests.helpers.cluster import cluster_brokers, topic_route, wait_until
+from tests.server.helpers import pull_ext
+from tests.server.raw import decode_records
 
 from .test_ha_replication import ha_port_pair
 
 SEND_V2 = 310
+PULL_MESSAGE = 11
+TOPIC_NOT_EXIST = 17
 
 
-def send(addr: str, topic: str, body: bytes, qid: int = 0) -> wire.Reply:
+def send(addr: str, topic: str, body: bytes, qid: int = 0, delay_level: int = 0) -> wire.Reply:
+    props = "WAIT\x01true\x02" + (f"DELAY\x01{delay_level}\x02" if delay_level else "")
     ext = {"a": "PG", "b": topic, "c": "TBW102", "d": "4", "e": str(qid), "f": "0", "g": "0", "h": "0",
-           "i": "WAIT\x01true\x02", "j": "0", "k": "false"}
+           "i": props, "j": "0", "k": "false"}
     return wire.invoke(addr, SEND_V2, ext, body)
 
 
@@ -43,7 +49,7 @@ def test_three_process_cluster_failover_through_the_name_server(namesrv_factory,
         for i in range(10):
             assert send(master.addr, "Nt", b"m%d" % i).code == 0
         master.kill()
-        wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"1": slave.addr}, 10,
+        wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"1": slave.addr}, 30,
                    "the dead master out of the route", ns.diagnostics)
         assert topic_route(ns.addr, "Nt")["queueDatas"]  # the slave keeps the topic routable for consumers
         assert wire.max_offset(slave.addr, "Nt", 0) == 11
@@ -68,6 +74,78 @@ def test_three_process_cluster_failover_through_the_name_server(namesrv_factory,
         master.kill()
 
 
+def pull_all(addr: str, group: str, topic: str, queues: int) -> list[bytes]:
+    """Every body in the topic's queues, pulled from offset 0 (raises on TOPIC_NOT_EXIST)."""
+    bodies = []
+    for q in range(queues):
+        offset = 0
+        while True:
+            r = wire.invoke(addr, PULL_MESSAGE, pull_ext(group, topic, q, offset))
+            assert r.code != TOPIC_NOT_EXIST, r.remark
+            if r.code != 0:
+                break
+            bodies += [m["body"] for m in decode_records(r.body)]
+            offset = int(r.ext["nextBeginOffset"])
+    return bodies
+
+
+@pytest.mark.process
+def test_promoted_slave_knows_a_topic_created_after_the_last_metadata_sync(namesrv_factory, tmp_path):
+    """Issue 25 item 4 (no silent gaps): a topic auto-created on the master by a send, the master killed
+    long before the slave's next metadata sync (slaveSynchronizeIntervalMs = 10 min; the first sync runs
+    3 s after start). The slave learned the topic from the replicated records, so it is routable and
+    readable there, and after `promote` a consumer reads every acknowledged message from it."""
+    ns = namesrv_factory()
+    common = {"namesrvAddr": ns.addr, "brokerName": "broker-a", "mappedFileSizeCommitLog": 8 << 20,
+              "slaveSynchronizeIntervalMs": 600000}
+    mport, sport = ha_port_pair(), ha_port_pair()
+    master = BrokerProcess(tmp_path / "m", {**common, "brokerRole": "SYNC_MASTER"}, port=mport).start()
+    master.create_topic("Synced", 1)  # never written to: only a metadata sync can teach it to the slave
+    master.create_topic("Warm", 1)
+    slave = BrokerProcess(tmp_path / "s", {**common, "brokerRole": "SLAVE", "brokerId": 1}, port=sport).start()
+    try:
+        wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"0": master.addr, "1": slave.addr}, 15,
+                   "master and slave registered", ns.diagnostics)
+        wait_until(lambda: send(master.addr, "Warm", b"warm").code == 0, 15, "a slave acking", slave.diagnostics)
+        wait_until(lambda: wire.invoke(slave.addr, PULL_MESSAGE, pull_ext("G", "Synced", 0, 0)).code
+                   != TOPIC_NOT_EXIST, 15, "the slave's first metadata sync", slave.diagnostics)
+        sent = []
+        for i in range(40):  # "Orders" is auto-created by the first send (TBW102, 4 queues)
+            body = b"order-%d" % i
+            r = send(master.addr, "Orders", body, qid=i % 4)
+            assert r.code == 0, (r.code, r.remark)  # SYNC_MASTER: the slave holds it
+            sent.append(body)
+        # delay level 1 to another new topic: only SCHEDULE_TOPIC_XXXX records are replicated, which
+        # name "Later" as their destination
+        later = [b"later-%d" % i for i in range(8)]
+        for i, body in enumerate(later):
+            r = send(master.addr, "Later", body, qid=i % 4, delay_level=1)
+            assert r.code == 0, (r.code, r.remark)
+        # before any failover the slave serves the topics (a consumer reading from it while the master lives)
+        assert sorted(pull_all(slave.addr, "G0", "Orders", 4)) == sorted(sent)
+        pull_all(slave.addr, "G0", "Later", 4)  # known: no TOPIC_NOT_EXIST
+        master.kill()
+        wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"1": slave.addr}, 10,
+                   "the dead master out of the route", ns.diagnostics)
+        # the slave registered the learned topic: consumers find it there through the name server
+        assert topic_route(ns.addr, "Orders")["brokerDatas"][0]["brokerAddrs"] == {"1": slave.addr}
+
+        p = subprocess.run([sys.executable, "-m", "client.cli", "broker", "promote", "-n", ns.addr,
+                            "-b", slave.addr, "--output", "json"], cwd=REPO_ROOT, capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert {"Orders", "Later"} <= set(json.loads(p.stdout)["learnedTopics"])
+        assert sorted(pull_all(slave.addr, "G1", "Orders", 4)) == sorted(sent)
+        # the promoted slave delivers the scheduled messages (1 s after their send) to "Later"
+        wait_until(lambda: sorted(pull_all(slave.addr, "G1", "Later", 4)) == sorted(later), 20,
+                   "the delay-level messages delivered by the promoted slave", slave.diagnostics)
+        assert topic_route(ns.addr, "Orders")["brokerDatas"][0]["brokerAddrs"] == {"0": slave.addr}
+        assert send(slave.addr, "Orders", b"after").code == 0
+    finally:
+        slave.stop()
+        master.kill()
+
+
 @pytest.mark.java
 def test_java_client_reads_from_the_slave_then_uses_the_promoted_master(namesrv_factory, java_client, tmp_path):
     """The stock Java 4.9.7 client through delaymq-namesrv: SEND_OK from a SYNC_MASTER; with the master
@@ -86,7 +164,7 @@ def test_java_client_reads_from_the_slave_then_uses_the_promoted_master(namesrv_
         wait_until(lambda: send(master.addr, "Jt", b"warm").code == 0, 15, "a slave acking", slave.diagnostics)
         sent = java_client.produce(ns, "Jt", 20, "before")
         master.kill()
-        wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"1": slave.addr}, 10, "master gone")
+        wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"1": slave.addr}, 30, "master gone")
         got = java_client.consume(ns, "Jt", "JG", 21, 40)
         assert {r["body"] for r in got} >= {s["body"] for s in sent}
         p = subprocess.run([sys.executable, "-m", "client.cli", "broker", "promote", "-n", ns.addr,

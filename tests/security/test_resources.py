@@ -60,6 +60,11 @@ def test_low_privilege_account_needs():
     assert allowed(low, Need(Kind.GROUP, Action.UPDATE, "GID_mine"))
     assert not allowed(low, Need(Kind.GROUP, Action.SUB, "victim"))
     assert not allowed(low, Need(Kind.CLUSTER, Action.LIST))
+    # the scheduled-message listing: one topic's page needs SUB on it; the all-tenant page needs admin
+    assert remoting_needs(3111, {"topic": "Mine"}, b"", Lookups()) == [Need(Kind.TOPIC, Action.SUB, "Mine")]
+    assert remoting_needs(3111, {}, b"", Lookups()) == [Need(Kind.CLUSTER, Action.LIST)]
+    with pytest.raises(AclDenied, match="needs admin"):
+        PlainAclValidator.check_perm(ACCOUNTS["lowPriv001"], 3111, {}, b"")
     # 36 names a record: SUB on its topic
     lookups = Lookups(record_topic=lambda off: "Secret" if off == 7 else None)
     with pytest.raises(AclDenied, match="No SUB permission for topic=Secret"):

@@ -105,3 +105,34 @@ def test_a_slave_asks_for_its_next_segment_ahead_as_the_master_does(tmp_path):
     assert bytes(present(slave.replica_data(SEG, 100))) == bytes(present(master.replica_data(SEG, 100)))
     master.close()
     slave.close()
+
+
+def test_reput_reports_where_replicated_records_go_later(tmp_path):
+    """The replica destination listeners get the (REAL_TOPIC, REAL_QID) pairs of a reput pass's records
+    (a slave learns those topics before a delivery there); a record without REAL_TOPIC names none, a
+    listener that raises does not stop the reput."""
+    master, slave = open_store(tmp_path / "m"), open_store(tmp_path / "s", tags_code_of=schedule_rule)
+    slave.start_replica()
+    passes: list[set[tuple[str, int]]] = []
+
+    def broken(dests: set[tuple[str, int]]) -> None:
+        raise RuntimeError("a listener's bug")
+
+    slave.add_replica_destination_listener(broken)
+    slave.add_replica_destination_listener(passes.append)
+    for topic, props in (("SCHEDULE_TOPIC_XXXX", {"DELAY": "1", "REAL_TOPIC": "Later", "REAL_QID": "5"}),
+                         ("SCHEDULE_TOPIC_XXXX", {"DELAY": "2", "REAL_TOPIC": "%RETRY%G", "REAL_QID": "x"}),
+                         ("Plain", {})):
+        [r] = master.put([request(topic, 0, b"m", props=props)])
+        assert r.status is PutStatus.PUT_OK
+    off = slave.append_replica(0, bytes(present(master.replica_data(0, 1 << 20))))
+    assert off == master.commitlog_max_offset()
+    assert slave.reput() == 3
+    assert passes == [{("Later", 5), ("%RETRY%G", 0)}]
+    assert slave.max_offset("Plain", 0) == 1  # the reput went on past the failing listener
+    slave.remove_replica_destination_listener(passes.append)
+    [r] = master.put([request("SCHEDULE_TOPIC_XXXX", 0, b"m", props={"DELAY": "1", "REAL_TOPIC": "Y"})])
+    slave.append_replica(off, bytes(present(master.replica_data(off, 1 << 20))))
+    assert slave.reput() == 1 and passes == [{("Later", 5), ("%RETRY%G", 0)}]
+    master.close()
+    slave.close()

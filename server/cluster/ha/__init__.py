@@ -18,6 +18,8 @@ Keys: `brokerRole` (ASYNC_MASTER | SYNC_MASTER | SLAVE), `brokerId` (0 master, >
   haSlaveFallbehindMax bytes behind -> SLAVE_NOT_AVAILABLE; no ack within slaveTimeout -> FLUSH_SLAVE_TIMEOUT (stored either way).
 - `sync.SlaveSynchronize`: the master's tables and its scheduler progress (`scheduler.progress`), adopted
   only once the slave's CommitLog holds everything the record claims.
+- `learned.ReplicatedTopics`: a topic (or queue) a replicated record lands in or names as its REAL_TOPIC,
+  unknown until the next metadata sync, is created at once (a promoted slave serves every topic it holds).
 - A slave delivers nothing: delay levels and transaction check-backs do not start, and the timer wheel
   only follows (`scheduler.timer.follow.Follower`), linking each unit into the slot the master used.
 - `service.ReplicaRole.promote()` (PROMOTE_BROKER 3101, `delaymq broker promote -b ADDR`) makes a slave the

@@ -30,6 +30,7 @@ from codec.codes import ResponseCode
 from codec.command import RemotingCommand
 from remoting.client import RemotingClient
 from scheduler.progress import SchedulerProgress
+from server.cluster.ha.learned import ReplicatedTopics
 from server.cluster.ha.master import HAService, HAServiceStats
 from server.cluster.ha.replica_services import ReplicaServices
 from server.cluster.ha.slave import HAClient, HAClientStats
@@ -72,6 +73,7 @@ class ReplicaRole:
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
         self.sync: SlaveSynchronize | None = None
+        self.learned: ReplicatedTopics | None = None  # a slave's topics learned from replicated records
         self._client: RemotingClient | None = None  # prepare()
         self.master_addr_from_ns: str | None = None  # RegisterBrokerResult.masterAddr
         self.ha_addr_from_ns: str | None = None  # RegisterBrokerResult.haServerAddr
@@ -260,7 +262,11 @@ class ReplicaRole:
     def _start_slave(self) -> None:
         b, cfg = self.services, self.config
         self.ha_client = HAClient(self.store, cfg, self.master_ha_addr)
-        self.sync = SlaveSynchronize(cfg, self.store, b, self.client, self.master_broker_addr)
+        # a topic whose records arrive before the next metadata sync is known at once (learned.py)
+        self.learned = ReplicatedTopics(b.topics, b.topics.default_queue_nums)
+        self.store.add_dispatch_listener(self.learned.on_dispatch)
+        self.store.add_replica_destination_listener(self.learned.on_destinations)
+        self.sync = SlaveSynchronize(cfg, self.store, b, self.client, self.master_broker_addr, self.learned)
         self.ha_client.on_applied.append(self.sync.try_adopt)
         if b.timer_service is not None:
             b.timer_service.start_follower()
@@ -337,7 +343,12 @@ class ReplicaRole:
         if self.sync is not None and self.sync.pending is not None:
             self.sync.try_adopt(self.store.commitlog_max_offset())
         synced = self.sync.progress if self.sync is not None else None
-        self.store.stop_replica()
+        self.store.stop_replica()  # its last reput still teaches topics (learned.py)
+        learned = sorted(self.learned.learned) if self.learned is not None else []
+        if self.learned is not None:
+            self.store.remove_dispatch_listener(self.learned.on_dispatch)
+            self.store.remove_replica_destination_listener(self.learned.on_destinations)
+            self.learned = None
         self.epoch += 1
         self.epoch_start = self.store.commitlog_max_offset()
         self.save_epoch()
@@ -364,6 +375,7 @@ class ReplicaRole:
                 "timerReadMs": synced.timer.read_ms if synced and synced.timer else -1,
                 "timerSlotMs": synced.timer.slot_ms if synced and synced.timer else -1,
                 "timerPutInSlot": synced.timer.put_in_slot if synced and synced.timer else -1,
+                "learnedTopics": learned,  # known from replicated records only, not yet from a sync
                 "tookMs": round((time.monotonic() - t0) * 1000, 2)}
         log.warning("ha.promoted", **info)
         return info

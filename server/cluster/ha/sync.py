@@ -44,6 +44,7 @@ from storage.topic_config import TopicConfig
 
 if TYPE_CHECKING:
     from remoting.client import RemotingClient
+    from server.cluster.ha.learned import ReplicatedTopics
     from server.cluster.ha.replica_services import ReplicaServices
     from server.config import BrokerConfig
     from storage.message_store import MessageStore
@@ -68,8 +69,9 @@ TIMER_CHECK = struct.Struct(">qqqq")  # lastReadTimeMs, lastTimerLogFlushPos, la
 
 class SlaveSynchronize:
     def __init__(self, config: BrokerConfig, store: MessageStore, services: ReplicaServices, client: RemotingClient,
-                 master_addr: Callable[[], str | None]) -> None:
+                 master_addr: Callable[[], str | None], learned: ReplicatedTopics | None = None) -> None:
         self.config = config
+        self.learned = learned  # topics learned from replicated records since the last sync
         self.store = store
         self.services = services
         self.client = client
@@ -94,10 +96,13 @@ class SlaveSynchronize:
         host, _, port = addr.rpartition(":")
         vip = f"{host}:{int(port) - 2}"
         b = self.services
+        learned_before = self.learned.seq if self.learned is not None else 0
         body = await self._get(vip, RC.GET_ALL_TOPIC_CONFIG)
         if body is not None:
             table = decode_table(body, "topicConfigTable")
             await b.topics.table.replace_all({n: TopicConfig.from_json(n, d) for n, d in table.items()})
+            if self.learned is not None:  # what replication taught since the request was sent stays
+                self.learned.after_sync(set(table), learned_before)
         body = await self._get(addr, RC.GET_ALL_CONSUMER_OFFSET)
         if body is not None:
             doc = loads_lenient(body)
