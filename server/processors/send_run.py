@@ -41,7 +41,7 @@ from server.processors.send_common import (
 if TYPE_CHECKING:
     from remoting.connection import Connection
     from server.headers import SendMessageHeader
-    from server.processors.send import SendConn, SendDeps
+    from server.processors.send_common import SendConn, SendDeps
 
 log = structlog.get_logger(__name__)
 
