@@ -4,11 +4,14 @@
 async). `start()` starts them in order; `stop()` stops the started ones in reverse order, each step on
 its own: a step that fails is logged (`broker.shutdown_step_failed`, naming it) and the next one still
 runs, so a full disk or a stuck service never keeps the rest (the store's flush, the lock) from closing.
+A step that does not finish within `stop_timeout_s` is abandoned the same way (`broker.shutdown_step_timed_out`):
+SIGTERM always ends the process.
 A start that fails half-way leaves exactly the components before it to `stop()`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -36,7 +39,8 @@ async def _run(step: Step) -> None:
 class Lifecycle:
     """Components started in the order they were added, stopped in reverse."""
 
-    def __init__(self) -> None:
+    def __init__(self, stop_timeout_s: float = 60.0) -> None:
+        self.stop_timeout_s = stop_timeout_s
         self.components: list[Component] = []
         self._started: list[Component] = []
 
@@ -62,7 +66,10 @@ class Lifecycle:
             c = self._started.pop()
             if c.stop is None:
                 continue
+            log.info("broker.shutdown_step", step=c.name)
             try:
-                await _run(c.stop)
+                await asyncio.wait_for(_run(c.stop), self.stop_timeout_s)
+            except TimeoutError:
+                log.error("broker.shutdown_step_timed_out", step=c.name, timeout_s=self.stop_timeout_s)
             except Exception as e:
                 log.error("broker.shutdown_step_failed", step=c.name, error=repr(e))

@@ -33,6 +33,20 @@ async def test_start_in_order_stop_in_reverse_each_step_on_its_own():
         life.add("a")
 
 
+async def test_a_stop_that_never_finishes_is_abandoned_and_the_rest_still_stop():
+    import asyncio
+
+    calls: list[str] = []
+    stuck = asyncio.Event()  # never set: a service whose stop hangs
+
+    life = Lifecycle(stop_timeout_s=0.2)
+    life.add("store", stop=lambda: calls.append("-store"))
+    life.add("hung", stop=stuck.wait)
+    await life.start()
+    await life.stop()
+    assert calls == ["-store"] and life.started == []
+
+
 async def test_a_start_that_fails_leaves_only_the_ones_before_it_to_stop():
     calls: list[str] = []
 
