@@ -12,7 +12,7 @@ DEFAULT_GRPC_PORT = 8081
 
 @dataclass(frozen=True, slots=True)
 class ProxyConfig:
-    namesrv_addr: str  # namesrvAddr: "host:port[;host:port]"
+    namesrv_addr: str = ""  # namesrvAddr: "host:port[;host:port]" (required)
     grpc_port: int = DEFAULT_GRPC_PORT  # grpcServerPort (Apache's proxy key)
     listen_host: str = "0.0.0.0"  # listenHost
     timer_wheel_enable: bool = True  # the brokers' timerWheelEnable: a delivery time goes as TIMER_DELIVER_MS
@@ -65,14 +65,14 @@ def load_proxy_config(path: str | None, overrides: Mapping[str, str | int | None
                 raise ValueError(f"--config: line {line!r} is not key=value")
             raw[k.strip()] = v
     raw.update({k: str(v) for k, v in overrides.items() if v is not None})
-    defaults = ProxyConfig(namesrv_addr="")
+    defaults = ProxyConfig()
     kwargs: dict[str, object] = {}
     for key, text in raw.items():
         attr = _KEYS.get(key)
         if attr is None:
             raise ValueError(f"{key}: unknown key (known: {', '.join(_KEYS)})")
         kwargs[attr] = _value(key, text, getattr(defaults, attr))
-    cfg = ProxyConfig(**kwargs)  # type: ignore[arg-type]
+    cfg = ProxyConfig(**kwargs)  # type: ignore[arg-type]  # values typed by _value from the defaults
     if not cfg.namesrv_addrs:
         raise ValueError("namesrvAddr: no name server given (--namesrv ADDR)")
     if not 0 <= cfg.grpc_port <= 65535:

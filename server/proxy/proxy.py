@@ -9,7 +9,7 @@ import structlog
 from remoting.client import RemotingClient
 from server.grpc.endpoint import MAX_MESSAGE_BYTES
 from server.grpc.v2 import service_pb2_grpc as sgrpc
-from server.listeners import ListenError
+from server.listeners import Listener, ListenError, probe
 from server.proxy.brokers import RemoteBrokers
 from server.proxy.config import ProxyConfig
 from server.proxy.routes import NameServerRoutes
@@ -32,6 +32,7 @@ class Proxy:
 
     async def start(self) -> None:
         cfg = self.cfg
+        probe([Listener("grpcServerPort", cfg.listen_host, cfg.grpc_port, "gRPC (5.x clients)")])  # one line, before grpc logs its own
         # SO_REUSEPORT off: a second proxy on a taken port must fail, not silently share it
         self.server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

@@ -7,15 +7,20 @@ lists: it carries on through the other with nothing acknowledged lost (pop state
 from __future__ import annotations
 
 import asyncio
+import socket
+import subprocess
 import sys
 from dataclasses import dataclass
 
 import pytest
 
+from server.grpc.v2 import definition_pb2 as pb
+from server.grpc.v2 import service_pb2 as spb
 from tests.grpc.conftest import uniq
+from tests.grpc.raw import RawClient
 from tests.grpc.test_apache_proxy import prepare
 from tests.helpers import wire
-from tests.helpers.broker import pick_port_pair
+from tests.helpers.broker import REPO_ROOT, pick_port_pair
 from tests.helpers.cluster import NamesrvProcess, route_brokers, wait_until
 
 pytestmark = [pytest.mark.process, pytest.mark.interop]
@@ -117,3 +122,49 @@ def test_kill_9_of_one_of_two_proxies_the_client_continues_through_the_other(clu
     sent = {e["id"] for e in first.of("sent")} | {e["id"] for e in second.of("sent")}
     assert len(sent) == 10
     assert {e["id"] for e in c.of("acked")} == sent  # every message acknowledged, none lost
+
+
+def test_routes_name_the_proxy_and_unserved_rpcs_answer_not_implemented(cluster, agents):
+    topic, group = topic_on_both(cluster)
+    _, addr = start_proxy(agents, cluster)
+    host, port = addr.rsplit(":", 1)
+
+    async def probe() -> None:
+        c = RawClient(addr)
+        try:
+            r = await c.stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=10)
+            assert r.status.code == pb.OK, r.status
+            assert {q.broker.name for q in r.message_queues} == {"proxied-a", "proxied-b"}
+            assert {(a.host, a.port) for q in r.message_queues for a in q.broker.endpoints.addresses} \
+                == {(host, int(port))}
+            missing = await c.stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=uniq("None"))), timeout=10)
+            assert missing.status.code == pb.TOPIC_NOT_FOUND, missing.status
+            end = await c.stub.EndTransaction(spb.EndTransactionRequest(topic=pb.Resource(name=topic)), timeout=10)
+            assert end.status.code == pb.NOT_IMPLEMENTED and "delaymq-proxy" in end.status.message
+            off = await c.stub.QueryOffset(spb.QueryOffsetRequest(), timeout=10)
+            assert off.status.code == pb.NOT_IMPLEMENTED
+            ack = await c.stub.AckMessage(spb.AckMessageRequest(
+                topic=pb.Resource(name=topic), group=pb.Resource(name=group),
+                entries=[spb.AckMessageEntry(message_id="x", receipt_handle="not a receipt")]), timeout=10)
+            assert ack.status.code == pb.INVALID_RECEIPT_HANDLE, ack.status
+        finally:
+            await c.close()
+    asyncio.run(probe())
+
+
+def test_a_taken_port_or_a_missing_name_server_stops_the_proxy_with_one_line_naming_the_key(tmp_path):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        taken = subprocess.run([sys.executable, "-m", "server.proxy", "--namesrv", "127.0.0.1:9", "--grpc-port",
+                                str(port), "--host", "127.0.0.1"], cwd=REPO_ROOT, capture_output=True, timeout=60,
+                               text=True)
+    assert taken.returncode == 1, taken.stderr
+    [line] = taken.stderr.strip().splitlines()
+    assert "grpcServerPort" in line and "Traceback" not in taken.stderr
+    bad = subprocess.run([sys.executable, "-m", "server.proxy", "--grpc-port", "0"], cwd=REPO_ROOT,
+                         capture_output=True, timeout=60, text=True)
+    assert bad.returncode == 2, bad.stderr
+    [line] = bad.stderr.strip().splitlines()
+    assert "namesrvAddr" in line
