@@ -28,7 +28,8 @@ from scheduler.levels import parse_delay_levels
 from scheduler.timer import TimerMessageStore
 from server.client_manager import ClientManager
 from server.cluster.controller.replicas import ReplicasManager
-from server.cluster.ha.service import ReplicaRole, ReplicaServices
+from server.cluster.ha.replica_services import ReplicaServices
+from server.cluster.ha.service import ReplicaRole
 from server.cluster.namesrv.kv_config import KVConfigManager
 from server.cluster.registration import BrokerRegistrar
 from server.config import BrokerConfig
@@ -38,8 +39,8 @@ from server.listeners import bound
 from server.observability.broker_stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BrokerStats
 from server.observability.client_errors import ClientErrorLog
 from server.observability.http import MetricsHttpServer
-from server.observability.prometheus import MetricsView, RpcLatency
-from server.observability.registry import Registry
+from server.observability.prometheus import MetricsView
+from server.observability.registry import Registry, RpcLatency
 from server.observability.telemetry import Telemetry
 from server.observability.traffic import TrafficCounters
 from server.offsets_table import ConsumerOffsetManager

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from server.client_manager import ClientManager
     from server.config import BrokerConfig
     from server.offsets_table import ConsumerOffsetManager
-    from server.processors.send import SendDeps
+    from server.processors.send_common import SendDeps
     from server.security.acl import PlainAclValidator
     from server.subscription_filter import SubscriptionFilters
     from server.topic_attributes import TopicAttributes

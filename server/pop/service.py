@@ -506,4 +506,10 @@ class PopService:
     def stats(self) -> dict[str, int]:
         return {"grpcPopQueues": len(self.state.queues),
                 "grpcPopInflight": sum(len(q.inflight) for q in self.state.queues.values()),
-                "grpcPopDlq": self.dlq_total}
+                "grpcPopDlq": self.dlq_total,
+                "grpcLongPollParked": self.parked}
+
+    @property
+    def parked(self) -> int:
+        """ReceiveMessage / PullMessage calls parked now, waiting for a put to their topic (a long poll)."""
+        return sum(1 for futs in self._waiters.values() for f in futs if not f.done())
