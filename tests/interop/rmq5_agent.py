@@ -9,7 +9,7 @@ client wheel in .venv). Prints one JSON object per line with an "event" key, lik
   transaction --endpoint H:P --topic T --count N --end commit|rollback|none --check commit|rollback
             [--linger S]            -> {"event":"sent"} per half, {"event":"checked","id"} per check-back
   simple    --endpoint H:P --group G --topic T --until-count N [--tag X] [--invisible S] [--no-ack]  (first {"event":"started","client_id"})
-            [--change-invisible S] [--max-seconds S]   -> {"event":"received","id","body","attempt",...}
+            [--change-invisible S] [--max-seconds S] [--retry-errors]   -> {"event":"received","id","body","attempt",...}
   push      --endpoint H:P --group G --topic T --until-count N [--fail-first]  -> {"event":"received",...}
 
 --ak/--sk sign every call (MQv2-HMAC-SHA1). Exit 0 when the command reached its goal, 3 on timeout.
@@ -147,9 +147,9 @@ def simple(a) -> int:
             except Exception as e:
                 # Apache's 5.1.3 proxy answers a receive that overtakes the client's first Telemetry
                 # settings with an internal error ("settings" is null); the client does not wait for them
-                if '"settings" is null' not in str(e):
+                if '"settings" is null' not in str(e) and not a.retry_errors:
                     raise
-                emit(event="settings_race", error=str(e)[:200])
+                emit(event="settings_race" if '"settings" is null' in str(e) else "receive_error", error=str(e)[:200])
                 time.sleep(0.2)
                 continue
             for m in found:
@@ -159,7 +159,14 @@ def simple(a) -> int:
                     c.change_invisible_duration(m, a.change_invisible)
                     emit(event="changed", id=m.message_id)
                 elif not a.no_ack:
-                    c.ack(m)
+                    try:
+                        c.ack(m)
+                    except Exception as e:
+                        if not a.retry_errors:
+                            raise
+                        got -= 1  # not acknowledged: the broker hands it out again after its invisible time
+                        emit(event="ack_error", id=m.message_id, error=str(e)[:200])
+                        continue
                     emit(event="acked", id=m.message_id)
     finally:
         c.shutdown()
@@ -224,6 +231,8 @@ def main() -> int:
     ap.add_argument("--invisible", type=int, default=15)
     ap.add_argument("--await-s", type=int, default=2)
     ap.add_argument("--no-ack", action="store_true")
+    ap.add_argument("--retry-errors", action="store_true",
+                    help="simple: a failed receive or ack is reported and retried (a proxy killed under the client)")
     ap.add_argument("--change-invisible", type=int)
     ap.add_argument("--fail-first", action="store_true")
     ap.add_argument("--max-seconds", type=float, default=40.0)

@@ -1,0 +1,77 @@
+"""The brokers, as the proxy reaches them: 4.x remoting requests to a broker's master address.
+
+SEND_MESSAGE_V2 (SendMessageRequestHeaderV2's one-letter fields, codec.codes), POP_MESSAGE (queueId -1: every
+readable queue of the topic on that broker, long polling for `pollTime`), ACK_MESSAGE and
+CHANGE_MESSAGE_INVISIBLETIME with the broker's own receipt (extraInfo, codec.pop_receipt)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from codec.codes import DEFAULT_TOPIC, RequestCode
+from codec.codes import SendMessageRequestHeaderV2 as V2
+from codec.command import RemotingCommand
+from codec.pop_receipt import ConsumeInitMode, ExtraInfo
+from codec.properties import properties_to_string
+from codec.record import MessageRecord, iter_records
+from remoting.client import RemotingClient
+from remoting.errors import RemotingError
+from server.grpc.status import Code, GrpcError
+
+REQUEST_TIMEOUT_S = 3.0
+POLL_MARGIN_S = 2.0  # a POP_MESSAGE's answer may come this long after its pollTime
+
+
+@dataclass(frozen=True, slots=True)
+class Popped:
+    """A POP_MESSAGE answer: the records (each with its POP_CK extraInfo) or none (`code` says why)."""
+
+    code: int
+    remark: str
+    records: list[MessageRecord]
+    invisible_ms: int
+
+
+class RemoteBrokers:
+    def __init__(self, client: RemotingClient, default_queue_nums: int = 4) -> None:
+        self.client = client
+        self.default_queue_nums = default_queue_nums
+
+    async def _invoke(self, addr: str, cmd: RemotingCommand, timeout: float = REQUEST_TIMEOUT_S) -> RemotingCommand:
+        try:
+            return await self.client.invoke(addr, cmd, timeout)
+        except (OSError, RemotingError) as e:
+            raise GrpcError(Code.PROXY_TIMEOUT if isinstance(e, TimeoutError) else Code.INTERNAL_SERVER_ERROR,
+                            f"broker {addr}: {type(e).__name__}: {e}") from None
+
+    async def send(self, addr: str, topic: str, qid: int, props: dict[str, str], sys_flag: int, body: bytes,
+                   born_ms: int) -> RemotingCommand:
+        ext = {V2.producerGroup: topic, V2.topic: topic, V2.defaultTopic: DEFAULT_TOPIC,
+               V2.defaultTopicQueueNums: str(self.default_queue_nums), V2.queueId: str(qid),
+               V2.sysFlag: str(sys_flag), V2.bornTimestamp: str(born_ms), V2.flag: "0",
+               V2.properties: properties_to_string(props), V2.reconsumeTimes: "0", V2.unitMode: "false",
+               V2.batch: "false"}
+        return await self._invoke(addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body))
+
+    async def pop(self, addr: str, group: str, topic: str, max_nums: int, invisible_ms: int, poll_ms: int,
+                  exp_type: str, exp: str) -> Popped:
+        ext = {"consumerGroup": group, "topic": topic, "queueId": "-1", "maxMsgNums": str(max_nums),
+               "invisibleTime": str(invisible_ms), "pollTime": str(poll_ms), "bornTime": str(int(time.time() * 1000)),
+               "initMode": str(ConsumeInitMode.MIN), "expType": exp_type, "exp": exp, "order": "false"}
+        resp = await self._invoke(addr, RemotingCommand.request(RequestCode.POP_MESSAGE, ext),
+                                  poll_ms / 1000 + POLL_MARGIN_S)
+        records = list(iter_records(resp.body_bytes())) if resp.body_len() else []
+        return Popped(resp.code, resp.remark or "", records, int(resp.ext_fields.get("invisibleTime", invisible_ms)))
+
+    async def ack(self, addr: str, group: str, topic: str, receipt: ExtraInfo, text: str) -> RemotingCommand:
+        ext = {"consumerGroup": group, "topic": topic, "queueId": str(receipt.queue_id), "extraInfo": text,
+               "offset": str(receipt.queue_offset if receipt.queue_offset is not None else receipt.ck_queue_offset)}
+        return await self._invoke(addr, RemotingCommand.request(RequestCode.ACK_MESSAGE, ext))
+
+    async def change_invisible(self, addr: str, group: str, topic: str, receipt: ExtraInfo, text: str,
+                               invisible_ms: int) -> RemotingCommand:
+        ext = {"consumerGroup": group, "topic": topic, "queueId": str(receipt.queue_id), "extraInfo": text,
+               "offset": str(receipt.queue_offset if receipt.queue_offset is not None else receipt.ck_queue_offset),
+               "invisibleTime": str(invisible_ms)}
+        return await self._invoke(addr, RemotingCommand.request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext))

@@ -1,0 +1,84 @@
+"""The proxy's configuration: flags over a `key=value` file (--config), RocketMQ's key names."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from codec.durations import DEFAULT_DELAY_LEVELS, parse_delay_levels
+
+DEFAULT_GRPC_PORT = 8081
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    namesrv_addr: str = ""  # namesrvAddr: "host:port[;host:port]" (required)
+    grpc_port: int = DEFAULT_GRPC_PORT  # grpcServerPort (Apache's proxy key)
+    listen_host: str = "0.0.0.0"  # listenHost
+    timer_wheel_enable: bool = True  # the brokers' timerWheelEnable: a delivery time goes as TIMER_DELIVER_MS
+    message_delay_level: str = DEFAULT_DELAY_LEVELS  # the brokers' levels, used when timerWheelEnable=false
+    max_message_size: int = 4 * 1024 * 1024  # maxMessageSize, announced to producers in their settings
+    route_ttl_ms: int = 3_000  # routeCacheTtlMs: how long a topic's route is reused
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+    def delay_levels_ms(self) -> list[int]:
+        return parse_delay_levels(self.message_delay_level)
+
+
+_KEYS = {"namesrvAddr": "namesrv_addr", "grpcServerPort": "grpc_port", "listenHost": "listen_host",
+         "timerWheelEnable": "timer_wheel_enable", "messageDelayLevel": "message_delay_level",
+         "maxMessageSize": "max_message_size", "routeCacheTtlMs": "route_ttl_ms"}
+
+
+def _value(key: str, text: str, like: object) -> object:
+    if isinstance(like, bool):
+        low = text.strip().lower()
+        if low not in ("true", "false"):
+            raise ValueError(f"{key}: {text!r} is neither true nor false")
+        return low == "true"
+    if isinstance(like, int):
+        try:
+            return int(text.strip())
+        except ValueError:
+            raise ValueError(f"{key}: {text!r} is not a whole number") from None
+    return text.strip()
+
+
+def load_proxy_config(path: str | None, overrides: Mapping[str, str | int | None]) -> ProxyConfig:
+    """The file's keys, then the flags' (`overrides`, by key name; None: not given). ValueError names the key."""
+    raw: dict[str, str] = {}
+    if path:
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except OSError as e:
+            raise ValueError(f"--config: cannot read {path}: {e.strerror}") from None
+        for line in lines:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            k, sep, v = line.partition("=")
+            if not sep:
+                raise ValueError(f"--config: line {line!r} is not key=value")
+            raw[k.strip()] = v
+    raw.update({k: str(v) for k, v in overrides.items() if v is not None})
+    defaults = ProxyConfig()
+    kwargs: dict[str, object] = {}
+    for key, text in raw.items():
+        attr = _KEYS.get(key)
+        if attr is None:
+            raise ValueError(f"{key}: unknown key (known: {', '.join(_KEYS)})")
+        kwargs[attr] = _value(key, text, getattr(defaults, attr))
+    cfg = ProxyConfig(**kwargs)  # type: ignore[arg-type]  # values typed by _value from the defaults
+    if not cfg.namesrv_addrs:
+        raise ValueError("namesrvAddr: no name server given (--namesrv ADDR)")
+    if not 0 <= cfg.grpc_port <= 65535:
+        raise ValueError(f"grpcServerPort: {cfg.grpc_port} is not a port")
+    try:
+        cfg.delay_levels_ms()
+    except ValueError as e:
+        raise ValueError(f"messageDelayLevel: {e}") from None
+    return cfg

@@ -1,0 +1,57 @@
+"""The proxy process's composition root: the remoting client to name servers and brokers, the route cache,
+the remote brokers, and the gRPC server serving `ProxyMessagingService`."""
+
+from __future__ import annotations
+
+import grpc
+import structlog
+
+from remoting.client import RemotingClient
+from server.grpc.endpoint import MAX_MESSAGE_BYTES
+from server.grpc.v2 import service_pb2_grpc as sgrpc
+from server.listeners import Listener, ListenError, probe
+from server.proxy.brokers import RemoteBrokers
+from server.proxy.config import ProxyConfig
+from server.proxy.routes import NameServerRoutes
+from server.proxy.service import ProxyMessagingService
+
+log = structlog.get_logger(__name__)
+
+GRACE_S = 1.0
+
+
+class Proxy:
+    def __init__(self, cfg: ProxyConfig) -> None:
+        self.cfg = cfg
+        self.client = RemotingClient()
+        self.routes = NameServerRoutes(self.client, cfg.namesrv_addrs, cfg.route_ttl_ms)
+        self.brokers = RemoteBrokers(self.client)
+        self.port = 0
+        self.server: grpc.aio.Server | None = None
+        self.service = ProxyMessagingService(cfg, self.routes, self.brokers, lambda: self.port)
+
+    async def start(self) -> None:
+        cfg = self.cfg
+        probe([Listener("grpcServerPort", cfg.listen_host, cfg.grpc_port, "gRPC (5.x clients)")])  # one line, before grpc logs its own
+        # SO_REUSEPORT off: a second proxy on a taken port must fail, not silently share it
+        self.server = grpc.aio.server(options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0),
+        ])
+        addr = f"{cfg.listen_host}:{cfg.grpc_port}"
+        try:
+            self.port = self.server.add_insecure_port(addr)
+        except RuntimeError as e:
+            raise ListenError("grpcServerPort", cfg.listen_host, cfg.grpc_port, str(e)) from None
+        if not self.port:
+            raise ListenError("grpcServerPort", cfg.listen_host, cfg.grpc_port, "address already in use")
+        sgrpc.add_MessagingServiceServicer_to_server(self.service, self.server)
+        await self.server.start()
+        log.info("proxy.listening", addr=f"{cfg.listen_host}:{self.port}", namesrv=cfg.namesrv_addr)
+
+    async def shutdown(self) -> None:
+        if self.server is not None:
+            await self.server.stop(GRACE_S)
+            self.server = None
+        self.client.close()

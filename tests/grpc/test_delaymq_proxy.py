@@ -1,0 +1,170 @@
+"""delaymq-proxy (server/proxy/, `python -m server.proxy`) in front of TWO delaymq brokers registered with a
+delaymq name server, driven by the official RocketMQ 5 Python client 5.1.2 (tests/interop/rmq5_agent.py):
+routes name the proxy, sends spread over both brokers' queues, pop receive + ack through remoting
+(POP_MESSAGE / ACK_MESSAGE), scheduled messages never early, and a kill -9 of one of two proxies the client
+lists: it carries on through the other with nothing acknowledged lost (pop state lives in the brokers)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from server.grpc.v2 import definition_pb2 as pb
+from server.grpc.v2 import service_pb2 as spb
+from tests.grpc.conftest import uniq
+from tests.grpc.raw import RawClient
+from tests.grpc.test_apache_proxy import prepare
+from tests.helpers import wire
+from tests.helpers.broker import REPO_ROOT, pick_port_pair
+from tests.helpers.cluster import NamesrvProcess, route_brokers, wait_until
+
+pytestmark = [pytest.mark.process, pytest.mark.interop]
+GET_MAX_OFFSET = 30
+
+
+@dataclass
+class Endpoint:
+    grpc_addr: str  # what the agents dial: one proxy, or several joined by ";"
+
+
+@dataclass
+class Cluster:
+    namesrv: NamesrvProcess
+    brokers: list
+
+
+@pytest.fixture
+def cluster(tmp_path, broker_factory, request):
+    ns = NamesrvProcess(tmp_path / "namesrv").start()
+    try:
+        brokers = [broker_factory({"brokerName": name, "namesrvAddr": ns.addr}) for name in ("proxied-a", "proxied-b")]
+        yield Cluster(ns, brokers)
+    finally:
+        for b in brokers if "brokers" in locals() else []:
+            if b.running:
+                b.stop()
+        ns.stop()
+
+
+def topic_on_both(c: Cluster, message_type: str = "NORMAL") -> tuple[str, str]:
+    topic, group = uniq("DpT"), uniq("DpG")
+    for b in c.brokers:
+        asyncio.run(prepare(b.addr, topic, group, message_type))
+    wait_until(lambda: route_brokers(c.namesrv.addr, topic) == {"proxied-a", "proxied-b"}, 15,
+               "both brokers' queues of the topic in the name server's route", c.namesrv.diagnostics)
+    return topic, group
+
+
+def start_proxy(agents, c: Cluster):
+    port = pick_port_pair()
+    p = agents._start("delaymq-proxy", [sys.executable, "-m", "server.proxy", "--namesrv", c.namesrv.addr,
+                                        "--grpc-port", str(port), "--host", "127.0.0.1"])
+    p.wait_for(lambda a: any("delaymq proxy ready on" in line for line in a.raw_lines), 30, "delaymq-proxy to start")
+    return p, f"127.0.0.1:{port}"
+
+
+def test_send_receive_ack_through_delaymq_proxy_over_two_brokers(cluster, agents):
+    topic, group = topic_on_both(cluster)
+    _, addr = start_proxy(agents, cluster)
+    proxy = Endpoint(addr)
+    sent = agents.run_rmq5("produce", proxy, topic=topic, count=8, tag="tagA", timeout=90)
+    assert len(sent.of("sent")) == 8
+    c = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=8, tag="tagA", max_seconds=60,
+                        timeout=90)
+    got = c.of("received")
+    assert sorted(e["body"] for e in got) == sorted(f"m{i}" for i in range(8))
+    assert {e["id"] for e in got} == {e["id"] for e in sent.of("sent")}
+    assert len(c.of("acked")) == 8
+    # round robin over the route's queues: each broker stored half, each popped from its own broker
+    for b in cluster.brokers:
+        reply = wire.invoke(b.addr, GET_MAX_OFFSET, {"topic": topic, "queueId": 0})
+        assert reply.code == 0 and reply.ext["offset"] == "4", (b.addr, reply)
+    again = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=1, max_seconds=5,
+                            timeout=60, expect_code=3)
+    assert again.of("received") == []
+
+
+def test_scheduled_messages_through_delaymq_proxy_never_arrive_early(cluster, agents):
+    topic, group = topic_on_both(cluster, "DELAY")
+    _, addr = start_proxy(agents, cluster)
+    proxy = Endpoint(addr)
+    c = agents.rmq5("simple", proxy, group=group, topic=topic, until_count=4, max_seconds=60)
+    c.wait_event("started", 60)
+    sent = agents.run_rmq5("produce", proxy, topic=topic, count=4, deliver_in=2, timeout=90)
+    assert len(sent.of("sent")) == 4
+    assert c.wait_exit(90) == 0, c.diagnostics()
+    due = {e["id"]: e["deliver_s"] * 1000 for e in sent.of("sent")}
+    got = c.of("received")
+    assert sorted(e["body"] for e in got) == ["m0", "m1", "m2", "m3"]
+    for e in got:  # never before its delivery time (the client sends whole seconds)
+        assert e["t"] >= due[e["id"]], (e, due[e["id"]])
+
+
+def test_kill_9_of_one_of_two_proxies_the_client_continues_through_the_other(cluster, agents):
+    topic, group = topic_on_both(cluster)
+    (p1, a1), (p2, a2) = start_proxy(agents, cluster), start_proxy(agents, cluster)
+    both = Endpoint(f"{a1};{a2}")
+    c = agents.rmq5("simple", both, group=group, topic=topic, until_count=10, invisible=3, await_s=1,
+                    retry_errors=True, max_seconds=90)
+    c.wait_event("started", 60)
+    first = agents.run_rmq5("produce", both, topic=topic, count=5, timeout=90)
+    c.wait_for(lambda a: len({e["id"] for e in a.of("acked")}) >= 5, 60, "the first five acknowledged")
+    # the client's channel uses the lowest of the addresses it lists (gRPC pick_first over the sorted list)
+    victim = p1 if a1 < a2 else p2
+    victim.kill()
+    second = agents.run_rmq5("produce", both, topic=topic, count=5, body_prefix="n", timeout=90)
+    assert c.wait_exit(120) == 0, c.diagnostics()
+    sent = {e["id"] for e in first.of("sent")} | {e["id"] for e in second.of("sent")}
+    assert len(sent) == 10
+    assert {e["id"] for e in c.of("acked")} == sent  # every message acknowledged, none lost
+
+
+def test_routes_name_the_proxy_and_unserved_rpcs_answer_not_implemented(cluster, agents):
+    topic, group = topic_on_both(cluster)
+    _, addr = start_proxy(agents, cluster)
+    host, port = addr.rsplit(":", 1)
+
+    async def probe() -> None:
+        c = RawClient(addr)
+        try:
+            r = await c.stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=10)
+            assert r.status.code == pb.OK, r.status
+            assert {q.broker.name for q in r.message_queues} == {"proxied-a", "proxied-b"}
+            assert {(a.host, a.port) for q in r.message_queues for a in q.broker.endpoints.addresses} \
+                == {(host, int(port))}
+            missing = await c.stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=uniq("None"))), timeout=10)
+            assert missing.status.code == pb.TOPIC_NOT_FOUND, missing.status
+            end = await c.stub.EndTransaction(spb.EndTransactionRequest(topic=pb.Resource(name=topic)), timeout=10)
+            assert end.status.code == pb.NOT_IMPLEMENTED and "delaymq-proxy" in end.status.message
+            off = await c.stub.QueryOffset(spb.QueryOffsetRequest(), timeout=10)
+            assert off.status.code == pb.NOT_IMPLEMENTED
+            ack = await c.stub.AckMessage(spb.AckMessageRequest(
+                topic=pb.Resource(name=topic), group=pb.Resource(name=group),
+                entries=[spb.AckMessageEntry(message_id="x", receipt_handle="not a receipt")]), timeout=10)
+            assert ack.status.code == pb.INVALID_RECEIPT_HANDLE, ack.status
+        finally:
+            await c.close()
+    asyncio.run(probe())
+
+
+def test_a_taken_port_or_a_missing_name_server_stops_the_proxy_with_one_line_naming_the_key(tmp_path):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        taken = subprocess.run([sys.executable, "-m", "server.proxy", "--namesrv", "127.0.0.1:9", "--grpc-port",
+                                str(port), "--host", "127.0.0.1"], cwd=REPO_ROOT, capture_output=True, timeout=60,
+                               text=True)
+    assert taken.returncode == 1, taken.stderr
+    [line] = taken.stderr.strip().splitlines()
+    assert "grpcServerPort" in line and "Traceback" not in taken.stderr
+    bad = subprocess.run([sys.executable, "-m", "server.proxy", "--grpc-port", "0"], cwd=REPO_ROOT,
+                         capture_output=True, timeout=60, text=True)
+    assert bad.returncode == 2, bad.stderr
+    [line] = bad.stderr.strip().splitlines()
+    assert "namesrvAddr" in line
