@@ -26,7 +26,7 @@ from tests.helpers.checks import present
 from tests.helpers.java import ROCKETMQ_JAVA, mqadmin, requires_java
 
 README = REPO_ROOT / "README.md"
-MARKED = {"cpp", "rmq5-python", "node", "cli", "cluster", "failover", "export-config", "mqadmin"}
+MARKED = {"cpp", "rmq5-python", "node", "cli", "cluster", "failover", "export-config", "mqadmin", "analytics"}
 # Fence languages that are commands or programs: each such block is marked (run below) or has a reason here.
 RUNNABLE_LANGUAGES = {"sh", "bash", "shell", "console", "python", "py", "js", "javascript", "ts", "typescript"}
 SUITE = "a command of this test suite itself: running the suite inside the suite would only recurse"
@@ -39,8 +39,6 @@ NOT_RUN = {  # the first line of an unmarked runnable block -> why this test doe
     "make test                                                                        # the whole suite": SUITE,
     "printf '%s\\n' controllerDLegerGroup=g1 controllerDLegerPeers=n0-127.0.0.1:9878 controllerDLegerSelfId=n0 \\":
         "not run yet (issue 29 item 1: the controller recipe, to do)",
-    ".venv/bin/delaymq analytics report --input store/export --out report        # local[*]":
-        "not run yet (issue 29 item 1: the analytics report, to do)",
 }
 ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TZ": "UTC"}
 
@@ -192,6 +190,30 @@ def test_mqadmin_example(broker, tmp_path):
     assert "update broker config success" in r.stdout, r.stdout
     conf = mqadmin("getBrokerConfig", "-n", broker.namesrv, "-b", broker.addr)
     assert re.search(r"^fileReservedTime\s*=\s*48\s*$", conf.stdout, re.M), conf.stdout + conf.stderr
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="no `java` on PATH: Spark (the analytics report) needs Java 17")
+@pytest.mark.spark
+def test_analytics_report_example(broker_factory, tmp_path):
+    """A broker's exports (delay-level messages delivered and consumed, then a clean stop that flushes them),
+    reported by Spark in local mode from `store/export`: the page and its tables are written."""
+    b = broker_factory({"messageDelayLevel": "200ms 400ms", "metricsExportIntervalMs": 200})
+    cli = [sys.executable, "-m", "client.cli"]
+    r = run([*cli, "produce", "-n", b.namesrv, "-t", "Orders", "--count", "20", "--delay-level", "2"],
+            REPO_ROOT, 60, tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = run([*cli, "consume", "-n", b.namesrv, "-g", "analysts", "-t", "Orders", "--from-where", "first",
+             "--max", "20", "--idle-timeout", "30"], REPO_ROOT, 60, tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert b.stop() == 0  # flushes the exports
+    block = readme_blocks()["analytics"]
+    (tmp_path / ".venv").symlink_to(REPO_ROOT / ".venv")
+    (tmp_path / "store").symlink_to(b.store)  # the README's store/export: the broker's
+    r = run(["bash", "-e", "-c", block], tmp_path, 300, tmp_path)
+    assert r.returncode == 0, f"{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert "L2 · 400ms" in html and "data:image/png;base64," in html  # the level's delivered messages, charted
+    assert any((tmp_path / "report" / "tables").iterdir())
 
 
 def test_cluster_recipe(tmp_path):
