@@ -114,6 +114,17 @@ class RequestCode(IntEnum):
     CLEAN_BROKER_DATA = 1011
     CONTROLLER_GET_NEXT_BROKER_ID = 1012
     CONTROLLER_APPLY_BROKER_ID = 1013
+    # RocketMQ 5: one topic's / group's config (what Apache's 5.x proxy asks a broker; topic_group_config.py)
+    GET_TOPIC_CONFIG = 351
+    GET_SUBSCRIPTIONGROUP_CONFIG = 352
+    # RocketMQ 5 pop consumption (5.1.3 RequestCode; server/processors/pop.py)
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    PEEK_MESSAGE = 200052
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    NOTIFICATION = 200054
+    POLLING_INFO = 200055
+    BATCH_ACK_MESSAGE = 200151
     # delaymq's own codes (not RocketMQ's; 3100-3199: server/cluster/ha, server/processors/scheduled)
     PROMOTE_BROKER = 3101  # admin: make this slave the master (no restart); JSON body, see server/cluster/ha
     GET_SCHEDULER_PROGRESS = 3102  # master -> slave: scheduler.progress.SchedulerProgress (msgpack body)
@@ -156,6 +167,8 @@ class ResponseCode(IntEnum):
     CONSUMER_NOT_ONLINE = 206
     CONSUME_MSG_TIMEOUT = 207
     NO_MESSAGE = 208
+    POLLING_FULL = 209  # a pop's long polling queue is full
+    POLLING_TIMEOUT = 210  # a pop found nothing before its pollTime
     FLOW_CONTROL = 215
     # 5.x controller mode (cluster-ha.md §4.3)
     CONTROLLER_FENCED_MASTER_EPOCH = 2000

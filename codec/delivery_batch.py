@@ -3,9 +3,9 @@
 `build_delivery_batch(raws)` does what `codec.record_rewrite.build_deliveries` does for each schedule
 record (head + body and the stored properties bytes copied as they are, the real topic in place of
 SCHEDULE_TOPIC_XXXX, REAL_QID as the queue id, tagsCode of TAGS, index keys from KEYS and UNIQ_KEY), but
-the delivery records are laid back to back in one bytearray and described by parallel lists, so the
-store can append the run with one copy and no per-message request/result objects
-(`storage.MessageStore.put_batch`).
+the delivery records are laid back to back in one put run (`codec.put_run.PutRun`, its pieces copied
+straight into the run's buffer: no whole delivery record is made first), so the store can append the run
+with one copy and no per-message request/result objects (`storage.MessageStore.put_batch`).
 
 Property lookups: `codec.properties.token_value` on the properties string with a leading separator
 prepended (`\\x02KEY\\x01` can only match at a key boundary), as the reference path does.
@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from codec.buffers import BytesLike
 from codec.cache import BoundedCache
 from codec.properties import index_keys, token_value
-from codec.record import POS_QUEUE_ID, POS_SYS_FLAG, STORE_TS_POS
+from codec.put_run import PutRun
+from codec.record import POS_QUEUE_ID, POS_SYS_FLAG_LOW, STORE_TS_POS
 from codec.record_rewrite import (
     K_KEYS,
     K_REAL_QID,
@@ -39,36 +40,20 @@ _K_TOPIC, _K_QID, _K_TAGS, _K_KEYS, _K_UNIQ = K_REAL_TOPIC, K_REAL_QID, K_TAGS, 
 _dests: BoundedCache[bytes, tuple[tuple[str, int], bytes]] = BoundedCache("delivery.destination", 4096)
 
 
-class DeliveryBatch:
-    """Delivery records back to back in `buf`; record j is `buf[starts[j]:starts[j + 1]]`.
+class DeliveryBatch(PutRun):
+    """A put run (codec.put_run: records back to back in `buf`, `dests`, `tags_codes`, `keys` as bytes,
+    `ts_pos`; no `deliver_delays`: deliveries go into real topics) with the delay level's own columns:
+    `uniqs[j]` (UNIQ_KEY bytes or None), `source[j]` (index of the schedule record delivery j came from in
+    the input); `dropped` lists the input indexes that produced no delivery (None input, no REAL_TOPIC, or
+    the `drop_topic`). `dests[j]` is one shared tuple per destination."""
 
-    Per record j: `dests[j]` = (real topic, real queue id) (one shared tuple per destination),
-    `tags_codes[j]`, `keys[j]` (index keys as bytes: KEYS split on spaces, then UNIQ_KEY),
-    `uniqs[j]` (UNIQ_KEY bytes or None), `ts_pos[j]` (absolute position of STORETIMESTAMP in `buf`),
-    `source[j]` (index of the schedule record it came from in the input). `dropped` lists the input
-    indexes that produced no delivery (None input, no REAL_TOPIC, or the `drop_topic`)."""
-
-    __slots__ = ("buf", "starts", "dests", "tags_codes", "keys", "uniqs", "ts_pos", "source", "dropped",
-                 "deliver_delays")
+    __slots__ = ("uniqs", "source", "dropped")
 
     def __init__(self) -> None:
-        self.buf = bytearray()
-        self.starts: list[int] = [0]
-        self.dests: list[tuple[str, int]] = []
-        self.tags_codes: list[int] = []
-        self.keys: list[tuple[bytes, ...]] = []
+        super().__init__()
         self.uniqs: list[bytes | None] = []
-        self.ts_pos: list[int] = []
         self.source: list[int] = []
         self.dropped: list[int] = []
-        self.deliver_delays: list[int] | None = None  # deliveries go into real topics: no deliver time
-
-    def __len__(self) -> int:
-        return len(self.dests)
-
-    def record(self, j: int) -> bytearray:
-        """A copy of delivery record j."""
-        return self.buf[self.starts[j]:self.starts[j + 1]]
 
 
 def _dest_of_tail(tail: bytes, pb: bytes) -> tuple[tuple[str, int], bytes] | None:
@@ -128,7 +113,7 @@ def build_delivery_batch(raws: Sequence[BytesLike | None], drop_topic: str | Non
         end = len(buf)
         pack_i32(buf, pos, end - pos)
         pack_i32(buf, pos + POS_QUEUE_ID, dest[1])
-        ts_pos.append(pos + tsp[(raw[POS_SYS_FLAG + 3] & 0x10) >> 4])  # SYSFLAG's low byte: BORNHOST_V6
+        ts_pos.append(pos + tsp[(raw[POS_SYS_FLAG_LOW] & 0x10) >> 4])  # codec.put_run.store_ts_pos, inlined
         pos = end
         starts.append(end)
         dests.append(dest)

@@ -52,6 +52,7 @@ class MessageConst:
     CORRELATION_ID = "CORRELATION_ID"
     REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
     TTL = "TTL"
+    POP_CK = "POP_CK"  # a popped message's receipt (codec.pop_receipt: Apache's extraInfo)
     # delaymq: a quarantined scheduled record (rmq_sys_SCHEDULE_QUARANTINE): why, where it came from
     QUARANTINE_REASON = "QUARANTINE_REASON"
     QUARANTINE_STAGE = "QUARANTINE_STAGE"

@@ -45,6 +45,7 @@ POS_PHYS_OFFSET = 28
 POS_SYS_FLAG = 36
 POS_BORN_TS = 40
 POS_BORN_HOST = 48
+POS_SYS_FLAG_LOW = POS_SYS_FLAG + 3  # SYSFLAG's low byte (big-endian), which holds BORNHOST_V6 (0x10)
 
 
 def _host_len(v6: bool) -> int:

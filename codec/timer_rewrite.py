@@ -17,6 +17,8 @@ rmq_sys_wheel_timer record the record to put and where (a `TimerDelivery`):
 Head and body are copied as stored; only the topic field and the properties change (no decode of
 the record, bytes.find on the properties).
 
+`timer_put_run(deliveries)`: the converted records as one put run (`codec.put_run`) for the store.
+
 `timer_delivery_reference`: the slow reference of one record's conversion (parse the properties into a
 dict, edit, serialise, `rewrite_for_delivery`), as the dequeue did it per message before the batch
 builder. Nothing hot calls it; tests/scheduler/timer/test_timer_rewrite.py checks the two agree.
@@ -39,6 +41,7 @@ from codec.properties import (
     property_token,
     value_span,
 )
+from codec.put_run import PutRun, put_run
 from codec.record import MAX_PROPERTIES_BYTES, POS_QUEUE_ID, POS_TOTAL, read_properties_bytes, topic_field
 from codec.record_rewrite import _qid, _topic, rewrite_for_delivery, tags_code, tail_span
 from codec.tags import java_hash
@@ -213,6 +216,13 @@ def build_timer_deliveries(raws: Sequence[BytesLike | None], rolls: Sequence[int
         if keep_uniq:
             keep_uniq(uniq)
     return out
+
+
+def timer_put_run(built: Sequence[TimerDelivery]) -> PutRun:
+    """Converted records as `MessageStore.put_batch` takes them (one `codec.put_run.put_run`; no deliver
+    delays: a roll goes back to the wheel's topic by its own TIMER_OUT_MS)."""
+    return put_run([d.record for d in built], [(d.topic, d.queue_id) for d in built], [d.tags_code for d in built],
+                   [d.keys for d in built])
 
 
 def timer_delivery_reference(raw: BytesLike | None, roll: bool, exact_ms: int, enqueue_ms: int, dequeue_ms: int,

@@ -57,7 +57,7 @@ class RemotingClient:
         fut = self._dialing.get(addr)
         if fut is None:
             fut = self._dialing[addr] = asyncio.ensure_future(self._dial(addr))
-            fut.add_done_callback(lambda _f: self._dialing.pop(addr, None))
+            fut.add_done_callback(lambda f: self._dial_done(addr, f))
         try:
             return await asyncio.shield(fut)
         except asyncio.CancelledError:
@@ -66,6 +66,13 @@ class RemotingClient:
                 # the dial was cancelled by close(), not this caller
                 raise ConnectionClosedError(f"connect to {addr} abandoned: client closed") from None
             raise
+
+    def _dial_done(self, addr: str, fut: asyncio.Future[Connection]) -> None:
+        self._dialing.pop(addr, None)
+        if not fut.cancelled():
+            # a failed dial whose callers all gave up (cancelled while shielded) would otherwise be logged at
+            # garbage collection as "Task exception was never retrieved"; each caller still sees the error
+            fut.exception()
 
     async def _dial(self, addr: str) -> Connection:
         loop = asyncio.get_running_loop()

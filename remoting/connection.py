@@ -1,6 +1,6 @@
 """One remoting connection: frames in, commands out, opaque correlation, backpressure.
 
-Requests coming in go to `on_request(conn, cmd)` (a `remoting.dispatch.Dispatcher`); responses
+Requests coming in go to `on_request(conn, cmd)` (a `RequestHandler`, in practice a `remoting.dispatch.Dispatcher`); responses
 resolve the future of the `invoke` that sent the request (opaque -> future, per connection).
 
 Backpressure: reading pauses while
@@ -29,8 +29,8 @@ import itertools
 import struct
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, cast
 
 import structlog
 
@@ -40,9 +40,6 @@ from codec.errors import CodecError
 from codec.frame import MAX_FRAME, NO_HEADER_LIMIT, FrameDecoder, encode_frame
 from remoting.errors import ConnectionClosedError, RemotingTimeoutError
 from remoting.turn import TurnBudget
-
-if TYPE_CHECKING:
-    from remoting.dispatch import BatchProcessor, Dispatcher
 
 log = structlog.get_logger(__name__)
 
@@ -68,10 +65,26 @@ def fold_addr(peer: tuple[Any, ...] | None) -> tuple[str, int]:
     return (host, port)
 
 
+# a batch processor as a connection sees it: handed whole to `RequestHandler.dispatch_run`
+RunProcessor = Callable[["Connection", list[RemotingCommand]], list[Any]]
+
+
+class RequestHandler(Protocol):
+    """What a connection hands its requests to (`remoting.dispatch.Dispatcher` is the one we have):
+    each request alone, or a run of consecutive requests of one batch processor's code together."""
+
+    @property
+    def batch_processors(self) -> Mapping[int, RunProcessor]: ...
+
+    def __call__(self, conn: Connection, cmd: RemotingCommand) -> None: ...
+
+    def dispatch_run(self, conn: Connection, batch: RunProcessor, cmds: list[RemotingCommand]) -> None: ...
+
+
 class Connection(asyncio.Protocol):
     """`on_made(conn)` runs once the transport is attached; `on_close(conn)` once it is lost."""
 
-    def __init__(self, on_request: Dispatcher | None = None,
+    def __init__(self, on_request: RequestHandler | None = None,
                  on_close: Callable[[Connection], None] | None = None, max_frame: int = MAX_FRAME,
                  max_inflight: int = 1024, on_made: Callable[[Connection], None] | None = None,
                  max_header: int = NO_HEADER_LIMIT, turn_budget: int = TURN_BUDGET,
@@ -87,7 +100,7 @@ class Connection(asyncio.Protocol):
         self.turn_budget = max(1, turn_budget)
         # code -> batch processor (a Dispatcher's `batch_processors`): runs of such requests in one
         # read are handed over together (`Dispatcher.dispatch_run`)
-        self._batch_processors: dict[int, BatchProcessor] = \
+        self._batch_processors: Mapping[int, RunProcessor] = \
             on_request.batch_processors if on_request is not None else {}
         self.on_close = on_close
         self.on_made = on_made

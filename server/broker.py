@@ -28,7 +28,8 @@ from scheduler.levels import parse_delay_levels
 from scheduler.timer import TimerMessageStore
 from server.client_manager import ClientManager
 from server.cluster.controller.replicas import ReplicasManager
-from server.cluster.ha.service import ReplicaRole, ReplicaServices
+from server.cluster.ha.replica_services import ReplicaServices
+from server.cluster.ha.service import ReplicaRole
 from server.cluster.namesrv.kv_config import KVConfigManager
 from server.cluster.registration import BrokerRegistrar
 from server.config import BrokerConfig
@@ -38,12 +39,14 @@ from server.listeners import bound
 from server.observability.broker_stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, BrokerStats
 from server.observability.client_errors import ClientErrorLog
 from server.observability.http import MetricsHttpServer
-from server.observability.prometheus import MetricsView, RpcLatency
-from server.observability.registry import Registry
+from server.observability.prometheus import MetricsView
+from server.observability.registry import Registry, RpcLatency
 from server.observability.telemetry import Telemetry
 from server.observability.traffic import TrafficCounters
 from server.offsets_table import ConsumerOffsetManager
-from server.processor_wiring import built, grpc_deps, register_processors
+from server.pop.service import PopService
+from server.pop.state import PopStore
+from server.processor_wiring import built, grpc_deps, pop_deps, register_processors
 from server.processors.send_common import PUT_STATUS_CODES
 from server.pull_hold import PullHoldService
 from server.put_hooks import PutHooks
@@ -52,6 +55,7 @@ from server.runtime_info import RuntimeInfoView
 from server.security import Security
 from server.security import install as install_security
 from server.subscription_filter import SubscriptionFilters
+from server.topic_attributes import TopicAttributes
 from server.topics import TopicManager
 from server.transactions import TransactionService
 from server.wiring import (
@@ -98,6 +102,7 @@ class BrokerController:
                                    config.default_topic_queue_nums)
         self.groups = SubscriptionGroupTable(root, config.auto_create_subscription_group, self.meta)
         self.offsets = ConsumerOffsetManager(root, self.meta)
+        self.topic_attributes = TopicAttributes(root)  # RocketMQ 5's message.type, beside the topic table
         self.clients = ClientManager(notify_consumer_ids_changed,
                                      expired_timeout_s=config.client_channel_expired_timeout / 1000.0)
         self.locks = RebalanceLockManager(config.channel_lock_max_live_time_ms)
@@ -122,6 +127,7 @@ class BrokerController:
         self.metrics_http: MetricsHttpServer | None = None  # when metricsPort > 0
         self.telemetry: Telemetry | None = None
         self.grpc: GrpcEndpoint | None = None  # when grpcListenPort > 0
+        self.pop: PopService | None = None  # pop consumption: the gRPC endpoint and the remoting pop codes
         self.counters = TrafficCounters(self.metrics)
         c = self.counters
         self.stats = BrokerStats(lambda: (c.put_total, c.get_total), {
@@ -213,6 +219,10 @@ class BrokerController:
         remoting.server.response_observer = self.client_errors
         self.security = install_security(cfg, store, remoting.server,
                                          lambda t: self.topics.get(t) is not None)  # ACL, TLS, limits
+        # pop consumption (server/pop): its state loaded before the remoting port and the gRPC endpoint take
+        # requests, stopped after both
+        pop = self.pop = PopService(pop_deps(self), PopStore(cfg.store_path_root_dir, sync=cfg.sync_flush))
+        life.add("pop", start=self._start_pop, stop=pop.stop)
         register_processors(remoting, self)
         life.add("remoting", start=self._listen,
                  stop=lambda: remoting.close(cfg.shutdown_drain_timeout_ms / 1000.0))
@@ -230,7 +240,7 @@ class BrokerController:
         life.add("broker_stats", start=self._start_stats, stop=self._stop_stats)
         if cfg.grpc_port > 0:  # RocketMQ 5 clients: gRPC MessagingService over the same store
             from server.grpc.endpoint import GrpcEndpoint
-            grpc = self.grpc = GrpcEndpoint(grpc_deps(self))
+            grpc = self.grpc = GrpcEndpoint(grpc_deps(self), pop)
             runtime.sources.append(("grpc", grpc.stats))
             life.add("grpc", start=grpc.start, stop=grpc.stop)
         runtime.sources.append(("replica", replica.runtime_info))
@@ -254,7 +264,15 @@ class BrokerController:
         self.topics.load()
         self.groups.load()
         self.offsets.load()
-        self.topics.ensure_system_topics(len(self.levels), self.config.timer_wheel_enable)
+        self.topic_attributes.load()
+        cfg = self.config
+        self.topics.ensure_system_topics(len(self.levels), cfg.timer_wheel_enable, cfg.broker_cluster_name,
+                                         cfg.broker_name)
+
+    def _start_pop(self) -> None:
+        pop = built(self.pop, "pop")
+        pop.state.load()
+        pop.start()
 
     async def _stop_delay_levels(self) -> None:
         # a slave's delay levels never ran: their (zero) offsets must not overwrite the synced file
@@ -306,6 +324,7 @@ class BrokerController:
     def delete_topic(self, topic: str) -> bool:
         """DELETE_TOPIC_IN_BROKER: the topic's config, its consumer offsets, ConsumeQueues and stats."""
         existed = self.topics.table.delete(topic)
+        self.topic_attributes.delete(topic)
         for group in list(self.offsets.groups_of(topic)):
             self.offsets.remove_group(group, topic)
         self.offsets.persist()

@@ -136,6 +136,7 @@ class CreateTopicHeader(Header):
     topicFilterType: str
     topicSysFlag: int | None
     order: bool
+    attributes: str | None  # RocketMQ 5: "+message.type=DELAY,-key" (server.topic_attributes)
 
 
 CREATE_TOPIC = HeaderSpec(CreateTopicHeader)
@@ -222,3 +223,92 @@ class TopicsByClusterHeader(Header):
 
 
 TOPICS_BY_CLUSTER = HeaderSpec(TopicsByClusterHeader)
+
+
+# ---- pop consumption (RocketMQ 5.1.3's header classes; server/processors/pop.py) -----------------------
+class PopMessageHeader(Header):
+    consumerGroup: str
+    topic: str
+    queueId: int  # -1: any readable queue
+    maxMsgNums: int
+    invisibleTime: Long
+    pollTime: Long
+    bornTime: Long
+    initMode: int  # codec.pop_receipt.ConsumeInitMode
+    expType: str | None
+    exp: str | None
+    order: bool | None
+    attemptId: str | None
+
+
+POP_MESSAGE = HeaderSpec(PopMessageHeader)
+
+
+class AckMessageHeader(Header):
+    consumerGroup: str
+    topic: str
+    queueId: int
+    extraInfo: str  # codec.pop_receipt
+    offset: Long
+
+
+ACK_MESSAGE = HeaderSpec(AckMessageHeader)
+
+
+class ChangeInvisibleTimeHeader(Header):
+    consumerGroup: str
+    topic: str
+    queueId: int
+    extraInfo: str
+    offset: Long
+    invisibleTime: Long
+
+
+CHANGE_INVISIBLE_TIME = HeaderSpec(ChangeInvisibleTimeHeader)
+
+
+class PeekMessageHeader(Header):
+    topic: str
+    queueId: int
+    maxMsgNums: int
+    consumerGroup: str
+
+
+PEEK_MESSAGE = HeaderSpec(PeekMessageHeader)
+
+
+class NotificationHeader(Header):
+    consumerGroup: str
+    topic: str
+    queueId: int
+    pollTime: Long
+    bornTime: Long
+    order: bool | None
+    attemptId: str | None
+
+
+NOTIFICATION = HeaderSpec(NotificationHeader)
+
+
+class PollingInfoHeader(Header):
+    consumerGroup: str
+    topic: str
+    queueId: int
+
+
+POLLING_INFO = HeaderSpec(PollingInfoHeader)
+
+
+class TopicConfigHeader(Header):
+    topic: str
+    lo: bool | None  # logic queue mapping wanted (static topics; none here)
+
+
+GET_TOPIC_CONFIG = HeaderSpec(TopicConfigHeader)
+
+
+class SubscriptionGroupConfigHeader(Header):
+    group: str
+
+
+GET_SUBSCRIPTIONGROUP_CONFIG = HeaderSpec(SubscriptionGroupConfigHeader)

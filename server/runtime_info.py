@@ -19,7 +19,7 @@ from codec.record import read_store_timestamp
 if TYPE_CHECKING:
     from server.config import BrokerConfig
     from server.observability.broker_stats import BrokerStats
-    from server.observability.prometheus import RpcLatency
+    from server.observability.registry import RpcLatency
     from server.observability.traffic import TrafficCounters
     from server.pull_hold import PullHoldService
     from storage.message_store import MessageStore

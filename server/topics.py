@@ -118,9 +118,15 @@ class TopicManager:
                 log.exception("topics.listener_failed", topic=cfg.topic_name)
         return cfg
 
-    def ensure_system_topics(self, delay_levels: int, timer_enabled: bool) -> None:
+    def ensure_system_topics(self, delay_levels: int, timer_enabled: bool, cluster_name: str | None = None,
+                             broker_name: str | None = None) -> None:
+        """`cluster_name` / `broker_name`: topics named after the broker's cluster (16 queues) and the broker
+        (1 queue), as Apache's broker makes them (clusterTopicEnable / brokerTopicEnable): a route lookup of a
+        cluster's name finds its brokers, which is how Apache's 5.x proxy creates its system topics."""
         changed = False
-        wanted = [TopicConfig(SCHEDULE_TOPIC, delay_levels, delay_levels, PERM_READ | PERM_WRITE),
+        wanted = [TopicConfig(name, nums, nums, PERM_READ | PERM_WRITE | PERM_INHERIT)
+                  for name, nums in ((cluster_name, 16), (broker_name, 1)) if name]
+        wanted += [TopicConfig(SCHEDULE_TOPIC, delay_levels, delay_levels, PERM_READ | PERM_WRITE),
                   TopicConfig(TRACE_TOPIC, 1, 1, PERM_READ | PERM_WRITE),
                   TopicConfig(SELF_TEST_TOPIC, 1, 1, PERM_READ | PERM_WRITE),
                   TopicConfig(OFFSET_MOVED_EVENT, 1, 1, PERM_READ | PERM_WRITE),

@@ -109,8 +109,9 @@ class PutBatch(Protocol):
     `buf[starts[j]:starts[j + 1]]`) with, per record, its (topic, queue id), ConsumeQueue tagsCode, index
     keys and the absolute position of its STORETIMESTAMP; `deliver_delays` is per record
     PutRequest.deliver_delay_ms (the unit's tagsCode becomes store time + delay), or None when all are -1.
-    Implemented by codec.delivery_batch.DeliveryBatch (delay levels), server.processors.send_run.SendRun
-    (a run of sends) and scheduler.timer.dequeue's run of timer deliveries."""
+    Implemented by codec.put_run.PutRun, the one builder of such runs: a run of sends
+    (server.processors.send_run.send_put_run), a delay level's deliveries (codec.delivery_batch.DeliveryBatch,
+    a PutRun with the level's own columns) and the timer's (codec.timer_rewrite.timer_put_run)."""
 
     buf: bytearray
     starts: list[int]

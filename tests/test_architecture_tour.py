@@ -8,6 +8,8 @@ import ast
 import re
 from pathlib import Path
 
+from tests.helpers.source import parse
+
 ROOT = Path(__file__).resolve().parents[1]
 TOUR = ROOT / "ARCHITECTURE.md"
 
@@ -27,7 +29,7 @@ def hops(text: str) -> list[tuple[str, str]]:
 def defined(source: str, dotted: str) -> bool:
     """Whether `dotted` (Name, or Class.member...) is a def/class of the module `source`, nested as named;
     a module-level name may also be a type alias (`Name = ...`)."""
-    body: list[ast.stmt] = ast.parse(source).body
+    body: list[ast.stmt] = parse(source).body
     *outer, last = dotted.split(".")
     for part in outer:
         found = next((node for node in body if isinstance(node, ast.ClassDef) and node.name == part), None)

@@ -9,8 +9,7 @@ import statement of every module (top level, function-local and TYPE_CHECKING on
   (`storage.mapped_file`). A scheduler module naming any other storage module (config_store, meta_store,
   meta_schema, commitlog...) fails here;
 - no import circle inside a package (issue 27): the modules of one package, with every import counted
-  (TYPE_CHECKING and function-local ones too), form no loop; the circles other engineers are removing
-  right now are KNOWN_CIRCLES (a found circle passes only while it stays within one of them).
+  (TYPE_CHECKING and function-local ones too), form no loop; any circle fails.
 """
 
 from __future__ import annotations
@@ -18,6 +17,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from pathlib import Path
+
+from tests.helpers.source import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS = ("codec", "remoting", "storage", "scheduler", "server", "client", "analytics")
@@ -35,29 +36,12 @@ ALLOWED = {
 SCHEDULER_STORAGE = {"storage.store_types", "storage.supervisor", "storage.mapped_file"}
 
 
-# circles that exist today in packages other than storage, being removed under issue 27 (scheduler: the
-# delay-level and timer mixins; server and remoting: their own parts); shrinking one is fine
-KNOWN_CIRCLES: dict[frozenset[str], str] = {
-    frozenset({"remoting.connection", "remoting.dispatch"}): "issue 27 (remoting)",
-    frozenset({"scheduler.async_deliver", "scheduler.delay_async", "scheduler.delay_deliver", "scheduler.delay_events",
-               "scheduler.delay_service", "scheduler.delay_state", "scheduler.delay_sync"}):
-        "issue 27 (scheduler: the LevelDeliverer mixins)",
-    frozenset({"scheduler.timer.dequeue", "scheduler.timer.enqueue", "scheduler.timer.follow", "scheduler.timer.hook",
-               "scheduler.timer.reader", "scheduler.timer.recovery", "scheduler.timer.service",
-               "scheduler.timer.state"}): "issue 27 (scheduler: the TimerMessageStore mixins)",
-    frozenset({"server.cluster.ha.service", "server.cluster.ha.sync"}): "issue 27 (server: HA)",
-    frozenset({"server.processors.send", "server.processors.send_run"}): "issue 27 (server: send)",
-    frozenset({"server.broker", "server.observability.prometheus", "server.processor_wiring",
-               "server.runtime_info"}): "issue 27 (server: the broker)",
-}
-
-
 def imported_modules(source: str, module: str, is_package: bool = False) -> Iterator[tuple[int, str]]:
     """(line, dotted module) of every import in `source`, the source of `module`; relative imports
     resolved, `from pkg import name` reported as `pkg.name` (name may be a module)."""
     package = module.split(".") if is_package else module.split(".")[:-1]
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -190,13 +174,11 @@ def circles(edges: dict[str, set[str]]) -> list[frozenset[str]]:
 
 
 def test_no_import_circle_inside_a_package():
-    unknown = []
+    found = []
     for package in OURS:
         modules = {module: (is_package, source) for _rel, module, is_package, source in modules_of(package)}
-        for circle in circles(import_graph(modules)):
-            if not any(circle <= known for known in KNOWN_CIRCLES):
-                unknown.append(sorted(circle))
-    assert unknown == [], "import circles (make the lower module take what it needs as a parameter or Protocol)"
+        found += [sorted(circle) for circle in circles(import_graph(modules))]
+    assert found == [], "import circles (make the lower module take what it needs as a parameter or Protocol)"
 
 
 def test_the_circle_check_sees_a_circle():

@@ -33,6 +33,7 @@ from pathlib import Path
 from codec import codes
 from codec.codes import RequestCode, ResponseCode
 from codec.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, MessageConst
+from tests.helpers.source import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE_PACKAGES = ("server", "client", "remoting", "bench", "codec")
@@ -40,7 +41,9 @@ DECLARED = {"codec/codes.py"}  # where the codes are declared
 PROPERTY_PACKAGES = ("codec", "remoting", "storage", "scheduler", "server", "client", "analytics", "bench")
 PROPERTY_DECLARED = "codec/properties.py"
 # (module, literal) -> why that literal is not a message property name there
-PROPERTY_ALLOWED: dict[tuple[str, str | bytes], str] = {}
+PROPERTY_ALLOWED: dict[tuple[str, str | bytes], str] = {
+    ("server/topic_attributes.py", "DELAY"): "a value of RocketMQ 5's topic attribute message.type, not a property",
+}
 PROPERTY_NAMES = frozenset(v for k, v in vars(MessageConst).items()
                            if not k.startswith("_") and k != "KEY_SEPARATOR" and isinstance(v, str))
 # a name at a segment start followed by the name/value separator: "DELAY\x01", "\x02REAL_QID\x01"
@@ -56,7 +59,7 @@ def sources(packages: tuple[str, ...], declared: frozenset[str] | set[str] = DEC
             if rel.startswith("server/grpc/v2/") or rel in declared:  # generated from the 5.x protos; the declaration
                 continue
             text = path.read_text(encoding="utf-8")
-            yield rel, text, ast.parse(text, rel)
+            yield rel, text, parse(text, rel)
 
 
 def _int_literal(node: ast.AST | None) -> bool:
@@ -150,7 +153,7 @@ raise MQClientError(22, f"not found {k}")
 y = resp.code if resp else 1
 def g(code: int = 0): pass
 """
-    found = list(bare_codes(bad, ast.parse(bad)))
+    found = list(bare_codes(bad, parse(bad)))
     assert sorted(line for line, _, _ in found) == list(range(2, 11)), found
     good = """
 if resp.code != ResponseCode.SUCCESS: pass
@@ -158,7 +161,7 @@ if r.status.code == 20000: pass
 def h(): return 0, None
 n = len(x) == 0
 """
-    assert list(bare_codes(good, ast.parse(good))) == []
+    assert list(bare_codes(good, parse(good))) == []
 
 
 def property_literals(tree: ast.Module) -> Iterator[tuple[int, str | bytes]]:
@@ -195,14 +198,14 @@ s = f"{stored}\\x02REAL_QID\\x01{qid}"
 mark = "DELAY\\x01"
 t = b"TIMER_DEQUEUE_MS"
 """
-    found = list(property_literals(ast.parse(bad)))
+    found = list(property_literals(parse(bad)))
     assert sorted(line for line, _ in found) == list(range(2, 8)), found
     good = """
 \"\"\"A docstring may say TAGS and "DELAY\\x01".\"\"\"
 EXCLUDES = ("TIMER_", MessageConst.TRAN_MSG)
 x = {"msgId": m, "topicX": t, "KEYSTORE": k}
 """
-    assert list(property_literals(ast.parse(good))) == []
+    assert list(property_literals(parse(good))) == []
 
 
 SYSTEM_TOPICS = frozenset({
@@ -231,7 +234,7 @@ def test_no_system_topic_literals_outside_codes() -> None:
              if rel not in TOPIC_ALLOWED for line, value in topic_literals(tree)]
     assert not found, "use the codec.codes topic constants:\n" + "\n".join(found)
     sample = 'a = "SCHEDULE_TOPIC_XXXX"\nb = f"%RETRY%{group}"\nc = f"{RETRY_PREFIX}{group}"\nd = "TBW1020"\n'
-    assert [line for line, _ in topic_literals(ast.parse(sample))] == [1, 2]
+    assert [line for line, _ in topic_literals(parse(sample))] == [1, 2]
 
 
 STRUCT_PACKAGES = ("storage", "scheduler", "server", "client", "remoting", "analytics", "bench")
@@ -248,7 +251,7 @@ STRUCT_ALLOWED: dict[tuple[str, str], str] = {
     ("scheduler/progress_file.py", ">qqqqqq"): "scheduleProgress timer row: " + _OWN_FILE,
     ("scheduler/progress_file.py", ">qqq8x"): "scheduleProgress level row: " + _OWN_FILE,
     ("server/cluster/ha/sync.py", ">qqqq"): "the HA timer progress the slave compares: to codec/ha.py with the above",
-    ("server/grpc/pop_store.py", "<II"): "the pop journal's record head: " + _OWN_FILE,
+    ("server/pop/state.py", "<II"): "the pop journal's record head: " + _OWN_FILE,
     ("bench/workers.py", ">qqB"): "the generator's own message body (send us, due ms, level), read back only by bench",
 }
 
@@ -281,10 +284,10 @@ S = __import__("struct").Struct(">qqB")
 fmt = ">qiq"
 n = struct.calcsize("<IqiIi")
 """
-    assert [line for line, _ in sorted(struct_formats(ast.parse(bad)))] == [2, 2, 3, 4, 5, 6, 7]
+    assert [line for line, _ in sorted(struct_formats(parse(bad)))] == [2, 2, 3, 4, 5, 6, 7]
     good = """
 I64 = struct.Struct(">q")
 v = struct.unpack_from("<I", buf, 0)
 UNIT = codec.consume_queue_unit.UNIT
 """
-    assert list(struct_formats(ast.parse(good))) == []
+    assert list(struct_formats(parse(good))) == []

@@ -15,21 +15,24 @@ asyncio.Queue, then the slot's end. The putter waits until each unit's exact ms 
 from __future__ import annotations
 
 import asyncio
-import struct
-from collections.abc import Sequence
-from itertools import accumulate
 from typing import NamedTuple
 
 import numpy as np
 import structlog
 
 from codec.buffers import BytesLike
-from codec.codes import SysFlag
 from codec.errors import CodecError
 from codec.properties import MessageConst, parse_properties
-from codec.record import POS_SYS_FLAG, read_properties_bytes, read_store_timestamp, store_timestamp_pos
+from codec.record import read_properties_bytes, read_store_timestamp
 from codec.timer_layout import MAGIC_ROLL
-from codec.timer_rewrite import CANCELLED, MISSING, SKIPPED, TimerDelivery, build_timer_deliveries
+from codec.timer_rewrite import (
+    CANCELLED,
+    MISSING,
+    SKIPPED,
+    TimerDelivery,
+    build_timer_deliveries,
+    timer_put_run,
+)
 from scheduler.events import PutObserver, count_puts
 from scheduler.progress_file import NO_PHYS
 from scheduler.quarantine import GIVE_UP, TIMER_DEQUEUE, Quarantine
@@ -39,15 +42,13 @@ from scheduler.timer.metrics import DeliveryRow, TimerMetrics
 from scheduler.timer.msg_ids import msg_id_prefix
 from scheduler.timer.reader import PutItem, SlotChunk
 from scheduler.timer.state import SlotProgress, TimerClocks, TimerFiles, now_ms, sleep_until
-from storage.store_types import IndexKeys, PutStatus
+from storage.store_types import PutStatus
 
 log = structlog.get_logger(__name__)
 
 QUARANTINED = -1  # a unit whose record was set aside (scheduler.quarantine)
 PUT_OK = PutStatus.PUT_OK
 REAL_TOPIC_KEY, TIMER_DEL_UNIQKEY = MessageConst.REAL_TOPIC, MessageConst.TIMER_DEL_UNIQKEY
-_SYS_FLAG = struct.Struct(">i")
-_TS_POS = (store_timestamp_pos(0), store_timestamp_pos(SysFlag.BORNHOST_V6))  # STORETIMESTAMP by BORNHOST_V6
 
 
 # per unit, as codec.timer_rewrite.build_timer_deliveries makes it: its TimerDelivery, or MISSING /
@@ -63,26 +64,6 @@ class DueEvent(NamedTuple):
     uniq_key: str | None
     store_ts: int
     offset: int  # the timer record's CommitLog offset
-
-
-class _PutRun:
-    """Converted records (TimerDelivery) as MessageStore.put_batch takes them (a
-    storage.store_types.PutBatch): back to back in one buffer."""
-
-    __slots__ = ("buf", "starts", "dests", "tags_codes", "keys", "ts_pos", "deliver_delays")
-
-    def __init__(self, built: Sequence[TimerDelivery]) -> None:
-        self.deliver_delays: list[int] | None = None  # a roll goes back to the wheel's topic by its own TIMER_OUT_MS
-        recs = [d.record for d in built]
-        self.buf = bytearray(b"".join(recs))
-        self.starts = list(accumulate(map(len, recs), initial=0))
-        self.dests = [(d.topic, d.queue_id) for d in built]
-        self.tags_codes = [d.tags_code for d in built]
-        self.keys: list[IndexKeys] = [d.keys for d in built]
-        sys_flag = _SYS_FLAG.unpack_from
-        buf = self.buf
-        self.ts_pos = [s + _TS_POS[(sys_flag(buf, s + POS_SYS_FLAG)[0] & SysFlag.BORNHOST_V6) != 0]
-                       for s in self.starts[:-1]]
 
 
 def _no_real_topic(raw: BytesLike) -> bool:
@@ -262,7 +243,7 @@ class Putter:
         while reqs:
             if first:
                 progress.timer_begin(self.store.commitlog_max_offset())
-            res = self.store.put_batch(_PutRun(reqs))
+            res = self.store.put_batch(timer_put_run(reqs))
             statuses, phys = res.statuses, res.phys
             if statuses is None:
                 self._commit_through(c, hi - 1)

@@ -11,9 +11,10 @@ if TYPE_CHECKING:
     from server.client_manager import ClientManager
     from server.config import BrokerConfig
     from server.offsets_table import ConsumerOffsetManager
-    from server.processors.send import SendDeps
+    from server.processors.send_common import SendDeps
     from server.security.acl import PlainAclValidator
     from server.subscription_filter import SubscriptionFilters
+    from server.topic_attributes import TopicAttributes
     from server.topics import TopicManager
     from server.transactions import PutRecord, TransactionService
     from storage.message_store import MessageStore
@@ -34,4 +35,5 @@ class GrpcDeps:
     timer_enabled: bool  # timerWheelEnable: delivery_timestamp goes to the wheel, else to a delay level
     acl: PlainAclValidator | None  # None: aclEnable=false
     store_host: tuple[str, int]  # brokerIP1:listenPort, as records carry it
+    attributes: TopicAttributes  # a topic's message.type narrows the route's accepted message types
     filters: SubscriptionFilters  # FilterExpression SQL: enablePropertyFilter and the compiled selectors

@@ -13,11 +13,10 @@ import structlog
 
 from server.grpc.auth import Authenticator
 from server.grpc.deps import GrpcDeps
-from server.grpc.pop import PopService
-from server.grpc.pop_store import PopStore
 from server.grpc.service import MessagingService
 from server.grpc.v2 import service_pb2_grpc as sgrpc
 from server.listeners import ListenError
+from server.pop.service import PopService
 from server.security import tls_mode
 
 log = structlog.get_logger(__name__)
@@ -27,20 +26,18 @@ MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 
 
 class GrpcEndpoint:
-    def __init__(self, deps: GrpcDeps) -> None:
+    """`pop`: the broker's pop engine (server.pop, shared with the remoting pop processors)."""
+
+    def __init__(self, deps: GrpcDeps, pop: PopService) -> None:
         self.deps = deps
         self.port = 0
         self.tls = False
         self.server: grpc.aio.Server | None = None
-        self.pop: PopService | None = None
+        self.pop = pop
         self.service: MessagingService | None = None
 
     async def start(self) -> None:
         deps, cfg = self.deps, self.deps.config
-        state = PopStore(cfg.store_path_root_dir, sync=cfg.sync_flush)
-        state.load()
-        self.pop = PopService(deps, state)
-        self.pop.start()
         self.server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -79,11 +76,9 @@ class GrpcEndpoint:
         if self.server is not None:
             await self.server.stop(GRACE_S)
             self.server = None
-        if self.pop is not None:
-            await self.pop.stop()
 
     def stats(self) -> dict[str, int]:
-        out = dict(self.pop.stats()) if self.pop else {}
+        out = dict(self.pop.stats())
         if self.service is not None:
             out["grpcRpcErrors"] = self.service.rpc_errors
             out["grpcTelemetrySessions"] = len(self.service.telemetry.sessions)

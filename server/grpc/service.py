@@ -20,22 +20,25 @@ from codec.sql92 import EXPRESSION_TYPE as SQL92
 from server.grpc import convert
 from server.grpc.auth import Authenticator, needs
 from server.grpc.deps import GrpcDeps
-from server.grpc.pop import PopService
-from server.grpc.pop_model import MessageFilter, SqlFilter, TagFilter, decode_handle
 from server.grpc.service_send import SendRpcs, grpc_metadata, grpc_peer
-from server.grpc.status import OK, Code, Context, GrpcError, Response, StatusAnswer, status
+from server.grpc.status import OK, Code, Context, GrpcError, Response, StatusAnswer, from_pop, status
 from server.grpc.telemetry import TelemetryService
 from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2 as spb
 from server.grpc.v2 import service_pb2_grpc as sgrpc
+from server.pop.model import MessageFilter, PopError, SqlFilter, TagFilter, decode_handle
+from server.pop.service import PopService
 from server.processors.send import SendProcessor
 from server.subscription_filter import unsupported_remark
+from server.topic_attributes import MESSAGE_TYPE
 from storage.store_types import GetStatus
 from storage.topic_config import TopicConfig
 
 log = structlog.get_logger(__name__)
 
 ALL_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+# a topic's message.type attribute (server.topic_attributes) -> the one type its queues accept
+TYPE_OF_ATTRIBUTE = {pb.MessageType.Name(t): t for t in ALL_TYPES}
 DEFAULT_INVISIBLE_MS = 30_000
 MIN_INVISIBLE_MS, MAX_INVISIBLE_MS = 1_000, 12 * 3600 * 1000
 DEFAULT_LONG_POLLING_S = 20.0
@@ -71,6 +74,8 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return await work()
         except GrpcError as e:
             return resp_cls(status=status(e.code, e.message))
+        except PopError as e:
+            return resp_cls(status=from_pop(e))
         except Exception as e:
             self.rpc_errors += 1
             log.error("grpc.rpc_failed", rpc=name, error=repr(e), exc_info=e)
@@ -107,18 +112,24 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             raise GrpcError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
         return tcfg
 
+    def _accepted_types(self, topic: str) -> tuple[pb.MessageType.ValueType, ...]:
+        """Every type, unless the topic's message.type attribute names one (as Apache's proxy routes)."""
+        t = TYPE_OF_ATTRIBUTE.get(self.deps.attributes.get(topic).get(MESSAGE_TYPE, ""))
+        return ALL_TYPES if t is None else (t,)
+
     # ---- route / heartbeat / telemetry ---------------------------------------------------
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Context) -> spb.QueryRouteResponse:
         async def work() -> spb.QueryRouteResponse:
             topic = self._topic_name(request.topic)
             tcfg = self._topic_config(topic, create=True)
             broker = self._broker_entry(request.endpoints)
+            accepts = self._accepted_types(topic)
             queues: list[pb.MessageQueue] = []
             for qid in range(max(tcfg.read_queue_nums, tcfg.write_queue_nums)):
                 r, w = qid < tcfg.read_queue_nums and tcfg.readable, qid < tcfg.write_queue_nums and tcfg.writeable
                 perm = pb.READ_WRITE if r and w else pb.READ if r else pb.WRITE if w else pb.NONE
                 queues.append(pb.MessageQueue(topic=request.topic, id=qid, permission=perm, broker=broker,
-                                              accept_message_types=ALL_TYPES))
+                                              accept_message_types=accepts))
             return spb.QueryRouteResponse(status=OK, message_queues=queues)
         return await self._unary("QueryRoute", spb.QueryRouteResponse, context, needs(request.topic.name), work)
 
@@ -165,7 +176,8 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             if not tcfg.readable:
                 raise GrpcError(Code.FORBIDDEN, f"topic {topic} is not readable")
             mq = pb.MessageQueue(topic=request.topic, id=-1, permission=pb.READ_WRITE,
-                                 broker=self._broker_entry(request.endpoints), accept_message_types=ALL_TYPES)
+                                 broker=self._broker_entry(request.endpoints),
+                                 accept_message_types=self._accepted_types(topic))
             return spb.QueryAssignmentResponse(status=OK, assignments=[pb.Assignment(message_queue=mq)])
         return await self._unary("QueryAssignment", spb.QueryAssignmentResponse, context, needs(topic, group), work)
 
@@ -214,6 +226,9 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         except GrpcError as e:
             yield spb.ReceiveMessageResponse(status=status(e.code, e.message))
             return
+        except PopError as e:
+            yield spb.ReceiveMessageResponse(status=from_pop(e))
+            return
         except Exception as e:
             self.rpc_errors += 1
             log.error("grpc.rpc_failed", rpc="ReceiveMessage", error=repr(e), exc_info=e)
@@ -245,8 +260,8 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
                 try:
                     self.pop.ack(group, topic, e.receipt_handle)
                     st = OK
-                except GrpcError as err:
-                    st = status(err.code, err.message)
+                except PopError as err:
+                    st = from_pop(err)
                     failed += 1
                 out.append(spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle,
                                                      status=st))

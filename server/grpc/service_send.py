@@ -53,7 +53,7 @@ def grpc_peer(context: Context) -> tuple[str, int]:
 
 
 class SendConnection:
-    """What the remoting send path reads of a connection (server.processors.send.SendConn): the peer
+    """What the remoting send path reads of a connection (server.processors.send_common.SendConn): the peer
     (born host) and per-connection attrs."""
 
     __slots__ = ("remote_addr", "attrs")

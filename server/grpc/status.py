@@ -12,6 +12,7 @@ from grpc import aio as grpc_aio
 
 from codec.codes import ResponseCode
 from server.grpc.v2 import definition_pb2 as pb
+from server.pop.model import Failure, PopError
 
 Code = pb.Code
 # an RPC's servicer context (grpc.aio); the helpers every RPC shares take it whatever its message types
@@ -66,3 +67,18 @@ def from_remoting(code: int, remark: str | None) -> pb.Status:
     elif code == ResponseCode.SYSTEM_ERROR and "congested" in text:
         c = Code.TOO_MANY_REQUESTS
     return status(c, text)
+
+
+# server.pop's failures -> Code (ReceiveMessage, AckMessage, ChangeInvisibleDuration, ...)
+_POP: dict[Failure, pb.Code.ValueType] = {
+    Failure.GROUP_NOT_FOUND: Code.CONSUMER_GROUP_NOT_FOUND,
+    Failure.FORBIDDEN: Code.FORBIDDEN,
+    Failure.TOPIC_NOT_FOUND: Code.TOPIC_NOT_FOUND,
+    Failure.BAD_REQUEST: Code.BAD_REQUEST,
+    Failure.INVALID_RECEIPT: Code.INVALID_RECEIPT_HANDLE,
+    Failure.INTERNAL: Code.INTERNAL_SERVER_ERROR,
+}
+
+
+def from_pop(e: PopError) -> pb.Status:
+    return status(_POP[e.failure], e.message)

@@ -13,7 +13,7 @@ transactional producer group), and `invoke(GET_CONSUMER_RUNNING_INFO)` (mqadmin 
 relayed by the broker) becomes PrintThreadStackTraceCommand, `invoke(CONSUME_MESSAGE_DIRECTLY)`
 VerifyMessageCommand. A SimpleConsumer / PushConsumer session is a consumer of its group (consume
 type CONSUME_POP) with its subscriptions, so mqadmin and GET_CONSUMER_LIST_BY_GROUP see it; how a
-group mixing 4.x and 5.x consumers divides its queues is PopService's (`pop.py`).
+group mixing 4.x and 5.x consumers divides its queues is PopService's (`server/pop/service.py`).
 """
 
 from __future__ import annotations

@@ -20,7 +20,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from server.observability.registry import SLICE, Histogram, Registry, Sample, _fmt_labels, _fmt_num
+from server.observability.registry import (
+    SLICE,
+    Registry,
+    RpcLatency,
+    Sample,
+    _fmt_labels,
+    _fmt_num,
+)
 from server.observability.telemetry import CONSUMER_LAG, consumer_lags
 from server.runtime_info import earliest_store_time
 
@@ -52,9 +59,6 @@ class MetricsView:
     timer_service: TimerMessageStore | None
     transactions: TransactionService | None
 
-# RPC latency buckets, seconds
-RPC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                 10.0, 30.0)
 # delaymq_* names the registry holds that this page re-expresses under RocketMQ's names, or leaves to the
 # msgpack export only (pre-computed rates and _ms histograms have no place on a Prometheus page)
 _TRANSLATED = frozenset({
@@ -83,22 +87,6 @@ class Family:
     # (labels, value) rows not yet made Samples (`collect(..., lazy=True)`): render_sliced makes them a
     # slice at a time (10,000 groups' lag samples made at once were a 60 ms loop stall)
     rows: Iterable[tuple[dict[str, str], float]] | None = None
-
-
-class RpcLatency:
-    """Per request code: a seconds histogram (the Dispatcher's timing hook feeds it)."""
-
-    def __init__(self) -> None:
-        self.by_code: dict[int, Histogram] = {}
-
-    def observe(self, code: int, seconds: float, n: int = 1) -> None:
-        h = self.by_code.get(code)
-        if h is None:
-            h = self.by_code[code] = Histogram(RPC_BUCKETS_S)
-        if n == 1:
-            h.observe(seconds)
-        else:  # a run of n requests handled in one call: each took the run's time / n
-            h.observe_repeated(seconds / n, n)
 
 
 def _hist_ms_to_s(name: str, labels: dict[str, str], h: Mapping[str, Any]) -> Sample | None:

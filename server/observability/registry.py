@@ -3,6 +3,8 @@
 Hot paths touch only plain attributes (`counter.inc()` is an integer add); rendering to
 Prometheus text and to export samples happens off the hot path. Gauges may be backed by a
 callback so components expose live state (pending messages, lag) without pushing updates.
+`RpcLatency` keeps the request latency histograms (per request code) the Dispatcher's timing hook feeds;
+the Prometheus page renders them and the runtime info reads them.
 """
 
 from __future__ import annotations
@@ -202,3 +204,24 @@ def render_prometheus(samples: Iterable[Sample]) -> str:
         for s in group:
             _render_sample(lines, name, s)
     return "\n".join(lines) + "\n"
+
+
+# RPC latency buckets, seconds
+RPC_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                 10.0, 30.0)
+
+
+class RpcLatency:
+    """Per request code: a seconds histogram (the Dispatcher's timing hook feeds it)."""
+
+    def __init__(self) -> None:
+        self.by_code: dict[int, Histogram] = {}
+
+    def observe(self, code: int, seconds: float, n: int = 1) -> None:
+        h = self.by_code.get(code)
+        if h is None:
+            h = self.by_code[code] = Histogram(RPC_BUCKETS_S)
+        if n == 1:
+            h.observe(seconds)
+        else:  # a run of n requests handled in one call: each took the run's time / n
+            h.observe_repeated(seconds / n, n)

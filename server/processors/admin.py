@@ -15,11 +15,13 @@ from codec.command import RemotingCommand
 from remoting.dispatch import Response
 from server import headers as H
 from server.processors import Peer, Registrar, committed, error, guarded, json_body, ok
+from server.topic_attributes import TopicAttributeError
 from server.topics import TopicConfig, is_system_topic, topic_error
 
 if TYPE_CHECKING:
     from server.config import BrokerConfig
     from server.subscription_filter import SubscriptionFilters
+    from server.topic_attributes import TopicAttributes
     from server.topics import TopicManager
     from storage.message_store import MessageStore
     from storage.meta_store import MetaStore
@@ -36,6 +38,7 @@ class AdminDeps:
     topics: TopicManager
     meta: MetaStore  # UPDATE_AND_CREATE_TOPIC answers once committed
     runtime_info: Callable[[], dict[str, object]]  # GET_BROKER_RUNTIME_INFO's table
+    attributes: TopicAttributes  # RocketMQ 5 topic attributes (message.type)
     filters: SubscriptionFilters  # CHECK_CLIENT_CONFIG: does this broker take the subscription's expression
 
 
@@ -55,6 +58,10 @@ def register(server: Registrar, deps: AdminDeps) -> None:
         if h.readQueueNums <= 0 or h.writeQueueNums <= 0:
             return error(cmd, ResponseCode.SYSTEM_ERROR, "queue nums must be positive")
         filter_type = h.topicFilterType if h.topicFilterType in ("SINGLE_TAG", "MULTI_TAG") else "SINGLE_TAG"
+        try:
+            deps.attributes.modify(h.topic, h.attributes)
+        except TopicAttributeError as e:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, str(e))
         deps.topics.put(TopicConfig(h.topic, h.readQueueNums, h.writeQueueNums, h.perm, filter_type,
                                       h.topicSysFlag or 0, bool(h.order)))
         return committed(deps.meta, cmd)

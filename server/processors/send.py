@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -48,6 +47,8 @@ from server.processors.send_common import (
     TRANSACTION_MASK,
     V3_4_9,
     PreparedSend,
+    SendConn,
+    SendDeps,
     answer_when_flushed,
     answer_when_replicated,
     body_bytes,
@@ -73,41 +74,13 @@ _WAIT = MessageConst.WAIT
 
 if TYPE_CHECKING:
     from remoting.connection import Connection
-    from server.cluster.ha.service import ReplicaAck, ReplicaRole
-    from server.config import BrokerConfig
+    from server.cluster.ha.service import ReplicaAck
     from server.headers import SendMessageHeader
-    from server.put_hooks import PutHooks
-    from server.topics import TopicConfig, TopicManager
-    from storage.message_store import MessageStore
+    from server.topics import TopicConfig
     from storage.store_types import PutRequest, PutResult
-    from storage.subscription_group import SubscriptionGroupTable
 
 log = structlog.get_logger(__name__)
 
-
-@dataclass(frozen=True, slots=True)
-class SendDeps:
-    """What the send path uses (built by server.processor_wiring)."""
-
-    config: BrokerConfig
-    store: MessageStore
-    topics: TopicManager
-    groups: SubscriptionGroupTable  # retry topics: the group's retryMaxTimes
-    hooks: PutHooks  # delay level, timer
-    replica: ReplicaRole  # SYNC_MASTER: answer once a slave has the bytes
-    levels: Sequence[int]  # messageDelayLevel, ms
-    on_put: Callable[[list[str], list[PutResult]], None]  # stored-message counters
-    on_put_sizes: Callable[[list[str], list[int]], None]
-
-
-class SendConn(Protocol):
-    """What the send path reads of a connection (remoting's Connection, the gRPC endpoint's stand-in):
-    the peer (born host) and per-connection attributes."""
-
-    attrs: dict[str, Any]
-
-    @property
-    def remote_addr(self) -> tuple[str, int]: ...
 
 # these need the dict path (DELAY is read by the plain path itself; REAL_* would be overwritten in place)
 PLAIN_SEND_EXCLUDES = ("TIMER_", _TRAN_MSG, _REAL_TOPIC, _REAL_QID)

@@ -1,5 +1,7 @@
-"""Send-processor vocabulary: request/response codes, flags, put-status mapping, the prepared send,
-the response fields and the answers that wait (SYNC_FLUSH, SYNC_MASTER).
+"""Send-processor vocabulary: request/response codes, flags, put-status mapping, the send path's
+collaborators (`SendDeps`) and what it reads of a connection (`SendConn`), the prepared send, the
+response fields and the answers that wait (SYNC_FLUSH, SYNC_MASTER). The preparer (`send`) and the
+run builder (`send_run`) both name these, so neither imports the other's module for them.
 
 Every send response carries msgId/queueId/queueOffset/MSG_REGION/TRACE_ON, errors included (the C++
 client reads the send response header without a null check): `send_ext` builds them, the one place
@@ -9,8 +11,9 @@ client reads the send response header without a null check): `send_ext` builds t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from codec.buffers import Body
 from codec.codes import (
@@ -26,7 +29,13 @@ from codec.properties import MessageConst
 from storage.store_types import IndexKeys, PutStatus
 
 if TYPE_CHECKING:
-    from server.cluster.ha.service import ReplicaAck
+    from server.cluster.ha.service import ReplicaAck, ReplicaRole
+    from server.config import BrokerConfig
+    from server.put_hooks import PutHooks
+    from server.topics import TopicManager
+    from storage.message_store import MessageStore
+    from storage.store_types import PutResult
+    from storage.subscription_group import SubscriptionGroupTable
 
 # property names, bound once for the per-message path (codec.properties.MessageConst)
 _MSG_REGION = MessageConst.MSG_REGION
@@ -52,6 +61,31 @@ PUT_STATUS_CODES: dict[PutStatus, ResponseCode] = {
 }
 PROPS_MAX = 32767
 
+
+
+@dataclass(frozen=True, slots=True)
+class SendDeps:
+    """What the send path uses (built by server.processor_wiring)."""
+
+    config: BrokerConfig
+    store: MessageStore
+    topics: TopicManager
+    groups: SubscriptionGroupTable  # retry topics: the group's retryMaxTimes
+    hooks: PutHooks  # delay level, timer
+    replica: ReplicaRole  # SYNC_MASTER: answer once a slave has the bytes
+    levels: Sequence[int]  # messageDelayLevel, ms
+    on_put: Callable[[list[str], list[PutResult]], None]  # stored-message counters
+    on_put_sizes: Callable[[list[str], list[int]], None]
+
+
+class SendConn(Protocol):
+    """What the send path reads of a connection (remoting's Connection, the gRPC endpoint's stand-in):
+    the peer (born host) and per-connection attributes."""
+
+    attrs: dict[str, Any]
+
+    @property
+    def remote_addr(self) -> tuple[str, int]: ...
 
 
 class PreparedSend(NamedTuple):

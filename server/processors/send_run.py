@@ -3,7 +3,7 @@ stored with one put and answered per request (`SendRunner`, a part of `server.pr
 
 Each request is checked and encoded on its own (`SendPreparer.prepare`, given to the runner) into a
 `send_common.PreparedSend` (record, store topic, store queue id, tagsCode, index keys, deliver delay ms,
-reply queue id, wait). The run's records are laid back to back in ONE buffer (`SendRun`) and stored with
+reply queue id, wait). The run's records are laid back to back in ONE buffer (`send_put_run`: a `codec.put_run.PutRun`) and stored with
 `MessageStore.put_batch` (one reserve, one copy, queue offsets returned; anything unusual goes through
 `put` with the same statuses). A batch-message request in the run puts what came before it first, so
 the store order is the request order. For the dispatcher (`batch_framed`) the run's responses are
@@ -12,8 +12,7 @@ encoded in one pass into one bytes object (`codec.send_response` for the SUCCESS
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from itertools import accumulate
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeAlias, cast
 
 import structlog
@@ -21,7 +20,7 @@ import structlog
 from codec.codes import RPC_ONEWAY, RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.frame import encode_frame_bytes
-from codec.record import POS_SYS_FLAG, STORE_TS_POS
+from codec.put_run import PutRun, put_run
 from codec.send_response import SendResponseFrames
 from server.header_parsers import parse_send
 from server.header_spec import HeaderError
@@ -42,8 +41,7 @@ from server.processors.send_common import (
 if TYPE_CHECKING:
     from remoting.connection import Connection
     from server.headers import SendMessageHeader
-    from server.processors.send import SendConn, SendDeps
-    from storage.store_types import IndexKeys
+    from server.processors.send_common import SendConn, SendDeps
 
 log = structlog.get_logger(__name__)
 
@@ -55,34 +53,11 @@ Prepare: TypeAlias = Callable[["SendConn", RemotingCommand, "SendMessageHeader"]
 # a batch-message request -> its answer (`send.BatchMessageSend`)
 SendBatchMessage: TypeAlias = Callable[["SendConn", RemotingCommand, "SendMessageHeader"], SendAnswer]
 
-_SYS_FLAG_LOW = POS_SYS_FLAG + 3  # SYSFLAG's low byte (BORNHOST_V6 = 0x10)
-
-
-class SendRun:
-    """Prepared sends as `MessageStore.put_batch` takes them (the attributes of
-    `codec.delivery_batch.DeliveryBatch`, plus `deliver_delays`)."""
-
-    __slots__ = ("buf", "starts", "dests", "tags_codes", "keys", "ts_pos", "deliver_delays")
-
-    buf: bytearray
-    starts: list[int]
-    dests: list[tuple[str, int]]
-    tags_codes: list[int]
-    keys: Sequence[IndexKeys]
-    ts_pos: list[int]
-    deliver_delays: list[int] | None
-
-    def __init__(self, preps: list[PreparedSend]) -> None:
-        # the PreparedSend fields record, topic, queue_id, tags_code, keys, deliver_delay (in that order)
-        recs, topics, qids, tcodes, keys, delays = list(zip(*preps, strict=True))[:6]
-        self.buf = buf = bytearray().join(recs)
-        self.starts = starts = list(accumulate(map(len, recs), initial=0))
-        self.dests = list(zip(topics, qids, strict=True))
-        self.tags_codes = list(tcodes)
-        self.keys = keys
-        self.deliver_delays = list(delays) if max(delays) >= 0 else None
-        tsp = STORE_TS_POS
-        self.ts_pos = [s + tsp[(buf[s + _SYS_FLAG_LOW] & 0x10) >> 4] for s in starts[:-1]]
+def send_put_run(preps: list[PreparedSend]) -> PutRun:
+    """Prepared sends as `MessageStore.put_batch` takes them (one `codec.put_run.put_run`)."""
+    # the PreparedSend fields record, topic, queue_id, tags_code, keys, deliver_delay (in that order)
+    recs, topics, qids, tcodes, keys, delays = list(zip(*preps, strict=True))[:6]
+    return put_run(recs, list(zip(topics, qids, strict=True)), list(tcodes), list(keys), delays)
 
 
 class SendRunner:
@@ -162,7 +137,7 @@ class SendRunner:
         """Store the prepared sends `preps` (of requests `idx`) with one put_batch; answer each."""
         if not preps:
             return
-        run = SendRun(preps)
+        run = send_put_run(preps)
         res = self.deps.store.put_batch(run)
         phys, statuses, flushed = res.phys, res.statuses, res.flushed
         qoffs = res.queue_offsets or [-1] * len(preps)

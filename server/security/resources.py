@@ -11,6 +11,7 @@ Kinds: topic, group, cluster. Actions: PUB, SUB, CREATE, UPDATE, DELETE, GET, LI
   "@lock"                   a LOCK/UNLOCK_BATCH_MQ body: its consumerGroup (group) / its queues' topics
   "@heartbeat"              a HEART_BEAT body: each consumer group (group) / each subscribed topic
   "@checkclient"            a CHECK_CLIENT_CONFIG body: its group
+  "@batchack"               a BATCH_ACK_MESSAGE body: each ack's consumerGroup (group) / topic (topic)
   "-"                       nothing named (cluster rows; and rows that need only a signed account)
 A topic named %RETRY%<g> or %DLQ%<g> is group <g>'s: it is checked as that group (`topic_or_group`).
 How the grants map onto a plain_acl.yml account is `server.security.acl` (the module docstring there).
@@ -29,6 +30,7 @@ from enum import StrEnum
 from codec.bodies import decode_lock_batch_request, parse_heartbeat
 from codec.buffers import Body
 from codec.codes import DLQ_PREFIX, RETRY_PREFIX, RequestCode, SendMessageRequestHeaderV2
+from codec.pop_receipt import decode_batch_ack
 
 
 class Kind(StrEnum):
@@ -92,6 +94,13 @@ REMOTING: Mapping[int, Rule] = {
     RC.SEND_MESSAGE: SEND, RC.SEND_MESSAGE_V2: SEND, RC.SEND_BATCH_MESSAGE: SEND,
     RC.SEND_REPLY_MESSAGE: SEND, RC.SEND_REPLY_MESSAGE_V2: SEND,
     RC.PULL_MESSAGE: _r(Grant(T, SUB, "topic"), Grant(G, SUB, "consumerGroup")),
+    # pop consumption (server/processors/pop.py): the topic and the group, as PULL_MESSAGE
+    **{code: _r(Grant(T, SUB, "topic"), Grant(G, SUB, "consumerGroup"))
+       for code in (RC.POP_MESSAGE, RC.ACK_MESSAGE, RC.CHANGE_MESSAGE_INVISIBLETIME, RC.PEEK_MESSAGE,
+                    RC.NOTIFICATION, RC.POLLING_INFO)},
+    RC.GET_TOPIC_CONFIG: _r(Grant(T, GET, "topic")),
+    RC.GET_SUBSCRIPTIONGROUP_CONFIG: _r(Grant(G, GET, "group")),
+    RC.BATCH_ACK_MESSAGE: _r(Grant(T, SUB, "@batchack"), Grant(G, SUB, "@batchack")),
     RC.QUERY_MESSAGE: _r(Grant(T, SUB, "topic")),
     RC.VIEW_MESSAGE_BY_ID: _r(Grant(T, SUB, "@record:offset")),
     RC.CONSUMER_SEND_MSG_BACK: _r(Grant(G, SUB, "group"), Grant(T, SUB, "@record:offset")),
@@ -262,6 +271,9 @@ def _names(source: str, kind: Kind, code: int, ext: Mapping[str, str], body: Bod
         if kind is G:
             return [c.group_name for c in consumers]
         return sorted({s.topic for c in consumers for s in c.subscriptions if s.topic})
+    if source == "@batchack":
+        acks = decode_batch_ack(_json_body(body))[1]
+        return sorted({a.consumer_group if kind is G else a.topic for a in acks})
     if source == "@checkclient":
         try:
             data = json.loads(_json_body(body) or b"{}")

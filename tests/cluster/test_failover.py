@@ -105,7 +105,7 @@ async def test_kill_master_under_scheduled_load_then_promote(tmp_path):
             built = [request(i) for i in range(k, min(k + 250, N_DELAY + N_TIMER))]
             keys, chunk = [b[0] for b in built], [b[1] for b in built]
             for key, fut in zip(keys, c.pipeline(chunk), strict=True):
-                r = await asyncio.wait_for(present(fut), 10)
+                r = await asyncio.wait_for(present(fut), 30)
                 assert r.code == 0, (r.code, r.remark)  # SYNC_MASTER: the slave has it
                 acked.add(key)
         assert len(acked) == N_DELAY + N_TIMER

@@ -41,7 +41,7 @@ async def read_all(reader: asyncio.StreamReader, timeout: float) -> bytes:
 @pytest.mark.parametrize("proof", ["report", "wrong"])
 async def test_unauthenticated_peer_gets_only_the_challenge_and_is_closed(master, proof):
     reader, writer = await asyncio.open_connection("127.0.0.1", master.config.ha_port)
-    challenge = await asyncio.wait_for(reader.readexactly(AUTH_CHALLENGE_SIZE), 5)
+    challenge = await asyncio.wait_for(reader.readexactly(AUTH_CHALLENGE_SIZE), 30)
     assert challenge.startswith(AUTH_MAGIC)
     if proof == "report":  # what an Apache slave sends: its offset, as if nothing was asked
         writer.write(encode_report(0) * (AUTH_PROOF_SIZE // 8))
@@ -68,7 +68,7 @@ async def test_slave_with_the_secret_replicates_one_without_does_not(master, mak
                               ha_auth_secret="a-different-secret-000")
     slave = await make_broker(store=tmp_path / "s", port=ha_port_pair(), broker_role="SLAVE", broker_id=1,
                               ha_master_address=ha, mapped_file_size_commit_log=FSIZE, ha_auth_secret=SECRET)
-    await until(lambda: same_commitlog(master, slave), 10)
-    await until(lambda: master.replica.ha_service.auth_failures >= 1, 10)  # the wrong one tried and was dropped
+    await until(lambda: same_commitlog(master, slave), 30)
+    await until(lambda: master.replica.ha_service.auth_failures >= 1, 30)  # the wrong one tried and was dropped
     assert len(master.replica.ha_service.connections) == 1  # the right slave only
     assert wrong.store.commitlog_max_offset() == 0

@@ -49,7 +49,7 @@ def test_three_process_cluster_failover_through_the_name_server(namesrv_factory,
         for i in range(10):
             assert send(master.addr, "Nt", b"m%d" % i).code == 0
         master.kill()
-        wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"1": slave.addr}, 10,
+        wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"1": slave.addr}, 30,
                    "the dead master out of the route", ns.diagnostics)
         assert topic_route(ns.addr, "Nt")["queueDatas"]  # the slave keeps the topic routable for consumers
         assert wire.max_offset(slave.addr, "Nt", 0) == 11
@@ -164,7 +164,7 @@ def test_java_client_reads_from_the_slave_then_uses_the_promoted_master(namesrv_
         wait_until(lambda: send(master.addr, "Jt", b"warm").code == 0, 15, "a slave acking", slave.diagnostics)
         sent = java_client.produce(ns, "Jt", 20, "before")
         master.kill()
-        wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"1": slave.addr}, 10, "master gone")
+        wait_until(lambda: cluster_brokers(ns.addr).get("broker-a") == {"1": slave.addr}, 30, "master gone")
         got = java_client.consume(ns, "Jt", "JG", 21, 40)
         assert {r["body"] for r in got} >= {s["body"] for s in sent}
         p = subprocess.run([sys.executable, "-m", "client.cli", "broker", "promote", "-n", ns.addr,

@@ -42,5 +42,5 @@ def test_apache_broker_registers_with_delaymq_namesrv_and_mqadmin_sees_both_brok
         assert f"wipe write perm of broker[dmq-a] in name server[{ns.addr}] OK" in wiped.stdout, wiped.stdout
         perms = {q["brokerName"]: q["perm"] for q in topic_route(ns.addr, "Tboth")["queueDatas"]}
         assert perms == {"dmq-a": 4, "apache-b": 6}, perms
-    wait_until(lambda: "apache-b" not in cluster_brokers(ns.addr), 10, "the stopped Apache broker gone",
+    wait_until(lambda: "apache-b" not in cluster_brokers(ns.addr), 30, "the stopped Apache broker gone",
                ns.diagnostics)

@@ -27,7 +27,7 @@ def test_delaymq_broker_registers_with_the_apache_namesrv_and_the_java_client_wo
         # our broker auto-creates it and registers it at once
         sent = java_client.produce(ns, "TjavaNs", 12, "m")
         assert {s["broker"] for s in sent} == {"dmq-a"}
-        wait_until(lambda: route_brokers(ns.addr, "TjavaNs") == {"dmq-a"}, 10, "TjavaNs in the Apache route",
+        wait_until(lambda: route_brokers(ns.addr, "TjavaNs") == {"dmq-a"}, 30, "TjavaNs in the Apache route",
                    broker.diagnostics)
         delayed = java_client.produce(ns, "TjavaNs", 4, "d", delay_level=2)  # level 2 = 1 s
         got = java_client.consume(ns, "TjavaNs", "GID_javaNs", 16, 60)

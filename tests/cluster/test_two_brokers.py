@@ -29,7 +29,7 @@ def test_two_brokers_share_an_auto_created_topic_and_each_delivers_its_own_sched
     per_broker = Counter(s["broker"] for s in sent)
     assert set(per_broker) == {"broker-a", "broker-b"} and min(per_broker.values()) >= 10, per_broker
     # each broker auto-created the topic on its first message and registered it at once
-    wait_until(lambda: route_brokers(ns.addr, topic) == {"broker-a", "broker-b"}, 10,
+    wait_until(lambda: route_brokers(ns.addr, topic) == {"broker-a", "broker-b"}, 30,
                "both brokers' queues of the auto-created topic", lambda: a.diagnostics() + b.diagnostics())
     queues = {(q["brokerName"], q["writeQueueNums"]) for q in topic_route(ns.addr, topic)["queueDatas"]}
     assert queues == {("broker-a", 4), ("broker-b", 4)}  # min(producer's 4, TBW102's 8) on each
@@ -71,7 +71,7 @@ def test_cpp_client_spreads_over_two_brokers_and_each_delivers_its_own_scheduled
     a, b = cluster_broker("broker-a", ns, **conf), cluster_broker("broker-b", ns, **conf)
     topic = "Tcpp2"
     sent = _sent(agents.run_cpp("produce", ns, topic=topic, count=40, body_prefix="m-"), 40)
-    wait_until(lambda: route_brokers(ns.addr, topic) == {"broker-a", "broker-b"}, 10,
+    wait_until(lambda: route_brokers(ns.addr, topic) == {"broker-a", "broker-b"}, 30,
                "both brokers' queues of the auto-created topic", lambda: a.diagnostics() + b.diagnostics())
     plain = {"broker-a": _stored(a, topic), "broker-b": _stored(b, topic)}
     assert sum(plain.values()) == len(sent) and min(plain.values()) >= 8, plain
@@ -100,7 +100,7 @@ def test_two_java_consumers_of_a_group_split_the_queues_of_both_brokers(
     topic, group = "Trebalance", "GID_rebalance"
     a.create_topic(topic, 4)
     b.create_topic(topic, 4)
-    wait_until(lambda: route_brokers(ns.addr, topic) == {"broker-a", "broker-b"}, 10, "the topic on both")
+    wait_until(lambda: route_brokers(ns.addr, topic) == {"broker-a", "broker-b"}, 30, "the topic on both")
     all_queues = {(n, q) for n in ("broker-a", "broker-b") for q in range(4)}
     stop = tmp_path / "stop-consumers"
     c1 = java_client.consumer(ns, topic, group, 1_000_000, 120, stop_file=stop)

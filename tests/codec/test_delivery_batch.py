@@ -4,6 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from codec.delivery_batch import build_delivery_batch
+from codec.put_run import PutRun, put_run_reference
 from codec.record import MessageRecord, encode_record, read_store_timestamp
 from codec.record_rewrite import build_deliveries, tail_span
 from tests.codec.strategies import BOUNDED
@@ -21,6 +22,9 @@ def test_batch_matches_build_deliveries(recs):
     assert batch.source == kept
     assert batch.dropped == [i for i, b in enumerate(one) if b is None]
     assert batch.starts[0] == 0 and batch.starts[-1] == len(batch.buf) and len(batch) == len(kept)
+    # laid piece by piece, the run is the one codec.put_run's reference builds of the whole records
+    ref = put_run_reference([batch.record(j) for j in range(len(batch))], batch.dests, batch.tags_codes, batch.keys)
+    assert [getattr(batch, name) for name in PutRun.__slots__] == [getattr(ref, name) for name in PutRun.__slots__]
     for j, i in enumerate(kept):
         record, topic, qid, tags_code, keys, uniq = present(one[i])
         assert batch.record(j) == record

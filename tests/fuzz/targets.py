@@ -19,6 +19,7 @@ from codec.errors import CodecError
 from codec.frame import FrameDecoder, encode_frame_bytes
 from codec.msgid import decode_offset_msg_id
 from codec.properties import parse_properties
+from codec.put_run import PutRun, put_run_reference
 from codec.record import (
     MAX_PROPERTIES_BYTES,
     MessageRecord,
@@ -30,7 +31,7 @@ from codec.record import (
 )
 from codec.record_rewrite import build_deliveries, patch_append_fields, rewrite_for_delivery
 from codec.sql92 import Selector, SelectorError
-from codec.timer_rewrite import TimerDelivery, build_timer_deliveries, timer_delivery_reference
+from codec.timer_rewrite import TimerDelivery, build_timer_deliveries, timer_delivery_reference, timer_put_run
 
 
 def _guard(fn, *args) -> None:
@@ -125,6 +126,9 @@ def delivery(data: bytes) -> None:
         record, topic, qid, tags_code, keys, uniq = d
         assert fast.record(j) == record and fast.dests[j] == (topic, qid)
         assert (fast.tags_codes[j], fast.keys[j], fast.uniqs[j]) == (tags_code, keys, uniq)
+    # laid piece by piece, the run is what codec.put_run's one-record-at-a-time reference makes of its records
+    run = put_run_reference([fast.record(j) for j in range(len(fast))], fast.dests, fast.tags_codes, fast.keys)
+    assert [getattr(fast, c) for c in PutRun.__slots__] == [getattr(run, c) for c in PutRun.__slots__]
 
 
 def _timer_one(raw, roll, cancel):
@@ -158,6 +162,10 @@ def timer(data: bytes) -> None:
         ref = _timer_outcome(timer_delivery_reference, body, roll, 1795474679500, 1795474670000, 1795474679512,
                              cancel)
         assert _timer_norm(fast) == _timer_norm(ref), (fast, ref)
+        if isinstance(fast, TimerDelivery):  # the put run the putter hands the store, against put_run's reference
+            run = timer_put_run([fast])
+            want = put_run_reference([fast.record], [(fast.topic, fast.queue_id)], [fast.tags_code], [fast.keys])
+            assert [getattr(run, c) for c in PutRun.__slots__] == [getattr(want, c) for c in PutRun.__slots__]
 
 
 def rewrite(data: bytes) -> None:

@@ -147,21 +147,36 @@ async def test_offset_rpcs_and_pull_message_share_the_4x_offset_table(gbroker):
 
 
 async def test_pull_message_long_polls_until_a_send_arrives(gbroker):
+    """A PullMessage with nothing to read is parked (the broker counts it in GET_BROKER_RUNTIME_INFO's
+    grpcLongPollParked) and answered by the next put: with a 60 s long poll, an answer within the 30 s
+    bound can only come from the wake-up."""
     import asyncio
     topic, group = uniq("TLite"), uniq("GLite")
     gbroker.create_topic(topic, 1)
     c = RawClient(gbroker.grpc_addr)
+    loop = asyncio.get_running_loop()
     try:
         assert (await c.send(topic, b"first")).status.code == pb.OK
-        pull = asyncio.ensure_future(_pull(c, group, topic, 0, 1, poll_s=10))
-        await asyncio.sleep(0.3)  # the pull is parked (not a synchronisation: the result is checked below)
-        t_send = time.monotonic()
+        assert await loop.run_in_executor(None, parked_polls, gbroker.addr) == 0
+        pull = asyncio.ensure_future(_pull(c, group, topic, 0, 1, poll_s=60))
+        deadline = loop.time() + 30  # a hang guard
+        while await loop.run_in_executor(None, parked_polls, gbroker.addr) != 1:
+            assert not pull.done(), pull.result()
+            assert loop.time() < deadline, "the pull was never parked"
+            await asyncio.sleep(0.05)  # polling interval of the runtime-info query, not a synchronisation
         assert (await c.send(topic, b"second")).status.code == pb.OK
-        code, msgs, nxt = await asyncio.wait_for(pull, 12)
+        code, msgs, nxt = await asyncio.wait_for(pull, 30)  # < the 60 s long poll: woken by the put
         assert (code, [m.body for m in msgs], nxt) == (pb.OK, [b"second"], 2)
-        assert time.monotonic() - t_send < 5  # answered by the put, not by the 10 s deadline
+        assert await loop.run_in_executor(None, parked_polls, gbroker.addr) == 0
     finally:
         await c.close()
+
+
+def parked_polls(addr: str) -> int:
+    """The broker's count of parked gRPC long polls (GET_BROKER_RUNTIME_INFO's grpcLongPollParked)."""
+    reply = wire.invoke(addr, int(RequestCode.GET_BROKER_RUNTIME_INFO))
+    assert reply.code == 0, reply.remark
+    return int(json.loads(reply.body)["table"]["grpcLongPollParked"])
 
 
 async def test_sync_lite_subscription_is_answered_not_implemented_in_its_status(gbroker):

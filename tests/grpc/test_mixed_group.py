@@ -10,7 +10,7 @@ import pytest
 
 from client.message import MessageQueue
 from client.rebalance import allocate_averagely as client_allocate
-from server.grpc.pop_model import allocate_averagely
+from server.pop.model import allocate_averagely
 from tests.grpc.conftest import uniq
 from tests.helpers import wire
 

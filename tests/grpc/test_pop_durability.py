@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from server.grpc.pop_store import JOURNAL, PopStore
 from server.grpc.v2 import definition_pb2 as pb
+from server.pop.state import JOURNAL, PopStore
 from tests.grpc.conftest import grpc_broker, uniq
 from tests.grpc.raw import RawClient
 
@@ -35,7 +35,7 @@ async def test_ack_and_inflight_survive_kill_9(broker_factory):
         # the two come back when their own invisible times pass (popped from two queues, those may
         # differ by a millisecond), so one receive may hand out only the first
         again: list = []
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while len(again) < 2 and time.monotonic() < deadline:
             code, got = await c.receive(group, topic, invisible_s=30, poll_s=8)
             again += got

@@ -1,8 +1,7 @@
 from codec.histogram import Histogram
 from scheduler.stats import LevelStats
 from scheduler.timer.metrics import TimerMetrics
-from server.observability.prometheus import RpcLatency
-from server.observability.registry import Registry
+from server.observability.registry import Registry, RpcLatency
 
 
 def test_every_user_keeps_its_bucket_layout():

@@ -58,7 +58,7 @@ async def test_metrics_endpoint_serves_prometheus_text():
     try:
         r, w = await asyncio.open_connection("127.0.0.1", port)
         w.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        data = await asyncio.wait_for(r.read(), 5)
+        data = await asyncio.wait_for(r.read(), 30)
         w.close()
         assert data.startswith(b"HTTP/1.1 200 OK")
         assert b'delaymq_pull_messages_total{group="G",topic="T"} 1' in data

@@ -122,7 +122,7 @@ class RawPeer:
         self.writer.close()
 
 
-async def wait_for_condition(pred: Callable[[], object], timeout: float = 5.0, what: str = "condition") -> None:
+async def wait_for_condition(pred: Callable[[], object], timeout: float = 30.0, what: str = "condition") -> None:
     """Wait (bounded) until `pred()` holds; for states that have no event of their own."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

@@ -37,7 +37,7 @@ async def test_many_concurrent_invokes_answered_out_of_order_are_correlated(make
     try:
         calls = [asyncio.ensure_future(client.invoke(s.addr, RemotingCommand.request(GATED, {"n": i}), 10.0))
                  for i in range(n)]
-        await asyncio.wait_for(all_in, 10)
+        await asyncio.wait_for(all_in, 30)
         order = list(gates)
         random.Random(7).shuffle(order)
         for key in order:  # answer in a random order, not the order sent
@@ -188,7 +188,7 @@ async def test_drain_waits_for_inflight_requests(make_server):
     peer = await RawPeer.connect(s.port)
     peer.send(json_frame(SLOW, 1))
     conn = await s.next_conn()
-    await asyncio.wait_for(_until_inflight(conn), 5)
+    await asyncio.wait_for(_until_inflight(conn), 30)
     s.server.stop_accepting()
     assert await s.server.drain(0.05) is False
     asyncio.get_running_loop().call_soon(release.set_result, None)

@@ -100,7 +100,7 @@ class QueueWatcher:
                 if max_offset >= n and not fut.done():
                     fut.set_result(None)
 
-    async def wait_for(self, n: int, timeout: float = 10.0) -> int:
+    async def wait_for(self, n: int, timeout: float = 30.0) -> int:  # a hang guard
         if self.store.max_offset(self.topic, self.queue_id) < n:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.append((n, fut))
@@ -127,7 +127,7 @@ class EventRecorder(EventCallback):
     def named(self, event: str) -> list[dict[str, Any]]:
         return [f for e, f in self.events if e == event]
 
-    async def wait(self, pred: Callable[[EventRecorder], bool], timeout: float = 10.0) -> None:
+    async def wait(self, pred: Callable[[EventRecorder], bool], timeout: float = 30.0) -> None:  # a hang guard
         if pred(self):
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -28,8 +28,8 @@ async def test_failed_records_are_resent_no_loss_no_dup(tmp_path):
     svc.start()
     try:
         sent = [u for u, _ in put_delayed(store, svc.config.levels_ms, "F", 1, n=5)]
-        await watch.wait_for(5, timeout=5)
-        await ev.wait(lambda r: len(r.named("delivered")) == 5, timeout=5)
+        await watch.wait_for(5, timeout=30)
+        await ev.wait(lambda r: len(r.named("delivered")) == 5, timeout=30)
         got = [r.properties["UNIQ_KEY"] for _, r in read_queue(store, "F")]
         assert sorted(got) == sorted(sent) and len(got) == 5
         assert got == sent[2:] + sent[:2]  # the resent ones land after the rest of their batch
@@ -48,7 +48,7 @@ async def test_delivered_records_without_listener_count_lateness(tmp_path):
     svc.start()
     try:
         sent = [u for u, _ in put_delayed(store, svc.config.levels_ms, "G", 1, n=40)]
-        await watch.wait_for(40, timeout=5)
+        await watch.wait_for(40, timeout=30)
         assert [r.properties["UNIQ_KEY"] for _, r in read_queue(store, "G")] == sent
     finally:
         await svc.shutdown()  # lets the level finish its pass (the group-commit wait, then the stats)
@@ -84,8 +84,8 @@ async def test_async_batch_not_confirmed_by_flush_is_resent_message_by_message(t
         handler.extend((PendingBatch(0, list(phys), list(sizes), [0, 0, 0], flushed, 0, [-1, -1, -1], None),))
         lvl.offset = 0
         flushed.set_result(False)
-        await watch.wait_for(3, timeout=5)
-        await ev.wait(lambda r: len(r.named("resend")) == 3 and lvl.offset == 3, timeout=5)
+        await watch.wait_for(3, timeout=30)
+        await ev.wait(lambda r: len(r.named("resend")) == 3 and lvl.offset == 3, timeout=30)
         assert [f["offset"] for f in ev.named("resend")] == [0, 1, 2]
         assert [r.properties["UNIQ_KEY"] for _, r in read_queue(store, "H")] == sent
         assert handler.count == 0 and not handler.pending

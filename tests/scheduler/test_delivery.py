@@ -25,7 +25,7 @@ async def test_delivered_at_or_after_due_with_fields_restored(tmp_path):
     try:
         put = put_delayed(store, svc.config.levels_ms, "Real", 2, n=3, queue_id=3, reconsume=2,
                           extra={"CUSTOM": "v"})
-        await watch.wait_for(3, timeout=5)
+        await watch.wait_for(3, timeout=30)
         got = read_queue(store, "Real", 3)
         assert [r.properties["UNIQ_KEY"] for _, r in got] == [u for u, _ in put]
         for (tags, rec), (_, res) in zip(got, put, strict=True):
@@ -57,8 +57,8 @@ async def test_order_within_a_level_and_levels_independent(tmp_path):
         for _ in range(5):
             sent_a += [u for u, _ in put_delayed(store, svc.config.levels_ms, "A", 1, n=20)]
             sent_b += [u for u, _ in put_delayed(store, svc.config.levels_ms, "B", 3, n=7)]
-        await w0.wait_for(100, timeout=5)
-        await w1.wait_for(35, timeout=5)
+        await w0.wait_for(100, timeout=30)
+        await w1.wait_for(35, timeout=30)
         assert [r.properties["UNIQ_KEY"] for _, r in read_queue(store, "A")] == sent_a
         assert [r.properties["UNIQ_KEY"] for _, r in read_queue(store, "B")] == sent_b
         assert svc.levels[0].offset == 100 and svc.levels[2].offset == 35
@@ -75,12 +75,12 @@ async def test_idle_level_is_woken_by_dispatch(tmp_path):
     svc.start()
     watch = QueueWatcher(store, "Idle", 0)
     try:
-        await ev.wait(lambda r: any(f["level"] == 4 for f in r.named("idle")), timeout=5)
+        await ev.wait(lambda r: any(f["level"] == 4 for f in r.named("idle")), timeout=30)
         lvl = svc.levels[3]
         assert lvl._idle and lvl.stats.next_due_ms == 0  # sleeping on the dispatch future, no timer
         [(uniq, res)] = put_delayed(store, svc.config.levels_ms, "Idle", 4)
         assert lvl._wake is not None and lvl._wake.done()  # the dispatch listener resolved its wait future in the same call
-        await watch.wait_for(1, timeout=5)
+        await watch.wait_for(1, timeout=30)
         [(_, rec)] = read_queue(store, "Idle")
         assert rec.store_timestamp >= res.store_timestamp + 1000
     finally:
@@ -99,7 +99,7 @@ async def test_visibility_runtime_info_stats_and_events(tmp_path):
         put_delayed(store, svc.config.levels_ms, "V", 1, n=4)
         put_delayed(store, svc.config.levels_ms, "V", 4, n=2)
         t0 = time.time() * 1000
-        await watch.wait_for(4, timeout=5)
+        await watch.wait_for(4, timeout=30)
         info = svc.runtime_info()
         assert info["scheduleMessageOffset_1"] == "4,4"
         assert info["scheduleMessageOffset_4"] == "0,2" and info["scheduleMessagePending_4"] == "2"
@@ -108,7 +108,7 @@ async def test_visibility_runtime_info_stats_and_events(tmp_path):
         assert st["levels"][1]["delivered_total"] == 4 and st["levels"][4]["pending"] == 2
         h = st["levels"][1]["lateness_ms"]
         assert h["count"] == 4 and h["buckets"][-1][1] == 4
-        await watch.wait_for(6, timeout=5)
+        await watch.wait_for(6, timeout=30)
         delivered = ev.named("delivered")
         due = ev.named("due")
         assert len(due) == 6 and len(delivered) == 6
@@ -129,7 +129,7 @@ async def test_schedule_queue_untouched_by_delivery(tmp_path):
     svc.start()
     try:
         put_delayed(store, svc.config.levels_ms, "K", 1, n=3)
-        await watch.wait_for(3, timeout=5)
+        await watch.wait_for(3, timeout=30)
         assert store.max_offset(SCHEDULE_TOPIC, 0) == 3 and svc.levels[0].offset == 3
     finally:
         await svc.shutdown()
@@ -158,7 +158,7 @@ async def test_a_busy_level_coalesces_its_passes_and_never_delivers_early(tmp_pa
             transform_delay(rec, svc.config.levels_ms)
             reqs.append(PutRequest(encode_record(rec), rec.topic, rec.queue_id, 0, (), 300 + i))
         [first, *_] = store.put(reqs)
-        await watch.wait_for(60, timeout=10)
+        await watch.wait_for(60, timeout=30)
         got = read_queue(store, "Busy")
         assert len(got) == 60
         for i, (_, rec) in enumerate(got):

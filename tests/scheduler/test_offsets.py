@@ -60,7 +60,7 @@ async def test_clean_restart_no_duplicates_no_loss(tmp_path):
     svc.start()
     fast = [u for u, _ in put_delayed(store, svc.config.levels_ms, "R", 1, n=30)]
     slow = [u for u, _ in put_delayed(store, svc.config.levels_ms, "R", 4, n=30)]  # 1 s: pending at stop
-    await w_fast.wait_for(30, timeout=5)
+    await w_fast.wait_for(30, timeout=30)
     await svc.shutdown()
     assert svc.levels[3].offset == 0
     saved = parse_delay_offsets((tmp_path / "config" / "delayOffset.json").read_text())
@@ -72,7 +72,7 @@ async def test_clean_restart_no_duplicates_no_loss(tmp_path):
     watch = QueueWatcher(store, "R", 0)
     svc.start()
     try:
-        await watch.wait_for(60, timeout=5)
+        await watch.wait_for(60, timeout=30)
         assert svc.levels[0].offset == 30 and svc.levels[3].offset == 30
         got = [r.properties["UNIQ_KEY"] for _, r in read_queue(store, "R")]
         assert got == fast + slow  # each exactly once, in order

@@ -53,7 +53,7 @@ async def test_retry_then_dlq(tmp_path):
         r = present(await proc(LoopbackPeer(), _cmd(orig.phys_offset)))
         assert r.code == 0, r.remark
         assert b.store.max_offset("SCHEDULE_TOPIC_XXXX", 2) == 1  # level 3 = 3 + reconsumeTimes 0
-        await watch.wait_for(1, timeout=5)
+        await watch.wait_for(1, timeout=30)
         [(_, m)] = read_queue(b.store, "%RETRY%G")
         host, port = m.store_host
         assert m.reconsume_times == 1 and m.body == b"payload"

@@ -31,7 +31,7 @@ async def test_heartbeat_registers_and_second_consumer_triggers_notify(broker_ct
     assert (await client.invoke(CONSUMER_LIST, {"consumerGroup": "GH"})).code == 1
     r = await client.invoke(HEART_BEAT, {}, heartbeat("10.0.0.1@1", "GH", "HT"))
     assert r.code == 0 and r.header["version"] >= 409
-    first_notify = await asyncio.wait_for(client.requests.get(), 5)
+    first_notify = await asyncio.wait_for(client.requests.get(), 30)
     assert first_notify.code == 40 and first_notify.ext["consumerGroup"] == "GH"
     assert first_notify.header["flag"] & 2  # oneway
     second = await RawClient.connect(broker_ctl.config.broker_addr)
@@ -39,15 +39,15 @@ async def test_heartbeat_registers_and_second_consumer_triggers_notify(broker_ct
         r2 = await second.invoke(HEART_BEAT, {"Signature": "", "AccessKey": ""},
                                  heartbeat("10.0.0.2@2", "GH", "HT", cpp=True), language="CPP", version=333)
         assert r2.code == 0
-        n1 = await asyncio.wait_for(client.requests.get(), 5)
-        n2 = await asyncio.wait_for(second.requests.get(), 5)
+        n1 = await asyncio.wait_for(client.requests.get(), 30)
+        n2 = await asyncio.wait_for(second.requests.get(), 30)
         assert n1.ext["consumerGroup"] == n2.ext["consumerGroup"] == "GH"
         lst = await client.invoke(CONSUMER_LIST, {"consumerGroup": "GH"})
         assert lst.code == 0 and sorted(json.loads(lst.body)["consumerIdList"]) == ["10.0.0.1@1", "10.0.0.2@2"]
     finally:
         await second.close()
     # closing the second connection removes it and notifies the first
-    closed_notify = await asyncio.wait_for(client.requests.get(), 5)
+    closed_notify = await asyncio.wait_for(client.requests.get(), 30)
     assert closed_notify.code == 40
     lst = await client.invoke(CONSUMER_LIST, {"consumerGroup": "GH"})
     assert json.loads(lst.body)["consumerIdList"] == ["10.0.0.1@1"]

@@ -90,15 +90,13 @@ async def test_long_poll_is_woken_by_a_send(broker_ctl: BrokerController, client
     await send(client, "Poll", b"seed", qid=0)
     other = await RawClient.connect(broker_ctl.config.broker_addr)
     try:
-        t0 = time.monotonic()
-        held = asyncio.ensure_future(pull(client, "GP", "Poll", 0, 1, suspend_ms=20000, timeout=30))
-        await until(lambda: broker_ctl.pull_hold.held_count == 1, 5)  # the pull is parked, not answered
+        held = asyncio.ensure_future(pull(client, "GP", "Poll", 0, 1, suspend_ms=60_000, timeout=90))
+        await until(lambda: broker_ctl.pull_hold.held_count == 1, 30)  # the pull is parked, not answered
         assert not held.done()
         r = await send(other, "Poll", b"wake", qid=0)
         assert r.code == 0
-        resp = await asyncio.wait_for(held, 10)
+        resp = await asyncio.wait_for(held, 30)  # < the 60 s suspend: answered by the send's wake-up
         assert resp.code == 0 and [m["body"] for m in decode_records(resp.body)] == [b"wake"]
-        assert time.monotonic() - t0 < 10  # far below the 20 s suspend timeout
     finally:
         await other.close()
 
@@ -106,9 +104,9 @@ async def test_long_poll_is_woken_by_a_send(broker_ctl: BrokerController, client
 async def test_long_poll_times_out_with_pull_not_found(broker_ctl: BrokerController, client: RawClient):
     await send(client, "Quiet", b"x", qid=0)
     t0 = time.monotonic()
-    r = await pull(client, "GQ", "Quiet", 0, 1, suspend_ms=300)
+    r = await pull(client, "GQ", "Quiet", 0, 1, suspend_ms=300, timeout=30)  # the client timeout: a hang guard
     assert r.code == 19
-    assert 0.25 <= time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 >= 0.25  # held for its suspend time, then answered PULL_NOT_FOUND
 
 
 async def test_commit_offset_flag_stores_the_offset(broker_ctl: BrokerController, client: RawClient):

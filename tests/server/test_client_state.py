@@ -42,7 +42,7 @@ async def test_pull_hold_wakes_on_dispatch_and_times_out():
     ph = PullHoldService()
     loop = asyncio.get_running_loop()
     t0 = loop.time()
-    waiter = asyncio.ensure_future(ph.wait("T", 0, 5, 10.0))
+    waiter = asyncio.ensure_future(ph.wait("T", 0, 5, 120.0))
     other = asyncio.ensure_future(ph.wait("T", 1, 0, 0.05))
     await asyncio.sleep(0)
     assert ph.held_count == 2
@@ -50,11 +50,11 @@ async def test_pull_hold_wakes_on_dispatch_and_times_out():
     await asyncio.sleep(0)
     assert not waiter.done()
     ph.on_dispatch("T", 0, 6)
-    assert await asyncio.wait_for(waiter, 1) is True
-    assert await asyncio.wait_for(other, 1) is False
-    assert loop.time() - t0 < 5
+    assert await asyncio.wait_for(waiter, 30) is True  # True: woken by the dispatch (its own timeout is 120 s)
+    assert await asyncio.wait_for(other, 30) is False  # False: its 0.05 s timeout ran out
+    assert loop.time() - t0 >= 0.05 and ph.woken_by_timeout == 1  # it waited its timeout out
     assert ph.held_count == 0
-    late = asyncio.ensure_future(ph.wait("T", 0, 9, 30.0))
+    late = asyncio.ensure_future(ph.wait("T", 0, 9, 120.0))
     await asyncio.sleep(0)
     ph.shutdown()
-    assert await asyncio.wait_for(late, 1) is False
+    assert await asyncio.wait_for(late, 30) is False  # answered by the shutdown, long before its 120 s

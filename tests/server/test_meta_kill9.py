@@ -58,7 +58,7 @@ async def test_kill9_during_a_burst_of_creates_and_offset_commits_loses_no_ackno
     task = asyncio.ensure_future(burst())
     await asyncio.wait_for(enough.wait(), 60)
     b.kill()  # requests of the current round are in flight
-    await asyncio.wait_for(task, 10)
+    await asyncio.wait_for(task, 30)
     await c.close()
     assert len(acked_topics) >= 3000 and len(acked_offsets) == GROUPS * QUEUES
 

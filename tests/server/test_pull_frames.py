@@ -50,13 +50,13 @@ async def test_held_pull_answer_equals_the_reference(broker_ctl: BrokerControlle
     pp = PullProcessor(pull_deps(broker_ctl))
     for ser in (SERIALIZE_JSON, SERIALIZE_ROCKETMQ):
         offset = present(broker_ctl.store).max_offset("HeldFrames", 0)
-        cmd = request(ser, 77, group="GH", topic="HeldFrames", qid=0, offset=offset, suspend_ms=20000)
+        cmd = request(ser, 77, group="GH", topic="HeldFrames", qid=0, offset=offset, suspend_ms=60_000)
         held = pp(LoopbackPeer(), cmd)
         assert asyncio.iscoroutine(held)
         task = asyncio.ensure_future(held)
         await asyncio.sleep(0)
         assert broker_ctl.pull_hold.held_count == 1
         assert (await send(client, "HeldFrames", b"wake", qid=0)).code == 0
-        got = await asyncio.wait_for(task, 10)
+        got = await asyncio.wait_for(task, 30)  # < the 60 s suspend: answered by the send's wake-up
         assert b"".join(got) == pull_answer(present(broker_ctl.store), cmd, "HeldFrames", 0, offset, 32, None)
         assert decode_frame(b"".join(got)[4:]).remark == "FOUND"

@@ -44,7 +44,7 @@ async def messages(c, topic: str, qid: int = 0) -> list[RawRecord]:
         out += got
 
 
-async def wait_for(c, topic: str, n: int, timeout: float = 15.0) -> list[RawRecord]:
+async def wait_for(c, topic: str, n: int, timeout: float = 30.0) -> list[RawRecord]:
     """Poll the topic over the wire until it holds n messages (bounded)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -304,7 +304,7 @@ async def test_a_quarantine_put_refused_while_the_disk_is_full_is_retried_by_the
         limit = b.store.config.disk_max_used_ratio
         b.store.config.disk_max_used_ratio = 0.0  # the disk counts as full: every put is refused
         sup = b.store.supervisor
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while sup.stats().get("timer-dequeue-put", 0) < 2:
             assert time.monotonic() < deadline, sup.stats()
             await asyncio.sleep(0.02)  # poll interval: the counter is re-read
@@ -317,7 +317,7 @@ async def test_a_quarantine_put_refused_while_the_disk_is_full_is_retried_by_the
         assert sorted(m["props"]["UNIQ_KEY"] for m in got) == ["GOOD1", "GOOD2"]
         assert q["props"]["UNIQ_KEY"] == "BAD" or decode_records(q["body"])[0]["props"]["UNIQ_KEY"] == "BAD"
         assert all(m["store_ts"] >= due for m in got)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while b.timer_service.commit_read_ms <= due:  # the slot is fully put: nothing more can come of it
             assert time.monotonic() < deadline
             await asyncio.sleep(0.02)

@@ -83,7 +83,7 @@ async def test_a_pipelined_run_is_answered_per_request_in_store_order(make_broke
         oneway = (*one(6)[:3], True)
         reqs = [one(0), one(1), one(2), bad, batch, one(5), oneway, one(7)]
         futs = c.pipeline(reqs)
-        replies = [await asyncio.wait_for(f, 10) if f is not None else None for f in futs]
+        replies = [await asyncio.wait_for(f, 30) if f is not None else None for f in futs]
         assert replies[6] is None
         answered = {i: present(r, f"reply {i}") for i, r in enumerate(replies) if i != 6}
         assert answered[3].code == 1 and "topic" in (answered[3].remark or "")

@@ -115,14 +115,15 @@ async def test_held_pull_wakes_only_for_a_matching_message(make_broker, bitmap: 
     c = await RawClient.connect(b.config.broker_addr)
     try:
         assert (await send(c, "Held", b"first", qid=0, channel="web")).code == 0
-        held = asyncio.ensure_future(sql_pull(c, "GS", "Held", 1, "channel = 'app'", suspend_ms=20_000))
-        await until(lambda: b.pull_hold.held_count == 1, 5)
+        held = asyncio.ensure_future(sql_pull(c, "GS", "Held", 1, "channel = 'app'", suspend_ms=60_000,
+                                              timeout=90))
+        await until(lambda: b.pull_hold.held_count == 1, 30)
         assert (await send(c, "Held", b"web", qid=0, channel="web")).code == 0
         # woken by the non-matching message, it looked, found no match and went back to wait
-        await until(lambda: b.pull_hold.woken_by_message == 1 and b.pull_hold.held_count == 1, 5)
+        await until(lambda: b.pull_hold.woken_by_message == 1 and b.pull_hold.held_count == 1, 30)
         assert not held.done()
         assert (await send(c, "Held", b"app", qid=0, channel="app")).code == 0
-        r = await asyncio.wait_for(held, 10)
+        r = await asyncio.wait_for(held, 30)  # < the 60 s suspend: answered by the matching message
         assert r.code == 0 and bodies(r) == [b"app"] and r.ext["nextBeginOffset"] == "3"
     finally:
         await c.close()

@@ -82,7 +82,7 @@ async def test_unfinished_half_is_checked_back_and_committed_from_the_check(make
         await producer_heartbeat(c)
         r = await send_half(c, "TxC", b"ask-me")
         c.oneway(END_TRANSACTION, end_ext(r, UNKNOWN))  # "unknown" from the local transaction: no reply
-        check = await asyncio.wait_for(c.requests.get(), 10)
+        check = await asyncio.wait_for(c.requests.get(), 30)
         assert check.code == 39 and check.header["flag"] & 2  # oneway CHECK_TRANSACTION_STATE
         e = check.ext
         assert e["topic"] == "TxC" and e["tranStateTableOffset"] == r.ext["queueOffset"]
@@ -114,9 +114,9 @@ async def test_halves_survive_restart_and_discard_after_max_checks(make_broker, 
     c2 = await RawClient.connect(b2.config.broker_addr)
     try:
         await producer_heartbeat(c2)
-        check = await asyncio.wait_for(c2.requests.get(), 10)
+        check = await asyncio.wait_for(c2.requests.get(), 30)
         assert check.code == 39 and check.ext["tranStateTableOffset"] == open_half.ext["queueOffset"]
-        await until(lambda: b2.transactions.discarded == 1, 10)  # one check allowed, then discarded
+        await until(lambda: b2.transactions.discarded == 1, 30)  # one check allowed, then discarded
         assert not b2.transactions.pending and await max_offset(c2, "TxD") == 1
         assert await max_offset(c2, "TRANS_CHECK_MAX_TIME_TOPIC") == 1
     finally:

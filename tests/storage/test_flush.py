@@ -37,7 +37,7 @@ async def test_sync_put_future_resolves_after_flush(tmp_path):
     flushed = present(r[0].flushed)
     assert r[1].flushed is flushed and not flushed.done()
     assert s.commitlog.flushed_offset < r[1].phys_offset + r[1].size
-    await asyncio.wait_for(flushed, 5)
+    await asyncio.wait_for(flushed, 30)
     assert s.commitlog.flushed_offset >= r[1].phys_offset + r[1].size
     await s.shutdown()
 
@@ -49,7 +49,7 @@ async def test_async_flush_periodic_and_checkpoint(tmp_path):
     assert r.flushed is None
     end = r.phys_offset + r.size
     cp = None
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(30):
         while True:  # bounded wait on the real condition: the checkpoint file records the flush
             cp = s.checkpoint.read()
             if cp is not None and cp.commitlog_flushed_offset >= end and cp.index_offset >= end:

@@ -149,7 +149,7 @@ async def test_committed_future_is_done_only_after_the_commit(tmp_path):
         t.put(TopicConfig(f"T{i}", 1, 1))
         o.commit("G", f"T{i}", 0, i)
     fut = meta.committed("ack")
-    assert await asyncio.wait_for(fut, 10) == "ack"
+    assert await asyncio.wait_for(fut, 30) == "ack"
     assert _rows(tmp_path, "SELECT count(*) FROM topic")[0][0] == 500
     assert _rows(tmp_path, "SELECT count(*) FROM consumer_offsets")[0][0] == 500
     assert meta.rows_written >= 1000 and meta.commits >= 1
@@ -158,7 +158,7 @@ async def test_committed_future_is_done_only_after_the_commit(tmp_path):
     for i in range(200):
         o.commit("H", "T0", i % 4, i)
         waits.append(meta.committed(i))
-    assert await asyncio.wait_for(asyncio.gather(*waits), 10) == list(range(200))
+    assert await asyncio.wait_for(asyncio.gather(*waits), 30) == list(range(200))
     assert _rows(tmp_path, "SELECT offsets FROM consumer_offsets WHERE key='T0@H'") == [("0:196,1:197,2:198,3:199",)]
     meta.close()
 
@@ -293,11 +293,11 @@ async def test_a_row_sqlite_cannot_store_is_set_aside_and_the_batch_commits(tmp_
     t.put(TopicConfig("Good", 1, 1))
     g.get("bad\udc80group")
     o.commit("G", "Good", 0, 3)
-    await asyncio.wait_for(meta.committed(), 10)
+    await asyncio.wait_for(meta.committed(), 30)
     assert meta.rows_set_aside == 1
     assert _rows(tmp_path, "SELECT name FROM topic") == [("Good",)]
     assert _rows(tmp_path, "SELECT key FROM consumer_offsets") == [("Good@G",)]
     t.put(TopicConfig("Later", 1, 1))  # the store keeps working
-    await asyncio.wait_for(meta.committed(), 10)
+    await asyncio.wait_for(meta.committed(), 30)
     meta.close()
     assert ("Later",) in _rows(tmp_path, "SELECT name FROM topic")

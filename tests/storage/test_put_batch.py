@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from codec.delivery_batch import DeliveryBatch, build_delivery_batch
+from codec.put_run import PutRun, put_run
 from codec.record import decode_record
 from storage.message_store import PutRequest, PutStatus
 from tests.helpers.checks import present
@@ -88,21 +89,10 @@ async def test_sync_flush_one_future_per_batch(tmp_path):
         await s.shutdown()
 
 
-class _Run:
-    """A put_batch input with per-record deliver delays (a run of sends)."""
-
-    def __init__(self, reqs: list[PutRequest]) -> None:
-        from itertools import accumulate
-
-        from codec.record import POS_SYS_FLAG, store_timestamp_pos
-        recs = [bytes(r.record) for r in reqs]
-        self.buf = bytearray(b"".join(recs))
-        self.starts = list(accumulate(map(len, recs), initial=0))
-        self.dests = [(r.topic, r.queue_id) for r in reqs]
-        self.tags_codes = [r.tags_code for r in reqs]
-        self.keys = [r.keys for r in reqs]
-        self.deliver_delays: list[int] | None = [r.deliver_delay_ms for r in reqs]
-        self.ts_pos = [s + store_timestamp_pos(self.buf[s + POS_SYS_FLAG + 3]) for s in self.starts[:-1]]
+def _run(reqs: list[PutRequest]) -> PutRun:
+    """A put_batch input with per-record deliver delays (a run of sends), built by codec.put_run."""
+    return put_run([r.record for r in reqs], [(r.topic, r.queue_id) for r in reqs], [r.tags_code for r in reqs],
+                   [r.keys for r in reqs], [r.deliver_delay_ms for r in reqs])
 
 
 def _send_reqs(n: int, body: bytes = b"hello"):
@@ -123,7 +113,7 @@ def test_queue_offsets_and_deliver_delays_match_put(tmp_path):
         a.now_ms = b.now_ms = lambda: 1_700_000_000_000
         try:
             for _ in range(2):  # the second round continues the queue offsets
-                res = a.put_batch(_Run(_send_reqs(8, body)))
+                res = a.put_batch(_run(_send_reqs(8, body)))
                 want = b.put(_send_reqs(8, body))
                 assert res.all_ok and res.count == 8
                 assert res.queue_offsets == [r.queue_offset for r in want]
@@ -139,7 +129,7 @@ def test_failed_records_have_no_queue_offset(tmp_path):
     s = open_store(tmp_path / "s")
     try:
         s.faults.fail_next(1, PutStatus.OS_PAGE_CACHE_BUSY)
-        res = s.put_batch(_Run(_send_reqs(3)))
+        res = s.put_batch(_run(_send_reqs(3)))
         queue_offsets, statuses = present(res.queue_offsets), present(res.statuses)
         assert queue_offsets[0] == -1 and statuses[0] is PutStatus.OS_PAGE_CACHE_BUSY
         assert queue_offsets[1:] == [0, 0]  # ("T", 1) and ("T", 0): the first of each queue

@@ -23,7 +23,7 @@ async def test_a_failing_task_is_logged_counted_and_restarted_with_backoff():
 
     with structlog.testing.capture_logs() as logs:
         t = sup.spawn("worker", work, level=3)
-        await asyncio.wait_for(done.wait(), 5)
+        await asyncio.wait_for(done.wait(), 30)
         await t.stop()
     assert sup.stats() == {"worker": 3}
     failed = [e for e in logs if e["event"] == "task.failed"]

@@ -21,7 +21,6 @@ import json
 import os
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import structlog
@@ -33,6 +32,7 @@ from remoting.client import RemotingClient
 from scheduler.progress import SchedulerProgress
 from server.cluster.ha.learned import ReplicatedTopics
 from server.cluster.ha.master import HAService, HAServiceStats
+from server.cluster.ha.replica_services import ReplicaServices
 from server.cluster.ha.slave import HAClient, HAClientStats
 from server.cluster.ha.sync import SlaveSynchronize, SlaveSyncStats
 from server.listeners import bound
@@ -41,15 +41,9 @@ from storage.message_store import MessageStore
 from storage.supervisor import SupervisedTask
 
 if TYPE_CHECKING:
-    from scheduler.delay_service import DelayLevelService
-    from scheduler.timer import TimerMessageStore
     from server.cluster.registration import BrokerRegistrar, RegisterResult
     from server.config import BrokerConfig
-    from server.offsets_table import ConsumerOffsetManager
-    from server.topics import TopicManager
-    from server.transactions import TransactionService
     from storage.store_types import PutStatus
-    from storage.subscription_group import SubscriptionGroupTable
 
 log = structlog.get_logger(__name__)
 
@@ -69,20 +63,6 @@ class ReplicaStats(TypedDict):
     sync: NotRequired[SlaveSyncStats]
 
 EPOCH_FILE = "haEpoch.json"
-
-
-@dataclass(frozen=True, slots=True)
-class ReplicaServices:
-    """What a replica role drives besides the store: the tables a slave adopts from its master, the
-    scheduled services it follows and starts at promotion, the transaction check-backs (attached by
-    BrokerController.start once they exist, before the broker listens)."""
-
-    topics: TopicManager
-    groups: SubscriptionGroupTable
-    offsets: ConsumerOffsetManager
-    delay_service: DelayLevelService
-    timer_service: TimerMessageStore | None
-    transactions: TransactionService
 
 
 class ReplicaRole:

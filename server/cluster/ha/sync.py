@@ -45,7 +45,7 @@ from storage.topic_config import TopicConfig
 if TYPE_CHECKING:
     from remoting.client import RemotingClient
     from server.cluster.ha.learned import ReplicatedTopics
-    from server.cluster.ha.service import ReplicaServices
+    from server.cluster.ha.replica_services import ReplicaServices
     from server.config import BrokerConfig
     from storage.message_store import MessageStore
 

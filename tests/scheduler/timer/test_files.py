@@ -57,7 +57,7 @@ def test_wheel_slots_are_32_bytes_in_a_fixed_file(tmp_path):
 
 async def test_checkpoint_layout_after_flush(harness):
     harness.send("T", {"TIMER_DELAY_SEC": "3600"})
-    await harness.wait_until(lambda: harness.timer.commit_queue_offset == 1, 5)
+    await harness.wait_until(lambda: harness.timer.commit_queue_offset == 1, 30)
     harness.timer.flush()
     raw = (os.path.join(harness.root, "config", "timercheck"))
     data = open(raw, "rb").read()
@@ -72,7 +72,7 @@ async def test_the_flush_task_makes_the_checkpoint_name_the_flushed_timerlog(mak
     with the timerlog position it made durable, again and again."""
     h = make_harness(flush_interval_ms=20)
     h.send("T", {"TIMER_DELAY_SEC": "3600"})
-    await h.wait_until(lambda: h.timer.commit_queue_offset == 1, 5)
+    await h.wait_until(lambda: h.timer.commit_queue_offset == 1, 30)
     path = os.path.join(h.root, "config", "timercheck")
 
     def on_disk():
@@ -80,7 +80,7 @@ async def test_the_flush_task_makes_the_checkpoint_name_the_flushed_timerlog(mak
             return CHECK.unpack_from(f.read(), 0)
 
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + 5
+    deadline = loop.time() + 30  # a hang guard
     while on_disk()[1] != 52:  # bounded poll: the checkpoint file has no event of its own
         assert loop.time() < deadline, "the flush task never wrote the checkpoint"
         await asyncio.sleep(0.01)
@@ -116,7 +116,7 @@ async def test_restart_truncates_torn_units_and_revises_wheel(make_harness, tmp_
     t = t - t % 100 + 10  # three deliver times inside one slot
     for i in range(3):
         h.send("R", {"TIMER_DELIVER_MS": str(t + i), "UNIQ_KEY": f"U{i}"})
-    await h.wait_until(lambda: h.timer.commit_queue_offset == 3, 5)
+    await h.wait_until(lambda: h.timer.commit_queue_offset == 3, 30)
     tl_file = os.path.join(h.root, "timerlog", f"{0:020d}")
     wheel_path = os.path.join(h.root, "timerwheel")
     await h.close()
@@ -134,7 +134,7 @@ async def test_restart_truncates_torn_units_and_revises_wheel(make_harness, tmp_
     assert h2.timer.timerlog.write_pos == 156
     assert open(tl_file, "rb").read()[156:200] == bytes(44)  # torn unit zeroed
     assert h2.timer.wheel.get_slot(slot)[1] == 104  # revised from the timerlog
-    await h2.wait_until(lambda: h2.count("R") == 3, 10)
+    await h2.wait_until(lambda: h2.count("R") == 3, 30)
     assert sorted(m.properties["UNIQ_KEY"] for m in h2.messages("R")) == ["U0", "U1", "U2"]
     assert h2.count(TIMER_TOPIC) == 3
 

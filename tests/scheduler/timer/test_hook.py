@@ -137,7 +137,7 @@ async def test_flow_control_uses_the_slots_count(make_harness):
         seen.append((num, d.status))
         if d.status is TimerPutStatus.FLOW_CONTROL:
             assert d.response_code == 1 and "congested" in d.remark
-        await h.wait_until(lambda: h.timer.commit_queue_offset == h.count(TIMER_TOPIC), 5)
+        await h.wait_until(lambda: h.timer.commit_queue_offset == h.count(TIMER_TOPIC), 30)
     assert all(st is TimerPutStatus.TRANSFORMED for n, st in seen if n <= 5)
     assert all(st is TimerPutStatus.FLOW_CONTROL for n, st in seen if n >= 10)
     assert h.timer.wheel.get_num(slot) == 10  # saturates at 2C

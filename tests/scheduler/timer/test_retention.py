@@ -26,7 +26,7 @@ async def _send_timers(h, n: int, due_ms: int, topic: str = "RT", body: bytes = 
     for _ in range(n):
         dec, _ = h.send(topic, {"TIMER_DELIVER_MS": str(due_ms)}, body=body)
         assert dec.ok
-    await h.wait_until(lambda: h.timer.stats()["enqueued"] == before + n, 10)
+    await h.wait_until(lambda: h.timer.stats()["enqueued"] == before + n, 30)
 
 
 def _fill_to_next_segment(h) -> None:

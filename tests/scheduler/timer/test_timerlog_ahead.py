@@ -198,7 +198,7 @@ async def test_timers_are_delivered_across_timerlog_rolls_onto_segments_made_ahe
     for _ in range(n):
         dec, _ = h.send("AheadT", {"TIMER_DELIVER_MS": str(due)})
         assert dec.ok
-    await h.wait_until(lambda: h.timer.stats()["enqueued"] == n, 10)
+    await h.wait_until(lambda: h.timer.stats()["enqueued"] == n, 30)
     tl = h.timer.timerlog
     assert [s.start for s in tl.segments] == [0, SIZE, 2 * SIZE]
     # each made ahead or, not ready in time, inline (by the append, or by a send's admission: room_for)

@@ -1,15 +1,36 @@
-"""What pop consumption hands out and reads back (server.grpc.pop): receipt handles (`qid:offset:seq`), TAG
-filter expressions, a delivery, and RocketMQ's averaging allocation that decides which queues of a mixed
-4.x/5.x group the 5.x members pop from."""
+"""What pop consumption hands out and reads back (server.pop.service): the in-broker gRPC receipt handles
+(`qid:offset:seq`; over remoting the receipt is Apache's extraInfo, codec.pop_receipt), TAG filter
+expressions, a delivery, the failures a pop request meets (`PopError`: each front end maps its `Failure`
+to its own code), and RocketMQ's averaging allocation that decides which queues of a mixed 4.x/5.x
+group the 5.x members pop from."""
 
 from __future__ import annotations
 
+import enum
 from typing import TypeAlias
 
 from codec.properties import MessageConst as K
 from codec.record import MessageRecord
 from codec.sql92 import Selector
-from server.grpc.status import Code, GrpcError
+
+
+class Failure(enum.Enum):
+    GROUP_NOT_FOUND = "group not found"
+    FORBIDDEN = "forbidden"
+    TOPIC_NOT_FOUND = "topic not found"
+    BAD_REQUEST = "bad request"
+    INVALID_RECEIPT = "invalid receipt"
+    INTERNAL = "internal"
+
+
+class PopError(Exception):
+    """A pop request the broker refuses: the gRPC endpoint answers a proto Code, the remoting
+    processors a ResponseCode, both with `message`."""
+
+    def __init__(self, failure: Failure, message: str) -> None:
+        super().__init__(message)
+        self.failure = failure
+        self.message = message
 
 
 def allocate_averagely(current_cid: str, queues: list[int], cids: list[str]) -> list[int]:
@@ -34,7 +55,7 @@ def decode_handle(handle: str) -> tuple[int, int, int]:
     try:
         qid, offset, seq = (int(x) for x in handle.split(":"))
     except ValueError:
-        raise GrpcError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle {handle!r} is not one of this broker's") from None
+        raise PopError(Failure.INVALID_RECEIPT, f"receipt handle {handle!r} is not one of this broker's") from None
     return qid, offset, seq
 
 
@@ -64,12 +85,14 @@ MessageFilter: TypeAlias = "TagFilter | SqlFilter"
 
 
 class Delivery:
-    __slots__ = ("rec", "qid", "offset", "seq", "attempt", "invisible_ms")
+    """One message handed out: invisible from `pop_time` (wall-clock ms) for `invisible_ms`."""
+
+    __slots__ = ("rec", "qid", "offset", "seq", "attempt", "invisible_ms", "pop_time")
 
     def __init__(self, rec: MessageRecord, qid: int, offset: int, seq: int, attempt: int,
-                 invisible_ms: int) -> None:
+                 invisible_ms: int, pop_time: int) -> None:
         self.rec, self.qid, self.offset, self.seq = rec, qid, offset, seq
-        self.attempt, self.invisible_ms = attempt, invisible_ms
+        self.attempt, self.invisible_ms, self.pop_time = attempt, invisible_ms, pop_time
 
     @property
     def handle(self) -> str:

@@ -1,4 +1,5 @@
-"""Pop (ReceiveMessage) state that survives kill -9: a journal plus a snapshot under <store>/grpc/.
+"""Pop state (gRPC ReceiveMessage and remoting POP_MESSAGE alike) that survives kill -9: a journal plus a
+snapshot under <store>/grpc/ (the directory keeps the name it had when only the gRPC endpoint popped).
 
 Per (group, topic, queue id) a `QueueState`: `next_offset` (the first ConsumeQueue offset never handed
 out) and the in-flight deliveries `offset -> Inflight(seq, attempt, visible_ms)`. Everything below
@@ -206,6 +207,10 @@ class PopStore:
         del q.inflight[offset]
         self._maybe_compact()
         return True
+
+    def find(self, key: Key, offset: int) -> Inflight | None:
+        q = self.queues.get(key)
+        return q.inflight.get(offset) if q else None
 
     def change(self, key: Key, offset: int, seq: int, visible_ms: int) -> int | None:
         """A new seq (receipt handle) for an in-flight delivery that is invisible until visible_ms."""

@@ -1,5 +1,9 @@
-"""ReceiveMessage / AckMessage / ChangeInvisibleDuration / ForwardMessageToDeadLetterQueue: RocketMQ 5's
-pop consumption over the broker's own ConsumeQueues, with its state in `PopStore` (durable).
+"""RocketMQ 5's pop consumption over the broker's own ConsumeQueues, with its state in `PopStore` (durable):
+one engine, composed by the broker (server/broker.py), used by the in-broker gRPC endpoint
+(ReceiveMessage / AckMessage / ChangeInvisibleDuration / ForwardMessageToDeadLetterQueue, receipts
+`qid:offset:seq`) and by the remoting processors (server/processors/pop.py: POP_MESSAGE, ACK_MESSAGE,
+CHANGE_MESSAGE_INVISIBLETIME, ... for a stateless proxy; receipts are Apache's extraInfo, which names a
+delivery by its queue, offset and the time it becomes visible: `*_by_visible`).
 
 A receive hands out a queue's in-flight deliveries whose invisible time is over (delivery_attempt + 1)
 before new messages; a delivery whose attempt reached the group's max attempts (`retryMaxTimes` + 1,
@@ -24,6 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -31,16 +38,29 @@ from codec.codes import DLQ_PREFIX, ResponseCode
 from codec.consume_queue_unit import UNIT_HEAD, UNIT_SIZE
 from codec.errors import CodecError
 from codec.msgid import offset_msg_id
+from codec.pop_receipt import ConsumeInitMode
 from codec.properties import MessageConst as K
 from codec.record import MessageRecord, decode_record
-from server.grpc.deps import GrpcDeps
-from server.grpc.pop_model import Delivery, MessageFilter, allocate_averagely, decode_handle, encode_handle
-from server.grpc.pop_store import Key, PopStore, QueueState
-from server.grpc.status import Code, GrpcError
-from server.grpc.telemetry import TelemetryChannel
+from server.pop.model import (
+    Delivery,
+    Failure,
+    MessageFilter,
+    PopError,
+    allocate_averagely,
+    decode_handle,
+    encode_handle,
+)
+from server.pop.state import Inflight, Key, PopStore, QueueState
 from storage.store_types import GetStatus
-from storage.subscription_group import SubscriptionGroupConfig
 from storage.supervisor import SupervisedTask
+
+if TYPE_CHECKING:
+    from server.client_manager import ClientManager
+    from server.offsets_table import ConsumerOffsetManager
+    from server.topics import TopicManager
+    from server.transactions import PutRecord
+    from storage.message_store import MessageStore
+    from storage.subscription_group import SubscriptionGroupConfig, SubscriptionGroupTable
 
 log = structlog.get_logger(__name__)
 
@@ -50,8 +70,25 @@ _ADVANCE = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_FOUND_NULL, GetStatus.O
             GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING)
 
 
+CONSUME_POP = "CONSUME_POP"  # a heartbeat's consumeType: the group's members pop (a proxy's clients)
+
+
+@dataclass(frozen=True, slots=True)
+class PopDeps:
+    """What pop uses of the broker (built by server.processor_wiring.pop_deps)."""
+
+    store: MessageStore
+    topics: TopicManager
+    groups: SubscriptionGroupTable
+    offsets: ConsumerOffsetManager
+    clients: ClientManager
+    put_record: PutRecord  # DLQ copies
+    store_host: tuple[str, int]
+    is_pop_channel: Callable[[object], bool]  # a ClientManager connection that pops (a 5.x gRPC session)
+
+
 class PopService:
-    def __init__(self, deps: GrpcDeps, state: PopStore) -> None:
+    def __init__(self, deps: PopDeps, state: PopStore) -> None:
         self.deps = deps
         self.state = state
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
@@ -63,7 +100,7 @@ class PopService:
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
         self.deps.store.add_dispatch_listener(self._on_dispatch)
-        self._sweeper = self.deps.store.supervisor.spawn("grpc-pop-sweep", self._sweep_forever)
+        self._sweeper = self.deps.store.supervisor.spawn("pop-sweep", self._sweep_forever)
 
     async def stop(self) -> None:
         self.deps.store.remove_dispatch_listener(self._on_dispatch)
@@ -90,9 +127,9 @@ class PopService:
     def group_config(self, group: str) -> SubscriptionGroupConfig:
         gcfg = self.deps.groups.find(group)
         if gcfg is None:
-            raise GrpcError(Code.CONSUMER_GROUP_NOT_FOUND, f"consumer group {group} does not exist")
+            raise PopError(Failure.GROUP_NOT_FOUND, f"consumer group {group} does not exist")
         if not gcfg.consume_enable:
-            raise GrpcError(Code.FORBIDDEN, f"consumer group {group} may not consume (consumeEnable=false)")
+            raise PopError(Failure.FORBIDDEN, f"consumer group {group} may not consume (consumeEnable=false)")
         return gcfg
 
     def max_attempts(self, group: str) -> int:
@@ -103,12 +140,16 @@ class PopService:
         gcfg = self.deps.groups.find(group)
         return bool(gcfg is not None and gcfg.consume_message_orderly)
 
-    def _queue(self, key: Key) -> QueueState:
+    def _queue(self, key: Key, init_mode: int = ConsumeInitMode.MIN) -> QueueState:
         group, topic, qid = key
 
         def initial() -> int:
             committed = self.deps.offsets.query(group, topic, qid)
-            return committed if committed >= 0 else max(0, self.deps.store.min_offset(topic, qid))
+            if committed >= 0:
+                return committed
+            if init_mode == ConsumeInitMode.MAX:  # Apache: the queue's last message
+                return max(0, self.deps.store.max_offset(topic, qid) - 1)
+            return max(0, self.deps.store.min_offset(topic, qid))
         return self.state.queue(key, initial)
 
     def _commit(self, key: Key) -> None:
@@ -121,19 +162,19 @@ class PopService:
     def read_queue_ids(self, topic: str) -> list[int]:
         tcfg = self.deps.topics.get(topic)
         if tcfg is None:
-            raise GrpcError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
+            raise PopError(Failure.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
         if not tcfg.readable:
-            raise GrpcError(Code.FORBIDDEN, f"topic {topic} is not readable")
+            raise PopError(Failure.FORBIDDEN, f"topic {topic} is not readable")
         return list(range(tcfg.read_queue_nums))
 
     def pop_share(self, group: str, qids: list[int]) -> list[int]:
         """The queues 5.x receives of `group` pop: all of them, unless 4.x consumers are members too;
         then the queues the 4.x rebalance gives the 5.x members' client ids (module docstring)."""
         info = self.deps.clients.consumer_group(group)
-        if info is None:
+        if info is None or info.consume_type == CONSUME_POP:
             return qids
         ids = {ch.client_id for ch in info.channels.values()}
-        pop_ids = {ch.client_id for conn, ch in info.channels.items() if isinstance(conn, TelemetryChannel)}
+        pop_ids = {ch.client_id for conn, ch in info.channels.items() if self.deps.is_pop_channel(conn)}
         if pop_ids == ids:
             return qids
         # 4.x members: they own every queue not allocated to a registered 5.x member (a 5.x client
@@ -144,13 +185,15 @@ class PopService:
         return [q for q in qids if q in share]
 
     async def receive(self, group: str, topic: str, queue_id: int, batch: int, invisible_ms: int,
-                      accept: MessageFilter, deadline: float) -> list[Delivery]:
-        """Up to `batch` deliveries; waits (long polling) until `deadline` (loop time) when there are none."""
+                      accept: MessageFilter, deadline: float, order: bool = False,
+                      init_mode: int = ConsumeInitMode.MIN) -> list[Delivery]:
+        """Up to `batch` deliveries; waits (long polling) until `deadline` (loop time) when there are none.
+        `order`: an orderly pop whatever the group's consumeMessageOrderly says (POP_MESSAGE's `order`)."""
         self.group_config(group)
         readable = self.read_queue_ids(topic)
         if queue_id >= 0 and queue_id not in readable:
-            raise GrpcError(Code.BAD_REQUEST, f"topic {topic} has no readable queue {queue_id}")
-        fifo = self.is_fifo(group)
+            raise PopError(Failure.BAD_REQUEST, f"topic {topic} has no readable queue {queue_id}")
+        fifo = order or self.is_fifo(group)
         loop = asyncio.get_running_loop()
         while True:
             # the group's membership may change while this receive long-polls: its share is taken anew
@@ -161,7 +204,8 @@ class PopService:
             for qid in qids[start:] + qids[:start]:
                 if len(out) >= batch:
                     break
-                out += await self._collect((group, topic, qid), batch - len(out), invisible_ms, accept, fifo)
+                out += await self._collect((group, topic, qid), batch - len(out), invisible_ms, accept, fifo,
+                                           init_mode)
             now = loop.time()
             if out or now >= deadline:
                 return out
@@ -220,9 +264,10 @@ class PopService:
                     best = e.visible_ms
         return best
 
-    async def _collect(self, key: Key, want: int, invisible_ms: int, accept: MessageFilter, fifo: bool) -> list[Delivery]:
+    async def _collect(self, key: Key, want: int, invisible_ms: int, accept: MessageFilter, fifo: bool,
+                       init_mode: int = ConsumeInitMode.MIN) -> list[Delivery]:
         group, topic, qid = key
-        q = self._queue(key)
+        q = self._queue(key, init_mode)
         now_ms = int(time.time() * 1000)
         out: list[Delivery] = []
         entries: list[tuple[int, int, int]] = []
@@ -245,7 +290,7 @@ class PopService:
                 continue
             seq = self.state.next_seq()
             entries.append((off, seq, e.attempt + 1))
-            out.append(Delivery(rec, qid, off, seq, e.attempt + 1, invisible_ms))
+            out.append(Delivery(rec, qid, off, seq, e.attempt + 1, invisible_ms, now_ms))
         blocked = fifo and any(e.visible_ms > now_ms for e in q.inflight.values())
         new_next = q.next_offset
         if len(out) < want and not blocked and not (fifo and out):
@@ -261,7 +306,7 @@ class PopService:
                         continue
                     seq = self.state.next_seq()
                     entries.append((qoff, seq, 1))
-                    out.append(Delivery(rec, qid, qoff, seq, 1, invisible_ms))
+                    out.append(Delivery(rec, qid, qoff, seq, 1, invisible_ms, now_ms))
                 new_next = res.next_begin_offset
             elif res.status in _ADVANCE and res.next_begin_offset != q.next_offset:
                 new_next = res.next_begin_offset
@@ -289,8 +334,8 @@ class PopService:
         qid, offset, seq = decode_handle(handle)
         key = (group, topic, qid)
         if not self.state.ack(key, offset, seq):
-            raise GrpcError(Code.INVALID_RECEIPT_HANDLE,
-                            f"receipt handle {handle} is expired or was acked (topic {topic}, group {group})")
+            raise PopError(Failure.INVALID_RECEIPT,
+                           f"receipt handle {handle} is expired or was acked (topic {topic}, group {group})")
         self._commit(key)
         if self.is_fifo(group):
             self._wake(topic)
@@ -299,11 +344,103 @@ class PopService:
         qid, offset, seq = decode_handle(handle)
         new = self.state.change((group, topic, qid), offset, seq, int(time.time() * 1000) + invisible_ms)
         if new is None:
-            raise GrpcError(Code.INVALID_RECEIPT_HANDLE,
-                            f"receipt handle {handle} is expired or was acked (topic {topic}, group {group})")
+            raise PopError(Failure.INVALID_RECEIPT,
+                           f"receipt handle {handle} is expired or was acked (topic {topic}, group {group})")
         if invisible_ms == 0:
             self._wake(topic)
         return encode_handle(qid, offset, new)
+
+    # ---- receipts by visible time (remoting: Apache's extraInfo) --------------------------------
+    def _by_visible(self, key: Key, offset: int, visible_ms: int) -> Inflight:
+        e = self.state.find(key, offset)
+        if e is None or e.visible_ms != visible_ms:
+            group, topic, qid = key
+            raise PopError(Failure.INVALID_RECEIPT, f"no delivery of {topic} queue {qid} offset {offset} "
+                                                    f"visible at {visible_ms} is in flight for group {group}: "
+                                                    "expired, acked or changed since")
+        return e
+
+    def ack_by_visible(self, group: str, topic: str, qid: int, offset: int, visible_ms: int) -> None:
+        """ACK_MESSAGE: the delivery of (queue, offset) that becomes visible at `visible_ms` is done."""
+        key = (group, topic, qid)
+        e = self._by_visible(key, offset, visible_ms)
+        self.state.ack(key, offset, e.seq)
+        self._commit(key)
+        if self.is_fifo(group) or self.state.find(key, offset) is None:
+            self._wake(topic)
+
+    def change_by_visible(self, group: str, topic: str, qid: int, offset: int, visible_ms: int,
+                          invisible_ms: int) -> int:
+        """CHANGE_MESSAGE_INVISIBLETIME: that delivery is invisible for `invisible_ms` from now; the pop
+        time (now) of its new receipt."""
+        key = (group, topic, qid)
+        e = self._by_visible(key, offset, visible_ms)
+        now_ms = int(time.time() * 1000)
+        self.state.change(key, offset, e.seq, now_ms + invisible_ms)
+        if invisible_ms == 0:
+            self._wake(topic)
+        return now_ms
+
+    def peek(self, group: str, topic: str, qid: int, batch: int) -> list[bytes]:
+        """PEEK_MESSAGE: the stored records a pop of the queue would hand out next, nothing changed."""
+        self.group_config(group)
+        if qid not in self.read_queue_ids(topic):
+            raise PopError(Failure.BAD_REQUEST, f"topic {topic} has no readable queue {qid}")
+        q = self.state.queues.get((group, topic, qid))
+        if q is not None:
+            start = q.next_offset
+        else:
+            committed = self.deps.offsets.query(group, topic, qid)
+            start = committed if committed >= 0 else max(0, self.deps.store.min_offset(topic, qid))
+        res = self.deps.store.get_messages(topic, qid, start, batch)
+        return [bytes(b) for b in res.buffers] if res.status is GetStatus.FOUND else []
+
+    def has_message(self, group: str, topic: str, queue_id: int) -> bool:
+        """NOTIFICATION: would a pop of the queue (or any readable queue, -1) hand something out now?"""
+        self.group_config(group)
+        now_ms = int(time.time() * 1000)
+        for qid in self.read_queue_ids(topic):
+            if queue_id >= 0 and qid != queue_id:
+                continue
+            q = self.state.queues.get((group, topic, qid))
+            if q is None:
+                committed = self.deps.offsets.query(group, topic, qid)
+                start = committed if committed >= 0 else max(0, self.deps.store.min_offset(topic, qid))
+            else:
+                if any(e.visible_ms <= now_ms for e in q.inflight.values()):
+                    return True
+                start = q.next_offset
+            if self.deps.store.max_offset(topic, qid) > start:
+                return True
+        return False
+
+    async def wait_for_message(self, group: str, topic: str, queue_id: int, deadline: float) -> bool:
+        """NOTIFICATION's long polling: has_message, waiting until `deadline` (loop time) for one."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if self.has_message(group, topic, queue_id):
+                return True
+            now = loop.time()
+            if now >= deadline:
+                return False
+            await self.wait_for_topic(topic, deadline - now)
+
+    def rest_num(self, group: str, topic: str, queue_id: int) -> int:
+        """POP_MESSAGE's restNum: messages not yet handed out in the queue (all readable ones for -1)."""
+        tcfg = self.deps.topics.get(topic)
+        if tcfg is None:
+            return 0
+        rest = 0
+        for qid in range(tcfg.read_queue_nums):
+            if queue_id < 0 or qid == queue_id:
+                q = self.state.queues.get((group, topic, qid))
+                if q is not None:
+                    rest += max(0, self.deps.store.max_offset(topic, qid) - q.next_offset)
+        return rest
+
+    def polling_count(self, topic: str) -> int:
+        """POLLING_INFO: how many long-polling requests wait on the topic."""
+        return len(self._waiters.get(topic, ()))
 
     async def forward_to_dlq(self, group: str, topic: str, handle: str) -> None:
         qid, offset, seq = decode_handle(handle)
@@ -311,7 +448,7 @@ class PopService:
         q = self.state.queues.get(key)
         e = q.inflight.get(offset) if q else None
         if e is None or e.seq != seq:
-            raise GrpcError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle {handle} is expired or was acked")
+            raise PopError(Failure.INVALID_RECEIPT, f"receipt handle {handle} is expired or was acked")
         rec = self._read(topic, qid, offset)
         if rec is None:
             self.state.ack(key, offset, seq)
@@ -334,7 +471,7 @@ class PopService:
                              store_host=self.deps.store_host, reconsume_times=attempts, properties=props)
         code, remark = await self.deps.put_record(dead, False)
         if code != ResponseCode.SUCCESS:
-            raise GrpcError(Code.INTERNAL_SERVER_ERROR, f"could not store to {dlq}: {remark}")
+            raise PopError(Failure.INTERNAL, f"could not store to {dlq}: {remark}")
         # the entry may have been acked while the put waited: then there is nothing more to do
         if self.state.ack(key, offset, seq):
             self.dlq_total += 1
@@ -369,4 +506,10 @@ class PopService:
     def stats(self) -> dict[str, int]:
         return {"grpcPopQueues": len(self.state.queues),
                 "grpcPopInflight": sum(len(q.inflight) for q in self.state.queues.values()),
-                "grpcPopDlq": self.dlq_total}
+                "grpcPopDlq": self.dlq_total,
+                "grpcLongPollParked": self.parked}
+
+    @property
+    def parked(self) -> int:
+        """ReceiveMessage / PullMessage calls parked now, waiting for a put to their topic (a long poll)."""
+        return sum(1 for futs in self._waiters.values() for f in futs if not f.done())

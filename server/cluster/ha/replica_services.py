@@ -1,0 +1,30 @@
+"""ReplicaServices: the broker's parts a replica role drives besides the store. Declared apart from the
+role (`server.cluster.ha.service.ReplicaRole`) so the slave's sync (`server.cluster.ha.sync`), which
+the role composes, can name them without importing the role."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scheduler.delay_service import DelayLevelService
+    from scheduler.timer import TimerMessageStore
+    from server.offsets_table import ConsumerOffsetManager
+    from server.topics import TopicManager
+    from server.transactions import TransactionService
+    from storage.subscription_group import SubscriptionGroupTable
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaServices:
+    """What a replica role drives besides the store: the tables a slave adopts from its master, the
+    scheduled services it follows and starts at promotion, the transaction check-backs (attached by
+    BrokerController.start once they exist, before the broker listens)."""
+
+    topics: TopicManager
+    groups: SubscriptionGroupTable
+    offsets: ConsumerOffsetManager
+    delay_service: DelayLevelService
+    timer_service: TimerMessageStore | None
+    transactions: TransactionService

@@ -1,0 +1,128 @@
+"""Apache's own RocketMQ 5.1.3 proxy in cluster mode (`mqproxy -pm cluster`, ../shared/rocketmq5) in front of a
+delaymq broker: it starts (system topics created through the cluster-name route), and the RocketMQ 5 Python
+client sends and pop-receives through it, the proxy reaching the broker only over remoting (POP_MESSAGE,
+ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME with Apache's extraInfo receipts)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from dataclasses import dataclass
+
+import pytest
+
+from codec.codes import ResponseCode
+from tests.grpc.conftest import uniq
+from tests.helpers.broker import pick_port_pair
+from tests.helpers.java import SHARED_DIR
+from tests.server.raw import RawClient
+
+RMQ5 = SHARED_DIR / "rocketmq5"
+pytestmark = [
+    pytest.mark.interop,
+    pytest.mark.skipif(not (RMQ5 / "bin" / "mqproxy").is_file() or shutil.which("java") is None,
+                       reason=f"no Apache RocketMQ 5.1.3 at {RMQ5} (../shared absent) or no java on PATH"),
+]
+CREATE_TOPIC, CREATE_GROUP, UPDATE_OFFSET = 17, 200, 15
+
+
+@dataclass
+class Endpoint:
+    grpc_addr: str  # what the agents dial (the proxy's gRPC port)
+
+
+def start_proxy(agents, tmp_path, namesrv: str) -> Endpoint:
+    grpc_port, remoting_port = pick_port_pair(), pick_port_pair()
+    conf = tmp_path / "proxy.json"
+    conf.write_text(json.dumps({"rocketMQClusterName": "DefaultCluster", "grpcServerPort": grpc_port,
+                                "remotingListenPort": remoting_port, "namesrvAddr": namesrv}))
+    home = tmp_path / "proxy-home"
+    home.mkdir()
+    proxy = agents._start("apache-proxy", [str(RMQ5 / "bin" / "mqproxy"), "-pm", "cluster", "-pc", str(conf)],
+                          env={"RMQ_USER_HOME": str(home), "RMQ_HEAP": "-Xms128m -Xmx384m"})
+    proxy.wait_for(lambda a: any("startup successfully" in line for line in a.raw_lines), 90,
+                   "Apache's proxy to start in front of the delaymq broker")
+    return Endpoint(f"127.0.0.1:{grpc_port}")
+
+
+async def prepare(addr: str, topic: str, group: str, message_type: str = "NORMAL", orderly: bool = False) -> None:
+    """The topic (1 queue, its message.type), the group, and the group's offset at 0: Apache's proxy pops
+    with initMode MAX, which would start a new group at the queue's last message."""
+    c = await RawClient.connect(addr)
+    try:
+        r = await c.invoke(CREATE_TOPIC, {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": "1",
+                                          "writeQueueNums": "1", "perm": "6", "topicFilterType": "SINGLE_TAG",
+                                          "topicSysFlag": "0", "order": "false",
+                                          "attributes": f"+message.type={message_type}"})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        r = await c.invoke(CREATE_GROUP, {}, json.dumps({"groupName": group, "consumeMessageOrderly": orderly}).encode())
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        r = await c.invoke(UPDATE_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": "0",
+                                           "commitOffset": "0"})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+    finally:
+        await c.close()
+
+
+def test_python_client_sends_and_receives_through_apaches_cluster_proxy(broker_factory, agents, tmp_path):
+    b = broker_factory()
+    topic, group = uniq("PxT"), uniq("PxG")
+    asyncio.run(prepare(b.addr, topic, group))
+    proxy = start_proxy(agents, tmp_path, b.addr)
+    sent = agents.run_rmq5("produce", proxy, topic=topic, count=5, tag="tagA", timeout=90)
+    assert len(sent.of("sent")) == 5
+    c = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=5, tag="tagA", max_seconds=60,
+                        timeout=90)
+    got = c.of("received")
+    assert sorted(e["body"] for e in got) == [f"m{i}" for i in range(5)]
+    assert {e["id"] for e in got} == {e["id"] for e in sent.of("sent")}
+    assert len(c.of("acked")) == 5
+    # acked through the proxy: the broker hands nothing out again
+    again = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=1, max_seconds=5,
+                            timeout=60, expect_code=3)
+    assert again.of("received") == []
+
+
+def test_scheduled_messages_through_apaches_cluster_proxy_arrive_at_their_time(broker_factory, agents, tmp_path):
+    b = broker_factory()
+    topic, group = uniq("PxD"), uniq("PxDG")
+    asyncio.run(prepare(b.addr, topic, group, "DELAY"))
+    proxy = start_proxy(agents, tmp_path, b.addr)
+    c = agents.rmq5("simple", proxy, group=group, topic=topic, until_count=3, max_seconds=60)
+    c.wait_event("started", 60)
+    sent = agents.run_rmq5("produce", proxy, topic=topic, count=3, deliver_in=2, timeout=90)
+    assert len(sent.of("sent")) == 3
+    assert c.wait_exit(90) == 0, c.diagnostics()
+    due = {e["id"]: e["deliver_s"] * 1000 for e in sent.of("sent")}
+    got = c.of("received")
+    assert sorted(e["body"] for e in got) == ["m0", "m1", "m2"]
+    for e in got:  # never before its delivery time (the client sends whole seconds)
+        assert e["t"] >= due[e["id"]], (e, due[e["id"]])
+
+
+def test_change_invisible_duration_through_apaches_cluster_proxy_redelivers(broker_factory, agents, tmp_path):
+    b = broker_factory()
+    topic, group = uniq("PxC"), uniq("PxCG")
+    asyncio.run(prepare(b.addr, topic, group))
+    proxy = start_proxy(agents, tmp_path, b.addr)
+    sent = agents.run_rmq5("produce", proxy, topic=topic, count=1, timeout=90)
+    [msg] = sent.of("sent")
+    # each delivery made visible again after 1 s (CHANGE_MESSAGE_INVISIBLETIME with the proxy's receipt)
+    c = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=2, change_invisible=1,
+                        max_seconds=60, timeout=90)
+    got = c.of("received")
+    assert [(e["id"], e["attempt"]) for e in got] == [(msg["id"], 1), (msg["id"], 2)]
+    assert len(c.of("changed")) == 2
+
+
+def test_fifo_messages_through_apaches_cluster_proxy_arrive_in_order(broker_factory, agents, tmp_path):
+    b = broker_factory()
+    topic, group = uniq("PxF"), uniq("PxFG")
+    asyncio.run(prepare(b.addr, topic, group, "FIFO", orderly=True))
+    proxy = start_proxy(agents, tmp_path, b.addr)
+    sent = agents.run_rmq5("produce", proxy, topic=topic, count=6, message_group="g1", timeout=90)
+    assert len(sent.of("sent")) == 6
+    c = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=6, max_seconds=60, timeout=90)
+    assert [e["body"] for e in c.of("received")] == [f"m{i}" for i in range(6)]
+    assert {e["group"] for e in c.of("received")} == {"g1"}
