@@ -79,11 +79,13 @@ def wait_port(port: int, proc: subprocess.Popen[bytes] | None, timeout: float, l
 
 
 class JavaServer:
-    """`mqnamesrv` or `mqbroker` with a conf file written from `config`; a context manager."""
+    """`bin/<kind> -c FILE` of an Apache distribution (4.9.7's by default: `mqnamesrv` or `mqbroker`) with a
+    conf file written from `config`; ready once `port` accepts connections; a context manager."""
 
     def __init__(self, kind: str, workdir: Path, config: Mapping[str, object], port: int,
-                 ready_timeout: float = 90.0) -> None:
-        assert kind in ("mqnamesrv", "mqbroker")
+                 ready_timeout: float = 90.0, distribution: Path = ROCKETMQ_JAVA) -> None:
+        assert (distribution / "bin" / kind).name == kind
+        self.distribution = distribution
         self.kind, self.workdir, self.port, self.ready_timeout = kind, Path(workdir), port, ready_timeout
         self.config = dict(config)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -104,7 +106,7 @@ class JavaServer:
         home.mkdir(exist_ok=True)
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [str(ROCKETMQ_JAVA / "bin" / self.kind), "-c", str(conf)], env=_env(home),
+                [str(self.distribution / "bin" / self.kind), "-c", str(conf)], env=_env(home),
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )
         try:

@@ -6,7 +6,6 @@ process is started in its own session and stopped by its own PID only."""
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.java import SHARED_DIR, _env, wait_port
+from tests.helpers.java import SHARED_DIR, JavaServer, _env
 
 ROCKETMQ5 = SHARED_DIR / "rocketmq5"
 KINDS = ("mqcontroller", "mqnamesrv", "mqbroker")
@@ -38,44 +37,11 @@ def mqadmin5(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[s
         shutil.rmtree(home, ignore_errors=True)
 
 
-class Rmq5Process:
-    """`bin/<kind> -c FILE` with a conf written from `config`; ready once `port` accepts connections."""
+class Rmq5Process(JavaServer):
+    """`bin/<kind> -c FILE` of Apache RocketMQ 5.1.3 (controller, name server or broker): a JavaServer of that
+    distribution."""
 
     def __init__(self, kind: str, workdir: Path, config: Mapping[str, object], port: int,
                  ready_timeout: float = 90.0) -> None:
         assert kind in KINDS
-        self.kind, self.workdir, self.port, self.ready_timeout = kind, Path(workdir), port, ready_timeout
-        self.config = dict(config)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log = self.workdir / f"{kind}.out"
-
-    def start(self) -> Rmq5Process:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        conf = self.workdir / f"{self.kind}.conf"
-        conf.write_text("".join(f"{k}={v}\n" for k, v in self.config.items()))
-        home = self.workdir / "home"
-        home.mkdir(exist_ok=True)
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen([str(ROCKETMQ5 / "bin" / self.kind), "-c", str(conf)], env=_env(home),
-                                         stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-        try:
-            wait_port(self.port, self.proc, self.ready_timeout, self.log)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
-        p = self.proc
-        if p is None or p.poll() is not None:
-            return
-        p.send_signal(sig)
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(10)
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
+        super().__init__(kind, workdir, config, port, ready_timeout, distribution=ROCKETMQ5)
