@@ -200,15 +200,20 @@ def encode_cluster_info(broker_datas: list[BrokerData], clusters: dict[str, list
 def decode_cluster_info(body: Any) -> tuple[dict[str, BrokerData], dict[str, list[str]]]:
     d = as_obj(body, "ClusterInfo")
     brokers: dict[str, BrokerData] = {}
-    for name, b in (d.get("brokerAddrTable") or {}).items():
+    table = d.get("brokerAddrTable") or {}
+    if not isinstance(table, dict):
+        raise CodecError("brokerAddrTable is not an object")
+    for name, b in table.items():
         b = as_obj(b, "BrokerData")
         addrs = b.get("brokerAddrs") or {}
         if not isinstance(addrs, dict):
             raise CodecError("brokerAddrs is not an object")
         brokers[str(name)] = BrokerData(as_str(b.get("cluster"), "cluster"), as_str(b.get("brokerName"), "brokerName"),
                                         {as_int(k, "brokerId"): as_str(v, "brokerAddr") for k, v in addrs.items()})
-    clusters = {str(c): [as_str(x, "brokerName") for x in v]
-                for c, v in (d.get("clusterAddrTable") or {}).items() if isinstance(v, list)}
+    cluster_table = d.get("clusterAddrTable") or {}
+    if not isinstance(cluster_table, dict):
+        raise CodecError("clusterAddrTable is not an object")
+    clusters = {str(c): [as_str(x, "brokerName") for x in v] for c, v in cluster_table.items() if isinstance(v, list)}
     return brokers, clusters
 
 

@@ -288,7 +288,9 @@ def seeds(name: str) -> list[bytes]:
             "T": namesrv_bodies.TopicConfigData("T", 4, 4, 6), "TBW102": namesrv_bodies.TopicConfigData("TBW102", 8, 8, 7)})
         return [b"\x00" + namesrv_bodies.encode_register_body(body), b"\x01" + namesrv_bodies.encode_register_body(body, True),
                 b'\x00{"brokerAddrTable":{"b":{"brokerAddrs":{0:"1.2.3.4:1"},"brokerName":"b","cluster":"c"}},'
-                b'"clusterAddrTable":{"c":["b"]}}']
+                b'"clusterAddrTable":{"c":["b"]}}',
+                b'\x00{"brokerAddrTable":",:kme"}',  # found by the fuzzer: a table that is not an object
+                b'\x00{"clusterAddrTable":[1]}']
     if name == "sql92":
         return [b"region = 'eu' AND amount BETWEEN 10 AND 20 OR TAGS IN ('a', 'b')\x00region\x01eu\x02amount\x0115",
                 b"NOT (a CONTAINS 'x') AND b > 1.5E1 AND c IS NULL\x00a\x01yx\x02b\x0116\x02b\x01"]
