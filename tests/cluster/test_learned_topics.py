@@ -26,15 +26,15 @@ def topics(tmp_path: Path) -> Iterator[TopicManager]:
     meta.close()
 
 
-def test_an_unknown_topic_is_learned_with_at_least_the_default_queues(topics: TopicManager) -> None:
-    rt = ReplicatedTopics(topics, 8)
+def test_an_unknown_topic_is_learned_with_the_queues_replication_showed(topics: TopicManager) -> None:
+    rt = ReplicatedTopics(topics)
     changed: list[str] = []
     topics.add_change_listener(lambda cfg: changed.append(cfg.topic_name))  # the name-server registration
     rt.on_dispatch("Orders", 2, 1)
     cfg = topics.get("Orders")
-    assert cfg is not None and (cfg.read_queue_nums, cfg.write_queue_nums, cfg.perm) == (8, 8, 6)
+    assert cfg is not None and (cfg.read_queue_nums, cfg.write_queue_nums, cfg.perm) == (3, 3, 6)
     assert changed == ["Orders"]
-    rt.on_dispatch("Orders", 5, 1)  # covered: nothing changes
+    rt.on_dispatch("Orders", 1, 1)  # covered: nothing changes
     assert changed == ["Orders"] and rt.seq == 1
     rt.on_dispatch("Orders", 11, 1)  # a queue id beyond the config widens it
     cfg = topics.get("Orders")
@@ -47,13 +47,13 @@ def test_an_unknown_topic_is_learned_with_at_least_the_default_queues(topics: To
 
 def test_a_known_topic_is_left_alone(topics: TopicManager) -> None:
     topics.put(TopicConfig("Known", 2, 2, 4))
-    rt = ReplicatedTopics(topics, 8)
+    rt = ReplicatedTopics(topics)
     rt.on_dispatch("Known", 1, 5)
     assert topics.get("Known") == TopicConfig("Known", 2, 2, 4) and rt.learned == {}
 
 
 def test_the_next_sync_replaces_keeps_or_drops_what_was_learned(topics: TopicManager) -> None:
-    rt = ReplicatedTopics(topics, 8)
+    rt = ReplicatedTopics(topics)
     rt.on_dispatch("Real", 0, 1)  # the master has it (with its own config)
     rt.on_dispatch("Deleted", 0, 1)  # learned before the request; the master no longer has it
     since = rt.seq
@@ -70,7 +70,7 @@ def test_the_next_sync_replaces_keeps_or_drops_what_was_learned(topics: TopicMan
     assert topics.get("Real") == TopicConfig("Real", 3, 3, 6)  # the master's config wins
     assert topics.get("Deleted") is None
     late = topics.get("Late")
-    assert late is not None and late.queue_nums == 8  # put back: the next sync decides
+    assert late is not None and late.queue_nums == 1  # put back: the next sync decides
     assert topics.get("Narrow") == TopicConfig("Narrow", 4, 4, 6)
     assert topics.get("Wider") == TopicConfig("Wider", 6, 6, 6)
     assert set(rt.learned) == {"Late", "Wider"}

@@ -6,8 +6,9 @@ to the slave, and to the slave once promoted: consumers get TOPIC_NOT_EXIST (17)
 holds. `ReplicatedTopics` closes that gap as a dispatch listener on the slave's store: when a replicated
 record lands in a (topic, queue) no topic config covers, or names one as its destination (a scheduled
 message's or a transaction half's REAL_TOPIC / REAL_QID, delivered there later), the topic is created (or widened) from what the
-ConsumeQueues show -- queue count = highest queue id + 1, at least `defaultTopicQueueNums` (a retry or
-dead-letter topic: just the queue ids seen), perm as TBW102 gives (its READ/WRITE bits) -- and marked as
+ConsumeQueues show -- queue count = highest queue id + 1 (never more queues than the master has shown:
+a promoted slave must not spread a 2-queue topic's producers over queues the master never had), perm as
+TBW102 gives (its READ/WRITE bits) -- and marked as
 learned. The next metadata sync replaces it with the master's real config (`after_sync`); a topic learned
 after the master's answer was taken survives that sync; one learned before it and absent from the
 master's table was deleted there and goes.
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from codec.codes import DEFAULT_TOPIC, DLQ_PREFIX, RETRY_PREFIX
+from codec.codes import DEFAULT_TOPIC
 from server.topics import PERM_INHERIT, PERM_READ, PERM_WRITE, TopicConfig, TopicManager
 
 log = structlog.get_logger(__name__)
@@ -36,9 +37,8 @@ class LearnedTopic:
 
 
 class ReplicatedTopics:
-    def __init__(self, topics: TopicManager, default_queue_nums: int) -> None:
+    def __init__(self, topics: TopicManager) -> None:
         self.topics = topics
-        self.default_queue_nums = default_queue_nums
         self.learned: dict[str, LearnedTopic] = {}
         self.seq = 0  # moves on every learned topic (a sync compares it with the value before its request)
 
@@ -56,9 +56,7 @@ class ReplicatedTopics:
             self.on_dispatch(topic, queue_id, -1)
 
     def queue_nums_for(self, topic: str, seen: int) -> int:
-        if topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):
-            return seen  # created with one queue by send-back / the DLQ
-        return max(seen, self.default_queue_nums)
+        return seen
 
     def perm(self) -> int:
         default = self.topics.get(DEFAULT_TOPIC)

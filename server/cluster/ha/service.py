@@ -263,7 +263,7 @@ class ReplicaRole:
         b, cfg = self.services, self.config
         self.ha_client = HAClient(self.store, cfg, self.master_ha_addr)
         # a topic whose records arrive before the next metadata sync is known at once (learned.py)
-        self.learned = ReplicatedTopics(b.topics, b.topics.default_queue_nums)
+        self.learned = ReplicatedTopics(b.topics)
         self.store.add_dispatch_listener(self.learned.on_dispatch)
         self.store.add_replica_destination_listener(self.learned.on_destinations)
         self.sync = SlaveSynchronize(cfg, self.store, b, self.client, self.master_broker_addr, self.learned)
