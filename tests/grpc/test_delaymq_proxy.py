@@ -89,6 +89,29 @@ def test_send_receive_ack_through_delaymq_proxy_over_two_brokers(cluster, agents
     assert again.of("received") == []
 
 
+def test_node_client_sends_and_receives_through_delaymq_proxy_over_two_brokers(cluster, agents):
+    """Apache's RocketMQ 5 Node client 1.0.8 (tests/interop/node/rmq5.js) through the proxy: its Telemetry
+    settings, send round robin over both brokers, a SimpleConsumer's receive + ack (body digests checked)."""
+    topic, group = topic_on_both(cluster)
+    _, addr = start_proxy(agents, cluster)
+    proxy = Endpoint(addr)
+    sent = agents.run_node5("produce", proxy, topic=topic, count=6, tag="tagA", body_prefix="n", timeout=90)
+    assert [e["i"] for e in sent.of("sent")] == list(range(6))
+    c = agents.run_node5("simple", proxy, group=group, topic=topic, until_count=6, tag="tagA", max_seconds=60,
+                         timeout=90)
+    got = c.of("received")
+    assert sorted(e["body"] for e in got) == [f"n{i}" for i in range(6)]
+    assert {e["id"] for e in got} == {e["id"] for e in sent.of("sent")}
+    assert all(e["attempt"] == 1 and e["tag"] == "tagA" and e["corrupted"] is False for e in got), got
+    assert len(c.of("acked")) == 6
+    for b in cluster.brokers:  # each broker stored its half
+        reply = wire.invoke(b.addr, GET_MAX_OFFSET, {"topic": topic, "queueId": 0})
+        assert reply.code == 0 and reply.ext["offset"] == "3", (b.addr, reply)
+    again = agents.run_node5("simple", proxy, group=group, topic=topic, until_count=1, max_seconds=4,
+                             timeout=60, expect_code=3)
+    assert again.of("received") == []
+
+
 def test_scheduled_messages_through_delaymq_proxy_never_arrive_early(cluster, agents):
     topic, group = topic_on_both(cluster, "DELAY")
     _, addr = start_proxy(agents, cluster)
