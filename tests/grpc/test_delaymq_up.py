@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.grpc.conftest import uniq
-from tests.helpers.broker import REPO_ROOT, pick_port_pair
+from tests.helpers.broker import REPO_ROOT, pick_broker_run, pick_port_pair
 
 pytestmark = [pytest.mark.process, pytest.mark.interop]
 CLI = [sys.executable, "-m", "client.cli"]
@@ -26,25 +26,6 @@ CLI = [sys.executable, "-m", "client.cli"]
 @dataclass
 class Endpoint:
     grpc_addr: str
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def broker_base() -> int:
-    """A port P where two brokers fit (P-2, P, P+1 and P+8, P+10, P+11 free)."""
-    for _ in range(100):
-        p = pick_port_pair()
-        if all(_free(q) for q in (p + 8, p + 10, p + 11)):
-            return p
-    raise RuntimeError("no room for two brokers' ports on 127.0.0.1")
 
 
 def alive(pid: int) -> bool:
@@ -60,7 +41,7 @@ def cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
 
 
 def test_up_two_brokers_two_proxies_serve_4x_and_5x_clients_and_sigint_stops_every_child(agents, tmp_path):
-    ns, base, grpc = pick_port_pair(), broker_base(), pick_port_pair()
+    ns, base, grpc = pick_port_pair(), pick_broker_run(2), pick_port_pair()
     up = agents._start("delaymq-up", [*CLI, "up", "--brokers", "2", "--proxies", "2", "--store", str(tmp_path / "up"),
                                       "--namesrv-port", str(ns), "--broker-port", str(base),
                                       "--grpc-port", str(grpc)])
@@ -107,7 +88,7 @@ def test_up_two_brokers_two_proxies_serve_4x_and_5x_clients_and_sigint_stops_eve
 
 
 def test_up_refuses_a_taken_port_with_one_line_naming_the_key(tmp_path):
-    ns, base = pick_port_pair(), broker_base()
+    ns, base = pick_port_pair(), pick_broker_run(2)
     with socket.socket() as held:
         held.bind(("127.0.0.1", base + 10))
         held.listen()
