@@ -207,7 +207,7 @@ async def test_controller_elects_the_slave_after_kill_9(tmp_path: Path) -> None:
         # a slave live yet, so it is fenced: it refuses sends and leaves brokerId 0 to a at the name server
         admin = mqadmin5("electMaster", "-a", ctrl, "-c", CLUSTER, "-bn", GROUP, "-b", "1")
         assert admin.returncode == 0, admin.stdout + admin.stderr
-        await until(lambda: routed(a.addr, 0), 30, diag)
+        await until(lambda: routed(a.addr, 0), 30, lambda: f"electMaster said: {admin.stdout[-1500:]}" + diag())
         await until(lambda: routed(b.addr, 2), 30, diag)
         assert (await runtime(a.addr))["brokerRole"] == "ASYNC_MASTER"
         c = await RawClient.connect(b.addr)

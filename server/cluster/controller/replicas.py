@@ -68,6 +68,7 @@ from server.cluster.controller.failover import FailoverClock
 from server.cluster.controller.identity import BrokerIdentityFiles
 from server.cluster.controller.processor import register as register_notify
 from server.cluster.ha.autoswitch_master import AutoSwitchHAService
+from server.cluster.ha.autoswitch_slave import AutoSwitchHAClient
 from storage.supervisor import SupervisedTask
 
 if TYPE_CHECKING:
@@ -277,9 +278,18 @@ class ReplicasManager:
     async def _heartbeat_once(self) -> None:
         cfg = self.config
         end = self.store.commitlog_max_offset()
+        # as Apache's: the last epoch of the epoch file and the confirmOffset (the election orders by both)
+        last = self.replica.epochs.last()
+        epoch = last.epoch if last is not None else self.master_epoch
+        svc, client = self.replica.ha_service, self.replica.ha_client
+        confirm = end
+        if isinstance(svc, AutoSwitchHAService) and self.is_master:
+            confirm = svc.confirm_offset()
+        elif isinstance(client, AutoSwitchHAClient):
+            confirm = client.confirm_offset
         await self.controllers.heartbeat(BrokerHeartbeatRequestHeader(
             cfg.broker_cluster_name, cfg.broker_addr, cfg.broker_name, brokerId=self.broker_controller_id,
-            epoch=self.master_epoch, maxOffset=end, confirmOffset=end,
+            epoch=epoch, maxOffset=end, confirmOffset=confirm,
             heartbeatTimeoutMills=cfg.controller_heart_beat_timeout_mills,
             electionPriority=cfg.broker_election_priority).to_ext())
 

@@ -198,27 +198,13 @@ class AutoSwitchHAClient(asyncio.Protocol):
 
     def _truncate(self, h: MasterHandshake) -> bool:
         """doTruncate: cut to the consistent point with the master's epochs; False when there is none."""
-        store, epochs = self.store, self.epochs
-        end = store.commitlog_max_offset()
-        if not epochs.entries:
-            log.info("ha.autoswitch_handshake", master=self.connected_to, master_epochs=[tuple(e) for e in h.entries],
-                     master_end=h.max_offset, local_end=end, truncate="none: no local epoch")
-            return True
-        point = consistent_point(epochs.entries, end, list(h.entries), h.max_offset)
-        log.info("ha.autoswitch_handshake", master=self.connected_to, master_epochs=[tuple(e) for e in h.entries],
-                 master_end=h.max_offset, local_epochs=[tuple(e) for e in epochs.entries], local_end=end,
-                 consistent_point=point)
+        point, dropped = truncate_to_master(self.store, self.epochs, h, self.connected_to)
         if point < 0:
-            log.error("ha.no_consistent_point", master=self.connected_to, master_epochs=[tuple(e) for e in h.entries],
-                      local_epochs=[tuple(e) for e in epochs.entries])
             return False
-        if point < end:
-            dropped = store.truncate_replica(point)
+        if dropped:
             self.truncated.append([point, dropped])
-            log.warning("ha.autoswitch_truncated", master=self.connected_to, to_offset=point, dropped_bytes=dropped)
             for fn in self.on_truncated:
                 fn(point, dropped)
-        epochs.truncate_suffix_by_offset(point)
         return True
 
     def _apply(self, t: MasterTransfer) -> bool:
@@ -256,3 +242,56 @@ class AutoSwitchHAClient(asyncio.Protocol):
                 "bytes": self.bytes, "mismatches": self.mismatches, "offset": self.store.commitlog_max_offset(),
                 "confirm_offset": self.confirm_offset, "truncated": self.truncated,
                 "epochs": [[e.epoch, e.start_offset] for e in self.epochs.entries]}
+
+
+def truncate_to_master(store: MessageStore, epochs: EpochFile, h: MasterHandshake, master: str | None) -> tuple[int, int]:
+    """Cut the CommitLog (and ConsumeQueues) and the epoch file to the consistent point with the master's
+    handshake: (the point, bytes dropped); (-1, 0) when there is none. No local epoch: nothing is cut."""
+    end = store.commitlog_max_offset()
+    if not epochs.entries:
+        log.info("ha.autoswitch_handshake", master=master, master_epochs=[tuple(e) for e in h.entries],
+                 master_end=h.max_offset, local_end=end, truncate="none: no local epoch")
+        return end, 0
+    point = consistent_point(epochs.entries, end, list(h.entries), h.max_offset)
+    log.info("ha.autoswitch_handshake", master=master, master_epochs=[tuple(e) for e in h.entries],
+             master_end=h.max_offset, local_epochs=[tuple(e) for e in epochs.entries], local_end=end,
+             consistent_point=point)
+    if point < 0:
+        log.error("ha.no_consistent_point", master=master, master_epochs=[tuple(e) for e in h.entries],
+                  local_epochs=[tuple(e) for e in epochs.entries])
+        return -1, 0
+    dropped = store.truncate_replica(point) if point < end else 0
+    if dropped:
+        log.warning("ha.autoswitch_truncated", master=master, to_offset=point, dropped_bytes=dropped)
+    epochs.truncate_suffix_by_offset(point)
+    return point, dropped
+
+
+async def truncate_before_start(store: MessageStore, epochs: EpochFile, addr: str, broker_id: int,
+                                timeout_s: float = 3.0) -> int:
+    """Before the scheduler's parts load (ReplicaRole.prepare): one handshake with the master at `addr` and the
+    cut it implies, so no timer state is built on bytes that go. Returns the bytes dropped; 0 when the master
+    cannot be reached in `timeout_s` (the running client's handshake cuts instead)."""
+    host, _, port = addr.rpartition(":")
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), timeout_s)
+    except (OSError, TimeoutError, ValueError) as e:
+        log.info("ha.pre_handshake_skipped", master=addr, error=repr(e))
+        return 0
+    try:
+        writer.write(encode_slave_handshake(SlaveHandshake(broker_id)))
+        decoder = MasterFrameDecoder()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            data = await asyncio.wait_for(reader.read(1 << 16), max(0.01, deadline - time.monotonic()))
+            if not data:
+                return 0
+            for f in decoder.feed(data):
+                if isinstance(f, MasterHandshake):
+                    _point, dropped = truncate_to_master(store, epochs, f, addr)
+                    return dropped
+    except (OSError, TimeoutError, CodecError) as e:
+        log.info("ha.pre_handshake_failed", master=addr, error=repr(e))
+        return 0
+    finally:
+        writer.close()

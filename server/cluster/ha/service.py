@@ -36,7 +36,11 @@ from codec.command import RemotingCommand
 from remoting.client import RemotingClient
 from scheduler.progress import SchedulerProgress
 from server.cluster.ha.autoswitch_master import AutoSwitchHAService, AutoSwitchStats, Members
-from server.cluster.ha.autoswitch_slave import AutoSwitchClientStats, AutoSwitchHAClient
+from server.cluster.ha.autoswitch_slave import (
+    AutoSwitchClientStats,
+    AutoSwitchHAClient,
+    truncate_before_start,
+)
 from server.cluster.ha.learned import ReplicatedTopics
 from server.cluster.ha.master import HAService, HAServiceStats
 from server.cluster.ha.replica_services import ReplicaServices
@@ -236,9 +240,26 @@ class ReplicaRole:
         if self.is_slave:
             if not self.config.ha_master_address and self.config.namesrv_addr_list:
                 await self._master_from_namesrv()
-            if not self.autoswitch:  # AutoSwitch truncates at its handshake, against the master's epochs
+            if not self.autoswitch:
                 await self.rejoin()
             store.start_replica()
+            if self.autoswitch:  # AutoSwitch cuts at its handshake, against the master's epochs: once now,
+                await self._pre_handshake()  # before the timer wheel loads state built on the bytes that go
+
+    async def _pre_handshake(self) -> None:
+        addr = self.master_ha_addr()
+        if not addr:
+            return
+        dropped = await truncate_before_start(self.store, self.epochs, addr, self.config.broker_id)
+        if dropped and self.config.timer_wheel_enable:  # units may point at the bytes just cut
+            from scheduler.timer import discard_local_state
+            discard_local_state(self.config.store_path_root_dir)
+        last = self.epochs.last()
+        if last is not None:
+            self.epoch, self.epoch_start = last
+        if dropped:
+            log.warning("ha.rejoin", protocol="AutoSwitch", master_ha=addr, dropped_bytes=dropped,
+                        timer_wheel_rebuilt=self.config.timer_wheel_enable)
 
     async def rejoin(self) -> None:
         """A slave with an older epoch than its master's cuts its CommitLog back to where the master's
