@@ -247,6 +247,11 @@ class AutoSwitchHAService:
         self.store.add_dispatch_listener(self._on_dispatch)
         log.info("ha.listening", host=host, port=port, protocol="AutoSwitch")
 
+    @property
+    def port(self) -> int:
+        """The port listened on (0 before start)."""
+        return int(self._server.sockets[0].getsockname()[1]) if self._server is not None else 0
+
     async def close(self) -> None:
         self.store.remove_dispatch_listener(self._on_dispatch)
         if self._server is not None:
