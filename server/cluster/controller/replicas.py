@@ -129,6 +129,8 @@ class ReplicasManager:
         self._tasks: list[SupervisedTask] = []
         self._role_lock = asyncio.Lock()
         self._altering = False  # an ALTER_SYNC_STATE_SET in flight
+        self._expand_tried: dict[int, float] = {}  # slave id -> time.monotonic() of its last proposal
+        self._expanding: set[asyncio.Task[None]] = set()
         replica.sync_state = lambda: (self.sse.sync_state_set, self.broker_controller_id)
         replica.on_expand = self._expand_soon
 
@@ -370,9 +372,15 @@ class ReplicasManager:
         return svc if isinstance(svc, AutoSwitchHAService) else None
 
     def _expand_soon(self, slave_id: int) -> None:
-        """The HA service saw a slave outside the set catch up: propose it now (Apache: on that ack)."""
-        if not self._altering and self._autoswitch() is not None:
-            asyncio.get_running_loop().create_task(self._expand(slave_id))
+        """The HA service saw a slave outside the set catch up: propose it now (Apache: on that ack), at most
+        once per SYNC_STATE_CHECK_S for one slave (a refused proposal is not repeated on every ack)."""
+        now = time.monotonic()
+        if self._altering or self._autoswitch() is None or now - self._expand_tried.get(slave_id, -1e9) < SYNC_STATE_CHECK_S:
+            return
+        self._expand_tried[slave_id] = now
+        task = asyncio.get_running_loop().create_task(self._expand(slave_id))
+        self._expanding.add(task)  # a reference until done (the loop keeps only a weak one)
+        task.add_done_callback(self._expanding.discard)
 
     async def _expand(self, slave_id: int) -> None:
         me = self.broker_controller_id
