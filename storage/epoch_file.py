@@ -124,7 +124,12 @@ class EpochFile:
 
     def begin_epoch(self, epoch: int, start_offset: int) -> None:
         """changeToMaster: entries of `epoch` or later go, then (epoch, start_offset) is appended (an
-        entry starting at the same offset as the new one is replaced: that epoch wrote nothing)."""
+        entry starting at the same offset as the new one is replaced: that epoch wrote nothing). The
+        master of the last epoch again (a restart the controller did not see) keeps that epoch's start:
+        its bytes from there are that epoch's, as its slaves' files say."""
+        last = self.last()
+        if last is not None and last.epoch == epoch and last.start_offset <= start_offset:
+            return
         self.entries = [e for e in self.entries if e.epoch < epoch and e.start_offset < start_offset]
         self.entries.append(EpochEntry(epoch, start_offset))
         self._flush()

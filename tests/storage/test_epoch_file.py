@@ -51,8 +51,14 @@ def test_becoming_master_drops_epochs_not_older_and_truncation_drops_the_tail(tm
     f = EpochFile(str(tmp_path))
     for e in (E(1, 0), E(2, 100), E(5, 300)):
         assert f.append(e)
-    f.begin_epoch(5, 400)  # a re-election to epoch 5 replaces the entry of 5
-    assert f.entries == [E(1, 0), E(2, 100), E(5, 400)]
+    f.begin_epoch(5, 400)  # master of the last epoch again: the epoch keeps its start
+    assert f.entries == [E(1, 0), E(2, 100), E(5, 300)]
+    f.begin_epoch(2, 400)  # an older epoch named again: what came after it goes
+    assert f.entries == [E(1, 0), E(2, 400)]
+    f.begin_epoch(5, 400)  # (the entry of 2 held no byte: replaced)
+    assert f.entries == [E(1, 0), E(5, 400)]
+    f.begin_epoch(6, 500)
+    assert f.entries == [E(1, 0), E(5, 400), E(6, 500)]
     f.truncate_suffix_by_offset(100)
     assert f.load() == [E(1, 0)]
     f.truncate_suffix_by_offset(0)

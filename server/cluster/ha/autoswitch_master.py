@@ -99,6 +99,8 @@ class AutoSwitchConnection(asyncio.Protocol):
                 self.slave_id, self.sync_from_last_file, self.async_learner = (
                     f.slave_broker_id, f.sync_from_last_file, f.async_learner)
                 self.state = HAConnectionState.HANDSHAKE
+                self.request_offset = -1  # a new exchange: the transfer starts where the next ack says
+                self.reported.clear()
                 log.info("ha.autoswitch_handshake", peer=self.peer, slave_id=f.slave_broker_id,
                          sync_from_last_file=f.sync_from_last_file, async_learner=f.async_learner)
                 self.handshaken.set()
