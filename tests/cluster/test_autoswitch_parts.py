@@ -1,13 +1,14 @@
 """AutoSwitch HA's two sides (server.cluster.ha.autoswitch_*) over loopback between two real stores in
 tmp_path, no broker process: the slave's handshake names its id, the master's epochs reach the slave's
-epoch file through the transfer headers, a caught-up slave is proposed for the SyncStateSet, a send's
-wait for every member (allAckInSyncStateSet) is answered by the slave's ack and, once the slave is gone
+epoch file through the transfer headers, a caught-up slave is proposed for the SyncStateSet, a member that stops
+taking bytes drops out of the set after haMaxTimeSlaveNotCatchup, a send's wait for every member (allAckInSyncStateSet) is answered by the slave's ack and, once the slave is gone
 and shrunk out of the set, at once; a slave holding a divergent tail cuts it at the next handshake
 (live, and before start) and then holds the master's bytes exactly."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 from codec.autoswitch_ha import EpochEntry
@@ -95,6 +96,21 @@ async def test_replicate_expand_all_ack_and_shrink(tmp_path: Path) -> None:
         end = put(m, 5, "b")
         assert await svc.wait_all_acked(end, 30)  # answered by the slave's ack
         assert s.store.commitlog_max_offset() >= end
+
+        # a connected slave that stops taking bytes is out once not caught up for haMaxTimeSlaveNotCatchup
+        transport = s.client.transport
+        assert transport is not None
+        transport.pause_reading()
+        behind_since = time.monotonic()
+        put(m, 200, "l")
+        assert svc.shrink() == frozenset({1, 2})
+        deadline = behind_since + 10
+        while svc.shrink() != frozenset({1}):  # polling the master's view: the set is computed on demand
+            assert time.monotonic() < deadline, svc.caught_up_at
+            await asyncio.sleep(0.05)
+        assert time.monotonic() - behind_since >= config().ha_max_time_slave_not_catchup / 1000 - 0.05
+        transport.resume_reading()
+        await s.run_until(m.commitlog_max_offset())
 
         [conn] = svc.connections
         assert conn.slave_id == 2
