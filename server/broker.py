@@ -223,6 +223,7 @@ class BrokerController:
         # requests, stopped after both
         pop = self.pop = PopService(pop_deps(self), PopStore(cfg.store_path_root_dir, sync=cfg.sync_flush))
         life.add("pop", start=self._start_pop, stop=pop.stop)
+        runtime.sources.append(("pop", pop.runtime_info))
         register_processors(remoting, self)
         life.add("remoting", start=self._listen,
                  stop=lambda: remoting.close(cfg.shutdown_drain_timeout_ms / 1000.0))

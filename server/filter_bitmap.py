@@ -6,7 +6,7 @@ RocketMQ's CommitLogDispatcherCalcBitMap, composed here from three named parts:
 - the dispatcher (`on_dispatch`, a store dispatch listener, same loop tick as the put): for each new unit of a
   topic with registered selectors, the record is evaluated once per selector and the OR of the matching groups'
   masks is written with the time (storage.filter_bitmap);
-- the gate (`gate`): what a pull gives the store's lookup (`get_messages(..., unit_filter=)`): a unit computed
+- the gate (`gate`): what a pull or a pop (server.pop.service) gives the store's lookup (`get_messages(..., unit_filter=)`): a unit computed
   after the group's registration whose bits lack the group's mask cannot match, so it is skipped without reading
   the CommitLog. Anything else (older units, units never computed, another selector) goes on to the exact
   evaluation, which always decides.
