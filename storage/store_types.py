@@ -23,6 +23,17 @@ TagsCodeOf = Callable[[str, dict[str, str], int], int]
 # called after a put once per (topic, queue id) it wrote to, with that queue's new max offset
 # (`MessageStore.add_dispatch_listener`; RocketMQ's CommitLogDispatcher, after the ConsumeQueue write)
 DispatchListener = Callable[[str, int, int], None]
+
+
+class QueueFilesListener(Protocol):
+    """Files kept beside the ConsumeQueue follow it (`MessageStore.add_queue_files_listener`; storage.filter_bitmap):
+    told when retention advanced a queue's min offset (its files wholly below are deleted) and when a deleted
+    topic's queues were removed."""
+
+    def trimmed(self, topic: str, queue_id: int, min_offset: int) -> None: ...
+
+    def topic_deleted(self, topic: str) -> None: ...
+
 # a record's index keys (KEYS split, UNIQ_KEY): str, or UTF-8 bytes from the byte-level paths
 IndexKeys = Sequence[str] | Sequence[bytes]
 IndexEntry = tuple[str, IndexKeys, int, int]  # what the index is given per record: (topic, keys, phys, size)
