@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
@@ -254,7 +254,7 @@ class MessageStore:
 
     # ---- reads (storage.store_reads) ------------------------------------------------------------
     def get_messages(self, topic: str, queue_id: int, offset: int, max_num: int,
-                     tag_codes: set[int] | None = None,
+                     tag_codes: Container[int] | None = None,
                      record_filter: Callable[[memoryview], bool] | None = None,
                      unit_filter: Callable[[int], bool] | None = None) -> GetResult:
         return self.reads.get_messages(topic, queue_id, offset, max_num, tag_codes, record_filter, unit_filter)

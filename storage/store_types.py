@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from codec.properties import MessageConst
-from codec.tags import java_hash
+from codec.tags import tags_code
 
 # property names, bound once for the per-message path (codec.properties.MessageConst)
 _TAGS = MessageConst.TAGS
@@ -40,9 +40,9 @@ IndexEntry = tuple[str, IndexKeys, int, int]  # what the index is given per reco
 
 
 def tags_hash_code(topic: str, props: dict[str, str], store_ts: int) -> int:
-    """RocketMQ's plain tagsCode: Java String.hashCode of TAGS, 0 without tags."""
-    tags = props.get(_TAGS)
-    return java_hash(tags) if tags else 0
+    """RocketMQ's plain tagsCode: Java String.hashCode of TAGS (several `||`-joined tags: the OR of their
+    hashes, codec.tags), 0 without tags."""
+    return tags_code(props.get(_TAGS))
 
 
 @dataclass(slots=True)
