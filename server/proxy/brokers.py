@@ -2,7 +2,13 @@
 
 SEND_MESSAGE_V2 (SendMessageRequestHeaderV2's one-letter fields, codec.codes), POP_MESSAGE (queueId -1: every
 readable queue of the topic on that broker, long polling for `pollTime`), ACK_MESSAGE and
-CHANGE_MESSAGE_INVISIBLETIME with the broker's own receipt (extraInfo, codec.pop_receipt)."""
+CHANGE_MESSAGE_INVISIBLETIME with the broker's own receipt (extraInfo, codec.pop_receipt).
+
+Popped records are made the way Apache's client makes them (MQClientAPIImpl.processPopResponse): a delaymq
+broker puts each message's POP_CK in the record; an Apache broker does not, and the receipt is built from
+the answer's header (startOffsetInfo: the checkpoint's start offset; popTime, invisibleTime, reviveQid) and
+the message (its topic's mark, queue, offset), with an orderly pop's delivery count from orderCountInfo.
+An ACK / CHANGE of a message popped from the pop retry topic names that topic (ReceiptHandle.getRealTopic)."""
 
 from __future__ import annotations
 
@@ -12,7 +18,18 @@ from dataclasses import dataclass
 from codec.codes import DEFAULT_TOPIC, RequestCode
 from codec.codes import SendMessageRequestHeaderV2 as V2
 from codec.command import RemotingCommand
-from codec.pop_receipt import ConsumeInitMode, ExtraInfo
+from codec.errors import CodecError
+from codec.pop_receipt import (
+    RETRY_TOPIC_MARK,
+    ConsumeInitMode,
+    ExtraInfo,
+    offset_info_key,
+    order_count_key,
+    parse_offset_info,
+    pop_retry_topic,
+    topic_mark,
+)
+from codec.properties import MessageConst as K
 from codec.properties import properties_to_string
 from codec.record import MessageRecord, iter_records
 from remoting.client import RemotingClient
@@ -54,24 +71,53 @@ class RemoteBrokers:
                V2.batch: "false"}
         return await self._invoke(addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body))
 
-    async def pop(self, addr: str, group: str, topic: str, max_nums: int, invisible_ms: int, poll_ms: int,
-                  exp_type: str, exp: str) -> Popped:
+    async def pop(self, addr: str, broker_name: str, group: str, topic: str, max_nums: int, invisible_ms: int,
+                  poll_ms: int, exp_type: str, exp: str, order: bool = False) -> Popped:
         ext = {"consumerGroup": group, "topic": topic, "queueId": "-1", "maxMsgNums": str(max_nums),
                "invisibleTime": str(invisible_ms), "pollTime": str(poll_ms), "bornTime": str(int(time.time() * 1000)),
-               "initMode": str(ConsumeInitMode.MIN), "expType": exp_type, "exp": exp, "order": "false"}
+               "initMode": str(ConsumeInitMode.MIN), "expType": exp_type, "exp": exp,
+               "order": "true" if order else "false"}
         resp = await self._invoke(addr, RemotingCommand.request(RequestCode.POP_MESSAGE, ext),
                                   poll_ms / 1000 + POLL_MARGIN_S)
         records = list(iter_records(resp.body_bytes())) if resp.body_len() else []
+        if records:
+            try:
+                with_receipts(records, resp.ext_fields, broker_name, order)
+            except (CodecError, ValueError) as e:
+                raise GrpcError(Code.INTERNAL_SERVER_ERROR, f"broker {addr}: unreadable POP_MESSAGE answer: {e}") from None
         return Popped(resp.code, resp.remark or "", records, int(resp.ext_fields.get("invisibleTime", invisible_ms)))
 
     async def ack(self, addr: str, group: str, topic: str, receipt: ExtraInfo, text: str) -> RemotingCommand:
-        ext = {"consumerGroup": group, "topic": topic, "queueId": str(receipt.queue_id), "extraInfo": text,
+        ext = {"consumerGroup": group, "topic": _real_topic(topic, group, receipt), "queueId": str(receipt.queue_id), "extraInfo": text,
                "offset": str(receipt.queue_offset if receipt.queue_offset is not None else receipt.ck_queue_offset)}
         return await self._invoke(addr, RemotingCommand.request(RequestCode.ACK_MESSAGE, ext))
 
     async def change_invisible(self, addr: str, group: str, topic: str, receipt: ExtraInfo, text: str,
                                invisible_ms: int) -> RemotingCommand:
-        ext = {"consumerGroup": group, "topic": topic, "queueId": str(receipt.queue_id), "extraInfo": text,
+        ext = {"consumerGroup": group, "topic": _real_topic(topic, group, receipt), "queueId": str(receipt.queue_id), "extraInfo": text,
                "offset": str(receipt.queue_offset if receipt.queue_offset is not None else receipt.ck_queue_offset),
                "invisibleTime": str(invisible_ms)}
         return await self._invoke(addr, RemotingCommand.request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext))
+
+
+def _real_topic(topic: str, group: str, receipt: ExtraInfo) -> str:
+    """The topic an ACK / CHANGE names: the pop retry topic for a message popped from it."""
+    return pop_retry_topic(topic, group) if receipt.topic_mark == RETRY_TOPIC_MARK else topic
+
+
+def with_receipts(records: list[MessageRecord], header: dict[str, str], broker_name: str, order: bool) -> None:
+    """Give each popped record that has no POP_CK the receipt built from the answer's header, and an orderly
+    pop's records their delivery count (reconsume times), as Apache's client does."""
+    pop_time, invisible, revive_qid = int(header["popTime"]), int(header["invisibleTime"]), int(header["reviveQid"])
+    starts = parse_offset_info(header.get("startOffsetInfo"))
+    counts = parse_offset_info(header.get("orderCountInfo")) if order else {}
+    for rec in records:
+        if K.POP_CK in rec.properties:
+            continue
+        key = offset_info_key(rec.topic, rec.queue_id)
+        start = int(starts[key]) if key in starts else rec.queue_offset
+        rec.properties[K.POP_CK] = ExtraInfo(start, pop_time, invisible, revive_qid, topic_mark(rec.topic),
+                                             broker_name, rec.queue_id, rec.queue_offset).encode()
+        count = counts.get(order_count_key(rec.topic, rec.queue_id, rec.queue_offset), counts.get(key))
+        if count is not None and int(count) > 0:
+            rec.reconsume_times = int(count)

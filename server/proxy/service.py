@@ -282,7 +282,7 @@ class ProxyMessagingService(sgrpc.MessagingServiceServicer):
             addr = await self._master(topic, name)
             expr = request.filter_expression
             exp_type = SQL92 if expr.type == pb.SQL else "TAG"
-            popped = await self.brokers.pop(addr, group, topic, min(request.batch_size, MAX_BATCH), invisible,
+            popped = await self.brokers.pop(addr, name, group, topic, min(request.batch_size, MAX_BATCH), invisible,
                                             self._poll_ms(context, request), exp_type, expr.expression or "*")
         except GrpcError as e:
             yield spb.ReceiveMessageResponse(status=status(e.code, e.message))
