@@ -283,7 +283,8 @@ class ProxyMessagingService(sgrpc.MessagingServiceServicer):
             expr = request.filter_expression
             exp_type = SQL92 if expr.type == pb.SQL else "TAG"
             popped = await self.brokers.pop(addr, name, group, topic, min(request.batch_size, MAX_BATCH), invisible,
-                                            self._poll_ms(context, request), exp_type, expr.expression or "*")
+                                            self._poll_ms(context, request), exp_type, expr.expression or "*",
+                                            await self.brokers.orderly(addr, group))
         except GrpcError as e:
             yield spb.ReceiveMessageResponse(status=status(e.code, e.message))
             return

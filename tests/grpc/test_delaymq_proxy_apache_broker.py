@@ -144,3 +144,16 @@ def test_a_redelivery_from_the_apache_pop_retry_topic_is_acknowledged_for_good(a
     again = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=1, max_seconds=10,
                             timeout=60, expect_code=3)
     assert again.of("received") == []
+
+
+def test_an_orderly_group_gets_a_fifo_queues_next_message_only_after_the_previous_is_done(apache, agents):
+    """The group is orderly (consumeMessageOrderly, read by the proxy with GET_SUBSCRIPTIONGROUP_CONFIG), so
+    the proxy pops with order=true: one message at a time and unacknowledged, the queue's next message is
+    held back and the same message comes again after its invisible time, as attempt 2 (orderCountInfo)."""
+    topic, group = topic_on_apache(apache, "AbO", "FIFO", orderly=True)
+    proxy = start_proxy(agents, apache)
+    sent = agents.run_rmq5("produce", proxy, topic=topic, count=3, message_group="g1", timeout=90)
+    assert len(sent.of("sent")) == 3
+    c = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=2, batch=1, no_ack=True,
+                        invisible=3, max_seconds=60, timeout=90)
+    assert [(e["body"], e["attempt"]) for e in c.of("received")] == [("m0", 1), ("m0", 2)]
