@@ -211,7 +211,7 @@ def test_reuse_port_still_refuses_a_port_held_without_it():
     assert "grpcServerPort" in line and "Traceback" not in taken.stderr
 
 
-def test_routes_name_the_proxy_and_unserved_rpcs_answer_not_implemented(cluster, agents):
+def test_routes_name_the_proxy_and_bad_requests_answer_with_their_codes(cluster, agents):
     topic, group = topic_on_both(cluster)
     _, addr = start_proxy(agents, cluster)
     host, port = addr.rsplit(":", 1)
@@ -226,10 +226,11 @@ def test_routes_name_the_proxy_and_unserved_rpcs_answer_not_implemented(cluster,
                 == {(host, int(port))}
             missing = await c.stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=uniq("None"))), timeout=10)
             assert missing.status.code == pb.TOPIC_NOT_FOUND, missing.status
-            end = await c.stub.EndTransaction(spb.EndTransactionRequest(topic=pb.Resource(name=topic)), timeout=10)
-            assert end.status.code == pb.NOT_IMPLEMENTED and "delaymq-proxy" in end.status.message
+            end = await c.stub.EndTransaction(spb.EndTransactionRequest(
+                topic=pb.Resource(name=topic), transaction_id="not-one", resolution=pb.COMMIT), timeout=10)
+            assert end.status.code == pb.INVALID_TRANSACTION_ID, end.status
             off = await c.stub.QueryOffset(spb.QueryOffsetRequest(), timeout=10)
-            assert off.status.code == pb.NOT_IMPLEMENTED
+            assert off.status.code == pb.ILLEGAL_TOPIC, off.status
             ack = await c.stub.AckMessage(spb.AckMessageRequest(
                 topic=pb.Resource(name=topic), group=pb.Resource(name=group),
                 entries=[spb.AckMessageEntry(message_id="x", receipt_handle="not a receipt")]), timeout=10)
