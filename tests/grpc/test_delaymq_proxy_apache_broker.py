@@ -140,6 +140,7 @@ def test_a_redelivery_from_the_apache_pop_retry_topic_is_acknowledged_for_good(a
     second = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=1, invisible=3,
                              max_seconds=60, timeout=90)
     assert [(e["id"], e["attempt"]) for e in second.of("received")] == [(msg["id"], 2)]
+    assert second.of("received")[0]["properties"] == {}  # the broker's 1ST_POP_TIME is a system property
     assert len(second.of("acked")) == 1
     again = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=1, max_seconds=10,
                             timeout=60, expect_code=3)
