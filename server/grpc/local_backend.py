@@ -10,6 +10,7 @@ delay levels and the timer wheel are the same code for both protocols. Pop consu
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from codec.codes import DEFAULT_TOPIC, RequestCode, ResponseCode
@@ -108,7 +109,7 @@ class LocalBackend:
         self.store_host: tuple[str, int] | None = deps.store_host
         self.broker_name = deps.config.broker_name
 
-    def consumer_policy(self, group: str) -> ConsumerPolicy:
+    async def consumer_policy(self, group: str, topics: Sequence[str]) -> ConsumerPolicy:
         gcfg = self.deps.groups.find(group) if group else None
         retries = gcfg.retry_max_times if gcfg is not None else DEFAULT_RETRIES
         return ConsumerPolicy(retries, bool(self.pop.is_fifo(group)) if group else False, list(self.deps.levels[2:]))

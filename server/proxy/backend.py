@@ -17,6 +17,8 @@ import itertools
 import time
 from collections.abc import Sequence
 
+import structlog
+
 from codec.codes import RequestCode, ResponseCode
 from codec.errors import CodecError
 from codec.msgid import decode_offset_msg_id
@@ -35,17 +37,17 @@ from server.grpc.backend import (
     RouteQueue,
     Sent,
     TopicRoute,
+    accepted_types,
 )
 from server.grpc.status import Code, GrpcError, from_remoting, remoting_error
 from server.grpc.telemetry import ClientSessions, ConsumerPolicy, transaction_id
 from server.grpc.v2 import definition_pb2 as pb
-from server.proxy.brokers import RemoteBrokers
+from server.proxy.brokers import UNKNOWN_GROUP, GroupSettings, RemoteBrokers
 from server.proxy.config import ProxyConfig
 from server.proxy.routes import PERM_READ, PERM_WRITE, CachedRoute, NameServerRoutes
 from server.proxy.sessions import ProxySessions
 
-CONSUMER_RETRIES = 16
-ACCEPTS: tuple[MessageType, ...] = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+log = structlog.get_logger(__name__)
 NOT_FOUND_CODES = (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND, ResponseCode.NO_MESSAGE)
 
 
@@ -88,9 +90,36 @@ class RemoteBackend:
         self.store_host: tuple[str, int] | None = None  # a record names the broker that stored it
         self._round = itertools.count()
 
-    def consumer_policy(self, group: str) -> ConsumerPolicy:
-        # the broker's pop hands out a FIFO group's messages in order either way
-        return ConsumerPolicy(CONSUMER_RETRIES, False, list(self.delay_levels[2:]))
+    async def consumer_policy(self, group: str, topics: Sequence[str]) -> ConsumerPolicy:
+        """The group's FIFO-ness and retries as a broker of its first subscribed topic knows them (Apache's
+        proxy asks one broker of the cluster); a group no broker knows: not FIFO, 16 retries."""
+        settings = await self._group_settings(group, topics)
+        return ConsumerPolicy(settings.retry_max_times, settings.consume_message_orderly, list(self.delay_levels[2:]))
+
+    async def _group_settings(self, group: str, topics: Sequence[str]) -> GroupSettings:
+        for topic in topics:
+            try:
+                route = await self.routes.route(topic)
+            except GrpcError:
+                continue  # a subscription to a topic with no route: try the next
+            for broker_name in route.readable_brokers():
+                addr = route.master(broker_name)
+                if not addr:
+                    continue
+                try:
+                    return await self.brokers.group_settings(addr, group)
+                except GrpcError as e:  # that broker is away: the next one
+                    log.warning("proxy.group_settings_unavailable", group=group, broker=addr, error=e.message)
+        return UNKNOWN_GROUP
+
+    async def _accepted_types(self, route: CachedRoute, topic: str) -> tuple[MessageType, ...]:
+        """Narrowed by the topic's message.type attribute as one of its brokers holds it (Apache's proxy:
+        getTopicMessageType from one broker of the route); every type when none answers."""
+        for broker_name in sorted({qd.broker_name for qd in route.route.queue_datas}):
+            addr = route.master(broker_name)
+            if addr:
+                return accepted_types(await self.brokers.topic_message_type(addr, topic))
+        return accepted_types(None)
 
     async def _master(self, topic: str, broker_name: str) -> str:
         for fresh in (False, True):
@@ -109,10 +138,11 @@ class RemoteBackend:
             for qid in range(max(qd.read_queue_nums, qd.write_queue_nums)):
                 queues.append(RouteQueue(qd.broker_name, qid, qid < qd.read_queue_nums and bool(qd.perm & PERM_READ),
                                          qid < qd.write_queue_nums and bool(qd.perm & PERM_WRITE)))
-        return TopicRoute(queues, ACCEPTS)
+        return TopicRoute(queues, await self._accepted_types(route, topic))
 
     async def assignment(self, topic: str, group: str) -> tuple[list[str], tuple[MessageType, ...]]:
-        return (await self.routes.route(topic)).readable_brokers(), ACCEPTS
+        route = await self.routes.route(topic)
+        return route.readable_brokers(), await self._accepted_types(route, topic)
 
     # ---- producing -----------------------------------------------------------------------
     def _queue_for(self, route: CachedRoute, props: dict[str, str]) -> tuple[str, int]:
