@@ -256,3 +256,69 @@ def test_a_taken_port_or_a_missing_name_server_stops_the_proxy_with_one_line_nam
     assert bad.returncode == 2, bad.stderr
     [line] = bad.stderr.strip().splitlines()
     assert "namesrvAddr" in line
+
+
+async def _route_types(addr: str, topic: str) -> list[list[int]]:
+    c = RawClient(addr)
+    try:
+        r = await c.stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=10)
+        assert r.status.code == pb.OK, r.status
+        return sorted({tuple(q.accept_message_types) for q in r.message_queues})  # type: ignore[arg-type]
+    finally:
+        await c.close()
+
+
+async def _consumer_settings(addr: str, group: str, topic: str) -> pb.Settings:
+    """The Settings a Telemetry session of a simple consumer of `group` subscribing `topic` is answered with."""
+    c = RawClient(addr)
+    try:
+        s = pb.Settings(client_type=pb.SIMPLE_CONSUMER)
+        s.subscription.group.name = group
+        s.subscription.subscriptions.append(pb.SubscriptionEntry(
+            topic=pb.Resource(name=topic), expression=pb.FilterExpression(type=pb.TAG, expression="*")))
+        call = c.stub.Telemetry(metadata=(("x-mq-client-id", uniq("raw-settings")),), timeout=20)
+        await call.write(spb.TelemetryCommand(settings=s))
+        reply = await call.read()
+        call.cancel()
+        assert reply.status.code == pb.OK and reply.HasField("settings"), reply
+        settings: pb.Settings = reply.settings
+        return settings
+    finally:
+        await c.close()
+
+
+def test_proxy_routes_accept_the_topics_message_type_and_fifo_groups_get_fifo_settings_as_the_broker_does(
+        tmp_path, broker_factory, agents):
+    """Issue 24: through the proxy a topic's route accepts only its message.type attribute's type (read from a
+    broker with GET_TOPIC_CONFIG), and an orderly group's consumer Settings say fifo (its consumeMessageOrderly,
+    GET_SUBSCRIPTIONGROUP_CONFIG); each answer is the one the broker's own gRPC endpoint gives."""
+    ns = NamesrvProcess(tmp_path / "namesrv").start()
+    grpc_ports = [pick_port_pair(), pick_port_pair()]
+    brokers = [broker_factory({"brokerName": name, "namesrvAddr": ns.addr, "grpcListenPort": port})
+               for name, port in zip(("proxied-a", "proxied-b"), grpc_ports, strict=True)]
+    try:
+        c = Cluster(ns, brokers)
+        topics = {t: topic_on_both(c, t) for t in ("DELAY", "FIFO", "TRANSACTION", "NORMAL", "UNSPECIFIED")}
+        ordered, _ = topics["FIFO"]
+        fifo_group = uniq("DpFifoG")
+        for b in brokers:
+            asyncio.run(prepare(b.addr, ordered, fifo_group, "FIFO", orderly=True))
+        _, addr = start_proxy(agents, c)
+        broker_endpoint = f"127.0.0.1:{grpc_ports[0]}"
+        every = sorted([pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION])
+        expected = {"DELAY": [[pb.DELAY]], "FIFO": [[pb.FIFO]], "TRANSACTION": [[pb.TRANSACTION]],
+                    "NORMAL": [[pb.NORMAL]], "UNSPECIFIED": [every]}
+        for message_type, (topic, _) in topics.items():
+            through_proxy = [sorted(t) for t in asyncio.run(_route_types(addr, topic))]
+            assert through_proxy == expected[message_type], (message_type, through_proxy)
+            assert through_proxy == [sorted(t) for t in asyncio.run(_route_types(broker_endpoint, topic))]
+        for group, topic, fifo in ((fifo_group, ordered, True), (topics["NORMAL"][1], topics["NORMAL"][0], False)):
+            for endpoint in (addr, broker_endpoint):
+                settings = asyncio.run(_consumer_settings(endpoint, group, topic))
+                assert settings.subscription.fifo is fifo, (endpoint, group, settings)
+                assert settings.backoff_policy.max_attempts == 17, (endpoint, settings)  # retryMaxTimes 16 + 1
+    finally:
+        for b in brokers:
+            if b.running:
+                b.stop()
+        ns.stop()
