@@ -259,11 +259,12 @@ def test_a_taken_port_or_a_missing_name_server_stops_the_proxy_with_one_line_nam
 
 
 async def _route_types(addr: str, topic: str) -> list[list[int]]:
+    """The distinct accepted message types (sorted) of the topic's route's queues."""
     c = RawClient(addr)
     try:
         r = await c.stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=10)
         assert r.status.code == pb.OK, r.status
-        return sorted({tuple(q.accept_message_types) for q in r.message_queues})  # type: ignore[arg-type]
+        return sorted(list(t) for t in {tuple(sorted(q.accept_message_types)) for q in r.message_queues})
     finally:
         await c.close()
 
@@ -280,6 +281,7 @@ async def _consumer_settings(addr: str, group: str, topic: str) -> pb.Settings:
         await call.write(spb.TelemetryCommand(settings=s))
         reply = await call.read()
         call.cancel()
+        assert isinstance(reply, spb.TelemetryCommand), reply
         assert reply.status.code == pb.OK and reply.HasField("settings"), reply
         settings: pb.Settings = reply.settings
         return settings
@@ -309,9 +311,9 @@ def test_proxy_routes_accept_the_topics_message_type_and_fifo_groups_get_fifo_se
         expected = {"DELAY": [[pb.DELAY]], "FIFO": [[pb.FIFO]], "TRANSACTION": [[pb.TRANSACTION]],
                     "NORMAL": [[pb.NORMAL]], "UNSPECIFIED": [every]}
         for message_type, (topic, _) in topics.items():
-            through_proxy = [sorted(t) for t in asyncio.run(_route_types(addr, topic))]
+            through_proxy = asyncio.run(_route_types(addr, topic))
             assert through_proxy == expected[message_type], (message_type, through_proxy)
-            assert through_proxy == [sorted(t) for t in asyncio.run(_route_types(broker_endpoint, topic))]
+            assert through_proxy == asyncio.run(_route_types(broker_endpoint, topic)), message_type
         for group, topic, fifo in ((fifo_group, ordered, True), (topics["NORMAL"][1], topics["NORMAL"][0], False)):
             for endpoint in (addr, broker_endpoint):
                 settings = asyncio.run(_consumer_settings(endpoint, group, topic))
