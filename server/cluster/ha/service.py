@@ -356,9 +356,11 @@ class ReplicaRole:
         cfg.broker_id = 0
         self.promoted_at_ms = int(time.time() * 1000)
         delay_offsets = synced.delay_offsets if synced is not None else (self.sync.delay_offsets if self.sync else {})
+        skipped: dict[int, int] = {}
         b.transactions.start()
         if b.delay_service is not None:
-            b.delay_service.resume_from(delay_offsets)
+            # the deliveries the old master put after its last adopted record are in the replica: skipped
+            skipped = b.delay_service.resume_from(delay_offsets, synced.commitlog_offset if synced is not None else -1)
             b.delay_service.start()
         if b.timer_service is not None:
             timer_p = synced.timer if synced is not None else None
@@ -372,6 +374,7 @@ class ReplicaRole:
                 "syncedProgressAgeMs": (self.promoted_at_ms - synced.taken_ms) if synced else -1,
                 "syncedTakenMs": synced.taken_ms if synced else 0,
                 "delayOffsets": {str(k): v for k, v in delay_offsets.items()},
+                "delaySkippedDelivered": {str(k): v for k, v in skipped.items()},
                 "timerReadMs": synced.timer.read_ms if synced and synced.timer else -1,
                 "timerSlotMs": synced.timer.slot_ms if synced and synced.timer else -1,
                 "timerPutInSlot": synced.timer.put_in_slot if synced and synced.timer else -1,
