@@ -291,6 +291,45 @@ def decode_broker_replicas_info(body: bytes | None) -> dict[str, SyncStateInfo]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class EpochEntry:
+    """One masterEpoch and the CommitLog range written under it (protocol/EpochEntry; the last entry's
+    endOffset is Long.MAX_VALUE until the next epoch starts)."""
+
+    epoch: int
+    start_offset: int
+    end_offset: int = (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEntryCache:
+    """GET_BROKER_EPOCH_CACHE's answer (body/EpochEntryCache, mqadmin getBrokerEpoch):
+    `{"brokerId","brokerName","clusterName","epochList":[{"endOffset","epoch","startOffset"}],"maxOffset"}`."""
+
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    epoch_list: tuple[EpochEntry, ...]
+    max_offset: int
+
+    def encode(self) -> bytes:
+        return json.dumps({"brokerId": self.broker_id, "brokerName": self.broker_name, "clusterName": self.cluster_name,
+                           "epochList": [{"endOffset": e.end_offset, "epoch": e.epoch, "startOffset": e.start_offset}
+                                         for e in self.epoch_list],
+                           "maxOffset": self.max_offset}, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, body: bytes | None) -> EpochEntryCache:
+        doc = _json_object(body or b"{}", "EpochEntryCache")
+        try:
+            entries = tuple(EpochEntry(int(e["epoch"]), int(e["startOffset"]), int(e.get("endOffset", (1 << 63) - 1)))
+                            for e in doc.get("epochList") or ())
+            return cls(str(doc.get("clusterName") or ""), str(doc.get("brokerName") or ""),
+                       int(doc.get("brokerId") or 0), entries, int(doc.get("maxOffset") or 0))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CodecError(f"bad EpochEntryCache: {e!r}") from None
+
+
 def encode_broker_names(names: list[str]) -> bytes:
     """CONTROLLER_GET_SYNC_STATE_DATA's request body: a JSON list of brokerNames."""
     return json.dumps(names).encode()

@@ -9,7 +9,8 @@ and timer, once each, none before its due time; its failover figures are exporte
 master, restarted, rejoins as the new master's slave and is reported back into the SyncStateSet;
 `mqadmin electMaster` then hands the group back to it while delay-level and timer messages are being
 delivered (issue 25 item 3, the orderly hand-over): the running master steps down (fenced) before the
-elected one starts, and every message is delivered exactly once, none early."""
+elected one starts, and every message is delivered exactly once, none early. Then 5.x mqadmin's
+`getBrokerEpoch`, `getControllerMetaData` and `clusterList` show the group as it is."""
 
 from __future__ import annotations
 
@@ -287,6 +288,17 @@ async def test_controller_elects_the_slave_after_kill_9(tmp_path: Path) -> None:
         r = await c.invoke(SEND_MESSAGE_V2, send_ext(TOPIC, props(UNIQ_KEY="new-master"), 0), b"n")
         await c.close()
         assert r.code == 0, (r.code, r.remark)
+
+        # operators: Apache 5.1.3's mqadmin against the group (issue 25 item 5)
+        epochs = read_only_admin("getBrokerEpoch", "-n", ns.addr, "-b", GROUP)  # GET_BROKER_EPOCH_CACHE, each broker
+        out = epochs.stdout + epochs.stderr
+        assert f"#brokerAddr\t{a.addr}" in out and f"#brokerAddr\t{b.addr}" in out, out
+        assert "EpochEntry{epoch=3, startOffset=" in out and "EpochEntry{epoch=2, startOffset=" in out, out
+        meta = read_only_admin("getControllerMetaData", "-a", ctrl)
+        assert f"#ControllerLeaderAddress\t{ctrl}" in meta.stdout, meta.stdout + meta.stderr
+        clusters = read_only_admin("clusterList", "-n", ns.addr)
+        rows = [ln.split() for ln in clusters.stdout.splitlines() if ln.split()[:1] == [CLUSTER]]
+        assert {(r[1], r[2], r[3]) for r in rows} >= {(GROUP, "0", a.addr), (GROUP, "2", b.addr)}, clusters.stdout
     finally:
         for p in (a, b):
             if p.proc is not None and p.proc.poll() is None:

@@ -6,7 +6,9 @@ HAND_OVER_MASTER (3104, delaymq's): an elected slave asks the master it followed
 starts delivering (header: `masterEpoch`, `masterBrokerId` of the election). The master asks the
 controller at once; replaced, it is fenced (no write, no scheduled delivery) and answers its CommitLog
 end (`commitLogMaxOffset`), which the new master's replica reaches before it promotes. Still the master
-by the controller's word: CONTROLLER_MASTER_STILL_EXIST with a remark."""
+by the controller's word: CONTROLLER_MASTER_STILL_EXIST with a remark.
+
+GET_BROKER_EPOCH_CACHE (1007, mqadmin getBrokerEpoch): the broker's EpochEntryCache (no header)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode as RS
 from codec.command import RemotingCommand
-from codec.controller import NotifyBrokerRoleChangedRequestHeader, SyncStateSet
+from codec.controller import EpochEntryCache, NotifyBrokerRoleChangedRequestHeader, SyncStateSet
 from codec.errors import CodecError
 from remoting.dispatch import Response
 from server.processors import Peer, Registrar, error, ok, request_body
@@ -34,7 +36,8 @@ def _int_field(cmd: RemotingCommand, key: str) -> int:
         raise CodecError(f"{key} must be an integer, got {v!r}") from None
 
 
-def register(server: Registrar, on_notify: OnNotify, on_hand_over: OnHandOver | None = None) -> None:
+def register(server: Registrar, on_notify: OnNotify, on_hand_over: OnHandOver | None = None,
+             epoch_cache: Callable[[], EpochEntryCache] | None = None) -> None:
     async def notify_role_changed(conn: Peer, cmd: RemotingCommand) -> Response:
         try:
             header = NotifyBrokerRoleChangedRequestHeader.from_ext(cmd.ext_fields)
@@ -45,6 +48,13 @@ def register(server: Registrar, on_notify: OnNotify, on_hand_over: OnHandOver | 
         return ok(cmd)
 
     server.register(int(RC.NOTIFY_BROKER_ROLE_CHANGED), notify_role_changed)
+    if epoch_cache is not None:
+        cache = epoch_cache
+
+        async def get_epoch_cache(conn: Peer, cmd: RemotingCommand) -> Response:
+            return ok(cmd, body=cache().encode())
+
+        server.register(int(RC.GET_BROKER_EPOCH_CACHE), get_epoch_cache)
     if on_hand_over is None:
         return
     step_down = on_hand_over

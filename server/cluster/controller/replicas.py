@@ -57,6 +57,8 @@ from codec.controller import (
     BrokerHeartbeatRequestHeader,
     ElectMasterRequestHeader,
     ElectMasterResponseHeader,
+    EpochEntry,
+    EpochEntryCache,
     GetNextBrokerIdRequestHeader,
     GetNextBrokerIdResponseHeader,
     GetReplicaInfoRequestHeader,
@@ -132,6 +134,9 @@ class ReplicasManager:
         self.master_addr: str | None = None
         self.master_epoch = 0
         self.sse = SyncStateSet()
+        # masterEpoch -> where this broker's CommitLog was when it became master in it (GET_BROKER_EPOCH_CACHE;
+        # this process's view: AutoSwitch HA's epoch file, replicated to slaves, is other work of issue 25)
+        self.epochs: list[EpochEntry] = []
         self._store: MessageStore | None = None
         self._tasks: list[SupervisedTask] = []
         self._role_lock = asyncio.Lock()
@@ -171,6 +176,7 @@ class ReplicasManager:
         cfg = self.config
         if self.is_master:
             cfg.broker_role, cfg.broker_id = MASTER_ROLE, 0
+            self._epoch_started()
         else:
             cfg.broker_role, cfg.broker_id = "SLAVE", self.broker_controller_id
             self.replica.follow(self.master_addr)
@@ -247,7 +253,7 @@ class ReplicasManager:
 
     # ---- periodic -----------------------------------------------------------------------------
     def start(self, server: Registrar) -> None:
-        register_notify(server, self.on_notify, self.on_hand_over)
+        register_notify(server, self.on_notify, self.on_hand_over, self.epoch_cache)
         cfg, sup = self.config, self.store.supervisor
         self._tasks = [
             sup.spawn("controller-heartbeat", self._every(cfg.broker_heartbeat_interval / 1000.0, 0.0,
@@ -342,6 +348,7 @@ class ReplicasManager:
                 if followed and followed != self.config.broker_addr:
                     await self._hand_over_from(followed)
                 await replica.promote(MASTER_ROLE)
+                self._epoch_started()
                 svcs = replica.services
                 watched: list[DelayLevelService | TimerMessageStore] = [svcs.delay_service]
                 if svcs.timer_service is not None:
@@ -349,6 +356,7 @@ class ReplicasManager:
                 self.clock.became_master(self.master_epoch, lost_at, watched)
             elif replica.fenced:
                 await replica.fence(False, 0)
+                self._epoch_started()
             log.warning("controller.role_master", master_epoch=self.master_epoch,
                         sync_state_set=sorted(self.sse.sync_state_set))
             return
@@ -362,6 +370,21 @@ class ReplicasManager:
         replica.follow(self.master_addr)
         log.warning("controller.role_slave", master=self.master_addr, master_id=self.master_id,
                     master_epoch=self.master_epoch)
+
+    # ---- epochs (GET_BROKER_EPOCH_CACHE) --------------------------------------------------------
+    def _epoch_started(self) -> None:
+        start = self.store.commitlog_max_offset()
+        if self.epochs and self.epochs[-1].epoch >= self.master_epoch:
+            return
+        if self.epochs:
+            last = self.epochs[-1]
+            self.epochs[-1] = EpochEntry(last.epoch, last.start_offset, start)
+        self.epochs.append(EpochEntry(self.master_epoch, start))
+
+    def epoch_cache(self) -> EpochEntryCache:
+        cfg = self.config
+        return EpochEntryCache(cfg.broker_cluster_name, cfg.broker_name, cfg.broker_id, tuple(self.epochs),
+                               self.store.commitlog_max_offset())
 
     # ---- orderly hand-over ----------------------------------------------------------------------
     async def _hand_over_from(self, old: str) -> bool:
