@@ -29,6 +29,7 @@ from codec.bodies import decode_kv_table
 from codec.codes import RequestCode, ResponseCode
 from codec.controller import (
     ElectMasterRequestHeader,
+    EpochEntryCache,
     SyncStateInfo,
     decode_broker_replicas_info,
     encode_broker_names,
@@ -289,7 +290,13 @@ async def test_controller_elects_the_slave_after_kill_9(tmp_path: Path) -> None:
         await c.close()
         assert r.code == 0, (r.code, r.remark)
 
-        # operators: Apache 5.1.3's mqadmin against the group (issue 25 item 5)
+        # operators (issue 25 item 5): the epoch cache as mqadmin reads it, then Apache 5.1.3's mqadmin itself
+        c = await RawClient.connect(a.addr)
+        r = await c.invoke(int(RequestCode.GET_BROKER_EPOCH_CACHE), {})
+        await c.close()
+        cache = EpochEntryCache.decode(r.body)
+        assert (r.code, cache.cluster_name, cache.broker_name, cache.broker_id) == (0, CLUSTER, GROUP, 0)
+        assert cache.epoch_list[-1].epoch == 3 and cache.epoch_list[-1].start_offset <= cache.max_offset
         epochs = read_only_admin("getBrokerEpoch", "-n", ns.addr, "-b", GROUP)  # GET_BROKER_EPOCH_CACHE, each broker
         out = epochs.stdout + epochs.stderr
         assert f"#brokerAddr\t{a.addr}" in out and f"#brokerAddr\t{b.addr}" in out, out
