@@ -66,6 +66,16 @@ async def until(pred: Callable[[], Awaitable[Any]], timeout: float, what: Callab
         await asyncio.sleep(0.1)  # polling a remote state: there is no event to wait on
 
 
+def mqadmin_retried(*args: str, attempts: int = 3) -> subprocess.CompletedProcess[str]:
+    """5.x mqadmin exits 0 even when its call failed (a cold JVM on a loaded host times out its 3 s calls
+    to the controller: RemotingTimeoutException): a failed command is run again, at most `attempts` times."""
+    for _ in range(attempts - 1):
+        got = mqadmin5(*args)
+        if "command failed" not in got.stdout + got.stderr:
+            return got
+    return mqadmin5(*args)
+
+
 async def sync_state(ctrl: str) -> SyncStateInfo | None:
     c = await RawClient.connect(ctrl)
     try:
@@ -113,16 +123,6 @@ async def delivered(n: RawClient, keys: set[str], diag: Callable[[], str]) -> tu
     return seen, copies
 
 
-def read_only_admin(*args: str) -> subprocess.CompletedProcess[str]:
-    """A 5.x mqadmin query, run again (up to 3 times) when its JVM, started on a loaded host, spent the
-    remoting timeout before its request went out (RemotingTimeoutException); a query changes nothing."""
-    for _ in range(3):
-        got = mqadmin5(*args)
-        if "RemotingTimeoutException" not in got.stdout + got.stderr:
-            break
-    return got
-
-
 def broker_conf(ctrl: str, ns: str, metrics_port: int) -> dict[str, object]:
     # brokerId / brokerRole as in Apache's controller examples: the controller decides both
     return {"enableControllerMode": "true", "controllerAddr": ctrl, "namesrvAddr": ns, "brokerName": GROUP,
@@ -158,7 +158,7 @@ async def test_controller_elects_the_slave_after_kill_9(tmp_path: Path) -> None:
             s = await sync_state(ctrl)
             return s is not None and s.master_broker_id == 1 and {r.broker_id for r in s.in_sync_replicas} == {1, 2}
         await until(both_in_sync, 30, diag)
-        admin = read_only_admin("getSyncStateSet", "-a", ctrl, "-b", GROUP)
+        admin = mqadmin_retried("getSyncStateSet", "-a", ctrl, "-b", GROUP)
         assert "#SyncStateSet" in admin.stdout or "syncStateSet" in admin.stdout.lower(), admin.stdout + admin.stderr
         assert re.search(r"InSyncReplica.*?1", admin.stdout, re.S | re.I), admin.stdout
 
@@ -297,13 +297,13 @@ async def test_controller_elects_the_slave_after_kill_9(tmp_path: Path) -> None:
         cache = EpochEntryCache.decode(r.body)
         assert (r.code, cache.cluster_name, cache.broker_name, cache.broker_id) == (0, CLUSTER, GROUP, 0)
         assert cache.epoch_list[-1].epoch == 3 and cache.epoch_list[-1].start_offset <= cache.max_offset
-        epochs = read_only_admin("getBrokerEpoch", "-n", ns.addr, "-b", GROUP)  # GET_BROKER_EPOCH_CACHE, each broker
+        epochs = mqadmin_retried("getBrokerEpoch", "-n", ns.addr, "-b", GROUP)  # GET_BROKER_EPOCH_CACHE, each broker
         out = epochs.stdout + epochs.stderr
         assert f"#brokerAddr\t{a.addr}" in out and f"#brokerAddr\t{b.addr}" in out, out
         assert "EpochEntry{epoch=3, startOffset=" in out and "EpochEntry{epoch=2, startOffset=" in out, out
-        meta = read_only_admin("getControllerMetaData", "-a", ctrl)
+        meta = mqadmin_retried("getControllerMetaData", "-a", ctrl)
         assert f"#ControllerLeaderAddress\t{ctrl}" in meta.stdout, meta.stdout + meta.stderr
-        clusters = read_only_admin("clusterList", "-n", ns.addr)
+        clusters = mqadmin_retried("clusterList", "-n", ns.addr)
         rows = [ln.split() for ln in clusters.stdout.splitlines() if ln.split()[:1] == [CLUSTER]]
         assert {(r[1], r[2], r[3]) for r in rows} >= {(GROUP, "0", a.addr), (GROUP, "2", b.addr)}, clusters.stdout
     finally:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from codec.autoswitch_ha import EpochEntry
 from codec.codes import RequestCode, ResponseCode
 from codec.controller import (
     ApplyBrokerIdRequestHeader,
     BrokerIdentity,
     ElectMasterResponseBody,
-    EpochEntry,
     EpochEntryCache,
     GetMetaDataResponseHeader,
     NotifyBrokerRoleChangedRequestHeader,
@@ -66,7 +66,7 @@ def test_epoch_entry_cache_is_apaches_json() -> None:
     """GET_BROKER_EPOCH_CACHE (1007, mqadmin getBrokerEpoch): fastjson's sorted keys; the open last entry
     ends at Long.MAX_VALUE."""
     assert int(RequestCode.GET_BROKER_EPOCH_CACHE) == 1007
-    c = EpochEntryCache("C", "b", 0, (EpochEntry(1, 0, 4096), EpochEntry(3, 4096)), 9000)
+    c = EpochEntryCache("C", "b", 0, (EpochEntry(1, 0), EpochEntry(3, 4096)), 9000)
     assert c.encode() == (b'{"brokerId":0,"brokerName":"b","clusterName":"C","epochList":[{"endOffset":4096,"epoch":1,'
                           b'"startOffset":0},{"endOffset":9223372036854775807,"epoch":3,"startOffset":4096}],'
                           b'"maxOffset":9000}')
