@@ -4,7 +4,8 @@
 for R rounds, each kind in turn (alternating, so a host that slows down mid-run slows every kind alike):
 start its server process(es), open the load, warm up 1 s, measure S seconds, stop. The load is 2
 spawned client processes, each one grpc.aio channel (uvloop) with 64 SendMessage calls in flight, the
-same pre-serialized request (one 128 B NORMAL message, topic BenchFloor) for every kind. Per kind: calls/s
+same pre-serialized requests (one 128 B NORMAL message, topic BenchFloor, 4,096 distinct message ids per
+client) for every kind. Per kind: calls/s
 and server CPU µs per call (utime+stime of the server process from /proc over the window); for the proxy
 also the broker behind it. The medians over the rounds are the headline.
 
@@ -38,19 +39,24 @@ TOPIC = "BenchFloor"
 CLIENTS, WINDOW, WARMUP_S = 2, 64, 1.0
 
 
-def request_bytes(topic: str = TOPIC) -> bytes:
+def request_bytes(topic: str = TOPIC, i: int = 0, client: int = 0) -> bytes:
+    """SendMessage of one 128 B NORMAL message whose id names the client and i (as the official clients
+    send a new id per message)."""
     from server.grpc.v2 import definition_pb2 as pb
     from server.grpc.v2 import service_pb2 as spb
     m = pb.Message(topic=pb.Resource(name=topic), body=b"x" * 128)
-    m.system_properties.message_id = "01BENCHFLOOR000000000000001"
+    m.system_properties.message_id = f"01BENCHFLOOR{client:04d}{i:012d}"
     m.system_properties.message_type = pb.NORMAL
     m.system_properties.born_timestamp.FromMilliseconds(int(time.time() * 1000))
     return spb.SendMessageRequest(messages=[m]).SerializeToString()
 
 
+DISTINCT = 4096  # distinct requests each client cycles through
+
+
 # ------------------------------------------------------------------ load client (spawned processes)
 
-async def _load(addr: str, payload: bytes, window: int, start_at: float, measure_from: float, end_at: float) -> dict:
+async def _load(addr: str, client: int, window: int, start_at: float, measure_from: float, end_at: float) -> dict:
     """Calls in flight until `end_at` (time.time()); counts the OK answers that complete inside
     [measure_from, end_at]."""
     import grpc
@@ -59,14 +65,18 @@ async def _load(addr: str, payload: bytes, window: int, start_at: float, measure
     ch = grpc.aio.insecure_channel(addr)
     call = ch.unary_unary(SEND_METHOD, request_serializer=None, response_deserializer=spb.SendMessageResponse.FromString)
     await ch.channel_ready()
+    payloads = [request_bytes(TOPIC, i, client) for i in range(DISTINCT)]
+    sent = 0
     while time.time() < start_at:
         await asyncio.sleep(0.01)
     ok = errors = 0
     first_error = ""
 
     async def worker() -> None:
-        nonlocal ok, errors, first_error
+        nonlocal ok, errors, first_error, sent
         while time.time() < end_at:
+            payload = payloads[sent % DISTINCT]
+            sent += 1
             try:
                 r = await call(payload, timeout=10)
                 good = r.status.code == 20000
@@ -220,9 +230,9 @@ def measure(kind: str, seconds: float, payload: bytes, pool) -> dict:
         start_at = time.time() + 1.5  # the clients' channels are up by then
         measure_from = start_at + WARMUP_S
         end_at = measure_from + seconds
-        futs = [pool.submit(_client_process, {"addr": t.addr, "payload": payload, "window": WINDOW,
+        futs = [pool.submit(_client_process, {"addr": t.addr, "client": c, "window": WINDOW,
                                               "start_at": start_at, "measure_from": measure_from, "end_at": end_at})
-                for _ in range(CLIENTS)]
+                for c in range(CLIENTS)]
         time.sleep(max(0.0, measure_from - time.time()))
         c0 = {name: proc_cpu_s(pid) for name, pid in t.measured.items()}
         w0 = time.monotonic()

@@ -64,6 +64,8 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
     # request and response types are the generated messages, typed by their stubs (server/grpc/v2/*.pyi);
     # `context` is the RPC's grpc.aio servicer context (status.Context)
     def _check(self, context: Context, method: str, names: dict[str, str]) -> None:
+        if self.auth.validator is None:  # aclEnable=false: no metadata or peer to read
+            return
         self.auth.check(grpc_metadata(context), grpc_peer(context)[0], method, names)
 
     async def _unary(self, name: str, resp_cls: StatusAnswer[Response], context: Context, names: dict[str, str],

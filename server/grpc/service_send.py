@@ -25,6 +25,7 @@ from server.grpc.status import OK, Code, Context, GrpcError, Response, StatusAns
 from server.grpc.telemetry import transaction_id
 from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2 as spb
+from server.headers import SendMessageHeader
 from server.transactions import COMMIT, ROLLBACK
 
 if TYPE_CHECKING:
@@ -50,6 +51,30 @@ def grpc_peer(context: Context) -> tuple[str, int]:
         return host or "127.0.0.1", int(port)
     except ValueError:
         return "127.0.0.1", 0
+
+
+def send_command(topic: str, qid: int, props: dict[str, str], sys_flag: int, body: bytes, born_ms: int,
+                 default_queue_nums: int) -> RemotingCommand:
+    """The SEND_MESSAGE request a 4.x producer would make of a 5.x message: what RecallMessage sends, and
+    the reference `send_header` agrees with."""
+    ext = {"producerGroup": topic, "topic": topic, "defaultTopic": DEFAULT_TOPIC,
+           "defaultTopicQueueNums": str(default_queue_nums), "queueId": str(qid), "sysFlag": str(sys_flag),
+           "bornTimestamp": str(born_ms), "flag": "0", "properties": properties_to_string(props),
+           "reconsumeTimes": "0", "unitMode": "false", "batch": "false"}
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, body)
+
+
+def send_header(topic: str, qid: int, properties: str, sys_flag: int, born_ms: int,
+                default_queue_nums: int) -> SendMessageHeader:
+    """The SendMessageHeader of a 5.x message's send (`properties`: properties_to_string of its
+    properties), built directly for SendMessage's hot path: what `parse_send` reads from the extFields of
+    `send_command`, the reference (tests/grpc/test_send_header_fast.py holds them equal)."""
+    h = SendMessageHeader()
+    h.__dict__ = {"producerGroup": topic, "topic": topic, "defaultTopic": DEFAULT_TOPIC,
+                  "defaultTopicQueueNums": default_queue_nums, "queueId": qid, "sysFlag": sys_flag,
+                  "bornTimestamp": born_ms, "flag": 0, "properties": properties or None, "reconsumeTimes": 0,
+                  "unitMode": False, "maxReconsumeTimes": None, "batch": False}
+    return h
 
 
 class SendConnection:
@@ -87,12 +112,7 @@ class SendRpcs:
 
     def _send_command(self, topic: str, qid: int, props: dict[str, str], sys_flag: int, body: bytes,
                       born_ms: int) -> RemotingCommand:
-        ext = {"producerGroup": topic, "topic": topic, "defaultTopic": DEFAULT_TOPIC,
-               "defaultTopicQueueNums": str(self.deps.config.default_topic_queue_nums), "queueId": str(qid),
-               "sysFlag": str(sys_flag), "bornTimestamp": str(born_ms), "flag": "0",
-               "properties": properties_to_string(props), "reconsumeTimes": "0", "unitMode": "false",
-               "batch": "false"}
-        return RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, body)
+        return send_command(topic, qid, props, sys_flag, body, born_ms, self.deps.config.default_topic_queue_nums)
 
     async def _send(self, request: spb.SendMessageRequest, context: Context) -> spb.SendMessageResponse:
         topic = self._topic_name(request.messages[0].topic)
@@ -100,8 +120,10 @@ class SendRpcs:
         now = int(time.time() * 1000)
         timer = self.deps.timer_enabled
         cmds: list[tuple[int, dict[str, str], RemotingCommand]] = []  # (index in the request, properties, send)
+        headers: list[SendMessageHeader] = []
         errors: dict[int, pb.Status] = {}  # index in the request -> why it was refused before the send
         tcfg = self.deps.topics.get(topic)
+        queue_nums = cfg.default_topic_queue_nums
         for i, msg in enumerate(request.messages):
             try:
                 if msg.topic.name != topic:
@@ -119,10 +141,12 @@ class SendRpcs:
                 bt = msg.system_properties.born_timestamp
                 born = bt.seconds * 1000 + bt.nanos // 1_000_000 if msg.system_properties.HasField("born_timestamp") \
                     else now
-                cmds.append((i, props, self._send_command(topic, qid, props, sys_flag, msg.body, born)))
+                headers.append(send_header(topic, qid, properties_to_string(props), sys_flag, born, queue_nums))
+                cmds.append((i, props, RemotingCommand(code=RequestCode.SEND_MESSAGE, body=msg.body)))
             except GrpcError as e:
                 errors[i] = status(e.code, e.message)
-        results = self.sender.batch(SendConnection(grpc_peer(context)), [c for _, _, c in cmds]) if cmds else []
+        results = self.sender.batch_parsed(SendConnection(grpc_peer(context)), [c for _, _, c in cmds],
+                                           headers) if cmds else []
         entries: list[spb.SendResultEntry | None] = [None] * len(request.messages)
         for i, st in errors.items():
             entries[i] = spb.SendResultEntry(status=st)
