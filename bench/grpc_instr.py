@@ -5,8 +5,10 @@ bench.grpc_echo) and delaymq's in-broker endpoint, a figure a noisy shared host 
 The server runs under `valgrind --tool=callgrind --instr-atstart=no` (start-up is not instrumented,
 so a broker starts in a minute or two); one client process (this one, uvloop, not under valgrind)
 sends a warm-up of 200 calls, then `callgrind_control -i on` and N calls (W in flight, default 16; one
-128 B NORMAL message each, a distinct message id per call), then a dump. Every thread counts (grpc's C
-core, the loop, the store's flush thread). Ir per call = the dump's total / N. Prints one JSON line per
+128 B NORMAL message each, a distinct message id per call), then a dump, then as long idle and a second
+dump. Every thread counts (grpc's C core, the loop, the store's flush thread). Under callgrind the calls
+take ~50x longer, so the broker's clock-driven work (flush thread, scheduler ticks) would be charged to
+them: Ir per call = (calls' Ir - idle Ir per second x the calls' seconds) / N (the gross figure too). Prints one JSON line per
 kind and the ratio to the echo.
 """
 
@@ -22,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 from bench.common import HOST, READY_RE, pick_port, store_base
 
@@ -83,7 +86,7 @@ def probe(kind: str, n: int, window: int, out: str) -> dict:
     work = tempfile.mkdtemp(prefix="grpc-instr-", dir=store_base())
     gport = pick_port()
     wrap = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
-    for f in (out, f"{out}.1", f"{out}.2"):
+    for f in (out, f"{out}.1", f"{out}.2", f"{out}.3"):
         if os.path.exists(f):
             os.unlink(f)
     if kind == "echo":
@@ -112,16 +115,23 @@ def probe(kind: str, n: int, window: int, out: str) -> dict:
         warm_errors = uvloop.run(_calls(addr, reqs[:WARMUP], window))
         _control(p.pid, "--zero")
         _control(p.pid, "-i", "on")
+        t0 = time.monotonic()
         errors = uvloop.run(_calls(addr, reqs[WARMUP:], window))
-        _control(p.pid, "-i", "off")
+        calls_s = time.monotonic() - t0
         _control(p.pid, "--dump=calls")
+        t0 = time.monotonic()
+        time.sleep(calls_s)  # as long idle: what the server's timers cost by the clock, not by the calls
+        _control(p.pid, "--dump=idle")
+        idle_s = time.monotonic() - t0
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(300)
-    ir = _ir(f"{out}.1")
+    ir, idle = _ir(f"{out}.1"), _ir(f"{out}.2")
     shutil.rmtree(work, ignore_errors=True)
+    net = ir - idle * calls_s / idle_s
     return {"kind": kind, "n": n, "window": window, "errors": errors, "warm_errors": warm_errors,
-            "ir_per_call": round(ir / n)}
+            "calls_s": round(calls_s, 1), "ir_idle_per_s": round(idle / idle_s),
+            "ir_per_call_gross": round(ir / n), "ir_per_call": round(net / n)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from codec.codes import DEFAULT_TOPIC, RequestCode, ResponseCode
 from codec.command import RemotingCommand
@@ -77,6 +77,63 @@ def send_header(topic: str, qid: int, properties: str, sys_flag: int, born_ms: i
     return h
 
 
+class SentOk(NamedTuple):
+    """A message the store took: its SendResultEntry's fields besides the OK status ('' = not set)."""
+
+    message_id: str
+    offset: int
+    transaction_id: str
+    recall_handle: str
+
+
+def send_response_reference(entries: Sequence[pb.Status | SentOk]) -> spb.SendMessageResponse:
+    """The SendMessageResponse of a request's messages, in order: a Status for each refused one, a SentOk for
+    each stored one. The top status is OK when all are, the one failure of a single message, else
+    MULTIPLE_RESULTS. The reference `send_response` agrees with (tests/grpc/test_send_header_fast.py)."""
+    out: list[spb.SendResultEntry] = []
+    for e in entries:
+        if isinstance(e, SentOk):
+            entry = spb.SendResultEntry(status=OK, message_id=e.message_id, offset=e.offset)
+            if e.transaction_id:
+                entry.transaction_id = e.transaction_id
+            if e.recall_handle:
+                entry.recall_handle = e.recall_handle
+            out.append(entry)
+        else:
+            out.append(spb.SendResultEntry(status=e))
+    bad = [e.status for e in out if e.status.code != Code.OK]
+    if not bad:
+        top = OK
+    elif len(out) == 1:
+        top = bad[0]
+    else:
+        top = status(Code.MULTIPLE_RESULTS, f"{len(bad)} of {len(out)} messages failed")
+    return spb.SendMessageResponse(status=top, entries=out)
+
+
+# the answer to one stored message, serialized once: parsing it and setting the entry's fields is a fraction
+# of building the messages with keyword arguments (each message-typed argument is a copy)
+_ONE_OK = spb.SendMessageResponse(status=OK, entries=[spb.SendResultEntry(status=OK)]).SerializeToString()
+_parse_response = spb.SendMessageResponse.FromString
+
+
+def send_response(entries: Sequence[pb.Status | SentOk]) -> spb.SendMessageResponse:
+    """`send_response_reference`, built from a serialized template for the usual request: one message,
+    stored."""
+    if len(entries) != 1 or not isinstance(entries[0], SentOk):
+        return send_response_reference(entries)
+    ok = entries[0]
+    r = _parse_response(_ONE_OK)
+    entry = r.entries[0]
+    entry.message_id = ok.message_id
+    entry.offset = ok.offset
+    if ok.transaction_id:
+        entry.transaction_id = ok.transaction_id
+    if ok.recall_handle:
+        entry.recall_handle = ok.recall_handle
+    return r
+
+
 class SendConnection:
     """What the remoting send path reads of a connection (server.processors.send_common.SendConn): the peer
     (born host) and per-connection attrs."""
@@ -128,54 +185,50 @@ class SendRpcs:
             try:
                 if msg.topic.name != topic:
                     raise GrpcError(Code.MESSAGE_CORRUPTED, "the messages of one request must share a topic")
-                if not msg.body:
+                body = msg.body  # each read of a bytes field is a copy
+                if not body:
                     raise GrpcError(Code.MESSAGE_BODY_EMPTY, "message body is empty")
-                if len(msg.body) > cfg.max_message_size:
+                if len(body) > cfg.max_message_size:
                     raise GrpcError(Code.MESSAGE_BODY_TOO_LARGE,
-                                    f"message body size {len(msg.body)} exceeds maxMessageSize {cfg.max_message_size}")
+                                    f"message body size {len(body)} exceeds maxMessageSize {cfg.max_message_size}")
                 props, sys_flag = convert.to_properties(msg, topic, now, timer, self.deps.levels)
                 qid = -1
                 group = props.get(convert.SHARDING_KEY)
                 if group and tcfg is not None and tcfg.write_queue_nums > 0:  # FIFO: one queue per message group
                     qid = abs(java_hash(group)) % tcfg.write_queue_nums
-                bt = msg.system_properties.born_timestamp
-                born = bt.seconds * 1000 + bt.nanos // 1_000_000 if msg.system_properties.HasField("born_timestamp") \
-                    else now
+                sp = msg.system_properties
+                if sp.HasField("born_timestamp"):
+                    bt = sp.born_timestamp
+                    born = bt.seconds * 1000 + bt.nanos // 1_000_000
+                else:
+                    born = now
                 headers.append(send_header(topic, qid, properties_to_string(props), sys_flag, born, queue_nums))
-                cmds.append((i, props, RemotingCommand(code=RequestCode.SEND_MESSAGE, body=msg.body)))
+                cmds.append((i, props, RemotingCommand(code=RequestCode.SEND_MESSAGE, body=body)))
             except GrpcError as e:
                 errors[i] = status(e.code, e.message)
         results = self.sender.batch_parsed(SendConnection(grpc_peer(context)), [c for _, _, c in cmds],
                                            headers) if cmds else []
-        entries: list[spb.SendResultEntry | None] = [None] * len(request.messages)
+        entries: list[pb.Status | SentOk | None] = [None] * len(request.messages)
         for i, st in errors.items():
-            entries[i] = spb.SendResultEntry(status=st)
+            entries[i] = st
         for (i, props, _cmd), resp in zip(cmds, results, strict=True):
             if resp is not None and not isinstance(resp, RemotingCommand):
                 resp = await resp  # SYNC_FLUSH: answered once the group commit covers it
             if resp is None or resp.code != ResponseCode.SUCCESS:
-                entries[i] = spb.SendResultEntry(status=from_remoting(resp.code if resp else ResponseCode.SYSTEM_ERROR,
-                                                                       resp.remark if resp else "no response"))
+                entries[i] = from_remoting(resp.code if resp else ResponseCode.SYSTEM_ERROR,
+                                           resp.remark if resp else "no response")
                 continue
             ext = resp.ext_fields
             uniq = props[K.UNIQ_KEY]
-            entry = spb.SendResultEntry(status=OK, message_id=uniq, offset=int(ext.get("queueOffset", 0)))
-            if props.get(K.TRAN_MSG) == "true":
-                entry.transaction_id = transaction_id(ext.get("msgId", ""), int(ext.get("queueOffset", 0)))
+            offset = int(ext.get("queueOffset", 0))
+            tx = transaction_id(ext.get("msgId", ""), offset) if props.get(K.TRAN_MSG) == "true" else ""
             deliver = props.get(K.TIMER_DELIVER_MS)
+            recall = ""
             if deliver:
                 raw = " ".join(("v1", topic, self.deps.config.broker_name, deliver, uniq))
-                entry.recall_handle = base64.urlsafe_b64encode(raw.encode()).decode()
-            entries[i] = entry
-        done = [e for e in entries if e is not None]  # every message got its entry above
-        bad = [e.status for e in done if e.status.code != Code.OK]
-        if not bad:
-            top = OK
-        elif len(entries) == 1:
-            top = bad[0]
-        else:
-            top = status(Code.MULTIPLE_RESULTS, f"{len(bad)} of {len(entries)} messages failed")
-        return spb.SendMessageResponse(status=top, entries=done)
+                recall = base64.urlsafe_b64encode(raw.encode()).decode()
+            entries[i] = SentOk(uniq, offset, tx, recall)
+        return send_response([e for e in entries if e is not None])  # every message got its entry above
 
     async def EndTransaction(self, request: spb.EndTransactionRequest, context: Context) -> spb.EndTransactionResponse:
         topic = request.topic.name

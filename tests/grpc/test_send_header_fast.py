@@ -9,7 +9,8 @@ import pytest
 
 from codec.properties import properties_to_string
 from server.grpc import convert
-from server.grpc.service_send import send_command, send_header
+from server.grpc.service_send import SentOk, send_command, send_header, send_response, send_response_reference
+from server.grpc.status import Code, status
 from server.grpc.v2 import definition_pb2 as pb
 from server.header_parsers import parse_send
 
@@ -57,3 +58,25 @@ def test_direct_header_is_the_parsed_reference(kind: str, timer_wheel: bool, qid
 def test_a_message_without_properties_has_none_as_the_parser_gives() -> None:
     cmd = send_command("T", 0, {}, 0, b"x", NOW, 4)
     assert send_header("T", 0, "", 0, NOW, 4).__dict__ == parse_send(cmd.ext_fields, False).__dict__
+
+
+@pytest.mark.parametrize("entries", [
+    [SentOk("01AA", 0, "", "")],
+    [SentOk("01AB", 12345678901, "0A0B-7", "djEgVCBiIDEgMDFBQg==")],
+    [SentOk("01AC", 3, "", "handle")],
+    [status(Code.MESSAGE_BODY_EMPTY, "message body is empty")],
+    [SentOk("01AD", 1, "", ""), status(Code.ILLEGAL_MESSAGE_TAG, "bad tag")],
+    [SentOk("01AE", 1, "", ""), SentOk("01AF", 2, "", "")],
+    [],
+])
+def test_the_response_from_a_template_is_the_constructed_reference(entries) -> None:
+    fast, ref = send_response(entries), send_response_reference(entries)
+    assert fast == ref
+    assert fast.SerializeToString(deterministic=True) == ref.SerializeToString(deterministic=True)
+
+
+def test_a_template_response_is_a_fresh_message_each_time() -> None:
+    a = send_response([SentOk("01A1", 1, "", "")])
+    b = send_response([SentOk("01B2", 2, "", "")])
+    assert (a.entries[0].message_id, b.entries[0].message_id) == ("01A1", "01B2")
+    assert a.status.code == Code.OK and a.entries[0].status.message == "OK"
