@@ -54,6 +54,12 @@ def request_bytes(topic: str = TOPIC, i: int = 0, client: int = 0) -> bytes:
 DISTINCT = 4096  # distinct requests each client cycles through
 
 
+def metadata(client: object) -> tuple[tuple[str, str], ...]:
+    """What every official 5.x client sends with each call (Apache's proxy refuses a call without a client id)."""
+    return (("x-mq-client-id", f"bench-{os.getpid()}-{client}"), ("x-mq-language", "PYTHON"),
+            ("x-mq-protocol", "v2"), ("x-mq-client-version", "5.1.2"))
+
+
 # ------------------------------------------------------------------ load client (spawned processes)
 
 async def _load(addr: str, client: int, window: int, start_at: float, measure_from: float, end_at: float) -> dict:
@@ -66,6 +72,7 @@ async def _load(addr: str, client: int, window: int, start_at: float, measure_fr
     call = ch.unary_unary(SEND_METHOD, request_serializer=None, response_deserializer=spb.SendMessageResponse.FromString)
     await ch.channel_ready()
     payloads = [request_bytes(TOPIC, i, client) for i in range(DISTINCT)]
+    md = metadata(client)
     sent = 0
     while time.time() < start_at:
         await asyncio.sleep(0.01)
@@ -78,7 +85,7 @@ async def _load(addr: str, client: int, window: int, start_at: float, measure_fr
             payload = payloads[sent % DISTINCT]
             sent += 1
             try:
-                r = await call(payload, timeout=10)
+                r = await call(payload, timeout=10, metadata=md)
                 good = r.status.code == 20000
             except Exception as e:
                 good = False
@@ -206,7 +213,7 @@ def _probe(addr: str, payload: bytes) -> str:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                r = call(payload, timeout=5)
+                r = call(payload, timeout=5, metadata=metadata("probe"))
                 if r.status.code == 20000:
                     return ""
                 last = f"status {r.status.code}: {r.status.message}"

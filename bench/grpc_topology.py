@@ -17,10 +17,12 @@ The Apache setups need ../shared/rocketmq5 and java (skipped, and said so, witho
 
 Per setup, three phases:
 1. sends: 2 client processes (spawned, uvloop, one grpc.aio channel each, 64 SendMessage in flight,
-   one 128 B NORMAL message per call, distinct ids) for S seconds after a 1 s warm-up: sends/s and
-   CPU µs per send of every process;
+   one 128 B NORMAL message per call, distinct ids) for S seconds after a warm-up (1 s; 8 s for the
+   Apache setups, whose JIT compiles meanwhile): sends/s and CPU µs per send of every process;
 2. receive+ack: 4 channels in this process (ReceiveMessage batch 32, every batch acked with one
    AckMessage) drain what phase 1 stored, for at most S seconds: received/s and CPU µs per message;
+   (the receivers open a simple consumer's Telemetry stream with its settings first, as the official
+   clients do: Apache's proxy serves ReceiveMessage only to a client whose settings it holds);
 3. scheduled: 2 client processes send 5.x DELAY messages paced at 500/s for S seconds (no more than
    3,000), each due 3 s (+ i % 997 ms) after its send slot, to a `message.type=DELAY` topic, received and
    acked as they come: lateness = the delivered message's store timestamp - its delivery timestamp
@@ -49,13 +51,14 @@ import time
 from pathlib import Path
 
 from bench.common import REPO, Broker, percentiles, pick_port, proc_cpu_s, store_base, write_result
-from bench.grpc_floor import CLIENTS, WARMUP_S, WINDOW, Proc, _client_process, _probe, request_bytes
+from bench.grpc_floor import CLIENTS, WARMUP_S, WINDOW, Proc, _client_process, _probe, metadata, request_bytes
 
 SETUPS = ["floor", "delaymq_local", "delaymq_proxy1", "delaymq_proxy2", "apache_local", "apache_cluster"]
 RMQ5 = REPO.parent / "shared" / "rocketmq5"
 TOPIC, DELAY_TOPIC, GROUP, DELAY_GROUP = "BenchFloor", "BenchTopoDelay", "BenchTopoG", "BenchTopoDelayG"
 QUEUES = 8
 SCHEDULED_RATE, SCHEDULED_MAX, DUE_AFTER_MS = 500, 3000, 3000
+JVM_WARMUP_S = 8.0
 
 
 def rmq5_available() -> bool:
@@ -259,9 +262,9 @@ def _per_msg(c0: dict[str, float], c1: dict[str, float], n: int) -> dict[str, fl
     return out
 
 
-def phase_send(s: Setup, seconds: float, pool) -> dict:
+def phase_send(s: Setup, seconds: float, pool, warmup_s: float) -> dict:
     start_at = time.time() + 1.5
-    measure_from = start_at + WARMUP_S
+    measure_from = start_at + warmup_s
     end_at = measure_from + seconds
     futs = [pool.submit(_client_process, {"addr": s.grpc[c % len(s.grpc)], "client": c, "window": WINDOW,
                                           "start_at": start_at, "measure_from": measure_from, "end_at": end_at})
@@ -305,11 +308,12 @@ async def _scheduled_sender(addr: str, client: int, clients: int, n: int, start_
     await ch.channel_ready()
     ok = errors = 0
     tasks = []
+    md = metadata(client)
 
     async def one(data: bytes) -> None:
         nonlocal ok, errors
         try:
-            r = await call(data, timeout=30)
+            r = await call(data, timeout=30, metadata=md)
             ok += r.status.code == 20000
             errors += r.status.code != 20000
         except Exception:
@@ -379,7 +383,8 @@ def measure(setup: str, seconds: float, pool) -> dict:
         if why:
             return {"setup": setup, "failed": f"no send answered OK: {why}"[:400]}
         out: dict = {"setup": setup, "processes": sorted(s.pids), "start_s": round(time.monotonic() - t0, 1)}
-        out["send"] = phase_send(s, seconds, pool)
+        # a JVM compiles its hot paths during the first seconds of load: the Apache setups warm up longer
+        out["send"] = phase_send(s, seconds, pool, JVM_WARMUP_S if setup.startswith("apache") else WARMUP_S)
         if setup != "floor":
             out["receive"] = phase_receive(s, seconds, out["send"]["sent"])
             out["scheduled"] = phase_scheduled(s, seconds, pool)
