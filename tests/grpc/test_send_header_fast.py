@@ -1,16 +1,19 @@
-"""SendMessage's hot path builds the send's SendMessageHeader directly (`service_send.send_header`); the
-reference is the SEND_MESSAGE request a 4.x producer would make (`service_send.send_command`) read back by
-the send path's own parser (`server.header_parsers.parse_send`). They must give the same header for every
-kind of 5.x message the endpoint converts."""
+"""SendMessage's hot paths and their references.
+
+The in-broker backend builds a send's SendMessageHeader directly (`local_backend.send_header`); the reference
+is the SEND_MESSAGE request a 4.x producer would make (`local_backend.send_command`) read back by the send
+path's own parser (`server.header_parsers.parse_send`): the same header for every kind of 5.x message.
+The usual answer (one message, stored) comes from a serialized template (`convert.sent_ok_response`): the
+same message as building it field by field (`convert.sent_ok_response_reference`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from codec.properties import properties_to_string
 from server.grpc import convert
-from server.grpc.service_send import SentOk, send_command, send_header, send_response, send_response_reference
-from server.grpc.status import Code, status
+from server.grpc.backend import Outgoing
+from server.grpc.local_backend import send_command, send_header
+from server.grpc.status import Code
 from server.grpc.v2 import definition_pb2 as pb
 from server.header_parsers import parse_send
 
@@ -48,35 +51,32 @@ def _message(kind: str) -> pb.Message:
 def test_direct_header_is_the_parsed_reference(kind: str, timer_wheel: bool, qid: int) -> None:
     msg = _message(kind)
     props, sys_flag = convert.to_properties(msg, "FastHeaderTopic", NOW, timer_wheel, LEVELS)
-    born = NOW - 3
-    cmd = send_command("FastHeaderTopic", qid, props, sys_flag, msg.body, born, 8)
-    fast = send_header("FastHeaderTopic", qid, properties_to_string(props), sys_flag, born, 8)
+    m = Outgoing(props, sys_flag, msg.body, NOW - 3)
+    cmd = send_command("FastHeaderTopic", qid, m, 8)
+    fast = send_header("FastHeaderTopic", qid, m, 8)
     assert fast.__dict__ == parse_send(cmd.ext_fields, False).__dict__
     assert type(fast) is type(parse_send(cmd.ext_fields, False))
 
 
 def test_a_message_without_properties_has_none_as_the_parser_gives() -> None:
-    cmd = send_command("T", 0, {}, 0, b"x", NOW, 4)
-    assert send_header("T", 0, "", 0, NOW, 4).__dict__ == parse_send(cmd.ext_fields, False).__dict__
+    m = Outgoing({}, 0, b"x", NOW)
+    assert send_header("T", 0, m, 4).__dict__ == parse_send(send_command("T", 0, m, 4).ext_fields, False).__dict__
 
 
-@pytest.mark.parametrize("entries", [
-    [SentOk("01AA", 0, "", "")],
-    [SentOk("01AB", 12345678901, "0A0B-7", "djEgVCBiIDEgMDFBQg==")],
-    [SentOk("01AC", 3, "", "handle")],
-    [status(Code.MESSAGE_BODY_EMPTY, "message body is empty")],
-    [SentOk("01AD", 1, "", ""), status(Code.ILLEGAL_MESSAGE_TAG, "bad tag")],
-    [SentOk("01AE", 1, "", ""), SentOk("01AF", 2, "", "")],
-    [],
+@pytest.mark.parametrize("fields", [
+    ("01AA", 0, "", ""),
+    ("01AB", 12345678901, "0A0B-7", "djEgVCBiIDEgMDFBQg=="),
+    ("01AC", 3, "", "handle"),
+    ("", 0, "", ""),
 ])
-def test_the_response_from_a_template_is_the_constructed_reference(entries) -> None:
-    fast, ref = send_response(entries), send_response_reference(entries)
+def test_the_response_from_a_template_is_the_constructed_reference(fields) -> None:
+    fast, ref = convert.sent_ok_response(*fields), convert.sent_ok_response_reference(*fields)
     assert fast == ref
     assert fast.SerializeToString(deterministic=True) == ref.SerializeToString(deterministic=True)
 
 
 def test_a_template_response_is_a_fresh_message_each_time() -> None:
-    a = send_response([SentOk("01A1", 1, "", "")])
-    b = send_response([SentOk("01B2", 2, "", "")])
+    a = convert.sent_ok_response("01A1", 1, "", "")
+    b = convert.sent_ok_response("01B2", 2, "", "")
     assert (a.entries[0].message_id, b.entries[0].message_id) == ("01A1", "01B2")
     assert a.status.code == Code.OK and a.entries[0].status.message == "OK"
