@@ -21,9 +21,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import struct
 import sys
 
+from codec.grpc_frame import first_message, frame
 from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2 as spb
 
@@ -151,10 +151,9 @@ async def asgi_app(scope, receive, send) -> None:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         await send({"type": "http.response.trailers", "headers": [(b"grpc-status", b"12")], "more_trailers": False})
         return
-    (n,) = struct.unpack_from(">I", body, 1)
-    out = answer_bytes(body[5:5 + n])
+    out = answer_bytes(first_message(body))
     await send({"type": "http.response.start", "status": 200, "headers": GRPC_HEADERS, "trailers": True})
-    await send({"type": "http.response.body", "body": struct.pack(">BI", 0, len(out)) + out, "more_body": True})
+    await send({"type": "http.response.body", "body": frame(out), "more_body": True})
     await send({"type": "http.response.trailers", "headers": GRPC_OK_TRAILERS, "more_trailers": False})
 
 

@@ -230,7 +230,9 @@ async def _admin(addr: str) -> None:
     from codec.command import RemotingCommand
     conn = await wire.connect(addr)
     try:
-        for topic, mtype, group in ((TOPIC, "NORMAL", GROUP), (DELAY_TOPIC, "DELAY", DELAY_GROUP)):
+        from server.grpc.v2 import definition_pb2 as pb
+        for topic, mtype, group in ((TOPIC, pb.MessageType.Name(pb.NORMAL), GROUP),
+                                    (DELAY_TOPIC, pb.MessageType.Name(pb.DELAY), DELAY_GROUP)):
             r = await conn.invoke(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
                 "topic": topic, "defaultTopic": DEFAULT_TOPIC, "readQueueNums": QUEUES, "writeQueueNums": QUEUES,
                 "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false",
