@@ -251,8 +251,10 @@ class MessageStore:
     def get_messages(self, topic: str, queue_id: int, offset: int, max_num: int,
                      tag_codes: set[int] | None = None,
                      record_filter: Callable[[memoryview], bool] | None = None,
-                     unit_filter: Callable[[int], bool] | None = None) -> GetResult:
-        return self.reads.get_messages(topic, queue_id, offset, max_num, tag_codes, record_filter, unit_filter)
+                     unit_filter: Callable[[int], bool] | None = None,
+                     record_literal: bytes | None = None) -> GetResult:
+        return self.reads.get_messages(topic, queue_id, offset, max_num, tag_codes, record_filter, unit_filter,
+                                       record_literal)
 
     def read_units(self, topic: str, queue_id: int, offset: int, max_units: int) -> memoryview | None:
         return self.reads.read_units(topic, queue_id, offset, max_units)

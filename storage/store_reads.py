@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,17 @@ log = structlog.get_logger(__name__)
 _MIN_SCAN_BYTES = 16000
 
 
+def _find_all(mm: mmap.mmap, literal: bytes, start: int, end: int, base: int) -> list[int]:
+    """`base` + each position in mm[start:end] where `literal` starts (overlapping ones too), ascending."""
+    out: list[int] = []
+    find = mm.find
+    i = find(literal, start, end)
+    while i >= 0:
+        out.append(base + i)
+        i = find(literal, i + 1, end)
+    return out
+
+
 def _int32(v: int) -> int:
     v &= 0xFFFFFFFF
     return v - (1 << 32) if v & 0x80000000 else v
@@ -42,10 +54,16 @@ class StoreReads:
     def get_messages(self, topic: str, queue_id: int, offset: int, max_num: int,
                      tag_codes: set[int] | None = None,
                      record_filter: Callable[[memoryview], bool] | None = None,
-                     unit_filter: Callable[[int], bool] | None = None) -> GetResult:
+                     unit_filter: Callable[[int], bool] | None = None,
+                     record_literal: bytes | None = None) -> GetResult:
         """Up to `max_num` messages from `offset`: units whose tagsCode is in `tag_codes` (None: any) and whose
         queue offset `unit_filter` does not rule out (isMatchedByConsumeQueue: a bitmap pre-filter), then records
-        `record_filter` accepts (isMatchedByCommitLog, e.g. a SQL92 selector; None: any)."""
+        `record_filter` accepts (isMatchedByCommitLog, e.g. a SQL92 selector; None: any).
+
+        `record_literal` (with a record_filter): bytes every record the filter accepts contains (codec.sql92's
+        Selector.literal). The scan's CommitLog span is searched for them once (mmap.find, in C) and a record
+        holding none is passed over without calling the filter; the result is the same as without it
+        (tests/storage/test_store_literal_scan.py runs both)."""
         self.counters.get_total += 1
         cq = self.queues.queues.get((topic, queue_id))
         if cq is None:
@@ -76,7 +94,15 @@ class StoreReads:
         # point into one segment): one `find` per segment instead of one per message
         lo = hi = wrote = 0
         view: memoryview  # bound with the first unit's segment (lo == hi == 0 contains no offset)
+        mm: mmap.mmap
         scanned = 0
+        literal = record_literal if record_filter is not None and record_literal else None
+        hits: list[int] = []  # where `literal` starts in the CommitLog, ascending, within [hits_lo, hits_hi)
+        hits_lo = hits_hi = next_hit = hit_at = 0
+        span_end = 0
+        if literal is not None:  # the scan's last record's end (units ascend in the CommitLog)
+            last_phys, last_size, _ = UNIT.unpack_from(units, len(units) - UNIT.size)
+            span_end = last_phys + max(0, last_size)
         for phys, size, tags in UNIT.iter_unpack(units):
             if buffers and (len(buffers) >= max_count or total_bytes + size > max_bytes):
                 break
@@ -100,10 +126,24 @@ class StoreReads:
                 hi = lo + mf.file_size
                 wrote = mf.wrote_pos
                 view = mf.view
+                mm = mf.mm
+                hits_lo = hits_hi = 0  # this segment's span is searched when a record first needs it
             pos = phys - lo
             if pos + size > wrote:
                 removed = True
                 continue
+            if literal is not None:
+                if not hits_lo <= phys < hits_hi:  # search from here to the span's end within this segment
+                    hits_lo, hits_hi = phys, lo + min(wrote, span_end - lo)
+                    hits = _find_all(mm, literal, pos, hits_hi - lo, lo)
+                    hits.append(hits_hi)  # a sentinel past every record the search covered
+                    next_hit, hit_at = 0, hits[0]
+                if phys + size <= hits_hi:  # the search covered the record: no hit in it, no match
+                    while hit_at < phys:
+                        next_hit += 1
+                        hit_at = hits[next_hit]
+                    if hit_at >= phys + size:
+                        continue
             rec = view[pos:pos + size]
             if record_filter is not None and not record_filter(rec):
                 continue
