@@ -34,7 +34,6 @@ import shutil
 import signal
 import socket
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -47,8 +46,10 @@ from bench import wire
 from bench.common import Broker, pick_port, proc_cpu_s, store_base, write_result
 from codec.batch import encode_batch
 from codec.bodies import ConsumerData, HeartbeatData, SubscriptionData, encode_heartbeat
-from codec.codes import RequestCode, ResponseCode, create_send_message_request_header_v2
+from codec.codes import DEFAULT_TOPIC, RequestCode, ResponseCode, create_send_message_request_header_v2
 from codec.command import RemotingCommand
+from codec.filter_bitmap import APACHE_CQ_EXT_UNIT_HEAD
+from codec.properties import MessageConst
 
 TOPIC, GROUP, QUEUES = "SqlBench", "sql_bench_cg", 4
 EXPRESSION = "region = 'eu'"
@@ -72,9 +73,9 @@ def batch_body() -> bytes:
 
 def batch_cmd(queue_id: int, body: bytes) -> RemotingCommand:
     cmd = RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, create_send_message_request_header_v2({
-        "producerGroup": "sql_bench_pg", "topic": TOPIC, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+        "producerGroup": "sql_bench_pg", "topic": TOPIC, "defaultTopic": DEFAULT_TOPIC, "defaultTopicQueueNums": 4,
         "queueId": queue_id, "sysFlag": 0, "bornTimestamp": int(time.time() * 1000), "flag": 0,
-        "properties": wire.props_string({"WAIT": "true"}), "reconsumeTimes": 0, "unitMode": "false",
+        "properties": wire.props_string({MessageConst.WAIT: "true"}), "reconsumeTimes": 0, "unitMode": "false",
         "maxReconsumeTimes": 16, "batch": "true"}), body)
     return cmd
 
@@ -172,7 +173,7 @@ class ApacheBroker:
             bit_pos = [int(b) for b in bloom["bitPos"]]
         except (OSError, KeyError, TypeError, ValueError):
             return None
-        head = struct.Struct(">hqqh")
+        head = APACHE_CQ_EXT_UNIT_HEAD
         evaluated = units = 0
         for qdir in sorted((self.store / "consumequeue_ext" / TOPIC).glob("*")):
             for f in sorted(qdir.iterdir()):
