@@ -44,15 +44,35 @@ class Registered:
 
 
 class UnitGate:
-    """`gate(queue_offset) -> bool`: False when the unit's bitmap proves the group's selector cannot match."""
+    """`gate(queue_offset) -> bool`: False when the unit's bitmap proves the group's selector cannot match.
+    `gate.flags(queue_offset, count)`: the same for a pull's whole scan in one call (what a pull gives the store,
+    `get_messages(..., unit_flags=)`); `__call__` is its reference (tests/server/test_sql92_bitmap.py)."""
 
-    __slots__ = ("files", "topic", "queue_id", "mask", "since_ms", "base", "buf", "n", "skipped")
+    __slots__ = ("files", "topic", "queue_id", "mask", "since_ms", "base", "buf", "n", "skipped", "_flags",
+                 "_flags_from")
 
     def __init__(self, files: FilterBitmapFiles, topic: str, queue_id: int, reg: Registered) -> None:
         self.files, self.topic, self.queue_id = files, topic, queue_id
         self.mask, self.since_ms = reg.mask, reg.since_ms
         self.base, self.buf, self.n = 0, b"", 0
         self.skipped = 0
+        self._flags, self._flags_from = b"", 0
+
+    def flags(self, queue_offset: int, count: int) -> bytes:
+        """One byte per unit from `queue_offset`: 1 where the unit may match (computed before the registration,
+        or its bits hold the mask; past the file's end), 0 where its bits rule it out."""
+        buf = self.files.read(self.topic, self.queue_id, queue_offset, count)
+        mask, since = self.mask, self.since_ms
+        out = bytes([computed <= since or bits & mask == mask
+                     for bits, computed in UNIT.iter_unpack(buf[:len(buf) - len(buf) % UNIT_SIZE])])
+        out += b"\x01" * (count - len(out))
+        self._flags, self._flags_from = out, queue_offset
+        return out
+
+    def scanned_to(self, next_offset: int) -> None:
+        """Count the units `flags` ruled out that the scan went past (the lookup stopped at `next_offset`)."""
+        self.skipped += self._flags.count(0, 0, max(0, next_offset - self._flags_from))
+        self._flags = b""
 
     def __call__(self, queue_offset: int) -> bool:
         i = queue_offset - self.base

@@ -250,8 +250,9 @@ class PullProcessor:
             if b.bitmaps is not None:
                 gate = b.bitmaps.gate(h.consumerGroup, h.topic, h.queueId, sub_version, sel)
         res = b.store.get_messages(h.topic, h.queueId, h.queueOffset, max(1, h.maxMsgNums), codes, record_filter,
-                                   gate, literal)
+                                   None, literal, None if gate is None else gate.flags)
         if gate is not None and b.bitmaps is not None:
+            gate.scanned_to(res.next_begin_offset)
             b.bitmaps.count_skipped(gate)
         status, code = _status(res.status, h.queueOffset)
         slave = b.replica.is_slave

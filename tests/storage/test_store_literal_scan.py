@@ -1,7 +1,7 @@
 """get_messages' `record_literal` (a SQL92 selector's literal searched once over the scan's CommitLog span) against
 the same lookup without it, the reference: every pull step of every queue answers the same (status, next offset,
-queue offsets, record bytes), across CommitLog segments, with a bitmap-like unit filter in front and with the
-literal in bodies and other properties."""
+queue offsets, record bytes), across CommitLog segments, with a bitmap-like unit filter in front (unit by unit
+and in bulk, `unit_flags`) and with the literal in bodies and other properties."""
 
 from __future__ import annotations
 
@@ -34,14 +34,23 @@ def _fill(s: MessageStore, msgs: list[tuple[int, str, str, bytes]]) -> None:
         s.put([request(queue_id=q, body=body + b"%d" % i, props=props)])
 
 
-def _answers(s: MessageStore, sel: Selector, q: int, max_num: int, skip_every: int, literal: bytes | None
-             ) -> list[tuple[str, int, list[int], list[bytes]]]:
+def _answers(s: MessageStore, sel: Selector, q: int, max_num: int, skip_every: int, literal: bytes | None,
+             bulk: bool = False) -> list[tuple[str, int, list[int], list[bytes]]]:
+    """Every pull step; `skip_every` rules out the units `off % skip_every == 1` as a bitmap gate would, unit by
+    unit (unit_filter) or, `bulk`, in one call per scan (unit_flags)."""
+    def ruled_in(off: int) -> bool:
+        return off % skip_every != 1
+
+    def flags(off: int, n: int) -> bytes:
+        return bytes([ruled_in(o) for o in range(off, off + n)])
+
     out = []
     offset = 0
     end = s.get_messages("T", q, 0, 1).max_offset
     while offset < end:
         g = s.get_messages("T", q, offset, max_num, None, sel.matches_record,
-                           (lambda off: off % skip_every != 1) if skip_every else None, literal)
+                           ruled_in if skip_every and not bulk else None, literal,
+                           flags if skip_every and bulk else None)
         out.append((g.status.name, g.next_begin_offset, list(g.queue_offsets), [bytes(b) for b in g.buffers]))
         if g.next_begin_offset <= offset:
             break
@@ -63,6 +72,8 @@ def test_the_literal_scan_answers_as_the_plain_scan(msgs: list[tuple[int, str, s
             for q in range(3):
                 want = _answers(s, sel, q, max_num, skip_every, None)
                 assert _answers(s, sel, q, max_num, skip_every, sel.literal) == want
+                assert _answers(s, sel, q, max_num, skip_every, sel.literal, bulk=True) == want
+                assert _answers(s, sel, q, max_num, skip_every, None, bulk=True) == want
         finally:
             s.close()
 
