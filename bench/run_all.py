@@ -13,10 +13,10 @@ from bench.common import RESULTS, write_result
 
 
 def registry() -> dict:
-    from bench import broker_core, cluster, controller, delay, grpc, ha, meta, timer
+    from bench import broker_core, cluster, controller, delay, grpc, ha, meta, sql92_filter, timer
 
     return {**broker_core.BENCHES, **delay.BENCHES, **timer.BENCHES, **ha.BENCHES, **grpc.BENCHES,
-            **cluster.BENCHES, **meta.BENCHES, **controller.BENCHES}
+            **cluster.BENCHES, **meta.BENCHES, **controller.BENCHES, **sql92_filter.BENCHES}
 
 
 def _fmt(v) -> str:
