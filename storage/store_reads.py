@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import mmap
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
 
-from codec.consume_queue_unit import BLANK_SIZE, UNIT, UNIT_SIZE
+from codec.consume_queue_unit import BLANK_SIZE, UNIT, UNIT_PHYS_SIZE, UNIT_SIZE
 from storage.commitlog import CommitLog
 from storage.consume_queue import ConsumeQueue
 from storage.consume_queue_table import ConsumeQueueTable
@@ -19,6 +20,7 @@ from storage.store_types import GetResult, GetStatus, QueryResult, StoreConfig
 
 if TYPE_CHECKING:
     from codec.record import MessageRecord
+    from storage.mapped_file import MappedFile
 
 log = structlog.get_logger(__name__)
 
@@ -34,6 +36,34 @@ def _find_all(mm: mmap.mmap, literal: bytes, start: int, end: int, base: int) ->
         out.append(base + i)
         i = find(literal, i + 1, end)
     return out
+
+
+def _candidates(units: memoryview, flags: bytes | None, literal: bytes | None,
+                find: Callable[[int], MappedFile | None]) -> bytearray | None:
+    """One byte per unit, 1 where the unit may match: its `flags` byte (when given) and, with a `literal`, a
+    record holding it (searched once over the scan's CommitLog span). None when the literal cannot be
+    placed (the span crosses a segment, is not written yet, or the units do not ascend): the unit-by-unit scan
+    decides then."""
+    n = len(units) // UNIT_SIZE
+    if literal is None:
+        return bytearray(flags) if flags is not None else None
+    cols = list(UNIT_PHYS_SIZE.iter_unpack(units))
+    first, (last, last_size) = cols[0][0], cols[-1]
+    mf = find(first)
+    if mf is None or last_size <= 0:
+        return None
+    lo = mf.file_from_offset
+    if not (lo <= first and last + last_size <= lo + mf.wrote_pos):
+        return None
+    phys = [p for p, _ in cols]
+    if any(a >= b for a, b in zip(phys, phys[1:], strict=False)):
+        return None
+    cand = bytearray(n)
+    for h in _find_all(mf.mm, literal, first - lo, last + last_size - lo, lo):
+        k = bisect_right(phys, h) - 1
+        if k >= 0 and h < phys[k] + cols[k][1]:
+            cand[k] = 1 if flags is None else flags[k]
+    return cand
 
 
 def _int32(v: int) -> int:
@@ -94,20 +124,26 @@ class StoreReads:
         removed = False
         cl_min = self.commitlog.min_offset
         find = self.commitlog.queue.find
+        literal = record_literal if record_filter is not None and record_literal else None
+        flags = None if unit_flags is None else unit_flags(offset, len(units) // UNIT_SIZE)
+        if record_filter is not None and tag_codes is None and unit_filter is None \
+                and (flags is not None or literal is not None):
+            cand = _candidates(units, flags, literal, find)
+            if cand is not None:  # the units left to evaluate are known: step from one to the next
+                self._scan_candidates(result, units, offset, cand, max_count, max_bytes, record_filter)
+                return result
         # `commitlog.read(phys, size)` with the segment kept across units (a pull's units mostly
         # point into one segment): one `find` per segment instead of one per message
         lo = hi = wrote = 0
         view: memoryview  # bound with the first unit's segment (lo == hi == 0 contains no offset)
         mm: mmap.mmap
         scanned = 0
-        literal = record_literal if record_filter is not None and record_literal else None
         hits: list[int] = []  # where `literal` starts in the CommitLog, ascending, within [hits_lo, hits_hi)
         hits_lo = hits_hi = next_hit = hit_at = 0
         span_end = 0
         if literal is not None:  # the scan's last record's end (units ascend in the CommitLog)
             last_phys, last_size, _ = UNIT.unpack_from(units, len(units) - UNIT.size)
             span_end = last_phys + max(0, last_size)
-        flags = None if unit_flags is None else unit_flags(offset, len(units) // UNIT_SIZE)
         for phys, size, tags in UNIT.iter_unpack(units):
             if buffers and (len(buffers) >= max_count or total_bytes + size > max_bytes):
                 break
@@ -164,6 +200,66 @@ class StoreReads:
         elif removed:
             result.status = GetStatus.MESSAGE_WAS_REMOVING
         return result
+
+    def _scan_candidates(self, result: GetResult, units: memoryview, offset: int, cand: bytearray, max_count: int,
+                         max_bytes: int, record_filter: Callable[[memoryview], bool]) -> None:
+        """get_messages' scan when the units that may match are known (`cand`, one byte per unit; see
+        `_candidates`): the others are stepped over in bulk, with the same stops as the unit-by-unit scan (a
+        full batch stops at the next unit whatever it is; a unit too large for the bytes left stops it even
+        when ruled out). The unit-by-unit loop is its reference (tests/storage/test_store_literal_scan.py)."""
+        buffers, qoffs = result.buffers, result.queue_offsets
+        total_bytes = 0
+        removed = False
+        cl_min = self.commitlog.min_offset
+        find = self.commitlog.queue.find
+        n = len(cand)
+        raw = bytes(units)
+        # every unit's size in 0..65535 (its two high bytes zero): a ruled-out unit cannot stop the scan on bytes
+        # while 65536 more would fit
+        small = raw[8::UNIT_SIZE].count(0) == n and raw[9::UNIT_SIZE].count(0) == n
+        i = 0
+        while i < n:
+            j = cand.find(1, i)
+            if j < 0:
+                j = n
+            if j > i:  # units i .. j-1 are ruled out
+                if buffers:
+                    if len(buffers) >= max_count:
+                        break
+                    if not small or total_bytes + 65536 > max_bytes:
+                        stop = next((k for k in range(i, j)
+                                     if total_bytes + UNIT.unpack_from(units, k * UNIT_SIZE)[1] > max_bytes), -1)
+                        if stop >= 0:
+                            i = stop
+                            break
+                i = j
+                continue
+            phys, size, _ = UNIT.unpack_from(units, i * UNIT_SIZE)
+            if buffers and (len(buffers) >= max_count or total_bytes + size > max_bytes):
+                break
+            i += 1
+            if size == BLANK_SIZE or size <= 0:
+                continue
+            mf = find(phys) if phys >= cl_min else None
+            if mf is None:
+                removed = True
+                continue
+            pos = phys - mf.file_from_offset
+            if pos + size > mf.wrote_pos:
+                removed = True
+                continue
+            rec = mf.view[pos:pos + size]
+            if not record_filter(rec):
+                continue
+            buffers.append(rec)
+            qoffs.append(offset + i - 1)
+            total_bytes += size
+        result.next_begin_offset = offset + i
+        result.buffer_total_size = total_bytes
+        if buffers:
+            result.status = GetStatus.FOUND
+        elif removed:
+            result.status = GetStatus.MESSAGE_WAS_REMOVING
 
     # ---- units / records --------------------------------------------------------------------------
     def read_units(self, topic: str, queue_id: int, offset: int, max_units: int) -> memoryview | None:

@@ -60,13 +60,15 @@ def _answers(s: MessageStore, sel: Selector, q: int, max_num: int, skip_every: i
 
 @FEW
 @given(msgs=messages, expression=st.sampled_from(EXPRESSIONS), max_num=st.sampled_from([1, 3, 32]),
-       skip_every=st.sampled_from([0, 2, 5]))
+       skip_every=st.sampled_from([0, 2, 5]), max_bytes=st.sampled_from([1500, 256 * 1024]),
+       segment=st.sampled_from([8 * 1024, 1 << 20]))
 def test_the_literal_scan_answers_as_the_plain_scan(msgs: list[tuple[int, str, str, bytes]], expression: str,
-                                                    max_num: int, skip_every: int) -> None:
+                                                    max_num: int, skip_every: int, max_bytes: int,
+                                                    segment: int) -> None:
     sel = Selector(expression)
     assert sel.literal is not None
-    with tempfile.TemporaryDirectory() as d:
-        s = open_store(Path(d) / "store", mapped_file_size_commitlog=8 * 1024)  # a scan crosses segments
+    with tempfile.TemporaryDirectory() as d:  # 8 KiB segments: scans cross them; 1 MiB: the bulk step decides
+        s = open_store(Path(d) / "store", mapped_file_size_commitlog=segment, max_get_bytes=max_bytes)
         try:
             _fill(s, msgs)
             for q in range(3):
@@ -98,5 +100,20 @@ def test_a_scan_across_segments_finds_the_matches_and_passes_over_the_rest(tmp_p
             offset = g.next_begin_offset
         assert got == [i for i in range(600) if i % 50 == 7]
         assert calls == len(got)  # only the records holding the literal were evaluated
+    finally:
+        s.close()
+
+
+def test_a_ruled_out_unit_too_large_for_the_bytes_left_stops_the_scan_as_unit_by_unit(tmp_path: Path) -> None:
+    s = open_store(tmp_path / "store", max_get_bytes=1000)
+    try:
+        for region, body in (("eu", b"x" * 300), ("eu", b"x" * 300), ("us", b"y" * 600), ("us", b"b"), ("eu", b"z")):
+            s.put([request(body=body, props={"region": region})])
+        sel = Selector("region = 'eu'")
+        plain = s.get_messages("T", 0, 0, 32, None, sel.matches_record)
+        assert (plain.queue_offsets, plain.next_begin_offset) == ([0, 1], 2)  # stopped at the large 'us' unit
+        for flags in (None, lambda off, n: b"\x01" * n):
+            fast = s.get_messages("T", 0, 0, 32, None, sel.matches_record, None, sel.literal, flags)
+            assert (fast.queue_offsets, fast.next_begin_offset) == ([0, 1], 2)
     finally:
         s.close()
