@@ -40,13 +40,15 @@ def _find_all(mm: mmap.mmap, literal: bytes, start: int, end: int, base: int) ->
 
 def _candidates(units: memoryview, flags: bytes | None, literal: bytes | None,
                 find: Callable[[int], MappedFile | None]) -> bytearray | None:
-    """One byte per unit, 1 where the unit may match: its `flags` byte (when given) and, with a `literal`, a
-    record holding it (searched once over the scan's CommitLog span). None when the literal cannot be
-    placed (the span crosses a segment, is not written yet, or the units do not ascend): the unit-by-unit scan
-    decides then."""
+    """One byte per unit, 1 where the unit may match: its `flags` byte when given, else (with a `literal`) a
+    record holding the literal (searched once over the scan's CommitLog span); the scan evaluates exactly
+    those. None when the literal cannot be placed (the span crosses a segment, is not written yet, or the units
+    do not ascend): the unit-by-unit scan decides then."""
     n = len(units) // UNIT_SIZE
+    if flags is not None:  # the bitmap already leaves few units: placing the literal on units would cost more
+        return bytearray(flags)
     if literal is None:
-        return bytearray(flags) if flags is not None else None
+        return None
     cols = list(UNIT_PHYS_SIZE.iter_unpack(units))
     first, (last, last_size) = cols[0][0], cols[-1]
     mf = find(first)
@@ -56,13 +58,13 @@ def _candidates(units: memoryview, flags: bytes | None, literal: bytes | None,
     if not (lo <= first and last + last_size <= lo + mf.wrote_pos):
         return None
     phys = [p for p, _ in cols]
-    if any(a >= b for a, b in zip(phys, phys[1:], strict=False)):
+    if phys != sorted(phys) or len(set(phys)) != n:  # ascending, no repeats (C-speed checks)
         return None
     cand = bytearray(n)
     for h in _find_all(mf.mm, literal, first - lo, last + last_size - lo, lo):
         k = bisect_right(phys, h) - 1
         if k >= 0 and h < phys[k] + cols[k][1]:
-            cand[k] = 1 if flags is None else flags[k]
+            cand[k] = 1
     return cand
 
 
