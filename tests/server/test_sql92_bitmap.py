@@ -6,11 +6,14 @@ to the exact evaluation."""
 from __future__ import annotations
 
 import tempfile
+import time
+from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codec.filter_bitmap import UNIT, group_mask
+from codec.consume_queue_unit import UNIT_SIZE as CQ_UNIT_SIZE
+from codec.filter_bitmap import UNIT, UNIT_SIZE, group_mask
 from codec.sql92 import Selector
 from server.broker import BrokerController
 from server.filter_bitmap import Registered, UnitGate
@@ -30,9 +33,10 @@ async def _send_all(c: RawClient, topic: str, start: int, n: int) -> None:
         assert r.code == 0, r.remark
 
 
-async def _pull_all(c: RawClient, group: str, topic: str, expression: str, sub_version: int = 1) -> list[bytes]:
+async def _pull_all(c: RawClient, group: str, topic: str, expression: str, sub_version: int = 1,
+                    start: int = 0) -> list[bytes]:
     got: list[bytes] = []
-    offset = 0
+    offset = start
     while True:
         r = await sql_pull(c, group, topic, offset, expression, sub_version=sub_version)
         if r.code not in (0, 20):
@@ -117,23 +121,63 @@ async def test_consumers_of_one_group_with_their_own_sub_versions_share_the_bits
         await c.close()
 
 
+def _bitmap_starts(store: Path, topic: str, qid: int) -> set[int]:
+    d = store / "filterbitmap" / topic / str(qid)
+    return {int(p.name) for p in d.iterdir()} if d.is_dir() else set()
+
+
+def _cq_starts(store: Path, topic: str, qid: int) -> set[int]:
+    """The first unit of each ConsumeQueue file (named by its first byte offset)."""
+    return {int(p.name) // CQ_UNIT_SIZE for p in (store / "consumequeue" / topic / str(qid)).iterdir()}
+
+
+async def test_bitmap_files_follow_the_consume_queue_through_retention_and_topic_deletion(make_broker,
+                                                                                          tmp_path) -> None:
+    """Bitmap files of 64 units beside ConsumeQueue files of 64 units: retention deleting CommitLog segments and
+    the ConsumeQueue files below the new min deletes the bitmap files they describe; the pre-filter still answers
+    from the new min; a deleted topic takes its bitmap files along."""
+    store = tmp_path / "store"
+    b: BrokerController = await make_broker(store=store, enable_property_filter=True, enable_calc_filter_bit_map=True,
+                                            mapped_file_size_commit_log=8192,
+                                            mapped_file_size_consume_queue=64 * CQ_UNIT_SIZE,
+                                            mapped_file_size_consume_queue_ext=64 * UNIT_SIZE)
+    c = await RawClient.connect(b.config.broker_addr)
+    try:
+        await _send_all(c, "T", 0, 1)
+        assert (await sql_pull(c, "G", "T", 1, EU)).code == 19  # registers G
+        await _send_all(c, "T", 1, 199)
+        assert _bitmap_starts(store, "T", 0) == {0, 64, 128, 192} == _cq_starts(store, "T", 0)
+        assert b.store is not None
+        assert b.store.clean_expired(now=time.time() + 10 * 365 * 86400)  # every CommitLog segment but the last
+        low = b.store.min_offset("T", 0)
+        assert low > 128, low
+        assert _bitmap_starts(store, "T", 0) == _cq_starts(store, "T", 0) == {128, 192}
+        skipped = present(b.bitmaps).skipped
+        assert await _pull_all(c, "G", "T", EU, start=low) == [f"m{i}".encode() for i in range(low, 200) if i % 5 == 0]
+        assert present(b.bitmaps).skipped - skipped == sum(1 for i in range(low, 200) if i % 5)
+        assert b.delete_topic("T")
+        assert not (store / "filterbitmap" / "T").exists()
+    finally:
+        await c.close()
+
+
 @FEW
 @given(units=st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 20)), max_size=60),
        mask_bits=st.sets(st.integers(0, 63), min_size=1, max_size=3), since=st.integers(0, 20),
-       start=st.integers(0, 70), count=st.integers(0, 40))
+       until=st.integers(0, 25), start=st.integers(0, 70), count=st.integers(0, 40))
 def test_gate_flags_answer_as_the_gate_unit_by_unit(units: list[tuple[int, int]], mask_bits: set[int], since: int,
-                                                   start: int, count: int) -> None:
+                                                   until: int, start: int, count: int) -> None:
     mask = sum(1 << b for b in mask_bits)
     with tempfile.TemporaryDirectory() as d:
-        files = FilterBitmapFiles(d)
+        files = FilterBitmapFiles(d, 16)  # files of 16 units: a scan crosses them
         try:
             if units:
                 files.write("T", 0, 0, b"".join(UNIT.pack(bits | (mask if i % 3 == 0 else 0), ms)
                                                  for i, (bits, ms) in enumerate(units)))
             reg = Registered(Selector(EU), 1, mask, since)
-            reference = UnitGate(files, "T", 0, reg)
+            reference = UnitGate(files, "T", 0, reg, until)
             want = bytes([reference(o) for o in range(start, start + count)])
-            gate = UnitGate(files, "T", 0, reg)
+            gate = UnitGate(files, "T", 0, reg, until)
             assert gate.flags(start, count) == want
             gate.scanned_to(start + count)
             assert gate.skipped == reference.skipped == want.count(0)
