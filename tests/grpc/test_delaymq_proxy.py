@@ -258,7 +258,7 @@ def test_a_taken_port_or_a_missing_name_server_stops_the_proxy_with_one_line_nam
     assert "namesrvAddr" in line
 
 
-async def _route_types(addr: str, topic: str) -> list[list[int]]:
+async def route_types(addr: str, topic: str) -> list[list[int]]:
     """The distinct accepted message types (sorted) of the topic's route's queues."""
     c = RawClient(addr)
     try:
@@ -269,7 +269,7 @@ async def _route_types(addr: str, topic: str) -> list[list[int]]:
         await c.close()
 
 
-async def _consumer_settings(addr: str, group: str, topic: str) -> pb.Settings:
+async def consumer_settings(addr: str, group: str, topic: str) -> pb.Settings:
     """The Settings a Telemetry session of a simple consumer of `group` subscribing `topic` is answered with."""
     c = RawClient(addr)
     try:
@@ -311,12 +311,12 @@ def test_proxy_routes_accept_the_topics_message_type_and_fifo_groups_get_fifo_se
         expected = {"DELAY": [[pb.DELAY]], "FIFO": [[pb.FIFO]], "TRANSACTION": [[pb.TRANSACTION]],
                     "NORMAL": [[pb.NORMAL]], "UNSPECIFIED": [every]}
         for message_type, (topic, _) in topics.items():
-            through_proxy = asyncio.run(_route_types(addr, topic))
+            through_proxy = asyncio.run(route_types(addr, topic))
             assert through_proxy == expected[message_type], (message_type, through_proxy)
-            assert through_proxy == asyncio.run(_route_types(broker_endpoint, topic)), message_type
+            assert through_proxy == asyncio.run(route_types(broker_endpoint, topic)), message_type
         for group, topic, fifo in ((fifo_group, ordered, True), (topics["NORMAL"][1], topics["NORMAL"][0], False)):
             for endpoint in (addr, broker_endpoint):
-                settings = asyncio.run(_consumer_settings(endpoint, group, topic))
+                settings = asyncio.run(consumer_settings(endpoint, group, topic))
                 assert settings.subscription.fifo is fifo, (endpoint, group, settings)
                 assert settings.backoff_policy.max_attempts == 17, (endpoint, settings)  # retryMaxTimes 16 + 1
     finally:

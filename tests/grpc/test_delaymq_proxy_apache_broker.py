@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from server.grpc.v2 import definition_pb2 as pb
 from tests.grpc.conftest import uniq
 from tests.grpc.test_apache_proxy import prepare
+from tests.grpc.test_delaymq_proxy import consumer_settings, route_types
 from tests.helpers.broker import pick_port_pair
 from tests.helpers.cluster import route_brokers, wait_until
 from tests.helpers.java import JavaServer
@@ -93,6 +95,10 @@ def test_normal_messages_through_delaymq_proxy_to_an_apache_broker(apache, agent
 def test_fifo_messages_through_delaymq_proxy_to_an_apache_broker_arrive_in_order(apache, agents):
     topic, group = topic_on_apache(apache, "AbF", "FIFO", orderly=True)
     proxy = start_proxy(agents, apache)
+    # the Apache broker's TopicConfig (GET_TOPIC_CONFIG) and group config (GET_SUBSCRIPTIONGROUP_CONFIG) as the
+    # proxy reads them: the route takes FIFO messages only, the group's consumers are told fifo
+    assert asyncio.run(route_types(proxy.grpc_addr, topic)) == [[pb.FIFO]]
+    assert asyncio.run(consumer_settings(proxy.grpc_addr, group, topic)).subscription.fifo is True
     sent = agents.run_rmq5("produce", proxy, topic=topic, count=6, message_group="g1", timeout=90)
     assert len(sent.of("sent")) == 6
     c = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=6, max_seconds=60, timeout=90)
