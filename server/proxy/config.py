@@ -23,6 +23,7 @@ class ProxyConfig:
     acl_file: str = ""  # aclFile: the brokers' plain_acl.yml (server.security.acl)
     tls_cert_path: str = ""  # tls.server.certPath (--tls-cert): with the key, the gRPC port speaks TLS only
     tls_key_path: str = ""  # tls.server.keyPath (--tls-key)
+    reuse_port: bool = False  # reusePort: SO_REUSEPORT on the gRPC port, so several proxies on one host share it
 
     @property
     def tls(self) -> bool:
@@ -39,7 +40,8 @@ class ProxyConfig:
 _KEYS = {"namesrvAddr": "namesrv_addr", "grpcServerPort": "grpc_port", "listenHost": "listen_host",
          "timerWheelEnable": "timer_wheel_enable", "messageDelayLevel": "message_delay_level",
          "maxMessageSize": "max_message_size", "routeCacheTtlMs": "route_ttl_ms", "aclEnable": "acl_enable",
-         "aclFile": "acl_file", "tls.server.certPath": "tls_cert_path", "tls.server.keyPath": "tls_key_path"}
+         "aclFile": "acl_file", "tls.server.certPath": "tls_cert_path", "tls.server.keyPath": "tls_key_path",
+         "reusePort": "reuse_port"}
 
 
 def _value(key: str, text: str, like: object) -> object:

@@ -53,12 +53,16 @@ class Proxy:
 
     async def start(self) -> None:
         cfg = self.cfg
-        probe([Listener("grpcServerPort", cfg.listen_host, cfg.grpc_port, "gRPC (5.x clients)")])  # one line, before grpc logs its own
-        # SO_REUSEPORT off: a second proxy on a taken port must fail, not silently share it
+        # one line, before grpc logs its own; with reusePort a port held by another SO_REUSEPORT listener is
+        # shared, one held without it is still refused
+        probe([Listener("grpcServerPort", cfg.listen_host, cfg.grpc_port, "gRPC (5.x clients)")],
+              reuse_port=cfg.reuse_port)
+        # SO_REUSEPORT only when asked (reusePort): otherwise a second proxy on a taken port must fail, not
+        # silently share it
         self.server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", 1 if cfg.reuse_port else 0),
         ])
         addr = f"{cfg.listen_host}:{cfg.grpc_port}"
         try:
@@ -74,7 +78,7 @@ class Proxy:
         await self.server.start()
         self.tasks.append(self.supervisor.spawn("proxy-producer-heartbeat", self.transactions.heartbeats))
         log.info("proxy.listening", addr=f"{cfg.listen_host}:{self.port}", namesrv=cfg.namesrv_addr, tls=cfg.tls,
-                 acl=cfg.acl_enable)
+                 acl=cfg.acl_enable, reuse_port=cfg.reuse_port)
 
     async def shutdown(self) -> None:
         for t in self.tasks:
