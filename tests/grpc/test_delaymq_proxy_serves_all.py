@@ -8,6 +8,7 @@ the call and by the generated stubs (tests/grpc/raw.py) where it has not."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ from tests.grpc.test_delaymq_proxy import Cluster, Endpoint, topic_on_both
 from tests.grpc.test_lite_and_dlq import set_retry_max_times
 from tests.grpc.test_security import _auth
 from tests.helpers import wire
-from tests.helpers.broker import pick_port_pair
+from tests.helpers.broker import REPO_ROOT, pick_port_pair
 from tests.helpers.cluster import NamesrvProcess
 from tests.security.conftest import SUBONLY_AK, SUBONLY_SK, USER_AK, USER_SK
 from tests.security.helpers import make_cert
@@ -281,3 +282,19 @@ async def _tls_raw(addr: str, crt: Path, topic: str) -> None:
     finally:
         await plain.close()
 
+
+
+@pytest.mark.parametrize(("args", "conf", "key"), [
+    (["--tls-cert", "/no/such.crt"], "", "tls.server.keyPath"),
+    ([], "aclEnable=true\n", "aclFile"),
+    ([], "aclEnable=true\naclFile=/no/such/plain_acl.yml\n", "aclFile"),
+])
+def test_a_bad_acl_or_tls_setting_stops_the_proxy_with_one_line_naming_the_key(tmp_path, args, conf, key):
+    cfg = tmp_path / "proxy.conf"
+    cfg.write_text(conf)
+    r = subprocess.run([sys.executable, "-m", "server.proxy", "--namesrv", "127.0.0.1:9", "--grpc-port", "0",
+                        "--host", "127.0.0.1", "--config", str(cfg), *args], cwd=REPO_ROOT, capture_output=True,
+                       timeout=60, text=True)
+    assert r.returncode == 2, r.stderr
+    [line] = r.stderr.strip().splitlines()
+    assert key in line and "Traceback" not in r.stderr
