@@ -18,6 +18,7 @@ from server.listeners import Listener, ListenError, probe
 from server.proxy.backend import RemoteBackend
 from server.proxy.brokers import RemoteBrokers
 from server.proxy.config import ProxyConfig
+from server.proxy.metadata import BrokerMetadata
 from server.proxy.routes import NameServerRoutes
 from server.proxy.sessions import ProxySessions
 from server.proxy.transactions import TransactionRelay
@@ -39,7 +40,8 @@ class Proxy:
         self.server: grpc.aio.Server | None = None
         self.sessions = ProxySessions()
         self.transactions = TransactionRelay(self.client, self.routes, self.sessions)
-        self.backend = RemoteBackend(cfg, self.routes, self.brokers, self.sessions)
+        self.metadata = BrokerMetadata(self.client, self.routes, cfg.route_ttl_ms)
+        self.backend = RemoteBackend(cfg, self.routes, self.brokers, self.sessions, self.metadata)
         # the brokers' plain-ACL accounts (server.security); AclConfigError (a ValueError) names the file
         acl = PlainAclValidator(cfg.acl_file) if cfg.acl_enable else None
         self.service = MessagingService(self.backend, Authenticator(acl), self.endpoints)

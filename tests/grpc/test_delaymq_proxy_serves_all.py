@@ -8,6 +8,7 @@ the call and by the generated stubs (tests/grpc/raw.py) where it has not."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -21,9 +22,10 @@ import pytest
 from codec.codes import RequestCode
 from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2 as spb
+from tests.grpc.conftest import uniq
 from tests.grpc.raw import RawClient
 from tests.grpc.test_delaymq_proxy import Cluster, Endpoint, topic_on_both
-from tests.grpc.test_lite_and_dlq import set_retry_max_times
+from tests.grpc.test_lite_and_dlq import set_retry_max_times, settings_answer
 from tests.grpc.test_security import _auth
 from tests.helpers import wire
 from tests.helpers.broker import REPO_ROOT, pick_port_pair
@@ -92,15 +94,17 @@ def test_recall_of_a_scheduled_message_through_the_proxy(tx_cluster, agents):
     topic, group = topic_on_both(tx_cluster, "DELAY")
     _, addr = start_proxy(agents, tx_cluster)
     proxy = Endpoint(addr)
-    at = int(time.time()) + 10  # 5.1.2 sends delivery_timestamp as epoch seconds (room for 3 agent starts)
+    # 5.1.2 sends delivery_timestamp as epoch seconds; 30 s: room for three agent starts on a loaded machine
+    at = int(time.time()) + 30
     keep = agents.run_rmq5("produce", proxy, topic=topic, count=1, deliver_at=at, body_prefix="keep", timeout=90)
     drop = agents.run_rmq5("produce", proxy, topic=topic, count=1, deliver_at=at, body_prefix="drop", timeout=90)
     handle = drop.of("sent")[0]["recall"]
     assert handle and keep.of("sent")[0]["recall"]
     r = agents.run_rmq5("recall", proxy, topic=topic, handle=handle, timeout=90)
     assert r.of("recalled") and r.of("recalled")[0]["id"] == drop.of("sent")[0]["id"]
-    c = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=2, max_seconds=16, expect_code=3,
-                        timeout=90)
+    # the consumer runs until 6 s past the delivery time: the kept message arrives, the recalled one never
+    c = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=2,
+                        max_seconds=max(6.0, at + 6 - time.time()), expect_code=3, timeout=120)
     got = c.of("received")
     assert [e["body"] for e in got] == ["keep0"]
     assert got[0]["t"] >= at * 1000
@@ -298,3 +302,30 @@ def test_a_bad_acl_or_tls_setting_stops_the_proxy_with_one_line_naming_the_key(t
     assert r.returncode == 2, r.stderr
     [line] = r.stderr.strip().splitlines()
     assert key in line and "Traceback" not in r.stderr
+
+
+def test_a_topics_message_type_and_a_groups_retries_and_order_come_from_the_brokers(cluster_plain, agents):
+    topic, group = topic_on_both(cluster_plain, "FIFO")
+    body = json.dumps({"groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
+                       "consumeBroadcastEnable": True, "retryQueueNums": 1, "retryMaxTimes": 2, "brokerId": 0,
+                       "whichBrokerWhenConsumeSlowly": 1, "notifyConsumerIdsChangedEnable": True,
+                       "consumeMessageOrderly": True}).encode()
+    for b in cluster_plain.brokers:  # what `mqadmin updateSubGroup -r 2 -o true` sends
+        reply = wire.invoke(b.addr, int(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP), {}, body)
+        assert reply.code == 0, reply.remark
+    _, addr = start_proxy(agents, cluster_plain)
+
+    async def probe() -> None:
+        c = RawClient(addr)
+        try:
+            r = await c.stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)), timeout=10)
+            assert r.status.code == pb.OK and r.message_queues, r.status
+            assert {tuple(q.accept_message_types) for q in r.message_queues} == {(pb.FIFO,)}
+            settings = await settings_answer(c, group, topic)
+            assert settings.backoff_policy.max_attempts == 3  # retryMaxTimes 2: three delivery attempts
+            assert settings.subscription.fifo
+            plain = await settings_answer(c, uniq("GPlain"), topic)  # a group no broker has: the defaults
+            assert plain.backoff_policy.max_attempts == 17 and not plain.subscription.fifo
+        finally:
+            await c.close()
+    asyncio.run(probe())
