@@ -23,6 +23,7 @@ import structlog
 from codec.codes import DEFAULT_CLUSTER
 from codec.consume_queue_unit import UNIT_SIZE
 from codec.durations import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from codec.filter_bitmap import UNIT_SIZE as BITMAP_UNIT_SIZE
 from server.listeners import Listener, clash
 
 log = structlog.get_logger(__name__)
@@ -77,6 +78,7 @@ class BrokerConfig:
     disk_max_used_space_ratio: int = 0  # percent; puts are refused past it (0 = store default, 90)
     mapped_file_size_commit_log: int = 1073741824
     mapped_file_size_consume_queue: int = 6000000  # 300,000 units of 20 bytes per ConsumeQueue file
+    mapped_file_size_consume_queue_ext: int = 50331648  # 48 MiB (Apache's default): bytes per filter bitmap file
     mapped_file_size_timer_log: int = 104857600  # timerlog segment size (RocketMQ's key)
     file_reserved_time: int = 72
     max_hash_slot_num: int = 5000000  # key index: hash slots per IndexFile (storage/index.py)
@@ -153,6 +155,8 @@ class BrokerConfig:
     sync_controller_metadata_period: int = 10000  # ms between leader-controller lookups
     broker_election_priority: int = 2147483647  # lower wins a tie of epoch and CommitLog offset
     ha_max_time_slave_not_catchup: int = 15000  # ms without a caught-up slave before the master shrinks the set
+    all_ack_in_sync_state_set: bool = False  # controller mode: a SYNC send waits for every SyncStateSet member
+    sync_from_last_file: bool = False  # controller-mode slave: an empty one starts at its master's last CommitLog file
     # RocketMQ 5 gRPC MessagingService (server/grpc); 0 = off; -1 (default) = listenPort - 1795, which is
     # 8081 (the RocketMQ 5 proxy's port) for the default listenPort 9876 and moves with listenPort, so
     # brokers on one host given only their own --port never share it
@@ -362,6 +366,8 @@ VALIDATORS: dict[str, Check] = {
     "mapped_file_size_commit_log": int_range(4096, 2**31 - 1),
     "mapped_file_size_consume_queue": lambda v: int_range(UNIT_SIZE * 64, 2**31 - 1)(v) or (
         None if v % UNIT_SIZE == 0 else f"must be a multiple of {UNIT_SIZE} (the unit size), got {v}"),
+    "mapped_file_size_consume_queue_ext": lambda v: int_range(BITMAP_UNIT_SIZE * 64, 2**31 - 1)(v) or (
+        None if v % BITMAP_UNIT_SIZE == 0 else f"must be a multiple of {BITMAP_UNIT_SIZE} (the unit size), got {v}"),
     "mapped_file_size_timer_log": int_range(4096, 2**31 - 1),
     "file_reserved_time": _NON_NEGATIVE,
     "max_hash_slot_num": _POSITIVE,
