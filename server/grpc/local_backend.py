@@ -29,6 +29,7 @@ from server.grpc.backend import (
     RouteQueue,
     Sent,
     TopicRoute,
+    accepted_types,
 )
 from server.grpc.deps import GrpcDeps
 from server.grpc.status import Code, GrpcError, remoting_error
@@ -51,9 +52,6 @@ from server.transactions import COMMIT, ROLLBACK
 from storage.store_types import GetStatus
 from storage.topic_config import TopicConfig
 
-ALL_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
-# a topic's message.type attribute (server.topic_attributes) -> the one type its queues accept
-TYPE_OF_ATTRIBUTE = {pb.MessageType.Name(t): t for t in ALL_TYPES}
 DEFAULT_RETRIES = 16
 
 
@@ -133,7 +131,7 @@ class LocalBackend:
         self.store_host: tuple[str, int] | None = deps.store_host
         self.broker_name = deps.config.broker_name
 
-    def consumer_policy(self, group: str) -> ConsumerPolicy:
+    async def consumer_policy(self, group: str, topic: str) -> ConsumerPolicy:
         gcfg = self.deps.groups.find(group) if group else None
         retries = gcfg.retry_max_times if gcfg is not None else DEFAULT_RETRIES
         return ConsumerPolicy(retries, bool(self.pop.is_fifo(group)) if group else False, list(self.deps.levels[2:]))
@@ -150,8 +148,7 @@ class LocalBackend:
 
     def _accepted_types(self, topic: str) -> tuple[MessageType, ...]:
         """Every type, unless the topic's message.type attribute names one (as Apache's proxy routes)."""
-        t = TYPE_OF_ATTRIBUTE.get(self.deps.attributes.get(topic).get(MESSAGE_TYPE, ""))
-        return ALL_TYPES if t is None else (t,)
+        return accepted_types(self.deps.attributes.get(topic).get(MESSAGE_TYPE, ""))
 
     def _queue_of(self, topic: str, qid: int) -> None:
         tcfg = self._topic_config(topic)
