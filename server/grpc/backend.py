@@ -23,16 +23,14 @@ from server.grpc.telemetry import SessionBackend
 from server.grpc.v2 import definition_pb2 as pb
 
 MessageType: TypeAlias = "pb.MessageType.ValueType"
-
 ALL_TYPES: tuple[MessageType, ...] = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 # a topic's message.type attribute (server.topic_attributes) -> the one type its queues accept
-TYPE_OF_ATTRIBUTE: dict[str, MessageType] = {pb.MessageType.Name(t): t for t in ALL_TYPES}
+TYPE_OF_ATTRIBUTE = {pb.MessageType.Name(t): t for t in ALL_TYPES}
 
 
-def accepted_types(message_type: str | None) -> tuple[MessageType, ...]:
-    """The types a topic's route accepts: the one its message.type attribute names, else every type
-    (no attribute, UNSPECIFIED). The broker's endpoint and delaymq-proxy both answer QueryRoute with it."""
-    t = TYPE_OF_ATTRIBUTE.get(message_type or "")
+def accepted_types(message_type: str) -> tuple[MessageType, ...]:
+    """Every type, unless the topic's message.type attribute names one (as Apache's proxy routes)."""
+    t = TYPE_OF_ATTRIBUTE.get(message_type)
     return ALL_TYPES if t is None else (t,)
 
 

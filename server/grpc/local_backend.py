@@ -10,7 +10,6 @@ delay levels and the timer wheel are the same code for both protocols. Pop consu
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from codec.codes import DEFAULT_TOPIC, RequestCode, ResponseCode
@@ -132,7 +131,7 @@ class LocalBackend:
         self.store_host: tuple[str, int] | None = deps.store_host
         self.broker_name = deps.config.broker_name
 
-    async def consumer_policy(self, group: str, topics: Sequence[str]) -> ConsumerPolicy:
+    async def consumer_policy(self, group: str, topic: str) -> ConsumerPolicy:
         gcfg = self.deps.groups.find(group) if group else None
         retries = gcfg.retry_max_times if gcfg is not None else DEFAULT_RETRIES
         return ConsumerPolicy(retries, bool(self.pop.is_fifo(group)) if group else False, list(self.deps.levels[2:]))
@@ -149,7 +148,7 @@ class LocalBackend:
 
     def _accepted_types(self, topic: str) -> tuple[MessageType, ...]:
         """Every type, unless the topic's message.type attribute names one (as Apache's proxy routes)."""
-        return accepted_types(self.deps.attributes.get(topic).get(MESSAGE_TYPE))
+        return accepted_types(self.deps.attributes.get(topic).get(MESSAGE_TYPE, ""))
 
     def _queue_of(self, topic: str, qid: int) -> None:
         tcfg = self._topic_config(topic)

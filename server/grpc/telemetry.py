@@ -189,8 +189,8 @@ class SessionBackend(Protocol):
     max_message_size: int
     store_host: tuple[str, int] | None  # the host a check's record names; None: the record's own
 
-    async def consumer_policy(self, group: str, topics: Sequence[str]) -> ConsumerPolicy:
-        """`topics`: those the consumer subscribes (where a proxy finds a broker that knows the group)."""
+    async def consumer_policy(self, group: str, topic: str) -> ConsumerPolicy:
+        """`topic`: one the consumer subscribes ("" when none), where a proxy finds the group's brokers."""
         ...
 
 
@@ -214,7 +214,8 @@ class TelemetryService:
         pubsub = client.WhichOneof("pub_sub")
         if pubsub == "subscription":
             sub = client.subscription
-            policy = await self.backend.consumer_policy(sub.group.name, [e.topic.name for e in sub.subscriptions])
+            topic = sub.subscriptions[0].topic.name if sub.subscriptions else ""
+            policy = await self.backend.consumer_policy(sub.group.name, topic)
             retries = policy.retries
             out.backoff_policy.max_attempts = retries + 1
             # RocketMQ's consumer retry schedule: the delay levels from the third (10 s) on

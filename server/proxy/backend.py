@@ -17,8 +17,6 @@ import itertools
 import time
 from collections.abc import Sequence
 
-import structlog
-
 from codec.codes import RequestCode, ResponseCode
 from codec.errors import CodecError
 from codec.msgid import decode_offset_msg_id
@@ -37,17 +35,17 @@ from server.grpc.backend import (
     RouteQueue,
     Sent,
     TopicRoute,
-    accepted_types,
 )
 from server.grpc.status import Code, GrpcError, from_remoting, remoting_error
 from server.grpc.telemetry import ClientSessions, ConsumerPolicy, transaction_id
 from server.grpc.v2 import definition_pb2 as pb
-from server.proxy.brokers import UNKNOWN_GROUP, GroupSettings, RemoteBrokers
+from server.proxy.brokers import RemoteBrokers
 from server.proxy.config import ProxyConfig
+from server.proxy.metadata import BrokerMetadata
 from server.proxy.routes import PERM_READ, PERM_WRITE, CachedRoute, NameServerRoutes
 from server.proxy.sessions import ProxySessions
 
-log = structlog.get_logger(__name__)
+CONSUMER_RETRIES = 16
 NOT_FOUND_CODES = (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND, ResponseCode.NO_MESSAGE)
 
 
@@ -79,8 +77,9 @@ def _pop_refusal(code: int, remark: str | None) -> GrpcError:
 
 class RemoteBackend:
     def __init__(self, cfg: ProxyConfig, routes: NameServerRoutes, brokers: RemoteBrokers,
-                 sessions: ProxySessions) -> None:
+                 sessions: ProxySessions, metadata: BrokerMetadata) -> None:
         self.cfg = cfg
+        self.metadata = metadata
         self.routes = routes
         self.brokers = brokers
         self.sessions: ClientSessions = sessions
@@ -90,36 +89,15 @@ class RemoteBackend:
         self.store_host: tuple[str, int] | None = None  # a record names the broker that stored it
         self._round = itertools.count()
 
-    async def consumer_policy(self, group: str, topics: Sequence[str]) -> ConsumerPolicy:
-        """The group's FIFO-ness and retries as a broker of its first subscribed topic knows them (Apache's
-        proxy asks one broker of the cluster); a group no broker knows: not FIFO, 16 retries."""
-        settings = await self._group_settings(group, topics)
-        return ConsumerPolicy(settings.retry_max_times, settings.consume_message_orderly, list(self.delay_levels[2:]))
-
-    async def _group_settings(self, group: str, topics: Sequence[str]) -> GroupSettings:
-        for topic in topics:
-            try:
-                route = await self.routes.route(topic)
-            except GrpcError:
-                continue  # a subscription to a topic with no route: try the next
-            for broker_name in route.readable_brokers():
-                addr = route.master(broker_name)
-                if not addr:
-                    continue
-                try:
-                    return await self.brokers.group_settings(addr, group)
-                except GrpcError as e:  # that broker is away: the next one
-                    log.warning("proxy.group_settings_unavailable", group=group, broker=addr, error=e.message)
-        return UNKNOWN_GROUP
-
-    async def _accepted_types(self, route: CachedRoute, topic: str) -> tuple[MessageType, ...]:
-        """Narrowed by the topic's message.type attribute as one of its brokers holds it (Apache's proxy:
-        getTopicMessageType from one broker of the route); every type when none answers."""
-        for broker_name in sorted({qd.broker_name for qd in route.route.queue_datas}):
-            addr = route.master(broker_name)
-            if addr:
-                return accepted_types(await self.brokers.topic_message_type(addr, topic))
-        return accepted_types(None)
+    async def consumer_policy(self, group: str, topic: str) -> ConsumerPolicy:
+        """The group's retryMaxTimes and consumeMessageOrderly as its brokers have them (defaults without)."""
+        gcfg = await self.metadata.group(group, topic) if group else None
+        retries, fifo = CONSUMER_RETRIES, False
+        if gcfg is not None:
+            raw = gcfg.get("retryMaxTimes")
+            retries = raw if isinstance(raw, int) and raw >= 0 else CONSUMER_RETRIES
+            fifo = gcfg.get("consumeMessageOrderly") is True
+        return ConsumerPolicy(retries, fifo, list(self.delay_levels[2:]))
 
     async def _master(self, topic: str, broker_name: str) -> str:
         for fresh in (False, True):
@@ -138,11 +116,10 @@ class RemoteBackend:
             for qid in range(max(qd.read_queue_nums, qd.write_queue_nums)):
                 queues.append(RouteQueue(qd.broker_name, qid, qid < qd.read_queue_nums and bool(qd.perm & PERM_READ),
                                          qid < qd.write_queue_nums and bool(qd.perm & PERM_WRITE)))
-        return TopicRoute(queues, await self._accepted_types(route, topic))
+        return TopicRoute(queues, await self.metadata.accepts(topic))
 
     async def assignment(self, topic: str, group: str) -> tuple[list[str], tuple[MessageType, ...]]:
-        route = await self.routes.route(topic)
-        return route.readable_brokers(), await self._accepted_types(route, topic)
+        return (await self.routes.route(topic)).readable_brokers(), await self.metadata.accepts(topic)
 
     # ---- producing -----------------------------------------------------------------------
     def _queue_for(self, route: CachedRoute, props: dict[str, str]) -> tuple[str, int]:

@@ -12,11 +12,9 @@ the answer's header (startOffsetInfo: the checkpoint's start offset; popTime, in
 the message (its topic's mark, queue, offset), with an orderly pop's delivery count from orderCountInfo.
 An ACK / CHANGE of a message popped from the pop retry topic names that topic (ReceiptHandle.getRealTopic).
 
-A group's settings (GET_SUBSCRIPTIONGROUP_CONFIG on the broker, as Apache's proxy reads them): its
-consumeMessageOrderly decides a pop's `order` (an Apache broker then hands out a FIFO queue's next message only
-after the previous one is acknowledged) and a 5.x consumer's Settings (fifo, max attempts). A topic's
-`message.type` attribute (GET_TOPIC_CONFIG's TopicConfig, as Apache's proxy's getTopicMessageType reads it)
-narrows its route's accepted message types. Both cached per broker for METADATA_TTL_S, bounded (`Expiring`)."""
+Whether a group consumes orderly (its consumeMessageOrderly, GET_SUBSCRIPTIONGROUP_CONFIG on the broker, as
+Apache's proxy reads it) decides a pop's `order`: an Apache broker then hands out a FIFO queue's next
+message only after the previous one is acknowledged. Cached per group for GROUP_TTL_S, bounded."""
 
 from __future__ import annotations
 
@@ -24,13 +22,12 @@ import asyncio
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Generic, TypeVar
 
 from codec.codes import DEFAULT_TOPIC, PullSysFlag, RequestCode, ResponseCode, SysFlag
 from codec.codes import SendMessageRequestHeaderV2 as V2
 from codec.command import RemotingCommand
 from codec.errors import CodecError
-from codec.fastjson import as_bool, as_int, as_obj, as_str, loads_lenient
+from codec.fastjson import as_bool, as_obj, loads_lenient
 from codec.pop_receipt import (
     RETRY_TOPIC_MARK,
     ConsumeInitMode,
@@ -47,55 +44,11 @@ from codec.record import MessageRecord, iter_records
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
 from server.grpc.status import Code, GrpcError
-from server.topic_attributes import MESSAGE_TYPE
 
 REQUEST_TIMEOUT_S = 3.0
 POLL_MARGIN_S = 2.0  # a POP_MESSAGE's answer may come this long after its pollTime
-METADATA_TTL_S = 10.0  # how long a group's settings / a topic's message type read from a broker are reused
-MAX_CACHED_METADATA = 4096
-DEFAULT_RETRY_MAX_TIMES = 16  # a group the broker does not know: SubscriptionGroupConfig's default
-
-K_ = TypeVar("K_")
-V_ = TypeVar("V_")
-
-
-class Expiring(Generic[K_, V_]):
-    """A bounded cache whose entries are reused for `ttl_s` (loop time), the least recently stored dropped
-    first beyond `limit`."""
-
-    def __init__(self, ttl_s: float, limit: int) -> None:
-        self.ttl_s = ttl_s
-        self.limit = limit
-        self._items: OrderedDict[K_, tuple[V_, float]] = OrderedDict()
-
-    def get(self, key: K_, now: float) -> V_ | None:
-        hit = self._items.get(key)
-        if hit is None:
-            return None
-        if now - hit[1] >= self.ttl_s:
-            del self._items[key]
-            return None
-        return hit[0]
-
-    def put(self, key: K_, value: V_, now: float) -> None:
-        self._items[key] = (value, now)
-        self._items.move_to_end(key)
-        while len(self._items) > self.limit:
-            self._items.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
-@dataclass(frozen=True, slots=True)
-class GroupSettings:
-    """What the proxy uses of a group's SubscriptionGroupConfig."""
-
-    consume_message_orderly: bool
-    retry_max_times: int
-
-
-UNKNOWN_GROUP = GroupSettings(False, DEFAULT_RETRY_MAX_TIMES)
+GROUP_TTL_S = 10.0  # how long a group's consumeMessageOrderly is reused
+MAX_CACHED_GROUPS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +65,7 @@ class RemoteBrokers:
     def __init__(self, client: RemotingClient, default_queue_nums: int = 4) -> None:
         self.client = client
         self.default_queue_nums = default_queue_nums
-        self._groups: Expiring[tuple[str, str], GroupSettings] = Expiring(METADATA_TTL_S, MAX_CACHED_METADATA)
-        self._message_types: Expiring[tuple[str, str], str] = Expiring(METADATA_TTL_S, MAX_CACHED_METADATA)
+        self._orderly: OrderedDict[tuple[str, str], tuple[bool, float]] = OrderedDict()
 
     async def _invoke(self, addr: str, cmd: RemotingCommand, timeout: float = REQUEST_TIMEOUT_S) -> RemotingCommand:
         try:
@@ -131,46 +83,26 @@ class RemoteBrokers:
                V2.batch: "false"}
         return await self._invoke(addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body))
 
-    async def group_settings(self, addr: str, group: str) -> GroupSettings:
-        """The group's settings on the broker at `addr` (UNKNOWN_GROUP for a group it does not know)."""
-        now = asyncio.get_running_loop().time()
-        hit = self._groups.get((addr, group), now)
-        if hit is not None:
-            return hit
-        resp = await self._invoke(addr, RemotingCommand.request(RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG,
-                                                                {"group": group}))
-        settings = UNKNOWN_GROUP
-        if resp.code == ResponseCode.SUCCESS and resp.body_len():
-            try:
-                cfg = as_obj(loads_lenient(resp.body_bytes()), "SubscriptionGroupConfig")
-                settings = GroupSettings(as_bool(cfg.get("consumeMessageOrderly")),
-                                         as_int(cfg.get("retryMaxTimes"), "retryMaxTimes", DEFAULT_RETRY_MAX_TIMES))
-            except (CodecError, ValueError) as e:
-                raise GrpcError(Code.INTERNAL_SERVER_ERROR, f"broker {addr}: unreadable group config: {e}") from None
-        self._groups.put((addr, group), settings, now)
-        return settings
-
     async def orderly(self, addr: str, group: str) -> bool:
         """The group's consumeMessageOrderly on the broker at `addr` (false for a group it does not know)."""
-        return (await self.group_settings(addr, group)).consume_message_orderly
-
-    async def topic_message_type(self, addr: str, topic: str) -> str:
-        """The topic's `message.type` attribute on the broker at `addr`; "" when it has none, or the broker
-        does not know the topic or answers no GET_TOPIC_CONFIG (a 4.x broker)."""
         now = asyncio.get_running_loop().time()
-        hit = self._message_types.get((addr, topic), now)
-        if hit is not None:
-            return hit
-        resp = await self._invoke(addr, RemotingCommand.request(RequestCode.GET_TOPIC_CONFIG, {"topic": topic}))
-        message_type = ""
+        hit = self._orderly.get((addr, group))
+        if hit is not None and now - hit[1] < GROUP_TTL_S:
+            return hit[0]
+        resp = await self._invoke(addr, RemotingCommand.request(RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG,
+                                                                {"group": group}))
+        orderly = False
         if resp.code == ResponseCode.SUCCESS and resp.body_len():
             try:
-                attributes = as_obj(loads_lenient(resp.body_bytes()), "TopicConfig").get("attributes") or {}
-                message_type = as_str(as_obj(attributes, "attributes").get(MESSAGE_TYPE), MESSAGE_TYPE)
+                orderly = as_bool(as_obj(loads_lenient(resp.body_bytes()), "SubscriptionGroupConfig")
+                                  .get("consumeMessageOrderly"))
             except (CodecError, ValueError) as e:
-                raise GrpcError(Code.INTERNAL_SERVER_ERROR, f"broker {addr}: unreadable topic config: {e}") from None
-        self._message_types.put((addr, topic), message_type, now)
-        return message_type
+                raise GrpcError(Code.INTERNAL_SERVER_ERROR, f"broker {addr}: unreadable group config: {e}") from None
+        self._orderly[(addr, group)] = (orderly, now)
+        self._orderly.move_to_end((addr, group))
+        while len(self._orderly) > MAX_CACHED_GROUPS:
+            self._orderly.popitem(last=False)
+        return orderly
 
     async def pop(self, addr: str, broker_name: str, group: str, topic: str, max_nums: int, invisible_ms: int,
                   poll_ms: int, exp_type: str, exp: str, order: bool = False) -> Popped:
