@@ -22,6 +22,7 @@ from server.grpc.v2 import service_pb2 as spb
 from tests.grpc.conftest import uniq
 from tests.grpc.raw import RawClient
 from tests.grpc.test_apache_proxy import prepare
+from tests.grpc.test_lite_and_dlq import settings_answer
 from tests.helpers import wire
 from tests.helpers.broker import REPO_ROOT, pick_port_pair
 from tests.helpers.cluster import NamesrvProcess, route_brokers, wait_until
@@ -273,18 +274,7 @@ async def consumer_settings(addr: str, group: str, topic: str) -> pb.Settings:
     """The Settings a Telemetry session of a simple consumer of `group` subscribing `topic` is answered with."""
     c = RawClient(addr)
     try:
-        s = pb.Settings(client_type=pb.SIMPLE_CONSUMER)
-        s.subscription.group.name = group
-        s.subscription.subscriptions.append(pb.SubscriptionEntry(
-            topic=pb.Resource(name=topic), expression=pb.FilterExpression(type=pb.TAG, expression="*")))
-        call = c.stub.Telemetry(metadata=(("x-mq-client-id", uniq("raw-settings")),), timeout=20)
-        await call.write(spb.TelemetryCommand(settings=s))
-        reply = await call.read()
-        call.cancel()
-        assert isinstance(reply, spb.TelemetryCommand), reply
-        assert reply.status.code == pb.OK and reply.HasField("settings"), reply
-        settings: pb.Settings = reply.settings
-        return settings
+        return await settings_answer(c, group, topic)
     finally:
         await c.close()
 
