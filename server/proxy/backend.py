@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from codec.codes import RequestCode, ResponseCode
 from codec.errors import CodecError
+from codec.fastjson import as_bool
 from codec.msgid import decode_offset_msg_id
 from codec.pop_receipt import SEP, ExtraInfo, parse_extra_info
 from codec.properties import MessageConst as K
@@ -96,7 +97,7 @@ class RemoteBackend:
         if gcfg is not None:
             raw = gcfg.get("retryMaxTimes")
             retries = raw if isinstance(raw, int) and raw >= 0 else CONSUMER_RETRIES
-            fifo = gcfg.get("consumeMessageOrderly") is True
+            fifo = as_bool(gcfg.get("consumeMessageOrderly"))
         return ConsumerPolicy(retries, fifo, list(self.delay_levels[2:]))
 
     async def _master(self, topic: str, broker_name: str) -> str:
@@ -187,7 +188,7 @@ class RemoteBackend:
         poll_ms = int(max(0.0, deadline - asyncio.get_running_loop().time()) * 1000)
         popped = await self.brokers.pop(addr, broker_name, group, topic, batch, invisible_ms, poll_ms,
                                         SQL92 if accept.sql else "TAG", accept.expression,
-                                        await self.brokers.orderly(addr, group))
+                                        (await self.consumer_policy(group, topic)).fifo)
         if popped.code in NOT_FOUND_CODES:
             return []
         if popped.code != ResponseCode.SUCCESS:

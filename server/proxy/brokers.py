@@ -12,22 +12,19 @@ the answer's header (startOffsetInfo: the checkpoint's start offset; popTime, in
 the message (its topic's mark, queue, offset), with an orderly pop's delivery count from orderCountInfo.
 An ACK / CHANGE of a message popped from the pop retry topic names that topic (ReceiptHandle.getRealTopic).
 
-Whether a group consumes orderly (its consumeMessageOrderly, GET_SUBSCRIPTIONGROUP_CONFIG on the broker, as
-Apache's proxy reads it) decides a pop's `order`: an Apache broker then hands out a FIFO queue's next
-message only after the previous one is acknowledged. Cached per group for GROUP_TTL_S, bounded."""
+A pop's `order` is the group's consumeMessageOrderly, which the caller reads from server.proxy.metadata
+(the same cached GET_SUBSCRIPTIONGROUP_CONFIG answer a consumer's Settings are built from): an Apache broker
+then hands out a FIFO queue's next message only after the previous one is acknowledged."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 
-from codec.codes import DEFAULT_TOPIC, PullSysFlag, RequestCode, ResponseCode, SysFlag
+from codec.codes import DEFAULT_TOPIC, PullSysFlag, RequestCode, SysFlag
 from codec.codes import SendMessageRequestHeaderV2 as V2
 from codec.command import RemotingCommand
 from codec.errors import CodecError
-from codec.fastjson import as_bool, as_obj, loads_lenient
 from codec.pop_receipt import (
     RETRY_TOPIC_MARK,
     ConsumeInitMode,
@@ -47,8 +44,6 @@ from server.grpc.status import Code, GrpcError
 
 REQUEST_TIMEOUT_S = 3.0
 POLL_MARGIN_S = 2.0  # a POP_MESSAGE's answer may come this long after its pollTime
-GROUP_TTL_S = 10.0  # how long a group's consumeMessageOrderly is reused
-MAX_CACHED_GROUPS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +60,6 @@ class RemoteBrokers:
     def __init__(self, client: RemotingClient, default_queue_nums: int = 4) -> None:
         self.client = client
         self.default_queue_nums = default_queue_nums
-        self._orderly: OrderedDict[tuple[str, str], tuple[bool, float]] = OrderedDict()
 
     async def _invoke(self, addr: str, cmd: RemotingCommand, timeout: float = REQUEST_TIMEOUT_S) -> RemotingCommand:
         try:
@@ -82,27 +76,6 @@ class RemoteBrokers:
                V2.properties: properties_to_string(props), V2.reconsumeTimes: "0", V2.unitMode: "false",
                V2.batch: "false"}
         return await self._invoke(addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body))
-
-    async def orderly(self, addr: str, group: str) -> bool:
-        """The group's consumeMessageOrderly on the broker at `addr` (false for a group it does not know)."""
-        now = asyncio.get_running_loop().time()
-        hit = self._orderly.get((addr, group))
-        if hit is not None and now - hit[1] < GROUP_TTL_S:
-            return hit[0]
-        resp = await self._invoke(addr, RemotingCommand.request(RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG,
-                                                                {"group": group}))
-        orderly = False
-        if resp.code == ResponseCode.SUCCESS and resp.body_len():
-            try:
-                orderly = as_bool(as_obj(loads_lenient(resp.body_bytes()), "SubscriptionGroupConfig")
-                                  .get("consumeMessageOrderly"))
-            except (CodecError, ValueError) as e:
-                raise GrpcError(Code.INTERNAL_SERVER_ERROR, f"broker {addr}: unreadable group config: {e}") from None
-        self._orderly[(addr, group)] = (orderly, now)
-        self._orderly.move_to_end((addr, group))
-        while len(self._orderly) > MAX_CACHED_GROUPS:
-            self._orderly.popitem(last=False)
-        return orderly
 
     async def pop(self, addr: str, broker_name: str, group: str, topic: str, max_nums: int, invisible_ms: int,
                   poll_ms: int, exp_type: str, exp: str, order: bool = False) -> Popped:
