@@ -20,7 +20,6 @@ previous value. With allAckInSyncStateSet a send waits (`wait_all_acked`) for ev
 from __future__ import annotations
 
 import asyncio
-import heapq
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypedDict, cast
@@ -38,6 +37,7 @@ from codec.autoswitch_ha import (
     encode_transfer_header,
 )
 from codec.errors import CodecError
+from server.cluster.ha.slaves import AckWaiters, SlaveListener
 from storage.epoch_file import NO_END, EpochFile
 
 if TYPE_CHECKING:
@@ -233,50 +233,35 @@ class AutoSwitchHAService:
         self.config = config
         self.epochs = epochs
         self.members = members
-        self.connections: set[AutoSwitchConnection] = set()
+        self.slaves: SlaveListener[AutoSwitchConnection] = SlaveListener(store, protocol="AutoSwitch")
         self.caught_up_at: dict[int, float] = {}  # slave brokerId -> time.monotonic() it last had everything
         self.last_master_max: dict[AutoSwitchConnection, int] = {}  # the master's end at its last transfer
         self.on_expand: Callable[[int], None] | None = None  # propose adding a caught-up slave to the set
         self.push2slave_max = 0
         self._confirm = 0
-        self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []  # (end offset, seq, future), a heap
-        self._seq = 0
-        self._server: asyncio.base_events.Server | None = None
+        self.waiters = AckWaiters()
+
+    @property
+    def connections(self) -> set[AutoSwitchConnection]:
+        return self.slaves.connections
 
     async def start(self, host: str, port: int) -> None:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: AutoSwitchConnection(self), host, port)
-        self.store.add_dispatch_listener(self._on_dispatch)
-        log.info("ha.listening", host=host, port=port, protocol="AutoSwitch")
+        await self.slaves.start(host, port, lambda: AutoSwitchConnection(self))
 
     @property
     def port(self) -> int:
         """The port listened on (0 before start)."""
-        return int(self._server.sockets[0].getsockname()[1]) if self._server is not None else 0
+        return self.slaves.port
 
     async def close(self) -> None:
-        self.store.remove_dispatch_listener(self._on_dispatch)
-        if self._server is not None:
-            self._server.close()
-            for c in list(self.connections):
-                c.transport.close()
-            await self._server.wait_closed()
-            self._server = None
-        for _, _, fut in self._waiters:
-            if not fut.done():
-                fut.set_result(False)
-        self._waiters.clear()
+        await self.slaves.close()
+        self.waiters.fail_all()
 
     def drop_slaves(self) -> None:
-        for c in list(self.connections):
-            c.close("role change")
-
-    def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
-        self.wake()
+        self.slaves.drop_slaves()
 
     def wake(self) -> None:
-        for c in self.connections:
-            c.data.set()
+        self.slaves.wake()
 
     # ---- acks -----------------------------------------------------------------------------------
     def on_ack(self, conn: AutoSwitchConnection, offset: int, end: int) -> None:
@@ -302,11 +287,7 @@ class AutoSwitchHAService:
 
     def release(self) -> None:
         """Answer the waits every member has acked (after an ack, or when the set changed)."""
-        w = self._waiters
-        while w and (w[0][2].done() or self.all_acked(w[0][0])):
-            _, _, fut = heapq.heappop(w)
-            if not fut.done():
-                fut.set_result(True)
+        self.waiters.release(self.all_acked)
 
     def _acks(self) -> dict[int, int]:
         acks: dict[int, int] = {}
@@ -337,13 +318,7 @@ class AutoSwitchHAService:
         """allAckInSyncStateSet: True once every SyncStateSet member acked `end_offset`."""
         if self.all_acked(end_offset):
             return True
-        fut = asyncio.get_running_loop().create_future()
-        self._seq += 1
-        heapq.heappush(self._waiters, (end_offset, self._seq, fut))
-        try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            return False
+        return await self.waiters.wait(end_offset, timeout_s)
 
     # ---- the SyncStateSet -------------------------------------------------------------------------
     def shrink(self) -> frozenset[int]:
