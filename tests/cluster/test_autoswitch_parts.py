@@ -46,7 +46,7 @@ class Slave:
         self.client = AutoSwitchHAClient(self.store, config(), self.epochs, lambda: addr, lambda: 2)
         self.target = -1
         self.reached = asyncio.Event()
-        self.client.on_applied.append(self._applied)
+        self.client.applier.on_applied.append(self._applied)
         self.task: asyncio.Task[None] | None = None
 
     def _applied(self, end: int) -> None:
@@ -58,11 +58,11 @@ class Slave:
         if self.store.commitlog_max_offset() >= end:
             return
         if self.task is None:
-            self.task = asyncio.get_running_loop().create_task(self.client.run())
+            self.task = asyncio.get_running_loop().create_task(self.client.link.run())
         await asyncio.wait_for(self.reached.wait(), 30)
 
     async def stop(self) -> None:
-        self.client.stop()
+        self.client.link.stop()
         if self.task is not None:
             await asyncio.wait_for(self.task, 30)
             self.task = None
@@ -98,7 +98,7 @@ async def test_replicate_expand_all_ack_and_shrink(tmp_path: Path) -> None:
         assert s.store.commitlog_max_offset() >= end
 
         # a connected slave that stops taking bytes is out once not caught up for haMaxTimeSlaveNotCatchup
-        transport = s.client.transport
+        transport = s.client.link.transport
         assert transport is not None
         transport.pause_reading()
         behind_since = time.monotonic()

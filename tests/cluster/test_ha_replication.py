@@ -134,7 +134,7 @@ async def test_promote_and_former_master_truncates_its_tail(pair, make_broker, t
     await until(lambda: same_commitlog(master, slave), 30)
     replicated = master.store.commitlog_max_offset()
     # the slave's HA link goes away: what the master writes now never reaches it
-    slave.replica.ha_client.stop()
+    slave.replica.ha_client.link.stop()
     await until(lambda: not master.replica.ha_service.connections, 30)
     for i in range(5):
         assert (await send(c, "P", b"lost%d" % i, qid=0)).code == 0

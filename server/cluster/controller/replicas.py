@@ -352,7 +352,7 @@ class ReplicasManager:
         if self.is_master:
             if replica.is_slave:
                 ha = replica.ha_client
-                lost_at = ha.disconnected_at if ha is not None and ha.connected_to is None else None
+                lost_at = ha.link.disconnected_at if ha is not None and ha.link.connected_to is None else None
                 if followed and followed != self.config.broker_addr:
                     await self._hand_over_from(followed)
                 await replica.promote(MASTER_ROLE, self.master_epoch)

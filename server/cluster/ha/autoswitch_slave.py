@@ -33,9 +33,8 @@ from codec.autoswitch_ha import (
     encode_slave_handshake,
 )
 from codec.errors import CodecError
-from server.cluster.ha.link import MasterLink
+from server.cluster.ha.link import MasterLink, ReplicaApplier
 from storage.epoch_file import EpochFile, consistent_point
-from storage.replica import ReplicaError
 
 if TYPE_CHECKING:
     from server.config import BrokerConfig
@@ -66,36 +65,15 @@ class AutoSwitchHAClient:
         self.config = config
         self.epochs = epochs
         self.broker_id = broker_id
+        # run / stop / connected_to; the counters and on_applied
         self.link = MasterLink(config, master_addr, self, store.commitlog_max_offset, protocol="AutoSwitch")
+        self.applier = ReplicaApplier(store, self.link)
         self.decoder = MasterFrameDecoder()
         self.state = HAConnectionState.READY
-        self.frames = 0
-        self.bytes = 0
-        self.mismatches = 0
         self.confirm_offset = 0
         self.received_epoch = -1
         self.truncated: list[list[int]] = []
-        self.on_applied: list[Callable[[int], None]] = []  # fn(new CommitLog end) after each frame run
         self.on_truncated: list[Callable[[int, int], None]] = []  # fn(offset, dropped bytes) after a cut
-
-    async def run(self) -> None:
-        """The supervised task: the link's connect loop."""
-        await self.link.run()
-
-    def stop(self) -> None:
-        self.link.stop()
-
-    @property
-    def connected_to(self) -> str | None:
-        return self.link.connected_to
-
-    @property
-    def disconnected_at(self) -> float | None:
-        return self.link.disconnected_at
-
-    @property
-    def transport(self) -> asyncio.Transport | None:
-        return self.link.transport
 
     # ---- MasterSession ----------------------------------------------------------------------------
     def connecting(self) -> None:
@@ -120,7 +98,7 @@ class AutoSwitchHAClient:
         try:
             frames = self.decoder.feed(data)
         except CodecError as e:
-            log.error("ha.bad_frame", master=self.connected_to, error=str(e))
+            log.error("ha.bad_frame", master=self.link.connected_to, error=str(e))
             self._drop()
             return
         applied = False
@@ -133,7 +111,7 @@ class AutoSwitchHAClient:
                 self._ack()
                 continue
             if self.state != HAConnectionState.TRANSFER:
-                log.error("ha.state_mismatch", master=self.connected_to, slave_state=self.state.name)
+                log.error("ha.state_mismatch", master=self.link.connected_to, slave_state=self.state.name)
                 self._drop()
                 return
             if not self._apply(f):
@@ -141,19 +119,11 @@ class AutoSwitchHAClient:
                 return
             applied = applied or bool(f.body)
         if applied:
-            store = self.store
-            try:
-                store.reput()
-            except Exception as e:  # the bytes are stored; the next frame retries the dispatch
-                log.exception("ha.reput_failed", error=repr(e))
-            self._ack()
-            end = store.commitlog_max_offset()
-            for fn in self.on_applied:
-                fn(end)
+            self.applier.applied(self._ack)
 
     def _truncate(self, h: MasterHandshake) -> bool:
         """doTruncate: cut to the consistent point with the master's epochs; False when there is none."""
-        point, dropped = truncate_to_master(self.store, self.epochs, h, self.connected_to)
+        point, dropped = truncate_to_master(self.store, self.epochs, h, self.link.connected_to)
         if point < 0:
             return False
         if dropped:
@@ -168,22 +138,14 @@ class AutoSwitchHAClient:
         if not t.body:
             self.confirm_offset = min(t.confirm_offset, end)
             return True
-        if end != 0 and t.offset != end:
-            self.mismatches += 1
-            log.error("ha.offset_mismatch", master=self.connected_to, pushed=t.offset, local_end=end)
+        if not self.applier.continues(t.offset):
             return False
         if t.epoch != self.received_epoch:
             self.received_epoch = t.epoch
             if not self.epochs.append(EpochEntry(t.epoch, t.epoch_start_offset)):
                 return False
-        try:
-            store.append_replica(t.offset, t.body)
-        except ReplicaError as e:
-            self.mismatches += 1
-            log.error("ha.append_failed", master=self.connected_to, error=str(e))
+        if not self.applier.append(t.offset, t.body):
             return False
-        self.frames += 1
-        self.bytes += len(t.body)
         self.confirm_offset = min(t.confirm_offset, store.commitlog_max_offset())
         return True
 
@@ -191,8 +153,9 @@ class AutoSwitchHAClient:
         self.link.send(encode_slave_ack(self.store.commitlog_max_offset()))
 
     def stats(self) -> AutoSwitchClientStats:
-        return {"protocol": "AutoSwitch", "master": self.connected_to, "state": self.state.name, "frames": self.frames,
-                "bytes": self.bytes, "mismatches": self.mismatches, "offset": self.store.commitlog_max_offset(),
+        a = self.applier
+        return {"protocol": "AutoSwitch", "master": self.link.connected_to, "state": self.state.name,
+                "frames": a.frames, "bytes": a.bytes, "mismatches": a.mismatches, "offset": self.store.commitlog_max_offset(),
                 "confirm_offset": self.confirm_offset, "truncated": self.truncated,
                 "epochs": [[e.epoch, e.start_offset] for e in self.epochs.entries]}
 

@@ -1,4 +1,5 @@
-"""MasterLink, a slave's connection to its master's HA port, shared by both HA protocols.
+"""MasterLink, a slave's connection to its master's HA port, and ReplicaApplier, the store side of what it
+receives: shared by both HA protocols.
 
 The link owns what does not depend on the protocol: the supervised loop that connects to the address
 the slave should follow now (config or the name server's / controller's answer), waits RECONNECT_S after
@@ -17,8 +18,11 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 import structlog
 
+from storage.replica import ReplicaError
+
 if TYPE_CHECKING:
     from server.config import BrokerConfig
+    from storage.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
 
@@ -143,3 +147,51 @@ class MasterLink(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
         self.session.data_received(data)
+
+
+class ReplicaApplier:
+    """A slave's bytes from the master into its store, for either protocol: each push must continue the
+    local CommitLog exactly (else the connection is dropped, as Apache's "master pushed offset not equal
+    the max phy offset in slave"), is appended through the store's replica seam, and after a run of
+    frames the records are dispatched (ConsumeQueues, index), the protocol acks, and `on_applied` hears
+    the new end."""
+
+    def __init__(self, store: MessageStore, link: MasterLink) -> None:
+        self.store = store
+        self.link = link  # names the master in the log
+        self.frames = 0
+        self.bytes = 0
+        self.mismatches = 0  # pushes that did not continue the local CommitLog
+        self.on_applied: list[Callable[[int], None]] = []  # fn(new CommitLog end) after each frame run
+
+    def continues(self, offset: int) -> bool:
+        """Whether a push at `offset` continues the local CommitLog (an empty one continues anything)."""
+        end = self.store.commitlog_max_offset()
+        if end != 0 and offset != end:
+            self.mismatches += 1
+            log.error("ha.offset_mismatch", master=self.link.connected_to, pushed=offset, local_end=end)
+            return False
+        return True
+
+    def append(self, offset: int, body: bytes) -> bool:
+        try:
+            self.store.append_replica(offset, body)
+        except ReplicaError as e:
+            self.mismatches += 1
+            log.error("ha.append_failed", master=self.link.connected_to, error=str(e))
+            return False
+        self.frames += 1
+        self.bytes += len(body)
+        return True
+
+    def applied(self, ack: Callable[[], None]) -> None:
+        """After a run of appended frames: dispatch them, `ack`, tell `on_applied`."""
+        store = self.store
+        try:
+            store.reput()
+        except Exception as e:  # the bytes are stored; the next frame retries the dispatch
+            log.exception("ha.reput_failed", error=repr(e))
+        ack()
+        end = store.commitlog_max_offset()
+        for fn in self.on_applied:
+            fn(end)

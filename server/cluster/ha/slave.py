@@ -13,7 +13,6 @@ haAuthSecret set, the slave first waits for the master's challenge and answers i
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypedDict
 
@@ -21,8 +20,7 @@ import structlog
 
 from codec.errors import CodecError
 from codec.ha import AUTH_CHALLENGE_SIZE, TransferDecoder, auth_proof, decode_challenge, encode_report
-from server.cluster.ha.link import MasterLink
-from storage.replica import ReplicaError
+from server.cluster.ha.link import MasterLink, ReplicaApplier
 
 if TYPE_CHECKING:
     from server.config import BrokerConfig
@@ -47,32 +45,10 @@ class HAClient:
     def __init__(self, store: MessageStore, config: BrokerConfig, master_addr: Callable[[], str | None]) -> None:
         self.store = store
         self.config = config
-        self.link = MasterLink(config, master_addr, self, store.commitlog_max_offset)
+        self.link = MasterLink(config, master_addr, self, store.commitlog_max_offset)  # run / stop / connected_to
+        self.applier = ReplicaApplier(store, self.link)  # the counters and on_applied
         self.decoder = TransferDecoder()
-        self.frames = 0
-        self.bytes = 0
-        self.mismatches = 0
-        self.on_applied: list[Callable[[int], None]] = []  # fn(new CommitLog end) after each frame run
         self._challenge: bytearray | None = None  # haAuthSecret: the master's challenge so far
-
-    async def run(self) -> None:
-        """The supervised task: the link's connect loop."""
-        await self.link.run()
-
-    def stop(self) -> None:
-        self.link.stop()
-
-    @property
-    def connected_to(self) -> str | None:
-        return self.link.connected_to
-
-    @property
-    def disconnected_at(self) -> float | None:
-        return self.link.disconnected_at
-
-    @property
-    def transport(self) -> asyncio.Transport | None:
-        return self.link.transport
 
     # ---- MasterSession --------------------------------------------------------------------
     def connecting(self) -> None:
@@ -101,7 +77,7 @@ class HAClient:
         try:
             nonce = decode_challenge(buf)
         except CodecError as e:
-            log.error("ha.auth_unexpected", master=self.connected_to, error=str(e))
+            log.error("ha.auth_unexpected", master=self.link.connected_to, error=str(e))
             self._drop()
             return None
         self._challenge = None
@@ -121,44 +97,25 @@ class HAClient:
         try:
             frames = self.decoder.feed(data)
         except CodecError as e:
-            log.error("ha.bad_frame", master=self.connected_to, error=str(e))
+            log.error("ha.bad_frame", master=self.link.connected_to, error=str(e))
             self._drop()
             return
-        store = self.store
         applied = False
         for offset, body in frames:
             if not body:
                 continue
-            end = store.commitlog_max_offset()
-            if end != 0 and offset != end:
-                self.mismatches += 1
-                log.error("ha.offset_mismatch", master=self.connected_to, pushed=offset, local_end=end)
+            if not self.applier.continues(offset) or not self.applier.append(offset, body):
                 self._drop()
                 return
-            try:
-                store.append_replica(offset, body)
-            except ReplicaError as e:
-                self.mismatches += 1
-                log.error("ha.append_failed", master=self.connected_to, error=str(e))
-                self._drop()
-                return
-            self.frames += 1
-            self.bytes += len(body)
             applied = True
         if applied:
-            try:
-                store.reput()
-            except Exception as e:  # the bytes are stored; the next frame retries the dispatch
-                log.exception("ha.reput_failed", error=repr(e))
-            self._report()
-            end = store.commitlog_max_offset()
-            for fn in self.on_applied:
-                fn(end)
+            self.applier.applied(self._report)
 
     def _report(self) -> None:
         if self._challenge is None:
             self.link.send(encode_report(self.store.commitlog_max_offset()))
 
     def stats(self) -> HAClientStats:
-        return {"master": self.connected_to, "frames": self.frames, "bytes": self.bytes,
-                "mismatches": self.mismatches, "offset": self.store.commitlog_max_offset()}
+        a = self.applier
+        return {"master": self.link.connected_to, "frames": a.frames, "bytes": a.bytes,
+                "mismatches": a.mismatches, "offset": self.store.commitlog_max_offset()}
