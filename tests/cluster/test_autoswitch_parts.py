@@ -84,7 +84,7 @@ async def test_replicate_expand_all_ack_and_shrink(tmp_path: Path) -> None:
     svc = AutoSwitchHAService(m, config(), m_epochs, lambda: (frozenset(members), 1))
     svc.on_expand = expanded.append
     await svc.start("127.0.0.1", 0)
-    s = Slave(tmp_path / "s", f"127.0.0.1:{svc.port}")
+    s = Slave(tmp_path / "s", f"127.0.0.1:{svc.slaves.port}")
     try:
         end = put(m, 30, "a")
         await s.run_until(end)
@@ -112,7 +112,7 @@ async def test_replicate_expand_all_ack_and_shrink(tmp_path: Path) -> None:
         transport.resume_reading()
         await s.run_until(m.commitlog_max_offset())
 
-        [conn] = svc.connections
+        [conn] = svc.slaves.connections
         assert conn.slave_id == 2
         await s.stop()
         assert conn.task is not None
@@ -136,7 +136,7 @@ async def test_a_divergent_tail_is_cut_at_the_handshake(tmp_path: Path) -> None:
     m_epochs.begin_epoch(1, 0)
     svc = AutoSwitchHAService(m, config(), m_epochs, lambda: (frozenset({1}), 1))
     await svc.start("127.0.0.1", 0)
-    addr = f"127.0.0.1:{svc.port}"
+    addr = f"127.0.0.1:{svc.slaves.port}"
     s = Slave(tmp_path / "s", addr)
     try:
         common = put(m, 20, "a")

@@ -470,7 +470,7 @@ class ReplicasManager:
         confirm = svc.confirm_offset()
         limit = self.config.ha_max_time_slave_not_catchup / 1000.0
         now = time.monotonic()
-        joining = {c.slave_id for c in svc.connections
+        joining = {c.slave_id for c in svc.slaves.connections
                    if not c.closed and not c.async_learner and c.slave_id >= 0 and c.slave_id not in members
                    and c.ack_offset >= confirm and now - svc.caught_up_at.get(c.slave_id, -limit - 1) <= limit}
         new = frozenset(kept | joining)

@@ -84,7 +84,7 @@ class AutoSwitchConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         self.peer = transport.get_extra_info("peername")
-        self.svc.connections.add(self)
+        self.svc.slaves.connections.add(self)
         self.task = asyncio.get_running_loop().create_task(self._write_loop(), name=f"autoswitch-write-{self.peer}")
 
     def data_received(self, data: bytes) -> None:
@@ -121,7 +121,7 @@ class AutoSwitchConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.svc.connections.discard(self)
+        self.svc.slaves.connections.discard(self)
         self.svc.on_disconnect(self)
         self.handshaken.set()
         self.reported.set()
@@ -241,27 +241,12 @@ class AutoSwitchHAService:
         self._confirm = 0
         self.waiters = AckWaiters()
 
-    @property
-    def connections(self) -> set[AutoSwitchConnection]:
-        return self.slaves.connections
-
     async def start(self, host: str, port: int) -> None:
         await self.slaves.start(host, port, lambda: AutoSwitchConnection(self))
-
-    @property
-    def port(self) -> int:
-        """The port listened on (0 before start)."""
-        return self.slaves.port
 
     async def close(self) -> None:
         await self.slaves.close()
         self.waiters.fail_all()
-
-    def drop_slaves(self) -> None:
-        self.slaves.drop_slaves()
-
-    def wake(self) -> None:
-        self.slaves.wake()
 
     # ---- acks -----------------------------------------------------------------------------------
     def on_ack(self, conn: AutoSwitchConnection, offset: int, end: int) -> None:
@@ -278,7 +263,7 @@ class AutoSwitchHAService:
 
     def on_disconnect(self, conn: AutoSwitchConnection) -> None:
         self.last_master_max.pop(conn, None)
-        if conn.slave_id >= 0 and not any(c.slave_id == conn.slave_id for c in self.connections):
+        if conn.slave_id >= 0 and not any(c.slave_id == conn.slave_id for c in self.slaves.connections):
             self.caught_up_at.pop(conn.slave_id, None)
 
     def caught_up(self, conn: AutoSwitchConnection) -> None:
@@ -291,7 +276,7 @@ class AutoSwitchHAService:
 
     def _acks(self) -> dict[int, int]:
         acks: dict[int, int] = {}
-        for c in self.connections:
+        for c in self.slaves.connections:
             if not c.closed and c.slave_id >= 0:
                 acks[c.slave_id] = max(acks.get(c.slave_id, -1), c.ack_offset)
         return acks
@@ -332,13 +317,13 @@ class AutoSwitchHAService:
 
     # ---- the classic service's surface (ReplicaRole, runtime info) --------------------------------
     def slave_ok(self, end_offset: int) -> bool:
-        return bool(self.connections)
+        return bool(self.slaves.connections)
 
     async def wait_replicated(self, end_offset: int, timeout_s: float) -> bool:
         return await self.wait_all_acked(end_offset, timeout_s)
 
     def stats(self) -> AutoSwitchStats:
-        return {"protocol": "AutoSwitch", "slaves": len(self.connections), "push2slave_max": self.push2slave_max,
+        return {"protocol": "AutoSwitch", "slaves": len(self.slaves.connections), "push2slave_max": self.push2slave_max,
                 "confirm_offset": self.confirm_offset(),
                 "slave_acks": {str(k): v for k, v in self._acks().items()},
                 "epochs": [[e.epoch, e.start_offset] for e in self.epochs.entries]}

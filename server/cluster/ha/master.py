@@ -89,9 +89,9 @@ class HAConnection(asyncio.Protocol):
 
     def _admit(self) -> None:
         self.svc.pending.discard(self)
-        self.svc.connections.add(self)
+        self.svc.slaves.connections.add(self)
         self.task = asyncio.get_running_loop().create_task(self._write_loop(), name=f"ha-write-{self.peer}")
-        log.info("ha.slave_connected", peer=self.peer, slaves=len(self.svc.connections),
+        log.info("ha.slave_connected", peer=self.peer, slaves=len(self.svc.slaves.connections),
                  authenticated=self.secret is not None)
 
     def _auth_failed(self, reason: str) -> None:
@@ -145,10 +145,10 @@ class HAConnection(asyncio.Protocol):
             self.closed = True
             return
         self.closed = True
-        self.svc.connections.discard(self)
+        self.svc.slaves.connections.discard(self)
         self.writable.set()
         self.reported.set()
-        self.svc.wake()
+        self.svc.slaves.wake()
         if self.task is not None:
             self.task.cancel()
         log.info("ha.slave_disconnected", peer=self.peer, ack=self.ack_offset, error=repr(exc) if exc else None)
@@ -227,22 +227,12 @@ class HAService:
         self.push2slave_max = 0
         self.waiters = AckWaiters()
 
-    @property
-    def connections(self) -> set[HAConnection]:
-        return self.slaves.connections
-
     async def start(self, host: str, port: int) -> None:
         await self.slaves.start(host, port, lambda: HAConnection(self))
 
     async def close(self) -> None:
         await self.slaves.close(also=self.pending)
         self.waiters.fail_all()
-
-    def drop_slaves(self) -> None:
-        self.slaves.drop_slaves()
-
-    def wake(self) -> None:
-        self.slaves.wake()
 
     # ---- acks / SYNC_MASTER ---------------------------------------------------------------
     def on_ack(self, offset: int) -> None:
@@ -252,7 +242,7 @@ class HAService:
 
     def slave_ok(self, end_offset: int) -> bool:
         """isSlaveOK: a slave is connected and not more than haSlaveFallbehindMax behind."""
-        return bool(self.connections) and end_offset - self.push2slave_max < self.config.ha_slave_fallbehind_max
+        return bool(self.slaves.connections) and end_offset - self.push2slave_max < self.config.ha_slave_fallbehind_max
 
     async def wait_replicated(self, end_offset: int, timeout_s: float) -> bool:
         """True once a slave acked `end_offset`, False after `timeout_s`."""
@@ -261,5 +251,5 @@ class HAService:
         return await self.waiters.wait(end_offset, timeout_s)
 
     def stats(self) -> HAServiceStats:
-        return {"slaves": len(self.connections), "push2slave_max": self.push2slave_max,
-                "slave_acks": {str(c.peer): c.ack_offset for c in self.connections}}
+        return {"slaves": len(self.slaves.connections), "push2slave_max": self.push2slave_max,
+                "slave_acks": {str(c.peer): c.ack_offset for c in self.slaves.connections}}

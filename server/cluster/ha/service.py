@@ -470,7 +470,7 @@ class ReplicaRole:
         """Flat GET_BROKER_RUNTIME_INFO entries (ha*)."""
         info = {"haEpoch": str(self.epoch), "haEpochStartOffset": str(self.epoch_start)}
         if self.ha_service is not None:
-            info["haSlaveCount"] = str(len(self.ha_service.connections))
+            info["haSlaveCount"] = str(len(self.ha_service.slaves.connections))
             info["haPush2SlaveMaxOffset"] = str(self.ha_service.push2slave_max)
         if self.ha_client is not None:
             info["haMasterAddress"] = self.ha_client.link.connected_to or ""
