@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from codec.buffers import Body
 from codec.codes import (
@@ -88,23 +88,20 @@ class SendConn(Protocol):
     def remote_addr(self) -> tuple[str, int]: ...
 
 
-class PreparedSend(NamedTuple):
-    """A send checked and encoded, ready for the run's put_batch (`SendPreparer.prepare`). A NamedTuple
-    (slotted: no instance dict) so that a run transposes with one `zip(*preps)`; the hot path builds it
-    with `tuple.__new__(PreparedSend, (...))` (`new_prepared`), which costs what a plain tuple does, where
-    the generated `PreparedSend(...)` costs ~3x that."""
-
-    record: bytes | bytearray  # the encoded CommitLog record
-    topic: str  # store topic (SCHEDULE_TOPIC_XXXX for a delay level, the DLQ, the half topic)
-    queue_id: int  # store queue id
-    tags_code: int
-    keys: IndexKeys
-    deliver_delay: int  # ms for a delay level, -1 otherwise
-    reply_queue_id: int  # the queue id the response names
-    wait: bool  # WAIT: answer once flushed (SYNC_FLUSH) / replicated (SYNC_MASTER)
-
-
-new_prepared = tuple.__new__  # new_prepared(PreparedSend, (record, topic, ...)): see PreparedSend
+# A send checked and encoded, ready for the run's put_batch (`SendPreparer.prepare`), a run of them
+# transposed with one `zip(*preps)`. Its fields, in order:
+#   record: bytes | bytearray  the encoded CommitLog record
+#   topic: str                 store topic (SCHEDULE_TOPIC_XXXX for a delay level, the DLQ, the half topic)
+#   queue_id: int              store queue id
+#   tags_code: int
+#   keys: IndexKeys
+#   deliver_delay: int         ms for a delay level, -1 otherwise
+#   reply_queue_id: int        the queue id the response names
+#   wait: bool                 WAIT: answer once flushed (SYNC_FLUSH) / replicated (SYNC_MASTER)
+# A plain tuple, not a NamedTuple: every send builds one, and a tuple subclass instance (even made with
+# tuple.__new__) costs ~1,100 more instructions to build and free than a plain tuple (issue 27's
+# instruction-count criterion; bench/RESULTS.md 2026-11-28).
+PreparedSend: TypeAlias = tuple[bytes | bytearray, str, int, int, IndexKeys, int, int, bool]
 PUT_OK = PutStatus.PUT_OK
 
 # what every send response carries after msgId/queueId/queueOffset
