@@ -10,6 +10,7 @@ from typing import Protocol
 import structlog
 
 from codec.command import RemotingCommand
+from codec.tags import tags_match
 
 from . import _wire as w
 from .instance import ClientInstance
@@ -40,9 +41,11 @@ def build_pull_request(group: str, mq: MessageQueue, sub: Subscription, offset: 
 
 
 def filter_by_tags(msgs: list[MessageExt], sub: Subscription) -> list[MessageExt]:
+    """The client's exact tag check after the broker's code check: a message with several `||`-joined tags
+    (codec.tags) matches when one of them is subscribed."""
     if not sub.tags:
         return msgs
-    return [m for m in msgs if m.tags is not None and m.tags in sub.tags]
+    return [m for m in msgs if tags_match(m.tags, sub.tags)]
 
 
 class QueueOwner(Protocol):

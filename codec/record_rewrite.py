@@ -40,7 +40,7 @@ from codec.record import (
     store_host_pos,
     topic_field,
 )
-from codec.tags import java_hash
+from codec.tags import tags_hash
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -154,12 +154,12 @@ def _topic(b: bytes) -> tuple[str, bytes]:
 
 
 def tags_code(tags: bytes | None) -> int:
-    """tagsCode of a TAGS value (Java String.hashCode, cached); 0 without tags."""
+    """tagsCode of a TAGS value (codec.tags.tags_hash, cached); 0 without tags."""
     if not tags:
         return 0
     code = _tags.get(tags)
     if code is None:
-        code = _tags.remember(tags, java_hash(tags.decode("utf-8", "replace")))
+        code = _tags.remember(tags, tags_hash(tags.decode("utf-8", "replace")))
     return code
 
 

@@ -44,7 +44,7 @@ from codec.properties import (
 from codec.put_run import PutRun, put_run
 from codec.record import MAX_PROPERTIES_BYTES, POS_QUEUE_ID, POS_TOTAL, read_properties_bytes, topic_field
 from codec.record_rewrite import _qid, _topic, rewrite_for_delivery, tags_code, tail_span
-from codec.tags import java_hash
+from codec.tags import tags_hash
 
 MISSING, SKIPPED, CANCELLED = 0, 1, 2
 
@@ -259,4 +259,4 @@ def timer_delivery_reference(raw: BytesLike | None, roll: bool, exact_ms: int, e
     if uniq:
         keys.append(uniq)
     tags = props.get(MessageConst.TAGS)
-    return TimerDelivery(rec, topic, qid, java_hash(tags) if tags else 0, tuple(keys))
+    return TimerDelivery(rec, topic, qid, tags_hash(tags) if tags else 0, tuple(keys))

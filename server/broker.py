@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from codec.codes import ResponseCode
+from codec.filter_bitmap import UNIT_SIZE as BITMAP_UNIT_SIZE
 from codec.properties import MessageConst
 from codec.record import MessageRecord, encode_record
 from scheduler.browse import ScheduledBrowser
@@ -166,11 +167,15 @@ class BrokerController:
         life.add("tables", start=self._load_tables)
         store = self.store = make_message_store(cfg, levels)
         if cfg.enable_property_filter and cfg.enable_calc_filter_bit_map:  # before the pull hold: a woken pull sees it
-            bitmaps = self.bitmaps = FilterBitmaps(FilterBitmapFiles(cfg.store_path_root_dir), store)
+            bitmaps = self.bitmaps = FilterBitmaps(FilterBitmapFiles(
+                cfg.store_path_root_dir, cfg.mapped_file_size_consume_queue_ext // BITMAP_UNIT_SIZE), store)
             store.add_dispatch_listener(bitmaps.on_dispatch)
+            store.add_queue_files_listener(bitmaps.files)  # the bitmap files follow the ConsumeQueues' retention
             life.add("filter_bitmaps", stop=bitmaps.close)  # closed after the store stopped dispatching
         store.add_dispatch_listener(self.pull_hold.on_dispatch)
         life.add("store", start=lambda: open_message_store(store), stop=store.shutdown)
+        if self.bitmaps is not None:  # cut to what the recovered ConsumeQueues hold, before anything dispatches
+            life.add("filter_bitmaps.recover", start=self.bitmaps.recover)
         ctl = self.controller
         if ctl is not None:  # the role is the controller's: known before anything below starts
             life.add("controller.join", start=lambda: ctl.join(store))
@@ -223,6 +228,7 @@ class BrokerController:
         # requests, stopped after both
         pop = self.pop = PopService(pop_deps(self), PopStore(cfg.store_path_root_dir, sync=cfg.sync_flush))
         life.add("pop", start=self._start_pop, stop=pop.stop)
+        runtime.sources.append(("pop", pop.runtime_info))
         register_processors(remoting, self)
         life.add("remoting", start=self._listen,
                  stop=lambda: remoting.close(cfg.shutdown_drain_timeout_ms / 1000.0))

@@ -23,6 +23,7 @@ import structlog
 from codec.codes import DEFAULT_CLUSTER
 from codec.consume_queue_unit import UNIT_SIZE
 from codec.durations import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from codec.filter_bitmap import UNIT_SIZE as BITMAP_UNIT_SIZE
 from server.listeners import Listener, clash
 
 log = structlog.get_logger(__name__)
@@ -77,6 +78,7 @@ class BrokerConfig:
     disk_max_used_space_ratio: int = 0  # percent; puts are refused past it (0 = store default, 90)
     mapped_file_size_commit_log: int = 1073741824
     mapped_file_size_consume_queue: int = 6000000  # 300,000 units of 20 bytes per ConsumeQueue file
+    mapped_file_size_consume_queue_ext: int = 50331648  # 48 MiB (Apache's default): bytes per filter bitmap file
     mapped_file_size_timer_log: int = 104857600  # timerlog segment size (RocketMQ's key)
     file_reserved_time: int = 72
     max_hash_slot_num: int = 5000000  # key index: hash slots per IndexFile (storage/index.py)
@@ -362,6 +364,8 @@ VALIDATORS: dict[str, Check] = {
     "mapped_file_size_commit_log": int_range(4096, 2**31 - 1),
     "mapped_file_size_consume_queue": lambda v: int_range(UNIT_SIZE * 64, 2**31 - 1)(v) or (
         None if v % UNIT_SIZE == 0 else f"must be a multiple of {UNIT_SIZE} (the unit size), got {v}"),
+    "mapped_file_size_consume_queue_ext": lambda v: int_range(BITMAP_UNIT_SIZE * 64, 2**31 - 1)(v) or (
+        None if v % BITMAP_UNIT_SIZE == 0 else f"must be a multiple of {BITMAP_UNIT_SIZE} (the unit size), got {v}"),
     "mapped_file_size_timer_log": int_range(4096, 2**31 - 1),
     "file_reserved_time": _NON_NEGATIVE,
     "max_hash_slot_num": _POSITIVE,

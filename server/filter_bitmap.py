@@ -6,10 +6,14 @@ RocketMQ's CommitLogDispatcherCalcBitMap, composed here from three named parts:
 - the dispatcher (`on_dispatch`, a store dispatch listener, same loop tick as the put): for each new unit of a
   topic with registered selectors, the record is evaluated once per selector and the OR of the matching groups'
   masks is written with the time (storage.filter_bitmap);
-- the gate (`gate`): what a pull gives the store's lookup (`get_messages(..., unit_filter=)`): a unit computed
+- the gate (`gate`): what a pull or a pop (server.pop.service) gives the store's lookup (`get_messages(..., unit_filter=)`): a unit computed
   after the group's registration whose bits lack the group's mask cannot match, so it is skipped without reading
   the CommitLog. Anything else (older units, units never computed, another selector) goes on to the exact
-  evaluation, which always decides.
+  evaluation, which always decides. A unit's bits vouch only when it was computed after the registration and
+  no later than the gate was made (`since_ms < computed_ms <= until_ms`): a corrupt time says nothing.
+
+The files follow the ConsumeQueue (storage.filter_bitmap: retention, topic deletion); `recover` (at start, once
+the store recovered) cuts what the ConsumeQueue no longer has and starts the clock past every kept unit.
 """
 
 from __future__ import annotations
@@ -46,11 +50,11 @@ class Registered:
 class UnitGate:
     """`gate(queue_offset) -> bool`: False when the unit's bitmap proves the group's selector cannot match."""
 
-    __slots__ = ("files", "topic", "queue_id", "mask", "since_ms", "base", "buf", "n", "skipped")
+    __slots__ = ("files", "topic", "queue_id", "mask", "since_ms", "until_ms", "base", "buf", "n", "skipped")
 
-    def __init__(self, files: FilterBitmapFiles, topic: str, queue_id: int, reg: Registered) -> None:
+    def __init__(self, files: FilterBitmapFiles, topic: str, queue_id: int, reg: Registered, until_ms: int) -> None:
         self.files, self.topic, self.queue_id = files, topic, queue_id
-        self.mask, self.since_ms = reg.mask, reg.since_ms
+        self.mask, self.since_ms, self.until_ms = reg.mask, reg.since_ms, until_ms
         self.base, self.buf, self.n = 0, b"", 0
         self.skipped = 0
 
@@ -64,7 +68,7 @@ class UnitGate:
             if self.n == 0:
                 return True
         bits, computed_ms = UNIT.unpack_from(self.buf, i * UNIT_SIZE)
-        if computed_ms <= self.since_ms or bits & self.mask == self.mask:
+        if not self.since_ms < computed_ms <= self.until_ms or bits & self.mask == self.mask:
             return True
         self.skipped += 1
         return False
@@ -110,7 +114,7 @@ class FilterBitmaps:
 
     def gate(self, group: str, topic: str, queue_id: int, sub_version: int, selector: Selector) -> UnitGate | None:
         reg = self.register(group, topic, sub_version, selector)
-        return None if reg is None else UnitGate(self.files, topic, queue_id, reg)
+        return None if reg is None else UnitGate(self.files, topic, queue_id, reg, self._last_ms)
 
     def count_skipped(self, gate: UnitGate) -> None:
         self.skipped += gate.skipped
@@ -151,6 +155,20 @@ class FilterBitmaps:
             self.files.write(topic, queue_id, first, bytes(out))
             self.computed += len(out) // UNIT_SIZE
         self._next[key] = start
+
+    def recover(self) -> None:
+        """At start, after the store recovered: the files agree with the ConsumeQueues (storage.filter_bitmap), and
+        the clock starts past every kept unit (a registration from now on is later than all of them)."""
+        store = self.store
+        known: dict[str, set[int]] = {}
+
+        def bounds(topic: str, queue_id: int) -> tuple[int, int] | None:
+            ids = known.get(topic)
+            if ids is None:
+                ids = known[topic] = set(store.queue_ids(topic))
+            return (store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)) if queue_id in ids else None
+        self._last_ms = max(self._last_ms, self.files.recover(bounds, self.clock_ms()))
+        self._next.clear()
 
     def close(self) -> None:
         self.files.close()

@@ -42,15 +42,18 @@ def clash(listeners: Iterable[Listener]) -> tuple[Listener, Listener] | None:
     return None
 
 
-def probe(listeners: Iterable[Listener]) -> None:
-    """Bind each port the way the servers do (SO_REUSEADDR: a TIME_WAIT remnant is no clash) and let it go;
-    raise ListenError for the first one another process holds."""
+def probe(listeners: Iterable[Listener], reuse_port: bool = False) -> None:
+    """Bind each port the way the servers do (SO_REUSEADDR: a TIME_WAIT remnant is no clash; with `reuse_port`
+    SO_REUSEPORT too, so a port other SO_REUSEPORT listeners of this user share is no clash either) and let it
+    go; raise ListenError for the first one another process holds."""
     for lst in listeners:
         if lst.port == 0:
             continue
         family = socket.AF_INET6 if ":" in lst.host else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             try:
                 s.bind((lst.host, lst.port))
             except OSError as e:

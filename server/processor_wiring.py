@@ -186,7 +186,7 @@ def pop_deps(b: BrokerParts) -> PopDeps:
             return isinstance(conn, TelemetryChannel)
     return PopDeps(store=built(b.store, "store"), topics=b.topics, groups=b.groups, offsets=b.offsets,
                    clients=b.clients, put_record=b.put_record, store_host=b.store_host,
-                   is_pop_channel=is_pop_channel)
+                   is_pop_channel=is_pop_channel, bitmaps=b.bitmaps)
 
 
 def register_processors(server: Registrar, b: BrokerParts) -> None:

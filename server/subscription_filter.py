@@ -11,6 +11,9 @@ expression is compiled once per (group, topic, subVersion, expression) into a `c
 stored record's bytes. With `filterSupportRetry` (default false, as in Apache) a group's `%RETRY%` topic is
 filtered too: each retried message by the group's SQL92 subscription to the topic it was first sent to (its
 RETRY_TOPIC property); otherwise a retry topic delivers what it holds, as Apache does.
+
+`tags_filter` is the exact tag match of a TAG subscription on a MULTI_TAG topic (codec.tags: a unit's code only
+says the message may carry a wanted tag; its TAGS decide).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from codec.codes import RETRY_PREFIX, ResponseCode
 from codec.properties import MessageConst
 from codec.sql92 import EXPRESSION_TYPE as SQL92
 from codec.sql92 import Selector, SelectorError, properties_text
+from codec.tags import tags_match
 
 TAG: Final = "TAG"
 
@@ -97,3 +101,30 @@ class SubscriptionFilters:
             sel = self.selector(group, real, sub[2], sub[0], sub[1])
             return True if isinstance(sel, str) else sel.matches_text(text)
         return matches
+
+
+_TAGS_TOKEN: Final = b"\x02" + MessageConst.TAGS.encode() + b"\x01"
+
+
+def tags_filter(wanted: frozenset[str]) -> RecordFilter:
+    """A record filter: one of the record's TAGS (`||`-joined tags split) is in `wanted`."""
+    token, tl = _TAGS_TOKEN, len(_TAGS_TOKEN)
+
+    def matches(record: memoryview) -> bool:
+        try:
+            text = properties_text(record)
+        except (ValueError, IndexError):
+            return False
+        i = text.rfind(token)
+        if i < 0:
+            return False
+        e = text.find(b"\x02", i + tl)
+        return tags_match(text[i + tl:(len(text) if e < 0 else e)].decode("utf-8", "replace"), wanted)
+    return matches
+
+
+def both(first: RecordFilter, then: RecordFilter | None) -> RecordFilter:
+    """`first` and, when given, `then`."""
+    if then is None:
+        return first
+    return lambda record: first(record) and then(record)

@@ -14,7 +14,7 @@ import structlog
 
 from codec.codes import RequestCode
 from codec.properties import MessageConst, index_keys
-from codec.tags import java_hash
+from codec.tags import tags_code
 from remoting.connection import Connection
 from remoting.dispatch import BatchProcessor, Processor
 from remoting.server import RemotingServer
@@ -84,7 +84,7 @@ def put_request(raw: bytearray, topic: str, queue_id: int, properties: Mapping[s
     and UNIQ_KEY (called once per sent message: keep it lean)."""
     tags = properties.get(_TAGS)
     keys = index_keys(properties.get(_KEYS), properties.get(_UNIQ_KEY))
-    return PutRequest(raw, topic, queue_id, java_hash(tags) if tags else 0, keys, deliver_delay_ms)
+    return PutRequest(raw, topic, queue_id, tags_code(tags), keys, deliver_delay_ms)
 
 
 # ---- scheduler -------------------------------------------------------------------------------

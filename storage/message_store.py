@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
@@ -62,6 +62,7 @@ from storage.store_types import (
     PutResult,
     PutStatus,
     QueryResult,
+    QueueFilesListener,
     StoreConfig,
     TagsCodeOf,
     tags_hash_code,
@@ -225,6 +226,10 @@ class MessageStore:
     def remove_dispatch_listener(self, fn: DispatchListener) -> None:
         self.listeners.remove(fn)
 
+    def add_queue_files_listener(self, listener: QueueFilesListener) -> None:
+        """`listener` follows the ConsumeQueues' retention and topic deletion (storage.store_types)."""
+        self.retention.queue_listeners.append(listener)
+
     # ---- puts (storage.store_put, storage.store_append) -----------------------------------------
     def put(self, requests: list[PutRequest]) -> list[PutResult]:
         return self.put_path.put(requests)
@@ -249,7 +254,7 @@ class MessageStore:
 
     # ---- reads (storage.store_reads) ------------------------------------------------------------
     def get_messages(self, topic: str, queue_id: int, offset: int, max_num: int,
-                     tag_codes: set[int] | None = None,
+                     tag_codes: Container[int] | None = None,
                      record_filter: Callable[[memoryview], bool] | None = None,
                      unit_filter: Callable[[int], bool] | None = None) -> GetResult:
         return self.reads.get_messages(topic, queue_id, offset, max_num, tag_codes, record_filter, unit_filter)
@@ -340,7 +345,10 @@ class MessageStore:
     def delete_consume_queues(self, topic: str) -> int:
         """Forget a deleted topic's ConsumeQueues and remove their files (RocketMQ's cleanUnusedTopic).
         Its records stay in the CommitLog until retention. Returns the number of queues removed."""
-        return self.queues.delete_topic(topic)
+        removed = self.queues.delete_topic(topic)
+        for listener in self.retention.queue_listeners:
+            listener.topic_deleted(topic)
+        return removed
 
     @property
     def flush_count(self) -> int:

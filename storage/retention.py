@@ -1,7 +1,8 @@
 """Retention (`Retention`, a part of MessageStore): delete CommitLog segments older than `file_reserved_time_hours`
 (by the segment's last modification, i.e. its last store time), oldest first, never the active one;
 then advance ConsumeQueue min offsets past the new CommitLog min and delete CQ files wholly below it,
-and delete the IndexFiles whose endPhyOffset is below it (queries skip older entries of the others)."""
+and delete the IndexFiles whose endPhyOffset is below it (queries skip older entries of the others). Files kept
+beside a ConsumeQueue (its `queue_listeners`) are told its new min offset."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from storage.commitlog import CommitLog
 from storage.consume_queue_table import ConsumeQueueTable
 from storage.index import IndexService
 from storage.store_status import RunState
-from storage.store_types import StoreConfig
+from storage.store_types import QueueFilesListener, StoreConfig
 
 log = structlog.get_logger(__name__)
 
@@ -26,6 +27,7 @@ class Retention:
         self.queues = queues
         self.index = index
         self.run = run
+        self.queue_listeners: list[QueueFilesListener] = []  # files beside the ConsumeQueue (storage.filter_bitmap)
 
     def clean_expired(self, now: float | None = None) -> list[str]:
         """Delete expired segments; `now` is epoch seconds (default: the current time). Returns the
@@ -52,6 +54,8 @@ class Retention:
             if cq.min_offset != before:
                 log.info("retention.consume_queue_min_advanced", topic=cq.topic, queue_id=cq.queue_id,
                          min_offset=cq.min_offset)
+                for listener in self.queue_listeners:
+                    listener.trimmed(cq.topic, cq.queue_id, cq.min_offset)
         log.info("retention.commitlog_deleted", files=deleted, commitlog_min_offset=new_min)
         self.index.delete_below(new_min)
         return deleted

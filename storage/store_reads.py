@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING
 
 import structlog
@@ -40,10 +40,11 @@ class StoreReads:
 
     # ---- pull -----------------------------------------------------------------------------------
     def get_messages(self, topic: str, queue_id: int, offset: int, max_num: int,
-                     tag_codes: set[int] | None = None,
+                     tag_codes: Container[int] | None = None,
                      record_filter: Callable[[memoryview], bool] | None = None,
                      unit_filter: Callable[[int], bool] | None = None) -> GetResult:
-        """Up to `max_num` messages from `offset`: units whose tagsCode is in `tag_codes` (None: any) and whose
+        """Up to `max_num` messages from `offset`: units whose tagsCode is in `tag_codes` (None: any; a set, or
+        codec.tags.MultiTagCodes on a MULTI_TAG topic) and whose
         queue offset `unit_filter` does not rule out (isMatchedByConsumeQueue: a bitmap pre-filter), then records
         `record_filter` accepts (isMatchedByCommitLog, e.g. a SQL92 selector; None: any)."""
         self.counters.get_total += 1
@@ -80,7 +81,7 @@ class StoreReads:
         return result
 
     def take_matching(self, result: GetResult, units: memoryview, offset: int, max_count: int, max_bytes: int,
-                      tag_codes: set[int] | None, unit_filter: Callable[[int], bool] | None,
+                      tag_codes: Container[int] | None, unit_filter: Callable[[int], bool] | None,
                       record_filter: Callable[[memoryview], bool] | None) -> tuple[int, bool]:
         """Scan `units` (from queue offset `offset`) into `result`'s buffers and queue offsets, up to `max_count`
         records / `max_bytes`, keeping those the filters accept: (units scanned, whether a unit pointed at

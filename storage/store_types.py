@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from codec.properties import MessageConst
-from codec.tags import java_hash
+from codec.tags import tags_code
 
 # property names, bound once for the per-message path (codec.properties.MessageConst)
 _TAGS = MessageConst.TAGS
@@ -23,15 +23,26 @@ TagsCodeOf = Callable[[str, dict[str, str], int], int]
 # called after a put once per (topic, queue id) it wrote to, with that queue's new max offset
 # (`MessageStore.add_dispatch_listener`; RocketMQ's CommitLogDispatcher, after the ConsumeQueue write)
 DispatchListener = Callable[[str, int, int], None]
+
+
+class QueueFilesListener(Protocol):
+    """Files kept beside the ConsumeQueue follow it (`MessageStore.add_queue_files_listener`; storage.filter_bitmap):
+    told when retention advanced a queue's min offset (its files wholly below are deleted) and when a deleted
+    topic's queues were removed."""
+
+    def trimmed(self, topic: str, queue_id: int, min_offset: int) -> None: ...
+
+    def topic_deleted(self, topic: str) -> None: ...
+
 # a record's index keys (KEYS split, UNIQ_KEY): str, or UTF-8 bytes from the byte-level paths
 IndexKeys = Sequence[str] | Sequence[bytes]
 IndexEntry = tuple[str, IndexKeys, int, int]  # what the index is given per record: (topic, keys, phys, size)
 
 
 def tags_hash_code(topic: str, props: dict[str, str], store_ts: int) -> int:
-    """RocketMQ's plain tagsCode: Java String.hashCode of TAGS, 0 without tags."""
-    tags = props.get(_TAGS)
-    return java_hash(tags) if tags else 0
+    """RocketMQ's plain tagsCode: Java String.hashCode of TAGS (several `||`-joined tags: the OR of their
+    hashes, codec.tags), 0 without tags."""
+    return tags_code(props.get(_TAGS))
 
 
 @dataclass(slots=True)

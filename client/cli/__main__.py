@@ -223,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--output", choices=["lines", "json"], default="lines")
     c.set_defaults(func=admin_cmds.broker)
 
+    from . import up
+
+    p = sub.add_parser("up", help="a name server, N brokers and M proxies on this host (one process per core); "
+                                  "Ctrl-C stops them all")
+    up.add_arguments(p)
+
     # The analytics job reads exported files only; the CLI just gives analysts the same front door.
     from analytics.cli import add_arguments as add_analytics_arguments
 
@@ -260,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
         from analytics.cli import run as run_analytics
 
         return run_analytics(args)
+    if args.command == "up":  # child processes and signals, no event loop of its own
+        from . import up
+
+        return up.run(args)
     _configure_logging(args.verbose)
     command: Command = args.func
     try:

@@ -37,6 +37,13 @@ def positive_int(text: str) -> int:
     return v
 
 
+def non_negative_int(text: str) -> int:
+    """A whole number >= 0 (a count where 0 means none)."""
+    if text.strip() == "0":
+        return 0
+    return positive_int(text)
+
+
 def delay_level(text: str) -> int:
     v = positive_int(text)
     if v > 18:  # the broker clamps higher levels; refuse here so the user sees the mistake

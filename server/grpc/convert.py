@@ -9,6 +9,7 @@ consumer reads (body digest MD5, message type, timestamps, hosts, queue id/offse
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from collections.abc import Sequence
 
@@ -178,3 +179,31 @@ def to_proto(rec: MessageRecord, topic: str, store_host: tuple[str, int]) -> pb.
 def endpoints(host: str, port: int) -> pb.Endpoints:
     scheme = pb.IPv6 if ":" in host else (pb.IPv4 if host.replace(".", "").isdigit() else pb.DOMAIN_NAME)
     return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=port)])
+
+
+RECALL_HANDLE_VERSION = "v1"
+
+
+def recall_handle(topic: str, broker_name: str, deliver_ms: int, message_id: str) -> str:
+    """A scheduled message's recall handle (SendResultEntry.recall_handle): what RecallMessage needs back."""
+    raw = " ".join((RECALL_HANDLE_VERSION, topic, broker_name, str(deliver_ms), message_id))
+    return base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+def parse_recall_handle(handle: str) -> tuple[str, str, int, str]:
+    """(topic, broker name, delivery time ms, message id); ValueError when it is not one of ours."""
+    try:
+        raw = base64.urlsafe_b64decode(handle.encode() + b"==").decode()
+        version, topic, broker, ts, uniq = raw.split(" ")[:5]
+        deliver = int(ts)
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("recall handle is invalid") from None
+    if version != RECALL_HANDLE_VERSION:
+        raise ValueError(f"recall handle version {version!r} is not {RECALL_HANDLE_VERSION}")
+    return topic, broker, deliver, uniq
+
+
+def recall_properties(topic: str, deliver_ms: int, message_id: str) -> dict[str, str]:
+    """The properties of the marker a recall sends: it deletes the timer entry of `message_id` due at `deliver_ms`."""
+    return {K.TIMER_DELIVER_MS: str(deliver_ms), K.TIMER_DEL_UNIQKEY: f"{topic}+{message_id}", K.UNIQ_KEY: message_id,
+            K.TAGS: RECALL_TAG}

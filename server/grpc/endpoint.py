@@ -11,8 +11,10 @@ from __future__ import annotations
 import grpc
 import structlog
 
+from server.grpc import convert
 from server.grpc.auth import Authenticator
 from server.grpc.deps import GrpcDeps
+from server.grpc.local_backend import LocalBackend
 from server.grpc.service import MessagingService
 from server.grpc.v2 import service_pb2_grpc as sgrpc
 from server.listeners import ListenError
@@ -67,7 +69,8 @@ class GrpcEndpoint:
             raise ListenError("grpcListenPort", cfg.listen_host, cfg.grpc_port, str(e)) from None
         if not self.port:
             raise ListenError("grpcListenPort", cfg.listen_host, cfg.grpc_port, "address already in use")
-        self.service = MessagingService(deps, self.pop, Authenticator(deps.acl), self.port)
+        self.service = MessagingService(LocalBackend(deps, self.pop), Authenticator(deps.acl),
+                                        lambda: convert.endpoints(cfg.broker_ip1, self.port))
         sgrpc.add_MessagingServiceServicer_to_server(self.service, self.server)
         await self.server.start()
         log.info("grpc.listening", addr=f"{cfg.listen_host}:{self.port}", tls=self.tls)

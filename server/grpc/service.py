@@ -1,9 +1,11 @@
-"""apache.rocketmq.v2.MessagingService on the broker's store (RocketMQ 5 clients, no proxy).
+"""apache.rocketmq.v2.MessagingService, once, over a `server.grpc.backend.MessagingBackend`.
 
-Every RPC: authentication (`auth.Authenticator`), then the work; a `GrpcError` anywhere below becomes
-the response's `Status` (the proto's codes with a message), anything unexpected INTERNAL_SERVER_ERROR
-(logged with the RPC's name). Route, heartbeat, telemetry, pop consumption, offsets and pull are here; the
-producer's RPCs (SendMessage, EndTransaction, RecallMessage) are `service_send.SendRpcs`.
+The same service answers RocketMQ 5 clients in the broker (`local_backend.LocalBackend`, the broker's store)
+and in `delaymq-proxy` (`server.proxy.backend.RemoteBackend`, brokers over remoting). Here: authentication
+(`auth.Authenticator`, the RPC's row in server.security.resources.GRPC), request validation, the protobuf
+<-> RocketMQ conversion (`convert`), telemetry (`telemetry.TelemetryService`), and the status mapping: a
+`GrpcError` or `PopError` anywhere below an RPC becomes the response's `Status` (the proto's codes with a
+message), anything unexpected INTERNAL_SERVER_ERROR (logged with the RPC's name).
 """
 
 from __future__ import annotations
@@ -15,30 +17,30 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import structlog
 from google.protobuf.duration_pb2 import Duration
 
-from codec.codes import DEFAULT_TOPIC
-from codec.sql92 import EXPRESSION_TYPE as SQL92
+from codec.codes import ResponseCode
+from codec.properties import MessageConst as K
 from server.grpc import convert
 from server.grpc.auth import Authenticator, needs
-from server.grpc.deps import GrpcDeps
-from server.grpc.service_send import SendRpcs, grpc_metadata, grpc_peer
-from server.grpc.status import OK, Code, Context, GrpcError, Response, StatusAnswer, from_pop, status
+from server.grpc.backend import Filter, MessagingBackend, Outgoing
+from server.grpc.status import (
+    OK,
+    Code,
+    Context,
+    GrpcError,
+    Response,
+    StatusAnswer,
+    from_pop,
+    from_remoting,
+    status,
+)
 from server.grpc.telemetry import TelemetryService
 from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2 as spb
 from server.grpc.v2 import service_pb2_grpc as sgrpc
-from server.pop.model import MessageFilter, PopError, SqlFilter, TagFilter, decode_handle
-from server.pop.service import PopService
-from server.processors.send import SendProcessor
-from server.subscription_filter import unsupported_remark
-from server.topic_attributes import MESSAGE_TYPE
-from storage.store_types import GetStatus
-from storage.topic_config import TopicConfig
+from server.pop.model import PopError
 
 log = structlog.get_logger(__name__)
 
-ALL_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
-# a topic's message.type attribute (server.topic_attributes) -> the one type its queues accept
-TYPE_OF_ATTRIBUTE = {pb.MessageType.Name(t): t for t in ALL_TYPES}
 DEFAULT_INVISIBLE_MS = 30_000
 MIN_INVISIBLE_MS, MAX_INVISIBLE_MS = 1_000, 12 * 3600 * 1000
 DEFAULT_LONG_POLLING_S = 20.0
@@ -50,14 +52,67 @@ def _ms(d: Duration) -> int:
     return d.seconds * 1000 + d.nanos // 1_000_000
 
 
-class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
-    def __init__(self, deps: GrpcDeps, pop: PopService, auth: Authenticator, grpc_port: int) -> None:
-        self.deps = deps
-        self.pop = pop
+def _duration(ms: int) -> Duration:
+    return Duration(seconds=ms // 1000, nanos=(ms % 1000) * 10**6)
+
+
+def grpc_metadata(context: Context) -> dict[str, str]:
+    """The RPC's text metadata (x-mq-client-id, authorization, x-mq-language, ...). gRPC hands binary
+    (`-bin`) entries over as bytes; RocketMQ sends none, and they are left out."""
+    return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
+def grpc_peer(context: Context) -> tuple[str, int]:
+    """'ipv4:127.0.0.1:5555' / 'ipv6:[::1]:5555' -> (host, port)."""
+    text = context.peer() or ""
+    kind, _, rest = text.partition(":")
+    host, _, port = rest.rpartition(":")
+    host = host.strip("[]")
+    if host.startswith("::ffff:"):
+        host = host[7:]
+    try:
+        return host or "127.0.0.1", int(port)
+    except ValueError:
+        return "127.0.0.1", 0
+
+
+def _topic_name(res: pb.Resource) -> str:
+    if not res.name:
+        raise GrpcError(Code.ILLEGAL_TOPIC, "topic name is empty")
+    name: str = res.name
+    return name
+
+
+def _group_name(res: pb.Resource) -> str:
+    if not res.name:
+        raise GrpcError(Code.ILLEGAL_CONSUMER_GROUP, "consumer group name is empty")
+    name: str = res.name
+    return name
+
+
+def _filter(expr: pb.FilterExpression) -> Filter:
+    return Filter(expr.type == pb.SQL, expr.expression or "*")
+
+
+def _overall(statuses: list[pb.Status], what: str) -> pb.Status:
+    """A batch RPC's top status: OK, the one failure of a one-entry batch, else MULTIPLE_RESULTS."""
+    bad = [s for s in statuses if s.code != Code.OK]
+    if not bad:
+        return OK
+    if len(statuses) == 1:
+        return bad[0]
+    return status(Code.MULTIPLE_RESULTS, f"{len(bad)} of {len(statuses)} {what} failed")
+
+
+class MessagingService(sgrpc.MessagingServiceServicer):
+    """`endpoints_of()`: the endpoints a route names when the client gave none (this server's address)."""
+
+    def __init__(self, backend: MessagingBackend, auth: Authenticator,
+                 endpoints_of: Callable[[], pb.Endpoints]) -> None:
+        self.backend = backend
         self.auth = auth
-        self.grpc_port = grpc_port
-        self.sender = SendProcessor(deps.send)
-        self.telemetry = TelemetryService(deps, lambda: self.grpc_port)
+        self.endpoints_of = endpoints_of
+        self.telemetry = TelemetryService(backend)
         self.rpc_errors = 0
 
     # ---- plumbing ------------------------------------------------------------------------
@@ -66,77 +121,58 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
     def _check(self, context: Context, method: str, names: dict[str, str]) -> None:
         self.auth.check(grpc_metadata(context), grpc_peer(context)[0], method, names)
 
+    def _failed(self, name: str, e: Exception) -> pb.Status:
+        if isinstance(e, GrpcError):
+            return status(e.code, e.message)
+        if isinstance(e, PopError):
+            return from_pop(e)
+        self.rpc_errors += 1
+        log.error("grpc.rpc_failed", rpc=name, error=repr(e), exc_info=e)
+        return status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}")
+
     async def _unary(self, name: str, resp_cls: StatusAnswer[Response], context: Context, names: dict[str, str],
                      work: Callable[[], Awaitable[Response]]) -> Response:
         """`name` is the RPC (its row in server.security.resources.GRPC), `names` the topic / group it names."""
         try:
             self._check(context, name, names)
             return await work()
-        except GrpcError as e:
-            return resp_cls(status=status(e.code, e.message))
-        except PopError as e:
-            return resp_cls(status=from_pop(e))
         except Exception as e:
-            self.rpc_errors += 1
-            log.error("grpc.rpc_failed", rpc=name, error=repr(e), exc_info=e)
-            return resp_cls(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}"))
+            return resp_cls(status=self._failed(name, e))
 
-    def _broker_entry(self, context_endpoints: pb.Endpoints | None) -> pb.Broker:
-        cfg = self.deps.config
-        if context_endpoints is not None and context_endpoints.addresses:
-            eps = context_endpoints
-        else:
-            eps = convert.endpoints(cfg.broker_ip1, self.grpc_port)
-        return pb.Broker(name=cfg.broker_name, id=0, endpoints=eps)
+    def _endpoints(self, asked: pb.Endpoints) -> pb.Endpoints:
+        """The endpoints a route names: the ones the client dialled (every address it lists), else this one."""
+        return asked if asked.addresses else self.endpoints_of()
 
-    @staticmethod
-    def _topic_name(res: pb.Resource) -> str:
-        if not res.name:
-            raise GrpcError(Code.ILLEGAL_TOPIC, "topic name is empty")
-        name: str = res.name
-        return name
-
-    @staticmethod
-    def _group_name(res: pb.Resource) -> str:
-        if not res.name:
-            raise GrpcError(Code.ILLEGAL_CONSUMER_GROUP, "consumer group name is empty")
-        name: str = res.name
-        return name
-
-    def _topic_config(self, topic: str, create: bool = False) -> TopicConfig:
-        topics = self.deps.topics
-        tcfg = topics.get(topic)
-        if tcfg is None and create:
-            tcfg = topics.create_in_send(topic, DEFAULT_TOPIC, self.deps.config.default_topic_queue_nums)
-        if tcfg is None:
-            raise GrpcError(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
-        return tcfg
-
-    def _accepted_types(self, topic: str) -> tuple[pb.MessageType.ValueType, ...]:
-        """Every type, unless the topic's message.type attribute names one (as Apache's proxy routes)."""
-        t = TYPE_OF_ATTRIBUTE.get(self.deps.attributes.get(topic).get(MESSAGE_TYPE, ""))
-        return ALL_TYPES if t is None else (t,)
+    def _deadline(self, context: Context, long_polling: Duration | None) -> float:
+        """long_polling: the request's long_polling_timeout, None when it has none (the default wait)."""
+        loop = asyncio.get_running_loop()
+        wait = _ms(long_polling) / 1000 if long_polling is not None else DEFAULT_LONG_POLLING_S
+        remaining = context.time_remaining()
+        if remaining is not None:
+            wait = min(wait, max(0.0, remaining - DEADLINE_MARGIN_S))
+        return loop.time() + max(0.0, wait)
 
     # ---- route / heartbeat / telemetry ---------------------------------------------------
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Context) -> spb.QueryRouteResponse:
         async def work() -> spb.QueryRouteResponse:
-            topic = self._topic_name(request.topic)
-            tcfg = self._topic_config(topic, create=True)
-            broker = self._broker_entry(request.endpoints)
-            accepts = self._accepted_types(topic)
+            route = await self.backend.route(_topic_name(request.topic))
+            eps = self._endpoints(request.endpoints)
+            brokers: dict[str, pb.Broker] = {}
             queues: list[pb.MessageQueue] = []
-            for qid in range(max(tcfg.read_queue_nums, tcfg.write_queue_nums)):
-                r, w = qid < tcfg.read_queue_nums and tcfg.readable, qid < tcfg.write_queue_nums and tcfg.writeable
-                perm = pb.READ_WRITE if r and w else pb.READ if r else pb.WRITE if w else pb.NONE
-                queues.append(pb.MessageQueue(topic=request.topic, id=qid, permission=perm, broker=broker,
-                                              accept_message_types=accepts))
+            for q in route.queues:
+                broker = brokers.get(q.broker_name)
+                if broker is None:
+                    broker = brokers[q.broker_name] = pb.Broker(name=q.broker_name, id=0, endpoints=eps)
+                perm = pb.READ_WRITE if q.readable and q.writable else pb.READ if q.readable \
+                    else pb.WRITE if q.writable else pb.NONE
+                queues.append(pb.MessageQueue(topic=request.topic, id=q.queue_id, permission=perm, broker=broker,
+                                              accept_message_types=route.accepts))
             return spb.QueryRouteResponse(status=OK, message_queues=queues)
         return await self._unary("QueryRoute", spb.QueryRouteResponse, context, needs(request.topic.name), work)
 
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: Context) -> spb.HeartbeatResponse:
         async def work() -> spb.HeartbeatResponse:
-            md = grpc_metadata(context)
-            self.telemetry.refresh(md.get("x-mq-client-id", ""))
+            self.telemetry.refresh(grpc_metadata(context).get("x-mq-client-id", ""))
             return spb.HeartbeatResponse(status=OK)
         return await self._unary("Heartbeat", spb.HeartbeatResponse, context, needs(group=request.group.name), work)
 
@@ -150,19 +186,96 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
             return
         client_id = md.get("x-mq-client-id") or f"anonymous-{grpc_peer(context)}"
         async for cmd in self.telemetry.serve(request_iterator, client_id, grpc_peer(context),
-                                              md.get("x-mq-language", "OTHER"), self.pop.is_fifo):
+                                              md.get("x-mq-language", "OTHER")):
             yield cmd
 
     async def NotifyClientTermination(self, request: spb.NotifyClientTerminationRequest,
                                       context: Context) -> spb.NotifyClientTerminationResponse:
         async def work() -> spb.NotifyClientTerminationResponse:
-            md = grpc_metadata(context)
-            chan = self.telemetry.sessions.get(md.get("x-mq-client-id", ""))
+            chan = self.telemetry.sessions.get(grpc_metadata(context).get("x-mq-client-id", ""))
             if chan is not None:
                 chan.close()
             return spb.NotifyClientTerminationResponse(status=OK)
         return await self._unary("NotifyClientTermination", spb.NotifyClientTerminationResponse, context,
                                  needs(group=request.group.name), work)
+
+    # ---- producing -----------------------------------------------------------------------
+    async def SendMessage(self, request: spb.SendMessageRequest, context: Context) -> spb.SendMessageResponse:
+        if not request.messages:
+            return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no messages"))
+        topic = request.messages[0].topic.name
+        return await self._unary("SendMessage", spb.SendMessageResponse, context, needs(topic),
+                                 lambda: self._send(request, context))
+
+    def _outgoing(self, topic: str, msg: pb.Message, now: int) -> Outgoing:
+        if msg.topic.name != topic:
+            raise GrpcError(Code.MESSAGE_CORRUPTED, "the messages of one request must share a topic")
+        if not msg.body:
+            raise GrpcError(Code.MESSAGE_BODY_EMPTY, "message body is empty")
+        limit = self.backend.max_message_size
+        if len(msg.body) > limit:
+            raise GrpcError(Code.MESSAGE_BODY_TOO_LARGE,
+                            f"message body size {len(msg.body)} exceeds maxMessageSize {limit}")
+        props, sys_flag = convert.to_properties(msg, topic, now, self.backend.timer_enabled,
+                                                list(self.backend.delay_levels))
+        sp = msg.system_properties
+        born = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000 \
+            if sp.HasField("born_timestamp") else now
+        return Outgoing(props, sys_flag, msg.body, born)
+
+    async def _send(self, request: spb.SendMessageRequest, context: Context) -> spb.SendMessageResponse:
+        topic = _topic_name(request.messages[0].topic)
+        now = int(time.time() * 1000)
+        entries: list[spb.SendResultEntry] = [spb.SendResultEntry() for _ in request.messages]
+        todo: list[tuple[int, Outgoing]] = []  # (index in the request, the message) of those that go out
+        for i, msg in enumerate(request.messages):
+            try:
+                todo.append((i, self._outgoing(topic, msg, now)))
+            except GrpcError as e:
+                entries[i].status.CopyFrom(status(e.code, e.message))
+        sent = await self.backend.send(topic, [m for _, m in todo], grpc_peer(context)) if todo else []
+        for (i, m), s in zip(todo, sent, strict=True):
+            entry = entries[i]
+            if s.code != ResponseCode.SUCCESS:
+                entry.status.CopyFrom(from_remoting(s.code, s.remark))
+                continue
+            uniq = m.props[K.UNIQ_KEY]
+            entry.status.CopyFrom(OK)
+            entry.message_id = uniq
+            entry.offset = s.queue_offset
+            if s.transaction_id:
+                entry.transaction_id = s.transaction_id
+            deliver = m.props.get(K.TIMER_DELIVER_MS)
+            if deliver:
+                entry.recall_handle = convert.recall_handle(topic, s.broker_name, int(deliver), uniq)
+        top = _overall([e.status for e in entries], "messages")
+        return spb.SendMessageResponse(status=top, entries=entries)
+
+    async def EndTransaction(self, request: spb.EndTransactionRequest, context: Context) -> spb.EndTransactionResponse:
+        async def work() -> spb.EndTransactionResponse:
+            topic = _topic_name(request.topic)
+            if request.resolution not in (pb.COMMIT, pb.ROLLBACK):
+                return spb.EndTransactionResponse(status=OK)  # unknown: wait for the check-back
+            await self.backend.end_transaction(topic, request.transaction_id, request.message_id,
+                                               request.resolution == pb.COMMIT)
+            return spb.EndTransactionResponse(status=OK)
+        return await self._unary("EndTransaction", spb.EndTransactionResponse, context, needs(request.topic.name),
+                                 work)
+
+    async def RecallMessage(self, request: spb.RecallMessageRequest, context: Context) -> spb.RecallMessageResponse:
+        async def work() -> spb.RecallMessageResponse:
+            topic = _topic_name(request.topic)
+            try:
+                h_topic, broker, deliver, uniq = convert.parse_recall_handle(request.recall_handle)
+            except ValueError:
+                raise GrpcError(Code.BAD_REQUEST, "recall handle is invalid") from None
+            if h_topic != topic:
+                raise GrpcError(Code.BAD_REQUEST, "recall handle is invalid or for another topic")
+            if deliver <= int(time.time() * 1000):
+                raise GrpcError(Code.NOT_FOUND, f"message {uniq} was delivered at {deliver}: too late to recall")
+            await self.backend.recall(topic, broker, deliver, uniq, grpc_peer(context))
+            return spb.RecallMessageResponse(status=OK, message_id=uniq)
+        return await self._unary("RecallMessage", spb.RecallMessageResponse, context, needs(request.topic.name), work)
 
     # ---- consumption (pop) ---------------------------------------------------------------
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest,
@@ -170,45 +283,23 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         topic, group = request.topic.name, request.group.name
 
         async def work() -> spb.QueryAssignmentResponse:
-            self._topic_name(request.topic)
-            self.pop.group_config(self._group_name(request.group))
-            tcfg = self._topic_config(topic)
-            if not tcfg.readable:
-                raise GrpcError(Code.FORBIDDEN, f"topic {topic} is not readable")
-            mq = pb.MessageQueue(topic=request.topic, id=-1, permission=pb.READ_WRITE,
-                                 broker=self._broker_entry(request.endpoints),
-                                 accept_message_types=self._accepted_types(topic))
-            return spb.QueryAssignmentResponse(status=OK, assignments=[pb.Assignment(message_queue=mq)])
+            names, accepts = await self.backend.assignment(_topic_name(request.topic), _group_name(request.group))
+            eps = self._endpoints(request.endpoints)
+            out = [pb.Assignment(message_queue=pb.MessageQueue(
+                topic=request.topic, id=-1, permission=pb.READ_WRITE, broker=pb.Broker(name=name, id=0, endpoints=eps),
+                accept_message_types=accepts)) for name in names]
+            if not out:
+                raise GrpcError(Code.FORBIDDEN, f"topic {topic} has no readable queue on any broker")
+            return spb.QueryAssignmentResponse(status=OK, assignments=out)
         return await self._unary("QueryAssignment", spb.QueryAssignmentResponse, context, needs(topic, group), work)
-
-    def _deadline(self, context: Context, long_polling: Duration | None) -> float:
-        """long_polling: the request's long_polling_timeout, None when it has none (the default wait)."""
-        loop = asyncio.get_running_loop()
-        wait = _ms(long_polling) / 1000 if long_polling is not None else DEFAULT_LONG_POLLING_S
-        remaining = context.time_remaining()
-        if remaining is not None:
-            wait = min(wait, max(0.0, remaining - DEADLINE_MARGIN_S))
-        return loop.time() + max(0.0, wait)
-
-    def _filter(self, group: str, topic: str, expr: pb.FilterExpression) -> MessageFilter:
-        """The receive's filter: TAG, or SQL92 when enablePropertyFilter is on (a bad one: its position)."""
-        if expr.type != pb.SQL:
-            return TagFilter(expr.expression)
-        filters = self.deps.filters
-        if not filters.enabled:
-            raise GrpcError(Code.ILLEGAL_FILTER_EXPRESSION, unsupported_remark(SQL92))
-        sel = filters.selector(group, topic, 0, SQL92, expr.expression)
-        if isinstance(sel, str):
-            raise GrpcError(Code.ILLEGAL_FILTER_EXPRESSION, sel)
-        return SqlFilter(sel)
 
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest,
                              context: Context) -> AsyncIterator[spb.ReceiveMessageResponse]:
         topic, group = request.message_queue.topic.name, request.group.name
         try:
             self._check(context, "ReceiveMessage", needs(topic, group))
-            self._topic_name(request.message_queue.topic)
-            self._group_name(request.group)
+            _topic_name(request.message_queue.topic)
+            _group_name(request.group)
             invisible = _ms(request.invisible_duration) if request.HasField("invisible_duration") \
                 else DEFAULT_INVISIBLE_MS
             if not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
@@ -219,33 +310,21 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
                 raise GrpcError(Code.BAD_REQUEST, f"batch size {batch} must be positive")
             deadline = self._deadline(context, request.long_polling_timeout
                                       if request.HasField("long_polling_timeout") else None)
-            # like Apache's proxy, a receive pops from all the broker's readable queues of the topic: the
-            # queue a simple consumer names is only its pick of a broker from the route
-            deliveries = await self.pop.receive(group, topic, -1, min(batch, MAX_BATCH),
-                                                invisible, self._filter(group, topic, request.filter_expression), deadline)
-        except GrpcError as e:
-            yield spb.ReceiveMessageResponse(status=status(e.code, e.message))
-            return
-        except PopError as e:
-            yield spb.ReceiveMessageResponse(status=from_pop(e))
-            return
+            got = await self.backend.receive(group, topic, request.message_queue.broker.name, min(batch, MAX_BATCH),
+                                             invisible, _filter(request.filter_expression), deadline)
         except Exception as e:
-            self.rpc_errors += 1
-            log.error("grpc.rpc_failed", rpc="ReceiveMessage", error=repr(e), exc_info=e)
-            yield spb.ReceiveMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}"))
+            yield spb.ReceiveMessageResponse(status=self._failed("ReceiveMessage", e))
             return
-        if not deliveries:
+        if not got:
             yield spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
             return
         yield spb.ReceiveMessageResponse(status=OK)
-        host = self.deps.store_host
-        for d in deliveries:
-            m = convert.to_proto(d.rec, topic, host)
+        for d in got:
+            m = convert.to_proto(d.rec, topic, d.store_host)
             sp = m.system_properties
             sp.receipt_handle = d.handle
             sp.delivery_attempt = d.attempt
-            sp.invisible_duration.CopyFrom(Duration(seconds=d.invisible_ms // 1000,
-                                                    nanos=(d.invisible_ms % 1000) * 10**6))
+            sp.invisible_duration.CopyFrom(_duration(d.invisible_ms))
             yield spb.ReceiveMessageResponse(message=m)
         yield spb.ReceiveMessageResponse(delivery_timestamp=convert.timestamp_ms(int(time.time() * 1000)))
 
@@ -253,25 +332,18 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         topic, group = request.topic.name, request.group.name
 
         async def work() -> spb.AckMessageResponse:
-            self.pop.group_config(self._group_name(request.group))
+            _topic_name(request.topic)
+            _group_name(request.group)
             out: list[spb.AckMessageResultEntry] = []
-            failed = 0
             for e in request.entries:
                 try:
-                    self.pop.ack(group, topic, e.receipt_handle)
+                    await self.backend.ack(group, topic, e.receipt_handle)
                     st = OK
-                except PopError as err:
-                    st = from_pop(err)
-                    failed += 1
+                except (GrpcError, PopError) as err:
+                    st = self._failed("AckMessage", err)
                 out.append(spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle,
                                                      status=st))
-            if not failed:
-                top = OK
-            elif len(out) == 1:
-                top = out[0].status
-            else:
-                top = status(Code.MULTIPLE_RESULTS, f"{failed} of {len(out)} acks failed")
-            return spb.AckMessageResponse(status=top, entries=out)
+            return spb.AckMessageResponse(status=_overall([x.status for x in out], "acks"), entries=out)
         return await self._unary("AckMessage", spb.AckMessageResponse, context, needs(topic, group), work)
 
     async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest,
@@ -279,11 +351,12 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         topic, group = request.topic.name, request.group.name
 
         async def work() -> spb.ChangeInvisibleDurationResponse:
-            self.pop.group_config(self._group_name(request.group))
+            _topic_name(request.topic)
+            _group_name(request.group)
             ms = _ms(request.invisible_duration)
             if not 0 <= ms <= MAX_INVISIBLE_MS:
                 raise GrpcError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {ms} ms is outside [0, {MAX_INVISIBLE_MS}]")
-            handle = self.pop.change_invisible(group, topic, request.receipt_handle, ms)
+            handle = await self.backend.change_invisible(group, topic, request.receipt_handle, ms)
             return spb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=handle)
         return await self._unary("ChangeInvisibleDuration", spb.ChangeInvisibleDurationResponse, context,
                                  needs(topic, group), work)
@@ -293,104 +366,86 @@ class MessagingService(SendRpcs, sgrpc.MessagingServiceServicer):
         topic, group = request.topic.name, request.group.name
 
         async def work() -> spb.ForwardMessageToDeadLetterQueueResponse:
-            self.pop.group_config(self._group_name(request.group))
-            await self.pop.forward_to_dlq(group, topic, request.receipt_handle)
+            _topic_name(request.topic)
+            _group_name(request.group)
+            await self.backend.forward_to_dlq(group, topic, request.receipt_handle, request.message_id,
+                                              request.max_delivery_attempts)
             return spb.ForwardMessageToDeadLetterQueueResponse(status=OK)
         return await self._unary("ForwardMessageToDeadLetterQueue", spb.ForwardMessageToDeadLetterQueueResponse,
                                  context, needs(topic, group), work)
 
     # ---- offsets / pull (5.x lite & pull consumers) --------------------------------------
-    def _queue_of(self, mq: pb.MessageQueue) -> tuple[str, int]:
-        topic = self._topic_name(mq.topic)
-        tcfg = self._topic_config(topic)
-        if not 0 <= mq.id < max(tcfg.read_queue_nums, tcfg.write_queue_nums):
-            raise GrpcError(Code.BAD_REQUEST, f"topic {topic} has no queue {mq.id}")
-        return topic, mq.id
-
     async def UpdateOffset(self, request: spb.UpdateOffsetRequest, context: Context) -> spb.UpdateOffsetResponse:
-        topic, group = request.message_queue.topic.name, request.group.name
+        mq, group = request.message_queue, request.group.name
 
         async def work() -> spb.UpdateOffsetResponse:
-            t, qid = self._queue_of(request.message_queue)
+            topic = _topic_name(mq.topic)
             if request.offset < 0:
                 raise GrpcError(Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
-            self.deps.offsets.commit(self._group_name(request.group), t, qid, request.offset)
+            await self.backend.update_offset(_group_name(request.group), topic, mq.broker.name, mq.id, request.offset)
             return spb.UpdateOffsetResponse(status=OK)
-        return await self._unary("UpdateOffset", spb.UpdateOffsetResponse, context, needs(topic, group), work)
+        return await self._unary("UpdateOffset", spb.UpdateOffsetResponse, context, needs(mq.topic.name, group), work)
 
     async def GetOffset(self, request: spb.GetOffsetRequest, context: Context) -> spb.GetOffsetResponse:
-        topic, group = request.message_queue.topic.name, request.group.name
+        mq, group = request.message_queue, request.group.name
 
         async def work() -> spb.GetOffsetResponse:
-            t, qid = self._queue_of(request.message_queue)
-            off = self.deps.offsets.query(self._group_name(request.group), t, qid)
-            if off < 0:
-                raise GrpcError(Code.OFFSET_NOT_FOUND, f"group {group} has no offset for {t}:{qid}")
+            topic = _topic_name(mq.topic)
+            off = await self.backend.get_offset(_group_name(request.group), topic, mq.broker.name, mq.id)
             return spb.GetOffsetResponse(status=OK, offset=off)
-        return await self._unary("GetOffset", spb.GetOffsetResponse, context, needs(topic, group), work)
+        return await self._unary("GetOffset", spb.GetOffsetResponse, context, needs(mq.topic.name, group), work)
 
     async def QueryOffset(self, request: spb.QueryOffsetRequest, context: Context) -> spb.QueryOffsetResponse:
-        topic = request.message_queue.topic.name
+        mq = request.message_queue
 
         async def work() -> spb.QueryOffsetResponse:
-            t, qid = self._queue_of(request.message_queue)
-            store = self.deps.store
+            topic = _topic_name(mq.topic)
             policy = request.query_offset_policy
-            if policy == pb.BEGINNING:
-                off = store.min_offset(t, qid)
-            elif policy == pb.END:
-                off = store.max_offset(t, qid)
-            else:
+            at = 0
+            if policy not in (pb.BEGINNING, pb.END):
                 if not request.HasField("timestamp"):
                     raise GrpcError(Code.BAD_REQUEST, "a TIMESTAMP query needs a timestamp")
-                ts = request.timestamp
-                off = store.search_offset_by_timestamp(t, qid, ts.seconds * 1000 + ts.nanos // 1_000_000)
+                at = request.timestamp.seconds * 1000 + request.timestamp.nanos // 1_000_000
+            off = await self.backend.query_offset(topic, mq.broker.name, mq.id, policy, at)
             return spb.QueryOffsetResponse(status=OK, offset=max(0, off))
-        return await self._unary("QueryOffset", spb.QueryOffsetResponse, context, needs(topic), work)
+        return await self._unary("QueryOffset", spb.QueryOffsetResponse, context, needs(mq.topic.name), work)
 
     async def SyncLiteSubscription(self, request: spb.SyncLiteSubscriptionRequest,
                                    context: Context) -> spb.SyncLiteSubscriptionResponse:
         """RocketMQ 5.4's lite topics (the lite push consumer) are not served here: answered NOT_IMPLEMENTED in
         the response's status, as every RPC answers, rather than by grpc's bare UNIMPLEMENTED."""
         async def work() -> spb.SyncLiteSubscriptionResponse:
-            raise GrpcError(Code.NOT_IMPLEMENTED, "lite topics (SyncLiteSubscription) are not supported by this broker")
+            raise GrpcError(Code.NOT_IMPLEMENTED, "lite topics (SyncLiteSubscription) are not supported by delaymq")
         return await self._unary("SyncLiteSubscription", spb.SyncLiteSubscriptionResponse, context,
                                  needs(request.topic.name, request.group.name), work)
 
     async def PullMessage(self, request: spb.PullMessageRequest,
                           context: Context) -> AsyncIterator[spb.PullMessageResponse]:
-        topic, group = request.message_queue.topic.name, request.group.name
+        mq, topic, group = request.message_queue, request.message_queue.topic.name, request.group.name
         try:
             self._check(context, "PullMessage", needs(topic, group))
-            self.pop.group_config(self._group_name(request.group))
-            t, qid = self._queue_of(request.message_queue)
-            accept = self._filter(group, topic, request.filter_expression)
+            _group_name(request.group)
+            _topic_name(mq.topic)
             if request.offset < 0:
                 raise GrpcError(Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
             deadline = self._deadline(context, request.long_polling_timeout
                                       if request.HasField("long_polling_timeout") else None)
-            res = await self.pop.pull(t, qid, request.offset, max(1, min(request.batch_size or MAX_BATCH, MAX_BATCH)),
-                                      accept, deadline)
-        except GrpcError as e:
-            yield spb.PullMessageResponse(status=status(e.code, e.message))
-            return
+            res = await self.backend.pull(group, topic, mq.broker.name, mq.id, request.offset,
+                                          max(1, min(request.batch_size or MAX_BATCH, MAX_BATCH)),
+                                          _filter(request.filter_expression), deadline)
         except Exception as e:
-            self.rpc_errors += 1
-            log.error("grpc.rpc_failed", rpc="PullMessage", error=repr(e), exc_info=e)
-            yield spb.PullMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}"))
+            yield spb.PullMessageResponse(status=self._failed("PullMessage", e))
             return
-        recs, next_offset, get_status = res
-        if recs:
+        if res.records:
             yield spb.PullMessageResponse(status=OK)
-            host = self.deps.store_host
-            for rec in recs:
-                yield spb.PullMessageResponse(message=convert.to_proto(rec, t, host))
-        elif get_status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
+            for rec in res.records:
+                yield spb.PullMessageResponse(message=convert.to_proto(rec, topic, res.store_host))
+        elif res.offset_illegal:
             yield spb.PullMessageResponse(status=status(Code.ILLEGAL_OFFSET, f"offset {request.offset} is out of "
-                                                                              f"range ({get_status.name})"))
+                                                                              f"range ({res.offset_illegal})"))
         else:
             yield spb.PullMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
-        yield spb.PullMessageResponse(next_offset=next_offset)
+        yield spb.PullMessageResponse(next_offset=res.next_offset)
 
 
-__all__ = ["MessagingService", "decode_handle"]
+__all__ = ["MessagingService", "grpc_metadata", "grpc_peer"]

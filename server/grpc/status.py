@@ -69,6 +69,12 @@ def from_remoting(code: int, remark: str | None) -> pb.Status:
     return status(c, text)
 
 
+def remoting_error(code: int, remark: str | None) -> GrpcError:
+    """A remoting answer's refusal as the GrpcError a backend raises (the RPC's status)."""
+    st = from_remoting(code, remark)
+    return GrpcError(st.code, st.message)
+
+
 # server.pop's failures -> Code (ReceiveMessage, AckMessage, ChangeInvisibleDuration, ...)
 _POP: dict[Failure, pb.Code.ValueType] = {
     Failure.GROUP_NOT_FOUND: Code.CONSUMER_GROUP_NOT_FOUND,

@@ -5,7 +5,8 @@ subscription long-polling timeout / FIFO / batch size, request timeout, metrics 
 to our commands (ThreadStackTrace, VerifyMessageResult: logged, and handed to whoever asked).
 Out: RecoverOrphanedTransactionCommand for a half message nobody ended; PrintThreadStackTraceCommand
 and VerifyMessageCommand, whose answers (matched by nonce) complete the remoting request that asked.
-A session is registered with the broker's ClientManager through `TelemetryChannel`, which speaks
+A session is registered by the backend (`backend.ClientSessions`: in the broker its ClientManager, in
+the proxy `server.proxy.sessions`) through `TelemetryChannel`, which speaks
 the remoting connection's two client-bound methods as Apache's proxy's GrpcClientChannel does:
 `invoke_oneway(CHECK_TRANSACTION_STATE)` becomes RecoverOrphanedTransactionCommand (a producer is
 registered as a producer of each topic it publishes: Apache's proxy uses the topic as the
@@ -20,8 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import structlog
 from google.protobuf.duration_pb2 import Duration
@@ -34,7 +36,6 @@ from codec.record import decode_record
 from codec.tags import java_hash
 from server.client_manager import SubscriptionData
 from server.grpc import convert
-from server.grpc.deps import GrpcDeps
 from server.grpc.status import OK
 from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2 as spb
@@ -59,12 +60,12 @@ def transaction_id(msg_id: str, table_offset: int) -> str:
 class TelemetryChannel:
     """A 5.x client as the ClientManager and TransactionService see a connection."""
 
-    def __init__(self, client_id: str, peer: tuple[str, int], store_host: tuple[str, int]) -> None:
+    def __init__(self, client_id: str, peer: tuple[str, int], store_host: tuple[str, int] | None) -> None:
         self.client_id = client_id
         self.peer = peer
         self.remote_addr = peer
         self.attrs: dict[str, Any] = {}
-        self.store_host = store_host
+        self.store_host = store_host  # the host a check's record names; None: the record's own store host
         self.out: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue(OUT_QUEUE_MAX)  # None: end
         self.settings: pb.Settings | None = None
         self.checks_sent = 0
@@ -80,7 +81,7 @@ class TelemetryChannel:
         except CodecError as e:
             log.error("grpc.check_bad_record", client_id=self.client_id, error=str(e))
             return
-        msg = convert.to_proto(rec, rec.topic, self.store_host)
+        msg = convert.to_proto(rec, rec.topic, self.store_host or rec.store_host)
         tx = transaction_id(str(ext.get("offsetMsgId", "")), int(ext.get("tranStateTableOffset", 0)))
         command = spb.TelemetryCommand(recover_orphaned_transaction_command=spb.RecoverOrphanedTransactionCommand(
             message=msg, transaction_id=tx))
@@ -104,7 +105,7 @@ class TelemetryChannel:
                 rec = decode_record(cmd.body_bytes())[0]
             except CodecError as e:
                 return cmd.response(code=ResponseCode.SYSTEM_ERROR, remark=f"not a stored message: {e}")
-            msg = convert.to_proto(rec, rec.topic, self.store_host)
+            msg = convert.to_proto(rec, rec.topic, self.store_host or rec.store_host)
             res = await self.ask(lambda nonce: spb.TelemetryCommand(
                 verify_message_command=spb.VerifyMessageCommand(nonce=nonce, message=msg)), timeout)
             ok = res.status.code == pb.OK
@@ -163,14 +164,44 @@ class TelemetryChannel:
                 pass
 
 
-class TelemetryService:
-    def __init__(self, deps: GrpcDeps, grpc_port_of: Callable[[], int]) -> None:
-        self.deps = deps
-        self.sessions: dict[str, TelemetryChannel] = {}
-        self._grpc_port_of = grpc_port_of
+@dataclass(slots=True)
+class ConsumerPolicy:
+    """What a consumer's Settings answer carries of its group."""
 
-    def server_settings(self, client: pb.Settings, fifo_of: Callable[[str], bool]) -> pb.Settings:
-        cfg = self.deps.config
+    retries: int  # retryMaxTimes: delivery attempts are retries + 1
+    fifo: bool
+    levels: Sequence[int] = field(default_factory=list)  # the retry schedule's delays, ms
+
+
+class ClientSessions(Protocol):
+    """Where a 5.x client's Telemetry session is registered, so the brokers' requests reach it
+    (CHECK_TRANSACTION_STATE, GET_CONSUMER_RUNNING_INFO, CONSUME_MESSAGE_DIRECTLY)."""
+
+    def register(self, chan: TelemetryChannel, settings: pb.Settings, language: str) -> None: ...
+
+    def closed(self, chan: TelemetryChannel) -> None: ...
+
+
+class SessionBackend(Protocol):
+    """What Telemetry uses of the MessagingService's backend (server.grpc.backend.MessagingBackend)."""
+
+    sessions: ClientSessions
+    max_message_size: int
+    store_host: tuple[str, int] | None  # the host a check's record names; None: the record's own
+
+    def consumer_policy(self, group: str) -> ConsumerPolicy: ...
+
+
+class TelemetryService:
+    """The sessions of one MessagingService; what a session's Settings are answered with comes from the
+    backend (max body size, the group's retries and FIFO-ness), where a session is registered is the
+    backend's `sessions`."""
+
+    def __init__(self, backend: SessionBackend) -> None:
+        self.backend = backend
+        self.sessions: dict[str, TelemetryChannel] = {}
+
+    def server_settings(self, client: pb.Settings) -> pb.Settings:
         out = pb.Settings()
         if client.HasField("client_type"):
             out.client_type = client.client_type
@@ -181,18 +212,17 @@ class TelemetryService:
         pubsub = client.WhichOneof("pub_sub")
         if pubsub == "subscription":
             sub = client.subscription
-            group = sub.group.name
-            gcfg = self.deps.groups.find(group) if group else None
-            retries = gcfg.retry_max_times if gcfg is not None else 16
+            policy = self.backend.consumer_policy(sub.group.name)
+            retries = policy.retries
             out.backoff_policy.max_attempts = retries + 1
             # RocketMQ's consumer retry schedule: the delay levels from the third (10 s) on
-            levels = list(self.deps.levels[2:]) or [10_000]
+            levels = list(policy.levels) or [10_000]
             for ms in (levels * (1 + retries // max(1, len(levels))))[:max(1, retries)]:
                 out.backoff_policy.customized_backoff.next.append(Duration(seconds=ms // 1000, nanos=(ms % 1000) * 10**6))
             s = out.subscription
             s.group.CopyFrom(sub.group)
             s.subscriptions.extend(sub.subscriptions)
-            s.fifo = bool(fifo_of(group)) if group else False
+            s.fifo = policy.fifo
             s.receive_batch_size = RECEIVE_BATCH_SIZE
             lp = sub.long_polling_timeout.seconds if sub.HasField("long_polling_timeout") else 0
             s.long_polling_timeout.CopyFrom(Duration(seconds=lp or DEFAULT_LONG_POLLING_S))
@@ -205,21 +235,20 @@ class TelemetryService:
             p = out.publishing
             if pubsub == "publishing":
                 p.topics.extend(client.publishing.topics)
-            p.max_body_size = cfg.max_message_size
+            p.max_body_size = self.backend.max_message_size
             p.validate_message_type = False
         return out
 
     async def serve(self, request_iterator: AsyncIterator[spb.TelemetryCommand], client_id: str,
-                    peer: tuple[str, int], language: str,
-                    fifo_of: Callable[[str], bool]) -> AsyncIterator[spb.TelemetryCommand]:
+                    peer: tuple[str, int], language: str) -> AsyncIterator[spb.TelemetryCommand]:
         """The Telemetry RPC: an async iterator of the commands to write back."""
-        chan = TelemetryChannel(client_id, peer, self.deps.store_host)
+        chan = TelemetryChannel(client_id, peer, self.backend.store_host)
         old = self.sessions.get(client_id)
         if old is not None:
             self._forget(old)
         self.sessions[client_id] = chan
         reader = asyncio.get_running_loop().create_task(
-            self._read(request_iterator, chan, language, fifo_of), name=f"grpc-telemetry-{client_id}")
+            self._read(request_iterator, chan, language), name=f"grpc-telemetry-{client_id}")
         try:
             while True:
                 item = await chan.out.get()
@@ -234,17 +263,17 @@ class TelemetryService:
         chan.close()
         if self.sessions.get(chan.client_id) is chan:
             del self.sessions[chan.client_id]
-        self.deps.clients.channel_closed(chan, reason="telemetry ended")
+        self.backend.sessions.closed(chan)
 
     async def _read(self, request_iterator: AsyncIterator[spb.TelemetryCommand], chan: TelemetryChannel,
-                    language: str, fifo_of: Callable[[str], bool]) -> None:
+                    language: str) -> None:
         try:
             async for cmd in request_iterator:
                 kind = cmd.WhichOneof("command")
                 if kind == "settings":
                     chan.settings = cmd.settings
-                    self._register(chan, cmd.settings, language)
-                    reply = spb.TelemetryCommand(status=OK, settings=self.server_settings(cmd.settings, fifo_of))
+                    self.backend.sessions.register(chan, cmd.settings, language)
+                    reply = spb.TelemetryCommand(status=OK, settings=self.server_settings(cmd.settings))
                     await chan.out.put(reply)
                 elif kind == "thread_stack_trace":
                     nonce = cmd.thread_stack_trace.nonce
@@ -266,31 +295,11 @@ class TelemetryService:
         finally:
             chan.close()
 
-    def _register(self, chan: TelemetryChannel, settings: pb.Settings, language: str) -> None:
-        kind = settings.WhichOneof("pub_sub")
-        if kind == "publishing":
-            for topic in settings.publishing.topics:
-                self.deps.clients.register_producer(topic.name, chan, chan.client_id, language)
-        elif kind == "subscription" and settings.subscription.group.name:
-            group = settings.subscription.group.name
-            mine = {e.topic.name: subscription_data(e) for e in settings.subscription.subscriptions}
-            # in a group with 4.x members, keep what their heartbeats registered (e.g. %RETRY%<group>,
-            # the consume type): a registration replaces the group's subscription table
-            info = self.deps.clients.consumer_group(group)
-            if info is not None and any(c is not chan for c in info.channels):
-                keep = [sub for topic, sub in info.subscriptions.items() if topic not in mine]
-                consume_type, model, where = info.consume_type, info.message_model, info.consume_from_where
-            else:
-                keep, consume_type, model, where = [], CONSUME_POP, "CLUSTERING", "CONSUME_FROM_LAST_OFFSET"
-            self.deps.clients.register_consumer(
-                group, chan, chan.client_id, language or "OTHER", consume_type=consume_type,
-                message_model=model, consume_from_where=where, subscriptions=keep + list(mine.values()))
-
     def refresh(self, client_id: str) -> None:
         """A Heartbeat: keep the client's producer registrations alive."""
         chan = self.sessions.get(client_id)
         if chan is not None and chan.settings is not None:
-            self._register(chan, chan.settings, "")
+            self.backend.sessions.register(chan, chan.settings, "")
 
 
 

@@ -13,6 +13,10 @@ first offset. The committed consumer offset follows the lowest offset still in f
 4.x tools see the group's progress. Long polling: a receive with nothing to hand out waits for a put
 to the topic (the store's dispatch listener), an in-flight message becoming visible, or its deadline.
 FIFO groups (`consumeMessageOrderly`) get nothing new from a queue while a delivery of it is in flight.
+A SQL92 filter reads new messages as a pull does (`_read_new`): evaluated on the record's property bytes in the
+store's lookup and, with `enableCalcFilterBitMap`, after the group's bitmap pre-filter (server.filter_bitmap),
+so units its bits rule out are passed over without reading the CommitLog; a receive that only passed over
+units scans on at once instead of waiting for a put.
 
 A group with 4.x members too (push/pull consumers heartbeating over remoting): 5.x consumers are
 members of the group in the ClientManager (telemetry.py), so the 4.x clients' rebalance
@@ -46,16 +50,18 @@ from server.pop.model import (
     Failure,
     MessageFilter,
     PopError,
+    SqlFilter,
     allocate_averagely,
     decode_handle,
     encode_handle,
 )
 from server.pop.state import Inflight, Key, PopStore, QueueState
-from storage.store_types import GetStatus
+from storage.store_types import GetResult, GetStatus
 from storage.supervisor import SupervisedTask
 
 if TYPE_CHECKING:
     from server.client_manager import ClientManager
+    from server.filter_bitmap import FilterBitmaps, UnitGate
     from server.offsets_table import ConsumerOffsetManager
     from server.topics import TopicManager
     from server.transactions import PutRecord
@@ -85,6 +91,7 @@ class PopDeps:
     put_record: PutRecord  # DLQ copies
     store_host: tuple[str, int]
     is_pop_channel: Callable[[object], bool]  # a ClientManager connection that pops (a 5.x gRPC session)
+    bitmaps: FilterBitmaps | None = None  # enableCalcFilterBitMap: SQL92 units ruled out without the CommitLog
 
 
 class PopService:
@@ -96,6 +103,7 @@ class PopService:
         self._rr = 0
         self.dlq_total = 0
         self.sweep_errors = 0
+        self.commitlog_bytes_read = 0  # records read for new messages (filtered or not): the bitmap's saving
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
@@ -199,16 +207,22 @@ class PopService:
             # the group's membership may change while this receive long-polls: its share is taken anew
             qids = [q for q in self.pop_share(group, readable) if queue_id < 0 or q == queue_id]
             out: list[Delivery] = []
+            scanned = False
             self._rr += 1
             start = self._rr % len(qids) if qids else 0
             for qid in qids[start:] + qids[:start]:
                 if len(out) >= batch:
                     break
-                out += await self._collect((group, topic, qid), batch - len(out), invisible_ms, accept, fifo,
-                                           init_mode)
+                got, moved = await self._collect((group, topic, qid), batch - len(out), invisible_ms, accept, fifo,
+                                                 init_mode)
+                out += got
+                scanned = scanned or moved
             now = loop.time()
             if out or now >= deadline:
                 return out
+            if scanned:  # a selective filter passed over units that did not match: scan on before waiting
+                await asyncio.sleep(0)
+                continue
             wait_s = deadline - now
             next_visible = self._next_visible_ms(group, topic, qids)
             if next_visible is not None:
@@ -265,7 +279,8 @@ class PopService:
         return best
 
     async def _collect(self, key: Key, want: int, invisible_ms: int, accept: MessageFilter, fifo: bool,
-                       init_mode: int = ConsumeInitMode.MIN) -> list[Delivery]:
+                       init_mode: int = ConsumeInitMode.MIN) -> tuple[list[Delivery], bool]:
+        """Up to `want` deliveries of one queue, and whether its next offset moved (units were passed over)."""
         group, topic, qid = key
         q = self._queue(key, init_mode)
         now_ms = int(time.time() * 1000)
@@ -294,7 +309,7 @@ class PopService:
         blocked = fifo and any(e.visible_ms > now_ms for e in q.inflight.values())
         new_next = q.next_offset
         if len(out) < want and not blocked and not (fifo and out):
-            res = self.deps.store.get_messages(topic, qid, q.next_offset, want - len(out))
+            res = self._read_new(group, topic, qid, q.next_offset, want - len(out), accept)
             if res.status is GetStatus.FOUND:
                 for buf, qoff in zip(res.buffers, res.queue_offsets, strict=True):
                     try:
@@ -302,7 +317,7 @@ class PopService:
                     except CodecError as e:
                         log.error("pop.bad_record", topic=topic, queue_id=qid, offset=qoff, error=str(e))
                         continue
-                    if not accept.accepts(rec):
+                    if not isinstance(accept, SqlFilter) and not accept.accepts(rec):  # SQL92: the store matched
                         continue
                     seq = self.state.next_seq()
                     entries.append((qoff, seq, 1))
@@ -310,10 +325,41 @@ class PopService:
                 new_next = res.next_begin_offset
             elif res.status in _ADVANCE and res.next_begin_offset != q.next_offset:
                 new_next = res.next_begin_offset
-        if entries or new_next != q.next_offset:
+        moved = new_next != q.next_offset
+        if entries or moved:
             self.state.pop(key, new_next, now_ms + invisible_ms, entries)
             self._commit(key)
-        return out
+        return out, moved
+
+    def _read_new(self, group: str, topic: str, qid: int, offset: int, want: int, accept: MessageFilter) -> GetResult:
+        """The store's lookup of new messages. A SQL92 filter is the lookup's record filter (on the record's
+        property bytes) and, with the bitmap pre-filter, its unit filter: units the group's bits rule out are
+        passed over without reading the CommitLog, as a pull does. `commitlog_bytes_read` counts each record read."""
+        store = self.deps.store
+        if not isinstance(accept, SqlFilter):
+            res = store.get_messages(topic, qid, offset, want)
+            self.commitlog_bytes_read += res.buffer_total_size
+            return res
+        matches = accept.selector.matches_record
+        read = 0
+
+        def record_filter(rec: memoryview) -> bool:
+            nonlocal read
+            read += len(rec)
+            return matches(rec)
+        bitmaps = self.deps.bitmaps
+        gate: UnitGate | None = None
+        if bitmaps is not None:  # pop has no subVersion: 0 never displaces a 4.x consumer's newer expression
+            gate = bitmaps.gate(group, topic, qid, 0, accept.selector)
+        res = store.get_messages(topic, qid, offset, want, None, record_filter, gate)
+        if gate is not None and bitmaps is not None:
+            bitmaps.count_skipped(gate)
+        self.commitlog_bytes_read += read
+        return res
+
+    def runtime_info(self) -> dict[str, int]:
+        """Ours in GET_BROKER_RUNTIME_INFO: the CommitLog bytes pop read for new messages."""
+        return {"popCommitLogBytesRead": self.commitlog_bytes_read}
 
     def _read(self, topic: str, qid: int, offset: int) -> MessageRecord | None:
         store = self.deps.store

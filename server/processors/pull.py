@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias, cast
 
@@ -22,13 +22,20 @@ from codec.cache import BoundedCache
 from codec.codes import PullSysFlag, RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.pull_response import pull_response_frame
-from codec.tags import java_hash
+from codec.tags import MULTI_TAG, MultiTagCodes, java_hash
 from remoting.dispatch import Response
 from server.client_manager import SubscriptionData
 from server.header_parsers import parse_pull
 from server.header_spec import Long
 from server.processors import Peer, Registrar, guarded
-from server.subscription_filter import RecordFilter, SubscriptionFilters, is_tag_type, unsupported_remark
+from server.subscription_filter import (
+    RecordFilter,
+    SubscriptionFilters,
+    both,
+    is_tag_type,
+    tags_filter,
+    unsupported_remark,
+)
 from storage.store_types import GetStatus
 
 if TYPE_CHECKING:
@@ -228,11 +235,15 @@ class PullProcessor:
             sub_version = sub.sub_version
         record_filter: RecordFilter | None
         gate: UnitGate | None = None
+        codes: Container[int] | None
         if is_tag_type(sub.expression_type):
             codes = None if sub.match_all else set(sub.code_set)
             # filterSupportRetry off (the default): no retry filter, no call
             record_filter = b.filters.retry_filter(h.consumerGroup, h.topic, self._group_subscription) \
                 if b.filters.filter_support_retry else None
+            if codes is not None and tcfg.topic_filter_type == MULTI_TAG:  # codes AND-ed, the tags decide (codec.tags)
+                codes = MultiTagCodes(sub.code_set)
+                record_filter = both(tags_filter(frozenset(sub.tags)), record_filter)
         else:  # SQL92: the record's properties decide (after the bitmap pre-filter, when on)
             sel = b.filters.selector(h.consumerGroup, h.topic, sub_version, sub.expression_type, sub.sub_string)
             if isinstance(sel, str):

@@ -35,7 +35,7 @@ from codec.properties import (
     rewrite_sent_properties_cached,
 )
 from codec.record import MessageRecord, encode_message_bytes, encode_record
-from codec.tags import java_hash
+from codec.tags import MULTI_TAG, tags_hash
 from scheduler.delay_levels import ON_DICT, transform_delay_properties
 from server.processors import Registrar, guarded, peer_of
 from server.processors.send_common import (
@@ -182,10 +182,10 @@ class SendPreparer:
         props_bytes = stored.encode("utf-8", "replace")
         if len(props_bytes) > PROPS_MAX:
             return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", qid)
-        sys_flag = h.sysFlag | MULTI_TAGS_FLAG if tcfg.topic_filter_type == "MULTI_TAG" else h.sysFlag
+        sys_flag = h.sysFlag | MULTI_TAGS_FLAG if tcfg.topic_filter_type == MULTI_TAG else h.sysFlag
         raw = encode_message_bytes(topic, body, store_qid, h.flag, sys_flag, h.bornTimestamp, self.born_host(conn),
                                    self.store_host, reconsume, props_bytes)
-        return raw, topic, store_qid, java_hash(tags) if tags else 0, keys, deliver_delay, qid, wait
+        return raw, topic, store_qid, tags_hash(tags) if tags else 0, keys, deliver_delay, qid, wait
 
     def _prepare_full(self, conn: SendConn, cmd: RemotingCommand, h: SendMessageHeader, tcfg: TopicConfig,
                       qid: int, body: bytes, reconsume: int) -> PreparedSend | RemotingCommand | None:
@@ -201,7 +201,7 @@ class SendPreparer:
             if topic.startswith(DLQ_PREFIX):
                 reply_qid = qid
         sys_flag = h.sysFlag
-        if tcfg.topic_filter_type == "MULTI_TAG":
+        if tcfg.topic_filter_type == MULTI_TAG:
             sys_flag |= MULTI_TAGS_FLAG
         rec = MessageRecord(
             topic=topic, body=body, queue_id=qid, flag=h.flag, sys_flag=sys_flag,
@@ -278,7 +278,7 @@ class BatchMessageSend:
         wait = batch_props.get(_WAIT, "true").lower() != "false"
         batch_props[_CLUSTER] = self.cfg.broker_cluster_name
         tail = properties_to_string(batch_props)
-        sys_flag = h.sysFlag | (MULTI_TAGS_FLAG if tcfg.topic_filter_type == "MULTI_TAG" else 0)
+        sys_flag = h.sysFlag | (MULTI_TAGS_FLAG if tcfg.topic_filter_type == MULTI_TAG else 0)
         born_host = self.preparer.born_host(conn)
         store_host = self.preparer.store_host
         reqs: list[PutRequest] = []

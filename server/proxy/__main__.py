@@ -1,4 +1,4 @@
-"""`delaymq-proxy --namesrv ADDR --grpc-port P [--config F] [--host H]`: the stateless RocketMQ 5 proxy
+"""`delaymq-proxy --namesrv ADDR --grpc-port P [--config F] [--host H] [--reuse-port]`: the stateless RocketMQ 5 proxy
 (server.proxy). Prints `delaymq proxy ready on <host>:<port>` once listening; SIGTERM/SIGINT stop it."""
 
 from __future__ import annotations
@@ -23,8 +23,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--namesrv", help="name server address(es), namesrvAddr, 'host:port[;host:port]'")
     p.add_argument("--grpc-port", type=int, help="gRPC listen port, grpcServerPort (default: 8081; 0: any free)")
     p.add_argument("--host", help="listen host, listenHost (default: 0.0.0.0)")
+    p.add_argument("--reuse-port", action="store_true", default=None,
+                   help="reusePort=true: share the gRPC port with other delaymq-proxy processes of this user on this "
+                        "host (SO_REUSEPORT; the kernel spreads connections over them)")
     p.add_argument("--config", help="key=value file (namesrvAddr, grpcServerPort, listenHost, timerWheelEnable, "
-                                    "messageDelayLevel, maxMessageSize, routeCacheTtlMs)")
+                                    "messageDelayLevel, maxMessageSize, routeCacheTtlMs, reusePort)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="log level (default: info)")
     return p
@@ -42,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     configure(args.log_level)
     try:
         cfg = load_proxy_config(args.config, {"namesrvAddr": args.namesrv, "grpcServerPort": args.grpc_port,
-                                              "listenHost": args.host})
+                                              "listenHost": args.host,
+                                              "reusePort": "true" if args.reuse_port else None})
     except ValueError as e:
         log.error("proxy.bad_config", error=str(e))
         return 2

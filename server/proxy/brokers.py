@@ -2,14 +2,16 @@
 
 SEND_MESSAGE_V2 (SendMessageRequestHeaderV2's one-letter fields, codec.codes), POP_MESSAGE (queueId -1: every
 readable queue of the topic on that broker, long polling for `pollTime`), ACK_MESSAGE and
-CHANGE_MESSAGE_INVISIBLETIME with the broker's own receipt (extraInfo, codec.pop_receipt)."""
+CHANGE_MESSAGE_INVISIBLETIME with the broker's own receipt (extraInfo, codec.pop_receipt); END_TRANSACTION,
+CONSUMER_SEND_MSG_BACK (a DLQ forward, as Apache's proxy does it), the consumer offsets and the queues'
+min / max / by-time offsets, and PULL_MESSAGE (long polling with the SUSPEND flag)."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 
-from codec.codes import DEFAULT_TOPIC, RequestCode
+from codec.codes import DEFAULT_TOPIC, PullSysFlag, RequestCode, SysFlag
 from codec.codes import SendMessageRequestHeaderV2 as V2
 from codec.command import RemotingCommand
 from codec.pop_receipt import ConsumeInitMode, ExtraInfo
@@ -75,3 +77,43 @@ class RemoteBrokers:
                "offset": str(receipt.queue_offset if receipt.queue_offset is not None else receipt.ck_queue_offset),
                "invisibleTime": str(invisible_ms)}
         return await self._invoke(addr, RemotingCommand.request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext))
+
+    async def end_transaction(self, addr: str, producer_group: str, table_offset: int, commitlog_offset: int,
+                              commit: bool, msg_id: str, transaction_id: str) -> RemotingCommand:
+        ext = {"producerGroup": producer_group, "tranStateTableOffset": str(table_offset),
+               "commitLogOffset": str(commitlog_offset), "fromTransactionCheck": "false", "msgId": msg_id,
+               "commitOrRollback": str(SysFlag.TRANSACTION_COMMIT_TYPE if commit else SysFlag.TRANSACTION_ROLLBACK_TYPE),
+               "transactionId": transaction_id}
+        return await self._invoke(addr, RemotingCommand.request(RequestCode.END_TRANSACTION, ext))
+
+    async def send_back(self, addr: str, group: str, commitlog_offset: int, origin_msg_id: str, origin_topic: str,
+                        max_reconsume_times: int) -> RemotingCommand:
+        """CONSUMER_SEND_MSG_BACK with delayLevel -1: straight to %DLQ%<group>."""
+        ext = {"offset": str(commitlog_offset), "group": group, "delayLevel": "-1", "originMsgId": origin_msg_id,
+               "originTopic": origin_topic, "unitMode": "false", "maxReconsumeTimes": str(max_reconsume_times)}
+        return await self._invoke(addr, RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, ext))
+
+    async def update_offset(self, addr: str, group: str, topic: str, qid: int, offset: int) -> RemotingCommand:
+        ext = {"consumerGroup": group, "topic": topic, "queueId": str(qid), "commitOffset": str(offset)}
+        return await self._invoke(addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext))
+
+    async def query_offset(self, addr: str, group: str, topic: str, qid: int) -> RemotingCommand:
+        ext = {"consumerGroup": group, "topic": topic, "queueId": str(qid)}
+        return await self._invoke(addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, ext))
+
+    async def queue_offset(self, addr: str, code: int, topic: str, qid: int, at_ms: int = 0) -> RemotingCommand:
+        """GET_MIN_OFFSET / GET_MAX_OFFSET / SEARCH_OFFSET_BY_TIMESTAMP (then `at_ms`)."""
+        ext = {"topic": topic, "queueId": str(qid)}
+        if code == RequestCode.SEARCH_OFFSET_BY_TIMESTAMP:
+            ext["timestamp"] = str(at_ms)
+        return await self._invoke(addr, RemotingCommand.request(code, ext))
+
+    async def pull(self, addr: str, group: str, topic: str, qid: int, offset: int, max_nums: int, exp_type: str,
+                   exp: str, suspend_ms: int) -> RemotingCommand:
+        flag = PullSysFlag.SUBSCRIPTION | (PullSysFlag.SUSPEND if suspend_ms > 0 else 0)
+        ext = {"consumerGroup": group, "topic": topic, "queueId": str(qid), "queueOffset": str(offset),
+               "maxMsgNums": str(max_nums), "sysFlag": str(flag), "commitOffset": "0",
+               "suspendTimeoutMillis": str(suspend_ms), "subscription": exp, "subVersion": "0",
+               "expressionType": exp_type}
+        return await self._invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, ext),
+                                  suspend_ms / 1000 + POLL_MARGIN_S)

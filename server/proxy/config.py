@@ -19,6 +19,7 @@ class ProxyConfig:
     message_delay_level: str = DEFAULT_DELAY_LEVELS  # the brokers' levels, used when timerWheelEnable=false
     max_message_size: int = 4 * 1024 * 1024  # maxMessageSize, announced to producers in their settings
     route_ttl_ms: int = 3_000  # routeCacheTtlMs: how long a topic's route is reused
+    reuse_port: bool = False  # reusePort: SO_REUSEPORT on the gRPC port, so several proxies on one host share it
 
     @property
     def namesrv_addrs(self) -> list[str]:
@@ -30,7 +31,7 @@ class ProxyConfig:
 
 _KEYS = {"namesrvAddr": "namesrv_addr", "grpcServerPort": "grpc_port", "listenHost": "listen_host",
          "timerWheelEnable": "timer_wheel_enable", "messageDelayLevel": "message_delay_level",
-         "maxMessageSize": "max_message_size", "routeCacheTtlMs": "route_ttl_ms"}
+         "maxMessageSize": "max_message_size", "routeCacheTtlMs": "route_ttl_ms", "reusePort": "reuse_port"}
 
 
 def _value(key: str, text: str, like: object) -> object:

@@ -1,5 +1,6 @@
 """The proxy process's composition root: the remoting client to name servers and brokers, the route cache,
-the remote brokers, and the gRPC server serving `ProxyMessagingService`."""
+the remote brokers, the sessions, and the gRPC server serving server.grpc's one `MessagingService` over a
+`RemoteBackend`."""
 
 from __future__ import annotations
 
@@ -7,13 +8,18 @@ import grpc
 import structlog
 
 from remoting.client import RemotingClient
+from server.grpc import convert
+from server.grpc.auth import Authenticator
 from server.grpc.endpoint import MAX_MESSAGE_BYTES
+from server.grpc.service import MessagingService
+from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2_grpc as sgrpc
 from server.listeners import Listener, ListenError, probe
+from server.proxy.backend import RemoteBackend
 from server.proxy.brokers import RemoteBrokers
 from server.proxy.config import ProxyConfig
 from server.proxy.routes import NameServerRoutes
-from server.proxy.service import ProxyMessagingService
+from server.proxy.sessions import ProxySessions
 
 log = structlog.get_logger(__name__)
 
@@ -28,16 +34,27 @@ class Proxy:
         self.brokers = RemoteBrokers(self.client)
         self.port = 0
         self.server: grpc.aio.Server | None = None
-        self.service = ProxyMessagingService(cfg, self.routes, self.brokers, lambda: self.port)
+        self.sessions = ProxySessions()
+        self.backend = RemoteBackend(cfg, self.routes, self.brokers, self.sessions)
+        self.service = MessagingService(self.backend, Authenticator(None), self.endpoints)
+
+    def endpoints(self) -> pb.Endpoints:
+        """What a route names when the client gave no endpoints: this proxy."""
+        host = self.cfg.listen_host if self.cfg.listen_host not in ("0.0.0.0", "::") else "127.0.0.1"
+        return convert.endpoints(host, self.port)
 
     async def start(self) -> None:
         cfg = self.cfg
-        probe([Listener("grpcServerPort", cfg.listen_host, cfg.grpc_port, "gRPC (5.x clients)")])  # one line, before grpc logs its own
-        # SO_REUSEPORT off: a second proxy on a taken port must fail, not silently share it
+        # one line, before grpc logs its own; with reusePort a port held by another SO_REUSEPORT listener is
+        # shared, one held without it is still refused
+        probe([Listener("grpcServerPort", cfg.listen_host, cfg.grpc_port, "gRPC (5.x clients)")],
+              reuse_port=cfg.reuse_port)
+        # SO_REUSEPORT only when asked (reusePort): otherwise a second proxy on a taken port must fail, not
+        # silently share it
         self.server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", 1 if cfg.reuse_port else 0),
         ])
         addr = f"{cfg.listen_host}:{cfg.grpc_port}"
         try:
@@ -48,7 +65,8 @@ class Proxy:
             raise ListenError("grpcServerPort", cfg.listen_host, cfg.grpc_port, "address already in use")
         sgrpc.add_MessagingServiceServicer_to_server(self.service, self.server)
         await self.server.start()
-        log.info("proxy.listening", addr=f"{cfg.listen_host}:{self.port}", namesrv=cfg.namesrv_addr)
+        log.info("proxy.listening", addr=f"{cfg.listen_host}:{self.port}", namesrv=cfg.namesrv_addr,
+                 reuse_port=cfg.reuse_port)
 
     async def shutdown(self) -> None:
         if self.server is not None:

@@ -19,8 +19,10 @@ from client import (
     select_by_hash,
 )
 from client.message import MessageQueue
+from codec.codes import RequestCode, ResponseCode
 from tests.client.conftest import Collector, uniq
 from tests.helpers.checks import present
+from tests.server.raw import RawClient
 
 pytestmark = pytest.mark.process
 
@@ -292,3 +294,32 @@ async def test_refused_send_back_resends_with_the_count_so_the_dlq_is_reached(br
     [d] = res.messages
     assert (d.body, d.reconsume_times) == (b"keeps-failing", 2)
     assert d.properties["ORIGIN_MESSAGE_ID"] == m.msg_id and d.properties["RETRY_TOPIC"] == topic
+
+
+async def test_a_message_with_several_tags_reaches_each_tags_consumers_on_a_multi_tag_topic(broker):
+    """TAGS "A||B" on a MULTI_TAG topic (codec/tags.py): the broker's pull ANDs the subscribed hash against the
+    OR of the tags' hashes and checks the tags; the client's own tag check keeps a message one of whose tags is
+    subscribed."""
+    topic = uniq("TMT")
+    raw = await RawClient.connect(broker.addr)
+    try:
+        r = await raw.invoke(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": "2", "writeQueueNums": "2", "perm": "6",
+            "topicFilterType": "MULTI_TAG", "topicSysFlag": "0", "order": "false"})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+    finally:
+        await raw.close()
+    async with Producer(uniq("PG"), broker.namesrv) as p:
+        for body, tags in ((b"ab", "A||B"), (b"b", "B"), (b"c", "C"), (b"ca", "C||A")):
+            assert (await p.send(Message(topic, body, tags=tags))).status == SendStatus.SEND_OK
+    async with PullConsumer(uniq("PC"), broker.namesrv) as pc:
+        pulled = []
+        for mq in await pc.fetch_queues(topic):
+            pulled += (await pc.pull(mq, 0, 32, expr="A")).messages
+    assert sorted(m.body for m in pulled) == [b"ab", b"ca"]
+    col = Collector()
+    c = PushConsumer(uniq("CG"), broker.namesrv, listener=col, consume_from="first")
+    c.subscribe(topic, "B")
+    async with c:
+        await col.wait_for(2)
+    assert sorted(m.body for m in col.messages) == [b"ab", b"b"]

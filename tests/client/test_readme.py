@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 
 from tests.grpc.conftest import RMQ5_PYTHON, grpc_broker
-from tests.helpers.broker import REPO_ROOT, pick_port_pair, pick_port_with_grpc
+from tests.helpers.broker import REPO_ROOT, pick_broker_run, pick_port_pair, pick_port_with_grpc
 from tests.helpers.checks import present
 from tests.helpers.java import ROCKETMQ_JAVA, mqadmin, requires_java
 from tests.helpers.rocketmq5 import ROCKETMQ5, requires_rocketmq5
 
 README = REPO_ROOT / "README.md"
-MARKED = {"cpp", "rmq5-python", "node", "cli", "cluster", "failover", "export-config", "mqadmin", "analytics", "controller"}
+MARKED = {"cpp", "rmq5-python", "node", "cli", "cluster", "failover", "export-config", "mqadmin", "analytics", "controller", "up"}
 # Fence languages that are commands or programs: each such block is marked (run below) or has a reason here.
 RUNNABLE_LANGUAGES = {"sh", "bash", "shell", "console", "python", "py", "js", "javascript", "ts", "typescript"}
 SUITE = "a command of this test suite itself: running the suite inside the suite would only recurse"
@@ -235,6 +235,26 @@ def test_cluster_recipe(tmp_path):
     for name, port in (("broker-a", a), ("broker-b", b)):
         out = (tmp_path / f"{name}.out").read_text()
         assert f"delaymq broker ready on 127.0.0.1:{port}" in out
+
+
+def test_up_recipe(tmp_path):
+    """`delaymq up --brokers 2 --proxies 2`: the table names every process, the topic's 100 messages are
+    spread over both brokers, and `kill -INT %1` stops everything with exit 0 (the test adds `wait`, so
+    it ends when `up` has reaped every child); each PID the table printed is gone."""
+    ns, base, grpc = pick_port_pair(), pick_broker_run(2), pick_port_pair()
+    block = substitute(readme_blocks()["up"], {"9876": str(ns), "10911": str(base), "8081": str(grpc)})
+    (tmp_path / ".venv").symlink_to(REPO_ROOT / ".venv")
+    r = run(["bash", "-e", "-c", block + "\nwait\n"], tmp_path, 240, tmp_path)
+    assert r.returncode == 0, f"{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+    rows = [ln.split() for ln in r.stdout.splitlines() if re.match(r"(namesrv|broker|proxy) ", ln)]
+    assert [row[1] for row in rows] == ["namesrv", "broker-0", "broker-1", "proxy-0", "proxy-1"], r.stdout
+    status = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("broker-")]
+    assert {row[0] for row in status} == {"broker-0", "broker-1"}, r.stdout
+    assert sum(int(row[3]) for row in status) == 100, r.stdout
+    assert r.stderr.count(" stopped, exit code 0") == 5, r.stderr
+    for pid in (int(row[2]) for row in rows):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 def test_failover_walk_through(tmp_path):

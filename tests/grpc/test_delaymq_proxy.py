@@ -2,15 +2,18 @@
 delaymq name server, driven by the official RocketMQ 5 Python client 5.1.2 (tests/interop/rmq5_agent.py):
 routes name the proxy, sends spread over both brokers' queues, pop receive + ack through remoting
 (POP_MESSAGE / ACK_MESSAGE), scheduled messages never early, and a kill -9 of one of two proxies the client
-lists: it carries on through the other with nothing acknowledged lost (pop state lives in the brokers)."""
+lists: it carries on through the other with nothing acknowledged lost (pop state lives in the brokers); the
+same with two proxies sharing ONE port (--reuse-port, SO_REUSEPORT); the Node client 1.0.8 through it too."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -60,10 +63,10 @@ def topic_on_both(c: Cluster, message_type: str = "NORMAL") -> tuple[str, str]:
     return topic, group
 
 
-def start_proxy(agents, c: Cluster):
-    port = pick_port_pair()
+def start_proxy(agents, c: Cluster, port: int | None = None, *extra: str):
+    port = port or pick_port_pair()
     p = agents._start("delaymq-proxy", [sys.executable, "-m", "server.proxy", "--namesrv", c.namesrv.addr,
-                                        "--grpc-port", str(port), "--host", "127.0.0.1"])
+                                        "--grpc-port", str(port), "--host", "127.0.0.1", *extra])
     p.wait_for(lambda a: any("delaymq proxy ready on" in line for line in a.raw_lines), 30, "delaymq-proxy to start")
     return p, f"127.0.0.1:{port}"
 
@@ -86,6 +89,29 @@ def test_send_receive_ack_through_delaymq_proxy_over_two_brokers(cluster, agents
         assert reply.code == 0 and reply.ext["offset"] == "4", (b.addr, reply)
     again = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=1, max_seconds=5,
                             timeout=60, expect_code=3)
+    assert again.of("received") == []
+
+
+def test_node_client_sends_and_receives_through_delaymq_proxy_over_two_brokers(cluster, agents):
+    """Apache's RocketMQ 5 Node client 1.0.8 (tests/interop/node/rmq5.js) through the proxy: its Telemetry
+    settings, send round robin over both brokers, a SimpleConsumer's receive + ack (body digests checked)."""
+    topic, group = topic_on_both(cluster)
+    _, addr = start_proxy(agents, cluster)
+    proxy = Endpoint(addr)
+    sent = agents.run_node5("produce", proxy, topic=topic, count=6, tag="tagA", body_prefix="n", timeout=90)
+    assert [e["i"] for e in sent.of("sent")] == list(range(6))
+    c = agents.run_node5("simple", proxy, group=group, topic=topic, until_count=6, tag="tagA", max_seconds=60,
+                         timeout=90)
+    got = c.of("received")
+    assert sorted(e["body"] for e in got) == [f"n{i}" for i in range(6)]
+    assert {e["id"] for e in got} == {e["id"] for e in sent.of("sent")}
+    assert all(e["attempt"] == 1 and e["tag"] == "tagA" and e["corrupted"] is False for e in got), got
+    assert len(c.of("acked")) == 6
+    for b in cluster.brokers:  # each broker stored its half
+        reply = wire.invoke(b.addr, GET_MAX_OFFSET, {"topic": topic, "queueId": 0})
+        assert reply.code == 0 and reply.ext["offset"] == "3", (b.addr, reply)
+    again = agents.run_node5("simple", proxy, group=group, topic=topic, until_count=1, max_seconds=4,
+                             timeout=60, expect_code=3)
     assert again.of("received") == []
 
 
@@ -124,7 +150,68 @@ def test_kill_9_of_one_of_two_proxies_the_client_continues_through_the_other(clu
     assert {e["id"] for e in c.of("acked")} == sent  # every message acknowledged, none lost
 
 
-def test_routes_name_the_proxy_and_unserved_rpcs_answer_not_implemented(cluster, agents):
+def established_on(pid: int, port: int) -> int:
+    """How many ESTABLISHED TCP connections process `pid` holds with local port `port` (Linux /proc: the
+    socket inodes of its fds, looked up in /proc/net/tcp{,6})."""
+    inodes = set()
+    fd_dir = Path(f"/proc/{pid}/fd")
+    for fd in fd_dir.iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue  # closed between listing and reading
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    n = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "01" and int(f[1].rsplit(":", 1)[1], 16) == port and f[9] in inodes:
+                n += 1
+    return n
+
+
+def test_two_proxies_share_one_port_with_reuse_port_and_a_kill_9_loses_nothing(cluster, agents):
+    """--reuse-port (reusePort, SO_REUSEPORT): two proxies listen on ONE port; the client lists that one
+    address. The proxy holding the consumer's connection is killed -9: the client reconnects to the same
+    address, the kernel hands the connection to the survivor, and every message is acknowledged."""
+    topic, group = topic_on_both(cluster)
+    port = pick_port_pair()
+    (p1, a1), (p2, _) = start_proxy(agents, cluster, port, "--reuse-port"), \
+        start_proxy(agents, cluster, port, "--reuse-port")
+    one = Endpoint(a1)
+    c = agents.rmq5("simple", one, group=group, topic=topic, until_count=10, invisible=3, await_s=1,
+                    retry_errors=True, max_seconds=90)
+    c.wait_event("started", 60)
+    first = agents.run_rmq5("produce", one, topic=topic, count=5, timeout=90)
+    c.wait_for(lambda a: len({e["id"] for e in a.of("acked")}) >= 5, 60, "the first five acknowledged")
+    holders = [p for p in (p1, p2) if established_on(p.proc.pid, port)]
+    assert holders, "neither proxy holds the consumer's connection"
+    victim = holders[0]
+    survivor = p2 if victim is p1 else p1
+    victim.kill()
+    second = agents.run_rmq5("produce", one, topic=topic, count=5, body_prefix="n", timeout=90)
+    assert c.wait_exit(120) == 0, c.diagnostics()
+    sent = {e["id"] for e in first.of("sent")} | {e["id"] for e in second.of("sent")}
+    assert len(sent) == 10
+    assert {e["id"] for e in c.of("acked")} == sent  # every message acknowledged, none lost
+    assert survivor.proc.poll() is None
+
+
+def test_reuse_port_still_refuses_a_port_held_without_it():
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        taken = subprocess.run([sys.executable, "-m", "server.proxy", "--namesrv", "127.0.0.1:9", "--grpc-port",
+                                str(port), "--host", "127.0.0.1", "--reuse-port"], cwd=REPO_ROOT,
+                               capture_output=True, timeout=60, text=True)
+    assert taken.returncode == 1, taken.stderr
+    [line] = taken.stderr.strip().splitlines()
+    assert "grpcServerPort" in line and "Traceback" not in taken.stderr
+
+
+def test_routes_name_the_proxy_and_bad_requests_answer_with_their_codes(cluster, agents):
     topic, group = topic_on_both(cluster)
     _, addr = start_proxy(agents, cluster)
     host, port = addr.rsplit(":", 1)
@@ -139,10 +226,11 @@ def test_routes_name_the_proxy_and_unserved_rpcs_answer_not_implemented(cluster,
                 == {(host, int(port))}
             missing = await c.stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=uniq("None"))), timeout=10)
             assert missing.status.code == pb.TOPIC_NOT_FOUND, missing.status
-            end = await c.stub.EndTransaction(spb.EndTransactionRequest(topic=pb.Resource(name=topic)), timeout=10)
-            assert end.status.code == pb.NOT_IMPLEMENTED and "delaymq-proxy" in end.status.message
+            end = await c.stub.EndTransaction(spb.EndTransactionRequest(
+                topic=pb.Resource(name=topic), transaction_id="not-one", resolution=pb.COMMIT), timeout=10)
+            assert end.status.code == pb.INVALID_TRANSACTION_ID, end.status
             off = await c.stub.QueryOffset(spb.QueryOffsetRequest(), timeout=10)
-            assert off.status.code == pb.NOT_IMPLEMENTED
+            assert off.status.code == pb.ILLEGAL_TOPIC, off.status
             ack = await c.stub.AckMessage(spb.AckMessageRequest(
                 topic=pb.Resource(name=topic), group=pb.Resource(name=group),
                 entries=[spb.AckMessageEntry(message_id="x", receipt_handle="not a receipt")]), timeout=10)

@@ -68,6 +68,18 @@ def pick_port_with_grpc(attempts: int = 50) -> int:
     raise RuntimeError("no broker port with a free default gRPC port found on 127.0.0.1")
 
 
+def pick_broker_run(brokers: int, step: int = 10, attempts: int = 100) -> int:
+    """A port P where `brokers` brokers fit `step` apart, as `delaymq up --broker-port P` lays them out: each
+    P + step*i with its -2 (VIP) and +1 (HA) free and none handed out before."""
+    for _ in range(attempts):
+        port = pick_port_pair()
+        rest = {port + step * i + d for i in range(1, brokers) for d in (-2, 0, 1)}
+        if not rest & _handed_out and all(map(_port_free, rest)):
+            _handed_out.update(rest)
+            return port
+    raise RuntimeError(f"no room for {brokers} brokers' ports on 127.0.0.1")
+
+
 def tail(path: Path, max_bytes: int = 8000) -> str:
     try:
         with open(path, "rb") as f:

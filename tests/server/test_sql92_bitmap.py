@@ -5,7 +5,11 @@ to the exact evaluation."""
 
 from __future__ import annotations
 
-from codec.filter_bitmap import group_mask
+import time
+from pathlib import Path
+
+from codec.consume_queue_unit import UNIT_SIZE as CQ_UNIT_SIZE
+from codec.filter_bitmap import UNIT_SIZE, group_mask
 from server.broker import BrokerController
 from tests.helpers.checks import present
 from tests.server.helpers import send
@@ -21,9 +25,10 @@ async def _send_all(c: RawClient, topic: str, start: int, n: int) -> None:
         assert r.code == 0, r.remark
 
 
-async def _pull_all(c: RawClient, group: str, topic: str, expression: str, sub_version: int = 1) -> list[bytes]:
+async def _pull_all(c: RawClient, group: str, topic: str, expression: str, sub_version: int = 1,
+                    start: int = 0) -> list[bytes]:
     got: list[bytes] = []
-    offset = 0
+    offset = start
     while True:
         r = await sql_pull(c, group, topic, offset, expression, sub_version=sub_version)
         if r.code not in (0, 20):
@@ -104,5 +109,45 @@ async def test_consumers_of_one_group_with_their_own_sub_versions_share_the_bits
         assert present(b.bitmaps).skipped == 2 * 8  # evaluated exactly, its registration left alone
         assert bodies(await sql_pull(c, "G", "T", 1, EU, sub_version=5)) == [b"m5", b"m10"]
         assert present(b.bitmaps).skipped == 3 * 8
+    finally:
+        await c.close()
+
+
+def _bitmap_starts(store: Path, topic: str, qid: int) -> set[int]:
+    d = store / "filterbitmap" / topic / str(qid)
+    return {int(p.name) for p in d.iterdir()} if d.is_dir() else set()
+
+
+def _cq_starts(store: Path, topic: str, qid: int) -> set[int]:
+    """The first unit of each ConsumeQueue file (named by its first byte offset)."""
+    return {int(p.name) // CQ_UNIT_SIZE for p in (store / "consumequeue" / topic / str(qid)).iterdir()}
+
+
+async def test_bitmap_files_follow_the_consume_queue_through_retention_and_topic_deletion(make_broker,
+                                                                                          tmp_path) -> None:
+    """Bitmap files of 64 units beside ConsumeQueue files of 64 units: retention deleting CommitLog segments and
+    the ConsumeQueue files below the new min deletes the bitmap files they describe; the pre-filter still answers
+    from the new min; a deleted topic takes its bitmap files along."""
+    store = tmp_path / "store"
+    b: BrokerController = await make_broker(store=store, enable_property_filter=True, enable_calc_filter_bit_map=True,
+                                            mapped_file_size_commit_log=8192,
+                                            mapped_file_size_consume_queue=64 * CQ_UNIT_SIZE,
+                                            mapped_file_size_consume_queue_ext=64 * UNIT_SIZE)
+    c = await RawClient.connect(b.config.broker_addr)
+    try:
+        await _send_all(c, "T", 0, 1)
+        assert (await sql_pull(c, "G", "T", 1, EU)).code == 19  # registers G
+        await _send_all(c, "T", 1, 199)
+        assert _bitmap_starts(store, "T", 0) == {0, 64, 128, 192} == _cq_starts(store, "T", 0)
+        assert b.store is not None
+        assert b.store.clean_expired(now=time.time() + 10 * 365 * 86400)  # every CommitLog segment but the last
+        low = b.store.min_offset("T", 0)
+        assert low > 128, low
+        assert _bitmap_starts(store, "T", 0) == _cq_starts(store, "T", 0) == {128, 192}
+        skipped = present(b.bitmaps).skipped
+        assert await _pull_all(c, "G", "T", EU, start=low) == [f"m{i}".encode() for i in range(low, 200) if i % 5 == 0]
+        assert present(b.bitmaps).skipped - skipped == sum(1 for i in range(low, 200) if i % 5)
+        assert b.delete_topic("T")
+        assert not (store / "filterbitmap" / "T").exists()
     finally:
         await c.close()
