@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol
 
 from codec.buffers import Body
 from codec.codes import (
@@ -101,7 +101,7 @@ class SendConn(Protocol):
 # A plain tuple, not a NamedTuple: every send builds one, and a tuple subclass instance (even made with
 # tuple.__new__) costs ~1,100 more instructions to build and free than a plain tuple (issue 27's
 # instruction-count criterion; bench/RESULTS.md 2026-11-28).
-PreparedSend: TypeAlias = tuple[bytes | bytearray, str, int, int, IndexKeys, int, int, bool]
+PreparedSend = tuple[bytes | bytearray, str, int, int, IndexKeys, int, int, bool]
 PUT_OK = PutStatus.PUT_OK
 
 # what every send response carries after msgId/queueId/queueOffset
