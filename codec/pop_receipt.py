@@ -13,7 +13,13 @@ Apache's proxy appends a ninth field (the commit log offset) in its own gRPC rec
 Response header summaries (each entry `topicMark queueId value`, entries joined by ";"):
   startOffsetInfo  value = the queue's checkpoint start offset
   msgOffsetInfo    value = the popped queue offsets joined by ","
-  orderCountInfo   value = how many times the queue's message was handed out before (orderly pops)
+  orderCountInfo   value = how many times the queue's message was handed out before (orderly pops); in
+                   Apache 5.x the queueId field may also be `qo<queueId>%<queueOffset>` (one message's count)
+A client (or a proxy) reads them keyed `topicMark@queueId` (`parse_offset_info`) and builds each popped
+message's extraInfo from them when the broker did not put POP_CK in the record (Apache's brokers do not):
+ckQueueOffset = the queue's start offset, queueOffset = the message's (MQClientAPIImpl.processPopResponse).
+A message popped from the pop retry topic (`pop_retry_topic`: %RETRY%<group>_<topic>) carries topicMark "1",
+and its ACK / CHANGE names that retry topic (ReceiptHandle.getRealTopic).
 
 BATCH_ACK_MESSAGE's JSON body (BatchAckMessageRequestBody / BatchAck): `decode_batch_ack` below.
 """
@@ -24,6 +30,7 @@ import base64
 from dataclasses import dataclass
 from typing import Any
 
+from codec.codes import RETRY_PREFIX
 from codec.errors import CodecError
 from codec.fastjson import JsonBody, as_int, as_list, as_obj, as_str, dumps
 from codec.properties import MessageConst
@@ -80,6 +87,40 @@ def parse_extra_info(text: str) -> ExtraInfo:
                          int(parts[6]), int(parts[7]) if len(parts) > 7 else None)
     except ValueError:
         raise ValueError(f"extraInfo has a field that is not a number: {text!r}") from None
+
+
+def pop_retry_topic(topic: str, group: str) -> str:
+    """KeyBuilder.buildPopRetryTopic: where a pop consumer group's redeliveries of `topic` wait."""
+    return f"{RETRY_PREFIX}{group}_{topic}"
+
+
+def topic_mark(topic: str) -> str:
+    """The extraInfo topicMark of a message popped from `topic` (a retry topic's: "1")."""
+    return RETRY_TOPIC_MARK if topic.startswith(RETRY_PREFIX) else NORMAL_TOPIC_MARK
+
+
+def offset_info_key(topic: str, queue_id: int) -> str:
+    """The `topicMark@queueId` key of a popped message's entry in a parsed offset summary."""
+    return f"{topic_mark(topic)}@{queue_id}"
+
+
+def order_count_key(topic: str, queue_id: int, queue_offset: int) -> str:
+    """The per-message key of a parsed orderCountInfo (`topicMark@qo<queueId>%<queueOffset>`)."""
+    return f"{topic_mark(topic)}@qo{queue_id}%{queue_offset}"
+
+
+def parse_offset_info(text: str | None) -> dict[str, str]:
+    """A startOffsetInfo / msgOffsetInfo / orderCountInfo header as `topicMark@queueId` -> value (empty for
+    none); CodecError for an entry that is not three fields."""
+    out: dict[str, str] = {}
+    for entry in (text or "").split(";"):
+        if not entry:
+            continue
+        parts = entry.split(SEP)
+        if len(parts) != 3:
+            raise CodecError(f"offset info entry {entry!r} is not `topicMark queueId value`")
+        out[f"{parts[0]}@{parts[1]}"] = parts[2]
+    return out
 
 
 def offset_info_entry(retry: bool, queue_id: int, value: str) -> str:

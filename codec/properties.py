@@ -53,6 +53,7 @@ class MessageConst:
     REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
     TTL = "TTL"
     POP_CK = "POP_CK"  # a popped message's receipt (codec.pop_receipt: Apache's extraInfo)
+    FIRST_POP_TIME = "1ST_POP_TIME"  # when a message was first popped (an Apache broker's pop retry messages carry it)
     # delaymq: a quarantined scheduled record (rmq_sys_SCHEDULE_QUARANTINE): why, where it came from
     QUARANTINE_REASON = "QUARANTINE_REASON"
     QUARANTINE_STAGE = "QUARANTINE_STAGE"

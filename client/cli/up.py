@@ -202,13 +202,13 @@ class Child:
         if self.proc is None:
             return None
         try:
-            code = self.proc.wait(timeout)
+            rc = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            code = self.proc.wait()
+            rc = self.proc.wait()
         for f in self._files:
             f.close()
-        return code
+        return rc
 
 
 class Fleet:
@@ -241,9 +241,9 @@ class Fleet:
                 if not c.ready and c.check_ready():
                     self._say(f"{c.spec.name} ready on {c.spec.address if c.spec.address != '-' else c.spec.grpc} "
                               f"({time.monotonic() - c.started_at:.1f} s)")
-                code = c.exited()
-                if code is not None:
-                    raise UpError(f"{c.spec.name} exited with code {code} while starting: {c.why()}")
+                rc = c.exited()
+                if rc is not None:
+                    raise UpError(f"{c.spec.name} exited with code {rc} while starting: {c.why()}")
             if all(c.ready for c in tier):
                 return None
             if time.monotonic() > deadline:
@@ -263,7 +263,7 @@ class Fleet:
     def run(self) -> int:
         self.plan.logs.mkdir(parents=True, exist_ok=True)
         signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-        code = 0
+        rc = 0
         try:
             for tier in self.tiers:
                 sig = self._start_tier(tier)
@@ -286,16 +286,16 @@ class Fleet:
                 if dead:
                     for c in dead:
                         self._say(f"{c.spec.name} (pid {c.pid}) exited with code {c.exited()}: {c.why()}")
-                    code = 1
+                    rc = 1
                     break
         except UpError as e:
             self._say(f"error: {e}")
-            code = 1
+            rc = 1
         except BaseException:
             self.stop()
             raise
         self.stop()
-        return code
+        return rc
 
     def stop(self) -> int:
         """Reverse tier order: SIGTERM to a tier's processes, reap each (SIGKILL past STOP_TIMEOUT_S)."""
@@ -305,9 +305,9 @@ class Fleet:
             for c in started:
                 c.signal(signal.SIGTERM)
             for c in started:
-                code = c.reap(STOP_TIMEOUT_S)
-                self._say(f"{c.spec.name} (pid {c.pid}) stopped, exit code {code}")
-                if code not in (0, None, -signal.SIGTERM):
+                rc = c.reap(STOP_TIMEOUT_S)
+                self._say(f"{c.spec.name} (pid {c.pid}) stopped, exit code {rc}")
+                if rc not in (0, None, -signal.SIGTERM):
                     worst = 1
         return worst
 

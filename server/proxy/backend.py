@@ -178,8 +178,9 @@ class RemoteBackend:
             broker_name = readable[next(self._round) % len(readable)]
         addr = await self._master(topic, broker_name)
         poll_ms = int(max(0.0, deadline - asyncio.get_running_loop().time()) * 1000)
-        popped = await self.brokers.pop(addr, group, topic, batch, invisible_ms, poll_ms,
-                                        SQL92 if accept.sql else "TAG", accept.expression)
+        popped = await self.brokers.pop(addr, broker_name, group, topic, batch, invisible_ms, poll_ms,
+                                        SQL92 if accept.sql else "TAG", accept.expression,
+                                        await self.brokers.orderly(addr, group))
         if popped.code in NOT_FOUND_CODES:
             return []
         if popped.code != ResponseCode.SUCCESS:

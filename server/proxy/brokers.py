@@ -4,17 +4,41 @@ SEND_MESSAGE_V2 (SendMessageRequestHeaderV2's one-letter fields, codec.codes), P
 readable queue of the topic on that broker, long polling for `pollTime`), ACK_MESSAGE and
 CHANGE_MESSAGE_INVISIBLETIME with the broker's own receipt (extraInfo, codec.pop_receipt); END_TRANSACTION,
 CONSUMER_SEND_MSG_BACK (a DLQ forward, as Apache's proxy does it), the consumer offsets and the queues'
-min / max / by-time offsets, and PULL_MESSAGE (long polling with the SUSPEND flag)."""
+min / max / by-time offsets, and PULL_MESSAGE (long polling with the SUSPEND flag).
+
+Popped records are made the way Apache's client makes them (MQClientAPIImpl.processPopResponse): a delaymq
+broker puts each message's POP_CK in the record; an Apache broker does not, and the receipt is built from
+the answer's header (startOffsetInfo: the checkpoint's start offset; popTime, invisibleTime, reviveQid) and
+the message (its topic's mark, queue, offset), with an orderly pop's delivery count from orderCountInfo.
+An ACK / CHANGE of a message popped from the pop retry topic names that topic (ReceiptHandle.getRealTopic).
+
+Whether a group consumes orderly (its consumeMessageOrderly, GET_SUBSCRIPTIONGROUP_CONFIG on the broker, as
+Apache's proxy reads it) decides a pop's `order`: an Apache broker then hands out a FIFO queue's next
+message only after the previous one is acknowledged. Cached per group for GROUP_TTL_S, bounded."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
-from codec.codes import DEFAULT_TOPIC, PullSysFlag, RequestCode, SysFlag
+from codec.codes import DEFAULT_TOPIC, PullSysFlag, RequestCode, ResponseCode, SysFlag
 from codec.codes import SendMessageRequestHeaderV2 as V2
 from codec.command import RemotingCommand
-from codec.pop_receipt import ConsumeInitMode, ExtraInfo
+from codec.errors import CodecError
+from codec.fastjson import as_bool, as_obj, loads_lenient
+from codec.pop_receipt import (
+    RETRY_TOPIC_MARK,
+    ConsumeInitMode,
+    ExtraInfo,
+    offset_info_key,
+    order_count_key,
+    parse_offset_info,
+    pop_retry_topic,
+    topic_mark,
+)
+from codec.properties import MessageConst as K
 from codec.properties import properties_to_string
 from codec.record import MessageRecord, iter_records
 from remoting.client import RemotingClient
@@ -23,6 +47,8 @@ from server.grpc.status import Code, GrpcError
 
 REQUEST_TIMEOUT_S = 3.0
 POLL_MARGIN_S = 2.0  # a POP_MESSAGE's answer may come this long after its pollTime
+GROUP_TTL_S = 10.0  # how long a group's consumeMessageOrderly is reused
+MAX_CACHED_GROUPS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +65,7 @@ class RemoteBrokers:
     def __init__(self, client: RemotingClient, default_queue_nums: int = 4) -> None:
         self.client = client
         self.default_queue_nums = default_queue_nums
+        self._orderly: OrderedDict[tuple[str, str], tuple[bool, float]] = OrderedDict()
 
     async def _invoke(self, addr: str, cmd: RemotingCommand, timeout: float = REQUEST_TIMEOUT_S) -> RemotingCommand:
         try:
@@ -56,24 +83,51 @@ class RemoteBrokers:
                V2.batch: "false"}
         return await self._invoke(addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body))
 
-    async def pop(self, addr: str, group: str, topic: str, max_nums: int, invisible_ms: int, poll_ms: int,
-                  exp_type: str, exp: str) -> Popped:
+    async def orderly(self, addr: str, group: str) -> bool:
+        """The group's consumeMessageOrderly on the broker at `addr` (false for a group it does not know)."""
+        now = asyncio.get_running_loop().time()
+        hit = self._orderly.get((addr, group))
+        if hit is not None and now - hit[1] < GROUP_TTL_S:
+            return hit[0]
+        resp = await self._invoke(addr, RemotingCommand.request(RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG,
+                                                                {"group": group}))
+        orderly = False
+        if resp.code == ResponseCode.SUCCESS and resp.body_len():
+            try:
+                orderly = as_bool(as_obj(loads_lenient(resp.body_bytes()), "SubscriptionGroupConfig")
+                                  .get("consumeMessageOrderly"))
+            except (CodecError, ValueError) as e:
+                raise GrpcError(Code.INTERNAL_SERVER_ERROR, f"broker {addr}: unreadable group config: {e}") from None
+        self._orderly[(addr, group)] = (orderly, now)
+        self._orderly.move_to_end((addr, group))
+        while len(self._orderly) > MAX_CACHED_GROUPS:
+            self._orderly.popitem(last=False)
+        return orderly
+
+    async def pop(self, addr: str, broker_name: str, group: str, topic: str, max_nums: int, invisible_ms: int,
+                  poll_ms: int, exp_type: str, exp: str, order: bool = False) -> Popped:
         ext = {"consumerGroup": group, "topic": topic, "queueId": "-1", "maxMsgNums": str(max_nums),
                "invisibleTime": str(invisible_ms), "pollTime": str(poll_ms), "bornTime": str(int(time.time() * 1000)),
-               "initMode": str(ConsumeInitMode.MIN), "expType": exp_type, "exp": exp, "order": "false"}
+               "initMode": str(ConsumeInitMode.MIN), "expType": exp_type, "exp": exp,
+               "order": "true" if order else "false"}
         resp = await self._invoke(addr, RemotingCommand.request(RequestCode.POP_MESSAGE, ext),
                                   poll_ms / 1000 + POLL_MARGIN_S)
         records = list(iter_records(resp.body_bytes())) if resp.body_len() else []
+        if records:
+            try:
+                with_receipts(records, resp.ext_fields, broker_name, order)
+            except (CodecError, ValueError) as e:
+                raise GrpcError(Code.INTERNAL_SERVER_ERROR, f"broker {addr}: unreadable POP_MESSAGE answer: {e}") from None
         return Popped(resp.code, resp.remark or "", records, int(resp.ext_fields.get("invisibleTime", invisible_ms)))
 
     async def ack(self, addr: str, group: str, topic: str, receipt: ExtraInfo, text: str) -> RemotingCommand:
-        ext = {"consumerGroup": group, "topic": topic, "queueId": str(receipt.queue_id), "extraInfo": text,
+        ext = {"consumerGroup": group, "topic": _real_topic(topic, group, receipt), "queueId": str(receipt.queue_id), "extraInfo": text,
                "offset": str(receipt.queue_offset if receipt.queue_offset is not None else receipt.ck_queue_offset)}
         return await self._invoke(addr, RemotingCommand.request(RequestCode.ACK_MESSAGE, ext))
 
     async def change_invisible(self, addr: str, group: str, topic: str, receipt: ExtraInfo, text: str,
                                invisible_ms: int) -> RemotingCommand:
-        ext = {"consumerGroup": group, "topic": topic, "queueId": str(receipt.queue_id), "extraInfo": text,
+        ext = {"consumerGroup": group, "topic": _real_topic(topic, group, receipt), "queueId": str(receipt.queue_id), "extraInfo": text,
                "offset": str(receipt.queue_offset if receipt.queue_offset is not None else receipt.ck_queue_offset),
                "invisibleTime": str(invisible_ms)}
         return await self._invoke(addr, RemotingCommand.request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext))
@@ -117,3 +171,26 @@ class RemoteBrokers:
                "expressionType": exp_type}
         return await self._invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, ext),
                                   suspend_ms / 1000 + POLL_MARGIN_S)
+
+
+def _real_topic(topic: str, group: str, receipt: ExtraInfo) -> str:
+    """The topic an ACK / CHANGE names: the pop retry topic for a message popped from it."""
+    return pop_retry_topic(topic, group) if receipt.topic_mark == RETRY_TOPIC_MARK else topic
+
+
+def with_receipts(records: list[MessageRecord], header: dict[str, str], broker_name: str, order: bool) -> None:
+    """Give each popped record that has no POP_CK the receipt built from the answer's header, and an orderly
+    pop's records their delivery count (reconsume times), as Apache's client does."""
+    pop_time, invisible, revive_qid = int(header["popTime"]), int(header["invisibleTime"]), int(header["reviveQid"])
+    starts = parse_offset_info(header.get("startOffsetInfo"))
+    counts = parse_offset_info(header.get("orderCountInfo")) if order else {}
+    for rec in records:
+        if K.POP_CK in rec.properties:
+            continue
+        key = offset_info_key(rec.topic, rec.queue_id)
+        start = int(starts[key]) if key in starts else rec.queue_offset
+        rec.properties[K.POP_CK] = ExtraInfo(start, pop_time, invisible, revive_qid, topic_mark(rec.topic),
+                                             broker_name, rec.queue_id, rec.queue_offset).encode()
+        count = counts.get(order_count_key(rec.topic, rec.queue_id, rec.queue_offset), counts.get(key))
+        if count is not None and int(count) > 0:
+            rec.reconsume_times = int(count)

@@ -13,7 +13,11 @@ from codec.pop_receipt import (
     encode_batch_ack,
     join_offset_info,
     offset_info_entry,
+    offset_info_key,
+    order_count_key,
     parse_extra_info,
+    parse_offset_info,
+    pop_retry_topic,
 )
 
 
@@ -41,6 +45,18 @@ def test_malformed_is_refused(bad: str) -> None:
 def test_offset_info_entries() -> None:
     s = join_offset_info([offset_info_entry(False, 0, "5"), offset_info_entry(True, 2, "7,8")])
     assert s == "0 0 5;1 2 7,8"
+
+
+def test_offset_info_parsed_by_topic_mark_and_queue_as_apaches_client_keys_it() -> None:
+    parsed = parse_offset_info("0 0 5;1 2 7,8;0 qo3%12 2")
+    assert parsed == {"0@0": "5", "1@2": "7,8", "0@qo3%12": "2"}
+    retry = pop_retry_topic("Orders", "g1")
+    assert retry == "%RETRY%g1_Orders"
+    assert offset_info_key("Orders", 0) == "0@0" and offset_info_key(retry, 2) == "1@2"
+    assert order_count_key("Orders", 3, 12) == "0@qo3%12"
+    assert parse_offset_info(None) == {} and parse_offset_info("") == {}
+    with pytest.raises(CodecError, match="offset info"):
+        parse_offset_info("0 0")
 
 
 def test_batch_ack_body_round_trip_and_java_bitset_bytes() -> None:

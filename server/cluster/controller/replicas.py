@@ -27,10 +27,10 @@ Role changes (only for a masterEpoch newer than the one known):
   `controller.demotion_needs_restart`; a restart rejoins as a slave and cuts the unreplicated tail
   (ReplicaRole.rejoin); elected again, it is unfenced.
 
-Limits of this foundation (issue 25): replication is the classic 4.x HA transfer, whose handshake
-carries no slave brokerId, so the master adds the controller's live, out-of-set replicas to the
-SyncStateSet as far as it has caught-up HA connections for them (exact with one slave); no
-allAckInSyncStateSet, no epoch file (epochFileCheckpoint), no DataVersion stateVersion = masterEpoch.
+Replication is RocketMQ 5's AutoSwitch HA (server/cluster/ha/autoswitch_*): becoming master appends the
+masterEpoch to `epochFileCheckpoint`; the master's HA service knows each slave by its brokerId, proposes a
+caught-up slave for the SyncStateSet at once and drops members not caught up for haMaxTimeSlaveNotCatchup
+(ALTER_SYNC_STATE_SET, checked every SYNC_STATE_CHECK_S); allAckInSyncStateSet makes sends wait for them.
 """
 
 from __future__ import annotations
@@ -60,8 +60,6 @@ from codec.controller import (
     RegisterBrokerToControllerRequestHeader,
     RegisterBrokerToControllerResponseHeader,
     SyncStateSet,
-    decode_broker_replicas_info,
-    encode_broker_names,
     register_check_code,
 )
 from codec.errors import CodecError
@@ -69,6 +67,8 @@ from server.cluster.controller.client import ControllerClient, ControllerUnavail
 from server.cluster.controller.failover import FailoverClock
 from server.cluster.controller.identity import BrokerIdentityFiles
 from server.cluster.controller.processor import register as register_notify
+from server.cluster.ha.autoswitch_master import AutoSwitchHAService
+from server.cluster.ha.autoswitch_slave import AutoSwitchHAClient
 from storage.supervisor import SupervisedTask
 
 if TYPE_CHECKING:
@@ -128,8 +128,11 @@ class ReplicasManager:
         self._store: MessageStore | None = None
         self._tasks: list[SupervisedTask] = []
         self._role_lock = asyncio.Lock()
-        self._last_max = 0  # the CommitLog end at the previous SyncStateSet check
-        self._last_caught_up = time.monotonic()
+        self._altering = False  # an ALTER_SYNC_STATE_SET in flight
+        self._expand_tried: dict[int, float] = {}  # slave id -> time.monotonic() of its last proposal
+        self._expanding: set[asyncio.Task[None]] = set()
+        replica.sync_state = lambda: (self.sse.sync_state_set, self.broker_controller_id)
+        replica.on_expand = self._expand_soon
 
     @property
     def store(self) -> MessageStore:
@@ -160,6 +163,7 @@ class ReplicasManager:
         cfg = self.config
         if self.is_master:
             cfg.broker_role, cfg.broker_id = MASTER_ROLE, 0
+            self.replica.begin_epoch(store, self.master_epoch)
         else:
             cfg.broker_role, cfg.broker_id = "SLAVE", self.broker_controller_id
             self.replica.follow(self.master_addr)
@@ -276,9 +280,18 @@ class ReplicasManager:
     async def _heartbeat_once(self) -> None:
         cfg = self.config
         end = self.store.commitlog_max_offset()
+        # as Apache's: the last epoch of the epoch file and the confirmOffset (the election orders by both)
+        last = self.replica.epochs.last()
+        epoch = last.epoch if last is not None else self.master_epoch
+        svc, client = self.replica.ha_service, self.replica.ha_client
+        confirm = end
+        if isinstance(svc, AutoSwitchHAService) and self.is_master:
+            confirm = svc.confirm_offset()
+        elif isinstance(client, AutoSwitchHAClient):
+            confirm = client.confirm_offset
         await self.controllers.heartbeat(BrokerHeartbeatRequestHeader(
             cfg.broker_cluster_name, cfg.broker_addr, cfg.broker_name, brokerId=self.broker_controller_id,
-            epoch=self.master_epoch, maxOffset=end, confirmOffset=end,
+            epoch=epoch, maxOffset=end, confirmOffset=confirm,
             heartbeatTimeoutMills=cfg.controller_heart_beat_timeout_mills,
             electionPriority=cfg.broker_election_priority).to_ext())
 
@@ -327,14 +340,16 @@ class ReplicasManager:
             if replica.is_slave:
                 ha = replica.ha_client
                 lost_at = ha.disconnected_at if ha is not None and ha.connected_to is None else None
-                await replica.promote(MASTER_ROLE)
+                await replica.promote(MASTER_ROLE, self.master_epoch)
                 svcs = replica.services
                 watched: list[DelayLevelService | TimerMessageStore] = [svcs.delay_service]
                 if svcs.timer_service is not None:
                     watched.append(svcs.timer_service)
                 self.clock.became_master(self.master_epoch, lost_at, watched)
-            elif replica.fenced:
-                await replica.fence(False, 0)
+            else:  # elected again, or the same master in a newer epoch
+                replica.begin_epoch(self.store, self.master_epoch)
+                if replica.fenced:
+                    await replica.fence(False, 0)
             log.warning("controller.role_master", master_epoch=self.master_epoch,
                         sync_state_set=sorted(self.sse.sync_state_set))
             return
@@ -350,42 +365,61 @@ class ReplicasManager:
                     master_epoch=self.master_epoch)
 
     # ---- SyncStateSet (master) ----------------------------------------------------------------
-    async def check_sync_state_set(self) -> None:
-        if not self.is_master or self.replica.is_slave or self.replica.fenced or self.replica.ha_service is None:
-            return
-        end = self.store.commitlog_max_offset()
-        conns = [c for c in self.replica.ha_service.connections if not c.closed]
-        caught = [c for c in conns if c.ack_offset >= 0 and c.ack_offset >= self._last_max]
-        self._last_max = end
-        me = self.broker_controller_id
-        members = set(self.sse.sync_state_set) | {me}
-        others = members - {me}
-        if caught:
-            self._last_caught_up = time.monotonic()
-        if len(caught) > len(others):
-            candidates = await self._alive_out_of_set(members)
-            new = members | set(candidates[:len(caught) - len(others)])
-            if new != members:
-                await self._alter(frozenset(new))
-        elif others and not conns and (time.monotonic() - self._last_caught_up) * 1000 > self.config.ha_max_time_slave_not_catchup:
-            await self._alter(frozenset({me}))
+    def _autoswitch(self) -> AutoSwitchHAService | None:
+        svc = self.replica.ha_service
+        if not self.is_master or self.replica.is_slave or self.replica.fenced:
+            return None
+        return svc if isinstance(svc, AutoSwitchHAService) else None
 
-    async def _alive_out_of_set(self, members: set[int]) -> list[int]:
-        name = self.config.broker_name
-        resp = await self.controllers.invoke(int(RC.CONTROLLER_GET_SYNC_STATE_DATA), {}, encode_broker_names([name]))
-        if resp.code != ResponseCode.SUCCESS:
-            return []
-        info = decode_broker_replicas_info(resp.body_bytes()).get(name)
-        if info is None:
-            return []
-        return sorted(r.broker_id for r in info.not_in_sync_replicas if r.alive and r.broker_id not in members)
+    def _expand_soon(self, slave_id: int) -> None:
+        """The HA service saw a slave outside the set catch up: propose it now (Apache: on that ack), at most
+        once per SYNC_STATE_CHECK_S for one slave (a refused proposal is not repeated on every ack)."""
+        now = time.monotonic()
+        if self._altering or self._autoswitch() is None or now - self._expand_tried.get(slave_id, -1e9) < SYNC_STATE_CHECK_S:
+            return
+        self._expand_tried[slave_id] = now
+        task = asyncio.get_running_loop().create_task(self._expand(slave_id))
+        self._expanding.add(task)  # a reference until done (the loop keeps only a weak one)
+        task.add_done_callback(self._expanding.discard)
+
+    async def _expand(self, slave_id: int) -> None:
+        me = self.broker_controller_id
+        proposed = frozenset(set(self.sse.sync_state_set) | {me, slave_id})
+        if proposed != self.sse.sync_state_set:
+            try:
+                await self._alter(proposed)
+            except (ControllerUnavailable, OSError, TimeoutError, CodecError) as e:
+                log.info("controller.expand_failed", slave_id=slave_id, error=str(e))
+
+    async def check_sync_state_set(self) -> None:
+        """maybeShrinkSyncStateSet, and the expansion of caught-up slaves an earlier proposal missed."""
+        svc = self._autoswitch()
+        if svc is None or self._altering:
+            return
+        me = self.broker_controller_id
+        members = frozenset(set(self.sse.sync_state_set) | {me})
+        kept = svc.shrink() | {me}
+        confirm = svc.confirm_offset()
+        limit = self.config.ha_max_time_slave_not_catchup / 1000.0
+        now = time.monotonic()
+        joining = {c.slave_id for c in svc.connections
+                   if not c.closed and not c.async_learner and c.slave_id >= 0 and c.slave_id not in members
+                   and c.ack_offset >= confirm and now - svc.caught_up_at.get(c.slave_id, -limit - 1) <= limit}
+        new = frozenset(kept | joining)
+        if new != members:
+            await self._alter(new)
 
     async def _alter(self, proposed: frozenset[int]) -> None:
         body = SyncStateSet(proposed, self.sse.sync_state_set_epoch).encode()
-        resp = await self.controllers.invoke(
-            int(RC.CONTROLLER_ALTER_SYNC_STATE_SET),
-            AlterSyncStateSetRequestHeader(self.config.broker_name, self.broker_controller_id, self.master_epoch).to_ext(),
-            body)
+        self._altering = True
+        try:
+            resp = await self.controllers.invoke(
+                int(RC.CONTROLLER_ALTER_SYNC_STATE_SET),
+                AlterSyncStateSetRequestHeader(self.config.broker_name, self.broker_controller_id,
+                                               self.master_epoch).to_ext(),
+                body)
+        finally:
+            self._altering = False
         if resp.code != ResponseCode.SUCCESS:
             log.info("controller.alter_sync_state_set_refused", proposed=sorted(proposed), code=resp.code,
                      remark=resp.remark)
@@ -395,6 +429,9 @@ class ReplicasManager:
         self.sse = SyncStateSet(new.sync_state_set or proposed, epoch if epoch is not None else new.sync_state_set_epoch)
         log.info("controller.sync_state_set", sync_state_set=sorted(self.sse.sync_state_set),
                  sync_state_set_epoch=self.sse.sync_state_set_epoch)
+        svc = self._autoswitch()
+        if svc is not None:
+            svc.release()  # sends waiting for a member that left can be answered
 
     def stats(self) -> ControllerStats:
         return {"controllerLeader": self.controllers.leader or "", "brokerControllerId": self.broker_controller_id,

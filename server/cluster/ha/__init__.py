@@ -29,4 +29,9 @@ Keys: `brokerRole` (ASYNC_MASTER | SYNC_MASTER | SLAVE), `brokerId` (0 master, >
   re-points it. Pulls on a slave answer suggestWhichBrokerId 0 (slaveReadEnable=false); a slave turns
   PULL_OFFSET_MOVED into PULL_RETRY_IMMEDIATELY and stores no offset from a pull, as RocketMQ's does.
 - HA client, metadata sync and progress sync run under the store's supervisor.
+- Controller mode (enableControllerMode) replaces the 4.x frames by RocketMQ 5's AutoSwitch HA
+  (autoswitch_master.AutoSwitchHAService, autoswitch_slave.AutoSwitchHAClient; codec.autoswitch_ha,
+  storage.epoch_file): handshake with the slave's brokerId, epoch entries, truncation to the consistent
+  point, per-slave acks, SyncStateSet expand/shrink and allAckInSyncStateSet; wire-compatible with
+  Apache 5.1.3 brokers both ways.
 """

@@ -12,6 +12,11 @@ follows from it. Composed by server.broker.BrokerController.
   progress), brokerId becomes 0 and the role listeners run (name-server re-registration).
 - A SLAVE whose own epoch is older than its master's (a former master coming back) first cuts its
   CommitLog back to the master's epoch start offset (`rejoin`), logging how many bytes it dropped.
+- Controller mode (enableControllerMode) speaks RocketMQ 5's AutoSwitch HA instead (autoswitch_master,
+  autoswitch_slave): the epochs are the controller's masterEpochs in `epochFileCheckpoint`
+  (storage.epoch_file; `begin_epoch` when this broker becomes master), a slave truncates to the
+  consistent point at each handshake, and with allAckInSyncStateSet a send waits for every member of
+  the SyncStateSet the controller keeps (`sync_state`, set by the ReplicasManager).
 """
 
 from __future__ import annotations
@@ -30,6 +35,12 @@ from codec.codes import ResponseCode
 from codec.command import RemotingCommand
 from remoting.client import RemotingClient
 from scheduler.progress import SchedulerProgress
+from server.cluster.ha.autoswitch_master import AutoSwitchHAService, AutoSwitchStats, Members
+from server.cluster.ha.autoswitch_slave import (
+    AutoSwitchClientStats,
+    AutoSwitchHAClient,
+    truncate_before_start,
+)
 from server.cluster.ha.learned import ReplicatedTopics
 from server.cluster.ha.master import HAService, HAServiceStats
 from server.cluster.ha.replica_services import ReplicaServices
@@ -37,6 +48,7 @@ from server.cluster.ha.slave import HAClient, HAClientStats
 from server.cluster.ha.sync import SlaveSynchronize, SlaveSyncStats
 from server.listeners import bound
 from storage.config_store import atomic_write_json, read_json
+from storage.epoch_file import EpochFile
 from storage.message_store import MessageStore
 from storage.supervisor import SupervisedTask
 
@@ -58,8 +70,8 @@ class ReplicaStats(TypedDict):
     brokerId: int
     epoch: int
     epochStartOffset: int
-    master: NotRequired[HAServiceStats]
-    slave: NotRequired[HAClientStats]
+    master: NotRequired[HAServiceStats | AutoSwitchStats]
+    slave: NotRequired[HAClientStats | AutoSwitchClientStats]
     sync: NotRequired[SlaveSyncStats]
 
 EPOCH_FILE = "haEpoch.json"
@@ -70,8 +82,13 @@ class ReplicaRole:
         self.config = config
         self._services: ReplicaServices | None = None  # attach()
         self._store: MessageStore | None = None  # prepare()
-        self.ha_service: HAService | None = None
-        self.ha_client: HAClient | None = None
+        self.ha_service: HAService | AutoSwitchHAService | None = None
+        self.ha_client: HAClient | AutoSwitchHAClient | None = None
+        # controller mode: RocketMQ 5's AutoSwitch HA, its epoch file and the controller's SyncStateSet
+        self.autoswitch = config.enable_controller_mode
+        self.epochs = EpochFile(config.store_path_root_dir)
+        self.sync_state: Members | None = None  # fn() -> (SyncStateSet, own controller id); ReplicasManager
+        self.on_expand: Callable[[int], None] | None = None  # a caught-up slave to add to the set
         self.sync: SlaveSynchronize | None = None
         self.learned: ReplicatedTopics | None = None  # a slave's topics learned from replicated records
         self._client: RemotingClient | None = None  # prepare()
@@ -215,11 +232,34 @@ class ReplicaRole:
         self._store = store
         self._client = RemotingClient()
         self.load_epoch()
+        if self.autoswitch:
+            self.epochs.load()
+            last = self.epochs.last()
+            if last is not None:
+                self.epoch, self.epoch_start = last
         if self.is_slave:
             if not self.config.ha_master_address and self.config.namesrv_addr_list:
                 await self._master_from_namesrv()
-            await self.rejoin()
+            if not self.autoswitch:
+                await self.rejoin()
             store.start_replica()
+            if self.autoswitch:  # AutoSwitch cuts at its handshake, against the master's epochs: once now,
+                await self._pre_handshake()  # before the timer wheel loads state built on the bytes that go
+
+    async def _pre_handshake(self) -> None:
+        addr = self.master_ha_addr()
+        if not addr:
+            return
+        dropped = await truncate_before_start(self.store, self.epochs, addr, self.config.broker_id)
+        if dropped and self.config.timer_wheel_enable:  # units may point at the bytes just cut
+            from scheduler.timer import discard_local_state
+            discard_local_state(self.config.store_path_root_dir)
+        last = self.epochs.last()
+        if last is not None:
+            self.epoch, self.epoch_start = last
+        if dropped:
+            log.warning("ha.rejoin", protocol="AutoSwitch", master_ha=addr, dropped_bytes=dropped,
+                        timer_wheel_rebuilt=self.config.timer_wheel_enable)
 
     async def rejoin(self) -> None:
         """A slave with an older epoch than its master's cuts its CommitLog back to where the master's
@@ -250,10 +290,30 @@ class ReplicaRole:
         self.epoch, self.epoch_start = m_epoch, m_start
         self.save_epoch()
 
+    def begin_epoch(self, store: MessageStore, master_epoch: int) -> None:
+        """Controller mode, this broker becomes master of `master_epoch`: (epoch, CommitLog end) goes to
+        the epoch file (entries of that epoch or later dropped first), as Apache's changeToMaster."""
+        self.epochs.load()
+        end = store.commitlog_max_offset()
+        self.epochs.begin_epoch(master_epoch, end)
+        self.epoch, self.epoch_start = master_epoch, end
+        log.info("ha.epoch_begun", master_epoch=master_epoch, start_offset=end,
+                 epochs=[list(e) for e in self.epochs.entries])
+
+    def _members(self) -> tuple[frozenset[int], int]:
+        if self.sync_state is None:
+            return frozenset(), self.config.broker_id
+        return self.sync_state()
+
     async def start(self) -> None:
         """After the scheduler services exist (started for a master, not for a slave)."""
         cfg = self.config
-        self.ha_service = HAService(self.store, cfg)
+        if self.autoswitch:
+            svc = AutoSwitchHAService(self.store, cfg, self.epochs, self._members)
+            svc.on_expand = lambda slave_id: self.on_expand(slave_id) if self.on_expand is not None else None
+            self.ha_service = svc
+        else:
+            self.ha_service = HAService(self.store, cfg)
         with bound("haListenPort", cfg.listen_host, cfg.ha_port):  # a taken HA port stops the start
             await self.ha_service.start(cfg.listen_host, cfg.ha_port)
         if self.is_slave:
@@ -261,7 +321,12 @@ class ReplicaRole:
 
     def _start_slave(self) -> None:
         b, cfg = self.services, self.config
-        self.ha_client = HAClient(self.store, cfg, self.master_ha_addr)
+        if self.autoswitch:
+            client = AutoSwitchHAClient(self.store, cfg, self.epochs, self.master_ha_addr, lambda: cfg.broker_id)
+            client.on_truncated.append(self._on_truncated)
+            self.ha_client = client
+        else:
+            self.ha_client = HAClient(self.store, cfg, self.master_ha_addr)
         # a topic whose records arrive before the next metadata sync is known at once (learned.py)
         self.learned = ReplicatedTopics(b.topics)
         self.store.add_dispatch_listener(self.learned.on_dispatch)
@@ -276,6 +341,12 @@ class ReplicaRole:
                        sup.spawn("scheduler-sync", self.sync.run_progress)]
         log.info("ha.slave_started", master_ha=self.master_ha_addr(), master=self.master_broker_addr(),
                  offset=self.store.commitlog_max_offset())
+
+    def _on_truncated(self, offset: int, dropped: int) -> None:
+        last = self.epochs.last()
+        if last is not None:
+            self.epoch, self.epoch_start = last
+        log.warning("ha.rejoin", protocol="AutoSwitch", to_offset=offset, dropped_bytes=dropped, epoch=self.epoch)
 
     async def _stop_slave(self) -> None:
         if self.ha_client is not None:
@@ -296,12 +367,17 @@ class ReplicaRole:
     # ---- SYNC_MASTER ----------------------------------------------------------------------
     @property
     def sync_master(self) -> bool:
-        return self.config.broker_role == "SYNC_MASTER"
+        cfg = self.config
+        if self.autoswitch:  # Apache: with allAckInSyncStateSet a master waits for its whole SyncStateSet
+            return cfg.all_ack_in_sync_state_set and not self.is_slave and not self.fenced
+        return cfg.broker_role == "SYNC_MASTER"
 
     def gate(self, end_offset: int) -> ReplicaAck | Coroutine[Any, Any, ReplicaAck]:
         """For a SYNC_MASTER send whose records end at `end_offset`: None (answer now) is never
         returned; (code, remark) when no slave can take it, else an awaitable of (code, remark)."""
         svc = self.ha_service
+        if isinstance(svc, AutoSwitchHAService):  # every SyncStateSet member, however many are connected
+            return self._wait(svc, end_offset)
         if svc is None or not svc.slave_ok(end_offset):
             return ResponseCode.SLAVE_NOT_AVAILABLE, "SLAVE_NOT_AVAILABLE"
         return self._wait(svc, end_offset)
@@ -319,7 +395,7 @@ class ReplicaRole:
         g = self.gate(end)
         return g if isinstance(g, tuple) else asyncio.ensure_future(g)
 
-    async def _wait(self, svc: HAService, end_offset: int) -> ReplicaAck:
+    async def _wait(self, svc: HAService | AutoSwitchHAService, end_offset: int) -> ReplicaAck:
         ok = await svc.wait_replicated(end_offset, self.config.slave_timeout / 1000.0)
         return (ResponseCode.SUCCESS, None) if ok else (ResponseCode.FLUSH_SLAVE_TIMEOUT, "FLUSH_SLAVE_TIMEOUT")
 
@@ -334,7 +410,8 @@ class ReplicaRole:
         return p
 
     # ---- promotion ------------------------------------------------------------------------
-    async def promote(self, role: str = "ASYNC_MASTER") -> dict[str, object]:
+    async def promote(self, role: str = "ASYNC_MASTER", master_epoch: int | None = None) -> dict[str, object]:
+        """`master_epoch`: the controller's (controller mode: the epoch file gets it); else one more."""
         if not self.is_slave:
             raise ValueError(f"this broker is already a master ({self.config.broker_role})")
         t0 = time.monotonic()
@@ -349,9 +426,12 @@ class ReplicaRole:
             self.store.remove_dispatch_listener(self.learned.on_dispatch)
             self.store.remove_replica_destination_listener(self.learned.on_destinations)
             self.learned = None
-        self.epoch += 1
-        self.epoch_start = self.store.commitlog_max_offset()
-        self.save_epoch()
+        if self.autoswitch and master_epoch is not None:
+            self.begin_epoch(self.store, master_epoch)
+        else:
+            self.epoch += 1
+            self.epoch_start = self.store.commitlog_max_offset()
+            self.save_epoch()
         cfg.broker_role = role
         cfg.broker_id = 0
         self.promoted_at_ms = int(time.time() * 1000)

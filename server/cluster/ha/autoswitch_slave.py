@@ -1,0 +1,297 @@
+"""AutoSwitchHAClient, the slave side of RocketMQ 5's AutoSwitch HA (controller mode; cluster-ha.md §4.6;
+Apache's AutoSwitchHAClient). Classic mode keeps `slave.HAClient`.
+
+Connects to the master's HA address and sends its handshake (its controller brokerId, isSyncFromLastFile).
+The master's answer lists its epoch entries and its CommitLog end: with no epoch of its own the slave
+keeps what it has; else it cuts its CommitLog (and ConsumeQueues: the store's replica seam) and its epoch
+file back to the consistent point (storage.epoch_file.consistent_point), the tail a former master wrote
+that the new epoch does not hold (`truncated` lists each cut). Then it acks its end and applies transfer
+frames: bytes must continue its CommitLog (else the connection is dropped, as Apache's "master pushed
+offset not equal the max phy offset in slave"); a frame of a new epoch appends (epoch, epochStartOffset)
+to the epoch file; each applied frame is acked. An ack also goes out after haSendHeartbeatInterval of
+silence; haHousekeepingInterval without a byte from the master drops the connection; any error: drop,
+wait RECONNECT_S, connect and handshake again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypedDict, cast
+
+import structlog
+
+from codec.autoswitch_ha import (
+    EpochEntry,
+    HAConnectionState,
+    MasterFrameDecoder,
+    MasterHandshake,
+    MasterTransfer,
+    SlaveHandshake,
+    encode_slave_ack,
+    encode_slave_handshake,
+)
+from codec.errors import CodecError
+from storage.epoch_file import EpochFile, consistent_point
+from storage.replica import ReplicaError
+
+if TYPE_CHECKING:
+    from server.config import BrokerConfig
+    from storage.message_store import MessageStore
+
+log = structlog.get_logger(__name__)
+
+RECONNECT_S = 1.0
+
+
+class AutoSwitchClientStats(TypedDict):
+    protocol: str
+    master: str | None
+    state: str
+    frames: int
+    bytes: int
+    mismatches: int
+    offset: int
+    confirm_offset: int
+    truncated: list[list[int]]  # [from offset, dropped bytes] of each cut at a handshake
+    epochs: list[list[int]]
+
+
+class AutoSwitchHAClient(asyncio.Protocol):
+    def __init__(self, store: MessageStore, config: BrokerConfig, epochs: EpochFile,
+                 master_addr: Callable[[], str | None], broker_id: Callable[[], int]) -> None:
+        self.store = store
+        self.config = config
+        self.epochs = epochs
+        self.master_addr = master_addr
+        self.broker_id = broker_id
+        self.transport: asyncio.Transport | None = None
+        self.decoder = MasterFrameDecoder()
+        self.state = HAConnectionState.READY
+        self.connected_to: str | None = None
+        self.disconnected_at: float | None = None
+        self.last_read = 0.0
+        self.last_write = 0.0
+        self.frames = 0
+        self.bytes = 0
+        self.mismatches = 0
+        self.confirm_offset = 0
+        self.received_epoch = -1
+        self.truncated: list[list[int]] = []
+        self.on_applied: list[Callable[[int], None]] = []  # fn(new CommitLog end) after each frame run
+        self.on_truncated: list[Callable[[int, int], None]] = []  # fn(offset, dropped bytes) after a cut
+        self._lost: asyncio.Future[Exception | None] | None = None
+        self._running = False
+
+    # ---- supervised task ------------------------------------------------------------------------
+    async def run(self) -> None:
+        self._running = True
+        loop = asyncio.get_running_loop()
+        while self._running:
+            addr = self.master_addr()
+            if not addr:
+                await asyncio.sleep(RECONNECT_S)
+                continue
+            host, _, port = addr.rpartition(":")
+            try:
+                self.decoder = MasterFrameDecoder()
+                self._lost = loop.create_future()
+                await loop.create_connection(lambda: self, host, int(port))
+            except OSError as e:
+                log.info("ha.connect_failed", master=addr, error=str(e))
+                await asyncio.sleep(RECONNECT_S)
+                continue
+            self.connected_to = addr
+            log.info("ha.connected", master=addr, offset=self.store.commitlog_max_offset(), protocol="AutoSwitch")
+            try:
+                await self._keepalive()
+            finally:
+                if self.transport is not None:
+                    self.transport.close()
+                self.connected_to = None
+                self.state = HAConnectionState.READY
+                self.disconnected_at = time.monotonic()
+            if self._running:
+                await asyncio.sleep(RECONNECT_S)
+
+    def stop(self) -> None:
+        self._running = False
+        if self.transport is not None:
+            self.transport.close()
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
+
+    async def _keepalive(self) -> None:
+        heartbeat = self.config.ha_send_heartbeat_interval / 1000.0
+        housekeeping = self.config.ha_housekeeping_interval / 1000.0
+        lost = self._lost
+        if lost is None:
+            return
+        while self._running and not lost.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(lost), min(heartbeat, 1.0))
+            except TimeoutError:
+                pass
+            if lost.done():
+                return
+            now = time.monotonic()
+            if now - self.last_read > housekeeping:
+                log.warning("ha.master_silent", master=self.connected_to, seconds=housekeeping)
+                return
+            if self.state == HAConnectionState.TRANSFER and now - self.last_write > heartbeat:
+                self._ack()
+
+    # ---- protocol -------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.last_read = time.monotonic()
+        self.state = HAConnectionState.HANDSHAKE
+        self.received_epoch = -1
+        self.transport.write(encode_slave_handshake(SlaveHandshake(self.broker_id(), self.config.sync_from_last_file)))
+        self.last_write = time.monotonic()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(exc)
+
+    def _drop(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        self.last_read = time.monotonic()
+        try:
+            frames = self.decoder.feed(data)
+        except CodecError as e:
+            log.error("ha.bad_frame", master=self.connected_to, error=str(e))
+            self._drop()
+            return
+        applied = False
+        for f in frames:
+            if isinstance(f, MasterHandshake):
+                if self.state != HAConnectionState.HANDSHAKE or not self._truncate(f):
+                    self._drop()
+                    return
+                self.state = HAConnectionState.TRANSFER
+                self._ack()
+                continue
+            if self.state != HAConnectionState.TRANSFER:
+                log.error("ha.state_mismatch", master=self.connected_to, slave_state=self.state.name)
+                self._drop()
+                return
+            if not self._apply(f):
+                self._drop()
+                return
+            applied = applied or bool(f.body)
+        if applied:
+            store = self.store
+            try:
+                store.reput()
+            except Exception as e:  # the bytes are stored; the next frame retries the dispatch
+                log.exception("ha.reput_failed", error=repr(e))
+            self._ack()
+            end = store.commitlog_max_offset()
+            for fn in self.on_applied:
+                fn(end)
+
+    def _truncate(self, h: MasterHandshake) -> bool:
+        """doTruncate: cut to the consistent point with the master's epochs; False when there is none."""
+        point, dropped = truncate_to_master(self.store, self.epochs, h, self.connected_to)
+        if point < 0:
+            return False
+        if dropped:
+            self.truncated.append([point, dropped])
+            for fn in self.on_truncated:
+                fn(point, dropped)
+        return True
+
+    def _apply(self, t: MasterTransfer) -> bool:
+        store = self.store
+        end = store.commitlog_max_offset()
+        if not t.body:
+            self.confirm_offset = min(t.confirm_offset, end)
+            return True
+        if end != 0 and t.offset != end:
+            self.mismatches += 1
+            log.error("ha.offset_mismatch", master=self.connected_to, pushed=t.offset, local_end=end)
+            return False
+        if t.epoch != self.received_epoch:
+            self.received_epoch = t.epoch
+            if not self.epochs.append(EpochEntry(t.epoch, t.epoch_start_offset)):
+                return False
+        try:
+            store.append_replica(t.offset, t.body)
+        except ReplicaError as e:
+            self.mismatches += 1
+            log.error("ha.append_failed", master=self.connected_to, error=str(e))
+            return False
+        self.frames += 1
+        self.bytes += len(t.body)
+        self.confirm_offset = min(t.confirm_offset, store.commitlog_max_offset())
+        return True
+
+    def _ack(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(encode_slave_ack(self.store.commitlog_max_offset()))
+            self.last_write = time.monotonic()
+
+    def stats(self) -> AutoSwitchClientStats:
+        return {"protocol": "AutoSwitch", "master": self.connected_to, "state": self.state.name, "frames": self.frames,
+                "bytes": self.bytes, "mismatches": self.mismatches, "offset": self.store.commitlog_max_offset(),
+                "confirm_offset": self.confirm_offset, "truncated": self.truncated,
+                "epochs": [[e.epoch, e.start_offset] for e in self.epochs.entries]}
+
+
+def truncate_to_master(store: MessageStore, epochs: EpochFile, h: MasterHandshake, master: str | None) -> tuple[int, int]:
+    """Cut the CommitLog (and ConsumeQueues) and the epoch file to the consistent point with the master's
+    handshake: (the point, bytes dropped); (-1, 0) when there is none. No local epoch: nothing is cut."""
+    end = store.commitlog_max_offset()
+    if not epochs.entries:
+        log.info("ha.autoswitch_handshake", master=master, master_epochs=[tuple(e) for e in h.entries],
+                 master_end=h.max_offset, local_end=end, truncate="none: no local epoch")
+        return end, 0
+    point = consistent_point(epochs.entries, end, list(h.entries), h.max_offset)
+    log.info("ha.autoswitch_handshake", master=master, master_epochs=[tuple(e) for e in h.entries],
+             master_end=h.max_offset, local_epochs=[tuple(e) for e in epochs.entries], local_end=end,
+             consistent_point=point)
+    if point < 0:
+        log.error("ha.no_consistent_point", master=master, master_epochs=[tuple(e) for e in h.entries],
+                  local_epochs=[tuple(e) for e in epochs.entries])
+        return -1, 0
+    dropped = store.truncate_replica(point) if point < end else 0
+    if dropped:
+        log.warning("ha.autoswitch_truncated", master=master, to_offset=point, dropped_bytes=dropped)
+    epochs.truncate_suffix_by_offset(point)
+    return point, dropped
+
+
+async def truncate_before_start(store: MessageStore, epochs: EpochFile, addr: str, broker_id: int,
+                                timeout_s: float = 3.0) -> int:
+    """Before the scheduler's parts load (ReplicaRole.prepare): one handshake with the master at `addr` and the
+    cut it implies, so no timer state is built on bytes that go. Returns the bytes dropped; 0 when the master
+    cannot be reached in `timeout_s` (the running client's handshake cuts instead)."""
+    host, _, port = addr.rpartition(":")
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), timeout_s)
+    except (OSError, TimeoutError, ValueError) as e:
+        log.info("ha.pre_handshake_skipped", master=addr, error=repr(e))
+        return 0
+    try:
+        writer.write(encode_slave_handshake(SlaveHandshake(broker_id)))
+        decoder = MasterFrameDecoder()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            data = await asyncio.wait_for(reader.read(1 << 16), max(0.01, deadline - time.monotonic()))
+            if not data:
+                return 0
+            for f in decoder.feed(data):
+                if isinstance(f, MasterHandshake):
+                    _point, dropped = truncate_to_master(store, epochs, f, addr)
+                    return dropped
+    except (OSError, TimeoutError, CodecError) as e:
+        log.info("ha.pre_handshake_failed", master=addr, error=repr(e))
+        return 0
+    finally:
+        writer.close()
