@@ -129,6 +129,9 @@ class RequestCode(IntEnum):
     PROMOTE_BROKER = 3101  # admin: make this slave the master (no restart); JSON body, see server/cluster/ha
     GET_SCHEDULER_PROGRESS = 3102  # master -> slave: scheduler.progress.SchedulerProgress (msgpack body)
     GET_HA_EPOCH = 3103  # {"epoch", "startOffset", "maxOffset"}: where this master's CommitLog diverged
+    # controller mode, an elected slave -> the master it followed: check the controller now, stop (fenced:
+    # no write, no scheduled delivery) if replaced, answer {"commitLogMaxOffset"} (server/cluster/controller)
+    HAND_OVER_MASTER = 3104
     DELAYMQ_QUERY_SCHEDULED = 3111  # browse what is scheduled (server/processors/scheduled.py)
     DELAYMQ_CANCEL_SCHEDULED = 3112  # cancel a scheduled message by UNIQ_KEY (admin)
 

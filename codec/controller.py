@@ -20,8 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from codec.autoswitch_ha import EpochEntry
 from codec.errors import CodecError
 from codec.fastjson import loads_lenient
+
+LONG_MAX = (1 << 63) - 1  # Java's Long.MAX_VALUE: an epoch entry not ended yet
 
 
 class _Header:
@@ -289,6 +292,37 @@ def decode_broker_replicas_info(body: bytes | None) -> dict[str, SyncStateInfo]:
                                        opt_int(info.get("masterEpoch")), opt_int(info.get("syncStateSetEpoch")),
                                        replicas(info.get("inSyncReplicas")), replicas(info.get("notInSyncReplicas")))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEntryCache:
+    """GET_BROKER_EPOCH_CACHE's answer (body/EpochEntryCache, mqadmin getBrokerEpoch):
+    `{"brokerId","brokerName","clusterName","epochList":[{"endOffset","epoch","startOffset"}],"maxOffset"}`.
+    The entries are the epoch file's (codec.autoswitch_ha.EpochEntry: epoch, start); each one's endOffset is
+    the next one's start, the last one's Long.MAX_VALUE (Apache's EpochEntry default)."""
+
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    epoch_list: tuple[EpochEntry, ...]
+    max_offset: int
+
+    def encode(self) -> bytes:
+        ends = [e.start_offset for e in self.epoch_list[1:]] + [LONG_MAX]
+        return json.dumps({"brokerId": self.broker_id, "brokerName": self.broker_name, "clusterName": self.cluster_name,
+                           "epochList": [{"endOffset": end, "epoch": e.epoch, "startOffset": e.start_offset}
+                                         for e, end in zip(self.epoch_list, ends, strict=True)],
+                           "maxOffset": self.max_offset}, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, body: bytes | None) -> EpochEntryCache:
+        doc = _json_object(body or b"{}", "EpochEntryCache")
+        try:
+            entries = tuple(EpochEntry(int(e["epoch"]), int(e["startOffset"])) for e in doc.get("epochList") or ())
+            return cls(str(doc.get("clusterName") or ""), str(doc.get("brokerName") or ""),
+                       int(doc.get("brokerId") or 0), entries, int(doc.get("maxOffset") or 0))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CodecError(f"bad EpochEntryCache: {e!r}") from None
 
 
 def encode_broker_names(names: list[str]) -> bytes:

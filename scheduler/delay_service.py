@@ -22,7 +22,7 @@ from scheduler.delay_deliver import LevelDeliverer, LevelSnapshot
 from scheduler.delay_events import LevelEventHooks
 from scheduler.delay_offsets import FILE_NAME as DELAY_OFFSET_FILE
 from scheduler.delay_offsets import DelayOffsetBackend, DelayOffsetTable
-from scheduler.delay_recovery import resume_offset
+from scheduler.delay_recovery import deliveries_after, resume_offset, skip_delivered
 from scheduler.events import EventListener, PutObserver, ignore_puts
 from scheduler.levels import SCHEDULE_TOPIC
 from scheduler.loop_lag import LoopLagProbe
@@ -99,23 +99,41 @@ class DelayLevelService:
 
     # ---- master / slave ([cluster-ha]) --------------------------------------------------------
     def progress(self) -> dict[int, int]:
-        """Per level, the next schedule-queue offset whose delivery is not confirmed."""
-        return {d.level: d.offset for d in self.levels}
+        """Per level, the next schedule-queue offset not put into the CommitLog (its scheduleProgress
+        record, written in the same loop step as each delivery put, so it agrees with the CommitLog end
+        taken in the same step; the confirmed offset can lag a put that waits for its flush)."""
+        pf = self.progress_file
+        return {d.level: pf.level(d.level).offset if pf is not None else d.offset for d in self.levels}
 
-    def resume_from(self, offsets: dict[int, int]) -> None:
+    def resume_from(self, offsets: dict[int, int], since_phys: int = -1) -> dict[int, int]:
         """Before `start` on a promoted slave: take the master's last synced offsets (clamped into each
-        schedule queue's [min, max]) instead of delayOffset.json, and persist them."""
+        schedule queue's [min, max]) instead of delayOffset.json, and persist them. `since_phys`: the
+        CommitLog end when the master took those offsets (-1: unknown); each level then moves past the
+        deliveries the replicated CommitLog holds after it (scheduler.delay_recovery.skip_delivered).
+        Returns how many deliveries were skipped per level."""
         if not self._loaded:
             self.load()
+        after = deliveries_after(self.store, since_phys)
+        skipped: dict[int, int] = {}
         for d in self.levels:
             if d.level in offsets:
-                self.offsets.set(d.level, offsets[d.level])
+                start = offsets[d.level]
+                k = after.get(d.level, 0)
+                if k:
+                    start = skip_delivered(self.store, d.level, start, k, self.config.batch_size,
+                                           self.cancels.of_level(d.level))
+                    skipped[d.level] = k
+                self.offsets.set(d.level, start)
                 lo = self.store.min_offset(SCHEDULE_TOPIC, d.queue_id)
                 hi = self.store.max_offset(SCHEDULE_TOPIC, d.queue_id)
                 d.offset = d.scan_offset = self.offsets.correct(d.level, lo, hi)
                 if self.progress_file is not None:  # load() above made it
                     self.progress_file.set_level(d.level, d.offset, self.store.commitlog_max_offset())
         self.persist()
+        if since_phys >= 0:
+            log.warning("delay.promotion_resumed", since_phys=since_phys, skipped_delivered=skipped,
+                        offsets={d.level: d.offset for d in self.levels if d.offset})
+        return skipped
 
     def start(self) -> None:
         if self._started:

@@ -235,7 +235,9 @@ class BrokerController:
         # held pulls answer first (counted as in-flight by the server, which then drains)
         life.add("pull_hold", stop=self.pull_hold.shutdown)
         if cfg.namesrv_addr_list:  # registered once listening; out of the routes first, so clients stop sending here
-            registrar = self.registrar = make_registrar(cfg, self.topics, store.supervisor)
+            # controller mode: the masterEpoch as the registration's DataVersion.stateVersion (RocketMQ 5)
+            epoch_of = self.controller.epoch_of if self.controller is not None else None
+            registrar = self.registrar = make_registrar(cfg, self.topics, store.supervisor, epoch_of)
             self.topics.add_change_listener(lambda _tc: registrar.topics_changed())
             replica.attach_registrar(registrar)  # a slave follows the master it names
             runtime.sources.append(("registrar", registrar.stats))

@@ -133,10 +133,12 @@ def make_timer_service(store: MessageStore, cfg: BrokerConfig,
 
 
 # ---- cluster ---------------------------------------------------------------------------------
-def make_registrar(cfg: BrokerConfig, topics: TopicManager, supervisor: Supervisor) -> BrokerRegistrar:
+def make_registrar(cfg: BrokerConfig, topics: TopicManager, supervisor: Supervisor,
+                   state_version: Callable[[], int] | None = None) -> BrokerRegistrar:
     """The broker's name-server registration. The body is the topic table's own, remembered per data
-    version (storage), unless brokerPermission is not read-write: then every perm is masked as routes
-    show it (RocketMQ rewrites the perms too) and the body is built for the round."""
+    version (storage), unless brokerPermission is not read-write or `state_version` (controller mode:
+    the masterEpoch, RocketMQ 5's DataVersion.stateVersion) is set: then it is built for the round, every
+    perm masked as routes show it (RocketMQ rewrites the perms too)."""
     from codec.namesrv_bodies import DataVersion, RegisterBrokerBody, TopicConfigData, encode_register_body
     from server.cluster.registration import BrokerRegistrar
     from server.topics import PERM_READ, PERM_WRITE, advertised_perm
@@ -144,8 +146,8 @@ def make_registrar(cfg: BrokerConfig, topics: TopicManager, supervisor: Supervis
     rw = PERM_READ | PERM_WRITE
 
     async def snapshot(compressed: bool) -> tuple[DataVersion, bytes]:
-        version = DataVersion(*topics.data_version())
-        if cfg.broker_permission & rw == rw:
+        version = DataVersion(*topics.data_version(), state_version() if state_version is not None else 0)
+        if cfg.broker_permission & rw == rw and not version.state_version:
             return version, await topics.register_body(compressed)
         masked = {t.topic_name: TopicConfigData(t.topic_name, t.read_queue_nums, t.write_queue_nums,
                                                 advertised_perm(t.perm, cfg.broker_permission),

@@ -13,11 +13,48 @@ makes the slave's wheel the master's.
 from __future__ import annotations
 
 import bisect
+from typing import NamedTuple
 
+from codec.codes import SCHEDULE_QUARANTINE_TOPIC, TIMER_TOPIC
+from codec.properties import MessageConst, parse_properties
+from codec.record import read_properties_bytes, read_topic
 from scheduler.progress import TimerProgress
+from scheduler.store_port import StorePort
 from scheduler.timer.config import TimerConfig
 from scheduler.timer.enqueue import Enqueuer
 from scheduler.timer.state import Following, ResumeAfter, SlotProgress, SlotResume, TimerClocks, TimerFiles
+
+_TIMER_OUT, _DEQUEUED, _UNIQ, _DELAY = (MessageConst.TIMER_OUT_MS, MessageConst.TIMER_DEQUEUE_MS,
+                                       MessageConst.UNIQ_KEY, MessageConst.DELAY)
+
+
+class TimerTail(NamedTuple):
+    """The wheel's deliveries a replicated CommitLog holds after a point (`timer_deliveries_after`):
+    how many, and the slot and UNIQ_KEY of the last one."""
+
+    delivered: int
+    slot_ms: int
+    last_uniq: str | None
+
+
+def timer_deliveries_after(store: StorePort, phys: int) -> TimerTail:
+    """The final timer deliveries (a real topic, TIMER_OUT_MS and TIMER_DEQUEUE_MS set, no DELAY level)
+    in the CommitLog from `phys` to its end. The wheel puts slot after slot, each in due order, so the
+    last one says how far the master got: every earlier slot, and its slot up to that unit."""
+    count, slot, uniq = 0, -1, None
+    if phys < 0:
+        return TimerTail(0, -1, None)
+    for _p, rec in store.records_from(phys):
+        if read_topic(rec) in (TIMER_TOPIC, SCHEDULE_QUARANTINE_TOPIC):
+            continue
+        props = parse_properties(read_properties_bytes(rec))
+        out = props.get(_TIMER_OUT)
+        if out is None or _DEQUEUED not in props or _DELAY in props or not out.lstrip("-").isdigit():
+            continue
+        count += 1
+        if int(out) >= slot:
+            slot, uniq = int(out), props.get(_UNIQ)
+    return TimerTail(count, slot, uniq)
 
 
 def timer_progress(clocks: TimerClocks, from_queue_offset: int = -1) -> TimerProgress:
@@ -80,11 +117,15 @@ class Follower:
             if p.slot_ms == read_ms and p.put_in_slot > 0 else None
         self.resume.after_kill = None  # this node's own scheduleProgress is superseded by the master's record
 
-    def take_over(self, p: TimerProgress | None) -> None:
+    def take_over(self, p: TimerProgress | None, tail: TimerTail | None = None) -> None:
         """A promoted slave's wheel becomes the master's: from `p` (the last TimerProgress synced), else
-        from this node's own checkpoint. The slot in progress skips the units already put."""
+        from this node's own checkpoint. The slot in progress skips the units already put. `tail`: the
+        deliveries the replica holds after `p` was taken; the read clock moves to the last one's slot,
+        which skips its units up to that one."""
         if p is not None:
             self.follow_final(p)
+            if tail is not None and tail.delivered and tail.slot_ms >= self.clocks.commit_read_ms:
+                self._skip_tail(tail)
         clocks, following = self.clocks, self.following
         # every replicated timer message into the wheel before the reader looks at a slot: the ones the
         # old master had enqueued at its last record where it linked them, later ones no earlier than
@@ -101,3 +142,13 @@ class Follower:
         h.clear()
         h.append((clocks.queue_offset, clocks.read_cursor_ms))
         self.files.wheel.rebuild_occupancy(clocks.read_cursor_ms)
+
+    def _skip_tail(self, tail: TimerTail) -> None:
+        clocks, resume = self.clocks, self.resume
+        after = resume.after_promotion
+        if tail.slot_ms > clocks.commit_read_ms:  # the master finished every slot before it
+            clocks.read_cursor_ms = clocks.commit_read_ms = tail.slot_ms
+            clocks.slot_progress = SlotProgress(tail.slot_ms, 0, -1, -1)
+            after = None
+        resume.after_promotion = ResumeAfter(tail.slot_ms, after.due_ms if after is not None else -1,
+                                             after.phys if after is not None else -1, tail.last_uniq)

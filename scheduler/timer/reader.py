@@ -33,6 +33,16 @@ I64 = npt.NDArray[np.int64]
 Selector = npt.NDArray[np.bool_] | npt.NDArray[np.intp] | slice
 
 
+def _index_of_uniq(store: StorePort, c: SlotChunk, uniq: str, start: int) -> int:
+    """The index (from `start` on, in due order) of the first unit of `c` whose record has UNIQ_KEY
+    `uniq`, else -1. Reads the records one by one: only at a promotion."""
+    for i in range(start, len(c)):
+        rec = store.read_record(int(c.offset[i]), int(c.size[i]))
+        if rec is not None and parse_properties(read_properties_bytes(rec, 0)).get(MessageConst.UNIQ_KEY) == uniq:
+            return i
+    return -1
+
+
 class SlotChunk:
     """Units of one slot in delivery order (due ms, then timerlog position), as parallel int64 numpy
     arrays (no object per message). `last_pos`: the slot's chain end when it was loaded."""
@@ -188,6 +198,10 @@ class SlotReader:
             # a promoted slave: the old master had put this slot's units up to (due, phys)
             self.resume.after_promotion = None
             done = (c.due < after.due_ms) | ((c.due == after.due_ms) & (c.offset <= after.phys))
+            if after.last_uniq is not None:  # and, after its record, up to its last delivery replicated
+                last = _index_of_uniq(self.store, c, after.last_uniq, int(done.sum()))
+                if last >= 0:
+                    done[:last + 1] = True
             skipped = int(done.sum())
             c = c.take(~done)
             log.info("timer.resume_slot", slot=s, skipped=skipped, remaining=len(c))

@@ -35,7 +35,7 @@ from scheduler.timer.checkpoint import TimerCheckpoint, checkpoint_path
 from scheduler.timer.config import TimerConfig
 from scheduler.timer.dequeue import Putter
 from scheduler.timer.enqueue import ENQUEUE_BATCH, Enqueuer
-from scheduler.timer.follow import Follower, timer_progress
+from scheduler.timer.follow import Follower, TimerTail, timer_deliveries_after, timer_progress
 from scheduler.timer.metrics import TimerMetrics
 from scheduler.timer.msg_ids import msg_id, msg_id_prefix
 from scheduler.timer.reader import PutItem, SlotReader
@@ -217,14 +217,16 @@ class TimerMessageStore:
         self._schedule_flush()
         log.info("timer.following", queue_offset=clocks.queue_offset, read_ms=clocks.commit_read_ms)
 
-    def promote(self, p: TimerProgress | None = None) -> None:
+    def promote(self, p: TimerProgress | None = None, since_phys: int = -1) -> TimerTail | None:
         """Start delivering (a slave became the master): from `p` (the last TimerProgress synced),
         else from this node's own checkpoint (scheduler.timer.follow). The slot in progress skips the
-        units already put."""
+        units already put. `since_phys`: the CommitLog end when `p` was taken; the deliveries the
+        replica holds after it are skipped too (returned: what was found)."""
         if not self.following.active:
-            return
+            return None
         parts = self.parts()
-        parts.follower.take_over(p)
+        tail = timer_deliveries_after(self.store, since_phys) if p is not None and since_phys >= 0 else None
+        parts.follower.take_over(p, tail)
         loop = asyncio.get_running_loop()
         sup = self.store.supervisor
         parts.reader.running = True
@@ -232,7 +234,8 @@ class TimerMessageStore:
                         sup.spawn("timer-dequeue-put", parts.putter.run)]
         self._clean_handle = loop.call_later(self.config.timerlog_clean_interval_ms / 1000.0, self._clean_tick)
         log.info("timer.promoted", read_ms=self.clocks.commit_read_ms, resume_after=parts.reader.resume.after_promotion,
-                 queue_offset=self.clocks.queue_offset, pending=self.files().wheel.pending)
+                 queue_offset=self.clocks.queue_offset, pending=self.files().wheel.pending, replicated_tail=tail)
+        return tail
 
     def progress(self, from_queue_offset: int = -1) -> TimerProgress:
         """The wheel's part of scheduler.progress.SchedulerProgress (scheduler.timer.follow.timer_progress)."""

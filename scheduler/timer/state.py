@@ -52,11 +52,14 @@ class ResumePoint(NamedTuple):
 
 
 class ResumeAfter(NamedTuple):
-    """A promoted slave: the old master had put slot `slot_ms`'s units up to (due_ms, phys)."""
+    """A promoted slave: the old master had put slot `slot_ms`'s units up to (due_ms, phys) by its
+    last adopted progress record, and after it up to the unit whose record has UNIQ_KEY `last_uniq`
+    (its last delivery the replicated CommitLog holds; None: none)."""
 
     slot_ms: int
     due_ms: int
     phys: int
+    last_uniq: str | None = None
 
 
 class TimerFiles(NamedTuple):

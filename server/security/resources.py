@@ -170,7 +170,7 @@ REMOTING: Mapping[int, Rule] = {
     RC.GET_CLIENT_CONFIG: _cluster(GET), RC.GET_TIMER_CHECK_POINT: _cluster(GET), RC.GET_TIMER_METRICS: _cluster(GET),
     RC.GET_SCHEDULER_PROGRESS: _cluster(GET), RC.GET_HA_EPOCH: _cluster(GET),
     RC.GET_BROKER_CONFIG: _cluster(GET, admin=True), RC.UPDATE_BROKER_CONFIG: _cluster(UPDATE, admin=True),
-    RC.PROMOTE_BROKER: _cluster(UPDATE, admin=True),
+    RC.PROMOTE_BROKER: _cluster(UPDATE, admin=True), RC.HAND_OVER_MASTER: _cluster(UPDATE, admin=True),
     # controller mode (RIP-44): the controller's own protocol; a broker serves only the role change the
     # controller orders (and the epoch cache mqadmin reads): operators and controllers, never tenants
     RC.NOTIFY_BROKER_ROLE_CHANGED: _cluster(UPDATE, admin=True), RC.GET_BROKER_EPOCH_CACHE: _cluster(GET),

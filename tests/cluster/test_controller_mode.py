@@ -4,10 +4,13 @@ from ../shared/rocketmq5), a delaymq name server and two delaymq brokers of one 
 the second its slave; the master reports the caught-up slave into the SyncStateSet
 (ALTER_SYNC_STATE_SET) and 5.x mqadmin `getSyncStateSet` shows both. Delay-level messages are sent,
 replicated, and the master is killed with SIGKILL while they are pending: the controller elects the
-slave, which registers with the name server as brokerId 0 and delivers every pending message, none
-before its due time; its failover figures are exported on /metrics. The old master, restarted, rejoins
-as the new master's slave and is reported back into the SyncStateSet; `mqadmin electMaster` then hands
-the group back to it and the running master it replaces is fenced."""
+slave, which registers with the name server as brokerId 0 and delivers every pending message, delay-level
+and timer, once each, none before its due time; its failover figures are exported on /metrics. The old
+master, restarted, rejoins as the new master's slave and is reported back into the SyncStateSet;
+`mqadmin electMaster` then hands the group back to it while delay-level and timer messages are being
+delivered (issue 25 item 3, the orderly hand-over): the running master steps down (fenced) before the
+elected one starts, and every message is delivered exactly once, none early. Then 5.x mqadmin's
+`getBrokerEpoch`, `getControllerMetaData` and `clusterList` show the group as it is."""
 
 from __future__ import annotations
 
@@ -24,7 +27,13 @@ import pytest
 
 from codec.bodies import decode_kv_table
 from codec.codes import RequestCode, ResponseCode
-from codec.controller import SyncStateInfo, decode_broker_replicas_info, encode_broker_names
+from codec.controller import (
+    ElectMasterRequestHeader,
+    EpochEntryCache,
+    SyncStateInfo,
+    decode_broker_replicas_info,
+    encode_broker_names,
+)
 from tests.helpers.broker import BrokerProcess, pick_port_pair
 from tests.helpers.cluster import NamesrvProcess, cluster_brokers
 from tests.helpers.rocketmq5 import Rmq5Process, mqadmin5, requires_rocketmq5
@@ -41,7 +50,8 @@ CLUSTER = "CtlCluster"
 TOPIC = "CtlT"
 QUEUES = 2
 LEVELS_MS = [1000, 4000, 8000]
-N = 120  # delay-level messages, level 3 (8 s): pending when the master dies
+N = 120  # delay-level messages, level 3 (8 s), and as many timers (8 s): pending when the master dies
+M = 150  # delay-level (level 1, 1 s) and timer messages (due over 1-6 s) being delivered at the hand-over
 SEND_MESSAGE_V2 = 310
 
 
@@ -82,6 +92,35 @@ async def runtime(addr: str) -> dict[str, str]:
     finally:
         await c.close()
     return decode_kv_table(r.body)
+
+
+async def delivered(n: RawClient, keys: set[str], diag: Callable[[], str]) -> tuple[dict[str, Any], dict[str, int]]:
+    """Pull TOPIC from the start until every one of `keys` was delivered: (first delivery of each key,
+    how many copies of each key the queues hold)."""
+    seen: dict[str, Any] = {}
+    copies: dict[str, int] = {}
+    offsets = [0] * QUEUES
+    last: dict[int, object] = {}
+
+    async def all_delivered() -> bool:
+        for q in range(QUEUES):
+            while True:
+                r = await pull(n, "CtlG", TOPIC, q, offsets[q], max_nums=32)
+                last[q] = (r.code, r.remark, r.ext)
+                if r.code != 0:
+                    break
+                for m in decode_records(r.body):
+                    key = m["props"].get("UNIQ_KEY")
+                    if key in keys:
+                        seen.setdefault(key, m)
+                        copies[key] = copies.get(key, 0) + 1
+                offsets[q] = int(r.ext["nextBeginOffset"])
+        return set(seen) >= keys
+    await until(all_delivered, 40, lambda: f"{len(keys - set(seen))} missing, last pulls {last}; " + diag())
+    # a level and the wheel deliver in due order, so a repeat of an earlier message is stored before the
+    # last one: one more pass over every queue finds any
+    await all_delivered()
+    return seen, copies
 
 
 def broker_conf(ctrl: str, ns: str, metrics_port: int) -> dict[str, object]:
@@ -130,11 +169,16 @@ async def test_controller_elects_the_slave_after_kill_9(tmp_path: Path) -> None:
         # pending delay-level messages, replicated before the kill
         create_topic(a.addr, TOPIC, QUEUES)
         c = await RawClient.connect(a.addr)
-        sent: dict[str, int] = {}
+        due: dict[str, int] = {}  # a lower bound of each message's due time
         for i in range(N):
             key = f"k{i}"
-            sent[key] = int(time.time() * 1000)  # <= its store time: due no earlier than this + 8 s
+            due[key] = int(time.time() * 1000) + LEVELS_MS[2]  # its store time is later: due no earlier
             r = await c.invoke(SEND_MESSAGE_V2, send_ext(TOPIC, props(UNIQ_KEY=key, DELAY="3"), i % QUEUES), key.encode())
+            assert r.code == 0, (r.code, r.remark)
+            key = f"t{i}"
+            due[key] = int(time.time() * 1000) + 8000
+            r = await c.invoke(SEND_MESSAGE_V2, send_ext(TOPIC, props(UNIQ_KEY=key, TIMER_DELIVER_MS=str(due[key])),
+                                                         i % QUEUES), key.encode())
             assert r.code == 0, (r.code, r.remark)
         await c.close()
         end = int((await runtime(a.addr))["commitLogMaxOffset"])
@@ -166,26 +210,13 @@ async def test_controller_elects_the_slave_after_kill_9(tmp_path: Path) -> None:
         s = await sync_state(ctrl)
         assert s is not None and s.master_broker_id == 2 and s.master_epoch is not None and s.master_epoch >= 2
 
-        # every pending message delivered by the new master, none early
+        # every pending message delivered by the new master, once, none early
         n = await RawClient.connect(b.addr)
-        seen: dict[str, Any] = {}
-        offsets = [0] * QUEUES
-        last: dict[int, object] = {}
-
-        async def all_delivered() -> bool:
-            for q in range(QUEUES):
-                while True:
-                    r = await pull(n, "CtlG", TOPIC, q, offsets[q], max_nums=32)
-                    last[q] = (r.code, r.remark, r.ext)
-                    if r.code != 0:
-                        break
-                    for m in decode_records(r.body):
-                        seen.setdefault(m["props"]["UNIQ_KEY"], m)
-                    offsets[q] = int(r.ext["nextBeginOffset"])
-            return set(seen) >= set(sent)
-        await until(all_delivered, 40, lambda: f"{len(set(sent) - set(seen))} missing, last pulls {last}; " + diag())
+        seen, copies = await delivered(n, set(due), diag)
         await n.close()
-        early = [k for k, m in seen.items() if m["store_ts"] < sent[k] + LEVELS_MS[2]]
+        assert [k for k in due if k not in seen] == []
+        assert {k: v for k, v in copies.items() if v > 1} == {}
+        early = [k for k, m in seen.items() if m["store_ts"] < due[k]]
         assert early == []
 
         # the failover figures, exported
@@ -214,13 +245,42 @@ async def test_controller_elects_the_slave_after_kill_9(tmp_path: Path) -> None:
         await until(a_back_in_sync, 30, diag)
         assert await routed(b.addr, 0) and await routed(a.addr, 1)
 
-        # an operator's hand-over (5.x mqadmin electMaster): a is elected while b runs; b cannot turn into
-        # a slave live yet, so it is fenced: it refuses sends and leaves brokerId 0 to a at the name server
-        admin = mqadmin_retried("electMaster", "-a", ctrl, "-c", CLUSTER, "-bn", GROUP, "-b", "1")
-        assert admin.returncode == 0, admin.stdout + admin.stderr
-        await until(lambda: routed(a.addr, 0), 30, lambda: f"electMaster said: {admin.stdout[-1500:]}" + diag())
+        # an operator's hand-over (5.x mqadmin electMaster's request) while scheduled messages are being delivered:
+        # a is elected while b runs; b steps down before a starts (HAND_OVER_MASTER: fenced, it refuses
+        # sends and leaves brokerId 0 to a), a catches up with b's last byte and continues: every message
+        # once, none lost, none early
+        c = await RawClient.connect(b.addr)
+        handed: dict[str, int] = {}
+        for i in range(M):
+            key = f"h{i}"
+            handed[key] = int(time.time() * 1000) + LEVELS_MS[0]
+            r = await c.invoke(SEND_MESSAGE_V2, send_ext(TOPIC, props(UNIQ_KEY=key, DELAY="1"), i % QUEUES), key.encode())
+            assert r.code == 0, (r.code, r.remark)
+            key = f"w{i}"
+            handed[key] = int(time.time() * 1000) + 1000 + (5000 * i) // M
+            r = await c.invoke(SEND_MESSAGE_V2, send_ext(TOPIC, props(UNIQ_KEY=key, TIMER_DELIVER_MS=str(handed[key])),
+                                                         i % QUEUES), key.encode())
+            assert r.code == 0, (r.code, r.remark)
+        await c.close()
+        # CONTROLLER_ELECT_MASTER as mqadmin's electMaster sends it (designateElect); sent from here, as a
+        # JVM started on this loaded host can spend mqadmin's 3 s timeout before its request goes out
+        ctl = await RawClient.connect(ctrl)
+        r = await ctl.invoke(int(RequestCode.CONTROLLER_ELECT_MASTER),
+                             ElectMasterRequestHeader(CLUSTER, GROUP, 1, designateElect=True).to_ext())
+        await ctl.close()
+        assert r.code == 0, (r.code, r.remark)
+        await until(lambda: routed(a.addr, 0), 30, diag)
         await until(lambda: routed(b.addr, 2), 30, diag)
         assert (await runtime(a.addr))["brokerRole"] == "ASYNC_MASTER"
+        n = await RawClient.connect(a.addr)  # b's deliveries reached a before it stepped down: all are here
+        seen, copies = await delivered(n, set(handed), diag)
+        await n.close()
+        assert [k for k in handed if k not in seen] == []
+        assert {k: v for k, v in copies.items() if v > 1} == {}  # 0 duplicates
+        assert [k for k, m in seen.items() if m["store_ts"] < handed[k]] == []
+        a_start = int((await runtime(a.addr))["haEpochStartOffset"])  # a's own writes begin here
+        late_by_b = sum(1 for k in handed if seen[k]["phys"] < a_start)
+        print(f"hand-over: {late_by_b} of {len(handed)} delivered by the old master, the rest by the new one")
         c = await RawClient.connect(b.addr)
         refused = await c.invoke(SEND_MESSAGE_V2, send_ext(TOPIC, props(UNIQ_KEY="late"), 0), b"late")
         await c.close()
@@ -229,6 +289,23 @@ async def test_controller_elects_the_slave_after_kill_9(tmp_path: Path) -> None:
         r = await c.invoke(SEND_MESSAGE_V2, send_ext(TOPIC, props(UNIQ_KEY="new-master"), 0), b"n")
         await c.close()
         assert r.code == 0, (r.code, r.remark)
+
+        # operators (issue 25 item 5): the epoch cache as mqadmin reads it, then Apache 5.1.3's mqadmin itself
+        c = await RawClient.connect(a.addr)
+        r = await c.invoke(int(RequestCode.GET_BROKER_EPOCH_CACHE), {})
+        await c.close()
+        cache = EpochEntryCache.decode(r.body)
+        assert (r.code, cache.cluster_name, cache.broker_name, cache.broker_id) == (0, CLUSTER, GROUP, 0)
+        assert cache.epoch_list[-1].epoch == 3 and cache.epoch_list[-1].start_offset <= cache.max_offset
+        epochs = mqadmin_retried("getBrokerEpoch", "-n", ns.addr, "-b", GROUP)  # GET_BROKER_EPOCH_CACHE, each broker
+        out = epochs.stdout + epochs.stderr
+        assert f"#brokerAddr\t{a.addr}" in out and f"#brokerAddr\t{b.addr}" in out, out
+        assert "EpochEntry{epoch=3, startOffset=" in out and "EpochEntry{epoch=2, startOffset=" in out, out
+        meta = mqadmin_retried("getControllerMetaData", "-a", ctrl)
+        assert f"#ControllerLeaderAddress\t{ctrl}" in meta.stdout, meta.stdout + meta.stderr
+        clusters = mqadmin_retried("clusterList", "-n", ns.addr)
+        rows = [ln.split() for ln in clusters.stdout.splitlines() if ln.split()[:1] == [CLUSTER]]
+        assert {(r[1], r[2], r[3]) for r in rows} >= {(GROUP, "0", a.addr), (GROUP, "2", b.addr)}, clusters.stdout
     finally:
         for p in (a, b):
             if p.proc is not None and p.proc.poll() is None:

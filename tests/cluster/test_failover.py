@@ -3,7 +3,8 @@ processes; thousands of delay-level and timer messages are sent (each acked only
 it); the master is killed with SIGKILL while most are pending; `delaymq broker promote` makes the
 slave the master. Then, counting every delivered record either broker ever held:
 0 acked messages lost, 0 delivered before their due time, and duplicates no more than what the old
-master delivered after the last scheduler progress the slave adopted (<= one schedulerSyncIntervalMs).
+master delivered after the last scheduler progress the slave adopted (<= one schedulerSyncIntervalMs);
+in fact only what the old master delivered after the last byte the slave replicated.
 The time from promote to the first delivery is a benchmark (bench/ha_failover.py), not asserted here."""
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ async def drain(c: RawClient, offsets: list[int], seen: dict) -> int:
 
 async def test_kill_master_under_scheduled_load_then_promote(tmp_path):
     common = {"messageDelayLevel": " ".join(f"{ms // 1000}s" for ms in LEVELS_MS),
-              "mappedFileSizeCommitLog": 64 << 20, "slaveSynchronizeIntervalMs": 300}
+              "mappedFileSizeCommitLog": 64 << 20, "slaveSynchronizeIntervalMs": 300,
+              "schedulerSyncIntervalMs": 50}  # the widest progress lag: the replica holds more after it
     mport, sport = ha_port_pair(), ha_port_pair()
     master = BrokerProcess(tmp_path / "m", {**common, "brokerRole": "SYNC_MASTER"}, port=mport).start()
     slave = BrokerProcess(tmp_path / "s", {**common, "brokerRole": "SLAVE", "brokerId": 1,
@@ -169,3 +171,9 @@ async def test_kill_master_under_scheduled_load_then_promote(tmp_path):
     by_old = {k: m for k, m in delivered.items() if k in old_seen or k[0] < info["epochStartOffset"]}
     after_sync = sum(1 for m in by_old.values() if m["store_ts"] >= synced_ms)
     assert duplicates <= after_sync, (duplicates, after_sync, killed_ms - synced_ms)
+    # issue 25 item 3: the new master skips the delay-level and timer deliveries the replica holds
+    # after the adopted record, so a message repeats only if the old master's delivery of it never
+    # reached the slave (it sits at or past the new epoch's start offset in the old master's CommitLog)
+    unreplicated = {k[2] for k in old_seen if k[0] >= info["epochStartOffset"]}
+    repeated = {key for key, v in per_key.items() if v > 1}
+    assert repeated <= unreplicated, (sorted(repeated - unreplicated)[:10], info)

@@ -104,6 +104,28 @@ def test_a_promoted_slave_replaces_its_entry_and_topics_change_only_with_the_dat
     assert m.add_write_perm_of_broker("a") == 1
 
 
+def test_a_replaced_master_with_an_older_state_version_does_not_take_brokerid_0_back():
+    """RocketMQ 5 (controller mode): DataVersion.stateVersion is the masterEpoch; a registration for an
+    id whose live holder has a newer one is ignored (and the late broker is not kept as live)."""
+    m = RouteInfoManager(clock_ms=Clock())
+
+    def sv(counter: int, state_version: int) -> RegisterBrokerBody:
+        return RegisterBrokerBody(DataVersion(counter, 1700000000000 + counter, state_version), {"T": T4})
+    m.register_broker("C", "new:1", "a", 0, "new:2", sv(5, 3))
+    res = m.register_broker("C", "old:1", "a", 0, "old:2", sv(9, 2))  # the old master, epoch 2, late
+    assert (res.master_addr, res.ha_server_addr) == (None, None)
+    assert routed(m, "T").broker_datas[0].broker_addrs == {0: "new:1"}
+    assert m.query_broker_topic_config("old:1") is None
+    # the same epoch or a newer one does take the id (an election moved it there)
+    m.register_broker("C", "old:1", "a", 0, "old:2", sv(10, 4))
+    assert routed(m, "T").broker_datas[0].broker_addrs == {0: "old:1"}
+    # without stateVersion (4.x brokers: 0 both sides) nothing changes: the last registration wins
+    m2 = RouteInfoManager(clock_ms=Clock())
+    m2.register_broker("C", "x:1", "a", 0, "x:2", body(1, T4))
+    m2.register_broker("C", "y:1", "a", 0, "y:2", body(1, T4))
+    assert routed(m2, "T").broker_datas[0].broker_addrs == {0: "y:1"}
+
+
 def test_expiry_after_the_last_registration_and_unregister_drop_the_broker_and_its_topics():
     clock = Clock()
     m = RouteInfoManager(clock_ms=clock, broker_channel_expired_ms=120_000)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from codec.autoswitch_ha import EpochEntry
 from codec.codes import RequestCode, ResponseCode
 from codec.controller import (
     ApplyBrokerIdRequestHeader,
     BrokerIdentity,
     ElectMasterResponseBody,
+    EpochEntryCache,
     GetMetaDataResponseHeader,
     NotifyBrokerRoleChangedRequestHeader,
     RegisterBrokerToControllerResponseHeader,
@@ -58,6 +60,19 @@ def test_bodies() -> None:
     assert info["b"].master_epoch == 2 and info["b"].not_in_sync_replicas[0].alive is False
     with pytest.raises(CodecError):
         SyncStateSet.decode(b"[1]")
+
+
+def test_epoch_entry_cache_is_apaches_json() -> None:
+    """GET_BROKER_EPOCH_CACHE (1007, mqadmin getBrokerEpoch): fastjson's sorted keys; the open last entry
+    ends at Long.MAX_VALUE."""
+    assert int(RequestCode.GET_BROKER_EPOCH_CACHE) == 1007
+    c = EpochEntryCache("C", "b", 0, (EpochEntry(1, 0), EpochEntry(3, 4096)), 9000)
+    assert c.encode() == (b'{"brokerId":0,"brokerName":"b","clusterName":"C","epochList":[{"endOffset":4096,"epoch":1,'
+                          b'"startOffset":0},{"endOffset":9223372036854775807,"epoch":3,"startOffset":4096}],'
+                          b'"maxOffset":9000}')
+    assert EpochEntryCache.decode(c.encode()) == c
+    with pytest.raises(CodecError):
+        EpochEntryCache.decode(b'{"epochList":[{"epoch":"x","startOffset":0}]}')
 
 
 def test_identity_files() -> None:

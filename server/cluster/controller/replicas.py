@@ -18,8 +18,13 @@ each `syncControllerMetadataPeriod`; on the master, the SyncStateSet check (ALTE
 NOTIFY_BROKER_ROLE_CHANGED (processor.py) applies a role at once.
 
 Role changes (only for a masterEpoch newer than the one known):
-- this broker named master while a SLAVE: ReplicaRole.promote (delay levels and the timer wheel start
-  from the replicated progress; brokerId 0 registered with the name servers), timed by FailoverClock;
+- this broker named master while a SLAVE: first the hand-over (`_hand_over_from`, HAND_OVER_MASTER to
+  the master it followed: a live one checks the controller, steps down -- fenced, so it writes and
+  delivers nothing more -- and answers its CommitLog end, which this replica reaches within
+  HAND_OVER_CATCH_UP_S; a dead one answers nothing and is skipped), then ReplicaRole.promote (delay
+  levels and the timer wheel start from the replicated progress and skip the deliveries the replica
+  holds after it, so an orderly hand-over repeats nothing; brokerId 0 registered with the name
+  servers), timed by FailoverClock;
 - another broker named master while a SLAVE: follow it (its HA address comes with the next name-server
   answer);
 - another broker named master while this one is master: not switched live (needs AutoSwitch HA's
@@ -52,6 +57,7 @@ from codec.controller import (
     BrokerHeartbeatRequestHeader,
     ElectMasterRequestHeader,
     ElectMasterResponseHeader,
+    EpochEntryCache,
     GetNextBrokerIdRequestHeader,
     GetNextBrokerIdResponseHeader,
     GetReplicaInfoRequestHeader,
@@ -87,6 +93,8 @@ REGISTER_ATTEMPTS = 5
 SYNC_STATE_CHECK_S = 0.5  # the master looks at its slaves' acks this often (Apache: on every ack)
 INITIAL_REPLICA_INFO_S = 3.0  # Apache's initial delay of the GET_REPLICA_INFO task
 MASTER_ROLE = "ASYNC_MASTER"
+HAND_OVER_TIMEOUT_S = 1.0  # the old master's answer (it asks the controller first); a dead one refuses at once
+HAND_OVER_CATCH_UP_S = 5.0  # the replica reaching the stepped-down master's CommitLog end
 
 
 class ControllerStats(TypedDict):
@@ -139,6 +147,10 @@ class ReplicasManager:
         if self._store is None:
             raise RuntimeError("ReplicasManager.join(store) comes first")
         return self._store
+
+    def epoch_of(self) -> int:
+        """The masterEpoch this broker knows: its name-server registration's stateVersion (RocketMQ 5)."""
+        return self.master_epoch
 
     @property
     def is_master(self) -> bool:
@@ -240,7 +252,7 @@ class ReplicasManager:
 
     # ---- periodic -----------------------------------------------------------------------------
     def start(self, server: Registrar) -> None:
-        register_notify(server, self.on_notify)
+        register_notify(server, self.on_notify, self.on_hand_over, self.epoch_cache)
         cfg, sup = self.config, self.store.supervisor
         self._tasks = [
             sup.spawn("controller-heartbeat", self._every(cfg.broker_heartbeat_interval / 1000.0, 0.0,
@@ -334,12 +346,15 @@ class ReplicasManager:
     async def _change(self, a: RoleAnswer) -> None:
         if a.master_epoch is not None and a.master_epoch <= self.master_epoch and a.master_id == self.master_id:
             return
+        followed = self.master_addr if not self.is_master else None
         self._adopt(a)
         replica = self.replica
         if self.is_master:
             if replica.is_slave:
                 ha = replica.ha_client
                 lost_at = ha.disconnected_at if ha is not None and ha.connected_to is None else None
+                if followed and followed != self.config.broker_addr:
+                    await self._hand_over_from(followed)
                 await replica.promote(MASTER_ROLE, self.master_epoch)
                 svcs = replica.services
                 watched: list[DelayLevelService | TimerMessageStore] = [svcs.delay_service]
@@ -363,6 +378,59 @@ class ReplicasManager:
         replica.follow(self.master_addr)
         log.warning("controller.role_slave", master=self.master_addr, master_id=self.master_id,
                     master_epoch=self.master_epoch)
+
+    # ---- epochs (GET_BROKER_EPOCH_CACHE) --------------------------------------------------------
+    def epoch_cache(self) -> EpochEntryCache:
+        """mqadmin getBrokerEpoch: this broker's epoch file (storage.epoch_file) and CommitLog end."""
+        cfg, epochs = self.config, self.replica.epochs
+        epochs.load()
+        return EpochEntryCache(cfg.broker_cluster_name, cfg.broker_name, cfg.broker_id, tuple(epochs.entries),
+                               self.store.commitlog_max_offset())
+
+    # ---- orderly hand-over ----------------------------------------------------------------------
+    async def _hand_over_from(self, old: str) -> bool:
+        """Before promoting: the master this broker followed steps down and this replica catches up with
+        its last byte (True), so the deliveries it put are all here. False: it did not answer (dead) or
+        refused, or the replica did not catch up in time (then what it delivered after the last
+        replicated byte may repeat, as after a kill -9)."""
+        t0 = time.monotonic()
+        ext = {"masterEpoch": str(self.master_epoch), "masterBrokerId": str(self.broker_controller_id)}
+        try:
+            resp = await self.replica.client.invoke(old, RemotingCommand.request(int(RC.HAND_OVER_MASTER), ext),
+                                                    HAND_OVER_TIMEOUT_S)
+        except Exception as e:  # a dead master: refused at once, or no answer in time
+            log.info("controller.hand_over_no_answer", old_master=old, error=repr(e))
+            return False
+        if resp.code != ResponseCode.SUCCESS:
+            log.warning("controller.hand_over_refused", old_master=old, code=resp.code, remark=resp.remark)
+            return False
+        try:
+            end = int(str((resp.ext_fields or {}).get("commitLogMaxOffset")))
+        except ValueError:
+            log.warning("controller.hand_over_bad_answer", old_master=old, ext=resp.ext_fields)
+            return False
+        deadline = t0 + HAND_OVER_CATCH_UP_S
+        while self.store.commitlog_max_offset() < end and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)  # replication applies frames on this loop; no event to wait on here
+        caught_up = self.store.commitlog_max_offset() >= end
+        log.warning("controller.hand_over", old_master=old, old_end=end, replica_end=self.store.commitlog_max_offset(),
+                    caught_up=caught_up, ms=round((time.monotonic() - t0) * 1000, 1))
+        return caught_up
+
+    async def on_hand_over(self, master_epoch: int, new_master_id: int) -> int | str:
+        """HAND_OVER_MASTER from the broker elected in our place: the controller is asked now (its answer
+        fences this master if replaced); stepped down, the CommitLog end, else why not."""
+        if master_epoch > self.master_epoch:
+            try:
+                await self.sync_replica_info()
+            except (ControllerUnavailable, OSError, TimeoutError, CodecError) as e:
+                return f"cannot ask the controller: {e}"
+        if self.is_master or (not self.replica.is_slave and not self.replica.fenced):
+            return (f"still the master by the controller (masterEpoch {self.master_epoch}, brokerId "
+                    f"{self.master_id}); asked for epoch {master_epoch} by {new_master_id}")
+        end = self.store.commitlog_max_offset()
+        log.warning("controller.stepped_down", new_master_id=new_master_id, master_epoch=master_epoch, commitlog_end=end)
+        return end
 
     # ---- SyncStateSet (master) ----------------------------------------------------------------
     def _autoswitch(self) -> AutoSwitchHAService | None:

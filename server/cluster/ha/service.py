@@ -436,9 +436,12 @@ class ReplicaRole:
         cfg.broker_id = 0
         self.promoted_at_ms = int(time.time() * 1000)
         delay_offsets = synced.delay_offsets if synced is not None else (self.sync.delay_offsets if self.sync else {})
+        skipped: dict[int, int] = {}
+        timer_skipped = 0
         b.transactions.start()
         if b.delay_service is not None:
-            b.delay_service.resume_from(delay_offsets)
+            # the deliveries the old master put after its last adopted record are in the replica: skipped
+            skipped = b.delay_service.resume_from(delay_offsets, synced.commitlog_offset if synced is not None else -1)
             b.delay_service.start()
         if b.timer_service is not None:
             timer_p = synced.timer if synced is not None else None
@@ -446,15 +449,18 @@ class ReplicaRole:
             if timer_p is None and cp is not None:  # an Apache master: its timer checkpoint (code 60)
                 from scheduler.progress import TimerProgress
                 timer_p = TimerProgress(read_ms=cp[0], queue_offset=cp[3], cursor_ms=cp[0], slot_ms=cp[0])
-            b.timer_service.promote(timer_p)
+            tail = b.timer_service.promote(timer_p, synced.commitlog_offset if synced is not None else -1)
+            timer_skipped = tail.delivered if tail is not None else 0
         await self._announce()
         info = {"brokerRole": role, "brokerId": 0, "epoch": self.epoch, "epochStartOffset": self.epoch_start,
                 "syncedProgressAgeMs": (self.promoted_at_ms - synced.taken_ms) if synced else -1,
                 "syncedTakenMs": synced.taken_ms if synced else 0,
                 "delayOffsets": {str(k): v for k, v in delay_offsets.items()},
+                "delaySkippedDelivered": {str(k): v for k, v in skipped.items()},
                 "timerReadMs": synced.timer.read_ms if synced and synced.timer else -1,
                 "timerSlotMs": synced.timer.slot_ms if synced and synced.timer else -1,
                 "timerPutInSlot": synced.timer.put_in_slot if synced and synced.timer else -1,
+                "timerSkippedDelivered": timer_skipped,
                 "learnedTopics": learned,  # known from replicated records only, not yet from a sync
                 "tookMs": round((time.monotonic() - t0) * 1000, 2)}
         log.warning("ha.promoted", **info)

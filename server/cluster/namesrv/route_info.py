@@ -86,6 +86,16 @@ class RouteInfoManager:
         for bid in [k for k, v in bd.broker_addrs.items() if v == broker_addr and k != broker_id]:
             del bd.broker_addrs[bid]
         old_addr = bd.broker_addrs.get(broker_id)
+        if old_addr is not None and old_addr != broker_addr:
+            # RocketMQ 5 (controller mode): a broker whose stateVersion (masterEpoch) is older than the
+            # live holder's of that id -- a replaced master registering late -- does not take its place
+            holder = self.broker_live_table.get(old_addr)
+            if holder is not None and holder.data_version.state_version > body.data_version.state_version:
+                log.warning("namesrv.register_conflict_ignored", cluster=cluster, broker_name=broker_name,
+                            broker_id=broker_id, holder=old_addr, holder_state_version=holder.data_version.state_version,
+                            broker_addr=broker_addr, state_version=body.data_version.state_version)
+                self.broker_live_table.pop(broker_addr, None)
+                return RegisterBrokerResult()
         bd.broker_addrs[broker_id] = broker_addr
         register_first = register_first or old_addr is None
         if broker_id == MASTER_ID and old_addr != broker_addr:
