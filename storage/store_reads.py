@@ -122,11 +122,11 @@ class StoreReads:
         cfg = self.config
         max_bytes, max_count = cfg.max_get_bytes, min(cfg.max_get_count, max_num)
         result = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, min_off, max_off)
-        if tag_codes is None and record_filter is None and unit_filter is None:  # most pulls: no filter
-            scanned, removed = self.take_all(result, units, offset, max_count, max_bytes)
+        if tag_codes is None and record_filter is None and unit_filter is None and unit_flags is None:
+            scanned, removed = self.take_all(result, units, offset, max_count, max_bytes)  # most pulls: no filter
         else:
             scanned, removed = self.take_matching(result, units, offset, max_count, max_bytes, tag_codes,
-                                                  unit_filter, record_filter)
+                                                  unit_filter, record_filter, record_literal, unit_flags)
         result.next_begin_offset = offset + scanned
         if result.buffers:
             result.status = GetStatus.FOUND
@@ -136,7 +136,8 @@ class StoreReads:
 
     def take_matching(self, result: GetResult, units: memoryview, offset: int, max_count: int, max_bytes: int,
                       tag_codes: Container[int] | None, unit_filter: Callable[[int], bool] | None,
-                      record_filter: Callable[[memoryview], bool] | None) -> tuple[int, bool]:
+                      record_filter: Callable[[memoryview], bool] | None, record_literal: bytes | None = None,
+                      unit_flags: Callable[[int, int], bytes] | None = None) -> tuple[int, bool]:
         """Scan `units` (from queue offset `offset`) into `result`'s buffers and queue offsets, up to `max_count`
         records / `max_bytes`, keeping those the filters accept: (units scanned, whether a unit pointed at
         removed CommitLog data). The reference of `take_all`."""
@@ -152,7 +153,7 @@ class StoreReads:
             cand = _candidates(units, flags, literal, find)
             if cand is not None:  # the units left to evaluate are known: step from one to the next
                 self._scan_candidates(result, units, offset, cand, max_count, max_bytes, record_filter)
-                return result
+                return result.next_begin_offset - offset, result.status is GetStatus.MESSAGE_WAS_REMOVING
         # `commitlog.read(phys, size)` with the segment kept across units (a pull's units mostly
         # point into one segment): one `find` per segment instead of one per message
         lo = hi = wrote = 0
