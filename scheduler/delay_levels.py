@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
 from codec.codes import SysFlag
 from codec.properties import MessageConst, property_token
@@ -81,14 +81,16 @@ def transform_delay(record: MessageRecord, levels_ms: Sequence[int]) -> int | No
     return levels_ms[level - 1]
 
 
-# A delay-level message as it is stored (`transform_delay_properties`), its fields in order:
-#   properties: str  the sent properties with REAL_TOPIC and REAL_QID appended
-#   topic: str       SCHEDULE_TOPIC_XXXX
-#   queue_id: int    level - 1
-#   delay_ms: int    the level's delay: tagsCode = storeTimestamp + delay_ms
-# A plain tuple, not a NamedTuple: every delayed send builds one, and a tuple subclass instance costs
-# ~1,100 more instructions to build and free (issue 27's instruction-count criterion).
-DelayedSend: TypeAlias = tuple[str, str, int, int]
+class DelayedSend(NamedTuple):
+    """A delay-level message as it is stored (`transform_delay_properties`)."""
+
+    properties: str  # the sent properties with REAL_TOPIC and REAL_QID appended
+    topic: str  # SCHEDULE_TOPIC_XXXX
+    queue_id: int  # level - 1
+    delay_ms: int  # the level's delay: tagsCode = storeTimestamp + delay_ms
+
+
+_new_delayed = tuple.__new__
 
 
 class _OnDict(enum.Enum):
@@ -114,5 +116,6 @@ def transform_delay_properties(properties: str, delay: str | None, topic: str, q
         return None
     if level > len(levels_ms):
         return ON_DICT
-    return (f"{properties}{_REAL_TOPIC_TOKEN}{topic}{_REAL_QID_TOKEN}{queue_id}", SCHEDULE_TOPIC, level - 1,
-            levels_ms[level - 1])
+    # every delayed send comes here: built as NamedTuple._make does, without the Python-level __new__
+    return _new_delayed(DelayedSend, (f"{properties}{_REAL_TOPIC_TOKEN}{topic}{_REAL_QID_TOKEN}{queue_id}",
+                                      SCHEDULE_TOPIC, level - 1, levels_ms[level - 1]))

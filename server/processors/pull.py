@@ -14,7 +14,7 @@ import asyncio
 import copy
 from collections.abc import Callable, Container
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias, cast
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias, cast
 
 import structlog
 
@@ -124,16 +124,19 @@ _SUBS_MAX = 4096
 PullAnswer: TypeAlias = "list[BytesLike] | RemotingCommand | None"
 
 
-# One run of a pull: its answer (None: hold it) and what a held pull needs to decide whether to hold on.
-# Its fields, in order:
-#   answer: PullAnswer
-#   code: int
-#   status: str              the store's status name ("" for an error answer)
-#   next_begin_offset: int
-#   max_offset: int
-#   filtered: bool           a tag or SQL92 filter applied (NO_MATCHED_MESSAGE can mean: nothing new matched)
-# A plain tuple: every pull builds one (a NamedTuple instance costs ~1,100 instructions more).
-_Run: TypeAlias = "tuple[PullAnswer, int, str, int, int, bool]"
+class _Run(NamedTuple):
+    """One run of a pull: its answer (None: hold it) and what a held pull needs to decide whether to hold on."""
+
+    answer: PullAnswer
+    code: int
+    status: str  # the store's status name ("" for an error answer)
+    next_begin_offset: int
+    max_offset: int
+    filtered: bool  # a tag or SQL92 filter applied (NO_MATCHED_MESSAGE can mean: nothing new matched)
+
+
+# every pull builds one: made as NamedTuple._make does, without the generated Python-level __new__
+_new_run = tuple.__new__
 
 
 class PullProcessor:
@@ -165,14 +168,14 @@ class PullProcessor:
         deadline = loop.time() + max(0, timeout_ms) / 1000.0
         while True:
             await self.deps.pull_hold.wait(h.topic, h.queueId, h.queueOffset, max(0.0, deadline - loop.time()))
-            answer, _code, status, next_begin, max_offset, filtered = self._run(cmd, h, first=False)
+            run = self._run(cmd, h, first=False)
             # a filtered pull whose new messages all failed its filter holds on past them (Apache's
             # notifyMessageArriving matches the filter before waking a held pull): it wakes for a match only
-            if status != "NO_MATCHED_MESSAGE" or not filtered or loop.time() >= deadline:
-                return answer
+            if run.status != "NO_MATCHED_MESSAGE" or not run.filtered or loop.time() >= deadline:
+                return run.answer
             h = copy.copy(h)
-            h.queueOffset = Long(next_begin)
-            if next_begin < max_offset:  # more than one scan's worth arrived: go on scanning
+            h.queueOffset = Long(run.next_begin_offset)
+            if run.next_begin_offset < run.max_offset:  # more than one scan's worth arrived: go on scanning
                 await asyncio.sleep(0)
 
     def _err(self, cmd: RemotingCommand, code: int, remark: str) -> tuple[RemotingCommand, int]:
@@ -181,7 +184,7 @@ class PullProcessor:
 
     def _fail(self, cmd: RemotingCommand, code: int, remark: str) -> _Run:
         answer, code = self._err(cmd, code, remark)
-        return answer, code, "", 0, 0, False
+        return _new_run(_Run, (answer, code, "", 0, 0, False))
 
     def _run(self, cmd: RemotingCommand, h: PullMessageHeader, first: bool) -> _Run:
         b = self.deps
@@ -271,16 +274,16 @@ class PullProcessor:
             b.offsets.commit(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
         filtered = codes is not None or record_filter is not None
         if code == ResponseCode.PULL_NOT_FOUND and first and sys_flag & FLAG_SUSPEND:
-            return None, code, status, res.next_begin_offset, res.max_offset, filtered
+            return _new_run(_Run, (None, code, status, res.next_begin_offset, res.max_offset, filtered))
         body: list[BytesLike]
         if code == ResponseCode.SUCCESS:
             body, body_len = cast("list[BytesLike]", res.buffers), res.buffer_total_size
             b.on_pull(h.topic, h.consumerGroup, len(body))
         else:
             body, body_len = [], 0
-        return (pull_response_frame(cmd.opaque, cmd.serialize_type, code, status, res.next_begin_offset,
-                                    res.min_offset, res.max_offset, body, body_len),
-                code, status, res.next_begin_offset, res.max_offset, filtered)
+        return _new_run(_Run, (pull_response_frame(cmd.opaque, cmd.serialize_type, code, status, res.next_begin_offset,
+                                                   res.min_offset, res.max_offset, body, body_len),
+                               code, status, res.next_begin_offset, res.max_offset, filtered))
 
     def _group_subscription(self, group: str, topic: str) -> tuple[str, str, int] | None:
         """(expressionType, expression, subVersion) of `group`'s heartbeat subscription to `topic`."""

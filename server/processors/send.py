@@ -54,6 +54,7 @@ from server.processors.send_common import (
     body_bytes,
     fail,
     int_or_zero,
+    new_prepared,
     ok,
     put_fail_remark,
     send_ext,
@@ -185,7 +186,8 @@ class SendPreparer:
         sys_flag = h.sysFlag | MULTI_TAGS_FLAG if tcfg.topic_filter_type == MULTI_TAG else h.sysFlag
         raw = encode_message_bytes(topic, body, store_qid, h.flag, sys_flag, h.bornTimestamp, self.born_host(conn),
                                    self.store_host, reconsume, props_bytes)
-        return raw, topic, store_qid, tags_hash(tags) if tags else 0, keys, deliver_delay, qid, wait
+        return new_prepared(PreparedSend, (raw, topic, store_qid, tags_hash(tags) if tags else 0, keys, deliver_delay,
+                                           qid, wait))
 
     def _prepare_full(self, conn: SendConn, cmd: RemotingCommand, h: SendMessageHeader, tcfg: TopicConfig,
                       qid: int, body: bytes, reconsume: int) -> PreparedSend | RemotingCommand | None:
@@ -220,7 +222,7 @@ class SendPreparer:
             return fail(cmd, ResponseCode.MESSAGE_ILLEGAL, f"message properties size exceeded {PROPS_MAX}", reply_qid)
         raw = encode_record(rec, properties_bytes=props_bytes)
         req = put_request(raw, rec.topic, rec.queue_id, rec.properties, deliver_delay)
-        return raw, req.topic, req.queue_id, req.tags_code, req.keys, deliver_delay, reply_qid, wait
+        return PreparedSend(raw, req.topic, req.queue_id, req.tags_code, req.keys, deliver_delay, reply_qid, wait)
 
     def _retry_or_dlq(self, cmd: RemotingCommand, h: SendMessageHeader, props: dict[str, str],
                       reconsume: int) -> tuple[str, int] | RemotingCommand | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from codec.buffers import Body
 from codec.codes import (
@@ -88,20 +88,24 @@ class SendConn(Protocol):
     def remote_addr(self) -> tuple[str, int]: ...
 
 
-# A send checked and encoded, ready for the run's put_batch (`SendPreparer.prepare`), a run of them
-# transposed with one `zip(*preps)`. Its fields, in order:
-#   record: bytes | bytearray  the encoded CommitLog record
-#   topic: str                 store topic (SCHEDULE_TOPIC_XXXX for a delay level, the DLQ, the half topic)
-#   queue_id: int              store queue id
-#   tags_code: int
-#   keys: IndexKeys
-#   deliver_delay: int         ms for a delay level, -1 otherwise
-#   reply_queue_id: int        the queue id the response names
-#   wait: bool                 WAIT: answer once flushed (SYNC_FLUSH) / replicated (SYNC_MASTER)
-# A plain tuple, not a NamedTuple: every send builds one, and a tuple subclass instance (even made with
-# tuple.__new__) costs ~1,100 more instructions to build and free than a plain tuple (issue 27's
-# instruction-count criterion; bench/RESULTS.md 2026-11-28).
-PreparedSend = tuple[bytes | bytearray, str, int, int, IndexKeys, int, int, bool]
+class PreparedSend(NamedTuple):
+    """A send checked and encoded, ready for the run's put_batch (`SendPreparer.prepare`). A NamedTuple
+    (slotted: no instance dict) so that a run transposes with one `zip(*preps)`; the hot path builds it
+    with `tuple.__new__(PreparedSend, (...))` (`new_prepared`): ~2,000 instructions to build and free
+    under callgrind, where a plain tuple costs ~1,000 and the generated `PreparedSend(...)` ~3,400
+    (bench/RESULTS.md, 2026-11-28/29); the names are worth the difference."""
+
+    record: bytes | bytearray  # the encoded CommitLog record
+    topic: str  # store topic (SCHEDULE_TOPIC_XXXX for a delay level, the DLQ, the half topic)
+    queue_id: int  # store queue id
+    tags_code: int
+    keys: IndexKeys
+    deliver_delay: int  # ms for a delay level, -1 otherwise
+    reply_queue_id: int  # the queue id the response names
+    wait: bool  # WAIT: answer once flushed (SYNC_FLUSH) / replicated (SYNC_MASTER)
+
+
+new_prepared = tuple.__new__  # new_prepared(PreparedSend, (record, topic, ...)): see PreparedSend
 PUT_OK = PutStatus.PUT_OK
 
 # what every send response carries after msgId/queueId/queueOffset

@@ -35,8 +35,9 @@ def send_one(sp: SendProcessor, store: MessageStore, conn: Any, cmd: RemotingCom
         return fail(cmd, ResponseCode.SYSTEM_ERROR, str(e))
     if not isinstance(prep, tuple):  # an error response
         return prep
-    record, topic, queue_id, tags_code, keys, deliver_delay, reply_qid, _wait = prep
-    [r] = store.put([PutRequest(bytearray(record), topic, queue_id, tags_code, keys, deliver_delay)])
+    reply_qid = prep.reply_queue_id
+    [r] = store.put([PutRequest(bytearray(prep.record), prep.topic, prep.queue_id, prep.tags_code, prep.keys,
+                                prep.deliver_delay)])
     if r.status is not PUT_OK:
         return fail(cmd, PUT_STATUS_CODES[r.status], put_fail_remark(r.status, r.remark), reply_qid)
     if cmd.is_oneway:

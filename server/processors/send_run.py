@@ -156,7 +156,7 @@ class SendRunner:
         frame = self._frames.frame
         for j, i in enumerate(idx):
             prep = preps[j]
-            reply_qid, wait = prep[6], prep[7]  # PreparedSend's reply_queue_id, wait
+            reply_qid, wait = prep.reply_queue_id, prep.wait
             cmd = cmds[i]
             if statuses is not None and statuses[j] is not PUT_OK:
                 out[i] = fail(cmd, PUT_STATUS_CODES[statuses[j]], put_fail_remark(statuses[j], res.remark), reply_qid)

@@ -92,10 +92,9 @@ def test_the_string_rewrite_is_the_dict_rewrite(delay, tx):
     elif got is None:
         assert want is None and rec.topic == "Orders"
     else:
-        props_got, topic, queue_id, delay_ms = got
-        assert (topic, queue_id, delay_ms) == (rec.topic, rec.queue_id, want)
-        assert props_got == properties_to_string(rec.properties)
-        assert parse_properties(props_got) == rec.properties
+        assert (got.topic, got.queue_id, got.delay_ms) == (rec.topic, rec.queue_id, want)
+        assert got.properties == properties_to_string(rec.properties)
+        assert parse_properties(got.properties) == rec.properties
 
 
 def test_correct_deliver_timestamp_guards_clock_jumps():
