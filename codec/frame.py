@@ -34,6 +34,7 @@ _I32 = struct.Struct(">i")
 # FrameDecoder.feed's work budget counts each frame's header bytes plus this (a frame's fixed cost:
 # its command object, its body copy), so a run of tiny frames is bounded too
 FRAME_COST = 256
+_NO_BUDGET = 1 << 62  # FrameDecoder._frames without a budget: one compare per frame either way
 
 
 def decode_frame(frame: bytes | bytearray | memoryview) -> RemotingCommand:
@@ -122,6 +123,9 @@ class FrameDecoder:
         the first frame is always decoded (progress); `self.more` says it stopped there."""
         end = len(mv)
         cost = 0
+        if budget < 0:
+            budget = _NO_BUDGET
+        first, frame_cost = pos, FRAME_COST
         max_frame, max_header = self.max_frame, self.max_header
         prefix = _PREFIX_U.unpack_from
         while end - pos >= 4:
@@ -138,10 +142,11 @@ class FrameDecoder:
                 raise self._fail(f"header length {hlen} over the limit {max_header}")
             if end - pos - 4 < length:
                 break
-            if budget >= 0 and cost and cost + hlen + FRAME_COST > budget:
+            cost += hlen + frame_cost
+            if cost > budget and pos != first:  # over the budget, and not the first frame (progress)
+                cost -= hlen + frame_cost
                 self.more = True
                 break
-            cost += hlen + FRAME_COST
             start = pos + 4
             pos = start + length
             hs = start + 4

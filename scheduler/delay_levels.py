@@ -106,10 +106,13 @@ def transform_delay_properties(properties: str, delay: str | None, topic: str, q
     `delay` being its DELAY value: the stored form, None for a message not scheduled (no level, or a
     transaction type that is not scheduled), or ON_DICT for a level above the highest (clamping it
     edits DELAY: the dict path does that)."""
-    if delay is None:
+    if not delay:
         return None
-    level = level_of(delay)
-    if level <= 0 or not schedules(sys_flag):
+    try:  # level_of and schedules, inlined (every delayed send comes here)
+        level = int(delay)
+    except ValueError:
+        return None
+    if level <= 0 or sys_flag & _TRANSACTION_MASK not in (0, _TRANSACTION_COMMIT):
         return None
     if level > len(levels_ms):
         return ON_DICT

@@ -122,6 +122,25 @@ class StoreReads:
         cfg = self.config
         max_bytes, max_count = cfg.max_get_bytes, min(cfg.max_get_count, max_num)
         result = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, min_off, max_off)
+        if tag_codes is None and record_filter is None and unit_filter is None and unit_flags is None:
+            scanned, removed = self.take_all(result, units, offset, max_count, max_bytes)  # most pulls: no filter
+        else:
+            scanned, removed = self.take_matching(result, units, offset, max_count, max_bytes, tag_codes,
+                                                  unit_filter, record_filter, record_literal, unit_flags)
+        result.next_begin_offset = offset + scanned
+        if result.buffers:
+            result.status = GetStatus.FOUND
+        elif removed:
+            result.status = GetStatus.MESSAGE_WAS_REMOVING
+        return result
+
+    def take_matching(self, result: GetResult, units: memoryview, offset: int, max_count: int, max_bytes: int,
+                      tag_codes: Container[int] | None, unit_filter: Callable[[int], bool] | None,
+                      record_filter: Callable[[memoryview], bool] | None, record_literal: bytes | None = None,
+                      unit_flags: Callable[[int, int], bytes] | None = None) -> tuple[int, bool]:
+        """Scan `units` (from queue offset `offset`) into `result`'s buffers and queue offsets, up to `max_count`
+        records / `max_bytes`, keeping those the filters accept: (units scanned, whether a unit pointed at
+        removed CommitLog data). The reference of `take_all`."""
         buffers, qoffs = result.buffers, result.queue_offsets
         total_bytes = 0
         removed = False
@@ -134,7 +153,7 @@ class StoreReads:
             cand = _candidates(units, flags, literal, find)
             if cand is not None:  # the units left to evaluate are known: step from one to the next
                 self._scan_candidates(result, units, offset, cand, max_count, max_bytes, record_filter)
-                return result
+                return result.next_begin_offset - offset, result.status is GetStatus.MESSAGE_WAS_REMOVING
         # `commitlog.read(phys, size)` with the segment kept across units (a pull's units mostly
         # point into one segment): one `find` per segment instead of one per message
         lo = hi = wrote = 0
@@ -196,13 +215,50 @@ class StoreReads:
             buffers.append(rec)
             qoffs.append(offset + scanned - 1)
             total_bytes += size
-        result.next_begin_offset = offset + scanned
         result.buffer_total_size = total_bytes
-        if buffers:
-            result.status = GetStatus.FOUND
-        elif removed:
-            result.status = GetStatus.MESSAGE_WAS_REMOVING
-        return result
+        return scanned, removed
+
+    def take_all(self, result: GetResult, units: memoryview, offset: int, max_count: int,
+                 max_bytes: int) -> tuple[int, bool]:
+        """`take_matching` with no filter (a pull without tags or SQL92, most of them), without the per-unit
+        filter checks; tests/storage/test_reads.py checks the two agree."""
+        append, append_qoff = result.buffers.append, result.queue_offsets.append
+        total_bytes = taken = 0
+        removed = False
+        cl_min = self.commitlog.min_offset
+        find = self.commitlog.queue.find
+        lo = hi = wrote = 0
+        view: memoryview
+        qoff = offset - 1  # the queue offset of the unit in hand
+        for phys, size, _tags in UNIT.iter_unpack(units):
+            if taken and (taken >= max_count or total_bytes + size > max_bytes):
+                break
+            qoff += 1
+            if size == BLANK_SIZE or size <= 0:
+                continue
+            if phys < cl_min:
+                removed = True
+                continue
+            if not lo <= phys < hi:
+                mf = find(phys)
+                if mf is None:
+                    lo = hi = 0
+                    removed = True
+                    continue
+                lo = mf.file_from_offset
+                hi = lo + mf.file_size
+                wrote = mf.wrote_pos
+                view = mf.view
+            pos = phys - lo
+            if pos + size > wrote:
+                removed = True
+                continue
+            append(view[pos:pos + size])
+            append_qoff(qoff)
+            total_bytes += size
+            taken += 1
+        result.buffer_total_size = total_bytes
+        return qoff + 1 - offset, removed
 
     def _scan_candidates(self, result: GetResult, units: memoryview, offset: int, cand: bytearray, max_count: int,
                          max_bytes: int, record_filter: Callable[[memoryview], bool]) -> None:

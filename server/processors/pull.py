@@ -135,6 +135,10 @@ class _Run(NamedTuple):
     filtered: bool  # a tag or SQL92 filter applied (NO_MATCHED_MESSAGE can mean: nothing new matched)
 
 
+# every pull builds one: made as NamedTuple._make does, without the generated Python-level __new__
+_new_run = tuple.__new__
+
+
 class PullProcessor:
     def __init__(self, deps: PullDeps) -> None:
         self.deps = deps
@@ -147,7 +151,7 @@ class PullProcessor:
         A PULL_NOT_FOUND with SUSPEND returns the coroutine that holds it (the dispatcher runs it
         as a task)."""
         h = parse_pull(cmd.ext_fields)
-        resp, code = self.process(cmd, h, first=True)
+        resp = self._run(cmd, h, True)[0]
         if resp is not None or cmd.is_oneway:
             return resp
         return self._hold(cmd, h)
@@ -180,12 +184,7 @@ class PullProcessor:
 
     def _fail(self, cmd: RemotingCommand, code: int, remark: str) -> _Run:
         answer, code = self._err(cmd, code, remark)
-        return _Run(answer, code, "", 0, 0, False)
-
-    def process(self, cmd: RemotingCommand, h: PullMessageHeader, first: bool) -> tuple[PullAnswer, int]:
-        """(response, code); response None means: hold this request (first run only)."""
-        run = self._run(cmd, h, first)
-        return run.answer, run.code
+        return _new_run(_Run, (answer, code, "", 0, 0, False))
 
     def _run(self, cmd: RemotingCommand, h: PullMessageHeader, first: bool) -> _Run:
         b = self.deps
@@ -243,7 +242,9 @@ class PullProcessor:
         codes: Container[int] | None
         if is_tag_type(sub.expression_type):
             codes = None if sub.match_all else set(sub.code_set)
-            record_filter = b.filters.retry_filter(h.consumerGroup, h.topic, self._group_subscription)
+            # filterSupportRetry off (the default): no retry filter, no call
+            record_filter = b.filters.retry_filter(h.consumerGroup, h.topic, self._group_subscription) \
+                if b.filters.filter_support_retry else None
             if codes is not None and tcfg.topic_filter_type == MULTI_TAG:  # codes AND-ed, the tags decide (codec.tags)
                 codes = MultiTagCodes(sub.code_set)
                 record_filter = both(tags_filter(frozenset(sub.tags)), record_filter)
@@ -273,16 +274,16 @@ class PullProcessor:
             b.offsets.commit(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
         filtered = codes is not None or record_filter is not None
         if code == ResponseCode.PULL_NOT_FOUND and first and sys_flag & FLAG_SUSPEND:
-            return _Run(None, code, status, res.next_begin_offset, res.max_offset, filtered)
+            return _new_run(_Run, (None, code, status, res.next_begin_offset, res.max_offset, filtered))
         body: list[BytesLike]
         if code == ResponseCode.SUCCESS:
             body, body_len = cast("list[BytesLike]", res.buffers), res.buffer_total_size
             b.on_pull(h.topic, h.consumerGroup, len(body))
         else:
             body, body_len = [], 0
-        return _Run(pull_response_frame(cmd.opaque, cmd.serialize_type, code, status, res.next_begin_offset,
-                                        res.min_offset, res.max_offset, body, body_len),
-                    code, status, res.next_begin_offset, res.max_offset, filtered)
+        return _new_run(_Run, (pull_response_frame(cmd.opaque, cmd.serialize_type, code, status, res.next_begin_offset,
+                                                   res.min_offset, res.max_offset, body, body_len),
+                               code, status, res.next_begin_offset, res.max_offset, filtered))
 
     def _group_subscription(self, group: str, topic: str) -> tuple[str, str, int] | None:
         """(expressionType, expression, subVersion) of `group`'s heartbeat subscription to `topic`."""

@@ -1,4 +1,4 @@
-"""The slow reference of the pull processor's answer (`pull.PullProcessor.process`, which writes frame pieces
+"""The slow reference of the pull processor's answer (`pull.PullProcessor.__call__`, which writes frame pieces
 with `codec.pull_response`): the store lookup answered as a `RemotingCommand` and encoded by the generic
 `encode_frame_bytes`. Nothing on a hot path calls it; tests/server/test_pull_frames.py checks the processor's
 bytes equal these for every status, both serializations, tag filters and held pulls.

@@ -91,8 +91,9 @@ class SendConn(Protocol):
 class PreparedSend(NamedTuple):
     """A send checked and encoded, ready for the run's put_batch (`SendPreparer.prepare`). A NamedTuple
     (slotted: no instance dict) so that a run transposes with one `zip(*preps)`; the hot path builds it
-    with `tuple.__new__(PreparedSend, (...))` (`new_prepared`), which costs what a plain tuple does, where
-    the generated `PreparedSend(...)` costs ~3x that."""
+    with `tuple.__new__(PreparedSend, (...))` (`new_prepared`): ~2,000 instructions to build and free
+    under callgrind, where a plain tuple costs ~1,000 and the generated `PreparedSend(...)` ~3,400
+    (bench/RESULTS.md, 2026-11-28/29); the names are worth the difference."""
 
     record: bytes | bytearray  # the encoded CommitLog record
     topic: str  # store topic (SCHEDULE_TOPIC_XXXX for a delay level, the DLQ, the half topic)

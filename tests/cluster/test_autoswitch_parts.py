@@ -46,7 +46,7 @@ class Slave:
         self.client = AutoSwitchHAClient(self.store, config(), self.epochs, lambda: addr, lambda: 2)
         self.target = -1
         self.reached = asyncio.Event()
-        self.client.on_applied.append(self._applied)
+        self.client.applier.on_applied.append(self._applied)
         self.task: asyncio.Task[None] | None = None
 
     def _applied(self, end: int) -> None:
@@ -58,11 +58,11 @@ class Slave:
         if self.store.commitlog_max_offset() >= end:
             return
         if self.task is None:
-            self.task = asyncio.get_running_loop().create_task(self.client.run())
+            self.task = asyncio.get_running_loop().create_task(self.client.link.run())
         await asyncio.wait_for(self.reached.wait(), 30)
 
     async def stop(self) -> None:
-        self.client.stop()
+        self.client.link.stop()
         if self.task is not None:
             await asyncio.wait_for(self.task, 30)
             self.task = None
@@ -84,7 +84,7 @@ async def test_replicate_expand_all_ack_and_shrink(tmp_path: Path) -> None:
     svc = AutoSwitchHAService(m, config(), m_epochs, lambda: (frozenset(members), 1))
     svc.on_expand = expanded.append
     await svc.start("127.0.0.1", 0)
-    s = Slave(tmp_path / "s", f"127.0.0.1:{svc.port}")
+    s = Slave(tmp_path / "s", f"127.0.0.1:{svc.slaves.port}")
     try:
         end = put(m, 30, "a")
         await s.run_until(end)
@@ -98,7 +98,7 @@ async def test_replicate_expand_all_ack_and_shrink(tmp_path: Path) -> None:
         assert s.store.commitlog_max_offset() >= end
 
         # a connected slave that stops taking bytes is out once not caught up for haMaxTimeSlaveNotCatchup
-        transport = s.client.transport
+        transport = s.client.link.transport
         assert transport is not None
         transport.pause_reading()
         behind_since = time.monotonic()
@@ -112,7 +112,7 @@ async def test_replicate_expand_all_ack_and_shrink(tmp_path: Path) -> None:
         transport.resume_reading()
         await s.run_until(m.commitlog_max_offset())
 
-        [conn] = svc.connections
+        [conn] = svc.slaves.connections
         assert conn.slave_id == 2
         await s.stop()
         assert conn.task is not None
@@ -136,7 +136,7 @@ async def test_a_divergent_tail_is_cut_at_the_handshake(tmp_path: Path) -> None:
     m_epochs.begin_epoch(1, 0)
     svc = AutoSwitchHAService(m, config(), m_epochs, lambda: (frozenset({1}), 1))
     await svc.start("127.0.0.1", 0)
-    addr = f"127.0.0.1:{svc.port}"
+    addr = f"127.0.0.1:{svc.slaves.port}"
     s = Slave(tmp_path / "s", addr)
     try:
         common = put(m, 20, "a")

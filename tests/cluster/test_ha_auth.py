@@ -50,7 +50,7 @@ async def test_unauthenticated_peer_gets_only_the_challenge_and_is_closed(master
     await writer.drain()
     rest = await read_all(reader, 5)
     assert rest == b"", "the master sent HA bytes to a peer that did not prove the secret"
-    assert not master.replica.ha_service.connections and master.replica.ha_service.auth_failures == 1
+    assert not master.replica.ha_service.slaves.connections and master.replica.ha_service.auth_failures == 1
     writer.close()
 
 
@@ -70,5 +70,5 @@ async def test_slave_with_the_secret_replicates_one_without_does_not(master, mak
                               ha_master_address=ha, mapped_file_size_commit_log=FSIZE, ha_auth_secret=SECRET)
     await until(lambda: same_commitlog(master, slave), 30)
     await until(lambda: master.replica.ha_service.auth_failures >= 1, 30)  # the wrong one tried and was dropped
-    assert len(master.replica.ha_service.connections) == 1  # the right slave only
+    assert len(master.replica.ha_service.slaves.connections) == 1  # the right slave only
     assert wrong.store.commitlog_max_offset() == 0

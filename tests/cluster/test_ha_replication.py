@@ -93,14 +93,14 @@ async def test_segment_roll_replicates_blank_and_next_file(pair):
 async def test_sync_master_waits_for_the_slave_and_reports_slave_not_available(pair, make_broker, tmp_path):
     master, slave = await pair("SYNC_MASTER")
     c = await RawClient.connect(master.config.broker_addr)
-    await until(lambda: bool(master.replica.ha_service.connections), 30)
+    await until(lambda: bool(master.replica.ha_service.slaves.connections), 30)
     r = await send(c, "Sync", b"acked", qid=0)
     assert r.code == 0, r.remark
     # the answer came only after the slave had the bytes
     assert slave.store.commitlog_max_offset() >= master.replica.ha_service.push2slave_max > 0
     assert master.replica.ha_service.push2slave_max == master.store.commitlog_max_offset()
     await slave.shutdown()
-    await until(lambda: not master.replica.ha_service.connections, 30)
+    await until(lambda: not master.replica.ha_service.slaves.connections, 30)
     lone = await send(c, "Sync", b"nobody", qid=0)
     assert lone.code == 11 and lone.remark == "SLAVE_NOT_AVAILABLE"
     assert lone.ext["msgId"]  # stored on the master all the same
@@ -117,8 +117,8 @@ async def test_sync_master_flush_slave_timeout(make_broker, tmp_path):
     reader, writer = await asyncio.open_connection("127.0.0.1", port + 1)
     writer.write(struct.pack(">q", master.store.commitlog_max_offset()))
     await writer.drain()
-    await until(lambda: master.replica.ha_service.connections and
-                next(iter(master.replica.ha_service.connections)).request_offset >= 0, 30)
+    await until(lambda: master.replica.ha_service.slaves.connections and
+                next(iter(master.replica.ha_service.slaves.connections)).request_offset >= 0, 30)
     c = await RawClient.connect(master.config.broker_addr)
     r = await send(c, "Slow", b"m", qid=0)
     assert r.code == 12 and r.remark == "FLUSH_SLAVE_TIMEOUT"
@@ -134,8 +134,8 @@ async def test_promote_and_former_master_truncates_its_tail(pair, make_broker, t
     await until(lambda: same_commitlog(master, slave), 30)
     replicated = master.store.commitlog_max_offset()
     # the slave's HA link goes away: what the master writes now never reaches it
-    slave.replica.ha_client.stop()
-    await until(lambda: not master.replica.ha_service.connections, 30)
+    slave.replica.ha_client.link.stop()
+    await until(lambda: not master.replica.ha_service.slaves.connections, 30)
     for i in range(5):
         assert (await send(c, "P", b"lost%d" % i, qid=0)).code == 0
     old_end = master.store.commitlog_max_offset()

@@ -183,3 +183,28 @@ def test_feed_decodes_as_decode_frame_the_reference(cmds, step):
         got += dec.feed(stream[i:i + step])
     assert got == want
     assert FrameDecoder().feed(stream) == want
+
+
+def test_a_budget_bounds_each_feed_and_the_first_frame_always_goes():
+    """feed(data, budget): decoding stops before the frame that would take header bytes + FRAME_COST per
+    frame past the budget (`more`), never before the first; `cost` is what the call decoded; feed(b"", ...)
+    goes on from there; no budget decodes everything."""
+    from codec.frame import FRAME_COST
+
+    cmds = [RemotingCommand.request(10 + i, {"k": "v" * (100 * i)}) for i in range(6)]
+    frames = [encode_frame_bytes(c) for c in cmds]
+    hlens = [struct.unpack_from(">i", f, 4)[0] & 0xFFFFFF for f in frames]
+    costs = [h + FRAME_COST for h in hlens]
+    stream = b"".join(frames)
+    dec = FrameDecoder()
+    assert [c.code for c in dec.feed(stream)] == [c.code for c in cmds] and not dec.more
+    assert dec.cost == sum(costs)
+    budget = costs[0] + costs[1] + costs[2] - 1  # the third frame would go past it
+    dec = FrameDecoder()
+    got = dec.feed(stream, budget)
+    assert [c.code for c in got] == [10, 11] and dec.more and dec.cost == costs[0] + costs[1]
+    got = dec.feed(b"", 1)  # over budget at once: the first frame still goes
+    assert [c.code for c in got] == [12] and dec.more and dec.cost == costs[2]
+    got = dec.feed(b"", sum(costs))
+    assert [c.code for c in got] == [13, 14, 15] and not dec.more and dec.cost == sum(costs[3:])
+    assert dec.feed(b"", 0) == [] and not dec.more and dec.cost == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from codec.record import decode_record
 from codec.tags import java_hash
 from storage.message_store import GetStatus
+from storage.store_types import GetResult
 from tests.helpers.checks import present
 from tests.storage.conftest import open_store, request
 
@@ -103,3 +104,54 @@ def test_read_records_batch_matches_read_record(tmp_path):
     assert [bytes(present(g)) for g in got[:len(spans)]] == [bytes(present(s.read_record(p, n))) for p, n in spans]
     assert got[len(spans):] == [None] * len(bad)
     s.close()
+
+
+def _take_both(s, units: bytes, offset: int, max_count: int, max_bytes: int):
+    """(take_all's result, take_matching's with no filter) for the same units: buffers as bytes, offsets, totals."""
+    out = []
+    for take in (lambda r: s.reads.take_all(r, memoryview(units), offset, max_count, max_bytes),
+                 lambda r: s.reads.take_matching(r, memoryview(units), offset, max_count, max_bytes, None, None, None)):
+        r = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, 0, 0)
+        scanned, removed = take(r)
+        out.append((scanned, removed, [bytes(b) for b in r.buffers], r.queue_offsets, r.buffer_total_size))
+    return out
+
+
+def test_unfiltered_fast_loop_agrees_with_the_filtering_reference(tmp_path):
+    """StoreReads.take_all (a pull with no filter) takes exactly what take_matching with no filter takes: across
+    CommitLog segments, blank and zero-size units, units into deleted or unwritten CommitLog data, every count
+    and byte limit."""
+    from codec.consume_queue_unit import BLANK_UNIT, UNIT
+
+    s = open_store(tmp_path, mapped_file_size_commitlog=16 * 1024)
+    res = s.put([request(body=b"b" * (300 + 997 * i % 2500)) for i in range(60)])  # ~6 segments
+    units = bytes(present(s.read_units("T", 0, 0, 60)))
+    assert len({r.phys_offset // (16 * 1024) for r in res}) >= 4
+    last = res[-1]
+    odd = [BLANK_UNIT, UNIT.pack(res[3].phys_offset, 0, 0),  # a hole, a zero-size unit
+           UNIT.pack(last.phys_offset, last.size + 64, 0),  # past what the last segment has written
+           UNIT.pack(1 << 40, 100, 0)]  # no segment at all
+    mixed = units[:20 * 7] + odd[0] + units[20 * 7:20 * 20] + odd[1] + odd[2] + units[20 * 20:] + odd[3]
+    cases = [(units, 0), (mixed, 0), (mixed, 5), (units[20 * 30:], 30), (b"".join(odd), 7), (odd[0], 0)]
+    limits = [(32, 1 << 20), (1, 1 << 20), (5, 1 << 20), (64, 4000), (64, 1), (64, 3 * 1024 * 1024)]
+    for buf, offset in cases:
+        for max_count, max_bytes in limits:
+            fast, ref = _take_both(s, buf, offset, max_count, max_bytes)
+            assert fast == ref, (offset, max_count, max_bytes)
+    # the first segments' data deleted (retention): their units count as removed in both
+    del s.commitlog.queue.files[:2]
+    for max_count, max_bytes in limits:
+        fast, ref = _take_both(s, mixed, 0, max_count, max_bytes)
+        assert fast == ref and fast[1] is True
+    s.close()
+
+
+def test_get_messages_takes_the_fast_loop_only_without_filters(store):
+    """A pull with no filter and one whose filters accept everything answer the same."""
+    store.put([request(tags="A", body=b"%d" % i) for i in range(40)])
+    for offset, n in ((0, 32), (10, 5), (39, 32)):
+        plain = store.get_messages("T", 0, offset, n)
+        ref = store.get_messages("T", 0, offset, n, record_filter=lambda rec: True, unit_filter=lambda q: True)
+        assert [bytes(b) for b in plain.buffers] == [bytes(b) for b in ref.buffers] != []
+        assert (plain.status, plain.next_begin_offset, plain.queue_offsets, plain.buffer_total_size) == \
+            (ref.status, ref.next_begin_offset, ref.queue_offsets, ref.buffer_total_size)

@@ -352,7 +352,7 @@ class ReplicasManager:
         if self.is_master:
             if replica.is_slave:
                 ha = replica.ha_client
-                lost_at = ha.disconnected_at if ha is not None and ha.connected_to is None else None
+                lost_at = ha.link.disconnected_at if ha is not None and ha.link.connected_to is None else None
                 if followed and followed != self.config.broker_addr:
                     await self._hand_over_from(followed)
                 await replica.promote(MASTER_ROLE, self.master_epoch)
@@ -470,7 +470,7 @@ class ReplicasManager:
         confirm = svc.confirm_offset()
         limit = self.config.ha_max_time_slave_not_catchup / 1000.0
         now = time.monotonic()
-        joining = {c.slave_id for c in svc.connections
+        joining = {c.slave_id for c in svc.slaves.connections
                    if not c.closed and not c.async_learner and c.slave_id >= 0 and c.slave_id not in members
                    and c.ack_offset >= confirm and now - svc.caught_up_at.get(c.slave_id, -limit - 1) <= limit}
         new = frozenset(kept | joining)

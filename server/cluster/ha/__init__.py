@@ -34,4 +34,8 @@ Keys: `brokerRole` (ASYNC_MASTER | SYNC_MASTER | SLAVE), `brokerId` (0 master, >
   storage.epoch_file): handshake with the slave's brokerId, epoch entries, truncation to the consistent
   point, per-slave acks, SyncStateSet expand/shrink and allAckInSyncStateSet; wire-compatible with
   Apache 5.1.3 brokers both ways.
+- Both protocols are given the same parts, each file keeping only what its protocol says: a slave's
+  `link.MasterLink` (supervised reconnect loop, keepalive, logging; the client is its MasterSession) and
+  `link.ReplicaApplier` (continue-the-CommitLog check, replica append, reput, on_applied); a master's
+  `slaves.SlaveListener` (haListenPort, the connected slaves, wake on dispatch) and `slaves.AckWaiters`.
 """

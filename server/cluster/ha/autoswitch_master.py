@@ -20,7 +20,6 @@ previous value. With allAckInSyncStateSet a send waits (`wait_all_acked`) for ev
 from __future__ import annotations
 
 import asyncio
-import heapq
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypedDict, cast
@@ -38,6 +37,7 @@ from codec.autoswitch_ha import (
     encode_transfer_header,
 )
 from codec.errors import CodecError
+from server.cluster.ha.slaves import AckWaiters, SlaveListener
 from storage.epoch_file import NO_END, EpochFile
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class AutoSwitchConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         self.peer = transport.get_extra_info("peername")
-        self.svc.connections.add(self)
+        self.svc.slaves.connections.add(self)
         self.task = asyncio.get_running_loop().create_task(self._write_loop(), name=f"autoswitch-write-{self.peer}")
 
     def data_received(self, data: bytes) -> None:
@@ -121,7 +121,7 @@ class AutoSwitchConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self.svc.connections.discard(self)
+        self.svc.slaves.connections.discard(self)
         self.svc.on_disconnect(self)
         self.handshaken.set()
         self.reported.set()
@@ -233,50 +233,20 @@ class AutoSwitchHAService:
         self.config = config
         self.epochs = epochs
         self.members = members
-        self.connections: set[AutoSwitchConnection] = set()
+        self.slaves: SlaveListener[AutoSwitchConnection] = SlaveListener(store, protocol="AutoSwitch")
         self.caught_up_at: dict[int, float] = {}  # slave brokerId -> time.monotonic() it last had everything
         self.last_master_max: dict[AutoSwitchConnection, int] = {}  # the master's end at its last transfer
         self.on_expand: Callable[[int], None] | None = None  # propose adding a caught-up slave to the set
         self.push2slave_max = 0
         self._confirm = 0
-        self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []  # (end offset, seq, future), a heap
-        self._seq = 0
-        self._server: asyncio.base_events.Server | None = None
+        self.waiters = AckWaiters()
 
     async def start(self, host: str, port: int) -> None:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: AutoSwitchConnection(self), host, port)
-        self.store.add_dispatch_listener(self._on_dispatch)
-        log.info("ha.listening", host=host, port=port, protocol="AutoSwitch")
-
-    @property
-    def port(self) -> int:
-        """The port listened on (0 before start)."""
-        return int(self._server.sockets[0].getsockname()[1]) if self._server is not None else 0
+        await self.slaves.start(host, port, lambda: AutoSwitchConnection(self))
 
     async def close(self) -> None:
-        self.store.remove_dispatch_listener(self._on_dispatch)
-        if self._server is not None:
-            self._server.close()
-            for c in list(self.connections):
-                c.transport.close()
-            await self._server.wait_closed()
-            self._server = None
-        for _, _, fut in self._waiters:
-            if not fut.done():
-                fut.set_result(False)
-        self._waiters.clear()
-
-    def drop_slaves(self) -> None:
-        for c in list(self.connections):
-            c.close("role change")
-
-    def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
-        self.wake()
-
-    def wake(self) -> None:
-        for c in self.connections:
-            c.data.set()
+        await self.slaves.close()
+        self.waiters.fail_all()
 
     # ---- acks -----------------------------------------------------------------------------------
     def on_ack(self, conn: AutoSwitchConnection, offset: int, end: int) -> None:
@@ -293,7 +263,7 @@ class AutoSwitchHAService:
 
     def on_disconnect(self, conn: AutoSwitchConnection) -> None:
         self.last_master_max.pop(conn, None)
-        if conn.slave_id >= 0 and not any(c.slave_id == conn.slave_id for c in self.connections):
+        if conn.slave_id >= 0 and not any(c.slave_id == conn.slave_id for c in self.slaves.connections):
             self.caught_up_at.pop(conn.slave_id, None)
 
     def caught_up(self, conn: AutoSwitchConnection) -> None:
@@ -302,15 +272,11 @@ class AutoSwitchHAService:
 
     def release(self) -> None:
         """Answer the waits every member has acked (after an ack, or when the set changed)."""
-        w = self._waiters
-        while w and (w[0][2].done() or self.all_acked(w[0][0])):
-            _, _, fut = heapq.heappop(w)
-            if not fut.done():
-                fut.set_result(True)
+        self.waiters.release(self.all_acked)
 
     def _acks(self) -> dict[int, int]:
         acks: dict[int, int] = {}
-        for c in self.connections:
+        for c in self.slaves.connections:
             if not c.closed and c.slave_id >= 0:
                 acks[c.slave_id] = max(acks.get(c.slave_id, -1), c.ack_offset)
         return acks
@@ -337,13 +303,7 @@ class AutoSwitchHAService:
         """allAckInSyncStateSet: True once every SyncStateSet member acked `end_offset`."""
         if self.all_acked(end_offset):
             return True
-        fut = asyncio.get_running_loop().create_future()
-        self._seq += 1
-        heapq.heappush(self._waiters, (end_offset, self._seq, fut))
-        try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            return False
+        return await self.waiters.wait(end_offset, timeout_s)
 
     # ---- the SyncStateSet -------------------------------------------------------------------------
     def shrink(self) -> frozenset[int]:
@@ -357,13 +317,13 @@ class AutoSwitchHAService:
 
     # ---- the classic service's surface (ReplicaRole, runtime info) --------------------------------
     def slave_ok(self, end_offset: int) -> bool:
-        return bool(self.connections)
+        return bool(self.slaves.connections)
 
     async def wait_replicated(self, end_offset: int, timeout_s: float) -> bool:
         return await self.wait_all_acked(end_offset, timeout_s)
 
     def stats(self) -> AutoSwitchStats:
-        return {"protocol": "AutoSwitch", "slaves": len(self.connections), "push2slave_max": self.push2slave_max,
+        return {"protocol": "AutoSwitch", "slaves": len(self.slaves.connections), "push2slave_max": self.push2slave_max,
                 "confirm_offset": self.confirm_offset(),
                 "slave_acks": {str(k): v for k, v in self._acks().items()},
                 "epochs": [[e.epoch, e.start_offset] for e in self.epochs.entries]}

@@ -10,7 +10,7 @@ frames: bytes must continue its CommitLog (else the connection is dropped, as Ap
 offset not equal the max phy offset in slave"); a frame of a new epoch appends (epoch, epochStartOffset)
 to the epoch file; each applied frame is acked. An ack also goes out after haSendHeartbeatInterval of
 silence; haHousekeepingInterval without a byte from the master drops the connection; any error: drop,
-wait RECONNECT_S, connect and handshake again.
+wait RECONNECT_S, connect and handshake again (that loop and the keepalive: link.MasterLink).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypedDict, cast
+from typing import TYPE_CHECKING, TypedDict
 
 import structlog
 
@@ -33,16 +33,14 @@ from codec.autoswitch_ha import (
     encode_slave_handshake,
 )
 from codec.errors import CodecError
+from server.cluster.ha.link import MasterLink, ReplicaApplier
 from storage.epoch_file import EpochFile, consistent_point
-from storage.replica import ReplicaError
 
 if TYPE_CHECKING:
     from server.config import BrokerConfig
     from storage.message_store import MessageStore
 
 log = structlog.get_logger(__name__)
-
-RECONNECT_S = 1.0
 
 
 class AutoSwitchClientStats(TypedDict):
@@ -58,114 +56,49 @@ class AutoSwitchClientStats(TypedDict):
     epochs: list[list[int]]
 
 
-class AutoSwitchHAClient(asyncio.Protocol):
+class AutoSwitchHAClient:
+    """The AutoSwitch protocol on a `MasterLink`: handshake, truncation, epochs, acks, transfer frames."""
+
     def __init__(self, store: MessageStore, config: BrokerConfig, epochs: EpochFile,
                  master_addr: Callable[[], str | None], broker_id: Callable[[], int]) -> None:
         self.store = store
         self.config = config
         self.epochs = epochs
-        self.master_addr = master_addr
         self.broker_id = broker_id
-        self.transport: asyncio.Transport | None = None
+        # run / stop / connected_to; the counters and on_applied
+        self.link = MasterLink(config, master_addr, self, store.commitlog_max_offset, protocol="AutoSwitch")
+        self.applier = ReplicaApplier(store, self.link)
         self.decoder = MasterFrameDecoder()
         self.state = HAConnectionState.READY
-        self.connected_to: str | None = None
-        self.disconnected_at: float | None = None
-        self.last_read = 0.0
-        self.last_write = 0.0
-        self.frames = 0
-        self.bytes = 0
-        self.mismatches = 0
         self.confirm_offset = 0
         self.received_epoch = -1
         self.truncated: list[list[int]] = []
-        self.on_applied: list[Callable[[int], None]] = []  # fn(new CommitLog end) after each frame run
         self.on_truncated: list[Callable[[int, int], None]] = []  # fn(offset, dropped bytes) after a cut
-        self._lost: asyncio.Future[Exception | None] | None = None
-        self._running = False
 
-    # ---- supervised task ------------------------------------------------------------------------
-    async def run(self) -> None:
-        self._running = True
-        loop = asyncio.get_running_loop()
-        while self._running:
-            addr = self.master_addr()
-            if not addr:
-                await asyncio.sleep(RECONNECT_S)
-                continue
-            host, _, port = addr.rpartition(":")
-            try:
-                self.decoder = MasterFrameDecoder()
-                self._lost = loop.create_future()
-                await loop.create_connection(lambda: self, host, int(port))
-            except OSError as e:
-                log.info("ha.connect_failed", master=addr, error=str(e))
-                await asyncio.sleep(RECONNECT_S)
-                continue
-            self.connected_to = addr
-            log.info("ha.connected", master=addr, offset=self.store.commitlog_max_offset(), protocol="AutoSwitch")
-            try:
-                await self._keepalive()
-            finally:
-                if self.transport is not None:
-                    self.transport.close()
-                self.connected_to = None
-                self.state = HAConnectionState.READY
-                self.disconnected_at = time.monotonic()
-            if self._running:
-                await asyncio.sleep(RECONNECT_S)
+    # ---- MasterSession ----------------------------------------------------------------------------
+    def connecting(self) -> None:
+        self.decoder = MasterFrameDecoder()
 
-    def stop(self) -> None:
-        self._running = False
-        if self.transport is not None:
-            self.transport.close()
-        if self._lost is not None and not self._lost.done():
-            self._lost.set_result(None)
-
-    async def _keepalive(self) -> None:
-        heartbeat = self.config.ha_send_heartbeat_interval / 1000.0
-        housekeeping = self.config.ha_housekeeping_interval / 1000.0
-        lost = self._lost
-        if lost is None:
-            return
-        while self._running and not lost.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(lost), min(heartbeat, 1.0))
-            except TimeoutError:
-                pass
-            if lost.done():
-                return
-            now = time.monotonic()
-            if now - self.last_read > housekeeping:
-                log.warning("ha.master_silent", master=self.connected_to, seconds=housekeeping)
-                return
-            if self.state == HAConnectionState.TRANSFER and now - self.last_write > heartbeat:
-                self._ack()
-
-    # ---- protocol -------------------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-        self.last_read = time.monotonic()
+    def connected(self) -> None:
         self.state = HAConnectionState.HANDSHAKE
         self.received_epoch = -1
-        self.transport.write(encode_slave_handshake(SlaveHandshake(self.broker_id(), self.config.sync_from_last_file)))
-        self.last_write = time.monotonic()
+        self.link.send(encode_slave_handshake(SlaveHandshake(self.broker_id(), self.config.sync_from_last_file)))
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-        if self._lost is not None and not self._lost.done():
-            self._lost.set_result(exc)
+    def heartbeat(self) -> None:
+        if self.state == HAConnectionState.TRANSFER:
+            self._ack()
+
+    def ended(self) -> None:
+        self.state = HAConnectionState.READY
 
     def _drop(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
+        self.link.drop()
 
     def data_received(self, data: bytes) -> None:
-        self.last_read = time.monotonic()
         try:
             frames = self.decoder.feed(data)
         except CodecError as e:
-            log.error("ha.bad_frame", master=self.connected_to, error=str(e))
+            log.error("ha.bad_frame", master=self.link.connected_to, error=str(e))
             self._drop()
             return
         applied = False
@@ -178,7 +111,7 @@ class AutoSwitchHAClient(asyncio.Protocol):
                 self._ack()
                 continue
             if self.state != HAConnectionState.TRANSFER:
-                log.error("ha.state_mismatch", master=self.connected_to, slave_state=self.state.name)
+                log.error("ha.state_mismatch", master=self.link.connected_to, slave_state=self.state.name)
                 self._drop()
                 return
             if not self._apply(f):
@@ -186,19 +119,11 @@ class AutoSwitchHAClient(asyncio.Protocol):
                 return
             applied = applied or bool(f.body)
         if applied:
-            store = self.store
-            try:
-                store.reput()
-            except Exception as e:  # the bytes are stored; the next frame retries the dispatch
-                log.exception("ha.reput_failed", error=repr(e))
-            self._ack()
-            end = store.commitlog_max_offset()
-            for fn in self.on_applied:
-                fn(end)
+            self.applier.applied(self._ack)
 
     def _truncate(self, h: MasterHandshake) -> bool:
         """doTruncate: cut to the consistent point with the master's epochs; False when there is none."""
-        point, dropped = truncate_to_master(self.store, self.epochs, h, self.connected_to)
+        point, dropped = truncate_to_master(self.store, self.epochs, h, self.link.connected_to)
         if point < 0:
             return False
         if dropped:
@@ -213,33 +138,24 @@ class AutoSwitchHAClient(asyncio.Protocol):
         if not t.body:
             self.confirm_offset = min(t.confirm_offset, end)
             return True
-        if end != 0 and t.offset != end:
-            self.mismatches += 1
-            log.error("ha.offset_mismatch", master=self.connected_to, pushed=t.offset, local_end=end)
+        if not self.applier.continues(t.offset):
             return False
         if t.epoch != self.received_epoch:
             self.received_epoch = t.epoch
             if not self.epochs.append(EpochEntry(t.epoch, t.epoch_start_offset)):
                 return False
-        try:
-            store.append_replica(t.offset, t.body)
-        except ReplicaError as e:
-            self.mismatches += 1
-            log.error("ha.append_failed", master=self.connected_to, error=str(e))
+        if not self.applier.append(t.offset, t.body):
             return False
-        self.frames += 1
-        self.bytes += len(t.body)
         self.confirm_offset = min(t.confirm_offset, store.commitlog_max_offset())
         return True
 
     def _ack(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(encode_slave_ack(self.store.commitlog_max_offset()))
-            self.last_write = time.monotonic()
+        self.link.send(encode_slave_ack(self.store.commitlog_max_offset()))
 
     def stats(self) -> AutoSwitchClientStats:
-        return {"protocol": "AutoSwitch", "master": self.connected_to, "state": self.state.name, "frames": self.frames,
-                "bytes": self.bytes, "mismatches": self.mismatches, "offset": self.store.commitlog_max_offset(),
+        a = self.applier
+        return {"protocol": "AutoSwitch", "master": self.link.connected_to, "state": self.state.name,
+                "frames": a.frames, "bytes": a.bytes, "mismatches": a.mismatches, "offset": self.store.commitlog_max_offset(),
                 "confirm_offset": self.confirm_offset, "truncated": self.truncated,
                 "epochs": [[e.epoch, e.start_offset] for e in self.epochs.entries]}
 

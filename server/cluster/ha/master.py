@@ -16,7 +16,6 @@ AUTH_TIMEOUT_S, drops the peer (`ha.auth_failed`). Only an authenticated peer co
 from __future__ import annotations
 
 import asyncio
-import heapq
 import os
 import time
 from typing import TYPE_CHECKING, TypedDict, cast
@@ -32,6 +31,7 @@ from codec.ha import (
     encode_header,
     proof_matches,
 )
+from server.cluster.ha.slaves import AckWaiters, SlaveListener
 
 if TYPE_CHECKING:
     from server.config import BrokerConfig
@@ -89,9 +89,9 @@ class HAConnection(asyncio.Protocol):
 
     def _admit(self) -> None:
         self.svc.pending.discard(self)
-        self.svc.connections.add(self)
+        self.svc.slaves.connections.add(self)
         self.task = asyncio.get_running_loop().create_task(self._write_loop(), name=f"ha-write-{self.peer}")
-        log.info("ha.slave_connected", peer=self.peer, slaves=len(self.svc.connections),
+        log.info("ha.slave_connected", peer=self.peer, slaves=len(self.svc.slaves.connections),
                  authenticated=self.secret is not None)
 
     def _auth_failed(self, reason: str) -> None:
@@ -145,10 +145,10 @@ class HAConnection(asyncio.Protocol):
             self.closed = True
             return
         self.closed = True
-        self.svc.connections.discard(self)
+        self.svc.slaves.connections.discard(self)
         self.writable.set()
         self.reported.set()
-        self.svc.wake()
+        self.svc.slaves.wake()
         if self.task is not None:
             self.task.cancel()
         log.info("ha.slave_disconnected", peer=self.peer, ack=self.ack_offset, error=repr(exc) if exc else None)
@@ -221,72 +221,35 @@ class HAService:
     def __init__(self, store: MessageStore, config: BrokerConfig) -> None:
         self.store = store
         self.config = config
-        self.connections: set[HAConnection] = set()
+        self.slaves: SlaveListener[HAConnection] = SlaveListener(store)
         self.pending: set[HAConnection] = set()  # connected, the HA secret not proved yet
         self.auth_failures = 0  # peers dropped for a wrong or missing proof (haAuthSecret)
         self.push2slave_max = 0
-        self._waiters: list[tuple[int, int, asyncio.Future[bool]]] = []
-        self._seq = 0
-        self._server: asyncio.base_events.Server | None = None
+        self.waiters = AckWaiters()
 
     async def start(self, host: str, port: int) -> None:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: HAConnection(self), host, port)
-        self.store.add_dispatch_listener(self._on_dispatch)
-        log.info("ha.listening", host=host, port=port)
+        await self.slaves.start(host, port, lambda: HAConnection(self))
 
     async def close(self) -> None:
-        self.store.remove_dispatch_listener(self._on_dispatch)
-        if self._server is not None:
-            self._server.close()
-            for c in list(self.connections) + list(self.pending):
-                c.transport.close()
-            await self._server.wait_closed()
-            self._server = None
-        for _, _, fut in self._waiters:
-            if not fut.done():
-                fut.set_result(False)
-        self._waiters.clear()
-
-    def drop_slaves(self) -> None:
-        for c in list(self.connections):
-            c.close("role change")
-
-    # ---- new data -----------------------------------------------------------------------
-    def _on_dispatch(self, topic: str, queue_id: int, max_offset: int) -> None:
-        for c in self.connections:
-            c.data.set()
-
-    def wake(self) -> None:
-        for c in self.connections:
-            c.data.set()
+        await self.slaves.close(also=self.pending)
+        self.waiters.fail_all()
 
     # ---- acks / SYNC_MASTER ---------------------------------------------------------------
     def on_ack(self, offset: int) -> None:
         if offset > self.push2slave_max:
             self.push2slave_max = offset
-            w = self._waiters
-            while w and w[0][0] <= offset:
-                _, _, fut = heapq.heappop(w)
-                if not fut.done():
-                    fut.set_result(True)
+            self.waiters.release(lambda end: end <= offset)
 
     def slave_ok(self, end_offset: int) -> bool:
         """isSlaveOK: a slave is connected and not more than haSlaveFallbehindMax behind."""
-        return bool(self.connections) and end_offset - self.push2slave_max < self.config.ha_slave_fallbehind_max
+        return bool(self.slaves.connections) and end_offset - self.push2slave_max < self.config.ha_slave_fallbehind_max
 
     async def wait_replicated(self, end_offset: int, timeout_s: float) -> bool:
         """True once a slave acked `end_offset`, False after `timeout_s`."""
         if self.push2slave_max >= end_offset:
             return True
-        fut = asyncio.get_running_loop().create_future()
-        self._seq += 1
-        heapq.heappush(self._waiters, (end_offset, self._seq, fut))
-        try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            return False
+        return await self.waiters.wait(end_offset, timeout_s)
 
     def stats(self) -> HAServiceStats:
-        return {"slaves": len(self.connections), "push2slave_max": self.push2slave_max,
-                "slave_acks": {str(c.peer): c.ack_offset for c in self.connections}}
+        return {"slaves": len(self.slaves.connections), "push2slave_max": self.push2slave_max,
+                "slave_acks": {str(c.peer): c.ack_offset for c in self.slaves.connections}}

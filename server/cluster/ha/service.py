@@ -332,11 +332,11 @@ class ReplicaRole:
         self.store.add_dispatch_listener(self.learned.on_dispatch)
         self.store.add_replica_destination_listener(self.learned.on_destinations)
         self.sync = SlaveSynchronize(cfg, self.store, b, self.client, self.master_broker_addr, self.learned)
-        self.ha_client.on_applied.append(self.sync.try_adopt)
+        self.ha_client.applier.on_applied.append(self.sync.try_adopt)
         if b.timer_service is not None:
             b.timer_service.start_follower()
         sup = self.store.supervisor  # storage.supervisor: log with context, count, back off, restart
-        self._tasks = [sup.spawn("ha-client", self.ha_client.run),
+        self._tasks = [sup.spawn("ha-client", self.ha_client.link.run),
                        sup.spawn("slave-sync", self.sync.run_metadata),
                        sup.spawn("scheduler-sync", self.sync.run_progress)]
         log.info("ha.slave_started", master_ha=self.master_ha_addr(), master=self.master_broker_addr(),
@@ -350,7 +350,7 @@ class ReplicaRole:
 
     async def _stop_slave(self) -> None:
         if self.ha_client is not None:
-            self.ha_client.stop()
+            self.ha_client.link.stop()
         for t in self._tasks:
             t.cancel()
         if self._tasks:
@@ -470,10 +470,10 @@ class ReplicaRole:
         """Flat GET_BROKER_RUNTIME_INFO entries (ha*)."""
         info = {"haEpoch": str(self.epoch), "haEpochStartOffset": str(self.epoch_start)}
         if self.ha_service is not None:
-            info["haSlaveCount"] = str(len(self.ha_service.connections))
+            info["haSlaveCount"] = str(len(self.ha_service.slaves.connections))
             info["haPush2SlaveMaxOffset"] = str(self.ha_service.push2slave_max)
         if self.ha_client is not None:
-            info["haMasterAddress"] = self.ha_client.connected_to or ""
+            info["haMasterAddress"] = self.ha_client.link.connected_to or ""
         if self.sync is not None:
             p = self.sync.progress
             info["haSchedulerProgressAgeMs"] = str(int(time.time() * 1000) - p.taken_ms if p else -1)
