@@ -492,6 +492,10 @@ class ReplicaRole:
         self.fenced = False
         self.pinned_master = None
         self.follow(master_addr)
+        if master_addr:  # RocketMQ's haListenPort = listenPort + 1 until a name-server answer says otherwise
+            host, _, port = master_addr.rpartition(":")
+            self.ha_addr_from_ns = f"{host}:{int(port) + 1}"
+            await self._pre_handshake()  # the cut before the wheel reopens, so no unit points at cut bytes
         self._start_slave()
         await self._announce()
         info: dict[str, object] = {"brokerRole": "SLAVE", "brokerId": broker_id, "master": master_addr,
