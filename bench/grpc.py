@@ -85,6 +85,9 @@ async def _receive_all(addr: str, topic: str, group: str, n: int, conns: int, de
     t0 = time.monotonic()
     end = t0 + deadline_s
 
+    md = (("x-mq-client-id", f"bench-{os.getpid()}-{id(chans)}"), ("x-mq-language", "PYTHON"), ("x-mq-protocol", "v2"))
+    telemetry = await _consumer_settings(chans[0][1], md, group, topic)
+
     async def worker(stub) -> None:
         nonlocal got
         while got < n and time.monotonic() < end:
@@ -92,7 +95,7 @@ async def _receive_all(addr: str, topic: str, group: str, n: int, conns: int, de
                                             message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1))
             req.invisible_duration.seconds = 60
             req.long_polling_timeout.FromMilliseconds(1000)
-            msgs = [r.message async for r in stub.ReceiveMessage(req, timeout=10) if r.HasField("message")]
+            msgs = [r.message async for r in stub.ReceiveMessage(req, timeout=10, metadata=md) if r.HasField("message")]
             if not msgs:
                 continue
             got += len(msgs)
@@ -104,13 +107,31 @@ async def _receive_all(addr: str, topic: str, group: str, n: int, conns: int, de
                 entries = [spb.AckMessageEntry(message_id=m.system_properties.message_id,
                                                receipt_handle=m.system_properties.receipt_handle) for m in msgs]
                 await stub.AckMessage(spb.AckMessageRequest(group=pb.Resource(name=group),
-                                                            topic=pb.Resource(name=topic), entries=entries), timeout=10)
+                                                            topic=pb.Resource(name=topic), entries=entries), timeout=10,
+                                      metadata=md)
 
     await asyncio.gather(*(worker(stub) for _, stub in chans))
     dt = time.monotonic() - t0
+    telemetry.cancel()
     for ch, _ in chans:
         await ch.close()
     return {"n": n, "received": got, "seconds": round(dt, 3), "rate": round(got / dt, 1)}
+
+
+async def _consumer_settings(stub, md, group: str, topic: str):
+    """A simple consumer's Telemetry stream with its settings, as the official clients open it before
+    receiving (Apache's proxy answers ReceiveMessage only for a client whose settings it holds); the
+    call is returned once the server answered the settings, to be cancelled after the receives."""
+    from server.grpc.v2 import definition_pb2 as pb
+    from server.grpc.v2 import service_pb2 as spb
+    settings = pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(
+        group=pb.Resource(name=group), subscriptions=[pb.SubscriptionEntry(
+            topic=pb.Resource(name=topic), expression=pb.FilterExpression(type=pb.TAG, expression="*"))]))
+    settings.request_timeout.seconds = 3
+    call = stub.Telemetry(metadata=md)
+    await call.write(spb.TelemetryCommand(settings=settings))
+    await asyncio.wait_for(call.read(), 30)
+    return call
 
 
 def _broker() -> Broker:

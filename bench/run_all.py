@@ -13,10 +13,13 @@ from bench.common import RESULTS, write_result
 
 
 def registry() -> dict:
-    from bench import broker_core, cluster, controller, delay, grpc, ha, meta, timer
+    from bench import broker_core, cluster, controller, delay, grpc, ha, meta, sql92_filter, timer
+    from bench import grpc_floor as floor
+    from bench import grpc_topology as topology
 
     return {**broker_core.BENCHES, **delay.BENCHES, **timer.BENCHES, **ha.BENCHES, **grpc.BENCHES,
-            **cluster.BENCHES, **meta.BENCHES, **controller.BENCHES}
+            **floor.BENCHES, **topology.BENCHES, **cluster.BENCHES, **meta.BENCHES, **controller.BENCHES,
+            **sql92_filter.BENCHES}
 
 
 def _fmt(v) -> str:

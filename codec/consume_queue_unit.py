@@ -10,5 +10,6 @@ import struct
 UNIT = struct.Struct(">qiq")  # phys offset, size, tagsCode
 UNIT_SIZE = UNIT.size  # 20
 UNIT_HEAD = struct.Struct(">qi")  # a unit's first 12 bytes: phys offset, size (readers that skip tagsCode)
+UNIT_PHYS_SIZE = struct.Struct(">qi8x")  # a whole unit read as (phys offset, size): iter_unpack over many units
 BLANK_SIZE = 0x7FFFFFFF  # the size field of a blank unit (a hole left by a repair): not a message
 BLANK_UNIT = UNIT.pack(0, BLANK_SIZE, 0)

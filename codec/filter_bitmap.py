@@ -24,6 +24,9 @@ UNIT: Final = struct.Struct(">Qq")  # bits, computed_ms
 UNIT_SIZE: Final = UNIT.size  # 16
 BITS: Final = 64
 HASHES: Final = 3
+# Apache's own layout, for reading its files back (bench/sql92_filter.py): a ConsumeQueueExt CqExtUnit is this head
+# (size, tagsCode, msgStoreTime, bitMapSize) then bitMapSize bytes of bloom bits; a size of -1 pads a file's end
+APACHE_CQ_EXT_UNIT_HEAD: Final = struct.Struct(">hqqh")
 FUTURE_SLACK_MS: Final = 86_400_000  # computed_ms may run ahead of the wall clock (strictly increasing ticks)
 
 

@@ -23,6 +23,9 @@ Two evaluators, kept in agreement by tests/codec/test_sql92.py (hypothesis, diff
 - `Selector.matches_record(record)`: the fast path over a stored record's bytes: no record decode, the
   properties section is searched (`\\x02name\\x01`) only for the names the expression uses, AND/OR chains are
   flat, and `prop = 'literal'` / `prop IN (..)` compare raw bytes without decoding the value.
+`Selector.literal` (`required_literal`) names bytes every matching record holds, so a scan can pass over records
+without them uncalled (storage get_messages' `record_literal`; tests/storage/test_store_literal_scan.py runs the
+scan with and without it).
 """
 
 from __future__ import annotations
@@ -712,6 +715,24 @@ def _compile(n: Node) -> Fn:  # noqa: C901 - one branch per node type
     return lambda text: string_test(sop, operand(text), search, neg)
 
 
+def required_literal(n: Node) -> bytes | None:
+    """Bytes the stored properties of every record `n` matches contain, or None when there are none to name:
+    `name\\x01value` for `name = 'value'`, the longest of an AND chain's. A scan may skip a record without
+    these bytes without evaluating it (storage get_messages' `record_literal`); a record holding them anywhere
+    (another property, its body) is still evaluated, so only the absence decides. Sound because a match needs
+    the property's segment to be exactly `value` (the fast path compares those raw bytes; a value with U+FFFD
+    or an empty one names nothing: decoding or Java's skipped empty segments could make them match)."""
+    if isinstance(n, Compare) and n.op == "=" and isinstance(n.left, Prop) and isinstance(n.right, Const):
+        v = n.right.value
+        if isinstance(v, str) and v and "\ufffd" not in v:
+            return n.left.name.encode() + b"\x01" + v.encode()
+        return None
+    if isinstance(n, AllOf):
+        found = [lit for lit in map(required_literal, n.items) if lit is not None]
+        return max(found, key=len) if found else None
+    return None
+
+
 def property_names(n: Node) -> frozenset[str]:
     """The properties an expression reads."""
     if isinstance(n, Prop):
@@ -730,12 +751,13 @@ def property_names(n: Node) -> frozenset[str]:
 class Selector:
     """One compiled SQL92 expression: the tree, the reference and the fast evaluator."""
 
-    __slots__ = ("expression", "tree", "properties", "_fast")
+    __slots__ = ("expression", "tree", "properties", "literal", "_fast")
 
     def __init__(self, expression: str) -> None:
         self.expression = expression
         self.tree = parse(expression)
         self.properties = property_names(self.tree)
+        self.literal = required_literal(self.tree)  # bytes every matching record holds, or None
         self._fast = _compile(self.tree)
 
     def matches_properties(self, props: Mapping[str, str]) -> bool:

@@ -48,15 +48,41 @@ class Registered:
 
 
 class UnitGate:
-    """`gate(queue_offset) -> bool`: False when the unit's bitmap proves the group's selector cannot match."""
+    """`gate(queue_offset) -> bool`: False when the unit's bitmap proves the group's selector cannot match.
+    `gate.flags(queue_offset, count)`: the same for a pull's whole scan in one call (what a pull gives the store,
+    `get_messages(..., unit_flags=)`); `__call__` is its reference (tests/server/test_sql92_bitmap.py)."""
 
-    __slots__ = ("files", "topic", "queue_id", "mask", "since_ms", "until_ms", "base", "buf", "n", "skipped")
+    __slots__ = ("files", "topic", "queue_id", "mask", "since_ms", "until_ms", "base", "buf", "n", "skipped",
+                 "_flags", "_flags_from")
 
     def __init__(self, files: FilterBitmapFiles, topic: str, queue_id: int, reg: Registered, until_ms: int) -> None:
         self.files, self.topic, self.queue_id = files, topic, queue_id
         self.mask, self.since_ms, self.until_ms = reg.mask, reg.since_ms, until_ms
         self.base, self.buf, self.n = 0, b"", 0
         self.skipped = 0
+        self._flags, self._flags_from = b"", 0
+
+    def flags(self, queue_offset: int, count: int) -> bytes:
+        """One byte per unit from `queue_offset`: 1 where the unit may match (not computed between the
+        registration and the gate's making, or its bits hold the mask; past the files' end), 0 where its bits
+        rule it out."""
+        mask, since, until = self.mask, self.since_ms, self.until_ms
+        out = bytearray()
+        while len(out) < count:  # a read stops at its file's end: go on in the next file
+            buf = self.files.read(self.topic, self.queue_id, queue_offset + len(out), count - len(out))
+            whole = len(buf) - len(buf) % UNIT_SIZE
+            if whole == 0:
+                break
+            out += bytes([not since < computed <= until or bits & mask == mask
+                          for bits, computed in UNIT.iter_unpack(buf[:whole])])
+        out += b"\x01" * (count - len(out))
+        self._flags, self._flags_from = bytes(out), queue_offset
+        return self._flags
+
+    def scanned_to(self, next_offset: int) -> None:
+        """Count the units `flags` ruled out that the scan went past (the lookup stopped at `next_offset`)."""
+        self.skipped += self._flags.count(0, 0, max(0, next_offset - self._flags_from))
+        self._flags = b""
 
     def __call__(self, queue_offset: int) -> bool:
         i = queue_offset - self.base

@@ -256,8 +256,11 @@ class MessageStore:
     def get_messages(self, topic: str, queue_id: int, offset: int, max_num: int,
                      tag_codes: Container[int] | None = None,
                      record_filter: Callable[[memoryview], bool] | None = None,
-                     unit_filter: Callable[[int], bool] | None = None) -> GetResult:
-        return self.reads.get_messages(topic, queue_id, offset, max_num, tag_codes, record_filter, unit_filter)
+                     unit_filter: Callable[[int], bool] | None = None,
+                     record_literal: bytes | None = None,
+                     unit_flags: Callable[[int, int], bytes] | None = None) -> GetResult:
+        return self.reads.get_messages(topic, queue_id, offset, max_num, tag_codes, record_filter, unit_filter,
+                                       record_literal, unit_flags)
 
     def read_units(self, topic: str, queue_id: int, offset: int, max_units: int) -> memoryview | None:
         return self.reads.read_units(topic, queue_id, offset, max_units)

@@ -23,6 +23,15 @@ from server.grpc.telemetry import SessionBackend
 from server.grpc.v2 import definition_pb2 as pb
 
 MessageType: TypeAlias = "pb.MessageType.ValueType"
+ALL_TYPES: tuple[MessageType, ...] = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+# a topic's message.type attribute (server.topic_attributes) -> the one type its queues accept
+TYPE_OF_ATTRIBUTE = {pb.MessageType.Name(t): t for t in ALL_TYPES}
+
+
+def accepted_types(message_type: str) -> tuple[MessageType, ...]:
+    """Every type, unless the topic's message.type attribute names one (as Apache's proxy routes)."""
+    t = TYPE_OF_ATTRIBUTE.get(message_type)
+    return ALL_TYPES if t is None else (t,)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,23 @@ GRACE_S = 1.0
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 
 
+def tls_credentials(cert_path: str, key_path: str, client_auth: str = "none",
+                    trust_path: str = "") -> grpc.ServerCredentials:
+    """A gRPC port's TLS keys (the broker's and delaymq-proxy's). Client certificates as on the remoting port
+    (tls.server.need.client.auth): gRPC requests one when given the CA bundle, and refuses the handshake
+    without one on `require`. OSError when a file cannot be read."""
+    with open(key_path, "rb") as f:
+        key = f.read()
+    with open(cert_path, "rb") as f:
+        cert = f.read()
+    auth = client_auth.strip().lower()
+    roots = None
+    if auth != "none":
+        with open(trust_path, "rb") as f:
+            roots = f.read()
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=roots, require_client_auth=auth == "require")
+
+
 class GrpcEndpoint:
     """`pop`: the broker's pop engine (server.pop, shared with the remoting pop processors)."""
 
@@ -48,19 +65,8 @@ class GrpcEndpoint:
         addr = f"{cfg.listen_host}:{cfg.grpc_port}"
         try:
             if tls_mode(cfg) != "disabled":
-                with open(cfg.tls_server_key_path, "rb") as f:
-                    key = f.read()
-                with open(cfg.tls_server_cert_path, "rb") as f:
-                    cert = f.read()
-                # client certificates as on the remoting port (tls.server.need.client.auth): gRPC
-                # requests one when given the CA bundle, and refuses the handshake without one on require
-                auth = cfg.tls_server_need_client_auth.strip().lower()
-                roots = None
-                if auth != "none":
-                    with open(cfg.tls_server_trust_cert_path, "rb") as f:
-                        roots = f.read()
-                creds = grpc.ssl_server_credentials([(key, cert)], root_certificates=roots,
-                                                    require_client_auth=auth == "require")
+                creds = tls_credentials(cfg.tls_server_cert_path, cfg.tls_server_key_path,
+                                        cfg.tls_server_need_client_auth, cfg.tls_server_trust_cert_path)
                 self.port = self.server.add_secure_port(addr, creds)
                 self.tls = True
             else:

@@ -29,6 +29,7 @@ from server.grpc.backend import (
     RouteQueue,
     Sent,
     TopicRoute,
+    accepted_types,
 )
 from server.grpc.deps import GrpcDeps
 from server.grpc.status import Code, GrpcError, remoting_error
@@ -41,6 +42,7 @@ from server.grpc.telemetry import (
     transaction_id,
 )
 from server.grpc.v2 import definition_pb2 as pb
+from server.headers import SendMessageHeader
 from server.pop.model import MessageFilter, SqlFilter, TagFilter
 from server.pop.service import PopService
 from server.processors.send import SendProcessor
@@ -50,10 +52,29 @@ from server.transactions import COMMIT, ROLLBACK
 from storage.store_types import GetStatus
 from storage.topic_config import TopicConfig
 
-ALL_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
-# a topic's message.type attribute (server.topic_attributes) -> the one type its queues accept
-TYPE_OF_ATTRIBUTE = {pb.MessageType.Name(t): t for t in ALL_TYPES}
 DEFAULT_RETRIES = 16
+
+
+def send_command(topic: str, qid: int, m: Outgoing, default_queue_nums: int) -> RemotingCommand:
+    """The SEND_MESSAGE request a 4.x producer would make of a 5.x message: what a recall sends, and the
+    reference `send_header` agrees with."""
+    ext = {"producerGroup": topic, "topic": topic, "defaultTopic": DEFAULT_TOPIC,
+           "defaultTopicQueueNums": str(default_queue_nums), "queueId": str(qid), "sysFlag": str(m.sys_flag),
+           "bornTimestamp": str(m.born_ms), "flag": "0", "properties": properties_to_string(m.props),
+           "reconsumeTimes": "0", "unitMode": "false", "batch": "false"}
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, m.body)
+
+
+def send_header(topic: str, qid: int, m: Outgoing, default_queue_nums: int) -> SendMessageHeader:
+    """The SendMessageHeader of a 5.x message's send, built directly for SendMessage's hot path (no header
+    text written and parsed back): what `parse_send` reads from the extFields of `send_command`, the
+    reference (tests/grpc/test_send_header_fast.py holds them equal)."""
+    h = SendMessageHeader()
+    h.__dict__ = {"producerGroup": topic, "topic": topic, "defaultTopic": DEFAULT_TOPIC,
+                  "defaultTopicQueueNums": default_queue_nums, "queueId": qid, "sysFlag": m.sys_flag,
+                  "bornTimestamp": m.born_ms, "flag": 0, "properties": properties_to_string(m.props) or None,
+                  "reconsumeTimes": 0, "unitMode": False, "maxReconsumeTimes": None, "batch": False}
+    return h
 
 
 class SendConnection:
@@ -110,7 +131,7 @@ class LocalBackend:
         self.store_host: tuple[str, int] | None = deps.store_host
         self.broker_name = deps.config.broker_name
 
-    def consumer_policy(self, group: str) -> ConsumerPolicy:
+    async def consumer_policy(self, group: str, topic: str) -> ConsumerPolicy:
         gcfg = self.deps.groups.find(group) if group else None
         retries = gcfg.retry_max_times if gcfg is not None else DEFAULT_RETRIES
         return ConsumerPolicy(retries, bool(self.pop.is_fifo(group)) if group else False, list(self.deps.levels[2:]))
@@ -127,8 +148,7 @@ class LocalBackend:
 
     def _accepted_types(self, topic: str) -> tuple[MessageType, ...]:
         """Every type, unless the topic's message.type attribute names one (as Apache's proxy routes)."""
-        t = TYPE_OF_ATTRIBUTE.get(self.deps.attributes.get(topic).get(MESSAGE_TYPE, ""))
-        return ALL_TYPES if t is None else (t,)
+        return accepted_types(self.deps.attributes.get(topic).get(MESSAGE_TYPE, ""))
 
     def _queue_of(self, topic: str, qid: int) -> None:
         tcfg = self._topic_config(topic)
@@ -150,15 +170,12 @@ class LocalBackend:
 
     # ---- producing -----------------------------------------------------------------------
     def _send_command(self, topic: str, qid: int, m: Outgoing) -> RemotingCommand:
-        ext = {"producerGroup": topic, "topic": topic, "defaultTopic": DEFAULT_TOPIC,
-               "defaultTopicQueueNums": str(self.deps.config.default_topic_queue_nums), "queueId": str(qid),
-               "sysFlag": str(m.sys_flag), "bornTimestamp": str(m.born_ms), "flag": "0",
-               "properties": properties_to_string(m.props), "reconsumeTimes": "0", "unitMode": "false",
-               "batch": "false"}
-        return RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, m.body)
+        return send_command(topic, qid, m, self.deps.config.default_topic_queue_nums)
 
-    async def _run(self, peer: tuple[str, int], cmds: list[RemotingCommand]) -> list[RemotingCommand | None]:
-        results = self.sender.batch(SendConnection(peer), cmds)
+    async def _run(self, peer: tuple[str, int], cmds: list[RemotingCommand],
+                   headers: list[SendMessageHeader] | None = None) -> list[RemotingCommand | None]:
+        conn = SendConnection(peer)
+        results = self.sender.batch(conn, cmds) if headers is None else self.sender.batch_parsed(conn, cmds, headers)
         out: list[RemotingCommand | None] = []
         for resp in results:
             if resp is not None and not isinstance(resp, RemotingCommand):
@@ -168,15 +185,18 @@ class LocalBackend:
 
     async def send(self, topic: str, batch: list[Outgoing], peer: tuple[str, int]) -> list[Sent]:
         tcfg = self.deps.topics.get(topic)
-        cmds = []
+        queue_nums = self.deps.config.default_topic_queue_nums
+        cmds, headers = [], []
         for m in batch:
             qid = -1
             group = m.props.get(convert.SHARDING_KEY)
             if group and tcfg is not None and tcfg.write_queue_nums > 0:  # FIFO: one queue per message group
                 qid = abs(java_hash(group)) % tcfg.write_queue_nums
-            cmds.append(self._send_command(topic, qid, m))
+            # the header the send path would parse from `send_command`'s extFields, built directly
+            headers.append(send_header(topic, qid, m, queue_nums))
+            cmds.append(RemotingCommand(code=RequestCode.SEND_MESSAGE, body=m.body))
         out: list[Sent] = []
-        for m, resp in zip(batch, await self._run(peer, cmds), strict=True):
+        for m, resp in zip(batch, await self._run(peer, cmds, headers), strict=True):
             if resp is None or resp.code != ResponseCode.SUCCESS:
                 out.append(Sent(resp.code if resp else ResponseCode.SYSTEM_ERROR,
                                 (resp.remark or "") if resp else "no response"))

@@ -119,6 +119,8 @@ class MessagingService(sgrpc.MessagingServiceServicer):
     # request and response types are the generated messages, typed by their stubs (server/grpc/v2/*.pyi);
     # `context` is the RPC's grpc.aio servicer context (status.Context)
     def _check(self, context: Context, method: str, names: dict[str, str]) -> None:
+        if self.auth.validator is None:  # aclEnable=false: no metadata or peer to read
+            return
         self.auth.check(grpc_metadata(context), grpc_peer(context)[0], method, names)
 
     def _failed(self, name: str, e: Exception) -> pb.Status:
@@ -210,18 +212,19 @@ class MessagingService(sgrpc.MessagingServiceServicer):
     def _outgoing(self, topic: str, msg: pb.Message, now: int) -> Outgoing:
         if msg.topic.name != topic:
             raise GrpcError(Code.MESSAGE_CORRUPTED, "the messages of one request must share a topic")
-        if not msg.body:
+        body = msg.body  # each read of a bytes field is a copy
+        if not body:
             raise GrpcError(Code.MESSAGE_BODY_EMPTY, "message body is empty")
         limit = self.backend.max_message_size
-        if len(msg.body) > limit:
+        if len(body) > limit:
             raise GrpcError(Code.MESSAGE_BODY_TOO_LARGE,
-                            f"message body size {len(msg.body)} exceeds maxMessageSize {limit}")
+                            f"message body size {len(body)} exceeds maxMessageSize {limit}")
         props, sys_flag = convert.to_properties(msg, topic, now, self.backend.timer_enabled,
                                                 list(self.backend.delay_levels))
         sp = msg.system_properties
         born = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000 \
             if sp.HasField("born_timestamp") else now
-        return Outgoing(props, sys_flag, msg.body, born)
+        return Outgoing(props, sys_flag, body, born)
 
     async def _send(self, request: spb.SendMessageRequest, context: Context) -> spb.SendMessageResponse:
         topic = _topic_name(request.messages[0].topic)
@@ -234,6 +237,12 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             except GrpcError as e:
                 entries[i].status.CopyFrom(status(e.code, e.message))
         sent = await self.backend.send(topic, [m for _, m in todo], grpc_peer(context)) if todo else []
+        if len(entries) == 1 and len(sent) == 1 and sent[0].code == ResponseCode.SUCCESS:  # the usual answer
+            m, s = todo[0][1], sent[0]
+            uniq = m.props[K.UNIQ_KEY]
+            deliver = m.props.get(K.TIMER_DELIVER_MS)
+            recall = convert.recall_handle(topic, s.broker_name, int(deliver), uniq) if deliver else ""
+            return convert.sent_ok_response(uniq, s.queue_offset, s.transaction_id, recall)
         for (i, m), s in zip(todo, sent, strict=True):
             entry = entries[i]
             if s.code != ResponseCode.SUCCESS:

@@ -189,7 +189,9 @@ class SessionBackend(Protocol):
     max_message_size: int
     store_host: tuple[str, int] | None  # the host a check's record names; None: the record's own
 
-    def consumer_policy(self, group: str) -> ConsumerPolicy: ...
+    async def consumer_policy(self, group: str, topic: str) -> ConsumerPolicy:
+        """`topic`: one the consumer subscribes ("" when none), where a proxy finds the group's brokers."""
+        ...
 
 
 class TelemetryService:
@@ -201,7 +203,7 @@ class TelemetryService:
         self.backend = backend
         self.sessions: dict[str, TelemetryChannel] = {}
 
-    def server_settings(self, client: pb.Settings) -> pb.Settings:
+    async def server_settings(self, client: pb.Settings) -> pb.Settings:
         out = pb.Settings()
         if client.HasField("client_type"):
             out.client_type = client.client_type
@@ -212,7 +214,8 @@ class TelemetryService:
         pubsub = client.WhichOneof("pub_sub")
         if pubsub == "subscription":
             sub = client.subscription
-            policy = self.backend.consumer_policy(sub.group.name)
+            topic = sub.subscriptions[0].topic.name if sub.subscriptions else ""
+            policy = await self.backend.consumer_policy(sub.group.name, topic)
             retries = policy.retries
             out.backoff_policy.max_attempts = retries + 1
             # RocketMQ's consumer retry schedule: the delay levels from the third (10 s) on
@@ -273,7 +276,7 @@ class TelemetryService:
                 if kind == "settings":
                     chan.settings = cmd.settings
                     self.backend.sessions.register(chan, cmd.settings, language)
-                    reply = spb.TelemetryCommand(status=OK, settings=self.server_settings(cmd.settings))
+                    reply = spb.TelemetryCommand(status=OK, settings=await self.server_settings(cmd.settings))
                     await chan.out.put(reply)
                 elif kind == "thread_stack_trace":
                     nonce = cmd.thread_stack_trace.nonce

@@ -238,6 +238,7 @@ class PullProcessor:
                 return self._fail(cmd, ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
             sub_version = sub.sub_version
         record_filter: RecordFilter | None
+        literal: bytes | None = None  # bytes every record the SQL92 selector matches holds (a scan pre-filter)
         gate: UnitGate | None = None
         codes: Container[int] | None
         if is_tag_type(sub.expression_type):
@@ -256,12 +257,13 @@ class PullProcessor:
                                   f"The broker's consumer filter data is not exist! Your expression may be wrong: {sel}")
             if not b.filters.enabled:
                 return self._fail(cmd, ResponseCode.SYSTEM_ERROR, unsupported_remark(sub.expression_type))
-            codes, record_filter = None, sel.matches_record
+            codes, record_filter, literal = None, sel.matches_record, sel.literal
             if b.bitmaps is not None:
                 gate = b.bitmaps.gate(h.consumerGroup, h.topic, h.queueId, sub_version, sel)
         res = b.store.get_messages(h.topic, h.queueId, h.queueOffset, max(1, h.maxMsgNums), codes, record_filter,
-                                   gate)
+                                   None, literal, None if gate is None else gate.flags)
         if gate is not None and b.bitmaps is not None:
+            gate.scanned_to(res.next_begin_offset)
             b.bitmaps.count_skipped(gate)
         status, code = _status(res.status, h.queueOffset)
         slave = b.replica.is_slave

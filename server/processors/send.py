@@ -349,6 +349,10 @@ class SendProcessor:
     def batch(self, conn: SendConn, cmds: list[RemotingCommand]) -> list[SendAnswer]:
         return self.run.batch(conn, cmds)
 
+    def batch_parsed(self, conn: SendConn, cmds: list[RemotingCommand],
+                     headers: list[SendMessageHeader]) -> list[SendAnswer]:
+        return self.run.batch_parsed(conn, cmds, headers)
+
     def batch_framed(self, conn: Connection, cmds: list[RemotingCommand]) -> list[SendAnswer | bytes]:
         return self.run.batch_framed(conn, cmds)
 

@@ -77,6 +77,13 @@ class SendRunner:
         per request, in order."""
         return cast("list[SendAnswer]", self._run(conn, cmds, False))  # not framed: no bytes
 
+    def batch_parsed(self, conn: SendConn, cmds: list[RemotingCommand],
+                     headers: list[SendMessageHeader]) -> list[SendAnswer]:
+        """`batch` for requests whose headers the caller already holds (the gRPC endpoint builds them from
+        the proto message: no extFields to write and parse back); headers[i] is cmds[i]'s, and must be
+        what `parse_send` gives for the extFields of the same send (tests/grpc/test_send_header_fast.py)."""
+        return cast("list[SendAnswer]", self._run(conn, cmds, False, headers))
+
     def batch_framed(self, conn: Connection, cmds: list[RemotingCommand]) -> list[SendAnswer | bytes]:
         """`batch` for the dispatcher (`remoting.dispatch`): the run's ready responses are encoded in
         request order into ONE bytes object (at the first answered request's entry; every other entry
@@ -102,7 +109,8 @@ class SendRunner:
             out[first] = b"".join(pieces)
         return out
 
-    def _run(self, conn: SendConn, cmds: list[RemotingCommand], framed: bool) -> list[SendAnswer | bytes]:
+    def _run(self, conn: SendConn, cmds: list[RemotingCommand], framed: bool,
+             headers: list[SendMessageHeader] | None = None) -> list[SendAnswer | bytes]:
         out: list[SendAnswer | bytes] = [None] * len(cmds)
         idx: list[int] = []
         preps: list[PreparedSend] = []
@@ -110,7 +118,7 @@ class SendRunner:
         prepare = self.prepare
         for i, cmd in enumerate(cmds):
             try:
-                h = parse(cmd.ext_fields, cmd.code != RequestCode.SEND_MESSAGE)
+                h = headers[i] if headers is not None else parse(cmd.ext_fields, cmd.code != RequestCode.SEND_MESSAGE)
                 if h.batch:
                     self._put_run(cmds, out, idx, preps, framed)
                     out[i] = self.send_batch_message(conn, cmd, h)

@@ -27,7 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reusePort=true: share the gRPC port with other delaymq-proxy processes of this user on this "
                         "host (SO_REUSEPORT; the kernel spreads connections over them)")
     p.add_argument("--config", help="key=value file (namesrvAddr, grpcServerPort, listenHost, timerWheelEnable, "
-                                    "messageDelayLevel, maxMessageSize, routeCacheTtlMs, reusePort)")
+                                    "messageDelayLevel, maxMessageSize, routeCacheTtlMs, aclEnable, aclFile, "
+                                    "tls.server.certPath, tls.server.keyPath, reusePort)")
+    p.add_argument("--tls-cert", help="TLS certificate (PEM), tls.server.certPath; with --tls-key: TLS only")
+    p.add_argument("--tls-key", help="TLS private key (PEM), tls.server.keyPath")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="log level (default: info)")
     return p
@@ -45,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     configure(args.log_level)
     try:
         cfg = load_proxy_config(args.config, {"namesrvAddr": args.namesrv, "grpcServerPort": args.grpc_port,
-                                              "listenHost": args.host,
+                                              "listenHost": args.host, "tls.server.certPath": args.tls_cert,
+                                              "tls.server.keyPath": args.tls_key,
                                               "reusePort": "true" if args.reuse_port else None})
     except ValueError as e:
         log.error("proxy.bad_config", error=str(e))
@@ -58,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         log.error("proxy.start_failed", error=str(e))
         return 1
+    except ValueError as e:  # the ACL file (aclFile) is missing or unreadable
+        log.error("proxy.bad_config", key="aclFile", error=str(e))
+        return 2
 
 
 if __name__ == "__main__":

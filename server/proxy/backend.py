@@ -41,11 +41,11 @@ from server.grpc.telemetry import ClientSessions, ConsumerPolicy, transaction_id
 from server.grpc.v2 import definition_pb2 as pb
 from server.proxy.brokers import RemoteBrokers
 from server.proxy.config import ProxyConfig
+from server.proxy.metadata import BrokerMetadata
 from server.proxy.routes import PERM_READ, PERM_WRITE, CachedRoute, NameServerRoutes
 from server.proxy.sessions import ProxySessions
 
 CONSUMER_RETRIES = 16
-ACCEPTS: tuple[MessageType, ...] = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 NOT_FOUND_CODES = (ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND, ResponseCode.NO_MESSAGE)
 
 
@@ -77,8 +77,9 @@ def _pop_refusal(code: int, remark: str | None) -> GrpcError:
 
 class RemoteBackend:
     def __init__(self, cfg: ProxyConfig, routes: NameServerRoutes, brokers: RemoteBrokers,
-                 sessions: ProxySessions) -> None:
+                 sessions: ProxySessions, metadata: BrokerMetadata) -> None:
         self.cfg = cfg
+        self.metadata = metadata
         self.routes = routes
         self.brokers = brokers
         self.sessions: ClientSessions = sessions
@@ -88,9 +89,15 @@ class RemoteBackend:
         self.store_host: tuple[str, int] | None = None  # a record names the broker that stored it
         self._round = itertools.count()
 
-    def consumer_policy(self, group: str) -> ConsumerPolicy:
-        # the broker's pop hands out a FIFO group's messages in order either way
-        return ConsumerPolicy(CONSUMER_RETRIES, False, list(self.delay_levels[2:]))
+    async def consumer_policy(self, group: str, topic: str) -> ConsumerPolicy:
+        """The group's retryMaxTimes and consumeMessageOrderly as its brokers have them (defaults without)."""
+        gcfg = await self.metadata.group(group, topic) if group else None
+        retries, fifo = CONSUMER_RETRIES, False
+        if gcfg is not None:
+            raw = gcfg.get("retryMaxTimes")
+            retries = raw if isinstance(raw, int) and raw >= 0 else CONSUMER_RETRIES
+            fifo = gcfg.get("consumeMessageOrderly") is True
+        return ConsumerPolicy(retries, fifo, list(self.delay_levels[2:]))
 
     async def _master(self, topic: str, broker_name: str) -> str:
         for fresh in (False, True):
@@ -109,10 +116,10 @@ class RemoteBackend:
             for qid in range(max(qd.read_queue_nums, qd.write_queue_nums)):
                 queues.append(RouteQueue(qd.broker_name, qid, qid < qd.read_queue_nums and bool(qd.perm & PERM_READ),
                                          qid < qd.write_queue_nums and bool(qd.perm & PERM_WRITE)))
-        return TopicRoute(queues, ACCEPTS)
+        return TopicRoute(queues, await self.metadata.accepts(topic))
 
     async def assignment(self, topic: str, group: str) -> tuple[list[str], tuple[MessageType, ...]]:
-        return (await self.routes.route(topic)).readable_brokers(), ACCEPTS
+        return (await self.routes.route(topic)).readable_brokers(), await self.metadata.accepts(topic)
 
     # ---- producing -----------------------------------------------------------------------
     def _queue_for(self, route: CachedRoute, props: dict[str, str]) -> tuple[str, int]:

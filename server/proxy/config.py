@@ -19,7 +19,15 @@ class ProxyConfig:
     message_delay_level: str = DEFAULT_DELAY_LEVELS  # the brokers' levels, used when timerWheelEnable=false
     max_message_size: int = 4 * 1024 * 1024  # maxMessageSize, announced to producers in their settings
     route_ttl_ms: int = 3_000  # routeCacheTtlMs: how long a topic's route is reused
+    acl_enable: bool = False  # aclEnable: 5.x clients sign their calls, checked against aclFile's accounts
+    acl_file: str = ""  # aclFile: the brokers' plain_acl.yml (server.security.acl)
+    tls_cert_path: str = ""  # tls.server.certPath (--tls-cert): with the key, the gRPC port speaks TLS only
+    tls_key_path: str = ""  # tls.server.keyPath (--tls-key)
     reuse_port: bool = False  # reusePort: SO_REUSEPORT on the gRPC port, so several proxies on one host share it
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert_path and self.tls_key_path)
 
     @property
     def namesrv_addrs(self) -> list[str]:
@@ -31,7 +39,9 @@ class ProxyConfig:
 
 _KEYS = {"namesrvAddr": "namesrv_addr", "grpcServerPort": "grpc_port", "listenHost": "listen_host",
          "timerWheelEnable": "timer_wheel_enable", "messageDelayLevel": "message_delay_level",
-         "maxMessageSize": "max_message_size", "routeCacheTtlMs": "route_ttl_ms", "reusePort": "reuse_port"}
+         "maxMessageSize": "max_message_size", "routeCacheTtlMs": "route_ttl_ms", "aclEnable": "acl_enable",
+         "aclFile": "acl_file", "tls.server.certPath": "tls_cert_path", "tls.server.keyPath": "tls_key_path",
+         "reusePort": "reuse_port"}
 
 
 def _value(key: str, text: str, like: object) -> object:
@@ -78,6 +88,10 @@ def load_proxy_config(path: str | None, overrides: Mapping[str, str | int | None
         raise ValueError("namesrvAddr: no name server given (--namesrv ADDR)")
     if not 0 <= cfg.grpc_port <= 65535:
         raise ValueError(f"grpcServerPort: {cfg.grpc_port} is not a port")
+    if cfg.acl_enable and not cfg.acl_file:
+        raise ValueError("aclFile: aclEnable=true needs the plain_acl.yml file (aclFile=PATH)")
+    if bool(cfg.tls_cert_path) != bool(cfg.tls_key_path):
+        raise ValueError("tls.server.keyPath: TLS needs both a certificate and a key (--tls-cert and --tls-key)")
     try:
         cfg.delay_levels_ms()
     except ValueError as e:

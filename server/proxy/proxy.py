@@ -10,7 +10,7 @@ import structlog
 from remoting.client import RemotingClient
 from server.grpc import convert
 from server.grpc.auth import Authenticator
-from server.grpc.endpoint import MAX_MESSAGE_BYTES
+from server.grpc.endpoint import MAX_MESSAGE_BYTES, tls_credentials
 from server.grpc.service import MessagingService
 from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2_grpc as sgrpc
@@ -18,8 +18,12 @@ from server.listeners import Listener, ListenError, probe
 from server.proxy.backend import RemoteBackend
 from server.proxy.brokers import RemoteBrokers
 from server.proxy.config import ProxyConfig
+from server.proxy.metadata import BrokerMetadata
 from server.proxy.routes import NameServerRoutes
 from server.proxy.sessions import ProxySessions
+from server.proxy.transactions import TransactionRelay
+from server.security.acl import PlainAclValidator
+from storage.supervisor import SupervisedTask, Supervisor
 
 log = structlog.get_logger(__name__)
 
@@ -35,8 +39,14 @@ class Proxy:
         self.port = 0
         self.server: grpc.aio.Server | None = None
         self.sessions = ProxySessions()
-        self.backend = RemoteBackend(cfg, self.routes, self.brokers, self.sessions)
-        self.service = MessagingService(self.backend, Authenticator(None), self.endpoints)
+        self.transactions = TransactionRelay(self.client, self.routes, self.sessions)
+        self.metadata = BrokerMetadata(self.client, self.routes, cfg.route_ttl_ms)
+        self.backend = RemoteBackend(cfg, self.routes, self.brokers, self.sessions, self.metadata)
+        # the brokers' plain-ACL accounts (server.security); AclConfigError (a ValueError) names the file
+        acl = PlainAclValidator(cfg.acl_file) if cfg.acl_enable else None
+        self.service = MessagingService(self.backend, Authenticator(acl), self.endpoints)
+        self.supervisor = Supervisor()
+        self.tasks: list[SupervisedTask] = []
 
     def endpoints(self) -> pb.Endpoints:
         """What a route names when the client gave no endpoints: this proxy."""
@@ -58,17 +68,24 @@ class Proxy:
         ])
         addr = f"{cfg.listen_host}:{cfg.grpc_port}"
         try:
-            self.port = self.server.add_insecure_port(addr)
+            if cfg.tls:
+                self.port = self.server.add_secure_port(addr, tls_credentials(cfg.tls_cert_path, cfg.tls_key_path))
+            else:
+                self.port = self.server.add_insecure_port(addr)
         except RuntimeError as e:
             raise ListenError("grpcServerPort", cfg.listen_host, cfg.grpc_port, str(e)) from None
         if not self.port:
             raise ListenError("grpcServerPort", cfg.listen_host, cfg.grpc_port, "address already in use")
         sgrpc.add_MessagingServiceServicer_to_server(self.service, self.server)
         await self.server.start()
-        log.info("proxy.listening", addr=f"{cfg.listen_host}:{self.port}", namesrv=cfg.namesrv_addr,
-                 reuse_port=cfg.reuse_port)
+        self.tasks.append(self.supervisor.spawn("proxy-producer-heartbeat", self.transactions.heartbeats))
+        log.info("proxy.listening", addr=f"{cfg.listen_host}:{self.port}", namesrv=cfg.namesrv_addr, tls=cfg.tls,
+                 acl=cfg.acl_enable, reuse_port=cfg.reuse_port)
 
     async def shutdown(self) -> None:
+        for t in self.tasks:
+            await t.stop()
+        self.tasks = []
         if self.server is not None:
             await self.server.stop(GRACE_S)
             self.server = None

@@ -4,6 +4,7 @@ proxy sends it) reaches a producer of that topic as RecoverOrphanedTransactionCo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from server.grpc.v2 import definition_pb2 as pb
@@ -15,11 +16,15 @@ if TYPE_CHECKING:
 class ProxySessions:
     def __init__(self) -> None:
         self.producers: dict[str, dict[str, TelemetryChannel]] = {}  # producer group (topic) -> client id -> channel
+        self.on_new_group: Callable[[], None] = lambda: None  # a group got its first producer
 
     def register(self, chan: TelemetryChannel, settings: pb.Settings, language: str) -> None:
         if settings.WhichOneof("pub_sub") == "publishing":
             for topic in settings.publishing.topics:
-                self.producers.setdefault(topic.name, {})[chan.client_id] = chan
+                if topic.name not in self.producers:
+                    self.producers[topic.name] = {}
+                    self.on_new_group()
+                self.producers[topic.name][chan.client_id] = chan
 
     def closed(self, chan: TelemetryChannel) -> None:
         for group in [g for g, chans in self.producers.items() if chans.get(chan.client_id) is chan]:

@@ -165,3 +165,35 @@ def test_fast_path_agrees_with_the_reference(expression: str, props: dict[str, s
         return
     rec = record_with({**extra, **props})
     assert sel.matches_record(rec) == sel.matches_properties(read_properties(rec))
+
+
+# ---- the literal a scan may search for (Selector.literal, storage get_messages' record_literal) ---------------
+
+@pytest.mark.parametrize(("expression", "literal"), [
+    ("region = 'eu'", b"region\x01eu"),
+    ("amount > 3 AND region = 'eu' AND a = 'bb'", b"region\x01eu"),  # the longest of an AND chain's
+    ("TAGS = 'TagA'", b"TAGS\x01TagA"),
+    ("region = 'é'", "region\x01é".encode()),
+    ("region = 'eu' OR a = 'x'", None),  # either side may match alone
+    ("NOT (region = 'eu')", None),
+    ("region <> 'eu'", None),
+    ("region = ''", None),  # an empty value names no bytes
+    ("region IS NULL", None),
+    ("a = 5", None),  # a number: '05' matches too
+])
+def test_literal_is_named_only_where_every_match_holds_it(expression: str, literal: bytes | None) -> None:
+    assert Selector(expression).literal == literal
+
+
+@BOUNDED
+@given(expression=_condition(), props=st.dictionaries(st.sampled_from(NAMES), st.sampled_from(VALUES), max_size=3),
+       extra=st.dictionaries(st.sampled_from(["ab", "aa", "UNIQ_KEY", "b2"]), st.sampled_from(VALUES), max_size=2),
+       dup=st.sampled_from(["", "\x02a\x01", "\x02a\x01abc", "\x02TAGS\x01"]))
+def test_every_match_holds_the_literal(expression: str, props: dict[str, str], extra: dict[str, str],
+                                       dup: str) -> None:
+    sel = _selector_or_none(expression)
+    if sel is None or sel.literal is None:
+        return
+    raw = (properties_to_string({**extra, **props}) + dup).encode()
+    if sel.matches_record(record_with(raw)) or sel.matches_properties(parse_properties(raw)):
+        assert sel.literal in raw

@@ -5,12 +5,20 @@ to the exact evaluation."""
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from codec.consume_queue_unit import UNIT_SIZE as CQ_UNIT_SIZE
-from codec.filter_bitmap import UNIT_SIZE, group_mask
+from codec.filter_bitmap import UNIT, UNIT_SIZE, group_mask
+from codec.sql92 import Selector
 from server.broker import BrokerController
+from server.filter_bitmap import Registered, UnitGate
+from storage.filter_bitmap import FilterBitmapFiles
+from tests.codec.strategies import FEW
 from tests.helpers.checks import present
 from tests.server.helpers import send
 from tests.server.raw import RawClient
@@ -151,3 +159,27 @@ async def test_bitmap_files_follow_the_consume_queue_through_retention_and_topic
         assert not (store / "filterbitmap" / "T").exists()
     finally:
         await c.close()
+
+
+@FEW
+@given(units=st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 20)), max_size=60),
+       mask_bits=st.sets(st.integers(0, 63), min_size=1, max_size=3), since=st.integers(0, 20),
+       until=st.integers(0, 25), start=st.integers(0, 70), count=st.integers(0, 40))
+def test_gate_flags_answer_as_the_gate_unit_by_unit(units: list[tuple[int, int]], mask_bits: set[int], since: int,
+                                                   until: int, start: int, count: int) -> None:
+    mask = sum(1 << b for b in mask_bits)
+    with tempfile.TemporaryDirectory() as d:
+        files = FilterBitmapFiles(d, 16)  # files of 16 units: a scan crosses them
+        try:
+            if units:
+                files.write("T", 0, 0, b"".join(UNIT.pack(bits | (mask if i % 3 == 0 else 0), ms)
+                                                 for i, (bits, ms) in enumerate(units)))
+            reg = Registered(Selector(EU), 1, mask, since)
+            reference = UnitGate(files, "T", 0, reg, until)
+            want = bytes([reference(o) for o in range(start, start + count)])
+            gate = UnitGate(files, "T", 0, reg, until)
+            assert gate.flags(start, count) == want
+            gate.scanned_to(start + count)
+            assert gate.skipped == reference.skipped == want.count(0)
+        finally:
+            files.close()
