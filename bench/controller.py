@@ -4,12 +4,19 @@ one replica group. A stream of level-1 (1 s) delay messages and 1 s timers (alte
 master for ~2 s, so that at any moment some are due; once the slave holds every byte and the topic, the master is killed (SIGKILL).
 Measured from the kill: the new master routed as brokerId 0 by the name server, its first scheduled
 delivery, all deliveries, and how many were delivered twice (the ConsumeQueue total beyond the sent count);
-plus the broker's own figures (delaymq_failover_* as in GET_BROKER_RUNTIME_INFO)."""
+plus the broker's own figures (delaymq_failover_* as in GET_BROKER_RUNTIME_INFO).
+
+The clients' view: a stock Java 4.9.7 producer (tests/java/agent/JavaAgent.java, routes from the name server)
+and Apache's 5.x Python producer (.venv-rmq5, tests/interop/rmq5_agent.py, through a delaymq-proxy on the
+name server) each send one plain message every 50 ms to another topic of the group, from before the kill
+until they resume; for each, the time from the kill to its first send acknowledged after it (only the new
+master can acknowledge one). Either is left out, and said so, when its tool is missing."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +32,45 @@ from codec.fastjson import loads_lenient
 from codec.properties import MessageConst
 
 TOPIC, QUEUES, GROUP = "BenchCtl", 8, "bench-ctl"
+CLIENT_TOPIC = "BenchCtlClients"
+CLIENT_PAUSE_S = 0.05
+CLIENT_WAIT_S = 45.0  # after the kill: the 4.x client re-reads its routes every 30 s
+
+
+def _start_clients(work: Path, namesrv: str) -> tuple[dict[str, object], dict[str, str]]:
+    """The two outside producers (and the proxy the 5.x one dials); which were left out, and why."""
+    from tests.helpers.agents import AgentProcess
+    from tests.helpers.broker import REPO_ROOT
+    from tests.helpers.java import java_agent_classes, java_available, java_command
+    started: dict[str, object] = {}
+    missing: dict[str, str] = {}
+    count = str(int(120 / CLIENT_PAUSE_S))  # bounded: at most ~2 minutes of sends; stopped at the end
+    if java_available():
+        argv = java_command("JavaAgent", java_agent_classes(), "produce", "--namesrv", namesrv,
+                            "--topic", CLIENT_TOPIC, "--count", count, "--retries", "0",
+                            "--send-timeout-ms", "3000", "--pause-ms", str(int(CLIENT_PAUSE_S * 1000)))
+        started["java_4x"] = AgentProcess("java-producer", argv, work / "java").start()
+    else:
+        missing["java_4x"] = "no Apache RocketMQ 4.9.7 jars in ../shared/rocketmq-java or no java"
+    rmq5 = REPO_ROOT / ".venv-rmq5" / "bin" / "python"
+    if rmq5.exists():
+        port = pick_port()
+        proxy = AgentProcess("delaymq-proxy", [sys.executable, "-m", "server.proxy", "--namesrv", namesrv,
+                                               "--grpc-port", str(port), "--host", "127.0.0.1"], work / "proxy").start()
+        proxy.wait_for(lambda a: any("delaymq proxy ready on" in line for line in a.raw_lines), 30,
+                       "delaymq-proxy to start")
+        started["proxy"] = proxy
+        argv = [str(rmq5), str(REPO_ROOT / "tests" / "interop" / "rmq5_agent.py"), "produce",
+                "--endpoint", f"127.0.0.1:{port}", "--topic", CLIENT_TOPIC, "--count", count,
+                "--request-timeout", "3", "--pause", str(CLIENT_PAUSE_S), "--keep-going"]
+        started["python_5x"] = AgentProcess("rmq5-producer", argv, work / "rmq5", env={"HOME": str(work / "rmq5")}).start()
+    else:
+        missing["python_5x"] = ".venv-rmq5 (rocketmq-python-client 5.1.2) is missing"
+    return started, missing
+
+
+def _ack_times_ms(agent) -> list[int]:  # wall-clock ms of each acknowledged send
+    return [int(e.get("ack_ms", e.get("ts", 0))) for e in agent.of("sent")]
 
 
 def _ha_port() -> int:
@@ -78,6 +124,7 @@ def bench_controller_failover(quick: bool) -> dict:
         "controllerDLegerGroup": "g1", "controllerDLegerPeers": f"n0-{ctrl}", "controllerDLegerSelfId": "n0",
         "controllerStorePath": str(work / "ctrl" / "store"), "listenPort": ctrl_port}, peer_port).start()
     brokers: list[Broker] = []
+    started: list = []  # the outside clients and the proxy (AgentProcess), stopped by their own PIDs
     try:
         with Namesrv() as ns:
             conf = {"enableControllerMode": "true", "controllerAddr": ctrl, "namesrvAddr": ns.addr,
@@ -97,6 +144,14 @@ def bench_controller_failover(quick: bool) -> dict:
                 await _until(in_sync, 60, "both brokers in the SyncStateSet")
                 c = await wire.connect(m.addr)
                 await wire.create_topic(c, TOPIC, QUEUES)
+                await wire.create_topic(c, CLIENT_TOPIC, QUEUES)
+                clients, missing = _start_clients(work, ns.addr)
+                producers = {k: a for k, a in clients.items() if k != "proxy"}
+                started.extend(clients.values())
+
+                async def clients_acked() -> bool:
+                    return all(_ack_times_ms(a) for a in producers.values())
+                await _until(clients_acked, 120, "each outside producer's first acknowledged send", 0.1)
                 delay_props = wire.props_string({MessageConst.DELAY: "1"})
 
                 def props_of(i: int) -> str:  # even: delay level 1 (1 s); odd: a timer 1 s after its send
@@ -121,6 +176,7 @@ def bench_controller_failover(quick: bool) -> dict:
                 base = await wire.total_max_offset(cs, TOPIC, QUEUES)
                 m.kill()
                 t0 = time.monotonic()
+                kill_wall_ms = time.time() * 1000
                 routed = first = last = None
                 while time.monotonic() - t0 < 60:
                     if routed is None and await _master_at_ns(ns.addr) == s.addr:
@@ -134,6 +190,20 @@ def bench_controller_failover(quick: bool) -> dict:
                     await asyncio.sleep(0.005)
                 total = await wire.total_max_offset(cs, TOPIC, QUEUES)
                 cs.close()
+
+                async def clients_resumed() -> bool:
+                    return all(any(t > kill_wall_ms for t in _ack_times_ms(a)) for a in producers.values())
+                try:
+                    await _until(clients_resumed, max(1.0, CLIENT_WAIT_S - (time.monotonic() - t0)),
+                                 "each outside producer's first send acknowledged after the kill", 0.1)
+                except RuntimeError:
+                    pass  # reported below as None: that client had not resumed within CLIENT_WAIT_S
+                resume: dict[str, object] = dict(missing)
+                for k, a in producers.items():
+                    after = [t for t in _ack_times_ms(a) if t > kill_wall_ms]
+                    resume[k] = round(min(after) - kill_wall_ms, 1) if after else None
+                    resume[k + "_send_errors_after_kill"] = sum(
+                        1 for e in a.of("send_error") if int(e.get("t_ms", e.get("ts", 0))) > kill_wall_ms)
                 info = await _runtime(s.addr)
 
                 def ms(t: float | None) -> float | None:
@@ -142,9 +212,12 @@ def bench_controller_failover(quick: bool) -> dict:
                         "kill_to_first_delivery_ms": ms(first), "kill_to_all_ms": ms(last),
                         "duplicates": max(0, total - n), "delivered": total,
                         "broker_failover_master_s": info.get("controllerFailoverMasterSeconds"),
-                        "broker_failover_first_delivery_s": info.get("controllerFailoverFirstDeliverySeconds")}
+                        "broker_failover_first_delivery_s": info.get("controllerFailoverFirstDeliverySeconds"),
+                        "client_kill_to_first_ack_ms": resume}
             r = run_here(go)
     finally:
+        for a in started:
+            a.kill()
         for b in brokers:
             b.cleanup()
         controller.stop()
@@ -153,7 +226,8 @@ def bench_controller_failover(quick: bool) -> dict:
     return {"config": {"n": n, "kinds": "delay level 1 (1 s) and 1 s timers, alternating", "send_window_s": 2.0},
             "raw": r,
             "headline": {k: r[k] for k in ("kill_to_routed_ms", "kill_to_first_delivery_ms", "kill_to_all_ms",
-                                           "duplicates", "pending_at_kill", "duplicates_pct_of_pending")},
+                                           "duplicates", "pending_at_kill", "duplicates_pct_of_pending",
+                                           "client_kill_to_first_ack_ms")},
             "target": "kill -9 -> routed and first scheduled delivery <= 1 s (Apache 5.1.3: 0.24-0.42 s)",
             "met": first is not None and r["kill_to_routed_ms"] is not None and max(first, r["kill_to_routed_ms"]) <= 1000}
 

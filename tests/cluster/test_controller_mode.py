@@ -290,6 +290,37 @@ async def test_controller_elects_the_slave_after_kill_9(tmp_path: Path) -> None:
         await c.close()
         assert r.code == 0, (r.code, r.remark)
 
+        # live demotion: b, not restarted, becomes a's slave (AutoSwitch handshake against a's epochs),
+        # replicates from it and is reported back into a's SyncStateSet; its CommitLog is a's, byte for byte
+        async def b_demoted() -> bool:
+            info = await runtime(b.addr)
+            return (info["brokerRole"], info["brokerId"]) == ("SLAVE", "2")
+        await until(b_demoted, 30, diag)
+
+        async def b_in_a_set() -> bool:
+            st = await sync_state(ctrl)
+            return st is not None and st.master_broker_id == 1 and {r.broker_id for r in st.in_sync_replicas} == {1, 2}
+        await until(b_in_a_set, 30, diag)
+        c = await RawClient.connect(a.addr)
+        r = await c.invoke(SEND_MESSAGE_V2, send_ext(TOPIC, props(UNIQ_KEY="after-demotion"), 1), b"d")
+        await c.close()
+        assert r.code == 0, (r.code, r.remark)
+        a_end = int((await runtime(a.addr))["commitLogMaxOffset"])
+
+        async def b_has_a_end() -> bool:
+            return int((await runtime(b.addr))["commitLogMaxOffset"]) == a_end
+        await until(b_has_a_end, 30, diag)
+
+        def commitlog(store: Path) -> bytes:
+            first = sorted((store / "commitlog").iterdir())[0]  # 64 MiB segments: everything is in the first
+            with open(first, "rb") as f:
+                return f.read(a_end)
+        assert commitlog(a.store) == commitlog(b.store)
+        c = await RawClient.connect(b.addr)  # b answers as a slave now
+        refused = await c.invoke(SEND_MESSAGE_V2, send_ext(TOPIC, props(UNIQ_KEY="to-slave"), 0), b"s")
+        await c.close()
+        assert refused.code != 0, (refused.code, refused.remark)
+
         # operators (issue 25 item 5): the epoch cache as mqadmin reads it, then Apache 5.1.3's mqadmin itself
         c = await RawClient.connect(a.addr)
         r = await c.invoke(int(RequestCode.GET_BROKER_EPOCH_CACHE), {})

@@ -4,7 +4,9 @@ Runs under .venv-rmq5 (make setup; that client's top-level package `rocketmq` co
 client wheel in .venv). Prints one JSON object per line with an "event" key, like cpp_agent.py:
 
   produce   --endpoint H:P --topic T --count N [--tag X] [--keys K] [--message-group G] [--deliver-at S]
-            [--deliver-in S]        -> {"event":"sent","i","id","recall"} ... {"event":"done"}
+            [--deliver-in S] [--pause S] [--keep-going]
+                            -> {"event":"sent","i","id","recall","ts"} ... {"event":"done"}
+                               (--keep-going: a failed send is {"event":"send_error","i","error","ts"})
   recall    --endpoint H:P --topic T --handle H          -> {"event":"recalled","id"} or {"event":"error"}
   transaction --endpoint H:P --topic T --count N --end commit|rollback|none --check commit|rollback
             [--linger S]            -> {"event":"sent"} per half, {"event":"checked","id"} per check-back
@@ -72,9 +74,17 @@ def produce(a) -> int:
                 m.delivery_timestamp = int(a.deliver_at)  # 5.1.2 puts this into Timestamp.seconds as is
             elif a.deliver_in:
                 m.delivery_timestamp = int(time.time() + a.deliver_in)
-            r = p.send(m)
-            emit(event="sent", i=i, id=r.message_id, recall=r.recall_handle, ts=int(time.time() * 1000),
-                 deliver_s=m.delivery_timestamp)
+            try:
+                r = p.send(m)
+            except Exception as e:  # --keep-going: a failover under the client; report it and carry on
+                if not a.keep_going:
+                    raise
+                emit(event="send_error", i=i, error=f"{type(e).__name__}: {e}", ts=int(time.time() * 1000))
+            else:
+                emit(event="sent", i=i, id=r.message_id, recall=r.recall_handle, ts=int(time.time() * 1000),
+                     deliver_s=m.delivery_timestamp)
+            if a.pause:
+                time.sleep(a.pause)  # pacing the sends (a bounded stream through a failover), not synchronisation
     finally:
         p.shutdown()
     emit(event="done")
@@ -236,6 +246,8 @@ def main() -> int:
     ap.add_argument("--change-invisible", type=int)
     ap.add_argument("--fail-first", action="store_true")
     ap.add_argument("--max-seconds", type=float, default=40.0)
+    ap.add_argument("--pause", type=float, default=0.0, help="produce: seconds between sends")
+    ap.add_argument("--keep-going", action="store_true", help="produce: report a failed send and go on")
     a = ap.parse_args()
     return {"produce": produce, "recall": recall, "transaction": transaction, "simple": simple, "push": push}[a.cmd](a)
 

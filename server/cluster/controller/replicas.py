@@ -27,10 +27,11 @@ Role changes (only for a masterEpoch newer than the one known):
   servers), timed by FailoverClock;
 - another broker named master while a SLAVE: follow it (its HA address comes with the next name-server
   answer);
-- another broker named master while this one is master: not switched live (needs AutoSwitch HA's
-  truncation): fenced (ReplicaRole.fence: writes refused, registered under its controller id), logged as
-  `controller.demotion_needs_restart`; a restart rejoins as a slave and cuts the unreplicated tail
-  (ReplicaRole.rejoin); elected again, it is unfenced.
+- another broker named master while this one is master: fenced at once (ReplicaRole.fence: writes
+  refused, registered under its controller id), then demoted live (ReplicaRole.demote: the delay levels
+  and the timer wheel stop, the store turns replica, the AutoSwitch handshake cuts it back to the
+  consistent point and it replicates from the new master); if the demotion fails it stays fenced and a
+  restart rejoins it as a slave.
 
 Replication is RocketMQ 5's AutoSwitch HA (server/cluster/ha/autoswitch_*): becoming master appends the
 masterEpoch to `epochFileCheckpoint`; the master's HA service knows each slave by its brokerId, proposes a
@@ -139,6 +140,7 @@ class ReplicasManager:
         self._altering = False  # an ALTER_SYNC_STATE_SET in flight
         self._expand_tried: dict[int, float] = {}  # slave id -> time.monotonic() of its last proposal
         self._expanding: set[asyncio.Task[None]] = set()
+        self._demoting: set[asyncio.Task[None]] = set()
         replica.sync_state = lambda: (self.sse.sync_state_set, self.broker_controller_id)
         replica.on_expand = self._expand_soon
 
@@ -369,15 +371,34 @@ class ReplicasManager:
                         sync_state_set=sorted(self.sse.sync_state_set))
             return
         if not replica.is_slave:
-            if not replica.fenced:
+            if not replica.fenced:  # at once: a hand-over's answer (the CommitLog end) must be final
                 await replica.fence(True, self.broker_controller_id)
-            log.error("controller.demotion_needs_restart", new_master=self.master_addr, master_epoch=self.master_epoch,
-                      detail="fenced: writes refused; a live master cannot become a slave yet (AutoSwitch HA "
-                             "truncation, issue 25 item 2); restart it to rejoin as a slave")
+            self._demote_soon()
             return
         replica.follow(self.master_addr)
         log.warning("controller.role_slave", master=self.master_addr, master_id=self.master_id,
                     master_epoch=self.master_epoch)
+
+    def _demote_soon(self) -> None:
+        """The fenced master becomes a slave of the new one (ReplicaRole.demote) after this role change
+        returns, so HAND_OVER_MASTER is answered before the scheduler's services have stopped."""
+        task = asyncio.get_running_loop().create_task(self._demote())
+        self._demoting.add(task)  # a reference until done (the loop keeps only a weak one)
+        task.add_done_callback(self._demoting.discard)
+
+    async def _demote(self) -> None:
+        async with self._role_lock:
+            replica = self.replica
+            if self.is_master or replica.is_slave or not replica.fenced:
+                return  # elected again meanwhile, or already demoted
+            try:
+                await replica.demote(self.broker_controller_id, self.master_addr)
+            except Exception as e:  # stays fenced (no write, no delivery); a restart rejoins as a slave
+                log.error("controller.demotion_failed", new_master=self.master_addr, error=repr(e),
+                          detail="fenced: writes refused; restart it to rejoin as a slave")
+                return
+            log.warning("controller.role_slave", master=self.master_addr, master_id=self.master_id,
+                        master_epoch=self.master_epoch, demoted=True)
 
     # ---- epochs (GET_BROKER_EPOCH_CACHE) --------------------------------------------------------
     def epoch_cache(self) -> EpochEntryCache:

@@ -466,6 +466,43 @@ class ReplicaRole:
         log.warning("ha.promoted", **info)
         return info
 
+    # ---- demotion (controller mode) ----------------------------------------------------------
+    async def demote(self, broker_id: int, master_addr: str | None) -> dict[str, object]:
+        """Controller mode, a running master the controller replaced becomes a slave of `master_addr`
+        without a restart: writes refused first (the store read-only, as `fence`), then the delay levels
+        and the timer wheel stop delivering (their progress persisted), the store turns replica, and the
+        AutoSwitch HA client's handshake cuts the CommitLog back to the consistent point with the new
+        master before it replicates from it; the wheel only follows from then on; registered with the
+        name servers as `broker_id`."""
+        if self.is_slave:
+            raise ValueError("this broker is already a slave")
+        if not self.autoswitch:
+            raise ValueError("a live demotion needs controller mode (AutoSwitch HA's truncation)")
+        t0 = time.monotonic()
+        b, cfg = self.services, self.config
+        self.store.run.read_only = True  # nothing more is written here from now (also when already fenced)
+        if b.delay_service is not None:
+            await b.delay_service.shutdown()
+        if b.timer_service is not None:
+            await b.timer_service.shutdown()  # closed; _start_slave reopens it as a follower
+        b.transactions.stop()
+        end = self.store.commitlog_max_offset()
+        self.store.start_replica()
+        cfg.broker_role, cfg.broker_id = "SLAVE", broker_id
+        self.fenced = False
+        self.pinned_master = None
+        self.follow(master_addr)
+        if master_addr:  # RocketMQ's haListenPort = listenPort + 1 until a name-server answer says otherwise
+            host, _, port = master_addr.rpartition(":")
+            self.ha_addr_from_ns = f"{host}:{int(port) + 1}"
+            await self._pre_handshake()  # the cut before the wheel reopens, so no unit points at cut bytes
+        self._start_slave()
+        await self._announce()
+        info: dict[str, object] = {"brokerRole": "SLAVE", "brokerId": broker_id, "master": master_addr,
+                                   "commitLogEnd": end, "tookMs": round((time.monotonic() - t0) * 1000, 2)}
+        log.warning("ha.demoted", **info)
+        return info
+
     def runtime_info(self) -> dict[str, str]:
         """Flat GET_BROKER_RUNTIME_INFO entries (ha*)."""
         info = {"haEpoch": str(self.epoch), "haEpochStartOffset": str(self.epoch_start)}

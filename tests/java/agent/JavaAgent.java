@@ -102,7 +102,7 @@ public class JavaAgent {
         Map<String, Object> m = new LinkedHashMap<>(info);
         m.putAll(kv("msg_id", r.getMsgId(), "offset_msg_id", r.getOffsetMsgId(), "status", r.getSendStatus().name(),
                 "broker", r.getMessageQueue().getBrokerName(), "queue_id", r.getMessageQueue().getQueueId(),
-                "queue_offset", r.getQueueOffset(), "t_ms", t0));
+                "queue_offset", r.getQueueOffset(), "t_ms", t0, "ack_ms", System.currentTimeMillis()));
         return m;
     }
 
@@ -190,8 +190,10 @@ public class JavaAgent {
                     throw e;
                 } catch (Exception e) {
                     errors++;
-                    emit("send_error", kv("i", i, "error", e.toString()));
+                    emit("send_error", kv("i", i, "error", e.toString(), "t_ms", System.currentTimeMillis()));
                 }
+                int pause = intOpt("pause-ms", 0);  // pacing a bounded stream through a failover
+                if (pause > 0) Thread.sleep(pause);
             }
         }
         p.shutdown();
