@@ -31,7 +31,9 @@ from .test_ha_replication import ha_port_pair
 
 pytestmark = pytest.mark.process
 
-LEVELS_MS = [1000, 2000, 3000]
+# long enough that thousands are still pending when the sends end on a loaded host (their SYNC_MASTER
+# acks can take several seconds there): level 1 falls due 3 s after its store, timers 2.5-8.5 s after theirs
+LEVELS_MS = [3000, 5000, 7000]
 N_DELAY = 1500
 N_TIMER = 1500  # == N_DELAY: the sends alternate
 TOPIC = "FailT"
@@ -96,9 +98,9 @@ async def test_kill_master_under_scheduled_load_then_promote(tmp_path):
             if i % 2 == 0:  # delay levels and timers interleaved, so both are pending at the kill
                 key = f"d{i // 2}"
                 p = props(UNIQ_KEY=key, DELAY=str(1 + (i // 2) % len(LEVELS_MS)), WAIT="true")
-            else:  # a timer 0.7 .. 3.5 s after its send (built just before its chunk is sent)
+            else:  # a timer 2.5 .. 8.5 s after its send (built just before its chunk is sent)
                 key = f"t{i // 2}"
-                due_timer[key] = int(time.time() * 1000) + 700 + ((i // 2) * 2800) // N_TIMER
+                due_timer[key] = int(time.time() * 1000) + 2500 + ((i // 2) * 6000) // N_TIMER
                 p = props(UNIQ_KEY=key, TIMER_DELIVER_MS=str(due_timer[key]), WAIT="true")
             return key, (SEND_MESSAGE_V2, send_ext(TOPIC, p, (i // 2) % QUEUES), key.encode(), False)
 
@@ -137,7 +139,7 @@ async def test_kill_master_under_scheduled_load_then_promote(tmp_path):
         n = await RawClient.connect(slave.addr)
         new_seen: dict = {}
         new_offsets = [0] * QUEUES
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while True:
             await drain(n, new_offsets, new_seen)
             got = {k[2] for k in new_seen} | {k[2] for k in old_seen}
