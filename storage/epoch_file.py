@@ -30,7 +30,15 @@ NO_END = (1 << 63) - 1  # Long.MAX_VALUE: the open end of the last epoch
 
 def consistent_point(local: list[EpochEntry], local_end: int, master: list[EpochEntry], master_end: int) -> int:
     """findConsistentPoint: walking the local epochs newest first, the first one the master holds with
-    the same start offset gives min(its local end, its master end); -1 when there is none."""
+    the same start offset gives min(its local end, its master end); -1 when there is none.
+
+    Two cases where there is no common epoch but a safe point (Apache refuses both; its new master keeps an
+    epoch that holds no byte instead of replacing it, `EpochFile.begin_epoch` replaces it): a slave holding
+    no byte is consistent at 0, and so is any slave whose every epoch is older than the master's newest
+    when the master's log starts at 0 (the master's first epoch replaced one that held no byte there, so
+    none of the slave's bytes are the master's: all are cut and replicated again)."""
+    if local_end == 0:
+        return 0
     m_index = {e.epoch: i for i, e in enumerate(master)}
     for i in range(len(local) - 1, -1, -1):
         e = local[i]
@@ -40,6 +48,8 @@ def consistent_point(local: list[EpochEntry], local_end: int, master: list[Epoch
         l_end = local[i + 1].start_offset if i + 1 < len(local) else local_end
         m_end = master[j + 1].start_offset if j + 1 < len(master) else master_end
         return min(l_end, m_end)
+    if master and master[0].start_offset == 0 and local and local[-1].epoch < master[-1].epoch:
+        return 0
     return -1
 
 

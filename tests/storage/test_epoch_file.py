@@ -75,6 +75,15 @@ def test_consistent_point() -> None:
     # the same epoch number with another start is not the same epoch
     assert consistent_point([E(1, 0), E(2, 600)], 900, new, 1800) == 500
     assert consistent_point([E(7, 0)], 10, new, 1800) == -1
+    # a slave elected before it held a byte replaces the epoch it followed (1 at 0) with its own (2 at 0): the
+    # old master rejoining finds no common epoch; holding nothing, it is consistent at 0 (the README's
+    # controller recipe: kill -9 of a master that had taken no message)
+    assert consistent_point([E(1, 0)], 0, [E(2, 0)], 0) == 0
+    # ... and holding bytes the new master never had, it cuts them all and replicates from 0
+    assert consistent_point([E(1, 0)], 50, [E(2, 0)], 80) == 0
+    # but never for a master whose log does not start at 0, or that is not newer than the slave
+    assert consistent_point([E(1, 0)], 50, [E(2, 40)], 80) == -1
+    assert consistent_point([E(3, 0)], 50, [E(2, 0)], 80) == -1
 
 
 epoch_lists = st.lists(st.integers(1, 50), min_size=1, max_size=8, unique=True).flatmap(

@@ -134,16 +134,18 @@ class AutoSwitchHAClient:
 
     def _apply(self, t: MasterTransfer) -> bool:
         store = self.store
-        end = store.commitlog_max_offset()
-        if not t.body:
-            self.confirm_offset = min(t.confirm_offset, end)
-            return True
-        if not self.applier.continues(t.offset):
+        if t.body and not self.applier.continues(t.offset):
             return False
+        # a new epoch is recorded on any transfer frame, an empty one too (as Apache's client does): a slave
+        # that replicated nothing still holds the master's epoch, so when it is elected its epoch file goes
+        # on from it and the old master, rejoining, finds their consistent point instead of none
         if t.epoch != self.received_epoch:
             self.received_epoch = t.epoch
             if not self.epochs.append(EpochEntry(t.epoch, t.epoch_start_offset)):
                 return False
+        if not t.body:
+            self.confirm_offset = min(t.confirm_offset, store.commitlog_max_offset())
+            return True
         if not self.applier.append(t.offset, t.body):
             return False
         self.confirm_offset = min(t.confirm_offset, store.commitlog_max_offset())
