@@ -10,7 +10,10 @@ The clients' view: a stock Java 4.9.7 producer (tests/java/agent/JavaAgent.java,
 and Apache's 5.x Python producer (.venv-rmq5, tests/interop/rmq5_agent.py, through a delaymq-proxy on the
 name server) each send one plain message every 50 ms to another topic of the group, from before the kill
 until they resume; for each, the time from the kill to its first send acknowledged after it (only the new
-master can acknowledge one). Either is left out, and said so, when its tool is missing."""
+master can acknowledge one). Either is left out, and said so, when its tool is missing.
+
+controller_sync: SYNC send throughput of a controller-mode master + slave with allAckInSyncStateSet=true
+(SyncStateSet of 2) as a share of a lone unreplicated master's (target >= 60 %)."""
 
 from __future__ import annotations
 
@@ -112,17 +115,89 @@ async def _until(pred, timeout: float, what: str, step: float = 0.05):
         await asyncio.sleep(step)
 
 
-def bench_controller_failover(quick: bool) -> dict:
-    from tests.helpers.rocketmq5 import Rmq5Process, rocketmq5_available
-    if not rocketmq5_available():
-        return {"skipped": "no Apache RocketMQ 5.1.3 in ../shared/rocketmq5 or no java", "met": None}
-    n = 1000 if quick else 3000
-    work = Path(tempfile.mkdtemp(prefix="delaymq-bench-ctl-", dir=store_base()))
+def _start_controller(work: Path):
+    """Apache 5.1.3's standalone controller (one DLedger peer); (its Rmq5Process, its address)."""
+    from tests.helpers.rocketmq5 import Rmq5Process
     ctrl_port, peer_port = pick_port(), pick_port()
     ctrl = f"127.0.0.1:{peer_port}"
     controller = Rmq5Process("mqcontroller", work / "ctrl", {
         "controllerDLegerGroup": "g1", "controllerDLegerPeers": f"n0-{ctrl}", "controllerDLegerSelfId": "n0",
         "controllerStorePath": str(work / "ctrl" / "store"), "listenPort": ctrl_port}, peer_port).start()
+    return controller, ctrl
+
+
+async def _in_sync(ctrl: str) -> bool:
+    """Both brokers of GROUP in the controller's SyncStateSet."""
+    r = await _invoke(ctrl, RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {}, encode_broker_names([GROUP]))
+    info = decode_broker_replicas_info(r.body).get(GROUP) if r.code == ResponseCode.SUCCESS else None
+    return info is not None and len(info.in_sync_replicas) == 2
+
+
+def bench_controller_sync(quick: bool) -> dict:
+    """SYNC send throughput in controller mode: a master + slave elected by Apache's controller with
+    allAckInSyncStateSet=true and both in the SyncStateSet (every send waits for the slave's ack), vs a
+    lone unreplicated master (ASYNC_MASTER, no slave), all three brokers up at once; the same closed-loop
+    send as ha_sync_share (bench.ha.send_rate), alternating lone/pair (order swapped each round) so host
+    load drifts hit both alike. Bounded: `rounds` x 2 runs of n sends, each under 120 s."""
+    from bench.ha import SEND_LOOP, send_rate
+    from tests.helpers.rocketmq5 import rocketmq5_available
+    if not rocketmq5_available():
+        return {"skipped": "no Apache RocketMQ 5.1.3 in ../shared/rocketmq5 or no java", "met": None}
+    n, rounds = (8000, 2) if quick else (20000, 3)
+    work = Path(tempfile.mkdtemp(prefix="delaymq-bench-ctlsync-", dir=store_base()))
+    controller, ctrl = _start_controller(work)
+    brokers: list[Broker] = []
+    base = {"flushDiskType": "ASYNC_FLUSH", "mappedFileSizeCommitLog": 256 << 20}
+    runs: list[dict] = []
+    try:
+        with Namesrv() as ns:
+            conf = {**base, "enableControllerMode": "true", "controllerAddr": ctrl, "namesrvAddr": ns.addr,
+                    "brokerName": GROUP, "allAckInSyncStateSet": "true", "slaveSynchronizeIntervalMs": 300}
+            for _ in range(2):  # the first becomes master
+                b = Broker(dict(conf))
+                b.port = _ha_port()
+                brokers.append(b.start(timeout=120))
+            lone = Broker({**base, "brokerRole": "ASYNC_MASTER", "brokerName": "bench-lone"})
+            brokers.append(lone.start(timeout=120))
+            m = brokers[0]
+
+            async def ready() -> None:
+                await _until(lambda: _in_sync(ctrl), 60, "both brokers in the SyncStateSet")
+                for addr in (m.addr, lone.addr):
+                    c = await wire.connect(addr)
+                    await wire.create_topic(c, TOPIC, QUEUES)
+                    c.close()
+            run_here(ready)
+            for k in range(rounds):
+                order = [("lone", lone), ("sync_pair", m)]
+                for kind, b in (order if k % 2 == 0 else order[::-1]):
+                    runs.append({"round": k, "kind": kind, **send_rate(b.addr, TOPIC, n, warmup=2000 if k == 0 else 0)})
+            in_sync_after = run_here(lambda: _in_sync(ctrl))
+            ends = [int(run_here(lambda a=b.addr: _runtime(a))["commitLogMaxOffset"]) for b in brokers[:2]]
+    finally:
+        for b in brokers:
+            b.cleanup()
+        controller.stop()
+    rate = {kind: sorted(r["msg_per_s"] for r in runs if r["kind"] == kind) for kind in ("lone", "sync_pair")}
+    med = {kind: v[len(v) // 2] for kind, v in rate.items()}
+    share = med["sync_pair"] / med["lone"] if med["lone"] else 0.0
+    errors = sum(sum(int(c) for c in (r.get("error_codes") or {}).values()) for r in runs)
+    return {"config": {"n_per_run": n, "rounds": rounds, **SEND_LOOP, "allAckInSyncStateSet": True,
+                       "sync_state_set": 2},
+            "raw": {"runs": runs, "in_sync_after": in_sync_after, "master_slave_commitlog_ends": ends},
+            "headline": {"lone_msg_s": med["lone"], "sync_pair_msg_s": med["sync_pair"], "sync_share": round(share, 3),
+                         "send_errors": errors},
+            "target": "SYNC (SyncStateSet of 2) send throughput >= 60% of an unreplicated master's",
+            "met": share >= 0.60 and errors == 0 and bool(in_sync_after)}
+
+
+def bench_controller_failover(quick: bool) -> dict:
+    from tests.helpers.rocketmq5 import rocketmq5_available
+    if not rocketmq5_available():
+        return {"skipped": "no Apache RocketMQ 5.1.3 in ../shared/rocketmq5 or no java", "met": None}
+    n = 1000 if quick else 3000
+    work = Path(tempfile.mkdtemp(prefix="delaymq-bench-ctl-", dir=store_base()))
+    controller, ctrl = _start_controller(work)
     brokers: list[Broker] = []
     started: list = []  # the outside clients and the proxy (AgentProcess), stopped by their own PIDs
     try:
@@ -137,11 +212,7 @@ def bench_controller_failover(quick: bool) -> dict:
             m, s = brokers
 
             async def go() -> dict:
-                async def in_sync() -> bool:
-                    r = await _invoke(ctrl, RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, {}, encode_broker_names([GROUP]))
-                    info = decode_broker_replicas_info(r.body).get(GROUP) if r.code == ResponseCode.SUCCESS else None
-                    return info is not None and len(info.in_sync_replicas) == 2
-                await _until(in_sync, 60, "both brokers in the SyncStateSet")
+                await _until(lambda: _in_sync(ctrl), 60, "both brokers in the SyncStateSet")
                 c = await wire.connect(m.addr)
                 await wire.create_topic(c, TOPIC, QUEUES)
                 await wire.create_topic(c, CLIENT_TOPIC, QUEUES)
@@ -232,4 +303,4 @@ def bench_controller_failover(quick: bool) -> dict:
             "met": first is not None and r["kill_to_routed_ms"] is not None and max(first, r["kill_to_routed_ms"]) <= 1000}
 
 
-BENCHES = {"controller_failover": bench_controller_failover}
+BENCHES = {"controller_failover": bench_controller_failover, "controller_sync": bench_controller_sync}

@@ -60,6 +60,18 @@ def _wait_slave(m: Broker) -> None:
     run_here(go)
 
 
+SEND_LOOP = {"conns": 4, "window": 64, "body_size": 128, "queues": 8}  # the SYNC-share benches' send loop
+
+
+def send_rate(addr: str, topic: str, n: int, warmup: int = 5000, timeout_s: float = 120.0) -> dict:
+    """Closed-loop send throughput to `addr` (SEND_LOOP shape, in a generator process): `warmup`
+    sends, then `n` measured; topic with 8 queues already made."""
+    if warmup:
+        run_one("send_closed_loop", addr=addr, topic=topic, n=warmup, timeout_s=timeout_s, **SEND_LOOP)
+    r = run_one("send_closed_loop", addr=addr, topic=topic, n=n, timeout_s=timeout_s, **SEND_LOOP)
+    return {"msg_per_s": r["rate"], "ok": r["ok"], "error_codes": r.get("error_codes")}
+
+
 def bench_ha_sync_share(quick: bool) -> dict:
     n = 30000 if quick else 150000
     rates = {}
@@ -67,11 +79,7 @@ def bench_ha_sync_share(quick: bool) -> dict:
         m, s = _pair(role)
         try:
             _wait_slave(m)
-            run_one("send_closed_loop", addr=m.addr, topic="BenchHa", n=5000, conns=4, window=64, body_size=128,
-                    queues=8)
-            r = run_one("send_closed_loop", addr=m.addr, topic="BenchHa", n=n, conns=4, window=64, body_size=128,
-                        queues=8)
-            rates[role] = {"msg_per_s": r["rate"], "ok": r["ok"], "error_codes": r.get("error_codes")}
+            rates[role] = send_rate(m.addr, "BenchHa", n)
         finally:
             m.cleanup()
             s.cleanup()
