@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,38 +41,14 @@ CLIENT_WAIT_S = 45.0  # after the kill: the 4.x client re-reads its routes every
 
 def _start_clients(work: Path, namesrv: str) -> tuple[dict[str, object], dict[str, str]]:
     """The two outside producers (and the proxy the 5.x one dials); which were left out, and why."""
-    from tests.helpers.agents import AgentProcess
-    from tests.helpers.broker import REPO_ROOT
-    from tests.helpers.java import java_agent_classes, java_available, java_command
-    started: dict[str, object] = {}
-    missing: dict[str, str] = {}
-    count = str(int(120 / CLIENT_PAUSE_S))  # bounded: at most ~2 minutes of sends; stopped at the end
-    if java_available():
-        argv = java_command("JavaAgent", java_agent_classes(), "produce", "--namesrv", namesrv,
-                            "--topic", CLIENT_TOPIC, "--count", count, "--retries", "0",
-                            "--send-timeout-ms", "3000", "--pause-ms", str(int(CLIENT_PAUSE_S * 1000)))
-        started["java_4x"] = AgentProcess("java-producer", argv, work / "java").start()
-    else:
-        missing["java_4x"] = "no Apache RocketMQ 4.9.7 jars in ../shared/rocketmq-java or no java"
-    rmq5 = REPO_ROOT / ".venv-rmq5" / "bin" / "python"
-    if rmq5.exists():
-        port = pick_port()
-        proxy = AgentProcess("delaymq-proxy", [sys.executable, "-m", "server.proxy", "--namesrv", namesrv,
-                                               "--grpc-port", str(port), "--host", "127.0.0.1"], work / "proxy").start()
-        proxy.wait_for(lambda a: any("delaymq proxy ready on" in line for line in a.raw_lines), 30,
-                       "delaymq-proxy to start")
-        started["proxy"] = proxy
-        argv = [str(rmq5), str(REPO_ROOT / "tests" / "interop" / "rmq5_agent.py"), "produce",
-                "--endpoint", f"127.0.0.1:{port}", "--topic", CLIENT_TOPIC, "--count", count,
-                "--request-timeout", "3", "--pause", str(CLIENT_PAUSE_S), "--keep-going"]
-        started["python_5x"] = AgentProcess("rmq5-producer", argv, work / "rmq5", env={"HOME": str(work / "rmq5")}).start()
-    else:
-        missing["python_5x"] = ".venv-rmq5 (rocketmq-python-client 5.1.2) is missing"
-    return started, missing
+    from tests.helpers.outside_producers import start_outside_producers
+    started, missing = start_outside_producers(work, namesrv, CLIENT_TOPIC, CLIENT_PAUSE_S)
+    return dict(started), missing
 
 
 def _ack_times_ms(agent) -> list[int]:  # wall-clock ms of each acknowledged send
-    return [int(e.get("ack_ms", e.get("ts", 0))) for e in agent.of("sent")]
+    from tests.helpers.outside_producers import ack_times_ms
+    return ack_times_ms(agent)
 
 
 def _ha_port() -> int:
