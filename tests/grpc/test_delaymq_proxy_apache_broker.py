@@ -14,7 +14,7 @@ import pytest
 
 from server.grpc.v2 import definition_pb2 as pb
 from tests.grpc.conftest import uniq
-from tests.grpc.test_apache_proxy import prepare
+from tests.grpc.test_apache_proxy import prepare, send_receive_ack_five
 from tests.grpc.test_delaymq_proxy import consumer_settings, route_types
 from tests.helpers.broker import pick_port_pair
 from tests.helpers.cluster import route_brokers, wait_until
@@ -78,18 +78,7 @@ def start_proxy(agents, c: ApacheCluster) -> Endpoint:
 
 def test_normal_messages_through_delaymq_proxy_to_an_apache_broker(apache, agents):
     topic, group = topic_on_apache(apache, "AbN")
-    proxy = start_proxy(agents, apache)
-    sent = agents.run_rmq5("produce", proxy, topic=topic, count=5, tag="tagA", timeout=90)
-    assert len(sent.of("sent")) == 5
-    c = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=5, tag="tagA", max_seconds=60,
-                        timeout=90)
-    got = c.of("received")
-    assert sorted(e["body"] for e in got) == [f"m{i}" for i in range(5)]
-    assert {e["id"] for e in got} == {e["id"] for e in sent.of("sent")}
-    assert len(c.of("acked")) == 5
-    again = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=1, max_seconds=5,
-                            timeout=60, expect_code=3)
-    assert again.of("received") == []
+    send_receive_ack_five(agents, start_proxy(agents, apache), topic, group)
 
 
 def test_fifo_messages_through_delaymq_proxy_to_an_apache_broker_arrive_in_order(apache, agents):
