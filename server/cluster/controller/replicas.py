@@ -479,6 +479,8 @@ class ReplicasManager:
                 await self._alter(proposed)
             except (ControllerUnavailable, OSError, TimeoutError, CodecError) as e:
                 log.info("controller.expand_failed", slave_id=slave_id, error=str(e))
+            except Exception as e:  # a one-shot task: nothing awaits it, so an unexpected error is logged here
+                log.error("controller.expand_failed", slave_id=slave_id, error=repr(e), unexpected=True)
 
     async def check_sync_state_set(self) -> None:
         """maybeShrinkSyncStateSet, and the expansion of caught-up slaves an earlier proposal missed."""
