@@ -81,6 +81,21 @@ def send_receive_ack_five(agents, endpoint, topic: str, group: str) -> None:
     assert again.of("received") == []
 
 
+def three_delayed_never_early(agents, endpoint, topic: str, group: str) -> None:
+    """A simple consumer waits; three messages due 2 s after their send go through `endpoint`; all three
+    arrive, none before its delivery time (the client sends whole seconds)."""
+    c = agents.rmq5("simple", endpoint, group=group, topic=topic, until_count=3, max_seconds=60)
+    c.wait_event("started", 60)
+    sent = agents.run_rmq5("produce", endpoint, topic=topic, count=3, deliver_in=2, timeout=90)
+    assert len(sent.of("sent")) == 3
+    assert c.wait_exit(90) == 0, c.diagnostics()
+    due = {e["id"]: e["deliver_s"] * 1000 for e in sent.of("sent")}
+    got = c.of("received")
+    assert sorted(e["body"] for e in got) == ["m0", "m1", "m2"]
+    for e in got:
+        assert e["t"] >= due[e["id"]], (e, due[e["id"]])
+
+
 def test_python_client_sends_and_receives_through_apaches_cluster_proxy(broker_factory, agents, tmp_path):
     b = broker_factory()
     topic, group = uniq("PxT"), uniq("PxG")
@@ -92,17 +107,7 @@ def test_scheduled_messages_through_apaches_cluster_proxy_arrive_at_their_time(b
     b = broker_factory()
     topic, group = uniq("PxD"), uniq("PxDG")
     asyncio.run(prepare(b.addr, topic, group, "DELAY"))
-    proxy = start_proxy(agents, tmp_path, b.addr)
-    c = agents.rmq5("simple", proxy, group=group, topic=topic, until_count=3, max_seconds=60)
-    c.wait_event("started", 60)
-    sent = agents.run_rmq5("produce", proxy, topic=topic, count=3, deliver_in=2, timeout=90)
-    assert len(sent.of("sent")) == 3
-    assert c.wait_exit(90) == 0, c.diagnostics()
-    due = {e["id"]: e["deliver_s"] * 1000 for e in sent.of("sent")}
-    got = c.of("received")
-    assert sorted(e["body"] for e in got) == ["m0", "m1", "m2"]
-    for e in got:  # never before its delivery time (the client sends whole seconds)
-        assert e["t"] >= due[e["id"]], (e, due[e["id"]])
+    three_delayed_never_early(agents, start_proxy(agents, tmp_path, b.addr), topic, group)
 
 
 def test_change_invisible_duration_through_apaches_cluster_proxy_redelivers(broker_factory, agents, tmp_path):

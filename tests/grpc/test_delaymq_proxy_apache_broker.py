@@ -14,7 +14,7 @@ import pytest
 
 from server.grpc.v2 import definition_pb2 as pb
 from tests.grpc.conftest import uniq
-from tests.grpc.test_apache_proxy import prepare, send_receive_ack_five
+from tests.grpc.test_apache_proxy import prepare, send_receive_ack_five, three_delayed_never_early
 from tests.grpc.test_delaymq_proxy import consumer_settings, route_types
 from tests.helpers.broker import pick_port_pair
 from tests.helpers.cluster import route_brokers, wait_until
@@ -97,17 +97,7 @@ def test_fifo_messages_through_delaymq_proxy_to_an_apache_broker_arrive_in_order
 
 def test_delayed_messages_through_delaymq_proxy_to_an_apache_broker_never_arrive_early(apache, agents):
     topic, group = topic_on_apache(apache, "AbD", "DELAY")
-    proxy = start_proxy(agents, apache)
-    c = agents.rmq5("simple", proxy, group=group, topic=topic, until_count=3, max_seconds=60)
-    c.wait_event("started", 60)
-    sent = agents.run_rmq5("produce", proxy, topic=topic, count=3, deliver_in=2, timeout=90)
-    assert len(sent.of("sent")) == 3
-    assert c.wait_exit(90) == 0, c.diagnostics()
-    due = {e["id"]: e["deliver_s"] * 1000 for e in sent.of("sent")}
-    got = c.of("received")
-    assert sorted(e["body"] for e in got) == ["m0", "m1", "m2"]
-    for e in got:  # never before its delivery time (the client sends whole seconds)
-        assert e["t"] >= due[e["id"]], (e, due[e["id"]])
+    three_delayed_never_early(agents, start_proxy(agents, apache), topic, group)
 
 
 def test_change_invisible_duration_through_delaymq_proxy_to_an_apache_broker_redelivers(apache, agents):
