@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
 
 from server.grpc.v2 import definition_pb2 as pb
@@ -329,3 +330,33 @@ def test_proxy_routes_accept_the_topics_message_type_and_fifo_groups_get_fifo_se
             if b.running:
                 b.stop()
         ns.stop()
+
+
+def test_unknown_methods_and_call_deadlines_answer_alike_on_both_stacks(cluster, agents, proxy_stack):
+    """What the gRPC server stack itself answers (grpcio's, or server.grpc.asgi_endpoint's on Envoy): an unknown
+    method UNIMPLEMENTED; a ReceiveMessage whose long polling (20 s) outlasts the call's deadline (3 s) answers
+    its status before the deadline (the handler reads the deadline from its context), not DEADLINE_EXCEEDED."""
+    topic, group = topic_on_both(cluster)
+    _, addr = start_proxy(agents, cluster, stack=proxy_stack)
+
+    async def probe() -> None:
+        c = RawClient(addr)
+        try:
+            unknown: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = c.channel.unary_unary(
+                "/apache.rocketmq.v2.MessagingService/NoSuchMethod")
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await unknown(b"", timeout=10)
+            assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+            req = spb.ReceiveMessageRequest(group=pb.Resource(name=group), batch_size=4,
+                                            message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1))
+            req.invisible_duration.seconds = 30
+            req.long_polling_timeout.seconds = 20
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            answers = [r async for r in c.stub.ReceiveMessage(req, timeout=3)]
+            took = loop.time() - t0
+            assert [r.status.code for r in answers if r.HasField("status")] == [pb.MESSAGE_NOT_FOUND], answers
+            assert took < 3.0, took
+        finally:
+            await c.close()
+    asyncio.run(probe())
