@@ -24,10 +24,11 @@ from typing import Any
 import structlog
 
 from server.grpc.asgi_endpoint import GrpcAsgiApp
-from server.grpc.endpoint import MAX_MESSAGE_BYTES
+from server.grpc.endpoint import MAX_MESSAGE_BYTES, tls_credentials
 from server.grpc.v2 import service_pb2 as spb
 from server.listeners import Listener, ListenError, probe
 from server.proxy.config import ProxyConfig
+from server.security.acl import PlainAclValidator
 
 log = structlog.get_logger(__name__)
 
@@ -60,6 +61,11 @@ class EnvoyProxy:
         from pyvoy import PyvoyServer
 
         cfg = self.cfg
+        # what the grpcio stack's start refuses with one line, refused here too, before Envoy runs the Proxy
+        if cfg.acl_enable:
+            PlainAclValidator(cfg.acl_file)  # AclConfigError (a ValueError) names the file
+        if cfg.tls:
+            tls_credentials(cfg.tls_cert_path, cfg.tls_key_path)  # OSError when a file cannot be read
         probe([Listener("grpcServerPort", cfg.listen_host, cfg.grpc_port, "gRPC (5.x clients)")],
               reuse_port=cfg.reuse_port)
         self.port = cfg.grpc_port or _free_port(cfg.listen_host)
