@@ -250,6 +250,7 @@ class GrpcAsgiApp:
     async def _bidi(self, method: Method, reader: MessageReader, context: AsgiContext, receive: Receive,
                     send: Send) -> None:
         gone = asyncio.Event()
+        watchers: list[asyncio.Future[None]] = []
 
         async def requests() -> AsyncIterator[Message]:
             while True:
@@ -266,10 +267,18 @@ class GrpcAsgiApp:
                 for data in chunks:
                     yield method.request.FromString(data)
                 if not event.get("more_body", False):
+                    # the client half-closed: its going away now shows only as http.disconnect
+                    watcher = asyncio.ensure_future(self._disconnected(receive))
+                    watcher.add_done_callback(lambda _: gone.set())
+                    watchers.append(watcher)
                     return
 
-        await self._stream(method, method.handler(requests(), context), context, receive, send, watch=False,
-                           gone=gone)
+        try:
+            await self._stream(method, method.handler(requests(), context), context, receive, send, watch=False,
+                               gone=gone)
+        finally:
+            for w in watchers:
+                w.cancel()
 
     async def _stream(self, method: Method, responses: AsyncIterator[Message], context: AsgiContext,
                       receive: Receive, send: Send, *, watch: bool, gone: asyncio.Event | None = None) -> None:
