@@ -116,6 +116,88 @@ def methods_of(servicer: object, service: ServiceDescriptor) -> dict[str, Method
     return out
 
 
+STREAM_BODY_LIMIT = 1 << 20  # bytes of response frames a stream holds before its handler waits for Envoy
+
+
+class StreamBody:
+    """A streaming call's response body, written as few ASGI sends as the responses allow.
+
+    Under pyvoy each `http.response.body` with more_body costs a round trip (Envoy's worker takes the chunk,
+    then resolves the send's future through its executor thread and call_soon_threadsafe): a ReceiveMessage
+    of 32 messages, sent a frame at a time, made 34 of them. Here the handler only queues frames (`put`); a
+    writer task sends whatever has queued whenever it runs, so frames produced back to back go in one send,
+    and a frame the handler produced after waiting goes as soon as the loop turns (a Telemetry command is not
+    held back). What is still queued when the handler ends goes with the end of the body (`rest`): a
+    ReceiveMessage whose messages are all at hand costs no round trip at all. Bounded: past
+    STREAM_BODY_LIMIT queued bytes the handler waits (`room`) for the writer."""
+
+    __slots__ = ("_send", "_queued", "_wake", "_drained", "_writer", "_closing", "_failed")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._queued = bytearray()
+        self._wake = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        self._closing = False
+        self._failed: Exception | None = None
+
+    def put(self, data: bytes) -> bool:
+        """Queues one framed message; True when the handler should wait for `room` before the next."""
+        if self._failed is not None:
+            raise self._failed
+        self._queued += data
+        if self._writer is None:
+            self._writer = asyncio.ensure_future(self._write())
+        self._wake.set()
+        return len(self._queued) >= STREAM_BODY_LIMIT
+
+    async def room(self) -> None:
+        while len(self._queued) >= STREAM_BODY_LIMIT and self._failed is None:
+            self._drained.clear()
+            await self._drained.wait()
+        if self._failed is not None:
+            raise self._failed
+
+    async def _write(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                if self._closing:
+                    return
+                if not self._queued:
+                    continue
+                data = bytes(self._queued)
+                self._queued.clear()
+                self._drained.set()
+                await self._send({"type": "http.response.body", "body": data, "more_body": True})
+        except Exception as e:  # the client went away: the handler learns it at its next put  # noqa: BLE001
+            self._failed = e
+            self._drained.set()
+
+    def end(self) -> None:
+        """The handler's last frame is queued: the writer sends no more (what is queued goes with `rest`)."""
+        self._closing = True
+        self._wake.set()
+
+    async def rest(self) -> bytes:
+        """What is not sent yet, once the writer's send in flight is done (the body's order kept)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            self.end()
+            await writer
+        data = bytes(self._queued)
+        self._queued.clear()
+        return data
+
+    def abandon(self) -> None:
+        """The stream ends without its body's end (the client went away, or the call was cancelled)."""
+        if self._writer is not None:
+            self._writer.cancel()
+            self._writer = None
+
+
 def trailers(status: GrpcStatus, message: str = "") -> list[tuple[bytes, bytes]]:
     out = [(b"grpc-status", str(int(status)).encode())]
     if message:  # percent-encoded (gRPC's Status-Message): printable ASCII but '%' as is
@@ -286,11 +368,13 @@ class GrpcAsgiApp:
         away (`watch`: read for http.disconnect here; a bidi call learns it from its request reader, `gone`)
         or at its deadline."""
         await send({"type": "http.response.start", "status": 200, "headers": RESPONSE_HEADERS, "trailers": True})
+        body = StreamBody(send)
 
         async def pump() -> None:
             async for response in responses:
-                await send({"type": "http.response.body", "body": frame(response.SerializeToString()),
-                            "more_body": True})
+                if body.put(frame(response.SerializeToString())):
+                    await body.room()
+            body.end()
 
         task = asyncio.ensure_future(pump())
         gone = gone or asyncio.Event()
@@ -298,6 +382,7 @@ class GrpcAsgiApp:
         if watch:
             waiters.append(asyncio.ensure_future(self._disconnected(receive)))
         status, message = GrpcStatus.OK, ""
+        ended = False
         try:
             timeout = None if context.deadline is None else max(
                 0.0, context.deadline - asyncio.get_running_loop().time())
@@ -317,18 +402,23 @@ class GrpcAsgiApp:
                 if exc is not None:
                     log.error("grpc.asgi.handler_failed", rpc=method.name, error=repr(exc), exc_info=exc)
                     status, message = GrpcStatus.UNKNOWN, f"Unexpected {type(exc).__name__}: {exc}"
+            ended = True
         finally:
             for w in waiters:
                 w.cancel()
             if not task.done():
                 task.cancel()
+            if not ended or status == GrpcStatus.CANCELLED:
+                body.abandon()
         if status == GrpcStatus.CANCELLED:
             return  # nobody reads the status
         try:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await send({"type": "http.response.body", "body": await body.rest(), "more_body": False})
             await send({"type": "http.response.trailers", "headers": trailers(status, message)})
         except Exception:  # the client went away while the status was on its way  # noqa: BLE001
             pass
+        finally:
+            body.abandon()
 
     @staticmethod
     async def _disconnected(receive: Receive) -> None:
