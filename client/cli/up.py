@@ -5,7 +5,9 @@ Parts, each with one job:
   all masters) on `--broker-port + 10*i` (it also opens that port -2, the VIP channel, and +1, HA), its own
   gRPC endpoint on `--broker-grpc-port + 10*i` (0: off), its store in DIR/broker-i; M `delaymq-proxy`
   processes sharing `--grpc-port` (SO_REUSEPORT, `--reuse-port`; the kernel spreads 5.x clients' connections
-  over them). Every process logs to DIR/logs/<name>.out (stdout) and .log (stderr).
+  over them; `--grpc-server-stack` grpcio, the proxies' default, or envoy: each proxy's gRPC port an Envoy
+  process with the proxy's Python embedded, stopped and killed with it). Every process logs to
+  DIR/logs/<name>.out (stdout) and .log (stderr).
 - `check_ports`: every port of the plan is distinct and free before anything starts; a taken one stops
   `up` with one line naming the key (the broker.conf / proxy key and the flag that chose it).
 - `Child`: one process, started with `sys.executable -m <module>` in its own session (so a terminal's
@@ -101,7 +103,8 @@ def plan(args: argparse.Namespace) -> Plan:
             "delaymq broker ready on", f"{host}:{port}", f"{host}:{grpc}" if grpc else "-", str(store / name),
             tuple(ports)))
     proxies = [ChildSpec("proxy", f"proxy-{j}", "server.proxy",
-                         ("--namesrv", ns_addr, "--grpc-port", str(args.grpc_port), "--host", host, "--reuse-port"),
+                         ("--namesrv", ns_addr, "--grpc-port", str(args.grpc_port), "--host", host, "--reuse-port",
+                          "--grpc-server-stack", args.grpc_server_stack),
                          "delaymq proxy ready on", "-", f"{host}:{args.grpc_port}", "-",
                          (Port("grpcServerPort of the proxies (--grpc-port)", args.grpc_port, shared=True),))
                for j in range(args.proxies)]
@@ -325,6 +328,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"broker-0's own grpcListenPort, broker i: + {BROKER_PORT_STEP}*i (0: off, 5.x clients "
                         "go through the proxies)")
     p.add_argument("--grpc-port", type=int, default=8081, help="the proxies' shared gRPC port (grpcServerPort)")
+    p.add_argument("--grpc-server-stack", choices=("grpcio", "envoy"), default="grpcio",
+                   help="the proxies' gRPC server (grpcServerStack): grpcio (grpc.aio in the proxy's process, the "
+                        "default) or envoy (an Envoy process with the proxy's Python embedded)")
 
 
 def run(args: argparse.Namespace, log: IO[str] | None = None, out: IO[str] | None = None) -> int:

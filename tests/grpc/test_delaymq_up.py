@@ -1,8 +1,9 @@
 """`delaymq up --brokers 2 --proxies 2` (client/cli/up.py, issue 24 item 4): one command starts a name server,
 two brokers and two delaymq-proxy processes sharing one gRPC port; a 4.x client (the `delaymq` CLI, through the
 name server, over both brokers) and a 5.x client (the official Python 5.1.2 client, through the proxies'
-port) send and receive; SIGINT stops everything in order and every child, checked by PID, is gone. A taken
-port stops `up` before it starts anything, with one line naming the key."""
+port; on each grpcServerStack, `--grpc-server-stack`) send and receive; SIGINT stops everything in order and
+every child, on envoy the proxies' Envoy processes too, checked by PID, is gone. A taken port stops `up` before
+it starts anything, with one line naming the key."""
 
 from __future__ import annotations
 
@@ -40,17 +41,24 @@ def cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
 
 
-def test_up_two_brokers_two_proxies_serve_4x_and_5x_clients_and_sigint_stops_every_child(agents, tmp_path):
+def test_up_two_brokers_two_proxies_serve_4x_and_5x_clients_and_sigint_stops_every_child(agents, tmp_path,
+                                                                                         proxy_stack):
     ns, base, grpc = pick_port_pair(), pick_broker_run(2), pick_port_pair()
     up = agents._start("delaymq-up", [*CLI, "up", "--brokers", "2", "--proxies", "2", "--store", str(tmp_path / "up"),
                                       "--namesrv-port", str(ns), "--broker-port", str(base),
-                                      "--grpc-port", str(grpc)])
+                                      "--grpc-port", str(grpc), "--grpc-server-stack", proxy_stack])
     up.wait_for(lambda a: any(line.startswith("delaymq up: ready") for line in a.raw_lines), 180,
                 "delaymq up to report every process ready")
     rows = [line.split() for line in up.raw_lines if re.match(r"(namesrv|broker|proxy) ", line)]
     assert [(r[0], r[1]) for r in rows] == [("namesrv", "namesrv"), ("broker", "broker-0"), ("broker", "broker-1"),
                                             ("proxy", "proxy-0"), ("proxy", "proxy-1")], up.raw_lines
     pids = [int(r[2]) for r in rows]
+    # on grpcServerStack=envoy each proxy's ready line names the Envoy process that serves: it must go too
+    logs = tmp_path / "up" / "logs"
+    envoys = [int(m) for j in range(2) for f in (logs / f"proxy-{j}.out", logs / f"proxy-{j}.log") if f.exists()
+              for m in re.findall(r"delaymq proxy ready on \S+ \(envoy pid (\d+)\)", f.read_text())]
+    assert len(envoys) == (2 if proxy_stack == "envoy" else 0), [f.read_text()[-2000:] for f in logs.glob("proxy-*")]
+    pids += envoys
     assert all(alive(p) for p in pids)
     assert rows[2][3] == f"127.0.0.1:{base + 10}" and rows[4][4] == f"127.0.0.1:{grpc}", rows
     n = f"127.0.0.1:{ns}"
