@@ -1,8 +1,8 @@
-"""delaymq-proxy in front of Apache RocketMQ 5.1.3's own name server and broker (../shared/rocketmq5, timer wheel
-on), the other direction of tests/grpc/test_apache_proxy.py: the official Python 5.1.2 client sends normal,
-FIFO and delayed messages, receives, acks and changes the invisible duration through delaymq-proxy, which
-reaches the Apache broker only over remoting (SEND_MESSAGE_V2, POP_MESSAGE, ACK_MESSAGE,
-CHANGE_MESSAGE_INVISIBLETIME with the Apache broker's own extraInfo receipts)."""
+"""delaymq-proxy, on each grpcServerStack (envoy, the default, and grpcio), in front of Apache RocketMQ 5.1.3's own
+name server and broker (../shared/rocketmq5, timer wheel on), the other direction of tests/grpc/test_apache_proxy.py:
+the official Python 5.1.2 client sends normal, FIFO and delayed messages, receives, acks and changes the invisible
+duration through delaymq-proxy, which reaches the Apache broker only over remoting (SEND_MESSAGE_V2, POP_MESSAGE,
+ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME with the Apache broker's own extraInfo receipts)."""
 
 from __future__ import annotations
 
@@ -68,22 +68,25 @@ def topic_on_apache(c: ApacheCluster, prefix: str, message_type: str = "NORMAL",
     return topic, group
 
 
-def start_proxy(agents, c: ApacheCluster) -> Endpoint:
+def start_proxy(agents, c: ApacheCluster, stack: str) -> Endpoint:
+    """`stack`: grpcServerStack (tests/grpc/conftest.py's proxy_stack; envoy, the default, names Envoy's pid)."""
     port = pick_port_pair()
     p = agents._start("delaymq-proxy", [sys.executable, "-m", "server.proxy", "--namesrv", c.namesrv.addr,
-                                        "--grpc-port", str(port), "--host", "127.0.0.1"])
+                                        "--grpc-port", str(port), "--host", "127.0.0.1", "--grpc-server-stack", stack])
     p.wait_for(lambda a: any("delaymq proxy ready on" in line for line in a.raw_lines), 30, "delaymq-proxy to start")
+    ready = next(line for line in p.raw_lines if "delaymq proxy ready on" in line)
+    assert ("(envoy pid " in ready) == (stack == "envoy"), ready
     return Endpoint(f"127.0.0.1:{port}")
 
 
-def test_normal_messages_through_delaymq_proxy_to_an_apache_broker(apache, agents):
+def test_normal_messages_through_delaymq_proxy_to_an_apache_broker(apache, agents, proxy_stack):
     topic, group = topic_on_apache(apache, "AbN")
-    send_receive_ack_five(agents, start_proxy(agents, apache), topic, group)
+    send_receive_ack_five(agents, start_proxy(agents, apache, proxy_stack), topic, group)
 
 
-def test_fifo_messages_through_delaymq_proxy_to_an_apache_broker_arrive_in_order(apache, agents):
+def test_fifo_messages_through_delaymq_proxy_to_an_apache_broker_arrive_in_order(apache, agents, proxy_stack):
     topic, group = topic_on_apache(apache, "AbF", "FIFO", orderly=True)
-    proxy = start_proxy(agents, apache)
+    proxy = start_proxy(agents, apache, proxy_stack)
     # the Apache broker's TopicConfig (GET_TOPIC_CONFIG) and group config (GET_SUBSCRIPTIONGROUP_CONFIG) as the
     # proxy reads them: the route takes FIFO messages only, the group's consumers are told fifo
     assert asyncio.run(route_types(proxy.grpc_addr, topic)) == [[pb.FIFO]]
@@ -95,14 +98,14 @@ def test_fifo_messages_through_delaymq_proxy_to_an_apache_broker_arrive_in_order
     assert {e["group"] for e in c.of("received")} == {"g1"}
 
 
-def test_delayed_messages_through_delaymq_proxy_to_an_apache_broker_never_arrive_early(apache, agents):
+def test_delayed_messages_through_delaymq_proxy_to_an_apache_broker_never_arrive_early(apache, agents, proxy_stack):
     topic, group = topic_on_apache(apache, "AbD", "DELAY")
-    three_delayed_never_early(agents, start_proxy(agents, apache), topic, group)
+    three_delayed_never_early(agents, start_proxy(agents, apache, proxy_stack), topic, group)
 
 
-def test_change_invisible_duration_through_delaymq_proxy_to_an_apache_broker_redelivers(apache, agents):
+def test_change_invisible_duration_through_delaymq_proxy_to_an_apache_broker_redelivers(apache, agents, proxy_stack):
     topic, group = topic_on_apache(apache, "AbC")
-    proxy = start_proxy(agents, apache)
+    proxy = start_proxy(agents, apache, proxy_stack)
     sent = agents.run_rmq5("produce", proxy, topic=topic, count=1, timeout=90)
     [msg] = sent.of("sent")
     c = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=2, change_invisible=1,
@@ -112,12 +115,12 @@ def test_change_invisible_duration_through_delaymq_proxy_to_an_apache_broker_red
     assert len(c.of("changed")) == 2
 
 
-def test_a_redelivery_from_the_apache_pop_retry_topic_is_acknowledged_for_good(apache, agents):
+def test_a_redelivery_from_the_apache_pop_retry_topic_is_acknowledged_for_good(apache, agents, proxy_stack):
     """Unacked, the message comes back from the Apache broker's pop retry topic (%RETRY%group_topic, the
     receipt's topicMark 1) as attempt 2; its ACK through the proxy names that retry topic and holds: nothing
     comes back after the second delivery's invisible time."""
     topic, group = topic_on_apache(apache, "AbR")
-    proxy = start_proxy(agents, apache)
+    proxy = start_proxy(agents, apache, proxy_stack)
     [msg] = agents.run_rmq5("produce", proxy, topic=topic, count=1, timeout=90).of("sent")
     first = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=1, no_ack=True, invisible=2,
                             max_seconds=30, timeout=60)
@@ -132,12 +135,12 @@ def test_a_redelivery_from_the_apache_pop_retry_topic_is_acknowledged_for_good(a
     assert again.of("received") == []
 
 
-def test_an_orderly_group_gets_a_fifo_queues_next_message_only_after_the_previous_is_done(apache, agents):
+def test_an_orderly_group_gets_a_fifo_queues_next_message_only_after_the_previous_is_done(apache, agents, proxy_stack):
     """The group is orderly (consumeMessageOrderly, read by the proxy with GET_SUBSCRIPTIONGROUP_CONFIG), so
     the proxy pops with order=true: one message at a time and unacknowledged, the queue's next message is
     held back and the same message comes again after its invisible time, as attempt 2 (orderCountInfo)."""
     topic, group = topic_on_apache(apache, "AbO", "FIFO", orderly=True)
-    proxy = start_proxy(agents, apache)
+    proxy = start_proxy(agents, apache, proxy_stack)
     sent = agents.run_rmq5("produce", proxy, topic=topic, count=3, message_group="g1", timeout=90)
     assert len(sent.of("sent")) == 3
     c = agents.run_rmq5("simple", proxy, group=group, topic=topic, until_count=2, batch=1, no_ack=True,
