@@ -140,6 +140,8 @@ async def _inner(n: int, out: str) -> None:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--inner"]:
         from remoting import loop
+        from server.logging import configure
+        configure("warning")  # stdout carries the phases' lines
         loop.run(_inner(int(argv[1]), argv[2]))
         return 0
     n = int(argv[0]) if argv else 400
