@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,7 +72,8 @@ async def _inner(n: int, out: str) -> None:
     from server.grpc.local_backend import SendConnection, send_header
     from server.grpc.v2 import service_pb2 as spb
 
-    b = BrokerController(BrokerConfig(store_path_root_dir=tempfile.mkdtemp(prefix="grpc-phases-", dir=store_base()),
+    store = tempfile.mkdtemp(prefix="grpc-phases-", dir=store_base())
+    b = BrokerController(BrokerConfig(store_path_root_dir=store,
                                       listen_port=pick_port(), listen_host="127.0.0.1", grpc_listen_port=pick_port(),
                                       flush_disk_type="ASYNC_FLUSH", default_topic_queue_nums=8))
     await b.start()
@@ -135,6 +137,7 @@ async def _inner(n: int, out: str) -> None:
             print(json.dumps({"phase": name, "n": n, "ir_per_msg": _totals(f"{out}.{k}") // n}), flush=True)
     finally:
         await b.shutdown()
+        shutil.rmtree(store, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:
@@ -150,6 +153,7 @@ def main(argv: list[str]) -> int:
                         sys.executable, "-m", "bench.grpc_send_phases", "--inner", str(n), out],
                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=False)
     print(p.stdout, end="")
+    shutil.rmtree(os.path.dirname(out), ignore_errors=True)
     return p.returncode
 
 
