@@ -33,6 +33,7 @@ import structlog
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode
 from codec.command import RemotingCommand
+from codec.controller import ExchangeHAInfoRequestHeader, ExchangeHAInfoResponseHeader
 from remoting.client import RemotingClient
 from scheduler.progress import SchedulerProgress
 from server.cluster.ha.autoswitch_master import AutoSwitchHAService, AutoSwitchStats, Members
@@ -93,7 +94,10 @@ class ReplicaRole:
         self.learned: ReplicatedTopics | None = None  # a slave's topics learned from replicated records
         self._client: RemotingClient | None = None  # prepare()
         self.master_addr_from_ns: str | None = None  # RegisterBrokerResult.masterAddr
-        self.ha_addr_from_ns: str | None = None  # RegisterBrokerResult.haServerAddr
+        # the master's HA address: RegisterBrokerResult.haServerAddr, or the master's own EXCHANGE_BROKER_HA_INFO
+        # answer (`learn_master_ha`); never derived from its listenPort (haListenPort is its own key)
+        self.ha_addr_from_ns: str | None = None
+        self.init_max_offset = 0  # the CommitLog end when the store opened (Apache's brokerInitMaxOffset)
         self.pinned_master: str | None = None  # controller mode: the master the controller named (follow())
         self.fenced = False  # controller mode: a master the controller replaced (fence())
         # async fn(brokerRole, brokerId), awaited after a promotion
@@ -210,9 +214,33 @@ class ReplicaRole:
                 continue
             if 0 in addrs and addrs[0] != self.config.broker_addr:
                 self.master_addr_from_ns = addrs[0]
-                host, _, port = addrs[0].rpartition(":")
-                self.ha_addr_from_ns = self.ha_addr_from_ns or f"{host}:{int(port) + 1}"
                 return
+
+    async def learn_master_ha(self) -> str | None:
+        """The HA address of the master this slave follows, asked of the master itself (EXCHANGE_BROKER_HA_INFO,
+        as Apache's retrieveBrokerHaInfo): its brokerIP2:haListenPort, whatever its listenPort. None when
+        it does not answer one (unreachable, not the master, or a 4.x broker): the name server's answer to
+        the next registration brings it (on_register_result)."""
+        if len(self.config.ha_master_address) >= 6:
+            return self.config.ha_master_address
+        master = self.master_addr_from_ns
+        if not master:
+            return None
+        try:
+            resp = await self.client.invoke(master, RemotingCommand.request(
+                int(RC.EXCHANGE_BROKER_HA_INFO), ExchangeHAInfoRequestHeader().to_ext()), 3.0)
+            ha = ExchangeHAInfoResponseHeader.from_ext(resp.ext_fields).masterHaAddress \
+                if resp.code == ResponseCode.SUCCESS else None
+        except Exception as e:  # unreachable, or an answer that is not one
+            log.info("ha.master_ha_unknown", master=master, error=repr(e))
+            return None
+        if not ha:
+            log.info("ha.master_ha_unknown", master=master, code=resp.code, remark=resp.remark)
+            return None
+        if master == self.master_addr_from_ns:  # still the master followed (a role change may have come meanwhile)
+            self.ha_addr_from_ns = ha
+        log.info("ha.master_ha_learned", master=master, ha=ha)
+        return ha
 
     # ---- lifecycle ----------------------------------------------------------------------
     def load_epoch(self) -> None:
@@ -231,6 +259,7 @@ class ReplicaRole:
         """After the store loaded, before the scheduler services start."""
         self._store = store
         self._client = RemotingClient()
+        self.init_max_offset = store.commitlog_max_offset()
         self.load_epoch()
         if self.autoswitch:
             self.epochs.load()
@@ -238,8 +267,10 @@ class ReplicaRole:
             if last is not None:
                 self.epoch, self.epoch_start = last
         if self.is_slave:
-            if not self.config.ha_master_address and self.config.namesrv_addr_list:
-                await self._master_from_namesrv()
+            if not self.config.ha_master_address:
+                if self.pinned_master is None and self.config.namesrv_addr_list:
+                    await self._master_from_namesrv()
+                await self.learn_master_ha()
             if not self.autoswitch:
                 await self.rejoin()
             store.start_replica()
@@ -492,10 +523,8 @@ class ReplicaRole:
         self.fenced = False
         self.pinned_master = None
         self.follow(master_addr)
-        if master_addr:  # RocketMQ's haListenPort = listenPort + 1 until a name-server answer says otherwise
-            host, _, port = master_addr.rpartition(":")
-            self.ha_addr_from_ns = f"{host}:{int(port) + 1}"
-            await self._pre_handshake()  # the cut before the wheel reopens, so no unit points at cut bytes
+        if master_addr and await self.learn_master_ha():  # else the name server's answer brings it, and the
+            await self._pre_handshake()  # running client cuts; here the cut comes before the wheel reopens
         self._start_slave()
         await self._announce()
         info: dict[str, object] = {"brokerRole": "SLAVE", "brokerId": broker_id, "master": master_addr,
