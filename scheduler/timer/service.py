@@ -273,6 +273,12 @@ class TimerMessageStore:
         self._loaded = False
         log.info("timer.stopped", read_ms=self.clocks.commit_read_ms, queue_offset=self.clocks.queue_offset)
 
+    @property
+    def delivering(self) -> bool:
+        """Its SlotReader and Putter run (a master's wheel; a slave's only follows)."""
+        p = self._parts
+        return self._running and p is not None and p.reader.running
+
     def _floor(self, ms: int) -> int:
         return ms - ms % self.config.precision_ms
 

@@ -10,7 +10,9 @@ messages. a restarted rejoins as b's slave: before its scheduler loads it asks b
 address, cuts its CommitLog at the consistent point (its own tail goes), and then holds b's bytes byte
 for byte, b's ConsumeQueue offsets, and an index where a key of the cut tail finds nothing. Handed the
 group back (electMaster a), a delivers every scheduled message b left pending, once, none early, and
-none of the cut ones ever; b, demoted live, follows a at its own HA port."""
+none of the cut ones ever; b, demoted live, follows a at its own HA port, with every master-only service
+(delay levels, timer wheel, transaction check-backs, pop revive) stopped; elected again in the same
+process, b starts them all again and delivers."""
 
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ pytestmark = [pytest.mark.java, pytest.mark.process, requires_rocketmq5]
 
 QUERY_MESSAGE = int(RequestCode.QUERY_MESSAGE)
 GET_MAX_OFFSET = int(RequestCode.GET_MAX_OFFSET)
+ALL_MASTER_SERVICES = "delayLevels,timerWheel,transactionCheck,popRevive"
 SCHEDULED = [(TOPIC, q) for q in range(QUEUES)] + [("SCHEDULE_TOPIC_XXXX", 2), ("rmq_sys_wheel_timer", 0)]
 
 
@@ -188,6 +191,7 @@ async def test_old_master_rejoins_cutting_what_the_new_epoch_does_not_hold(tmp_p
         log = a.stderr_path.read_text()
         assert "ha.master_ha_learned" in log and b_ha in log, log[-3000:]
         assert "ha.autoswitch_truncated" in log and '"timer_wheel_rebuilt": true' in log, log[-3000:]
+        assert info["haMasterServices"] == ""  # a slave runs none of a master's services
 
         async def same_end() -> bool:
             return (await runtime(a.addr))["commitLogMaxOffset"] == (await runtime(b.addr))["commitLogMaxOffset"]
@@ -232,6 +236,30 @@ async def test_old_master_rejoins_cutting_what_the_new_epoch_does_not_hold(tmp_p
             return (info["brokerRole"], info.get("haMasterAddress")) == ("SLAVE", a_ha)
         await until(b_follows_a, 30, diag)
         await until(lambda: in_sync(1), 30, diag)
+        # the master-only services: running on the master, stopped on the demoted one
+        assert (await runtime(a.addr))["haMasterServices"] == ALL_MASTER_SERVICES
+        assert (await runtime(b.addr))["haMasterServices"] == ""
+
+        # b elected again, in the same process that was demoted: each of them starts again and its delay
+        # levels and wheel deliver (a level stopped by the demotion is resumed, not left stopped)
+        ctl = await RawClient.connect(ctrl)
+        r = await ctl.invoke(int(RequestCode.CONTROLLER_ELECT_MASTER),
+                             ElectMasterRequestHeader(CLUSTER, GROUP, 2, designateElect=True).to_ext())
+        await ctl.close()
+        assert r.code == 0, (r.code, r.remark)
+        await until(lambda: routed(b.addr, 0), 30, diag)
+        again: dict[str, int] = {}
+        await put(b.addr, again, "again", 10, 1, 2)
+        n = await RawClient.connect(b.addr)
+        seen, copies = await delivered(n, set(again), diag)
+        await n.close()
+        assert {k: v for k, v in copies.items() if v > 1} == {}
+        assert [k for k in again if seen[k]["store_ts"] < again[k]] == []
+        assert (await runtime(b.addr))["haMasterServices"] == ALL_MASTER_SERVICES
+        async def a_demoted() -> bool:
+            return (await runtime(a.addr))["haMasterServices"] == "" and \
+                (await runtime(a.addr))["brokerRole"] == "SLAVE"
+        await until(a_demoted, 30, diag)
     finally:
         for p in (a, b):
             if p.proc is not None and p.proc.poll() is None:

@@ -7,7 +7,8 @@ follows from it. Composed by server.broker.BrokerController.
   and its scheduler progress; the delay levels do not run and the timer wheel only follows.
 - `promote()` (PROMOTE_BROKER, `delaymq broker promote -b ADDR`): the slave becomes the master live:
   HA client and sync stop, the torn tail (if any) is cut, writes are accepted, a new HA epoch starts
-  at the CommitLog end (config/haEpoch.json), the delay levels start from the last synced offsets and
+  at the CommitLog end (config/haEpoch.json), the master-only services start (transaction check-backs,
+  pop's revive sweep, and:) the delay levels from the last synced offsets and
   the wheel from the synced read position (skipping what the old master had put of the slot in
   progress), brokerId becomes 0 and the role listeners run (name-server re-registration).
 - A SLAVE whose own epoch is older than its master's (a former master coming back) first cuts its
@@ -470,6 +471,7 @@ class ReplicaRole:
         skipped: dict[int, int] = {}
         timer_skipped = 0
         b.transactions.start()
+        b.pop.start_sweep()
         if b.delay_service is not None:
             # the deliveries the old master put after its last adopted record are in the replica: skipped
             skipped = b.delay_service.resume_from(delay_offsets, synced.commitlog_offset if synced is not None else -1)
@@ -500,11 +502,13 @@ class ReplicaRole:
     # ---- demotion (controller mode) ----------------------------------------------------------
     async def demote(self, broker_id: int, master_addr: str | None) -> dict[str, object]:
         """Controller mode, a running master the controller replaced becomes a slave of `master_addr`
-        without a restart: writes refused first (the store read-only, as `fence`), then the delay levels
-        and the timer wheel stop delivering (their progress persisted), the store turns replica, and the
-        AutoSwitch HA client's handshake cuts the CommitLog back to the consistent point with the new
-        master before it replicates from it; the wheel only follows from then on; registered with the
-        name servers as `broker_id`."""
+        without a restart: writes refused first (the store read-only, as `fence`), then every master-only
+        service stops (`master_services`: the delay levels and the timer wheel, their progress persisted;
+        the transaction check-backs; pop's revive sweep), the store turns replica, and the AutoSwitch
+        handshake with the new master (its HA address asked of it: `learn_master_ha`) cuts the CommitLog,
+        ConsumeQueues and index back to the consistent point, and the wheel's own files when that cut
+        anything, before it replicates from it; the wheel only follows from then on; registered with the
+        name servers as `broker_id`. A later promotion starts each of them again."""
         if self.is_slave:
             raise ValueError("this broker is already a slave")
         if not self.autoswitch:
@@ -517,6 +521,7 @@ class ReplicaRole:
         if b.timer_service is not None:
             await b.timer_service.shutdown()  # closed; _start_slave reopens it as a follower
         b.transactions.stop()
+        await b.pop.stop_sweep()
         end = self.store.commitlog_max_offset()
         self.store.start_replica()
         cfg.broker_role, cfg.broker_id = "SLAVE", broker_id
@@ -532,9 +537,21 @@ class ReplicaRole:
         log.warning("ha.demoted", **info)
         return info
 
+    def master_services(self) -> list[str]:
+        """The master-only services running now: each starts at a promotion and stops at a demotion
+        (a slave runs none; its wheel only follows)."""
+        if self._services is None:
+            return []
+        b = self._services
+        running = {"delayLevels": b.delay_service.running,
+                   "timerWheel": b.timer_service is not None and b.timer_service.delivering,
+                   "transactionCheck": b.transactions.running, "popRevive": b.pop.sweeping}
+        return [name for name, on in running.items() if on]
+
     def runtime_info(self) -> dict[str, str]:
         """Flat GET_BROKER_RUNTIME_INFO entries (ha*)."""
-        info = {"haEpoch": str(self.epoch), "haEpochStartOffset": str(self.epoch_start)}
+        info = {"haEpoch": str(self.epoch), "haEpochStartOffset": str(self.epoch_start),
+                "haMasterServices": ",".join(self.master_services())}
         if self.ha_service is not None:
             info["haSlaveCount"] = str(len(self.ha_service.slaves.connections))
             info["haPush2SlaveMaxOffset"] = str(self.ha_service.push2slave_max)
