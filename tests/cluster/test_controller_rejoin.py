@@ -7,8 +7,9 @@ pending) reach b. b is SIGSTOPped; once a dropped it (connection and SyncStateSe
 delay-level and timer messages: an ASYNC master with allAckInSyncStateSet=false answers them) and is
 killed with SIGKILL; b, continued, is elected (the controller's enableElectUncleanMaster) and takes new
 messages. a restarted rejoins as b's slave: before its scheduler loads it asks b for its HA
-address, cuts its CommitLog at the consistent point (its own tail goes), and then holds b's bytes byte
-for byte, b's ConsumeQueue offsets, and an index where a key of the cut tail finds nothing. Handed the
+address and cuts its CommitLog at the consistent point (its own tail goes; or, when b does not answer
+then, its running HA client cuts once the name server names b's HA address, and its following timer
+wheel is rebuilt), and then holds b's bytes byte for byte, b's ConsumeQueue offsets, and an index where a key of the cut tail finds nothing. Handed the
 group back (electMaster a), a delivers every scheduled message b left pending, once, none early, and
 none of the cut ones ever; b, demoted live, follows a at its own HA port, with every master-only service
 (delay levels, timer wheel, transaction check-backs, pop revive) stopped; elected again in the same
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -117,7 +119,25 @@ async def query_key(addr: str, key: str) -> list[bytes]:
     return [m["body"] for m in decode_records(r.body)]
 
 
-async def test_old_master_rejoins_cutting_what_the_new_epoch_does_not_hold(tmp_path: Path) -> None:
+def continue_when_logged(proc: BrokerProcess, log_path: Path, event: str, timeout: float) -> threading.Thread:
+    """SIGCONT `proc` once `event` appears in `log_path` (or after `timeout`): a thread, since the test's
+    own thread is blocked in the start of the broker writing that log."""
+    def run() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and event not in log_path.read_text(errors="replace"):
+            time.sleep(0.05)  # reading a log another process writes: no event to wait on
+        assert proc.proc is not None
+        os.kill(proc.proc.pid, signal.SIGCONT)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+# pre_start_cut: the master answers EXCHANGE_BROKER_HA_INFO when a restarts, so a cuts before its scheduler
+# loads; running_client_cut: b is stopped then (a's question times out), a learns b's HA address from
+# the name server and its running HA client cuts, after which a's following wheel is rebuilt
+@pytest.mark.parametrize("master_answers", [True, False], ids=["pre_start_cut", "running_client_cut"])
+async def test_old_master_rejoins_cutting_what_the_new_epoch_does_not_hold(tmp_path: Path, master_answers: bool) -> None:
     ctrl_port, peer_port = pick_port_pair(), pick_port_pair()
     ctrl = f"127.0.0.1:{peer_port}"
     controller = Rmq5Process("mqcontroller", tmp_path / "ctrl", {
@@ -135,6 +155,8 @@ async def test_old_master_rejoins_cutting_what_the_new_epoch_does_not_hold(tmp_p
         # slave's socket buffers take none of the tail written after
         conf = {**broker_conf(ctrl, ns.addr, 0), "haListenPort": ha_port, "allAckInSyncStateSet": "false",
                 "haHousekeepingInterval": 3000, "haSendHeartbeatInterval": 500}
+        if name == "b":  # stopped for a while when a restarts (running_client_cut): not expired meanwhile
+            conf["controllerHeartBeatTimeoutMills"] = 30000
         brokers[name] = BrokerProcess(tmp_path / name, conf, port=port, ready_timeout=90)
     a, b = brokers["a"], brokers["b"]
     a_ha, b_ha = (f"127.0.0.1:{p.config['haListenPort']}" for p in (a, b))
@@ -185,13 +207,31 @@ async def test_old_master_rejoins_cutting_what_the_new_epoch_does_not_hold(tmp_p
         await put(b.addr, keys, "new", 20, 1, 2)  # b's own: delivered by b before a comes back
 
         # a rejoins as b's slave: b's HA address from b itself, the tail cut before its scheduler loads
-        a.start()
+        if master_answers:
+            a.start()
+        else:
+            assert b.proc is not None
+            before = a.stderr_path.read_text()
+            os.kill(b.proc.pid, signal.SIGSTOP)
+            resumed = continue_when_logged(b, a.stderr_path, "ha.master_ha_unknown", 60)
+            try:
+                a.start()
+            finally:
+                resumed.join(60)
+                os.kill(b.proc.pid, signal.SIGCONT)
         info = await runtime(a.addr)
         assert (info["brokerRole"], info["brokerId"]) == ("SLAVE", "1"), info
-        log = a.stderr_path.read_text()
-        assert "ha.master_ha_learned" in log and b_ha in log, log[-3000:]
-        assert "ha.autoswitch_truncated" in log and '"timer_wheel_rebuilt": true' in log, log[-3000:]
         assert info["haMasterServices"] == ""  # a slave runs none of a master's services
+        if master_answers:
+            log = a.stderr_path.read_text()
+            assert "ha.master_ha_learned" in log and b_ha in log, log[-3000:]
+            assert "ha.autoswitch_truncated" in log and '"timer_wheel_rebuilt": true' in log, log[-3000:]
+        else:
+            async def wheel_rebuilt() -> bool:
+                log = a.stderr_path.read_text()[len(before):]
+                return "ha.master_ha_unknown" in log and "ha.autoswitch_truncated" in log and \
+                    "ha.timer_wheel_rebuilt" in log
+            await until(wheel_rebuilt, 30, diag)
 
         async def same_end() -> bool:
             return (await runtime(a.addr))["commitLogMaxOffset"] == (await runtime(b.addr))["commitLogMaxOffset"]

@@ -104,6 +104,7 @@ class ReplicaRole:
         # async fn(brokerRole, brokerId), awaited after a promotion
         self.role_listeners: list[Callable[[str, int], Awaitable[object]]] = []
         self._tasks: list[SupervisedTask] = []
+        self._wheel_rebuild: asyncio.Task[None] | None = None  # _on_truncated's, awaited by promote
         self.epoch = 0
         self.epoch_start = 0
         self.promoted_at_ms = 0
@@ -379,8 +380,39 @@ class ReplicaRole:
         if last is not None:
             self.epoch, self.epoch_start = last
         log.warning("ha.rejoin", protocol="AutoSwitch", to_offset=offset, dropped_bytes=dropped, epoch=self.epoch)
+        timer = self.services.timer_service
+        if timer is not None and self._wheel_rebuild is None:
+            self._wheel_rebuild = asyncio.get_running_loop().create_task(self._rebuild_wheel())
+
+    async def _rebuild_wheel(self) -> None:
+        """A cut at the running client's handshake (the one before start could not reach the master): the
+        following wheel loaded units that may point at the bytes cut, so it is closed, its own files go
+        and it follows again, rebuilt from the timer topic's ConsumeQueue (cut with the CommitLog), as
+        `_pre_handshake` does before it loads. A promotion waits for it."""
+        timer = self.services.timer_service
+        try:
+            if timer is None or not self.is_slave:
+                return
+            # the master's progress is asked with the wheel's queue offset, and its cursor history from there:
+            # no answer to a question asked before the rebuild (a history that does not reach back to the
+            # first unit) may be adopted after it, so the progress sync stops meanwhile
+            syncing = [t for t in self._tasks if t.name == "scheduler-sync"]
+            for t in syncing:
+                await t.stop()
+            gone = await timer.refollow()
+            if self.sync is not None and syncing:
+                self.sync.pending_records.clear()
+                self._tasks = [t for t in self._tasks if t not in syncing]
+                self._tasks.append(self.store.supervisor.spawn("scheduler-sync", self.sync.run_progress))
+            log.warning("ha.timer_wheel_rebuilt", files=gone)
+        except Exception as e:  # a one-shot task: nothing else would see its error
+            log.error("ha.timer_wheel_rebuild_failed", error=repr(e))
+        finally:
+            self._wheel_rebuild = None
 
     async def _stop_slave(self) -> None:
+        if self._wheel_rebuild is not None:  # a cut's wheel rebuild (it restarts the progress sync) ends first:
+            await self._wheel_rebuild  # a promotion's wheel then follows the whole master history
         if self.ha_client is not None:
             self.ha_client.link.stop()
         for t in self._tasks:
