@@ -181,12 +181,17 @@ class StreamBody:
         self._closing = True
         self._wake.set()
 
-    async def rest(self) -> bytes:
-        """What is not sent yet, once the writer's send in flight is done (the body's order kept)."""
+    async def rest(self, *, wait: bool = True) -> bytes:
+        """What is not sent yet, once the writer's send in flight is done (the body's order kept). `wait=False`
+        (the call's deadline passed: its client may have stopped reading, so that send may never complete): the
+        writer is cancelled instead; the chunk in flight was handed to the server when its send was called."""
         writer, self._writer = self._writer, None
         if writer is not None:
             self.end()
-            await writer
+            if wait:
+                await writer
+            else:
+                writer.cancel()
         data = bytes(self._queued)
         self._queued.clear()
         return data
@@ -413,7 +418,8 @@ class GrpcAsgiApp:
         if status == GrpcStatus.CANCELLED:
             return  # nobody reads the status
         try:
-            await send({"type": "http.response.body", "body": await body.rest(), "more_body": False})
+            rest = await body.rest(wait=status != GrpcStatus.DEADLINE_EXCEEDED)
+            await send({"type": "http.response.body", "body": rest, "more_body": False})
             await send({"type": "http.response.trailers", "headers": trailers(status, message)})
         except Exception:  # the client went away while the status was on its way  # noqa: BLE001
             pass

@@ -161,3 +161,22 @@ async def test_a_handler_that_outruns_its_client_waits_at_the_bound_and_the_body
     assert server.body == reference_body(out)
     assert 1 < server.more_body_sends < len(out)
     assert server.status == b"0"
+
+
+async def test_a_stream_past_its_deadline_ends_with_its_status_though_its_client_stopped_reading():
+    out = responses(1)
+    server = Server(receive_request(), hold_sends=True)  # no more_body send ever completes
+
+    class Servicer:
+        async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+            yield out[0]
+            await asyncio.sleep(0)  # the writer sends the first frame, which is never taken
+            yield out[1]
+            await asyncio.Event().wait()  # then nothing, until the deadline
+
+    app = GrpcAsgiApp(Servicer(), spb.DESCRIPTOR.services_by_name["MessagingService"], max_message_bytes=1 << 22)
+    s = scope(RECEIVE)
+    s["headers"].append((b"grpc-timeout", b"100m"))
+    await asyncio.wait_for(app(s, server.receive, server.send), 10)
+    assert server.body == reference_body(out)  # the frame in flight, then the one still queued, in order
+    assert server.status == b"4"  # DEADLINE_EXCEEDED
