@@ -19,12 +19,13 @@ import sys
 import time
 
 from bench.grpc_floor import metadata
-from bench.grpc_topology import GROUP, TOPIC, Setup, start
+from bench.grpc_topology import GROUP, Setup, start
+from bench.grpc_topology import TOPIC as PROBE_TOPIC
 
-PROBE_TOPIC = TOPIC
 
-
-async def _timeline(stub, req, md) -> dict:
+async def _timeline(stub, req, md, sent_at: list[float] | None = None) -> dict:
+    """ms from the call's start to each mark; with `sent_at` (filled in by the caller while the call waits),
+    also the first message's ms after that instant."""
     t0 = time.monotonic()
     marks: dict[str, float] = {}
     n = 0
@@ -36,6 +37,8 @@ async def _timeline(stub, req, md) -> dict:
             marks.setdefault("first_message", now)
             marks["last_message"] = now
     marks["end"] = (time.monotonic() - t0) * 1000
+    if sent_at and "first_message" in marks:
+        marks["after_send_answer_ms"] = marks["first_message"] - (sent_at[0] - t0) * 1000
     return {"messages": n, **{k: round(v, 2) for k, v in marks.items()}}
 
 
@@ -44,8 +47,7 @@ async def probe(addr: str, rounds_ready: int) -> dict:
     from server.grpc.v2 import definition_pb2 as pb
     from server.grpc.v2 import service_pb2 as spb
     ch, stub = _stub(addr)
-    md = metadata("probe") + (("x-mq-client-version", "5.1.2"),)
-    md = tuple(dict(md).items())
+    md = metadata("probe")
     telemetry = await _consumer_settings(stub, md, GROUP, PROBE_TOPIC)
 
     def receive_request(poll_ms: int):
@@ -77,19 +79,14 @@ async def probe(addr: str, rounds_ready: int) -> dict:
                                    timeout=10, metadata=md)
         out["ready"].append(await _timeline(stub, receive_request(1000), md))
         await ack_all()
-        waiting = asyncio.ensure_future(_timeline(stub, receive_request(5000), md))
-        await asyncio.sleep(0.3)  # the probe's stimulus: the long poll is parked by then
+        sent_at: list[float] = []
+        waiting = asyncio.ensure_future(_timeline(stub, receive_request(5000), md, sent_at))
+        await asyncio.sleep(0.3)  # the probe's stimulus, not a synchronisation: the long poll is parked by then
         seq += 1
-        t_send = time.monotonic()
         await stub.SendMessage(spb.SendMessageRequest(messages=[_msg(PROBE_TOPIC, seq, b"x" * 128)]),
                                timeout=10, metadata=md)
-        t_sent = time.monotonic()
-        tl = await waiting
-        got = (tl.get("first_message"))
-        t0_of_waiting = t_send - 0.3  # close to the receive's start
-        tl["after_send_answer_ms"] = None if got is None else round(
-            got - (t_sent - t0_of_waiting) * 1000, 2)
-        out["long_poll"].append(tl)
+        sent_at.append(time.monotonic())
+        out["long_poll"].append(await waiting)
     telemetry.cancel()
     await ch.close()
     return out
