@@ -24,6 +24,11 @@ class ProxyConfig:
     tls_cert_path: str = ""  # tls.server.certPath (--tls-cert): with the key, the gRPC port speaks TLS only
     tls_key_path: str = ""  # tls.server.keyPath (--tls-key)
     reuse_port: bool = False  # reusePort: SO_REUSEPORT on the gRPC port, so several proxies on one host share it
+    # sendCoalesce: sends to a broker wait while one flight of them is out and go together (server.proxy.coalesce);
+    # false: one write per send (the reference path)
+    send_coalesce: bool = True
+    send_coalesce_max_frames: int = 128  # sendCoalesceMaxFrames: requests in one flight at most
+    send_coalesce_linger_ms: int = 5  # sendCoalesceLingerMs: least time between two flights to a broker under load
 
     @property
     def tls(self) -> bool:
@@ -41,7 +46,8 @@ _KEYS = {"namesrvAddr": "namesrv_addr", "grpcServerPort": "grpc_port", "listenHo
          "timerWheelEnable": "timer_wheel_enable", "messageDelayLevel": "message_delay_level",
          "maxMessageSize": "max_message_size", "routeCacheTtlMs": "route_ttl_ms", "aclEnable": "acl_enable",
          "aclFile": "acl_file", "tls.server.certPath": "tls_cert_path", "tls.server.keyPath": "tls_key_path",
-         "reusePort": "reuse_port"}
+         "reusePort": "reuse_port", "sendCoalesce": "send_coalesce",
+         "sendCoalesceMaxFrames": "send_coalesce_max_frames", "sendCoalesceLingerMs": "send_coalesce_linger_ms"}
 
 
 def _value(key: str, text: str, like: object) -> object:
@@ -88,6 +94,10 @@ def load_proxy_config(path: str | None, overrides: Mapping[str, str | int | None
         raise ValueError("namesrvAddr: no name server given (--namesrv ADDR)")
     if not 0 <= cfg.grpc_port <= 65535:
         raise ValueError(f"grpcServerPort: {cfg.grpc_port} is not a port")
+    if cfg.send_coalesce_max_frames < 1:
+        raise ValueError(f"sendCoalesceMaxFrames: {cfg.send_coalesce_max_frames} is not a positive number")
+    if not 0 <= cfg.send_coalesce_linger_ms <= 1000:
+        raise ValueError(f"sendCoalesceLingerMs: {cfg.send_coalesce_linger_ms} is not 0..1000")
     if cfg.acl_enable and not cfg.acl_file:
         raise ValueError("aclFile: aclEnable=true needs the plain_acl.yml file (aclFile=PATH)")
     if bool(cfg.tls_cert_path) != bool(cfg.tls_key_path):

@@ -17,6 +17,7 @@ from server.grpc.v2 import service_pb2_grpc as sgrpc
 from server.listeners import Listener, ListenError, probe
 from server.proxy.backend import RemoteBackend
 from server.proxy.brokers import RemoteBrokers
+from server.proxy.coalesce import SendCoalescer
 from server.proxy.config import ProxyConfig
 from server.proxy.metadata import BrokerMetadata
 from server.proxy.routes import NameServerRoutes
@@ -35,7 +36,9 @@ class Proxy:
         self.cfg = cfg
         self.client = RemotingClient()
         self.routes = NameServerRoutes(self.client, cfg.namesrv_addrs, cfg.route_ttl_ms)
-        self.brokers = RemoteBrokers(self.client)
+        self.sends = SendCoalescer(self.client, cfg.send_coalesce_max_frames, cfg.send_coalesce_linger_ms) \
+            if cfg.send_coalesce else None
+        self.brokers = RemoteBrokers(self.client, sends=self.sends)
         self.port = 0
         self.server: grpc.aio.Server | None = None
         self.sessions = ProxySessions()
@@ -89,4 +92,6 @@ class Proxy:
         if self.server is not None:
             await self.server.stop(GRACE_S)
             self.server = None
+        if self.sends is not None:
+            self.sends.cancel_all()
         self.client.close()
