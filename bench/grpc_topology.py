@@ -10,6 +10,7 @@ whole list again, so a host that slows down mid-run slows every setup alike):
 | `delaymq_local` | a delaymq broker, in-broker gRPC endpoint |
 | `delaymq_proxy1` | delaymq name server + broker + one delaymq-proxy |
 | `delaymq_proxy2` | delaymq name server + broker + two delaymq-proxies (clients split between them) |
+| `delaymq_proxy1_ref` | as `delaymq_proxy1`, the proxy with `sendCoalesce=false` (one write per send; not in the default list) |
 | `apache_local` | Apache 5.1.3 name server + `mqproxy -pm local` (proxy and broker in one JVM) |
 | `apache_cluster` | Apache 5.1.3 name server + broker + `mqproxy -pm cluster` |
 
@@ -54,6 +55,9 @@ from bench.common import REPO, Broker, percentiles, pick_port, proc_cpu_s, store
 from bench.grpc_floor import CLIENTS, WARMUP_S, WINDOW, Proc, _client_process, _probe, metadata, request_bytes
 
 SETUPS = ["floor", "delaymq_local", "delaymq_proxy1", "delaymq_proxy2", "apache_local", "apache_cluster"]
+# not in the default list: delaymq_proxy1 on the proxy's reference send path (sendCoalesce=false, one write per
+# send), for the side by side of server.proxy.coalesce
+EXTRA_SETUPS = ["delaymq_proxy1_ref"]
 RMQ5 = REPO.parent / "shared" / "rocketmq5"
 TOPIC, DELAY_TOPIC, GROUP, DELAY_GROUP = "BenchFloor", "BenchTopoDelay", "BenchTopoG", "BenchTopoDelayG"
 QUEUES = 8
@@ -148,10 +152,11 @@ def _delaymq_broker(s: Setup, extra: dict) -> Broker:
     return b
 
 
-def _delaymq_proxy(s: Setup, ns: str, name: str) -> None:
+def _delaymq_proxy(s: Setup, ns: str, name: str, conf: dict | None = None) -> None:
     port = pick_port()
+    extra = ["--config", str(_conf(s.work / f"{name}.conf", conf))] if conf else []
     px = Proc([sys.executable, "-m", "server.proxy", "--namesrv", ns, "--grpc-port", str(port), "--host", "127.0.0.1",
-               "--log-level", "warning"], r"proxy ready on")
+               "--log-level", "warning", *extra], r"proxy ready on")
     s.closers.append(px.stop)
     s.pids[name] = px.pid
     s.grpc.append(f"127.0.0.1:{port}")
@@ -207,11 +212,11 @@ def start(setup: str) -> Setup:
         if setup == "delaymq_local":
             b = _delaymq_broker(s, {"grpcListenPort": pick_port()})
             s.grpc.append(f"127.0.0.1:{b.config['grpcListenPort']}")
-        elif setup in ("delaymq_proxy1", "delaymq_proxy2"):
+        elif setup in ("delaymq_proxy1", "delaymq_proxy2", "delaymq_proxy1_ref"):
             ns = _delaymq_namesrv(s)
             _delaymq_broker(s, {"namesrvAddr": ns, "brokerName": "bench-a"})
-            for k in range(1 if setup == "delaymq_proxy1" else 2):
-                _delaymq_proxy(s, ns, f"proxy{k + 1}")
+            for k in range(2 if setup == "delaymq_proxy2" else 1):
+                _delaymq_proxy(s, ns, f"proxy{k + 1}", {"sendCoalesce": "false"} if setup.endswith("_ref") else None)
         elif setup in ("apache_local", "apache_cluster"):
             _apache(s, cluster=setup == "apache_cluster")
         else:
@@ -478,10 +483,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.grpc_topology")
     p.add_argument("--seconds", type=float, default=5.0, help="seconds of each phase (default 5)")
     p.add_argument("--rounds", type=int, default=1)
-    p.add_argument("--setups", default=",".join(SETUPS), help="comma-separated: " + ",".join(SETUPS))
+    p.add_argument("--setups", default=",".join(SETUPS), help="comma-separated: " + ",".join(SETUPS + EXTRA_SETUPS))
     a = p.parse_args(argv)
     setups = [x for x in a.setups.split(",") if x]
-    bad = [x for x in setups if x not in SETUPS]
+    bad = [x for x in setups if x not in SETUPS + EXTRA_SETUPS]
     if bad:
         p.error(f"unknown setups {bad}")
     runs = run(setups, a.seconds, a.rounds)
