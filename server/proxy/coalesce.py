@@ -1,12 +1,18 @@
-"""The proxy's sends to one broker, coalesced: while a flight of SEND_MESSAGE_V2 requests is out to a broker,
-the sends that arrive wait, and go out together (one transport write) when it is answered.
+"""The proxy's sends to one broker, coalesced into flights: the SEND_MESSAGE_V2 requests that wait for a
+broker go out together (one transport write, one read and one put on the broker) instead of one by one.
 
 Why (issue 24, measured in bench/RESULTS.md 2026-11-29): a broker's cost per send is mostly per *read*
-(a put_batch, the index and consume-queue appends, one response write each), not per message; a run of
-pipelined sends in one read is stored with one put (server.processors.send_run). Written one per gRPC call,
-the proxy's sends reached the broker ~1.9 per read. Held while one flight is out, they reach it as many as
-arrive in one broker round trip, with no timer and no added wait when the broker is idle (the first send
-of an idle lane goes out at the end of the loop tick it arrived in, with whatever else that tick sent).
+(a put_batch, the index and consume-queue appends, one response write, the loop wake-up: ~250 us here),
+the rest ~50 us per message; a run of pipelined sends in one read is stored with one put
+(server.processors.send_run). Written one per gRPC call, the proxy's sends reached the broker ~1.9 per
+read. While sends keep coming, a flight to a broker takes off at most every `linger` (sendCoalesceLingerMs)
+with what waited meanwhile, so the broker pays its per-read cost per flight, not per message.
+
+Nothing waits that need not: the first send of an idle lane goes at the end of the loop tick it arrived
+in (with whatever else that tick sent); a full flight goes at once; and a flight goes as soon as as many
+requests are out as were at most in the last second or two, so a producer sending one message at a time
+(or a few such producers) is never held for sends that will not come. The linger's cost is paid only when
+more calls are in the proxy than at its backend, i.e. when they queue in the proxy anyway.
 
 Every request is still its own SEND_MESSAGE_V2 with its own answer (msgId, queue offset, transaction id),
 so every message type (delayed, timed, transactional, FIFO) and any broker (delaymq's or Apache's) is
@@ -29,7 +35,7 @@ from remoting.client import RemotingClient
 
 MAX_FRAMES = 128  # requests per flight at most (a broker connection's turn budget, remoting.connection)
 MAX_FLIGHTS = 1  # flights out to one broker at once, unless a full flight is waiting
-LINGER_MS = 5.0  # the least time between two flights' take-offs to one broker while sends keep coming
+LINGER_MS = 10.0  # the least time between two flights' take-offs to one broker while sends keep coming
 PEAK_WINDOW_S = 1.0  # how long the most requests seen out at once is remembered (one to two windows)
 MAX_LANES = 1024  # brokers remembered; past it the idle ones are forgotten
 

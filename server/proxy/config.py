@@ -28,7 +28,7 @@ class ProxyConfig:
     # false: one write per send (the reference path)
     send_coalesce: bool = True
     send_coalesce_max_frames: int = 128  # sendCoalesceMaxFrames: requests in one flight at most
-    send_coalesce_linger_ms: int = 5  # sendCoalesceLingerMs: least time between two flights to a broker under load
+    send_coalesce_linger_ms: int = 10  # sendCoalesceLingerMs: least time between two flights to a broker under load
 
     @property
     def tls(self) -> bool:

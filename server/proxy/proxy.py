@@ -94,4 +94,5 @@ class Proxy:
             self.server = None
         if self.sends is not None:
             self.sends.cancel_all()
+            log.info("proxy.send_coalesce", flights=self.sends.flights_sent, requests=self.sends.requests_sent)
         self.client.close()
