@@ -94,5 +94,6 @@ class Proxy:
             self.server = None
         if self.sends is not None:
             self.sends.cancel_all()
-            log.info("proxy.send_coalesce", flights=self.sends.flights_sent, requests=self.sends.requests_sent)
+            if self.sends.flights_sent:  # a start that failed says one line, its reason, and nothing else
+                log.info("proxy.send_coalesce", flights=self.sends.flights_sent, requests=self.sends.requests_sent)
         self.client.close()
