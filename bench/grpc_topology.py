@@ -11,6 +11,7 @@ whole list again, so a host that slows down mid-run slows every setup alike):
 | `delaymq_proxy1` | delaymq name server + broker + one delaymq-proxy |
 | `delaymq_proxy2` | delaymq name server + broker + two delaymq-proxies (clients split between them) |
 | `delaymq_proxy1_ref` | as `delaymq_proxy1`, the proxy with `sendCoalesce=false` (one write per send; not in the default list) |
+| `delaymq_envoy1`, `delaymq_envoy2` | the same with delaymq-proxy on `grpcServerStack=envoy` (each proxy's CPU: its Envoy process, the embedded Python included, + its launcher) |
 | `apache_local` | Apache 5.1.3 name server + `mqproxy -pm local` (proxy and broker in one JVM) |
 | `apache_cluster` | Apache 5.1.3 name server + broker + `mqproxy -pm cluster` |
 
@@ -44,6 +45,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -57,7 +59,8 @@ from pathlib import Path
 from bench.common import REPO, Broker, percentiles, pick_port, proc_cpu_s, store_base, write_result
 from bench.grpc_floor import CLIENTS, WARMUP_S, WINDOW, Proc, _client_process, _probe, metadata, request_bytes
 
-SETUPS = ["floor", "delaymq_local", "delaymq_proxy1", "delaymq_proxy2", "apache_local", "apache_cluster"]
+SETUPS = ["floor", "delaymq_local", "delaymq_proxy1", "delaymq_proxy2", "delaymq_envoy1", "delaymq_envoy2",
+          "apache_local", "apache_cluster"]
 # not in the default list: delaymq_proxy1 on the proxy's reference send path (sendCoalesce=false, one write per
 # send), for the side by side of server.proxy.coalesce
 EXTRA_SETUPS = ["delaymq_proxy1_ref"]
@@ -155,13 +158,18 @@ def _delaymq_broker(s: Setup, extra: dict) -> Broker:
     return b
 
 
-def _delaymq_proxy(s: Setup, ns: str, name: str, conf: dict | None = None) -> None:
+def _delaymq_proxy(s: Setup, ns: str, name: str, stack: str = "grpcio", conf: dict | None = None) -> None:
     port = pick_port()
     extra = ["--config", str(_conf(s.work / f"{name}.conf", conf))] if conf else []
     px = Proc([sys.executable, "-m", "server.proxy", "--namesrv", ns, "--grpc-port", str(port), "--host", "127.0.0.1",
-               "--log-level", "warning", *extra], r"proxy ready on")
+               "--log-level", "warning", "--grpc-server-stack", stack, *extra], r"proxy ready on")
     s.closers.append(px.stop)
-    s.pids[name] = px.pid
+    envoy = re.search(r"\(envoy pid (\d+)\)", px.ready_line)
+    if envoy:  # the Envoy child serves; the launcher only waits for a signal
+        s.pids[name] = int(envoy.group(1))
+        s.pids[f"{name}-launcher"] = px.pid
+    else:
+        s.pids[name] = px.pid
     s.grpc.append(f"127.0.0.1:{port}")
 
 
@@ -215,11 +223,13 @@ def start(setup: str) -> Setup:
         if setup == "delaymq_local":
             b = _delaymq_broker(s, {"grpcListenPort": pick_port()})
             s.grpc.append(f"127.0.0.1:{b.config['grpcListenPort']}")
-        elif setup in ("delaymq_proxy1", "delaymq_proxy2", "delaymq_proxy1_ref"):
+        elif setup in ("delaymq_proxy1", "delaymq_proxy2", "delaymq_envoy1", "delaymq_envoy2", "delaymq_proxy1_ref"):
             ns = _delaymq_namesrv(s)
             _delaymq_broker(s, {"namesrvAddr": ns, "brokerName": "bench-a"})
-            for k in range(2 if setup == "delaymq_proxy2" else 1):
-                _delaymq_proxy(s, ns, f"proxy{k + 1}", {"sendCoalesce": "false"} if setup.endswith("_ref") else None)
+            ref = setup.endswith("_ref")
+            for k in range(1 if ref else int(setup[-1])):
+                _delaymq_proxy(s, ns, f"proxy{k + 1}", "envoy" if "envoy" in setup else "grpcio",
+                               {"sendCoalesce": "false"} if ref else None)
         elif setup in ("apache_local", "apache_cluster"):
             _apache(s, cluster=setup == "apache_cluster")
         else:

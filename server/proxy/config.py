@@ -29,6 +29,9 @@ class ProxyConfig:
     send_coalesce: bool = True
     send_coalesce_max_frames: int = 128  # sendCoalesceMaxFrames: requests in one flight at most
     send_coalesce_linger_ms: int = 10  # sendCoalesceLingerMs: least time between two flights to a broker under load
+    # grpcServerStack: the HTTP/2 + gRPC server of the gRPC port. `grpcio`: grpc.aio in this process; `envoy`: an
+    # Envoy process (pyvoy) with this proxy's Python embedded, gRPC's framing over ASGI (server.grpc.asgi_endpoint)
+    grpc_server_stack: str = "grpcio"
 
     @property
     def tls(self) -> bool:
@@ -46,8 +49,9 @@ _KEYS = {"namesrvAddr": "namesrv_addr", "grpcServerPort": "grpc_port", "listenHo
          "timerWheelEnable": "timer_wheel_enable", "messageDelayLevel": "message_delay_level",
          "maxMessageSize": "max_message_size", "routeCacheTtlMs": "route_ttl_ms", "aclEnable": "acl_enable",
          "aclFile": "acl_file", "tls.server.certPath": "tls_cert_path", "tls.server.keyPath": "tls_key_path",
-         "reusePort": "reuse_port", "sendCoalesce": "send_coalesce",
+         "reusePort": "reuse_port", "grpcServerStack": "grpc_server_stack", "sendCoalesce": "send_coalesce",
          "sendCoalesceMaxFrames": "send_coalesce_max_frames", "sendCoalesceLingerMs": "send_coalesce_linger_ms"}
+GRPC_SERVER_STACKS = ("grpcio", "envoy")
 
 
 def _value(key: str, text: str, like: object) -> object:
@@ -94,6 +98,8 @@ def load_proxy_config(path: str | None, overrides: Mapping[str, str | int | None
         raise ValueError("namesrvAddr: no name server given (--namesrv ADDR)")
     if not 0 <= cfg.grpc_port <= 65535:
         raise ValueError(f"grpcServerPort: {cfg.grpc_port} is not a port")
+    if cfg.grpc_server_stack not in GRPC_SERVER_STACKS:
+        raise ValueError(f"grpcServerStack: {cfg.grpc_server_stack!r} is none of {', '.join(GRPC_SERVER_STACKS)}")
     if cfg.send_coalesce_max_frames < 1:
         raise ValueError(f"sendCoalesceMaxFrames: {cfg.send_coalesce_max_frames} is not a positive number")
     if not 0 <= cfg.send_coalesce_linger_ms <= 1000:
