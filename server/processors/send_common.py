@@ -163,7 +163,8 @@ async def answer_when_flushed(cmd: RemotingCommand, pending: list[asyncio.Future
 async def replicated_status(flushed: asyncio.Future[bool] | None,
                             replica: ReplicaAck | Awaitable[ReplicaAck]) -> ReplicaAck:
     """SYNC_MASTER: wait for the flush (if SYNC_FLUSH) and the slaves' ack; (code, remark) of the answer: a
-    replica status that is not OK overrides (FLUSH_SLAVE_TIMEOUT 12, SLAVE_NOT_AVAILABLE 11)."""
+    replica status that is not OK overrides (FLUSH_SLAVE_TIMEOUT 12, SLAVE_NOT_AVAILABLE 11). A future
+    `replica` may be shared by several answers, so it is shielded; any other awaitable is this one's own."""
     code: int = ResponseCode.SUCCESS
     remark: str | None = None
     if flushed is not None:
@@ -171,7 +172,12 @@ async def replicated_status(flushed: asyncio.Future[bool] | None,
             await asyncio.wait_for(asyncio.shield(flushed), SYNC_FLUSH_TIMEOUT_S)
         except TimeoutError:
             code, remark = ResponseCode.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT"
-    rcode, rremark = replica if isinstance(replica, tuple) else await asyncio.shield(replica)
+    if isinstance(replica, tuple):
+        rcode, rremark = replica
+    elif isinstance(replica, asyncio.Future):
+        rcode, rremark = await asyncio.shield(replica)
+    else:
+        rcode, rremark = await replica
     if rcode != ResponseCode.SUCCESS:
         code, remark = rcode, rremark
     return code, remark

@@ -17,6 +17,7 @@ unframed path still uses).
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, NamedTuple, TypeAlias, cast
 
@@ -193,7 +194,8 @@ class SendRunner:
         qoffs = res.queue_offsets or [-1] * len(preps)
         # no response waits for a flush unless SYNC_FLUSH (then only those with WAIT)
         sync = self.cfg.sync_flush and flushed is not None
-        replica = self.deps.replica.gate_for_run(run.starts, phys, statuses) \
+        # framed: the run's one LaterFrames is the only one to await the wait, so it gets no task of its own
+        replica = self.deps.replica.gate_for_run(run.starts, phys, statuses, shared=framed is None) \
             if self.deps.replica.sync_master and res.count else None
         frame = self._frames.frame
         waiting: list[WaitingSend] = []  # framed SYNC_MASTER sends: one LaterFrames for them all
@@ -222,6 +224,8 @@ class SendRunner:
         if waiting and framed is not None and replica is not None:
             out[first_waiting] = LaterFrames(answer_run_when_replicated(
                 framed, waiting, flushed if sync else None, replica, self._frames), len(waiting))
+        elif inspect.iscoroutine(replica):  # no send of the run waits (oneway, WAIT=false, failed puts)
+            replica.close()
         if res.count:
             starts = run.starts
             sizes = list(map(int.__sub__, starts[1:], starts))
