@@ -13,11 +13,12 @@ requests of one read that share the processor (`dispatch_run`), so per-request w
 shared (one store put for a run of sends) is done once. Results follow the same rules as above,
 plus: an entry may be `bytes`, response frames already encoded (for any of the run's requests, oneway
 ones excluded by the processor), written as they are (`Connection.write_frames`), so a run's
-responses can go out as one piece; or a `LaterFrames`: the encoded frames of several of the run's requests,
-produced together by one awaitable (run as ONE task that counts as that many in-flight requests), for
-answers that all wait on the same thing (a run of SYNC_MASTER sends: one replication wait). Any processor (plain, batch or awaited) may also answer with a
-`list`: ONE response frame already encoded as pieces (`encode_frame`'s shape, length prefix first,
-body slices uncopied), written by `Connection.write_frame_pieces`.
+responses can go out as one piece; or a `LaterFrames`: the encoded frames of several of the run's
+requests, produced together by one awaitable (run as ONE task that counts as that many in-flight
+requests), for answers that all wait on the same thing (a run of SYNC_MASTER sends: one replication
+wait). Any processor (plain, batch or awaited) may also answer with a `list`: ONE response frame already
+encoded as pieces (`encode_frame`'s shape, length prefix first, body slices uncopied), written by
+`Connection.write_frame_pieces`.
 
 The returned command, if any, is sent as the response. Returning None means "no response now": a
 processor that answers later (long-polling pull) keeps `conn` and `cmd` and later calls
