@@ -446,10 +446,11 @@ class ReplicaRole:
             return ResponseCode.SLAVE_NOT_AVAILABLE, "SLAVE_NOT_AVAILABLE"
         return self._wait(svc, end_offset)
 
-    def gate_for_run(self, starts: Sequence[int], phys: Sequence[int],
-                     statuses: Sequence[PutStatus] | None) -> ReplicaAck | asyncio.Future[ReplicaAck] | None:
-        """`gate` for a run of sends stored by one put_batch: one wait, shared by its requests,
-        for the end of the last stored record (a task, or a (code, remark) tuple)."""
+    def gate_for_run(self, starts: Sequence[int], phys: Sequence[int], statuses: Sequence[PutStatus] | None,
+                     shared: bool = True) -> ReplicaAck | Awaitable[ReplicaAck] | None:
+        """`gate` for a run of sends stored by one put_batch: one wait for the end of the last stored
+        record, a (code, remark) tuple or, `shared` by the run's requests, a task; not `shared` (the one
+        answer of the whole run awaits it), the coroutine itself."""
         end = -1
         for j, p in enumerate(phys):
             if statuses is None or statuses[j].name == "PUT_OK":
@@ -457,7 +458,7 @@ class ReplicaRole:
         if end < 0:
             return None
         g = self.gate(end)
-        return g if isinstance(g, tuple) else asyncio.ensure_future(g)
+        return g if isinstance(g, tuple) or not shared else asyncio.ensure_future(g)
 
     async def _wait(self, svc: HAService | AutoSwitchHAService, end_offset: int) -> ReplicaAck:
         ok = await svc.wait_replicated(end_offset, self.config.slave_timeout / 1000.0)
