@@ -17,11 +17,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import structlog
 from google.protobuf.duration_pb2 import Duration
 
-from codec.codes import ResponseCode
+from codec.codes import DLQ_PREFIX, RETRY_PREFIX, ResponseCode
 from codec.properties import MessageConst as K
 from server.grpc import convert
 from server.grpc.auth import Authenticator, needs
-from server.grpc.backend import Filter, MessagingBackend, Outgoing
+from server.grpc.backend import ALL_TYPES, Filter, MessageType, MessagingBackend, Outgoing
 from server.grpc.status import (
     OK,
     Code,
@@ -102,6 +102,16 @@ def _overall(statuses: list[pb.Status], what: str) -> pb.Status:
     if len(statuses) == 1:
         return bad[0]
     return status(Code.MULTIPLE_RESULTS, f"{len(bad)} of {len(statuses)} {what} failed")
+
+
+def _check_type(accepts: tuple[MessageType, ...], props: dict[str, str]) -> None:
+    """Apache 5.1.3's DefaultTopicMessageTypeValidator: the message's type (from its properties) must be the topic's."""
+    sent = convert.sent_type_of(props)
+    if sent not in accepts:
+        topic_type = "/".join(pb.MessageType.Name(t) for t in accepts)
+        raise GrpcError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"TopicMessageType validate failed, topic type is "
+                                                                   f"{topic_type}, message type is "
+                                                                   f"{pb.MessageType.Name(sent)}")
 
 
 class MessagingService(sgrpc.MessagingServiceServicer):
@@ -226,14 +236,26 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             if sp.HasField("born_timestamp") else now
         return Outgoing(props, sys_flag, body, born)
 
+    async def _type_checked(self, topic: str) -> tuple[MessageType, ...] | None:
+        """The types a send to `topic` may carry; None: no check (enableTopicMessageTypeCheck=false, retry and DLQ
+        topics, as Apache's proxy, or a topic whose route takes every type)."""
+        if not self.backend.topic_message_type_check or topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+            return None
+        accepts = await self.backend.message_types(topic)
+        return None if len(accepts) == len(ALL_TYPES) else accepts
+
     async def _send(self, request: spb.SendMessageRequest, context: Context) -> spb.SendMessageResponse:
         topic = _topic_name(request.messages[0].topic)
         now = int(time.time() * 1000)
         entries: list[spb.SendResultEntry] = [spb.SendResultEntry() for _ in request.messages]
         todo: list[tuple[int, Outgoing]] = []  # (index in the request, the message) of those that go out
+        accepts = await self._type_checked(topic)
         for i, msg in enumerate(request.messages):
             try:
-                todo.append((i, self._outgoing(topic, msg, now)))
+                out = self._outgoing(topic, msg, now)
+                if accepts is not None:
+                    _check_type(accepts, out.props)
+                todo.append((i, out))
             except GrpcError as e:
                 entries[i].status.CopyFrom(status(e.code, e.message))
         sent = await self.backend.send(topic, [m for _, m in todo], grpc_peer(context)) if todo else []

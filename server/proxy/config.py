@@ -24,6 +24,9 @@ class ProxyConfig:
     tls_cert_path: str = ""  # tls.server.certPath (--tls-cert): with the key, the gRPC port speaks TLS only
     tls_key_path: str = ""  # tls.server.keyPath (--tls-key)
     reuse_port: bool = False  # reusePort: SO_REUSEPORT on the gRPC port, so several proxies on one host share it
+    # enableTopicMessageTypeCheck (Apache's key and default): a send whose message type is not one its topic's
+    # message.type accepts is refused with MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    enable_topic_message_type_check: bool = True
 
     @property
     def tls(self) -> bool:
@@ -41,7 +44,7 @@ _KEYS = {"namesrvAddr": "namesrv_addr", "grpcServerPort": "grpc_port", "listenHo
          "timerWheelEnable": "timer_wheel_enable", "messageDelayLevel": "message_delay_level",
          "maxMessageSize": "max_message_size", "routeCacheTtlMs": "route_ttl_ms", "aclEnable": "acl_enable",
          "aclFile": "acl_file", "tls.server.certPath": "tls_cert_path", "tls.server.keyPath": "tls_key_path",
-         "reusePort": "reuse_port"}
+         "reusePort": "reuse_port", "enableTopicMessageTypeCheck": "enable_topic_message_type_check"}
 
 
 def _value(key: str, text: str, like: object) -> object:
