@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
+import yaml
+
+from codec.acl import SessionCredentials
 from codec.durations import DEFAULT_DELAY_LEVELS, parse_delay_levels
 
 DEFAULT_GRPC_PORT = 8081
@@ -27,6 +31,12 @@ class ProxyConfig:
     # enableTopicMessageTypeCheck (Apache's key and default): a send whose message type is not one its topic's
     # message.type accepts is refused with MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
     enable_topic_message_type_check: bool = True
+    # enableAclRpcHookForClusterMode (Apache's key, default false): sign every request to the brokers (and name
+    # servers) with the account of aclToolsFile, a tools.yml (`accessKey:` / `secretKey:`), as Apache's proxy signs
+    # with $ROCKETMQ_HOME/conf/tools.yml, the default here too when ROCKETMQ_HOME is set
+    enable_acl_rpc_hook_for_cluster_mode: bool = False
+    acl_tools_file: str = ""  # aclToolsFile (ours: Apache's path is fixed)
+    credentials: SessionCredentials | None = field(default=None, repr=False)  # read from aclToolsFile
 
     @property
     def tls(self) -> bool:
@@ -44,7 +54,8 @@ _KEYS = {"namesrvAddr": "namesrv_addr", "grpcServerPort": "grpc_port", "listenHo
          "timerWheelEnable": "timer_wheel_enable", "messageDelayLevel": "message_delay_level",
          "maxMessageSize": "max_message_size", "routeCacheTtlMs": "route_ttl_ms", "aclEnable": "acl_enable",
          "aclFile": "acl_file", "tls.server.certPath": "tls_cert_path", "tls.server.keyPath": "tls_key_path",
-         "reusePort": "reuse_port", "enableTopicMessageTypeCheck": "enable_topic_message_type_check"}
+         "reusePort": "reuse_port", "enableTopicMessageTypeCheck": "enable_topic_message_type_check",
+         "enableAclRpcHookForClusterMode": "enable_acl_rpc_hook_for_cluster_mode", "aclToolsFile": "acl_tools_file"}
 
 
 def _value(key: str, text: str, like: object) -> object:
@@ -99,4 +110,29 @@ def load_proxy_config(path: str | None, overrides: Mapping[str, str | int | None
         cfg.delay_levels_ms()
     except ValueError as e:
         raise ValueError(f"messageDelayLevel: {e}") from None
+    if cfg.enable_acl_rpc_hook_for_cluster_mode:
+        cfg = replace(cfg, credentials=load_tools_credentials(cfg.acl_tools_file))
     return cfg
+
+
+def load_tools_credentials(path: str) -> SessionCredentials:
+    """The account of a tools.yml (`accessKey`, `secretKey`: AclUtils.getAclRPCHook's file); `path` "" is
+    $ROCKETMQ_HOME/conf/tools.yml. ValueError names aclToolsFile."""
+    if not path:
+        home = os.environ.get("ROCKETMQ_HOME", "")
+        if not home:
+            raise ValueError("aclToolsFile: enableAclRpcHookForClusterMode=true needs the proxy's account, a tools.yml "
+                             "with accessKey and secretKey (aclToolsFile=PATH, or $ROCKETMQ_HOME/conf/tools.yml)")
+        path = os.path.join(home, "conf", "tools.yml")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise ValueError(f"aclToolsFile: cannot read {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"aclToolsFile: {path} is not YAML: {e}") from None
+    ak = data.get("accessKey") if isinstance(data, dict) else None
+    sk = data.get("secretKey") if isinstance(data, dict) else None
+    if not isinstance(ak, str) or not ak.strip() or not isinstance(sk, str) or not sk.strip():
+        raise ValueError(f"aclToolsFile: {path} needs a non-blank accessKey and secretKey")
+    return SessionCredentials(ak.strip(), sk.strip())

@@ -33,7 +33,8 @@ GRACE_S = 1.0
 class Proxy:
     def __init__(self, cfg: ProxyConfig) -> None:
         self.cfg = cfg
-        self.client = RemotingClient()
+        # enableAclRpcHookForClusterMode: every request to brokers and name servers signed with aclToolsFile's account
+        self.client = RemotingClient(credentials=cfg.credentials)
         self.routes = NameServerRoutes(self.client, cfg.namesrv_addrs, cfg.route_ttl_ms)
         self.brokers = RemoteBrokers(self.client)
         self.port = 0
@@ -80,7 +81,8 @@ class Proxy:
         await self.server.start()
         self.tasks.append(self.supervisor.spawn("proxy-producer-heartbeat", self.transactions.heartbeats))
         log.info("proxy.listening", addr=f"{cfg.listen_host}:{self.port}", namesrv=cfg.namesrv_addr, tls=cfg.tls,
-                 acl=cfg.acl_enable, reuse_port=cfg.reuse_port)
+                 acl=cfg.acl_enable, reuse_port=cfg.reuse_port,
+                 signs_as=cfg.credentials.access_key if cfg.credentials else None)
 
     async def shutdown(self) -> None:
         for t in self.tasks:
