@@ -103,9 +103,6 @@ class MessagingBackend(SessionBackend, Protocol):
 
     delay_levels: Sequence[int]  # the brokers' messageDelayLevel, ms
     timer_enabled: bool  # a delivery time goes as TIMER_DELIVER_MS (else: the nearest delay level)
-    # enableTopicMessageTypeCheck (Apache's proxy key, default true): a send whose message type is not one the
-    # topic's message.type accepts is refused with MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
-    topic_message_type_check: bool
 
     async def route(self, topic: str) -> TopicRoute: ...
 

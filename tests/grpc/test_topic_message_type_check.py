@@ -1,8 +1,9 @@
 """enableTopicMessageTypeCheck (Apache 5.1.3's proxy key, default true; DefaultTopicMessageTypeValidator): a 5.x send
 whose message type (from its properties: TRANSACTION, then DELAY, then FIFO, else NORMAL) is not its topic's
 `message.type` is refused with MESSAGE_PROPERTY_CONFLICT_WITH_TYPE and Apache's message, by both endpoints of the
-one MessagingService: the broker's own gRPC port and delaymq-proxy in front of the broker. Raw stubs
-(tests/grpc/raw.py) and the official Python client 5.1.2 (which does not check the route's accepted types itself)."""
+one MessagingService: the broker's own gRPC port and delaymq-proxy in front of the broker. Producers are told
+the setting as publishing.validate_message_type, as Apache's proxy tells them. Raw stubs (tests/grpc/raw.py) and the
+official Python client 5.1.2."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from datetime import UTC, datetime
 import pytest
 
 from server.grpc.v2 import definition_pb2 as pb
+from server.grpc.v2 import service_pb2 as spb
 from tests.grpc.conftest import grpc_broker, uniq
 from tests.grpc.raw import RawClient
 from tests.grpc.test_apache_proxy import prepare
@@ -70,6 +72,23 @@ async def sends(addr: str, topic: str) -> dict[str, pb.Status]:
         await c.close()
 
 
+async def publishing(addr: str, topic: str) -> pb.Publishing:
+    """A producer's Telemetry settings answer: its publishing settings."""
+    c = RawClient(addr)
+    try:
+        s = pb.Settings(client_type=pb.PRODUCER)
+        s.publishing.topics.add(name=topic)
+        call = c.stub.Telemetry(metadata=(("x-mq-client-id", uniq("raw-producer")),), timeout=10)
+        await call.write(spb.TelemetryCommand(settings=s))
+        reply = await call.read()
+        await call.done_writing()
+        call.cancel()
+        assert isinstance(reply, spb.TelemetryCommand) and reply.status.code == pb.OK, reply
+        return reply.settings.publishing
+    finally:
+        await c.close()
+
+
 def test_a_send_whose_type_is_not_the_topics_is_refused_with_apaches_code_and_message(endpoint, agents):
     normal, delay = typed_topic(endpoint, "NORMAL"), typed_topic(endpoint, "DELAY")
     got = asyncio.run(sends(endpoint.grpc_addr, normal))
@@ -84,10 +103,15 @@ def test_a_send_whose_type_is_not_the_topics_is_refused_with_apaches_code_and_me
                                                 "type is NORMAL"), got
     assert got["FIFO"].code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, got
 
-    # the official Python client: a scheduled message to the NORMAL topic is refused, a plain one goes
+    # producers are told to check the route's accepted types themselves (publishing.validate_message_type, as
+    # Apache's proxy tells them enableTopicMessageTypeCheck)
+    assert asyncio.run(publishing(endpoint.grpc_addr, normal)).validate_message_type is True
+    # the official Python client: a scheduled message to the NORMAL topic is refused, by the client itself (the
+    # route it has says NORMAL) or, when it sends, by the endpoint; a plain one goes
     bad = agents.run_rmq5("produce", endpoint, topic=normal, count=1, deliver_in=30, keep_going=True, timeout=90)
     (err,) = bad.of("send_error")
-    assert "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE" in err["error"] or "40014" in err["error"], err
+    assert ("current message type not match with queue accept message types" in err["error"]
+            or "TopicMessageType validate failed, topic type is NORMAL, message type is DELAY" in err["error"]), err
     assert bad.of("sent") == []
     ok = agents.run_rmq5("produce", endpoint, topic=normal, count=1, timeout=90)
     assert len(ok.of("sent")) == 1
@@ -107,5 +131,6 @@ def test_enable_topic_message_type_check_false_lets_any_type_through(tmp_path, b
         for grpc_addr in (b.grpc_addr, addr):
             got = asyncio.run(sends(grpc_addr, topic))
             assert {k: s.code for k, s in got.items()} == {"NORMAL": pb.OK, "FIFO": pb.OK, "DELAY": pb.OK}, got
+            assert asyncio.run(publishing(grpc_addr, topic)).validate_message_type is False
     finally:
         ns.stop()
