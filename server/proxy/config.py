@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 import yaml
 
@@ -36,7 +36,9 @@ class ProxyConfig:
     # with $ROCKETMQ_HOME/conf/tools.yml, the default here too when ROCKETMQ_HOME is set
     enable_acl_rpc_hook_for_cluster_mode: bool = False
     acl_tools_file: str = ""  # aclToolsFile (ours: Apache's path is fixed)
-    credentials: SessionCredentials | None = field(default=None, repr=False)  # read from aclToolsFile
+    # grpcServerStack: the HTTP/2 + gRPC server of the gRPC port. `grpcio`: grpc.aio in this process; `envoy`: an
+    # Envoy process (pyvoy) with this proxy's Python embedded, gRPC's framing over ASGI (server.grpc.asgi_endpoint)
+    grpc_server_stack: str = "grpcio"
 
     @property
     def tls(self) -> bool:
@@ -45,6 +47,10 @@ class ProxyConfig:
     @property
     def namesrv_addrs(self) -> list[str]:
         return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+    def credentials(self) -> SessionCredentials | None:
+        """enableAclRpcHookForClusterMode: the account every request to brokers is signed with (aclToolsFile's)."""
+        return load_tools_credentials(self.acl_tools_file) if self.enable_acl_rpc_hook_for_cluster_mode else None
 
     def delay_levels_ms(self) -> list[int]:
         return parse_delay_levels(self.message_delay_level)
@@ -55,7 +61,9 @@ _KEYS = {"namesrvAddr": "namesrv_addr", "grpcServerPort": "grpc_port", "listenHo
          "maxMessageSize": "max_message_size", "routeCacheTtlMs": "route_ttl_ms", "aclEnable": "acl_enable",
          "aclFile": "acl_file", "tls.server.certPath": "tls_cert_path", "tls.server.keyPath": "tls_key_path",
          "reusePort": "reuse_port", "enableTopicMessageTypeCheck": "enable_topic_message_type_check",
-         "enableAclRpcHookForClusterMode": "enable_acl_rpc_hook_for_cluster_mode", "aclToolsFile": "acl_tools_file"}
+         "enableAclRpcHookForClusterMode": "enable_acl_rpc_hook_for_cluster_mode", "aclToolsFile": "acl_tools_file",
+         "grpcServerStack": "grpc_server_stack"}
+GRPC_SERVER_STACKS = ("grpcio", "envoy")
 
 
 def _value(key: str, text: str, like: object) -> object:
@@ -102,6 +110,8 @@ def load_proxy_config(path: str | None, overrides: Mapping[str, str | int | None
         raise ValueError("namesrvAddr: no name server given (--namesrv ADDR)")
     if not 0 <= cfg.grpc_port <= 65535:
         raise ValueError(f"grpcServerPort: {cfg.grpc_port} is not a port")
+    if cfg.grpc_server_stack not in GRPC_SERVER_STACKS:
+        raise ValueError(f"grpcServerStack: {cfg.grpc_server_stack!r} is none of {', '.join(GRPC_SERVER_STACKS)}")
     if cfg.acl_enable and not cfg.acl_file:
         raise ValueError("aclFile: aclEnable=true needs the plain_acl.yml file (aclFile=PATH)")
     if bool(cfg.tls_cert_path) != bool(cfg.tls_key_path):
@@ -110,8 +120,7 @@ def load_proxy_config(path: str | None, overrides: Mapping[str, str | int | None
         cfg.delay_levels_ms()
     except ValueError as e:
         raise ValueError(f"messageDelayLevel: {e}") from None
-    if cfg.enable_acl_rpc_hook_for_cluster_mode:
-        cfg = replace(cfg, credentials=load_tools_credentials(cfg.acl_tools_file))
+    cfg.credentials()  # a missing or incomplete aclToolsFile stops the start here, naming the key
     return cfg
 
 

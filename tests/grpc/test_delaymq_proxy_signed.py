@@ -82,10 +82,10 @@ async def raw_send(addr: str, topic: str) -> pb.Status:
         await c.close()
 
 
-def test_a_signing_proxy_serves_5x_clients_in_front_of_an_acl_broker(acl_cluster, agents, tmp_path):
+def test_a_signing_proxy_serves_5x_clients_in_front_of_an_acl_broker(acl_cluster, agents, tmp_path, proxy_stack):
     topic, group = prepare_signed(acl_cluster)
-    _, addr = start_proxy(agents, acl_cluster, None, "--config", str(signing_conf(tmp_path, "good", ADMIN_AK,
-                                                                                    ADMIN_SK)))
+    conf = signing_conf(tmp_path, "good", ADMIN_AK, ADMIN_SK)
+    _, addr = start_proxy(agents, acl_cluster, None, "--config", str(conf), stack=proxy_stack)
     proxy = Endpoint(addr)
     sent = agents.run_rmq5("produce", proxy, topic=topic, count=3, timeout=90)
     assert len(sent.of("sent")) == 3
@@ -96,10 +96,10 @@ def test_a_signing_proxy_serves_5x_clients_in_front_of_an_acl_broker(acl_cluster
 
 @pytest.mark.parametrize("how", ["unsigned", "wrong-secret"])
 def test_a_proxy_the_acl_broker_refuses_answers_forbidden_with_the_brokers_remark(acl_cluster, agents, tmp_path,
-                                                                                   how):
+                                                                                   how, proxy_stack):
     topic, _ = prepare_signed(acl_cluster)
     extra = [] if how == "unsigned" else ["--config", str(signing_conf(tmp_path, "bad", ADMIN_AK, "notTheSecret"))]
-    _, addr = start_proxy(agents, acl_cluster, None, *extra)
+    _, addr = start_proxy(agents, acl_cluster, None, *extra, stack=proxy_stack)
     st = asyncio.run(raw_send(addr, topic))
     assert st.code == pb.FORBIDDEN, st
     expected = "No accessKey is configured" if how == "unsigned" else f"Check signature failed for accessKey={ADMIN_AK}"

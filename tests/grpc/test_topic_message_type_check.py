@@ -17,7 +17,7 @@ import pytest
 
 from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2 as spb
-from tests.grpc.conftest import grpc_broker, uniq
+from tests.grpc.conftest import PROXY_STACKS, grpc_broker, uniq
 from tests.grpc.raw import RawClient
 from tests.grpc.test_apache_proxy import prepare
 from tests.grpc.test_delaymq_proxy import Cluster, start_proxy
@@ -33,16 +33,17 @@ class Endpoint:
     namesrv: str
 
 
-@pytest.fixture(params=["broker", "proxy"])
+@pytest.fixture(params=["broker", *(f"proxy-{stack}" for stack in PROXY_STACKS)])
 def endpoint(request, tmp_path, broker_factory, agents) -> Iterator[Endpoint]:
-    """The broker's own gRPC port, or delaymq-proxy in front of that broker (the same MessagingService)."""
+    """The broker's own gRPC port, or delaymq-proxy (each grpcServerStack) in front of that broker (the same
+    MessagingService)."""
     ns = NamesrvProcess(tmp_path / "namesrv").start()
     try:
         b = grpc_broker(broker_factory, {"brokerName": "typed", "namesrvAddr": ns.addr})
         if request.param == "broker":
             yield Endpoint(b.grpc_addr, b.addr, ns.addr)
         else:
-            _, addr = start_proxy(agents, Cluster(ns, [b]))
+            _, addr = start_proxy(agents, Cluster(ns, [b]), stack=request.param.removeprefix("proxy-"))
             yield Endpoint(addr, b.addr, ns.addr)
     finally:
         ns.stop()
