@@ -161,6 +161,9 @@ class BrokerConfig:
     # 8081 (the RocketMQ 5 proxy's port) for the default listenPort 9876 and moves with listenPort, so
     # brokers on one host given only their own --port never share it
     grpc_listen_port: int = -1
+    # Apache's proxy key: a 5.x send whose message type (NORMAL / FIFO / DELAY / TRANSACTION) is not one its topic's
+    # message.type attribute accepts is refused, MESSAGE_PROPERTY_CONFLICT_WITH_TYPE (server/grpc/service.py)
+    enable_topic_message_type_check: bool = True
 
     # ---- derived -------------------------------------------------------------------------
     @property

@@ -131,7 +131,9 @@ class RemoteBrokers:
         return await self._invoke(addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext))
 
     async def query_offset(self, addr: str, group: str, topic: str, qid: int) -> RemotingCommand:
-        ext = {"consumerGroup": group, "topic": topic, "queueId": str(qid)}
+        """QUERY_CONSUMER_OFFSET with setZeroIfNotFound=false: a group that never committed is QUERY_NOT_FOUND,
+        not the broker's new-group offset 0 (a 4.x consumer's starting point, not a committed offset)."""
+        ext = {"consumerGroup": group, "topic": topic, "queueId": str(qid), "setZeroIfNotFound": "false"}
         return await self._invoke(addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, ext))
 
     async def queue_offset(self, addr: str, code: int, topic: str, qid: int, at_ms: int = 0) -> RemotingCommand:

@@ -34,7 +34,10 @@ GRACE_S = 1.0
 class Proxy:
     def __init__(self, cfg: ProxyConfig) -> None:
         self.cfg = cfg
-        self.client = RemotingClient()
+        # enableAclRpcHookForClusterMode: every request to brokers and name servers signed with aclToolsFile's account
+        credentials = cfg.credentials()
+        self.client = RemotingClient(credentials=credentials)
+        self.signs_as = credentials.access_key if credentials else None
         self.routes = NameServerRoutes(self.client, cfg.namesrv_addrs, cfg.route_ttl_ms)
         self.sends = SendCoalescer(self.client, cfg.send_coalesce_max_frames, cfg.send_coalesce_linger_ms) \
             if cfg.send_coalesce else None
@@ -93,7 +96,8 @@ class Proxy:
             self.port = cfg.grpc_port
         self.tasks.append(self.supervisor.spawn("proxy-producer-heartbeat", self.transactions.heartbeats))
         log.info("proxy.listening", addr=f"{cfg.listen_host}:{self.port}", namesrv=cfg.namesrv_addr, tls=cfg.tls,
-                 acl=cfg.acl_enable, reuse_port=cfg.reuse_port, stack=cfg.grpc_server_stack)
+                 acl=cfg.acl_enable, reuse_port=cfg.reuse_port, stack=cfg.grpc_server_stack,
+                 signs_as=self.signs_as)
 
     async def shutdown(self) -> None:
         for t in self.tasks:

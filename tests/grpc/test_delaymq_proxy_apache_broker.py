@@ -1,7 +1,7 @@
 """delaymq-proxy in front of Apache RocketMQ 5.1.3's own name server and broker (../shared/rocketmq5, timer wheel
 on), the other direction of tests/grpc/test_apache_proxy.py: the official Python 5.1.2 client sends normal,
-FIFO and delayed messages, receives, acks and changes the invisible duration through delaymq-proxy, which
-reaches the Apache broker only over remoting (SEND_MESSAGE_V2, POP_MESSAGE, ACK_MESSAGE,
+FIFO and delayed messages, receives, acks and changes the invisible duration through delaymq-proxy (the Node
+client 1.0.8 sends, receives, acks and schedules), which reaches the Apache broker only over remoting (SEND_MESSAGE_V2, POP_MESSAGE, ACK_MESSAGE,
 CHANGE_MESSAGE_INVISIBLETIME with the Apache broker's own extraInfo receipts)."""
 
 from __future__ import annotations
@@ -14,7 +14,13 @@ import pytest
 
 from server.grpc.v2 import definition_pb2 as pb
 from tests.grpc.conftest import uniq
-from tests.grpc.test_apache_proxy import prepare, send_receive_ack_five, three_delayed_never_early
+from tests.grpc.test_apache_proxy import (
+    node_send_receive_ack_five,
+    node_three_delayed_never_early,
+    prepare,
+    send_receive_ack_five,
+    three_delayed_never_early,
+)
 from tests.grpc.test_delaymq_proxy import consumer_settings, route_types
 from tests.helpers.broker import pick_port_pair
 from tests.helpers.cluster import route_brokers, wait_until
@@ -98,6 +104,16 @@ def test_fifo_messages_through_delaymq_proxy_to_an_apache_broker_arrive_in_order
 def test_delayed_messages_through_delaymq_proxy_to_an_apache_broker_never_arrive_early(apache, agents):
     topic, group = topic_on_apache(apache, "AbD", "DELAY")
     three_delayed_never_early(agents, start_proxy(agents, apache), topic, group)
+
+
+def test_node_client_through_delaymq_proxy_to_an_apache_broker(apache, agents):
+    """Apache's Node client 1.0.8 through delaymq-proxy in front of the Apache 5.1.3 broker: send, receive, ack,
+    and scheduled messages (the Apache broker's timer wheel) delivered not early."""
+    topic, group = topic_on_apache(apache, "AbNn")
+    delayed, dgroup = topic_on_apache(apache, "AbNd", "DELAY")
+    proxy = start_proxy(agents, apache)
+    node_send_receive_ack_five(agents, proxy, topic, group)
+    node_three_delayed_never_early(agents, proxy, delayed, dgroup)
 
 
 def test_change_invisible_duration_through_delaymq_proxy_to_an_apache_broker_redelivers(apache, agents):
