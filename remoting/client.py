@@ -107,16 +107,20 @@ class RemotingClient:
         if addr is not None and self._conns.get(addr) is conn:
             del self._conns[addr]
 
-    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
-        conn = await self.connection(addr)
+    def sign(self, cmd: RemotingCommand) -> None:
+        """With credentials, sign `cmd` as RocketMQ's AclClientRPCHook does; every request this client writes
+        passes here (also those the proxy's send coalescer writes on this client's connections)."""
         if self.credentials is not None:
             self.credentials.sign(cmd.ext_fields, cmd.body)
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        conn = await self.connection(addr)
+        self.sign(cmd)
         return await conn.invoke(cmd, timeout)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         conn = await self.connection(addr)
-        if self.credentials is not None:
-            self.credentials.sign(cmd.ext_fields, cmd.body)
+        self.sign(cmd)
         conn.invoke_oneway(cmd)
 
     def close_connection(self, addr: str) -> None:

@@ -118,6 +118,7 @@ class SendCoalescer:
             if len(self.lanes) >= MAX_LANES:
                 self._forget_idle()
             lane = self.lanes[addr] = Lane()
+        self.client.sign(cmd)
         answer: asyncio.Future[RemotingCommand] = loop.create_future()
         now = loop.time()
         q = QueuedSend(cmd, now + timeout, answer)
