@@ -543,6 +543,10 @@ class ReplicaRole:
     def runtime_info(self) -> dict[str, str]:
         """Flat GET_BROKER_RUNTIME_INFO entries (ha*)."""
         info = {"haEpoch": str(self.epoch), "haEpochStartOffset": str(self.epoch_start)}
+        if self._store is not None:  # the dispatch limit (-1: none) and the writes it holds from readers
+            gate = self._store.gate
+            info["haDispatchLimit"] = str(-1 if gate.limit is None else gate.limit)
+            info["haDispatchHeldWrites"] = str(len(gate.writes))
         if self.ha_service is not None:
             info["haSlaveCount"] = str(len(self.ha_service.slaves.connections))
             info["haPush2SlaveMaxOffset"] = str(self.ha_service.push2slave_max)
