@@ -128,6 +128,7 @@ async def test_a_message_is_consumable_once_every_member_holds_it(tmp_path: Path
         assert served[:2] == seen, served  # every message a consumer saw is on the new master
         # and it serves all it holds: m2 too if its bytes reached b before the kill (they sat in b's socket)
         b_holds_m2 = int((await runtime(b.addr))["haEpochStartOffset"]) >= a_end
+        print(f"the elected slave held m2 (past the old master's confirmOffset): {b_holds_m2}")
         assert served == seen + (["m2"] if b_holds_m2 else []), (served, b_holds_m2)
         assert int((await runtime(b.addr))["haDispatchLimit"]) == -1  # alone in the set: no limit
     finally:
