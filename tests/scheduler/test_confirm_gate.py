@@ -1,7 +1,8 @@
-"""The delay levels behind the store's dispatch limit (RocketMQ 5's confirmOffset, issue 25): a scheduled
-message whose stored copy is past the limit is not delivered, however long due, even when its level makes a
-pass; the limit passing it wakes the level (the dispatch listener, no timer) and it is delivered then --
-and that delivery is itself held from consumers until the limit passes it too."""
+"""The delay levels and the timer wheel behind the store's dispatch limit (RocketMQ 5's confirmOffset, issue
+25): a scheduled message whose stored copy is past the limit is not delivered, however long due, even when
+its level makes a pass; the limit passing it wakes the level (the dispatch listener, no timer) and it is
+delivered then -- and that delivery is itself held from consumers until the limit passes it too. A timer
+message past the limit does not enter the wheel."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from scheduler.delay_levels import DelayLevelService
 from scheduler.levels import SCHEDULE_TOPIC
 from tests.scheduler.helpers import EventRecorder, QueueWatcher, delay_config, open_store, put_delayed
+from tests.scheduler.timer.conftest import Harness, now_ms
 
 
 async def test_a_scheduled_message_past_the_confirm_point_is_not_delivered(tmp_path):
@@ -43,3 +45,26 @@ async def test_a_scheduled_message_past_the_confirm_point_is_not_delivered(tmp_p
     finally:
         await svc.shutdown()
         await store.shutdown()
+
+
+async def test_a_timer_message_past_the_confirm_point_does_not_enter_the_wheel(tmp_path):
+    """The wheel's enqueue reads rmq_sys_wheel_timer through the same limit: a timer message only the master
+    holds is not enqueued, so it cannot be delivered; the limit passing it does both."""
+    harness = Harness(str(tmp_path / "store"))
+    harness.open()
+    store, timer = harness.store, harness.timer
+    assert store is not None and timer is not None
+    try:
+        store.set_dispatch_limit(store.commitlog_max_offset())
+        due = now_ms() + 300
+        d, _ = harness.send("T", {"TIMER_DELIVER_MS": str(due), "UNIQ_KEY": "W1"})
+        assert d.status.name == "TRANSFORMED"
+        timer.parts().enqueuer.drain()  # enqueue everything it may read, now: nothing
+        assert timer.stats()["enqueued"] == 0 and timer.stats()["pending"] == 0
+        store.set_dispatch_limit(None)  # the slave acked (lifted, so that the delivery is seen too)
+        await harness.wait_until(lambda: harness.count("T") == 1, 30)
+        [m] = harness.messages("T")
+        assert m.properties["UNIQ_KEY"] == "W1" and m.store_timestamp >= due
+        assert timer.stats()["enqueued"] == 1
+    finally:
+        await harness.close()
