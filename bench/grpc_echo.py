@@ -11,8 +11,10 @@ message id), prints `echo ready on PORT` and runs until SIGTERM. What differs is
 | `sync` | grpcio's sync server, a thread pool of 8 |
 | `grpclib` | grpclib (pure Python gRPC on the pure Python h2), on uvloop |
 | `granian` | granian (Rust: hyper HTTP/2 on tokio) serving an ASGI app that speaks gRPC's framing itself |
+| `pyvoy` | pyvoy: a stock Envoy binary (HTTP/2 in C++) with Python embedded as a dynamic module, serving the same ASGI app on uvloop; Envoy runs as a child process whose pid the ready line names (`echo ready on PORT pid N`), so the bench counts Envoy's CPU (all its threads), not this idle wrapper's |
+| `pyvoy_connect` | pyvoy serving connect-python's (`connectrpc`) gRPC protocol layer instead of the hand-written framing |
 
-grpclib and granian are not the project's dependencies: they are imported from `$BENCH_STACKS_PATH` (a
+grpclib, granian, pyvoy and connectrpc are not the project's dependencies: they are imported from `$BENCH_STACKS_PATH` (a
 `pip install --target DIR granian grpclib` directory) when set, and a KIND whose stack is missing exits 3.
 """
 
@@ -153,7 +155,7 @@ async def asgi_app(scope, receive, send) -> None:
         return
     out = answer_bytes(first_message(body))
     await send({"type": "http.response.start", "status": 200, "headers": GRPC_HEADERS, "trailers": True})
-    await send({"type": "http.response.body", "body": frame(out), "more_body": True})
+    await send({"type": "http.response.body", "body": frame(out), "more_body": False})
     await send({"type": "http.response.trailers", "headers": GRPC_OK_TRAILERS, "more_trailers": False})
 
 
@@ -171,6 +173,32 @@ def _serve_granian(port: int) -> None:
         loop.add_signal_handler(signal.SIGTERM, server.stop)
         _ready(port)
         await task
+
+    uvloop.run(run())
+
+
+# ------------------------------------------------------------------ pyvoy (Envoy's HTTP/2, Python embedded) + ASGI
+
+def _serve_pyvoy(port: int, app: str) -> None:
+    import uvloop
+    from pyvoy import PyvoyServer
+
+    # Envoy's --concurrency is its count of network worker threads (default: the host's cores); the
+    # embedded Python runs on one event loop thread whatever it is.
+    concurrency = os.environ.get("BENCH_ENVOY_CONCURRENCY", "1")
+    server = PyvoyServer(app, address="127.0.0.1", port=port, interface="asgi", loop="uvloop",
+                         log_level=os.environ.get("BENCH_ENVOY_LOG", "error"), additional_envoy_args=["--concurrency", concurrency],
+                         stdout=None, stderr=None)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await server.start()
+        assert server._process is not None
+        print(f"echo ready on {port} pid {server._process.pid}", flush=True)
+        done = asyncio.ensure_future(server.wait())
+        await asyncio.wait([done, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+        await server.stop()
 
     uvloop.run(run())
 
@@ -195,6 +223,10 @@ def main(argv: list[str]) -> int:
         elif kind == "granian":
             import granian  # noqa: F401
             _serve_granian(port)
+        elif kind == "pyvoy":
+            _serve_pyvoy(port, "bench.grpc_echo:asgi_app")
+        elif kind == "pyvoy_connect":
+            _serve_pyvoy(port, "bench.grpc_echo_connect:app")
         else:
             print(f"unknown kind {kind!r}", file=sys.stderr)
             return 2

@@ -9,7 +9,8 @@ client) for every kind. Per kind: calls/s
 and server CPU µs per call (utime+stime of the server process from /proc over the window); for the proxy
 also the broker behind it. The medians over the rounds are the headline.
 
-Kinds: the bare echo servers of bench.grpc_echo (`aio_uvloop`, `aio_asyncio`, `sync`, `grpclib`, `granian`),
+Kinds: the bare echo servers of bench.grpc_echo (`aio_uvloop`, `aio_asyncio`, `sync`, `grpclib`, `granian`,
+`pyvoy`, `pyvoy_connect`),
 `delaymq_local` (a broker's in-broker gRPC endpoint), `delaymq_proxy` (delaymq-proxy + broker + name server).
 A kind whose stack is not installed or cannot serve gRPC to grpcio's client is reported with why.
 """
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from bench.common import REPO, Broker, pick_port, proc_cpu_s, write_result
 
-ECHO_KINDS = ["aio_uvloop", "aio_asyncio", "sync", "grpclib", "granian"]
+ECHO_KINDS = ["aio_uvloop", "aio_asyncio", "sync", "grpclib", "granian", "pyvoy", "pyvoy_connect"]
 DELAYMQ_KINDS = ["delaymq_local", "delaymq_proxy"]
 ALL_KINDS = ECHO_KINDS + DELAYMQ_KINDS
 SEND_METHOD = "/apache.rocketmq.v2.MessagingService/SendMessage"
@@ -118,11 +119,14 @@ class Proc:
                                      env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
         err.close()
         ok = threading.Event()
+        self.ready_line = ""
 
         def reader() -> None:
             assert self.proc.stdout is not None
             for raw in self.proc.stdout:
-                if re.search(ready, raw.decode("utf-8", "replace")):
+                line = raw.decode("utf-8", "replace")
+                if not ok.is_set() and re.search(ready, line):
+                    self.ready_line = line.strip()
                     ok.set()
             ok.set()
 
@@ -172,7 +176,9 @@ def start_target(kind: str) -> Target:
     if kind in ECHO_KINDS:
         port = pick_port()
         p = Proc([sys.executable, "-m", "bench.grpc_echo", kind, str(port)], r"echo ready on")
-        return Target(f"127.0.0.1:{port}", {"server": p.pid}, [p.stop])
+        # a stack that serves from a child process (pyvoy's Envoy) names it: its CPU is the server's
+        served_by = re.search(r" pid (\d+)", p.ready_line)
+        return Target(f"127.0.0.1:{port}", {"server": int(served_by.group(1)) if served_by else p.pid}, [p.stop])
     if kind == "delaymq_local":
         b = Broker({"flushDiskType": "ASYNC_FLUSH", "grpcListenPort": pick_port(), "defaultTopicQueueNums": 8})
         b.start()

@@ -10,6 +10,7 @@ whole list again, so a host that slows down mid-run slows every setup alike):
 | `delaymq_local` | a delaymq broker, in-broker gRPC endpoint |
 | `delaymq_proxy1` | delaymq name server + broker + one delaymq-proxy |
 | `delaymq_proxy2` | delaymq name server + broker + two delaymq-proxies (clients split between them) |
+| `delaymq_envoy1`, `delaymq_envoy2` | the same with delaymq-proxy on `grpcServerStack=envoy` (each proxy's CPU: its Envoy process, the embedded Python included, + its launcher) |
 | `apache_local` | Apache 5.1.3 name server + `mqproxy -pm local` (proxy and broker in one JVM) |
 | `apache_cluster` | Apache 5.1.3 name server + broker + `mqproxy -pm cluster` |
 
@@ -43,6 +44,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -56,7 +58,8 @@ from pathlib import Path
 from bench.common import REPO, Broker, percentiles, pick_port, proc_cpu_s, store_base, write_result
 from bench.grpc_floor import CLIENTS, WARMUP_S, WINDOW, Proc, _client_process, _probe, metadata, request_bytes
 
-SETUPS = ["floor", "delaymq_local", "delaymq_proxy1", "delaymq_proxy2", "apache_local", "apache_cluster"]
+SETUPS = ["floor", "delaymq_local", "delaymq_proxy1", "delaymq_proxy2", "delaymq_envoy1", "delaymq_envoy2",
+          "apache_local", "apache_cluster"]
 RMQ5 = REPO.parent / "shared" / "rocketmq5"
 TOPIC, DELAY_TOPIC, GROUP, DELAY_GROUP = "BenchFloor", "BenchTopoDelay", "BenchTopoG", "BenchTopoDelayG"
 QUEUES = 8
@@ -151,12 +154,17 @@ def _delaymq_broker(s: Setup, extra: dict) -> Broker:
     return b
 
 
-def _delaymq_proxy(s: Setup, ns: str, name: str) -> None:
+def _delaymq_proxy(s: Setup, ns: str, name: str, stack: str = "grpcio") -> None:
     port = pick_port()
     px = Proc([sys.executable, "-m", "server.proxy", "--namesrv", ns, "--grpc-port", str(port), "--host", "127.0.0.1",
-               "--log-level", "warning"], r"proxy ready on")
+               "--log-level", "warning", "--grpc-server-stack", stack], r"proxy ready on")
     s.closers.append(px.stop)
-    s.pids[name] = px.pid
+    envoy = re.search(r"\(envoy pid (\d+)\)", px.ready_line)
+    if envoy:  # the Envoy child serves; the launcher only waits for a signal
+        s.pids[name] = int(envoy.group(1))
+        s.pids[f"{name}-launcher"] = px.pid
+    else:
+        s.pids[name] = px.pid
     s.grpc.append(f"127.0.0.1:{port}")
 
 
@@ -210,11 +218,11 @@ def start(setup: str) -> Setup:
         if setup == "delaymq_local":
             b = _delaymq_broker(s, {"grpcListenPort": pick_port()})
             s.grpc.append(f"127.0.0.1:{b.config['grpcListenPort']}")
-        elif setup in ("delaymq_proxy1", "delaymq_proxy2"):
+        elif setup in ("delaymq_proxy1", "delaymq_proxy2", "delaymq_envoy1", "delaymq_envoy2"):
             ns = _delaymq_namesrv(s)
             _delaymq_broker(s, {"namesrvAddr": ns, "brokerName": "bench-a"})
-            for k in range(1 if setup == "delaymq_proxy1" else 2):
-                _delaymq_proxy(s, ns, f"proxy{k + 1}")
+            for k in range(int(setup[-1])):
+                _delaymq_proxy(s, ns, f"proxy{k + 1}", "envoy" if "envoy" in setup else "grpcio")
         elif setup in ("apache_local", "apache_cluster"):
             _apache(s, cluster=setup == "apache_cluster")
         else:

@@ -6,17 +6,31 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol, TypeVar
-
-from grpc import aio as grpc_aio
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
 
 from codec.codes import ResponseCode
 from server.grpc.v2 import definition_pb2 as pb
 from server.pop.model import Failure, PopError
 
 Code = pb.Code
-# an RPC's servicer context (grpc.aio); the helpers every RPC shares take it whatever its message types
-Context = grpc_aio.ServicerContext[Any, Any]
+
+
+class Context(Protocol):
+    """What MessagingService reads of an RPC's call, whichever server stack serves it: grpc.aio's
+    ServicerContext (server.grpc.endpoint, delaymq-proxy on grpcio) and server.grpc.asgi_endpoint's
+    AsgiContext (delaymq-proxy on Envoy) both are one."""
+
+    def invocation_metadata(self) -> Sequence[tuple[str, str | bytes]] | None:
+        """The call's metadata: (key, text value), or bytes for a `-bin` key."""
+
+    def peer(self) -> str:
+        """The client's address as gRPC writes it: 'ipv4:HOST:PORT' / 'ipv6:[HOST]:PORT'."""
+
+    def time_remaining(self) -> float | None:
+        """Seconds until the call's deadline, None without one."""
+
+
 Response = TypeVar("Response")  # an RPC's response message
 _Answer = TypeVar("_Answer", covariant=True)
 

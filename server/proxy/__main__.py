@@ -1,4 +1,4 @@
-"""`delaymq-proxy --namesrv ADDR --grpc-port P [--config F] [--host H] [--reuse-port]`: the stateless RocketMQ 5 proxy
+"""`delaymq-proxy --namesrv ADDR --grpc-port P [--config F] [--host H] [--reuse-port] [--grpc-server-stack S]`: the stateless RocketMQ 5 proxy
 (server.proxy). Prints `delaymq proxy ready on <host>:<port>` once listening; SIGTERM/SIGINT stop it."""
 
 from __future__ import annotations
@@ -28,15 +28,26 @@ def build_parser() -> argparse.ArgumentParser:
                         "host (SO_REUSEPORT; the kernel spreads connections over them)")
     p.add_argument("--config", help="key=value file (namesrvAddr, grpcServerPort, listenHost, timerWheelEnable, "
                                     "messageDelayLevel, maxMessageSize, routeCacheTtlMs, aclEnable, aclFile, "
-                                    "tls.server.certPath, tls.server.keyPath, reusePort)")
+                                    "tls.server.certPath, tls.server.keyPath, reusePort, grpcServerStack=grpcio|envoy)")
     p.add_argument("--tls-cert", help="TLS certificate (PEM), tls.server.certPath; with --tls-key: TLS only")
     p.add_argument("--tls-key", help="TLS private key (PEM), tls.server.keyPath")
+    p.add_argument("--grpc-server-stack", choices=["grpcio", "envoy"],
+                   help="grpcServerStack: the gRPC port's server, grpc.aio in this process (grpcio, the default) or "
+                        "an Envoy process with this proxy's Python embedded (envoy; pyvoy)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="log level (default: info)")
     return p
 
 
-async def run(cfg: ProxyConfig) -> int:
+async def run(cfg: ProxyConfig, log_level: str = "info") -> int:
+    if cfg.grpc_server_stack == "envoy":
+        from server.proxy.envoy import EnvoyProxy
+
+        envoy = EnvoyProxy(cfg, log_level)
+        # the ready line names Envoy's pid too: it is the process that serves (and spends the CPU)
+        return await serve_until_signal(
+            envoy, lambda: f"delaymq proxy ready on {cfg.listen_host}:{envoy.port} (envoy pid {envoy.envoy_pid})",
+            "proxy")
     from server.proxy.proxy import Proxy
 
     proxy = Proxy(cfg)
@@ -50,12 +61,13 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_proxy_config(args.config, {"namesrvAddr": args.namesrv, "grpcServerPort": args.grpc_port,
                                               "listenHost": args.host, "tls.server.certPath": args.tls_cert,
                                               "tls.server.keyPath": args.tls_key,
-                                              "reusePort": "true" if args.reuse_port else None})
+                                              "reusePort": "true" if args.reuse_port else None,
+                                              "grpcServerStack": args.grpc_server_stack})
     except ValueError as e:
         log.error("proxy.bad_config", error=str(e))
         return 2
     try:
-        return event_loop.run(run(cfg))
+        return event_loop.run(run(cfg, args.log_level))
     except ListenError as e:
         log.error("proxy.cannot_listen", key=e.key, port=e.port, error=str(e))
         return 1

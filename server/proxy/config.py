@@ -24,6 +24,9 @@ class ProxyConfig:
     tls_cert_path: str = ""  # tls.server.certPath (--tls-cert): with the key, the gRPC port speaks TLS only
     tls_key_path: str = ""  # tls.server.keyPath (--tls-key)
     reuse_port: bool = False  # reusePort: SO_REUSEPORT on the gRPC port, so several proxies on one host share it
+    # grpcServerStack: the HTTP/2 + gRPC server of the gRPC port. `grpcio`: grpc.aio in this process; `envoy`: an
+    # Envoy process (pyvoy) with this proxy's Python embedded, gRPC's framing over ASGI (server.grpc.asgi_endpoint)
+    grpc_server_stack: str = "grpcio"
 
     @property
     def tls(self) -> bool:
@@ -41,7 +44,8 @@ _KEYS = {"namesrvAddr": "namesrv_addr", "grpcServerPort": "grpc_port", "listenHo
          "timerWheelEnable": "timer_wheel_enable", "messageDelayLevel": "message_delay_level",
          "maxMessageSize": "max_message_size", "routeCacheTtlMs": "route_ttl_ms", "aclEnable": "acl_enable",
          "aclFile": "acl_file", "tls.server.certPath": "tls_cert_path", "tls.server.keyPath": "tls_key_path",
-         "reusePort": "reuse_port"}
+         "reusePort": "reuse_port", "grpcServerStack": "grpc_server_stack"}
+GRPC_SERVER_STACKS = ("grpcio", "envoy")
 
 
 def _value(key: str, text: str, like: object) -> object:
@@ -88,6 +92,8 @@ def load_proxy_config(path: str | None, overrides: Mapping[str, str | int | None
         raise ValueError("namesrvAddr: no name server given (--namesrv ADDR)")
     if not 0 <= cfg.grpc_port <= 65535:
         raise ValueError(f"grpcServerPort: {cfg.grpc_port} is not a port")
+    if cfg.grpc_server_stack not in GRPC_SERVER_STACKS:
+        raise ValueError(f"grpcServerStack: {cfg.grpc_server_stack!r} is none of {', '.join(GRPC_SERVER_STACKS)}")
     if cfg.acl_enable and not cfg.acl_file:
         raise ValueError("aclFile: aclEnable=true needs the plain_acl.yml file (aclFile=PATH)")
     if bool(cfg.tls_cert_path) != bool(cfg.tls_key_path):

@@ -54,6 +54,7 @@ class Proxy:
         return convert.endpoints(host, self.port)
 
     async def start(self) -> None:
+        """Serve gRPC with grpc.aio in this process (grpcServerStack=grpcio)."""
         cfg = self.cfg
         # one line, before grpc logs its own; with reusePort a port held by another SO_REUSEPORT listener is
         # shared, one held without it is still refused
@@ -78,9 +79,18 @@ class Proxy:
             raise ListenError("grpcServerPort", cfg.listen_host, cfg.grpc_port, "address already in use")
         sgrpc.add_MessagingServiceServicer_to_server(self.service, self.server)
         await self.server.start()
+        await self.start_backend()
+
+    async def start_backend(self) -> None:
+        """What serves the calls whichever stack takes them: the brokers' side (and, under grpcServerStack=envoy,
+        all that runs in Envoy's embedded Python, the gRPC port being Envoy's; `port` is then the one the
+        launcher gave it)."""
+        cfg = self.cfg
+        if not self.port:
+            self.port = cfg.grpc_port
         self.tasks.append(self.supervisor.spawn("proxy-producer-heartbeat", self.transactions.heartbeats))
         log.info("proxy.listening", addr=f"{cfg.listen_host}:{self.port}", namesrv=cfg.namesrv_addr, tls=cfg.tls,
-                 acl=cfg.acl_enable, reuse_port=cfg.reuse_port)
+                 acl=cfg.acl_enable, reuse_port=cfg.reuse_port, stack=cfg.grpc_server_stack)
 
     async def shutdown(self) -> None:
         for t in self.tasks:

@@ -79,3 +79,12 @@ def gbroker(broker_factory, request):
 
 
 __all__ = ["grpc_broker", "uniq", "Path", "sys"]
+
+
+# delaymq-proxy's gRPC server stacks (grpcServerStack): the proxy tests run on each
+PROXY_STACKS = ["grpcio", "envoy"]
+
+
+@pytest.fixture(params=PROXY_STACKS)
+def proxy_stack(request) -> str:
+    return str(request.param)

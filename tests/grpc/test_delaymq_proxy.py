@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
 
 from server.grpc.v2 import definition_pb2 as pb
@@ -64,17 +66,19 @@ def topic_on_both(c: Cluster, message_type: str = "NORMAL") -> tuple[str, str]:
     return topic, group
 
 
-def start_proxy(agents, c: Cluster, port: int | None = None, *extra: str):
+def start_proxy(agents, c: Cluster, port: int | None = None, *extra: str, stack: str = "grpcio"):
+    """`stack`: grpcServerStack (tests/grpc/conftest.py's proxy_stack)."""
     port = port or pick_port_pair()
     p = agents._start("delaymq-proxy", [sys.executable, "-m", "server.proxy", "--namesrv", c.namesrv.addr,
-                                        "--grpc-port", str(port), "--host", "127.0.0.1", *extra])
+                                        "--grpc-port", str(port), "--host", "127.0.0.1",
+                                        "--grpc-server-stack", stack, *extra])
     p.wait_for(lambda a: any("delaymq proxy ready on" in line for line in a.raw_lines), 30, "delaymq-proxy to start")
     return p, f"127.0.0.1:{port}"
 
 
-def test_send_receive_ack_through_delaymq_proxy_over_two_brokers(cluster, agents):
+def test_send_receive_ack_through_delaymq_proxy_over_two_brokers(cluster, agents, proxy_stack):
     topic, group = topic_on_both(cluster)
-    _, addr = start_proxy(agents, cluster)
+    _, addr = start_proxy(agents, cluster, stack=proxy_stack)
     proxy = Endpoint(addr)
     sent = agents.run_rmq5("produce", proxy, topic=topic, count=8, tag="tagA", timeout=90)
     assert len(sent.of("sent")) == 8
@@ -93,11 +97,11 @@ def test_send_receive_ack_through_delaymq_proxy_over_two_brokers(cluster, agents
     assert again.of("received") == []
 
 
-def test_node_client_sends_and_receives_through_delaymq_proxy_over_two_brokers(cluster, agents):
+def test_node_client_sends_and_receives_through_delaymq_proxy_over_two_brokers(cluster, agents, proxy_stack):
     """Apache's RocketMQ 5 Node client 1.0.8 (tests/interop/node/rmq5.js) through the proxy: its Telemetry
     settings, send round robin over both brokers, a SimpleConsumer's receive + ack (body digests checked)."""
     topic, group = topic_on_both(cluster)
-    _, addr = start_proxy(agents, cluster)
+    _, addr = start_proxy(agents, cluster, stack=proxy_stack)
     proxy = Endpoint(addr)
     sent = agents.run_node5("produce", proxy, topic=topic, count=6, tag="tagA", body_prefix="n", timeout=90)
     assert [e["i"] for e in sent.of("sent")] == list(range(6))
@@ -116,9 +120,9 @@ def test_node_client_sends_and_receives_through_delaymq_proxy_over_two_brokers(c
     assert again.of("received") == []
 
 
-def test_scheduled_messages_through_delaymq_proxy_never_arrive_early(cluster, agents):
+def test_scheduled_messages_through_delaymq_proxy_never_arrive_early(cluster, agents, proxy_stack):
     topic, group = topic_on_both(cluster, "DELAY")
-    _, addr = start_proxy(agents, cluster)
+    _, addr = start_proxy(agents, cluster, stack=proxy_stack)
     proxy = Endpoint(addr)
     c = agents.rmq5("simple", proxy, group=group, topic=topic, until_count=4, max_seconds=60)
     c.wait_event("started", 60)
@@ -132,9 +136,10 @@ def test_scheduled_messages_through_delaymq_proxy_never_arrive_early(cluster, ag
         assert e["t"] >= due[e["id"]], (e, due[e["id"]])
 
 
-def test_kill_9_of_one_of_two_proxies_the_client_continues_through_the_other(cluster, agents):
+def test_kill_9_of_one_of_two_proxies_the_client_continues_through_the_other(cluster, agents, proxy_stack):
     topic, group = topic_on_both(cluster)
-    (p1, a1), (p2, a2) = start_proxy(agents, cluster), start_proxy(agents, cluster)
+    (p1, a1), (p2, a2) = (start_proxy(agents, cluster, stack=proxy_stack),
+                          start_proxy(agents, cluster, stack=proxy_stack))
     both = Endpoint(f"{a1};{a2}")
     c = agents.rmq5("simple", both, group=group, topic=topic, until_count=10, invisible=3, await_s=1,
                     retry_errors=True, max_seconds=90)
@@ -149,6 +154,16 @@ def test_kill_9_of_one_of_two_proxies_the_client_continues_through_the_other(clu
     sent = {e["id"] for e in first.of("sent")} | {e["id"] for e in second.of("sent")}
     assert len(sent) == 10
     assert {e["id"] for e in c.of("acked")} == sent  # every message acknowledged, none lost
+
+
+def serving_pid(proxy) -> int:
+    """The process that holds the proxy's connections: the proxy's own, or on the envoy stack the Envoy child its
+    ready line names."""
+    for line in proxy.raw_lines:
+        m = re.search(r"delaymq proxy ready on .*\(envoy pid (\d+)\)", line)
+        if m:
+            return int(m.group(1))
+    return int(proxy.proc.pid)
 
 
 def established_on(pid: int, port: int) -> int:
@@ -172,21 +187,21 @@ def established_on(pid: int, port: int) -> int:
     return n
 
 
-def test_two_proxies_share_one_port_with_reuse_port_and_a_kill_9_loses_nothing(cluster, agents):
+def test_two_proxies_share_one_port_with_reuse_port_and_a_kill_9_loses_nothing(cluster, agents, proxy_stack):
     """--reuse-port (reusePort, SO_REUSEPORT): two proxies listen on ONE port; the client lists that one
     address. The proxy holding the consumer's connection is killed -9: the client reconnects to the same
     address, the kernel hands the connection to the survivor, and every message is acknowledged."""
     topic, group = topic_on_both(cluster)
     port = pick_port_pair()
-    (p1, a1), (p2, _) = start_proxy(agents, cluster, port, "--reuse-port"), \
-        start_proxy(agents, cluster, port, "--reuse-port")
+    (p1, a1), (p2, _) = start_proxy(agents, cluster, port, "--reuse-port", stack=proxy_stack), \
+        start_proxy(agents, cluster, port, "--reuse-port", stack=proxy_stack)
     one = Endpoint(a1)
     c = agents.rmq5("simple", one, group=group, topic=topic, until_count=10, invisible=3, await_s=1,
                     retry_errors=True, max_seconds=90)
     c.wait_event("started", 60)
     first = agents.run_rmq5("produce", one, topic=topic, count=5, timeout=90)
     c.wait_for(lambda a: len({e["id"] for e in a.of("acked")}) >= 5, 60, "the first five acknowledged")
-    holders = [p for p in (p1, p2) if established_on(p.proc.pid, port)]
+    holders = [p for p in (p1, p2) if established_on(serving_pid(p), port)]
     assert holders, "neither proxy holds the consumer's connection"
     victim = holders[0]
     survivor = p2 if victim is p1 else p1
@@ -199,22 +214,23 @@ def test_two_proxies_share_one_port_with_reuse_port_and_a_kill_9_loses_nothing(c
     assert survivor.proc.poll() is None
 
 
-def test_reuse_port_still_refuses_a_port_held_without_it():
+def test_reuse_port_still_refuses_a_port_held_without_it(proxy_stack):
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
         taken = subprocess.run([sys.executable, "-m", "server.proxy", "--namesrv", "127.0.0.1:9", "--grpc-port",
-                                str(port), "--host", "127.0.0.1", "--reuse-port"], cwd=REPO_ROOT,
+                                str(port), "--host", "127.0.0.1", "--reuse-port", "--grpc-server-stack",
+                                proxy_stack], cwd=REPO_ROOT,
                                capture_output=True, timeout=60, text=True)
     assert taken.returncode == 1, taken.stderr
     [line] = taken.stderr.strip().splitlines()
     assert "grpcServerPort" in line and "Traceback" not in taken.stderr
 
 
-def test_routes_name_the_proxy_and_bad_requests_answer_with_their_codes(cluster, agents):
+def test_routes_name_the_proxy_and_bad_requests_answer_with_their_codes(cluster, agents, proxy_stack):
     topic, group = topic_on_both(cluster)
-    _, addr = start_proxy(agents, cluster)
+    _, addr = start_proxy(agents, cluster, stack=proxy_stack)
     host, port = addr.rsplit(":", 1)
 
     async def probe() -> None:
@@ -241,14 +257,14 @@ def test_routes_name_the_proxy_and_bad_requests_answer_with_their_codes(cluster,
     asyncio.run(probe())
 
 
-def test_a_taken_port_or_a_missing_name_server_stops_the_proxy_with_one_line_naming_the_key(tmp_path):
+def test_a_taken_port_or_a_missing_name_server_stops_the_proxy_with_one_line_naming_the_key(tmp_path, proxy_stack):
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
         taken = subprocess.run([sys.executable, "-m", "server.proxy", "--namesrv", "127.0.0.1:9", "--grpc-port",
-                                str(port), "--host", "127.0.0.1"], cwd=REPO_ROOT, capture_output=True, timeout=60,
-                               text=True)
+                                str(port), "--host", "127.0.0.1", "--grpc-server-stack", proxy_stack],
+                               cwd=REPO_ROOT, capture_output=True, timeout=60, text=True)
     assert taken.returncode == 1, taken.stderr
     [line] = taken.stderr.strip().splitlines()
     assert "grpcServerPort" in line and "Traceback" not in taken.stderr
@@ -280,7 +296,7 @@ async def consumer_settings(addr: str, group: str, topic: str) -> pb.Settings:
 
 
 def test_proxy_routes_accept_the_topics_message_type_and_fifo_groups_get_fifo_settings_as_the_broker_does(
-        tmp_path, broker_factory, agents):
+        tmp_path, broker_factory, agents, proxy_stack):
     """Issue 24: through the proxy a topic's route accepts only its message.type attribute's type (read from a
     broker with GET_TOPIC_CONFIG), and an orderly group's consumer Settings say fifo (its consumeMessageOrderly,
     GET_SUBSCRIPTIONGROUP_CONFIG); each answer is the one the broker's own gRPC endpoint gives."""
@@ -295,7 +311,7 @@ def test_proxy_routes_accept_the_topics_message_type_and_fifo_groups_get_fifo_se
         fifo_group = uniq("DpFifoG")
         for b in brokers:
             asyncio.run(prepare(b.addr, ordered, fifo_group, "FIFO", orderly=True))
-        _, addr = start_proxy(agents, c)
+        _, addr = start_proxy(agents, c, stack=proxy_stack)
         broker_endpoint = f"127.0.0.1:{grpc_ports[0]}"
         every = sorted([pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION])
         expected = {"DELAY": [[pb.DELAY]], "FIFO": [[pb.FIFO]], "TRANSACTION": [[pb.TRANSACTION]],
@@ -314,3 +330,33 @@ def test_proxy_routes_accept_the_topics_message_type_and_fifo_groups_get_fifo_se
             if b.running:
                 b.stop()
         ns.stop()
+
+
+def test_unknown_methods_and_call_deadlines_answer_alike_on_both_stacks(cluster, agents, proxy_stack):
+    """What the gRPC server stack itself answers (grpcio's, or server.grpc.asgi_endpoint's on Envoy): an unknown
+    method UNIMPLEMENTED; a ReceiveMessage whose long polling (20 s) outlasts the call's deadline (3 s) answers
+    its status before the deadline (the handler reads the deadline from its context), not DEADLINE_EXCEEDED."""
+    topic, group = topic_on_both(cluster)
+    _, addr = start_proxy(agents, cluster, stack=proxy_stack)
+
+    async def probe() -> None:
+        c = RawClient(addr)
+        try:
+            unknown: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = c.channel.unary_unary(
+                "/apache.rocketmq.v2.MessagingService/NoSuchMethod")
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await unknown(b"", timeout=10)
+            assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+            req = spb.ReceiveMessageRequest(group=pb.Resource(name=group), batch_size=4,
+                                            message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1))
+            req.invisible_duration.seconds = 30
+            req.long_polling_timeout.seconds = 20
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            answers = [r async for r in c.stub.ReceiveMessage(req, timeout=3)]
+            took = loop.time() - t0
+            assert [r.status.code for r in answers if r.HasField("status")] == [pb.MESSAGE_NOT_FOUND], answers
+            assert took < 3.0, took
+        finally:
+            await c.close()
+    asyncio.run(probe())

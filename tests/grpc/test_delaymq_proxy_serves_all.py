@@ -64,10 +64,12 @@ def cluster_plain(tmp_path, broker_factory):
         yield c
 
 
-def start_proxy(agents, c: Cluster, *extra: str):
+def start_proxy(agents, c: Cluster, *extra: str, stack: str = "grpcio"):
+    """`stack`: grpcServerStack (tests/grpc/conftest.py's proxy_stack)."""
     port = pick_port_pair()
     p = agents._start("delaymq-proxy", [sys.executable, "-m", "server.proxy", "--namesrv", c.namesrv.addr,
-                                        "--grpc-port", str(port), "--host", "127.0.0.1", *extra])
+                                        "--grpc-port", str(port), "--host", "127.0.0.1",
+                                        "--grpc-server-stack", stack, *extra])
     p.wait_for(lambda a: any("delaymq proxy ready on" in line for line in a.raw_lines), 30, "delaymq-proxy to start")
     return p, f"127.0.0.1:{port}"
 
@@ -76,9 +78,9 @@ def bodies(agent) -> list[str]:
     return [e["body"] for e in agent.of("received")]
 
 
-def test_transactions_commit_rollback_and_the_brokers_check_back_through_the_proxy(tx_cluster, agents):
+def test_transactions_commit_rollback_and_the_brokers_check_back_through_the_proxy(tx_cluster, agents, proxy_stack):
     topic, group = topic_on_both(tx_cluster, "TRANSACTION")
-    _, addr = start_proxy(agents, tx_cluster)
+    _, addr = start_proxy(agents, tx_cluster, stack=proxy_stack)
     proxy = Endpoint(addr)
     agents.run_rmq5("transaction", proxy, topic=topic, count=2, end="commit", body_prefix="c", timeout=90)
     agents.run_rmq5("transaction", proxy, topic=topic, count=2, end="rollback", body_prefix="r", timeout=90)
@@ -90,9 +92,9 @@ def test_transactions_commit_rollback_and_the_brokers_check_back_through_the_pro
     assert sorted(bodies(c)) == ["c0", "c1", "u0"]
 
 
-def test_recall_of_a_scheduled_message_through_the_proxy(tx_cluster, agents):
+def test_recall_of_a_scheduled_message_through_the_proxy(tx_cluster, agents, proxy_stack):
     topic, group = topic_on_both(tx_cluster, "DELAY")
-    _, addr = start_proxy(agents, tx_cluster)
+    _, addr = start_proxy(agents, tx_cluster, stack=proxy_stack)
     proxy = Endpoint(addr)
     # 5.1.2 sends delivery_timestamp as epoch seconds; 30 s: room for three agent starts on a loaded machine
     at = int(time.time()) + 30
@@ -119,11 +121,11 @@ def _dlq_count(c: Cluster, group: str) -> int:
     return n
 
 
-def test_forward_to_dead_letter_queue_after_max_attempts_through_the_proxy(tx_cluster, agents):
+def test_forward_to_dead_letter_queue_after_max_attempts_through_the_proxy(tx_cluster, agents, proxy_stack):
     topic, group = topic_on_both(tx_cluster)
     for b in tx_cluster.brokers:
         set_retry_max_times(b, group, 1)  # 2 delivery attempts
-    _, addr = start_proxy(agents, tx_cluster)
+    _, addr = start_proxy(agents, tx_cluster, stack=proxy_stack)
     asyncio.run(_forward_to_dlq(tx_cluster, addr, topic, group))
 
 
@@ -159,9 +161,9 @@ def _mq(topic: str, broker: str, qid: int) -> pb.MessageQueue:
     return pb.MessageQueue(topic=pb.Resource(name=topic), id=qid, broker=pb.Broker(name=broker))
 
 
-def test_offsets_and_pull_message_through_the_proxy_reach_the_brokers_tables(tx_cluster, agents):
+def test_offsets_and_pull_message_through_the_proxy_reach_the_brokers_tables(tx_cluster, agents, proxy_stack):
     topic, group = topic_on_both(tx_cluster)
-    _, addr = start_proxy(agents, tx_cluster)
+    _, addr = start_proxy(agents, tx_cluster, stack=proxy_stack)
     asyncio.run(_offsets_and_pull(tx_cluster, addr, topic, group))
 
 
@@ -218,7 +220,7 @@ async def _offsets_and_pull(cluster: Cluster, addr: str, topic: str, group: str)
         await c.close()
 
 
-def test_acl_the_proxy_checks_5x_clients_against_the_brokers_accounts(cluster_plain, agents, tmp_path):
+def test_acl_the_proxy_checks_5x_clients_against_the_brokers_accounts(cluster_plain, agents, tmp_path, proxy_stack):
     topic, group = topic_on_both(cluster_plain)
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(f"""\
@@ -260,7 +262,7 @@ accounts:
     assert sorted(bodies(c)) == ["m0", "m1", "x"]
 
 
-def test_tls_the_proxy_serves_over_tls_with_its_keys(cluster_plain, agents, tmp_path):
+def test_tls_the_proxy_serves_over_tls_with_its_keys(cluster_plain, agents, tmp_path, proxy_stack):
     crt, key = make_cert(tmp_path)
     topic, group = topic_on_both(cluster_plain)
     _, addr = start_proxy(agents, cluster_plain, "--tls-cert", str(crt), "--tls-key", str(key))
@@ -293,18 +295,19 @@ async def _tls_raw(addr: str, crt: Path, topic: str) -> None:
     ([], "aclEnable=true\n", "aclFile"),
     ([], "aclEnable=true\naclFile=/no/such/plain_acl.yml\n", "aclFile"),
 ])
-def test_a_bad_acl_or_tls_setting_stops_the_proxy_with_one_line_naming_the_key(tmp_path, args, conf, key):
+def test_a_bad_acl_or_tls_setting_stops_the_proxy_with_one_line_naming_the_key(tmp_path, args, conf, key,
+                                                                                proxy_stack):
     cfg = tmp_path / "proxy.conf"
     cfg.write_text(conf)
     r = subprocess.run([sys.executable, "-m", "server.proxy", "--namesrv", "127.0.0.1:9", "--grpc-port", "0",
-                        "--host", "127.0.0.1", "--config", str(cfg), *args], cwd=REPO_ROOT, capture_output=True,
-                       timeout=60, text=True)
+                        "--host", "127.0.0.1", "--config", str(cfg), "--grpc-server-stack", proxy_stack, *args],
+                       cwd=REPO_ROOT, capture_output=True, timeout=60, text=True)
     assert r.returncode == 2, r.stderr
     [line] = r.stderr.strip().splitlines()
     assert key in line and "Traceback" not in r.stderr
 
 
-def test_a_topics_message_type_and_a_groups_retries_and_order_come_from_the_brokers(cluster_plain, agents):
+def test_a_topics_message_type_and_a_groups_retries_and_order_come_from_the_brokers(cluster_plain, agents, proxy_stack):
     topic, group = topic_on_both(cluster_plain, "FIFO")
     body = json.dumps({"groupName": group, "consumeEnable": True, "consumeFromMinEnable": True,
                        "consumeBroadcastEnable": True, "retryQueueNums": 1, "retryMaxTimes": 2, "brokerId": 0,
@@ -313,7 +316,7 @@ def test_a_topics_message_type_and_a_groups_retries_and_order_come_from_the_brok
     for b in cluster_plain.brokers:  # what `mqadmin updateSubGroup -r 2 -o true` sends
         reply = wire.invoke(b.addr, int(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP), {}, body)
         assert reply.code == 0, reply.remark
-    _, addr = start_proxy(agents, cluster_plain)
+    _, addr = start_proxy(agents, cluster_plain, stack=proxy_stack)
 
     async def probe() -> None:
         c = RawClient(addr)

@@ -1,0 +1,343 @@
+"""A gRPC service served over ASGI: for an HTTP/2 server that hands requests to Python as ASGI events (pyvoy:
+Envoy's HTTP/2 with Python embedded; delaymq-proxy's `grpcServerStack=envoy`).
+
+Why hand-written: Envoy does HTTP/2, HPACK, flow control and TLS; what is left is gRPC's framing over the ASGI
+body (codec.grpc_frame), the `grpc-status` trailer (ASGI's http.response.trailers), `grpc-timeout` and the
+metadata. connect-python (`connectrpc`), the one maintained gRPC layer over ASGI, costs more Python per call
+than Envoy saves (bench/RESULTS.md, 2026-11-29: 1.35x grpc.aio's CPU per call against 0.37x for this framing),
+and its codecs take another protobuf runtime's messages.
+
+`GrpcAsgiApp(servicer, service)` routes `/<package.Service>/<Method>` to `servicer.<Method>(request, context)`
+as grpc.aio does, with the same handler shapes: unary -> awaitable response, server streaming -> async iterator,
+bidi -> (request async iterator, context) -> async iterator. The context is an `AsgiContext`, which satisfies
+server.grpc.status.Context like grpc.aio's ServicerContext. A call past its `grpc-timeout` is cancelled and
+answers DEADLINE_EXCEEDED; a stream whose client goes away is cancelled; an unknown method answers
+UNIMPLEMENTED; a handler's exception UNKNOWN (logged); a body that is not gRPC's framing INTERNAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import structlog
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import DecodeError, Message
+
+from codec.grpc_frame import FrameError, GrpcStatus, MessageReader, frame, parse_timeout
+
+log = structlog.get_logger(__name__)
+
+Scope = dict[str, Any]
+Event = dict[str, Any]
+Receive = Callable[[], Awaitable[Event]]
+Send = Callable[[Event], Awaitable[None]]
+
+GRPC_CONTENT_TYPE = b"application/grpc"
+RESPONSE_HEADERS = [(b"content-type", GRPC_CONTENT_TYPE)]
+OK_TRAILERS = [(b"grpc-status", b"0")]
+# request headers that are HTTP/2's or gRPC's own, not the call's metadata (grpc.aio leaves them out too)
+NOT_METADATA = frozenset({"content-type", "te", "grpc-timeout", "grpc-encoding", "grpc-accept-encoding",
+                          "content-length"})
+
+
+class AsgiContext:
+    """One call's server.grpc.status.Context: its metadata (read from the request headers when asked),
+    peer and deadline (the event loop's clock)."""
+
+    __slots__ = ("_headers", "_client", "deadline")
+
+    def __init__(self, headers: Sequence[tuple[bytes, bytes]], client: Sequence[Any] | None,
+                 deadline: float | None) -> None:
+        self._headers = headers
+        self._client = client
+        self.deadline = deadline
+
+    def invocation_metadata(self) -> Sequence[tuple[str, str | bytes]]:
+        out: list[tuple[str, str | bytes]] = []
+        for raw_key, raw_value in self._headers:
+            key = raw_key.decode("latin-1")
+            if key.startswith(":") or key in NOT_METADATA:
+                continue
+            if key.endswith("-bin"):
+                out.append((key, base64.b64decode(raw_value + b"=" * (-len(raw_value) % 4))))
+            else:
+                out.append((key, raw_value.decode("latin-1")))
+        return out
+
+    def peer(self) -> str:
+        if not self._client:
+            return ""
+        host, port = self._client[0], self._client[1]
+        return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
+
+    def time_remaining(self) -> float | None:
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - asyncio.get_running_loop().time())
+
+
+@dataclass(frozen=True, slots=True)
+class Method:
+    """One RPC of the service: how its request is parsed and how its handler is called."""
+
+    name: str
+    request: type[Message]
+    handler: Callable[..., Any]
+    client_streaming: bool
+    server_streaming: bool
+
+
+class ClientGone(Exception):
+    """The client went away before its request was read: nobody to answer."""
+
+
+class RpcFailed(Exception):
+    def __init__(self, status: GrpcStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def methods_of(servicer: object, service: ServiceDescriptor) -> dict[str, Method]:
+    """`/<full service name>/<Method>` -> Method, for every method of `service` the servicer has."""
+    out: dict[str, Method] = {}
+    for m in service.methods:
+        handler = getattr(servicer, m.name, None)
+        if handler is None:
+            continue
+        out[f"/{service.full_name}/{m.name}"] = Method(m.name, message_factory.GetMessageClass(m.input_type),
+                                                      handler, m.client_streaming, m.server_streaming)
+    return out
+
+
+def trailers(status: GrpcStatus, message: str = "") -> list[tuple[bytes, bytes]]:
+    out = [(b"grpc-status", str(int(status)).encode())]
+    if message:  # percent-encoded (gRPC's Status-Message): printable ASCII but '%' as is
+        out.append((b"grpc-message", quote(message, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode()))
+    return out
+
+
+class GrpcAsgiApp:
+    """The ASGI application. `on_startup` / `on_shutdown` run in the server's lifespan (the composition root's
+    start and stop, on the loop that serves the calls)."""
+
+    def __init__(self, servicer: object, service: ServiceDescriptor, *, max_message_bytes: int,
+                 on_startup: Callable[[], Awaitable[None]] | None = None,
+                 on_shutdown: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.methods = methods_of(servicer, service)
+        self.max_message_bytes = max_message_bytes
+        self.on_startup = on_startup
+        self.on_shutdown = on_shutdown
+        self.calls = 0
+        self.failed_calls = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._call(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            event = await receive()
+            if event["type"] == "lifespan.startup":
+                try:
+                    if self.on_startup is not None:
+                        await self.on_startup()
+                except Exception as e:
+                    log.error("grpc.asgi.startup_failed", error=str(e))
+                    await send({"type": "lifespan.startup.failed", "message": str(e)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif event["type"] == "lifespan.shutdown":
+                if self.on_shutdown is not None:
+                    await self.on_shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _call(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.calls += 1
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        content_type = timeout = encoding = b""
+        for k, v in headers:
+            if k == b"content-type":
+                content_type = v
+            elif k == b"grpc-timeout":
+                timeout = v
+            elif k == b"grpc-encoding":
+                encoding = v
+        if scope["method"] != "POST" or not content_type.startswith(GRPC_CONTENT_TYPE):
+            await send({"type": "http.response.start", "status": 415,
+                        "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"gRPC only (content-type application/grpc)"})
+            return
+        method = self.methods.get(scope["path"])
+        if method is None:
+            await self._answer_status(send, GrpcStatus.UNIMPLEMENTED, f"unknown method {scope['path']}")
+            return
+        deadline = None
+        if timeout:
+            try:
+                deadline = asyncio.get_running_loop().time() + parse_timeout(timeout.decode("latin-1"))
+            except FrameError as e:
+                await self._answer_status(send, GrpcStatus.INTERNAL, str(e))
+                return
+        reader = MessageReader(encoding.decode("latin-1") if encoding not in (b"", b"identity") else "",
+                               self.max_message_bytes)
+        context = AsgiContext(headers, scope.get("client"), deadline)
+        try:
+            if method.client_streaming:
+                await self._bidi(method, reader, context, receive, send)
+            elif method.server_streaming:
+                await self._server_stream(method, await self._request(method, reader, receive), context,
+                                          receive, send)
+            else:
+                await self._unary(method, await self._request(method, reader, receive), context, send)
+        except RpcFailed as e:
+            self.failed_calls += 1
+            await self._answer_status(send, e.status, e.message)
+        except ClientGone:
+            self.failed_calls += 1
+
+    async def _request(self, method: Method, reader: MessageReader, receive: Receive) -> Message:
+        """The one request message of a unary or server-streaming call."""
+        messages: list[bytes] = []
+        try:
+            while True:
+                event = await receive()
+                if event["type"] != "http.request":  # http.disconnect
+                    raise ClientGone
+                messages += reader.feed(event.get("body", b""))
+                if not event.get("more_body", False):
+                    break
+        except FrameError as e:
+            raise RpcFailed(GrpcStatus.INTERNAL, str(e)) from None
+        if len(messages) != 1 or reader.pending:
+            raise RpcFailed(GrpcStatus.INTERNAL, f"{method.name}: expected one request message, got "
+                                                 f"{len(messages)}{' and a partial one' if reader.pending else ''}")
+        try:
+            return method.request.FromString(messages[0])
+        except DecodeError as e:
+            raise RpcFailed(GrpcStatus.INTERNAL, f"{method.name}: request does not parse: {e}") from None
+
+    async def _unary(self, method: Method, request: Message, context: AsgiContext, send: Send) -> None:
+        try:
+            if context.deadline is None:
+                response = await method.handler(request, context)
+            else:
+                async with asyncio.timeout_at(context.deadline):
+                    response = await method.handler(request, context)
+        except TimeoutError:
+            raise RpcFailed(GrpcStatus.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+        except Exception as e:
+            log.error("grpc.asgi.handler_failed", rpc=method.name, error=repr(e), exc_info=e)
+            raise RpcFailed(GrpcStatus.UNKNOWN, f"Unexpected {type(e).__name__}: {e}") from None
+        await send({"type": "http.response.start", "status": 200, "headers": RESPONSE_HEADERS, "trailers": True})
+        await send({"type": "http.response.body", "body": frame(response.SerializeToString())})
+        await send({"type": "http.response.trailers", "headers": OK_TRAILERS})
+
+    async def _server_stream(self, method: Method, request: Message, context: AsgiContext, receive: Receive,
+                             send: Send) -> None:
+        await self._stream(method, method.handler(request, context), context, receive, send, watch=True)
+
+    async def _bidi(self, method: Method, reader: MessageReader, context: AsgiContext, receive: Receive,
+                    send: Send) -> None:
+        gone = asyncio.Event()
+        watchers: list[asyncio.Future[None]] = []
+
+        async def requests() -> AsyncIterator[Message]:
+            while True:
+                event = await receive()
+                if event["type"] != "http.request":
+                    gone.set()
+                    return
+                try:
+                    chunks = reader.feed(event.get("body", b""))
+                except FrameError as e:
+                    log.warning("grpc.asgi.bad_stream_body", rpc=method.name, error=str(e))
+                    gone.set()
+                    return
+                for data in chunks:
+                    yield method.request.FromString(data)
+                if not event.get("more_body", False):
+                    # the client half-closed: its going away now shows only as http.disconnect
+                    watcher = asyncio.ensure_future(self._disconnected(receive))
+                    watcher.add_done_callback(lambda _: gone.set())
+                    watchers.append(watcher)
+                    return
+
+        try:
+            await self._stream(method, method.handler(requests(), context), context, receive, send, watch=False,
+                               gone=gone)
+        finally:
+            for w in watchers:
+                w.cancel()
+
+    async def _stream(self, method: Method, responses: AsyncIterator[Message], context: AsgiContext,
+                      receive: Receive, send: Send, *, watch: bool, gone: asyncio.Event | None = None) -> None:
+        """Sends each response as it comes; ends with the status. The stream is cancelled when the client goes
+        away (`watch`: read for http.disconnect here; a bidi call learns it from its request reader, `gone`)
+        or at its deadline."""
+        await send({"type": "http.response.start", "status": 200, "headers": RESPONSE_HEADERS, "trailers": True})
+
+        async def pump() -> None:
+            async for response in responses:
+                await send({"type": "http.response.body", "body": frame(response.SerializeToString()),
+                            "more_body": True})
+
+        task = asyncio.ensure_future(pump())
+        gone = gone or asyncio.Event()
+        waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(gone.wait())]
+        if watch:
+            waiters.append(asyncio.ensure_future(self._disconnected(receive)))
+        status, message = GrpcStatus.OK, ""
+        try:
+            timeout = None if context.deadline is None else max(
+                0.0, context.deadline - asyncio.get_running_loop().time())
+            done, _ = await asyncio.wait([task, *waiters], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if task not in done:
+                task.cancel()
+                if not done:
+                    status, message = GrpcStatus.DEADLINE_EXCEEDED, "Deadline Exceeded"
+                else:
+                    status, message = GrpcStatus.CANCELLED, "client went away"
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
+            else:
+                exc = task.exception()
+                if exc is not None:
+                    log.error("grpc.asgi.handler_failed", rpc=method.name, error=repr(exc), exc_info=exc)
+                    status, message = GrpcStatus.UNKNOWN, f"Unexpected {type(exc).__name__}: {exc}"
+        finally:
+            for w in waiters:
+                w.cancel()
+            if not task.done():
+                task.cancel()
+        if status == GrpcStatus.CANCELLED:
+            return  # nobody reads the status
+        try:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await send({"type": "http.response.trailers", "headers": trailers(status, message)})
+        except Exception:  # the client went away while the status was on its way  # noqa: BLE001
+            pass
+
+    @staticmethod
+    async def _disconnected(receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    @staticmethod
+    async def _answer_status(send: Send, status: GrpcStatus, message: str) -> None:
+        """A call that fails before (or instead of) any response message: headers, no message, the status."""
+        await send({"type": "http.response.start", "status": 200, "headers": RESPONSE_HEADERS, "trailers": True})
+        await send({"type": "http.response.body", "body": b""})
+        await send({"type": "http.response.trailers", "headers": trailers(status, message)})
