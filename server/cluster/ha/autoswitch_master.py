@@ -293,13 +293,18 @@ class AutoSwitchHAService:
     def confirm_offset(self) -> int:
         """computeConfirmOffset: min(own end, acks of the connected members); kept while a member is away."""
         members, me = self.members()
+        return self._compute_confirm(members, me)
+
+    def _compute_confirm(self, members: frozenset[int], me: int) -> int:
         acks = self._acks()
-        if any(m != me and m not in acks for m in members):
-            return self._confirm
         value = self.store.commitlog_max_offset()
-        for m in members:
-            if m != me and acks[m] > 0:
-                value = min(value, acks[m])
+        for m in members:  # one pass, no generator: this runs on every ack
+            if m != me:
+                ack = acks.get(m)
+                if ack is None:
+                    return self._confirm
+                if 0 < ack < value:
+                    value = ack
         self._confirm = value
         return value
 
@@ -316,9 +321,9 @@ class AutoSwitchHAService:
         if not cfg.all_ack_in_sync_state_set or cfg.read_uncommitted:
             return None
         members, me = self.members()
-        if not any(m != me for m in members):
+        if len(members) <= 1 and (not members or me in members):
             return None
-        return self.confirm_offset()
+        return self._compute_confirm(members, me)
 
     def confirm_for_slaves(self) -> int:
         """The confirmOffset a transfer frame carries (Apache 5.3's getConfirmOffset): the CommitLog end of a
@@ -326,8 +331,8 @@ class AutoSwitchHAService:
         cfg = self.config
         if cfg.all_ack_in_sync_state_set:
             members, me = self.members()
-            if any(m != me for m in members):
-                return self.confirm_offset()
+            if len(members) > 1 or (members and me not in members):
+                return self._compute_confirm(members, me)
         return self.store.commitlog_max_offset()
 
     def all_acked(self, end_offset: int) -> bool:
