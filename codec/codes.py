@@ -101,6 +101,9 @@ class RequestCode(IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     # 5.x controller mode (RIP-44; codec/controller.py declares their headers and bodies)
     BROKER_HEARTBEAT = 904  # broker -> every controller, oneway
+    # a slave asks its master for its HA address (5.x BrokerOuterAPI.retrieveBrokerHaInfo; header in
+    # codec/controller.py); the form that carries an address (slaveActingMaster's push) is not served
+    EXCHANGE_BROKER_HA_INFO = 906
     CONTROLLER_ALTER_SYNC_STATE_SET = 1001
     CONTROLLER_ELECT_MASTER = 1002
     CONTROLLER_REGISTER_BROKER = 1003

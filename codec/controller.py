@@ -2,7 +2,8 @@
 with Apache's controller, and the broker-identity files it keeps, declared once (cluster-ha.md §4.2-4.3;
 checked against rocketmq-all-5.1.3's remoting/protocol/header/controller/**, header/namesrv/
 BrokerHeartbeatRequestHeader, header/NotifyBrokerRoleChangedRequestHeader, body/SyncStateSet,
-body/ElectMasterResponseBody, body/BrokerReplicasInfo and store/ha/autoswitch/*BrokerMetadata).
+body/ElectMasterResponseBody, body/BrokerReplicasInfo, header/ExchangeHAInfo*Header and
+store/ha/autoswitch/*BrokerMetadata).
 
 Headers travel as extFields (every value a string; Java Long / Integer / Boolean as decimal / "true").
 Each header is a frozen dataclass whose field names are the Java field names in camelCase: `to_ext()`
@@ -211,6 +212,28 @@ class NotifyBrokerRoleChangedRequestHeader(_Header):
     masterEpoch: int | None = None
     syncStateSetEpoch: int | None = None
     masterBrokerId: int | None = None
+
+
+# ---- broker -> broker (header/ExchangeHAInfo*Header) ---------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ExchangeHAInfoRequestHeader(_Header):
+    """EXCHANGE_BROKER_HA_INFO (906). Nothing set: a slave asks its master for its HA address (Apache's
+    retrieveBrokerHaInfo, a slave of a master it learned from the controller or a name server); set: a
+    master pushes it to a slave (slaveActingMaster)."""
+
+    masterHaAddress: str | None = None
+    masterFlushOffset: int | None = None
+    masterAddress: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeHAInfoResponseHeader(_Header):
+    """A master's answer (brokerId 0): its `brokerIP2:haListenPort`, its CommitLog end when it started
+    (brokerInitMaxOffset) and its address; a broker that is not a master answers SUCCESS with none set."""
+
+    masterHaAddress: str | None = None
+    masterFlushOffset: int | None = None
+    masterAddress: str | None = None
 
 
 # ---- bodies ------------------------------------------------------------------------------------

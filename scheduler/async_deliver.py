@@ -188,6 +188,16 @@ class AsyncLevelHandler:
         if s is not None and not s.done():
             s.set_result(None)
 
+    def resume(self) -> None:
+        """Before the handler's task runs again after `stop` (a demoted master elected again): what was in
+        flight then is forgotten, the level resumes from the offsets it is given (resume_from)."""
+        if not self.stopping:
+            return
+        self.stopping = False
+        self.pending.clear()
+        self.count = self.failed = 0
+        self._has_work = self._space = None
+
     def stop(self) -> None:
         self.stopping = True
         for f in (self._has_work, self._space):

@@ -132,6 +132,12 @@ class LevelDeliverer:
         self._wake_now()
         self.delivery.stop()
 
+    def resume(self) -> None:
+        """Runnable again after `stop` (the service started again: a demoted master elected again)."""
+        self.stopping = False
+        if self.handler is not None:
+            self.handler.resume()
+
     async def _wait(self, idle: bool, due_ms: int = 0) -> None:
         loop = asyncio.get_running_loop()
         fut = self._wake = loop.create_future()

@@ -144,6 +144,7 @@ class DelayLevelService:
         self.store.add_dispatch_listener(self._on_dispatch)
         sup = self.store.supervisor  # storage.supervisor: log with context, count, back off, restart
         for d in self.levels:
+            d.resume()  # stopped by an earlier shutdown (a demotion) when started again at a promotion
             self._tasks.append(sup.spawn(f"delay-level-{d.level}", d.run, level=d.level))
             if d.handler is not None:
                 self._tasks.append(sup.spawn(f"delay-handler-{d.level}", d.handler.run, level=d.level))
@@ -155,6 +156,10 @@ class DelayLevelService:
         log.info("delay.started", levels=len(self.levels), async_deliver=self.config.async_deliver,
                  offsets={d.level: d.offset for d in self.levels if d.offset})
 
+    @property
+    def running(self) -> bool:
+        return self._started
+
     async def shutdown(self) -> None:
         if self._probe is not None:
             self._probe.stop()
@@ -162,6 +167,7 @@ class DelayLevelService:
         if self._persist_handle is not None:
             self._persist_handle.cancel()
             self._persist_handle = None
+        self.store.remove_dispatch_listener(self._on_dispatch)
         for d in self.levels:
             d.stop()
         if self._tasks:

@@ -188,8 +188,6 @@ class BrokerController:
         # the timer hook's flow control reads the live wheel, so it gets the service itself
         self.hooks = PutHooks(cfg, levels, timer or timer_config(cfg))
         tx = self.transactions = TransactionService(cfg, store, self.clients, self.put_record, self.store_host)
-        replica.attach(ReplicaServices(topics=self.topics, groups=self.groups, offsets=self.offsets,
-                                       delay_service=delay, timer_service=timer, transactions=tx))
         # a SLAVE delivers nothing: its check-backs and delay levels start at promotion, its wheel only follows
         life.add("transactions", start=lambda: None if replica.is_slave else tx.start(), stop=tx.stop)
         life.add("delay_service", start=lambda: None if replica.is_slave else delay.start(),
@@ -227,6 +225,8 @@ class BrokerController:
         # pop consumption (server/pop): its state loaded before the remoting port and the gRPC endpoint take
         # requests, stopped after both
         pop = self.pop = PopService(pop_deps(self), PopStore(cfg.store_path_root_dir, sync=cfg.sync_flush))
+        replica.attach(ReplicaServices(topics=self.topics, groups=self.groups, offsets=self.offsets,
+                                       delay_service=delay, timer_service=timer, transactions=tx, pop=pop))
         life.add("pop", start=self._start_pop, stop=pop.stop)
         runtime.sources.append(("pop", pop.runtime_info))
         register_processors(remoting, self)
@@ -280,7 +280,7 @@ class BrokerController:
     def _start_pop(self) -> None:
         pop = built(self.pop, "pop")
         pop.state.load()
-        pop.start()
+        pop.start(sweep=not self.replica.is_slave)  # the revive sweep is a master's
 
     async def _stop_delay_levels(self) -> None:
         # a slave's delay levels never ran: their (zero) offsets must not overwrite the synced file

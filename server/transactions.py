@@ -119,10 +119,16 @@ class TransactionService:
         self._scanned = 0                         # next half queue offset to look at
         self._timer: asyncio.TimerHandle | None = None
         self._armed_ms = 0
+        self.running = False  # check-backs: a master's (start / stop)
         self.committed = self.rolled_back = self.checks_sent = self.discarded = 0
 
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
+        """Rebuilt from the store each time (a demoted master elected again: what it tracked before may
+        have been cut from its CommitLog since)."""
+        self.pending.clear()
+        self._heap.clear()
+        self.running = True
         done = self._read_op_offsets()
         self._scanned = max(0, self.store.min_offset(HALF_TOPIC, 0))
         self._scan(done)
@@ -132,6 +138,7 @@ class TransactionService:
         self._arm()
 
     def stop(self) -> None:
+        self.running = False
         self.store.remove_dispatch_listener(self._on_dispatch)
         if self._timer is not None:
             self._timer.cancel()

@@ -26,6 +26,8 @@ lives in Python memory: a key costs one 24-byte entry in a mapped file.
   pool as `index/next.ahead.spare` (header and slot pages and the first entry chunk reserved), so the
   put that rotates only renames it and writes its header. One not ready in time is made inline
   (`ahead.missed`); `load` removes a leftover; a pool failure (full disk) is left to the inline creation.
+- Truncation (`truncate`): a replica whose CommitLog is cut back (a former master rejoining) cuts the
+  entries of the cut records the same way recovery does.
 - Retention (`delete_below`): a file whose endPhyOffset is below the CommitLog min offset is deleted
   (never the active one).
 - Migration: an `index/keys.idx` of the previous format (an append-only list read into a dict) is
@@ -129,6 +131,19 @@ class IndexService:
         self._recover(commitlog_max, crashed)
         self.entries = sum(f.count for f in self.files)
         self._set_last()
+
+    def truncate(self, offset: int) -> int:
+        """A replica's CommitLog cut back to `offset` (storage.replica.truncate_replica): every entry whose
+        record is not wholly below it goes, as at recovery: the file holding the cut keeps its first
+        entries with its slots and chains rebuilt from them (no slot points at a cut entry), later files
+        are deleted. So a query by key never walks to bytes that are gone or were written again since,
+        and the entries the replica re-adds for the new bytes are the only ones there. Returns the
+        entries cut."""
+        before = self.entries
+        self._recover(offset, crashed=False)
+        self.entries = sum(f.count for f in self.files)
+        self._set_last()
+        return before - self.entries
 
     def _names(self) -> list[str]:
         return sorted(n for n in os.listdir(self.directory) if is_index_file_name(n))

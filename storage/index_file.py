@@ -187,7 +187,8 @@ class IndexFile:
             if self.fd < 0:
                 return
             os.fdatasync(self.fd)
-            self.flushed_count = max(self.flushed_count, count)
+            # a plan taken before a cut (cut_and_rebuild) names entries that are gone
+            self.flushed_count = max(self.flushed_count, min(count, self.count))
             if DONTNEED is None:
                 return
             if drop_all:
@@ -224,7 +225,12 @@ class IndexFile:
 
     def cut_and_rebuild(self, keep: int) -> None:
         """Keep the first `keep` entries and rebuild every hash slot and prevIndex from them, so no
-        slot or chain can point at a cut (or never completed) entry. Used only after a crash."""
+        slot or chain can point at a cut (or never completed) entry. Used after a crash, and when a
+        replica's CommitLog is cut back (under the lock: the flush thread may be syncing this file)."""
+        with self.lock:
+            self._cut_and_rebuild(keep)
+
+    def _cut_and_rebuild(self, keep: int) -> None:
         import numpy as np
 
         slots = np.frombuffer(self.mm, dtype="<u4", count=self.slot_num, offset=HEADER_SIZE)

@@ -11,7 +11,7 @@ dispatch gate: a controller-mode slave dispatches up to its master's confirmOffs
 destination listeners with the (topic, queue) pairs the pass's records name as where they go later
 (REAL_TOPIC / REAL_QID: scheduled messages, transaction halves; a slave learns those topics before
 anything is delivered there).
-`truncate_replica(offset)` cuts the CommitLog, the ConsumeQueues and the reput offset back to
+`truncate_replica(offset)` cuts the CommitLog, the ConsumeQueues, the index and the reput offset back to
 `offset` (a former master joining the new one drops its unreplicated tail).
 
 `read_only` makes `put` / `put_batch` refuse every write with SERVICE_NOT_AVAILABLE (a slave);
@@ -221,7 +221,7 @@ class ReplicaAppender:
         return count
 
     def truncate_replica(self, offset: int) -> int:
-        """Cut the CommitLog and ConsumeQueues back to `offset` (no-op when the end is not past it).
+        """Cut the CommitLog, ConsumeQueues and index back to `offset` (no-op when the end is not past it).
         Returns the number of CommitLog bytes dropped (logged with every cut)."""
         cl = self.commitlog
         end = cl.max_offset
@@ -236,6 +236,9 @@ class ReplicaAppender:
                 log.warning("replica.consume_queue_cut", topic=cq.topic, queue_id=cq.queue_id, units=removed)
         self.queues.reset_offsets()
         self.gate.truncated(offset, self.queues.offsets)
+        cut = self.index.truncate(offset)
+        if cut:
+            log.warning("replica.index_cut", entries=cut, to_offset=offset)
         self.reput_offset = min(self.reput_offset, offset) if self.reput_offset >= 0 else offset
         dropped = end - offset
         log.warning("replica.truncated", to_offset=offset, dropped_bytes=dropped, old_end=end)

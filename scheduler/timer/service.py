@@ -217,6 +217,17 @@ class TimerMessageStore:
         self._schedule_flush()
         log.info("timer.following", queue_offset=clocks.queue_offset, read_ms=clocks.commit_read_ms)
 
+    async def refollow(self) -> list[str]:
+        """A following wheel whose CommitLog was cut under it (a former master's tail, cut at its running HA
+        client's handshake): closed, its own files removed, and following again from scratch, clocks
+        included, as a slave that starts after such a cut does (rebuilt from the timer topic's
+        ConsumeQueue, cut with the CommitLog). Returns the files removed."""
+        await self.shutdown()
+        gone = discard_local_state(self.config.store_root)
+        self.clocks, self.following = TimerClocks(), Following()
+        self.start_follower()
+        return gone
+
     def promote(self, p: TimerProgress | None = None, since_phys: int = -1) -> TimerTail | None:
         """Start delivering (a slave became the master): from `p` (the last TimerProgress synced),
         else from this node's own checkpoint (scheduler.timer.follow). The slot in progress skips the
@@ -272,6 +283,12 @@ class TimerMessageStore:
         self._parts = None
         self._loaded = False
         log.info("timer.stopped", read_ms=self.clocks.commit_read_ms, queue_offset=self.clocks.queue_offset)
+
+    @property
+    def delivering(self) -> bool:
+        """Its SlotReader and Putter run (a master's wheel; a slave's only follows)."""
+        p = self._parts
+        return self._running and p is not None and p.reader.running
 
     def _floor(self, ms: int) -> int:
         return ms - ms % self.config.precision_ms

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import NamedTuple, Protocol, TypeAlias
 
 from codec.record import MessageRecord
 from server.grpc.telemetry import SessionBackend
@@ -50,9 +50,10 @@ class TopicRoute:
     accepts: tuple[MessageType, ...]  # the message types the topic's queues take (its message.type attribute)
 
 
-@dataclass(frozen=True, slots=True)
-class Outgoing:
-    """One message of a SendMessage, as the remoting send path takes it (`convert.to_properties`)."""
+class Outgoing(NamedTuple):
+    """One message of a SendMessage, as the remoting send path takes it (`convert.to_properties`). A NamedTuple
+    (immutable, no instance dict) rather than a frozen dataclass: one per message, built without a
+    `object.__setattr__` per field."""
 
     props: dict[str, str]
     sys_flag: int
@@ -60,9 +61,9 @@ class Outgoing:
     born_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class Sent:
-    """A send's answer: a remoting response code (SUCCESS or why not) and where the message went."""
+class Sent(NamedTuple):
+    """A send's answer: a remoting response code (SUCCESS or why not) and where the message went (a
+    NamedTuple, as `Outgoing`)."""
 
     code: int
     remark: str

@@ -46,6 +46,7 @@ from server.headers import SendMessageHeader
 from server.pop.model import MessageFilter, SqlFilter, TagFilter
 from server.pop.service import PopService
 from server.processors.send import SendProcessor
+from server.processors.send_run import SendAnswer
 from server.subscription_filter import unsupported_remark
 from server.topic_attributes import MESSAGE_TYPE
 from server.transactions import COMMIT, ROLLBACK
@@ -53,6 +54,7 @@ from storage.store_types import GetStatus
 from storage.topic_config import TopicConfig
 
 DEFAULT_RETRIES = 16
+MAX_CONNECTIONS = 4096  # peers whose SendConnection (the send path's born-host cache) is kept
 
 
 def send_command(topic: str, qid: int, m: Outgoing, default_queue_nums: int) -> RemotingCommand:
@@ -75,6 +77,17 @@ def send_header(topic: str, qid: int, m: Outgoing, default_queue_nums: int) -> S
                   "bornTimestamp": m.born_ms, "flag": 0, "properties": properties_to_string(m.props) or None,
                   "reconsumeTimes": 0, "unitMode": False, "maxReconsumeTimes": None, "batch": False}
     return h
+
+
+async def _answered(results: list[SendAnswer]) -> list[RemotingCommand | None]:
+    """The send path's answers, each awaited when it is one (SYNC_FLUSH: answered once the group commit
+    covers it)."""
+    out: list[RemotingCommand | None] = []
+    for resp in results:
+        if resp is not None and not isinstance(resp, RemotingCommand):
+            resp = await resp
+        out.append(resp)
+    return out
 
 
 class SendConnection:
@@ -124,6 +137,7 @@ class LocalBackend:
         self.deps = deps
         self.pop = pop
         self.sender = SendProcessor(deps.send)
+        self._conns: dict[tuple[str, int], SendConnection] = {}  # per peer: the send path caches its born host
         self.sessions: ClientSessions = BrokerSessions(deps)
         self.max_message_size = deps.config.max_message_size
         self.delay_levels = deps.levels
@@ -172,16 +186,17 @@ class LocalBackend:
     def _send_command(self, topic: str, qid: int, m: Outgoing) -> RemotingCommand:
         return send_command(topic, qid, m, self.deps.config.default_topic_queue_nums)
 
-    async def _run(self, peer: tuple[str, int], cmds: list[RemotingCommand],
-                   headers: list[SendMessageHeader] | None = None) -> list[RemotingCommand | None]:
-        conn = SendConnection(peer)
-        results = self.sender.batch(conn, cmds) if headers is None else self.sender.batch_parsed(conn, cmds, headers)
-        out: list[RemotingCommand | None] = []
-        for resp in results:
-            if resp is not None and not isinstance(resp, RemotingCommand):
-                resp = await resp  # SYNC_FLUSH: answered once the group commit covers it
-            out.append(resp)
-        return out
+    def _connection(self, peer: tuple[str, int]) -> SendConnection:
+        conn = self._conns.get(peer)
+        if conn is None:
+            if len(self._conns) >= MAX_CONNECTIONS:
+                self._conns.clear()
+            conn = self._conns[peer] = SendConnection(peer)
+        return conn
+
+    async def _run(self, peer: tuple[str, int], cmds: list[RemotingCommand]) -> list[RemotingCommand | None]:
+        """Requests as a run of their own (a recall's marker)."""
+        return await _answered(self.sender.batch(self._connection(peer), cmds))
 
     async def send(self, topic: str, batch: list[Outgoing], peer: tuple[str, int]) -> list[Sent]:
         tcfg = self.deps.topics.get(topic)
@@ -196,7 +211,9 @@ class LocalBackend:
             headers.append(send_header(topic, qid, m, queue_nums))
             cmds.append(RemotingCommand(code=RequestCode.SEND_MESSAGE, body=m.body))
         out: list[Sent] = []
-        for m, resp in zip(batch, await self._run(peer, cmds, headers), strict=True):
+        for m, resp in zip(batch, self.sender.batch_parsed(self._connection(peer), cmds, headers), strict=True):
+            if resp is not None and not isinstance(resp, RemotingCommand):
+                resp = await resp  # SYNC_FLUSH: answered once the group commit covers it
             if resp is None or resp.code != ResponseCode.SUCCESS:
                 out.append(Sent(resp.code if resp else ResponseCode.SYSTEM_ERROR,
                                 (resp.remark or "") if resp else "no response"))

@@ -106,15 +106,30 @@ class PopService:
         self.commitlog_bytes_read = 0  # records read for new messages (filtered or not): the bitmap's saving
 
     # ---- lifecycle -----------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, sweep: bool = True) -> None:
+        """`sweep`: a master's (Apache's PopReviveService, a master-only service): a slave starts without it,
+        a promotion starts it (`start_sweep`), a demotion stops it (`stop_sweep`): its DLQ puts and
+        offset commits are a master's writes."""
         self.deps.store.add_dispatch_listener(self._on_dispatch)
-        self._sweeper = self.deps.store.supervisor.spawn("pop-sweep", self._sweep_forever)
+        if sweep:
+            self.start_sweep()
 
-    async def stop(self) -> None:
-        self.deps.store.remove_dispatch_listener(self._on_dispatch)
+    def start_sweep(self) -> None:
+        if self._sweeper is None:
+            self._sweeper = self.deps.store.supervisor.spawn("pop-sweep", self._sweep_forever)
+
+    async def stop_sweep(self) -> None:
         if self._sweeper is not None:
             await self._sweeper.stop()
             self._sweeper = None
+
+    @property
+    def sweeping(self) -> bool:
+        return self._sweeper is not None
+
+    async def stop(self) -> None:
+        self.deps.store.remove_dispatch_listener(self._on_dispatch)
+        await self.stop_sweep()
         for futs in self._waiters.values():
             for f in futs:
                 if not f.done():

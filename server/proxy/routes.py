@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from codec.bodies import QueueData, TopicRouteData, decode_topic_route
 from codec.codes import RequestCode, ResponseCode
@@ -23,6 +23,11 @@ PERM_WRITE, PERM_READ = 2, 4
 class CachedRoute:
     route: TopicRouteData
     at: float  # loop time of the lookup
+    # `writable_reference()` computed once: every send of the route's lifetime picks from it
+    _writable: list[tuple[QueueData, int]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_writable", self.writable_reference())
 
     def master(self, broker_name: str) -> str | None:
         for b in self.route.broker_datas:
@@ -31,6 +36,10 @@ class CachedRoute:
         return None
 
     def writable(self) -> list[tuple[QueueData, int]]:
+        """`writable_reference()` as computed when the route was cached (the caller must not change it)."""
+        return self._writable
+
+    def writable_reference(self) -> list[tuple[QueueData, int]]:
         """(queue data, queue id) of every writable queue whose broker has a master, in a stable order."""
         out: list[tuple[QueueData, int]] = []
         for q in sorted(self.route.queue_datas, key=lambda q: q.broker_name):

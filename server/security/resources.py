@@ -168,7 +168,7 @@ REMOTING: Mapping[int, Rule] = {
     RC.QUERY_BROKER_OFFSET: _cluster(GET), RC.GET_BROKER_RUNTIME_INFO: _cluster(GET),
     RC.VIEW_BROKER_STATS_DATA: _cluster(GET), RC.QUERY_CORRECTION_OFFSET: _cluster(GET),
     RC.GET_CLIENT_CONFIG: _cluster(GET), RC.GET_TIMER_CHECK_POINT: _cluster(GET), RC.GET_TIMER_METRICS: _cluster(GET),
-    RC.GET_SCHEDULER_PROGRESS: _cluster(GET), RC.GET_HA_EPOCH: _cluster(GET),
+    RC.GET_SCHEDULER_PROGRESS: _cluster(GET), RC.GET_HA_EPOCH: _cluster(GET), RC.EXCHANGE_BROKER_HA_INFO: _cluster(GET),
     RC.GET_BROKER_CONFIG: _cluster(GET, admin=True), RC.UPDATE_BROKER_CONFIG: _cluster(UPDATE, admin=True),
     RC.PROMOTE_BROKER: _cluster(UPDATE, admin=True), RC.HAND_OVER_MASTER: _cluster(UPDATE, admin=True),
     # controller mode (RIP-44): the controller's own protocol; a broker serves only the role change the

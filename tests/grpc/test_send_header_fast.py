@@ -4,18 +4,23 @@ The in-broker backend builds a send's SendMessageHeader directly (`local_backend
 is the SEND_MESSAGE request a 4.x producer would make (`local_backend.send_command`) read back by the send
 path's own parser (`server.header_parsers.parse_send`): the same header for every kind of 5.x message.
 The usual answer (one message, stored) comes from a serialized template (`convert.sent_ok_response`): the
-same message as building it field by field (`convert.sent_ok_response_reference`)."""
+same message as building it field by field (`convert.sent_ok_response_reference`). A name or value is checked
+for control characters by `str.isprintable` first (`convert._has_control`): the same verdict as the
+per-character reference (`convert.has_control_reference`)."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from server.grpc import convert
 from server.grpc.backend import Outgoing
 from server.grpc.local_backend import send_command, send_header
-from server.grpc.status import Code
+from server.grpc.status import Code, GrpcError
 from server.grpc.v2 import definition_pb2 as pb
 from server.header_parsers import parse_send
+from tests.codec.strategies import BOUNDED
 
 LEVELS = [1000, 5000, 10000]
 NOW = 1_700_000_000_000
@@ -80,3 +85,19 @@ def test_a_template_response_is_a_fresh_message_each_time() -> None:
     b = convert.sent_ok_response("01B2", 2, "", "")
     assert (a.entries[0].message_id, b.entries[0].message_id) == ("01A1", "01B2")
     assert a.status.code == Code.OK and a.entries[0].status.message == "OK"
+
+
+@BOUNDED
+@given(st.text(alphabet=st.characters(max_codepoint=0x3000), max_size=24)
+       | st.sampled_from(["", "\t", "a\tb", "TagA", "k\x01", "\x1f", "\x7f", "\u2028", "\xa0", "värde"]))
+def test_the_control_character_check_is_the_reference(text: str) -> None:
+    assert convert._has_control(text) == convert.has_control_reference(text)
+
+
+@pytest.mark.parametrize("bad", ["Tag\x01", "Tag\n", "\x00"])
+def test_a_tag_with_a_control_character_is_refused(bad: str) -> None:
+    msg = _message("plain")
+    msg.system_properties.tag = bad
+    with pytest.raises(GrpcError) as e:
+        convert.to_properties(msg, "FastHeaderTopic", NOW, True, LEVELS)
+    assert e.value.code == Code.ILLEGAL_MESSAGE_TAG

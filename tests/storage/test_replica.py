@@ -136,3 +136,58 @@ def test_reput_reports_where_replicated_records_go_later(tmp_path):
     assert slave.reput() == 1 and passes == [{("Later", 5), ("%RETRY%G", 0)}]
     master.close()
     slave.close()
+
+
+def index_entries(store) -> list[tuple[int, int, int]]:
+    """(keyHash, phyOffset, size) of every index entry, oldest first, over all IndexFiles."""
+    out = []
+    for f in store.index.files:
+        for n in range(1, f.count + 1):
+            h, phys, _tdiff, _prev, size = f.entry(n)
+            out.append((h, phys, size))
+    return out
+
+
+def test_truncation_cuts_the_index_so_no_query_reaches_a_cut_record(tmp_path):
+    """A former master (x) holds a tail the new master (y) does not: x's tail is cut, y's records are
+    replicated into the same offsets. x's index then holds exactly y's entries (the cut spans IndexFiles:
+    40 entries each), a key only the cut tail had finds nothing, the keys y wrote there find y's record
+    once; after a restart too."""
+    small = {"max_index_num": 40}
+    x, y = open_store(tmp_path / "x", **small), open_store(tmp_path / "y", **small)
+    y.start_replica()
+    for i in range(30):
+        assert x.put([request("T", i % 2, b"c%03d" % i, keys=f"common{i} same{i}")])[0].status is PutStatus.PUT_OK
+    common_end = x.commitlog_max_offset()
+    y.append_replica(0, bytes(present(x.replica_data(0, common_end))))
+    y.reput()
+    for i in range(45):  # x's own tail: never replicated
+        assert x.put([request("T", i % 2, b"old%03d" % i + b"o" * 40, keys=f"old{i} same{i}")])[0].status is PutStatus.PUT_OK
+    assert len(x.index.files) >= 3
+    y.stop_replica()  # y elected: its own records go where x's tail was
+    for i in range(20):
+        assert y.put([request("T", i % 2, b"new%03d" % i, keys=f"new{i} same{i}")])[0].status is PutStatus.PUT_OK
+
+    x.start_replica()
+    assert x.truncate_replica(common_end) > 0
+    assert x.index.entries == 60 and index_entries(x) == index_entries(y)[:60]
+    assert x.query_by_key("T", "old3", 4).buffers == []
+    y_end = y.commitlog_max_offset()
+    x.append_replica(common_end, bytes(present(y.replica_data(common_end, y_end - common_end))))
+    x.reput()
+    assert index_entries(x) == index_entries(y)
+
+    def found(store, key: str) -> list[bytes]:
+        return sorted(bytes(b) for b in store.query_by_key("T", key, 8).buffers)
+
+    for store in (x, y):
+        assert found(store, "old3") == [] and found(store, "old40") == []
+        same = found(store, "same3")  # the common record and y's, never x's cut one
+        assert len(same) == 2 and not any(b"old003" in r for r in same) and any(b"new003" in r for r in same)
+        assert len(found(store, "new7")) == 1 and found(store, "same25") == found(y, "same25")
+    x.close()
+    x = open_store(tmp_path / "x", **small)
+    assert index_entries(x) == index_entries(y)
+    assert x.query_by_key("T", "old3", 4).buffers == [] and len(x.query_by_key("T", "same3", 4).buffers) == 2
+    x.close()
+    y.close()

@@ -1,6 +1,7 @@
 """Requests served for HA: what a slave pulls from its master (GET_ALL_DELAY_OFFSET 45, GET_TIMER_CHECK_POINT
 60; 21, 43 and 201 are in processors.admin_stats, built from the tables' cached fragments / in slices) and
-delaymq's own PROMOTE_BROKER (3101, admin under ACL), GET_SCHEDULER_PROGRESS (3102), GET_HA_EPOCH (3103)."""
+delaymq's own PROMOTE_BROKER (3101, admin under ACL), GET_SCHEDULER_PROGRESS (3102), GET_HA_EPOCH (3103); and
+RocketMQ 5's EXCHANGE_BROKER_HA_INFO (906) in the form a slave asks its master with (its HA address)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import structlog
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode as RS
 from codec.command import RemotingCommand
+from codec.controller import ExchangeHAInfoRequestHeader, ExchangeHAInfoResponseHeader
+from codec.errors import CodecError
 from codec.timer_layout import CHECK
 from remoting.dispatch import Response
 from server.processors import Peer, Registrar, error, guarded, ok, request_body
@@ -79,6 +82,23 @@ def register(server: Registrar, deps: HaDeps) -> None:
         return ok(cmd, body=json.dumps(doc).encode())
 
     @guarded
+    def exchange_ha_info(conn: Peer, cmd: RemotingCommand) -> Response:
+        """Apache's updateBrokerHaInfo, the asking form: a master answers where its slaves replicate from
+        (brokerIP2:haListenPort, which need not be listenPort + 1); any other broker answers nothing set."""
+        try:
+            h = ExchangeHAInfoRequestHeader.from_ext(cmd.ext_fields)
+        except CodecError as e:
+            return error(cmd, RS.SYSTEM_ERROR, f"bad EXCHANGE_BROKER_HA_INFO header: {e}")
+        if h.masterHaAddress is not None:
+            return error(cmd, RS.SYSTEM_ERROR, "EXCHANGE_BROKER_HA_INFO with masterHaAddress (a master pushing its "
+                         "address, slaveActingMaster) is not served: a delaymq slave asks its master")
+        cfg = deps.config
+        if cfg.broker_id != 0 or role.is_slave or role.fenced:
+            return ok(cmd)
+        return ok(cmd, ext_fields=ExchangeHAInfoResponseHeader(cfg.ha_server_addr, role.init_max_offset,
+                                                               cfg.broker_addr).to_ext())
+
+    @guarded
     async def promote(conn: Peer, cmd: RemotingCommand) -> Response:
         body = request_body(cmd)
         try:
@@ -95,5 +115,6 @@ def register(server: Registrar, deps: HaDeps) -> None:
 
     for code, fn in ((RC.GET_ALL_DELAY_OFFSET, all_delay_offsets),
                      (RC.GET_TIMER_CHECK_POINT, timer_check_point), (RC.GET_SCHEDULER_PROGRESS, scheduler_progress),
-                     (RC.GET_HA_EPOCH, ha_epoch), (RC.PROMOTE_BROKER, promote)):
+                     (RC.GET_HA_EPOCH, ha_epoch), (RC.PROMOTE_BROKER, promote),
+                     (RC.EXCHANGE_BROKER_HA_INFO, exchange_ha_info)):
         server.register(int(code), fn)

@@ -7,7 +7,8 @@ follows from it. Composed by server.broker.BrokerController.
   and its scheduler progress; the delay levels do not run and the timer wheel only follows.
 - `promote()` (PROMOTE_BROKER, `delaymq broker promote -b ADDR`): the slave becomes the master live:
   HA client and sync stop, the torn tail (if any) is cut, writes are accepted, a new HA epoch starts
-  at the CommitLog end (config/haEpoch.json), the delay levels start from the last synced offsets and
+  at the CommitLog end (config/haEpoch.json), the master-only services start (transaction check-backs,
+  pop's revive sweep, and:) the delay levels from the last synced offsets and
   the wheel from the synced read position (skipping what the old master had put of the slot in
   progress), brokerId becomes 0 and the role listeners run (name-server re-registration).
 - A SLAVE whose own epoch is older than its master's (a former master coming back) first cuts its
@@ -36,6 +37,7 @@ import structlog
 from codec.codes import RequestCode as RC
 from codec.codes import ResponseCode
 from codec.command import RemotingCommand
+from codec.controller import ExchangeHAInfoRequestHeader, ExchangeHAInfoResponseHeader
 from remoting.client import RemotingClient
 from scheduler.progress import SchedulerProgress
 from server.cluster.ha.autoswitch_master import AutoSwitchHAService, AutoSwitchStats, Members
@@ -96,12 +98,16 @@ class ReplicaRole:
         self.learned: ReplicatedTopics | None = None  # a slave's topics learned from replicated records
         self._client: RemotingClient | None = None  # prepare()
         self.master_addr_from_ns: str | None = None  # RegisterBrokerResult.masterAddr
-        self.ha_addr_from_ns: str | None = None  # RegisterBrokerResult.haServerAddr
+        # the master's HA address: RegisterBrokerResult.haServerAddr, or the master's own EXCHANGE_BROKER_HA_INFO
+        # answer (`learn_master_ha`); never derived from its listenPort (haListenPort is its own key)
+        self.ha_addr_from_ns: str | None = None
+        self.init_max_offset = 0  # the CommitLog end when the store opened (Apache's brokerInitMaxOffset)
         self.pinned_master: str | None = None  # controller mode: the master the controller named (follow())
         self.fenced = False  # controller mode: a master the controller replaced (fence())
         # async fn(brokerRole, brokerId), awaited after a promotion
         self.role_listeners: list[Callable[[str, int], Awaitable[object]]] = []
         self._tasks: list[SupervisedTask] = []
+        self._wheel_rebuild: asyncio.Task[None] | None = None  # _on_truncated's, awaited by promote
         self.epoch = 0
         self.epoch_start = 0
         self.promoted_at_ms = 0
@@ -213,9 +219,33 @@ class ReplicaRole:
                 continue
             if 0 in addrs and addrs[0] != self.config.broker_addr:
                 self.master_addr_from_ns = addrs[0]
-                host, _, port = addrs[0].rpartition(":")
-                self.ha_addr_from_ns = self.ha_addr_from_ns or f"{host}:{int(port) + 1}"
                 return
+
+    async def learn_master_ha(self) -> str | None:
+        """The HA address of the master this slave follows, asked of the master itself (EXCHANGE_BROKER_HA_INFO,
+        as Apache's retrieveBrokerHaInfo): its brokerIP2:haListenPort, whatever its listenPort. None when
+        it does not answer one (unreachable, not the master, or a 4.x broker): the name server's answer to
+        the next registration brings it (on_register_result)."""
+        if len(self.config.ha_master_address) >= 6:
+            return self.config.ha_master_address
+        master = self.master_addr_from_ns
+        if not master:
+            return None
+        try:
+            resp = await self.client.invoke(master, RemotingCommand.request(
+                int(RC.EXCHANGE_BROKER_HA_INFO), ExchangeHAInfoRequestHeader().to_ext()), 3.0)
+            ha = ExchangeHAInfoResponseHeader.from_ext(resp.ext_fields).masterHaAddress \
+                if resp.code == ResponseCode.SUCCESS else None
+        except Exception as e:  # unreachable, or an answer that is not one
+            log.info("ha.master_ha_unknown", master=master, error=repr(e))
+            return None
+        if not ha:
+            log.info("ha.master_ha_unknown", master=master, code=resp.code, remark=resp.remark)
+            return None
+        if master == self.master_addr_from_ns:  # still the master followed (a role change may have come meanwhile)
+            self.ha_addr_from_ns = ha
+        log.info("ha.master_ha_learned", master=master, ha=ha)
+        return ha
 
     # ---- lifecycle ----------------------------------------------------------------------
     def load_epoch(self) -> None:
@@ -234,6 +264,7 @@ class ReplicaRole:
         """After the store loaded, before the scheduler services start."""
         self._store = store
         self._client = RemotingClient()
+        self.init_max_offset = store.commitlog_max_offset()
         self.load_epoch()
         if self.autoswitch:
             self.epochs.load()
@@ -246,8 +277,10 @@ class ReplicaRole:
             # HA service) or replicates from now on waits for the confirmOffset (`refresh_dispatch_limit`)
             store.set_dispatch_limit(store.commitlog_max_offset())
         if self.is_slave:
-            if not self.config.ha_master_address and self.config.namesrv_addr_list:
-                await self._master_from_namesrv()
+            if not self.config.ha_master_address:
+                if self.pinned_master is None and self.config.namesrv_addr_list:
+                    await self._master_from_namesrv()
+                await self.learn_master_ha()
             if not self.autoswitch:
                 await self.rejoin()
             store.start_replica()
@@ -378,8 +411,39 @@ class ReplicaRole:
         if last is not None:
             self.epoch, self.epoch_start = last
         log.warning("ha.rejoin", protocol="AutoSwitch", to_offset=offset, dropped_bytes=dropped, epoch=self.epoch)
+        timer = self.services.timer_service
+        if timer is not None and self._wheel_rebuild is None:
+            self._wheel_rebuild = asyncio.get_running_loop().create_task(self._rebuild_wheel())
+
+    async def _rebuild_wheel(self) -> None:
+        """A cut at the running client's handshake (the one before start could not reach the master): the
+        following wheel loaded units that may point at the bytes cut, so it is closed, its own files go
+        and it follows again, rebuilt from the timer topic's ConsumeQueue (cut with the CommitLog), as
+        `_pre_handshake` does before it loads. A promotion waits for it."""
+        timer = self.services.timer_service
+        try:
+            if timer is None or not self.is_slave:
+                return
+            # the master's progress is asked with the wheel's queue offset, and its cursor history from there:
+            # no answer to a question asked before the rebuild (a history that does not reach back to the
+            # first unit) may be adopted after it, so the progress sync stops meanwhile
+            syncing = [t for t in self._tasks if t.name == "scheduler-sync"]
+            for t in syncing:
+                await t.stop()
+            gone = await timer.refollow()
+            if self.sync is not None and syncing:
+                self.sync.pending_records.clear()
+                self._tasks = [t for t in self._tasks if t not in syncing]
+                self._tasks.append(self.store.supervisor.spawn("scheduler-sync", self.sync.run_progress))
+            log.warning("ha.timer_wheel_rebuilt", files=gone)
+        except Exception as e:  # a one-shot task: nothing else would see its error
+            log.error("ha.timer_wheel_rebuild_failed", error=repr(e))
+        finally:
+            self._wheel_rebuild = None
 
     async def _stop_slave(self) -> None:
+        if self._wheel_rebuild is not None:  # a cut's wheel rebuild (it restarts the progress sync) ends first:
+            await self._wheel_rebuild  # a promotion's wheel then follows the whole master history
         if self.ha_client is not None:
             self.ha_client.link.stop()
         for t in self._tasks:
@@ -413,10 +477,11 @@ class ReplicaRole:
             return ResponseCode.SLAVE_NOT_AVAILABLE, "SLAVE_NOT_AVAILABLE"
         return self._wait(svc, end_offset)
 
-    def gate_for_run(self, starts: Sequence[int], phys: Sequence[int],
-                     statuses: Sequence[PutStatus] | None) -> ReplicaAck | asyncio.Future[ReplicaAck] | None:
-        """`gate` for a run of sends stored by one put_batch: one wait, shared by its requests,
-        for the end of the last stored record (a task, or a (code, remark) tuple)."""
+    def gate_for_run(self, starts: Sequence[int], phys: Sequence[int], statuses: Sequence[PutStatus] | None,
+                     shared: bool = True) -> ReplicaAck | Awaitable[ReplicaAck] | None:
+        """`gate` for a run of sends stored by one put_batch: one wait for the end of the last stored
+        record, a (code, remark) tuple or, `shared` by the run's requests, a task; not `shared` (the one
+        answer of the whole run awaits it), the coroutine itself."""
         end = -1
         for j, p in enumerate(phys):
             if statuses is None or statuses[j].name == "PUT_OK":
@@ -424,7 +489,7 @@ class ReplicaRole:
         if end < 0:
             return None
         g = self.gate(end)
-        return g if isinstance(g, tuple) else asyncio.ensure_future(g)
+        return g if isinstance(g, tuple) or not shared else asyncio.ensure_future(g)
 
     async def _wait(self, svc: HAService | AutoSwitchHAService, end_offset: int) -> ReplicaAck:
         ok = await svc.wait_replicated(end_offset, self.config.slave_timeout / 1000.0)
@@ -474,6 +539,7 @@ class ReplicaRole:
         skipped: dict[int, int] = {}
         timer_skipped = 0
         b.transactions.start()
+        b.pop.start_sweep()
         if b.delay_service is not None:
             # the deliveries the old master put after its last adopted record are in the replica: skipped
             skipped = b.delay_service.resume_from(delay_offsets, synced.commitlog_offset if synced is not None else -1)
@@ -504,11 +570,13 @@ class ReplicaRole:
     # ---- demotion (controller mode) ----------------------------------------------------------
     async def demote(self, broker_id: int, master_addr: str | None) -> dict[str, object]:
         """Controller mode, a running master the controller replaced becomes a slave of `master_addr`
-        without a restart: writes refused first (the store read-only, as `fence`), then the delay levels
-        and the timer wheel stop delivering (their progress persisted), the store turns replica, and the
-        AutoSwitch HA client's handshake cuts the CommitLog back to the consistent point with the new
-        master before it replicates from it; the wheel only follows from then on; registered with the
-        name servers as `broker_id`."""
+        without a restart: writes refused first (the store read-only, as `fence`), then every master-only
+        service stops (`master_services`: the delay levels and the timer wheel, their progress persisted;
+        the transaction check-backs; pop's revive sweep), the store turns replica, and the AutoSwitch
+        handshake with the new master (its HA address asked of it: `learn_master_ha`) cuts the CommitLog,
+        ConsumeQueues and index back to the consistent point, and the wheel's own files when that cut
+        anything, before it replicates from it; the wheel only follows from then on; registered with the
+        name servers as `broker_id`. A later promotion starts each of them again."""
         if self.is_slave:
             raise ValueError("this broker is already a slave")
         if not self.autoswitch:
@@ -521,6 +589,7 @@ class ReplicaRole:
         if b.timer_service is not None:
             await b.timer_service.shutdown()  # closed; _start_slave reopens it as a follower
         b.transactions.stop()
+        await b.pop.stop_sweep()
         end = self.store.commitlog_max_offset()
         self.store.start_replica()
         cfg.broker_role, cfg.broker_id = "SLAVE", broker_id
@@ -529,10 +598,8 @@ class ReplicaRole:
         self.fenced = False
         self.pinned_master = None
         self.follow(master_addr)
-        if master_addr:  # RocketMQ's haListenPort = listenPort + 1 until a name-server answer says otherwise
-            host, _, port = master_addr.rpartition(":")
-            self.ha_addr_from_ns = f"{host}:{int(port) + 1}"
-            await self._pre_handshake()  # the cut before the wheel reopens, so no unit points at cut bytes
+        if master_addr and await self.learn_master_ha():  # else the name server's answer brings it, and the
+            await self._pre_handshake()  # running client cuts; here the cut comes before the wheel reopens
         self._start_slave()
         await self._announce()
         info: dict[str, object] = {"brokerRole": "SLAVE", "brokerId": broker_id, "master": master_addr,
@@ -540,9 +607,21 @@ class ReplicaRole:
         log.warning("ha.demoted", **info)
         return info
 
+    def master_services(self) -> list[str]:
+        """The master-only services running now: each starts at a promotion and stops at a demotion
+        (a slave runs none; its wheel only follows)."""
+        if self._services is None:
+            return []
+        b = self._services
+        running = {"delayLevels": b.delay_service.running,
+                   "timerWheel": b.timer_service is not None and b.timer_service.delivering,
+                   "transactionCheck": b.transactions.running, "popRevive": b.pop.sweeping}
+        return [name for name, on in running.items() if on]
+
     def runtime_info(self) -> dict[str, str]:
         """Flat GET_BROKER_RUNTIME_INFO entries (ha*)."""
-        info = {"haEpoch": str(self.epoch), "haEpochStartOffset": str(self.epoch_start)}
+        info = {"haEpoch": str(self.epoch), "haEpochStartOffset": str(self.epoch_start),
+                "haMasterServices": ",".join(self.master_services())}
         if self._store is not None:  # the dispatch limit (-1: none) and the writes it holds from readers
             gate = self._store.gate
             info["haDispatchLimit"] = str(-1 if gate.limit is None else gate.limit)
