@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
 
 from bench import wire
 from bench.cluster import Namesrv
-from bench.common import Broker, _port_free, pick_port, store_base
+from bench.common import Broker, _port_free, pick_port, proc_cpu_s, store_base
 from bench.procs import run_here
 from codec.codes import RequestCode, ResponseCode
 from codec.command import RemotingCommand
@@ -146,7 +147,16 @@ def bench_controller_sync(quick: bool) -> dict:
             for k in range(rounds):
                 order = [("lone", lone), ("sync_pair", m)]
                 for kind, b in (order if k % 2 == 0 else order[::-1]):
-                    runs.append({"round": k, "kind": kind, **send_rate(b.addr, TOPIC, n, warmup=2000 if k == 0 else 0)})
+                    if k == 0:
+                        send_rate(b.addr, TOPIC, 2000, warmup=0)
+                    # the brokers' own CPU time per measured send: on a shared host the rates swing with the
+                    # load, while the CPU a send costs each broker is what the SYNC pair adds
+                    procs = {"master": b.pid} if kind == "lone" else {"master": m.pid, "slave": brokers[1].pid}
+                    cpu0 = {p: proc_cpu_s(pid) for p, pid in procs.items()}
+                    r = send_rate(b.addr, TOPIC, n, warmup=0)
+                    cpu = {p: round((proc_cpu_s(pid) - cpu0[p]) * 1e6 / n, 1) for p, pid in procs.items()}
+                    runs.append({"round": k, "kind": kind, **r, "cpu_us_per_msg": cpu,
+                                 "loadavg_1m": os.getloadavg()[0]})
             in_sync_after = run_here(lambda: _in_sync(ctrl))
             ends = [int(run_here(lambda a=b.addr: _runtime(a))["commitLogMaxOffset"]) for b in brokers[:2]]
     finally:
@@ -155,13 +165,21 @@ def bench_controller_sync(quick: bool) -> dict:
         controller.stop()
     rate = {kind: sorted(r["msg_per_s"] for r in runs if r["kind"] == kind) for kind in ("lone", "sync_pair")}
     med = {kind: v[len(v) // 2] for kind, v in rate.items()}
+
+    def cpu_med(kind: str, proc: str) -> float:
+        v = sorted(r["cpu_us_per_msg"][proc] for r in runs if r["kind"] == kind)
+        return v[len(v) // 2]
     share = med["sync_pair"] / med["lone"] if med["lone"] else 0.0
     errors = sum(sum(int(c) for c in (r.get("error_codes") or {}).values()) for r in runs)
     return {"config": {"n_per_run": n, "rounds": rounds, **SEND_LOOP, "allAckInSyncStateSet": True,
                        "sync_state_set": 2},
             "raw": {"runs": runs, "in_sync_after": in_sync_after, "master_slave_commitlog_ends": ends},
             "headline": {"lone_msg_s": med["lone"], "sync_pair_msg_s": med["sync_pair"], "sync_share": round(share, 3),
-                         "send_errors": errors},
+                         "send_errors": errors,
+                         # medians of the brokers' CPU microseconds per send (utime + stime over the run)
+                         "cpu_us_per_msg": {"lone_master": cpu_med("lone", "master"),
+                                            "pair_master": cpu_med("sync_pair", "master"),
+                                            "pair_slave": cpu_med("sync_pair", "slave")}},
             "target": "SYNC (SyncStateSet of 2) send throughput >= 60% of an unreplicated master's",
             "met": share >= 0.60 and errors == 0 and bool(in_sync_after)}
 

@@ -10,6 +10,7 @@ whole list again, so a host that slows down mid-run slows every setup alike):
 | `delaymq_local` | a delaymq broker, in-broker gRPC endpoint |
 | `delaymq_proxy1` | delaymq name server + broker + one delaymq-proxy |
 | `delaymq_proxy2` | delaymq name server + broker + two delaymq-proxies (clients split between them) |
+| `delaymq_proxy1_ref` | as `delaymq_proxy1`, the proxy with `sendCoalesce=false` (one write per send; not in the default list) |
 | `delaymq_envoy1`, `delaymq_envoy2` | the same with delaymq-proxy on `grpcServerStack=envoy` (each proxy's CPU: its Envoy process, the embedded Python included, + its launcher) |
 | `apache_local` | Apache 5.1.3 name server + `mqproxy -pm local` (proxy and broker in one JVM) |
 | `apache_cluster` | Apache 5.1.3 name server + broker + `mqproxy -pm cluster` |
@@ -60,6 +61,9 @@ from bench.grpc_floor import CLIENTS, WARMUP_S, WINDOW, Proc, _client_process, _
 
 SETUPS = ["floor", "delaymq_local", "delaymq_proxy1", "delaymq_proxy2", "delaymq_envoy1", "delaymq_envoy2",
           "apache_local", "apache_cluster"]
+# not in the default list: delaymq_proxy1 on the proxy's reference send path (sendCoalesce=false, one write per
+# send), for the side by side of server.proxy.coalesce
+EXTRA_SETUPS = ["delaymq_proxy1_ref"]
 RMQ5 = REPO.parent / "shared" / "rocketmq5"
 TOPIC, DELAY_TOPIC, GROUP, DELAY_GROUP = "BenchFloor", "BenchTopoDelay", "BenchTopoG", "BenchTopoDelayG"
 QUEUES = 8
@@ -154,10 +158,11 @@ def _delaymq_broker(s: Setup, extra: dict) -> Broker:
     return b
 
 
-def _delaymq_proxy(s: Setup, ns: str, name: str, stack: str = "grpcio") -> None:
+def _delaymq_proxy(s: Setup, ns: str, name: str, stack: str = "grpcio", conf: dict | None = None) -> None:
     port = pick_port()
+    extra = ["--config", str(_conf(s.work / f"{name}.conf", conf))] if conf else []
     px = Proc([sys.executable, "-m", "server.proxy", "--namesrv", ns, "--grpc-port", str(port), "--host", "127.0.0.1",
-               "--log-level", "warning", "--grpc-server-stack", stack], r"proxy ready on")
+               "--log-level", "warning", "--grpc-server-stack", stack, *extra], r"proxy ready on")
     s.closers.append(px.stop)
     envoy = re.search(r"\(envoy pid (\d+)\)", px.ready_line)
     if envoy:  # the Envoy child serves; the launcher only waits for a signal
@@ -218,11 +223,13 @@ def start(setup: str) -> Setup:
         if setup == "delaymq_local":
             b = _delaymq_broker(s, {"grpcListenPort": pick_port()})
             s.grpc.append(f"127.0.0.1:{b.config['grpcListenPort']}")
-        elif setup in ("delaymq_proxy1", "delaymq_proxy2", "delaymq_envoy1", "delaymq_envoy2"):
+        elif setup in ("delaymq_proxy1", "delaymq_proxy2", "delaymq_envoy1", "delaymq_envoy2", "delaymq_proxy1_ref"):
             ns = _delaymq_namesrv(s)
             _delaymq_broker(s, {"namesrvAddr": ns, "brokerName": "bench-a"})
-            for k in range(int(setup[-1])):
-                _delaymq_proxy(s, ns, f"proxy{k + 1}", "envoy" if "envoy" in setup else "grpcio")
+            ref = setup.endswith("_ref")
+            for k in range(1 if ref else int(setup[-1])):
+                _delaymq_proxy(s, ns, f"proxy{k + 1}", "envoy" if "envoy" in setup else "grpcio",
+                               {"sendCoalesce": "false"} if ref else None)
         elif setup in ("apache_local", "apache_cluster"):
             _apache(s, cluster=setup == "apache_cluster")
         else:
@@ -492,13 +499,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.grpc_topology")
     p.add_argument("--seconds", type=float, default=5.0, help="seconds of each phase (default 5)")
     p.add_argument("--rounds", type=int, default=1)
-    p.add_argument("--setups", default=",".join(SETUPS), help="comma-separated: " + ",".join(SETUPS))
+    p.add_argument("--setups", default=",".join(SETUPS), help="comma-separated: " + ",".join(SETUPS + EXTRA_SETUPS))
     p.add_argument("--jvm-warmup", type=float, default=JVM_WARMUP_S,
                    help=f"seconds of send load before the Apache setups are measured (default {JVM_WARMUP_S:g}; "
                         "their JIT compiles meanwhile, and its threads' CPU counts in the process's)")
     a = p.parse_args(argv)
     setups = [x for x in a.setups.split(",") if x]
-    bad = [x for x in setups if x not in SETUPS]
+    bad = [x for x in setups if x not in SETUPS + EXTRA_SETUPS]
     if bad:
         p.error(f"unknown setups {bad}")
     runs = run(setups, a.seconds, a.rounds, a.jvm_warmup)

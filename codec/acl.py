@@ -14,6 +14,7 @@ import base64
 import hashlib
 import hmac
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from codec.buffers import Body, BytesLike
 
@@ -84,3 +85,15 @@ def sign_request(ext_fields: dict[str, str], body: Body | None, access_key: str,
     ext_fields.pop(SIGNATURE, None)
     ext_fields[SIGNATURE] = sign(ext_fields, body, secret_key)
     return ext_fields
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCredentials:
+    """RocketMQ's AclClientRPCHook with its SessionCredentials: every request a client sends is signed with one
+    account's keys (delaymq-proxy's requests to brokers with aclEnable, as Apache's proxy in cluster mode)."""
+
+    access_key: str
+    secret_key: str
+
+    def sign(self, ext_fields: dict[str, str], body: Body | None) -> None:
+        sign_request(ext_fields, body, self.access_key, self.secret_key)

@@ -12,6 +12,7 @@ import ssl as _ssl
 
 import structlog
 
+from codec.acl import SessionCredentials
 from codec.command import RemotingCommand
 from codec.frame import MAX_FRAME
 from remoting.connection import Connection
@@ -31,8 +32,10 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 class RemotingClient:
     def __init__(self, ssl: _ssl.SSLContext | None = None, connect_timeout: float = 3.0,
-                 max_frame: int = MAX_FRAME) -> None:
+                 max_frame: int = MAX_FRAME, credentials: SessionCredentials | None = None) -> None:
         self.ssl = ssl
+        # RocketMQ's AclClientRPCHook: with credentials, every request is signed (AccessKey, Signature) as it goes
+        self.credentials = credentials
         self.connect_timeout = connect_timeout
         self.max_frame = max_frame
         self.dispatcher = Dispatcher()
@@ -104,12 +107,20 @@ class RemotingClient:
         if addr is not None and self._conns.get(addr) is conn:
             del self._conns[addr]
 
+    def sign(self, cmd: RemotingCommand) -> None:
+        """With credentials, sign `cmd` as RocketMQ's AclClientRPCHook does; every request this client writes
+        passes here (also those the proxy's send coalescer writes on this client's connections)."""
+        if self.credentials is not None:
+            self.credentials.sign(cmd.ext_fields, cmd.body)
+
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         conn = await self.connection(addr)
+        self.sign(cmd)
         return await conn.invoke(cmd, timeout)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         conn = await self.connection(addr)
+        self.sign(cmd)
         conn.invoke_oneway(cmd)
 
     def close_connection(self, addr: str) -> None:

@@ -326,14 +326,14 @@ class Connection(asyncio.Protocol):
     def writing_paused(self) -> bool:
         return self._write_paused
 
-    def request_started(self) -> None:
-        """Count a request being processed; public so a processor answering later may count itself."""
-        self.inflight += 1
+    def request_started(self, n: int = 1) -> None:
+        """Count a request (or `n`) being processed; public so a processor answering later may count itself."""
+        self.inflight += n
         if self.inflight >= self.max_inflight:
             self._update_reading()
 
-    def request_finished(self) -> None:
-        self.inflight -= 1
+    def request_finished(self, n: int = 1) -> None:
+        self.inflight -= n
         if self._read_paused or self._backlog:
             self._update_reading()
 

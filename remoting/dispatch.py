@@ -13,9 +13,12 @@ requests of one read that share the processor (`dispatch_run`), so per-request w
 shared (one store put for a run of sends) is done once. Results follow the same rules as above,
 plus: an entry may be `bytes`, response frames already encoded (for any of the run's requests, oneway
 ones excluded by the processor), written as they are (`Connection.write_frames`), so a run's
-responses can go out as one piece. Any processor (plain, batch or awaited) may also answer with a
-`list`: ONE response frame already encoded as pieces (`encode_frame`'s shape, length prefix first,
-body slices uncopied), written by `Connection.write_frame_pieces`.
+responses can go out as one piece; or a `LaterFrames`: the encoded frames of several of the run's
+requests, produced together by one awaitable (run as ONE task that counts as that many in-flight
+requests), for answers that all wait on the same thing (a run of SYNC_MASTER sends: one replication
+wait). Any processor (plain, batch or awaited) may also answer with a `list`: ONE response frame already
+encoded as pieces (`encode_frame`'s shape, length prefix first, body slices uncopied), written by
+`Connection.write_frame_pieces`.
 
 The returned command, if any, is sent as the response. Returning None means "no response now": a
 processor that answers later (long-polling pull) keeps `conn` and `cmd` and later calls
@@ -32,7 +35,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import structlog
 
@@ -48,8 +51,19 @@ log = structlog.get_logger(__name__)
 # (run as a task), or None (no response now)
 Response = RemotingCommand | list[Any] | Awaitable[Any] | None
 Processor = Callable[["Connection", RemotingCommand], Response]
-# batch(conn, cmds) -> one result per command, in order: a Response, or bytes (whole frames, written as they are)
-BatchProcessor = Callable[["Connection", list[RemotingCommand]], list[Response | bytes]]
+
+
+class LaterFrames(NamedTuple):
+    """A batch result standing for `requests` requests of the run: `frames` resolves to their response
+    frames, encoded (bytes, written as they are); its task counts as `requests` in-flight requests."""
+
+    frames: Awaitable[bytes]
+    requests: int
+
+
+# batch(conn, cmds) -> one result per command, in order: a Response, bytes (whole frames, written as they
+# are) or a LaterFrames
+BatchProcessor = Callable[["Connection", list[RemotingCommand]], list[Response | bytes | LaterFrames]]
 # before_request(conn, cmd) -> RemotingCommand | None: a returned command is sent instead of
 # running the processor (ACL denial, server busy, ...).
 BeforeRequest = Callable[["Connection", RemotingCommand], "RemotingCommand | None"]
@@ -153,6 +167,8 @@ class Dispatcher:
                 continue
             if isinstance(resp, bytes):
                 conn.write_frames(resp)
+            elif isinstance(resp, LaterFrames):
+                self.spawn(conn, cmd, resp.frames, requests=resp.requests)
             elif inspect.isawaitable(resp):
                 self.spawn(conn, cmd, resp)
             elif not cmd.is_oneway:
@@ -164,14 +180,16 @@ class Dispatcher:
             timing(cmds[0].code, perf_counter() - t0, len(cmds))
 
     def spawn(self, conn: Connection, cmd: RemotingCommand, awaitable: Awaitable[Any],
-              t0: float = 0.0) -> asyncio.Task[Any]:
-        conn.request_started()
+              t0: float = 0.0, requests: int = 1) -> asyncio.Task[Any]:
+        """Run `awaitable` as a task answering `cmd` (or, with `requests` > 1, a LaterFrames' requests:
+        it counts as that many in-flight requests)."""
+        conn.request_started(requests)
         task = asyncio.ensure_future(awaitable)
         self.tasks.add(task)
 
         def done(t: asyncio.Task[Any]) -> None:
             self.tasks.discard(t)
-            conn.request_finished()
+            conn.request_finished(requests)
             if t.cancelled():
                 return
             exc = t.exception()

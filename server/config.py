@@ -39,6 +39,7 @@ _KEY_OVERRIDES = {
     "broker_ip2": "brokerIP2",
     "tls_enable": "tlsEnable",
     "message_delay_level": "messageDelayLevel",
+    "read_uncommitted": "readUnCommitted",
 }
 
 # [security] RocketMQ's own spellings accepted as aliases of our keys.
@@ -156,11 +157,16 @@ class BrokerConfig:
     broker_election_priority: int = 2147483647  # lower wins a tie of epoch and CommitLog offset
     ha_max_time_slave_not_catchup: int = 15000  # ms without a caught-up slave before the master shrinks the set
     all_ack_in_sync_state_set: bool = False  # controller mode: a SYNC send waits for every SyncStateSet member
+    # and consumers see only what every member holds (dispatch stops at the confirmOffset), unless
+    read_uncommitted: bool = False  # RocketMQ 5.3's readUnCommitted: dispatch up to the CommitLog end regardless
     sync_from_last_file: bool = False  # controller-mode slave: an empty one starts at its master's last CommitLog file
     # RocketMQ 5 gRPC MessagingService (server/grpc); 0 = off; -1 (default) = listenPort - 1795, which is
     # 8081 (the RocketMQ 5 proxy's port) for the default listenPort 9876 and moves with listenPort, so
     # brokers on one host given only their own --port never share it
     grpc_listen_port: int = -1
+    # Apache's proxy key: a 5.x send whose message type (NORMAL / FIFO / DELAY / TRANSACTION) is not one its topic's
+    # message.type attribute accepts is refused, MESSAGE_PROPERTY_CONFLICT_WITH_TYPE (server/grpc/service.py)
+    enable_topic_message_type_check: bool = True
 
     # ---- derived -------------------------------------------------------------------------
     @property

@@ -54,11 +54,13 @@ PULL_MESSAGE = HeaderSpec(PullMessageHeader)
 
 
 class GroupTopicQueueHeader(Header):
-    """QueryConsumerOffsetRequestHeader."""
+    """QueryConsumerOffsetRequestHeader (setZeroIfNotFound: 5.x's; false asks for QUERY_NOT_FOUND instead of
+    the new-group offset 0, as Apache's proxy asks for its GetOffset)."""
 
     consumerGroup: str
     topic: str
     queueId: int
+    setZeroIfNotFound: bool | None
 
 
 GROUP_TOPIC_QUEUE = HeaderSpec(GroupTopicQueueHeader)

@@ -9,7 +9,8 @@ The facade is composed of parts with one job each, made in `__init__` and passed
 - the files: `commitlog` (CommitLog), `queues` (storage.consume_queue_table.ConsumeQueueTable: every
   ConsumeQueue and its next offset), `index` (IndexService), `checkpoint`;
 - what the parts share: `run` (storage.store_status.RunState: running, read-only) and `counters`
-  (StoreCounters), the dispatch listeners (storage.dispatch.DispatchListeners), the disk check
+  (StoreCounters), the dispatch listeners behind the dispatch gate (storage.dispatch: DispatchListeners,
+  DispatchGate, whose limit the composition sets with `set_dispatch_limit`), the disk check
   (storage.disk_space.DiskSpace), the fault injector;
 - `put_path` (storage.store_put.PutPath: put, put_async), `batch` (storage.store_append.BatchAppend:
   put_batch over the put path), `reads` (storage.store_reads.StoreReads), `retention`
@@ -38,7 +39,7 @@ from storage.config_store import ConfigFile
 from storage.consume_queue import ConsumeQueue
 from storage.consume_queue_table import ConsumeQueueTable
 from storage.disk_space import DiskSpace
-from storage.dispatch import DispatchListeners
+from storage.dispatch import DispatchGate, DispatchListeners
 from storage.faults import PutFaultInjector
 from storage.flush import GroupCommitService, PeriodicFlusher, flush_segments_blocking
 from storage.index import IndexService
@@ -108,17 +109,18 @@ class MessageStore:
         self.run = RunState()
         self.counters = StoreCounters()
         self.listeners = DispatchListeners()
+        self.gate = DispatchGate(self.listeners)  # the dispatch limit (set_dispatch_limit)
         self.faults = PutFaultInjector()
         self.disk = DiskSpace(config)
         self._group_commit = GroupCommitService(self.commitlog)
         # the parts
-        self.put_path = PutPath(config, self.commitlog, self.queues, self.index, self._group_commit, self.listeners,
+        self.put_path = PutPath(config, self.commitlog, self.queues, self.index, self._group_commit, self.gate,
                                 self.faults, self.disk, self.run, self.counters,
                                 lambda: int(time.time() * 1000))
         self.batch = BatchAppend(self.put_path)
-        self.reads = StoreReads(config, self.commitlog, self.queues, self.index, self.counters)
+        self.reads = StoreReads(config, self.commitlog, self.queues, self.index, self.counters, self.gate)
         self.retention = Retention(config, self.commitlog, self.queues, self.index, self.run)
-        self.replica = ReplicaAppender(self.commitlog, self.queues, self.index, self.listeners, self.run,
+        self.replica = ReplicaAppender(self.commitlog, self.queues, self.index, self.gate, self.run,
                                        self.counters, tags_code_of)
         self._flushers: list[PeriodicFlusher] = []
         self._clean_handle: asyncio.TimerHandle | None = None  # the retention timer (start())
@@ -225,6 +227,16 @@ class MessageStore:
 
     def remove_dispatch_listener(self, fn: DispatchListener) -> None:
         self.listeners.remove(fn)
+
+    def set_dispatch_limit(self, limit: int | None) -> None:
+        """Dispatch (ConsumeQueue reads, index queries, the dispatch listeners) up to CommitLog offset `limit`
+        from now on (None: no limit), releasing the held writes it covers (storage.dispatch.DispatchGate).
+        RocketMQ 5's confirmOffset in controller mode; the store only applies it."""
+        self.gate.set_limit(limit, self.queues.offsets)
+
+    @property
+    def dispatch_limit(self) -> int | None:
+        return self.gate.limit
 
     def add_queue_files_listener(self, listener: QueueFilesListener) -> None:
         """`listener` follows the ConsumeQueues' retention and topic deletion (storage.store_types)."""
@@ -349,6 +361,7 @@ class MessageStore:
         """Forget a deleted topic's ConsumeQueues and remove their files (RocketMQ's cleanUnusedTopic).
         Its records stay in the CommitLog until retention. Returns the number of queues removed."""
         removed = self.queues.delete_topic(topic)
+        self.gate.forget_topic(topic)
         for listener in self.retention.queue_listeners:
             listener.topic_deleted(topic)
         return removed

@@ -6,7 +6,8 @@ exactly `offset`, which must be the current CommitLog end (or anything when the 
 the first segment starts at the file boundary below `offset`). `reput()` then does what RocketMQ's
 ReputMessageService does: it walks the complete records between the reput offset and the CommitLog
 end and writes their ConsumeQueue units (SCHEDULE_TOPIC_XXXX units carry the deliver time as
-tagsCode, as on the master) and index keys, then calls the dispatch listeners once per queue, and the
+tagsCode, as on the master) and index keys, then calls the dispatch listeners once per queue (through the
+dispatch gate: a controller-mode slave dispatches up to its master's confirmOffset), and the
 destination listeners with the (topic, queue) pairs the pass's records name as where they go later
 (REAL_TOPIC / REAL_QID: scheduled messages, transaction halves; a slave learns those topics before
 anything is delivered there).
@@ -30,7 +31,7 @@ from storage import _record as R
 from storage.commitlog import CommitLog
 from storage.consume_queue import QueueRun
 from storage.consume_queue_table import ConsumeQueueTable
-from storage.dispatch import DispatchListeners
+from storage.dispatch import DispatchGate
 from storage.index import IndexService
 from storage.store_status import RunState, StoreCounters
 from storage.store_types import TagsCodeOf
@@ -61,12 +62,12 @@ class ReplicaError(ValueError):
 
 class ReplicaAppender:
     def __init__(self, commitlog: CommitLog, queues: ConsumeQueueTable, index: IndexService,
-                 listeners: DispatchListeners, run: RunState, counters: StoreCounters,
+                 gate: DispatchGate, run: RunState, counters: StoreCounters,
                  tags_code_of: TagsCodeOf) -> None:
         self.commitlog = commitlog
         self.queues = queues
         self.index = index
-        self.listeners = listeners
+        self.gate = gate  # the dispatch listeners, behind the dispatch limit (storage.dispatch)
         self.run = run
         self.counters = counters
         self.tags_code_of = tags_code_of
@@ -207,8 +208,8 @@ class ReplicaAppender:
         queues = self.queues
         for key, run in units.items():
             queues.write_units(key, run.first, run.units, run.end)
-        if units and self.listeners.listeners:
-            self.listeners.dispatch(units, queues.offsets)
+        if units:
+            self.gate.after_write(units, queues.offsets, off)
         if destinations:
             for fn in self.destination_listeners:
                 try:
@@ -234,6 +235,7 @@ class ReplicaAppender:
             if removed:
                 log.warning("replica.consume_queue_cut", topic=cq.topic, queue_id=cq.queue_id, units=removed)
         self.queues.reset_offsets()
+        self.gate.truncated(offset, self.queues.offsets)
         cut = self.index.truncate(offset)
         if cut:
             log.warning("replica.index_cut", entries=cut, to_offset=offset)

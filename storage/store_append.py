@@ -10,7 +10,8 @@ delay drain, the timer wheel's dequeue):
 - one loop assigns queue offsets and patches QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP in the
   buffer, packs the ConsumeQueue units per queue and collects the index entries;
 - the buffer is copied into the mapping with one write; then one units write per queue, one index
-  call, one group-commit request (SYNC_FLUSH) and the dispatch listeners once per queue.
+  call, one group-commit request (SYNC_FLUSH) and the dispatch listeners once per queue (through the
+  dispatch gate, as `put`).
 
 The records are trusted to be well formed (built by codec from stored records); sizes are checked.
 Anything off the fast path (the run does not fit the segment, a record too large, the store not
@@ -106,8 +107,12 @@ class BatchAppend:
         counted.put_bytes_total += len(buf)
         counted.put_ok_total += n
         flushed = pp.group_commit.request(base + len(buf)) if cfg.sync_flush else None
-        if pp.listeners.listeners:
-            pp.listeners.dispatch(state, counters)
+        gate = pp.gate
+        if gate.limit is None:
+            if gate.listeners.listeners:
+                gate.listeners.dispatch(state, counters)
+        else:
+            gate.after_write(state, counters, base + len(buf))
         return BatchPutResult(n, phys, store_ts, flushed, queue_offsets=qoffs)
 
     def _put_batch_slow(self, batch: PutBatch) -> BatchPutResult:

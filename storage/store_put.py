@@ -1,7 +1,8 @@
 """The put path (`PutPath`, a part of MessageStore): `put(requests)` / `put_async(requests)`, the checks
 before anything is stored (store running and writable, disk space, record shape, ConsumeQueue room),
 the CommitLog append, the ConsumeQueue units of one put per queue (storage.consume_queue_table), the
-index keys, the group commit (SYNC_FLUSH) and the dispatch listeners once per (topic, queue).
+index keys, the group commit (SYNC_FLUSH) and the dispatch listeners once per (topic, queue), through the
+dispatch gate (storage.dispatch.DispatchGate: held while the records end past the dispatch limit).
 
 One pass checks the requests and assigns queue offsets, the CommitLog copies runs of records with one
 write each, one pass builds the ConsumeQueue units (one write per queue) and the index entries (one
@@ -22,7 +23,7 @@ from storage import _record as R
 from storage.commitlog import CommitLog
 from storage.consume_queue_table import ConsumeQueueTable
 from storage.disk_space import DiskSpace
-from storage.dispatch import DispatchListeners
+from storage.dispatch import DispatchGate
 from storage.faults import PutFaultInjector
 from storage.flush import GroupCommitService
 from storage.index import IndexService
@@ -55,14 +56,14 @@ class _QueueUnits:
 
 class PutPath:
     def __init__(self, config: StoreConfig, commitlog: CommitLog, queues: ConsumeQueueTable, index: IndexService,
-                 group_commit: GroupCommitService, listeners: DispatchListeners, faults: PutFaultInjector,
+                 group_commit: GroupCommitService, gate: DispatchGate, faults: PutFaultInjector,
                  disk: DiskSpace, run: RunState, counters: StoreCounters, now_ms: Callable[[], int]) -> None:
         self.config = config
         self.commitlog = commitlog
         self.queues = queues
         self.index = index
         self.group_commit = group_commit
-        self.listeners = listeners
+        self.gate = gate  # the dispatch listeners, behind the dispatch limit (storage.dispatch)
         self.faults = faults
         self.disk = disk
         self.run = run
@@ -176,8 +177,12 @@ class PutPath:
             fut = self.group_commit.request(end)
             for j in range(len(phys)):
                 results[positions[j]].flushed = fut  # type: ignore[union-attr]  # stored above (PUT_OK)
-        if self.listeners.listeners:
-            self.listeners.dispatch(units, queues.offsets)
+        gate = self.gate
+        if gate.limit is None:
+            if gate.listeners.listeners:
+                gate.listeners.dispatch(units, queues.offsets)
+        elif units:
+            gate.after_write(units, queues.offsets, end)
         return results  # type: ignore[return-value]  # every slot holds a result: rejected, stored or failed above
 
     def _fail_all(self, requests: list[PutRequest], results: list[PutResult | None], status: PutStatus,

@@ -1,5 +1,8 @@
 """Read side of the MessageStore (`StoreReads`, a part of the facade): pull lookups with RocketMQ's status table
-(remoting-protocol.md §8.2), units, records, offsets, search by time, key queries."""
+(remoting-protocol.md §8.2), units, records, offsets, search by time, key queries.
+
+Readers see what is dispatched: a queue's max offset is the gate's visible one (storage.dispatch.DispatchGate,
+units of records past the dispatch limit are not read), and a key query skips records past the limit."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from codec.consume_queue_unit import BLANK_SIZE, UNIT, UNIT_PHYS_SIZE, UNIT_SIZE
 from storage.commitlog import CommitLog
 from storage.consume_queue import ConsumeQueue
 from storage.consume_queue_table import ConsumeQueueTable
+from storage.dispatch import DispatchGate
 from storage.index import IndexService
 from storage.store_status import StoreCounters
 from storage.store_types import GetResult, GetStatus, QueryResult, StoreConfig
@@ -75,8 +79,10 @@ def _int32(v: int) -> int:
 
 class StoreReads:
     def __init__(self, config: StoreConfig, commitlog: CommitLog, queues: ConsumeQueueTable, index: IndexService,
-                 counters: StoreCounters) -> None:
+                 counters: StoreCounters, gate: DispatchGate) -> None:
         self.config = config
+        self.gate = gate
+        self.held = gate.held  # the visible max offset of each queue with units past the dispatch limit
         self.commitlog = commitlog
         self.queues = queues
         self.index = index
@@ -106,6 +112,8 @@ class StoreReads:
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
         min_off, max_off = cq.min_offset, cq.max_offset
+        if self.held:
+            max_off = self.gate.visible_max((topic, queue_id), max_off)
         if max_off == 0:
             return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
         if offset < min_off:
@@ -116,7 +124,7 @@ class StoreReads:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, max_off, min_off, max_off)
         max_num = max(1, max_num)
         scan_units = max(_MIN_SCAN_BYTES, max_num * UNIT_SIZE) // UNIT_SIZE
-        units = cq.read_units(offset, scan_units)
+        units = cq.read_units(offset, min(scan_units, max_off - offset))
         if units is None or len(units) == 0:
             return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.file_end_offset(offset), min_off, max_off)
         cfg = self.config
@@ -326,6 +334,10 @@ class StoreReads:
         cq = self.queues.queues.get((topic, queue_id))
         if cq is None:
             return None
+        if self.held:
+            max_units = min(max_units, self.gate.visible_max((topic, queue_id), cq.max_offset) - offset)
+            if max_units <= 0:
+                return None
         return cq.read_units(offset, max_units)
 
     def lookup_message_by_offset(self, phys_offset: int) -> MessageRecord | None:
@@ -343,7 +355,9 @@ class StoreReads:
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         cq = self.queues.queues.get((topic, queue_id))
-        return cq.max_offset if cq is not None else 0
+        if cq is None:
+            return 0
+        return self.gate.visible_max((topic, queue_id), cq.max_offset) if self.held else cq.max_offset
 
     def queue_ids(self, topic: str) -> list[int]:
         return sorted(q for (t, q) in self.queues.queues if t == topic)
@@ -357,7 +371,7 @@ class StoreReads:
 
     def earliest_store_time(self, topic: str, queue_id: int) -> int | None:
         cq = self.queues.queues.get((topic, queue_id))
-        if cq is None or cq.max_offset <= cq.min_offset:
+        if cq is None or self.max_offset(topic, queue_id) <= cq.min_offset:
             return None
         return self._unit_store_ts(cq, cq.min_offset)
 
@@ -368,7 +382,7 @@ class StoreReads:
         cq = self.queues.queues.get((topic, queue_id))
         if cq is None:
             return 0
-        lo, hi = cq.min_offset, cq.max_offset - 1
+        lo, hi = cq.min_offset, self.max_offset(topic, queue_id) - 1
         # skip units whose CommitLog data is gone
         while lo <= hi and self._unit_store_ts(cq, lo) is None:
             lo += 1
@@ -399,7 +413,10 @@ class StoreReads:
                      end: int = (1 << 63) - 1) -> QueryResult:
         hits = self.index.query(topic, key, max(1, max_num), begin, end, self.commitlog.min_offset)
         buffers = []
+        limit = self.gate.limit if self.gate.writes else None  # held records are not indexed yet
         for phys, size, _ts in hits:
+            if limit is not None and phys + size > limit:
+                continue
             buf = self.commitlog.read_record(phys, size)
             if buf is not None:
                 buffers.append(buf)

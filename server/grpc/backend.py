@@ -107,6 +107,10 @@ class MessagingBackend(SessionBackend, Protocol):
 
     async def route(self, topic: str) -> TopicRoute: ...
 
+    async def message_types(self, topic: str) -> tuple[MessageType, ...]:
+        """The message types `topic` accepts (`accepted_types` of its message.type attribute), as its route says."""
+        ...
+
     async def assignment(self, topic: str, group: str) -> tuple[list[str], tuple[MessageType, ...]]:
         """The brokers a simple consumer of `group` receives `topic` from, and the topic's message types."""
         ...

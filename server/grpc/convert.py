@@ -147,6 +147,19 @@ def message_type_of(props: dict[str, str]) -> pb.MessageType.ValueType:
     return MT_NORMAL
 
 
+def sent_type_of(props: dict[str, str]) -> pb.MessageType.ValueType:
+    """The type a send's properties make of a message for the topic type check (Apache 5.1.3's
+    TopicMessageType.parseFromMessageProperty, whose order differs from `message_type_of`'s: a FIFO
+    message with a delivery time is DELAY)."""
+    if props.get(K.TRAN_MSG) == "true":
+        return MT_TRANSACTION
+    if K.DELAY in props or K.TIMER_DELIVER_MS in props or K.TIMER_DELAY_SEC in props:
+        return MT_DELAY
+    if SHARDING_KEY in props:
+        return MT_FIFO
+    return MT_NORMAL
+
+
 def to_proto(rec: MessageRecord, topic: str, store_host: tuple[str, int]) -> pb.Message:
     """The proto Message of a stored record as consumers see it (receipt handle etc. set by the caller)."""
     props = rec.properties

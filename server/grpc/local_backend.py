@@ -142,6 +142,7 @@ class LocalBackend:
         self.max_message_size = deps.config.max_message_size
         self.delay_levels = deps.levels
         self.timer_enabled = deps.timer_enabled
+        self.topic_message_type_check = deps.config.enable_topic_message_type_check
         self.store_host: tuple[str, int] | None = deps.store_host
         self.broker_name = deps.config.broker_name
 
@@ -163,6 +164,9 @@ class LocalBackend:
     def _accepted_types(self, topic: str) -> tuple[MessageType, ...]:
         """Every type, unless the topic's message.type attribute names one (as Apache's proxy routes)."""
         return accepted_types(self.deps.attributes.get(topic).get(MESSAGE_TYPE, ""))
+
+    async def message_types(self, topic: str) -> tuple[MessageType, ...]:
+        return self._accepted_types(topic)
 
     def _queue_of(self, topic: str, qid: int) -> None:
         tcfg = self._topic_config(topic)

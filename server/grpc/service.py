@@ -17,11 +17,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 import structlog
 from google.protobuf.duration_pb2 import Duration
 
-from codec.codes import ResponseCode
+from codec.codes import DLQ_PREFIX, RETRY_PREFIX, ResponseCode
 from codec.properties import MessageConst as K
 from server.grpc import convert
 from server.grpc.auth import Authenticator, needs
-from server.grpc.backend import Filter, MessagingBackend, Outgoing
+from server.grpc.backend import ALL_TYPES, Filter, MessageType, MessagingBackend, Outgoing
 from server.grpc.status import (
     OK,
     Code,
@@ -103,6 +103,16 @@ def _overall(statuses: list[pb.Status], what: str) -> pb.Status:
     if len(statuses) == 1:
         return bad[0]
     return status(Code.MULTIPLE_RESULTS, f"{len(bad)} of {len(statuses)} {what} failed")
+
+
+def _check_type(accepts: tuple[MessageType, ...], props: dict[str, str]) -> None:
+    """Apache 5.1.3's DefaultTopicMessageTypeValidator: the message's type (from its properties) must be the topic's."""
+    sent = convert.sent_type_of(props)
+    if sent not in accepts:
+        topic_type = "/".join(pb.MessageType.Name(t) for t in accepts)
+        raise GrpcError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"TopicMessageType validate failed, topic type is "
+                                                                   f"{topic_type}, message type is "
+                                                                   f"{pb.MessageType.Name(sent)}")
 
 
 class MessagingService(sgrpc.MessagingServiceServicer):
@@ -234,6 +244,14 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             return Outgoing(props, sys_flag, body, born.seconds * 1000 + born.nanos // 1_000_000)
         return Outgoing(props, sys_flag, body, now)
 
+    async def _type_checked(self, topic: str) -> tuple[MessageType, ...] | None:
+        """The types a send to `topic` may carry; None: no check (enableTopicMessageTypeCheck=false, retry and DLQ
+        topics, as Apache's proxy, or a topic whose route takes every type)."""
+        if not self.backend.topic_message_type_check or topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+            return None
+        accepts = await self.backend.message_types(topic)
+        return None if len(accepts) == len(ALL_TYPES) else accepts
+
     def _peer(self, context: Context) -> tuple[str, int]:
         """`grpc_peer`, remembered by the peer's text (bounded): one client's calls share it."""
         text = context.peer() or ""
@@ -248,10 +266,14 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         topic = _topic_name(messages[0].topic)
         now = int(time.time() * 1000)
         todo: list[tuple[int, Outgoing]] = []  # (index in the request, the message) of those that go out
+        accepts = await self._type_checked(topic)
         refused: list[tuple[int, GrpcError]] = []
         for i, msg in enumerate(messages):
             try:
-                todo.append((i, self._outgoing(topic, msg, now)))
+                out = self._outgoing(topic, msg, now)
+                if accepts is not None:
+                    _check_type(accepts, out.props)
+                todo.append((i, out))
             except GrpcError as e:
                 refused.append((i, e))
         sent = await self.backend.send(topic, [m for _, m in todo], self._peer(context)) if todo else []

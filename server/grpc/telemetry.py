@@ -188,6 +188,10 @@ class SessionBackend(Protocol):
     sessions: ClientSessions
     max_message_size: int
     store_host: tuple[str, int] | None  # the host a check's record names; None: the record's own
+    # enableTopicMessageTypeCheck (Apache's proxy key, default true): a send whose message type is not one the
+    # topic's message.type accepts is refused with MESSAGE_PROPERTY_CONFLICT_WITH_TYPE; producers are told it as
+    # publishing.validate_message_type (Apache's GrpcClientSettingsManager), so they check the route's types first
+    topic_message_type_check: bool
 
     async def consumer_policy(self, group: str, topic: str) -> ConsumerPolicy:
         """`topic`: one the consumer subscribes ("" when none), where a proxy finds the group's brokers."""
@@ -239,7 +243,7 @@ class TelemetryService:
             if pubsub == "publishing":
                 p.topics.extend(client.publishing.topics)
             p.max_body_size = self.backend.max_message_size
-            p.validate_message_type = False
+            p.validate_message_type = self.backend.topic_message_type_check
         return out
 
     async def serve(self, request_iterator: AsyncIterator[spb.TelemetryCommand], client_id: str,

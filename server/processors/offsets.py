@@ -4,7 +4,8 @@ QUERY_CONSUMER_OFFSET new-group rule ("offset 0 still in page cache"): with no s
 answer offset 0 when the queue's min offset is 0 and either the queue is empty/absent, or the
 commitlog data of its first message lies within the newest `accessMessageInMemoryMaxRatio`
 (40 %) of physical memory's worth of the CommitLog, i.e. `commitlog_max - phys(first) <= 0.4 * RAM`
-— the same test Java's `checkInDiskByConsumeOffset` makes. Otherwise 22 QUERY_NOT_FOUND.
+— the same test Java's `checkInDiskByConsumeOffset` makes. Otherwise 22 QUERY_NOT_FOUND. A request with
+5.x's `setZeroIfNotFound=false` (what a proxy's GetOffset sends) skips the rule: QUERY_NOT_FOUND.
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def register(server: Registrar, deps: OffsetsDeps) -> None:
         offset = deps.offsets.query(h.consumerGroup, h.topic, h.queueId)
         if offset is not None and offset >= 0:
             return ok(cmd, {"offset": str(offset)})
+        if h.setZeroIfNotFound is False:
+            return error(cmd, ResponseCode.QUERY_NOT_FOUND, "Not found, do not set to zero, maybe this group boot first")
         if store.min_offset(h.topic, h.queueId) <= 0 and first_message_in_memory(store, h.topic, h.queueId):
             return ok(cmd, {"offset": "0"})
         return error(cmd, ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")

@@ -59,7 +59,7 @@ from server.processors.send_common import (
     put_fail_remark,
     send_ext,
 )
-from server.processors.send_run import SendAnswer, SendRunner
+from server.processors.send_run import FramedAnswer, SendAnswer, SendRunner
 from server.topics import DLQ_PREFIX, NOT_ALLOWED_SEND, RETRY_PREFIX, topic_error
 from server.transactions import is_half, to_half
 from server.wiring import put_request
@@ -353,7 +353,7 @@ class SendProcessor:
                      headers: list[SendMessageHeader]) -> list[SendAnswer]:
         return self.run.batch_parsed(conn, cmds, headers)
 
-    def batch_framed(self, conn: Connection, cmds: list[RemotingCommand]) -> list[SendAnswer | bytes]:
+    def batch_framed(self, conn: Connection, cmds: list[RemotingCommand]) -> list[FramedAnswer]:
         return self.run.batch_framed(conn, cmds)
 
 

@@ -160,10 +160,11 @@ async def answer_when_flushed(cmd: RemotingCommand, pending: list[asyncio.Future
     return ok(cmd, code, remark, ext)
 
 
-async def answer_when_replicated(cmd: RemotingCommand, flushed: asyncio.Future[bool] | None,
-                                 replica: ReplicaAck | Awaitable[ReplicaAck], ext: dict[str, str]) -> RemotingCommand:
-    """SYNC_MASTER: flush (if SYNC_FLUSH) and the slave's ack; a replica status that is not OK
-    overrides (FLUSH_SLAVE_TIMEOUT 12, SLAVE_NOT_AVAILABLE 11), the message is stored either way."""
+async def replicated_status(flushed: asyncio.Future[bool] | None,
+                            replica: ReplicaAck | Awaitable[ReplicaAck]) -> ReplicaAck:
+    """SYNC_MASTER: wait for the flush (if SYNC_FLUSH) and the slaves' ack; (code, remark) of the answer: a
+    replica status that is not OK overrides (FLUSH_SLAVE_TIMEOUT 12, SLAVE_NOT_AVAILABLE 11). A future
+    `replica` may be shared by several answers, so it is shielded; any other awaitable is this one's own."""
     code: int = ResponseCode.SUCCESS
     remark: str | None = None
     if flushed is not None:
@@ -171,7 +172,20 @@ async def answer_when_replicated(cmd: RemotingCommand, flushed: asyncio.Future[b
             await asyncio.wait_for(asyncio.shield(flushed), SYNC_FLUSH_TIMEOUT_S)
         except TimeoutError:
             code, remark = ResponseCode.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT"
-    rcode, rremark = replica if isinstance(replica, tuple) else await asyncio.shield(replica)
+    if isinstance(replica, tuple):
+        rcode, rremark = replica
+    elif isinstance(replica, asyncio.Future):
+        rcode, rremark = await asyncio.shield(replica)
+    else:
+        rcode, rremark = await replica
     if rcode != ResponseCode.SUCCESS:
         code, remark = rcode, rremark
+    return code, remark
+
+
+async def answer_when_replicated(cmd: RemotingCommand, flushed: asyncio.Future[bool] | None,
+                                 replica: ReplicaAck | Awaitable[ReplicaAck], ext: dict[str, str]) -> RemotingCommand:
+    """SYNC_MASTER, one request: its response once `replicated_status` is known; the message is stored
+    either way. The reference of `send_run.answer_run_when_replicated` (one wait for a whole run)."""
+    code, remark = await replicated_status(flushed, replica)
     return ok(cmd, code, remark, ext)

@@ -7,13 +7,19 @@ reply queue id, wait). The run's records are laid back to back in ONE buffer (`s
 `MessageStore.put_batch` (one reserve, one copy, queue offsets returned; anything unusual goes through
 `put` with the same statuses). A batch-message request in the run puts what came before it first, so
 the store order is the request order. For the dispatcher (`batch_framed`) the run's responses are
-encoded in one pass into one bytes object (`codec.send_response` for the SUCCESS ones).
+encoded in one pass into one bytes object (`codec.send_response` for the SUCCESS ones); a SYNC_MASTER
+run's sends that wait for the slaves are answered by ONE task (`answer_run_when_replicated`, a
+`remoting.dispatch.LaterFrames`) that waits once and encodes their frames together, instead of a task
+and a RemotingCommand per request (`send_common.answer_when_replicated`, the reference, which the
+unframed path still uses).
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeAlias, cast
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias, cast
 
 import structlog
 
@@ -22,6 +28,7 @@ from codec.command import RemotingCommand
 from codec.frame import encode_frame_bytes
 from codec.put_run import PutRun, put_run
 from codec.send_response import SendResponseFrames
+from remoting.dispatch import LaterFrames, error_text
 from server.header_parsers import parse_send
 from server.header_spec import HeaderError
 from server.processors import peer_of
@@ -35,11 +42,13 @@ from server.processors.send_common import (
     fail,
     ok,
     put_fail_remark,
+    replicated_status,
     send_ext,
 )
 
 if TYPE_CHECKING:
     from remoting.connection import Connection
+    from server.cluster.ha.service import ReplicaAck
     from server.headers import SendMessageHeader
     from server.processors.send_common import SendConn, SendDeps
 
@@ -48,6 +57,8 @@ log = structlog.get_logger(__name__)
 # What a send request is answered with: the response, None (a oneway request), or (SYNC_FLUSH / SYNC_MASTER
 # with WAIT) an awaitable of the response that the dispatcher runs as a task
 SendAnswer: TypeAlias = RemotingCommand | Awaitable[RemotingCommand] | None
+# a framed run's entry: a SendAnswer, the run's ready frames (bytes) or its SYNC_MASTER sends' LaterFrames
+FramedAnswer: TypeAlias = SendAnswer | bytes | LaterFrames
 # one request -> its prepared send or its (error) response (`send.SendPreparer.prepare`)
 Prepare: TypeAlias = Callable[["SendConn", RemotingCommand, "SendMessageHeader"], "PreparedSend | RemotingCommand | None"]
 # a batch-message request -> its answer (`send.BatchMessageSend`)
@@ -58,6 +69,37 @@ def send_put_run(preps: list[PreparedSend]) -> PutRun:
     # the PreparedSend fields record, topic, queue_id, tags_code, keys, deliver_delay (in that order)
     recs, topics, qids, tcodes, keys, delays = list(zip(*preps, strict=True))[:6]
     return put_run(recs, list(zip(topics, qids, strict=True)), list(tcodes), list(keys), delays)
+
+
+class WaitingSend(NamedTuple):
+    """A stored send of a run whose answer waits for the slaves (SYNC_MASTER with WAIT)."""
+
+    cmd: RemotingCommand
+    phys_offset: int
+    reply_queue_id: int
+    queue_offset: int
+
+
+async def answer_run_when_replicated(conn: Connection, sends: list[WaitingSend], flushed: asyncio.Future[bool] | None,
+                                     replica: ReplicaAck | Awaitable[ReplicaAck], frames: SendResponseFrames) -> bytes:
+    """SYNC_MASTER, a run's waiting sends: ONE wait (`replicated_status`), then their responses encoded
+    together; each frame is what `answer_when_replicated` gives for its send (tests/server/test_send_run.py).
+    An error while waiting answers each of them SYSTEM_ERROR (nothing of the run is left unanswered)."""
+    try:
+        code, remark = await replicated_status(flushed, replica)
+    except Exception as e:
+        code, remark = ResponseCode.SYSTEM_ERROR, error_text(e)
+    if code == ResponseCode.SUCCESS:
+        frame = frames.frame
+        return b"".join([frame(s.cmd.opaque, s.cmd.serialize_type, s.phys_offset, s.reply_queue_id, s.queue_offset)
+                         for s in sends])
+    out = []
+    for s in sends:
+        r = ok(s.cmd, code, remark, send_ext(frames.msg_id(s.phys_offset), s.reply_queue_id, s.queue_offset))
+        if conn.response_observer is not None:
+            conn.response_observer(conn, r)
+        out.append(encode_frame_bytes(r))
+    return b"".join(out)
 
 
 class SendRunner:
@@ -75,20 +117,20 @@ class SendRunner:
     def batch(self, conn: SendConn, cmds: list[RemotingCommand]) -> list[SendAnswer]:
         """A run of send requests: one response (None for oneway, an awaitable for a SYNC_FLUSH wait)
         per request, in order."""
-        return cast("list[SendAnswer]", self._run(conn, cmds, False))  # not framed: no bytes
+        return cast("list[SendAnswer]", self._run(conn, cmds, None))  # not framed: no bytes
 
     def batch_parsed(self, conn: SendConn, cmds: list[RemotingCommand],
                      headers: list[SendMessageHeader]) -> list[SendAnswer]:
         """`batch` for requests whose headers the caller already holds (the gRPC endpoint builds them from
         the proto message: no extFields to write and parse back); headers[i] is cmds[i]'s, and must be
         what `parse_send` gives for the extFields of the same send (tests/grpc/test_send_header_fast.py)."""
-        return cast("list[SendAnswer]", self._run(conn, cmds, False, headers))
+        return cast("list[SendAnswer]", self._run(conn, cmds, None, headers))
 
-    def batch_framed(self, conn: Connection, cmds: list[RemotingCommand]) -> list[SendAnswer | bytes]:
+    def batch_framed(self, conn: Connection, cmds: list[RemotingCommand]) -> list[FramedAnswer]:
         """`batch` for the dispatcher (`remoting.dispatch`): the run's ready responses are encoded in
         request order into ONE bytes object (at the first answered request's entry; every other entry
-        None or an awaitable)."""
-        out = self._run(conn, cmds, True)
+        None, an awaitable or the LaterFrames of the sends waiting for the slaves)."""
+        out = self._run(conn, cmds, conn)
         pieces: list[bytes] = []
         first = -1
         for i, r in enumerate(out):
@@ -101,7 +143,7 @@ class SendRunner:
                     conn.response_observer(conn, r)
                 pieces.append(encode_frame_bytes(r))
             else:
-                continue  # an awaitable: the dispatcher runs it as a task
+                continue  # an awaitable or a LaterFrames: the dispatcher runs it as a task
             out[i] = None
             if first < 0:
                 first = i
@@ -109,9 +151,10 @@ class SendRunner:
             out[first] = b"".join(pieces)
         return out
 
-    def _run(self, conn: SendConn, cmds: list[RemotingCommand], framed: bool,
-             headers: list[SendMessageHeader] | None = None) -> list[SendAnswer | bytes]:
-        out: list[SendAnswer | bytes] = [None] * len(cmds)
+    def _run(self, conn: SendConn, cmds: list[RemotingCommand], framed: Connection | None,
+             headers: list[SendMessageHeader] | None = None) -> list[FramedAnswer]:
+        """`framed`: the dispatcher's connection (frames, LaterFrames); None: RemotingCommands and awaitables."""
+        out: list[FramedAnswer] = [None] * len(cmds)
         idx: list[int] = []
         preps: list[PreparedSend] = []
         parse = parse_send
@@ -140,8 +183,8 @@ class SendRunner:
         self._put_run(cmds, out, idx, preps, framed)
         return out
 
-    def _put_run(self, cmds: list[RemotingCommand], out: list[SendAnswer | bytes], idx: list[int],
-                 preps: list[PreparedSend], framed: bool) -> None:
+    def _put_run(self, cmds: list[RemotingCommand], out: list[FramedAnswer], idx: list[int],
+                 preps: list[PreparedSend], framed: Connection | None) -> None:
         """Store the prepared sends `preps` (of requests `idx`) with one put_batch; answer each."""
         if not preps:
             return
@@ -151,9 +194,12 @@ class SendRunner:
         qoffs = res.queue_offsets or [-1] * len(preps)
         # no response waits for a flush unless SYNC_FLUSH (then only those with WAIT)
         sync = self.cfg.sync_flush and flushed is not None
-        replica = self.deps.replica.gate_for_run(run.starts, phys, statuses) \
+        # framed: the run's one LaterFrames is the only one to await the wait, so it gets no task of its own
+        replica = self.deps.replica.gate_for_run(run.starts, phys, statuses, shared=framed is None) \
             if self.deps.replica.sync_master and res.count else None
         frame = self._frames.frame
+        waiting: list[WaitingSend] = []  # framed SYNC_MASTER sends: one LaterFrames for them all
+        first_waiting = -1
         for j, i in enumerate(idx):
             prep = preps[j]
             reply_qid, wait = prep.reply_queue_id, prep.wait
@@ -162,15 +208,24 @@ class SendRunner:
                 out[i] = fail(cmd, PUT_STATUS_CODES[statuses[j]], put_fail_remark(statuses[j], res.remark), reply_qid)
             elif cmd.flag & RPC_ONEWAY:
                 continue
+            elif replica is not None and wait and framed is not None:  # SYNC_MASTER: answer once replicated
+                if first_waiting < 0:
+                    first_waiting = i
+                waiting.append(WaitingSend(cmd, phys[j], reply_qid, qoffs[j]))
             elif replica is not None and wait:  # SYNC_MASTER: answer once a slave has the bytes
                 out[i] = answer_when_replicated(cmd, flushed if sync else None, replica,
                                                 self._ok_ext(phys[j], reply_qid, qoffs[j]))
             elif sync and wait and flushed is not None:
                 out[i] = answer_when_flushed(cmd, [flushed], self._ok_ext(phys[j], reply_qid, qoffs[j]))
-            elif framed:
+            elif framed is not None:
                 out[i] = frame(cmd.opaque, cmd.serialize_type, phys[j], reply_qid, qoffs[j])
             else:
                 out[i] = ok(cmd, ResponseCode.SUCCESS, None, self._ok_ext(phys[j], reply_qid, qoffs[j]))
+        if waiting and framed is not None and replica is not None:
+            out[first_waiting] = LaterFrames(answer_run_when_replicated(
+                framed, waiting, flushed if sync else None, replica, self._frames), len(waiting))
+        elif inspect.iscoroutine(replica):  # no send of the run waits (oneway, WAIT=false, failed puts)
+            replica.close()
         if res.count:
             starts = run.starts
             sizes = list(map(int.__sub__, starts[1:], starts))

@@ -28,7 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "host (SO_REUSEPORT; the kernel spreads connections over them)")
     p.add_argument("--config", help="key=value file (namesrvAddr, grpcServerPort, listenHost, timerWheelEnable, "
                                     "messageDelayLevel, maxMessageSize, routeCacheTtlMs, aclEnable, aclFile, "
-                                    "tls.server.certPath, tls.server.keyPath, reusePort, grpcServerStack=grpcio|envoy)")
+                                    "tls.server.certPath, tls.server.keyPath, reusePort, grpcServerStack=grpcio|envoy, "
+                                    "sendCoalesce, sendCoalesceMaxFrames, sendCoalesceLingerMs, "
+                                    "enableTopicMessageTypeCheck, enableAclRpcHookForClusterMode (sign requests to "
+                                    "brokers with aclToolsFile's accessKey/secretKey), aclToolsFile)")
     p.add_argument("--tls-cert", help="TLS certificate (PEM), tls.server.certPath; with --tls-key: TLS only")
     p.add_argument("--tls-key", help="TLS private key (PEM), tls.server.keyPath")
     p.add_argument("--grpc-server-stack", choices=["grpcio", "envoy"],

@@ -87,6 +87,7 @@ class RemoteBackend:
         self.max_message_size = cfg.max_message_size
         self.delay_levels: Sequence[int] = cfg.delay_levels_ms()
         self.timer_enabled = cfg.timer_wheel_enable
+        self.topic_message_type_check = cfg.enable_topic_message_type_check
         self.store_host: tuple[str, int] | None = None  # a record names the broker that stored it
         self._round = itertools.count()
 
@@ -108,6 +109,9 @@ class RemoteBackend:
         raise GrpcError(Code.INTERNAL_SERVER_ERROR, f"broker {broker_name} has no master in the route of {topic}")
 
     # ---- routes --------------------------------------------------------------------------
+    async def message_types(self, topic: str) -> tuple[MessageType, ...]:
+        return await self.metadata.accepts(topic)
+
     async def route(self, topic: str) -> TopicRoute:
         route = await self.routes.route(topic)
         queues: list[RouteQueue] = []

@@ -41,6 +41,7 @@ from codec.record import MessageRecord, iter_records
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
 from server.grpc.status import Code, GrpcError
+from server.proxy.coalesce import SendCoalescer
 
 REQUEST_TIMEOUT_S = 3.0
 POLL_MARGIN_S = 2.0  # a POP_MESSAGE's answer may come this long after its pollTime
@@ -57,12 +58,17 @@ class Popped:
 
 
 class RemoteBrokers:
-    def __init__(self, client: RemotingClient, default_queue_nums: int = 4) -> None:
+    def __init__(self, client: RemotingClient, default_queue_nums: int = 4, sends: SendCoalescer | None = None) -> None:
         self.client = client
         self.default_queue_nums = default_queue_nums
+        # SEND_MESSAGE_V2 requests through the coalescer (server.proxy.coalesce); None: one write each
+        self.sends = sends
 
-    async def _invoke(self, addr: str, cmd: RemotingCommand, timeout: float = REQUEST_TIMEOUT_S) -> RemotingCommand:
+    async def _invoke(self, addr: str, cmd: RemotingCommand, timeout: float = REQUEST_TIMEOUT_S,
+                      coalesce: bool = False) -> RemotingCommand:
         try:
+            if coalesce and self.sends is not None:
+                return await self.sends.invoke(addr, cmd, timeout)
             return await self.client.invoke(addr, cmd, timeout)
         except (OSError, RemotingError) as e:
             raise GrpcError(Code.PROXY_TIMEOUT if isinstance(e, TimeoutError) else Code.INTERNAL_SERVER_ERROR,
@@ -75,7 +81,7 @@ class RemoteBrokers:
                V2.sysFlag: str(sys_flag), V2.bornTimestamp: str(born_ms), V2.flag: "0",
                V2.properties: properties_to_string(props), V2.reconsumeTimes: "0", V2.unitMode: "false",
                V2.batch: "false"}
-        return await self._invoke(addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body))
+        return await self._invoke(addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body), coalesce=True)
 
     async def pop(self, addr: str, broker_name: str, group: str, topic: str, max_nums: int, invisible_ms: int,
                   poll_ms: int, exp_type: str, exp: str, order: bool = False) -> Popped:
@@ -125,7 +131,9 @@ class RemoteBrokers:
         return await self._invoke(addr, RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext))
 
     async def query_offset(self, addr: str, group: str, topic: str, qid: int) -> RemotingCommand:
-        ext = {"consumerGroup": group, "topic": topic, "queueId": str(qid)}
+        """QUERY_CONSUMER_OFFSET with setZeroIfNotFound=false: a group that never committed is QUERY_NOT_FOUND,
+        not the broker's new-group offset 0 (a 4.x consumer's starting point, not a committed offset)."""
+        ext = {"consumerGroup": group, "topic": topic, "queueId": str(qid), "setZeroIfNotFound": "false"}
         return await self._invoke(addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, ext))
 
     async def queue_offset(self, addr: str, code: int, topic: str, qid: int, at_ms: int = 0) -> RemotingCommand:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import yaml
+
+from codec.acl import SessionCredentials
 from codec.durations import DEFAULT_DELAY_LEVELS, parse_delay_levels
 
 DEFAULT_GRPC_PORT = 8081
@@ -24,6 +28,19 @@ class ProxyConfig:
     tls_cert_path: str = ""  # tls.server.certPath (--tls-cert): with the key, the gRPC port speaks TLS only
     tls_key_path: str = ""  # tls.server.keyPath (--tls-key)
     reuse_port: bool = False  # reusePort: SO_REUSEPORT on the gRPC port, so several proxies on one host share it
+    # sendCoalesce: sends to a broker wait while one flight of them is out and go together (server.proxy.coalesce);
+    # false: one write per send (the reference path)
+    send_coalesce: bool = True
+    send_coalesce_max_frames: int = 128  # sendCoalesceMaxFrames: requests in one flight at most
+    send_coalesce_linger_ms: int = 10  # sendCoalesceLingerMs: least time between two flights to a broker under load
+    # enableTopicMessageTypeCheck (Apache's key and default): a send whose message type is not one its topic's
+    # message.type accepts is refused with MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    enable_topic_message_type_check: bool = True
+    # enableAclRpcHookForClusterMode (Apache's key, default false): sign every request to the brokers (and name
+    # servers) with the account of aclToolsFile, a tools.yml (`accessKey:` / `secretKey:`), as Apache's proxy signs
+    # with $ROCKETMQ_HOME/conf/tools.yml, the default here too when ROCKETMQ_HOME is set
+    enable_acl_rpc_hook_for_cluster_mode: bool = False
+    acl_tools_file: str = ""  # aclToolsFile (ours: Apache's path is fixed)
     # grpcServerStack: the HTTP/2 + gRPC server of the gRPC port. `grpcio`: grpc.aio in this process; `envoy`: an
     # Envoy process (pyvoy) with this proxy's Python embedded, gRPC's framing over ASGI (server.grpc.asgi_endpoint)
     grpc_server_stack: str = "grpcio"
@@ -36,6 +53,10 @@ class ProxyConfig:
     def namesrv_addrs(self) -> list[str]:
         return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
 
+    def credentials(self) -> SessionCredentials | None:
+        """enableAclRpcHookForClusterMode: the account every request to brokers is signed with (aclToolsFile's)."""
+        return load_tools_credentials(self.acl_tools_file) if self.enable_acl_rpc_hook_for_cluster_mode else None
+
     def delay_levels_ms(self) -> list[int]:
         return parse_delay_levels(self.message_delay_level)
 
@@ -44,7 +65,10 @@ _KEYS = {"namesrvAddr": "namesrv_addr", "grpcServerPort": "grpc_port", "listenHo
          "timerWheelEnable": "timer_wheel_enable", "messageDelayLevel": "message_delay_level",
          "maxMessageSize": "max_message_size", "routeCacheTtlMs": "route_ttl_ms", "aclEnable": "acl_enable",
          "aclFile": "acl_file", "tls.server.certPath": "tls_cert_path", "tls.server.keyPath": "tls_key_path",
-         "reusePort": "reuse_port", "grpcServerStack": "grpc_server_stack"}
+         "reusePort": "reuse_port", "grpcServerStack": "grpc_server_stack", "sendCoalesce": "send_coalesce",
+         "sendCoalesceMaxFrames": "send_coalesce_max_frames", "sendCoalesceLingerMs": "send_coalesce_linger_ms",
+         "enableTopicMessageTypeCheck": "enable_topic_message_type_check",
+         "enableAclRpcHookForClusterMode": "enable_acl_rpc_hook_for_cluster_mode", "aclToolsFile": "acl_tools_file"}
 GRPC_SERVER_STACKS = ("grpcio", "envoy")
 
 
@@ -94,6 +118,10 @@ def load_proxy_config(path: str | None, overrides: Mapping[str, str | int | None
         raise ValueError(f"grpcServerPort: {cfg.grpc_port} is not a port")
     if cfg.grpc_server_stack not in GRPC_SERVER_STACKS:
         raise ValueError(f"grpcServerStack: {cfg.grpc_server_stack!r} is none of {', '.join(GRPC_SERVER_STACKS)}")
+    if cfg.send_coalesce_max_frames < 1:
+        raise ValueError(f"sendCoalesceMaxFrames: {cfg.send_coalesce_max_frames} is not a positive number")
+    if not 0 <= cfg.send_coalesce_linger_ms <= 1000:
+        raise ValueError(f"sendCoalesceLingerMs: {cfg.send_coalesce_linger_ms} is not 0..1000")
     if cfg.acl_enable and not cfg.acl_file:
         raise ValueError("aclFile: aclEnable=true needs the plain_acl.yml file (aclFile=PATH)")
     if bool(cfg.tls_cert_path) != bool(cfg.tls_key_path):
@@ -102,4 +130,28 @@ def load_proxy_config(path: str | None, overrides: Mapping[str, str | int | None
         cfg.delay_levels_ms()
     except ValueError as e:
         raise ValueError(f"messageDelayLevel: {e}") from None
+    cfg.credentials()  # a missing or incomplete aclToolsFile stops the start here, naming the key
     return cfg
+
+
+def load_tools_credentials(path: str) -> SessionCredentials:
+    """The account of a tools.yml (`accessKey`, `secretKey`: AclUtils.getAclRPCHook's file); `path` "" is
+    $ROCKETMQ_HOME/conf/tools.yml. ValueError names aclToolsFile."""
+    if not path:
+        home = os.environ.get("ROCKETMQ_HOME", "")
+        if not home:
+            raise ValueError("aclToolsFile: enableAclRpcHookForClusterMode=true needs the proxy's account, a tools.yml "
+                             "with accessKey and secretKey (aclToolsFile=PATH, or $ROCKETMQ_HOME/conf/tools.yml)")
+        path = os.path.join(home, "conf", "tools.yml")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise ValueError(f"aclToolsFile: cannot read {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ValueError(f"aclToolsFile: {path} is not YAML: {e}") from None
+    ak = data.get("accessKey") if isinstance(data, dict) else None
+    sk = data.get("secretKey") if isinstance(data, dict) else None
+    if not isinstance(ak, str) or not ak.strip() or not isinstance(sk, str) or not sk.strip():
+        raise ValueError(f"aclToolsFile: {path} needs a non-blank accessKey and secretKey")
+    return SessionCredentials(ak.strip(), sk.strip())

@@ -17,6 +17,7 @@ from server.grpc.v2 import service_pb2_grpc as sgrpc
 from server.listeners import Listener, ListenError, probe
 from server.proxy.backend import RemoteBackend
 from server.proxy.brokers import RemoteBrokers
+from server.proxy.coalesce import SendCoalescer
 from server.proxy.config import ProxyConfig
 from server.proxy.metadata import BrokerMetadata
 from server.proxy.routes import NameServerRoutes
@@ -33,9 +34,14 @@ GRACE_S = 1.0
 class Proxy:
     def __init__(self, cfg: ProxyConfig) -> None:
         self.cfg = cfg
-        self.client = RemotingClient()
+        # enableAclRpcHookForClusterMode: every request to brokers and name servers signed with aclToolsFile's account
+        credentials = cfg.credentials()
+        self.client = RemotingClient(credentials=credentials)
+        self.signs_as = credentials.access_key if credentials else None
         self.routes = NameServerRoutes(self.client, cfg.namesrv_addrs, cfg.route_ttl_ms)
-        self.brokers = RemoteBrokers(self.client)
+        self.sends = SendCoalescer(self.client, cfg.send_coalesce_max_frames, cfg.send_coalesce_linger_ms) \
+            if cfg.send_coalesce else None
+        self.brokers = RemoteBrokers(self.client, sends=self.sends)
         self.port = 0
         self.server: grpc.aio.Server | None = None
         self.sessions = ProxySessions()
@@ -90,7 +96,8 @@ class Proxy:
             self.port = cfg.grpc_port
         self.tasks.append(self.supervisor.spawn("proxy-producer-heartbeat", self.transactions.heartbeats))
         log.info("proxy.listening", addr=f"{cfg.listen_host}:{self.port}", namesrv=cfg.namesrv_addr, tls=cfg.tls,
-                 acl=cfg.acl_enable, reuse_port=cfg.reuse_port, stack=cfg.grpc_server_stack)
+                 acl=cfg.acl_enable, reuse_port=cfg.reuse_port, stack=cfg.grpc_server_stack,
+                 signs_as=self.signs_as)
 
     async def shutdown(self) -> None:
         for t in self.tasks:
@@ -99,4 +106,8 @@ class Proxy:
         if self.server is not None:
             await self.server.stop(GRACE_S)
             self.server = None
+        if self.sends is not None:
+            self.sends.cancel_all()
+            if self.sends.flights_sent:  # a start that failed says one line, its reason, and nothing else
+                log.info("proxy.send_coalesce", flights=self.sends.flights_sent, requests=self.sends.requests_sent)
         self.client.close()

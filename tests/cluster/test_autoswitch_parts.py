@@ -16,7 +16,7 @@ from server.cluster.ha.autoswitch_master import AutoSwitchHAService
 from server.cluster.ha.autoswitch_slave import AutoSwitchHAClient, truncate_before_start
 from server.config import BrokerConfig
 from storage.epoch_file import EpochFile
-from storage.message_store import MessageStore
+from storage.message_store import GetStatus, MessageStore
 from tests.storage.conftest import open_store, request
 
 
@@ -163,6 +163,54 @@ async def test_a_divergent_tail_is_cut_at_the_handshake(tmp_path: Path) -> None:
         s.store.start_replica()
         dropped = await truncate_before_start(s.store, s.epochs, addr, 2)
         assert dropped > 0 and commitlog(s.store) == commitlog(m)
+    finally:
+        await s.stop()
+        await svc.close()
+        s.store.close()
+        m.close()
+
+
+async def test_consumers_see_only_what_every_member_holds(tmp_path: Path) -> None:
+    """allAckInSyncStateSet (issue 25): the master dispatches only up to the confirmOffset, moved by the
+    slave's ack (no timer); the slave dispatches only up to the confirmOffset its master's frames carry."""
+    cfg = config()
+    cfg.all_ack_in_sync_state_set = True
+    m = open_store(tmp_path / "m")
+    m_epochs = EpochFile(str(tmp_path / "m"))
+    m_epochs.begin_epoch(1, 0)
+    members = {1}
+    svc = AutoSwitchHAService(m, cfg, m_epochs, lambda: (frozenset(members), 1))
+    svc.on_confirm = lambda: m.set_dispatch_limit(svc.dispatch_limit())  # as ReplicaRole.refresh_dispatch_limit
+    await svc.start("127.0.0.1", 0)
+    s = Slave(tmp_path / "s", f"127.0.0.1:{svc.slaves.port}")
+    s.store.set_dispatch_limit(0)
+    s.client.on_confirm = lambda: s.store.set_dispatch_limit(s.client.confirm_offset)
+    heard: dict[str, asyncio.Event] = {"m": asyncio.Event(), "s": asyncio.Event()}
+    m.add_dispatch_listener(lambda t, q, n: heard["m"].set() if (t, n) == ("T", 31) else None)
+    s.store.add_dispatch_listener(lambda t, q, n: heard["s"].set() if (t, n) == ("T", 31) else None)
+    try:
+        end = put(m, 30, "a")
+        assert m.dispatch_limit is None and m.max_offset("T", 0) == 30  # alone in the set: no limit
+        await s.run_until(end)
+        members.add(2)
+        svc.release()  # the set changed (ReplicasManager after ALTER_SYNC_STATE_SET)
+        assert m.dispatch_limit == end
+
+        transport = s.client.link.transport
+        assert transport is not None
+        transport.pause_reading()  # the slave takes nothing: the master's next message stays unconfirmed
+        end = put(m, 1, "held")
+        assert m.get_messages("T", 0, 30, 32).status is GetStatus.OFFSET_OVERFLOW_ONE  # "no new message"
+        assert m.max_offset("T", 0) == 30 and not heard["m"].is_set()
+        assert m.queues.offsets[("T", 0)] == 31  # stored all the same
+        transport.resume_reading()
+        await asyncio.wait_for(heard["m"].wait(), 30)  # dispatched by the slave's ack
+        assert m.dispatch_limit == end
+        got = m.get_messages("T", 0, 30, 32)
+        assert got.status is GetStatus.FOUND and len(got.buffers) == 1
+        # the slave held the record until a frame carried a confirmOffset past it (the next heartbeat here)
+        await asyncio.wait_for(heard["s"].wait(), 30)
+        assert s.client.confirm_offset == end and s.store.max_offset("T", 0) == 31
     finally:
         await s.stop()
         await svc.close()

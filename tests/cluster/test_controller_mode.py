@@ -66,7 +66,7 @@ async def until(pred: Callable[[], Awaitable[Any]], timeout: float, what: Callab
         await asyncio.sleep(0.1)  # polling a remote state: there is no event to wait on
 
 
-def mqadmin_retried(*args: str, attempts: int = 3) -> subprocess.CompletedProcess[str]:
+def mqadmin_retried(*args: str, attempts: int = 5) -> subprocess.CompletedProcess[str]:
     """5.x mqadmin exits 0 even when its call failed (a cold JVM on a loaded host times out its 3 s calls
     to the controller: RemotingTimeoutException): a failed command is run again, at most `attempts` times."""
     for _ in range(attempts - 1):

@@ -107,6 +107,38 @@ async def test_sync_master_waits_for_the_slave_and_reports_slave_not_available(p
     await c.close()
 
 
+async def test_sync_master_answers_a_pipelined_run_once_the_slave_has_it(pair):
+    """A run of pipelined sends (one read, one put, ONE answer waiting for the slave for all of them): each
+    WAIT send answered SUCCESS with its own msgId and queue offset, none before the slave holds its record;
+    WAIT=false sends and a oneway one in the same run; the master's connection has no request left in flight."""
+    import asyncio
+
+    from tests.server.helpers import SEND_MESSAGE_V2, send_ext
+    from tests.server.raw import props
+
+    master, slave = await pair("SYNC_MASTER")
+    c = await RawClient.connect(master.config.broker_addr)
+    await until(lambda: bool(master.replica.ha_service.slaves.connections), 30)
+    wait = [i % 5 != 2 for i in range(60)]
+    reqs = [(SEND_MESSAGE_V2, send_ext("Pipe", props(WAIT="true" if w else "false", UNIQ_KEY=f"u{i}"), i % 3, v2=True),
+             b"p%d" % i, i == 59) for i, w in enumerate(wait)]
+    futs = c.pipeline(reqs)
+    replies = await asyncio.gather(*(f for f in futs if f is not None))
+    assert [r.code for r in replies] == [0] * 59, [(r.code, r.remark) for r in replies]
+    assert len({r.ext["msgId"] for r in replies}) == 59
+    for q in range(3):
+        got = sorted(int(r.ext["queueOffset"]) for i, r in enumerate(replies) if i % 3 == q)
+        assert got == list(range(len(got)))
+    slave_end = slave.store.commitlog_max_offset()
+    for i, r in enumerate(replies):  # a WAIT send's record (offset msgId: its CommitLog offset) is on the slave
+        if wait[i]:
+            assert int(r.ext["msgId"][-16:], 16) < slave_end
+    await until(lambda: master.store.commitlog_max_offset() == slave.store.commitlog_max_offset(), 30)  # the oneway too
+    # the run's one answer counted as its requests, and gave them all back (the slave's own requests, if any, end too)
+    await until(lambda: all(conn.inflight == 0 for conn in master.remoting.server.connections), 10)
+    await c.close()
+
+
 async def test_sync_master_flush_slave_timeout(make_broker, tmp_path):
     """A 'slave' that connects and never acks beyond its first report: FLUSH_SLAVE_TIMEOUT (12)."""
     import asyncio

@@ -96,6 +96,44 @@ def three_delayed_never_early(agents, endpoint, topic: str, group: str) -> None:
         assert e["t"] >= due[e["id"]], (e, due[e["id"]])
 
 
+def node_send_receive_ack_five(agents, endpoint, topic: str, group: str, await_ms: int = 2000) -> None:
+    """`send_receive_ack_five` with Apache's Node client 1.0.8 (tests/interop/node/rmq5.js): five tagged sends, a
+    SimpleConsumer receives and acks exactly them (ids, bodies, first attempts, digests intact), then nothing.
+    `await_ms`: the consumer's long polling time (Apache's proxy refuses one under 5 s,
+    grpcClientConsumerMinLongPollingTimeoutMillis)."""
+    sent = agents.run_node5("produce", endpoint, topic=topic, count=5, tag="tagA", body_prefix="n", timeout=90)
+    assert [e["i"] for e in sent.of("sent")] == list(range(5))
+    c = agents.run_node5("simple", endpoint, group=group, topic=topic, until_count=5, tag="tagA", max_seconds=60,
+                         await_ms=await_ms, timeout=90)
+    got = c.of("received")
+    assert sorted(e["body"] for e in got) == [f"n{i}" for i in range(5)]
+    assert {e["id"] for e in got} == {e["id"] for e in sent.of("sent")}
+    assert all(e["attempt"] == 1 and e["tag"] == "tagA" and e["corrupted"] is False for e in got), got
+    assert len(c.of("acked")) == 5
+    again = agents.run_node5("simple", endpoint, group=group, topic=topic, until_count=1, max_seconds=5,
+                             await_ms=await_ms, timeout=60, expect_code=3)
+    assert again.of("received") == []
+
+
+def node_three_delayed_never_early(agents, endpoint, topic: str, group: str, await_ms: int = 2000) -> None:
+    """`three_delayed_never_early` with the Node client: it stamps delivery_timestamp = Date.now() + 2 s inside
+    send() (just after the agent's t_send); each message comes back carrying that stamp, never before it (one
+    host, one clock)."""
+    c = agents.node5("simple", endpoint, group=group, topic=topic, until_count=3, max_seconds=60, await_ms=await_ms)
+    c.wait_event("started", 60)
+    sent = agents.run_node5("produce", endpoint, topic=topic, count=3, delay=2000, timeout=90)
+    assert len(sent.of("sent")) == 3
+    assert c.wait_exit(90) == 0, c.diagnostics()
+    by_id = {e["id"]: e for e in sent.of("sent")}
+    got = c.of("received")
+    assert sorted(e["body"] for e in got) == ["m0", "m1", "m2"]
+    for r in got:
+        e = by_id[r["id"]]
+        assert r["deliver_ms"] is not None and e["deliver_ms"] <= r["deliver_ms"] < e["deliver_ms"] + 2000, (r, e)
+        assert r["t"] >= r["deliver_ms"], (r, e)
+    assert len(c.of("acked")) == 3
+
+
 def test_python_client_sends_and_receives_through_apaches_cluster_proxy(broker_factory, agents, tmp_path):
     b = broker_factory()
     topic, group = uniq("PxT"), uniq("PxG")
@@ -108,6 +146,19 @@ def test_scheduled_messages_through_apaches_cluster_proxy_arrive_at_their_time(b
     topic, group = uniq("PxD"), uniq("PxDG")
     asyncio.run(prepare(b.addr, topic, group, "DELAY"))
     three_delayed_never_early(agents, start_proxy(agents, tmp_path, b.addr), topic, group)
+
+
+def test_node_client_sends_receives_and_schedules_through_apaches_cluster_proxy(broker_factory, agents, tmp_path):
+    """Apache's Node client 1.0.8 through Apache's 5.1.3 proxy (cluster mode) in front of a delaymq broker: send,
+    receive, ack, and scheduled messages delivered not early (one proxy for both topics)."""
+    b = broker_factory()
+    topic, group = uniq("PxNn"), uniq("PxNnG")
+    delayed, dgroup = uniq("PxNd"), uniq("PxNdG")
+    asyncio.run(prepare(b.addr, topic, group))
+    asyncio.run(prepare(b.addr, delayed, dgroup, "DELAY"))
+    proxy = start_proxy(agents, tmp_path, b.addr)
+    node_send_receive_ack_five(agents, proxy, topic, group, await_ms=5000)
+    node_three_delayed_never_early(agents, proxy, delayed, dgroup, await_ms=5000)
 
 
 def test_change_invisible_duration_through_apaches_cluster_proxy_redelivers(broker_factory, agents, tmp_path):

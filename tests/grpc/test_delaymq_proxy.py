@@ -23,7 +23,7 @@ from server.grpc.v2 import definition_pb2 as pb
 from server.grpc.v2 import service_pb2 as spb
 from tests.grpc.conftest import uniq
 from tests.grpc.raw import RawClient
-from tests.grpc.test_apache_proxy import prepare
+from tests.grpc.test_apache_proxy import node_three_delayed_never_early, prepare
 from tests.grpc.test_lite_and_dlq import settings_answer
 from tests.helpers import wire
 from tests.helpers.broker import REPO_ROOT, pick_port_pair
@@ -99,7 +99,8 @@ def test_send_receive_ack_through_delaymq_proxy_over_two_brokers(cluster, agents
 
 def test_node_client_sends_and_receives_through_delaymq_proxy_over_two_brokers(cluster, agents, proxy_stack):
     """Apache's RocketMQ 5 Node client 1.0.8 (tests/interop/node/rmq5.js) through the proxy: its Telemetry
-    settings, send round robin over both brokers, a SimpleConsumer's receive + ack (body digests checked)."""
+    settings, send round robin over both brokers, a SimpleConsumer's receive + ack (body digests checked), and
+    scheduled messages delivered not early."""
     topic, group = topic_on_both(cluster)
     _, addr = start_proxy(agents, cluster, stack=proxy_stack)
     proxy = Endpoint(addr)
@@ -118,6 +119,9 @@ def test_node_client_sends_and_receives_through_delaymq_proxy_over_two_brokers(c
     again = agents.run_node5("simple", proxy, group=group, topic=topic, until_count=1, max_seconds=4,
                              timeout=60, expect_code=3)
     assert again.of("received") == []
+    # scheduled messages over both brokers' timers, never early
+    delayed, dgroup = topic_on_both(cluster, "DELAY")
+    node_three_delayed_never_early(agents, proxy, delayed, dgroup)
 
 
 def test_scheduled_messages_through_delaymq_proxy_never_arrive_early(cluster, agents, proxy_stack):

@@ -1,8 +1,9 @@
-"""delaymq-proxy, on each grpcServerStack (envoy, the default, and grpcio), in front of Apache RocketMQ 5.1.3's own
+"""delaymq-proxy, on each grpcServerStack (grpcio, the default, and envoy), in front of Apache RocketMQ 5.1.3's own
 name server and broker (../shared/rocketmq5, timer wheel on), the other direction of tests/grpc/test_apache_proxy.py:
 the official Python 5.1.2 client sends normal, FIFO and delayed messages, receives, acks and changes the invisible
-duration through delaymq-proxy, which reaches the Apache broker only over remoting (SEND_MESSAGE_V2, POP_MESSAGE,
-ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME with the Apache broker's own extraInfo receipts)."""
+duration through delaymq-proxy (the Node client 1.0.8 sends, receives, acks and schedules), which reaches the
+Apache broker only over remoting (SEND_MESSAGE_V2, POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME with the
+Apache broker's own extraInfo receipts)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ import pytest
 
 from server.grpc.v2 import definition_pb2 as pb
 from tests.grpc.conftest import uniq
-from tests.grpc.test_apache_proxy import prepare, send_receive_ack_five, three_delayed_never_early
+from tests.grpc.test_apache_proxy import (
+    node_send_receive_ack_five,
+    node_three_delayed_never_early,
+    prepare,
+    send_receive_ack_five,
+    three_delayed_never_early,
+)
 from tests.grpc.test_delaymq_proxy import consumer_settings, route_types
 from tests.helpers.broker import pick_port_pair
 from tests.helpers.cluster import route_brokers, wait_until
@@ -69,7 +76,7 @@ def topic_on_apache(c: ApacheCluster, prefix: str, message_type: str = "NORMAL",
 
 
 def start_proxy(agents, c: ApacheCluster, stack: str) -> Endpoint:
-    """`stack`: grpcServerStack (tests/grpc/conftest.py's proxy_stack; envoy, the default, names Envoy's pid)."""
+    """`stack`: grpcServerStack (tests/grpc/conftest.py's proxy_stack; on envoy the ready line names Envoy's pid)."""
     port = pick_port_pair()
     p = agents._start("delaymq-proxy", [sys.executable, "-m", "server.proxy", "--namesrv", c.namesrv.addr,
                                         "--grpc-port", str(port), "--host", "127.0.0.1", "--grpc-server-stack", stack])
@@ -101,6 +108,16 @@ def test_fifo_messages_through_delaymq_proxy_to_an_apache_broker_arrive_in_order
 def test_delayed_messages_through_delaymq_proxy_to_an_apache_broker_never_arrive_early(apache, agents, proxy_stack):
     topic, group = topic_on_apache(apache, "AbD", "DELAY")
     three_delayed_never_early(agents, start_proxy(agents, apache, proxy_stack), topic, group)
+
+
+def test_node_client_through_delaymq_proxy_to_an_apache_broker(apache, agents, proxy_stack):
+    """Apache's Node client 1.0.8 through delaymq-proxy in front of the Apache 5.1.3 broker: send, receive, ack,
+    and scheduled messages (the Apache broker's timer wheel) delivered not early."""
+    topic, group = topic_on_apache(apache, "AbNn")
+    delayed, dgroup = topic_on_apache(apache, "AbNd", "DELAY")
+    proxy = start_proxy(agents, apache, proxy_stack)
+    node_send_receive_ack_five(agents, proxy, topic, group)
+    node_three_delayed_never_early(agents, proxy, delayed, dgroup)
 
 
 def test_change_invisible_duration_through_delaymq_proxy_to_an_apache_broker_redelivers(apache, agents, proxy_stack):

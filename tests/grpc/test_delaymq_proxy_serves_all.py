@@ -188,6 +188,18 @@ async def _offsets_and_pull(cluster: Cluster, addr: str, topic: str, group: str)
                           {"topic": topic, "queueId": 0, "timestamp": at})
         assert own.code == 0 and (later.status.code, later.offset) == (pb.OK, int(own.ext["offset"])), (later, own)
 
+        # a group that never committed (not `group`: prepare() committed its 0): OFFSET_NOT_FOUND, as the in-broker
+        # endpoint answers, though the broker's 4.x answer for a new group is offset 0 (its first message is in
+        # memory); the proxy asks with 5.x's setZeroIfNotFound=false
+        fresh = uniq("DpNever")
+        query = {"consumerGroup": fresh, "topic": topic, "queueId": 0}
+        as_4x = wire.invoke(b.addr, int(RequestCode.QUERY_CONSUMER_OFFSET), query)
+        assert (as_4x.code, as_4x.ext.get("offset")) == (0, "0"), as_4x
+        as_5x = wire.invoke(b.addr, int(RequestCode.QUERY_CONSUMER_OFFSET), {**query, "setZeroIfNotFound": "false"})
+        assert as_5x.code == 22 and "do not set to zero" in (as_5x.remark or ""), as_5x
+        never = await c.stub.GetOffset(spb.GetOffsetRequest(group=pb.Resource(name=fresh), message_queue=mq),
+                                       timeout=10)
+        assert never.status.code == pb.OFFSET_NOT_FOUND, never.status
         upd = await c.stub.UpdateOffset(spb.UpdateOffsetRequest(group=pb.Resource(name=group), message_queue=mq,
                                                                 offset=1), timeout=10)
         assert upd.status.code == pb.OK, upd.status

@@ -147,3 +147,54 @@ def test_every_put_status_has_a_response_code():
     assert set(PUT_STATUS_CODES) == set(PutStatus)
     assert all(isinstance(code, ResponseCode) for code in PUT_STATUS_CODES.values())
     assert PUT_STATUS_CODES[PutStatus.PUT_OK] == ResponseCode.SUCCESS
+
+
+class _ObservedConn(_Conn):
+    def __init__(self):
+        super().__init__()
+        self.observed: list[int] = []
+
+    def response_observer(self, conn, cmd):  # type: ignore[override]
+        self.observed.append(cmd.opaque)
+
+
+async def test_a_sync_master_runs_one_answer_equals_the_per_request_reference():
+    """SYNC_MASTER: the run's one LaterFrames answer (`answer_run_when_replicated`) is, frame for frame, what
+    the per-request reference (`answer_when_replicated`) answers, for a replica status given at once, one
+    that comes later, and one that is not OK; an error while waiting answers every send SYSTEM_ERROR."""
+    import asyncio
+
+    from codec.codes import ResponseCode
+    from codec.send_response import SendResponseFrames
+    from server.processors.send_common import SEND_EXT_EXTRA, answer_when_replicated
+    from server.processors.send_common import send_ext as ok_ext
+    from server.processors.send_run import WaitingSend, answer_run_when_replicated
+
+    frames = SendResponseFrames("7F00000100002A9F", SEND_EXT_EXTRA)
+    rnd = random.Random(11)
+    loop = asyncio.get_running_loop()
+    for status in [(ResponseCode.SUCCESS, None), (ResponseCode.FLUSH_SLAVE_TIMEOUT, "FLUSH_SLAVE_TIMEOUT"),
+                   (ResponseCode.SLAVE_NOT_AVAILABLE, "SLAVE_NOT_AVAILABLE"), "later", "later-timeout"]:
+        sends = [WaitingSend(RemotingCommand(SEND_MESSAGE_V2, opaque=i + 1, serialize_type=rnd.choice(
+                    [SERIALIZE_JSON, SERIALIZE_ROCKETMQ])), rnd.randrange(1 << 40), rnd.randrange(16), rnd.randrange(1 << 30))
+                 for i in range(rnd.randint(1, 30))]
+        if isinstance(status, tuple):
+            replica: object = status
+        else:
+            replica = loop.create_future()
+            loop.call_soon(replica.set_result, (ResponseCode.SUCCESS, None) if status == "later"
+                           else (ResponseCode.FLUSH_SLAVE_TIMEOUT, "FLUSH_SLAVE_TIMEOUT"))
+        conn = _ObservedConn()
+        got = await answer_run_when_replicated(conn, sends, None, replica, frames)  # type: ignore[arg-type]  # a stand-in Connection
+        want = [encode_frame_bytes(await answer_when_replicated(
+            s.cmd, None, replica, ok_ext(frames.msg_id(s.phys_offset), s.reply_queue_id, s.queue_offset)))  # type: ignore[arg-type]
+            for s in sends]
+        assert _frames(got) == want, status
+        failed = status not in [(ResponseCode.SUCCESS, None), "later"]
+        assert conn.observed == ([s.cmd.opaque for s in sends] if failed else [])  # the broker's error hook
+    broken = loop.create_future()
+    broken.set_exception(RuntimeError("lost"))
+    sends = [WaitingSend(RemotingCommand(SEND_MESSAGE_V2, opaque=i + 1), 100 * i, 0, i) for i in range(3)]
+    answers = FrameDecoder().feed(await answer_run_when_replicated(_Conn(), sends, None, broken, frames))  # type: ignore[arg-type]
+    assert [(a.opaque, a.code, a.remark) for a in answers] == [
+        (i + 1, ResponseCode.SYSTEM_ERROR, "RuntimeError: lost") for i in range(3)]

@@ -342,6 +342,9 @@ class ReplicasManager:
             if a.master_epoch == self.master_epoch:
                 if self.is_master and a.sse is not None and a.sse.sync_state_set_epoch > self.sse.sync_state_set_epoch:
                     self.sse = a.sse
+                    svc = self._autoswitch()
+                    if svc is not None:
+                        svc.release()  # waits and the dispatch limit follow the controller's set
                 return
             await self._change(a)
 

@@ -36,6 +36,6 @@ Keys: `brokerRole` (ASYNC_MASTER | SYNC_MASTER | SLAVE), `brokerId` (0 master, >
   Apache 5.1.3 brokers both ways.
 - Both protocols are given the same parts, each file keeping only what its protocol says: a slave's
   `link.MasterLink` (supervised reconnect loop, keepalive, logging; the client is its MasterSession) and
-  `link.ReplicaApplier` (continue-the-CommitLog check, replica append, reput, on_applied); a master's
+  `link.ReplicaApplier` (continue-the-CommitLog check, replica append, ack, reput, on_applied); a master's
   `slaves.SlaveListener` (haListenPort, the connected slaves, wake on dispatch) and `slaves.AckWaiters`.
 """

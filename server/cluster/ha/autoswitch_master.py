@@ -14,7 +14,12 @@ SyncStateSet (the controller's, given by `members()`: (set, this broker's id)): 
 ack reaches the confirmOffset and the start of the current epoch is proposed (`on_expand(id)`); a member
 not caught up (ack at the master's end) for haMaxTimeSlaveNotCatchup, or not connected, is dropped by
 `shrink()`. confirmOffset = min(own end, the connected members' acks); a member not connected keeps the
-previous value. With allAckInSyncStateSet a send waits (`wait_all_acked`) for every member's ack.
+previous value. With allAckInSyncStateSet a send waits (`wait_all_acked`) for every member's ack, and the
+store dispatches only up to the confirmOffset (`dispatch_limit`, RocketMQ 5.3's getReputEndOffset /
+CommitLog.getConfirmOffset: the end of a lone master or without allAckInSyncStateSet); every ack and every
+change of the set calls `on_confirm` (ReplicaRole hands the new limit to the store), so consumers see a
+message once every member holds it, woken by the ack that completes it. Transfer frames carry that same
+confirmOffset: a slave dispatches up to it.
 """
 
 from __future__ import annotations
@@ -209,7 +214,7 @@ class AutoSwitchConnection(asyncio.Protocol):
                 n = len(data)
                 svc.last_master_max[self] = store.commitlog_max_offset()
                 self.transport.write(encode_transfer_header(nxt, n, entry.epoch, entry.start_offset,
-                                                            svc.confirm_offset()) + bytes(data))
+                                                            svc.confirm_for_slaves()) + bytes(data))
                 nxt += n
                 last_write = now
                 if not self.writable.is_set():
@@ -222,7 +227,7 @@ class AutoSwitchConnection(asyncio.Protocol):
                 return
             if now - last_write > heartbeat_s:
                 self.transport.write(encode_transfer_header(nxt, 0, entry.epoch, entry.start_offset,
-                                                            svc.confirm_offset()))
+                                                            svc.confirm_for_slaves()))
                 last_write = now
             await self._wait_data(WAIT_DATA_S)
 
@@ -237,8 +242,9 @@ class AutoSwitchHAService:
         self.caught_up_at: dict[int, float] = {}  # slave brokerId -> time.monotonic() it last had everything
         self.last_master_max: dict[AutoSwitchConnection, int] = {}  # the master's end at its last transfer
         self.on_expand: Callable[[int], None] | None = None  # propose adding a caught-up slave to the set
+        self.on_confirm: Callable[[], None] | None = None  # after an ack or a change of the set: the limit may move
         self.push2slave_max = 0
-        self._confirm = 0
+        self._confirm = store.commitlog_max_offset()  # what this broker held when it became master (reset_confirm)
         self.waiters = AckWaiters()
 
     async def start(self, host: str, port: int) -> None:
@@ -271,8 +277,11 @@ class AutoSwitchHAService:
             self.caught_up_at[conn.slave_id] = time.monotonic()
 
     def release(self) -> None:
-        """Answer the waits every member has acked (after an ack, or when the set changed)."""
+        """Answer the waits every member has acked and move the dispatch limit (after an ack, or when the
+        set changed)."""
         self.waiters.release(self.all_acked)
+        if self.on_confirm is not None:
+            self.on_confirm()
 
     def _acks(self) -> dict[int, int]:
         acks: dict[int, int] = {}
@@ -284,15 +293,47 @@ class AutoSwitchHAService:
     def confirm_offset(self) -> int:
         """computeConfirmOffset: min(own end, acks of the connected members); kept while a member is away."""
         members, me = self.members()
+        return self._compute_confirm(members, me)
+
+    def _compute_confirm(self, members: frozenset[int], me: int) -> int:
         acks = self._acks()
-        if any(m != me and m not in acks for m in members):
-            return self._confirm
         value = self.store.commitlog_max_offset()
-        for m in members:
-            if m != me and acks[m] > 0:
-                value = min(value, acks[m])
+        for m in members:  # one pass, no generator: this runs on every ack
+            if m != me:
+                ack = acks.get(m)
+                if ack is None:
+                    return self._confirm
+                if 0 < ack < value:
+                    value = ack
         self._confirm = value
         return value
+
+    def reset_confirm(self, offset: int) -> None:
+        """This broker becomes master holding CommitLog bytes up to `offset`: all of it is confirmed (Apache's
+        changeToMaster sets the confirmOffset with no slave connected, i.e. to its end, and dispatches it all)."""
+        self._confirm = offset
+
+    def dispatch_limit(self) -> int | None:
+        """How far a master dispatches (RocketMQ 5.3's getReputEndOffset): None -- its whole CommitLog -- when
+        allAckInSyncStateSet is off, readUnCommitted is on or the SyncStateSet is this broker alone; else the
+        confirmOffset."""
+        cfg = self.config
+        if not cfg.all_ack_in_sync_state_set or cfg.read_uncommitted:
+            return None
+        members, me = self.members()
+        if len(members) <= 1 and (not members or me in members):
+            return None
+        return self._compute_confirm(members, me)
+
+    def confirm_for_slaves(self) -> int:
+        """The confirmOffset a transfer frame carries (Apache 5.3's getConfirmOffset): the CommitLog end of a
+        lone master or one without allAckInSyncStateSet, else the confirmOffset. A slave dispatches up to it."""
+        cfg = self.config
+        if cfg.all_ack_in_sync_state_set:
+            members, me = self.members()
+            if len(members) > 1 or (members and me not in members):
+                return self._compute_confirm(members, me)
+        return self.store.commitlog_max_offset()
 
     def all_acked(self, end_offset: int) -> bool:
         members, me = self.members()

@@ -8,9 +8,11 @@ file back to the consistent point (storage.epoch_file.consistent_point), the tai
 that the new epoch does not hold (`truncated` lists each cut). Then it acks its end and applies transfer
 frames: bytes must continue its CommitLog (else the connection is dropped, as Apache's "master pushed
 offset not equal the max phy offset in slave"); a frame of a new epoch appends (epoch, epochStartOffset)
-to the epoch file; each applied frame is acked. An ack also goes out after haSendHeartbeatInterval of
-silence; haHousekeepingInterval without a byte from the master drops the connection; any error: drop,
-wait RECONNECT_S, connect and handshake again (that loop and the keepalive: link.MasterLink).
+to the epoch file; each applied frame is acked. Each frame's confirmOffset (capped at the local end) is how
+far this slave dispatches (`on_confirm`: ReplicaRole hands it to the store), as Apache's slave does. An ack
+also goes out after haSendHeartbeatInterval of silence; haHousekeepingInterval without a byte from the
+master drops the connection; any error: drop, wait RECONNECT_S, connect and handshake again (that loop and
+the keepalive: link.MasterLink).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class AutoSwitchHAClient:
         self.received_epoch = -1
         self.truncated: list[list[int]] = []
         self.on_truncated: list[Callable[[int, int], None]] = []  # fn(offset, dropped bytes) after a cut
+        self.on_confirm: Callable[[], None] | None = None  # after a frame moved confirm_offset (the dispatch limit)
 
     # ---- MasterSession ----------------------------------------------------------------------------
     def connecting(self) -> None:
@@ -143,12 +146,13 @@ class AutoSwitchHAClient:
             self.received_epoch = t.epoch
             if not self.epochs.append(EpochEntry(t.epoch, t.epoch_start_offset)):
                 return False
-        if not t.body:
-            self.confirm_offset = min(t.confirm_offset, store.commitlog_max_offset())
-            return True
-        if not self.applier.append(t.offset, t.body):
+        if t.body and not self.applier.append(t.offset, t.body):
             return False
-        self.confirm_offset = min(t.confirm_offset, store.commitlog_max_offset())
+        confirm = min(t.confirm_offset, store.commitlog_max_offset())
+        if confirm != self.confirm_offset:
+            self.confirm_offset = confirm
+            if self.on_confirm is not None:  # before the frames' reput: what the master confirmed dispatches at once
+                self.on_confirm()
         return True
 
     def _ack(self) -> None:

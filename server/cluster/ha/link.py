@@ -153,7 +153,7 @@ class ReplicaApplier:
     """A slave's bytes from the master into its store, for either protocol: each push must continue the
     local CommitLog exactly (else the connection is dropped, as Apache's "master pushed offset not equal
     the max phy offset in slave"), is appended through the store's replica seam, and after a run of
-    frames the records are dispatched (ConsumeQueues, index), the protocol acks, and `on_applied` hears
+    frames the protocol acks, the records are dispatched (ConsumeQueues, index) and `on_applied` hears
     the new end."""
 
     def __init__(self, store: MessageStore, link: MasterLink) -> None:
@@ -185,13 +185,19 @@ class ReplicaApplier:
         return True
 
     def applied(self, ack: Callable[[], None]) -> None:
-        """After a run of appended frames: dispatch them, `ack`, tell `on_applied`."""
+        """After a run of appended frames: `ack`, dispatch them, tell `on_applied`.
+
+        The ack goes out first (as Apache's slave reports right after the append; its reput is another
+        thread), so the master answers its waiting SYNC sends while this slave dispatches: the two
+        brokers work side by side instead of in turn. Nothing here can see the difference: the ack
+        covers bytes already in the CommitLog, and the dispatch finishes in this same callback, before
+        this broker's loop serves any request (a pull, a query) that came after the ack."""
         store = self.store
+        ack()
         try:
             store.reput()
         except Exception as e:  # the bytes are stored; the next frame retries the dispatch
             log.exception("ha.reput_failed", error=repr(e))
-        ack()
         end = store.commitlog_max_offset()
         for fn in self.on_applied:
             fn(end)

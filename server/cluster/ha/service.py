@@ -17,7 +17,10 @@ follows from it. Composed by server.broker.BrokerController.
   autoswitch_slave): the epochs are the controller's masterEpochs in `epochFileCheckpoint`
   (storage.epoch_file; `begin_epoch` when this broker becomes master), a slave truncates to the
   consistent point at each handshake, and with allAckInSyncStateSet a send waits for every member of
-  the SyncStateSet the controller keeps (`sync_state`, set by the ReplicasManager).
+  the SyncStateSet the controller keeps (`sync_state`, set by the ReplicasManager), and consumers see only
+  what every member holds: `dispatch_limit` is RocketMQ 5.3's getReputEndOffset for the current role (a
+  master's confirmOffset, a slave's master's), handed to the store's dispatch gate
+  (storage.dispatch.DispatchGate) on every ack, frame, change of the set and role change.
 """
 
 from __future__ import annotations
@@ -268,6 +271,11 @@ class ReplicaRole:
             last = self.epochs.last()
             if last is not None:
                 self.epoch, self.epoch_start = last
+        if self.autoswitch and not self.config.read_uncommitted and (
+                self.is_slave or (self.config.all_ack_in_sync_state_set and len(self._members()[0]) > 1)):
+            # what recovery dispatched stays; what this broker writes (a master's scheduler starts before its
+            # HA service) or replicates from now on waits for the confirmOffset (`refresh_dispatch_limit`)
+            store.set_dispatch_limit(store.commitlog_max_offset())
         if self.is_slave:
             if not self.config.ha_master_address:
                 if self.pinned_master is None and self.config.namesrv_addr_list:
@@ -330,8 +338,29 @@ class ReplicaRole:
         end = store.commitlog_max_offset()
         self.epochs.begin_epoch(master_epoch, end)
         self.epoch, self.epoch_start = master_epoch, end
+        if isinstance(self.ha_service, AutoSwitchHAService):
+            self.ha_service.reset_confirm(end)
         log.info("ha.epoch_begun", master_epoch=master_epoch, start_offset=end,
                  epochs=[list(e) for e in self.epochs.entries])
+
+    # ---- the dispatch limit (controller mode) -----------------------------------------------
+    def dispatch_limit(self) -> int | None:
+        """How far this broker dispatches (RocketMQ 5.3's getReputEndOffset: None is the CommitLog end):
+        classic mode or readUnCommitted, None; a slave, its master's confirmOffset from the last frame; a
+        master, its own (AutoSwitchHAService.dispatch_limit: None when alone in the set or without
+        allAckInSyncStateSet)."""
+        if not self.autoswitch or self.config.read_uncommitted:
+            return None
+        if self.is_slave:
+            client = self.ha_client
+            return client.confirm_offset if isinstance(client, AutoSwitchHAClient) else self.store.dispatch_limit
+        svc = self.ha_service
+        return svc.dispatch_limit() if isinstance(svc, AutoSwitchHAService) else self.store.dispatch_limit
+
+    def refresh_dispatch_limit(self) -> None:
+        """Hand `dispatch_limit()` to the store (the writes it now covers are dispatched in this call)."""
+        if self._store is not None and self.autoswitch:
+            self._store.set_dispatch_limit(self.dispatch_limit())
 
     def _members(self) -> tuple[frozenset[int], int]:
         if self.sync_state is None:
@@ -344,6 +373,7 @@ class ReplicaRole:
         if self.autoswitch:
             svc = AutoSwitchHAService(self.store, cfg, self.epochs, self._members)
             svc.on_expand = lambda slave_id: self.on_expand(slave_id) if self.on_expand is not None else None
+            svc.on_confirm = self.refresh_dispatch_limit
             self.ha_service = svc
         else:
             self.ha_service = HAService(self.store, cfg)
@@ -357,6 +387,7 @@ class ReplicaRole:
         if self.autoswitch:
             client = AutoSwitchHAClient(self.store, cfg, self.epochs, self.master_ha_addr, lambda: cfg.broker_id)
             client.on_truncated.append(self._on_truncated)
+            client.on_confirm = self.refresh_dispatch_limit
             self.ha_client = client
         else:
             self.ha_client = HAClient(self.store, cfg, self.master_ha_addr)
@@ -446,10 +477,11 @@ class ReplicaRole:
             return ResponseCode.SLAVE_NOT_AVAILABLE, "SLAVE_NOT_AVAILABLE"
         return self._wait(svc, end_offset)
 
-    def gate_for_run(self, starts: Sequence[int], phys: Sequence[int],
-                     statuses: Sequence[PutStatus] | None) -> ReplicaAck | asyncio.Future[ReplicaAck] | None:
-        """`gate` for a run of sends stored by one put_batch: one wait, shared by its requests,
-        for the end of the last stored record (a task, or a (code, remark) tuple)."""
+    def gate_for_run(self, starts: Sequence[int], phys: Sequence[int], statuses: Sequence[PutStatus] | None,
+                     shared: bool = True) -> ReplicaAck | Awaitable[ReplicaAck] | None:
+        """`gate` for a run of sends stored by one put_batch: one wait for the end of the last stored
+        record, a (code, remark) tuple or, `shared` by the run's requests, a task; not `shared` (the one
+        answer of the whole run awaits it), the coroutine itself."""
         end = -1
         for j, p in enumerate(phys):
             if statuses is None or statuses[j].name == "PUT_OK":
@@ -457,7 +489,7 @@ class ReplicaRole:
         if end < 0:
             return None
         g = self.gate(end)
-        return g if isinstance(g, tuple) else asyncio.ensure_future(g)
+        return g if isinstance(g, tuple) or not shared else asyncio.ensure_future(g)
 
     async def _wait(self, svc: HAService | AutoSwitchHAService, end_offset: int) -> ReplicaAck:
         ok = await svc.wait_replicated(end_offset, self.config.slave_timeout / 1000.0)
@@ -485,6 +517,9 @@ class ReplicaRole:
             self.sync.try_adopt(self.store.commitlog_max_offset())
         synced = self.sync.progress if self.sync is not None else None
         self.store.stop_replica()  # its last reput still teaches topics (learned.py)
+        # everything it holds is dispatched before it takes over, also past the old master's confirmOffset
+        # (Apache's changeToMaster: confirmOffset = its CommitLog end, then it waits until the reput is done)
+        self.store.set_dispatch_limit(None)
         learned = sorted(self.learned.learned) if self.learned is not None else []
         if self.learned is not None:
             self.store.remove_dispatch_listener(self.learned.on_dispatch)
@@ -498,6 +533,7 @@ class ReplicaRole:
             self.save_epoch()
         cfg.broker_role = role
         cfg.broker_id = 0
+        self.refresh_dispatch_limit()  # a master's from now on, before its scheduler delivers anything
         self.promoted_at_ms = int(time.time() * 1000)
         delay_offsets = synced.delay_offsets if synced is not None else (self.sync.delay_offsets if self.sync else {})
         skipped: dict[int, int] = {}
@@ -557,6 +593,8 @@ class ReplicaRole:
         end = self.store.commitlog_max_offset()
         self.store.start_replica()
         cfg.broker_role, cfg.broker_id = "SLAVE", broker_id
+        if self.store.dispatch_limit is None and not cfg.read_uncommitted:  # replicated bytes wait for the
+            self.store.set_dispatch_limit(self.store.commitlog_max_offset())  # new master's confirmOffset
         self.fenced = False
         self.pinned_master = None
         self.follow(master_addr)
@@ -584,6 +622,10 @@ class ReplicaRole:
         """Flat GET_BROKER_RUNTIME_INFO entries (ha*)."""
         info = {"haEpoch": str(self.epoch), "haEpochStartOffset": str(self.epoch_start),
                 "haMasterServices": ",".join(self.master_services())}
+        if self._store is not None:  # the dispatch limit (-1: none) and the writes it holds from readers
+            gate = self._store.gate
+            info["haDispatchLimit"] = str(-1 if gate.limit is None else gate.limit)
+            info["haDispatchHeldWrites"] = str(len(gate.writes))
         if self.ha_service is not None:
             info["haSlaveCount"] = str(len(self.ha_service.slaves.connections))
             info["haPush2SlaveMaxOffset"] = str(self.ha_service.push2slave_max)

@@ -78,20 +78,28 @@ class SlaveListener(Generic[C]):
             c.data.set()
 
 
+def _expire(fut: asyncio.Future[bool]) -> None:
+    if not fut.done():
+        fut.set_result(False)
+
+
 class AckWaiters:
     def __init__(self) -> None:
         self._heap: list[tuple[int, int, asyncio.Future[bool]]] = []  # (end offset, seq, future)
         self._seq = 0
 
     async def wait(self, end_offset: int, timeout_s: float) -> bool:
-        """True once `release` finds `end_offset` reached, False after `timeout_s` or at `fail_all`."""
-        fut = asyncio.get_running_loop().create_future()
+        """True once `release` finds `end_offset` reached, False after `timeout_s` or at `fail_all`.
+        (A timer handle answers the timeout: cheaper than asyncio.wait_for, and every SYNC run waits.)"""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
         self._seq += 1
         heapq.heappush(self._heap, (end_offset, self._seq, fut))
+        expiry = loop.call_later(timeout_s, _expire, fut)
         try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            return False
+            return await fut
+        finally:
+            expiry.cancel()
 
     def release(self, reached: Callable[[int], bool]) -> None:
         """Answer True to the waits whose end offset is `reached` (lowest first); forget finished ones."""

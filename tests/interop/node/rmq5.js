@@ -6,7 +6,8 @@
 //           -> {"event":"sent","i","id","recall","t_send","deliver_ms"} ... then for each index in --recall
 //              {"event":"recalled","i","id"} (or "recall_error"), {"event":"done"}
 //   simple  --endpoint H:P --group G --topic T --until-count N [--tag X] [--invisible MS] [--no-ack]
-//           [--max-seconds S] -> {"event":"received","id","body","attempt","t","deliver_ms","corrupted"}
+//           [--max-seconds S] [--await-ms MS: the long polling time, 2000; Apache's proxy needs >= 5000]
+//           -> {"event":"received","id","body","attempt","t","deliver_ms","corrupted"}
 //              {"event":"acked","id"} ... {"event":"done"}
 //   watch   --endpoint H:P --group G --topic T --seconds S: a SimpleConsumer that only keeps its
 //           telemetry session open (the broker may send it verify-message / thread-stack commands)
@@ -19,13 +20,13 @@ const { Producer, SimpleConsumer } = require('rocketmq-client-nodejs');
 
 function parseArgs(argv) {
   const out = { cmd: argv[0], count: 1, tag: '*', bodyPrefix: 'm', untilCount: 1, maxSeconds: 30,
-    invisible: 15000, noAck: false, delay: 0, recall: '', seconds: 10 };
+    invisible: 15000, noAck: false, delay: 0, recall: '', seconds: 10, awaitMs: 2000 };
   for (let i = 1; i < argv.length; i++) {
     const key = argv[i].replace(/^--/, '').replace(/-([a-z])/g, (_, c) => c.toUpperCase());
     if (key === 'noAck') { out.noAck = true; continue; }
     out[key] = argv[++i];
   }
-  for (const k of [ 'count', 'untilCount', 'maxSeconds', 'invisible', 'delay', 'seconds' ]) out[k] = Number(out[k]);
+  for (const k of [ 'count', 'untilCount', 'maxSeconds', 'invisible', 'delay', 'seconds', 'awaitMs' ]) out[k] = Number(out[k]);
   if (!out.endpoint || !out.topic) throw new Error('--endpoint and --topic are required');
   return out;
 }
@@ -71,7 +72,7 @@ async function produce(a) {
 
 async function simple(a) {
   const c = new SimpleConsumer({ endpoints: a.endpoint, consumerGroup: a.group,
-    subscriptions: new Map().set(a.topic, a.tag), awaitDuration: 2000 });
+    subscriptions: new Map().set(a.topic, a.tag), awaitDuration: a.awaitMs });
   await c.startup();
   emit('started', { role: 'simple' });
   const deadline = Date.now() + a.maxSeconds * 1000;
