@@ -48,7 +48,17 @@ def test_a_bad_expression_fails_the_java_consumers_start(broker_factory, agents)
     broker = broker_factory({"enablePropertyFilter": "true"})
     topic = uniq("TjSqlBad")
     broker.create_topic(topic, 1)
-    agent = agents.run_java("consume", broker, group=uniq("GIDjBad"), topic=topic, until_count=1, timeout=20,
-                            sql="amount > 'many'", expect_code=3)
+    # Apache 4.9.7's start checks the expression (CHECK_CLIENT_CONFIG) only with the brokers its first route
+    # fetch found; when that fetch times out (a cold JVM on a loaded host: seen once), the client starts with no
+    # broker to ask and runs on. So a run still going at its bound is tried once more, with a longer bound; a
+    # broker that accepted the expression would keep both running.
+    try:
+        agent = agents.run_java("consume", broker, group=uniq("GIDjBad"), topic=topic, until_count=1, timeout=20,
+                                sql="amount > 'many'", expect_code=3)
+    except AssertionError as first:
+        if "still running" not in str(first):
+            raise
+        agent = agents.run_java("consume", broker, group=uniq("GIDjBad"), topic=topic, until_count=1, timeout=60,
+                                sql="amount > 'many'", expect_code=3)
     errors = agent.of("start_error")
     assert len(errors) == 1 and "value 'many' cannot be compared at line 1, column 10" in errors[0]["error"], errors
