@@ -174,6 +174,10 @@ class BrokerController:
             life.add("filter_bitmaps", stop=bitmaps.close)  # closed after the store stopped dispatching
         store.add_dispatch_listener(self.pull_hold.on_dispatch)
         life.add("store", start=lambda: open_message_store(store), stop=store.shutdown)
+        # a topic whose config a crash lost while its messages were stored (TopicManager.adopt_stored); a slave
+        # learns its topics from its master (server/cluster/ha/learned.py)
+        life.add("topics.adopt_stored",
+                 start=lambda: None if self.replica.is_slave else self.topics.adopt_stored(store.queues.queues))
         if self.bitmaps is not None:  # cut to what the recovered ConsumeQueues hold, before anything dispatches
             life.add("filter_bitmaps.recover", start=self.bitmaps.recover)
         ctl = self.controller

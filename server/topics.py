@@ -7,7 +7,7 @@ system topics at start, auto-create from TBW102 on send, `%RETRY%`/`%DLQ%` creat
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import structlog
 
@@ -162,6 +162,27 @@ class TopicManager:
         cfg = TopicConfig(topic, nums, nums, perm & ~PERM_INHERIT, "SINGLE_TAG", topic_sys_flag, False)
         log.info("topics.auto_created", topic=topic, default_topic=default_topic, queues=nums)
         return self.put(cfg)
+
+    def adopt_stored(self, stored: Iterable[tuple[str, int]]) -> list[str]:
+        """After recovery: a topic whose ConsumeQueues the store holds but whose config is gone gets one again
+        (queues = highest queue id + 1, perm = TBW102's read/write bits), with a warning line. A send that
+        auto-created a topic is answered before the metadata writer commits the topic (storage.meta_store),
+        so a kill -9 in between lost the topic while its messages stayed stored and unconsumable (seen
+        with a gRPC pop test under load). Apache writes the config file before it answers; here the stored
+        queues are the record that the topic existed."""
+        highest: dict[str, int] = {}
+        for topic, qid in stored:
+            if topic not in self.topics and qid >= 0:
+                highest[topic] = max(highest.get(topic, -1), qid)
+        if not highest:
+            return []
+        default = self.topics.get(DEFAULT_TOPIC)
+        perm = (default.perm & (PERM_READ | PERM_WRITE)) if default is not None else PERM_READ | PERM_WRITE
+        for topic, qid in sorted(highest.items()):
+            log.warning("topics.adopted_from_store", topic=topic, queues=qid + 1,
+                        why="ConsumeQueues stored, topic config missing (lost in a crash)")
+            self.put(TopicConfig(topic, qid + 1, qid + 1, perm or PERM_READ | PERM_WRITE))
+        return sorted(highest)
 
     def create_in_send_back(self, topic: str, queue_nums: int, perm: int = PERM_READ | PERM_WRITE,
                             topic_sys_flag: int = 0) -> TopicConfig:
