@@ -20,7 +20,7 @@ from codec.autoswitch_ha import EPOCH_FILE
 from codec.codes import ResponseCode
 from tests.helpers.broker import BrokerProcess, pick_port_pair
 from tests.helpers.cluster import NamesrvProcess
-from tests.helpers.rocketmq5 import Rmq5Process, requires_rocketmq5
+from tests.helpers.rocketmq5 import requires_rocketmq5, standalone_controller
 from tests.helpers.wire import create_topic
 from tests.server.helpers import pull, send_ext
 from tests.server.raw import RawClient, decode_records, props
@@ -63,12 +63,8 @@ async def end_of(addr: str) -> int:
 
 
 async def test_autoswitch_replicates_and_a_returning_master_cuts_its_divergent_tail(tmp_path: Path) -> None:
-    ctrl_port, peer_port = pick_port_pair(), pick_port_pair()
-    ctrl = f"127.0.0.1:{peer_port}"
-    controller = Rmq5Process("mqcontroller", tmp_path / "ctrl", {
-        "controllerDLegerGroup": "g1", "controllerDLegerPeers": f"n0-{ctrl}", "controllerDLegerSelfId": "n0",
-        "controllerStorePath": str(tmp_path / "ctrl" / "store"), "listenPort": ctrl_port,
-        "enableElectUncleanMaster": "true"}, peer_port).start()
+    controller, ctrl = standalone_controller(tmp_path / "ctrl", enableElectUncleanMaster="true")
+    controller.start()
     ns = NamesrvProcess(tmp_path / "ns").start()
 
     def conf() -> dict[str, object]:

@@ -14,7 +14,7 @@ import pytest
 from codec.codes import RequestCode
 from tests.helpers.broker import BrokerProcess, pick_port_pair
 from tests.helpers.cluster import NamesrvProcess, cluster_brokers
-from tests.helpers.rocketmq5 import Rmq5Process, requires_rocketmq5
+from tests.helpers.rocketmq5 import Rmq5Process, requires_rocketmq5, standalone_controller
 from tests.helpers.wire import create_topic, invoke
 
 from .test_autoswitch_ha import TOPIC, keys_in_queue, send_keys
@@ -39,11 +39,7 @@ def apache_broker(work: Path, ctrl: str, ns: str) -> Rmq5Process:
 
 
 def controller_at(tmp_path: Path) -> tuple[Rmq5Process, str]:
-    ctrl_port, peer_port = pick_port_pair(), pick_port_pair()
-    ctrl = f"127.0.0.1:{peer_port}"
-    return Rmq5Process("mqcontroller", tmp_path / "ctrl", {
-        "controllerDLegerGroup": "g1", "controllerDLegerPeers": f"n0-{ctrl}", "controllerDLegerSelfId": "n0",
-        "controllerStorePath": str(tmp_path / "ctrl" / "store"), "listenPort": ctrl_port}, peer_port), ctrl
+    return standalone_controller(tmp_path / "ctrl")
 
 
 def delaymq_broker(work: Path, ctrl: str, ns: str) -> BrokerProcess:

@@ -19,7 +19,7 @@ import pytest
 from codec.codes import ResponseCode
 from tests.helpers.broker import BrokerProcess, pick_port_pair
 from tests.helpers.cluster import NamesrvProcess, cluster_brokers
-from tests.helpers.rocketmq5 import Rmq5Process, requires_rocketmq5
+from tests.helpers.rocketmq5 import requires_rocketmq5, standalone_controller
 from tests.helpers.wire import create_topic
 from tests.server.helpers import pull, send_ext
 from tests.server.raw import RawClient, Reply, decode_records, props
@@ -48,11 +48,8 @@ async def send_one(addr: str, key: str) -> Reply:
 
 
 async def test_a_message_is_consumable_once_every_member_holds_it(tmp_path: Path) -> None:
-    ctrl_port, peer_port = pick_port_pair(), pick_port_pair()
-    ctrl = f"127.0.0.1:{peer_port}"
-    controller = Rmq5Process("mqcontroller", tmp_path / "ctrl", {
-        "controllerDLegerGroup": "g1", "controllerDLegerPeers": f"n0-{ctrl}", "controllerDLegerSelfId": "n0",
-        "controllerStorePath": str(tmp_path / "ctrl" / "store"), "listenPort": ctrl_port}, peer_port).start()
+    controller, ctrl = standalone_controller(tmp_path / "ctrl")
+    controller.start()
     ns = NamesrvProcess(tmp_path / "ns").start()
 
     def conf() -> dict[str, object]:  # the stopped slave stays in the set (and connected) while the test runs

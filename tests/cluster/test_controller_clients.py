@@ -18,7 +18,7 @@ from tests.helpers.agents import AgentProcess
 from tests.helpers.broker import BrokerProcess, pick_port_pair
 from tests.helpers.cluster import NamesrvProcess, cluster_brokers
 from tests.helpers.outside_producers import ack_times_ms, acked_ids, start_outside_producers
-from tests.helpers.rocketmq5 import Rmq5Process, requires_rocketmq5
+from tests.helpers.rocketmq5 import requires_rocketmq5, standalone_controller
 from tests.helpers.wire import create_topic
 from tests.server.helpers import pull
 from tests.server.raw import RawClient, decode_records
@@ -55,11 +55,8 @@ async def stored_keys(addr: str) -> dict[str, int]:
 
 
 async def test_outside_clients_resume_on_the_new_master_and_nothing_is_lost_or_doubled(tmp_path: Path) -> None:
-    ctrl_port, peer_port = pick_port_pair(), pick_port_pair()
-    ctrl = f"127.0.0.1:{peer_port}"
-    controller = Rmq5Process("mqcontroller", tmp_path / "ctrl", {
-        "controllerDLegerGroup": "g1", "controllerDLegerPeers": f"n0-{ctrl}", "controllerDLegerSelfId": "n0",
-        "controllerStorePath": str(tmp_path / "ctrl" / "store"), "listenPort": ctrl_port}, peer_port).start()
+    controller, ctrl = standalone_controller(tmp_path / "ctrl")
+    controller.start()
     ns = NamesrvProcess(tmp_path / "ns").start()
     conf = lambda: {**broker_conf(ctrl, ns.addr, pick_port_pair()), "allAckInSyncStateSet": "true"}  # noqa: E731
     a = BrokerProcess(tmp_path / "a", conf(), port=ha_port_pair(), ready_timeout=90)

@@ -36,7 +36,7 @@ from codec.controller import (
 )
 from tests.helpers.broker import BrokerProcess, pick_port_pair
 from tests.helpers.cluster import NamesrvProcess, cluster_brokers
-from tests.helpers.rocketmq5 import Rmq5Process, mqadmin5, requires_rocketmq5
+from tests.helpers.rocketmq5 import mqadmin5, requires_rocketmq5, standalone_controller
 from tests.helpers.wire import create_topic
 from tests.server.helpers import pull, send_ext
 from tests.server.raw import RawClient, decode_records, props
@@ -133,11 +133,8 @@ def broker_conf(ctrl: str, ns: str, metrics_port: int) -> dict[str, object]:
 
 
 async def test_controller_elects_the_slave_after_kill_9(tmp_path: Path) -> None:
-    ctrl_port, peer_port = pick_port_pair(), pick_port_pair()
-    ctrl = f"127.0.0.1:{peer_port}"
-    controller = Rmq5Process("mqcontroller", tmp_path / "ctrl", {
-        "controllerDLegerGroup": "g1", "controllerDLegerPeers": f"n0-{ctrl}", "controllerDLegerSelfId": "n0",
-        "controllerStorePath": str(tmp_path / "ctrl" / "store"), "listenPort": ctrl_port}, peer_port).start()
+    controller, ctrl = standalone_controller(tmp_path / "ctrl")
+    controller.start()
     ns = NamesrvProcess(tmp_path / "ns").start()
     a_port, b_port = ha_port_pair(), ha_port_pair()
     a = BrokerProcess(tmp_path / "a", broker_conf(ctrl, ns.addr, pick_port_pair()), port=a_port, ready_timeout=90)

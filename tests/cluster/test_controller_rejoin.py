@@ -30,7 +30,7 @@ from codec.codes import RequestCode, ResponseCode
 from codec.controller import ElectMasterRequestHeader
 from tests.helpers.broker import BrokerProcess, pick_port_pair
 from tests.helpers.cluster import NamesrvProcess, cluster_brokers
-from tests.helpers.rocketmq5 import Rmq5Process, requires_rocketmq5
+from tests.helpers.rocketmq5 import requires_rocketmq5, standalone_controller
 from tests.helpers.wire import create_topic
 from tests.server.helpers import pull, send_ext
 from tests.server.raw import RawClient, decode_records, props
@@ -138,14 +138,10 @@ def continue_when_logged(proc: BrokerProcess, log_path: Path, event: str, timeou
 # the name server and its running HA client cuts, after which a's following wheel is rebuilt
 @pytest.mark.parametrize("master_answers", [True, False], ids=["pre_start_cut", "running_client_cut"])
 async def test_old_master_rejoins_cutting_what_the_new_epoch_does_not_hold(tmp_path: Path, master_answers: bool) -> None:
-    ctrl_port, peer_port = pick_port_pair(), pick_port_pair()
-    ctrl = f"127.0.0.1:{peer_port}"
-    controller = Rmq5Process("mqcontroller", tmp_path / "ctrl", {
-        "controllerDLegerGroup": "g1", "controllerDLegerPeers": f"n0-{ctrl}", "controllerDLegerSelfId": "n0",
-        "controllerStorePath": str(tmp_path / "ctrl" / "store"), "listenPort": ctrl_port,
-        # b is out of the SyncStateSet when a dies (a shrank it when its connection went): electing it
-        # is the unclean election that leaves a with bytes the new epoch does not hold
-        "enableElectUncleanMaster": "true"}, peer_port).start()
+    # b is out of the SyncStateSet when a dies (a shrank it when its connection went): electing it is the
+    # unclean election that leaves a with bytes the new epoch does not hold
+    controller, ctrl = standalone_controller(tmp_path / "ctrl", enableElectUncleanMaster="true")
+    controller.start()
     ns = NamesrvProcess(tmp_path / "ns").start()
     brokers = {}
     for name in ("a", "b"):

@@ -45,3 +45,16 @@ class Rmq5Process(JavaServer):
                  ready_timeout: float = 90.0) -> None:
         assert kind in KINDS
         super().__init__(kind, workdir, config, port, ready_timeout, distribution=ROCKETMQ5)
+
+
+def standalone_controller(workdir: Path, **extra: object) -> tuple[Rmq5Process, str]:
+    """A one-node standalone `mqcontroller` (not started yet) and the address brokers' `controllerAddr`
+    names: its DLedger peer address, where it serves the controller codes. `extra`: more config keys
+    (e.g. enableElectUncleanMaster)."""
+    from tests.helpers.broker import pick_port_pair
+    ctrl_port, peer_port = pick_port_pair(), pick_port_pair()
+    ctrl = f"127.0.0.1:{peer_port}"
+    conf: dict[str, object] = {
+        "controllerDLegerGroup": "g1", "controllerDLegerPeers": f"n0-{ctrl}", "controllerDLegerSelfId": "n0",
+        "controllerStorePath": str(workdir / "store"), "listenPort": ctrl_port, **extra}
+    return Rmq5Process("mqcontroller", workdir, conf, peer_port), ctrl
