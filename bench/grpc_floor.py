@@ -11,7 +11,9 @@ also the broker behind it. The medians over the rounds are the headline.
 
 Kinds: the bare echo servers of bench.grpc_echo (`aio_uvloop`, `aio_asyncio`, `sync`, `grpclib`, `granian`,
 `pyvoy`, `pyvoy_connect`),
-`delaymq_local` (a broker's in-broker gRPC endpoint), `delaymq_proxy` (delaymq-proxy + broker + name server).
+`delaymq_local` (a broker's in-broker gRPC endpoint), `delaymq_proxy` (delaymq-proxy + broker + name server),
+`delaymq_proxy_envoy` (the same with the proxy on `grpcServerStack=envoy`: the server CPU is the Envoy
+process's, the proxy's Python embedded in it, as for `pyvoy`; the launcher only waits; the broker's apart).
 A kind whose stack is not installed or cannot serve gRPC to grpcio's client is reported with why.
 """
 
@@ -34,7 +36,9 @@ from bench.common import REPO, Broker, pick_port, proc_cpu_s, write_result
 
 ECHO_KINDS = ["aio_uvloop", "aio_asyncio", "sync", "grpclib", "granian", "pyvoy", "pyvoy_connect"]
 DELAYMQ_KINDS = ["delaymq_local", "delaymq_proxy"]
-ALL_KINDS = ECHO_KINDS + DELAYMQ_KINDS
+# delaymq-proxy with grpcServerStack=envoy: Envoy's CPU (the proxy's Python embedded in it), as for `pyvoy`
+DELAYMQ_ENVOY_KINDS = ["delaymq_proxy_envoy"]
+ALL_KINDS = ECHO_KINDS + DELAYMQ_KINDS + DELAYMQ_ENVOY_KINDS
 SEND_METHOD = "/apache.rocketmq.v2.MessagingService/SendMessage"
 TOPIC = "BenchFloor"
 CLIENTS, WINDOW, WARMUP_S = 2, 64, 1.0
@@ -183,7 +187,7 @@ def start_target(kind: str) -> Target:
         b = Broker({"flushDiskType": "ASYNC_FLUSH", "grpcListenPort": pick_port(), "defaultTopicQueueNums": 8})
         b.start()
         return Target(f"127.0.0.1:{b.config['grpcListenPort']}", {"server": b.pid}, [b.cleanup])
-    if kind == "delaymq_proxy":
+    if kind in ("delaymq_proxy", "delaymq_proxy_envoy"):
         closers: list = []
         try:
             ns_port = pick_port()
@@ -197,10 +201,15 @@ def start_target(kind: str) -> Target:
             from bench.meta_load import create_topic  # the proxy routes only topics the name server knows
             asyncio.run(create_topic(b.addr, TOPIC, 8))
             px_port = pick_port()
+            stack = "envoy" if kind == "delaymq_proxy_envoy" else "grpcio"
             px = Proc([sys.executable, "-m", "server.proxy", "--namesrv", f"127.0.0.1:{ns_port}", "--grpc-port",
-                       str(px_port), "--host", "127.0.0.1", "--log-level", "warning"], r"proxy ready on")
+                       str(px_port), "--host", "127.0.0.1", "--log-level", "warning", "--grpc-server-stack", stack],
+                      r"proxy ready on")
             closers.append(px.stop)
-            return Target(f"127.0.0.1:{px_port}", {"server": px.pid, "broker": b.pid}, closers)
+            # on Envoy the ready line names the Envoy child: it serves (and spends the CPU), the launcher waits
+            envoy = re.search(r"\(envoy pid (\d+)\)", px.ready_line)
+            return Target(f"127.0.0.1:{px_port}", {"server": int(envoy.group(1)) if envoy else px.pid,
+                                                   "broker": b.pid}, closers)
         except Exception:
             Target("", {}, closers).close()
             raise
@@ -298,15 +307,21 @@ def run(kinds: list[str], seconds: float, rounds: int) -> dict:
 
 
 def table(summary: dict, floor_kind: str = "aio_uvloop") -> str:
+    """One row per kind; `× floor`: to the grpc.aio echo, and for the kinds on Envoy to the pyvoy echo (their
+    own stack's floor) when it ran."""
     floor = summary.get(floor_kind, {}).get("server_us_per_call")
-    lines = ["| server | calls/s | server CPU µs/call (median; each round) | × grpc.aio echo | broker behind it µs/call |",
+    envoy_floor = summary.get("pyvoy", {}).get("server_us_per_call")
+    lines = ["| server | calls/s | server CPU µs/call (median; each round) | × floor | broker behind it µs/call |",
              "|---|---|---|---|---|"]
     for kind, s in summary.items():
         if "unavailable" in s:
             lines.append(f"| {kind} | - | {s['unavailable'][:120]} | | |")
             continue
         us = s.get("server_us_per_call")
-        ratio = f"{us / floor:.2f}" if us and floor else ""
+        if kind in DELAYMQ_ENVOY_KINDS and us and envoy_floor:
+            ratio = f"{us / envoy_floor:.2f} (pyvoy echo)"
+        else:
+            ratio = f"{us / floor:.2f}" if us and floor else ""
         each = ", ".join(f"{v:g}" for v in s.get("server_us_per_call_all", []))
         broker = s.get("broker_us_per_call", "")
         lines.append(f"| {kind} | {s['calls_s']:,.0f} | {us} ({each}) | {ratio} | {broker} |")
@@ -328,6 +343,10 @@ def bench_grpc_floor(quick: bool) -> dict:
         head["local_x_floor"] = round(local / floor, 2)
     if floor and proxy:
         head["proxy_x_floor"] = round(proxy / floor, 2)
+    envoy_floor = s.get("pyvoy", {}).get("server_us_per_call")
+    proxy_envoy = s.get("delaymq_proxy_envoy", {}).get("server_us_per_call")
+    if envoy_floor and proxy_envoy:
+        head["proxy_envoy_x_pyvoy"] = round(proxy_envoy / envoy_floor, 2)
     met = None if not (floor and local and proxy) else bool(local <= 1.5 * floor and proxy <= 1.5 * floor)
     return {"config": {"seconds": seconds, "rounds": rounds, "clients": f"{CLIENTS} processes x 1 grpc.aio channel x "
                        f"{WINDOW} in flight", "request": "SendMessage, one 128 B NORMAL message, pre-serialized"},
