@@ -170,7 +170,7 @@ async def _child(kind: str, n: int, window: int, namesrv: str, cprofile: str) ->
     warm_errors = await _calls(app, bodies[:WARMUP], window)
     print(f"warm {warm_errors}", flush=True)
     await loop.run_in_executor(None, sys.stdin.readline)  # the parent turned callgrind's instrumentation on
-    prof = cProfile.Profile() if cprofile else None
+    prof = cProfile.Profile(time.process_time) if cprofile else None  # CPU, not the wall clock
     if prof is not None:
         prof.enable()
     t0 = time.monotonic()

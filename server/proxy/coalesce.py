@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from functools import partial
 
 from codec.command import RemotingCommand
 from remoting.client import RemotingClient
@@ -46,7 +45,8 @@ class QueuedSend:
 
     cmd: RemotingCommand
     deadline: float
-    answer: asyncio.Future[RemotingCommand]
+    answer: asyncio.Future[RemotingCommand]  # the broker's answer is set here by the connection itself
+    timeout: float
     counted: bool = True  # still in its lane's `outstanding`
 
 
@@ -72,24 +72,6 @@ def _settle(lane: Lane, q: QueuedSend) -> None:
     if q.counted:
         q.counted = False
         lane.outstanding -= 1
-
-
-def _relay(lane: Lane, q: QueuedSend, got: asyncio.Future[RemotingCommand]) -> None:
-    """The broker's answer (or the failure) to the waiting caller; out of the lane's count at once, so a
-    flight that lands sees only the requests still to answer."""
-    _settle(lane, q)
-    answer = q.answer
-    if got.cancelled():
-        if not answer.done():
-            answer.cancel()
-        return
-    exc = got.exception()  # retrieved even when the caller is gone: never "exception was never retrieved"
-    if answer.done():
-        return
-    if exc is not None:
-        answer.set_exception(exc)
-    else:
-        answer.set_result(got.result())
 
 
 class SendCoalescer:
@@ -121,7 +103,7 @@ class SendCoalescer:
         self.client.sign(cmd)
         answer: asyncio.Future[RemotingCommand] = loop.create_future()
         now = loop.time()
-        q = QueuedSend(cmd, now + timeout, answer)
+        q = QueuedSend(cmd, now + timeout, answer, timeout)
         lane.queued.append(q)
         lane.outstanding += 1
         if now - lane.window_start >= PEAK_WINDOW_S:
@@ -169,7 +151,7 @@ class SendCoalescer:
             self._arm(addr, lane, loop)
 
     async def _fly(self, addr: str, lane: Lane, batch: list[QueuedSend]) -> None:
-        """Write the batch (the connection writes a tick's frames with one writelines) and relay each answer."""
+        """Write the batch (the connection writes a tick's frames with one writelines); each answer goes to its caller."""
         try:
             try:
                 conn = await self.client.connection(addr)
@@ -183,18 +165,19 @@ class SendCoalescer:
                 if isinstance(e, Exception):
                     return
                 raise
-            now = asyncio.get_running_loop().time()
-            out: list[asyncio.Future[RemotingCommand]] = []
-            for q in batch:
-                if q.answer.done():
-                    continue  # its caller gave up while it waited
-                got = conn.invoke(q.cmd, max(q.deadline - now, 0.001))
-                got.add_done_callback(partial(_relay, lane, q))
-                out.append(got)
+            loop = asyncio.get_running_loop()
+            out = [q for q in batch if not q.answer.done()]  # a caller that gave up while it waited: dropped
+            for q in out:
+                conn.invoke_into(q.cmd, q.answer)  # the broker's answer goes to the caller's future itself
             self.flights_sent += 1
             self.requests_sent += len(out)
             if out:
-                await asyncio.wait(out)
+                # one wait per flight, until its last deadline (its requests were queued within a linger)
+                last = max(q.deadline for q in out)
+                await asyncio.wait([q.answer for q in out], timeout=max(last - loop.time(), 0.001))
+                for q in out:
+                    conn.forget(q.cmd, q.timeout)  # one still unanswered fails as timed out
+                    _settle(lane, q)
         finally:
             lane.flights -= 1
             if lane.queued and not lane.scheduled:
