@@ -288,30 +288,11 @@ class GrpcAsgiApp:
         self.deadlines = Deadlines()  # the unary calls'
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            await self._call(scope, receive, send)
-        elif scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            event = await receive()
-            if event["type"] == "lifespan.startup":
-                try:
-                    if self.on_startup is not None:
-                        await self.on_startup()
-                except Exception as e:
-                    log.error("grpc.asgi.startup_failed", error=str(e))
-                    await send({"type": "lifespan.startup.failed", "message": str(e)})
-                    return
-                await send({"type": "lifespan.startup.complete"})
-            elif event["type"] == "lifespan.shutdown":
-                if self.on_shutdown is not None:
-                    await self.on_shutdown()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-
-    async def _call(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                await self._lifespan(receive, send)
+            return
+        # one call (written here, not in a coroutine of its own: one frame less per call)
         self.calls += 1
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         content_type = timeout = encoding = b""
@@ -352,6 +333,24 @@ class GrpcAsgiApp:
             await self._answer_status(send, e.status, e.message)
         except ClientGone:
             self.failed_calls += 1
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            event = await receive()
+            if event["type"] == "lifespan.startup":
+                try:
+                    if self.on_startup is not None:
+                        await self.on_startup()
+                except Exception as e:
+                    log.error("grpc.asgi.startup_failed", error=str(e))
+                    await send({"type": "lifespan.startup.failed", "message": str(e)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif event["type"] == "lifespan.shutdown":
+                if self.on_shutdown is not None:
+                    await self.on_shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
 
     def _reader(self, encoding: bytes) -> MessageReader:
         return MessageReader(encoding.decode("latin-1") if encoding not in (b"", b"identity") else "",

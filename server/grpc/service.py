@@ -244,14 +244,6 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             return Outgoing(props, sys_flag, body, born.seconds * 1000 + born.nanos // 1_000_000)
         return Outgoing(props, sys_flag, body, now)
 
-    async def _type_checked(self, topic: str) -> tuple[MessageType, ...] | None:
-        """The types a send to `topic` may carry; None: no check (enableTopicMessageTypeCheck=false, retry and DLQ
-        topics, as Apache's proxy, or a topic whose route takes every type)."""
-        if not self.backend.topic_message_type_check or topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):
-            return None
-        accepts = await self.backend.message_types(topic)
-        return None if len(accepts) == len(ALL_TYPES) else accepts
-
     def _peer(self, context: Context) -> tuple[str, int]:
         """`grpc_peer`, remembered by the peer's text (bounded): one client's calls share it."""
         text = context.peer() or ""
@@ -266,7 +258,14 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         topic = _topic_name(messages[0].topic)
         now = int(time.time() * 1000)
         todo: list[tuple[int, Outgoing]] = []  # (index in the request, the message) of those that go out
-        accepts = await self._type_checked(topic)
+        backend = self.backend
+        # the types a send to `topic` may carry; None: no check (enableTopicMessageTypeCheck=false, retry and
+        # DLQ topics, as Apache's proxy, or a topic whose route takes every type)
+        accepts: tuple[MessageType, ...] | None = None
+        if backend.topic_message_type_check and not topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+            accepts = await backend.message_types(topic)
+            if len(accepts) == len(ALL_TYPES):
+                accepts = None
         refused: list[tuple[int, GrpcError]] = []
         for i, msg in enumerate(messages):
             try:
@@ -276,7 +275,10 @@ class MessagingService(sgrpc.MessagingServiceServicer):
                 todo.append((i, out))
             except GrpcError as e:
                 refused.append((i, e))
-        sent = await self.backend.send(topic, [m for _, m in todo], self._peer(context)) if todo else []
+        if len(todo) == 1:
+            sent = await backend.send(topic, [todo[0][1]], self._peer(context))
+        else:
+            sent = await backend.send(topic, [m for _, m in todo], self._peer(context)) if todo else []
         if not refused and len(sent) == 1 and sent[0].code == ResponseCode.SUCCESS:  # the usual answer
             m, s = todo[0][1], sent[0]
             uniq = m.props[K.UNIQ_KEY]

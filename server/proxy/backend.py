@@ -110,7 +110,8 @@ class RemoteBackend:
 
     # ---- routes --------------------------------------------------------------------------
     async def message_types(self, topic: str) -> tuple[MessageType, ...]:
-        return await self.metadata.accepts(topic)
+        hit = self.metadata.cached_accepts(topic)  # a send's usual case: no coroutine below this one
+        return hit if hit is not None else await self.metadata.accepts(topic)
 
     async def route(self, topic: str) -> TopicRoute:
         route = await self.routes.route(topic)
@@ -154,7 +155,9 @@ class RemoteBackend:
         return Sent(ResponseCode.SUCCESS, "", broker_name, qoff, tx)
 
     async def send(self, topic: str, batch: list[Outgoing], peer: tuple[str, int]) -> list[Sent]:
-        route = await self.routes.route(topic)
+        route = self.routes.cached(topic) or await self.routes.route(topic)
+        if len(batch) == 1:  # the usual request: no list comprehension's frame
+            return [await self._send_one(topic, route, batch[0])]
         return [await self._send_one(topic, route, m) for m in batch]
 
     async def end_transaction(self, topic: str, transaction_id: str, message_id: str, commit: bool) -> None:
