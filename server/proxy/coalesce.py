@@ -93,7 +93,10 @@ class SendCoalescer:
         self.flights_sent = 0  # flights and requests written (stats; the tests read the ratio)
         self.requests_sent = 0
 
-    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+    def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> asyncio.Future[RemotingCommand]:
+        """The future of `cmd`'s answer (await it): the broker's response, or the connection's failure, or
+        RemotingTimeoutError past `timeout`. Not a coroutine: the send path pays no frame for it; the
+        request leaves its lane's count when its flight lands, or when dropped unsent."""
         loop = asyncio.get_running_loop()
         lane = self.lanes.get(addr)
         if lane is None:
@@ -112,10 +115,7 @@ class SendCoalescer:
             lane.peak = lane.outstanding
         if not lane.scheduled or lane.timer is not None or len(lane.queued) >= self.max_frames:
             self._arm(addr, lane, loop)
-        try:
-            return await answer
-        finally:
-            _settle(lane, q)
+        return answer
 
     def _arm(self, addr: str, lane: Lane, loop: asyncio.AbstractEventLoop) -> None:
         """Schedule the lane's next take-off (see the class docstring)."""
@@ -139,7 +139,12 @@ class SendCoalescer:
         lane.scheduled = False
         lane.timer = None
         loop = asyncio.get_running_loop()
-        live = [q for q in lane.queued if not q.answer.done()]  # a caller that gave up: its send is dropped
+        live: list[QueuedSend] = []
+        for q in lane.queued:
+            if q.answer.done():  # a caller that gave up: its send is dropped
+                _settle(lane, q)
+            else:
+                live.append(q)
         waiting, lane.queued = live[:self.max_frames], live[self.max_frames:]
         if waiting:
             lane.last_takeoff = loop.time()
@@ -177,8 +182,9 @@ class SendCoalescer:
                 await asyncio.wait([q.answer for q in out], timeout=max(last - loop.time(), 0.001))
                 for q in out:
                     conn.forget(q.cmd, q.timeout)  # one still unanswered fails as timed out
-                    _settle(lane, q)
         finally:
+            for q in batch:  # landed (or failed, or cancelled): out of the lane's count
+                _settle(lane, q)
             lane.flights -= 1
             if lane.queued and not lane.scheduled:
                 self._arm(addr, lane, asyncio.get_running_loop())
