@@ -240,6 +240,12 @@ def _probe(addr: str, payload: bytes) -> str:
     return last or "no answer"
 
 
+def _proc_sys_s(pid: int) -> float:
+    """stime of a process in seconds (/proc/<pid>/stat field 15)."""
+    data = Path(f"/proc/{pid}/stat").read_text()
+    return int(data[data.rindex(")") + 2:].split()[12]) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(kind: str, seconds: float, payload: bytes, pool) -> dict:
     try:
         t = start_target(kind)
@@ -257,9 +263,11 @@ def measure(kind: str, seconds: float, payload: bytes, pool) -> dict:
                 for c in range(CLIENTS)]
         time.sleep(max(0.0, measure_from - time.time()))
         c0 = {name: proc_cpu_s(pid) for name, pid in t.measured.items()}
+        k0 = _proc_sys_s(t.measured["server"])
         w0 = time.monotonic()
         time.sleep(max(0.0, end_at - time.time()))
         c1 = {name: proc_cpu_s(pid) for name, pid in t.measured.items()}
+        k1 = _proc_sys_s(t.measured["server"])
         wall = time.monotonic() - w0
         parts = [f.result(timeout=seconds + 60) for f in futs]
     finally:
@@ -272,6 +280,8 @@ def measure(kind: str, seconds: float, payload: bytes, pool) -> dict:
         cpu = c1[name] - c0[name]
         out[f"{name}_cpu_s"] = round(cpu, 3)
         out[f"{name}_us_per_call"] = round(cpu / ok * 1e6, 1) if ok else None
+    if ok:  # the kernel's share of the server's (system calls: socket I/O, futex wake-ups)
+        out["server_sys_us_per_call"] = round((k1 - k0) / ok * 1e6, 1)
     if errors:
         out["first_error"] = next((p["first_error"] for p in parts if p["first_error"]), "")
     return out
@@ -297,7 +307,7 @@ def run(kinds: list[str], seconds: float, rounds: int) -> dict:
             summary[kind] = {"unavailable": mine[0].get("unavailable", "")}
             continue
         s: dict = {"calls_s": round(statistics.median(x["calls_s"] for x in good), 1)}
-        for key in ("server_us_per_call", "broker_us_per_call"):
+        for key in ("server_us_per_call", "broker_us_per_call", "server_sys_us_per_call"):
             vals = [x[key] for x in good if x.get(key) is not None]
             if vals:
                 s[key] = round(statistics.median(vals), 1)

@@ -420,10 +420,13 @@ class Connection(asyncio.Protocol):
         self.pending[cmd.opaque] = fut
         self.write_command(cmd)
 
-    def forget(self, cmd: RemotingCommand, timeout: float) -> None:
-        """`cmd` (sent by `invoke_into`) is no longer waited for: its future, if still unanswered, fails as
+    def forget(self, cmds: list[RemotingCommand], timeout: float) -> None:
+        """`cmds` (sent by `invoke_into`) are no longer waited for: a future still unanswered fails as
         `invoke`'s timer fails it."""
-        self._expire(cmd.opaque, cmd.code, timeout)
+        pending = self.pending
+        for cmd in cmds:
+            if cmd.opaque in pending:
+                self._expire(cmd.opaque, cmd.code, timeout)
 
     def _expire(self, opaque: int, code: int, timeout: float) -> None:
         fut = self.pending.pop(opaque, None)

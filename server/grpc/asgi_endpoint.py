@@ -265,6 +265,13 @@ class StreamBody:
             self._writer = None
 
 
+def _parse(method: Method, data: bytes) -> Message:
+    try:
+        return method.request.FromString(data)
+    except DecodeError as e:
+        raise RpcFailed(GrpcStatus.INTERNAL, f"{method.name}: request does not parse: {e}") from None
+
+
 def trailers(status: GrpcStatus, message: str = "") -> list[tuple[bytes, bytes]]:
     out = [(b"grpc-status", str(int(status)).encode())]
     if message:  # percent-encoded (gRPC's Status-Message): printable ASCII but '%' as is
@@ -327,7 +334,16 @@ class GrpcAsgiApp:
                 await self._server_stream(method, await self._request(method, encoding, receive), context,
                                           receive, send)
             else:
-                await self._unary(method, await self._request(method, encoding, receive), context, send)
+                # `_request`'s usual case written out (no coroutine of its own): the body of one uncompressed
+                # message, handed over whole
+                event = await receive()
+                data = None
+                if event["type"] == "http.request" and not event.get("more_body", False) and \
+                        (not encoding or encoding == b"identity"):
+                    data = only_message(event.get("body", b""), self.max_message_bytes)
+                request = _parse(method, data) if data is not None else \
+                    await self._request(method, encoding, receive, event)
+                await self._unary(method, request, context, send)
         except RpcFailed as e:
             self.failed_calls += 1
             await self._answer_status(send, e.status, e.message)
@@ -356,20 +372,20 @@ class GrpcAsgiApp:
         return MessageReader(encoding.decode("latin-1") if encoding not in (b"", b"identity") else "",
                              self.max_message_bytes)
 
-    async def _request(self, method: Method, encoding: bytes, receive: Receive) -> Message:
-        """The one request message of a unary or server-streaming call. The usual body (one uncompressed
-        message, handed over whole) is taken as is (codec.grpc_frame.only_message); any other is read by
-        `MessageReader`, the reference, which refuses what is not one message."""
-        event = await receive()
+    async def _request(self, method: Method, encoding: bytes, receive: Receive,
+                       event: Event | None = None) -> Message:
+        """The one request message of a unary or server-streaming call (`event`: its first, already received).
+        The usual body (one uncompressed message, handed over whole) is taken as is
+        (codec.grpc_frame.only_message); any other is read by `MessageReader`, the reference, which refuses
+        what is not one message."""
+        if event is None:
+            event = await receive()
         if event["type"] != "http.request":  # http.disconnect
             raise ClientGone
         if not event.get("more_body", False) and (not encoding or encoding == b"identity"):
             data = only_message(event.get("body", b""), self.max_message_bytes)
             if data is not None:
-                try:
-                    return method.request.FromString(data)
-                except DecodeError as e:
-                    raise RpcFailed(GrpcStatus.INTERNAL, f"{method.name}: request does not parse: {e}") from None
+                return _parse(method, data)
         reader = self._reader(encoding)
         messages: list[bytes] = []
         try:
@@ -385,10 +401,7 @@ class GrpcAsgiApp:
         if len(messages) != 1 or reader.pending:
             raise RpcFailed(GrpcStatus.INTERNAL, f"{method.name}: expected one request message, got "
                                                  f"{len(messages)}{' and a partial one' if reader.pending else ''}")
-        try:
-            return method.request.FromString(messages[0])
-        except DecodeError as e:
-            raise RpcFailed(GrpcStatus.INTERNAL, f"{method.name}: request does not parse: {e}") from None
+        return _parse(method, messages[0])
 
     async def _unary(self, method: Method, request: Message, context: AsgiContext, send: Send) -> None:
         try:

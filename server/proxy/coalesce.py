@@ -180,8 +180,7 @@ class SendCoalescer:
                 # one wait per flight, until its last deadline (its requests were queued within a linger)
                 last = max(q.deadline for q in out)
                 await asyncio.wait([q.answer for q in out], timeout=max(last - loop.time(), 0.001))
-                for q in out:
-                    conn.forget(q.cmd, q.timeout)  # one still unanswered fails as timed out
+                conn.forget([q.cmd for q in out], out[0].timeout)  # one still unanswered fails as timed out
         finally:
             for q in batch:  # landed (or failed, or cancelled): out of the lane's count
                 _settle(lane, q)
