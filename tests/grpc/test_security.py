@@ -53,10 +53,10 @@ async def test_codes_for_unsigned_bad_and_unpermitted_calls(broker_factory, tmp_
             await c.close()
 
 
-async def test_tls_endpoint_with_the_remoting_keys(broker_factory, tmp_path, agents):
+async def test_tls_endpoint_with_the_remoting_keys(broker_factory, broker_stack, tmp_path, agents):
     crt, key = make_cert(tmp_path)
     b = grpc_broker(broker_factory, {"tlsEnable": "true", "tls.server.certPath": str(crt),
-                                     "tls.server.keyPath": str(key)})
+                                     "tls.server.keyPath": str(key)}, stack=broker_stack)
     creds = grpc.ssl_channel_credentials(root_certificates=crt.read_bytes())
     c = RawClient(b.grpc_addr, credentials=creds)
     topic, group = uniq("TT"), uniq("GT")
