@@ -8,6 +8,7 @@ whole list again, so a host that slows down mid-run slows every setup alike):
 |---|---|
 | `floor` | the bare grpc.aio SendMessage echo of bench.grpc_echo (sends only) |
 | `delaymq_local` | a delaymq broker, in-broker gRPC endpoint |
+| `delaymq_local_envoy` | the same broker on `grpcServerStack=envoy`: one serving process, Envoy with the whole broker embedded (its CPU, + the launcher's) |
 | `delaymq_proxy1` | delaymq name server + broker + one delaymq-proxy |
 | `delaymq_proxy2` | delaymq name server + broker + two delaymq-proxies (clients split between them) |
 | `delaymq_proxy1_ref` | as `delaymq_proxy1`, the proxy with `sendCoalesce=false` (one write per send; not in the default list) |
@@ -59,7 +60,7 @@ from pathlib import Path
 from bench.common import REPO, Broker, percentiles, pick_port, proc_cpu_s, store_base, write_result
 from bench.grpc_floor import CLIENTS, WARMUP_S, WINDOW, Proc, _client_process, _probe, metadata, request_bytes
 
-SETUPS = ["floor", "delaymq_local", "delaymq_proxy1", "delaymq_proxy2", "delaymq_envoy1", "delaymq_envoy2",
+SETUPS = ["floor", "delaymq_local", "delaymq_local_envoy", "delaymq_proxy1", "delaymq_proxy2", "delaymq_envoy1", "delaymq_envoy2",
           "apache_local", "apache_cluster"]
 # not in the default list: delaymq_proxy1 on the proxy's reference send path (sendCoalesce=false, one write per
 # send), for the side by side of server.proxy.coalesce
@@ -153,7 +154,11 @@ def _delaymq_broker(s: Setup, extra: dict) -> Broker:
     b = Broker({"flushDiskType": "ASYNC_FLUSH", "defaultTopicQueueNums": QUEUES, **extra})
     b.start()
     s.closers.append(b.cleanup)
-    s.pids["broker"] = b.pid
+    if b.serving_pid is not None:  # grpcServerStack=envoy: the broker runs in the Envoy child
+        s.pids["broker"] = b.serving_pid
+        s.pids["broker-launcher"] = b.pid
+    else:
+        s.pids["broker"] = b.pid
     s.remoting = b.addr
     return b
 
@@ -220,8 +225,9 @@ def start(setup: str) -> Setup:
             s.pids["echo"] = p.pid
             s.grpc.append(f"127.0.0.1:{port}")
             return s
-        if setup == "delaymq_local":
-            b = _delaymq_broker(s, {"grpcListenPort": pick_port()})
+        if setup in ("delaymq_local", "delaymq_local_envoy"):
+            stack = {"grpcServerStack": "envoy"} if setup == "delaymq_local_envoy" else {}
+            b = _delaymq_broker(s, {"grpcListenPort": pick_port(), **stack})
             s.grpc.append(f"127.0.0.1:{b.config['grpcListenPort']}")
         elif setup in ("delaymq_proxy1", "delaymq_proxy2", "delaymq_envoy1", "delaymq_envoy2", "delaymq_proxy1_ref"):
             ns = _delaymq_namesrv(s)
