@@ -116,11 +116,10 @@ class HostedBroker:
         except Exception as e:
             if self.broker is not None:
                 await self.broker.shutdown()
-            code = start_failure(e)
-            if code is None:
+            exit_status = start_failure(e)
+            if exit_status is None:  # a bug: its traceback, and the launcher exits 1
                 log.exception("broker.start_failed", error=repr(e))
-                code = 1
-            exit_reported(code)
+            exit_reported(1 if exit_status is None else exit_status)
         settle_heap()
 
 
