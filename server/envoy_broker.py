@@ -94,7 +94,7 @@ class HostedBroker:
                 await self._start()
                 await send({"type": "lifespan.startup.complete"})
             elif event["type"] == "lifespan.shutdown":
-                log.info("broker.signal", action="shutdown")  # the launcher's SIGTERM, passed on by Envoy
+                log.info("broker.lifespan_shutdown")  # the launcher's SIGTERM, passed on by Envoy
                 if self.broker is not None:
                     await self.broker.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
