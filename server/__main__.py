@@ -91,9 +91,10 @@ async def run(cfg: BrokerConfig, log_level: str = "info") -> int:
 
         envoy = EnvoyBroker(cfg, log_level)
         # the ready line names Envoy's pid: it is the process that serves (and holds the store)
-        return await serve_until_signal(
+        code = await serve_until_signal(
             envoy, lambda: f"delaymq broker ready on {cfg.listen_host}:{cfg.listen_port} (envoy pid {envoy.envoy_pid})",
             "broker")
+        return 1 if envoy.failed else code
     from server.broker import BrokerController
 
     return await serve_until_signal(BrokerController(cfg), lambda: f"delaymq broker ready on {cfg.listen_host}:{cfg.listen_port}",

@@ -70,6 +70,11 @@ class EnvoyBroker:
     async def shutdown(self) -> None:
         await self.host.shutdown()
 
+    @property
+    def failed(self) -> bool:
+        """Envoy (the broker) ended without being stopped: killed, or crashed."""
+        return self.host.exited_on_its_own is not None
+
 
 class HostedBroker:
     """Envoy's side: the broker, started and stopped in the ASGI lifespan, its gRPC calls served over ASGI."""

@@ -12,7 +12,8 @@ string) and runs it on pyvoy's uvloop loop in one of Envoy's threads, never the 
   `EnvoyStartReported` carrying the exit code the launcher should give.
 - `shutdown()` sends Envoy SIGTERM and waits: pyvoy runs the lifespan's shutdown (the application's graceful
   stop) before Envoy exits.
-- a watcher: Envoy exiting on its own stops the launcher too (SIGTERM to itself, the same stop path).
+- a watcher: Envoy exiting on its own stops the launcher too (SIGTERM to itself, the same stop path), and
+  `exited_on_its_own` says so (the launcher then exits 1).
 
 `die_with_launcher()` is the embedded side's first step: Envoy gets SIGKILL when its launcher dies (prctl
 PR_SET_PDEATHSIG), so a `kill -9` of the launcher leaves no orphan holding the ports or the store.
@@ -83,6 +84,7 @@ class EnvoyHost:
         self.spec = spec
         self.server: Any = None  # pyvoy.PyvoyServer
         self.watcher: asyncio.Task[None] | None = None
+        self.exited_on_its_own: int | None = None  # Envoy's exit status when it ended without being stopped
 
     async def start(self) -> None:
         from pyvoy import PyvoyServer
@@ -132,6 +134,7 @@ class EnvoyHost:
     async def _watch(self) -> None:
         """Envoy is the serving process: when it exits, so does this launcher (the same stop path as SIGTERM)."""
         rc = await self.server.wait()
+        self.exited_on_its_own = rc
         log.error("envoy.exited", app=self.spec.app, returncode=rc)
         os.kill(os.getpid(), signal.SIGTERM)
 

@@ -7,6 +7,7 @@ test_node_client / test_security; this file holds what only the Envoy stack has.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,11 @@ def test_a_start_that_fails_inside_envoy_is_one_line_and_its_exit_code(broker_fa
     assert len(errors) == 1 and "broker.store_locked" in errors[0], res.stderr
     assert "ready on" not in res.stdout
     assert Path(b.store, "lock").exists() and b.running  # the first broker still holds its store
+
+
+def test_envoy_killed_ends_the_launcher_with_exit_1(broker_factory):
+    b = envoy_broker(broker_factory)
+    assert b.serving_pid is not None and b.proc is not None
+    os.kill(b.serving_pid, signal.SIGKILL)  # the serving process dies; the launcher must not stay up serving nothing
+    assert b.proc.wait(30) == 1
+    assert '"envoy.exited"' in b.stderr_path.read_text()
