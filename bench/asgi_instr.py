@@ -89,7 +89,8 @@ def _app(kind: str, namesrv: str) -> App:
     os.environ[envoy.CONFIG_ENV] = json.dumps({"namesrv_addr": namesrv, "grpc_port": 8081,
                                                "route_ttl_ms": 3_600_000})
     os.environ[envoy.LOG_LEVEL_ENV] = "warning"
-    os.environ[envoy.LAUNCHER_PID_ENV] = str(os.getppid())
+    from server.grpc.envoy_host import LAUNCHER_PID_ENV
+    os.environ[LAUNCHER_PID_ENV] = str(os.getppid())  # build_app arms "die with the launcher": this driver's parent
     app: App = envoy.build_app()
     return app
 

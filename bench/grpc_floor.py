@@ -11,7 +11,8 @@ also the broker behind it. The medians over the rounds are the headline.
 
 Kinds: the bare echo servers of bench.grpc_echo (`aio_uvloop`, `aio_asyncio`, `sync`, `grpclib`, `granian`,
 `pyvoy`, `pyvoy_connect`),
-`delaymq_local` (a broker's in-broker gRPC endpoint), `delaymq_proxy` (delaymq-proxy + broker + name server),
+`delaymq_local` (a broker's in-broker gRPC endpoint), `delaymq_local_envoy` (the broker on grpcServerStack=envoy:
+the server is the Envoy process the whole broker runs in), `delaymq_proxy` (delaymq-proxy + broker + name server),
 `delaymq_proxy_envoy` (the same with the proxy on `grpcServerStack=envoy`: the server CPU is the Envoy
 process's, the proxy's Python embedded in it, as for `pyvoy`; the launcher only waits; the broker's apart).
 A kind whose stack is not installed or cannot serve gRPC to grpcio's client is reported with why.
@@ -35,10 +36,11 @@ from pathlib import Path
 from bench.common import REPO, Broker, pick_port, proc_cpu_s, write_result
 
 ECHO_KINDS = ["aio_uvloop", "aio_asyncio", "sync", "grpclib", "granian", "pyvoy", "pyvoy_connect"]
-DELAYMQ_KINDS = ["delaymq_local", "delaymq_proxy"]
+DELAYMQ_KINDS = ["delaymq_local", "delaymq_local_envoy", "delaymq_proxy"]
 # delaymq-proxy with grpcServerStack=envoy: Envoy's CPU (the proxy's Python embedded in it), as for `pyvoy`
 DELAYMQ_ENVOY_KINDS = ["delaymq_proxy_envoy"]
 ALL_KINDS = ECHO_KINDS + DELAYMQ_KINDS + DELAYMQ_ENVOY_KINDS
+ON_ENVOY = ("delaymq_local_envoy", "delaymq_proxy_envoy")  # their own stack's floor is the pyvoy echo
 SEND_METHOD = "/apache.rocketmq.v2.MessagingService/SendMessage"
 TOPIC = "BenchFloor"
 CLIENTS, WINDOW, WARMUP_S = 2, 64, 1.0
@@ -183,10 +185,12 @@ def start_target(kind: str) -> Target:
         # a stack that serves from a child process (pyvoy's Envoy) names it: its CPU is the server's
         served_by = re.search(r" pid (\d+)", p.ready_line)
         return Target(f"127.0.0.1:{port}", {"server": int(served_by.group(1)) if served_by else p.pid}, [p.stop])
-    if kind == "delaymq_local":
-        b = Broker({"flushDiskType": "ASYNC_FLUSH", "grpcListenPort": pick_port(), "defaultTopicQueueNums": 8})
+    if kind in ("delaymq_local", "delaymq_local_envoy"):
+        stack = {"grpcServerStack": "envoy"} if kind == "delaymq_local_envoy" else {}
+        b = Broker({"flushDiskType": "ASYNC_FLUSH", "grpcListenPort": pick_port(), "defaultTopicQueueNums": 8, **stack})
         b.start()
-        return Target(f"127.0.0.1:{b.config['grpcListenPort']}", {"server": b.pid}, [b.cleanup])
+        # on Envoy the launcher only waits for a signal: the server is the Envoy child
+        return Target(f"127.0.0.1:{b.config['grpcListenPort']}", {"server": b.serving_pid or b.pid}, [b.cleanup])
     if kind in ("delaymq_proxy", "delaymq_proxy_envoy"):
         closers: list = []
         try:
@@ -328,7 +332,7 @@ def table(summary: dict, floor_kind: str = "aio_uvloop") -> str:
             lines.append(f"| {kind} | - | {s['unavailable'][:120]} | | |")
             continue
         us = s.get("server_us_per_call")
-        if kind in DELAYMQ_ENVOY_KINDS and us and envoy_floor:
+        if kind in ON_ENVOY and us and envoy_floor:
             ratio = f"{us / envoy_floor:.2f} (pyvoy echo)"
         else:
             ratio = f"{us / floor:.2f}" if us and floor else ""
@@ -357,6 +361,9 @@ def bench_grpc_floor(quick: bool) -> dict:
     proxy_envoy = s.get("delaymq_proxy_envoy", {}).get("server_us_per_call")
     if envoy_floor and proxy_envoy:
         head["proxy_envoy_x_pyvoy"] = round(proxy_envoy / envoy_floor, 2)
+    local_envoy = s.get("delaymq_local_envoy", {}).get("server_us_per_call")
+    if floor and local_envoy:
+        head["local_envoy_x_floor"] = round(local_envoy / floor, 2)
     met = None if not (floor and local and proxy) else bool(local <= 1.5 * floor and proxy <= 1.5 * floor)
     return {"config": {"seconds": seconds, "rounds": rounds, "clients": f"{CLIENTS} processes x 1 grpc.aio channel x "
                        f"{WINDOW} in flight", "request": "SendMessage, one 128 B NORMAL message, pre-serialized"},

@@ -10,6 +10,7 @@ import yaml
 
 from codec.acl import SessionCredentials
 from codec.durations import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from server.grpc.envoy_host import GRPC_SERVER_STACKS
 
 DEFAULT_GRPC_PORT = 8081
 
@@ -69,7 +70,6 @@ _KEYS = {"namesrvAddr": "namesrv_addr", "grpcServerPort": "grpc_port", "listenHo
          "sendCoalesceMaxFrames": "send_coalesce_max_frames", "sendCoalesceLingerMs": "send_coalesce_linger_ms",
          "enableTopicMessageTypeCheck": "enable_topic_message_type_check",
          "enableAclRpcHookForClusterMode": "enable_acl_rpc_hook_for_cluster_mode", "aclToolsFile": "acl_tools_file"}
-GRPC_SERVER_STACKS = ("grpcio", "envoy")
 
 
 def _value(key: str, text: str, like: object) -> object:
