@@ -201,7 +201,8 @@ def start_target(kind: str) -> Target:
             asyncio.run(create_topic(b.addr, TOPIC, 8))
             px_port = pick_port()
             px = Proc([sys.executable, "-m", "server.proxy", "--namesrv", f"127.0.0.1:{ns_port}", "--grpc-port",
-                       str(px_port), "--host", "127.0.0.1", "--log-level", "warning"], r"proxy ready on")
+                       str(px_port), "--host", "127.0.0.1", "--log-level", "warning", "--grpc-server-stack", "grpcio"],
+                      r"proxy ready on")
             closers.append(px.stop)
             return Target(f"127.0.0.1:{px_port}", {"server": px.pid, "broker": b.pid}, closers)
         except Exception:
