@@ -91,10 +91,10 @@ async def run(cfg: BrokerConfig, log_level: str = "info") -> int:
 
         envoy = EnvoyBroker(cfg, log_level)
         # the ready line names Envoy's pid: it is the process that serves (and holds the store)
-        code = await serve_until_signal(
+        exit_status = await serve_until_signal(
             envoy, lambda: f"delaymq broker ready on {cfg.listen_host}:{cfg.listen_port} (envoy pid {envoy.envoy_pid})",
             "broker")
-        return 1 if envoy.failed else code
+        return 1 if envoy.failed else exit_status
     from server.broker import BrokerController
 
     return await serve_until_signal(BrokerController(cfg), lambda: f"delaymq broker ready on {cfg.listen_host}:{cfg.listen_port}",

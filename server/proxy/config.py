@@ -42,9 +42,10 @@ class ProxyConfig:
     # with $ROCKETMQ_HOME/conf/tools.yml, the default here too when ROCKETMQ_HOME is set
     enable_acl_rpc_hook_for_cluster_mode: bool = False
     acl_tools_file: str = ""  # aclToolsFile (ours: Apache's path is fixed)
-    # grpcServerStack: the HTTP/2 + gRPC server of the gRPC port. `grpcio`: grpc.aio in this process; `envoy`: an
-    # Envoy process (pyvoy) with this proxy's Python embedded, gRPC's framing over ASGI (server.grpc.asgi_endpoint)
-    grpc_server_stack: str = "grpcio"
+    # grpcServerStack: the HTTP/2 + gRPC server of the gRPC port. `envoy` (the default): an Envoy process (pyvoy)
+    # with this proxy's Python embedded, gRPC's framing over ASGI (server.grpc.asgi_endpoint), ~0.45x grpc.aio's CPU
+    # per send; `grpcio`: grpc.aio in this process (bench/RESULTS.md 2026-11-29 05:40 for the side by side)
+    grpc_server_stack: str = "envoy"
 
     @property
     def tls(self) -> bool:
