@@ -38,6 +38,7 @@ from codec.codes import RPC_ONEWAY, RPC_TYPE_RESPONSE
 from codec.command import RemotingCommand
 from codec.errors import CodecError
 from codec.frame import MAX_FRAME, NO_HEADER_LIMIT, FrameDecoder, encode_frame
+from codec.send_request import frame_pieces as send_request_frame
 from remoting.errors import ConnectionClosedError, RemotingTimeoutError
 from remoting.turn import TurnBudget
 
@@ -407,10 +408,12 @@ class Connection(asyncio.Protocol):
         self.write_command(cmd)
         return fut
 
-    def invoke_into(self, cmd: RemotingCommand, fut: asyncio.Future[RemotingCommand]) -> None:
+    def invoke_into(self, cmd: RemotingCommand, fut: asyncio.Future[RemotingCommand], head: bytes | None = None) -> None:
         """`invoke` for a caller that owns the answer's future and its timeout (server.proxy.coalesce: one
         wait per flight, not a timer per request): `fut` gets the response, or ConnectionClosedError;
-        the caller `forget`s the request when it stops waiting (answered ones are forgotten already)."""
+        the caller `forget`s the request when it stops waiting (answered ones are forgotten already).
+        With `head` (a SEND_MESSAGE_V2 from codec.send_request's template: `cmd` then carries only its
+        code and body) the frame is that head, the opaque and the body, not `cmd` encoded."""
         if self.is_closing:
             if not fut.done():
                 fut.set_exception(ConnectionClosedError(f"connection to {self.peer} is closed"))
@@ -418,7 +421,10 @@ class Connection(asyncio.Protocol):
         cmd.opaque = next_opaque()
         cmd.flag &= ~(RPC_TYPE_RESPONSE | RPC_ONEWAY)
         self.pending[cmd.opaque] = fut
-        self.write_command(cmd)
+        if head is None:
+            self.write_command(cmd)
+        else:  # the header's bytes from its template up to the opaque (codec.send_request)
+            self.write_frame_pieces(send_request_frame(head, cmd.opaque, cmd.body_bytes()))
 
     def forget(self, cmds: list[RemotingCommand], timeout: float) -> None:
         """`cmds` (sent by `invoke_into`) are no longer waited for: a future still unanswered fails as

@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from codec.cache import BoundedCache
 from codec.codes import DEFAULT_TOPIC, PullSysFlag, RequestCode, SysFlag
 from codec.codes import SendMessageRequestHeaderV2 as V2
 from codec.command import RemotingCommand
@@ -38,6 +39,7 @@ from codec.pop_receipt import (
 from codec.properties import MessageConst as K
 from codec.properties import properties_to_string
 from codec.record import MessageRecord, iter_records
+from codec.send_request import SendRequestTemplate
 from remoting.client import RemotingClient
 from remoting.errors import RemotingError
 from server.grpc.status import Code, GrpcError
@@ -46,6 +48,9 @@ from server.proxy.coalesce import SendCoalescer
 REQUEST_TIMEOUT_S = 3.0
 POLL_MARGIN_S = 2.0  # a POP_MESSAGE's answer may come this long after its pollTime
 SEND_MESSAGE_V2 = int(RequestCode.SEND_MESSAGE_V2)  # a command's code is a plain int (RemotingCommand.request)
+# each (topic, defaultTopicQueueNums)'s SEND_MESSAGE_V2 header template (the proxy's producer group is the
+# topic); None: a name the template refuses, sent the general way
+_TEMPLATES: BoundedCache[tuple[str, int], SendRequestTemplate | None] = BoundedCache("proxy.send_template", 4096)
 
 
 def _failed(addr: str, e: Exception) -> GrpcError:
@@ -71,6 +76,13 @@ class RemoteBrokers:
         # SEND_MESSAGE_V2 requests through the coalescer (server.proxy.coalesce); None: one write each
         self.sends = sends
 
+    def _template(self, topic: str) -> SendRequestTemplate | None:
+        try:
+            template: SendRequestTemplate | None = SendRequestTemplate(topic, topic, self.default_queue_nums)
+        except ValueError:
+            template = None
+        return _TEMPLATES.remember((topic, self.default_queue_nums), template)
+
     async def _invoke(self, addr: str, cmd: RemotingCommand, timeout: float = REQUEST_TIMEOUT_S,
                       coalesce: bool = False) -> RemotingCommand:
         try:
@@ -82,6 +94,20 @@ class RemoteBrokers:
 
     async def send(self, addr: str, topic: str, qid: int, props: dict[str, str], sys_flag: int, body: bytes,
                    born_ms: int) -> RemotingCommand:
+        sends = self.sends
+        if sends is not None and self.client.credentials is None:
+            # the header written from the topic's template (codec.send_request; the general request below is
+            # its reference): the command carries only its code and body
+            template = _TEMPLATES.get((topic, self.default_queue_nums))
+            if template is None:
+                template = self._template(topic)
+            head = template.head(qid, sys_flag, born_ms, properties_to_string(props)) if template else None
+            if head is not None:
+                try:
+                    return await sends.invoke(addr, RemotingCommand(SEND_MESSAGE_V2, body=body), REQUEST_TIMEOUT_S,
+                                              head)
+                except (OSError, RemotingError) as e:
+                    raise _failed(addr, e) from None
         ext = {V2.producerGroup: topic, V2.topic: topic, V2.defaultTopic: DEFAULT_TOPIC,
                V2.defaultTopicQueueNums: self._default_queue_nums, V2.queueId: str(qid),
                V2.sysFlag: str(sys_flag), V2.bornTimestamp: str(born_ms), V2.flag: "0",

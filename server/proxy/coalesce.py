@@ -48,6 +48,7 @@ class QueuedSend:
     answer: asyncio.Future[RemotingCommand]  # the broker's answer is set here by the connection itself
     timeout: float
     counted: bool = True  # still in its lane's `outstanding`
+    head: bytes | None = None  # the request's header from its template (codec.send_request), else cmd encoded
 
 
 @dataclass(slots=True)
@@ -93,20 +94,24 @@ class SendCoalescer:
         self.flights_sent = 0  # flights and requests written (stats; the tests read the ratio)
         self.requests_sent = 0
 
-    def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> asyncio.Future[RemotingCommand]:
+    def invoke(self, addr: str, cmd: RemotingCommand, timeout: float,
+               head: bytes | None = None) -> asyncio.Future[RemotingCommand]:
         """The future of `cmd`'s answer (await it): the broker's response, or the connection's failure, or
         RemotingTimeoutError past `timeout`. Not a coroutine: the send path pays no frame for it; the
-        request leaves its lane's count when its flight lands, or when dropped unsent."""
+        request leaves its lane's count when its flight lands, or when dropped unsent. With `head` the
+        request is written from its template (`Connection.invoke_into`; only when the client signs
+        nothing: a signature covers the extFields the template leaves out of `cmd`)."""
         loop = asyncio.get_running_loop()
         lane = self.lanes.get(addr)
         if lane is None:
             if len(self.lanes) >= MAX_LANES:
                 self._forget_idle()
             lane = self.lanes[addr] = Lane()
-        self.client.sign(cmd)
+        if head is None:
+            self.client.sign(cmd)
         answer: asyncio.Future[RemotingCommand] = loop.create_future()
         now = loop.time()
-        q = QueuedSend(cmd, now + timeout, answer, timeout)
+        q = QueuedSend(cmd, now + timeout, answer, timeout, True, head)
         lane.queued.append(q)
         lane.outstanding += 1
         if now - lane.window_start >= PEAK_WINDOW_S:
@@ -173,7 +178,7 @@ class SendCoalescer:
             loop = asyncio.get_running_loop()
             out = [q for q in batch if not q.answer.done()]  # a caller that gave up while it waited: dropped
             for q in out:
-                conn.invoke_into(q.cmd, q.answer)  # the broker's answer goes to the caller's future itself
+                conn.invoke_into(q.cmd, q.answer, q.head)  # the broker's answer goes to the caller's future itself
             self.flights_sent += 1
             self.requests_sent += len(out)
             if out:
