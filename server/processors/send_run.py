@@ -26,7 +26,7 @@ import structlog
 from codec.codes import RPC_ONEWAY, RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.frame import encode_frame_bytes
-from codec.put_run import PutRun, put_run
+from codec.put_run import PutRun, put_run, put_run_one
 from codec.send_response import SendResponseFrames
 from remoting.dispatch import LaterFrames, error_text
 from server.header_parsers import parse_send
@@ -188,6 +188,11 @@ class SendRunner:
         """Store the prepared sends `preps` (of requests `idx`) with one put_batch; answer each."""
         if not preps:
             return
+        if len(preps) == 1 and not self.deps.replica.sync_master:
+            out[idx[0]] = self._put_one(cmds[idx[0]], preps[0], framed)
+            idx.clear()
+            preps.clear()
+            return
         run = send_put_run(preps)
         res = self.deps.store.put_batch(run)
         phys, statuses, flushed = res.phys, res.statuses, res.flushed
@@ -236,6 +241,28 @@ class SendRunner:
             self.deps.on_put_sizes(topics, sizes)
         idx.clear()
         preps.clear()
+
+    def _put_one(self, cmd: RemotingCommand, prep: PreparedSend, framed: Connection | None) -> FramedAnswer:
+        """`_put_run` of ONE prepared send on a broker that is no SYNC_MASTER (a gRPC send, a sync
+        producer's): the same put and the same answer, without the run's lists and per-run columns
+        (tests/server/test_send_run.py checks both give the same answers and records)."""
+        record, topic, queue_id, tags_code, keys, deliver_delay, reply_qid, wait = prep
+        run = put_run_one(record, (topic, queue_id), tags_code, keys, deliver_delay)
+        res = self.deps.store.put_batch(run)
+        statuses = res.statuses
+        if statuses is not None:
+            return fail(cmd, PUT_STATUS_CODES[statuses[0]], put_fail_remark(statuses[0], res.remark), reply_qid)
+        self.deps.on_put_sizes([topic], [len(run.buf)])
+        if cmd.flag & RPC_ONEWAY:
+            return None
+        phys = res.phys[0]
+        qoff = res.queue_offsets[0] if res.queue_offsets else -1
+        flushed = res.flushed
+        if wait and flushed is not None and self.cfg.sync_flush:
+            return answer_when_flushed(cmd, [flushed], self._ok_ext(phys, reply_qid, qoff))
+        if framed is not None:
+            return self._frames.frame(cmd.opaque, cmd.serialize_type, phys, reply_qid, qoff)
+        return ok(cmd, ResponseCode.SUCCESS, None, self._ok_ext(phys, reply_qid, qoff))
 
     def _ok_ext(self, phys_offset: int, reply_qid: int, queue_offset: int) -> dict[str, str]:
         return send_ext(self._frames.msg_id(phys_offset), reply_qid, queue_offset)
