@@ -53,6 +53,15 @@ class DispatchListeners:
                     log.error("store.dispatch_listener_failed", listener=repr(fn), error=repr(e))
 
 
+    def dispatch_one(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """`dispatch` of one queue (a put of one record)."""
+        for fn in self.listeners:
+            try:
+                fn(topic, queue_id, max_offset)
+            except Exception as e:
+                log.error("store.dispatch_listener_failed", listener=repr(fn), error=repr(e))
+
+
 class QueueWrite(Protocol):
     """What the gate reads of one queue's run in a write (storage.consume_queue.QueueRun and the put
     path's units): the queue offset of its first unit."""

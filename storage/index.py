@@ -232,7 +232,11 @@ class IndexService:
             cnt += 1
             buf += pack(h, phys, tdiff, slots[s], size)
             slots[s] = cnt
-        self._commit(f, buf, cnt, ts)
+        self.entries += cnt - f.count  # `_commit`, the batch's last phys being `phys`
+        f.commit(buf, cnt, phys, ts)
+        self.last_update_ts, self.last_update_phys = ts, phys
+        if cnt >= self._ahead_at:
+            self.allocate_ahead()
 
     def _add_loop(self, f: IndexFile | None, hashes: list[int], physs: list[int], sizes: list[int], ts: int) -> None:
         slots: memoryview  # f is None: bound by the first `_room` (cnt == limit == 0)

@@ -96,7 +96,7 @@ class BatchAppend:
         gate = pp.gate
         if gate.limit is None:
             if gate.listeners.listeners:
-                gate.listeners.dispatch((key,), counters)
+                gate.listeners.dispatch_one(key[0], key[1], q + 1)
         else:
             gate.after_write({key: QueueRun(q, bytearray(unit), end)}, counters, end)
         return BatchPutResult(1, [p], store_ts, flushed, queue_offsets=[q])

@@ -154,6 +154,8 @@ class SendRunner:
     def _run(self, conn: SendConn, cmds: list[RemotingCommand], framed: Connection | None,
              headers: list[SendMessageHeader] | None = None) -> list[FramedAnswer]:
         """`framed`: the dispatcher's connection (frames, LaterFrames); None: RemotingCommands and awaitables."""
+        if len(cmds) == 1:
+            return [self._run_one(conn, cmds[0], framed, headers[0] if headers is not None else None)]
         out: list[FramedAnswer] = [None] * len(cmds)
         idx: list[int] = []
         preps: list[PreparedSend] = []
@@ -182,6 +184,29 @@ class SendRunner:
                 out[i] = prep
         self._put_run(cmds, out, idx, preps, framed)
         return out
+
+    def _run_one(self, conn: SendConn, cmd: RemotingCommand, framed: Connection | None,
+                 h: SendMessageHeader | None) -> FramedAnswer:
+        """`_run` of ONE request (a gRPC send, a sync producer's), without the run's lists."""
+        try:
+            if h is None:
+                h = parse_send(cmd.ext_fields, cmd.code != RequestCode.SEND_MESSAGE)
+            if h.batch:
+                return self.send_batch_message(conn, cmd, h)
+            prep = self.prepare(conn, cmd, h)
+        except HeaderError as e:
+            return fail(cmd, ResponseCode.SYSTEM_ERROR, str(e))
+        except Exception as e:  # as in `_run`
+            ip, port = peer_of(conn)
+            log.warning("send.failed", peer=f"{ip}:{port}", error=repr(e), exc_info=e)
+            return fail(cmd, ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+        if not isinstance(prep, tuple):
+            return prep
+        if self.deps.replica.sync_master:
+            out: list[FramedAnswer] = [None]
+            self._put_run([cmd], out, [0], [prep], framed)
+            return out[0]
+        return self._put_one(cmd, prep, framed)
 
     def _put_run(self, cmds: list[RemotingCommand], out: list[FramedAnswer], idx: list[int],
                  preps: list[PreparedSend], framed: Connection | None) -> None:
