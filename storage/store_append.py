@@ -95,7 +95,7 @@ class BatchAppend:
         flushed = pp.group_commit.request(end) if cfg.sync_flush else None
         gate = pp.gate
         if gate.limit is None:
-            if gate.listeners.listeners:
+            if gate.listeners.active:
                 gate.listeners.dispatch_one(key[0], key[1], q + 1)
         else:
             gate.after_write({key: QueueRun(q, bytearray(unit), end)}, counters, end)
@@ -169,7 +169,7 @@ class BatchAppend:
         flushed = pp.group_commit.request(base + len(buf)) if cfg.sync_flush else None
         gate = pp.gate
         if gate.limit is None:
-            if gate.listeners.listeners:
+            if gate.listeners.active:
                 gate.listeners.dispatch(state, counters)
         else:
             gate.after_write(state, counters, base + len(buf))
