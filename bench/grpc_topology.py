@@ -7,6 +7,8 @@ whole list again, so a host that slows down mid-run slows every setup alike):
 | setup | processes (CPU measured for each) |
 |---|---|
 | `floor` | the bare grpc.aio SendMessage echo of bench.grpc_echo (sends only) |
+| `floor_envoy` | the bare SendMessage echo on pyvoy (Envoy, bench.grpc_echo's ASGI echo; the Envoy process's CPU; sends only): the floor of `grpcServerStack=envoy` |
+| `delaymq_remoting4` | a delaymq broker sent the same 128 B message over 4.x remoting (SEND_MESSAGE_V2 with a message id, 2 client processes x 64 in flight; sends only): the broker's CPU per remoting send, the scale for the broker-behind-proxy figure |
 | `delaymq_local` | a delaymq broker, in-broker gRPC endpoint |
 | `delaymq_proxy1` | delaymq name server + broker + one delaymq-proxy |
 | `delaymq_proxy2` | delaymq name server + broker + two delaymq-proxies (clients split between them) |
@@ -59,7 +61,7 @@ from pathlib import Path
 from bench.common import REPO, Broker, percentiles, pick_port, proc_cpu_s, store_base, write_result
 from bench.grpc_floor import CLIENTS, WARMUP_S, WINDOW, Proc, _client_process, _probe, metadata, request_bytes
 
-SETUPS = ["floor", "delaymq_local", "delaymq_proxy1", "delaymq_proxy2", "delaymq_envoy1", "delaymq_envoy2",
+SETUPS = ["floor", "floor_envoy", "delaymq_remoting4", "delaymq_local", "delaymq_proxy1", "delaymq_proxy2", "delaymq_envoy1", "delaymq_envoy2",
           "apache_local", "apache_cluster"]
 # not in the default list: delaymq_proxy1 on the proxy's reference send path (sendCoalesce=false, one write per
 # send), for the side by side of server.proxy.coalesce
@@ -68,6 +70,7 @@ RMQ5 = REPO.parent / "shared" / "rocketmq5"
 TOPIC, DELAY_TOPIC, GROUP, DELAY_GROUP = "BenchFloor", "BenchTopoDelay", "BenchTopoG", "BenchTopoDelayG"
 QUEUES = 8
 SCHEDULED_RATE, SCHEDULED_MAX, DUE_AFTER_MS = 500, 3000, 3000
+SENDS_ONLY = frozenset({"floor", "floor_envoy", "delaymq_remoting4"})  # no store to receive from, or no gRPC
 JVM_WARMUP_S = 30.0
 
 
@@ -213,12 +216,19 @@ def _conf(path: Path, values: dict) -> Path:
 def start(setup: str) -> Setup:
     s = Setup()
     try:
-        if setup == "floor":
+        if setup in ("floor", "floor_envoy"):
             port = pick_port()
-            p = Proc([sys.executable, "-m", "bench.grpc_echo", "aio_uvloop", str(port)], r"echo ready on")
+            p = Proc([sys.executable, "-m", "bench.grpc_echo", "pyvoy" if setup == "floor_envoy" else "aio_uvloop",
+                      str(port)], r"echo ready on")
             s.closers.append(p.stop)
-            s.pids["echo"] = p.pid
+            served_by = re.search(r" pid (\d+)", p.ready_line)  # pyvoy's Envoy child serves
+            s.pids["echo"] = int(served_by.group(1)) if served_by else p.pid
             s.grpc.append(f"127.0.0.1:{port}")
+            return s
+        if setup == "delaymq_remoting4":
+            _delaymq_broker(s, {})
+            from bench.meta_load import create_topic
+            asyncio.run(create_topic(s.remoting, TOPIC, QUEUES))
             return s
         if setup == "delaymq_local":
             b = _delaymq_broker(s, {"grpcListenPort": pick_port()})
@@ -286,9 +296,15 @@ def phase_send(s: Setup, seconds: float, pool, warmup_s: float) -> dict:
     start_at = time.time() + 1.5
     measure_from = start_at + warmup_s
     end_at = measure_from + seconds
-    futs = [pool.submit(_client_process, {"addr": s.grpc[c % len(s.grpc)], "client": c, "window": WINDOW,
-                                          "start_at": start_at, "measure_from": measure_from, "end_at": end_at})
-            for c in range(CLIENTS)]
+    if s.grpc:
+        futs = [pool.submit(_client_process, {"addr": s.grpc[c % len(s.grpc)], "client": c, "window": WINDOW,
+                                              "start_at": start_at, "measure_from": measure_from, "end_at": end_at})
+                for c in range(CLIENTS)]
+    else:  # delaymq_remoting4
+        futs = [pool.submit(_remoting_client_process, {"addr": s.remoting, "client": c, "window": WINDOW,
+                                                       "start_at": start_at, "measure_from": measure_from,
+                                                       "end_at": end_at})
+                for c in range(CLIENTS)]
     time.sleep(max(0.0, measure_from - time.time()))
     c0, w0 = _cpu(s.pids), time.monotonic()
     time.sleep(max(0.0, end_at - time.time()))
@@ -298,6 +314,53 @@ def phase_send(s: Setup, seconds: float, pool, warmup_s: float) -> dict:
     return {"sent": ok, "errors": sum(p["errors"] for p in parts), "sends_s": round(ok / wall, 1),
             "cpu_us_per_msg": _per_msg(c0, c1, ok),
             "first_error": next((p["first_error"] for p in parts if p["first_error"]), "")}
+
+
+async def _remoting_load(addr: str, client: int, window: int, start_at: float, measure_from: float,
+                         end_at: float) -> dict:
+    """bench.grpc_floor's load over 4.x remoting: the same 128 B body, a distinct message id (UNIQ_KEY) per
+    message as the 5.x sends carry, SEND_MESSAGE_V2 on one connection with `window` in flight."""
+    from bench import wire
+    from codec.codes import ResponseCode
+    from codec.properties import MessageConst
+
+    conn = await wire.connect(addr)
+    body = b"x" * 128
+    while time.time() < start_at:
+        await asyncio.sleep(0.01)
+    ok = errors = sent = 0
+    first_error = ""
+
+    async def worker() -> None:
+        nonlocal ok, errors, first_error, sent
+        while time.time() < end_at:
+            i = sent
+            sent += 1
+            props = wire.props_string({MessageConst.UNIQ_KEY: f"01BENCHREMOTING{client:04d}{i:012d}",
+                                       MessageConst.WAIT: "true"})
+            try:
+                r = await conn.invoke(wire.send_cmd(TOPIC, body, i % QUEUES, props, int(time.time() * 1000)),
+                                      timeout=10)
+                good = r.code == ResponseCode.SUCCESS
+                if not good:
+                    first_error = first_error or f"{r.code} {r.remark}"
+            except Exception as e:
+                good = False
+                first_error = first_error or repr(e)[:300]
+            if time.time() >= measure_from:
+                ok += good
+                errors += not good
+            if not good:
+                await asyncio.sleep(0.01)
+
+    await asyncio.gather(*(worker() for _ in range(window)))
+    conn.close()
+    return {"ok": ok, "errors": errors, "first_error": first_error}
+
+
+def _remoting_client_process(kwargs: dict) -> dict:
+    import uvloop
+    return uvloop.run(_remoting_load(**kwargs))
 
 
 def phase_receive(s: Setup, seconds: float, expect: int) -> dict:
@@ -405,7 +468,7 @@ def measure(setup: str, seconds: float, pool, jvm_warmup_s: float = JVM_WARMUP_S
         out: dict = {"setup": setup, "processes": sorted(s.pids), "start_s": round(time.monotonic() - t0, 1)}
         # a JVM compiles its hot paths during the first seconds of load: the Apache setups warm up longer
         out["send"] = phase_send(s, seconds, pool, jvm_warmup_s if setup.startswith("apache") else WARMUP_S)
-        if setup != "floor":
+        if setup not in SENDS_ONLY:
             left = out["send"]["sent"]
             if setup.startswith("apache"):  # the pop path compiles too: receive (unmeasured) before measuring
                 left -= phase_receive(s, min(jvm_warmup_s, 10.0), left // 3)["received"]  # most left to measure
