@@ -81,8 +81,9 @@ class BatchAppend:
             tcode = store_ts + delays[0]
         QUEUE_AND_PHYS_OFFSET.pack_into(buf, POS_QUEUE_OFFSET, q, p)
         _I64.pack_into(buf, batch.ts_pos[0], store_ts)
-        if queues.room(key, q, 1) is not None:  # ConsumeQueue room first (a full disk: `put` says why)
-            return self._put_batch_slow(batch)
+        cq = queues.queues.get(key)
+        if (cq is None or not cq.takes_unit_at(q)) and queues.room(key, q, 1) is not None:
+            return self._put_batch_slow(batch)  # ConsumeQueue room first (a full disk: `put` says why)
         cl.commit(mf, pos, buf)
         unit = UNIT.pack(p, size, tcode)
         queues.write_unit(key, q, unit, end)

@@ -80,7 +80,7 @@ def _same_files(fast: MessageStore, ref: MessageStore) -> None:
 
 def _open(path: Path) -> MessageStore:
     """A store with small files: CommitLog segments and ConsumeQueue files end, index files fill up."""
-    s = open_store(path, max_index_num=40, max_hash_slot_num=16)
+    s = open_store(path, max_index_num=40, max_hash_slot_num=16, mapped_file_size_consume_queue=20 * 4)
     s.now_ms = lambda: _NOW
     return s
 
