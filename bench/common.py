@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results"
 HOST = "127.0.0.1"
 READY_RE = re.compile(r"delaymq broker ready on (\S+):(\d+)")
+SERVING_PID_RE = re.compile(r"\(envoy pid (\d+)\)")  # grpcServerStack=envoy: the broker runs in Envoy's process
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -208,6 +209,7 @@ class Broker:
         self.ready_at = 0.0
         self.started_at = 0.0
         self.sampler: CpuSampler | None = None
+        self.serving_pid: int | None = None  # grpcServerStack=envoy: the Envoy child the whole broker runs in
 
     @property
     def addr(self) -> str:
@@ -234,7 +236,10 @@ class Broker:
 
         def reader(proc=self.proc):
             for raw in proc.stdout:
-                if READY_RE.search(raw.decode("utf-8", "replace")):
+                line = raw.decode("utf-8", "replace")
+                if READY_RE.search(line):
+                    envoy = SERVING_PID_RE.search(line)
+                    self.serving_pid = int(envoy.group(1)) if envoy else None
                     self.ready_at = time.monotonic()
                     ready.set()
             ready.set()

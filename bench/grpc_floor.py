@@ -11,7 +11,8 @@ also the broker behind it. The medians over the rounds are the headline.
 
 Kinds: the bare echo servers of bench.grpc_echo (`aio_uvloop`, `aio_asyncio`, `sync`, `grpclib`, `granian`,
 `pyvoy`, `pyvoy_connect`),
-`delaymq_local` (a broker's in-broker gRPC endpoint), `delaymq_proxy` (delaymq-proxy + broker + name server).
+`delaymq_local` (a broker's in-broker gRPC endpoint), `delaymq_local_envoy` (the broker on grpcServerStack=envoy:
+the server is the Envoy process the whole broker runs in), `delaymq_proxy` (delaymq-proxy + broker + name server).
 A kind whose stack is not installed or cannot serve gRPC to grpcio's client is reported with why.
 """
 
@@ -33,7 +34,7 @@ from pathlib import Path
 from bench.common import REPO, Broker, pick_port, proc_cpu_s, write_result
 
 ECHO_KINDS = ["aio_uvloop", "aio_asyncio", "sync", "grpclib", "granian", "pyvoy", "pyvoy_connect"]
-DELAYMQ_KINDS = ["delaymq_local", "delaymq_proxy"]
+DELAYMQ_KINDS = ["delaymq_local", "delaymq_local_envoy", "delaymq_proxy"]
 ALL_KINDS = ECHO_KINDS + DELAYMQ_KINDS
 SEND_METHOD = "/apache.rocketmq.v2.MessagingService/SendMessage"
 TOPIC = "BenchFloor"
@@ -179,10 +180,12 @@ def start_target(kind: str) -> Target:
         # a stack that serves from a child process (pyvoy's Envoy) names it: its CPU is the server's
         served_by = re.search(r" pid (\d+)", p.ready_line)
         return Target(f"127.0.0.1:{port}", {"server": int(served_by.group(1)) if served_by else p.pid}, [p.stop])
-    if kind == "delaymq_local":
-        b = Broker({"flushDiskType": "ASYNC_FLUSH", "grpcListenPort": pick_port(), "defaultTopicQueueNums": 8})
+    if kind in ("delaymq_local", "delaymq_local_envoy"):
+        stack = {"grpcServerStack": "envoy"} if kind == "delaymq_local_envoy" else {}
+        b = Broker({"flushDiskType": "ASYNC_FLUSH", "grpcListenPort": pick_port(), "defaultTopicQueueNums": 8, **stack})
         b.start()
-        return Target(f"127.0.0.1:{b.config['grpcListenPort']}", {"server": b.pid}, [b.cleanup])
+        # on Envoy the launcher only waits for a signal: the server is the Envoy child
+        return Target(f"127.0.0.1:{b.config['grpcListenPort']}", {"server": b.serving_pid or b.pid}, [b.cleanup])
     if kind == "delaymq_proxy":
         closers: list = []
         try:
@@ -198,7 +201,8 @@ def start_target(kind: str) -> Target:
             asyncio.run(create_topic(b.addr, TOPIC, 8))
             px_port = pick_port()
             px = Proc([sys.executable, "-m", "server.proxy", "--namesrv", f"127.0.0.1:{ns_port}", "--grpc-port",
-                       str(px_port), "--host", "127.0.0.1", "--log-level", "warning"], r"proxy ready on")
+                       str(px_port), "--host", "127.0.0.1", "--log-level", "warning", "--grpc-server-stack", "grpcio"],
+                      r"proxy ready on")
             closers.append(px.stop)
             return Target(f"127.0.0.1:{px_port}", {"server": px.pid, "broker": b.pid}, closers)
         except Exception:
@@ -328,6 +332,9 @@ def bench_grpc_floor(quick: bool) -> dict:
         head["local_x_floor"] = round(local / floor, 2)
     if floor and proxy:
         head["proxy_x_floor"] = round(proxy / floor, 2)
+    local_envoy = s.get("delaymq_local_envoy", {}).get("server_us_per_call")
+    if floor and local_envoy:
+        head["local_envoy_x_floor"] = round(local_envoy / floor, 2)
     met = None if not (floor and local and proxy) else bool(local <= 1.5 * floor and proxy <= 1.5 * floor)
     return {"config": {"seconds": seconds, "rounds": rounds, "clients": f"{CLIENTS} processes x 1 grpc.aio channel x "
                        f"{WINDOW} in flight", "request": "SendMessage, one 128 B NORMAL message, pre-serialized"},

@@ -114,7 +114,7 @@ def probe(kind: str, n: int, window: int, out: str) -> dict:
         with open(conf, "w") as f:
             f.write("routeCacheTtlMs=3600000\n")
         argv = [*wrap, sys.executable, "-m", "server.proxy", "--namesrv", ns, "--grpc-port", str(gport), "--host",
-                HOST, "--config", conf, "--log-level", "warning"]
+                HOST, "--config", conf, "--log-level", "warning", "--grpc-server-stack", "grpcio"]
         ready = r"proxy ready on"
     else:
         raise ValueError(f"unknown kind {kind!r}")

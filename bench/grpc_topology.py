@@ -9,7 +9,9 @@ whole list again, so a host that slows down mid-run slows every setup alike):
 | `floor` | the bare grpc.aio SendMessage echo of bench.grpc_echo (sends only) |
 | `floor_envoy` | the bare SendMessage echo on pyvoy (Envoy, bench.grpc_echo's ASGI echo; the Envoy process's CPU; sends only): the floor of `grpcServerStack=envoy` |
 | `delaymq_remoting4` | a delaymq broker sent the same 128 B message over 4.x remoting (SEND_MESSAGE_V2 with a message id, 2 client processes x 64 in flight; sends only): the broker's CPU per remoting send, the scale for the broker-behind-proxy figure |
+| `delaymq_remoting4_envoy` | as `delaymq_remoting4`, the broker on `grpcServerStack=envoy` (not in the default list) |
 | `delaymq_local` | a delaymq broker, in-broker gRPC endpoint |
+| `delaymq_local_envoy` | the same broker on `grpcServerStack=envoy`: one serving process, Envoy with the whole broker embedded (its CPU, + the launcher's) |
 | `delaymq_proxy1` | delaymq name server + broker + one delaymq-proxy |
 | `delaymq_proxy2` | delaymq name server + broker + two delaymq-proxies (clients split between them) |
 | `delaymq_proxy1_ref` | as `delaymq_proxy1`, the proxy with `sendCoalesce=false` (one write per send; not in the default list) |
@@ -61,16 +63,18 @@ from pathlib import Path
 from bench.common import REPO, Broker, percentiles, pick_port, proc_cpu_s, store_base, write_result
 from bench.grpc_floor import CLIENTS, WARMUP_S, WINDOW, Proc, _client_process, _probe, metadata, request_bytes
 
-SETUPS = ["floor", "floor_envoy", "delaymq_remoting4", "delaymq_local", "delaymq_proxy1", "delaymq_proxy2", "delaymq_envoy1", "delaymq_envoy2",
+SETUPS = ["floor", "floor_envoy", "delaymq_remoting4", "delaymq_local", "delaymq_local_envoy", "delaymq_proxy1",
+          "delaymq_proxy2", "delaymq_envoy1", "delaymq_envoy2",
           "apache_local", "apache_cluster"]
 # not in the default list: delaymq_proxy1 on the proxy's reference send path (sendCoalesce=false, one write per
-# send), for the side by side of server.proxy.coalesce
-EXTRA_SETUPS = ["delaymq_proxy1_ref"]
+# send), for the side by side of server.proxy.coalesce; delaymq_remoting4 on a broker of grpcServerStack=envoy (its
+# remoting port served inside Envoy's process: must cost what delaymq_remoting4's does)
+EXTRA_SETUPS = ["delaymq_proxy1_ref", "delaymq_remoting4_envoy"]
 RMQ5 = REPO.parent / "shared" / "rocketmq5"
 TOPIC, DELAY_TOPIC, GROUP, DELAY_GROUP = "BenchFloor", "BenchTopoDelay", "BenchTopoG", "BenchTopoDelayG"
 QUEUES = 8
 SCHEDULED_RATE, SCHEDULED_MAX, DUE_AFTER_MS = 500, 3000, 3000
-SENDS_ONLY = frozenset({"floor", "floor_envoy", "delaymq_remoting4"})  # no store to receive from, or no gRPC
+SENDS_ONLY = frozenset({"floor", "floor_envoy", "delaymq_remoting4", "delaymq_remoting4_envoy"})  # no store to receive from, or no gRPC
 JVM_WARMUP_S = 30.0
 
 
@@ -156,7 +160,11 @@ def _delaymq_broker(s: Setup, extra: dict) -> Broker:
     b = Broker({"flushDiskType": "ASYNC_FLUSH", "defaultTopicQueueNums": QUEUES, **extra})
     b.start()
     s.closers.append(b.cleanup)
-    s.pids["broker"] = b.pid
+    if b.serving_pid is not None:  # grpcServerStack=envoy: the broker runs in the Envoy child
+        s.pids["broker"] = b.serving_pid
+        s.pids["broker-launcher"] = b.pid
+    else:
+        s.pids["broker"] = b.pid
     s.remoting = b.addr
     return b
 
@@ -225,13 +233,15 @@ def start(setup: str) -> Setup:
             s.pids["echo"] = int(served_by.group(1)) if served_by else p.pid
             s.grpc.append(f"127.0.0.1:{port}")
             return s
-        if setup == "delaymq_remoting4":
-            _delaymq_broker(s, {})
+        if setup in ("delaymq_remoting4", "delaymq_remoting4_envoy"):
+            envoy = {"grpcListenPort": pick_port(), "grpcServerStack": "envoy"} if setup.endswith("_envoy") else {}
+            _delaymq_broker(s, envoy)
             from bench.meta_load import create_topic
             asyncio.run(create_topic(s.remoting, TOPIC, QUEUES))
             return s
-        if setup == "delaymq_local":
-            b = _delaymq_broker(s, {"grpcListenPort": pick_port()})
+        if setup in ("delaymq_local", "delaymq_local_envoy"):
+            stack = {"grpcServerStack": "envoy"} if setup == "delaymq_local_envoy" else {}
+            b = _delaymq_broker(s, {"grpcListenPort": pick_port(), **stack})
             s.grpc.append(f"127.0.0.1:{b.config['grpcListenPort']}")
         elif setup in ("delaymq_proxy1", "delaymq_proxy2", "delaymq_envoy1", "delaymq_envoy2", "delaymq_proxy1_ref"):
             ns = _delaymq_namesrv(s)

@@ -3,7 +3,8 @@
 consumerOffset.json and delayOffset.json (RocketMQ's shapes) from the store's meta.db and exit; works
 while a broker runs on the store (a consistent read snapshot). OUT_DIR defaults to <store>/config.
 
-Prints `delaymq broker ready on <host>:<port>` to stdout once listening (tests wait on it).
+Prints `delaymq broker ready on <host>:<port>` to stdout once listening (tests wait on it); with
+grpcServerStack=envoy, once Envoy's embedded broker serves, with ` (envoy pid N)`, the serving process.
 SIGTERM/SIGINT: stop accepting, drain in-flight requests, stop scheduler and timer, flush the
 store, write the checkpoint, exit 0.
 """
@@ -11,7 +12,6 @@ store, write the checkpoint, exit 0.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
 
@@ -23,10 +23,10 @@ import structlog  # noqa: E402
 
 from remoting import loop as event_loop  # noqa: E402
 from server.config import BrokerConfig, ConfigError, load_config  # noqa: E402
-from server.listeners import ListenError, probe  # noqa: E402
+from server.grpc.envoy_host import EnvoyStartReported  # noqa: E402
+from server.listeners import probe  # noqa: E402
 from server.logging import configure  # noqa: E402
-from server.process import overrides_from, serve_until_signal, version  # noqa: E402
-from storage.store_lock import StoreLockedError  # noqa: E402
+from server.process import overrides_from, serve_until_signal, settle_heap, start_failure, version  # noqa: E402
 
 log = structlog.get_logger("server")
 
@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
                    '1s 5s 10s 30s 1m ... 2h)')
     p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port, metricsPort "
                    "(default: 0 = off; `make run`: 5557)")
+    p.add_argument("--grpc-server-stack", choices=["grpcio", "envoy"],
+                   help="grpcServerStack: the gRPC port's server, grpc.aio on the broker's loop (grpcio, the default) "
+                        "or a stock Envoy with this whole broker embedded, one serving process (envoy; pyvoy)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="log level (default: info)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -75,25 +78,24 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
     flags = {
         "storePathRootDir": args.store, "listenPort": args.port, "brokerIP1": args.broker_ip,
         "flushDiskType": args.flush_disk_type, "messageDelayLevel": args.delay_levels,
-        "metricsPort": args.metrics_port,
+        "metricsPort": args.metrics_port, "grpcServerStack": args.grpc_server_stack,
     }
     cfg = load_config(args.config, overrides_from(args.set, flags))
     cfg.listen_host = args.host or (cfg.listen_host if cfg.listen_host != "0.0.0.0" else "127.0.0.1")
     return cfg
 
 
-async def run(cfg: BrokerConfig) -> int:
-    from server.broker import BrokerController
+async def run(cfg: BrokerConfig, log_level: str = "info") -> int:
+    if cfg.grpc_server_stack == "envoy":  # the broker runs inside Envoy; this process launches and signals it
+        from server.envoy_broker import EnvoyBroker
 
-    def settle_heap() -> None:
-        # Everything built at start-up (tables, codecs, the wheel index) lives for the process: move it out
-        # of the collector's reach, and collect the older generations rarely, so a full collection never
-        # walks the long-lived heap in the middle of a delivery. A young collection walks everything that
-        # survived since the last one: at 50,000 that was a 9-10 ms loop stall every ~50,000 topics created
-        # (each topic config survives); at 10,000 the 100,000-topic create burst shows no stall over 5 ms.
-        # Generation 1 still runs every 2,500,000 net allocations (10,000 x 250), as before.
-        gc.freeze()
-        gc.set_threshold(10_000, 250, 1000)
+        envoy = EnvoyBroker(cfg, log_level)
+        # the ready line names Envoy's pid: it is the process that serves (and holds the store)
+        exit_status = await serve_until_signal(
+            envoy, lambda: f"delaymq broker ready on {cfg.listen_host}:{cfg.listen_port} (envoy pid {envoy.envoy_pid})",
+            "broker")
+        return 1 if envoy.failed else exit_status
+    from server.broker import BrokerController
 
     return await serve_until_signal(BrokerController(cfg), lambda: f"delaymq broker ready on {cfg.listen_host}:{cfg.listen_port}",
                                     "broker", after_start=settle_heap)
@@ -121,20 +123,14 @@ def main(argv: list[str] | None = None) -> int:
         return export_config(cfg, args.export_config)
     try:
         probe(cfg.listeners())  # a port another process holds stops the start before the store is opened
-        return event_loop.run(run(cfg))
-    except StoreLockedError as e:
-        log.error("broker.store_locked", error=str(e), holder=e.holder)
-        return 1
-    except ListenError as e:  # taken between the probe and the bind
-        log.error("broker.cannot_listen", key=e.key, port=e.port, error=str(e))
-        return 1
-    except ConfigError as e:  # found at start (controller mode: a brokerIdentity file of another broker)
-        log.error("broker.bad_config", key=e.key, error=str(e))
-        return 2
-    except OSError as e:
-        log.error("broker.start_failed", error=str(e))
-        return 1
-
+        return event_loop.run(run(cfg, args.log_level))
+    except EnvoyStartReported as e:  # the broker inside Envoy failed to start and said why (one line)
+        return e.code
+    except Exception as e:
+        code = start_failure(e)
+        if code is None:
+            raise
+        return code
 
 if __name__ == "__main__":
     sys.exit(main())

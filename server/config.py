@@ -24,6 +24,7 @@ from codec.codes import DEFAULT_CLUSTER
 from codec.consume_queue_unit import UNIT_SIZE
 from codec.durations import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from codec.filter_bitmap import UNIT_SIZE as BITMAP_UNIT_SIZE
+from server.grpc.envoy_host import GRPC_SERVER_STACKS
 from server.listeners import Listener, clash
 
 log = structlog.get_logger(__name__)
@@ -164,6 +165,9 @@ class BrokerConfig:
     # 8081 (the RocketMQ 5 proxy's port) for the default listenPort 9876 and moves with listenPort, so
     # brokers on one host given only their own --port never share it
     grpc_listen_port: int = -1
+    # the gRPC port's HTTP/2 + gRPC server: `grpcio` (grpc.aio on this process's loop) or `envoy` (the whole broker
+    # embedded in a stock Envoy, which serves grpcListenPort; server/envoy_broker.py)
+    grpc_server_stack: str = "grpcio"
     # Apache's proxy key: a 5.x send whose message type (NORMAL / FIFO / DELAY / TRANSACTION) is not one its topic's
     # message.type attribute accepts is refused, MESSAGE_PROPERTY_CONFLICT_WITH_TYPE (server/grpc/service.py)
     enable_topic_message_type_check: bool = True
@@ -208,6 +212,8 @@ class BrokerConfig:
         if self.grpc_listen_port < 0 and not 0 < self.grpc_port < 65536:
             raise ConfigError("grpcListenPort", f"the default listenPort - {GRPC_PORT_OFFSET} = {self.grpc_port} "
                               "is no port: set grpcListenPort (0 = off)")
+        if self.grpc_server_stack == "envoy" and self.grpc_port == 0:
+            raise ConfigError("grpcServerStack", "envoy serves the gRPC port, and grpcListenPort=0 turns it off")
         pair = clash(self.listeners())
         if pair is not None:
             first, second = pair
@@ -408,6 +414,7 @@ VALIDATORS: dict[str, Check] = {
     "max_buffered_frame_bytes": _NON_NEGATIVE,
     "metrics_port": _PORT,
     "grpc_listen_port": int_range(-1, 65535),
+    "grpc_server_stack": one_of(*GRPC_SERVER_STACKS),
     "ha_listen_port": _PORT,
     "metrics_export_interval_ms": _POSITIVE,
     "export_interval_ms": _POSITIVE,

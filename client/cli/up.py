@@ -5,8 +5,8 @@ Parts, each with one job:
   all masters) on `--broker-port + 10*i` (it also opens that port -2, the VIP channel, and +1, HA), its own
   gRPC endpoint on `--broker-grpc-port + 10*i` (0: off), its store in DIR/broker-i; M `delaymq-proxy`
   processes sharing `--grpc-port` (SO_REUSEPORT, `--reuse-port`; the kernel spreads 5.x clients' connections
-  over them; `--grpc-server-stack` grpcio, the proxies' default, or envoy: each proxy's gRPC port an Envoy
-  process with the proxy's Python embedded, stopped and killed with it). Every process logs to
+  over them; `--grpc-server-stack` envoy, the proxies' default: each proxy's gRPC port an Envoy
+  process with the proxy's Python embedded, stopped and killed with it; or grpcio). Every process logs to
   DIR/logs/<name>.out (stdout) and .log (stderr).
 - `check_ports`: every port of the plan is distinct and free before anything starts; a taken one stops
   `up` with one line naming the key (the broker.conf / proxy key and the flag that chose it).
@@ -328,9 +328,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"broker-0's own grpcListenPort, broker i: + {BROKER_PORT_STEP}*i (0: off, 5.x clients "
                         "go through the proxies)")
     p.add_argument("--grpc-port", type=int, default=8081, help="the proxies' shared gRPC port (grpcServerPort)")
-    p.add_argument("--grpc-server-stack", choices=("grpcio", "envoy"), default="grpcio",
-                   help="the proxies' gRPC server (grpcServerStack): grpcio (grpc.aio in the proxy's process, the "
-                        "default) or envoy (an Envoy process with the proxy's Python embedded)")
+    p.add_argument("--grpc-server-stack", choices=("grpcio", "envoy"), default="envoy",
+                   help="the proxies' gRPC server (grpcServerStack): envoy (an Envoy process with the proxy's Python "
+                        "embedded, the default) or grpcio (grpc.aio in the proxy's process)")
 
 
 def run(args: argparse.Namespace, log: IO[str] | None = None, out: IO[str] | None = None) -> int:

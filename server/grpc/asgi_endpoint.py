@@ -117,6 +117,15 @@ def methods_of(servicer: object, service: ServiceDescriptor) -> dict[str, Method
 
 
 STREAM_BODY_LIMIT = 1 << 20  # bytes of response frames a stream holds before its handler waits for Envoy
+# A stream learns that its client went away from `receive()` (http.disconnect). Once the request has ended, pyvoy
+# (1.3.0) answers every further receive() at once with an empty http.request instead of holding it until the
+# client goes (as uvicorn and hypercorn do), so a watcher awaiting receive() in a loop spun, for a stream's whole
+# life, one round trip per turn through Envoy's worker, pyvoy's executor thread (the GIL) and this loop; every
+# long-polling ReceiveMessage kept the loop busy and paced sends queued behind it (issue 24, bench/RESULTS.md
+# 2026-11-29 05:40). After an answer that is not the disconnect the watcher asks again after a pause, doubling
+# from the first to the most (so a client that goes away is noticed within that).
+DISCONNECT_POLL_FIRST_S = 0.005
+DISCONNECT_POLL_MAX_S = 0.2
 
 
 class StreamBody:
@@ -428,8 +437,11 @@ class GrpcAsgiApp:
 
     @staticmethod
     async def _disconnected(receive: Receive) -> None:
+        """Returns when the client has gone (see DISCONNECT_POLL_FIRST_S)."""
+        pause = DISCONNECT_POLL_FIRST_S
         while (await receive())["type"] != "http.disconnect":
-            pass
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, DISCONNECT_POLL_MAX_S)
 
     @staticmethod
     async def _answer_status(send: Send, status: GrpcStatus, message: str) -> None:

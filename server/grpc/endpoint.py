@@ -4,6 +4,8 @@ Built and started by the composition root (server/broker.py) after the remoting 
 the store are up; stopped before the store shuts down. Cleartext HTTP/2, or TLS with the remoting
 port's keys (tls.server.certPath / tls.server.keyPath) whenever tls.server.mode is not `disabled`: a
 gRPC port cannot sniff the first byte as the remoting port does, so `permissive` means TLS here.
+Under grpcServerStack=envoy the port is Envoy's (server/envoy_broker.py): `start()` then builds the
+MessagingService only, which Envoy's embedded Python serves over ASGI (server.grpc.asgi_endpoint).
 """
 
 from __future__ import annotations
@@ -56,7 +58,12 @@ class GrpcEndpoint:
         self.service: MessagingService | None = None
 
     async def start(self) -> None:
-        deps, cfg = self.deps, self.deps.config
+        cfg = self.deps.config
+        if cfg.grpc_server_stack == "envoy":  # Envoy listens (and does TLS); the service is what it serves
+            self.port = cfg.grpc_port
+            self.tls = tls_mode(cfg) != "disabled"
+            self.service = self._service()
+            return
         self.server = grpc.aio.server(options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -75,11 +82,15 @@ class GrpcEndpoint:
             raise ListenError("grpcListenPort", cfg.listen_host, cfg.grpc_port, str(e)) from None
         if not self.port:
             raise ListenError("grpcListenPort", cfg.listen_host, cfg.grpc_port, "address already in use")
-        self.service = MessagingService(LocalBackend(deps, self.pop), Authenticator(deps.acl),
-                                        lambda: convert.endpoints(cfg.broker_ip1, self.port))
+        self.service = self._service()
         sgrpc.add_MessagingServiceServicer_to_server(self.service, self.server)
         await self.server.start()
         log.info("grpc.listening", addr=f"{cfg.listen_host}:{self.port}", tls=self.tls)
+
+    def _service(self) -> MessagingService:
+        deps = self.deps
+        return MessagingService(LocalBackend(deps, self.pop), Authenticator(deps.acl),
+                                lambda: convert.endpoints(deps.config.broker_ip1, self.port))
 
     async def stop(self) -> None:
         if self.server is not None:

@@ -35,8 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-cert", help="TLS certificate (PEM), tls.server.certPath; with --tls-key: TLS only")
     p.add_argument("--tls-key", help="TLS private key (PEM), tls.server.keyPath")
     p.add_argument("--grpc-server-stack", choices=["grpcio", "envoy"],
-                   help="grpcServerStack: the gRPC port's server, grpc.aio in this process (grpcio, the default) or "
-                        "an Envoy process with this proxy's Python embedded (envoy; pyvoy)")
+                   help="grpcServerStack: the gRPC port's server, an Envoy process with this proxy's Python "
+                        "embedded (envoy, the default; pyvoy) or grpc.aio in this process (grpcio)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="log level (default: info)")
     return p

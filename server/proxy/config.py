@@ -10,6 +10,7 @@ import yaml
 
 from codec.acl import SessionCredentials
 from codec.durations import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from server.grpc.envoy_host import GRPC_SERVER_STACKS
 
 DEFAULT_GRPC_PORT = 8081
 
@@ -41,9 +42,10 @@ class ProxyConfig:
     # with $ROCKETMQ_HOME/conf/tools.yml, the default here too when ROCKETMQ_HOME is set
     enable_acl_rpc_hook_for_cluster_mode: bool = False
     acl_tools_file: str = ""  # aclToolsFile (ours: Apache's path is fixed)
-    # grpcServerStack: the HTTP/2 + gRPC server of the gRPC port. `grpcio`: grpc.aio in this process; `envoy`: an
-    # Envoy process (pyvoy) with this proxy's Python embedded, gRPC's framing over ASGI (server.grpc.asgi_endpoint)
-    grpc_server_stack: str = "grpcio"
+    # grpcServerStack: the HTTP/2 + gRPC server of the gRPC port. `envoy` (the default): an Envoy process (pyvoy)
+    # with this proxy's Python embedded, gRPC's framing over ASGI (server.grpc.asgi_endpoint), ~0.45x grpc.aio's CPU
+    # per send; `grpcio`: grpc.aio in this process (bench/RESULTS.md 2026-11-29 05:40 for the side by side)
+    grpc_server_stack: str = "envoy"
 
     @property
     def tls(self) -> bool:
@@ -69,7 +71,6 @@ _KEYS = {"namesrvAddr": "namesrv_addr", "grpcServerPort": "grpc_port", "listenHo
          "sendCoalesceMaxFrames": "send_coalesce_max_frames", "sendCoalesceLingerMs": "send_coalesce_linger_ms",
          "enableTopicMessageTypeCheck": "enable_topic_message_type_check",
          "enableAclRpcHookForClusterMode": "enable_acl_rpc_hook_for_cluster_mode", "aclToolsFile": "acl_tools_file"}
-GRPC_SERVER_STACKS = ("grpcio", "envoy")
 
 
 def _value(key: str, text: str, like: object) -> object:

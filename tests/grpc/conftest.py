@@ -18,10 +18,12 @@ RMQ5_AGENT = REPO_ROOT / "tests" / "interop" / "rmq5_agent.py"
 NODE5_AGENT = REPO_ROOT / "tests" / "interop" / "node" / "rmq5.js"
 
 
-def grpc_broker(broker_factory, config: dict | None = None):
-    """A broker whose gRPC endpoint listens on a free port (`b.grpc_addr`)."""
+def grpc_broker(broker_factory, config: dict | None = None, stack: str = "grpcio"):
+    """A broker whose gRPC endpoint listens on a free port (`b.grpc_addr`), served by `stack` (grpcServerStack:
+    grpc.aio in the broker, or Envoy with the whole broker embedded)."""
     port = pick_port_pair()
-    b = broker_factory({"grpcListenPort": port, **(config or {})})
+    b = broker_factory({"grpcListenPort": port, **({"grpcServerStack": stack} if stack != "grpcio" else {}),
+                        **(config or {})})
     b.grpc_port = port
     b.grpc_addr = f"127.0.0.1:{port}"
     return b
@@ -88,3 +90,20 @@ PROXY_STACKS = ["grpcio", "envoy"]
 @pytest.fixture(params=PROXY_STACKS)
 def proxy_stack(request) -> str:
     return str(request.param)
+
+
+# the broker's own gRPC server stacks (grpcServerStack): a representative set of in-broker gRPC tests runs on each
+BROKER_STACKS = ["grpcio", "envoy"]
+
+
+@pytest.fixture(params=BROKER_STACKS)
+def broker_stack(request) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def sbroker(broker_factory, broker_stack, request):
+    """`gbroker` on each of the broker's gRPC server stacks."""
+    b = grpc_broker(broker_factory, stack=broker_stack)
+    register_diagnostics(request, "grpc port", lambda: f"{b.grpc_addr} ({broker_stack})")
+    return b

@@ -2,7 +2,8 @@
 events an ASGI server hands it, a `send` whose more_body futures resolve later, as pyvoy's do). The body it
 writes is byte for byte the reference, one frame per message in order, however the sends coalesce it; frames
 produced back to back go in one send, a frame produced after a wait goes before the handler goes on, and a
-handler that outruns its client waits at the bound."""
+handler that outruns its client waits at the bound. A stream still learns that its client went away from a server
+that, like pyvoy, answers every receive after the request's end at once, without spinning on it."""
 
 from __future__ import annotations
 
@@ -180,3 +181,68 @@ async def test_a_stream_past_its_deadline_ends_with_its_status_though_its_client
     await asyncio.wait_for(app(s, server.receive, server.send), 10)
     assert server.body == reference_body(out)  # the frame in flight, then the one still queued, in order
     assert server.status == b"4"  # DEADLINE_EXCEEDED
+
+
+class EagerServer(Server):
+    """pyvoy's receive (1.3.0): once the request has ended, every receive() is answered on the loop's next turn
+    (pyvoy: through Envoy's worker and its executor thread) with an empty http.request while the client is there,
+    and with http.disconnect once it has gone."""
+
+    def __init__(self, request: bytes) -> None:
+        super().__init__(request)
+        self.after_end = 0  # receives after the request's end
+        self.gone = False
+        self.asked = asyncio.Event()
+
+    async def receive(self) -> dict[str, Any]:
+        if self.request:
+            body, self.request = self.request, b""
+            return {"type": "http.request", "body": body, "more_body": False}
+        self.after_end += 1
+        self.asked.set()
+        await asyncio.sleep(0)
+        if self.gone:
+            return {"type": "http.disconnect"}
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+
+async def test_a_long_poll_on_a_server_that_answers_every_receive_at_once_does_not_spin_on_it():
+    out = responses(2)
+    held_s = 0.3  # the broker's long poll
+
+    class Servicer:
+        async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+            await asyncio.sleep(held_s)
+            for r in out:
+                yield r
+
+    app = GrpcAsgiApp(Servicer(), spb.DESCRIPTOR.services_by_name["MessagingService"], max_message_bytes=1 << 22)
+    server = EagerServer(receive_request())
+    await asyncio.wait_for(app(scope(RECEIVE), server.receive, server.send), 10)
+    assert server.body == reference_body(out)
+    assert server.status == b"0"
+    # the watcher asks again after pauses doubling from DISCONNECT_POLL_FIRST_S: a handful of times in 0.3 s, where
+    # asking again at once made it thousands of round trips through Envoy
+    assert 1 <= server.after_end <= 12
+
+
+async def test_a_stream_whose_client_goes_away_is_cancelled_on_a_server_that_answers_every_receive_at_once():
+    cancelled = asyncio.Event()
+
+    class Servicer:
+        async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+            yield responses(0)[0]
+            try:
+                await asyncio.Event().wait()  # a long poll that nothing ends
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+
+    app = GrpcAsgiApp(Servicer(), spb.DESCRIPTOR.services_by_name["MessagingService"], max_message_bytes=1 << 22)
+    server = EagerServer(receive_request())
+    call = asyncio.ensure_future(app(scope(RECEIVE), server.receive, server.send))
+    await asyncio.wait_for(server.asked.wait(), 10)  # the watcher is asking
+    server.gone = True
+    await asyncio.wait_for(call, 10)
+    assert cancelled.is_set()
+    assert not any(e["type"] == "http.response.trailers" for e in server.events)  # nobody reads a status

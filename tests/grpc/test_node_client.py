@@ -15,18 +15,18 @@ from tests.grpc.conftest import uniq
 pytestmark = [pytest.mark.interop]
 
 
-def test_node_producer_then_simple_consumer_receives_and_acks(gbroker, agents):
+def test_node_producer_then_simple_consumer_receives_and_acks(sbroker, agents):
     topic, group = uniq("Tn5"), uniq("Gn5")
-    sent = agents.run_node5("produce", gbroker, topic=topic, count=5, tag="tagA", body_prefix="n")
+    sent = agents.run_node5("produce", sbroker, topic=topic, count=5, tag="tagA", body_prefix="n")
     assert [e["i"] for e in sent.of("sent")] == list(range(5))
-    c = agents.run_node5("simple", gbroker, group=group, topic=topic, until_count=5, tag="tagA", max_seconds=20)
+    c = agents.run_node5("simple", sbroker, group=group, topic=topic, until_count=5, tag="tagA", max_seconds=20)
     got = c.of("received")
     assert sorted(e["body"] for e in got) == [f"n{i}" for i in range(5)]
     assert {e["id"] for e in got} == {e["id"] for e in sent.of("sent")}
     assert all(e["attempt"] == 1 and e["tag"] == "tagA" and e["corrupted"] is False for e in got), got
     assert len(c.of("acked")) == 5
     # acked means done: the group gets nothing more
-    again = agents.run_node5("simple", gbroker, group=group, topic=topic, until_count=1, max_seconds=3,
+    again = agents.run_node5("simple", sbroker, group=group, topic=topic, until_count=1, max_seconds=3,
                              expect_code=3)
     assert again.of("received") == []
 

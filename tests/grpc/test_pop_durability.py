@@ -14,8 +14,8 @@ from tests.grpc.raw import RawClient
 
 
 @pytest.mark.process
-async def test_ack_and_inflight_survive_kill_9(broker_factory):
-    b = grpc_broker(broker_factory)
+async def test_ack_and_inflight_survive_kill_9(broker_factory, broker_stack):
+    b = grpc_broker(broker_factory, stack=broker_stack)
     topic, group = uniq("TK"), uniq("GK")
     c = RawClient(b.grpc_addr)
     try:

@@ -53,10 +53,10 @@ async def test_codes_for_unsigned_bad_and_unpermitted_calls(broker_factory, tmp_
             await c.close()
 
 
-async def test_tls_endpoint_with_the_remoting_keys(broker_factory, tmp_path, agents):
+async def test_tls_endpoint_with_the_remoting_keys(broker_factory, broker_stack, tmp_path, agents):
     crt, key = make_cert(tmp_path)
     b = grpc_broker(broker_factory, {"tlsEnable": "true", "tls.server.certPath": str(crt),
-                                     "tls.server.keyPath": str(key)})
+                                     "tls.server.keyPath": str(key)}, stack=broker_stack)
     creds = grpc.ssl_channel_credentials(root_certificates=crt.read_bytes())
     c = RawClient(b.grpc_addr, credentials=creds)
     topic, group = uniq("TT"), uniq("GT")
@@ -71,6 +71,31 @@ async def test_tls_endpoint_with_the_remoting_keys(broker_factory, tmp_path, age
     agents.run_rmq5("produce", b, env=env, topic=topic, count=1, tls=True, body_prefix="py")
     got = agents.run_rmq5("simple", b, env=env, group=group, topic=topic, until_count=1, tls=True)
     assert [e["body"] for e in got.of("received")] == ["py0"]
+
+
+async def test_tls_client_certificates_required(broker_factory, broker_stack, tmp_path):
+    """tls.server.need.client.auth=require on the gRPC port: a client with a certificate the trust bundle holds is
+    served, one without any is refused the handshake (grpc.aio's, or Envoy's TLS)."""
+    (tmp_path / "server").mkdir()
+    (tmp_path / "client").mkdir()
+    crt, key = make_cert(tmp_path / "server")
+    client_crt, client_key = make_cert(tmp_path / "client", cn="client")
+    b = grpc_broker(broker_factory, {"tls.server.mode": "enforcing", "tls.server.certPath": str(crt),
+                                     "tls.server.keyPath": str(key), "tls.server.need.client.auth": "require",
+                                     "tls.server.trustCertPath": str(client_crt)}, stack=broker_stack)
+    topic = uniq("TC")
+    with_cert = RawClient(b.grpc_addr, credentials=grpc.ssl_channel_credentials(
+        root_certificates=crt.read_bytes(), private_key=client_key.read_bytes(),
+        certificate_chain=client_crt.read_bytes()))
+    without = RawClient(b.grpc_addr, credentials=grpc.ssl_channel_credentials(root_certificates=crt.read_bytes()))
+    try:
+        assert (await with_cert.send(topic, b"with-cert")).status.code == pb.OK
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await without.send(topic, b"no-cert")
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await with_cert.close()
+        await without.close()
 
 
 def test_real_python_client_with_credentials_cannot_create_a_topic(broker_factory, tmp_path, agents):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -21,6 +22,7 @@ from tests.helpers import wire
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_RE = re.compile(r"delaymq broker ready on (\S+):(\d+)")
+SERVING_PID_RE = re.compile(r"\(envoy pid (\d+)\)")  # grpcServerStack=envoy: the broker runs in that process
 HOST = "127.0.0.1"
 
 
@@ -91,6 +93,19 @@ def tail(path: Path, max_bytes: int = 8000) -> str:
         return "<no file>"
 
 
+def wait_pid_gone(pid: int, timeout: float) -> bool:
+    """Whether process `pid` (not our child) exited within `timeout` s: a pidfd turns readable when it does."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], timeout)
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
 class BrokerProcess:
     """One broker subprocess bound to a store directory and a port that survive restarts."""
 
@@ -109,6 +124,7 @@ class BrokerProcess:
         self._ready = threading.Event()
         self._reader: threading.Thread | None = None
         self.ready_line: str | None = None
+        self.serving_pid: int | None = None  # grpcServerStack=envoy: Envoy's pid (the launcher's child)
         self.stdout_path = self.work_dir / "broker.stdout"
         self.stderr_path = self.work_dir / "broker.stderr"
 
@@ -141,6 +157,7 @@ class BrokerProcess:
         self.starts += 1
         self._ready.clear()
         self.ready_line = None
+        self.serving_pid = None
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         # Append across restarts so a failure report shows the whole history.
         with open(self.stderr_path, "ab") as err:
@@ -169,6 +186,8 @@ class BrokerProcess:
                 if m and not self._ready.is_set():
                     assert int(m.group(2)) == self.port, f"broker ready on {m.group(0)}, asked for {self.port}"
                     self.ready_line = m.group(0)
+                    envoy = SERVING_PID_RE.search(raw.decode("utf-8", "replace"))
+                    self.serving_pid = int(envoy.group(1)) if envoy else None
                     self._ready.set()
         self._ready.set()  # EOF: unblock a waiter; ready_line tells whether it was really ready
 
@@ -192,10 +211,13 @@ class BrokerProcess:
         return code
 
     def kill(self) -> None:
-        """SIGKILL: no flush, no shutdown hook (crash simulation)."""
+        """SIGKILL: no flush, no shutdown hook (crash simulation). On grpcServerStack=envoy the launcher's
+        death takes Envoy, the serving process (PR_SET_PDEATHSIG): waited for too, so the store is free."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(30)
+        if self.serving_pid is not None:
+            assert wait_pid_gone(self.serving_pid, 30), f"Envoy (pid {self.serving_pid}) outlived its launcher"
         self._join_reader()
 
     def restart(self, clean: bool = True) -> BrokerProcess:

@@ -77,6 +77,22 @@ def test_a_taken_port_stops_the_start_naming_its_key(tmp_path, key, which):
     assert_one_line(res, key, taken, store)
 
 
+ENVOY_TAKEN = [t for t in TAKEN if t[0] in ("listenPort", "haListenPort", "grpcListenPort")]
+
+
+@pytest.mark.parametrize(("key", "which"), ENVOY_TAKEN, ids=[t[0] for t in ENVOY_TAKEN])
+def test_a_taken_port_stops_the_envoy_hosted_broker_before_envoy_starts(tmp_path, key, which):
+    port, grpc = pick_port_pair(), free_port()
+    taken = which(port, 0, grpc)
+    store = tmp_path / "store"
+    with held(taken):
+        res = run_broker(["--store", str(store), "--port", str(port), "--grpc-server-stack", "envoy",
+                          "--set", f"grpcListenPort={grpc}"])
+    assert res.returncode == 1
+    assert_one_line(res, key, taken, store)
+    assert "envoy" not in res.stderr.lower()  # refused by the launcher's probe: no Envoy ran
+
+
 def test_the_derived_grpc_port_taken_names_grpc_listen_port(tmp_path):
     port = pick_port_with_grpc()
     store = tmp_path / "store"
