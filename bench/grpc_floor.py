@@ -12,7 +12,9 @@ also the broker behind it. The medians over the rounds are the headline.
 Kinds: the bare echo servers of bench.grpc_echo (`aio_uvloop`, `aio_asyncio`, `sync`, `grpclib`, `granian`,
 `pyvoy`, `pyvoy_connect`),
 `delaymq_local` (a broker's in-broker gRPC endpoint), `delaymq_local_envoy` (the broker on grpcServerStack=envoy:
-the server is the Envoy process the whole broker runs in), `delaymq_proxy` (delaymq-proxy + broker + name server).
+the server is the Envoy process the whole broker runs in), `delaymq_proxy` (delaymq-proxy + broker + name server),
+`delaymq_proxy_envoy` (the same with the proxy on `grpcServerStack=envoy`: the server CPU is the Envoy
+process's, the proxy's Python embedded in it, as for `pyvoy`; the launcher only waits; the broker's apart).
 A kind whose stack is not installed or cannot serve gRPC to grpcio's client is reported with why.
 """
 
@@ -35,7 +37,10 @@ from bench.common import REPO, Broker, pick_port, proc_cpu_s, write_result
 
 ECHO_KINDS = ["aio_uvloop", "aio_asyncio", "sync", "grpclib", "granian", "pyvoy", "pyvoy_connect"]
 DELAYMQ_KINDS = ["delaymq_local", "delaymq_local_envoy", "delaymq_proxy"]
-ALL_KINDS = ECHO_KINDS + DELAYMQ_KINDS
+# delaymq-proxy with grpcServerStack=envoy: Envoy's CPU (the proxy's Python embedded in it), as for `pyvoy`
+DELAYMQ_ENVOY_KINDS = ["delaymq_proxy_envoy"]
+ALL_KINDS = ECHO_KINDS + DELAYMQ_KINDS + DELAYMQ_ENVOY_KINDS
+ON_ENVOY = ("delaymq_local_envoy", "delaymq_proxy_envoy")  # their own stack's floor is the pyvoy echo
 SEND_METHOD = "/apache.rocketmq.v2.MessagingService/SendMessage"
 TOPIC = "BenchFloor"
 CLIENTS, WINDOW, WARMUP_S = 2, 64, 1.0
@@ -186,7 +191,7 @@ def start_target(kind: str) -> Target:
         b.start()
         # on Envoy the launcher only waits for a signal: the server is the Envoy child
         return Target(f"127.0.0.1:{b.config['grpcListenPort']}", {"server": b.serving_pid or b.pid}, [b.cleanup])
-    if kind == "delaymq_proxy":
+    if kind in ("delaymq_proxy", "delaymq_proxy_envoy"):
         closers: list = []
         try:
             ns_port = pick_port()
@@ -200,11 +205,15 @@ def start_target(kind: str) -> Target:
             from bench.meta_load import create_topic  # the proxy routes only topics the name server knows
             asyncio.run(create_topic(b.addr, TOPIC, 8))
             px_port = pick_port()
+            stack = "envoy" if kind == "delaymq_proxy_envoy" else "grpcio"
             px = Proc([sys.executable, "-m", "server.proxy", "--namesrv", f"127.0.0.1:{ns_port}", "--grpc-port",
-                       str(px_port), "--host", "127.0.0.1", "--log-level", "warning", "--grpc-server-stack", "grpcio"],
+                       str(px_port), "--host", "127.0.0.1", "--log-level", "warning", "--grpc-server-stack", stack],
                       r"proxy ready on")
             closers.append(px.stop)
-            return Target(f"127.0.0.1:{px_port}", {"server": px.pid, "broker": b.pid}, closers)
+            # on Envoy the ready line names the Envoy child: it serves (and spends the CPU), the launcher waits
+            envoy = re.search(r"\(envoy pid (\d+)\)", px.ready_line)
+            return Target(f"127.0.0.1:{px_port}", {"server": int(envoy.group(1)) if envoy else px.pid,
+                                                   "broker": b.pid}, closers)
         except Exception:
             Target("", {}, closers).close()
             raise
@@ -235,6 +244,12 @@ def _probe(addr: str, payload: bytes) -> str:
     return last or "no answer"
 
 
+def _proc_sys_s(pid: int) -> float:
+    """stime of a process in seconds (/proc/<pid>/stat field 15)."""
+    data = Path(f"/proc/{pid}/stat").read_text()
+    return int(data[data.rindex(")") + 2:].split()[12]) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(kind: str, seconds: float, payload: bytes, pool) -> dict:
     try:
         t = start_target(kind)
@@ -252,9 +267,11 @@ def measure(kind: str, seconds: float, payload: bytes, pool) -> dict:
                 for c in range(CLIENTS)]
         time.sleep(max(0.0, measure_from - time.time()))
         c0 = {name: proc_cpu_s(pid) for name, pid in t.measured.items()}
+        k0 = _proc_sys_s(t.measured["server"])
         w0 = time.monotonic()
         time.sleep(max(0.0, end_at - time.time()))
         c1 = {name: proc_cpu_s(pid) for name, pid in t.measured.items()}
+        k1 = _proc_sys_s(t.measured["server"])
         wall = time.monotonic() - w0
         parts = [f.result(timeout=seconds + 60) for f in futs]
     finally:
@@ -267,6 +284,8 @@ def measure(kind: str, seconds: float, payload: bytes, pool) -> dict:
         cpu = c1[name] - c0[name]
         out[f"{name}_cpu_s"] = round(cpu, 3)
         out[f"{name}_us_per_call"] = round(cpu / ok * 1e6, 1) if ok else None
+    if ok:  # the kernel's share of the server's (system calls: socket I/O, futex wake-ups)
+        out["server_sys_us_per_call"] = round((k1 - k0) / ok * 1e6, 1)
     if errors:
         out["first_error"] = next((p["first_error"] for p in parts if p["first_error"]), "")
     return out
@@ -292,7 +311,7 @@ def run(kinds: list[str], seconds: float, rounds: int) -> dict:
             summary[kind] = {"unavailable": mine[0].get("unavailable", "")}
             continue
         s: dict = {"calls_s": round(statistics.median(x["calls_s"] for x in good), 1)}
-        for key in ("server_us_per_call", "broker_us_per_call"):
+        for key in ("server_us_per_call", "broker_us_per_call", "server_sys_us_per_call"):
             vals = [x[key] for x in good if x.get(key) is not None]
             if vals:
                 s[key] = round(statistics.median(vals), 1)
@@ -302,15 +321,21 @@ def run(kinds: list[str], seconds: float, rounds: int) -> dict:
 
 
 def table(summary: dict, floor_kind: str = "aio_uvloop") -> str:
+    """One row per kind; `× floor`: to the grpc.aio echo, and for the kinds on Envoy to the pyvoy echo (their
+    own stack's floor) when it ran."""
     floor = summary.get(floor_kind, {}).get("server_us_per_call")
-    lines = ["| server | calls/s | server CPU µs/call (median; each round) | × grpc.aio echo | broker behind it µs/call |",
+    envoy_floor = summary.get("pyvoy", {}).get("server_us_per_call")
+    lines = ["| server | calls/s | server CPU µs/call (median; each round) | × floor | broker behind it µs/call |",
              "|---|---|---|---|---|"]
     for kind, s in summary.items():
         if "unavailable" in s:
             lines.append(f"| {kind} | - | {s['unavailable'][:120]} | | |")
             continue
         us = s.get("server_us_per_call")
-        ratio = f"{us / floor:.2f}" if us and floor else ""
+        if kind in ON_ENVOY and us and envoy_floor:
+            ratio = f"{us / envoy_floor:.2f} (pyvoy echo)"
+        else:
+            ratio = f"{us / floor:.2f}" if us and floor else ""
         each = ", ".join(f"{v:g}" for v in s.get("server_us_per_call_all", []))
         broker = s.get("broker_us_per_call", "")
         lines.append(f"| {kind} | {s['calls_s']:,.0f} | {us} ({each}) | {ratio} | {broker} |")
@@ -332,6 +357,10 @@ def bench_grpc_floor(quick: bool) -> dict:
         head["local_x_floor"] = round(local / floor, 2)
     if floor and proxy:
         head["proxy_x_floor"] = round(proxy / floor, 2)
+    envoy_floor = s.get("pyvoy", {}).get("server_us_per_call")
+    proxy_envoy = s.get("delaymq_proxy_envoy", {}).get("server_us_per_call")
+    if envoy_floor and proxy_envoy:
+        head["proxy_envoy_x_pyvoy"] = round(proxy_envoy / envoy_floor, 2)
     local_envoy = s.get("delaymq_local_envoy", {}).get("server_us_per_call")
     if floor and local_envoy:
         head["local_envoy_x_floor"] = round(local_envoy / floor, 2)

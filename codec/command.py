@@ -30,6 +30,7 @@ from codec.errors import CodecError
 _LANG_BY_ORDINAL = {m.value: m.name for m in LanguageCode}
 _LANG_BY_NAME = {m.name: m.value for m in LanguageCode}
 _orjson_loads = orjson.loads
+_orjson_dumps = orjson.dumps
 _OrjsonError = orjson.JSONDecodeError
 _json_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=False).encode
 
@@ -110,6 +111,22 @@ def _all_str(ext: dict[str, Any]) -> bool:
     return set(map(type, ext.values())) <= _ONLY_STR
 
 def encode_json_header(cmd: RemotingCommand) -> bytes:
+    """`encode_json_header_reference`'s bytes, written by orjson (C, UTF-8 at once; it escapes exactly as the
+    stdlib's encoder with ensure_ascii=False: tests/codec/test_json_header_parsers.py holds them equal); what
+    orjson refuses (a lone surrogate, an integer past 64 bits) is written by the reference."""
+    try:
+        return _orjson_dumps(_header_dict(cmd))
+    except TypeError:  # orjson.JSONEncodeError
+        return encode_json_header_reference(cmd)
+
+
+def encode_json_header_reference(cmd: RemotingCommand) -> bytes:
+    """The reference encoder of a JSON header (the stdlib's)."""
+    # Java's String.getBytes(UTF_8) writes '?' for a lone surrogate; never fail on the way out
+    return _json_dumps(_header_dict(cmd)).encode("utf-8", "replace")
+
+
+def _header_dict(cmd: RemotingCommand) -> dict[str, Any]:
     d: dict[str, Any] = {"code": cmd.code}
     ext = cmd.ext_fields
     if ext:
@@ -121,8 +138,7 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
         d["remark"] = cmd.remark
     d["serializeTypeCurrentRPC"] = "JSON"
     d["version"] = cmd.version
-    # Java's String.getBytes(UTF_8) writes '?' for a lone surrogate; never fail on the way out
-    return _json_dumps(d).encode("utf-8", "replace")
+    return d
 
 
 def _int_field(d: dict[str, Any], key: str, default: int = 0) -> int:

@@ -407,6 +407,27 @@ class Connection(asyncio.Protocol):
         self.write_command(cmd)
         return fut
 
+    def invoke_into(self, cmd: RemotingCommand, fut: asyncio.Future[RemotingCommand]) -> None:
+        """`invoke` for a caller that owns the answer's future and its timeout (server.proxy.coalesce: one
+        wait per flight, not a timer per request): `fut` gets the response, or ConnectionClosedError;
+        the caller `forget`s the request when it stops waiting (answered ones are forgotten already)."""
+        if self.is_closing:
+            if not fut.done():
+                fut.set_exception(ConnectionClosedError(f"connection to {self.peer} is closed"))
+            return
+        cmd.opaque = next_opaque()
+        cmd.flag &= ~(RPC_TYPE_RESPONSE | RPC_ONEWAY)
+        self.pending[cmd.opaque] = fut
+        self.write_command(cmd)
+
+    def forget(self, cmds: list[RemotingCommand], timeout: float) -> None:
+        """`cmds` (sent by `invoke_into`) are no longer waited for: a future still unanswered fails as
+        `invoke`'s timer fails it."""
+        pending = self.pending
+        for cmd in cmds:
+            if cmd.opaque in pending:
+                self._expire(cmd.opaque, cmd.code, timeout)
+
     def _expire(self, opaque: int, code: int, timeout: float) -> None:
         fut = self.pending.pop(opaque, None)
         if fut is not None and not fut.done():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import structlog
 from google.protobuf.duration_pb2 import Duration
@@ -222,7 +222,55 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         try:
             if self.auth.validator is not None:
                 self._check(context, "SendMessage", needs(messages[0].topic.name))
-            return await self._send(messages, context)
+            topic = _topic_name(messages[0].topic)
+            now = int(time.time() * 1000)
+            todo: list[tuple[int, Outgoing]] = []  # (index in the request, the message) of those that go out
+            backend = self.backend
+            # the types a send to `topic` may carry; None: no check (enableTopicMessageTypeCheck=false, retry and
+            # DLQ topics, as Apache's proxy, or a topic whose route takes every type)
+            accepts: tuple[MessageType, ...] | None = None
+            if backend.topic_message_type_check and not topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+                accepts = await backend.message_types(topic)
+                if len(accepts) == len(ALL_TYPES):
+                    accepts = None
+            refused: list[tuple[int, GrpcError]] = []
+            for i, msg in enumerate(messages):
+                try:
+                    out = self._outgoing(topic, msg, now)
+                    if accepts is not None:
+                        _check_type(accepts, out.props)
+                    todo.append((i, out))
+                except GrpcError as e:
+                    refused.append((i, e))
+            if len(todo) == 1:
+                sent = await backend.send(topic, [todo[0][1]], self._peer(context))
+            else:
+                sent = await backend.send(topic, [m for _, m in todo], self._peer(context)) if todo else []
+            if not refused and len(sent) == 1 and sent[0].code == ResponseCode.SUCCESS:  # the usual answer
+                m, s = todo[0][1], sent[0]
+                uniq = m.props[K.UNIQ_KEY]
+                deliver = m.props.get(K.TIMER_DELIVER_MS)
+                recall = convert.recall_handle(topic, s.broker_name, int(deliver), uniq) if deliver else ""
+                return convert.sent_ok_response(uniq, s.queue_offset, s.transaction_id, recall)
+            entries: list[spb.SendResultEntry] = [spb.SendResultEntry() for _ in messages]
+            for i, err in refused:
+                entries[i].status.CopyFrom(status(err.code, err.message))
+            for (i, m), s in zip(todo, sent, strict=True):
+                entry = entries[i]
+                if s.code != ResponseCode.SUCCESS:
+                    entry.status.CopyFrom(from_remoting(s.code, s.remark))
+                    continue
+                uniq = m.props[K.UNIQ_KEY]
+                entry.status.CopyFrom(OK)
+                entry.message_id = uniq
+                entry.offset = s.queue_offset
+                if s.transaction_id:
+                    entry.transaction_id = s.transaction_id
+                deliver = m.props.get(K.TIMER_DELIVER_MS)
+                if deliver:
+                    entry.recall_handle = convert.recall_handle(topic, s.broker_name, int(deliver), uniq)
+            top = _overall([e.status for e in entries], "messages")
+            return spb.SendMessageResponse(status=top, entries=entries)
         except Exception as e:
             return spb.SendMessageResponse(status=self._failed("SendMessage", e))
 
@@ -244,14 +292,6 @@ class MessagingService(sgrpc.MessagingServiceServicer):
             return Outgoing(props, sys_flag, body, born.seconds * 1000 + born.nanos // 1_000_000)
         return Outgoing(props, sys_flag, body, now)
 
-    async def _type_checked(self, topic: str) -> tuple[MessageType, ...] | None:
-        """The types a send to `topic` may carry; None: no check (enableTopicMessageTypeCheck=false, retry and DLQ
-        topics, as Apache's proxy, or a topic whose route takes every type)."""
-        if not self.backend.topic_message_type_check or topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):
-            return None
-        accepts = await self.backend.message_types(topic)
-        return None if len(accepts) == len(ALL_TYPES) else accepts
-
     def _peer(self, context: Context) -> tuple[str, int]:
         """`grpc_peer`, remembered by the peer's text (bounded): one client's calls share it."""
         text = context.peer() or ""
@@ -261,47 +301,6 @@ class MessagingService(sgrpc.MessagingServiceServicer):
                 self._peers.clear()
             peer = self._peers[text] = grpc_peer(context)
         return peer
-
-    async def _send(self, messages: Sequence[pb.Message], context: Context) -> spb.SendMessageResponse:
-        topic = _topic_name(messages[0].topic)
-        now = int(time.time() * 1000)
-        todo: list[tuple[int, Outgoing]] = []  # (index in the request, the message) of those that go out
-        accepts = await self._type_checked(topic)
-        refused: list[tuple[int, GrpcError]] = []
-        for i, msg in enumerate(messages):
-            try:
-                out = self._outgoing(topic, msg, now)
-                if accepts is not None:
-                    _check_type(accepts, out.props)
-                todo.append((i, out))
-            except GrpcError as e:
-                refused.append((i, e))
-        sent = await self.backend.send(topic, [m for _, m in todo], self._peer(context)) if todo else []
-        if not refused and len(sent) == 1 and sent[0].code == ResponseCode.SUCCESS:  # the usual answer
-            m, s = todo[0][1], sent[0]
-            uniq = m.props[K.UNIQ_KEY]
-            deliver = m.props.get(K.TIMER_DELIVER_MS)
-            recall = convert.recall_handle(topic, s.broker_name, int(deliver), uniq) if deliver else ""
-            return convert.sent_ok_response(uniq, s.queue_offset, s.transaction_id, recall)
-        entries: list[spb.SendResultEntry] = [spb.SendResultEntry() for _ in messages]
-        for i, err in refused:
-            entries[i].status.CopyFrom(status(err.code, err.message))
-        for (i, m), s in zip(todo, sent, strict=True):
-            entry = entries[i]
-            if s.code != ResponseCode.SUCCESS:
-                entry.status.CopyFrom(from_remoting(s.code, s.remark))
-                continue
-            uniq = m.props[K.UNIQ_KEY]
-            entry.status.CopyFrom(OK)
-            entry.message_id = uniq
-            entry.offset = s.queue_offset
-            if s.transaction_id:
-                entry.transaction_id = s.transaction_id
-            deliver = m.props.get(K.TIMER_DELIVER_MS)
-            if deliver:
-                entry.recall_handle = convert.recall_handle(topic, s.broker_name, int(deliver), uniq)
-        top = _overall([e.status for e in entries], "messages")
-        return spb.SendMessageResponse(status=top, entries=entries)
 
     async def EndTransaction(self, request: spb.EndTransactionRequest, context: Context) -> spb.EndTransactionResponse:
         async def work() -> spb.EndTransactionResponse:

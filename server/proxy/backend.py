@@ -110,7 +110,8 @@ class RemoteBackend:
 
     # ---- routes --------------------------------------------------------------------------
     async def message_types(self, topic: str) -> tuple[MessageType, ...]:
-        return await self.metadata.accepts(topic)
+        hit = self.metadata.cached_accepts(topic)  # a send's usual case: no coroutine below this one
+        return hit if hit is not None else await self.metadata.accepts(topic)
 
     async def route(self, topic: str) -> TopicRoute:
         route = await self.routes.route(topic)
@@ -138,24 +139,26 @@ class RemoteBackend:
         qd, qid = queues[i]
         return qd.broker_name, qid
 
-    async def _send_one(self, topic: str, route: CachedRoute, m: Outgoing) -> Sent:
-        try:
-            broker_name, qid = self._queue_for(route, m.props)
-        except GrpcError as e:
-            return Sent(ResponseCode.NO_PERMISSION, e.message)
-        addr = route.master(broker_name)
-        assert addr is not None  # writable() keeps only brokers with a master
-        resp = await self.brokers.send(addr, topic, qid, m.props, m.sys_flag, m.body, m.born_ms)
-        if resp.code != ResponseCode.SUCCESS:
-            return Sent(resp.code, resp.remark or "")
-        ext = resp.ext_fields
-        qoff = int(ext.get("queueOffset", 0))
-        tx = transaction_id(ext.get("msgId", ""), qoff) if m.props.get(K.TRAN_MSG) == "true" else ""
-        return Sent(ResponseCode.SUCCESS, "", broker_name, qoff, tx)
-
     async def send(self, topic: str, batch: list[Outgoing], peer: tuple[str, int]) -> list[Sent]:
-        route = await self.routes.route(topic)
-        return [await self._send_one(topic, route, m) for m in batch]
+        route = self.routes.cached(topic) or await self.routes.route(topic)
+        out: list[Sent] = []
+        for m in batch:  # each message its own SEND_MESSAGE_V2 (coalesced per broker: server.proxy.coalesce)
+            try:
+                broker_name, qid = self._queue_for(route, m.props)
+            except GrpcError as e:
+                out.append(Sent(ResponseCode.NO_PERMISSION, e.message))
+                continue
+            addr = route.master(broker_name)
+            assert addr is not None  # writable() keeps only brokers with a master
+            resp = await self.brokers.send(addr, topic, qid, m.props, m.sys_flag, m.body, m.born_ms)
+            if resp.code != ResponseCode.SUCCESS:
+                out.append(Sent(resp.code, resp.remark or ""))
+                continue
+            ext = resp.ext_fields
+            qoff = int(ext.get("queueOffset", 0))
+            tx = transaction_id(ext.get("msgId", ""), qoff) if m.props.get(K.TRAN_MSG) == "true" else ""
+            out.append(Sent(ResponseCode.SUCCESS, "", broker_name, qoff, tx))
+        return out
 
     async def end_transaction(self, topic: str, transaction_id: str, message_id: str, commit: bool) -> None:
         """END_TRANSACTION to the broker that stored the half message: its offset msgId names it."""

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from functools import partial
 
 from codec.command import RemotingCommand
 from remoting.client import RemotingClient
@@ -46,7 +45,8 @@ class QueuedSend:
 
     cmd: RemotingCommand
     deadline: float
-    answer: asyncio.Future[RemotingCommand]
+    answer: asyncio.Future[RemotingCommand]  # the broker's answer is set here by the connection itself
+    timeout: float
     counted: bool = True  # still in its lane's `outstanding`
 
 
@@ -74,24 +74,6 @@ def _settle(lane: Lane, q: QueuedSend) -> None:
         lane.outstanding -= 1
 
 
-def _relay(lane: Lane, q: QueuedSend, got: asyncio.Future[RemotingCommand]) -> None:
-    """The broker's answer (or the failure) to the waiting caller; out of the lane's count at once, so a
-    flight that lands sees only the requests still to answer."""
-    _settle(lane, q)
-    answer = q.answer
-    if got.cancelled():
-        if not answer.done():
-            answer.cancel()
-        return
-    exc = got.exception()  # retrieved even when the caller is gone: never "exception was never retrieved"
-    if answer.done():
-        return
-    if exc is not None:
-        answer.set_exception(exc)
-    else:
-        answer.set_result(got.result())
-
-
 class SendCoalescer:
     """`invoke(addr, cmd, timeout)` as RemotingClient's, for sends. Per broker address (a `Lane`): a flight
     of the waiting requests (at most `max_frames`) takes off at the end of the loop tick a request arrives
@@ -111,7 +93,10 @@ class SendCoalescer:
         self.flights_sent = 0  # flights and requests written (stats; the tests read the ratio)
         self.requests_sent = 0
 
-    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+    def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> asyncio.Future[RemotingCommand]:
+        """The future of `cmd`'s answer (await it): the broker's response, or the connection's failure, or
+        RemotingTimeoutError past `timeout`. Not a coroutine: the send path pays no frame for it; the
+        request leaves its lane's count when its flight lands, or when dropped unsent."""
         loop = asyncio.get_running_loop()
         lane = self.lanes.get(addr)
         if lane is None:
@@ -121,7 +106,7 @@ class SendCoalescer:
         self.client.sign(cmd)
         answer: asyncio.Future[RemotingCommand] = loop.create_future()
         now = loop.time()
-        q = QueuedSend(cmd, now + timeout, answer)
+        q = QueuedSend(cmd, now + timeout, answer, timeout)
         lane.queued.append(q)
         lane.outstanding += 1
         if now - lane.window_start >= PEAK_WINDOW_S:
@@ -130,10 +115,7 @@ class SendCoalescer:
             lane.peak = lane.outstanding
         if not lane.scheduled or lane.timer is not None or len(lane.queued) >= self.max_frames:
             self._arm(addr, lane, loop)
-        try:
-            return await answer
-        finally:
-            _settle(lane, q)
+        return answer
 
     def _arm(self, addr: str, lane: Lane, loop: asyncio.AbstractEventLoop) -> None:
         """Schedule the lane's next take-off (see the class docstring)."""
@@ -157,7 +139,12 @@ class SendCoalescer:
         lane.scheduled = False
         lane.timer = None
         loop = asyncio.get_running_loop()
-        live = [q for q in lane.queued if not q.answer.done()]  # a caller that gave up: its send is dropped
+        live: list[QueuedSend] = []
+        for q in lane.queued:
+            if q.answer.done():  # a caller that gave up: its send is dropped
+                _settle(lane, q)
+            else:
+                live.append(q)
         waiting, lane.queued = live[:self.max_frames], live[self.max_frames:]
         if waiting:
             lane.last_takeoff = loop.time()
@@ -169,7 +156,7 @@ class SendCoalescer:
             self._arm(addr, lane, loop)
 
     async def _fly(self, addr: str, lane: Lane, batch: list[QueuedSend]) -> None:
-        """Write the batch (the connection writes a tick's frames with one writelines) and relay each answer."""
+        """Write the batch (the connection writes a tick's frames with one writelines); each answer goes to its caller."""
         try:
             try:
                 conn = await self.client.connection(addr)
@@ -183,19 +170,20 @@ class SendCoalescer:
                 if isinstance(e, Exception):
                     return
                 raise
-            now = asyncio.get_running_loop().time()
-            out: list[asyncio.Future[RemotingCommand]] = []
-            for q in batch:
-                if q.answer.done():
-                    continue  # its caller gave up while it waited
-                got = conn.invoke(q.cmd, max(q.deadline - now, 0.001))
-                got.add_done_callback(partial(_relay, lane, q))
-                out.append(got)
+            loop = asyncio.get_running_loop()
+            out = [q for q in batch if not q.answer.done()]  # a caller that gave up while it waited: dropped
+            for q in out:
+                conn.invoke_into(q.cmd, q.answer)  # the broker's answer goes to the caller's future itself
             self.flights_sent += 1
             self.requests_sent += len(out)
             if out:
-                await asyncio.wait(out)
+                # one wait per flight, until its last deadline (its requests were queued within a linger)
+                last = max(q.deadline for q in out)
+                await asyncio.wait([q.answer for q in out], timeout=max(last - loop.time(), 0.001))
+                conn.forget([q.cmd for q in out], out[0].timeout)  # one still unanswered fails as timed out
         finally:
+            for q in batch:  # landed (or failed, or cancelled): out of the lane's count
+                _settle(lane, q)
             lane.flights -= 1
             if lane.queued and not lane.scheduled:
                 self._arm(addr, lane, asyncio.get_running_loop())

@@ -66,6 +66,13 @@ class BrokerMetadata:
         while len(cache) > MAX_CACHED:
             cache.popitem(last=False)
 
+    def cached_accepts(self, topic: str) -> tuple[MessageType, ...] | None:
+        """`accepts` while its answer is fresh (no broker asked), else None."""
+        hit = self._topics.get(topic)
+        if hit is not None and asyncio.get_running_loop().time() - hit[0] < self.ttl_s:
+            return hit[1]
+        return None
+
     async def accepts(self, topic: str) -> tuple[MessageType, ...]:
         now = asyncio.get_running_loop().time()
         hit = self._topics.get(topic)

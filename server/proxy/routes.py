@@ -60,6 +60,13 @@ class NameServerRoutes:
         self._cache: OrderedDict[str, CachedRoute] = OrderedDict()
         self._next = 0
 
+    def cached(self, topic: str) -> CachedRoute | None:
+        """The topic's route while it is fresh (what `route` answers without asking), else None."""
+        hit = self._cache.get(topic)
+        if hit is not None and asyncio.get_running_loop().time() - hit.at < self.ttl_s:
+            return hit
+        return None
+
     async def route(self, topic: str, fresh: bool = False) -> CachedRoute:
         """The topic's route; GrpcError TOPIC_NOT_FOUND when the name server knows none."""
         now = asyncio.get_running_loop().time()

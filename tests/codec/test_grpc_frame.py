@@ -7,8 +7,18 @@ import gzip
 import zlib
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from codec.grpc_frame import MESSAGE_PREFIX, FrameError, MessageReader, first_message, frame, parse_timeout
+from codec.grpc_frame import (
+    MESSAGE_PREFIX,
+    FrameError,
+    MessageReader,
+    first_message,
+    frame,
+    only_message,
+    parse_timeout,
+)
 
 MESSAGES = [b"", b"a", b"hello world" * 30, bytes(range(256))]
 
@@ -58,3 +68,39 @@ def test_grpc_timeout_units_and_refusals():
     for bad in ("", "S", "123456789S", "10x", "-1S", "1.5S"):
         with pytest.raises(FrameError):
             parse_timeout(bad)
+
+
+def _reference(body: bytes, max_bytes: int) -> list[bytes] | str:
+    r = MessageReader("", max_bytes)
+    try:
+        got = r.feed(body)
+    except FrameError:
+        return "FrameError"
+    return got if not r.pending else "pending"
+
+
+def _agree(body: bytes, max_bytes: int) -> None:
+    """`only_message` answers only a body the reference reads as exactly one message, and answers that one."""
+    fast = only_message(body, max_bytes)
+    if fast is not None:
+        assert _reference(body, max_bytes) == [fast]
+    else:
+        ref = _reference(body, max_bytes)
+        assert not (isinstance(ref, list) and len(ref) == 1 and body[:1] == b"\0"), (body, ref)
+
+
+def test_only_message_takes_exactly_one_uncompressed_message_within_the_limit():
+    for m in MESSAGES:
+        assert only_message(frame(m), 1 << 20) == m
+        _agree(frame(m), 1 << 20)
+    for body in [b"", b"\0\0\0\0", frame(b"ab") + frame(b"c"), frame(b"abc")[:-1], frame(b"abc") + b"x",
+                 MESSAGE_PREFIX.pack(1, 3) + b"abc", frame(b"x" * 11)]:
+        assert only_message(body, 10) is None
+        _agree(body, 10)
+
+
+@given(st.lists(st.binary(max_size=40), max_size=3), st.binary(max_size=8), st.integers(0, 1), st.integers(0, 64))
+def test_only_message_and_the_reader_agree(messages, tail, flag, max_bytes):
+    body = b"".join(MESSAGE_PREFIX.pack(flag, len(m)) + m for m in messages) + tail
+    _agree(body, max_bytes)
+    _agree(tail, max_bytes)
