@@ -13,7 +13,8 @@ absolute position in `buf` of its STORETIMESTAMP, which depends on its BORNHOST_
 None, `deliver_delays[j]` (ms; -1 for none: the unit's tagsCode becomes store time + delay).
 
 `put_run` is the fast path (one join, one accumulate, one comprehension); `PutRun.append` is its
-one-record-at-a-time reference (`put_run_reference`); tests/codec/test_put_run.py checks they agree.
+one-record-at-a-time reference (`put_run_reference`); `put_run_one` builds a run of one record (a gRPC
+send, a sync producer's send) without the transposing; tests/codec/test_put_run.py checks they agree.
 """
 
 from __future__ import annotations
@@ -87,6 +88,20 @@ def put_run(records: Sequence[BytesLike], dests: list[tuple[str, int]], tags_cod
     return run
 
 
+def put_run_one(record: BytesLike, dest: tuple[str, int], tags_code: int, keys: RunKeys,
+                deliver_delay: int = -1) -> PutRun:
+    """`put_run` of one record (what `put_run([record], [dest], [tags_code], [keys], [deliver_delay])` gives)."""
+    run = PutRun.__new__(PutRun)
+    run.buf = buf = bytearray(record)
+    run.starts = [0, len(buf)]
+    run.dests = [dest]
+    run.tags_codes = [tags_code]
+    run.keys = [keys]
+    run.deliver_delays = [deliver_delay] if deliver_delay >= 0 else None
+    run.ts_pos = [STORE_TS_POS[(buf[POS_SYS_FLAG_LOW] & 0x10) >> 4]]  # store_ts_pos(buf, 0), inlined
+    return run
+
+
 def put_run_reference(records: Sequence[BytesLike], dests: Sequence[tuple[str, int]], tags_codes: Sequence[int],
                       keys: Sequence[RunKeys], deliver_delays: Sequence[int] | None = None) -> PutRun:
     """`put_run` one record at a time (`PutRun.append`); nothing hot calls it."""
@@ -97,4 +112,4 @@ def put_run_reference(records: Sequence[BytesLike], dests: Sequence[tuple[str, i
     return run
 
 
-__all__ = ["PutRun", "RunKeys", "put_run", "put_run_reference", "store_ts_pos"]
+__all__ = ["PutRun", "RunKeys", "put_run", "put_run_one", "put_run_reference", "store_ts_pos"]

@@ -141,7 +141,7 @@ class DelayLevelService:
         if not self._loaded:
             self.load()
         loop = asyncio.get_running_loop()
-        self.store.add_dispatch_listener(self._on_dispatch)
+        self.store.add_dispatch_listener(self._on_dispatch, SCHEDULE_TOPIC)
         sup = self.store.supervisor  # storage.supervisor: log with context, count, back off, restart
         for d in self.levels:
             d.resume()  # stopped by an earlier shutdown (a demotion) when started again at a promotion

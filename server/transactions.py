@@ -132,7 +132,7 @@ class TransactionService:
         done = self._read_op_offsets()
         self._scanned = max(0, self.store.min_offset(HALF_TOPIC, 0))
         self._scan(done)
-        self.store.add_dispatch_listener(self._on_dispatch)
+        self.store.add_dispatch_listener(self._on_dispatch, HALF_TOPIC)
         if self.pending:
             log.info("transactions.recovered", pending=len(self.pending), ended=len(done))
         self._arm()

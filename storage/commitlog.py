@@ -88,6 +88,12 @@ class CommitLog:
         """(active segment, position) where a run of `nbytes` of records fits (the END-OF-FILE blank's
         room kept, as `append_batch` does per record); None when it does not fit (use `append_batch`,
         which rolls to the next segment). Nothing is written until `commit`."""
+        files = self.queue.files
+        if files:  # the usual case without `_active`'s calls: the last segment, not full, nothing to make ahead
+            last = files[-1]
+            pos, size = last.wrote_pos, last.file_size
+            if pos < (size >> 1 if self.allocator is not None else size):
+                return (last, pos) if nbytes + R.BLANK_LEN <= size - pos else None
         mf = self._active()
         if isinstance(mf, AppendError):
             return mf

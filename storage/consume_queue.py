@@ -138,6 +138,31 @@ class ConsumeQueue:
             byte_off += n
         self.max_phys_end = max_phys_end
 
+    def takes_unit_at(self, logic_offset: int) -> bool:
+        """Does a unit at `logic_offset` go right at the end of the last file, which has room for it (then
+        `ensure_room` has nothing to do and `put_unit` writes it in place)?"""
+        files = self.files.files
+        if not files:
+            return False
+        mf = files[-1]
+        pos = mf.wrote_pos
+        return pos < mf.file_size and mf.file_from_offset + pos == logic_offset * UNIT_SIZE
+
+    def put_unit(self, logic_offset: int, unit: BytesLike, max_phys_end: int) -> None:
+        """`put_units` of ONE unit (its reference): when it goes right at the end of the last file and that
+        file has room (`takes_unit_at`), one write here; anything else (no file, a gap, a rewrite, a full
+        file) through `put_units`."""
+        files = self.files.files
+        if files:
+            mf = files[-1]
+            pos = mf.wrote_pos
+            if pos < mf.file_size and mf.file_from_offset + pos == logic_offset * UNIT_SIZE:
+                mf.mm[pos:pos + UNIT_SIZE] = unit
+                mf.wrote_pos = pos + UNIT_SIZE
+                self.max_phys_end = max_phys_end
+                return
+        self.put_units(logic_offset, unit, max_phys_end)
+
     def ensure_room(self, logic_offset: int, count: int) -> None:
         """Reserve now the file that `count` units from `logic_offset` will need, so `put_units` after
         the CommitLog append cannot fail for want of space. Raises OSError (ENOSPC)."""

@@ -83,6 +83,17 @@ class ConsumeQueueTable:
             log.error("store.consume_queue_write_failed", topic=key[0], queue_id=key[1], error=str(e))
         self.offsets[key] = first + len(buf) // UNIT_SIZE
 
+    def write_unit(self, key: tuple[str, int], first: int, unit: BytesLike, max_end: int) -> None:
+        """`write_units` of one unit (ConsumeQueue.put_unit)."""
+        cq = self.queues.get(key)
+        if cq is None:
+            cq = self.get(key[0], key[1], create=True)
+        try:
+            cq.put_unit(first, unit, max_end)
+        except OSError as e:  # the CommitLog has it; recovery rebuilds the units
+            log.error("store.consume_queue_write_failed", topic=key[0], queue_id=key[1], error=str(e))
+        self.offsets[key] = first + 1
+
     def delete_topic(self, topic: str) -> int:
         """Forget a deleted topic's ConsumeQueues and remove their files (RocketMQ's cleanUnusedTopic).
         Returns the number of queues removed."""

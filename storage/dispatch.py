@@ -32,25 +32,48 @@ MAX_HELD_WRITES = 4096
 
 
 class DispatchListeners:
-    def __init__(self) -> None:
-        self.listeners: list[DispatchListener] = []
+    """The listeners of every topic's writes, and those of one topic's only (the delay levels, the timer,
+    the half and trace topics: a put to any other topic does not call them). `active`: is there any."""
 
-    def add(self, fn: DispatchListener) -> None:
-        self.listeners.append(fn)
+    def __init__(self) -> None:
+        self.listeners: list[DispatchListener] = []  # of every topic
+        self.by_topic: dict[str, list[DispatchListener]] = {}  # of that topic only
+        self.active = False
+
+    def add(self, fn: DispatchListener, topic: str | None = None) -> None:
+        if topic is None:
+            self.listeners.append(fn)
+        else:
+            self.by_topic.setdefault(topic, []).append(fn)
+        self.active = True
 
     def remove(self, fn: DispatchListener) -> None:
         if fn in self.listeners:
             self.listeners.remove(fn)
+        for topic, fns in list(self.by_topic.items()):
+            if fn in fns:
+                fns.remove(fn)
+                if not fns:
+                    del self.by_topic[topic]
+        self.active = bool(self.listeners or self.by_topic)
 
     def dispatch(self, keys: Iterable[QueueKey], queue_offsets: Mapping[QueueKey, int]) -> None:
-        """Each listener once per key, with `queue_offsets[key]` (the queue's max offset after the write)."""
+        """Each listener of the key's topic once per key, with `queue_offsets[key]` (the queue's max offset
+        after the write)."""
         for key in keys:
-            max_offset = queue_offsets[key]
-            for fn in self.listeners:
-                try:
-                    fn(key[0], key[1], max_offset)
-                except Exception as e:
-                    log.error("store.dispatch_listener_failed", listener=repr(fn), error=repr(e))
+            self.dispatch_one(key[0], key[1], queue_offsets[key])
+
+    def dispatch_one(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """`dispatch` of one queue: every topic's listeners, then the topic's own."""
+        fns = self.listeners
+        own = self.by_topic.get(topic)
+        if own:
+            fns = fns + own
+        for fn in fns:
+            try:
+                fn(topic, queue_id, max_offset)
+            except Exception as e:
+                log.error("store.dispatch_listener_failed", listener=repr(fn), error=repr(e))
 
 
 class QueueWrite(Protocol):
@@ -87,7 +110,7 @@ class DispatchGate:
         now, or hold it until the limit passes `end`."""
         limit = self.limit
         if limit is None or end <= limit:
-            if self.listeners.listeners:
+            if self.listeners.active:
                 self.listeners.dispatch(runs, queue_offsets)
             return
         held = self.held
@@ -126,7 +149,7 @@ class DispatchGate:
                         del held[key]
                     else:
                         held[key] = off
-        if self.listeners.listeners:
+        if self.listeners.active:
             live = {k: v for k, v in released.items() if k in queue_offsets}
             self.listeners.dispatch(live, live)
 

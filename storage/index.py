@@ -208,6 +208,36 @@ class IndexService:
         else:
             self._add_loop(f, hashes, physs, sizes, ts)
 
+    def add_one(self, topic: str, keys: IndexKeys, phys: int, size: int, ts: int) -> None:
+        """`add_batch` of one record's keys (its reference; a run of one send): when they fit the allocated
+        entries of the current file, packed and committed here, without the batch's columns; anything
+        else (no file yet, a chunk boundary, a rotation) through `add_batch`."""
+        c = self._crcs.get(topic)
+        if c is None:
+            c = self._topic_crc(topic)
+        if c < 0:
+            return
+        files = self.files
+        f = files[-1] if files else None
+        if f is None or f.count + len(keys) > f.allocated or not keys:
+            self.add_batch(((topic, keys, phys, size),), ts)
+            return
+        slots, nslots, cnt = f.slots, f.slot_num, f.count
+        tdiff = (ts - f.begin_ts) // 1000
+        buf = bytearray()
+        pack = ENTRY.pack
+        for k in keys:
+            h = crc32(k.encode() if k.__class__ is str else k, c)  # type: ignore[arg-type]  # as in add_batch
+            s = h % nslots
+            cnt += 1
+            buf += pack(h, phys, tdiff, slots[s], size)
+            slots[s] = cnt
+        self.entries += cnt - f.count  # `_commit`, the batch's last phys being `phys`
+        f.commit(buf, cnt, phys, ts)
+        self.last_update_ts, self.last_update_phys = ts, phys
+        if cnt >= self._ahead_at:
+            self.allocate_ahead()
+
     def _add_loop(self, f: IndexFile | None, hashes: list[int], physs: list[int], sizes: list[int], ts: int) -> None:
         slots: memoryview  # f is None: bound by the first `_room` (cnt == limit == 0)
         if f is None:

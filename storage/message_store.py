@@ -222,8 +222,10 @@ class MessageStore:
         return AllocateAhead(self._allocator, destroy, what)
 
     # ---- listeners ------------------------------------------------------------------------------
-    def add_dispatch_listener(self, fn: DispatchListener) -> None:
-        self.listeners.add(fn)
+    def add_dispatch_listener(self, fn: DispatchListener, topic: str | None = None) -> None:
+        """`fn` is called once per (topic, queue) a write reached (storage.dispatch); with `topic`, for that
+        topic's queues only (a put to another topic costs it nothing)."""
+        self.listeners.add(fn, topic)
 
     def remove_dispatch_listener(self, fn: DispatchListener) -> None:
         self.listeners.remove(fn)

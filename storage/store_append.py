@@ -13,6 +13,11 @@ delay drain, the timer wheel's dequeue):
   call, one group-commit request (SYNC_FLUSH) and the dispatch listeners once per queue (through the
   dispatch gate, as `put`).
 
+A run of ONE record (every gRPC send, a sync producer's send) takes `_put_one`: the same checks, patches
+and writes in the same order, without the per-queue dict, the `QueueRun` and the per-record lists the
+general loop (`_put_many`, its reference) pays for; tests/storage/test_put_one.py checks (hypothesis) that
+both leave byte-identical CommitLog, ConsumeQueue and index files and return the same result.
+
 The records are trusted to be well formed (built by codec from stored records); sizes are checked.
 Anything off the fast path (the run does not fit the segment, a record too large, the store not
 running, the disk full, the fault injector enabled) goes through `put` with one PutRequest per record,
@@ -41,10 +46,66 @@ class BatchAppend:
 
     def put_batch(self, batch: PutBatch) -> BatchPutResult:
         """Append every record of `batch` (see the module docstring); results in one object."""
-        dests = batch.dests
-        n = len(dests)
+        n = len(batch.dests)
+        if n == 1:
+            return self._put_one(batch)
         if not n:
             return BatchPutResult(0, [], queue_offsets=[])
+        return self._put_many(batch)
+
+    def _put_one(self, batch: PutBatch) -> BatchPutResult:
+        """`_put_many` for a run of one record (its reference: the same writes, in the same order)."""
+        buf = batch.buf
+        size = len(buf)
+        pp = self.put_path
+        cfg = pp.config
+        run = pp.run
+        if (run.closed or not run.loaded or pp.faults.enabled or run.read_only
+                or pp.disk.used_ratio() > cfg.disk_max_used_ratio or size > cfg.max_message_size):
+            return self._put_batch_slow(batch)
+        cl = pp.commitlog
+        spot = cl.reserve(size)
+        if spot is None or type(spot) is not tuple:  # segment end (or no segment): the general path
+            return self._put_batch_slow(batch)
+        mf, pos = spot
+        store_ts = pp.now_ms()
+        p = mf.file_from_offset + pos
+        end = p + size
+        queues = pp.queues
+        counters = queues.offsets
+        key = batch.dests[0]
+        q = counters.get(key, 0)
+        tcode = batch.tags_codes[0]
+        delays = batch.deliver_delays
+        if delays and delays[0] >= 0:  # a scheduled record's tagsCode is its deliver time (as in `put`)
+            tcode = store_ts + delays[0]
+        QUEUE_AND_PHYS_OFFSET.pack_into(buf, POS_QUEUE_OFFSET, q, p)
+        _I64.pack_into(buf, batch.ts_pos[0], store_ts)
+        cq = queues.queues.get(key)
+        if (cq is None or not cq.takes_unit_at(q)) and queues.room(key, q, 1) is not None:
+            return self._put_batch_slow(batch)  # ConsumeQueue room first (a full disk: `put` says why)
+        cl.commit(mf, pos, buf)
+        unit = UNIT.pack(p, size, tcode)
+        queues.write_unit(key, q, unit, end)
+        keys = batch.keys[0]
+        if keys:
+            pp.index.add_one(key[0], keys, p, size, store_ts)
+        counted = pp.counters
+        counted.put_bytes_total += size
+        counted.put_ok_total += 1
+        flushed = pp.group_commit.request(end) if cfg.sync_flush else None
+        gate = pp.gate
+        if gate.limit is None:
+            if gate.listeners.active:
+                gate.listeners.dispatch_one(key[0], key[1], q + 1)
+        else:
+            gate.after_write({key: QueueRun(q, bytearray(unit), end)}, counters, end)
+        return BatchPutResult(1, [p], store_ts, flushed, queue_offsets=[q])
+
+    def _put_many(self, batch: PutBatch) -> BatchPutResult:
+        """The general loop for a run of records (at least one; the reference of `_put_one`)."""
+        dests = batch.dests
+        n = len(dests)
         buf = batch.buf
         pp = self.put_path
         cfg = pp.config
@@ -109,7 +170,7 @@ class BatchAppend:
         flushed = pp.group_commit.request(base + len(buf)) if cfg.sync_flush else None
         gate = pp.gate
         if gate.limit is None:
-            if gate.listeners.listeners:
+            if gate.listeners.active:
                 gate.listeners.dispatch(state, counters)
         else:
             gate.after_write(state, counters, base + len(buf))

@@ -179,7 +179,7 @@ class PutPath:
                 results[positions[j]].flushed = fut  # type: ignore[union-attr]  # stored above (PUT_OK)
         gate = self.gate
         if gate.limit is None:
-            if gate.listeners.listeners:
+            if gate.listeners.active:
                 gate.listeners.dispatch(units, queues.offsets)
         elif units:
             gate.after_write(units, queues.offsets, end)

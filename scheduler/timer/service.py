@@ -190,7 +190,7 @@ class TimerMessageStore:
         self._running = parts.enqueuer.running = parts.reader.running = True
         clocks.write_ms = max(clocks.write_ms, self._floor(int(time.time() * 1000)))
         clocks.cursor_history.append((clocks.queue_offset, clocks.read_cursor_ms))
-        self.store.add_dispatch_listener(parts.enqueuer.on_dispatch)
+        self.store.add_dispatch_listener(parts.enqueuer.on_dispatch, TIMER_TOPIC)
         sup = self.store.supervisor  # storage.supervisor: log with context, count, back off, restart
         self._tasks = [sup.spawn("timer-enqueue", parts.enqueuer.run),
                        sup.spawn("timer-dequeue-get", parts.reader.run),
@@ -212,7 +212,7 @@ class TimerMessageStore:
         following.enqueue_limit = min(clocks.queue_offset, self.store.max_offset(TIMER_TOPIC, 0))
         clocks.cursor_history.clear()  # filled from the master's records
         self._running = parts.enqueuer.running = True
-        self.store.add_dispatch_listener(parts.enqueuer.on_dispatch)
+        self.store.add_dispatch_listener(parts.enqueuer.on_dispatch, TIMER_TOPIC)
         self._tasks = [self.store.supervisor.spawn("timer-enqueue", parts.enqueuer.run)]
         self._schedule_flush()
         log.info("timer.following", queue_offset=clocks.queue_offset, read_ms=clocks.commit_read_ms)

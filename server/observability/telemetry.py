@@ -191,7 +191,7 @@ class Telemetry:
                      "Scheduled records set aside in rmq_sys_SCHEDULE_QUARANTINE, by stage.")
         reg.add_collector(lambda: _supervisor_samples(store.supervisor))
         reg.add_collector(lambda: _quarantine_samples(delay, timer))
-        store.add_dispatch_listener(TraceTopicExporter(store, self.rmq_trace_writer).on_dispatch)
+        store.add_dispatch_listener(TraceTopicExporter(store, self.rmq_trace_writer).on_dispatch, TRACE_TOPIC)
         self.exporter.start(store.supervisor)
 
     async def shutdown(self) -> None:

@@ -42,6 +42,11 @@ class TrafficCounters:
         """`on_put` for a run of stored sends given their topics and record sizes (one counter
         update per topic of the run)."""
         self.put_total += len(sizes)
+        if len(sizes) == 1:  # a run of one (a gRPC send, a sync producer's): no per-topic sums
+            c = self._topic(topics[0])
+            c[0].inc()
+            c[1].inc(sizes[0])
+            return
         per: dict[str, list[int]] = {}
         for topic, size in zip(topics, sizes, strict=True):
             e = per.get(topic)

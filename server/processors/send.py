@@ -126,8 +126,8 @@ class SendPreparer:
         if qid >= tcfg.queue_nums:
             return fail(cmd, ResponseCode.SYSTEM_ERROR, f"request queueId[{qid}] is illegal, topic:[{topic}] "
                                             f"queueNums:[{tcfg.queue_nums}] Producer:[{h.producerGroup}]")
-        if qid < 0:
-            qid = random.randrange(max(1, tcfg.write_queue_nums))
+        if qid < 0:  # a random queue, as Apache's randomQueueId (one C call, not randrange's Python loop)
+            qid = random.getrandbits(31) % max(1, tcfg.write_queue_nums)
         return tcfg, qid
 
     def born_host(self, conn: SendConn) -> tuple[str, int]:

@@ -26,7 +26,7 @@ import structlog
 from codec.codes import RPC_ONEWAY, RequestCode, ResponseCode
 from codec.command import RemotingCommand
 from codec.frame import encode_frame_bytes
-from codec.put_run import PutRun, put_run
+from codec.put_run import PutRun, put_run, put_run_one
 from codec.send_response import SendResponseFrames
 from remoting.dispatch import LaterFrames, error_text
 from server.header_parsers import parse_send
@@ -124,6 +124,8 @@ class SendRunner:
         """`batch` for requests whose headers the caller already holds (the gRPC endpoint builds them from
         the proto message: no extFields to write and parse back); headers[i] is cmds[i]'s, and must be
         what `parse_send` gives for the extFields of the same send (tests/grpc/test_send_header_fast.py)."""
+        if len(cmds) == 1:  # a gRPC send
+            return [cast("SendAnswer", self._run_one(conn, cmds[0], None, headers[0]))]
         return cast("list[SendAnswer]", self._run(conn, cmds, None, headers))
 
     def batch_framed(self, conn: Connection, cmds: list[RemotingCommand]) -> list[FramedAnswer]:
@@ -154,6 +156,8 @@ class SendRunner:
     def _run(self, conn: SendConn, cmds: list[RemotingCommand], framed: Connection | None,
              headers: list[SendMessageHeader] | None = None) -> list[FramedAnswer]:
         """`framed`: the dispatcher's connection (frames, LaterFrames); None: RemotingCommands and awaitables."""
+        if len(cmds) == 1:
+            return [self._run_one(conn, cmds[0], framed, headers[0] if headers is not None else None)]
         out: list[FramedAnswer] = [None] * len(cmds)
         idx: list[int] = []
         preps: list[PreparedSend] = []
@@ -183,10 +187,38 @@ class SendRunner:
         self._put_run(cmds, out, idx, preps, framed)
         return out
 
+    def _run_one(self, conn: SendConn, cmd: RemotingCommand, framed: Connection | None,
+                 h: SendMessageHeader | None) -> FramedAnswer:
+        """`_run` of ONE request (a gRPC send, a sync producer's), without the run's lists."""
+        try:
+            if h is None:
+                h = parse_send(cmd.ext_fields, cmd.code != RequestCode.SEND_MESSAGE)
+            if h.batch:
+                return self.send_batch_message(conn, cmd, h)
+            prep = self.prepare(conn, cmd, h)
+        except HeaderError as e:
+            return fail(cmd, ResponseCode.SYSTEM_ERROR, str(e))
+        except Exception as e:  # as in `_run`
+            ip, port = peer_of(conn)
+            log.warning("send.failed", peer=f"{ip}:{port}", error=repr(e), exc_info=e)
+            return fail(cmd, ResponseCode.SYSTEM_ERROR, f"{type(e).__name__}: {e}")
+        if not isinstance(prep, tuple):
+            return prep
+        if self.deps.replica.sync_master:
+            out: list[FramedAnswer] = [None]
+            self._put_run([cmd], out, [0], [prep], framed)
+            return out[0]
+        return self._put_one(cmd, prep, framed)
+
     def _put_run(self, cmds: list[RemotingCommand], out: list[FramedAnswer], idx: list[int],
                  preps: list[PreparedSend], framed: Connection | None) -> None:
         """Store the prepared sends `preps` (of requests `idx`) with one put_batch; answer each."""
         if not preps:
+            return
+        if len(preps) == 1 and not self.deps.replica.sync_master:
+            out[idx[0]] = self._put_one(cmds[idx[0]], preps[0], framed)
+            idx.clear()
+            preps.clear()
             return
         run = send_put_run(preps)
         res = self.deps.store.put_batch(run)
@@ -236,6 +268,28 @@ class SendRunner:
             self.deps.on_put_sizes(topics, sizes)
         idx.clear()
         preps.clear()
+
+    def _put_one(self, cmd: RemotingCommand, prep: PreparedSend, framed: Connection | None) -> FramedAnswer:
+        """`_put_run` of ONE prepared send on a broker that is no SYNC_MASTER (a gRPC send, a sync
+        producer's): the same put and the same answer, without the run's lists and per-run columns
+        (tests/server/test_send_run.py checks both give the same answers and records)."""
+        record, topic, queue_id, tags_code, keys, deliver_delay, reply_qid, wait = prep
+        run = put_run_one(record, (topic, queue_id), tags_code, keys, deliver_delay)
+        res = self.deps.store.put_batch(run)
+        statuses = res.statuses
+        if statuses is not None:
+            return fail(cmd, PUT_STATUS_CODES[statuses[0]], put_fail_remark(statuses[0], res.remark), reply_qid)
+        self.deps.on_put_sizes([topic], [len(run.buf)])
+        if cmd.flag & RPC_ONEWAY:
+            return None
+        phys = res.phys[0]
+        qoff = res.queue_offsets[0] if res.queue_offsets else -1
+        flushed = res.flushed
+        if flushed is not None and wait and self.cfg.sync_flush:
+            return answer_when_flushed(cmd, [flushed], self._ok_ext(phys, reply_qid, qoff))
+        if framed is not None:
+            return self._frames.frame(cmd.opaque, cmd.serialize_type, phys, reply_qid, qoff)
+        return ok(cmd, ResponseCode.SUCCESS, None, self._ok_ext(phys, reply_qid, qoff))
 
     def _ok_ext(self, phys_offset: int, reply_qid: int, queue_offset: int) -> dict[str, str]:
         return send_ext(self._frames.msg_id(phys_offset), reply_qid, queue_offset)

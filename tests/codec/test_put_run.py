@@ -4,7 +4,7 @@ says what the records say (STORETIMESTAMP found at ts_pos whatever the born host
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codec.put_run import PutRun, put_run, put_run_reference, store_ts_pos
+from codec.put_run import PutRun, put_run, put_run_one, put_run_reference, store_ts_pos
 from codec.record import encode_record, read_store_timestamp
 from tests.codec.strategies import BOUNDED
 from tests.codec.test_record_rewrite import schedule_records
@@ -40,6 +40,17 @@ def test_put_run_matches_reference(rows):
         assert fast.deliver_delays is None  # no record with a delay: put_batch takes the no-delay path
     else:
         assert fast.deliver_delays == delays
+
+
+@BOUNDED
+@given(schedule_records(), st.integers(0, 7), st.integers(-(2**63), 2**63 - 1),
+       st.lists(st.binary(min_size=1, max_size=8), max_size=3), st.integers(-1, 10_000))
+def test_put_run_one_matches_put_run(r, qid, tags_code, keys, delay):
+    """A run of one record built by `put_run_one` is the one `put_run` builds (every column)."""
+    rec = encode_record(r)
+    one = put_run_one(rec, (r.topic, qid), tags_code, tuple(keys), delay)
+    assert _columns(one) == _columns(put_run([rec], [(r.topic, qid)], [tags_code], [tuple(keys)], [delay]))
+    assert one.buf == rec and one.buf is not rec  # a copy: put_batch patches it
 
 
 def test_empty_run_is_empty():

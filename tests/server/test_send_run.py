@@ -131,6 +131,32 @@ async def test_a_run_equals_the_reference(make_broker, tmp_path, flush):
         await b.shutdown()
 
 
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+@pytest.mark.parametrize("framed", [True, False])
+async def test_runs_of_one_equal_the_reference(make_broker, tmp_path, flush, framed):
+    """Every request a run of its own (a gRPC send, a sync producer's): SendRunner._put_one and the store's
+    _put_one give the reference's answers and records, framed (the dispatcher) or not (the gRPC endpoint)."""
+    rnd = random.Random(11)
+    a, b = await _brokers(make_broker, tmp_path, "one", flush)
+    cmds = [request(rnd, i + 1) for i in range(40)]
+    sa = _runner(a)
+    sb = SendProcessor(dataclasses.replace(send_deps(b), config=a.config))
+    ca, cb = _Conn(), _Conn()
+    out = [r for c in cmds for r in (sa.batch_framed(ca, [c]) if framed else sa.batch(ca, [c]))]
+    refs = [send_one(sb, b.store, cb, c) for c in cmds]
+    ra = bytes(a.store.commitlog.queue.files[0].slice(0, a.store.commitlog_max_offset()))
+    rb = bytes(b.store.commitlog.queue.files[0].slice(0, b.store.commitlog_max_offset()))
+    assert ra == rb and len(ra) == b.store.commitlog_max_offset()
+    for key in b.store.queues.queues:
+        assert bytes(a.store.read_units(*key, 0, 64)) == bytes(b.store.read_units(*key, 0, 64)), key
+    assert a.counters.put_total == a.store.put_ok_total == b.store.put_ok_total
+    got = await _by_opaque(out)
+    assert got == await _by_opaque(refs)
+    assert sorted(got) == [c.opaque for c in cmds if not c.is_oneway]
+    await a.shutdown()
+    await b.shutdown()
+
+
 async def test_a_run_answers_in_request_order(make_broker, tmp_path):
     """Without SYNC_FLUSH waits the run's frames are in request order (errors included)."""
     a, _ = await _brokers(make_broker, tmp_path, "order", "ASYNC_FLUSH")

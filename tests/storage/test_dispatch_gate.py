@@ -97,3 +97,33 @@ def test_held_writes_are_bounded(tmp_path) -> None:
     assert sorted(calls[-2:]) == [("T", 0, (MAX_HELD_WRITES + 50) // 2), ("T", 1, (MAX_HELD_WRITES + 50) // 2)]
     assert s.gate.held == {}
     s.close()
+
+
+def test_a_topic_listener_hears_its_topic_only(tmp_path) -> None:
+    """A listener added for one topic (the delay levels', the timer's, the half and trace topics') hears that
+    topic's queues only: through put, a run's put_batch, a one-record put_batch and a held write's release;
+    removed, it hears nothing."""
+    s = open_store(tmp_path / "s")
+    every = heard(s)
+    own: list[tuple[str, int, int]] = []
+
+    def on_u(t: str, q: int, m: int) -> None:
+        own.append((t, q, m))
+
+    s.add_dispatch_listener(on_u, "U")
+    put(s, "T", 0, "a")
+    put(s, "U", 1, "b")
+    run = put_run([record("T", 0, b"c"), record("U", 0, b"d")], [("T", 0), ("U", 0)], [0, 0], [(), ()])
+    assert s.put_batch(run).count == 2
+    assert s.put_batch(put_run([record("U", 1, b"e")], [("U", 1)], [0], [()])).count == 1
+    s.set_dispatch_limit(s.commitlog_max_offset())
+    put(s, "T", 0, "f")
+    put(s, "U", 0, "g")
+    assert own == [("U", 1, 1), ("U", 0, 1), ("U", 1, 2)]
+    s.set_dispatch_limit(None)
+    assert own[3:] == [("U", 0, 2)]
+    assert [c for c in every if c[0] == "U"] == own and len(every) == len(own) + 3
+    s.remove_dispatch_listener(on_u)
+    put(s, "U", 0, "h")
+    assert len(own) == 4 and every[-1] == ("U", 0, 3)
+    s.close()
