@@ -48,9 +48,10 @@ async def run(cfg: ProxyConfig, log_level: str = "info") -> int:
 
         envoy = EnvoyProxy(cfg, log_level)
         # the ready line names Envoy's pid too: it is the process that serves (and spends the CPU)
-        return await serve_until_signal(
+        exit_status = await serve_until_signal(
             envoy, lambda: f"delaymq proxy ready on {cfg.listen_host}:{envoy.port} (envoy pid {envoy.envoy_pid})",
             "proxy")
+        return 1 if envoy.failed else exit_status
     from server.proxy.proxy import Proxy
 
     proxy = Proxy(cfg)

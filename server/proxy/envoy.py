@@ -49,6 +49,7 @@ class EnvoyProxy:
         self.log_level = log_level
         self.port = 0
         self.host: EnvoyHost | None = None
+        self.envoy_ended = False  # Envoy ended without being stopped (killed, crashed): the launcher exits 1
 
     async def start(self) -> None:
         cfg = self.cfg
@@ -71,8 +72,14 @@ class EnvoyProxy:
     def envoy_pid(self) -> int | None:
         return None if self.host is None else self.host.envoy_pid
 
+    @property
+    def failed(self) -> bool:
+        """Envoy (the proxy) ended without being stopped: a supervisor should restart this launcher."""
+        return self.envoy_ended or (self.host is not None and self.host.exited_on_its_own is not None)
+
     async def shutdown(self) -> None:
         if self.host is not None:
+            self.envoy_ended = self.failed
             await self.host.shutdown()
             self.host = None
 

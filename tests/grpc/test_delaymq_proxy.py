@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -168,6 +169,16 @@ def serving_pid(proxy) -> int:
         if m:
             return int(m.group(1))
     return int(proxy.proc.pid)
+
+
+def test_envoy_killed_ends_the_proxy_launcher_with_exit_1(cluster, agents):
+    """grpcServerStack=envoy: the launcher must not stay up serving nothing when its Envoy dies; it exits 1 (not
+    the 0 of a requested stop) so that a supervisor restarts it."""
+    p, _ = start_proxy(agents, cluster, stack="envoy")
+    envoy = serving_pid(p)
+    assert envoy != p.proc.pid
+    os.kill(envoy, signal.SIGKILL)
+    assert p.wait_exit(30) == 1, p.diagnostics()
 
 
 def established_on(pid: int, port: int) -> int:
