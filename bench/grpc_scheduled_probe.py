@@ -13,76 +13,15 @@ process. No pass/fail: the figures go to bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import multiprocessing as mp
 import os
 import subprocess
 import sys
-import time
 from concurrent.futures import ProcessPoolExecutor
 
-from bench.common import percentiles
-from bench.grpc_floor import CLIENTS, metadata
-from bench.grpc_topology import (
-    DELAY_GROUP,
-    DELAY_TOPIC,
-    DUE_AFTER_MS,
-    SCHEDULED_MAX,
-    SCHEDULED_RATE,
-    Setup,
-    _cpu,
-    start,
-)
-
-
-async def _sender(addr: str, client: int, clients: int, n: int, start_ms: int) -> dict:
-    """bench.grpc_topology's scheduled sender, each call's round trip (ms) kept."""
-    import grpc
-
-    from server.grpc.v2 import definition_pb2 as pb
-    from server.grpc.v2 import service_pb2 as spb
-    ch = grpc.aio.insecure_channel(addr)
-    call = ch.unary_unary("/apache.rocketmq.v2.MessagingService/SendMessage", request_serializer=None,
-                          response_deserializer=spb.SendMessageResponse.FromString)
-    await ch.channel_ready()
-    ok = errors = 0
-    rtt: list[float] = []
-    behind: list[float] = []  # ms the sender itself started a call after its slot (the client's own lateness)
-    tasks = []
-    md = metadata(client)
-
-    async def one(data: bytes) -> None:
-        nonlocal ok, errors
-        t0 = time.monotonic()
-        try:
-            r = await call(data, timeout=30, metadata=md)
-            ok += r.status.code == 20000
-            errors += r.status.code != 20000
-        except Exception:
-            errors += 1
-        rtt.append((time.monotonic() - t0) * 1000)
-
-    for i in range(client, n, clients):
-        slot = start_ms + i * 1000 // SCHEDULED_RATE
-        m = pb.Message(topic=pb.Resource(name=DELAY_TOPIC), body=b"x" * 128)
-        m.system_properties.message_id = f"01BENCHPROBE{client:04d}{i:012d}{start_ms}"
-        m.system_properties.message_type = pb.DELAY
-        m.system_properties.delivery_timestamp.FromMilliseconds(slot + DUE_AFTER_MS + i % 997)
-        data = spb.SendMessageRequest(messages=[m]).SerializeToString()
-        wait = slot / 1000 - time.time()
-        if wait > 0:
-            await asyncio.sleep(wait)
-        behind.append(max(0.0, -wait * 1000))
-        tasks.append(asyncio.ensure_future(one(data)))
-    await asyncio.gather(*tasks)
-    await ch.close()
-    return {"ok": ok, "errors": errors, "rtt": rtt, "behind": behind}
-
-
-def _sender_process(kwargs: dict) -> dict:
-    import uvloop
-    return uvloop.run(_sender(**kwargs))
+from bench.grpc_floor import CLIENTS
+from bench.grpc_topology import Setup, _cpu, phase_scheduled, start
 
 
 def _warm(_: int) -> None:
@@ -95,44 +34,18 @@ def _warm(_: int) -> None:
 
 
 def probe(s: Setup, seconds: float, pool: ProcessPoolExecutor, load: int) -> dict:
-    from bench.grpc import _receive_all
-    n = min(SCHEDULED_MAX, int(SCHEDULED_RATE * seconds))
-    start_ms = int(time.time() * 1000) + 1500
+    """bench.grpc_topology's scheduled phase, with `load` busy loops running and the CPU of each process."""
     spin = [subprocess.Popen([sys.executable, "-c", f"import time\nend = time.time() + {seconds + 6}\n"
                               "while time.time() < end: pass"]) for _ in range(load)]
     c0 = _cpu(s.pids)
-    futs = [pool.submit(_sender_process, {"addr": s.grpc[c % len(s.grpc)], "client": c, "clients": CLIENTS,
-                                          "n": n, "start_ms": start_ms}) for c in range(CLIENTS)]
-    store_late: list[int] = []
-    recv_late: list[int] = []
-
-    def on_message(m, now_ms: int) -> None:
-        sp = m.system_properties
-        due = sp.delivery_timestamp.ToMilliseconds()
-        store_late.append(sp.store_timestamp.ToMilliseconds() - due)
-        recv_late.append(now_ms - due)
-
-    deadline = seconds + (DUE_AFTER_MS + 997) / 1000 + 20
-
-    async def all_channels() -> list[dict]:
-        return await asyncio.gather(*(_receive_all(a, DELAY_TOPIC, DELAY_GROUP, n // len(s.grpc), conns=1,
-                                                   deadline_s=deadline, on_message=on_message) for a in s.grpc))
-
     try:
-        asyncio.run(all_channels())
-        sent = [f.result(timeout=120) for f in futs]
+        out = phase_scheduled(s, seconds, pool)
     finally:
         for p in spin:
             p.kill()
             p.wait()
     c1 = _cpu(s.pids)
-    pick = (50, 99)
-    return {"n": n, "sent_ok": sum(p["ok"] for p in sent), "send_errors": sum(p["errors"] for p in sent),
-            "received": len(store_late), "loadavg": round(os.getloadavg()[0], 1),
-            "send_rtt_ms": percentiles([x for p in sent for x in p["rtt"]], pick),
-            "sender_behind_ms": percentiles([x for p in sent for x in p["behind"]], pick),
-            "store_late_ms": percentiles(store_late, pick), "receive_late_ms": percentiles(recv_late, pick),
-            "cpu_s": {k: round(c1[k] - c0[k], 2) for k in c0}}
+    return {**out, "loadavg": round(os.getloadavg()[0], 1), "cpu_s": {k: round(c1[k] - c0[k], 2) for k in c0}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -390,7 +390,8 @@ def phase_receive(s: Setup, seconds: float, expect: int) -> dict:
 
 async def _scheduled_sender(addr: str, client: int, clients: int, n: int, start_ms: int) -> dict:
     """Messages i = client, client + clients, ... of n: sent at start_ms + i / rate, due DUE_AFTER_MS
-    (+ i % 997 ms) after that slot."""
+    (+ i % 997 ms) after that slot. Each call's round trip (ms) is kept, and how far behind its slot the
+    sender itself started it (the client's own lateness)."""
     import grpc
 
     from server.grpc.v2 import definition_pb2 as pb
@@ -400,32 +401,38 @@ async def _scheduled_sender(addr: str, client: int, clients: int, n: int, start_
                           response_deserializer=spb.SendMessageResponse.FromString)
     await ch.channel_ready()
     ok = errors = 0
+    rtt: list[float] = []
+    behind: list[float] = []
     tasks = []
     md = metadata(client)
 
     async def one(data: bytes) -> None:
         nonlocal ok, errors
+        t0 = time.monotonic()
         try:
             r = await call(data, timeout=30, metadata=md)
             ok += r.status.code == 20000
             errors += r.status.code != 20000
         except Exception:
             errors += 1
+        rtt.append((time.monotonic() - t0) * 1000)
 
     for i in range(client, n, clients):
         slot = start_ms + i * 1000 // SCHEDULED_RATE
         m = pb.Message(topic=pb.Resource(name=DELAY_TOPIC), body=b"x" * 128)
-        m.system_properties.message_id = f"01BENCHTOPO{client:04d}{i:012d}"
+        # start_ms in the id: a setup probed again (bench.grpc_scheduled_probe) gets new ids
+        m.system_properties.message_id = f"01BENCHTOPO{client:04d}{i:012d}{start_ms}"
         m.system_properties.message_type = pb.DELAY
         m.system_properties.delivery_timestamp.FromMilliseconds(slot + DUE_AFTER_MS + i % 997)
         data = spb.SendMessageRequest(messages=[m]).SerializeToString()
         wait = slot / 1000 - time.time()
         if wait > 0:
             await asyncio.sleep(wait)
+        behind.append(max(0.0, -wait * 1000))
         tasks.append(asyncio.ensure_future(one(data)))
     await asyncio.gather(*tasks)
     await ch.close()
-    return {"ok": ok, "errors": errors}
+    return {"ok": ok, "errors": errors, "rtt": rtt, "behind": behind}
 
 
 def _scheduled_process(kwargs: dict) -> dict:
@@ -456,9 +463,12 @@ def phase_scheduled(s: Setup, seconds: float, pool) -> dict:
 
     asyncio.run(all_channels())
     sent = [f.result(timeout=120) for f in futs]
-    st, rv = percentiles(store_late, (50, 99)), percentiles(recv_late, (50, 99))
+    pick = (50, 99)
     return {"n": n, "sent_ok": sum(p["ok"] for p in sent), "send_errors": sum(p["errors"] for p in sent),
-            "received": len(store_late), "store_late_ms": st, "receive_late_ms": rv}
+            "received": len(store_late), "store_late_ms": percentiles(store_late, pick),
+            "receive_late_ms": percentiles(recv_late, pick),
+            "send_rtt_ms": percentiles([x for p in sent for x in p["rtt"]], pick),
+            "sender_behind_ms": percentiles([x for p in sent for x in p["behind"]], pick)}
 
 
 def measure(setup: str, seconds: float, pool, jvm_warmup_s: float = JVM_WARMUP_S) -> dict:
