@@ -21,12 +21,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
 from server.config import BrokerConfig
-from server.grpc.envoy_host import EnvoyHost, EnvoySpec, EnvoyTls, die_with_launcher, exit_reported
+from server.grpc.envoy_host import EnvoyHost, EnvoySpec, EnvoyTls, die_with_launcher, exit_reported, lazy_app
 from server.security import tls_mode
 
 if TYPE_CHECKING:
@@ -136,10 +136,4 @@ def build_app() -> HostedBroker:
     return HostedBroker(BrokerConfig(**json.loads(os.environ[CONFIG_ENV])))
 
 
-def __getattr__(name: str) -> Any:
-    """`app` is built when Envoy imports it, never when the launcher imports this module."""
-    if name == "app":
-        app = build_app()
-        globals()["app"] = app
-        return app
-    raise AttributeError(name)
+__getattr__ = lazy_app(build_app, globals())  # `app`: built in Envoy only

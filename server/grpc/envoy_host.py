@@ -25,6 +25,7 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,3 +176,16 @@ def exit_reported(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(REPORTED_EXIT_BASE + code)
+
+
+def lazy_app(build: Callable[[], Any], namespace: dict[str, Any]) -> Callable[[str], Any]:
+    """A hosting module's `__getattr__`: its `app` is built (and kept in `namespace`, the module's globals) when
+    Envoy's embedded Python imports it, never when the launcher imports the module."""
+
+    def module_getattr(name: str) -> Any:
+        if name == "app":
+            app = namespace["app"] = build()
+            return app
+        raise AttributeError(name)
+
+    return module_getattr

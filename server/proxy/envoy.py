@@ -17,11 +17,10 @@ import dataclasses
 import json
 import os
 import socket
-from typing import Any
 
 from server.grpc.asgi_endpoint import GrpcAsgiApp
 from server.grpc.endpoint import MAX_MESSAGE_BYTES, tls_credentials
-from server.grpc.envoy_host import EnvoyHost, EnvoySpec, EnvoyTls, die_with_launcher
+from server.grpc.envoy_host import EnvoyHost, EnvoySpec, EnvoyTls, die_with_launcher, lazy_app
 from server.grpc.v2 import service_pb2 as spb
 from server.listeners import Listener, probe
 from server.proxy.config import ProxyConfig
@@ -98,10 +97,4 @@ def build_app() -> GrpcAsgiApp:
                        on_shutdown=proxy.shutdown)
 
 
-def __getattr__(name: str) -> Any:
-    """`app` is built when Envoy imports it, never when the launcher imports this module."""
-    if name == "app":
-        app = build_app()
-        globals()["app"] = app
-        return app
-    raise AttributeError(name)
+__getattr__ = lazy_app(build_app, globals())  # `app`: built in Envoy only
