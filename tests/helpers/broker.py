@@ -176,6 +176,18 @@ class BrokerProcess:
                 f"stdout tail:\n{tail(self.stdout_path)}\nstderr tail:\n{tail(self.stderr_path)}")
         return self
 
+    def lost_harness_port(self) -> bool:
+        """This start ended with the broker's one-line refusal of a port the harness picked (listenPort or its
+        haListenPort, P + 1), not one the test's config chose: the harness may try again on other ports."""
+        if self.proc is None or self.proc.poll() is None or {"listenPort", "haListenPort"} & set(self.config):
+            return False
+        try:
+            text = self.stderr_path.read_text(errors="replace")
+        except OSError:
+            return False
+        last = text[text.rfind(f"---- start #{self.starts}:"):]
+        return '"broker.cannot_listen"' in last and any(f'"key": "{k}"' in last for k in ("listenPort", "haListenPort"))
+
     def _read_stdout(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdout is not None
         with open(self.stdout_path, "ab") as out:

@@ -150,3 +150,20 @@ def test_two_brokers_given_only_their_ports_both_run(tmp_path):
             if b.running:
                 b.stop()
         ns.stop()
+
+
+def test_the_harness_knows_a_lost_port_race_from_a_broker_that_will_not_start(tmp_path):
+    """tests/conftest.py's broker_factory starts a broker again on new ports only when the broker refused a port the
+    harness picked (another process bound it first); any other failed start stays a failure."""
+    raced = BrokerProcess(tmp_path / "raced", ready_timeout=20)
+    with held(raced.port + 1), pytest.raises(AssertionError):
+        raced.start()
+    assert raced.lost_harness_port()
+    chosen = BrokerProcess(tmp_path / "chosen", config={"haListenPort": pick_port_pair()}, ready_timeout=20)
+    with held(int(chosen.config["haListenPort"])), pytest.raises(AssertionError):
+        chosen.start()
+    assert not chosen.lost_harness_port()  # the test chose that port: its refusal is the test's to judge
+    broken = BrokerProcess(tmp_path / "broken", config={"messageDelayLevel": "nonsense"}, ready_timeout=20)
+    with pytest.raises(AssertionError):
+        broken.start()
+    assert not broken.lost_harness_port()
