@@ -29,8 +29,12 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+import structlog
+
 from codec.command import RemotingCommand
 from remoting.client import RemotingClient
+
+log = structlog.get_logger(__name__)
 
 MAX_FRAMES = 128  # requests per flight at most (a broker connection's turn budget, remoting.connection)
 MAX_FLIGHTS = 1  # flights out to one broker at once, unless a full flight is waiting
@@ -186,6 +190,11 @@ class SendCoalescer:
                 last = max(q.deadline for q in out)
                 await asyncio.wait([q.answer for q in out], timeout=max(last - loop.time(), 0.001))
                 conn.forget([q.cmd for q in out], out[0].timeout)  # one still unanswered fails as timed out
+        except Exception as e:  # a fault past the dial: logged, and no caller of this flight is left waiting
+            log.exception("proxy.flight_failed", broker=addr, requests=len(batch))
+            for q in batch:
+                if not q.answer.done():
+                    q.answer.set_exception(e)
         finally:
             for q in batch:  # landed (or failed, or cancelled): out of the lane's count
                 _settle(lane, q)

@@ -151,3 +151,23 @@ async def _send_one(brokers: RemoteBrokers, addr: str, topic: str, i: int) -> Re
 
 def _cmd(i: int) -> RemotingCommand:
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"a": "g", "b": "T", "e": str(i)}, b"x")
+
+
+async def test_a_fault_past_the_dial_fails_the_flights_callers_instead_of_leaving_them_waiting(
+        broker: BrokerProcess) -> None:
+    """A request the connection cannot write (here a body that is not bytes) raises inside the
+    flight's task, after the dial: the flight logs it and every caller still waiting gets the error, none
+    waits forever (the flight's task is the only thing that would answer them)."""
+    client = RemotingClient(connect_timeout=5.0)
+    sends = SendCoalescer(client, linger_ms=0)
+    try:
+        bad = _cmd(0)
+        bad.body = 12345  # type: ignore[assignment]  # not bytes: the frame cannot be written
+        outcomes = await asyncio.wait_for(asyncio.gather(
+            sends.invoke(broker.addr, bad, 30.0), sends.invoke(broker.addr, _cmd(1), 30.0),
+            return_exceptions=True), 10)
+        assert isinstance(outcomes[0], Exception) and not isinstance(outcomes[0], RemotingCommand), outcomes
+        assert all(isinstance(o, (Exception, RemotingCommand)) for o in outcomes), outcomes
+        assert not sends.lanes[broker.addr].queued and not sends.lanes[broker.addr].flights
+    finally:
+        client.close()
