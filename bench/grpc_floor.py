@@ -69,17 +69,10 @@ def metadata(client: object) -> tuple[tuple[str, str], ...]:
 
 # ------------------------------------------------------------------ load client (spawned processes)
 
-async def _load(addr: str, client: int, window: int, start_at: float, measure_from: float, end_at: float) -> dict:
-    """Calls in flight until `end_at` (time.time()); counts the OK answers that complete inside
-    [measure_from, end_at]."""
-    import grpc
-
-    from server.grpc.v2 import service_pb2 as spb
-    ch = grpc.aio.insecure_channel(addr)
-    call = ch.unary_unary(SEND_METHOD, request_serializer=None, response_deserializer=spb.SendMessageResponse.FromString)
-    await ch.channel_ready()
-    payloads = [request_bytes(TOPIC, i, client) for i in range(DISTINCT)]
-    md = metadata(client)
+async def closed_loop(one, window: int, start_at: float, measure_from: float, end_at: float) -> dict:
+    """`window` calls in flight until `end_at` (time.time()); `await one(i)` makes call i and answers an error
+    text ("" when OK). Counts the answers that complete inside [measure_from, end_at]. Shared by every
+    load client of the gRPC benches (and bench.grpc_topology's 4.x remoting one)."""
     sent = 0
     while time.time() < start_at:
         await asyncio.sleep(0.01)
@@ -89,23 +82,41 @@ async def _load(addr: str, client: int, window: int, start_at: float, measure_fr
     async def worker() -> None:
         nonlocal ok, errors, first_error, sent
         while time.time() < end_at:
-            payload = payloads[sent % DISTINCT]
+            i = sent
             sent += 1
             try:
-                r = await call(payload, timeout=10, metadata=md)
-                good = r.status.code == 20000
+                error = await one(i)
             except Exception as e:
-                good = False
-                first_error = first_error or repr(e)[:300]
+                error = repr(e)[:300]
+            first_error = first_error or error
             if time.time() >= measure_from:
-                ok += good
-                errors += not good
-            if not good:
+                ok += not error
+                errors += bool(error)
+            if error:
                 await asyncio.sleep(0.01)
 
     await asyncio.gather(*(worker() for _ in range(window)))
-    await ch.close()
     return {"ok": ok, "errors": errors, "first_error": first_error}
+
+
+async def _load(addr: str, client: int, window: int, start_at: float, measure_from: float, end_at: float) -> dict:
+    """SendMessage calls on one grpc.aio channel, `window` in flight (closed_loop)."""
+    import grpc
+
+    from server.grpc.v2 import service_pb2 as spb
+    ch = grpc.aio.insecure_channel(addr)
+    call = ch.unary_unary(SEND_METHOD, request_serializer=None, response_deserializer=spb.SendMessageResponse.FromString)
+    await ch.channel_ready()
+    payloads = [request_bytes(TOPIC, i, client) for i in range(DISTINCT)]
+    md = metadata(client)
+
+    async def one(i: int) -> str:
+        r = await call(payloads[i % DISTINCT], timeout=10, metadata=md)
+        return "" if r.status.code == 20000 else f"status {r.status.code} {r.status.message}"[:300]
+
+    out = await closed_loop(one, window, start_at, measure_from, end_at)
+    await ch.close()
+    return out
 
 
 def _client_process(kwargs: dict) -> dict:

@@ -61,7 +61,17 @@ import time
 from pathlib import Path
 
 from bench.common import REPO, Broker, percentiles, pick_port, proc_cpu_s, store_base, write_result
-from bench.grpc_floor import CLIENTS, WARMUP_S, WINDOW, Proc, _client_process, _probe, metadata, request_bytes
+from bench.grpc_floor import (
+    CLIENTS,
+    WARMUP_S,
+    WINDOW,
+    Proc,
+    _client_process,
+    _probe,
+    closed_loop,
+    metadata,
+    request_bytes,
+)
 
 SETUPS = ["floor", "floor_envoy", "delaymq_remoting4", "delaymq_local", "delaymq_local_envoy", "delaymq_proxy1",
           "delaymq_proxy2", "delaymq_envoy1", "delaymq_envoy2",
@@ -336,36 +346,16 @@ async def _remoting_load(addr: str, client: int, window: int, start_at: float, m
 
     conn = await wire.connect(addr)
     body = b"x" * 128
-    while time.time() < start_at:
-        await asyncio.sleep(0.01)
-    ok = errors = sent = 0
-    first_error = ""
 
-    async def worker() -> None:
-        nonlocal ok, errors, first_error, sent
-        while time.time() < end_at:
-            i = sent
-            sent += 1
-            props = wire.props_string({MessageConst.UNIQ_KEY: f"01BENCHREMOTING{client:04d}{i:012d}",
-                                       MessageConst.WAIT: "true"})
-            try:
-                r = await conn.invoke(wire.send_cmd(TOPIC, body, i % QUEUES, props, int(time.time() * 1000)),
-                                      timeout=10)
-                good = r.code == ResponseCode.SUCCESS
-                if not good:
-                    first_error = first_error or f"{r.code} {r.remark}"
-            except Exception as e:
-                good = False
-                first_error = first_error or repr(e)[:300]
-            if time.time() >= measure_from:
-                ok += good
-                errors += not good
-            if not good:
-                await asyncio.sleep(0.01)
+    async def one(i: int) -> str:
+        props = wire.props_string({MessageConst.UNIQ_KEY: f"01BENCHREMOTING{client:04d}{i:012d}",
+                                   MessageConst.WAIT: "true"})
+        r = await conn.invoke(wire.send_cmd(TOPIC, body, i % QUEUES, props, int(time.time() * 1000)), timeout=10)
+        return "" if r.code == ResponseCode.SUCCESS else f"{r.code} {r.remark}"
 
-    await asyncio.gather(*(worker() for _ in range(window)))
+    out = await closed_loop(one, window, start_at, measure_from, end_at)
     conn.close()
-    return {"ok": ok, "errors": errors, "first_error": first_error}
+    return out
 
 
 def _remoting_client_process(kwargs: dict) -> dict:
